@@ -497,7 +497,8 @@ bool OpChecker::run() {
   }
   inGrad_ = false;
 
-  for (unsigned i = 0; i < op_.inputs.size(); ++i)
+  // After an error the op was not read to its end: "never used" could be wrong.
+  for (unsigned i = 0; i < op_.inputs.size() && !failed_; ++i)
     if (!used_[i])
       mc_.diags().warning(op_.file, op_.inputs[i].loc,
                           fmt::format("input '{}' of op '{}' is never used",
