@@ -27,6 +27,9 @@ struct LoadedFile {
   std::optional<ast::File> ast;
 };
 
+/// .tdl files are small; anything bigger is a mistake (or a device file).
+constexpr uint64_t kMaxSourceBytes = 16u << 20;
+
 enum class CheckState { Unchecked, InProgress, Done, Failed };
 
 class ModuleChecker;
@@ -83,7 +86,12 @@ private:
   std::vector<std::pair<std::string, unsigned>> scope_;
   std::vector<SourceLoc> rankLoc_;
   std::vector<bool> used_;
-  std::vector<std::pair<const ir::ExtentRef *, SourceLoc>> extents_;
+  std::vector<bool> passedWhole_; ///< passed as a whole tensor to a call
+  struct ExtentUse {
+    unsigned input, dim;
+    SourceLoc loc;
+  };
+  std::vector<ExtentUse> extents_; ///< every `x.d`, checked against ranks at the end
   bool inGrad_ = false;
   bool failed_ = false;
 };
@@ -161,10 +169,21 @@ int ModuleChecker::load(const std::string &display, const std::string *text,
     return it->second;
 
   if (!text) {
-    if (llvm::sys::fs::is_directory(key)) {
+    // Only regular files of sane size: an import of /dev/zero must not hang or eat memory.
+    llvm::sys::fs::file_status status;
+    std::string problem;
+    if (llvm::sys::fs::status(key, status))
+      problem = "cannot be read";
+    else if (llvm::sys::fs::is_directory(status))
+      problem = "is a directory, not a .tdl file";
+    else if (!llvm::sys::fs::is_regular_file(status))
+      problem = "is not a regular file";
+    else if (status.getSize() > kMaxSourceBytes)
+      problem = fmt::format("is larger than {} bytes", kMaxSourceBytes);
+    if (!problem.empty()) {
       SourceLoc loc = fromFile.empty() ? SourceLoc{} : fromLoc;
       diags_.error(fromFile.empty() ? display : fromFile, loc,
-                   fmt::format("'{}' is a directory, not a .tdl file", display));
+                   fmt::format("'{}' {}", display, problem));
       failed_ = true;
       return -1;
     }
@@ -356,6 +375,7 @@ void OpChecker::note(SourceLoc loc, std::string msg) {
 bool OpChecker::run() {
   rankLoc_.assign(op_.inputs.size(), {});
   used_.assign(op_.inputs.size(), false);
+  passedWhole_.assign(op_.inputs.size(), false);
 
   // Attributes and inputs share one namespace.
   std::map<std::string, SourceLoc> seen;
@@ -432,18 +452,19 @@ bool OpChecker::run() {
   scope_.clear();
 
   // Extents `x.d` name existing dimensions.
-  for (const auto &[ref, loc] : extents_) {
-    const ir::Input &in = op_.inputs[ref->input];
+  for (const ExtentUse &use : extents_) {
+    const ir::Input &in = op_.inputs[use.input];
     if (!in.rank) {
-      if (!used_[ref->input])
-        error(loc, fmt::format("'{}.{}' names a dimension of input '{}', which the op never "
-                               "reads, so its rank is unknown",
-                               in.name, ref->dim, in.name));
+      // Passed whole to an opaque function: the rank is only known at instantiation.
+      if (!passedWhole_[use.input])
+        error(use.loc, fmt::format("'{}.{}' names a dimension of input '{}', which the op "
+                                   "never indexes, so its rank is unknown",
+                                   in.name, use.dim, in.name));
       continue;
     }
-    if (in.rank->groups.empty() && ref->dim >= in.rank->fixed)
-      error(loc, fmt::format("input '{}' has rank {}; it has no dimension {}", in.name,
-                             in.rank->fixed, ref->dim));
+    if (in.rank->groups.empty() && use.dim >= in.rank->fixed)
+      error(use.loc, fmt::format("input '{}' has rank {}; it has no dimension {}", in.name,
+                                 in.rank->fixed, use.dim));
   }
 
   // Gradient clauses.
@@ -695,7 +716,7 @@ ir::ExprPtr OpChecker::extentOf(const ast::ExtentOf &x) {
   auto r = make<ir::ExtentRef>(x.begin);
   r->input = *input;
   r->dim = static_cast<unsigned>(x.dim);
-  extents_.push_back({r.get(), x.begin});
+  extents_.push_back({r->input, r->dim, x.begin});
   return r;
 }
 
@@ -1167,6 +1188,7 @@ ir::ExprPtr OpChecker::tensorArg(const ast::Expr &e, const std::string &callee) 
     }
     if (auto in = op_.findInput(n->name)) {
       used_[*in] = true;
+      passedWhole_[*in] = true;
       auto r = make<ir::TensorRef>(n->loc);
       r->input = *in;
       return r;
