@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The whole test suite. Installs missing Debian packages, builds everything (the CUDA
+# kernels included: nvcc compiles them even without a GPU), runs every Bazel test and
+# checks every example of shared/docs/TDL.md with tdlc.
+#
+#   tools/test.sh                 the suite
+#   tools/test.sh --asan          ... and again under AddressSanitizer + UBSan
+#   tools/test.sh --fuzz SECONDS  ... and fuzz parse+check with libFuzzer (clang 14)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+asan=0
+fuzz=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --asan) asan=1 ;;
+    --fuzz) fuzz="${2:?--fuzz needs a number of seconds}"; shift ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+tools/setup.sh || exit 1
+
+passed=0
+failed=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# Runs `bazel test` with the given flags and adds its per-target results to the counts.
+bazel_tests() {
+  echo "== bazel test $*"
+  bazel test "$@" //... 2>&1 | tee "$log" | grep -vE '^(INFO|Loading|Analyzing|\[)' \
+    | grep -E 'PASSED|FAILED|NO STATUS|TIMEOUT|Executed|ERROR|error:' || true
+  local p f
+  p=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
+  f=$(grep -cE '^//[^ ]+ +.*(FAILED|NO STATUS|TIMEOUT)' "$log")
+  if ! grep -qE '^Executed [0-9]+ out of' "$log"; then
+    echo "test.sh: bazel test did not run (build or analysis error above)"
+    f=$((f + 1))
+  fi
+  passed=$((passed + p))
+  failed=$((failed + f))
+}
+
+bazel_tests
+if bazel build //tdlc >/dev/null 2>&1; then
+  if python3 tools/check_tdl_md.py "$(bazel info bazel-bin 2>/dev/null)/tdlc/tdlc"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+else
+  echo "test.sh: cannot build //tdlc for the TDL.md check"
+  failed=$((failed + 1))
+fi
+
+if [ "$asan" = 1 ]; then
+  bazel_tests --config=asan
+fi
+
+if [ "$fuzz" != 0 ]; then
+  echo "== fuzzing parse + check for ${fuzz}s (libFuzzer, ASan + UBSan)"
+  if bazel build --config=fuzz //tests/fuzz:tdl_fuzzer >"$log" 2>&1; then
+    bin="$(bazel info --config=fuzz bazel-bin 2>/dev/null)/tests/fuzz/tdl_fuzzer"
+    work=$(mktemp -d)
+    mkdir -p "$work/corpus"
+    # Run from an empty directory: fuzzed imports must not find real files.
+    if (cd "$work" && "$bin" -max_total_time="$fuzz" -max_len=4096 -print_final_stats=1 \
+          -artifact_prefix="$work/" corpus "$OLDPWD/tests/tdl" "$OLDPWD/tests/fuzz/regressions" \
+          >"$work/fuzz.log" 2>&1); then
+      grep -E '^(Done|stat::number_of_executed_units)' "$work/fuzz.log"
+      echo "fuzz: no crash, leak or sanitizer report"
+      passed=$((passed + 1))
+    else
+      tail -40 "$work/fuzz.log"
+      mkdir -p fuzz-artifacts && cp "$work"/crash-* "$work"/leak-* "$work"/timeout-* fuzz-artifacts/ 2>/dev/null
+      echo "fuzz: FAILED (reproducers copied to fuzz-artifacts/)"
+      failed=$((failed + 1))
+    fi
+    rm -rf "$work"
+  else
+    tail -30 "$log"
+    echo "fuzz: the fuzzer did not build"
+    failed=$((failed + 1))
+  fi
+fi
+
+echo "tests: ${passed} passed, ${failed} failed"
+[ "$failed" -eq 0 ]
