@@ -2,17 +2,55 @@
 // explicit extents kept, inferred ones left to be inferred again.
 #include "analysis/printer.h"
 
+#include <cassert>
 #include <charconv>
 #include <cmath>
+#include <functional>
 
 namespace tofu {
 namespace {
 
 using llvm::cast;
 
+/// How the printer names what expressions refer to, so that it serves both the checked
+/// IR (an OpDef) and instantiated ops (an InstOp).
+struct Names {
+  std::function<std::string(unsigned)> attr, input, var;
+  /// Prints a lambda parameter: `v`, `*g` or `(v : K)`.
+  std::function<void(llvm::raw_ostream &, unsigned)> param;
+};
+
 class Printer {
 public:
-  Printer(llvm::raw_ostream &os, const ir::OpDef &op) : os_(os), op_(op) {}
+  Printer(llvm::raw_ostream &os, const ir::OpDef &op) : os_(os), op_(&op) {
+    names_.attr = [&op](unsigned i) { return op.attrs[i].name; };
+    names_.input = [&op](unsigned i) { return op.inputs[i].name; };
+    names_.var = [&op](unsigned i) { return op.vars[i].name; };
+    names_.param = [this, &op](llvm::raw_ostream &os, unsigned i) {
+      const ir::IndexVar &v = op.vars[i];
+      if (v.isGroup)
+        os << "*" << v.name;
+      else if (v.extent) {
+        os << "(" << v.name << " : ";
+        expr(*v.extent);
+        os << ")";
+      } else
+        os << v.name;
+    };
+  }
+
+  Printer(llvm::raw_ostream &os, const InstOp &op) : os_(os), op_(nullptr) {
+    names_.attr = [](unsigned i) { return "attr" + std::to_string(i); };
+    names_.input = [&op](unsigned i) { return op.inputs[i].name; };
+    names_.var = [&op](unsigned i) { return op.vars[i].name; };
+    names_.param = [&op](llvm::raw_ostream &os, unsigned i) {
+      const InstVar &v = op.vars[i];
+      if (v.fixedExtent)
+        os << "(" << v.name << " : " << *v.fixedExtent << ")";
+      else
+        os << v.name;
+    };
+  }
 
   void expr(const ir::Expr &e) {
     switch (e.kind()) {
@@ -20,21 +58,21 @@ public:
       constant(cast<ir::Const>(e));
       return;
     case ir::ExprKind::AttrRef:
-      os_ << op_.attrs[cast<ir::AttrRef>(e).attr].name;
+      os_ << names_.attr(cast<ir::AttrRef>(e).attr);
       return;
     case ir::ExprKind::ExtentRef: {
       const auto &x = cast<ir::ExtentRef>(e);
-      os_ << op_.inputs[x.input].name << "." << x.dim;
+      os_ << names_.input(x.input) << "." << x.dim;
       return;
     }
     case ir::ExprKind::VarRef:
-      os_ << op_.vars[cast<ir::VarRef>(e).var].name;
+      os_ << names_.var(cast<ir::VarRef>(e).var);
       return;
     case ir::ExprKind::TensorRef: {
       const auto &t = cast<ir::TensorRef>(e);
       switch (t.source) {
       case ir::TensorRef::Source::Input:
-        os_ << op_.inputs[t.input].name;
+        os_ << names_.input(t.input);
         return;
       case ir::TensorRef::Source::Out:
         os_ << "out";
@@ -47,7 +85,7 @@ public:
     }
     case ir::ExprKind::Read: {
       const auto &r = cast<ir::Read>(e);
-      os_ << op_.inputs[r.input].name;
+      os_ << names_.input(r.input);
       coords(r.coords);
       return;
     }
@@ -113,22 +151,16 @@ public:
   void lambda(const std::vector<unsigned> &vars, const ir::Expr &body) {
     os_ << "lambda";
     for (size_t i = 0; i < vars.size(); ++i) {
-      const ir::IndexVar &v = op_.vars[vars[i]];
       os_ << (i ? ", " : " ");
-      if (v.isGroup)
-        os_ << "*" << v.name;
-      else if (v.extent) {
-        os_ << "(" << v.name << " : ";
-        expr(*v.extent);
-        os_ << ")";
-      } else
-        os_ << v.name;
+      names_.param(os_, vars[i]);
     }
     os_ << ": ";
     expr(body);
   }
 
   void op() {
+    assert(op_ && "declarations are printed from the checked IR");
+    const ir::OpDef &op_ = *this->op_;
     os_ << "op " << op_.name;
     if (!op_.attrs.empty()) {
       os_ << "<";
@@ -209,7 +241,7 @@ private:
         os_ << ":";
         break;
       case ir::Coord::Kind::Splat:
-        os_ << "*" << op_.vars[cs[i].var].name;
+        os_ << "*" << names_.var(cs[i].var);
         break;
       }
     }
@@ -217,12 +249,20 @@ private:
   }
 
   llvm::raw_ostream &os_;
-  const ir::OpDef &op_;
+  const ir::OpDef *op_;
+  Names names_;
 };
 
 } // namespace
 
 void printOp(llvm::raw_ostream &os, const ir::OpDef &op) { Printer(os, op).op(); }
+
+std::string printInst(const InstOp &op, const ir::Expr &e) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  Printer(os, op).expr(e);
+  return os.str();
+}
 
 std::string printExpr(const ir::OpDef &op, const ir::Expr &e) {
   std::string s;

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "analysis/instantiate.h"
 #include "analysis/ir.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -18,6 +19,9 @@ void printFile(llvm::raw_ostream &os, const ir::Module &m, const std::string &fi
 
 /// Prints one expression of `op` in canonical form.
 std::string printExpr(const ir::OpDef &op, const ir::Expr &e);
+
+/// Prints an expression of an instantiated op (variables and inputs by name).
+std::string printInst(const InstOp &op, const ir::Expr &e);
 
 } // namespace tofu
 

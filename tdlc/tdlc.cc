@@ -1,8 +1,10 @@
 // tdlc: the TDL compiler driver — checks .tdl files and prints their checked IR.
+#include <map>
 #include <string>
 #include <vector>
 
 #include "analysis/printer.h"
+#include "analysis/report.h"
 #include "analysis/sema.h"
 #include "grammar/diagnostics.h"
 #include "llvm/Support/CommandLine.h"
@@ -23,6 +25,26 @@ cl::opt<bool> dumpIr("dump-ir",
                               "opaque declarations and ops of FILE; it parses back to the same "
                               "IR)"),
                      cl::cat(tdlcCategory));
+cl::opt<bool> strategies("strategies",
+                         cl::desc("Print every basic partition strategy of every op of FILE "
+                                  "(groups default to length 1, attributes to their defaults)"),
+                         cl::cat(tdlcCategory));
+cl::opt<std::string> opName("op", cl::desc("With --strategies: only the op named NAME"),
+                            cl::value_desc("NAME"), cl::cat(tdlcCategory));
+cl::list<std::string> attrArgs("attr", cl::desc("With --strategies: attribute value (repeatable)"),
+                               cl::value_desc("a=v"), cl::cat(tdlcCategory));
+cl::list<std::string> groupArgs("group",
+                                cl::desc("With --strategies: variadic group length (repeatable)"),
+                                cl::value_desc("g=n"), cl::cat(tdlcCategory));
+cl::list<std::string> rankArgs("rank",
+                               cl::desc("With --strategies: the rank of an input the op only "
+                                        "passes whole to calls (repeatable)"),
+                               cl::value_desc("x=n"), cl::cat(tdlcCategory));
+enum class Format { Table, Json };
+cl::opt<Format> format("format", cl::desc("With --strategies: output format"),
+                       cl::values(clEnumValN(Format::Table, "table", "a readable table (default)"),
+                                  clEnumValN(Format::Json, "json", "JSON (DESIGN.md's schema)")),
+                       cl::init(Format::Table), cl::cat(tdlcCategory));
 cl::opt<bool> quiet("quiet", cl::desc("With --check, do not print warnings"),
                     cl::cat(tdlcCategory));
 cl::list<std::string> files(cl::Positional, cl::desc("FILE..."), cl::cat(tdlcCategory));
@@ -34,6 +56,75 @@ void printVersion(llvm::raw_ostream &os) {
      << "TDL frontend: ANTLR 4 grammar, semantic checks to the checked IR\n";
 }
 
+/// Parses `name=value` arguments of --attr / --group into `out`; false on a bad one.
+bool parseAssignments(const std::vector<std::string> &args, const char *flag,
+                      std::map<std::string, int64_t> &out) {
+  for (const std::string &a : args) {
+    size_t eq = a.find('=');
+    llvm::StringRef value = eq == std::string::npos ? "" : llvm::StringRef(a).substr(eq + 1);
+    long long v = 0;
+    if (eq == std::string::npos || eq == 0 || value.getAsInteger(10, v)) {
+      llvm::errs() << "tdlc: --" << flag << " expects NAME=INTEGER, got '" << a << "'\n";
+      return false;
+    }
+    out[a.substr(0, eq)] = v;
+  }
+  return true;
+}
+
+/// --strategies over one checked module: every op of its root file (or --op).
+int printStrategies(const tofu::ir::Module &module) {
+  tofu::Instantiation inst;
+  std::map<std::string, int64_t> ranks;
+  if (!parseAssignments(attrArgs, "attr", inst.attrs) ||
+      !parseAssignments(groupArgs, "group", inst.groups) ||
+      !parseAssignments(rankArgs, "rank", ranks))
+    return 2;
+  std::vector<const tofu::ir::OpDef *> ops;
+  if (!opName.empty()) {
+    const tofu::ir::OpDef *op = module.findOp(opName);
+    if (!op) {
+      llvm::errs() << "tdlc: no op named '" << opName << "' in " << module.rootFile << "\n";
+      return 1;
+    }
+    ops.push_back(op);
+  } else {
+    ops = module.opsInFile(module.rootFile);
+  }
+  int status = 0;
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  for (const tofu::ir::OpDef *op : ops) {
+    // Attributes and groups given on the command line apply to the ops that have them.
+    tofu::Instantiation mine;
+    for (const auto &[name, value] : inst.attrs)
+      if (op->findAttr(name))
+        mine.attrs[name] = value;
+    for (const auto &[name, value] : inst.groups)
+      for (const tofu::ir::IndexVar &v : op->vars)
+        if (v.isGroup && v.name == name)
+          mine.groups[name] = value;
+    for (const auto &[name, value] : ranks)
+      if (auto i = op->findInput(name)) {
+        mine.inputRanks.resize(op->inputs.size());
+        mine.inputRanks[*i] = static_cast<unsigned>(value);
+      }
+    auto table = tofu::analyzeOp(*op, mine);
+    if (!table) {
+      llvm::errs() << op->file << ":" << op->loc.line << ":" << op->loc.col
+                   << ": error: " << llvm::toString(table.takeError()) << "\n";
+      status = 1;
+      continue;
+    }
+    if (format == Format::Json)
+      all.push_back(tofu::strategiesJson(*table));
+    else
+      tofu::printStrategyTable(llvm::outs(), *table);
+  }
+  if (format == Format::Json)
+    llvm::outs() << nlohmann::ordered_json{{"ops", all}}.dump(2) << "\n";
+  return status;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -43,19 +134,21 @@ int main(int argc, char **argv) {
       argc, argv,
       "tdlc - the Tofu TDL compiler\n\n"
       "  tdlc --check FILE...     check .tdl files (imports included)\n"
-      "  tdlc --dump-ir FILE      print the checked IR of FILE as canonical TDL\n\n"
+      "  tdlc --dump-ir FILE      print the checked IR of FILE as canonical TDL\n"
+      "  tdlc --strategies FILE   print every basic partition strategy of FILE's ops\n"
+      "                           [--op NAME] [--attr a=v] [--group g=n] [--format=table|json]\n\n"
       "Exit status: 0 when every file checks, 1 when a file has an error, 2 on bad usage.\n");
 
-  if (checkMode == dumpIr) {
-    llvm::errs() << "tdlc: give exactly one of --check or --dump-ir (see --help)\n";
+  if (int(checkMode) + int(dumpIr) + int(strategies) != 1) {
+    llvm::errs() << "tdlc: give exactly one of --check, --dump-ir or --strategies (see --help)\n";
     return 2;
   }
   if (files.empty()) {
     llvm::errs() << "tdlc: no input files (see --help)\n";
     return 2;
   }
-  if (dumpIr && files.size() != 1) {
-    llvm::errs() << "tdlc: --dump-ir takes exactly one file\n";
+  if ((dumpIr || strategies) && files.size() != 1) {
+    llvm::errs() << "tdlc: --dump-ir and --strategies take exactly one file\n";
     return 2;
   }
 
@@ -74,6 +167,8 @@ int main(int argc, char **argv) {
     }
     if (dumpIr)
       tofu::printFile(llvm::outs(), *module, module->rootFile);
+    if (strategies)
+      status = printStrategies(*module);
   }
   return status;
 }

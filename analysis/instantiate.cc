@@ -1,0 +1,884 @@
+// Instantiation: attribute folding, group expansion and op-call inlining.
+#include "analysis/instantiate.h"
+
+#include <algorithm>
+#include <set>
+
+#include "fmt/format.h"
+
+namespace tofu {
+namespace {
+
+using llvm::cast;
+using llvm::dyn_cast;
+using llvm::isa;
+
+struct Frame;
+bool passedWhole(const ir::OpDef &op, unsigned i);
+
+/// How an input of a frame's op is bound. A view of a root input fixes some of the root's
+/// dimensions to expressions (from slicing, `f(x[b, :, :])`) and leaves the others free,
+/// in order; a call binding is the (unindexed) result of an op call in the parent frame.
+struct Binding {
+  enum class Kind { View, Call };
+  Kind kind = Kind::View;
+  unsigned root = 0;
+  std::vector<ir::ExprPtr> fixed; ///< per root dimension: an expression, or null if free
+  const ir::OpCall *call = nullptr;
+  Frame *callFrame = nullptr;
+  unsigned callRank = 0;
+
+  unsigned rank() const {
+    if (kind == Kind::Call)
+      return callRank;
+    return static_cast<unsigned>(std::count(fixed.begin(), fixed.end(), nullptr));
+  }
+};
+
+/// One op being instantiated: the root op, or an op inlined into it.
+struct Frame {
+  const ir::OpDef *op = nullptr;
+  std::vector<int64_t> attrs;
+  std::map<unsigned, int64_t> groupLen;
+  std::map<unsigned, std::vector<ir::ExprPtr>> vars; ///< var id -> its expressions
+  std::vector<Binding> inputs;
+};
+
+template <typename T> std::unique_ptr<T> make(SourceLoc loc) {
+  auto e = std::make_unique<T>();
+  e->loc = loc;
+  return e;
+}
+
+ir::ExprPtr intConst(int64_t v, SourceLoc loc = {}) {
+  auto c = make<ir::Const>(loc);
+  c->isInt = true;
+  c->intValue = v;
+  c->value = static_cast<double>(v);
+  return c;
+}
+
+ir::Coord cloneCoord(const ir::Coord &c) {
+  ir::Coord out;
+  out.kind = c.kind;
+  out.loc = c.loc;
+  out.var = c.var;
+  if (c.expr)
+    out.expr = cloneExpr(*c.expr);
+  return out;
+}
+
+bool readsTensor(const ir::Expr &e) {
+  bool found = false;
+  ir::walk(e, [&](const ir::Expr &s) { found |= isa<ir::Read>(s) || isa<ir::OpaqueCall>(s); });
+  return found;
+}
+
+ir::Coord coordOf(ir::ExprPtr e) {
+  ir::Coord c;
+  c.loc = e->loc;
+  c.kind = readsTensor(*e) ? ir::Coord::Kind::DataDependent : ir::Coord::Kind::Affine;
+  c.expr = std::move(e);
+  return c;
+}
+
+class Instantiator {
+public:
+  explicit Instantiator(InstOp &out) : out_(out) {}
+
+  llvm::Error run(const ir::OpDef &op, const Instantiation &inst);
+
+private:
+  llvm::Error fail(std::string msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg.c_str());
+  }
+  void error(std::string msg) {
+    if (error_.empty())
+      error_ = std::move(msg);
+  }
+
+  ir::ExprPtr inst(const ir::Expr &e, Frame &f);
+  bool expandCoords(const std::vector<ir::Coord> &coords, Frame &f, std::vector<ir::ExprPtr> &exprs);
+  ir::ExprPtr readInput(Frame &f, unsigned input, std::vector<ir::ExprPtr> coords, SourceLoc loc);
+  bool sliceBinding(const ir::Expr &arg, Frame &f, Binding &out);
+  bool setupCallee(const ir::OpCall &c, Frame &caller, Frame &callee,
+                   std::optional<unsigned> outRank);
+  ir::ExprPtr inlineCall(const ir::OpCall &c, Frame &caller, std::vector<ir::ExprPtr> coords);
+  bool inferGroups(Frame &f, const std::vector<std::optional<unsigned>> &inputRanks,
+                   std::optional<unsigned> outRank);
+  unsigned newVar(const std::string &name, ir::IndexVar::Role role);
+  std::optional<int64_t> constantIn(const ir::Expr &e, Frame &f, const char *what);
+
+  InstOp &out_;
+  std::string error_;
+  std::set<std::string> names_;
+};
+
+unsigned Instantiator::newVar(const std::string &name, ir::IndexVar::Role role) {
+  std::string n = name;
+  for (int k = 2; names_.count(n); ++k)
+    n = fmt::format("{}_{}", name, k);
+  names_.insert(n);
+  InstVar v;
+  v.name = n;
+  v.role = role;
+  out_.vars.push_back(std::move(v));
+  return static_cast<unsigned>(out_.vars.size() - 1);
+}
+
+std::optional<int64_t> Instantiator::constantIn(const ir::Expr &e, Frame &f, const char *what) {
+  ir::ExprPtr folded = inst(e, f);
+  if (!folded)
+    return std::nullopt;
+  auto v = evalConstant(*folded, nullptr);
+  if (!v)
+    error(fmt::format("op '{}': {} is not a constant once attributes are fixed (or it divides "
+                      "by zero)",
+                      f.op->name, what));
+  return v;
+}
+
+/// Solves group lengths from `fixed + sum(len(g)) == rank` constraints (inputs, output);
+/// groups that no constraint fixes get length 1. Reports constraints that cannot hold.
+bool Instantiator::inferGroups(Frame &f, const std::vector<std::optional<unsigned>> &inputRanks,
+                               std::optional<unsigned> outRank) {
+  struct Constraint {
+    ir::Rank form;
+    unsigned rank;
+    std::string what;
+  };
+  std::vector<Constraint> cs;
+  for (unsigned i = 0; i < f.op->inputs.size(); ++i)
+    if (f.op->inputs[i].rank && i < inputRanks.size() && inputRanks[i])
+      cs.push_back({*f.op->inputs[i].rank, *inputRanks[i],
+                    fmt::format("input '{}'", f.op->inputs[i].name)});
+  if (outRank)
+    cs.push_back({f.op->outputRank(), *outRank, "the output"});
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (const Constraint &c : cs) {
+      std::set<unsigned> unknown;
+      int64_t known = c.form.fixed;
+      for (unsigned g : c.form.groups) {
+        if (f.groupLen.count(g))
+          known += f.groupLen[g];
+        else
+          unknown.insert(g);
+      }
+      if (unknown.size() != 1)
+        continue;
+      unsigned g = *unknown.begin();
+      int64_t times = std::count(c.form.groups.begin(), c.form.groups.end(), g);
+      int64_t rest = static_cast<int64_t>(c.rank) - known;
+      if (rest < 0 || rest % times != 0)
+        continue; // reported below
+      f.groupLen[g] = rest / times;
+      progress = true;
+    }
+  }
+  for (unsigned v = 0; v < f.op->vars.size(); ++v)
+    if (f.op->vars[v].isGroup && !f.groupLen.count(v))
+      f.groupLen[v] = 1;
+  for (const Constraint &c : cs) {
+    int64_t r = c.form.fixed;
+    for (unsigned g : c.form.groups)
+      r += f.groupLen[g];
+    if (r != static_cast<int64_t>(c.rank)) {
+      error(fmt::format("op '{}': {} has rank {} but the op uses it with rank {}", f.op->name,
+                        c.what, c.rank, r));
+      return false;
+    }
+  }
+  return true;
+}
+
+llvm::Error Instantiator::run(const ir::OpDef &op, const Instantiation &in) {
+  out_.def = &op;
+  out_.name = op.name;
+  Frame root;
+  root.op = &op;
+  for (const auto &[name, value] : in.attrs)
+    if (!op.findAttr(name))
+      return fail(fmt::format("op '{}' has no attribute '{}'", op.name, name));
+  for (const ir::Attr &a : op.attrs) {
+    auto it = in.attrs.find(a.name);
+    if (it == in.attrs.end() && !a.defaultValue)
+      return fail(fmt::format("op '{}': attribute '{}' has no default; give its value", op.name,
+                              a.name));
+    root.attrs.push_back(it != in.attrs.end() ? it->second : *a.defaultValue);
+    out_.attrs.push_back({a.name, root.attrs.back()});
+  }
+  for (const auto &[name, len] : in.groups) {
+    std::optional<unsigned> var;
+    for (unsigned v = 0; v < op.vars.size(); ++v)
+      if (op.vars[v].isGroup && op.vars[v].name == name)
+        var = v;
+    if (!var)
+      return fail(fmt::format("op '{}' has no variadic group '{}'", op.name, name));
+    if (len < 0 || len > 16)
+      return fail(fmt::format("op '{}': group '{}' length {} is out of range [0, 16]", op.name,
+                              name, len));
+    root.groupLen[*var] = len;
+  }
+  if (!in.inputRanks.empty() && in.inputRanks.size() != op.inputs.size())
+    return fail(fmt::format("op '{}' takes {} inputs but {} ranks were given", op.name,
+                            op.inputs.size(), in.inputRanks.size()));
+  if (!inferGroups(root, in.inputRanks, std::nullopt))
+    return fail(error_);
+  for (unsigned v = 0; v < op.vars.size(); ++v)
+    if (op.vars[v].isGroup)
+      out_.groups.push_back({op.vars[v].name, root.groupLen[v]});
+
+  // Root inputs: whole views of themselves.
+  for (unsigned i = 0; i < op.inputs.size(); ++i) {
+    unsigned rank = 0;
+    if (const auto &form = op.inputs[i].rank) {
+      rank = form->fixed;
+      for (unsigned g : form->groups)
+        rank += static_cast<unsigned>(root.groupLen[g]);
+    } else if (i < in.inputRanks.size() && in.inputRanks[i]) {
+      rank = *in.inputRanks[i];
+    } else if (passedWhole(op, i)) {
+      return fail(fmt::format("op '{}': the rank of input '{}' is unknown (the op only passes it "
+                              "whole to calls); give the input ranks",
+                              op.name, op.inputs[i].name));
+    }
+    out_.inputs.push_back({op.inputs[i].name, rank});
+    Binding b;
+    b.root = i;
+    b.fixed.resize(rank);
+    root.inputs.push_back(std::move(b));
+  }
+  for (const ir::Input &input : op.inputs)
+    names_.insert(input.name);
+
+  // Output coordinates.
+  for (unsigned v : op.outputVars) {
+    const ir::IndexVar &var = op.vars[v];
+    std::vector<ir::ExprPtr> exprs;
+    int64_t n = var.isGroup ? root.groupLen[v] : 1;
+    for (int64_t k = 0; k < n; ++k) {
+      unsigned id = newVar(var.isGroup ? fmt::format("{}{}", var.name, k) : var.name,
+                           ir::IndexVar::Role::Output);
+      out_.outputVars.push_back(id);
+      auto ref = make<ir::VarRef>(var.loc);
+      ref->var = id;
+      exprs.push_back(std::move(ref));
+    }
+    root.vars[v] = std::move(exprs);
+  }
+
+  out_.body = inst(*op.body, root);
+  if (!out_.body)
+    return fail(error_.empty() ? "instantiation failed" : error_);
+
+  if (op.shape) {
+    std::vector<ir::ExprPtr> dims;
+    for (const ir::ShapeDim &d : *op.shape) {
+      if (!d.isGroup) {
+        dims.push_back(inst(*d.expr, root));
+        if (!dims.back())
+          return fail(error_);
+        continue;
+      }
+      for (const ir::ExprPtr &e : root.vars[d.var])
+        dims.push_back(cloneExpr(*e)); // resolved to extents below
+    }
+    out_.shape = std::move(dims);
+  }
+
+  // Extents: each variable's first input dimension that it indexes alone.
+  ir::walk(*out_.body, [&](const ir::Expr &e) {
+    const auto *read = dyn_cast<ir::Read>(&e);
+    if (!read)
+      return;
+    for (unsigned d = 0; d < read->coords.size(); ++d) {
+      const ir::Coord &c = read->coords[d];
+      if (c.kind != ir::Coord::Kind::Affine)
+        continue;
+      const ir::Expr *x = c.expr.get();
+      // TDL.md: a reduction variable's extent may come from `v + c`; an output
+      // coordinate's only from a dimension it indexes exactly (pad1d reads x[i, j - P]).
+      if (const auto *ref = dyn_cast<ir::VarRef>(x)) {
+        InstVar &v = out_.vars[ref->var];
+        if (!v.extentDim)
+          v.extentDim = {{read->input, d}};
+        continue;
+      }
+      if (const auto *b = dyn_cast<ir::Binary>(x);
+          b && (b->op == ast::BinaryOp::Add || b->op == ast::BinaryOp::Sub) &&
+          isa<ir::VarRef>(*b->lhs) && evalConstant(*b->rhs, nullptr))
+        x = b->lhs.get();
+      else if (b && b->op == ast::BinaryOp::Add && isa<ir::VarRef>(*b->rhs) &&
+               evalConstant(*b->lhs, nullptr))
+        x = b->rhs.get();
+      if (const auto *ref = dyn_cast<ir::VarRef>(x); ref && x != c.expr.get()) {
+        InstVar &v = out_.vars[ref->var];
+        if (!v.extentDim && v.role == ir::IndexVar::Role::Reduction)
+          v.extentDim = {{read->input, d}};
+      }
+    }
+  });
+  for (const InstVar &v : out_.vars)
+    if (v.role == ir::IndexVar::Role::Reduction && !v.fixedExtent && !v.extentDim)
+      return fail(fmt::format("op '{}': once inlined, reduction variable '{}' indexes no input "
+                              "dimension alone; give its extent explicitly",
+                              op.name, v.name));
+  if (out_.shape)
+    for (ir::ExprPtr &d : *out_.shape)
+      if (const auto *ref = dyn_cast<ir::VarRef>(d.get())) {
+        const InstVar &v = out_.vars[ref->var];
+        if (!v.extentDim)
+          return fail(fmt::format("op '{}': the shape clause names group variable '{}', which "
+                                  "indexes no input dimension alone",
+                                  op.name, v.name));
+        auto x = make<ir::ExtentRef>(d->loc);
+        x->input = v.extentDim->first;
+        x->dim = v.extentDim->second;
+        d = std::move(x);
+      }
+  return llvm::Error::success();
+}
+
+bool Instantiator::expandCoords(const std::vector<ir::Coord> &coords, Frame &f,
+                                std::vector<ir::ExprPtr> &exprs) {
+  for (const ir::Coord &c : coords) {
+    switch (c.kind) {
+    case ir::Coord::Kind::Splat:
+      for (const ir::ExprPtr &e : f.vars[c.var])
+        exprs.push_back(cloneExpr(*e));
+      break;
+    case ir::Coord::Kind::Slice:
+      exprs.push_back(nullptr); // a slice
+      break;
+    case ir::Coord::Kind::Affine:
+    case ir::Coord::Kind::DataDependent: {
+      ir::ExprPtr e = inst(*c.expr, f);
+      if (!e)
+        return false;
+      exprs.push_back(std::move(e));
+      break;
+    }
+    }
+  }
+  return true;
+}
+
+/// Reads input `input` of frame `f` at `coords` (null entries are slices).
+ir::ExprPtr Instantiator::readInput(Frame &f, unsigned input, std::vector<ir::ExprPtr> coords,
+                                    SourceLoc loc) {
+  Binding &b = f.inputs[input];
+  if (b.kind == Binding::Kind::Call) {
+    if (std::find(coords.begin(), coords.end(), nullptr) != coords.end()) {
+      error(fmt::format("op '{}': slicing the result of op '{}' passed as an argument is not "
+                        "supported",
+                        f.op->name, b.call->callee->name));
+      return nullptr;
+    }
+    return inlineCall(*b.call, *b.callFrame, std::move(coords));
+  }
+  if (coords.size() != b.rank()) {
+    error(fmt::format("op '{}': input '{}' has rank {} but is read with {} coordinates",
+                      f.op->name, f.op->inputs[input].name, b.rank(), coords.size()));
+    return nullptr;
+  }
+  auto read = make<ir::Read>(loc);
+  read->input = b.root;
+  size_t next = 0;
+  for (const ir::ExprPtr &fixed : b.fixed) {
+    if (fixed) {
+      read->coords.push_back(coordOf(cloneExpr(*fixed)));
+      continue;
+    }
+    ir::ExprPtr &c = coords[next++];
+    if (!c) {
+      ir::Coord slice;
+      slice.kind = ir::Coord::Kind::Slice;
+      read->coords.push_back(std::move(slice));
+    } else {
+      read->coords.push_back(coordOf(std::move(c)));
+    }
+  }
+  return read;
+}
+
+/// Binds an argument expression (a whole input, a slice of one, or an op call) of a call
+/// written in frame `f`.
+bool Instantiator::sliceBinding(const ir::Expr &arg, Frame &f, Binding &out) {
+  if (const auto *t = dyn_cast<ir::TensorRef>(&arg)) {
+    if (t->source != ir::TensorRef::Source::Input) {
+      error(fmt::format("op '{}': 'out' and 'dOut' exist only in grad clauses", f.op->name));
+      return false;
+    }
+    const Binding &b = f.inputs[t->input];
+    out.kind = b.kind;
+    out.root = b.root;
+    out.call = b.call;
+    out.callFrame = b.callFrame;
+    out.callRank = b.callRank;
+    for (const ir::ExprPtr &e : b.fixed)
+      out.fixed.push_back(e ? cloneExpr(*e) : nullptr);
+    return true;
+  }
+  if (const auto *r = dyn_cast<ir::Read>(&arg)) {
+    const Binding &b = f.inputs[r->input];
+    if (b.kind == Binding::Kind::Call) {
+      error(fmt::format("op '{}': slicing the result of op '{}' passed as an argument is not "
+                        "supported",
+                        f.op->name, b.call->callee->name));
+      return false;
+    }
+    std::vector<ir::ExprPtr> coords;
+    if (!expandCoords(r->coords, f, coords))
+      return false;
+    if (coords.size() != b.rank()) {
+      error(fmt::format("op '{}': input '{}' has rank {} but is sliced with {} coordinates",
+                        f.op->name, f.op->inputs[r->input].name, b.rank(), coords.size()));
+      return false;
+    }
+    out.kind = Binding::Kind::View;
+    out.root = b.root;
+    size_t next = 0;
+    for (const ir::ExprPtr &e : b.fixed)
+      out.fixed.push_back(e ? cloneExpr(*e) : std::move(coords[next++]));
+    return true;
+  }
+  const auto &call = cast<ir::OpCall>(arg);
+  Frame probe;
+  if (!setupCallee(call, f, probe, std::nullopt))
+    return false;
+  unsigned rank = 0;
+  for (unsigned v : call.callee->outputVars)
+    rank += call.callee->vars[v].isGroup ? static_cast<unsigned>(probe.groupLen[v]) : 1;
+  out.kind = Binding::Kind::Call;
+  out.call = &call;
+  out.callFrame = &f;
+  out.callRank = rank;
+  return true;
+}
+
+bool Instantiator::setupCallee(const ir::OpCall &c, Frame &caller, Frame &callee,
+                               std::optional<unsigned> outRank) {
+  const ir::OpDef &op = *c.callee;
+  callee.op = &op;
+  for (const ir::Attr &a : op.attrs)
+    callee.attrs.push_back(a.defaultValue.value_or(0));
+  for (const ir::AttrBinding &a : c.attrs) {
+    auto v = constantIn(*a.value, caller, "attribute value");
+    if (!v)
+      return false;
+    callee.attrs[a.attr] = *v;
+  }
+  for (const ir::GroupBinding &g : c.groups)
+    callee.groupLen[g.var] = g.length;
+  std::vector<std::optional<unsigned>> ranks;
+  for (const ir::ExprPtr &arg : c.args) {
+    Binding b;
+    if (!sliceBinding(*arg, caller, b))
+      return false;
+    ranks.push_back(b.rank());
+    callee.inputs.push_back(std::move(b));
+  }
+  return inferGroups(callee, ranks, outRank);
+}
+
+ir::ExprPtr Instantiator::inlineCall(const ir::OpCall &c, Frame &caller,
+                                     std::vector<ir::ExprPtr> coords) {
+  Frame callee;
+  if (!setupCallee(c, caller, callee, static_cast<unsigned>(coords.size())))
+    return nullptr;
+  size_t next = 0;
+  for (unsigned v : c.callee->outputVars) {
+    const ir::IndexVar &var = c.callee->vars[v];
+    int64_t n = var.isGroup ? callee.groupLen[v] : 1;
+    std::vector<ir::ExprPtr> exprs;
+    for (int64_t k = 0; k < n; ++k)
+      exprs.push_back(std::move(coords[next++]));
+    callee.vars[v] = std::move(exprs);
+  }
+  return inst(*c.callee->body, callee);
+}
+
+ir::ExprPtr Instantiator::inst(const ir::Expr &e, Frame &f) {
+  if (!error_.empty())
+    return nullptr;
+  switch (e.kind()) {
+  case ir::ExprKind::Const:
+    return cloneExpr(e);
+  case ir::ExprKind::AttrRef:
+    return intConst(f.attrs[cast<ir::AttrRef>(e).attr], e.loc);
+  case ir::ExprKind::ExtentRef: {
+    const auto &x = cast<ir::ExtentRef>(e);
+    const Binding &b = f.inputs[x.input];
+    if (b.kind == Binding::Kind::Call) {
+      error(fmt::format("op '{}': the extent '{}.{}' of an op-call argument is not supported",
+                        f.op->name, f.op->inputs[x.input].name, x.dim));
+      return nullptr;
+    }
+    unsigned free = 0;
+    for (unsigned d = 0; d < b.fixed.size(); ++d) {
+      if (b.fixed[d])
+        continue;
+      if (free++ == x.dim) {
+        auto r = make<ir::ExtentRef>(e.loc);
+        r->input = b.root;
+        r->dim = d;
+        return r;
+      }
+    }
+    error(fmt::format("op '{}': input '{}' has rank {}; it has no dimension {}", f.op->name,
+                      f.op->inputs[x.input].name, b.rank(), x.dim));
+    return nullptr;
+  }
+  case ir::ExprKind::VarRef:
+    return cloneExpr(*f.vars[cast<ir::VarRef>(e).var].at(0));
+  case ir::ExprKind::TensorRef:
+    error(fmt::format("op '{}': a whole tensor cannot be a value", f.op->name));
+    return nullptr;
+  case ir::ExprKind::Read: {
+    const auto &r = cast<ir::Read>(e);
+    std::vector<ir::ExprPtr> coords;
+    if (!expandCoords(r.coords, f, coords))
+      return nullptr;
+    return readInput(f, r.input, std::move(coords), e.loc);
+  }
+  case ir::ExprKind::OpaqueCall: {
+    const auto &c = cast<ir::OpaqueCall>(e);
+    auto out = make<ir::OpaqueCall>(e.loc);
+    out->function = c.function;
+    for (const ir::ExprPtr &arg : c.args) {
+      Binding b;
+      if (!sliceBinding(*arg, f, b))
+        return nullptr;
+      if (b.kind == Binding::Kind::Call) {
+        error(fmt::format("op '{}': passing the result of op '{}' to opaque function '{}' is "
+                          "not supported",
+                          f.op->name, b.call->callee->name, c.function));
+        return nullptr;
+      }
+      auto read = make<ir::Read>(arg->loc);
+      read->input = b.root;
+      for (ir::ExprPtr &fixed : b.fixed) {
+        if (fixed) {
+          read->coords.push_back(coordOf(std::move(fixed)));
+        } else {
+          ir::Coord slice;
+          slice.kind = ir::Coord::Kind::Slice;
+          read->coords.push_back(std::move(slice));
+        }
+      }
+      out->args.push_back(std::move(read));
+    }
+    std::vector<ir::ExprPtr> coords;
+    if (!expandCoords(c.coords, f, coords))
+      return nullptr;
+    for (ir::ExprPtr &co : coords)
+      out->coords.push_back(coordOf(std::move(co)));
+    return out;
+  }
+  case ir::ExprKind::OpCall: {
+    const auto &c = cast<ir::OpCall>(e);
+    std::vector<ir::ExprPtr> coords;
+    if (!expandCoords(c.coords, f, coords))
+      return nullptr;
+    return inlineCall(c, f, std::move(coords));
+  }
+  case ir::ExprKind::Reduce: {
+    const auto &r = cast<ir::Reduce>(e);
+    auto out = make<ir::Reduce>(e.loc);
+    out->reducer = r.reducer;
+    for (unsigned v : r.vars) {
+      const ir::IndexVar &var = f.op->vars[v];
+      std::optional<int64_t> extent;
+      if (var.extent) {
+        extent = constantIn(*var.extent, f, "extent");
+        if (!extent)
+          return nullptr;
+        if (*extent <= 0) {
+          error(fmt::format("op '{}': reduction variable '{}' has extent {}; it must be "
+                            "positive",
+                            f.op->name, var.name, *extent));
+          return nullptr;
+        }
+      }
+      int64_t n = var.isGroup ? f.groupLen[v] : 1;
+      std::vector<ir::ExprPtr> exprs;
+      for (int64_t k = 0; k < n; ++k) {
+        unsigned id = newVar(var.isGroup ? fmt::format("{}{}", var.name, k) : var.name,
+                             ir::IndexVar::Role::Reduction);
+        out_.vars[id].fixedExtent = extent;
+        out->vars.push_back(id);
+        auto ref = make<ir::VarRef>(var.loc);
+        ref->var = id;
+        exprs.push_back(std::move(ref));
+      }
+      f.vars[v] = std::move(exprs);
+    }
+    if (out->vars.empty()) { // a reduction over an empty group: the identity of one element
+      error(fmt::format("op '{}': reduction over an empty group", f.op->name));
+      return nullptr;
+    }
+    out->body = inst(*r.body, f);
+    if (!out->body)
+      return nullptr;
+    return out;
+  }
+  case ir::ExprKind::Apply: {
+    const auto &a = cast<ir::Apply>(e);
+    auto out = make<ir::Apply>(e.loc);
+    out->fn = a.fn;
+    for (const ir::ExprPtr &arg : a.args) {
+      out->args.push_back(inst(*arg, f));
+      if (!out->args.back())
+        return nullptr;
+    }
+    return out;
+  }
+  case ir::ExprKind::Neg: {
+    auto operand = inst(*cast<ir::Neg>(e).operand, f);
+    if (!operand)
+      return nullptr;
+    auto out = make<ir::Neg>(e.loc);
+    out->operand = std::move(operand);
+    return out;
+  }
+  case ir::ExprKind::Binary: {
+    const auto &b = cast<ir::Binary>(e);
+    auto lhs = inst(*b.lhs, f);
+    auto rhs = inst(*b.rhs, f);
+    if (!lhs || !rhs)
+      return nullptr;
+    auto out = make<ir::Binary>(e.loc);
+    out->op = b.op;
+    out->lhs = std::move(lhs);
+    out->rhs = std::move(rhs);
+    return out;
+  }
+  }
+  return nullptr;
+}
+
+/// True when input `i` of `op` is passed whole to a call anywhere in its body.
+bool passedWhole(const ir::OpDef &op, unsigned i) {
+  bool found = false;
+  ir::walk(*op.body, [&](const ir::Expr &e) {
+    if (const auto *t = dyn_cast<ir::TensorRef>(&e))
+      found |= t->source == ir::TensorRef::Source::Input && t->input == i;
+  });
+  return found;
+}
+
+bool sameVarCoords(const std::vector<ir::Coord> &coords, const std::vector<unsigned> &vars) {
+  if (coords.size() != vars.size())
+    return false;
+  for (size_t i = 0; i < coords.size(); ++i) {
+    const auto *ref = coords[i].kind == ir::Coord::Kind::Affine
+                          ? dyn_cast<ir::VarRef>(coords[i].expr.get())
+                          : nullptr;
+    if (!ref || ref->var != vars[i])
+      return false;
+  }
+  return true;
+}
+
+} // namespace
+
+ir::ExprPtr cloneExpr(const ir::Expr &e) {
+  switch (e.kind()) {
+  case ir::ExprKind::Const:
+    return std::make_unique<ir::Const>(cast<ir::Const>(e));
+  case ir::ExprKind::AttrRef:
+    return std::make_unique<ir::AttrRef>(cast<ir::AttrRef>(e));
+  case ir::ExprKind::ExtentRef:
+    return std::make_unique<ir::ExtentRef>(cast<ir::ExtentRef>(e));
+  case ir::ExprKind::VarRef:
+    return std::make_unique<ir::VarRef>(cast<ir::VarRef>(e));
+  case ir::ExprKind::TensorRef:
+    return std::make_unique<ir::TensorRef>(cast<ir::TensorRef>(e));
+  case ir::ExprKind::Read: {
+    const auto &r = cast<ir::Read>(e);
+    auto out = make<ir::Read>(e.loc);
+    out->input = r.input;
+    for (const ir::Coord &c : r.coords)
+      out->coords.push_back(cloneCoord(c));
+    return out;
+  }
+  case ir::ExprKind::OpaqueCall: {
+    const auto &c = cast<ir::OpaqueCall>(e);
+    auto out = make<ir::OpaqueCall>(e.loc);
+    out->function = c.function;
+    for (const ir::ExprPtr &a : c.args)
+      out->args.push_back(cloneExpr(*a));
+    for (const ir::Coord &co : c.coords)
+      out->coords.push_back(cloneCoord(co));
+    return out;
+  }
+  case ir::ExprKind::OpCall: {
+    const auto &c = cast<ir::OpCall>(e);
+    auto out = make<ir::OpCall>(e.loc);
+    out->callee = c.callee;
+    for (const ir::AttrBinding &a : c.attrs)
+      out->attrs.push_back({a.attr, cloneExpr(*a.value)});
+    out->groups = c.groups;
+    for (const ir::ExprPtr &a : c.args)
+      out->args.push_back(cloneExpr(*a));
+    out->indexed = c.indexed;
+    for (const ir::Coord &co : c.coords)
+      out->coords.push_back(cloneCoord(co));
+    return out;
+  }
+  case ir::ExprKind::Reduce: {
+    const auto &r = cast<ir::Reduce>(e);
+    auto out = make<ir::Reduce>(e.loc);
+    out->reducer = r.reducer;
+    out->vars = r.vars;
+    out->body = cloneExpr(*r.body);
+    return out;
+  }
+  case ir::ExprKind::Apply: {
+    const auto &a = cast<ir::Apply>(e);
+    auto out = make<ir::Apply>(e.loc);
+    out->fn = a.fn;
+    for (const ir::ExprPtr &x : a.args)
+      out->args.push_back(cloneExpr(*x));
+    return out;
+  }
+  case ir::ExprKind::Neg: {
+    auto out = make<ir::Neg>(e.loc);
+    out->operand = cloneExpr(*cast<ir::Neg>(e).operand);
+    return out;
+  }
+  case ir::ExprKind::Binary: {
+    const auto &b = cast<ir::Binary>(e);
+    auto out = make<ir::Binary>(e.loc);
+    out->op = b.op;
+    out->lhs = cloneExpr(*b.lhs);
+    out->rhs = cloneExpr(*b.rhs);
+    return out;
+  }
+  }
+  return nullptr;
+}
+
+std::optional<int64_t> evalConstant(const ir::Expr &e,
+                                    const std::vector<std::vector<int64_t>> *shapes) {
+  switch (e.kind()) {
+  case ir::ExprKind::Const: {
+    const auto &c = cast<ir::Const>(e);
+    if (!c.isInt)
+      return std::nullopt;
+    return c.intValue;
+  }
+  case ir::ExprKind::ExtentRef: {
+    const auto &x = cast<ir::ExtentRef>(e);
+    if (!shapes || x.input >= shapes->size() || x.dim >= (*shapes)[x.input].size())
+      return std::nullopt;
+    return (*shapes)[x.input][x.dim];
+  }
+  case ir::ExprKind::Neg: {
+    auto v = evalConstant(*cast<ir::Neg>(e).operand, shapes);
+    if (!v)
+      return std::nullopt;
+    return -*v;
+  }
+  case ir::ExprKind::Binary: {
+    const auto &b = cast<ir::Binary>(e);
+    auto l = evalConstant(*b.lhs, shapes), r = evalConstant(*b.rhs, shapes);
+    if (!l || !r)
+      return std::nullopt;
+    switch (b.op) {
+    case ast::BinaryOp::Add:
+      return *l + *r;
+    case ast::BinaryOp::Sub:
+      return *l - *r;
+    case ast::BinaryOp::Mul:
+      return *l * *r;
+    case ast::BinaryOp::Div: {
+      if (*r == 0)
+        return std::nullopt;
+      int64_t q = *l / *r;
+      if ((*l % *r != 0) && ((*l < 0) != (*r < 0)))
+        --q; // floor division, as for indices
+      return q;
+    }
+    case ast::BinaryOp::Mod: {
+      if (*r == 0)
+        return std::nullopt;
+      int64_t m = *l % *r;
+      if (m != 0 && ((m < 0) != (*r < 0)))
+        m += *r;
+      return m;
+    }
+    case ast::BinaryOp::Eq:
+    case ast::BinaryOp::Ne:
+    case ast::BinaryOp::Lt:
+    case ast::BinaryOp::Le:
+    case ast::BinaryOp::Gt:
+    case ast::BinaryOp::Ge:
+      return std::nullopt;
+    }
+    return std::nullopt;
+  }
+  case ir::ExprKind::AttrRef:
+  case ir::ExprKind::VarRef:
+  case ir::ExprKind::TensorRef:
+  case ir::ExprKind::Read:
+  case ir::ExprKind::OpaqueCall:
+  case ir::ExprKind::OpCall:
+  case ir::ExprKind::Reduce:
+  case ir::ExprKind::Apply:
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+bool InstOp::isElementwise() const {
+  bool ok = true;
+  ir::walk(*body, [&](const ir::Expr &e) {
+    if (const auto *r = dyn_cast<ir::Read>(&e))
+      ok &= sameVarCoords(r->coords, outputVars) && inputs[r->input].rank == outputVars.size();
+    ok &= !isa<ir::OpaqueCall>(e) && !isa<ir::Reduce>(e);
+  });
+  bool readsAll = true;
+  for (unsigned i = 0; i < inputs.size(); ++i) {
+    bool read = false;
+    ir::walk(*body, [&](const ir::Expr &e) {
+      if (const auto *r = dyn_cast<ir::Read>(&e))
+        read |= r->input == i;
+    });
+    readsAll &= read;
+  }
+  return ok && readsAll && !inputs.empty();
+}
+
+const ir::Reduce *InstOp::topReduce() const { return dyn_cast<ir::Reduce>(body.get()); }
+
+std::vector<unsigned> InstOp::topReductionVars() const {
+  if (const ir::Reduce *r = topReduce())
+    return r->vars;
+  return {};
+}
+
+std::optional<std::vector<int64_t>>
+InstOp::outputShape(const std::vector<std::vector<int64_t>> &inputShapes) const {
+  if (!shape)
+    return std::nullopt;
+  std::vector<int64_t> out;
+  for (const ir::ExprPtr &d : *shape) {
+    auto v = evalConstant(*d, &inputShapes);
+    if (!v)
+      return std::nullopt;
+    out.push_back(*v);
+  }
+  return out;
+}
+
+llvm::Expected<InstOp> instantiate(const ir::OpDef &op, const Instantiation &inst) {
+  InstOp out;
+  Instantiator in(out);
+  if (llvm::Error e = in.run(op, inst))
+    return e;
+  return out;
+}
+
+} // namespace tofu

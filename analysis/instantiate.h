@@ -1,0 +1,83 @@
+// Instantiation: an op with its attributes fixed, variadic groups expanded and op calls
+// inlined — the fixed-rank form that analysis, the interpreter and the search work on.
+#ifndef TOFU_ANALYSIS_INSTANTIATE_H
+#define TOFU_ANALYSIS_INSTANTIATE_H
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/ir.h"
+#include "llvm/Support/Error.h"
+
+namespace tofu {
+
+/// What fixes an op's free parameters. Attributes not given take their defaults; group
+/// lengths not given are inferred from `inputRanks` where possible, else default to 1.
+struct Instantiation {
+  std::map<std::string, int64_t> attrs;
+  std::map<std::string, int64_t> groups;
+  /// The rank of each actual input, when known (a graph knows them); empty otherwise.
+  std::vector<std::optional<unsigned>> inputRanks;
+};
+
+/// An index variable of an instantiated op (groups expanded: `i` of length 2 gives `i0`,
+/// `i1`). Reduction variables of inlined ops become variables of the instantiated op.
+struct InstVar {
+  std::string name;
+  ir::IndexVar::Role role = ir::IndexVar::Role::Output;
+  /// The explicit extent `(v : K)`, evaluated.
+  std::optional<int64_t> fixedExtent;
+  /// An input dimension that the variable indexes alone (`v` or `v + c`): its extent.
+  std::optional<std::pair<unsigned, unsigned>> extentDim;
+};
+
+struct InstInput {
+  std::string name;
+  unsigned rank = 0;
+};
+
+/// An instantiated op. `body` uses the IR's expression nodes with these restrictions:
+/// no AttrRef (folded to Const), no group splats, no OpCall (inlined), no TensorRef;
+/// Read and ExtentRef name `inputs`, VarRef names `vars`; slices appear only in the
+/// arguments of opaque calls.
+struct InstOp {
+  const ir::OpDef *def = nullptr;
+  std::string name;
+  std::vector<std::pair<std::string, int64_t>> attrs;  ///< the values used
+  std::vector<std::pair<std::string, int64_t>> groups; ///< the lengths used
+  std::vector<InstInput> inputs;
+  std::vector<InstVar> vars;
+  std::vector<unsigned> outputVars;
+  ir::ExprPtr body;
+  /// The output-shape clause, when the op has one: per output dimension an expression
+  /// over Const and ExtentRef (input extents).
+  std::optional<std::vector<ir::ExprPtr>> shape;
+
+  /// Every input is read exactly at the output coordinates, in order.
+  bool isElementwise() const;
+  /// The body is a reducer at top level.
+  const ir::Reduce *topReduce() const;
+  /// Variables of the top-level reducer (the reduction-split candidates).
+  std::vector<unsigned> topReductionVars() const;
+  /// The input extents implied by the shape clause, given the input shapes.
+  std::optional<std::vector<int64_t>> outputShape(const std::vector<std::vector<int64_t>> &inputShapes) const;
+};
+
+/// Instantiates `op`. Errors (a missing attribute value, a non-positive explicit extent,
+/// ranks that cannot agree, a reduction variable whose extent disappears when inlining)
+/// name the op and the problem.
+llvm::Expected<InstOp> instantiate(const ir::OpDef &op, const Instantiation &inst);
+
+/// A deep copy of an instantiated expression.
+ir::ExprPtr cloneExpr(const ir::Expr &e);
+
+/// Evaluates an expression of Const, ExtentRef and integer arithmetic.
+std::optional<int64_t> evalConstant(const ir::Expr &e,
+                                    const std::vector<std::vector<int64_t>> *inputShapes);
+
+} // namespace tofu
+
+#endif // TOFU_ANALYSIS_INSTANTIATE_H

@@ -1,0 +1,499 @@
+// Symbolic and concrete interval analysis of instantiated ops; strategy discovery.
+#include "analysis/strategy.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "fmt/format.h"
+
+namespace tofu {
+namespace {
+
+using llvm::cast;
+using llvm::dyn_cast;
+using llvm::isa;
+
+// ---------------------------------------------------------------------------------------
+// One evaluator of index expressions, over two domains: symbolic (SymInterval) and
+// concrete (closed int64 intervals). A domain supplies the leaves and the arithmetic.
+// ---------------------------------------------------------------------------------------
+
+template <typename D>
+std::optional<typename D::Interval> evalIndex(const ir::Expr &e, const D &d) {
+  switch (e.kind()) {
+  case ir::ExprKind::Const: {
+    const auto &c = cast<ir::Const>(e);
+    if (!c.isInt)
+      return std::nullopt;
+    return d.constant(c.intValue);
+  }
+  case ir::ExprKind::VarRef:
+    return d.var(cast<ir::VarRef>(e).var);
+  case ir::ExprKind::ExtentRef: {
+    const auto &x = cast<ir::ExtentRef>(e);
+    return d.extent(x.input, x.dim);
+  }
+  case ir::ExprKind::Neg: {
+    auto v = evalIndex(*cast<ir::Neg>(e).operand, d);
+    if (!v)
+      return std::nullopt;
+    return d.neg(*v);
+  }
+  case ir::ExprKind::Binary: {
+    const auto &b = cast<ir::Binary>(e);
+    auto l = evalIndex(*b.lhs, d), r = evalIndex(*b.rhs, d);
+    if (!l || !r)
+      return std::nullopt;
+    switch (b.op) {
+    case ast::BinaryOp::Add:
+      return d.add(*l, *r);
+    case ast::BinaryOp::Sub:
+      return d.add(*l, d.neg(*r));
+    case ast::BinaryOp::Mul:
+      return d.mul(*l, *r);
+    case ast::BinaryOp::Div:
+      return d.div(*l, *r);
+    case ast::BinaryOp::Mod:
+    case ast::BinaryOp::Eq:
+    case ast::BinaryOp::Ne:
+    case ast::BinaryOp::Lt:
+    case ast::BinaryOp::Le:
+    case ast::BinaryOp::Gt:
+    case ast::BinaryOp::Ge:
+      return std::nullopt;
+    }
+    return std::nullopt;
+  }
+  case ir::ExprKind::AttrRef:
+  case ir::ExprKind::TensorRef:
+  case ir::ExprKind::Read:
+  case ir::ExprKind::OpaqueCall:
+  case ir::ExprKind::OpCall:
+  case ir::ExprKind::Reduce:
+  case ir::ExprKind::Apply:
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+/// For every input, the hull of the coordinates of all its reads; a dimension read by data,
+/// a slice or an expression the domain cannot bound is the whole dimension. Inputs that are
+/// never read get no region.
+template <typename D>
+std::vector<std::optional<std::vector<typename D::Interval>>> readRegions(const InstOp &op,
+                                                                         const D &d) {
+  std::vector<std::optional<std::vector<typename D::Interval>>> out(op.inputs.size());
+  ir::walk(*op.body, [&](const ir::Expr &e) {
+    const auto *read = dyn_cast<ir::Read>(&e);
+    if (!read)
+      return;
+    std::vector<typename D::Interval> box;
+    for (unsigned dim = 0; dim < read->coords.size(); ++dim) {
+      const ir::Coord &c = read->coords[dim];
+      std::optional<typename D::Interval> iv;
+      if (c.kind == ir::Coord::Kind::Affine)
+        iv = evalIndex(*c.expr, d);
+      box.push_back(iv ? *iv : d.wholeDim(read->input, dim));
+    }
+    auto &region = out[read->input];
+    if (!region) {
+      region = std::move(box);
+      return;
+    }
+    for (unsigned dim = 0; dim < box.size(); ++dim) {
+      auto h = d.hull((*region)[dim], box[dim]);
+      (*region)[dim] = h ? *h : d.wholeDim(read->input, dim);
+    }
+  });
+  return out;
+}
+
+// --- The symbolic domain ---------------------------------------------------------------
+
+/// Symbols are classes of extents known to be equal: a variable and every input dimension it
+/// indexes exactly. Variables with explicit extents are constants.
+class SymbolicDomain {
+public:
+  using Interval = SymInterval;
+
+  explicit SymbolicDomain(const InstOp &op) : op_(op) {
+    // Union-find over variables [0, V) and input dimensions [V, V + sum(ranks)).
+    unsigned n = static_cast<unsigned>(op.vars.size());
+    for (unsigned i = 0; i < op.inputs.size(); ++i) {
+      dimBase_.push_back(n);
+      n += op.inputs[i].rank;
+    }
+    parent_.resize(n);
+    std::iota(parent_.begin(), parent_.end(), 0);
+    ir::walk(*op.body, [&](const ir::Expr &e) {
+      if (const auto *r = dyn_cast<ir::Read>(&e))
+        for (unsigned d = 0; d < r->coords.size(); ++d)
+          if (r->coords[d].kind == ir::Coord::Kind::Affine)
+            if (const auto *v = dyn_cast<ir::VarRef>(r->coords[d].expr.get()))
+              if (!op.vars[v->var].fixedExtent)
+                unite(v->var, dimBase_[r->input] + d);
+    });
+    // Name each class: by its first variable (outputs come first), else by `x.d`.
+    symbolOf_.assign(n, ~0u);
+    auto nameClass = [&](unsigned node, const std::string &name) {
+      unsigned root = find(node);
+      if (symbolOf_[root] == ~0u) {
+        symbolOf_[root] = static_cast<unsigned>(names_.size());
+        names_.push_back(name);
+      }
+    };
+    for (unsigned v = 0; v < op.vars.size(); ++v)
+      if (!op.vars[v].fixedExtent)
+        nameClass(v, upper(op.vars[v].name));
+    for (unsigned i = 0; i < op.inputs.size(); ++i)
+      for (unsigned d = 0; d < op.inputs[i].rank; ++d)
+        nameClass(dimBase_[i] + d, fmt::format("{}.{}", op.inputs[i].name, d));
+    ranges_.resize(op.vars.size());
+    for (unsigned v = 0; v < op.vars.size(); ++v)
+      ranges_[v] = {AffineExpr(Rational(0)), extentOf(v) - AffineExpr(Rational(1))};
+  }
+
+  const std::vector<std::string> &names() const { return names_; }
+
+  /// The symbolic extent of variable v (a constant for explicit extents).
+  AffineExpr extentOf(unsigned v) const {
+    if (op_.vars[v].fixedExtent)
+      return AffineExpr(Rational(*op_.vars[v].fixedExtent));
+    return AffineExpr::symbol(symbolOf_[find(v)]);
+  }
+
+  /// Restricts variable v to part w of `parts` equal parts.
+  void split(unsigned v, unsigned parts, unsigned w) {
+    AffineExpr e = extentOf(v);
+    ranges_[v] = {e * Rational(w, parts), e * Rational(w + 1, parts) - AffineExpr(Rational(1))};
+  }
+
+  Interval constant(int64_t c) const { return {AffineExpr(Rational(c)), AffineExpr(Rational(c))}; }
+  Interval var(unsigned v) const { return ranges_[v]; }
+  Interval extent(unsigned input, unsigned dim) const {
+    AffineExpr s = AffineExpr::symbol(symbolOf_[find(dimBase_[input] + dim)]);
+    return {s, s};
+  }
+  Interval wholeDim(unsigned input, unsigned dim) const {
+    return {AffineExpr(Rational(0)), extent(input, dim).hi - AffineExpr(Rational(1))};
+  }
+  Interval neg(const Interval &a) const { return -a; }
+  Interval add(const Interval &a, const Interval &b) const { return a + b; }
+  std::optional<Interval> mul(const Interval &a, const Interval &b) const {
+    if (a.isPoint() && a.lo.isConstant())
+      return b * a.lo.constantTerm();
+    if (b.isPoint() && b.lo.isConstant())
+      return a * b.lo.constantTerm();
+    return std::nullopt; // not affine (e.g. a variable times a symbolic extent)
+  }
+  std::optional<Interval> div(const Interval &a, const Interval &b) const {
+    if (!b.isPoint() || !b.lo.isConstant() || !b.lo.constantTerm().isInteger() ||
+        b.lo.constantTerm().sign() <= 0)
+      return std::nullopt;
+    return a.floorDiv(b.lo.constantTerm().num());
+  }
+  std::optional<Interval> hull(const Interval &a, const Interval &b) const {
+    std::optional<AffineExpr> lo, hi;
+    if ((b.lo - a.lo).provablyNonNegative())
+      lo = a.lo;
+    else if ((a.lo - b.lo).provablyNonNegative())
+      lo = b.lo;
+    if ((a.hi - b.hi).provablyNonNegative())
+      hi = a.hi;
+    else if ((b.hi - a.hi).provablyNonNegative())
+      hi = b.hi;
+    if (!lo || !hi)
+      return std::nullopt; // incomparable: the caller takes the whole dimension
+    return Interval{*lo, *hi};
+  }
+
+private:
+  static std::string upper(std::string s) {
+    for (char &c : s)
+      c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return s;
+  }
+  unsigned find(unsigned x) const {
+    while (parent_[x] != x)
+      x = parent_[x];
+    return x;
+  }
+  void unite(unsigned a, unsigned b) {
+    a = find(a);
+    b = find(b);
+    if (a != b)
+      parent_[std::max(a, b)] = std::min(a, b); // keep variables (lower ids) as roots
+  }
+
+  const InstOp &op_;
+  std::vector<unsigned> dimBase_, parent_, symbolOf_;
+  std::vector<std::string> names_;
+  std::vector<Interval> ranges_;
+};
+
+// --- The concrete domain ---------------------------------------------------------------
+
+struct ClosedRange {
+  int64_t lo, hi;
+};
+
+class ConcreteDomain {
+public:
+  using Interval = ClosedRange;
+
+  ConcreteDomain(const Shapes &shapes, const std::vector<Range> &ranges)
+      : shapes_(shapes), ranges_(ranges) {}
+
+  Interval constant(int64_t c) const { return {c, c}; }
+  Interval var(unsigned v) const { return {ranges_[v].lo, ranges_[v].hi - 1}; }
+  Interval extent(unsigned input, unsigned dim) const {
+    int64_t e = shapes_.inputs[input][dim];
+    return {e, e};
+  }
+  Interval wholeDim(unsigned input, unsigned dim) const {
+    return {0, shapes_.inputs[input][dim] - 1};
+  }
+  Interval neg(const Interval &a) const { return {-a.hi, -a.lo}; }
+  Interval add(const Interval &a, const Interval &b) const { return {a.lo + b.lo, a.hi + b.hi}; }
+  std::optional<Interval> mul(const Interval &a, const Interval &b) const {
+    if (a.lo == a.hi)
+      return scale(b, a.lo);
+    if (b.lo == b.hi)
+      return scale(a, b.lo);
+    return std::nullopt;
+  }
+  std::optional<Interval> div(const Interval &a, const Interval &b) const {
+    if (b.lo != b.hi || b.lo <= 0)
+      return std::nullopt;
+    return Interval{floorDiv(a.lo, b.lo), floorDiv(a.hi, b.lo)};
+  }
+  std::optional<Interval> hull(const Interval &a, const Interval &b) const {
+    return Interval{std::min(a.lo, b.lo), std::max(a.hi, b.hi)};
+  }
+
+private:
+  static Interval scale(const Interval &a, int64_t k) {
+    return k >= 0 ? Interval{a.lo * k, a.hi * k} : Interval{a.hi * k, a.lo * k};
+  }
+  static int64_t floorDiv(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+  }
+
+  const Shapes &shapes_;
+  const std::vector<Range> &ranges_;
+};
+
+SymRegion toRegion(const std::optional<std::vector<SymInterval>> &r) {
+  SymRegion out;
+  if (!r)
+    return out;
+  out.read = true;
+  for (const SymInterval &iv : *r)
+    out.dims.push_back({iv.lo, iv.hi + AffineExpr(Rational(1))});
+  return out;
+}
+
+/// Classifies one dimension from the two workers' closed intervals and the whole op's.
+Access classify(const SymInterval &w0, const SymInterval &w1, const SymInterval &whole) {
+  if (w0 == whole && w1 == whole)
+    return Access::Full;
+  auto disjoint = [](const SymInterval &a, const SymInterval &b) {
+    return (b.lo - a.hi - AffineExpr(Rational(1))).provablyNonNegative();
+  };
+  if (disjoint(w0, w1) || disjoint(w1, w0))
+    return Access::Split;
+  return Access::Halo;
+}
+
+} // namespace
+
+const char *accessName(Access a) {
+  switch (a) {
+  case Access::Split:
+    return "split";
+  case Access::Halo:
+    return "halo";
+  case Access::Full:
+    return "full";
+  }
+  return "?";
+}
+
+std::string StrategyTable::regionString(unsigned input, const SymRegion &r) const {
+  auto name = [this](unsigned s) { return symbols.at(s); };
+  std::string out = op.inputs[input].name + "[";
+  if (!r.read)
+    return out + "not read]";
+  for (size_t d = 0; d < r.dims.size(); ++d)
+    out += (d ? ", " : "") + r.dims[d].first.str(name) + ":" + r.dims[d].second.str(name);
+  return out + "]";
+}
+
+llvm::Expected<StrategyTable> analyzeOp(const ir::OpDef &def, const Instantiation &inst) {
+  auto instOp = instantiate(def, inst);
+  if (!instOp)
+    return instOp.takeError();
+  StrategyTable table;
+  table.op = std::move(*instOp);
+  const InstOp &op = table.op;
+  table.elementwise = op.isElementwise();
+  ir::walk(*op.body, [&](const ir::Expr &e) { table.opaque |= isa<ir::OpaqueCall>(e); });
+
+  SymbolicDomain whole(op);
+  table.symbols = whole.names();
+  auto wholeRegions = readRegions(op, whole);
+  for (const auto &r : wholeRegions)
+    table.whole.push_back(toRegion(r));
+
+  auto addStrategy = [&](Strategy s) {
+    SymbolicDomain d0(op), d1(op);
+    d0.split(s.var, 2, 0);
+    d1.split(s.var, 2, 1);
+    auto r0 = readRegions(op, d0), r1 = readRegions(op, d1);
+    for (unsigned i = 0; i < op.inputs.size(); ++i) {
+      InputStrategy in;
+      in.worker0 = toRegion(r0[i]);
+      in.worker1 = toRegion(r1[i]);
+      for (unsigned d = 0; d < op.inputs[i].rank; ++d)
+        in.access.push_back(r0[i] ? classify((*r0[i])[d], (*r1[i])[d], (*wholeRegions[i])[d])
+                                  : Access::Full);
+      s.inputs.push_back(std::move(in));
+    }
+    table.strategies.push_back(std::move(s));
+  };
+  for (unsigned k = 0; k < op.outputVars.size(); ++k) {
+    Strategy s;
+    s.kind = Strategy::Kind::Output;
+    s.var = op.outputVars[k];
+    s.outputDim = k;
+    addStrategy(std::move(s));
+  }
+  if (const ir::Reduce *red = op.topReduce())
+    for (unsigned v : red->vars) {
+      Strategy s;
+      s.kind = Strategy::Kind::Reduction;
+      s.var = v;
+      s.reducer = red->reducer;
+      addStrategy(std::move(s));
+    }
+  return table;
+}
+
+// --- Concrete ------------------------------------------------------------------------------
+
+int64_t boxElements(const Box &b) {
+  int64_t n = 1;
+  for (const Range &r : b)
+    n *= r.size();
+  return n;
+}
+
+Range partOf(int64_t extent, unsigned parts, unsigned w) {
+  return {extent * w / parts, extent * (w + 1) / parts};
+}
+
+std::vector<Range> fullRanges(const Shapes &shapes) {
+  std::vector<Range> out;
+  for (int64_t e : shapes.vars)
+    out.push_back({0, e});
+  return out;
+}
+
+llvm::Expected<Shapes> concreteShapes(const InstOp &op,
+                                      const std::vector<std::vector<int64_t>> &inputShapes,
+                                      const std::optional<std::vector<int64_t>> &outputShape) {
+  auto fail = [](std::string msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg.c_str());
+  };
+  if (inputShapes.size() != op.inputs.size())
+    return fail(fmt::format("op '{}' takes {} inputs but {} shapes were given", op.name,
+                            op.inputs.size(), inputShapes.size()));
+  for (unsigned i = 0; i < op.inputs.size(); ++i) {
+    if (inputShapes[i].size() != op.inputs[i].rank)
+      return fail(fmt::format("op '{}': input '{}' has rank {} but its shape has {} dimensions",
+                              op.name, op.inputs[i].name, op.inputs[i].rank,
+                              inputShapes[i].size()));
+    for (int64_t e : inputShapes[i])
+      if (e <= 0)
+        return fail(fmt::format("op '{}': input '{}' has a non-positive extent", op.name,
+                                op.inputs[i].name));
+  }
+  std::optional<std::vector<int64_t>> out = outputShape;
+  if (!out)
+    out = op.outputShape(inputShapes);
+  if (out && out->size() != op.outputVars.size())
+    return fail(fmt::format("op '{}' has output rank {} but the output shape has {} dimensions",
+                            op.name, op.outputVars.size(), out->size()));
+  Shapes s;
+  s.inputs = inputShapes;
+  s.vars.assign(op.vars.size(), 0);
+  for (unsigned v = 0; v < op.vars.size(); ++v) {
+    const InstVar &var = op.vars[v];
+    if (var.fixedExtent)
+      s.vars[v] = *var.fixedExtent;
+    else if (var.extentDim && var.role == ir::IndexVar::Role::Reduction)
+      s.vars[v] = inputShapes[var.extentDim->first][var.extentDim->second];
+  }
+  for (unsigned k = 0; k < op.outputVars.size(); ++k) {
+    unsigned v = op.outputVars[k];
+    const InstVar &var = op.vars[v];
+    if (out)
+      s.vars[v] = (*out)[k];
+    else if (var.extentDim)
+      s.vars[v] = inputShapes[var.extentDim->first][var.extentDim->second];
+    else
+      return fail(fmt::format("op '{}': the extent of output coordinate '{}' cannot be inferred "
+                              "from the inputs; give the output shape",
+                              op.name, var.name));
+    if (s.vars[v] <= 0)
+      return fail(fmt::format("op '{}': output coordinate '{}' has extent {}", op.name,
+                              var.name, s.vars[v]));
+  }
+  return s;
+}
+
+std::vector<Box> inputRegions(const InstOp &op, const Shapes &shapes,
+                              const std::vector<Range> &ranges) {
+  ConcreteDomain d(shapes, ranges);
+  auto regions = readRegions(op, d);
+  std::vector<Box> out;
+  for (unsigned i = 0; i < op.inputs.size(); ++i) {
+    Box box;
+    for (unsigned dim = 0; dim < op.inputs[i].rank; ++dim) {
+      if (!regions[i]) {
+        box.push_back({0, 0});
+        continue;
+      }
+      ClosedRange r = (*regions[i])[dim];
+      int64_t lo = std::max<int64_t>(r.lo, 0);
+      int64_t hi = std::min<int64_t>(r.hi + 1, shapes.inputs[i][dim]);
+      box.push_back({lo, std::max(lo, hi)});
+    }
+    out.push_back(std::move(box));
+  }
+  // An empty range of any variable means the worker computes nothing and reads nothing.
+  for (const Range &r : ranges)
+    if (r.size() == 0)
+      for (Box &b : out)
+        for (Range &x : b)
+          x = {0, 0};
+  return out;
+}
+
+WorkerCost workerCost(const InstOp &op, const Shapes &shapes, const std::vector<Range> &ranges,
+                      unsigned dtypeBytes) {
+  WorkerCost c;
+  for (const Box &b : inputRegions(op, shapes, ranges))
+    c.inputBytes.push_back(boxElements(b) * dtypeBytes);
+  int64_t out = 1;
+  for (unsigned v : op.outputVars)
+    out *= ranges[v].size();
+  c.outputBytes = out * dtypeBytes;
+  for (unsigned v : op.topReductionVars())
+    c.partialOutput |= ranges[v].size() != shapes.vars[v];
+  return c;
+}
+
+} // namespace tofu
