@@ -877,8 +877,8 @@ llvm::Expected<InstOp> instantiate(const ir::OpDef &op, const Instantiation &ins
   InstOp out;
   Instantiator in(out);
   if (llvm::Error e = in.run(op, inst))
-    return e;
-  return out;
+    return llvm::Expected<InstOp>(std::move(e));
+  return llvm::Expected<InstOp>(std::move(out));
 }
 
 } // namespace tofu

@@ -5,9 +5,11 @@
 
 #include "analysis/printer.h"
 #include "analysis/report.h"
+#include "analysis/verify.h"
 #include "analysis/sema.h"
 #include "grammar/diagnostics.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
@@ -29,6 +31,13 @@ cl::opt<bool> strategies("strategies",
                          cl::desc("Print every basic partition strategy of every op of FILE "
                                   "(groups default to length 1, attributes to their defaults)"),
                          cl::cat(tdlcCategory));
+cl::opt<bool> verify("verify",
+                     cl::desc("Check every strategy of every op of FILE by execution: two workers "
+                              "that see only their analysed input regions (the rest NaN) must "
+                              "reproduce the unpartitioned result; exit 1 on any failure"),
+                     cl::cat(tdlcCategory));
+cl::opt<unsigned> seed("seed", cl::desc("With --verify: random seed (default 1)"), cl::init(1),
+                       cl::cat(tdlcCategory));
 cl::opt<std::string> opName("op", cl::desc("With --strategies: only the op named NAME"),
                             cl::value_desc("NAME"), cl::cat(tdlcCategory));
 cl::list<std::string> attrArgs("attr", cl::desc("With --strategies: attribute value (repeatable)"),
@@ -47,6 +56,8 @@ cl::opt<Format> format("format", cl::desc("With --strategies: output format"),
                        cl::init(Format::Table), cl::cat(tdlcCategory));
 cl::opt<bool> quiet("quiet", cl::desc("With --check, do not print warnings"),
                     cl::cat(tdlcCategory));
+unsigned verifyPassed = 0, verifyFailed = 0;
+
 cl::list<std::string> files(cl::Positional, cl::desc("FILE..."), cl::cat(tdlcCategory));
 
 constexpr const char *kVersion = "0.1.0";
@@ -72,8 +83,8 @@ bool parseAssignments(const std::vector<std::string> &args, const char *flag,
   return true;
 }
 
-/// --strategies over one checked module: every op of its root file (or --op).
-int printStrategies(const tofu::ir::Module &module) {
+/// --strategies and --verify over one checked module: every op of its root file (or --op).
+int analyseModule(const tofu::ir::Module &module) {
   tofu::Instantiation inst;
   std::map<std::string, int64_t> ranks;
   if (!parseAssignments(attrArgs, "attr", inst.attrs) ||
@@ -108,6 +119,9 @@ int printStrategies(const tofu::ir::Module &module) {
         mine.inputRanks.resize(op->inputs.size());
         mine.inputRanks[*i] = static_cast<unsigned>(value);
       }
+    std::string defaults;
+    if (verify) // verification needs some value for everything; it says which it chose
+      mine = tofu::completeForVerification(*op, std::move(mine), &defaults);
     auto table = tofu::analyzeOp(*op, mine);
     if (!table) {
       llvm::errs() << op->file << ":" << op->loc.line << ":" << op->loc.col
@@ -115,10 +129,42 @@ int printStrategies(const tofu::ir::Module &module) {
       status = 1;
       continue;
     }
+    if (verify) {
+      tofu::VerifyOptions options;
+      options.seed = seed;
+      tofu::OpCheck check = tofu::verifyStrategies(*table, options);
+      llvm::outs() << op->name << "  " << check.shapes;
+      if (!defaults.empty())
+        llvm::outs() << "  (chosen for verification:" << defaults << ")";
+      llvm::outs() << "\n";
+      if (!check.problem.empty()) {
+        llvm::outs() << "  FAIL  " << check.problem << "\n";
+        ++verifyFailed;
+      }
+      if (check.problem.empty() && check.strategies.empty())
+        llvm::outs() << "  (no strategy to check: a scalar output without a top-level "
+                        "reducer)\n";
+      for (const tofu::StrategyCheck &c : check.strategies) {
+        llvm::outs() << "  " << (c.ok ? "OK  " : "FAIL") << "  " << c.strategy;
+        if (c.ok)
+          llvm::outs() << llvm::format("  max rel err %.2g", c.maxRelError);
+        else
+          llvm::outs() << "  " << c.problem;
+        llvm::outs() << "\n";
+        ++(c.ok ? verifyPassed : verifyFailed);
+      }
+      if (!check.ok())
+        status = 1;
+      continue;
+    }
     if (format == Format::Json)
       all.push_back(tofu::strategiesJson(*table));
     else
       tofu::printStrategyTable(llvm::outs(), *table);
+  }
+  if (verify) {
+    llvm::outs() << "verify: " << verifyPassed << " passed, " << verifyFailed << " failed\n";
+    return status;
   }
   if (format == Format::Json)
     llvm::outs() << nlohmann::ordered_json{{"ops", all}}.dump(2) << "\n";
@@ -136,11 +182,13 @@ int main(int argc, char **argv) {
       "  tdlc --check FILE...     check .tdl files (imports included)\n"
       "  tdlc --dump-ir FILE      print the checked IR of FILE as canonical TDL\n"
       "  tdlc --strategies FILE   print every basic partition strategy of FILE's ops\n"
-      "                           [--op NAME] [--attr a=v] [--group g=n] [--format=table|json]\n\n"
+      "                           [--op NAME] [--attr a=v] [--group g=n] [--format=table|json]\n"
+      "  tdlc --verify FILE...    check every strategy of the files' ops by execution\n\n"
       "Exit status: 0 when every file checks, 1 when a file has an error, 2 on bad usage.\n");
 
-  if (int(checkMode) + int(dumpIr) + int(strategies) != 1) {
-    llvm::errs() << "tdlc: give exactly one of --check, --dump-ir or --strategies (see --help)\n";
+  if (int(checkMode) + int(dumpIr) + int(strategies) + int(verify) != 1) {
+    llvm::errs() << "tdlc: give exactly one of --check, --dump-ir, --strategies or --verify "
+                    "(see --help)\n";
     return 2;
   }
   if (files.empty()) {
@@ -149,6 +197,10 @@ int main(int argc, char **argv) {
   }
   if ((dumpIr || strategies) && files.size() != 1) {
     llvm::errs() << "tdlc: --dump-ir and --strategies take exactly one file\n";
+    return 2;
+  }
+  if (format == Format::Json && !strategies) {
+    llvm::errs() << "tdlc: --format applies to --strategies only\n";
     return 2;
   }
 
@@ -167,8 +219,8 @@ int main(int argc, char **argv) {
     }
     if (dumpIr)
       tofu::printFile(llvm::outs(), *module, module->rootFile);
-    if (strategies)
-      status = printStrategies(*module);
+    if (strategies || verify)
+      status = std::max(status, analyseModule(*module));
   }
   return status;
 }

@@ -1,0 +1,390 @@
+// Random shapes and inputs, poisoned workers, and the comparison with the whole op.
+#include "analysis/verify.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+
+#include "analysis/report.h"
+#include "fmt/format.h"
+
+namespace tofu {
+namespace {
+
+using llvm::cast;
+using llvm::dyn_cast;
+
+/// The variable a coordinate is exactly (no offset), if any.
+std::optional<unsigned> exactVar(const ir::Coord &c) {
+  if (c.kind != ir::Coord::Kind::Affine)
+    return std::nullopt;
+  if (const auto *v = dyn_cast<ir::VarRef>(c.expr.get()))
+    return v->var;
+  return std::nullopt;
+}
+
+/// Inputs whose values are used as indices, with the extent their values must stay under.
+std::map<unsigned, int64_t> indexInputs(const InstOp &op, const Shapes &shapes) {
+  std::map<unsigned, int64_t> out;
+  ir::walk(*op.body, [&](const ir::Expr &e) {
+    const auto *r = dyn_cast<ir::Read>(&e);
+    if (!r)
+      return;
+    for (unsigned d = 0; d < r->coords.size(); ++d) {
+      if (r->coords[d].kind != ir::Coord::Kind::DataDependent)
+        continue;
+      int64_t extent = shapes.inputs[r->input][d];
+      ir::walk(*r->coords[d].expr, [&](const ir::Expr &s) {
+        if (const auto *inner = dyn_cast<ir::Read>(&s)) {
+          auto it = out.find(inner->input);
+          out[inner->input] = it == out.end() ? extent : std::min(it->second, extent);
+        }
+      });
+    }
+  });
+  return out;
+}
+
+/// Matrices handed to opaque functions (two slice dimensions) get a dominant diagonal, so
+/// Cholesky and inverses exist.
+std::map<unsigned, std::pair<unsigned, unsigned>> matrixInputs(const InstOp &op) {
+  std::map<unsigned, std::pair<unsigned, unsigned>> out;
+  ir::walk(*op.body, [&](const ir::Expr &e) {
+    const auto *c = dyn_cast<ir::OpaqueCall>(&e);
+    if (!c)
+      return;
+    for (const ir::ExprPtr &a : c->args) {
+      const auto &r = cast<ir::Read>(*a);
+      std::vector<unsigned> slices;
+      for (unsigned d = 0; d < r.coords.size(); ++d)
+        if (r.coords[d].kind == ir::Coord::Kind::Slice)
+          slices.push_back(d);
+      if (slices.size() == 2)
+        out[r.input] = {slices[0], slices[1]};
+    }
+  });
+  return out;
+}
+
+Tensor randomInput(const InstOp &op, unsigned i, const Shapes &shapes,
+                   const std::map<unsigned, int64_t> &indices,
+                   const std::map<unsigned, std::pair<unsigned, unsigned>> &matrices,
+                   std::mt19937 &rng) {
+  Tensor t(shapes.inputs[i]);
+  auto idx = indices.find(i);
+  std::uniform_real_distribution<double> value(0.25, 1.0); // positive: log and sqrt stay real
+  for (double &v : t.data)
+    v = idx != indices.end()
+            ? static_cast<double>(std::uniform_int_distribution<int64_t>(0, idx->second - 1)(rng))
+            : value(rng);
+  auto m = matrices.find(i);
+  if (m != matrices.end() && idx == indices.end()) {
+    auto [a, b] = m->second;
+    int64_t boost = t.shape[a] + t.shape[b] + 1;
+    std::vector<int64_t> coords(t.shape.size());
+    for (int64_t flat = 0; flat < t.size(); ++flat) {
+      int64_t rest = flat;
+      for (int d = static_cast<int>(t.shape.size()) - 1; d >= 0; --d) {
+        coords[d] = rest % t.shape[d];
+        rest /= t.shape[d];
+      }
+      if (coords[a] == coords[b])
+        t.data[flat] += static_cast<double>(boost);
+    }
+  }
+  (void)op;
+  return t;
+}
+
+/// A copy of `t` with everything outside `box` set to NaN.
+Tensor poisoned(const Tensor &t, const Box &box) {
+  Tensor out = t;
+  std::vector<int64_t> coords(t.shape.size());
+  for (int64_t flat = 0; flat < t.size(); ++flat) {
+    int64_t rest = flat;
+    bool inside = true;
+    for (int d = static_cast<int>(t.shape.size()) - 1; d >= 0; --d) {
+      coords[d] = rest % t.shape[d];
+      rest /= t.shape[d];
+      inside &= coords[d] >= box[d].lo && coords[d] < box[d].hi;
+    }
+    if (!inside)
+      out.data[flat] = std::numeric_limits<double>::quiet_NaN();
+  }
+  return out;
+}
+
+std::string shapeString(const std::vector<int64_t> &s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    out += (i ? "x" : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+double combine(ir::Reducer r, double a, double b) {
+  switch (r) {
+  case ir::Reducer::Sum:
+    return a + b;
+  case ir::Reducer::Prod:
+    return a * b;
+  case ir::Reducer::Max:
+    return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b);
+  case ir::Reducer::Min:
+    return std::isnan(a) || std::isnan(b) ? std::nan("") : std::min(a, b);
+  }
+  return std::nan("");
+}
+
+/// Runs one strategy on two workers and compares with `reference`.
+StrategyCheck checkOne(const StrategyTable &t, const Strategy &s, const Shapes &shapes,
+                       const std::vector<Tensor> &inputs, const Tensor &reference,
+                       const VerifyOptions &options, const OpaqueRegistry &opaques) {
+  const InstOp &op = t.op;
+  StrategyCheck check;
+  check.strategy = describeStrategy(t, s);
+  Tensor combined;
+  std::vector<Tensor> parts;
+  for (unsigned w = 0; w < 2; ++w) {
+    std::vector<Range> ranges = fullRanges(shapes);
+    ranges[s.var] = partOf(shapes.vars[s.var], 2, w);
+    std::vector<Box> regions = inputRegions(op, shapes, ranges);
+    std::vector<Tensor> mine;
+    for (unsigned i = 0; i < inputs.size(); ++i)
+      mine.push_back(poisoned(inputs[i], regions[i]));
+    std::vector<const Tensor *> ptrs;
+    for (const Tensor &x : mine)
+      ptrs.push_back(&x);
+    auto part = evaluate(op, shapes, ptrs, ranges, opaques);
+    if (!part) {
+      check.problem = llvm::toString(part.takeError());
+      return check;
+    }
+    parts.push_back(std::move(*part));
+  }
+  if (s.kind == Strategy::Kind::Reduction) {
+    combined = parts[0];
+    for (int64_t k = 0; k < combined.size(); ++k)
+      combined.data[k] = combine(s.reducer, parts[0].data[k], parts[1].data[k]);
+  } else {
+    // Concatenate along the split output dimension.
+    combined = Tensor(reference.shape);
+    int64_t split = parts[0].shape[s.outputDim];
+    std::vector<int64_t> coords(reference.shape.size());
+    for (int64_t flat = 0; flat < combined.size(); ++flat) {
+      int64_t rest = flat;
+      for (int d = static_cast<int>(coords.size()) - 1; d >= 0; --d) {
+        coords[d] = rest % reference.shape[d];
+        rest /= reference.shape[d];
+      }
+      unsigned w = coords[s.outputDim] < split ? 0 : 1;
+      if (w == 1)
+        coords[s.outputDim] -= split;
+      combined.data[flat] = parts[w].data[parts[w].offset(coords.data())];
+    }
+  }
+  for (int64_t k = 0; k < reference.size(); ++k) {
+    double a = combined.data[k], b = reference.data[k];
+    if (std::isnan(a)) {
+      check.problem = fmt::format("element {} is NaN: a worker read input data outside the "
+                                  "regions the analysis gave it",
+                                  k);
+      return check;
+    }
+    double rel = std::fabs(a - b) / std::max(1.0, std::fabs(b));
+    check.maxRelError = std::max(check.maxRelError, rel);
+  }
+  check.ok = check.maxRelError <= options.tolerance;
+  if (!check.ok)
+    check.problem = fmt::format("relative error {:.3g} exceeds {:.3g}", check.maxRelError,
+                                options.tolerance);
+  return check;
+}
+
+} // namespace
+
+Instantiation completeForVerification(const ir::OpDef &op, Instantiation given,
+                                      std::string *chosen) {
+  for (const ir::Attr &a : op.attrs)
+    if (!a.defaultValue && !given.attrs.count(a.name)) {
+      given.attrs[a.name] = 1;
+      if (chosen)
+        *chosen += " " + a.name + "=1";
+    }
+  for (unsigned i = 0; i < op.inputs.size(); ++i)
+    if (!op.inputs[i].rank && (i >= given.inputRanks.size() || !given.inputRanks[i])) {
+      given.inputRanks.resize(op.inputs.size());
+      given.inputRanks[i] = 2;
+      if (chosen)
+        *chosen += " rank(" + op.inputs[i].name + ")=2";
+    }
+  return given;
+}
+
+std::vector<OpCheck> verifyFile(const ir::Module &module, const std::string &file,
+                                const VerifyOptions &options) {
+  std::vector<OpCheck> out;
+  for (const ir::OpDef *op : module.opsInFile(file)) {
+    auto table = analyzeOp(*op, completeForVerification(*op, {}, nullptr));
+    if (!table) {
+      OpCheck c;
+      c.op = op->name;
+      c.problem = llvm::toString(table.takeError());
+      out.push_back(std::move(c));
+      continue;
+    }
+    out.push_back(verifyStrategies(*table, options));
+  }
+  return out;
+}
+
+bool OpCheck::ok() const {
+  if (!problem.empty())
+    return false;
+  for (const StrategyCheck &s : strategies)
+    if (!s.ok)
+      return false;
+  return true;
+}
+
+Shapes randomShapes(const InstOp &op, unsigned seed, int64_t minExtent, int64_t maxExtent) {
+  std::mt19937 rng(seed);
+  auto draw = [&] { return std::uniform_int_distribution<int64_t>(minExtent, maxExtent)(rng); };
+  Shapes s;
+  s.vars.assign(op.vars.size(), 0);
+  s.inputs.resize(op.inputs.size());
+  for (unsigned i = 0; i < op.inputs.size(); ++i)
+    s.inputs[i].assign(op.inputs[i].rank, 0);
+  // Variables that index one input dimension exactly share its extent.
+  std::map<std::pair<unsigned, unsigned>, int64_t> dimExtent;
+  auto visitExact = [&](auto &&fn) {
+    ir::walk(*op.body, [&](const ir::Expr &e) {
+      if (const auto *r = dyn_cast<ir::Read>(&e))
+        for (unsigned d = 0; d < r->coords.size(); ++d)
+          if (auto v = exactVar(r->coords[d]))
+            fn(*v, r->input, d);
+    });
+  };
+  for (unsigned v = 0; v < op.vars.size(); ++v)
+    if (op.vars[v].fixedExtent)
+      s.vars[v] = *op.vars[v].fixedExtent;
+  // Propagate equalities to a fixpoint (a variable and a dimension are one class).
+  for (bool changed = true; changed;) {
+    changed = false;
+    visitExact([&](unsigned v, unsigned input, unsigned d) {
+      auto key = std::make_pair(input, d);
+      auto it = dimExtent.find(key);
+      if (s.vars[v] == 0 && it != dimExtent.end()) {
+        s.vars[v] = it->second;
+        changed = true;
+      } else if (s.vars[v] != 0 && it == dimExtent.end()) {
+        dimExtent[key] = s.vars[v];
+        changed = true;
+      }
+    });
+    if (!changed)
+      for (unsigned v = 0; v < op.vars.size(); ++v)
+        if (s.vars[v] == 0) {
+          s.vars[v] = draw();
+          changed = true;
+          break;
+        }
+  }
+  for (const auto &[key, extent] : dimExtent)
+    s.inputs[key.first][key.second] = extent;
+  // Other dimensions: a provisional extent, then as large as the whole op's reads need.
+  for (unsigned i = 0; i < op.inputs.size(); ++i)
+    for (int64_t &e : s.inputs[i])
+      if (e == 0)
+        e = -draw(); // negative: provisional
+  for (auto &dims : s.inputs)
+    for (int64_t &e : dims)
+      e = std::abs(e);
+  Shapes probe = s;
+  auto regionsNeeded = [&](const Shapes &sh) {
+    // Unclipped hulls: evaluate with huge inputs so that clipping does not hide needs.
+    Shapes big = sh;
+    for (auto &dims : big.inputs)
+      for (int64_t &e : dims)
+        e = std::numeric_limits<int32_t>::max();
+    return inputRegions(op, big, fullRanges(sh));
+  };
+  // Matrices handed to opaque functions are square.
+  for (const auto &[input, dims] : matrixInputs(op)) {
+    auto [a, b] = dims;
+    if (!dimExtent.count({input, b}))
+      s.inputs[input][b] = s.inputs[input][a];
+    else if (!dimExtent.count({input, a}))
+      s.inputs[input][a] = s.inputs[input][b];
+  }
+  probe = s;
+  std::vector<Box> need = regionsNeeded(probe);
+  for (unsigned i = 0; i < op.inputs.size(); ++i)
+    for (unsigned d = 0; d < op.inputs[i].rank; ++d)
+      if (!dimExtent.count({i, d}) && need[i][d].hi < std::numeric_limits<int32_t>::max())
+        s.inputs[i][d] = std::max(s.inputs[i][d], need[i][d].hi);
+  return s;
+}
+
+OpCheck verifyStrategies(const StrategyTable &table, const VerifyOptions &options,
+                         const OpaqueRegistry &opaques) {
+  const InstOp &op = table.op;
+  OpCheck result;
+  result.op = op.name;
+  std::map<std::string, size_t> index;
+  for (unsigned trial = 0; trial < options.trials; ++trial) {
+    unsigned seed = options.seed * 7919 + trial;
+    Shapes shapes = randomShapes(op, seed, options.minExtent, options.maxExtent);
+    std::vector<int64_t> out;
+    for (unsigned v : op.outputVars)
+      out.push_back(shapes.vars[v]);
+    auto checked = concreteShapes(op, shapes.inputs, out);
+    if (!checked) {
+      result.problem = "no consistent shapes: " + llvm::toString(checked.takeError());
+      return result;
+    }
+    std::string desc;
+    for (unsigned i = 0; i < op.inputs.size(); ++i)
+      desc += (i ? " " : "") + op.inputs[i].name + shapeString(shapes.inputs[i]);
+    desc += " -> " + shapeString(out);
+    result.shapes += (trial ? "; " : "") + desc;
+
+    std::mt19937 rng(seed);
+    auto indices = indexInputs(op, shapes);
+    auto matrices = matrixInputs(op);
+    std::vector<Tensor> inputs;
+    for (unsigned i = 0; i < op.inputs.size(); ++i)
+      inputs.push_back(randomInput(op, i, shapes, indices, matrices, rng));
+    std::vector<const Tensor *> ptrs;
+    for (const Tensor &t : inputs)
+      ptrs.push_back(&t);
+    auto reference = evaluate(op, shapes, ptrs, fullRanges(shapes), opaques);
+    if (!reference) {
+      result.problem = llvm::toString(reference.takeError());
+      return result;
+    }
+    for (double v : reference->data)
+      if (!std::isfinite(v)) {
+        result.problem = "the unpartitioned result is not finite on random inputs";
+        return result;
+      }
+    for (const Strategy &s : table.strategies) {
+      StrategyCheck c = checkOne(table, s, shapes, inputs, *reference, options, opaques);
+      auto it = index.find(c.strategy);
+      if (it == index.end()) {
+        index[c.strategy] = result.strategies.size();
+        result.strategies.push_back(std::move(c));
+        continue;
+      }
+      StrategyCheck &prev = result.strategies[it->second];
+      prev.maxRelError = std::max(prev.maxRelError, c.maxRelError);
+      if (prev.ok && !c.ok) {
+        prev.ok = false;
+        prev.problem = c.problem + " (shapes " + desc + ")";
+      }
+    }
+  }
+  return result;
+}
+
+} // namespace tofu
