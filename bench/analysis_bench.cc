@@ -44,6 +44,12 @@ int main(int argc, char **argv) {
               "check (us)");
   double total = 0, totalCheck = 0;
   unsigned ops = 0, strategies = 0;
+  struct FileRow {
+    std::string file;
+    unsigned ops = 0, strategies = 0;
+    double analyse = 0, check = 0;
+  };
+  std::vector<FileRow> rows;
   for (const std::string &file : files) {
     std::vector<double> checkTimes;
     std::optional<tofu::ir::Module> module;
@@ -63,6 +69,7 @@ int main(int argc, char **argv) {
     totalCheck += check;
     std::string shortFile = file.size() > 28 ? "..." + file.substr(file.size() - 25) : file;
     bool first = true;
+    rows.push_back({file, 0, 0, 0, check});
     for (const tofu::ir::OpDef *op : module->opsInFile(file)) {
       tofu::Instantiation inst = tofu::completeForVerification(*op, {}, nullptr);
       std::vector<double> times;
@@ -80,6 +87,9 @@ int main(int argc, char **argv) {
       }
       double t = medianMicros(times);
       total += t;
+      rows.back().ops += 1;
+      rows.back().strategies += static_cast<unsigned>(count);
+      rows.back().analyse += t;
       ++ops;
       strategies += static_cast<unsigned>(count);
       if (first)
@@ -92,7 +102,13 @@ int main(int argc, char **argv) {
   }
   std::printf("%-28s %-16s %10u %12.1f %12.1f\n", "total", (std::to_string(ops) + " ops").c_str(),
               strategies, total, totalCheck);
-  std::printf("(median of %d runs each; 'check' is parsing and checking the whole file)\n",
+  std::printf("(median of %d runs each; 'check' is parsing and checking the whole file)\n\n",
               repeats);
+  std::printf("| file | ops | strategies | analyse (us, all ops) | parse + check file (us) |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: |\n");
+  for (const FileRow &r : rows)
+    std::printf("| %s | %u | %u | %.1f | %.1f |\n", r.file.c_str(), r.ops, r.strategies,
+                r.analyse, r.check);
+  std::printf("| total | %u | %u | %.1f | %.1f |\n", ops, strategies, total, totalCheck);
   return 0;
 }

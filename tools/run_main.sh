@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# The main job, for now: build tdlc, check every .tdl file of the repository's examples
-# and print the checked IR of the TDL.md examples. (Planning a real model comes with the
-# search stage; this script will then run tofu-plan.)
+# The main job, for now: build tdlc, check and verify (by execution) every op of the
+# repository's example .tdl files, and print the partition strategies of the TDL.md
+# examples. (Planning a real model comes with the search stage; this script will then run
+# tofu-plan.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
-bazel build //tdlc 2>&1 | grep -E '^(ERROR|error)' && exit 1
+if ! bazel build //tdlc >/tmp/tofu-main-build.log 2>&1; then
+  tail -30 /tmp/tofu-main-build.log
+  exit 1
+fi
 tdlc="$(bazel info bazel-bin 2>/dev/null)/tdlc/tdlc"
-files=$(find tests/tdl/good -name '*.tdl' | sort)
+files=$(find tests/tdl/good ops -name '*.tdl' | sort)
 "$tdlc" --check $files
 echo "tdlc --check: $(echo "$files" | wc -l) files OK"
+for f in $files; do "$tdlc" --verify "$f"; done | grep -E '^verify:' \
+  | awk '{p += $2; f += $4} END {printf "tdlc --verify: %d strategies passed, %d failed\n", p, f; exit f > 0}'
 echo
-echo "== tdlc --dump-ir tests/tdl/good/tdl_md_examples.tdl"
-"$tdlc" --dump-ir tests/tdl/good/tdl_md_examples.tdl
+echo "== tdlc --strategies tests/tdl/good/tdl_md_examples.tdl"
+"$tdlc" --strategies tests/tdl/good/tdl_md_examples.tdl
