@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 
+#include "analysis/index_eval.h"
 #include "fmt/format.h"
 
 namespace tofu {
@@ -762,74 +763,9 @@ ir::ExprPtr cloneExpr(const ir::Expr &e) {
 
 std::optional<int64_t> evalConstant(const ir::Expr &e,
                                     const std::vector<std::vector<int64_t>> *shapes) {
-  switch (e.kind()) {
-  case ir::ExprKind::Const: {
-    const auto &c = cast<ir::Const>(e);
-    if (!c.isInt)
-      return std::nullopt;
-    return c.intValue;
-  }
-  case ir::ExprKind::ExtentRef: {
-    const auto &x = cast<ir::ExtentRef>(e);
-    if (!shapes || x.input >= shapes->size() || x.dim >= (*shapes)[x.input].size())
-      return std::nullopt;
-    return (*shapes)[x.input][x.dim];
-  }
-  case ir::ExprKind::Neg: {
-    auto v = evalConstant(*cast<ir::Neg>(e).operand, shapes);
-    if (!v)
-      return std::nullopt;
-    return -*v;
-  }
-  case ir::ExprKind::Binary: {
-    const auto &b = cast<ir::Binary>(e);
-    auto l = evalConstant(*b.lhs, shapes), r = evalConstant(*b.rhs, shapes);
-    if (!l || !r)
-      return std::nullopt;
-    switch (b.op) {
-    case ast::BinaryOp::Add:
-      return *l + *r;
-    case ast::BinaryOp::Sub:
-      return *l - *r;
-    case ast::BinaryOp::Mul:
-      return *l * *r;
-    case ast::BinaryOp::Div: {
-      if (*r == 0)
-        return std::nullopt;
-      int64_t q = *l / *r;
-      if ((*l % *r != 0) && ((*l < 0) != (*r < 0)))
-        --q; // floor division, as for indices
-      return q;
-    }
-    case ast::BinaryOp::Mod: {
-      if (*r == 0)
-        return std::nullopt;
-      int64_t m = *l % *r;
-      if (m != 0 && ((m < 0) != (*r < 0)))
-        m += *r;
-      return m;
-    }
-    case ast::BinaryOp::Eq:
-    case ast::BinaryOp::Ne:
-    case ast::BinaryOp::Lt:
-    case ast::BinaryOp::Le:
-    case ast::BinaryOp::Gt:
-    case ast::BinaryOp::Ge:
-      return std::nullopt;
-    }
-    return std::nullopt;
-  }
-  case ir::ExprKind::AttrRef:
-  case ir::ExprKind::VarRef:
-  case ir::ExprKind::TensorRef:
-  case ir::ExprKind::Read:
-  case ir::ExprKind::OpaqueCall:
-  case ir::ExprKind::OpCall:
-  case ir::ExprKind::Reduce:
-  case ir::ExprKind::Apply:
-    return std::nullopt;
-  }
-  return std::nullopt;
+  PointDomain d;
+  d.shapes = shapes;
+  return evalIndex(e, d);
 }
 
 bool InstOp::isElementwise() const {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "analysis/index_eval.h"
 #include "fmt/format.h"
 
 namespace tofu {
@@ -45,54 +46,12 @@ public:
 private:
   /// An integer index expression (affine, already checked).
   int64_t index(const ir::Expr &e) {
-    switch (e.kind()) {
-    case ir::ExprKind::Const:
-      return cast<ir::Const>(e).intValue;
-    case ir::ExprKind::VarRef:
-      return env_[cast<ir::VarRef>(e).var];
-    case ir::ExprKind::ExtentRef: {
-      const auto &x = cast<ir::ExtentRef>(e);
-      return shapes_.inputs[x.input][x.dim];
-    }
-    case ir::ExprKind::Neg:
-      return -index(*cast<ir::Neg>(e).operand);
-    case ir::ExprKind::Binary: {
-      const auto &b = cast<ir::Binary>(e);
-      int64_t l = index(*b.lhs), r = index(*b.rhs);
-      switch (b.op) {
-      case ast::BinaryOp::Add:
-        return l + r;
-      case ast::BinaryOp::Sub:
-        return l - r;
-      case ast::BinaryOp::Mul:
-        return l * r;
-      case ast::BinaryOp::Div:
-        if (r == 0) {
-          fail("division by zero in an index");
-          return 0;
-        }
-        return (l % r != 0 && (l < 0) != (r < 0)) ? l / r - 1 : l / r;
-      case ast::BinaryOp::Mod:
-      case ast::BinaryOp::Eq:
-      case ast::BinaryOp::Ne:
-      case ast::BinaryOp::Lt:
-      case ast::BinaryOp::Le:
-      case ast::BinaryOp::Gt:
-      case ast::BinaryOp::Ge:
-        break;
-      }
-      break;
-    }
-    case ir::ExprKind::AttrRef:
-    case ir::ExprKind::TensorRef:
-    case ir::ExprKind::Read:
-    case ir::ExprKind::OpaqueCall:
-    case ir::ExprKind::OpCall:
-    case ir::ExprKind::Reduce:
-    case ir::ExprKind::Apply:
-      break;
-    }
-    fail("unsupported index expression");
+    PointDomain d;
+    d.env = env_.data();
+    d.shapes = &shapes_.inputs;
+    if (auto v = evalIndex(e, d))
+      return *v;
+    fail("index expression cannot be evaluated (division by zero?)");
     return 0;
   }
 

@@ -1342,6 +1342,19 @@ bool OpChecker::inferExtents(const ir::Reduce &red, SourceLoc) {
 
 } // namespace
 
+std::vector<std::string> findTdlFiles(const std::vector<std::string> &roots) {
+  std::vector<std::string> out;
+  for (const std::string &root : roots) {
+    std::error_code ec;
+    for (llvm::sys::fs::recursive_directory_iterator it(root, ec), end; it != end && !ec;
+         it.increment(ec))
+      if (llvm::sys::path::extension(it->path()) == ".tdl")
+        out.push_back(it->path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 llvm::Expected<ir::Module> loadModule(const std::string &path, DiagnosticEngine &diags) {
   ModuleChecker mc(diags);
   return mc.run(path, nullptr);

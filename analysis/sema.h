@@ -3,6 +3,7 @@
 #define TOFU_ANALYSIS_SEMA_H
 
 #include <string>
+#include <vector>
 
 #include "analysis/ir.h"
 #include "grammar/diagnostics.h"
@@ -19,6 +20,10 @@ llvm::Expected<ir::Module> loadModule(const std::string &path, DiagnosticEngine 
 /// relative to `path`'s directory, and diagnostics name `path`.
 llvm::Expected<ir::Module> loadModuleFromText(const std::string &path, const std::string &text,
                                               DiagnosticEngine &diags);
+
+/// Every `.tdl` file under the given directories (recursively), sorted; directories that
+/// do not exist contribute nothing.
+std::vector<std::string> findTdlFiles(const std::vector<std::string> &roots);
 
 } // namespace tofu
 

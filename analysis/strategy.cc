@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 
+#include "analysis/index_eval.h"
 #include "fmt/format.h"
 
 namespace tofu {
@@ -19,79 +20,21 @@ using llvm::isa;
 // concrete (closed int64 intervals). A domain supplies the leaves and the arithmetic.
 // ---------------------------------------------------------------------------------------
 
-template <typename D>
-std::optional<typename D::Interval> evalIndex(const ir::Expr &e, const D &d) {
-  switch (e.kind()) {
-  case ir::ExprKind::Const: {
-    const auto &c = cast<ir::Const>(e);
-    if (!c.isInt)
-      return std::nullopt;
-    return d.constant(c.intValue);
-  }
-  case ir::ExprKind::VarRef:
-    return d.var(cast<ir::VarRef>(e).var);
-  case ir::ExprKind::ExtentRef: {
-    const auto &x = cast<ir::ExtentRef>(e);
-    return d.extent(x.input, x.dim);
-  }
-  case ir::ExprKind::Neg: {
-    auto v = evalIndex(*cast<ir::Neg>(e).operand, d);
-    if (!v)
-      return std::nullopt;
-    return d.neg(*v);
-  }
-  case ir::ExprKind::Binary: {
-    const auto &b = cast<ir::Binary>(e);
-    auto l = evalIndex(*b.lhs, d), r = evalIndex(*b.rhs, d);
-    if (!l || !r)
-      return std::nullopt;
-    switch (b.op) {
-    case ast::BinaryOp::Add:
-      return d.add(*l, *r);
-    case ast::BinaryOp::Sub:
-      return d.add(*l, d.neg(*r));
-    case ast::BinaryOp::Mul:
-      return d.mul(*l, *r);
-    case ast::BinaryOp::Div:
-      return d.div(*l, *r);
-    case ast::BinaryOp::Mod:
-    case ast::BinaryOp::Eq:
-    case ast::BinaryOp::Ne:
-    case ast::BinaryOp::Lt:
-    case ast::BinaryOp::Le:
-    case ast::BinaryOp::Gt:
-    case ast::BinaryOp::Ge:
-      return std::nullopt;
-    }
-    return std::nullopt;
-  }
-  case ir::ExprKind::AttrRef:
-  case ir::ExprKind::TensorRef:
-  case ir::ExprKind::Read:
-  case ir::ExprKind::OpaqueCall:
-  case ir::ExprKind::OpCall:
-  case ir::ExprKind::Reduce:
-  case ir::ExprKind::Apply:
-    return std::nullopt;
-  }
-  return std::nullopt;
-}
-
 /// For every input, the hull of the coordinates of all its reads; a dimension read by data,
 /// a slice or an expression the domain cannot bound is the whole dimension. Inputs that are
 /// never read get no region.
 template <typename D>
-std::vector<std::optional<std::vector<typename D::Interval>>> readRegions(const InstOp &op,
+std::vector<std::optional<std::vector<typename D::Value>>> readRegions(const InstOp &op,
                                                                          const D &d) {
-  std::vector<std::optional<std::vector<typename D::Interval>>> out(op.inputs.size());
+  std::vector<std::optional<std::vector<typename D::Value>>> out(op.inputs.size());
   ir::walk(*op.body, [&](const ir::Expr &e) {
     const auto *read = dyn_cast<ir::Read>(&e);
     if (!read)
       return;
-    std::vector<typename D::Interval> box;
+    std::vector<typename D::Value> box;
     for (unsigned dim = 0; dim < read->coords.size(); ++dim) {
       const ir::Coord &c = read->coords[dim];
-      std::optional<typename D::Interval> iv;
+      std::optional<typename D::Value> iv;
       if (c.kind == ir::Coord::Kind::Affine)
         iv = evalIndex(*c.expr, d);
       box.push_back(iv ? *iv : d.wholeDim(read->input, dim));
@@ -115,6 +58,7 @@ std::vector<std::optional<std::vector<typename D::Interval>>> readRegions(const 
 /// indexes exactly. Variables with explicit extents are constants.
 class SymbolicDomain {
 public:
+  using Value = SymInterval;
   using Interval = SymInterval;
 
   explicit SymbolicDomain(const InstOp &op) : op_(op) {
@@ -169,17 +113,22 @@ public:
     ranges_[v] = {e * Rational(w, parts), e * Rational(w + 1, parts) - AffineExpr(Rational(1))};
   }
 
-  Interval constant(int64_t c) const { return {AffineExpr(Rational(c)), AffineExpr(Rational(c))}; }
-  Interval var(unsigned v) const { return ranges_[v]; }
-  Interval extent(unsigned input, unsigned dim) const {
-    AffineExpr s = AffineExpr::symbol(symbolOf_[find(dimBase_[input] + dim)]);
-    return {s, s};
+  std::optional<Interval> constant(int64_t c) const {
+    return Interval{AffineExpr(Rational(c)), AffineExpr(Rational(c))};
+  }
+  std::optional<Interval> var(unsigned v) const { return ranges_[v]; }
+  std::optional<Interval> extent(unsigned input, unsigned dim) const {
+    AffineExpr s = dimSymbol(input, dim);
+    return Interval{s, s};
   }
   Interval wholeDim(unsigned input, unsigned dim) const {
-    return {AffineExpr(Rational(0)), extent(input, dim).hi - AffineExpr(Rational(1))};
+    return {AffineExpr(Rational(0)), dimSymbol(input, dim) - AffineExpr(Rational(1))};
   }
-  Interval neg(const Interval &a) const { return -a; }
-  Interval add(const Interval &a, const Interval &b) const { return a + b; }
+  std::optional<Interval> neg(const Interval &a) const { return -a; }
+  std::optional<Interval> add(const Interval &a, const Interval &b) const { return a + b; }
+  std::optional<Interval> mod(const Interval &, const Interval &) const {
+    return std::nullopt; // not affine
+  }
   std::optional<Interval> mul(const Interval &a, const Interval &b) const {
     if (a.isPoint() && a.lo.isConstant())
       return b * a.lo.constantTerm();
@@ -209,6 +158,9 @@ public:
   }
 
 private:
+  AffineExpr dimSymbol(unsigned input, unsigned dim) const {
+    return AffineExpr::symbol(symbolOf_[find(dimBase_[input] + dim)]);
+  }
   static std::string upper(std::string s) {
     for (char &c : s)
       c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -240,22 +192,30 @@ struct ClosedRange {
 
 class ConcreteDomain {
 public:
+  using Value = ClosedRange;
   using Interval = ClosedRange;
 
   ConcreteDomain(const Shapes &shapes, const std::vector<Range> &ranges)
       : shapes_(shapes), ranges_(ranges) {}
 
-  Interval constant(int64_t c) const { return {c, c}; }
-  Interval var(unsigned v) const { return {ranges_[v].lo, ranges_[v].hi - 1}; }
-  Interval extent(unsigned input, unsigned dim) const {
+  std::optional<Interval> constant(int64_t c) const { return Interval{c, c}; }
+  std::optional<Interval> var(unsigned v) const {
+    return Interval{ranges_[v].lo, ranges_[v].hi - 1};
+  }
+  std::optional<Interval> extent(unsigned input, unsigned dim) const {
     int64_t e = shapes_.inputs[input][dim];
-    return {e, e};
+    return Interval{e, e};
   }
   Interval wholeDim(unsigned input, unsigned dim) const {
     return {0, shapes_.inputs[input][dim] - 1};
   }
-  Interval neg(const Interval &a) const { return {-a.hi, -a.lo}; }
-  Interval add(const Interval &a, const Interval &b) const { return {a.lo + b.lo, a.hi + b.hi}; }
+  std::optional<Interval> neg(const Interval &a) const { return Interval{-a.hi, -a.lo}; }
+  std::optional<Interval> add(const Interval &a, const Interval &b) const {
+    return Interval{a.lo + b.lo, a.hi + b.hi};
+  }
+  std::optional<Interval> mod(const Interval &, const Interval &) const {
+    return std::nullopt; // not affine: the caller reads the whole dimension
+  }
   std::optional<Interval> mul(const Interval &a, const Interval &b) const {
     if (a.lo == a.hi)
       return scale(b, a.lo);
@@ -275,10 +235,6 @@ public:
 private:
   static Interval scale(const Interval &a, int64_t k) {
     return k >= 0 ? Interval{a.lo * k, a.hi * k} : Interval{a.hi * k, a.lo * k};
-  }
-  static int64_t floorDiv(int64_t a, int64_t b) {
-    int64_t q = a / b;
-    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
   }
 
   const Shapes &shapes_;

@@ -10,8 +10,6 @@
 #include "analysis/sema.h"
 #include "analysis/strategy.h"
 #include "analysis/verify.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Path.h"
 
 namespace {
 
@@ -26,15 +24,7 @@ double medianMicros(std::vector<double> v) {
 
 int main(int argc, char **argv) {
   int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 50;
-  std::vector<std::string> files;
-  for (const char *root : {"tests/tdl/good", "ops"}) {
-    std::error_code ec;
-    for (llvm::sys::fs::recursive_directory_iterator it(root, ec), end; it != end && !ec;
-         it.increment(ec))
-      if (llvm::sys::path::extension(it->path()) == ".tdl")
-        files.push_back(it->path());
-  }
-  std::sort(files.begin(), files.end());
+  std::vector<std::string> files = tofu::findTdlFiles({"tests/tdl/good", "ops"});
   if (files.empty()) {
     std::fprintf(stderr, "analysis_bench: no .tdl files found (run from the repository root or "
                          "with bazel run)\n");

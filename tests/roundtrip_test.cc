@@ -6,24 +6,9 @@
 #include "analysis/printer.h"
 #include "analysis/sema.h"
 #include "gtest/gtest.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Path.h"
 
 namespace tofu {
 namespace {
-
-std::vector<std::string> allTdlFiles() {
-  std::vector<std::string> out;
-  for (const char *root : {"tests/tdl/good", "tests/tdl/bad", "ops"}) {
-    std::error_code ec;
-    for (llvm::sys::fs::recursive_directory_iterator it(root, ec), end; it != end && !ec;
-         it.increment(ec))
-      if (llvm::sys::path::extension(it->path()) == ".tdl")
-        out.push_back(it->path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 std::string print(const ir::Module &m, const std::string &file) {
   std::string s;
@@ -33,7 +18,7 @@ std::string print(const ir::Module &m, const std::string &file) {
 }
 
 TEST(RoundTrip, PrintedIrChecksBackToTheSameIr) {
-  std::vector<std::string> files = allTdlFiles();
+  std::vector<std::string> files = findTdlFiles({"tests/tdl/good", "tests/tdl/bad", "ops"});
   ASSERT_FALSE(files.empty());
   unsigned checkedFiles = 0, checkedOps = 0;
   for (const std::string &path : files) {

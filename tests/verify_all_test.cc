@@ -7,22 +7,12 @@
 #include "analysis/sema.h"
 #include "analysis/verify.h"
 #include "gtest/gtest.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Path.h"
 
 namespace tofu {
 namespace {
 
 TEST(VerifyAll, EveryStrategyOfEveryOpReproducesTheUnpartitionedResult) {
-  std::vector<std::string> files;
-  for (const char *root : {"tests/tdl/good", "ops"}) {
-    std::error_code ec;
-    for (llvm::sys::fs::recursive_directory_iterator it(root, ec), end; it != end && !ec;
-         it.increment(ec))
-      if (llvm::sys::path::extension(it->path()) == ".tdl")
-        files.push_back(it->path());
-  }
-  std::sort(files.begin(), files.end());
+  std::vector<std::string> files = findTdlFiles({"tests/tdl/good", "ops"});
   ASSERT_FALSE(files.empty());
   unsigned ops = 0, strategies = 0;
   for (const std::string &file : files) {
