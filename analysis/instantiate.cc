@@ -139,57 +139,97 @@ std::optional<int64_t> Instantiator::constantIn(const ir::Expr &e, Frame &f, con
   return v;
 }
 
-/// Solves group lengths from `fixed + sum(len(g)) == rank` constraints (inputs, output);
-/// groups that no constraint fixes get length 1. Reports constraints that cannot hold.
+/// Solves group lengths from `fixed + sum(len(g)) == rank` constraints: every form in
+/// which an input is read must have the input's rank (when known, from `inputRanks`, or
+/// once one of its forms is fully known), and the output must have `outRank`. Groups no
+/// constraint fixes get length 1, one at a time. Reports constraints that cannot hold.
 bool Instantiator::inferGroups(Frame &f, const std::vector<std::optional<unsigned>> &inputRanks,
                                std::optional<unsigned> outRank) {
-  struct Constraint {
-    ir::Rank form;
-    unsigned rank;
-    std::string what;
+  const ir::OpDef &op = *f.op;
+  auto lengthOf = [&](const ir::Rank &form) -> std::optional<int64_t> {
+    int64_t r = form.fixed;
+    for (unsigned g : form.groups) {
+      auto it = f.groupLen.find(g);
+      if (it == f.groupLen.end())
+        return std::nullopt;
+      r += it->second;
+    }
+    return r;
   };
-  std::vector<Constraint> cs;
-  for (unsigned i = 0; i < f.op->inputs.size(); ++i)
-    if (f.op->inputs[i].rank && i < inputRanks.size() && inputRanks[i])
-      cs.push_back({*f.op->inputs[i].rank, *inputRanks[i],
-                    fmt::format("input '{}'", f.op->inputs[i].name)});
-  if (outRank)
-    cs.push_back({f.op->outputRank(), *outRank, "the output"});
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (const Constraint &c : cs) {
-      std::set<unsigned> unknown;
-      int64_t known = c.form.fixed;
-      for (unsigned g : c.form.groups) {
-        if (f.groupLen.count(g))
-          known += f.groupLen[g];
-        else
-          unknown.insert(g);
-      }
-      if (unknown.size() != 1)
-        continue;
-      unsigned g = *unknown.begin();
-      int64_t times = std::count(c.form.groups.begin(), c.form.groups.end(), g);
-      int64_t rest = static_cast<int64_t>(c.rank) - known;
-      if (rest < 0 || rest % times != 0)
-        continue; // reported below
-      f.groupLen[g] = rest / times;
-      progress = true;
+  // Solves `form == rank` when exactly one distinct group of `form` is unknown.
+  auto solve = [&](const ir::Rank &form, int64_t rank) {
+    std::set<unsigned> unknown;
+    int64_t known = form.fixed;
+    for (unsigned g : form.groups) {
+      if (f.groupLen.count(g))
+        known += f.groupLen[g];
+      else
+        unknown.insert(g);
     }
-  }
-  for (unsigned v = 0; v < f.op->vars.size(); ++v)
-    if (f.op->vars[v].isGroup && !f.groupLen.count(v))
-      f.groupLen[v] = 1;
-  for (const Constraint &c : cs) {
-    int64_t r = c.form.fixed;
-    for (unsigned g : c.form.groups)
-      r += f.groupLen[g];
-    if (r != static_cast<int64_t>(c.rank)) {
-      error(fmt::format("op '{}': {} has rank {} but the op uses it with rank {}", f.op->name,
-                        c.what, c.rank, r));
+    if (unknown.size() != 1)
       return false;
+    unsigned g = *unknown.begin();
+    int64_t times = std::count(form.groups.begin(), form.groups.end(), g);
+    int64_t rest = rank - known;
+    if (rest < 0 || rest % times != 0)
+      return false; // reported below
+    f.groupLen[g] = rest / times;
+    return true;
+  };
+  std::vector<std::optional<int64_t>> rankOf(op.inputs.size());
+  for (unsigned i = 0; i < op.inputs.size(); ++i)
+    if (i < inputRanks.size() && inputRanks[i])
+      rankOf[i] = *inputRanks[i];
+  for (;;) {
+    bool progress = false;
+    for (unsigned i = 0; i < op.inputs.size(); ++i) {
+      if (!op.inputs[i].rank)
+        continue;
+      if (!rankOf[i])
+        rankOf[i] = lengthOf(*op.inputs[i].rank);
+      for (const ir::Rank &form : op.inputs[i].otherRanks)
+        if (!rankOf[i])
+          rankOf[i] = lengthOf(form);
+      if (!rankOf[i])
+        continue;
+      progress |= solve(*op.inputs[i].rank, *rankOf[i]);
+      for (const ir::Rank &form : op.inputs[i].otherRanks)
+        progress |= solve(form, *rankOf[i]);
     }
+    if (outRank)
+      progress |= solve(op.outputRank(), *outRank);
+    if (progress)
+      continue;
+    // Nothing more follows: give the first unknown group the default length.
+    bool defaulted = false;
+    for (unsigned v = 0; v < op.vars.size() && !defaulted; ++v)
+      if (op.vars[v].isGroup && !f.groupLen.count(v)) {
+        f.groupLen[v] = 1;
+        defaulted = true;
+      }
+    if (!defaulted)
+      break;
   }
+  auto check = [&](const ir::Rank &form, int64_t rank, const std::string &what) {
+    int64_t r = *lengthOf(form);
+    if (r == rank)
+      return true;
+    error(fmt::format("op '{}': {} has rank {} but the op uses it with rank {}", op.name, what,
+                      rank, r));
+    return false;
+  };
+  for (unsigned i = 0; i < op.inputs.size(); ++i) {
+    if (!op.inputs[i].rank || !rankOf[i])
+      continue;
+    std::string what = fmt::format("input '{}'", op.inputs[i].name);
+    if (!check(*op.inputs[i].rank, *rankOf[i], what))
+      return false;
+    for (const ir::Rank &form : op.inputs[i].otherRanks)
+      if (!check(form, *rankOf[i], what))
+        return false;
+  }
+  if (outRank && !check(op.outputRank(), *outRank, "the output"))
+    return false;
   return true;
 }
 

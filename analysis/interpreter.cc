@@ -219,6 +219,36 @@ private:
       return x;
     case ir::Builtin::CastInt:
       return std::trunc(x);
+    case ir::Builtin::Sin:
+      return std::sin(x);
+    case ir::Builtin::Cos:
+      return std::cos(x);
+    case ir::Builtin::Tan:
+      return std::tan(x);
+    case ir::Builtin::Asin:
+      return std::asin(x);
+    case ir::Builtin::Acos:
+      return std::acos(x);
+    case ir::Builtin::Atan:
+      return std::atan(x);
+    case ir::Builtin::Sinh:
+      return std::sinh(x);
+    case ir::Builtin::Cosh:
+      return std::cosh(x);
+    case ir::Builtin::Asinh:
+      return std::asinh(x);
+    case ir::Builtin::Acosh:
+      return std::acosh(x);
+    case ir::Builtin::Atanh:
+      return std::atanh(x);
+    case ir::Builtin::Erf:
+      return std::erf(x);
+    case ir::Builtin::Round: // ONNX rounds halves to even
+      return std::nearbyint(x);
+    case ir::Builtin::IsNan:
+      return std::isnan(x) ? 1 : 0;
+    case ir::Builtin::IsInf:
+      return std::isinf(x) ? 1 : 0;
     case ir::Builtin::Select:
       break;
     }

@@ -204,7 +204,8 @@ bool equal(const OpDef &a, const OpDef &b) {
     if (a.attrs[i].name != b.attrs[i].name || a.attrs[i].defaultValue != b.attrs[i].defaultValue)
       return false;
   for (size_t i = 0; i < a.inputs.size(); ++i)
-    if (a.inputs[i].name != b.inputs[i].name || a.inputs[i].rank != b.inputs[i].rank)
+    if (a.inputs[i].name != b.inputs[i].name || a.inputs[i].rank != b.inputs[i].rank ||
+        a.inputs[i].otherRanks != b.inputs[i].otherRanks)
       return false;
   for (size_t i = 0; i < a.vars.size(); ++i) {
     const IndexVar &x = a.vars[i], &y = b.vars[i];

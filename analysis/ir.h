@@ -35,7 +35,23 @@ class OpDef;
   X(Max, "max", 2)                                                                          \
   X(Select, "select", 3)                                                                    \
   X(CastFloat, "cast_float", 1)                                                             \
-  X(CastInt, "cast_int", 1)
+  X(CastInt, "cast_int", 1)                                                                 \
+  /* Extensions beyond TDL.md, for the ONNX operator set: */                                \
+  X(Sin, "sin", 1)                                                                          \
+  X(Cos, "cos", 1)                                                                          \
+  X(Tan, "tan", 1)                                                                          \
+  X(Asin, "asin", 1)                                                                        \
+  X(Acos, "acos", 1)                                                                        \
+  X(Atan, "atan", 1)                                                                        \
+  X(Sinh, "sinh", 1)                                                                        \
+  X(Cosh, "cosh", 1)                                                                        \
+  X(Asinh, "asinh", 1)                                                                      \
+  X(Acosh, "acosh", 1)                                                                      \
+  X(Atanh, "atanh", 1)                                                                      \
+  X(Erf, "erf", 1)                                                                          \
+  X(Round, "round", 1)                                                                      \
+  X(IsNan, "isnan", 1)                                                                      \
+  X(IsInf, "isinf", 1)
 
 enum class Builtin {
 #define TOFU_X(E, S, N) E,
@@ -280,6 +296,9 @@ struct Input {
   std::string name;
   SourceLoc loc;
   std::optional<Rank> rank; ///< unset when the op never reads the input
+  /// Other forms of the same rank, from uses through other groups (sibling lambdas that
+  /// each bind a group); instantiation solves them together.
+  std::vector<Rank> otherRanks;
 };
 
 /// One output dimension stated by the shape clause: a constant expression, or a group.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <iterator>
 #include <set>
 
 #include "fmt/format.h"
@@ -40,8 +41,11 @@ public:
   OpChecker(ModuleChecker &mc, const ast::OpDecl &decl, ir::OpDef &op)
       : mc_(mc), decl_(decl), op_(op) {}
 
-  /// Checks the whole op; false if any error was reported.
+  /// Checks the op's declaration and body; false if any error was reported.
   bool run();
+  /// Checks the op's grad clauses, once every op's body is checked (a gradient may call
+  /// the op itself, or an op whose gradient calls this one: clauses are not inlined).
+  bool runGrads();
 
 private:
   // --- reporting -------------------------------------------------------------------
@@ -292,7 +296,7 @@ void ModuleChecker::declare() {
       for (const ast::AttrParam &a : d.attrs)
         op->attrs.push_back({a.name, a.loc, a.defaultValue});
       for (const ast::InputParam &in : d.inputs)
-        op->inputs.push_back({in.name, in.loc, std::nullopt});
+        op->inputs.push_back({in.name, in.loc, std::nullopt, {}});
       opIndex_[d.name] = static_cast<unsigned>(module_.ops.size());
       module_.ops.push_back(std::move(op));
       decls_.push_back(&d);
@@ -351,6 +355,14 @@ llvm::Expected<ir::Module> ModuleChecker::run(const std::string &path, const std
   for (unsigned i = 0; i < module_.ops.size(); ++i)
     if (state_[i] == CheckState::Unchecked && !checkOp(i))
       failed_ = true;
+  for (unsigned i = 0; i < module_.ops.size(); ++i) {
+    if (state_[i] != CheckState::Done || decls_[i]->grads.empty())
+      continue;
+    currentFile_ = module_.ops[i]->file;
+    OpChecker checker(*this, *decls_[i], *module_.ops[i]);
+    if (!checker.runGrads())
+      failed_ = true;
+  }
   for (CheckState s : state_)
     if (s == CheckState::Failed)
       failed_ = true;
@@ -467,57 +479,6 @@ bool OpChecker::run() {
                                  in.rank->fixed, use.dim));
   }
 
-  // Gradient clauses.
-  std::map<unsigned, SourceLoc> gradSeen;
-  inGrad_ = true;
-  for (const ast::GradItem &g : decl_.grads) {
-    auto input = op_.findInput(g.input);
-    if (!input) {
-      error(g.loc, fmt::format("'{}' is not an input of op '{}'", g.input, op_.name));
-      continue;
-    }
-    if (auto [it, fresh] = gradSeen.emplace(*input, g.loc); !fresh) {
-      error(g.loc, fmt::format("input '{}' has two grad clauses", g.input));
-      note(it->second, "the first is here");
-      continue;
-    }
-    const auto *call = dyn_cast<ast::Call>(g.value.get());
-    if (!call) {
-      error(g.value->begin,
-            fmt::format("the gradient of '{}' must be a call of an op, like "
-                        "'grad {} = some_op(dOut, ...)'",
-                        g.input, g.input));
-      continue;
-    }
-    if (!mc_.hasOp(call->callee)) {
-      if (ir::lookupBuiltin(call->callee) || ir::lookupReducer(call->callee) ||
-          mc_.isOpaque(call->callee))
-        error(call->calleeLoc,
-              fmt::format("a grad clause must call an op; '{}' is not an op", call->callee));
-      else
-        error(call->calleeLoc, fmt::format("unknown op '{}'", call->callee));
-      continue;
-    }
-    bool calleeFailed = false;
-    const ir::OpDef *callee = mc_.requireOp(call->callee, call->calleeLoc, calleeFailed);
-    if (calleeFailed) {
-      failed_ = true;
-      continue;
-    }
-    auto irCall = opCall(*call, *callee);
-    if (!irCall)
-      continue;
-    const ir::Input &in = op_.inputs[*input];
-    ir::Rank gradRank = callee->outputRank();
-    if (in.rank && in.rank->groups.empty() && gradRank.groups.empty() &&
-        in.rank->fixed != gradRank.fixed)
-      error(call->calleeLoc,
-            fmt::format("the gradient of '{}' has rank {} but '{}' has rank {}", g.input,
-                        gradRank.fixed, g.input, in.rank->fixed));
-    op_.grads.push_back({*input, g.loc, std::move(irCall)});
-  }
-  inGrad_ = false;
-
   // After an error the op was not read to its end: "never used" could be wrong.
   for (unsigned i = 0; i < op_.inputs.size() && !failed_; ++i)
     if (!used_[i])
@@ -585,11 +546,93 @@ std::string OpChecker::describeRank(const ir::Rank &r) const {
   return s;
 }
 
+bool OpChecker::runGrads() {
+  used_.assign(op_.inputs.size(), true);
+  passedWhole_.assign(op_.inputs.size(), false);
+  rankLoc_.assign(op_.inputs.size(), op_.loc);
+  std::map<unsigned, SourceLoc> gradSeen;
+  inGrad_ = true;
+  for (const ast::GradItem &g : decl_.grads) {
+    auto input = op_.findInput(g.input);
+    if (!input) {
+      error(g.loc, fmt::format("'{}' is not an input of op '{}'", g.input, op_.name));
+      continue;
+    }
+    if (auto [it, fresh] = gradSeen.emplace(*input, g.loc); !fresh) {
+      error(g.loc, fmt::format("input '{}' has two grad clauses", g.input));
+      note(it->second, "the first is here");
+      continue;
+    }
+    const auto *call = dyn_cast<ast::Call>(g.value.get());
+    if (!call) {
+      error(g.value->begin,
+            fmt::format("the gradient of '{}' must be a call of an op, like "
+                        "'grad {} = some_op(dOut, ...)'",
+                        g.input, g.input));
+      continue;
+    }
+    if (!mc_.hasOp(call->callee)) {
+      if (ir::lookupBuiltin(call->callee) || ir::lookupReducer(call->callee) ||
+          mc_.isOpaque(call->callee))
+        error(call->calleeLoc,
+              fmt::format("a grad clause must call an op; '{}' is not an op", call->callee));
+      else
+        error(call->calleeLoc, fmt::format("unknown op '{}'", call->callee));
+      continue;
+    }
+    bool calleeFailed = false;
+    const ir::OpDef *callee = mc_.requireOp(call->callee, call->calleeLoc, calleeFailed);
+    if (calleeFailed) {
+      failed_ = true;
+      continue;
+    }
+    auto irCall = opCall(*call, *callee);
+    if (!irCall)
+      continue;
+    const ir::Input &in = op_.inputs[*input];
+    ir::Rank gradRank = callee->outputRank();
+    if (in.rank && in.rank->groups.empty() && gradRank.groups.empty() &&
+        in.rank->fixed != gradRank.fixed)
+      error(call->calleeLoc,
+            fmt::format("the gradient of '{}' has rank {} but '{}' has rank {}", g.input,
+                        gradRank.fixed, g.input, in.rank->fixed));
+    op_.grads.push_back({*input, g.loc, std::move(irCall)});
+  }
+  inGrad_ = false;
+
+  return !failed_;
+}
+
+/// Whether some lengths of the groups make the two ranks equal: after cancelling the groups
+/// they share, a side left without groups must not exceed the other's fixed part (or must
+/// equal it, when neither has groups left).
+static bool ranksCompatible(const ir::Rank &a, const ir::Rank &b) {
+  std::vector<unsigned> onlyA, onlyB;
+  std::set_difference(a.groups.begin(), a.groups.end(), b.groups.begin(), b.groups.end(),
+                      std::back_inserter(onlyA));
+  std::set_difference(b.groups.begin(), b.groups.end(), a.groups.begin(), a.groups.end(),
+                      std::back_inserter(onlyB));
+  if (onlyA.empty() && onlyB.empty())
+    return a.fixed == b.fixed;
+  if (onlyA.empty())
+    return a.fixed >= b.fixed;
+  if (onlyB.empty())
+    return b.fixed >= a.fixed;
+  return true;
+}
+
 void OpChecker::recordRank(unsigned input, const ir::Rank &rank, SourceLoc loc) {
   ir::Input &in = op_.inputs[input];
   if (!in.rank) {
     in.rank = rank;
     rankLoc_[input] = loc;
+    return;
+  }
+  if (*in.rank != rank && ranksCompatible(*in.rank, rank)) {
+    // Another group (a sibling lambda's) reads the input: its length is solved when the
+    // op is instantiated.
+    if (std::find(in.otherRanks.begin(), in.otherRanks.end(), rank) == in.otherRanks.end())
+      in.otherRanks.push_back(rank);
     return;
   }
   if (*in.rank != rank) {
