@@ -316,7 +316,7 @@ llvm::Error Instantiator::run(const ir::OpDef &op, const Instantiation &in) {
   if (op.shape) {
     std::vector<ir::ExprPtr> dims;
     for (const ir::ShapeDim &d : *op.shape) {
-      if (!d.isGroup) {
+      if (!d.isGroup && !d.isVar) {
         dims.push_back(inst(*d.expr, root));
         if (!dims.back())
           return fail(error_);
@@ -370,8 +370,8 @@ llvm::Error Instantiator::run(const ir::OpDef &op, const Instantiation &in) {
       if (const auto *ref = dyn_cast<ir::VarRef>(d.get())) {
         const InstVar &v = out_.vars[ref->var];
         if (!v.extentDim)
-          return fail(fmt::format("op '{}': the shape clause names group variable '{}', which "
-                                  "indexes no input dimension alone",
+          return fail(fmt::format("op '{}': the shape clause names output coordinate '{}', "
+                                  "which indexes no input dimension exactly",
                                   op.name, v.name));
         auto x = make<ir::ExtentRef>(d->loc);
         x->input = v.extentDim->first;

@@ -224,7 +224,8 @@ bool equal(const OpDef &a, const OpDef &b) {
       return false;
     for (size_t i = 0; i < a.shape->size(); ++i) {
       const ShapeDim &x = (*a.shape)[i], &y = (*b.shape)[i];
-      if (x.isGroup != y.isGroup || x.var != y.var || !equalPtr(x.expr.get(), y.expr.get()))
+      if (x.isGroup != y.isGroup || x.isVar != y.isVar || x.var != y.var ||
+          !equalPtr(x.expr.get(), y.expr.get()))
         return false;
     }
   }

@@ -301,11 +301,14 @@ struct Input {
   std::vector<Rank> otherRanks;
 };
 
-/// One output dimension stated by the shape clause: a constant expression, or a group.
+/// One output dimension stated by the shape clause: a constant expression, or (an
+/// extension) output variables: `*g` for a group, `v` for one coordinate, whose extents are
+/// those of the input dimensions they index exactly.
 struct ShapeDim {
-  bool isGroup = false;
-  unsigned var = 0; ///< the output group, when isGroup
-  ExprPtr expr;     ///< otherwise
+  bool isGroup = false; ///< `*g`
+  bool isVar = false;   ///< `v`
+  unsigned var = 0;     ///< the output group or variable
+  ExprPtr expr;         ///< otherwise
   SourceLoc loc;
 };
 

@@ -182,6 +182,8 @@ public:
         os_ << (i ? ", " : "");
         if (d.isGroup)
           os_ << "*" << op_.vars[d.var].name;
+        else if (d.isVar)
+          os_ << op_.vars[d.var].name;
         else
           expr(*d.expr);
       }

@@ -443,6 +443,11 @@ bool OpChecker::run() {
         dim.isGroup = true;
         dim.var = *v;
         stated.groups.push_back(*v);
+      } else if (const auto *name = dyn_cast<ast::Name>(d.expr.get());
+                 name && lookupVar(name->name) && !op_.vars[*lookupVar(name->name)].isGroup) {
+        dim.isVar = true; // an output coordinate: the extent of the dimension it indexes
+        dim.var = *lookupVar(name->name);
+        ++stated.fixed;
       } else {
         dim.expr = constant(*d.expr, "an output extent");
         if (!dim.expr) {

@@ -214,10 +214,17 @@ Instantiation completeForVerification(const ir::OpDef &op, Instantiation given,
     }
   for (unsigned i = 0; i < op.inputs.size(); ++i)
     if (!op.inputs[i].rank && (i >= given.inputRanks.size() || !given.inputRanks[i])) {
+      // The smallest rank that the op's calls accept.
       given.inputRanks.resize(op.inputs.size());
-      given.inputRanks[i] = 2;
+      for (unsigned rank = 1; rank <= 6; ++rank) {
+        given.inputRanks[i] = rank;
+        auto probe = instantiate(op, given);
+        if (probe)
+          break;
+        llvm::consumeError(probe.takeError());
+      }
       if (chosen)
-        *chosen += " rank(" + op.inputs[i].name + ")=2";
+        *chosen += " rank(" + op.inputs[i].name + ")=" + std::to_string(*given.inputRanks[i]);
     }
   return given;
 }
