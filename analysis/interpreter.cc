@@ -407,6 +407,37 @@ llvm::Expected<Tensor> matrixInverse(const std::vector<Tensor> &args) {
   return inv;
 }
 
+llvm::Expected<Tensor> determinant(const std::vector<Tensor> &args) {
+  if (llvm::Error e = needMatrix(args, "Determinant"))
+    return llvm::Expected<Tensor>(std::move(e));
+  int64_t n = args[0].shape[0];
+  Tensor a = args[0], out(std::vector<int64_t>{});
+  double det = 1;
+  for (int64_t c = 0; c < n; ++c) { // LU with partial pivoting
+    int64_t p = c;
+    for (int64_t r = c + 1; r < n; ++r)
+      if (std::fabs(a.data[r * n + c]) > std::fabs(a.data[p * n + c]))
+        p = r;
+    if (a.data[p * n + c] == 0) {
+      det = 0;
+      break;
+    }
+    if (p != c) {
+      for (int64_t k = 0; k < n; ++k)
+        std::swap(a.data[c * n + k], a.data[p * n + k]);
+      det = -det;
+    }
+    det *= a.data[c * n + c];
+    for (int64_t r = c + 1; r < n; ++r) {
+      double f = a.data[r * n + c] / a.data[c * n + c];
+      for (int64_t k = c; k < n; ++k)
+        a.data[r * n + k] -= f * a.data[c * n + k];
+    }
+  }
+  out.data = {det};
+  return out;
+}
+
 } // namespace
 
 Tensor::Tensor(std::vector<int64_t> s, double fill) : shape(std::move(s)) {
@@ -436,6 +467,7 @@ const OpaqueRegistry &OpaqueRegistry::builtin() {
     OpaqueRegistry r;
     r.add("Cholesky", cholesky);
     r.add("MatrixInverse", matrixInverse);
+    r.add("Determinant", determinant);
     return r;
   }();
   return registry;

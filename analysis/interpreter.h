@@ -35,7 +35,8 @@ public:
   void add(const std::string &name, Fn fn) { fns_[name] = std::move(fn); }
   const Fn *find(const std::string &name) const;
   /// The registry with the built-in functions: Cholesky (lower factor of the symmetric
-  /// matrix given by the lower triangle) and MatrixInverse (Gauss-Jordan, partial pivoting).
+  /// matrix given by the lower triangle), MatrixInverse (Gauss-Jordan, partial pivoting)
+  /// and Determinant (LU with partial pivoting; a rank-0 result).
   static const OpaqueRegistry &builtin();
 
 private:

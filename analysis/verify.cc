@@ -214,9 +214,9 @@ Instantiation completeForVerification(const ir::OpDef &op, Instantiation given,
     }
   for (unsigned i = 0; i < op.inputs.size(); ++i)
     if (!op.inputs[i].rank && (i >= given.inputRanks.size() || !given.inputRanks[i])) {
-      // The smallest rank that the op's calls accept.
+      // The first rank that the op's calls accept, matrices (2) first.
       given.inputRanks.resize(op.inputs.size());
-      for (unsigned rank = 1; rank <= 6; ++rank) {
+      for (unsigned rank : {2u, 1u, 3u, 4u, 5u, 6u}) {
         given.inputRanks[i] = rank;
         auto probe = instantiate(op, given);
         if (probe)

@@ -37,8 +37,8 @@ struct VerifyOptions {
 };
 
 /// Fills what verification needs but `given` leaves open: attributes without a default
-/// become 1, and an input of unknown rank (only passed whole to calls) gets the smallest
-/// rank in 1..6 that instantiates. `chosen` lists what was filled in, e.g. " P=1 rank(m)=2".
+/// become 1, and an input of unknown rank (only passed whole to calls) gets the first rank
+/// of 2, 1, 3, 4, 5, 6 that instantiates. `chosen` lists what was filled in, e.g. " P=1 rank(m)=2".
 Instantiation completeForVerification(const ir::OpDef &op, Instantiation given,
                                       std::string *chosen);
 

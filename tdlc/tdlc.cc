@@ -6,6 +6,7 @@
 #include "analysis/printer.h"
 #include "analysis/report.h"
 #include "analysis/verify.h"
+#include "tdlc/stats.h"
 #include "analysis/sema.h"
 #include "grammar/diagnostics.h"
 #include "llvm/Support/CommandLine.h"
@@ -36,6 +37,13 @@ cl::opt<bool> verify("verify",
                               "that see only their analysed input regions (the rest NaN) must "
                               "reproduce the unpartitioned result; exit 1 on any failure"),
                      cl::cat(tdlcCategory));
+// Spelled --stats on the command line; libLLVM already owns an option named "stats", so
+// main() renames the argument before parsing (see the overview in --help).
+cl::opt<bool> stats("tdlc-stats", cl::Hidden,
+                    cl::desc("Print statistics of the operator library in DIR (every .tdl file "
+                             "under it) and its ONNX coverage (DIR/onnx_mapping.json against "
+                             "libonnx's opset 17)"),
+                    cl::cat(tdlcCategory));
 cl::opt<unsigned> seed("seed", cl::desc("With --verify: random seed (default 1)"), cl::init(1),
                        cl::cat(tdlcCategory));
 cl::opt<std::string> opName("op", cl::desc("With --strategies: only the op named NAME"),
@@ -174,6 +182,13 @@ int analyseModule(const tofu::ir::Module &module) {
 } // namespace
 
 int main(int argc, char **argv) {
+  std::vector<char *> args(argv, argv + argc);
+  static char renamed[] = "--tdlc-stats";
+  for (char *&a : args)
+    if (llvm::StringRef(a) == "--stats" || llvm::StringRef(a) == "-stats")
+      a = renamed;
+  argc = static_cast<int>(args.size());
+  argv = args.data();
   cl::HideUnrelatedOptions(tdlcCategory);
   cl::SetVersionPrinter(printVersion);
   cl::ParseCommandLineOptions(
@@ -183,13 +198,27 @@ int main(int argc, char **argv) {
       "  tdlc --dump-ir FILE      print the checked IR of FILE as canonical TDL\n"
       "  tdlc --strategies FILE   print every basic partition strategy of FILE's ops\n"
       "                           [--op NAME] [--attr a=v] [--group g=n] [--format=table|json]\n"
-      "  tdlc --verify FILE...    check every strategy of the files' ops by execution\n\n"
+      "  tdlc --verify FILE...    check every strategy of the files' ops by execution\n"
+      "  tdlc --stats DIR         statistics of an operator library and its ONNX coverage\n\n"
       "Exit status: 0 when every file checks, 1 when a file has an error, 2 on bad usage.\n");
 
-  if (int(checkMode) + int(dumpIr) + int(strategies) + int(verify) != 1) {
-    llvm::errs() << "tdlc: give exactly one of --check, --dump-ir, --strategies or --verify "
-                    "(see --help)\n";
+  if (int(checkMode) + int(dumpIr) + int(strategies) + int(verify) + int(stats) != 1) {
+    llvm::errs() << "tdlc: give exactly one of --check, --dump-ir, --strategies, --verify or "
+                    "--stats (see --help)\n";
     return 2;
+  }
+  if (stats) {
+    if (files.size() != 1) {
+      llvm::errs() << "tdlc: --stats takes one directory\n";
+      return 2;
+    }
+    auto s = tofu::computeStats(files.front());
+    if (!s) {
+      llvm::errs() << "tdlc: " << llvm::toString(s.takeError()) << "\n";
+      return 1;
+    }
+    tofu::printStats(llvm::outs(), *s);
+    return s->problems.empty() ? 0 : 1;
   }
   if (files.empty()) {
     llvm::errs() << "tdlc: no input files (see --help)\n";
