@@ -18,8 +18,8 @@ inline int64_t floorDiv(int64_t a, int64_t b) {
 
 /// Evaluates `e` in domain `D`, which supplies `Value` and, each returning
 /// std::optional<Value> (empty: not representable in the domain), `constant(int64_t)`,
-/// `var(unsigned)`, `extent(unsigned input, unsigned dim)`, `neg`, `add`, `mul`, `div`
-/// and `mod`. Anything else (a float, a tensor read, a call) gives no value.
+/// `attr(unsigned)` (an attribute of a checked, not yet instantiated op), `var(unsigned)`,
+/// `extent(unsigned input, unsigned dim)`, `neg`, `add`, `mul`, `div` and `mod`. Anything else (a float, a tensor read, a call) gives no value.
 template <typename D>
 std::optional<typename D::Value> evalIndex(const ir::Expr &e, const D &d) {
   using llvm::cast;
@@ -76,6 +76,7 @@ std::optional<typename D::Value> evalIndex(const ir::Expr &e, const D &d) {
     return std::nullopt;
   }
   case ir::ExprKind::AttrRef:
+    return d.attr(cast<ir::AttrRef>(e).attr);
   case ir::ExprKind::TensorRef:
   case ir::ExprKind::Read:
   case ir::ExprKind::OpaqueCall:
@@ -88,13 +89,19 @@ std::optional<typename D::Value> evalIndex(const ir::Expr &e, const D &d) {
 }
 
 /// Exact integers: variables take their values from `env` (when given), extents from
-/// `shapes` (when given).
+/// `shapes` and attributes from `attrs` (when given).
 struct PointDomain {
   using Value = int64_t;
   const int64_t *env = nullptr;
   const std::vector<std::vector<int64_t>> *shapes = nullptr;
+  const std::vector<int64_t> *attrs = nullptr;
 
   std::optional<Value> constant(int64_t c) const { return c; }
+  std::optional<Value> attr(unsigned a) const {
+    if (!attrs || a >= attrs->size())
+      return std::nullopt;
+    return (*attrs)[a];
+  }
   std::optional<Value> var(unsigned v) const {
     if (!env)
       return std::nullopt;

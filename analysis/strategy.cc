@@ -117,6 +117,7 @@ public:
     return Interval{AffineExpr(Rational(c)), AffineExpr(Rational(c))};
   }
   std::optional<Interval> var(unsigned v) const { return ranges_[v]; }
+  std::optional<Interval> attr(unsigned) const { return std::nullopt; } // folded already
   std::optional<Interval> extent(unsigned input, unsigned dim) const {
     AffineExpr s = dimSymbol(input, dim);
     return Interval{s, s};
@@ -199,6 +200,7 @@ public:
       : shapes_(shapes), ranges_(ranges) {}
 
   std::optional<Interval> constant(int64_t c) const { return Interval{c, c}; }
+  std::optional<Interval> attr(unsigned) const { return std::nullopt; } // folded already
   std::optional<Interval> var(unsigned v) const {
     return Interval{ranges_[v].lo, ranges_[v].hi - 1};
   }

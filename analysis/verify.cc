@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <random>
 
 #include "analysis/report.h"
 #include "fmt/format.h"
+#include "llvm/Support/Path.h"
+#include "nlohmann/json.hpp"
 
 namespace tofu {
 namespace {
@@ -45,6 +48,25 @@ std::map<unsigned, int64_t> indexInputs(const InstOp &op, const Shapes &shapes) 
     }
   });
   return out;
+}
+
+/// Inputs compared for equality with an index variable (`c == labels[n]`) hold indices of
+/// that variable's range.
+void comparedWithIndices(const InstOp &op, const Shapes &shapes, std::map<unsigned, int64_t> &out) {
+  ir::walk(*op.body, [&](const ir::Expr &e) {
+    const auto *b = dyn_cast<ir::Binary>(&e);
+    if (!b || (b->op != ast::BinaryOp::Eq && b->op != ast::BinaryOp::Ne))
+      return;
+    for (auto [x, y] : {std::pair{b->lhs.get(), b->rhs.get()}, std::pair{b->rhs.get(), b->lhs.get()}}) {
+      const auto *v = dyn_cast<ir::VarRef>(x);
+      const auto *r = dyn_cast<ir::Read>(y);
+      if (!v || !r)
+        continue;
+      int64_t extent = shapes.vars[v->var];
+      auto it = out.find(r->input);
+      out[r->input] = it == out.end() ? extent : std::min(it->second, extent);
+    }
+  });
 }
 
 /// Matrices handed to opaque functions (two slice dimensions) get a dominant diagonal, so
@@ -229,11 +251,60 @@ Instantiation completeForVerification(const ir::OpDef &op, Instantiation given,
   return given;
 }
 
+llvm::Expected<std::map<std::string, Example>> loadExamples(const std::string &dir) {
+  std::map<std::string, Example> out;
+  std::string path = dir + "/verify_examples.json";
+  std::ifstream in(path);
+  if (!in)
+    return out;
+  auto fail = [&](const std::string &msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s: %s", path.c_str(),
+                                   msg.c_str());
+  };
+  nlohmann::json j;
+  try {
+    in >> j;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const nlohmann::json &e = it.value();
+      Example ex;
+      if (e.contains("attrs"))
+        for (auto a = e["attrs"].begin(); a != e["attrs"].end(); ++a)
+          ex.inst.attrs[a.key()] = a.value().get<int64_t>();
+      if (e.contains("groups"))
+        for (auto g = e["groups"].begin(); g != e["groups"].end(); ++g)
+          ex.inst.groups[g.key()] = g.value().get<int64_t>();
+      for (const auto &shape : e.at("inputs"))
+        ex.inputShapes.push_back(shape.get<std::vector<int64_t>>());
+      const std::string &name = it.key();
+      for (const auto &shape : ex.inputShapes)
+        ex.inst.inputRanks.push_back(static_cast<unsigned>(shape.size()));
+      out[name] = std::move(ex);
+    }
+  } catch (const nlohmann::json::exception &e) {
+    return fail(e.what());
+  }
+  return out;
+}
+
 std::vector<OpCheck> verifyFile(const ir::Module &module, const std::string &file,
-                                const VerifyOptions &options) {
+                                const VerifyOptions &baseOptions) {
   std::vector<OpCheck> out;
+  auto examples = loadExamples(std::string(llvm::sys::path::parent_path(file)));
+  if (!examples) {
+    OpCheck c;
+    c.op = file;
+    c.problem = llvm::toString(examples.takeError());
+    out.push_back(std::move(c));
+    return out;
+  }
   for (const ir::OpDef *op : module.opsInFile(file)) {
-    auto table = analyzeOp(*op, completeForVerification(*op, {}, nullptr));
+    VerifyOptions options = baseOptions;
+    Instantiation given;
+    if (auto it = examples->find(op->name); it != examples->end()) {
+      given = it->second.inst;
+      options.exampleShapes = &it->second.inputShapes;
+    }
+    auto table = analyzeOp(*op, completeForVerification(*op, given, nullptr));
     if (!table) {
       OpCheck c;
       c.op = op->name;
@@ -244,6 +315,18 @@ std::vector<OpCheck> verifyFile(const ir::Module &module, const std::string &fil
     out.push_back(verifyStrategies(*table, options));
   }
   return out;
+}
+
+std::vector<Tensor> randomInputs(const InstOp &op, const Shapes &shapes, unsigned seed,
+                                 std::pair<double, double> range) {
+  std::mt19937 rng(seed);
+  auto indices = indexInputs(op, shapes);
+  comparedWithIndices(op, shapes, indices);
+  auto matrices = matrixInputs(op);
+  std::vector<Tensor> inputs;
+  for (unsigned i = 0; i < op.inputs.size(); ++i)
+    inputs.push_back(randomInput(op, i, shapes, indices, matrices, range, rng));
+  return inputs;
 }
 
 bool OpCheck::ok() const {
@@ -276,6 +359,11 @@ Shapes randomShapes(const InstOp &op, unsigned seed, int64_t minExtent, int64_t 
   for (unsigned v = 0; v < op.vars.size(); ++v)
     if (op.vars[v].fixedExtent)
       s.vars[v] = *op.vars[v].fixedExtent;
+  // Output extents that the shape clause fixes without looking at the inputs.
+  if (op.shape)
+    for (unsigned k = 0; k < op.outputVars.size() && k < op.shape->size(); ++k)
+      if (auto c = evalConstant(*(*op.shape)[k], nullptr); c && *c > 0)
+        s.vars[op.outputVars[k]] = *c;
   // Propagate equalities to a fixpoint (a variable and a dimension are one class).
   for (bool changed = true; changed;) {
     changed = false;
@@ -327,10 +415,17 @@ Shapes randomShapes(const InstOp &op, unsigned seed, int64_t minExtent, int64_t 
   }
   probe = s;
   std::vector<Box> need = regionsNeeded(probe);
+  // A dimension no variable owns is exactly as large as the reads need (a squeezed axis is
+  // 1), unless nothing bounds it (data-dependent or whole reads keep the drawn extent).
   for (unsigned i = 0; i < op.inputs.size(); ++i)
     for (unsigned d = 0; d < op.inputs[i].rank; ++d)
       if (!dimExtent.count({i, d}) && need[i][d].hi < std::numeric_limits<int32_t>::max())
-        s.inputs[i][d] = std::max(s.inputs[i][d], need[i][d].hi);
+        s.inputs[i][d] = std::max<int64_t>(1, need[i][d].hi);
+  // Output extents the shape clause computes from the inputs.
+  if (auto out = op.outputShape(s.inputs))
+    for (unsigned k = 0; k < op.outputVars.size(); ++k)
+      if ((*out)[k] > 0)
+        s.vars[op.outputVars[k]] = (*out)[k];
   return s;
 }
 
@@ -343,32 +438,36 @@ OpCheck verifyStrategies(const StrategyTable &table, const VerifyOptions &option
   for (unsigned trial = 0; trial < options.trials; ++trial) {
     unsigned seed = options.seed * 7919 + trial;
     Shapes shapes = randomShapes(op, seed, options.minExtent, options.maxExtent);
-    std::vector<int64_t> out;
-    for (unsigned v : op.outputVars)
-      out.push_back(shapes.vars[v]);
+    std::optional<std::vector<int64_t>> out;
+    if (trial == 0 && options.exampleShapes) {
+      shapes.inputs = *options.exampleShapes; // the output follows the shape clause
+    } else {
+      out.emplace();
+      for (unsigned v : op.outputVars)
+        out->push_back(shapes.vars[v]);
+    }
     auto checked = concreteShapes(op, shapes.inputs, out);
     if (!checked) {
       result.problem = "no consistent shapes: " + llvm::toString(checked.takeError());
       return result;
     }
+    shapes = std::move(*checked);
+    std::vector<int64_t> outShape;
+    for (unsigned v : op.outputVars)
+      outShape.push_back(shapes.vars[v]);
     std::string desc;
     for (unsigned i = 0; i < op.inputs.size(); ++i)
       desc += (i ? " " : "") + op.inputs[i].name + shapeString(shapes.inputs[i]);
-    desc += " -> " + shapeString(out);
+    desc += " -> " + shapeString(outShape);
     result.shapes += (trial ? "; " : "") + desc;
 
     // Values where the op is defined: positive first (log, sqrt), then above 1 (acosh),
     // then negative; the first range whose unpartitioned result is finite is used.
-    static const std::pair<double, double> kRanges[] = {{0.25, 1.0}, {1.25, 2.0}, {-1.0, -0.25}};
-    auto indices = indexInputs(op, shapes);
-    auto matrices = matrixInputs(op);
+    const auto &kRanges = kValueRanges;
     std::vector<Tensor> inputs;
     std::optional<Tensor> reference;
     for (const auto &range : kRanges) {
-      std::mt19937 rng(seed);
-      inputs.clear();
-      for (unsigned i = 0; i < op.inputs.size(); ++i)
-        inputs.push_back(randomInput(op, i, shapes, indices, matrices, range, rng));
+      inputs = randomInputs(op, shapes, seed, range);
       std::vector<const Tensor *> ptrs;
       for (const Tensor &t : inputs)
         ptrs.push_back(&t);

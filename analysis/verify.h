@@ -4,7 +4,9 @@
 #ifndef TOFU_ANALYSIS_VERIFY_H
 #define TOFU_ANALYSIS_VERIFY_H
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analysis/interpreter.h"
@@ -29,8 +31,24 @@ struct OpCheck {
   bool ok() const;
 };
 
+/// An instantiation and input shapes an op's author gives for checking it, where random
+/// shapes cannot satisfy the op's attributes (a concatenation's split point, say). Read
+/// from `verify_examples.json` beside the .tdl file:
+///   {"Concat": {"attrs": {"n": 2, "m": 5}, "groups": {"pre": 1, "post": 1},
+///               "inputs": [[3, 2, 4], [3, 3, 4]]}}
+struct Example {
+  Instantiation inst;
+  std::vector<std::vector<int64_t>> inputShapes;
+};
+
+/// The examples of `dir/verify_examples.json` (none when the file does not exist); errors
+/// name the file and the entry.
+llvm::Expected<std::map<std::string, Example>> loadExamples(const std::string &dir);
+
 struct VerifyOptions {
   unsigned seed = 1;
+  /// When set, the first trial uses these input shapes (an Example's).
+  const std::vector<std::vector<int64_t>> *exampleShapes = nullptr;
   unsigned trials = 2;            ///< random shape draws per op
   double tolerance = 1e-5;        ///< on |a - b| / max(1, |b|)
   int64_t minExtent = 2, maxExtent = 5;
@@ -42,7 +60,8 @@ struct VerifyOptions {
 Instantiation completeForVerification(const ir::OpDef &op, Instantiation given,
                                       std::string *chosen);
 
-/// Instantiates, analyses and verifies every op declared in `file` of `module`.
+/// Instantiates, analyses and verifies every op declared in `file` of `module`, with the
+/// examples beside the file.
 std::vector<OpCheck> verifyFile(const ir::Module &module, const std::string &file,
                                 const VerifyOptions &options = {});
 
@@ -50,8 +69,19 @@ std::vector<OpCheck> verifyFile(const ir::Module &module, const std::string &fil
 OpCheck verifyStrategies(const StrategyTable &table, const VerifyOptions &options = {},
                          const OpaqueRegistry &opaques = OpaqueRegistry::builtin());
 
+/// Value ranges tried in order for random inputs: positive first (log, sqrt), then above
+/// 1 (acosh), then negative.
+inline constexpr std::pair<double, double> kValueRanges[] = {{0.25, 1.0}, {1.25, 2.0}, {-1.0, -0.25}};
+
+/// Random inputs for `op` with values in `range`, except inputs used as indices (integers in
+/// range of the dimension or variable they index or are compared with) and matrices handed
+/// to opaque functions (a dominant diagonal, so factorisations and inverses exist).
+std::vector<Tensor> randomInputs(const InstOp &op, const Shapes &shapes, unsigned seed,
+                                 std::pair<double, double> range);
+
 /// Draws shapes consistent with `op`: variable extents in [minExtent, maxExtent] (equal for
-/// variables that index one dimension), inputs just large enough for every read.
+/// variables that index one dimension), output extents as the shape clause says where it
+/// has one, other input dimensions exactly as large as the reads need.
 Shapes randomShapes(const InstOp &op, unsigned seed, int64_t minExtent, int64_t maxExtent);
 
 } // namespace tofu

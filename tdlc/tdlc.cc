@@ -5,12 +5,14 @@
 
 #include "analysis/printer.h"
 #include "analysis/report.h"
+#include "analysis/gradcheck.h"
 #include "analysis/verify.h"
 #include "tdlc/stats.h"
 #include "analysis/sema.h"
 #include "grammar/diagnostics.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
@@ -112,7 +114,19 @@ int analyseModule(const tofu::ir::Module &module) {
   }
   int status = 0;
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  std::map<std::string, tofu::Example> examples;
+  if (verify) {
+    auto loaded = tofu::loadExamples(std::string(llvm::sys::path::parent_path(module.rootFile)));
+    if (!loaded) {
+      llvm::errs() << "tdlc: " << llvm::toString(loaded.takeError()) << "\n";
+      return 1;
+    }
+    examples = std::move(*loaded);
+  }
   for (const tofu::ir::OpDef *op : ops) {
+    const tofu::Example *example = nullptr;
+    if (auto it = examples.find(op->name); it != examples.end())
+      example = &it->second;
     // Attributes and groups given on the command line apply to the ops that have them.
     tofu::Instantiation mine;
     for (const auto &[name, value] : inst.attrs)
@@ -128,8 +142,17 @@ int analyseModule(const tofu::ir::Module &module) {
         mine.inputRanks[*i] = static_cast<unsigned>(value);
       }
     std::string defaults;
-    if (verify) // verification needs some value for everything; it says which it chose
+    if (verify) { // verification needs some value for everything; it says which it chose
+      if (example)
+        for (const auto &[name, value] : example->inst.attrs)
+          mine.attrs.emplace(name, value);
+      if (example)
+        for (const auto &[name, value] : example->inst.groups)
+          mine.groups.emplace(name, value);
+      if (example && mine.inputRanks.empty())
+        mine.inputRanks = example->inst.inputRanks;
       mine = tofu::completeForVerification(*op, std::move(mine), &defaults);
+    }
     auto table = tofu::analyzeOp(*op, mine);
     if (!table) {
       llvm::errs() << op->file << ":" << op->loc.line << ":" << op->loc.col
@@ -140,6 +163,8 @@ int analyseModule(const tofu::ir::Module &module) {
     if (verify) {
       tofu::VerifyOptions options;
       options.seed = seed;
+      if (example)
+        options.exampleShapes = &example->inputShapes;
       tofu::OpCheck check = tofu::verifyStrategies(*table, options);
       llvm::outs() << op->name << "  " << check.shapes;
       if (!defaults.empty())
@@ -160,6 +185,22 @@ int analyseModule(const tofu::ir::Module &module) {
           llvm::outs() << "  " << c.problem;
         llvm::outs() << "\n";
         ++(c.ok ? verifyPassed : verifyFailed);
+      }
+      tofu::GradCheckOptions gradOptions;
+      gradOptions.seed = seed;
+      gradOptions.example = example;
+      for (const tofu::GradCheck &g : tofu::checkGradients(*op, gradOptions)) {
+        llvm::outs() << "  " << (g.ok ? "OK  " : g.skipped ? "SKIP" : "FAIL") << "  grad "
+                     << g.input << " = " << g.call << "(...)";
+        if (g.ok)
+          llvm::outs() << llvm::format("  max err %.2g vs finite differences", g.maxError);
+        else
+          llvm::outs() << "  " << g.problem;
+        llvm::outs() << "\n";
+        if (!g.skipped)
+          ++(g.ok ? verifyPassed : verifyFailed);
+        if (!g.ok && !g.skipped)
+          status = 1;
       }
       if (!check.ok())
         status = 1;

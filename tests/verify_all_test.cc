@@ -1,11 +1,14 @@
-// Every strategy of every op in every .tdl file of the repository, checked by execution
-// (what `tdlc --verify` does), so that every op anyone adds is checked.
+// Every strategy of every op in every .tdl file of the repository, checked by execution,
+// and every grad clause against finite differences (what `tdlc --verify` does), so that
+// every op anyone adds is checked.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "analysis/sema.h"
+#include "analysis/gradcheck.h"
 #include "analysis/verify.h"
+#include "llvm/Support/Path.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
@@ -14,12 +17,24 @@ namespace {
 TEST(VerifyAll, EveryStrategyOfEveryOpReproducesTheUnpartitionedResult) {
   std::vector<std::string> files = findTdlFiles({"tests/tdl/good", "ops"});
   ASSERT_FALSE(files.empty());
-  unsigned ops = 0, strategies = 0;
+  unsigned ops = 0, strategies = 0, grads = 0;
   for (const std::string &file : files) {
     SourceManager sources;
     DiagnosticEngine diags(sources);
     auto module = loadModule(file, diags);
     ASSERT_TRUE(static_cast<bool>(module)) << file << ": " << llvm::toString(module.takeError());
+    auto examples = loadExamples(std::string(llvm::sys::path::parent_path(file)));
+    ASSERT_TRUE(static_cast<bool>(examples)) << llvm::toString(examples.takeError());
+    for (const ir::OpDef *op : module->opsInFile(file)) {
+      GradCheckOptions options;
+      if (auto it = examples->find(op->name); it != examples->end())
+        options.example = &it->second;
+      for (const GradCheck &g : checkGradients(*op, options)) {
+        ++grads;
+        EXPECT_TRUE(g.ok) << file << ": " << op->name << ": grad " << g.input << " = " << g.call
+                          << ": " << g.problem;
+      }
+    }
     for (const OpCheck &c : verifyFile(*module, file)) {
       ++ops;
       EXPECT_TRUE(c.problem.empty()) << file << ": " << c.op << ": " << c.problem;
@@ -30,8 +45,10 @@ TEST(VerifyAll, EveryStrategyOfEveryOpReproducesTheUnpartitionedResult) {
       }
     }
   }
-  std::printf("verified %u strategies of %u ops in %zu files\n", strategies, ops, files.size());
+  std::printf("verified %u strategies of %u ops in %zu files, and %u grad clauses\n", strategies,
+              ops, files.size(), grads);
   EXPECT_GE(ops, 30u);
+  EXPECT_GE(grads, 100u);
 }
 
 } // namespace

@@ -1,0 +1,206 @@
+// Finite-difference checks of backward ops.
+#include "analysis/gradcheck.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "analysis/index_eval.h"
+#include "analysis/printer.h"
+#include "analysis/verify.h"
+#include "fmt/format.h"
+
+namespace tofu {
+namespace {
+
+using llvm::cast;
+using llvm::dyn_cast;
+
+/// The instantiated forward op with concrete shapes, inputs and the output's gradient.
+struct Forward {
+  InstOp op;
+  Shapes shapes;
+  std::vector<Tensor> inputs;
+  Tensor out, dOut;
+};
+
+double lossOf(const Forward &f, const std::vector<Tensor> &inputs,
+              const OpaqueRegistry &opaques, bool &failed) {
+  std::vector<const Tensor *> ptrs;
+  for (const Tensor &t : inputs)
+    ptrs.push_back(&t);
+  auto out = evaluate(f.op, f.shapes, ptrs, fullRanges(f.shapes), opaques);
+  if (!out) {
+    llvm::consumeError(out.takeError());
+    failed = true;
+    return 0;
+  }
+  double l = 0;
+  for (int64_t k = 0; k < out->size(); ++k)
+    l += out->data[k] * f.dOut.data[k];
+  return l;
+}
+
+} // namespace
+
+std::vector<GradCheck> checkGradients(const ir::OpDef &def, const GradCheckOptions &options,
+                                      const OpaqueRegistry &opaques) {
+  std::vector<GradCheck> results;
+  if (def.grads.empty())
+    return results;
+  Instantiation inst =
+      completeForVerification(def, options.example ? options.example->inst : Instantiation{}, nullptr);
+  auto skipAll = [&](const std::string &why) {
+    for (const ir::Grad &g : def.grads) {
+      GradCheck c;
+      c.input = def.inputs[g.input].name;
+      c.call = g.call->callee->name;
+      c.skipped = true;
+      c.problem = why;
+      results.push_back(std::move(c));
+    }
+    return results;
+  };
+  auto op = instantiate(def, inst);
+  if (!op)
+    return skipAll(llvm::toString(op.takeError()));
+  Forward f;
+  f.op = std::move(*op);
+  f.shapes = randomShapes(f.op, options.seed, 2, 4);
+  std::optional<std::vector<int64_t>> outShape;
+  if (options.example) {
+    f.shapes.inputs = options.example->inputShapes; // the output follows the shape clause
+  } else {
+    outShape.emplace();
+    for (unsigned v : f.op.outputVars)
+      outShape->push_back(f.shapes.vars[v]);
+  }
+  auto shapes = concreteShapes(f.op, f.shapes.inputs, outShape);
+  if (!shapes)
+    return skipAll(llvm::toString(shapes.takeError()));
+  f.shapes = std::move(*shapes);
+
+  // Inputs: the first value range where the forward op is finite, as verification does.
+  bool finite = false;
+  for (const auto &range : kValueRanges) {
+    std::vector<Tensor> inputs = randomInputs(f.op, f.shapes, options.seed, range);
+    std::vector<const Tensor *> ptrs;
+    for (const Tensor &t : inputs)
+      ptrs.push_back(&t);
+    auto out = evaluate(f.op, f.shapes, ptrs, fullRanges(f.shapes), opaques);
+    if (!out) {
+      llvm::consumeError(out.takeError());
+      continue;
+    }
+    if (std::all_of(out->data.begin(), out->data.end(), [](double v) { return std::isfinite(v); })) {
+      f.inputs = std::move(inputs);
+      f.out = std::move(*out);
+      finite = true;
+      break;
+    }
+  }
+  if (!finite)
+    return skipAll("the forward op is not finite on random inputs");
+  f.dOut = Tensor(f.out.shape);
+  std::mt19937 rng(options.seed + 1);
+  std::uniform_real_distribution<double> unit(-1, 1);
+  for (double &x : f.dOut.data)
+    x = unit(rng);
+
+  std::vector<int64_t> attrValues;
+  for (const auto &[name, value] : f.op.attrs)
+    attrValues.push_back(value);
+
+  for (const ir::Grad &g : def.grads) {
+    GradCheck c;
+    c.input = def.inputs[g.input].name;
+    c.call = g.call->callee->name;
+    const ir::OpCall &call = *g.call;
+    // The backward op's attributes, evaluated in the forward op's terms.
+    Instantiation calleeInst;
+    PointDomain d;
+    d.shapes = &f.shapes.inputs;
+    d.attrs = &attrValues;
+    bool ok = true;
+    for (const ir::AttrBinding &a : call.attrs) {
+      auto v = evalIndex(*a.value, d);
+      if (!v) {
+        ok = false;
+        break;
+      }
+      calleeInst.attrs[call.callee->attrs[a.attr].name] = *v;
+    }
+    for (const ir::GroupBinding &gb : call.groups)
+      calleeInst.groups[call.callee->vars[gb.var].name] = gb.length;
+    std::vector<const Tensor *> args;
+    std::vector<std::vector<int64_t>> argShapes;
+    for (const ir::ExprPtr &arg : call.args) {
+      const auto *t = dyn_cast<ir::TensorRef>(arg.get());
+      if (!t) {
+        ok = false;
+        break;
+      }
+      const Tensor *x = t->source == ir::TensorRef::Source::Input ? &f.inputs[t->input]
+                        : t->source == ir::TensorRef::Source::Out ? &f.out
+                                                                  : &f.dOut;
+      args.push_back(x);
+      argShapes.push_back(x->shape);
+      calleeInst.inputRanks.push_back(static_cast<unsigned>(x->shape.size()));
+    }
+    if (!ok) {
+      c.skipped = true;
+      c.problem = "the clause passes slices, nested calls or non-constant attributes";
+      results.push_back(std::move(c));
+      continue;
+    }
+    auto grad = instantiate(*call.callee, calleeInst);
+    if (!grad) {
+      c.problem = "the backward op does not instantiate: " + llvm::toString(grad.takeError());
+      results.push_back(std::move(c));
+      continue;
+    }
+    auto gshapes = concreteShapes(*grad, argShapes, f.inputs[g.input].shape);
+    if (!gshapes) {
+      c.problem = "the backward op's shapes: " + llvm::toString(gshapes.takeError());
+      results.push_back(std::move(c));
+      continue;
+    }
+    auto analytic = evaluate(*grad, *gshapes, args, fullRanges(*gshapes), opaques);
+    if (!analytic) {
+      c.problem = llvm::toString(analytic.takeError());
+      results.push_back(std::move(c));
+      continue;
+    }
+    if (analytic->shape != f.inputs[g.input].shape) {
+      c.problem = "the backward op's result does not have the input's shape";
+      results.push_back(std::move(c));
+      continue;
+    }
+    // Central differences at up to maxElements elements spread over the input.
+    int64_t n = f.inputs[g.input].size();
+    int64_t stride = std::max<int64_t>(1, n / options.maxElements);
+    bool failed = false;
+    for (int64_t k = 0; k < n && !failed; k += stride) {
+      std::vector<Tensor> plus = f.inputs, minus = f.inputs;
+      double x = f.inputs[g.input].data[k];
+      double h = 1e-5 * std::max(1.0, std::fabs(x));
+      plus[g.input].data[k] = x + h;
+      minus[g.input].data[k] = x - h;
+      double numeric =
+          (lossOf(f, plus, opaques, failed) - lossOf(f, minus, opaques, failed)) / (2 * h);
+      double err = std::fabs(numeric - analytic->data[k]) / std::max(1.0, std::fabs(numeric));
+      if (std::isnan(err))
+        err = INFINITY;
+      c.maxError = std::max(c.maxError, err);
+    }
+    if (failed)
+      c.problem = "the forward op failed on perturbed inputs";
+    else if (c.maxError > options.tolerance)
+      c.problem = fmt::format("analytic and numeric gradients differ by {:.3g}", c.maxError);
+    c.ok = c.problem.empty();
+    results.push_back(std::move(c));
+  }
+  return results;
+}
+
+} // namespace tofu
