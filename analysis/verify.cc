@@ -322,6 +322,12 @@ std::vector<Tensor> randomInputs(const InstOp &op, const Shapes &shapes, unsigne
   std::mt19937 rng(seed);
   auto indices = indexInputs(op, shapes);
   comparedWithIndices(op, shapes, indices);
+  // select(c[...], a, b): c holds booleans, integers in [0, 2).
+  ir::walk(*op.body, [&](const ir::Expr &e) {
+    if (const auto *a = dyn_cast<ir::Apply>(&e); a && a->fn == ir::Builtin::Select)
+      if (const auto *r = dyn_cast<ir::Read>(a->args[0].get()); r && !indices.count(r->input))
+        indices[r->input] = 2;
+  });
   auto matrices = matrixInputs(op);
   std::vector<Tensor> inputs;
   for (unsigned i = 0; i < op.inputs.size(); ++i)

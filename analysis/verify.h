@@ -70,12 +70,14 @@ OpCheck verifyStrategies(const StrategyTable &table, const VerifyOptions &option
                          const OpaqueRegistry &opaques = OpaqueRegistry::builtin());
 
 /// Value ranges tried in order for random inputs: positive first (log, sqrt), then above
-/// 1 (acosh), then negative.
-inline constexpr std::pair<double, double> kValueRanges[] = {{0.25, 1.0}, {1.25, 2.0}, {-1.0, -0.25}};
+/// 1 (acosh), then negative, then both signs.
+inline constexpr std::pair<double, double> kValueRanges[] = {
+    {0.25, 1.0}, {1.25, 2.0}, {-1.0, -0.25}, {-1.0, 1.0}};
 
 /// Random inputs for `op` with values in `range`, except inputs used as indices (integers in
-/// range of the dimension or variable they index or are compared with) and matrices handed
-/// to opaque functions (a dominant diagonal, so factorisations and inverses exist).
+/// range of the dimension or variable they index or are compared with), inputs read directly
+/// as a select's condition (0 or 1) and matrices handed to opaque functions (a dominant
+/// diagonal, so factorisations and inverses exist).
 std::vector<Tensor> randomInputs(const InstOp &op, const Shapes &shapes, unsigned seed,
                                  std::pair<double, double> range);
 
