@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The main job, for now: build tdlc, check and verify (by execution) every op of the
-# repository's example .tdl files, and print the partition strategies of the TDL.md
-# examples. (Planning a real model comes with the search stage; this script will then run
+# The main job, for now: build tdlc, check and verify (by execution: strategies and
+# gradients) every op of the operator library and the examples, print the library's
+# statistics and the partition strategies of the TDL.md examples. (Planning a real model comes with the search stage; this script will then run
 # tofu-plan.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,10 @@ files=$(find tests/tdl/good ops -name '*.tdl' | sort)
 "$tdlc" --check $files
 echo "tdlc --check: $(echo "$files" | wc -l) files OK"
 for f in $files; do "$tdlc" --verify "$f"; done | grep -E '^verify:' \
-  | awk '{p += $2; f += $4} END {printf "tdlc --verify: %d strategies passed, %d failed\n", p, f; exit f > 0}'
+  | awk '{p += $2; f += $4} END {printf "tdlc --verify: %d checks passed (strategies and gradients), %d failed\n", p, f; exit f > 0}'
+echo
+echo "== tdlc --stats ops"
+"$tdlc" --stats ops
 echo
 echo "== tdlc --strategies tests/tdl/good/tdl_md_examples.tdl"
 "$tdlc" --strategies tests/tdl/good/tdl_md_examples.tdl
