@@ -100,12 +100,11 @@ std::vector<GradCheck> checkOnRange(const ir::OpDef &def, const Forward &base,
     }
     for (const ir::GroupBinding &gb : call.groups)
       calleeInst.groups[call.callee->vars[gb.var].name] = gb.length;
-    // The called op's groups take the lengths of the forward op's groups of the same name
-    // unless the clause gives them (a reduction's gradient splits its rank the same way).
+    // Where the called op's group lengths are not determined by its arguments' ranks, its
+    // groups take the lengths of the forward op's groups of the same name (a reduction's
+    // gradient splits its rank the way the reduction did).
     for (const auto &[name, len] : f.op->groups)
-      for (const ir::IndexVar &v : call.callee->vars)
-        if (v.isGroup && v.name == name)
-          calleeInst.groups.emplace(name, len);
+      calleeInst.groupHints.emplace(name, len);
     std::vector<const Tensor *> args;
     std::vector<std::vector<int64_t>> argShapes;
     for (const ir::ExprPtr &arg : call.args) {

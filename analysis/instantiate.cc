@@ -41,6 +41,7 @@ struct Frame {
   const ir::OpDef *op = nullptr;
   std::vector<int64_t> attrs;
   std::map<unsigned, int64_t> groupLen;
+  std::map<unsigned, int64_t> groupHints; ///< lengths to use instead of the default
   std::map<unsigned, std::vector<ir::ExprPtr>> vars; ///< var id -> its expressions
   std::vector<Binding> inputs;
 };
@@ -200,11 +201,12 @@ bool Instantiator::inferGroups(Frame &f, const std::vector<std::optional<unsigne
       progress |= solve(op.outputRank(), *outRank);
     if (progress)
       continue;
-    // Nothing more follows: give the first unknown group the default length.
+    // Nothing more follows: give the first unknown group its hint, or the default length.
     bool defaulted = false;
     for (unsigned v = 0; v < op.vars.size() && !defaulted; ++v)
       if (op.vars[v].isGroup && !f.groupLen.count(v)) {
-        f.groupLen[v] = 1;
+        auto hint = f.groupHints.find(v);
+        f.groupLen[v] = hint != f.groupHints.end() ? hint->second : 1;
         defaulted = true;
       }
     if (!defaulted)
@@ -261,6 +263,10 @@ llvm::Error Instantiator::run(const ir::OpDef &op, const Instantiation &in) {
                               name, len));
     root.groupLen[*var] = len;
   }
+  for (const auto &[name, len] : in.groupHints)
+    for (unsigned v = 0; v < op.vars.size(); ++v)
+      if (op.vars[v].isGroup && op.vars[v].name == name)
+        root.groupHints[v] = len;
   if (!in.inputRanks.empty() && in.inputRanks.size() != op.inputs.size())
     return fail(fmt::format("op '{}' takes {} inputs but {} ranks were given", op.name,
                             op.inputs.size(), in.inputRanks.size()));

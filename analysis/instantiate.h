@@ -19,6 +19,9 @@ namespace tofu {
 struct Instantiation {
   std::map<std::string, int64_t> attrs;
   std::map<std::string, int64_t> groups;
+  /// Lengths for groups that nothing else determines (instead of the default 1). A grad
+  /// clause's op gets the forward op's lengths of same-named groups this way.
+  std::map<std::string, int64_t> groupHints;
   /// The rank of each actual input, when known (a graph knows them); empty otherwise.
   std::vector<std::optional<unsigned>> inputRanks;
 };
