@@ -440,6 +440,15 @@ std::vector<Box> inputRegions(const InstOp &op, const Shapes &shapes,
   return out;
 }
 
+std::optional<std::pair<int64_t, int64_t>> indexValueRange(const ir::Expr &e, const Shapes &shapes,
+                                                          const std::vector<Range> &ranges) {
+  ConcreteDomain d(shapes, ranges);
+  auto iv = evalIndex(e, d);
+  if (!iv)
+    return std::nullopt;
+  return std::make_pair(iv->lo, iv->hi);
+}
+
 WorkerCost workerCost(const InstOp &op, const Shapes &shapes, const std::vector<Range> &ranges,
                       unsigned dtypeBytes) {
   WorkerCost c;

@@ -96,6 +96,11 @@ Range partOf(int64_t extent, unsigned parts, unsigned w);
 std::vector<Box> inputRegions(const InstOp &op, const Shapes &shapes,
                               const std::vector<Range> &ranges);
 
+/// The closed range of values an index expression takes when the variables range over
+/// `ranges` (none when it is not affine).
+std::optional<std::pair<int64_t, int64_t>> indexValueRange(const ir::Expr &e, const Shapes &shapes,
+                                                          const std::vector<Range> &ranges);
+
 /// The numbers the search's cost model is built on, for one worker.
 struct WorkerCost {
   std::vector<int64_t> inputBytes; ///< per input, the bytes of its region

@@ -18,6 +18,7 @@ namespace {
 
 using llvm::cast;
 using llvm::dyn_cast;
+using llvm::isa;
 
 /// The variable a coordinate is exactly (no offset), if any.
 std::optional<unsigned> exactVar(const ir::Coord &c) {
@@ -50,21 +51,26 @@ std::map<unsigned, int64_t> indexInputs(const InstOp &op, const Shapes &shapes) 
   return out;
 }
 
-/// Inputs compared for equality with an index variable (`c == labels[n]`) hold indices of
-/// that variable's range.
+/// Inputs compared for equality with an index expression (`c == labels[n]`,
+/// `idx[...] == (n * C + c) * W + w`) hold integers in that expression's range.
 void comparedWithIndices(const InstOp &op, const Shapes &shapes, std::map<unsigned, int64_t> &out) {
+  std::vector<Range> full = fullRanges(shapes);
   ir::walk(*op.body, [&](const ir::Expr &e) {
     const auto *b = dyn_cast<ir::Binary>(&e);
     if (!b || (b->op != ast::BinaryOp::Eq && b->op != ast::BinaryOp::Ne))
       return;
     for (auto [x, y] : {std::pair{b->lhs.get(), b->rhs.get()}, std::pair{b->rhs.get(), b->lhs.get()}}) {
-      const auto *v = dyn_cast<ir::VarRef>(x);
       const auto *r = dyn_cast<ir::Read>(y);
-      if (!v || !r)
+      bool hasVar = false;
+      ir::walk(*x, [&](const ir::Expr &s) { hasVar |= isa<ir::VarRef>(s); });
+      if (!r || !hasVar)
         continue;
-      int64_t extent = shapes.vars[v->var];
+      auto range = indexValueRange(*x, shapes, full);
+      if (!range || range->second < 0)
+        continue;
+      int64_t bound = range->second + 1;
       auto it = out.find(r->input);
-      out[r->input] = it == out.end() ? extent : std::min(it->second, extent);
+      out[r->input] = it == out.end() ? bound : std::min(it->second, bound);
     }
   });
 }
@@ -370,9 +376,21 @@ Shapes randomShapes(const InstOp &op, unsigned seed, int64_t minExtent, int64_t 
     for (unsigned k = 0; k < op.outputVars.size() && k < op.shape->size(); ++k)
       if (auto c = evalConstant(*(*op.shape)[k], nullptr); c && *c > 0)
         s.vars[op.outputVars[k]] = *c;
-  // Propagate equalities to a fixpoint (a variable and a dimension are one class).
+  // Propagate equalities to a fixpoint (a variable and a dimension are one class; the two
+  // dimensions of a matrix handed to an opaque function are one class too).
+  auto matrices = matrixInputs(op);
   for (bool changed = true; changed;) {
     changed = false;
+    for (const auto &[input, dims] : matrices) {
+      auto a = dimExtent.find({input, dims.first}), b = dimExtent.find({input, dims.second});
+      if (a != dimExtent.end() && b == dimExtent.end()) {
+        dimExtent[{input, dims.second}] = a->second;
+        changed = true;
+      } else if (b != dimExtent.end() && a == dimExtent.end()) {
+        dimExtent[{input, dims.first}] = b->second;
+        changed = true;
+      }
+    }
     visitExact([&](unsigned v, unsigned input, unsigned d) {
       auto key = std::make_pair(input, d);
       auto it = dimExtent.find(key);
@@ -412,7 +430,7 @@ Shapes randomShapes(const InstOp &op, unsigned seed, int64_t minExtent, int64_t 
     return inputRegions(op, big, fullRanges(sh));
   };
   // Matrices handed to opaque functions are square.
-  for (const auto &[input, dims] : matrixInputs(op)) {
+  for (const auto &[input, dims] : matrices) {
     auto [a, b] = dims;
     if (!dimExtent.count({input, b}))
       s.inputs[input][b] = s.inputs[input][a];
