@@ -41,21 +41,25 @@ double lossOf(const Forward &f, const std::vector<Tensor> &inputs,
   return l;
 }
 
+/// Every clause of `def`, not checked, for the same reason.
+std::vector<GradCheck> skippedAll(const ir::OpDef &def, const std::string &why) {
+  std::vector<GradCheck> out;
+  for (const ir::Grad &g : def.grads) {
+    GradCheck c;
+    c.input = def.inputs[g.input].name;
+    c.call = g.call->callee->name;
+    c.skipped = true;
+    c.problem = why;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 std::vector<GradCheck> checkOnRange(const ir::OpDef &def, const Forward &base,
                                     std::pair<double, double> range,
                                     const GradCheckOptions &options, const OpaqueRegistry &opaques) {
   std::vector<GradCheck> results;
-  auto skipAll = [&](const std::string &why) {
-    for (const ir::Grad &g : def.grads) {
-      GradCheck c;
-      c.input = def.inputs[g.input].name;
-      c.call = g.call->callee->name;
-      c.skipped = true;
-      c.problem = why;
-      results.push_back(std::move(c));
-    }
-    return results;
-  };
+  auto skipAll = [&](const std::string &why) { return skippedAll(def, why); };
   Forward f = base;
   f.inputs = randomInputs(*f.op, f.shapes, options.seed, range);
   {
@@ -194,17 +198,7 @@ std::vector<GradCheck> checkGradients(const ir::OpDef &def, const GradCheckOptio
     return results;
   Instantiation inst =
       completeForVerification(def, options.example ? options.example->inst : Instantiation{}, nullptr);
-  auto skipAll = [&](const std::string &why) {
-    for (const ir::Grad &g : def.grads) {
-      GradCheck c;
-      c.input = def.inputs[g.input].name;
-      c.call = g.call->callee->name;
-      c.skipped = true;
-      c.problem = why;
-      results.push_back(std::move(c));
-    }
-    return results;
-  };
+  auto skipAll = [&](const std::string &why) { return skippedAll(def, why); };
   auto op = instantiate(def, inst);
   if (!op)
     return skipAll(llvm::toString(op.takeError()));
