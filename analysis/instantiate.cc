@@ -324,12 +324,15 @@ llvm::Error Instantiator::run(const ir::OpDef &op, const Instantiation &in) {
     for (const ir::ShapeDim &d : *op.shape) {
       if (!d.isGroup && !d.isVar) {
         dims.push_back(inst(*d.expr, root));
+        out_.shapeNamesVar.push_back(false);
         if (!dims.back())
           return fail(error_);
         continue;
       }
-      for (const ir::ExprPtr &e : root.vars[d.var])
+      for (const ir::ExprPtr &e : root.vars[d.var]) {
         dims.push_back(cloneExpr(*e)); // resolved to extents below
+        out_.shapeNamesVar.push_back(true);
+      }
     }
     out_.shape = std::move(dims);
   }

@@ -58,6 +58,8 @@ struct InstOp {
   /// The output-shape clause, when the op has one: per output dimension an expression
   /// over Const and ExtentRef (input extents).
   std::optional<std::vector<ir::ExprPtr>> shape;
+  /// Per shape entry: it named an output variable (`*g` or `v`) rather than a dimension.
+  std::vector<bool> shapeNamesVar;
 
   /// Every input is read exactly at the output coordinates, in order.
   bool isElementwise() const;

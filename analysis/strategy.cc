@@ -409,6 +409,61 @@ llvm::Expected<Shapes> concreteShapes(const InstOp &op,
       return fail(fmt::format("op '{}': output coordinate '{}' has extent {}", op.name,
                               var.name, s.vars[v]));
   }
+  // An input dimension that every read addresses with exactly one variable is that
+  // variable's axis: its size must be the variable's extent, where the extent comes from
+  // the inputs: a reduction variable's, and an output coordinate's when the shape clause
+  // sizes it by the variable (`*i`, `v`) rather than by one tensor's dimension or an
+  // attribute (an LSTM cell reads a prefix of its gates, a concatenation reads its first
+  // operand past its end, by design). Dimensions also addressed with offsets are left alone.
+  std::vector<bool> fromInputs(op.vars.size(), false);
+  for (unsigned v = 0; v < op.vars.size(); ++v)
+    fromInputs[v] = op.vars[v].role == ir::IndexVar::Role::Reduction && !op.vars[v].fixedExtent &&
+                    op.vars[v].extentDim;
+  for (unsigned k = 0; k < op.outputVars.size(); ++k) {
+    const InstVar &var = op.vars[op.outputVars[k]];
+    bool clauseNamesVar = k < op.shapeNamesVar.size() && op.shapeNamesVar[k];
+    fromInputs[op.outputVars[k]] = var.extentDim && (!op.shape || clauseNamesVar);
+  }
+  constexpr int kMixed = -1, kUnseen = -2;
+  std::map<std::pair<unsigned, unsigned>, int> axisOf; // (input, dim) -> var, or kMixed
+  ir::walk(*op.body, [&](const ir::Expr &e) {
+    const auto *read = dyn_cast<ir::Read>(&e);
+    if (!read)
+      return;
+    for (unsigned d = 0; d < read->coords.size(); ++d) {
+      const ir::Coord &c = read->coords[d];
+      const auto *ref = c.kind == ir::Coord::Kind::Affine ? dyn_cast<ir::VarRef>(c.expr.get()) : nullptr;
+      auto [it, fresh] = axisOf.emplace(std::make_pair(read->input, d), kUnseen);
+      int want = ref ? static_cast<int>(ref->var) : kMixed;
+      it->second = (fresh || it->second == want) ? want : kMixed;
+    }
+  });
+  std::map<unsigned, std::pair<unsigned, unsigned>> firstAxis; // var -> (input, dim)
+  for (const auto &[key, v] : axisOf) {
+    if (v < 0 || !fromInputs[v])
+      continue;
+    auto [input, dim] = key;
+    auto [first, fresh] = firstAxis.emplace(v, key);
+    int64_t extent = inputShapes[input][dim];
+    auto [fi, fd] = first->second;
+    if (extent != s.vars[v] || extent != inputShapes[fi][fd]) {
+      const InstVar &var = op.vars[v];
+      if (fresh) { // the variable's extent came from elsewhere (the output shape)
+        fi = input;
+        fd = dim;
+      }
+      return fail(fmt::format(
+          "op '{}': {} '{}' indexes dimension {} of '{}' ({}) and dimension {} of '{}' ({}), "
+          "which differ",
+          op.name,
+          var.role == ir::IndexVar::Role::Reduction ? "reduction variable" : "output coordinate",
+          var.name, fd, op.inputs[fi].name, fresh ? s.vars[v] : inputShapes[fi][fd], dim,
+          op.inputs[input].name, extent));
+    }
+  }
+  std::string mismatch;
+  if (!mismatch.empty())
+    return fail(mismatch);
   return s;
 }
 

@@ -1,0 +1,82 @@
+// The dataflow graph IR: tensors with shapes and roles, nodes that instantiate library ops.
+#ifndef TOFU_GRAPH_GRAPH_H
+#define TOFU_GRAPH_GRAPH_H
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/library.h"
+#include "llvm/Support/Error.h"
+
+namespace tofu {
+
+/// What a tensor is for; the search groups and the memory accounting use it.
+enum class TensorRole { Input, Weight, Activation, Gradient, OptimizerState };
+const char *roleName(TensorRole r);
+std::optional<TensorRole> parseRole(const std::string &s);
+
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> shape; ///< empty for a scalar; unknown shapes are inferred
+  bool shapeKnown = false;
+  std::string dtype = "float32";
+  TensorRole role = TensorRole::Activation;
+
+  int64_t elements() const;
+  int64_t bytes() const; ///< elements times the dtype's size
+};
+
+/// One op instantiation: `output = op<attrs>{groups}(inputs)`.
+struct Node {
+  std::string name;
+  std::string op;
+  std::map<std::string, int64_t> attrs;
+  std::map<std::string, int64_t> groups;
+  std::vector<std::string> inputs;
+  std::string output;
+};
+
+/// A dataflow graph. Tensors and nodes are referred to by name; `checkGraph` validates it.
+class Graph {
+public:
+  /// Adds a tensor; an existing name is an error.
+  llvm::Error addTensor(TensorInfo t);
+  /// Adds a node; its output tensor is created (as an activation) if it does not exist.
+  llvm::Error addNode(Node n);
+
+  const std::vector<TensorInfo> &tensors() const { return tensors_; }
+  const std::vector<Node> &nodes() const { return nodes_; }
+  std::vector<std::string> outputs;
+
+  const TensorInfo *tensor(const std::string &name) const;
+  TensorInfo *tensor(const std::string &name);
+  /// The node producing `tensor`, or null for graph inputs and weights.
+  const Node *producer(const std::string &tensor) const;
+
+  /// Node indices in a topological order; an error names a node on a cycle.
+  llvm::Expected<std::vector<unsigned>> topologicalOrder() const;
+
+private:
+  std::vector<TensorInfo> tensors_;
+  std::vector<Node> nodes_;
+  std::map<std::string, unsigned> tensorIndex_, producerIndex_, nodeIndex_;
+};
+
+/// Validates `g` against `lib` and infers every shape it can: each node's op exists, its
+/// attributes and groups are the op's, its inputs exist with ranks the op accepts, and its
+/// output shape follows from the op's shape clause (and agrees with a declared one). No
+/// cycles; every tensor is produced once or is an input/weight; outputs exist. Errors name
+/// the node.
+llvm::Error checkGraph(Graph &g, const OpLibrary &lib);
+
+/// Reads the JSON form of DESIGN.md: {"tensors": [...], "nodes": [...], "outputs": [...]}.
+llvm::Expected<Graph> graphFromJson(const std::string &text);
+/// Writes it.
+std::string graphToJson(const Graph &g);
+
+} // namespace tofu
+
+#endif // TOFU_GRAPH_GRAPH_H

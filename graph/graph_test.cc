@@ -1,0 +1,157 @@
+// Graph IR: shape inference from the library's shape clauses, JSON, and precise errors.
+#include "graph/graph.h"
+
+#include "gtest/gtest.h"
+
+namespace tofu {
+namespace {
+
+const OpLibrary &library() {
+  static SourceManager sources;
+  static DiagnosticEngine diags(sources);
+  static OpLibrary lib = [] {
+    auto l = OpLibrary::load("ops", diags);
+    if (!l) {
+      ADD_FAILURE() << llvm::toString(l.takeError());
+      std::abort();
+    }
+    return std::move(*l);
+  }();
+  return lib;
+}
+
+TensorInfo tensor(const std::string &name, std::vector<int64_t> shape, TensorRole role) {
+  TensorInfo t;
+  t.name = name;
+  t.shape = std::move(shape);
+  t.shapeKnown = true;
+  t.role = role;
+  return t;
+}
+
+Node node(std::string name, std::string op, std::vector<std::string> inputs, std::string output,
+          std::map<std::string, int64_t> attrs = {}) {
+  Node n;
+  n.name = std::move(name);
+  n.op = std::move(op);
+  n.inputs = std::move(inputs);
+  n.output = std::move(output);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+/// x[8, 32] -> MatMul W1[32, 64] + b1 -> Relu -> MatMul W2[64, 10] + b2 -> softmax CE.
+Graph mlp() {
+  Graph g;
+  auto ok = [](llvm::Error e) { EXPECT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e)); };
+  ok(g.addTensor(tensor("x", {8, 32}, TensorRole::Input)));
+  ok(g.addTensor(tensor("labels", {8}, TensorRole::Input)));
+  ok(g.addTensor(tensor("W1", {32, 64}, TensorRole::Weight)));
+  ok(g.addTensor(tensor("b1", {64}, TensorRole::Weight)));
+  ok(g.addTensor(tensor("W2", {64, 10}, TensorRole::Weight)));
+  ok(g.addTensor(tensor("b2", {10}, TensorRole::Weight)));
+  ok(g.addNode(node("fc1", "MatMul", {"x", "W1"}, "h1")));
+  ok(g.addNode(node("bias1", "AddBcast", {"h1", "b1"}, "a1")));
+  ok(g.addNode(node("relu1", "Relu", {"a1"}, "r1")));
+  ok(g.addNode(node("fc2", "MatMul", {"r1", "W2"}, "h2")));
+  ok(g.addNode(node("bias2", "AddBcast", {"h2", "b2"}, "logits")));
+  ok(g.addNode(node("loss", "softmax_cross_entropy", {"logits", "labels"}, "L")));
+  g.outputs = {"L"};
+  return g;
+}
+
+TEST(Graph, ShapesAreInferredFromTheShapeClauses) {
+  Graph g = mlp();
+  ASSERT_FALSE(static_cast<bool>(checkGraph(g, library())));
+  EXPECT_EQ(g.tensor("h1")->shape, (std::vector<int64_t>{8, 64}));
+  EXPECT_EQ(g.tensor("r1")->shape, (std::vector<int64_t>{8, 64}));
+  EXPECT_EQ(g.tensor("logits")->shape, (std::vector<int64_t>{8, 10}));
+  EXPECT_EQ(g.tensor("L")->shape, std::vector<int64_t>{});
+  EXPECT_EQ(g.tensor("W1")->bytes(), 32 * 64 * 4);
+}
+
+TEST(Graph, JsonRoundTrip) {
+  Graph g = mlp();
+  ASSERT_FALSE(static_cast<bool>(checkGraph(g, library())));
+  std::string text = graphToJson(g);
+  auto back = graphFromJson(text);
+  ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(graphToJson(*back), text);
+  EXPECT_EQ(back->nodes().size(), 6u);
+  EXPECT_EQ(back->tensor("b2")->role, TensorRole::Weight);
+}
+
+std::string errorOf(Graph g) {
+  llvm::Error e = checkGraph(g, library());
+  return e ? llvm::toString(std::move(e)) : "no error";
+}
+
+TEST(Graph, BadGraphsGetErrorsNamingTheNode) {
+  {
+    Graph g = mlp();
+    Graph h;
+    for (const TensorInfo &t : g.tensors())
+      if (!g.producer(t.name))
+        ASSERT_FALSE(static_cast<bool>(h.addTensor(t)));
+    ASSERT_FALSE(static_cast<bool>(h.addNode(node("f", "Frobnicate", {"x"}, "y"))));
+    EXPECT_EQ(errorOf(std::move(h)), "node 'f' (op Frobnicate): unknown op 'Frobnicate'");
+  }
+  {
+    Graph g;
+    ASSERT_FALSE(static_cast<bool>(g.addTensor(tensor("x", {8, 32}, TensorRole::Input))));
+    ASSERT_FALSE(static_cast<bool>(g.addTensor(tensor("w", {31, 4}, TensorRole::Weight))));
+    ASSERT_FALSE(static_cast<bool>(g.addNode(node("mm", "MatMul", {"x", "w"}, "y"))));
+    EXPECT_EQ(errorOf(std::move(g)),
+              "node 'mm' (op MatMul): op 'MatMul': reduction variable 'k' indexes dimension 1 "
+              "of 'A' (32) and dimension 0 of 'B' (31), which differ");
+  }
+  {
+    Graph g;
+    ASSERT_FALSE(static_cast<bool>(g.addTensor(tensor("x", {8}, TensorRole::Input))));
+    ASSERT_FALSE(static_cast<bool>(g.addNode(node("a", "Relu", {"y"}, "z"))));
+    ASSERT_FALSE(static_cast<bool>(g.addNode(node("b", "Relu", {"z"}, "y"))));
+    EXPECT_EQ(errorOf(std::move(g)), "node 'a' is on a cycle");
+  }
+  {
+    Graph g;
+    ASSERT_FALSE(static_cast<bool>(g.addTensor(tensor("x", {8}, TensorRole::Activation))));
+    EXPECT_EQ(errorOf(std::move(g)), "tensor 'x' (activation) is produced by no node");
+  }
+  {
+    Graph g;
+    ASSERT_FALSE(static_cast<bool>(g.addTensor(tensor("x", {8, 3}, TensorRole::Input))));
+    ASSERT_FALSE(static_cast<bool>(g.addTensor(tensor("y", {8, 4}, TensorRole::Activation))));
+    ASSERT_FALSE(static_cast<bool>(g.addNode(node("r", "Relu", {"x"}, "y"))));
+    EXPECT_EQ(errorOf(std::move(g)),
+              "node 'r' (op Relu): output 'y' is declared [8, 4] but the op's shape clause "
+              "gives [8, 3]");
+  }
+  {
+    Graph g;
+    ASSERT_FALSE(static_cast<bool>(g.addTensor(tensor("x", {8, 3}, TensorRole::Input))));
+    ASSERT_FALSE(static_cast<bool>(g.addNode(node("r", "Relu", {"x", "x"}, "y"))));
+    EXPECT_EQ(errorOf(std::move(g)), "node 'r' (op Relu): op Relu takes 1 inputs but the node gives 2");
+  }
+  {
+    Graph g;
+    ASSERT_FALSE(static_cast<bool>(g.addTensor(tensor("a", {8, 3}, TensorRole::Input))));
+    ASSERT_FALSE(static_cast<bool>(g.addTensor(tensor("b", {8, 4}, TensorRole::Input))));
+    ASSERT_FALSE(static_cast<bool>(g.addNode(node("add", "Add", {"a", "b"}, "c"))));
+    EXPECT_EQ(errorOf(std::move(g)),
+              "node 'add' (op Add): op 'Add': output coordinate 'i1' indexes dimension 1 of 'a' "
+              "(3) and dimension 1 of 'b' (4), which differ");
+  }
+}
+
+TEST(Graph, MalformedJsonIsAnError) {
+  for (const char *text : {"{", "[1, 2]", "{\"tensors\": [{\"shape\": [1]}]}",
+                           "{\"tensors\": [{\"name\": \"x\", \"role\": \"banana\"}]}",
+                           "{\"nodes\": [{\"name\": \"n\", \"op\": \"Relu\"}]}"}) {
+    auto g = graphFromJson(text);
+    ASSERT_FALSE(static_cast<bool>(g)) << text;
+    EXPECT_EQ(llvm::toString(g.takeError()).rfind("graph JSON: ", 0), 0u) << text;
+  }
+}
+
+} // namespace
+} // namespace tofu
