@@ -160,6 +160,8 @@ llvm::Error checkGraph(Graph &g, const OpLibrary &lib) {
                               roleName(t.role), p->name));
     if (!p && !t.shapeKnown)
       return fail(fmt::format("tensor '{}' ({}) needs a shape", t.name, roleName(t.role)));
+    if (p && t.shapeKnown && t.role == TensorRole::Gradient)
+      continue; // a gradient declares its input's shape; the producer's inference checks it
   }
   for (const std::string &o : g.outputs)
     if (!g.tensor(o))
@@ -233,6 +235,7 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
         info.shapeKnown = true;
       }
       info.dtype = t.value("dtype", std::string("float32"));
+      info.group = t.value("group", std::string());
       std::string role = t.value("role", std::string("activation"));
       auto r = parseRole(role);
       if (!r)
@@ -245,6 +248,7 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
       Node n;
       n.name = jn.at("name").get<std::string>();
       n.op = jn.at("op").get<std::string>();
+      n.group = jn.value("group", std::string());
       json attrs = jn.value("attrs", json::object());
       for (auto it = attrs.begin(); it != attrs.end(); ++it)
         n.attrs[it.key()] = it.value().get<int64_t>();
@@ -274,6 +278,8 @@ std::string graphToJson(const Graph &g) {
       jt["shape"] = t.shape;
     jt["dtype"] = t.dtype;
     jt["role"] = roleName(t.role);
+    if (!t.group.empty())
+      jt["group"] = t.group;
     tensors.push_back(jt);
   }
   json nodes = json::array();
@@ -281,6 +287,8 @@ std::string graphToJson(const Graph &g) {
     json jn;
     jn["name"] = n.name;
     jn["op"] = n.op;
+    if (!n.group.empty())
+      jn["group"] = n.group;
     jn["attrs"] = json::object();
     for (const auto &[k, v] : n.attrs)
       jn["attrs"][k] = v;

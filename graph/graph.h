@@ -20,6 +20,8 @@ std::optional<TensorRole> parseRole(const std::string &s);
 
 struct TensorInfo {
   std::string name;
+  /// The group the search coarsens by: a tensor with its gradient (and gradient sum).
+  std::string group;
   std::vector<int64_t> shape; ///< empty for a scalar; unknown shapes are inferred
   bool shapeKnown = false;
   std::string dtype = "float32";
@@ -32,6 +34,9 @@ struct TensorInfo {
 /// One op instantiation: `output = op<attrs>{groups}(inputs)`.
 struct Node {
   std::string name;
+  /// The group the search coarsens by: a forward op with its backward ops, a gradient sum
+  /// with its tensor, an unrolled timestep with its cell.
+  std::string group;
   std::string op;
   std::map<std::string, int64_t> attrs;
   std::map<std::string, int64_t> groups;
@@ -71,6 +76,18 @@ private:
 /// cycles; every tensor is produced once or is an input/weight; outputs exist. Errors name
 /// the node.
 llvm::Error checkGraph(Graph &g, const OpLibrary &lib);
+
+/// How the training graph updates weights.
+enum class Optimizer { SGD, Adam };
+
+/// Builds a training graph from a checked forward graph and its scalar loss: backward
+/// nodes from the ops' grad clauses (in reverse topological order; a gradient with several
+/// contributions is summed, the sum in that tensor's group), then an optimiser update for
+/// every weight. Hyper-parameters are rank-0 input tensors (`lr`, and for Adam `adam_b1`,
+/// `adam_b2`, `adam_c1`, `adam_c2`, `adam_eps`); the loss gradient seed is the input
+/// `d_<loss>`. Errors name the node whose op lacks a needed grad clause.
+llvm::Expected<Graph> buildTrainingGraph(const Graph &forward, const std::string &loss,
+                                         const OpLibrary &lib, Optimizer optimizer);
 
 /// Reads the JSON form of DESIGN.md: {"tensors": [...], "nodes": [...], "outputs": [...]}.
 llvm::Expected<Graph> graphFromJson(const std::string &text);

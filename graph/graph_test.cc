@@ -155,3 +155,75 @@ TEST(Graph, MalformedJsonIsAnError) {
 
 } // namespace
 } // namespace tofu
+
+namespace tofu {
+namespace {
+
+TEST(Training, EveryWeightGetsAGradientAndAnUpdate) {
+  for (Optimizer opt : {Optimizer::SGD, Optimizer::Adam}) {
+    Graph fwd = mlp();
+    ASSERT_FALSE(static_cast<bool>(checkGraph(fwd, library())));
+    auto train = buildTrainingGraph(fwd, "L", library(), opt);
+    ASSERT_TRUE(static_cast<bool>(train)) << llvm::toString(train.takeError());
+    for (const char *w : {"W1", "b1", "W2", "b2"}) {
+      const TensorInfo *updated = train->tensor(std::string(w) + "_updated");
+      ASSERT_NE(updated, nullptr) << w;
+      EXPECT_EQ(updated->shape, fwd.tensor(w)->shape) << w;
+      // Its gradient is a tensor of the weight's group with the weight's shape.
+      const Node *update = train->producer(updated->name);
+      ASSERT_NE(update, nullptr);
+      const TensorInfo *g = train->tensor(update->inputs[1]);
+      EXPECT_EQ(g->role, opt == Optimizer::SGD ? TensorRole::Gradient : TensorRole::OptimizerState);
+      EXPECT_EQ(updated->group, w);
+    }
+    // Backward nodes are grouped with their forward node.
+    const Node *dW1 = train->producer("d_W1_from_fc1");
+    ASSERT_NE(dW1, nullptr);
+    EXPECT_EQ(dW1->group, "fc1");
+    EXPECT_EQ(dW1->op, "matmul_tn");
+    // Data inputs get no gradient.
+    EXPECT_EQ(train->tensor("d_x_from_fc1"), nullptr);
+    EXPECT_EQ(train->tensor("d_labels_from_loss"), nullptr);
+  }
+}
+
+TEST(Training, GradientsOfSeveralConsumersAreSummedInTheTensorsGroup) {
+  Graph g;
+  auto ok = [](llvm::Error e) { ASSERT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e)); };
+  ok(g.addTensor(tensor("x", {4, 3}, TensorRole::Input)));
+  ok(g.addTensor(tensor("w", {4, 3}, TensorRole::Weight)));
+  ok(g.addTensor(tensor("t", {4, 3}, TensorRole::Input)));
+  ok(g.addNode(node("m", "Mul", {"x", "w"}, "h")));
+  ok(g.addNode(node("a", "Relu", {"h"}, "h1")));
+  ok(g.addNode(node("b", "Tanh", {"h"}, "h2")));
+  ok(g.addNode(node("s", "Add", {"h1", "h2"}, "y")));
+  ok(g.addNode(node("loss", "mse", {"y", "t"}, "L")));
+  ok(checkGraph(g, library()));
+  auto train = buildTrainingGraph(g, "L", library(), Optimizer::SGD);
+  ASSERT_TRUE(static_cast<bool>(train)) << llvm::toString(train.takeError());
+  const Node *sum = train->producer("d_h_sum");
+  ASSERT_NE(sum, nullptr);
+  EXPECT_EQ(sum->op, "Add");
+  EXPECT_EQ(sum->group, "h");
+  EXPECT_EQ(train->producer("d_w_from_m")->inputs[0], "d_h_sum");
+}
+
+TEST(Training, AMissingGradClauseIsAnErrorNamingTheNode) {
+  Graph g;
+  ASSERT_FALSE(static_cast<bool>(g.addTensor(tensor("x", {4}, TensorRole::Input))));
+  ASSERT_FALSE(static_cast<bool>(g.addTensor(tensor("w", {4}, TensorRole::Weight))));
+  ASSERT_FALSE(static_cast<bool>(g.addNode(node("m", "Mul", {"x", "w"}, "h"))));
+  ASSERT_FALSE(static_cast<bool>(g.addNode(node("f", "Floor", {"h"}, "r"))));
+  Node sum = node("s", "ReduceSum", {"r"}, "L");
+  sum.groups = {{"pre", 0}, {"post", 0}};
+  ASSERT_FALSE(static_cast<bool>(g.addNode(sum)));
+  ASSERT_FALSE(static_cast<bool>(checkGraph(g, library())));
+  auto train = buildTrainingGraph(g, "L", library(), Optimizer::SGD);
+  ASSERT_FALSE(static_cast<bool>(train));
+  EXPECT_EQ(llvm::toString(train.takeError()),
+            "node 'f' (op Floor): input 'h' needs a gradient but the op has no grad clause for "
+            "'x'");
+}
+
+} // namespace
+} // namespace tofu

@@ -1,0 +1,303 @@
+// Training graphs: backward nodes from grad clauses, gradient sums, optimiser updates.
+#include <set>
+
+#include "analysis/index_eval.h"
+#include "analysis/instantiate.h"
+#include "fmt/format.h"
+#include "graph/graph.h"
+
+namespace tofu {
+namespace {
+
+llvm::Error fail(std::string msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg.c_str());
+}
+
+TensorInfo scalarInput(const std::string &name) {
+  TensorInfo t;
+  t.name = name;
+  t.group = name;
+  t.shapeKnown = true;
+  t.role = TensorRole::Input;
+  return t;
+}
+
+class TrainingBuilder {
+public:
+  TrainingBuilder(const Graph &fwd, const OpLibrary &lib) : fwd_(fwd), lib_(lib) {}
+
+  llvm::Expected<Graph> run(const std::string &loss, Optimizer optimizer);
+
+private:
+  llvm::Error backward(const Node &n);
+  llvm::Expected<std::string> gradientOf(const std::string &tensor);
+  llvm::Error add(Node n) { return g_.addNode(std::move(n)); }
+  std::string fresh(const std::string &base) {
+    std::string name = base;
+    for (int k = 2; used_.count(name); ++k)
+      name = fmt::format("{}_{}", base, k);
+    used_.insert(name);
+    return name;
+  }
+
+  const Graph &fwd_;
+  const OpLibrary &lib_;
+  Graph g_;
+  std::set<std::string> used_;
+  std::set<std::string> needsGrad_;
+  std::map<std::string, std::vector<std::string>> contributions_;
+  std::map<std::string, std::string> gradient_; // tensor -> its (summed) gradient
+};
+
+llvm::Expected<std::string> TrainingBuilder::gradientOf(const std::string &tensor) {
+  if (auto it = gradient_.find(tensor); it != gradient_.end())
+    return it->second;
+  auto it = contributions_.find(tensor);
+  if (it == contributions_.end() || it->second.empty())
+    return fail(fmt::format("tensor '{}' gets no gradient", tensor));
+  std::string sum = it->second.front();
+  for (size_t k = 1; k < it->second.size(); ++k) {
+    Node n;
+    n.name = fresh("sum_d_" + tensor);
+    n.group = g_.tensor(tensor)->group; // the sum belongs to the tensor's group
+    n.op = "Add";
+    n.inputs = {sum, it->second[k]};
+    n.output = fresh("d_" + tensor + "_sum");
+    TensorInfo t;
+    t.name = n.output;
+    t.group = n.group;
+    t.role = TensorRole::Gradient;
+    t.shape = g_.tensor(tensor)->shape;
+    t.shapeKnown = true;
+    if (llvm::Error e = g_.addTensor(std::move(t)))
+      return llvm::Expected<std::string>(std::move(e));
+    sum = n.output;
+    if (llvm::Error e = add(std::move(n)))
+      return llvm::Expected<std::string>(std::move(e));
+  }
+  gradient_[tensor] = sum;
+  return sum;
+}
+
+llvm::Error TrainingBuilder::backward(const Node &n) {
+  if (!needsGrad_.count(n.output) || !contributions_.count(n.output))
+    return llvm::Error::success();
+  const ir::OpDef *op = lib_.find(n.op);
+  auto dy = gradientOf(n.output);
+  if (!dy)
+    return dy.takeError();
+  // The forward node's instantiation: its attributes and the extents its grad clauses use.
+  Instantiation inst;
+  inst.attrs = n.attrs;
+  inst.groups = n.groups;
+  std::vector<std::vector<int64_t>> shapes;
+  for (const std::string &in : n.inputs) {
+    inst.inputRanks.push_back(static_cast<unsigned>(fwd_.tensor(in)->shape.size()));
+    shapes.push_back(fwd_.tensor(in)->shape);
+  }
+  auto fwdInst = instantiate(*op, inst);
+  if (!fwdInst)
+    return fail(fmt::format("node '{}': {}", n.name, llvm::toString(fwdInst.takeError())));
+  std::vector<int64_t> attrValues;
+  for (const auto &[name, value] : fwdInst->attrs)
+    attrValues.push_back(value);
+
+  for (unsigned i = 0; i < n.inputs.size(); ++i) {
+    const std::string &x = n.inputs[i];
+    if (!needsGrad_.count(x))
+      continue;
+    const ir::Grad *grad = nullptr;
+    for (const ir::Grad &g : op->grads)
+      if (g.input == i)
+        grad = &g;
+    if (!grad)
+      return fail(fmt::format("node '{}' (op {}): input '{}' needs a gradient but the op has no "
+                              "grad clause for '{}'",
+                              n.name, n.op, x, op->inputs[i].name));
+    const ir::OpCall &call = *grad->call;
+    Node b;
+    b.name = fresh(fmt::format("{}_grad_{}", n.name, op->inputs[i].name));
+    b.group = n.group.empty() ? n.name : n.group;
+    b.op = call.callee->name;
+    PointDomain d;
+    d.shapes = &shapes;
+    d.attrs = &attrValues;
+    for (const ir::AttrBinding &a : call.attrs) {
+      auto v = evalIndex(*a.value, d);
+      if (!v)
+        return fail(fmt::format("node '{}': an attribute of its grad clause for '{}' is not a "
+                                "constant",
+                                n.name, op->inputs[i].name));
+      b.attrs[call.callee->attrs[a.attr].name] = *v;
+    }
+    Instantiation calleeInst;
+    calleeInst.attrs = b.attrs;
+    for (const ir::GroupBinding &gb : call.groups)
+      calleeInst.groups[call.callee->vars[gb.var].name] = gb.length;
+    for (const auto &[name, len] : fwdInst->groups)
+      calleeInst.groupHints.emplace(name, len);
+    for (const ir::ExprPtr &arg : call.args) {
+      const auto *t = llvm::dyn_cast<ir::TensorRef>(arg.get());
+      if (!t)
+        return fail(fmt::format("node '{}': the grad clause for '{}' passes a slice or a call, "
+                                "which training graphs do not support",
+                                n.name, op->inputs[i].name));
+      std::string tensor = t->source == ir::TensorRef::Source::Input ? n.inputs[t->input]
+                           : t->source == ir::TensorRef::Source::Out ? n.output
+                                                                     : *dy;
+      b.inputs.push_back(tensor);
+      const TensorInfo *info = g_.tensor(tensor);
+      calleeInst.inputRanks.push_back(static_cast<unsigned>(info->shape.size()));
+    }
+    // Record the backward op's group lengths, so the node is explicit.
+    auto calleeOp = instantiate(*call.callee, calleeInst);
+    if (!calleeOp)
+      return fail(fmt::format("node '{}': the grad clause for '{}': {}", n.name,
+                              op->inputs[i].name, llvm::toString(calleeOp.takeError())));
+    for (const auto &[name, len] : calleeOp->groups)
+      b.groups[name] = len;
+    b.output = fresh(fmt::format("d_{}_from_{}", x, n.name));
+    TensorInfo t;
+    t.name = b.output;
+    t.group = g_.tensor(x)->group;
+    t.role = TensorRole::Gradient;
+    t.shape = fwd_.tensor(x)->shape; // the gradient has the input's shape (checked below)
+    t.shapeKnown = true;
+    if (llvm::Error e = g_.addTensor(std::move(t)))
+      return e;
+    contributions_[x].push_back(b.output);
+    if (llvm::Error e = add(std::move(b)))
+      return e;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer optimizer) {
+  const TensorInfo *l = fwd_.tensor(loss);
+  if (!l)
+    return fail(fmt::format("the loss '{}' is not a tensor of the graph", loss));
+  if (!l->shapeKnown || !l->shape.empty())
+    return fail(fmt::format("the loss '{}' must be a scalar", loss));
+  for (const TensorInfo &t : fwd_.tensors()) {
+    TensorInfo copy = t;
+    if (copy.group.empty())
+      copy.group = copy.name;
+    used_.insert(copy.name);
+    if (llvm::Error e = g_.addTensor(std::move(copy)))
+      return llvm::Expected<Graph>(std::move(e));
+  }
+  auto order = fwd_.topologicalOrder();
+  if (!order)
+    return order.takeError();
+  for (unsigned i : *order) {
+    Node n = fwd_.nodes()[i];
+    if (n.group.empty())
+      n.group = n.name;
+    used_.insert(n.name);
+    if (llvm::Error e = add(std::move(n)))
+      return llvm::Expected<Graph>(std::move(e));
+  }
+  // Tensors that need a gradient: those computed from weights, on a path to the loss.
+  for (unsigned i : *order) {
+    const Node &n = fwd_.nodes()[i];
+    bool depends = false;
+    for (const std::string &in : n.inputs)
+      depends |= fwd_.tensor(in)->role == TensorRole::Weight || needsGrad_.count(in);
+    if (depends)
+      needsGrad_.insert(n.output);
+  }
+  for (const TensorInfo &t : fwd_.tensors())
+    if (t.role == TensorRole::Weight)
+      needsGrad_.insert(t.name);
+
+  TensorInfo seed = scalarInput("d_" + loss);
+  seed.group = loss;
+  used_.insert(seed.name);
+  if (llvm::Error e = g_.addTensor(seed))
+    return llvm::Expected<Graph>(std::move(e));
+  contributions_[loss].push_back(seed.name);
+  for (auto it = order->rbegin(); it != order->rend(); ++it)
+    if (llvm::Error e = backward(fwd_.nodes()[*it]))
+      return llvm::Expected<Graph>(std::move(e));
+
+  // Optimiser updates.
+  std::vector<std::string> hyper = optimizer == Optimizer::SGD
+                                       ? std::vector<std::string>{"lr"}
+                                       : std::vector<std::string>{"lr", "adam_b1", "adam_b2",
+                                                                  "adam_c1", "adam_c2", "adam_eps"};
+  for (const std::string &h : hyper) {
+    if (used_.count(h))
+      return fail(fmt::format("the graph already has a tensor named '{}'", h));
+    used_.insert(h);
+    if (llvm::Error e = g_.addTensor(scalarInput(h)))
+      return llvm::Expected<Graph>(std::move(e));
+  }
+  for (const TensorInfo &w : fwd_.tensors()) {
+    if (w.role != TensorRole::Weight)
+      continue;
+    auto gw = gradientOf(w.name);
+    if (!gw)
+      return fail(fmt::format("weight '{}' gets no gradient (it does not reach the loss)",
+                              w.name));
+    std::string group = w.group.empty() ? w.name : w.group;
+    auto node = [&](const std::string &name, const std::string &op,
+                    std::vector<std::string> inputs, const std::string &output) -> llvm::Error {
+      TensorInfo t;
+      t.name = fresh(output);
+      t.group = group;
+      t.role = TensorRole::OptimizerState;
+      std::string out = t.name;
+      if (llvm::Error e = g_.addTensor(std::move(t)))
+        return e;
+      Node n;
+      n.name = fresh(name);
+      n.group = group;
+      n.op = op;
+      n.inputs = std::move(inputs);
+      n.output = out;
+      return add(std::move(n));
+    };
+    if (optimizer == Optimizer::SGD) {
+      if (llvm::Error e = node("update_" + w.name, "sgd_update", {w.name, *gw, "lr"},
+                               w.name + "_updated"))
+        return llvm::Expected<Graph>(std::move(e));
+      continue;
+    }
+    for (const char *state : {"m", "v"}) {
+      TensorInfo t;
+      t.name = fresh(fmt::format("adam_{}_{}", state, w.name));
+      t.group = group;
+      t.shape = w.shape;
+      t.shapeKnown = true;
+      t.role = TensorRole::OptimizerState;
+      if (llvm::Error e = g_.addTensor(std::move(t)))
+        return llvm::Expected<Graph>(std::move(e));
+    }
+    std::string m = "adam_m_" + w.name, v = "adam_v_" + w.name;
+    if (llvm::Error e = node("adam_m_update_" + w.name, "adam_m", {m, *gw, "adam_b1"}, m + "_new"))
+      return llvm::Expected<Graph>(std::move(e));
+    if (llvm::Error e = node("adam_v_update_" + w.name, "adam_v", {v, *gw, "adam_b2"}, v + "_new"))
+      return llvm::Expected<Graph>(std::move(e));
+    if (llvm::Error e = node("update_" + w.name, "adam_update",
+                             {w.name, m + "_new", v + "_new", "lr", "adam_c1", "adam_c2",
+                              "adam_eps"},
+                             w.name + "_updated"))
+      return llvm::Expected<Graph>(std::move(e));
+  }
+  g_.outputs = fwd_.outputs;
+  for (const Node &n : g_.nodes())
+    if (n.op == "sgd_update" || n.op == "adam_update" || n.op == "adam_m" || n.op == "adam_v")
+      g_.outputs.push_back(n.output);
+  if (llvm::Error e = checkGraph(g_, lib_))
+    return fail("the training graph does not check: " + llvm::toString(std::move(e)));
+  return llvm::Expected<Graph>(std::move(g_));
+}
+
+} // namespace
+
+llvm::Expected<Graph> buildTrainingGraph(const Graph &forward, const std::string &loss,
+                                         const OpLibrary &lib, Optimizer optimizer) {
+  return TrainingBuilder(forward, lib).run(loss, optimizer);
+}
+
+} // namespace tofu
