@@ -1,0 +1,200 @@
+// Model zoo builders.
+#include "graph/zoo.h"
+
+#include <regex>
+
+#include "fmt/format.h"
+
+namespace tofu {
+namespace {
+
+llvm::Error fail(std::string msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg.c_str());
+}
+
+/// Small helper that names tensors and nodes and collects the first error.
+class Builder {
+public:
+  std::string tensor(const std::string &name, std::vector<int64_t> shape, TensorRole role,
+                     const std::string &group = "") {
+    TensorInfo t;
+    t.name = name;
+    t.group = group.empty() ? name : group;
+    t.shape = std::move(shape);
+    t.shapeKnown = true;
+    t.role = role;
+    keep(g.addTensor(std::move(t)));
+    return name;
+  }
+  std::string node(const std::string &name, const std::string &op,
+                   std::vector<std::string> inputs, std::map<std::string, int64_t> attrs = {},
+                   std::map<std::string, int64_t> groups = {}, const std::string &group = "") {
+    Node n;
+    n.name = name;
+    n.group = group.empty() ? name : group;
+    n.op = op;
+    n.inputs = std::move(inputs);
+    n.attrs = std::move(attrs);
+    n.groups = std::move(groups);
+    n.output = name + "_out";
+    std::string out = n.output;
+    TensorInfo t;
+    t.name = out;
+    t.group = out;
+    keep(g.addTensor(std::move(t)));
+    keep(g.addNode(std::move(n)));
+    return out;
+  }
+  llvm::Expected<Graph> finish(const std::string &loss) {
+    g.outputs = {loss};
+    if (error)
+      return std::move(error);
+    return llvm::Expected<Graph>(std::move(g));
+  }
+
+  Graph g;
+
+private:
+  void keep(llvm::Error e) {
+    if (e && !error)
+      error = std::move(e);
+    else
+      llvm::consumeError(std::move(e));
+  }
+  llvm::Error error = llvm::Error::success();
+};
+
+} // namespace
+
+llvm::Expected<Graph> buildMlp(const std::vector<int64_t> &dims, int64_t batch) {
+  if (dims.size() < 2)
+    return fail("an MLP needs at least an input and an output size");
+  Builder b;
+  std::string x = b.tensor("x", {batch, dims[0]}, TensorRole::Input);
+  std::string labels = b.tensor("labels", {batch}, TensorRole::Input);
+  for (size_t l = 1; l < dims.size(); ++l) {
+    std::string w = b.tensor(fmt::format("fc{}_w", l), {dims[l - 1], dims[l]}, TensorRole::Weight);
+    std::string bias = b.tensor(fmt::format("fc{}_b", l), {dims[l]}, TensorRole::Weight);
+    x = b.node(fmt::format("fc{}", l), "MatMul", {x, w});
+    x = b.node(fmt::format("fc{}_bias", l), "AddBcast", {x, bias}, {}, {{"p", 1}, {"i", 1}});
+    if (l + 1 < dims.size())
+      x = b.node(fmt::format("relu{}", l), "Relu", {x});
+  }
+  b.node("loss", "softmax_cross_entropy", {x, labels});
+  return b.finish("loss_out");
+}
+
+llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch) {
+  std::vector<int> blocks;
+  if (depth == 50)
+    blocks = {3, 4, 6, 3};
+  else if (depth == 101)
+    blocks = {3, 4, 23, 3};
+  else if (depth == 152)
+    blocks = {3, 8, 36, 3};
+  else
+    return fail(fmt::format("WResNet depth {} is not one of 50, 101, 152", depth));
+  if (widen < 1 || batch < 1)
+    return fail("WResNet needs a widening factor and a batch size of at least 1");
+  Builder b;
+  std::string eps = b.tensor("bn_eps", {}, TensorRole::Input);
+  std::string labels = b.tensor("labels", {batch}, TensorRole::Input);
+  std::string x = b.tensor("image", {batch, 3, 224, 224}, TensorRole::Input);
+  auto conv = [&](const std::string &name, const std::string &in, int64_t cin, int64_t cout,
+                  int64_t k, int64_t stride, int64_t pad) {
+    std::string w = b.tensor(name + "_w", {cout, cin, k, k}, TensorRole::Weight);
+    return b.node(name, "Conv2d", {in, w},
+                  {{"sh", stride}, {"sw", stride}, {"ph", pad}, {"pw", pad}, {"peh", pad},
+                   {"pew", pad}});
+  };
+  auto bn = [&](const std::string &name, const std::string &in, int64_t c) {
+    std::string scale = b.tensor(name + "_scale", {c}, TensorRole::Weight);
+    std::string bias = b.tensor(name + "_bias", {c}, TensorRole::Weight);
+    return b.node(name, "batch_norm_train", {in, scale, bias, eps}, {}, {{"s", 2}});
+  };
+  auto relu = [&](const std::string &name, const std::string &in) {
+    return b.node(name, "Relu", {in});
+  };
+  int64_t c = 64 * widen;
+  x = relu("stem_relu", bn("stem_bn", conv("stem_conv", x, 3, c, 7, 2, 3), c));
+  x = b.node("stem_pool", "MaxPool2d", {x},
+             {{"kh", 3}, {"kw", 3}, {"sh", 2}, {"sw", 2}, {"ph", 1}, {"pw", 1}, {"peh", 1},
+              {"pew", 1}});
+  for (int s = 0; s < 4; ++s) {
+    int64_t width = (64 << s) * widen, out = (256 << s) * widen;
+    for (int blk = 0; blk < blocks[s]; ++blk) {
+      std::string p = fmt::format("s{}b{}", s + 1, blk + 1);
+      int64_t stride = (blk == 0 && s > 0) ? 2 : 1;
+      std::string a = relu(p + "_relu1", bn(p + "_bn1", conv(p + "_conv1", x, c, width, 1, 1, 0), width));
+      std::string m = relu(p + "_relu2",
+                           bn(p + "_bn2", conv(p + "_conv2", a, width, width, 3, stride, 1), width));
+      std::string e = bn(p + "_bn3", conv(p + "_conv3", m, width, out, 1, 1, 0), out);
+      std::string shortcut =
+          blk == 0 ? bn(p + "_down_bn", conv(p + "_down", x, c, out, 1, stride, 0), out) : x;
+      x = relu(p + "_relu3", b.node(p + "_add", "Add", {e, shortcut}, {}, {{"i", 4}}));
+      c = out;
+    }
+  }
+  x = b.node("pool", "GlobalAveragePool", {x});
+  x = b.node("flatten", "Flatten4", {x});
+  std::string fw = b.tensor("fc_w", {c, 1000}, TensorRole::Weight);
+  std::string fb = b.tensor("fc_b", {1000}, TensorRole::Weight);
+  x = b.node("fc", "MatMul", {x, fw});
+  x = b.node("fc_bias", "AddBcast", {x, fb}, {}, {{"p", 1}, {"i", 1}});
+  b.node("loss", "softmax_cross_entropy", {x, labels});
+  return b.finish("loss_out");
+}
+
+llvm::Expected<Graph> buildRnn(int layers, int64_t hidden, int64_t batch, int steps) {
+  if (layers < 1 || hidden < 1 || batch < 1 || steps < 1)
+    return fail("an RNN needs at least one layer, hidden unit, batch element and step");
+  Builder b;
+  int64_t h = hidden;
+  std::vector<std::string> W, R, bias, hPrev, cPrev;
+  for (int l = 0; l < layers; ++l) {
+    std::string g = fmt::format("lstm{}", l + 1);
+    W.push_back(b.tensor(g + "_W", {4 * h, h}, TensorRole::Weight));
+    R.push_back(b.tensor(g + "_R", {4 * h, h}, TensorRole::Weight));
+    bias.push_back(b.tensor(g + "_b", {4 * h}, TensorRole::Weight));
+    hPrev.push_back(b.tensor(g + "_h0", {batch, h}, TensorRole::Input));
+    cPrev.push_back(b.tensor(g + "_c0", {batch, h}, TensorRole::Input));
+  }
+  std::string total;
+  for (int t = 0; t < steps; ++t) {
+    std::string x = b.tensor(fmt::format("x_t{}", t + 1), {batch, h}, TensorRole::Input);
+    for (int l = 0; l < layers; ++l) {
+      std::string cell = fmt::format("lstm{}_t{}", l + 1, t + 1); // the coarsening group
+      std::string gates = b.node(cell + "_gates", "lstm_gates",
+                                 {x, hPrev[l], W[l], R[l], bias[l]}, {}, {}, cell);
+      cPrev[l] = b.node(cell + "_c", "lstm_cell_c", {gates, cPrev[l]}, {}, {}, cell);
+      hPrev[l] = b.node(cell + "_h", "lstm_cell_h", {gates, cPrev[l]}, {}, {}, cell);
+      x = hPrev[l];
+    }
+    std::string target = b.tensor(fmt::format("target_t{}", t + 1), {batch, h}, TensorRole::Input);
+    std::string loss = b.node(fmt::format("loss_t{}", t + 1), "mse", {x, target}, {}, {{"i", 2}});
+    total = total.empty() ? loss
+                          : b.node(fmt::format("loss_sum_t{}", t + 1), "Add", {total, loss}, {},
+                                   {{"i", 0}});
+  }
+  return b.finish(total);
+}
+
+llvm::Expected<Graph> buildModel(const std::string &name, int64_t batch) {
+  std::smatch m;
+  if (name == "mlp")
+    return buildMlp({1024, 4096, 4096, 1000}, batch);
+  if (std::regex_match(name, m, std::regex("wresnet-(\\d+)-(\\d+)")))
+    return buildWResNet(std::stoi(m[1]), std::stoll(m[2]), batch);
+  if (std::regex_match(name, m, std::regex("rnn-(\\d+)-(\\d+)([kK]?)"))) {
+    int64_t h = std::stoll(m[2]) * (m[3].length() ? 1024 : 1);
+    return buildRnn(std::stoi(m[1]), h, batch);
+  }
+  return fail(fmt::format("unknown model '{}'; {}", name, zooHelp()));
+}
+
+std::string zooHelp() {
+  return "models: mlp, wresnet-<50|101|152>-<W> (e.g. wresnet-152-10), rnn-<L>-<H> (e.g. "
+         "rnn-10-8K)";
+}
+
+} // namespace tofu

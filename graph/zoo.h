@@ -1,0 +1,40 @@
+// The model zoo: forward graphs of the paper's benchmarks (and an MLP), by name.
+#ifndef TOFU_GRAPH_ZOO_H
+#define TOFU_GRAPH_ZOO_H
+
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "llvm/Support/Error.h"
+
+namespace tofu {
+
+/// A multi-layer perceptron: dims[0] inputs, ReLU hidden layers, softmax cross-entropy over
+/// dims.back() classes.
+llvm::Expected<Graph> buildMlp(const std::vector<int64_t> &dims, int64_t batch);
+
+/// WResNet-depth-W (depth 50, 101 or 152: bottleneck blocks 3/4/6/3, 3/4/23/3, 3/8/36/3) on
+/// 224x224 ImageNet images, 1000 classes. Widening, as in the paper: every convolution's
+/// input and output channels are multiplied by W (the image's 3 channels excepted), so the
+/// stem has 64W channels, stage s has bottleneck width 64*2^s*W and output 256*2^s*W; batch
+/// normalisation follows the channels; the classifier takes 2048W features. Batch
+/// normalisation uses batch statistics (training mode).
+llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch);
+
+/// RNN-L-H: L stacked LSTM layers of hidden size H (input size H), unrolled over `steps`
+/// timesteps (20 in the paper); the loss is the mean squared error of the top layer's output
+/// against a target at every step, summed. Weights are shared across timesteps; each
+/// (layer, step) cell is one coarsening group.
+llvm::Expected<Graph> buildRnn(int layers, int64_t hidden, int64_t batch, int steps = 20);
+
+/// A zoo model by name: "mlp", "wresnet-<50|101|152>-<W>", "rnn-<L>-<H>" (H may end in K,
+/// e.g. rnn-10-8K). Its graph's single output is the scalar loss.
+llvm::Expected<Graph> buildModel(const std::string &name, int64_t batch);
+
+/// The names buildModel accepts, for help texts.
+std::string zooHelp();
+
+} // namespace tofu
+
+#endif // TOFU_GRAPH_ZOO_H
