@@ -179,6 +179,71 @@ llvm::Expected<Graph> buildRnn(int layers, int64_t hidden, int64_t batch, int st
   return b.finish(total);
 }
 
+llvm::Expected<Graph> buildTransformer(int layers, int64_t hidden, int64_t heads, int64_t seq,
+                                       int64_t batch, int64_t vocab) {
+  if (layers < 1 || hidden < 1 || heads < 1 || seq < 1 || batch < 1 || vocab < 1)
+    return fail("a transformer needs positive sizes");
+  if (hidden % heads != 0)
+    return fail(fmt::format("hidden size {} is not a multiple of the {} heads", hidden, heads));
+  int64_t D = hidden, S = seq, B = batch, dh = hidden / heads;
+  Builder b;
+  std::string tokens = b.tensor("tokens", {B, S}, TensorRole::Input);
+  std::string labels = b.tensor("labels", {B * S}, TensorRole::Input);
+  std::string eps = b.tensor("ln_eps", {}, TensorRole::Input);
+  std::string scale = b.tensor("attn_scale", {}, TensorRole::Input);  // 1/sqrt(head size)
+  std::string mask = b.tensor("causal_mask", {S, S}, TensorRole::Input); // 0 or -1e9
+  std::string E = b.tensor("tok_emb", {vocab, D}, TensorRole::Weight);
+  std::string P = b.tensor("pos_emb", {S, D}, TensorRole::Weight);
+  std::string x = b.node("embed", "Gather", {E, tokens}, {}, {{"pre", 0}, {"q", 2}, {"post", 1}});
+  x = b.node("embed_pos", "AddBcast", {x, P}, {}, {{"p", 1}, {"i", 2}});
+  auto ln = [&](const std::string &name, const std::string &in) {
+    std::string g = b.tensor(name + "_scale", {D}, TensorRole::Weight);
+    std::string bb = b.tensor(name + "_bias", {D}, TensorRole::Weight);
+    return b.node(name, "LayerNormalization", {in, g, bb, eps}, {}, {{"p", 2}, {"f", 1}});
+  };
+  auto linear = [&](const std::string &name, const std::string &in, int64_t din, int64_t dout) {
+    std::string w = b.tensor(name + "_w", {din, dout}, TensorRole::Weight);
+    return b.node(name, "MatMulBcastB", {in, w}, {}, {{"b", 1}});
+  };
+  auto heads4 = [&](const std::string &name, const std::string &in) { // [B,S,D] -> [B,h,S,dh]
+    std::string split = b.node(name + "_split", "ReshapeSplit", {in},
+                               {{"n", dh}, {"outer", heads}}, {{"pre", 2}, {"post", 0}});
+    return b.node(name + "_heads", "Transpose_0213", {split});
+  };
+  for (int l = 1; l <= layers; ++l) {
+    std::string p = fmt::format("l{}", l);
+    std::string h = ln(p + "_ln1", x);
+    std::string q = heads4(p + "_q", linear(p + "_q", h, D, D));
+    std::string k = heads4(p + "_k", linear(p + "_k", h, D, D));
+    std::string v = heads4(p + "_v", linear(p + "_v", h, D, D));
+    std::string kt = b.node(p + "_kT", "Transpose_0132", {k});
+    std::string scores = b.node(p + "_scores", "MatMul", {q, kt}, {}, {{"b", 2}});
+    scores = b.node(p + "_scaled", "MulBcast", {scores, scale}, {}, {{"p", 4}, {"i", 0}});
+    scores = b.node(p + "_masked", "AddBcast", {scores, mask}, {}, {{"p", 2}, {"i", 2}});
+    std::string attn = b.node(p + "_softmax", "Softmax", {scores}, {}, {{"pre", 3}, {"post", 0}});
+    std::string ctx = b.node(p + "_ctx", "MatMul", {attn, v}, {}, {{"b", 2}});
+    ctx = b.node(p + "_ctx_t", "Transpose_0213", {ctx});
+    ctx = b.node(p + "_ctx_merge", "ReshapeMerge", {ctx}, {{"n", dh}, {"m", D}},
+                 {{"pre", 2}, {"post", 0}});
+    x = b.node(p + "_res1", "Add", {x, linear(p + "_o", ctx, D, D)}, {}, {{"i", 3}});
+    std::string f = ln(p + "_ln2", x);
+    f = linear(p + "_ff1", f, D, 4 * D);
+    std::string b1 = b.tensor(p + "_ff1_b", {4 * D}, TensorRole::Weight);
+    f = b.node(p + "_ff1_bias", "AddBcast", {f, b1}, {}, {{"p", 2}, {"i", 1}});
+    f = b.node(p + "_ff_relu", "Relu", {f});
+    f = linear(p + "_ff2", f, 4 * D, D);
+    std::string b2 = b.tensor(p + "_ff2_b", {D}, TensorRole::Weight);
+    f = b.node(p + "_ff2_bias", "AddBcast", {f, b2}, {}, {{"p", 2}, {"i", 1}});
+    x = b.node(p + "_res2", "Add", {x, f}, {}, {{"i", 3}});
+  }
+  x = ln("final_ln", x);
+  x = linear("lm_head", x, D, vocab);
+  x = b.node("flatten_positions", "ReshapeMerge", {x}, {{"n", S}, {"m", B * S}},
+             {{"pre", 0}, {"post", 1}});
+  b.node("loss", "softmax_cross_entropy", {x, labels});
+  return b.finish("loss_out");
+}
+
 llvm::Expected<Graph> buildModel(const std::string &name, int64_t batch) {
   std::smatch m;
   if (name == "mlp")
@@ -189,12 +254,15 @@ llvm::Expected<Graph> buildModel(const std::string &name, int64_t batch) {
     int64_t h = std::stoll(m[2]) * (m[3].length() ? 1024 : 1);
     return buildRnn(std::stoi(m[1]), h, batch);
   }
+  if (std::regex_match(name, m, std::regex("gpt-(\\d+)-(\\d+)-(\\d+)-(\\d+)")))
+    return buildTransformer(std::stoi(m[1]), std::stoll(m[2]), std::stoll(m[3]), std::stoll(m[4]),
+                            batch);
   return fail(fmt::format("unknown model '{}'; {}", name, zooHelp()));
 }
 
 std::string zooHelp() {
   return "models: mlp, wresnet-<50|101|152>-<W> (e.g. wresnet-152-10), rnn-<L>-<H> (e.g. "
-         "rnn-10-8K)";
+         "rnn-10-8K), gpt-<layers>-<hidden>-<heads>-<seq> (e.g. gpt-12-768-12-1024)";
 }
 
 } // namespace tofu

@@ -28,8 +28,17 @@ llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch);
 /// (layer, step) cell is one coarsening group.
 llvm::Expected<Graph> buildRnn(int layers, int64_t hidden, int64_t batch, int steps = 20);
 
+/// A GPT-style decoder: token and position embeddings (vocabulary `vocab`), `layers`
+/// pre-norm blocks of causal multi-head attention (`heads` heads of hidden/heads) and a
+/// ReLU feed-forward of 4*hidden, a final layer norm and a vocabulary projection, with
+/// softmax cross-entropy over every position. Attention and projections carry no biases
+/// except the feed-forward's.
+llvm::Expected<Graph> buildTransformer(int layers, int64_t hidden, int64_t heads, int64_t seq,
+                                       int64_t batch, int64_t vocab = 32000);
+
 /// A zoo model by name: "mlp", "wresnet-<50|101|152>-<W>", "rnn-<L>-<H>" (H may end in K,
-/// e.g. rnn-10-8K). Its graph's single output is the scalar loss.
+/// e.g. rnn-10-8K), "gpt-<layers>-<hidden>-<heads>-<seq>" (e.g. gpt-12-768-12-1024). Its
+/// graph's single output is the scalar loss.
 llvm::Expected<Graph> buildModel(const std::string &name, int64_t batch);
 
 /// The names buildModel accepts, for help texts.

@@ -86,6 +86,23 @@ TEST(Zoo, TrainingGraphsUpdateEveryWeight) {
   }
 }
 
+TEST(Zoo, TransformerParameterCountAndTrainingGraph) {
+  const int64_t L = 2, D = 64, H = 4, S = 16, V = 1000;
+  auto g = buildTransformer(L, D, H, S, 3, V);
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  ASSERT_FALSE(static_cast<bool>(checkGraph(*g, library())));
+  // Embeddings, per layer 4 D^2 attention + 8 D^2 feed-forward + 4D + D biases + 2 x 2D
+  // layer norms, the final layer norm and the vocabulary projection.
+  EXPECT_EQ(weightElements(*g), V * D + S * D + L * (12 * D * D + 9 * D) + 2 * D + D * V);
+  EXPECT_EQ(g->tensor("l1_scores_out")->shape, (std::vector<int64_t>{3, H, S, S}));
+  auto train = buildTrainingGraph(*g, g->outputs[0], library(), Optimizer::SGD);
+  ASSERT_TRUE(static_cast<bool>(train)) << llvm::toString(train.takeError());
+  EXPECT_NE(train->tensor("tok_emb_updated"), nullptr);
+  auto bad = buildTransformer(2, 65, 4, 16, 1);
+  ASSERT_FALSE(static_cast<bool>(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()), "hidden size 65 is not a multiple of the 4 heads");
+}
+
 TEST(Zoo, UnknownModelsAreErrors) {
   for (const char *bad : {"resnet-50", "wresnet-34-2", "rnn-0-8K", "mlp2"}) {
     auto g = buildModel(bad, 1);
