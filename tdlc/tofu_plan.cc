@@ -4,6 +4,7 @@
 
 #include "fmt/format.h"
 #include "graph/graph.h"
+#include "graph/onnx_import.h"
 #include "graph/zoo.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -18,6 +19,12 @@ cl::opt<std::string> model("model", cl::desc("A zoo model (see --help)"), cl::va
                            cl::cat(planCategory));
 cl::opt<std::string> graphFile("graph", cl::desc("A graph in JSON (DESIGN.md's format)"),
                                cl::value_desc("FILE.json"), cl::cat(planCategory));
+cl::opt<std::string> onnxFile("onnx", cl::desc("An ONNX model (weights included or not)"),
+                              cl::value_desc("FILE.onnx"), cl::cat(planCategory));
+cl::opt<unsigned> dataInputs("data-inputs",
+                             cl::desc("With --onnx, when weights are graph inputs: how many "
+                                      "leading inputs are data (default 1)"),
+                             cl::init(1), cl::cat(planCategory));
 cl::opt<int64_t> batch("batch", cl::desc("Batch size for zoo models (default 32)"), cl::init(32),
                        cl::cat(planCategory));
 cl::opt<bool> train("train", cl::desc("Add the backward pass and the optimiser update"),
@@ -49,11 +56,12 @@ int main(int argc, char **argv) {
       argc, argv,
       "tofu-plan - build a model's dataflow graph and plan its partitioning\n\n"
       "  tofu-plan --model NAME [--batch B] [--train] --describe\n"
-      "  tofu-plan --graph FILE.json [--train] --describe\n\n" +
+      "  tofu-plan --graph FILE.json [--train] --describe\n"
+      "  tofu-plan --onnx FILE.onnx [--batch B] [--train] --describe\n\n" +
           tofu::zooHelp() +
           "\n\nPartition search (--workers, --algo) is not implemented yet.\n");
-  if (model.empty() == graphFile.empty()) {
-    llvm::errs() << "tofu-plan: give exactly one of --model or --graph (see --help)\n";
+  if (int(!model.empty()) + int(!graphFile.empty()) + int(!onnxFile.empty()) != 1) {
+    llvm::errs() << "tofu-plan: give exactly one of --model, --graph or --onnx (see --help)\n";
     return 2;
   }
   if (!describe && !dumpJson) {
@@ -79,6 +87,12 @@ int main(int argc, char **argv) {
   std::string name = model;
   if (!model.empty()) {
     g = tofu::buildModel(model, batch);
+  } else if (!onnxFile.empty()) {
+    tofu::OnnxImportOptions options;
+    options.batch = batch;
+    options.dataInputs = dataInputs;
+    g = tofu::importOnnx(onnxFile, *lib, options);
+    name = onnxFile;
   } else {
     auto buf = llvm::MemoryBuffer::getFile(graphFile);
     if (!buf) {

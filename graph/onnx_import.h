@@ -1,0 +1,29 @@
+// ONNX import: a real .onnx file (weights included or not) to a dataflow graph.
+#ifndef TOFU_GRAPH_ONNX_IMPORT_H
+#define TOFU_GRAPH_ONNX_IMPORT_H
+
+#include <string>
+
+#include "graph/graph.h"
+#include "llvm/Support/Error.h"
+
+namespace tofu {
+
+struct OnnxImportOptions {
+  /// Substituted for every symbolic dimension (a dynamic batch).
+  int64_t batch = 1;
+  /// When weights are exported as graph inputs (export_params=False), the first this many
+  /// graph inputs are data and the rest are weights.
+  unsigned dataInputs = 1;
+};
+
+/// Reads the model at `path`, infers shapes with ONNX's shape inference, and translates
+/// its nodes into library ops. An operator the importer does not translate is an error
+/// naming the node, its operator and, from ops/onnx_mapping.json's reasoning, why.
+/// The resulting graph is checked: the library's shape clauses must agree with ONNX's.
+llvm::Expected<Graph> importOnnx(const std::string &path, const OpLibrary &lib,
+                                 const OnnxImportOptions &options = {});
+
+} // namespace tofu
+
+#endif // TOFU_GRAPH_ONNX_IMPORT_H
