@@ -1,24 +1,13 @@
 // Graph IR: shape inference from the library's shape clauses, JSON, and precise errors.
 #include "graph/graph.h"
 
+#include "graph/test_library.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
 
-const OpLibrary &library() {
-  static SourceManager sources;
-  static DiagnosticEngine diags(sources);
-  static OpLibrary lib = [] {
-    auto l = OpLibrary::load("ops", diags);
-    if (!l) {
-      ADD_FAILURE() << llvm::toString(l.takeError());
-      std::abort();
-    }
-    return std::move(*l);
-  }();
-  return lib;
-}
+const OpLibrary &library() { return testLibrary(); }
 
 TensorInfo tensor(const std::string &name, std::vector<int64_t> shape, TensorRole role) {
   TensorInfo t;

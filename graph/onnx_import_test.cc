@@ -4,24 +4,13 @@
 
 #include <fstream>
 
+#include "graph/test_library.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
 
-const OpLibrary &library() {
-  static SourceManager sources;
-  static DiagnosticEngine diags(sources);
-  static OpLibrary lib = [] {
-    auto l = OpLibrary::load("ops", diags);
-    if (!l) {
-      ADD_FAILURE() << llvm::toString(l.takeError());
-      std::abort();
-    }
-    return std::move(*l);
-  }();
-  return lib;
-}
+const OpLibrary &library() { return testLibrary(); }
 
 /// The convolutions of a graph and the elements of their weights.
 std::pair<unsigned, int64_t> convolutions(const Graph &g) {

@@ -1,24 +1,13 @@
 // The model zoo: graphs check, parameter counts match closed forms, training graphs build.
 #include "graph/zoo.h"
 
+#include "graph/test_library.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
 
-const OpLibrary &library() {
-  static SourceManager sources;
-  static DiagnosticEngine diags(sources);
-  static OpLibrary lib = [] {
-    auto l = OpLibrary::load("ops", diags);
-    if (!l) {
-      ADD_FAILURE() << llvm::toString(l.takeError());
-      std::abort();
-    }
-    return std::move(*l);
-  }();
-  return lib;
-}
+const OpLibrary &library() { return testLibrary(); }
 
 int64_t weightElements(const Graph &g) {
   int64_t n = 0;
