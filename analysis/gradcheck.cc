@@ -5,7 +5,6 @@
 #include <cmath>
 #include <random>
 
-#include "analysis/index_eval.h"
 #include "analysis/printer.h"
 #include "analysis/verify.h"
 #include "fmt/format.h"
@@ -79,58 +78,32 @@ std::vector<GradCheck> checkOnRange(const ir::OpDef &def, const Forward &base,
   for (double &x : f.dOut.data)
     x = unit(rng);
 
-  std::vector<int64_t> attrValues;
-  for (const auto &[name, value] : f.op->attrs)
-    attrValues.push_back(value);
-
   for (const ir::Grad &g : def.grads) {
     GradCheck c;
     c.input = def.inputs[g.input].name;
     c.call = g.call->callee->name;
     const ir::OpCall &call = *g.call;
-    // The backward op's attributes, evaluated in the forward op's terms.
-    Instantiation calleeInst;
-    PointDomain d;
-    d.shapes = &f.shapes.inputs;
-    d.attrs = &attrValues;
-    bool ok = true;
-    for (const ir::AttrBinding &a : call.attrs) {
-      auto v = evalIndex(*a.value, d);
-      if (!v) {
-        ok = false;
-        break;
-      }
-      calleeInst.attrs[call.callee->attrs[a.attr].name] = *v;
-    }
-    for (const ir::GroupBinding &gb : call.groups)
-      calleeInst.groups[call.callee->vars[gb.var].name] = gb.length;
-    // Where the called op's group lengths are not determined by its arguments' ranks, its
-    // groups take the lengths of the forward op's groups of the same name (a reduction's
-    // gradient splits its rank the way the reduction did).
-    for (const auto &[name, len] : f.op->groups)
-      calleeInst.groupHints.emplace(name, len);
-    std::vector<const Tensor *> args;
-    std::vector<std::vector<int64_t>> argShapes;
-    for (const ir::ExprPtr &arg : call.args) {
-      const auto *t = dyn_cast<ir::TensorRef>(arg.get());
-      if (!t) {
-        ok = false;
-        break;
-      }
-      const Tensor *x = t->source == ir::TensorRef::Source::Input ? &f.inputs[t->input]
-                        : t->source == ir::TensorRef::Source::Out ? &f.out
-                                                                  : &f.dOut;
-      args.push_back(x);
-      argShapes.push_back(x->shape);
-      calleeInst.inputRanks.push_back(static_cast<unsigned>(x->shape.size()));
-    }
-    if (!ok) {
+    auto tensorOf = [&](const ir::TensorRef &t) -> const Tensor & {
+      return t.source == ir::TensorRef::Source::Input ? f.inputs[t.input]
+             : t.source == ir::TensorRef::Source::Out ? f.out
+                                                      : f.dOut;
+    };
+    auto calleeInst = gradCallInstantiation(call, *f.op, f.shapes.inputs, [&](const ir::TensorRef &t) {
+      return static_cast<unsigned>(tensorOf(t).shape.size());
+    });
+    if (!calleeInst) {
       c.skipped = true;
-      c.problem = "the clause passes slices, nested calls or non-constant attributes";
+      c.problem = "the clause cannot be evaluated here: " + llvm::toString(calleeInst.takeError());
       results.push_back(std::move(c));
       continue;
     }
-    auto grad = instantiate(*call.callee, calleeInst);
+    std::vector<const Tensor *> args;
+    std::vector<std::vector<int64_t>> argShapes;
+    for (const ir::ExprPtr &arg : call.args) {
+      args.push_back(&tensorOf(llvm::cast<ir::TensorRef>(*arg)));
+      argShapes.push_back(args.back()->shape);
+    }
+    auto grad = instantiate(*call.callee, *calleeInst);
     if (!grad) {
       c.problem = "the backward op does not instantiate: " + llvm::toString(grad.takeError());
       results.push_back(std::move(c));

@@ -858,6 +858,39 @@ InstOp::outputShape(const std::vector<std::vector<int64_t>> &inputShapes) const 
   return out;
 }
 
+llvm::Expected<Instantiation>
+gradCallInstantiation(const ir::OpCall &call, const InstOp &fwd,
+                      const std::vector<std::vector<int64_t>> &fwdInputShapes,
+                      const std::function<unsigned(const ir::TensorRef &)> &argRank) {
+  auto fail = [](const char *msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg);
+  };
+  std::vector<int64_t> attrValues;
+  for (const auto &[name, value] : fwd.attrs)
+    attrValues.push_back(value);
+  PointDomain d;
+  d.shapes = &fwdInputShapes;
+  d.attrs = &attrValues;
+  Instantiation inst;
+  for (const ir::AttrBinding &a : call.attrs) {
+    auto v = evalIndex(*a.value, d);
+    if (!v)
+      return fail("an attribute value is not a constant");
+    inst.attrs[call.callee->attrs[a.attr].name] = *v;
+  }
+  for (const ir::GroupBinding &g : call.groups)
+    inst.groups[call.callee->vars[g.var].name] = g.length;
+  for (const auto &[name, len] : fwd.groups)
+    inst.groupHints.emplace(name, len);
+  for (const ir::ExprPtr &arg : call.args) {
+    const auto *t = dyn_cast<ir::TensorRef>(arg.get());
+    if (!t)
+      return fail("an argument is a slice or a call, not a whole tensor");
+    inst.inputRanks.push_back(argRank(*t));
+  }
+  return inst;
+}
+
 llvm::Expected<InstOp> instantiate(const ir::OpDef &op, const Instantiation &inst) {
   InstOp out;
   Instantiator in(out);

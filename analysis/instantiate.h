@@ -4,6 +4,7 @@
 #define TOFU_ANALYSIS_INSTANTIATE_H
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -75,6 +76,18 @@ struct InstOp {
 /// ranks that cannot agree, a reduction variable whose extent disappears when inlining)
 /// name the op and the problem.
 llvm::Expected<InstOp> instantiate(const ir::OpDef &op, const Instantiation &inst);
+
+/// How to instantiate the op a grad clause calls: `fwd` is the forward op as instantiated on
+/// inputs of shapes `fwdInputShapes`, and `argRank` gives the rank of the tensor each
+/// argument names (an input, `out` or `dOut`). Attribute values are evaluated in the
+/// forward op's terms; where the arguments' ranks leave the called op's group lengths open,
+/// its groups take the lengths of the forward op's same-named groups (a reduction's
+/// gradient splits its rank the way the reduction did). Fails when an argument is not a
+/// whole tensor or an attribute value is not a constant.
+llvm::Expected<Instantiation>
+gradCallInstantiation(const ir::OpCall &call, const InstOp &fwd,
+                      const std::vector<std::vector<int64_t>> &fwdInputShapes,
+                      const std::function<unsigned(const ir::TensorRef &)> &argRank);
 
 /// A deep copy of an instantiated expression.
 ir::ExprPtr cloneExpr(const ir::Expr &e);

@@ -109,7 +109,7 @@ TEST(Strategies, Conv2dWithStrideAndPadding) {
   auto a = analyse("op conv2d<sh = 1, sw = 1, ph = 0, pw = 0>(data, w) = lambda n, co, y, x: "
                    "Sum(lambda ci, ky, kx: data[n, ci, y * sh + ky - ph, x * sw + kx - pw] * "
                    "w[co, ci, ky, kx]);",
-                   "conv2d", Instantiation{{{"sh", 2}, {"sw", 2}, {"ph", 1}, {"pw", 1}}, {}, {}});
+                   "conv2d", Instantiation{{{"sh", 2}, {"sw", 2}, {"ph", 1}, {"pw", 1}}, {}, {}, {}});
   const StrategyTable &t = *a->table;
   // y in [0, Y/2 - 1], ky in [0, KY - 1]: rows 2y + ky - 1 in [-1, Y + KY - 4], i.e. the
   // half-open [-1, Y + KY - 3); worker 1 (y from Y/2) starts at row Y - 1.
@@ -188,7 +188,7 @@ TEST(Strategies, TransposeSwapsTheSplitDimension) {
 TEST(Strategies, BroadcastingAddAndElementwise) {
   auto a = analyse("op add_bcast_row(a, b) = lambda *i, j: a[*i, j] + b[j];\n"
                    "op add(a, b) = lambda i, j: a[i, j] + b[i, j];\n",
-                   "add_bcast_row", Instantiation{{}, {{"i", 1}}, {}});
+                   "add_bcast_row", Instantiation{{}, {{"i", 1}}, {}, {}});
   const StrategyTable &t = *a->table;
   checkStrategy(t, "i0", "a split full | b full", {"a[0:I0/2, 0:J]", "b[0:J]"});
   checkStrategy(t, "j", "a full split | b split", {"a[0:I0, 0:J/2]", "b[0:J/2]"});
@@ -200,7 +200,7 @@ TEST(Strategies, BroadcastingAddAndElementwise) {
 
 TEST(Strategies, SumAxisWithGroups) {
   const char *src = "op sum_axis(x) = lambda *pre, *post: Sum(lambda r: x[*pre, r, *post]);";
-  auto a = analyse(src, "sum_axis", Instantiation{{}, {{"pre", 1}, {"post", 2}}, {}});
+  auto a = analyse(src, "sum_axis", Instantiation{{}, {{"pre", 1}, {"post", 2}}, {}, {}});
   const StrategyTable &t = *a->table;
   EXPECT_EQ(kinds(t), (std::vector<std::string>{"output pre0", "output post0", "output post1",
                                                 "reduction r"}));

@@ -1,7 +1,6 @@
 // Training graphs: backward nodes from grad clauses, gradient sums, optimiser updates.
 #include <set>
 
-#include "analysis/index_eval.h"
 #include "analysis/instantiate.h"
 #include "fmt/format.h"
 #include "graph/graph.h"
@@ -98,10 +97,6 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
   auto fwdInst = instantiate(*op, inst);
   if (!fwdInst)
     return fail(fmt::format("node '{}': {}", n.name, llvm::toString(fwdInst.takeError())));
-  std::vector<int64_t> attrValues;
-  for (const auto &[name, value] : fwdInst->attrs)
-    attrValues.push_back(value);
-
   for (unsigned i = 0; i < n.inputs.size(); ++i) {
     const std::string &x = n.inputs[i];
     if (!needsGrad_.count(x))
@@ -119,38 +114,22 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
     b.name = fresh(fmt::format("{}_grad_{}", n.name, op->inputs[i].name));
     b.group = n.group.empty() ? n.name : n.group;
     b.op = call.callee->name;
-    PointDomain d;
-    d.shapes = &shapes;
-    d.attrs = &attrValues;
-    for (const ir::AttrBinding &a : call.attrs) {
-      auto v = evalIndex(*a.value, d);
-      if (!v)
-        return fail(fmt::format("node '{}': an attribute of its grad clause for '{}' is not a "
-                                "constant",
-                                n.name, op->inputs[i].name));
-      b.attrs[call.callee->attrs[a.attr].name] = *v;
-    }
-    Instantiation calleeInst;
-    calleeInst.attrs = b.attrs;
-    for (const ir::GroupBinding &gb : call.groups)
-      calleeInst.groups[call.callee->vars[gb.var].name] = gb.length;
-    for (const auto &[name, len] : fwdInst->groups)
-      calleeInst.groupHints.emplace(name, len);
-    for (const ir::ExprPtr &arg : call.args) {
-      const auto *t = llvm::dyn_cast<ir::TensorRef>(arg.get());
-      if (!t)
-        return fail(fmt::format("node '{}': the grad clause for '{}' passes a slice or a call, "
-                                "which training graphs do not support",
-                                n.name, op->inputs[i].name));
-      std::string tensor = t->source == ir::TensorRef::Source::Input ? n.inputs[t->input]
-                           : t->source == ir::TensorRef::Source::Out ? n.output
-                                                                     : *dy;
-      b.inputs.push_back(tensor);
-      const TensorInfo *info = g_.tensor(tensor);
-      calleeInst.inputRanks.push_back(static_cast<unsigned>(info->shape.size()));
-    }
+    auto tensorOf = [&](const ir::TensorRef &t) -> const std::string & {
+      return t.source == ir::TensorRef::Source::Input ? n.inputs[t.input]
+             : t.source == ir::TensorRef::Source::Out ? n.output
+                                                      : *dy;
+    };
+    auto calleeInst = gradCallInstantiation(call, *fwdInst, shapes, [&](const ir::TensorRef &t) {
+      return static_cast<unsigned>(g_.tensor(tensorOf(t))->shape.size());
+    });
+    if (!calleeInst)
+      return fail(fmt::format("node '{}': the grad clause for '{}': {}", n.name,
+                              op->inputs[i].name, llvm::toString(calleeInst.takeError())));
+    b.attrs = calleeInst->attrs;
+    for (const ir::ExprPtr &arg : call.args)
+      b.inputs.push_back(tensorOf(llvm::cast<ir::TensorRef>(*arg)));
     // Record the backward op's group lengths, so the node is explicit.
-    auto calleeOp = instantiate(*call.callee, calleeInst);
+    auto calleeOp = instantiate(*call.callee, *calleeInst);
     if (!calleeOp)
       return fail(fmt::format("node '{}': the grad clause for '{}': {}", n.name,
                               op->inputs[i].name, llvm::toString(calleeOp.takeError())));

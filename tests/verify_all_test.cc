@@ -27,9 +27,10 @@ TEST(VerifyAll, EveryStrategyOfEveryOpReproducesTheUnpartitionedResult) {
     ASSERT_TRUE(static_cast<bool>(examples)) << llvm::toString(examples.takeError());
     for (const ir::OpDef *op : module->opsInFile(file)) {
       // The library's ops state their output shapes, so graphs can infer shapes from TDL.
-      if (llvm::StringRef(file).startswith("ops/"))
+      if (llvm::StringRef(file).startswith("ops/")) {
         EXPECT_TRUE(op->shape.has_value()) << file << ": op " << op->name
                                            << " has no output-shape clause";
+      }
       GradCheckOptions options;
       if (auto it = examples->find(op->name); it != examples->end())
         options.example = &it->second;
