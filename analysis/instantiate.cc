@@ -91,9 +91,7 @@ public:
   llvm::Error run(const ir::OpDef &op, const Instantiation &inst);
 
 private:
-  llvm::Error fail(std::string msg) {
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg.c_str());
-  }
+  llvm::Error fail(std::string msg) { return stringError(msg); }
   void error(std::string msg) {
     if (error_.empty())
       error_ = std::move(msg);
@@ -862,9 +860,6 @@ llvm::Expected<Instantiation>
 gradCallInstantiation(const ir::OpCall &call, const InstOp &fwd,
                       const std::vector<std::vector<int64_t>> &fwdInputShapes,
                       const std::function<unsigned(const ir::TensorRef &)> &argRank) {
-  auto fail = [](const char *msg) {
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg);
-  };
   std::vector<int64_t> attrValues;
   for (const auto &[name, value] : fwd.attrs)
     attrValues.push_back(value);
@@ -875,7 +870,7 @@ gradCallInstantiation(const ir::OpCall &call, const InstOp &fwd,
   for (const ir::AttrBinding &a : call.attrs) {
     auto v = evalIndex(*a.value, d);
     if (!v)
-      return fail("an attribute value is not a constant");
+      return stringError("an attribute value is not a constant");
     inst.attrs[call.callee->attrs[a.attr].name] = *v;
   }
   for (const ir::GroupBinding &g : call.groups)
@@ -885,7 +880,7 @@ gradCallInstantiation(const ir::OpCall &call, const InstOp &fwd,
   for (const ir::ExprPtr &arg : call.args) {
     const auto *t = dyn_cast<ir::TensorRef>(arg.get());
     if (!t)
-      return fail("an argument is a slice or a call, not a whole tensor");
+      return stringError("an argument is a slice or a call, not a whole tensor");
     inst.inputRanks.push_back(argRank(*t));
   }
   return inst;

@@ -362,27 +362,24 @@ std::vector<Range> fullRanges(const Shapes &shapes) {
 llvm::Expected<Shapes> concreteShapes(const InstOp &op,
                                       const std::vector<std::vector<int64_t>> &inputShapes,
                                       const std::optional<std::vector<int64_t>> &outputShape) {
-  auto fail = [](std::string msg) {
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg.c_str());
-  };
   if (inputShapes.size() != op.inputs.size())
-    return fail(fmt::format("op '{}' takes {} inputs but {} shapes were given", op.name,
+    return stringError(fmt::format("op '{}' takes {} inputs but {} shapes were given", op.name,
                             op.inputs.size(), inputShapes.size()));
   for (unsigned i = 0; i < op.inputs.size(); ++i) {
     if (inputShapes[i].size() != op.inputs[i].rank)
-      return fail(fmt::format("op '{}': input '{}' has rank {} but its shape has {} dimensions",
+      return stringError(fmt::format("op '{}': input '{}' has rank {} but its shape has {} dimensions",
                               op.name, op.inputs[i].name, op.inputs[i].rank,
                               inputShapes[i].size()));
     for (int64_t e : inputShapes[i])
       if (e <= 0)
-        return fail(fmt::format("op '{}': input '{}' has a non-positive extent", op.name,
+        return stringError(fmt::format("op '{}': input '{}' has a non-positive extent", op.name,
                                 op.inputs[i].name));
   }
   std::optional<std::vector<int64_t>> out = outputShape;
   if (!out)
     out = op.outputShape(inputShapes);
   if (out && out->size() != op.outputVars.size())
-    return fail(fmt::format("op '{}' has output rank {} but the output shape has {} dimensions",
+    return stringError(fmt::format("op '{}' has output rank {} but the output shape has {} dimensions",
                             op.name, op.outputVars.size(), out->size()));
   Shapes s;
   s.inputs = inputShapes;
@@ -402,11 +399,11 @@ llvm::Expected<Shapes> concreteShapes(const InstOp &op,
     else if (var.extentDim)
       s.vars[v] = inputShapes[var.extentDim->first][var.extentDim->second];
     else
-      return fail(fmt::format("op '{}': the extent of output coordinate '{}' cannot be inferred "
+      return stringError(fmt::format("op '{}': the extent of output coordinate '{}' cannot be inferred "
                               "from the inputs; give the output shape",
                               op.name, var.name));
     if (s.vars[v] <= 0)
-      return fail(fmt::format("op '{}': output coordinate '{}' has extent {}", op.name,
+      return stringError(fmt::format("op '{}': output coordinate '{}' has extent {}", op.name,
                               var.name, s.vars[v]));
   }
   // An input dimension that every read addresses with exactly one variable is that
@@ -452,7 +449,7 @@ llvm::Expected<Shapes> concreteShapes(const InstOp &op,
         fi = input;
         fd = dim;
       }
-      return fail(fmt::format(
+      return stringError(fmt::format(
           "op '{}': {} '{}' indexes dimension {} of '{}' ({}) and dimension {} of '{}' ({}), "
           "which differ",
           op.name,
@@ -463,7 +460,7 @@ llvm::Expected<Shapes> concreteShapes(const InstOp &op,
   }
   std::string mismatch;
   if (!mismatch.empty())
-    return fail(mismatch);
+    return stringError(mismatch);
   return s;
 }
 

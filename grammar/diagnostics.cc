@@ -24,6 +24,10 @@ std::string Diagnostic::str() const {
                      message);
 }
 
+llvm::Error stringError(const std::string &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", message.c_str());
+}
+
 void SourceManager::addFile(const std::string &path, std::string text) {
   files_[path] = std::move(text);
 }

@@ -39,6 +39,9 @@ struct Diagnostic {
   std::string str() const;
 };
 
+/// An llvm::Error carrying `message` (a one-line description, lowercase, no period).
+llvm::Error stringError(const std::string &message);
+
 /// Keeps the text of every file read so diagnostics can quote their source line.
 class SourceManager {
 public:

@@ -11,10 +11,6 @@
 namespace tofu {
 namespace {
 
-llvm::Error fail(std::string msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg.c_str());
-}
-
 int64_t dtypeSize(const std::string &dtype) {
   if (dtype == "float64" || dtype == "int64")
     return 8;
@@ -69,12 +65,12 @@ int64_t TensorInfo::bytes() const { return elements() * dtypeSize(dtype); }
 
 llvm::Error Graph::addTensor(TensorInfo t) {
   if (t.name.empty())
-    return fail("a tensor needs a name");
+    return stringError("a tensor needs a name");
   if (tensorIndex_.count(t.name))
-    return fail(fmt::format("tensor '{}' is declared twice", t.name));
+    return stringError(fmt::format("tensor '{}' is declared twice", t.name));
   for (int64_t e : t.shape)
     if (e <= 0)
-      return fail(fmt::format("tensor '{}' has a non-positive extent in {}", t.name,
+      return stringError(fmt::format("tensor '{}' has a non-positive extent in {}", t.name,
                               shapeString(t.shape)));
   tensorIndex_[t.name] = static_cast<unsigned>(tensors_.size());
   tensors_.push_back(std::move(t));
@@ -83,13 +79,13 @@ llvm::Error Graph::addTensor(TensorInfo t) {
 
 llvm::Error Graph::addNode(Node n) {
   if (n.name.empty())
-    return fail("a node needs a name");
+    return stringError("a node needs a name");
   if (nodeIndex_.count(n.name))
-    return fail(fmt::format("node '{}' is declared twice", n.name));
+    return stringError(fmt::format("node '{}' is declared twice", n.name));
   if (n.output.empty())
-    return fail(fmt::format("node '{}' has no output", n.name));
+    return stringError(fmt::format("node '{}' has no output", n.name));
   if (auto it = producerIndex_.find(n.output); it != producerIndex_.end())
-    return fail(fmt::format("node '{}': tensor '{}' is already produced by node '{}'", n.name,
+    return stringError(fmt::format("node '{}': tensor '{}' is already produced by node '{}'", n.name,
                             n.output, nodes_[it->second].name));
   if (!tensorIndex_.count(n.output)) {
     TensorInfo t;
@@ -145,7 +141,7 @@ llvm::Expected<std::vector<unsigned>> Graph::topologicalOrder() const {
   if (order.size() != nodes_.size())
     for (unsigned i = 0; i < nodes_.size(); ++i)
       if (indegree[i] != 0)
-        return fail(fmt::format("node '{}' is on a cycle", nodes_[i].name));
+        return stringError(fmt::format("node '{}' is on a cycle", nodes_[i].name));
   return order;
 }
 
@@ -153,26 +149,26 @@ llvm::Error checkGraph(Graph &g, const OpLibrary &lib) {
   for (const TensorInfo &t : g.tensors()) {
     const Node *p = g.producer(t.name);
     if (!p && (t.role == TensorRole::Activation || t.role == TensorRole::Gradient))
-      return fail(fmt::format("tensor '{}' ({}) is produced by no node", t.name,
+      return stringError(fmt::format("tensor '{}' ({}) is produced by no node", t.name,
                               roleName(t.role)));
     if (p && (t.role == TensorRole::Input || t.role == TensorRole::Weight))
-      return fail(fmt::format("tensor '{}' is a {} but node '{}' produces it", t.name,
+      return stringError(fmt::format("tensor '{}' is a {} but node '{}' produces it", t.name,
                               roleName(t.role), p->name));
     if (!p && !t.shapeKnown)
-      return fail(fmt::format("tensor '{}' ({}) needs a shape", t.name, roleName(t.role)));
+      return stringError(fmt::format("tensor '{}' ({}) needs a shape", t.name, roleName(t.role)));
     if (p && t.shapeKnown && t.role == TensorRole::Gradient)
       continue; // a gradient declares its input's shape; the producer's inference checks it
   }
   for (const std::string &o : g.outputs)
     if (!g.tensor(o))
-      return fail(fmt::format("graph output '{}' is not a tensor of the graph", o));
+      return stringError(fmt::format("graph output '{}' is not a tensor of the graph", o));
   auto order = g.topologicalOrder();
   if (!order)
     return order.takeError();
   for (unsigned index : *order) {
     const Node &n = g.nodes()[index];
     auto where = [&](const std::string &msg) {
-      return fail(fmt::format("node '{}' (op {}): {}", n.name, n.op, msg));
+      return stringError(fmt::format("node '{}' (op {}): {}", n.name, n.op, msg));
     };
     const ir::OpDef *op = lib.find(n.op);
     if (!op)
@@ -221,12 +217,12 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
   try {
     j = json::parse(text);
   } catch (const json::parse_error &e) {
-    return fail(fmt::format("graph JSON: {}", e.what()));
+    return stringError(fmt::format("graph JSON: {}", e.what()));
   }
   Graph g;
   try {
     if (!j.is_object())
-      return fail("graph JSON: the top level must be an object");
+      return stringError("graph JSON: the top level must be an object");
     for (const json &t : j.value("tensors", json::array())) {
       TensorInfo info;
       info.name = t.at("name").get<std::string>();
@@ -239,10 +235,10 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
       std::string role = t.value("role", std::string("activation"));
       auto r = parseRole(role);
       if (!r)
-        return fail(fmt::format("graph JSON: tensor '{}' has unknown role '{}'", info.name, role));
+        return stringError(fmt::format("graph JSON: tensor '{}' has unknown role '{}'", info.name, role));
       info.role = *r;
       if (llvm::Error e = g.addTensor(std::move(info)))
-        return fail("graph JSON: " + llvm::toString(std::move(e)));
+        return stringError("graph JSON: " + llvm::toString(std::move(e)));
     }
     for (const json &jn : j.value("nodes", json::array())) {
       Node n;
@@ -258,11 +254,11 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
       n.inputs = jn.value("inputs", std::vector<std::string>{});
       n.output = jn.at("output").get<std::string>();
       if (llvm::Error e = g.addNode(std::move(n)))
-        return fail("graph JSON: " + llvm::toString(std::move(e)));
+        return stringError("graph JSON: " + llvm::toString(std::move(e)));
     }
     g.outputs = j.value("outputs", std::vector<std::string>{});
   } catch (const json::exception &e) {
-    return fail(fmt::format("graph JSON: {}", e.what()));
+    return stringError(fmt::format("graph JSON: {}", e.what()));
   }
   return llvm::Expected<Graph>(std::move(g));
 }

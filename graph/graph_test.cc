@@ -79,9 +79,11 @@ TEST(Graph, BadGraphsGetErrorsNamingTheNode) {
   {
     Graph g = mlp();
     Graph h;
-    for (const TensorInfo &t : g.tensors())
-      if (!g.producer(t.name))
+    for (const TensorInfo &t : g.tensors()) {
+      if (!g.producer(t.name)) {
         ASSERT_FALSE(static_cast<bool>(h.addTensor(t)));
+      }
+    }
     ASSERT_FALSE(static_cast<bool>(h.addNode(node("f", "Frobnicate", {"x"}, "y"))));
     EXPECT_EQ(errorOf(std::move(h)), "node 'f' (op Frobnicate): unknown op 'Frobnicate'");
   }

@@ -13,10 +13,6 @@
 namespace tofu {
 namespace {
 
-llvm::Error fail(std::string msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg.c_str());
-}
-
 /// Reasons the importer gives for operators it does not translate.
 std::string whyNot(const std::string &opType) {
   static const std::map<std::string, std::string> notDescribable = {
@@ -125,7 +121,7 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
   std::string name = n.name().empty() ? fmt::format("{}_{}", op, counter_++) : n.name();
   group_ = name;
   auto where = [&](const std::string &msg) {
-    return fail(fmt::format("node '{}' (ONNX {}): {}", name, op, msg));
+    return stringError(fmt::format("node '{}' (ONNX {}): {}", name, op, msg));
   };
   if (!n.domain().empty() && n.domain() != "ai.onnx")
     return where(fmt::format("operators of domain '{}' are not supported", n.domain()));
@@ -319,7 +315,7 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   try {
     onnx::shape_inference::InferShapes(model);
   } catch (const std::exception &e) {
-    return fail(std::string("ONNX shape inference failed: ") + e.what());
+    return stringError(std::string("ONNX shape inference failed: ") + e.what());
   }
   auto record = [&](const onnx::ValueInfoProto &v) {
     if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape())
@@ -356,7 +352,7 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
       continue;
     auto it = shapes_.find(v.name());
     if (it == shapes_.end())
-      return fail(fmt::format("graph input '{}' has no static shape", v.name()));
+      return stringError(fmt::format("graph input '{}' has no static shape", v.name()));
     TensorInfo info;
     info.name = v.name();
     info.group = v.name();
@@ -376,7 +372,7 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   for (const onnx::ValueInfoProto &v : graph->output())
     g_.outputs.push_back(v.name());
   if (llvm::Error e = checkGraph(g_, lib_))
-    return fail("the imported graph does not check: " + llvm::toString(std::move(e)));
+    return stringError("the imported graph does not check: " + llvm::toString(std::move(e)));
   return llvm::Expected<Graph>(std::move(g_));
 }
 
@@ -386,17 +382,17 @@ llvm::Expected<Graph> importOnnx(const std::string &path, const OpLibrary &lib,
                                  const OnnxImportOptions &options) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    return fail(fmt::format("cannot open '{}'", path));
+    return stringError(fmt::format("cannot open '{}'", path));
   std::stringstream bytes;
   bytes << in.rdbuf();
   onnx::ModelProto model;
   if (!model.ParseFromString(bytes.str()))
-    return fail(fmt::format("'{}' is not an ONNX model (protobuf parsing failed)", path));
+    return stringError(fmt::format("'{}' is not an ONNX model (protobuf parsing failed)", path));
   if (!model.has_graph())
-    return fail(fmt::format("'{}' has no graph", path));
+    return stringError(fmt::format("'{}' has no graph", path));
   auto g = Importer(lib, options).run(model);
   if (!g)
-    return fail(fmt::format("{}: {}", path, llvm::toString(g.takeError())));
+    return stringError(fmt::format("{}: {}", path, llvm::toString(g.takeError())));
   return g;
 }
 

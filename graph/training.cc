@@ -8,10 +8,6 @@
 namespace tofu {
 namespace {
 
-llvm::Error fail(std::string msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg.c_str());
-}
-
 TensorInfo scalarInput(const std::string &name) {
   TensorInfo t;
   t.name = name;
@@ -53,7 +49,7 @@ llvm::Expected<std::string> TrainingBuilder::gradientOf(const std::string &tenso
     return it->second;
   auto it = contributions_.find(tensor);
   if (it == contributions_.end() || it->second.empty())
-    return fail(fmt::format("tensor '{}' gets no gradient", tensor));
+    return stringError(fmt::format("tensor '{}' gets no gradient", tensor));
   std::string sum = it->second.front();
   for (size_t k = 1; k < it->second.size(); ++k) {
     Node n;
@@ -96,7 +92,7 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
   }
   auto fwdInst = instantiate(*op, inst);
   if (!fwdInst)
-    return fail(fmt::format("node '{}': {}", n.name, llvm::toString(fwdInst.takeError())));
+    return stringError(fmt::format("node '{}': {}", n.name, llvm::toString(fwdInst.takeError())));
   for (unsigned i = 0; i < n.inputs.size(); ++i) {
     const std::string &x = n.inputs[i];
     if (!needsGrad_.count(x))
@@ -106,7 +102,7 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
       if (g.input == i)
         grad = &g;
     if (!grad)
-      return fail(fmt::format("node '{}' (op {}): input '{}' needs a gradient but the op has no "
+      return stringError(fmt::format("node '{}' (op {}): input '{}' needs a gradient but the op has no "
                               "grad clause for '{}'",
                               n.name, n.op, x, op->inputs[i].name));
     const ir::OpCall &call = *grad->call;
@@ -123,7 +119,7 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
       return static_cast<unsigned>(g_.tensor(tensorOf(t))->shape.size());
     });
     if (!calleeInst)
-      return fail(fmt::format("node '{}': the grad clause for '{}': {}", n.name,
+      return stringError(fmt::format("node '{}': the grad clause for '{}': {}", n.name,
                               op->inputs[i].name, llvm::toString(calleeInst.takeError())));
     b.attrs = calleeInst->attrs;
     for (const ir::ExprPtr &arg : call.args)
@@ -131,7 +127,7 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
     // Record the backward op's group lengths, so the node is explicit.
     auto calleeOp = instantiate(*call.callee, *calleeInst);
     if (!calleeOp)
-      return fail(fmt::format("node '{}': the grad clause for '{}': {}", n.name,
+      return stringError(fmt::format("node '{}': the grad clause for '{}': {}", n.name,
                               op->inputs[i].name, llvm::toString(calleeOp.takeError())));
     for (const auto &[name, len] : calleeOp->groups)
       b.groups[name] = len;
@@ -154,9 +150,9 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
 llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer optimizer) {
   const TensorInfo *l = fwd_.tensor(loss);
   if (!l)
-    return fail(fmt::format("the loss '{}' is not a tensor of the graph", loss));
+    return stringError(fmt::format("the loss '{}' is not a tensor of the graph", loss));
   if (!l->shapeKnown || !l->shape.empty())
-    return fail(fmt::format("the loss '{}' must be a scalar", loss));
+    return stringError(fmt::format("the loss '{}' must be a scalar", loss));
   for (const TensorInfo &t : fwd_.tensors()) {
     TensorInfo copy = t;
     if (copy.group.empty())
@@ -206,7 +202,7 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
                                                                   "adam_c1", "adam_c2", "adam_eps"};
   for (const std::string &h : hyper) {
     if (used_.count(h))
-      return fail(fmt::format("the graph already has a tensor named '{}'", h));
+      return stringError(fmt::format("the graph already has a tensor named '{}'", h));
     used_.insert(h);
     if (llvm::Error e = g_.addTensor(scalarInput(h)))
       return llvm::Expected<Graph>(std::move(e));
@@ -216,7 +212,7 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
       continue;
     auto gw = gradientOf(w.name);
     if (!gw)
-      return fail(fmt::format("weight '{}' gets no gradient (it does not reach the loss)",
+      return stringError(fmt::format("weight '{}' gets no gradient (it does not reach the loss)",
                               w.name));
     std::string group = w.group.empty() ? w.name : w.group;
     auto node = [&](const std::string &name, const std::string &op,
@@ -268,7 +264,7 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
     if (n.op == "sgd_update" || n.op == "adam_update" || n.op == "adam_m" || n.op == "adam_v")
       g_.outputs.push_back(n.output);
   if (llvm::Error e = checkGraph(g_, lib_))
-    return fail("the training graph does not check: " + llvm::toString(std::move(e)));
+    return stringError("the training graph does not check: " + llvm::toString(std::move(e)));
   return llvm::Expected<Graph>(std::move(g_));
 }
 

@@ -8,10 +8,6 @@
 namespace tofu {
 namespace {
 
-llvm::Error fail(std::string msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg.c_str());
-}
-
 /// Small helper that names tensors and nodes and collects the first error.
 class Builder {
 public:
@@ -68,7 +64,7 @@ private:
 
 llvm::Expected<Graph> buildMlp(const std::vector<int64_t> &dims, int64_t batch) {
   if (dims.size() < 2)
-    return fail("an MLP needs at least an input and an output size");
+    return stringError("an MLP needs at least an input and an output size");
   Builder b;
   std::string x = b.tensor("x", {batch, dims[0]}, TensorRole::Input);
   std::string labels = b.tensor("labels", {batch}, TensorRole::Input);
@@ -93,9 +89,9 @@ llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch) {
   else if (depth == 152)
     blocks = {3, 8, 36, 3};
   else
-    return fail(fmt::format("WResNet depth {} is not one of 50, 101, 152", depth));
+    return stringError(fmt::format("WResNet depth {} is not one of 50, 101, 152", depth));
   if (widen < 1 || batch < 1)
-    return fail("WResNet needs a widening factor and a batch size of at least 1");
+    return stringError("WResNet needs a widening factor and a batch size of at least 1");
   Builder b;
   std::string eps = b.tensor("bn_eps", {}, TensorRole::Input);
   std::string labels = b.tensor("labels", {batch}, TensorRole::Input);
@@ -147,7 +143,7 @@ llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch) {
 
 llvm::Expected<Graph> buildRnn(int layers, int64_t hidden, int64_t batch, int steps) {
   if (layers < 1 || hidden < 1 || batch < 1 || steps < 1)
-    return fail("an RNN needs at least one layer, hidden unit, batch element and step");
+    return stringError("an RNN needs at least one layer, hidden unit, batch element and step");
   Builder b;
   int64_t h = hidden;
   std::vector<std::string> W, R, bias, hPrev, cPrev;
@@ -182,9 +178,9 @@ llvm::Expected<Graph> buildRnn(int layers, int64_t hidden, int64_t batch, int st
 llvm::Expected<Graph> buildTransformer(int layers, int64_t hidden, int64_t heads, int64_t seq,
                                        int64_t batch, int64_t vocab) {
   if (layers < 1 || hidden < 1 || heads < 1 || seq < 1 || batch < 1 || vocab < 1)
-    return fail("a transformer needs positive sizes");
+    return stringError("a transformer needs positive sizes");
   if (hidden % heads != 0)
-    return fail(fmt::format("hidden size {} is not a multiple of the {} heads", hidden, heads));
+    return stringError(fmt::format("hidden size {} is not a multiple of the {} heads", hidden, heads));
   int64_t D = hidden, S = seq, B = batch, dh = hidden / heads;
   Builder b;
   std::string tokens = b.tensor("tokens", {B, S}, TensorRole::Input);
@@ -257,7 +253,7 @@ llvm::Expected<Graph> buildModel(const std::string &name, int64_t batch) {
   if (std::regex_match(name, m, std::regex("gpt-(\\d+)-(\\d+)-(\\d+)-(\\d+)")))
     return buildTransformer(std::stoi(m[1]), std::stoll(m[2]), std::stoll(m[3]), std::stoll(m[4]),
                             batch);
-  return fail(fmt::format("unknown model '{}'; {}", name, zooHelp()));
+  return stringError(fmt::format("unknown model '{}'; {}", name, zooHelp()));
 }
 
 std::string zooHelp() {

@@ -14,9 +14,6 @@
 namespace tofu {
 
 llvm::Expected<LibraryStats> computeStats(const std::string &dir, int opset) {
-  auto fail = [](std::string msg) {
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg.c_str());
-  };
   LibraryStats s;
   std::set<std::string> opNames;
   for (const std::string &file : findTdlFiles({dir})) {
@@ -28,7 +25,7 @@ llvm::Expected<LibraryStats> computeStats(const std::string &dir, int opset) {
       for (const Diagnostic &d : diags.diagnostics())
         msg += d.str() + "\n";
       llvm::consumeError(module.takeError());
-      return fail(msg + file + " does not check");
+      return stringError(msg + file + " does not check");
     }
     ++s.files;
     for (const ir::OpDef *op : module->opsInFile(file)) {
@@ -53,15 +50,15 @@ llvm::Expected<LibraryStats> computeStats(const std::string &dir, int opset) {
   std::string mappingPath = dir + "/onnx_mapping.json";
   std::ifstream in(mappingPath);
   if (!in)
-    return fail("cannot open " + mappingPath);
+    return stringError("cannot open " + mappingPath);
   nlohmann::json mapping;
   try {
     in >> mapping;
   } catch (const nlohmann::json::exception &e) {
-    return fail(mappingPath + ": " + e.what());
+    return stringError(mappingPath + ": " + e.what());
   }
   if (!mapping.contains("ops") || !mapping["ops"].is_object())
-    return fail(mappingPath + ": no \"ops\" object");
+    return stringError(mappingPath + ": no \"ops\" object");
   const nlohmann::json &ops = mapping["ops"];
   std::vector<std::string> names = onnxOperatorNames(opset);
   s.onnxTotal = static_cast<unsigned>(names.size());
