@@ -719,13 +719,9 @@ bool passedWhole(const ir::OpDef &op, unsigned i) {
 bool sameVarCoords(const std::vector<ir::Coord> &coords, const std::vector<unsigned> &vars) {
   if (coords.size() != vars.size())
     return false;
-  for (size_t i = 0; i < coords.size(); ++i) {
-    const auto *ref = coords[i].kind == ir::Coord::Kind::Affine
-                          ? dyn_cast<ir::VarRef>(coords[i].expr.get())
-                          : nullptr;
-    if (!ref || ref->var != vars[i])
+  for (size_t i = 0; i < coords.size(); ++i)
+    if (ir::exactVar(coords[i]) != vars[i])
       return false;
-  }
   return true;
 }
 

@@ -5,6 +5,14 @@
 
 namespace tofu::ir {
 
+std::optional<unsigned> exactVar(const Coord &c) {
+  if (c.kind != Coord::Kind::Affine)
+    return std::nullopt;
+  if (const auto *v = llvm::dyn_cast<VarRef>(c.expr.get()))
+    return v->var;
+  return std::nullopt;
+}
+
 const char *builtinName(Builtin b) {
   switch (b) {
 #define TOFU_X(E, S, N)                                                                     \

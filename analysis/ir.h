@@ -179,6 +179,9 @@ struct Coord {
   unsigned var = 0; ///< the group, for Splat
 };
 
+/// The variable an affine coordinate is exactly (`v`, no offset or factor), if any.
+std::optional<unsigned> exactVar(const Coord &c);
+
 /// `input[coords]`: an element of an input (or a slice of it, as a call argument).
 struct Read : Expr {
   Read() : Expr(ExprKind::Read) {}

@@ -20,15 +20,6 @@ using llvm::cast;
 using llvm::dyn_cast;
 using llvm::isa;
 
-/// The variable a coordinate is exactly (no offset), if any.
-std::optional<unsigned> exactVar(const ir::Coord &c) {
-  if (c.kind != ir::Coord::Kind::Affine)
-    return std::nullopt;
-  if (const auto *v = dyn_cast<ir::VarRef>(c.expr.get()))
-    return v->var;
-  return std::nullopt;
-}
-
 /// Inputs whose values are used as indices, with the extent their values must stay under.
 std::map<unsigned, int64_t> indexInputs(const InstOp &op, const Shapes &shapes) {
   std::map<unsigned, int64_t> out;
@@ -364,7 +355,7 @@ Shapes randomShapes(const InstOp &op, unsigned seed, int64_t minExtent, int64_t 
     ir::walk(*op.body, [&](const ir::Expr &e) {
       if (const auto *r = dyn_cast<ir::Read>(&e))
         for (unsigned d = 0; d < r->coords.size(); ++d)
-          if (auto v = exactVar(r->coords[d]))
+          if (auto v = ir::exactVar(r->coords[d]))
             fn(*v, r->input, d);
     });
   };
