@@ -30,12 +30,9 @@ public:
       return out;
     std::vector<int64_t> idx(op_.outputVars.size(), 0);
     for (int64_t flat = 0; flat < out.size(); ++flat) {
-      int64_t rest = flat;
-      for (int k = static_cast<int>(idx.size()) - 1; k >= 0; --k) {
-        idx[k] = rest % shape[k];
-        rest /= shape[k];
+      unflatten(flat, shape, idx.data());
+      for (size_t k = 0; k < idx.size(); ++k)
         env_[op_.outputVars[k]] = ranges_[op_.outputVars[k]].lo + idx[k];
-      }
       out.data[flat] = value(*op_.body);
       if (!error_.empty())
         return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", error_.c_str());
@@ -125,13 +122,11 @@ private:
       }
     }
     Tensor out(shape);
-    std::vector<int64_t> coords = fixed;
+    std::vector<int64_t> coords = fixed, inSlice(free.size());
     for (int64_t flat = 0; flat < out.size(); ++flat) {
-      int64_t rest = flat;
-      for (int k = static_cast<int>(free.size()) - 1; k >= 0; --k) {
-        coords[free[k]] = rest % shape[k];
-        rest /= shape[k];
-      }
+      unflatten(flat, shape, inSlice.data());
+      for (size_t k = 0; k < free.size(); ++k)
+        coords[free[k]] = inSlice[k];
       int64_t off = t.offset(coords.data());
       out.data[flat] = off < 0 ? 0.0 : t.data[off];
     }
@@ -439,6 +434,13 @@ llvm::Expected<Tensor> determinant(const std::vector<Tensor> &args) {
 }
 
 } // namespace
+
+void unflatten(int64_t flat, const std::vector<int64_t> &shape, int64_t *coords) {
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    coords[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+}
 
 Tensor::Tensor(std::vector<int64_t> s, double fill) : shape(std::move(s)) {
   int64_t n = 1;

@@ -27,6 +27,9 @@ struct Tensor {
   int64_t offset(const int64_t *coords) const;
 };
 
+/// The row-major coordinates of element `flat` of a tensor of `shape`, into `coords`.
+void unflatten(int64_t flat, const std::vector<int64_t> &shape, int64_t *coords);
+
 /// C++ implementations of opaque functions, by name. Each takes the argument slices
 /// (tensors) and returns the result tensor.
 class OpaqueRegistry {

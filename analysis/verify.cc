@@ -87,7 +87,7 @@ std::map<unsigned, std::pair<unsigned, unsigned>> matrixInputs(const InstOp &op)
   return out;
 }
 
-Tensor randomInput(const InstOp &op, unsigned i, const Shapes &shapes,
+Tensor randomInput(unsigned i, const Shapes &shapes,
                    const std::map<unsigned, int64_t> &indices,
                    const std::map<unsigned, std::pair<unsigned, unsigned>> &matrices,
                    std::pair<double, double> range, std::mt19937 &rng) {
@@ -104,16 +104,11 @@ Tensor randomInput(const InstOp &op, unsigned i, const Shapes &shapes,
     int64_t boost = t.shape[a] + t.shape[b] + 1;
     std::vector<int64_t> coords(t.shape.size());
     for (int64_t flat = 0; flat < t.size(); ++flat) {
-      int64_t rest = flat;
-      for (int d = static_cast<int>(t.shape.size()) - 1; d >= 0; --d) {
-        coords[d] = rest % t.shape[d];
-        rest /= t.shape[d];
-      }
+      unflatten(flat, t.shape, coords.data());
       if (coords[a] == coords[b])
         t.data[flat] += static_cast<double>(boost);
     }
   }
-  (void)op;
   return t;
 }
 
@@ -122,13 +117,10 @@ Tensor poisoned(const Tensor &t, const Box &box) {
   Tensor out = t;
   std::vector<int64_t> coords(t.shape.size());
   for (int64_t flat = 0; flat < t.size(); ++flat) {
-    int64_t rest = flat;
+    unflatten(flat, t.shape, coords.data());
     bool inside = true;
-    for (int d = static_cast<int>(t.shape.size()) - 1; d >= 0; --d) {
-      coords[d] = rest % t.shape[d];
-      rest /= t.shape[d];
+    for (size_t d = 0; d < coords.size(); ++d)
       inside &= coords[d] >= box[d].lo && coords[d] < box[d].hi;
-    }
     if (!inside)
       out.data[flat] = std::numeric_limits<double>::quiet_NaN();
   }
@@ -192,11 +184,7 @@ StrategyCheck checkOne(const StrategyTable &t, const Strategy &s, const Shapes &
     int64_t split = parts[0].shape[s.outputDim];
     std::vector<int64_t> coords(reference.shape.size());
     for (int64_t flat = 0; flat < combined.size(); ++flat) {
-      int64_t rest = flat;
-      for (int d = static_cast<int>(coords.size()) - 1; d >= 0; --d) {
-        coords[d] = rest % reference.shape[d];
-        rest /= reference.shape[d];
-      }
+      unflatten(flat, reference.shape, coords.data());
       unsigned w = coords[s.outputDim] < split ? 0 : 1;
       if (w == 1)
         coords[s.outputDim] -= split;
@@ -328,7 +316,7 @@ std::vector<Tensor> randomInputs(const InstOp &op, const Shapes &shapes, unsigne
   auto matrices = matrixInputs(op);
   std::vector<Tensor> inputs;
   for (unsigned i = 0; i < op.inputs.size(); ++i)
-    inputs.push_back(randomInput(op, i, shapes, indices, matrices, range, rng));
+    inputs.push_back(randomInput(i, shapes, indices, matrices, range, rng));
   return inputs;
 }
 
