@@ -9,7 +9,6 @@
 #include "nlohmann/json.hpp"
 
 namespace tofu {
-namespace {
 
 int64_t dtypeSize(const std::string &dtype) {
   if (dtype == "float64" || dtype == "int64")
@@ -20,6 +19,8 @@ int64_t dtypeSize(const std::string &dtype) {
     return 1;
   return 4;
 }
+
+namespace {
 
 std::string shapeString(const std::vector<int64_t> &s) {
   std::string out = "[";
@@ -245,6 +246,7 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
       n.name = jn.at("name").get<std::string>();
       n.op = jn.at("op").get<std::string>();
       n.group = jn.value("group", std::string());
+      n.coalesce = jn.value("coalesce", std::string());
       json attrs = jn.value("attrs", json::object());
       for (auto it = attrs.begin(); it != attrs.end(); ++it)
         n.attrs[it.key()] = it.value().get<int64_t>();
@@ -285,6 +287,8 @@ std::string graphToJson(const Graph &g) {
     jn["op"] = n.op;
     if (!n.group.empty())
       jn["group"] = n.group;
+    if (!n.coalesce.empty())
+      jn["coalesce"] = n.coalesce;
     jn["attrs"] = json::object();
     for (const auto &[k, v] : n.attrs)
       jn["attrs"][k] = v;

@@ -18,6 +18,9 @@ enum class TensorRole { Input, Weight, Activation, Gradient, OptimizerState };
 const char *roleName(TensorRole r);
 std::optional<TensorRole> parseRole(const std::string &s);
 
+/// Bytes per element of a dtype name (float32 when unknown).
+int64_t dtypeSize(const std::string &dtype);
+
 struct TensorInfo {
   std::string name;
   /// The group the search coarsens by: a tensor with its gradient (and gradient sum).
@@ -37,6 +40,9 @@ struct Node {
   /// The group the search coarsens by: a forward op with its backward ops, a gradient sum
   /// with its tensor, an unrolled timestep with its cell.
   std::string group;
+  /// Nodes with the same non-empty key share one partition strategy (the search coalesces
+  /// them, and their output tensors): the unrolled timesteps of one RNN cell op.
+  std::string coalesce;
   std::string op;
   std::map<std::string, int64_t> attrs;
   std::map<std::string, int64_t> groups;

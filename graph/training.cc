@@ -109,6 +109,8 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
     Node b;
     b.name = fresh(fmt::format("{}_grad_{}", n.name, op->inputs[i].name));
     b.group = n.group.empty() ? n.name : n.group;
+    if (!n.coalesce.empty())
+      b.coalesce = n.coalesce + "/grad_" + op->inputs[i].name;
     b.op = call.callee->name;
     auto tensorOf = [&](const ir::TensorRef &t) -> const std::string & {
       return t.source == ir::TensorRef::Source::Input ? n.inputs[t.input]

@@ -24,10 +24,12 @@ public:
   }
   std::string node(const std::string &name, const std::string &op,
                    std::vector<std::string> inputs, std::map<std::string, int64_t> attrs = {},
-                   std::map<std::string, int64_t> groups = {}, const std::string &group = "") {
+                   std::map<std::string, int64_t> groups = {}, const std::string &group = "",
+                   const std::string &coalesce = "") {
     Node n;
     n.name = name;
     n.group = group.empty() ? name : group;
+    n.coalesce = coalesce;
     n.op = op;
     n.inputs = std::move(inputs);
     n.attrs = std::move(attrs);
@@ -160,10 +162,12 @@ llvm::Expected<Graph> buildRnn(int layers, int64_t hidden, int64_t batch, int st
     std::string x = b.tensor(fmt::format("x_t{}", t + 1), {batch, h}, TensorRole::Input);
     for (int l = 0; l < layers; ++l) {
       std::string cell = fmt::format("lstm{}_t{}", l + 1, t + 1); // the coarsening group
+      std::string layer = fmt::format("lstm{}", l + 1); // timesteps coalesce per layer
       std::string gates = b.node(cell + "_gates", "lstm_gates",
-                                 {x, hPrev[l], W[l], R[l], bias[l]}, {}, {}, cell);
-      cPrev[l] = b.node(cell + "_c", "lstm_cell_c", {gates, cPrev[l]}, {}, {}, cell);
-      hPrev[l] = b.node(cell + "_h", "lstm_cell_h", {gates, cPrev[l]}, {}, {}, cell);
+                                 {x, hPrev[l], W[l], R[l], bias[l]}, {}, {}, cell,
+                                 layer + "_gates");
+      cPrev[l] = b.node(cell + "_c", "lstm_cell_c", {gates, cPrev[l]}, {}, {}, cell, layer + "_c");
+      hPrev[l] = b.node(cell + "_h", "lstm_cell_h", {gates, cPrev[l]}, {}, {}, cell, layer + "_h");
       x = hPrev[l];
     }
     std::string target = b.tensor(fmt::format("target_t{}", t + 1), {batch, h}, TensorRole::Input);

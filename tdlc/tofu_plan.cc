@@ -1,5 +1,7 @@
-// tofu-plan: builds dataflow graphs (zoo models or JSON files) and, as the search stage
-// lands, plans their partitioning. Today: --describe.
+// tofu-plan: builds a dataflow graph (zoo model, JSON or ONNX), optionally its training
+// step, and searches for its partition across --workers workers.
+#include <chrono>
+#include <fstream>
 #include <string>
 
 #include "fmt/format.h"
@@ -9,6 +11,8 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
+#include "search/report.h"
+#include "search/search.h"
 
 namespace cl = llvm::cl;
 
@@ -37,16 +41,25 @@ cl::opt<bool> describe("describe",
 cl::opt<std::string> opsDir("ops", cl::desc("The operator library (default: ops)"),
                             cl::init("ops"), cl::value_desc("DIR"), cl::cat(planCategory));
 cl::opt<bool> dumpJson("dump-json", cl::desc("Print the graph as JSON"), cl::cat(planCategory));
+cl::opt<unsigned> workers("workers", cl::desc("Search a partition for K workers (any K >= 1)"),
+                          cl::value_desc("K"), cl::init(0), cl::cat(planCategory));
+cl::opt<std::string> algo("algo", cl::desc("The search algorithm (default tofu)"),
+                          cl::value_desc("NAME"), cl::init("tofu"), cl::cat(planCategory));
+cl::opt<std::string> format("format", cl::desc("Plan output: table (default) or json"),
+                            cl::init("table"), cl::cat(planCategory));
+cl::opt<std::string> svgFile("svg", cl::desc("Also draw the plan's weight and activation tiles"),
+                             cl::value_desc("FILE.svg"), cl::cat(planCategory));
+cl::opt<bool> summary("summary", cl::desc("Print the plan's summary only (no per-tensor and "
+                                          "per-op tables)"),
+                      cl::cat(planCategory));
+cl::opt<double> budget("budget", cl::desc("Time budget in seconds of dp-flat and exhaustive "
+                                          "(default 60)"),
+                       cl::init(60), cl::cat(planCategory));
+cl::opt<bool> noCoarsen("no-coarsen", cl::desc("Do not merge element-wise chains and coalesced "
+                                               "timesteps"),
+                        cl::cat(planCategory));
 
-std::string human(double bytes) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  return fmt::format("{:.2f} {}", bytes, units[u]);
-}
+std::string human(double bytes) { return tofu::humanBytes(bytes); }
 
 } // namespace
 
@@ -55,18 +68,35 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(
       argc, argv,
       "tofu-plan - build a model's dataflow graph and plan its partitioning\n\n"
-      "  tofu-plan --model NAME [--batch B] [--train] --describe\n"
-      "  tofu-plan --graph FILE.json [--train] --describe\n"
-      "  tofu-plan --onnx FILE.onnx [--batch B] [--train] --describe\n\n" +
+      "  tofu-plan --model NAME [--batch B] [--train] --workers K [--algo A] [--format=json]\n"
+      "  tofu-plan --graph FILE.json [--train] --workers K\n"
+      "  tofu-plan --onnx FILE.onnx [--batch B] [--train] --workers K\n"
+      "  tofu-plan (--model|--graph|--onnx) ... --describe | --dump-json\n\n" +
           tofu::zooHelp() +
-          "\n\nPartition search (--workers, --algo) is not implemented yet.\n");
+          "\n\nAlgorithms (--algo): " + tofu::algorithmNames() +
+          ".\nThe plan lists, per tensor, how each dimension is cut; per op, its strategy at "
+          "each\nrecursion step; the communication per step and in total; per-worker memory; the "
+          "search time.\n");
   if (int(!model.empty()) + int(!graphFile.empty()) + int(!onnxFile.empty()) != 1) {
     llvm::errs() << "tofu-plan: give exactly one of --model, --graph or --onnx (see --help)\n";
     return 2;
   }
-  if (!describe && !dumpJson) {
-    llvm::errs() << "tofu-plan: nothing to do: give --describe or --dump-json (partition search "
-                    "is not implemented yet)\n";
+  if (!describe && !dumpJson && workers == 0) {
+    llvm::errs() << "tofu-plan: nothing to do: give --workers K, --describe or --dump-json\n";
+    return 2;
+  }
+  auto algorithm = tofu::parseAlgorithm(algo);
+  if (!algorithm) {
+    llvm::errs() << "tofu-plan: unknown --algo '" << algo << "' (one of "
+                 << tofu::algorithmNames() << ")\n";
+    return 2;
+  }
+  if (format != "table" && format != "json") {
+    llvm::errs() << "tofu-plan: --format must be table or json\n";
+    return 2;
+  }
+  if (workers.getNumOccurrences() && workers == 0) {
+    llvm::errs() << "tofu-plan: --workers must be at least 1\n";
     return 2;
   }
   if (optimizer != "sgd" && optimizer != "adam") {
@@ -127,6 +157,45 @@ int main(int argc, char **argv) {
   }
   if (dumpJson) {
     llvm::outs() << tofu::graphToJson(*g);
+    return 0;
+  }
+  if (workers > 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto problem = tofu::Problem::build(*g, *lib);
+    if (!problem) {
+      llvm::errs() << "tofu-plan: " << name << ": " << llvm::toString(problem.takeError()) << "\n";
+      return 1;
+    }
+    double analysis = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tofu::PlanOptions options;
+    options.workers = workers;
+    options.algorithm = *algorithm;
+    options.budgetSeconds = budget;
+    options.coarsen = !noCoarsen;
+    auto plan = tofu::searchPlan(*problem, options);
+    if (!plan) {
+      llvm::errs() << "tofu-plan: " << name << ": " << llvm::toString(plan.takeError()) << "\n";
+      return 1;
+    }
+    tofu::PlanReportOptions report;
+    report.title = name + (train ? " training step" : "") +
+                   (model.empty() ? std::string() : fmt::format(" (batch {})", batch));
+    report.exact = workers <= 64;
+    report.listTensors = report.listOps = !summary;
+    if (format == "json") {
+      llvm::outs() << tofu::planJson(*problem, *plan, report);
+    } else {
+      llvm::outs() << fmt::format("analysis of the graph's ops: {:.3f} s\n", analysis);
+      llvm::outs() << tofu::planTable(*problem, *plan, report);
+    }
+    if (!svgFile.empty()) {
+      std::ofstream f(svgFile);
+      f << tofu::planSvg(*problem, *plan, report.title);
+      if (!f) {
+        llvm::errs() << "tofu-plan: cannot write " << svgFile << "\n";
+        return 1;
+      }
+    }
     return 0;
   }
   int64_t bytes[5] = {0, 0, 0, 0, 0};

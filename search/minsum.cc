@@ -1,0 +1,184 @@
+// Variable elimination for min-sum problems.
+#include "search/minsum.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <tuple>
+
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+
+namespace tofu {
+
+unsigned MinSumProblem::addVariable(unsigned domain, int64_t priority) {
+  domains_.push_back(std::max(1u, domain));
+  priority_.push_back(priority);
+  return static_cast<unsigned>(domains_.size() - 1);
+}
+
+void MinSumProblem::addUnary(unsigned v, const std::vector<int64_t> &costs) {
+  factors_.push_back({{v}, costs});
+}
+
+void MinSumProblem::addPairwise(unsigned a, unsigned b, const std::vector<int64_t> &table) {
+  if (a < b) {
+    factors_.push_back({{a, b}, table});
+    return;
+  }
+  unsigned da = domains_[a], db = domains_[b];
+  std::vector<int64_t> t(table.size());
+  for (unsigned xa = 0; xa < da; ++xa)
+    for (unsigned xb = 0; xb < db; ++xb)
+      t[xb * da + xa] = table[xa * db + xb];
+  factors_.push_back({{b, a}, std::move(t)});
+}
+
+int64_t MinSumProblem::evaluate(const std::vector<unsigned> &values) const {
+  int64_t total = constant_;
+  for (const Factor &f : factors_) {
+    size_t off = 0;
+    for (unsigned v : f.vars)
+      off = off * domains_[v] + values[v];
+    total += f.table[off];
+  }
+  return total;
+}
+
+llvm::Expected<MinSumProblem::Solution> MinSumProblem::solve(const Limits &limits) const {
+  const unsigned n = static_cast<unsigned>(domains_.size());
+  std::vector<Factor> factors = factors_;
+  std::vector<bool> alive(factors.size(), true);
+  std::vector<std::vector<unsigned>> ofVar(n);
+  std::vector<std::set<unsigned>> adj(n);
+  for (unsigned f = 0; f < factors.size(); ++f)
+    for (unsigned v : factors[f].vars) {
+      ofVar[v].push_back(f);
+      for (unsigned u : factors[f].vars)
+        if (u != v)
+          adj[v].insert(u);
+    }
+  auto weight = [&](unsigned v) {
+    double w = std::log2(double(domains_[v]));
+    for (unsigned u : adj[v])
+      w += std::log2(double(domains_[u]));
+    return w;
+  };
+  using Key = std::tuple<double, int64_t, unsigned>;
+  std::set<Key> queue;
+  std::vector<double> key(n);
+  for (unsigned v = 0; v < n; ++v) {
+    key[v] = weight(v);
+    queue.insert({key[v], priority_[v], v});
+  }
+  struct Elimination {
+    unsigned var;
+    std::vector<unsigned> scope;
+    std::vector<uint16_t> argmin;
+  };
+  std::vector<Elimination> eliminations;
+  Solution sol;
+  int64_t constant = constant_;
+  uint64_t work = 0;
+  while (!queue.empty()) {
+    unsigned v = std::get<2>(*queue.begin());
+    queue.erase(queue.begin());
+    std::vector<unsigned> scope(adj[v].begin(), adj[v].end());
+    std::vector<unsigned> fs;
+    for (unsigned f : ofVar[v])
+      if (alive[f]) {
+        fs.push_back(f);
+        alive[f] = false;
+      }
+    uint64_t size = 1;
+    for (unsigned u : scope) {
+      size *= domains_[u];
+      if (size > limits.maxTableEntries)
+        break;
+    }
+    const unsigned dv = domains_[v];
+    if (size * dv > limits.maxTableEntries)
+      return stringError(fmt::format("the elimination needs a table over {} variables (more than "
+                                     "{} entries): the graph is too wide for this search",
+                                     scope.size() + 1, limits.maxTableEntries));
+    sol.largestTable = std::max(sol.largestTable, size * dv);
+    // Strides of every factor in the extended scope (scope..., v).
+    const size_t ns = scope.size();
+    std::vector<std::vector<int64_t>> stride(fs.size(), std::vector<int64_t>(ns + 1, 0));
+    for (size_t k = 0; k < fs.size(); ++k) {
+      const Factor &f = factors[fs[k]];
+      int64_t s = 1;
+      for (size_t q = f.vars.size(); q-- > 0;) {
+        unsigned u = f.vars[q];
+        size_t pos = u == v ? ns : size_t(std::lower_bound(scope.begin(), scope.end(), u) - scope.begin());
+        stride[k][pos] = s;
+        s *= domains_[u];
+      }
+    }
+    Elimination el{v, scope, std::vector<uint16_t>(size)};
+    Factor out{scope, std::vector<int64_t>(size)};
+    std::vector<int64_t> off(fs.size(), 0);
+    std::vector<unsigned> digit(ns, 0);
+    for (uint64_t idx = 0; idx < size; ++idx) {
+      int64_t best = std::numeric_limits<int64_t>::max();
+      unsigned arg = 0;
+      for (unsigned x = 0; x < dv; ++x) {
+        int64_t sum = 0;
+        for (size_t k = 0; k < fs.size(); ++k)
+          sum += factors[fs[k]].table[off[k] + x * stride[k][ns]];
+        if (sum < best) {
+          best = sum;
+          arg = x;
+        }
+      }
+      out.table[idx] = best;
+      el.argmin[idx] = static_cast<uint16_t>(arg);
+      for (size_t p = ns; p-- > 0;) {
+        ++digit[p];
+        for (size_t k = 0; k < fs.size(); ++k)
+          off[k] += stride[k][p];
+        if (digit[p] < domains_[scope[p]])
+          break;
+        for (size_t k = 0; k < fs.size(); ++k)
+          off[k] -= int64_t(domains_[scope[p]]) * stride[k][p];
+        digit[p] = 0;
+      }
+      if (((work += dv) & 0xffff) < dv && std::chrono::steady_clock::now() > limits.deadline)
+        return stringError("the search ran out of its time budget");
+    }
+    if (scope.empty()) {
+      constant += out.table[0];
+    } else {
+      unsigned id = static_cast<unsigned>(factors.size());
+      factors.push_back(std::move(out));
+      alive.push_back(true);
+      for (unsigned u : scope)
+        ofVar[u].push_back(id);
+    }
+    for (unsigned u : scope) {
+      adj[u].erase(v);
+      for (unsigned w : scope)
+        if (w != u)
+          adj[u].insert(w);
+    }
+    for (unsigned u : scope) {
+      queue.erase({key[u], priority_[u], u});
+      key[u] = weight(u);
+      queue.insert({key[u], priority_[u], u});
+    }
+    eliminations.push_back(std::move(el));
+  }
+  sol.values.assign(n, 0);
+  for (size_t e = eliminations.size(); e-- > 0;) {
+    const Elimination &el = eliminations[e];
+    size_t off = 0;
+    for (unsigned u : el.scope)
+      off = off * domains_[u] + sol.values[u];
+    sol.values[el.var] = el.argmin[off];
+  }
+  sol.cost = constant;
+  return sol;
+}
+
+} // namespace tofu

@@ -1,0 +1,62 @@
+// Exact minimisation of a sum of small cost tables over discrete variables by variable
+// elimination (bucket elimination): the DP that the search runs at every recursion step.
+// On a chain this is the paper's DP over the coarsened graph, its state the boundary
+// configurations; on any other graph it is still exact, at a cost exponential in the
+// induced width of the elimination order (chosen greedily: smallest new table first).
+#ifndef TOFU_SEARCH_MINSUM_H
+#define TOFU_SEARCH_MINSUM_H
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "llvm/Support/Error.h"
+
+namespace tofu {
+
+class MinSumProblem {
+public:
+  /// A variable with values 0..domain-1 (domain >= 1, < 65536). Lower `priority` is
+  /// eliminated first among equally cheap choices (the coarsened graph's order).
+  unsigned addVariable(unsigned domain, int64_t priority = 0);
+  unsigned domain(unsigned v) const { return domains_[v]; }
+  size_t variables() const { return domains_.size(); }
+
+  /// Adds `costs[x]` to the cost of `v = x`.
+  void addUnary(unsigned v, const std::vector<int64_t> &costs);
+  /// Adds `table[xa * domain(b) + xb]` to the cost of `a = xa, b = xb` (a != b).
+  void addPairwise(unsigned a, unsigned b, const std::vector<int64_t> &table);
+  /// Adds a constant.
+  void addConstant(int64_t c) { constant_ += c; }
+
+  struct Limits {
+    uint64_t maxTableEntries = uint64_t(1) << 24;
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  };
+  struct Solution {
+    std::vector<unsigned> values;
+    int64_t cost = 0;
+    uint64_t largestTable = 0; ///< entries of the largest table the elimination built
+  };
+  /// The assignment of least total cost (ties: the first found, deterministic). Fails when
+  /// a table would exceed the limit or the deadline passes.
+  llvm::Expected<Solution> solve(const Limits &limits) const;
+  llvm::Expected<Solution> solve() const { return solve(Limits()); }
+
+  /// The total cost of an assignment.
+  int64_t evaluate(const std::vector<unsigned> &values) const;
+
+private:
+  struct Factor {
+    std::vector<unsigned> vars; ///< ascending
+    std::vector<int64_t> table; ///< row-major over vars
+  };
+  std::vector<unsigned> domains_;
+  std::vector<int64_t> priority_;
+  std::vector<Factor> factors_;
+  int64_t constant_ = 0;
+};
+
+} // namespace tofu
+
+#endif // TOFU_SEARCH_MINSUM_H

@@ -1,0 +1,319 @@
+// The partitioning problem: analysed nodes and the per-worker communication cost model.
+#include "search/problem.h"
+
+#include <algorithm>
+#include <map>
+
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+
+namespace tofu {
+namespace {
+
+Range subRange(Range r, unsigned parts, unsigned w) {
+  Range p = partOf(r.size(), parts, w);
+  return {r.lo + p.lo, r.lo + p.hi};
+}
+
+int64_t intersectElements(const Box &a, const Box &b) {
+  int64_t n = 1;
+  for (size_t d = 0; d < a.size(); ++d) {
+    int64_t lo = std::max(a[d].lo, b[d].lo), hi = std::min(a[d].hi, b[d].hi);
+    if (hi <= lo)
+      return 0;
+    n *= hi - lo;
+  }
+  return n;
+}
+
+std::string instantiationKey(const Node &n, const std::vector<unsigned> &ranks) {
+  std::string key = n.op;
+  for (const auto &[k, v] : n.attrs)
+    key += fmt::format(" {}={}", k, v);
+  for (const auto &[k, v] : n.groups)
+    key += fmt::format(" {}#{}", k, v);
+  for (unsigned r : ranks)
+    key += fmt::format(" r{}", r);
+  return key;
+}
+
+} // namespace
+
+llvm::Expected<Problem> Problem::build(const Graph &g, const OpLibrary &lib) {
+  Problem p;
+  std::map<std::string, unsigned> tensorIndex;
+  for (unsigned i = 0; i < g.tensors().size(); ++i) {
+    const TensorInfo &t = g.tensors()[i];
+    if (!t.shapeKnown)
+      return stringError(fmt::format("tensor '{}' has no known shape (check the graph first)", t.name));
+    ProblemTensor pt;
+    pt.graphTensor = i;
+    pt.name = t.name;
+    pt.shape = t.shape;
+    pt.elementBytes = static_cast<unsigned>(dtypeSize(t.dtype));
+    pt.role = t.role;
+    pt.group = t.group.empty() ? t.name : t.group;
+    tensorIndex[t.name] = i;
+    p.tensors.push_back(std::move(pt));
+  }
+  std::map<std::string, std::shared_ptr<const StrategyTable>> tables;
+  for (unsigned i = 0; i < g.nodes().size(); ++i) {
+    const Node &n = g.nodes()[i];
+    auto where = [&](const std::string &msg) {
+      return stringError(fmt::format("node '{}' (op {}): {}", n.name, n.op, msg));
+    };
+    const ir::OpDef *op = lib.find(n.op);
+    if (!op)
+      return where(fmt::format("unknown op '{}'", n.op));
+    ProblemNode pn;
+    pn.graphNode = i;
+    pn.name = n.name;
+    pn.coalesce = n.coalesce;
+    pn.group = n.group.empty() ? n.name : n.group;
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<unsigned> ranks;
+    for (const std::string &in : n.inputs) {
+      auto it = tensorIndex.find(in);
+      if (it == tensorIndex.end())
+        return where(fmt::format("input tensor '{}' does not exist", in));
+      pn.inputs.push_back(it->second);
+      shapes.push_back(p.tensors[it->second].shape);
+      ranks.push_back(static_cast<unsigned>(shapes.back().size()));
+    }
+    auto out = tensorIndex.find(n.output);
+    if (out == tensorIndex.end())
+      return where(fmt::format("output tensor '{}' does not exist", n.output));
+    pn.output = out->second;
+    std::string key = instantiationKey(n, ranks);
+    auto &table = tables[key];
+    if (!table) {
+      Instantiation inst;
+      inst.attrs = n.attrs;
+      inst.groups = n.groups;
+      for (unsigned r : ranks)
+        inst.inputRanks.push_back(r);
+      auto t = analyzeOp(*op, inst);
+      if (!t)
+        return where(llvm::toString(t.takeError()));
+      table = std::make_shared<StrategyTable>(std::move(*t));
+    }
+    pn.table = table;
+    auto concrete = concreteShapes(table->op, shapes, p.tensors[pn.output].shape);
+    if (!concrete)
+      return where(llvm::toString(concrete.takeError()));
+    pn.shapes = std::move(*concrete);
+    p.tensors[pn.output].producer = static_cast<int>(i);
+    for (unsigned t : pn.inputs)
+      if (std::find(p.tensors[t].consumers.begin(), p.tensors[t].consumers.end(), i) ==
+          p.tensors[t].consumers.end())
+        p.tensors[t].consumers.push_back(i);
+    p.nodes.push_back(std::move(pn));
+  }
+  auto order = g.topologicalOrder();
+  if (!order)
+    return order.takeError();
+  p.order = std::move(*order);
+  return p;
+}
+
+int Problem::splitVar(unsigned node, int strategy) const {
+  if (strategy < 0)
+    return -1;
+  return static_cast<int>(nodes[node].table->strategies[strategy].var);
+}
+
+bool Problem::isReduction(unsigned node, int strategy) const {
+  return strategy >= 0 &&
+         nodes[node].table->strategies[strategy].kind == Strategy::Kind::Reduction;
+}
+
+std::string Problem::strategyName(unsigned node, int strategy) const {
+  if (strategy < 0)
+    return "replicate";
+  const StrategyTable &t = *nodes[node].table;
+  const Strategy &s = t.strategies[strategy];
+  const std::string &var = t.op.vars[s.var].name;
+  return s.kind == Strategy::Kind::Reduction ? "reduce " + var : var;
+}
+
+std::vector<Range> Problem::nodeRanges(unsigned node, const std::vector<StepChoice> &steps,
+                                       const std::vector<unsigned> &coords) const {
+  std::vector<Range> ranges = fullRanges(nodes[node].shapes);
+  for (size_t l = 0; l < steps.size(); ++l) {
+    int v = splitVar(node, steps[l].node[node]);
+    if (v >= 0)
+      ranges[v] = subRange(ranges[v], steps[l].parts, coords[l]);
+  }
+  return ranges;
+}
+
+Box Problem::tensorTile(unsigned tensor, const std::vector<StepChoice> &steps,
+                        const std::vector<unsigned> &coords) const {
+  Box box;
+  for (int64_t e : tensors[tensor].shape)
+    box.push_back({0, e});
+  for (size_t l = 0; l < steps.size(); ++l) {
+    int d = steps[l].tensor[tensor];
+    if (d >= 0)
+      box[d] = subRange(box[d], steps[l].parts, coords[l]);
+  }
+  return box;
+}
+
+int64_t Problem::partials(unsigned node, const std::vector<StepChoice> &steps) const {
+  int64_t rho = 1;
+  for (const StepChoice &s : steps)
+    if (isReduction(node, s.node[node]))
+      rho *= s.parts;
+  return rho;
+}
+
+int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &steps,
+                                 const std::vector<unsigned> &coords) const {
+  const ProblemNode &n = nodes[node];
+  std::vector<Range> ranges = nodeRanges(node, steps, coords);
+  std::vector<Box> regions = inputRegions(n.table->op, n.shapes, ranges);
+  int64_t bytes = 0;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    bool seen = false; // the same tensor read twice over one region is fetched once
+    for (size_t j = 0; j < i && !seen; ++j)
+      seen = n.inputs[j] == n.inputs[i] && regions[j] == regions[i];
+    if (seen)
+      continue;
+    const ProblemTensor &t = tensors[n.inputs[i]];
+    Box local = tensorTile(n.inputs[i], steps, coords);
+    bytes += (boxElements(regions[i]) - intersectElements(regions[i], local)) * t.elementBytes;
+  }
+  bool computes = true;
+  for (const Range &r : ranges)
+    computes &= r.size() > 0;
+  Box produced;
+  for (unsigned v : n.table->op.outputVars)
+    produced.push_back(computes ? ranges[v] : Range{0, 0});
+  const ProblemTensor &out = tensors[n.output];
+  Box owned = tensorTile(n.output, steps, coords);
+  int64_t have = computes ? intersectElements(owned, produced) : 0;
+  bytes += (partials(node, steps) * boxElements(owned) - have) * out.elementBytes;
+  return bytes;
+}
+
+std::vector<std::vector<int64_t>>
+Problem::stepTerms(unsigned node, const std::vector<StepChoice> &prior, unsigned parts, int s,
+                   const std::vector<std::vector<int>> &configs) const {
+  const ProblemNode &n = nodes[node];
+  const std::vector<unsigned> zeros(prior.size(), 0);
+  const std::vector<Range> base = nodeRanges(node, prior, zeros);
+  const int64_t rho = partials(node, prior) * (isReduction(node, s) ? parts : 1);
+  const int v = splitVar(node, s);
+  const size_t slots = n.inputs.size() + 1;
+  std::vector<Box> tiles(slots);
+  for (size_t i = 0; i < slots; ++i)
+    tiles[i] = tensorTile(i < n.inputs.size() ? n.inputs[i] : n.output, prior, zeros);
+  std::vector<std::vector<int64_t>> out(slots);
+  for (size_t i = 0; i < slots; ++i)
+    out[i].assign(configs[i].size(), 0);
+  for (unsigned j = 0; j < parts; ++j) {
+    std::vector<Range> ranges = base;
+    if (v >= 0)
+      ranges[v] = subRange(base[v], parts, j);
+    std::vector<Box> regions = inputRegions(n.table->op, n.shapes, ranges);
+    bool computes = true;
+    for (const Range &r : ranges)
+      computes &= r.size() > 0;
+    Box produced;
+    for (unsigned var : n.table->op.outputVars)
+      produced.push_back(computes ? ranges[var] : Range{0, 0});
+    for (size_t i = 0; i < slots; ++i) {
+      bool output = i == n.inputs.size();
+      unsigned t = output ? n.output : n.inputs[i];
+      bool seen = false;
+      for (size_t k = 0; k < i && !output && !seen; ++k)
+        seen = n.inputs[k] == t && regions[k] == regions[i];
+      if (seen)
+        continue;
+      for (size_t c = 0; c < configs[i].size(); ++c) {
+        Box tile = tiles[i];
+        int d = configs[i][c];
+        if (d >= 0)
+          tile[d] = subRange(tiles[i][d], parts, j);
+        int64_t elems = output ? rho * boxElements(tile) - intersectElements(tile, produced)
+                               : boxElements(regions[i]) - intersectElements(regions[i], tile);
+        out[i][c] += elems * tensors[t].elementBytes;
+      }
+    }
+  }
+  return out;
+}
+
+int64_t Problem::modelCost(const std::vector<StepChoice> &steps,
+                           std::vector<int64_t> *perNode) const {
+  if (perNode)
+    perNode->assign(nodes.size(), 0);
+  if (steps.empty())
+    return 0;
+  int64_t mult = 1;
+  for (size_t l = 0; l + 1 < steps.size(); ++l)
+    mult *= steps[l].parts;
+  std::vector<unsigned> coords(steps.size(), 0);
+  int64_t total = 0;
+  for (unsigned n = 0; n < nodes.size(); ++n) {
+    int64_t c = 0;
+    for (unsigned j = 0; j < steps.back().parts; ++j) {
+      coords.back() = j;
+      c += workerNodeBytes(n, steps, coords);
+    }
+    c *= mult;
+    if (perNode)
+      (*perNode)[n] = c;
+    total += c;
+  }
+  return total;
+}
+
+int64_t Problem::exactCost(const std::vector<StepChoice> &steps) const {
+  std::vector<unsigned> parts;
+  unsigned k = 1;
+  for (const StepChoice &s : steps) {
+    parts.push_back(s.parts);
+    k *= s.parts;
+  }
+  int64_t total = 0;
+  for (unsigned w = 0; w < k; ++w) {
+    std::vector<unsigned> coords = workerCoords(w, parts);
+    for (unsigned n = 0; n < nodes.size(); ++n)
+      total += workerNodeBytes(n, steps, coords);
+  }
+  return steps.empty() ? 0 : total;
+}
+
+int64_t Problem::workerTensorBytes(const std::vector<StepChoice> &steps,
+                                   const std::vector<unsigned> &coords) const {
+  int64_t bytes = 0;
+  for (unsigned t = 0; t < tensors.size(); ++t)
+    bytes += boxElements(tensorTile(t, steps, coords)) * tensors[t].elementBytes;
+  return bytes;
+}
+
+std::vector<unsigned> factorWorkers(unsigned k) {
+  std::vector<unsigned> f;
+  for (unsigned p = 2; p * p <= k; ++p)
+    while (k % p == 0) {
+      f.push_back(p);
+      k /= p;
+    }
+  if (k > 1)
+    f.push_back(k);
+  std::sort(f.rbegin(), f.rend());
+  return f;
+}
+
+std::vector<unsigned> workerCoords(unsigned w, const std::vector<unsigned> &parts) {
+  std::vector<unsigned> c(parts.size(), 0);
+  for (size_t l = parts.size(); l-- > 0;) {
+    c[l] = w % parts[l];
+    w /= parts[l];
+  }
+  return c;
+}
+
+} // namespace tofu

@@ -1,0 +1,114 @@
+// The partitioning problem of one dataflow graph: every node analysed for its strategies
+// on concrete shapes, and the cost model the search minimises (paper section 5 and its
+// appendix), evaluated per worker from the analysis' regions.
+#ifndef TOFU_SEARCH_PROBLEM_H
+#define TOFU_SEARCH_PROBLEM_H
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "analysis/strategy.h"
+#include "graph/graph.h"
+#include "llvm/Support/Error.h"
+
+namespace tofu {
+
+/// A node of the graph, analysed.
+struct ProblemNode {
+  unsigned graphNode = 0;
+  std::string name;
+  std::shared_ptr<const StrategyTable> table; ///< shared by nodes of one instantiation
+  Shapes shapes;
+  std::vector<unsigned> inputs; ///< tensor index per op input
+  unsigned output = 0;
+  std::string coalesce;
+  std::string group;
+};
+
+struct ProblemTensor {
+  unsigned graphTensor = 0;
+  std::string name;
+  std::vector<int64_t> shape;
+  unsigned elementBytes = 4;
+  TensorRole role = TensorRole::Activation;
+  std::string group;
+  int producer = -1; ///< node index, or -1 for inputs and weights
+  std::vector<unsigned> consumers;
+};
+
+/// One basic partition plan (one recursion step): how every op and tensor is divided among
+/// `parts` worker groups. Node choice: index into the node's strategies, or -1 when every
+/// group computes the whole op. Tensor choice: the split dimension, or -1 when every group
+/// holds the whole tensor.
+struct StepChoice {
+  unsigned parts = 1;
+  std::vector<int> node;
+  std::vector<int> tensor;
+};
+
+class Problem {
+public:
+  /// Analyses every node of a checked graph (shapes known). Instantiations are analysed
+  /// once and shared.
+  static llvm::Expected<Problem> build(const Graph &g, const OpLibrary &lib);
+
+  std::vector<ProblemNode> nodes;
+  std::vector<ProblemTensor> tensors;
+  /// Node indices in a topological order.
+  std::vector<unsigned> order;
+
+  /// A node's variable ranges for the worker at `coords` (one coordinate per step) after
+  /// `steps`: each step's chosen variable is split again into that step's parts.
+  std::vector<Range> nodeRanges(unsigned node, const std::vector<StepChoice> &steps,
+                                const std::vector<unsigned> &coords) const;
+  /// A tensor's tile for the worker at `coords` after `steps`.
+  Box tensorTile(unsigned tensor, const std::vector<StepChoice> &steps,
+                 const std::vector<unsigned> &coords) const;
+  /// How many partial results of each output element exist after `steps` (the product of
+  /// the parts of the steps that split a reduction variable of the node).
+  int64_t partials(unsigned node, const std::vector<StepChoice> &steps) const;
+  bool isReduction(unsigned node, int strategy) const;
+  /// The variable a strategy splits (-1 for -1).
+  int splitVar(unsigned node, int strategy) const;
+  /// A short human name: `b` (output dimension variable), `reduce ci`, `replicate`.
+  std::string strategyName(unsigned node, int strategy) const;
+
+  /// Bytes the worker at `coords` receives for node `node` under `steps`: input regions it
+  /// reads but does not hold, and the partial or whole output elements it owns but did not
+  /// compute in full (reductions combine partials: an owner needs every partial but its own).
+  int64_t workerNodeBytes(unsigned node, const std::vector<StepChoice> &steps,
+                          const std::vector<unsigned> &coords) const;
+
+  /// For node `node` taking strategy `s` in a new step of `parts` groups after `prior`
+  /// (the first group of every earlier step standing for all), per slot (the inputs, then
+  /// the output) and per candidate configuration of the slot's tensor in `configs[slot]`,
+  /// the bytes the new step's workers receive, summed over them.
+  std::vector<std::vector<int64_t>> stepTerms(unsigned node, const std::vector<StepChoice> &prior,
+                                              unsigned parts, int s,
+                                              const std::vector<std::vector<int>> &configs) const;
+
+  /// The model cost of a plan: the workers of the first group of every earlier step stand
+  /// for all (`(k1·…·k(m-1)) · Σ_j bytes(0,…,0,j)`), exact for even splits; what the search
+  /// minimises. Per node when `perNode` is given.
+  int64_t modelCost(const std::vector<StepChoice> &steps, std::vector<int64_t> *perNode = nullptr) const;
+  /// The cost summed over every worker, no symmetry assumed (halo boundaries and uneven
+  /// splits counted exactly). Costs nodes × k region evaluations.
+  int64_t exactCost(const std::vector<StepChoice> &steps) const;
+
+  /// Bytes of tensor tiles held by the worker at `coords` (replicated tensors whole).
+  int64_t workerTensorBytes(const std::vector<StepChoice> &steps,
+                            const std::vector<unsigned> &coords) const;
+};
+
+/// k as k1·k2·…·km with k1 >= k2 >= … (prime factors, largest first); empty for k = 1.
+std::vector<unsigned> factorWorkers(unsigned k);
+
+/// The worker coordinates of flat worker index `w` for step parts `parts` (first step most
+/// significant).
+std::vector<unsigned> workerCoords(unsigned w, const std::vector<unsigned> &parts);
+
+} // namespace tofu
+
+#endif // TOFU_SEARCH_PROBLEM_H

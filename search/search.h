@@ -1,0 +1,69 @@
+// Partition search (paper section 5): coarsening, the per-step DP (exact variable
+// elimination on the coarsened graph), recursion over k = k1·k2·…·km, and the baseline
+// algorithms the paper compares with. Every algorithm's plan is costed by one model
+// (search/problem.h).
+#ifndef TOFU_SEARCH_SEARCH_H
+#define TOFU_SEARCH_SEARCH_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "search/problem.h"
+
+namespace tofu {
+
+enum class Algorithm {
+  Tofu,         ///< recursive: one exact DP per factor of k, largest factor first
+  DpFlat,       ///< one DP over every multi-dimensional tiling at once (time budget)
+  Icml18,       ///< Tofu's recursion without output-reduction strategies
+  EqualChop,    ///< one DP, each tensor and op cut along one dimension into k parts
+  Spartan,      ///< greedy, largest tensor first, one dimension into k parts
+  AllRow,       ///< every tensor cut along its first dimension; ops choose greedily
+  DataParallel, ///< activations cut by batch, weights and their state replicated
+  Exhaustive,   ///< every sequence of basic plans (small graphs: the test oracle)
+};
+const char *algorithmName(Algorithm a);
+std::optional<Algorithm> parseAlgorithm(const std::string &name);
+/// "tofu, dp-flat, ..." for help texts.
+std::string algorithmNames();
+
+struct PlanOptions {
+  unsigned workers = 8;
+  Algorithm algorithm = Algorithm::Tofu;
+  /// Coarsening: merge chains of element-wise ops and nodes with one coalesce key.
+  bool coarsen = true;
+  /// Wall-clock budget of dp-flat and exhaustive, in seconds.
+  double budgetSeconds = 60;
+  /// The largest table one elimination may build.
+  uint64_t maxTableEntries = uint64_t(1) << 24;
+};
+
+struct PartitionPlan {
+  std::string algorithm;
+  unsigned workers = 1;
+  std::vector<StepChoice> steps; ///< one per factor of k (one for the single-step baselines)
+  std::vector<int64_t> stepBytes; ///< communication added by each step (model)
+  int64_t totalBytes = 0;         ///< the model cost (what the search minimises)
+  double searchSeconds = 0;       ///< analysis excluded (Problem::build)
+  uint64_t largestTable = 0;      ///< entries of the largest DP table
+  size_t variables = 0;           ///< DP variables of the first step (after coarsening)
+};
+
+/// Searches `problem` for a plan on `options.workers` workers with `options.algorithm`.
+/// Errors: zero workers, a DP table over the limit, a time budget exceeded.
+llvm::Expected<PartitionPlan> searchPlan(const Problem &problem, const PlanOptions &options);
+
+/// The coarsened graph: which nodes and tensors share one choice (union-find roots), for
+/// the documentation, the report and the tests.
+struct Coarsening {
+  std::vector<unsigned> nodeSet;   ///< per node, its set's id
+  std::vector<unsigned> tensorSet; ///< per tensor, its set's id (ids shared with nodes)
+  unsigned sets = 0;
+};
+Coarsening coarsen(const Problem &problem, bool mergeElementwise, bool mergeCoalesced);
+
+} // namespace tofu
+
+#endif // TOFU_SEARCH_SEARCH_H
