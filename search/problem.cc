@@ -198,47 +198,85 @@ int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &s
 }
 
 std::vector<std::vector<int64_t>>
-Problem::stepTerms(unsigned node, const std::vector<StepChoice> &prior, unsigned parts, int s,
-                   const std::vector<std::vector<int>> &configs) const {
+Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
+                   int s, const std::vector<std::vector<int>> &configs) const {
   const ProblemNode &n = nodes[node];
-  const std::vector<unsigned> zeros(prior.size(), 0);
-  const std::vector<Range> base = nodeRanges(node, prior, zeros);
-  const int64_t rho = partials(node, prior) * (isReduction(node, s) ? parts : 1);
-  const int v = splitVar(node, s);
+  const size_t m = std::max(steps.size(), i + 1);
+  auto partsAt = [&](size_t l) { return l == i ? parts : steps[l].parts; };
+  std::vector<unsigned> earlier;
+  int64_t mult = 1, rho = 1;
+  for (size_t l = 0; l + 1 < m; ++l) {
+    earlier.push_back(partsAt(l));
+    mult *= partsAt(l);
+  }
+  const bool exact = mult <= kExactGroups;
+  for (size_t l = 0; l < m; ++l)
+    if (isReduction(node, l == i ? s : steps[l].node[node]))
+      rho *= partsAt(l);
   const size_t slots = n.inputs.size() + 1;
-  std::vector<Box> tiles(slots);
-  for (size_t i = 0; i < slots; ++i)
-    tiles[i] = tensorTile(i < n.inputs.size() ? n.inputs[i] : n.output, prior, zeros);
+  auto slotTensor = [&](size_t k) { return k < n.inputs.size() ? n.inputs[k] : n.output; };
   std::vector<std::vector<int64_t>> out(slots);
-  for (size_t i = 0; i < slots; ++i)
-    out[i].assign(configs[i].size(), 0);
-  for (unsigned j = 0; j < parts; ++j) {
-    std::vector<Range> ranges = base;
-    if (v >= 0)
-      ranges[v] = subRange(base[v], parts, j);
-    std::vector<Box> regions = inputRegions(n.table->op, n.shapes, ranges);
-    bool computes = true;
-    for (const Range &r : ranges)
-      computes &= r.size() > 0;
-    Box produced;
-    for (unsigned var : n.table->op.outputVars)
-      produced.push_back(computes ? ranges[var] : Range{0, 0});
-    for (size_t i = 0; i < slots; ++i) {
-      bool output = i == n.inputs.size();
-      unsigned t = output ? n.output : n.inputs[i];
-      bool seen = false;
-      for (size_t k = 0; k < i && !output && !seen; ++k)
-        seen = n.inputs[k] == t && regions[k] == regions[i];
-      if (seen)
-        continue;
-      for (size_t c = 0; c < configs[i].size(); ++c) {
-        Box tile = tiles[i];
-        int d = configs[i][c];
-        if (d >= 0)
-          tile[d] = subRange(tiles[i][d], parts, j);
-        int64_t elems = output ? rho * boxElements(tile) - intersectElements(tile, produced)
-                               : boxElements(regions[i]) - intersectElements(regions[i], tile);
-        out[i][c] += elems * tensors[t].elementBytes;
+  for (size_t k = 0; k < slots; ++k)
+    out[k].assign(configs[k].size(), 0);
+  const unsigned lastParts = partsAt(m - 1);
+  for (int64_t g = 0; g < (exact ? mult : 1); ++g) {
+    // The earlier steps' coordinates of this group (exact: every group; else group 0).
+    std::vector<unsigned> coords = workerCoords(static_cast<unsigned>(g), earlier);
+    std::vector<Range> base = fullRanges(n.shapes);
+    int lastVar = -1;
+    for (size_t l = 0; l < m; ++l) {
+      int v = splitVar(node, l == i ? s : steps[l].node[node]);
+      if (l + 1 == m)
+        lastVar = v;
+      else if (v >= 0)
+        base[v] = subRange(base[v], partsAt(l), coords[l]);
+    }
+    std::vector<std::vector<std::pair<Box, int>>> tiles(slots);
+    for (size_t k = 0; k < slots; ++k)
+      for (int c : configs[k]) {
+        unsigned t = slotTensor(k);
+        Box box;
+        for (int64_t e : tensors[t].shape)
+          box.push_back({0, e});
+        int last = -1;
+        for (size_t l = 0; l < m; ++l) {
+          int d = l == i ? c : steps[l].tensor[t];
+          if (l + 1 == m)
+            last = d;
+          else if (d >= 0)
+            box[d] = subRange(box[d], partsAt(l), coords[l]);
+        }
+        tiles[k].push_back({std::move(box), last});
+      }
+    const int64_t weight = exact ? 1 : mult;
+    for (unsigned j = 0; j < lastParts; ++j) {
+      std::vector<Range> ranges = base;
+      if (lastVar >= 0)
+        ranges[lastVar] = subRange(base[lastVar], lastParts, j);
+      std::vector<Box> regions = inputRegions(n.table->op, n.shapes, ranges);
+      bool computes = true;
+      for (const Range &r : ranges)
+        computes &= r.size() > 0;
+      Box produced;
+      for (unsigned var : n.table->op.outputVars)
+        produced.push_back(computes ? ranges[var] : Range{0, 0});
+      for (size_t k = 0; k < slots; ++k) {
+        bool output = k == n.inputs.size();
+        unsigned t = slotTensor(k);
+        bool seen = false;
+        for (size_t q = 0; q < k && !output && !seen; ++q)
+          seen = n.inputs[q] == t && regions[q] == regions[k];
+        if (seen)
+          continue;
+        for (size_t c = 0; c < configs[k].size(); ++c) {
+          Box tile = tiles[k][c].first;
+          int d = tiles[k][c].second;
+          if (d >= 0)
+            tile[d] = subRange(tile[d], lastParts, j);
+          int64_t elems = output ? rho * boxElements(tile) - intersectElements(tile, produced)
+                                 : boxElements(regions[k]) - intersectElements(regions[k], tile);
+          out[k][c] += elems * tensors[t].elementBytes * weight;
+        }
       }
     }
   }
@@ -251,18 +289,26 @@ int64_t Problem::modelCost(const std::vector<StepChoice> &steps,
     perNode->assign(nodes.size(), 0);
   if (steps.empty())
     return 0;
+  std::vector<unsigned> earlier;
   int64_t mult = 1;
-  for (size_t l = 0; l + 1 < steps.size(); ++l)
+  for (size_t l = 0; l + 1 < steps.size(); ++l) {
+    earlier.push_back(steps[l].parts);
     mult *= steps[l].parts;
-  std::vector<unsigned> coords(steps.size(), 0);
+  }
+  const bool exact = mult <= kExactGroups;
   int64_t total = 0;
   for (unsigned n = 0; n < nodes.size(); ++n) {
     int64_t c = 0;
-    for (unsigned j = 0; j < steps.back().parts; ++j) {
-      coords.back() = j;
-      c += workerNodeBytes(n, steps, coords);
+    for (int64_t g = 0; g < (exact ? mult : 1); ++g) {
+      std::vector<unsigned> coords = workerCoords(static_cast<unsigned>(g), earlier);
+      coords.push_back(0);
+      for (unsigned j = 0; j < steps.back().parts; ++j) {
+        coords.back() = j;
+        c += workerNodeBytes(n, steps, coords);
+      }
     }
-    c *= mult;
+    if (!exact)
+      c *= mult;
     if (perNode)
       (*perNode)[n] = c;
     total += c;

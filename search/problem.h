@@ -81,17 +81,23 @@ public:
   int64_t workerNodeBytes(unsigned node, const std::vector<StepChoice> &steps,
                           const std::vector<unsigned> &coords) const;
 
-  /// For node `node` taking strategy `s` in a new step of `parts` groups after `prior`
-  /// (the first group of every earlier step standing for all), per slot (the inputs, then
-  /// the output) and per candidate configuration of the slot's tensor in `configs[slot]`,
-  /// the bytes the new step's workers receive, summed over them.
-  std::vector<std::vector<int64_t>> stepTerms(unsigned node, const std::vector<StepChoice> &prior,
-                                              unsigned parts, int s,
+  /// Node `node`'s share of the model cost (below) when step `i` of `steps` takes `parts`
+  /// groups with the node on strategy `s` and each slot's tensor (the inputs, then the
+  /// output) on each candidate configuration in `configs[slot]`; every other choice as in
+  /// `steps` (`i == steps.size()` appends a step). Result: per slot, per candidate.
+  std::vector<std::vector<int64_t>> stepTerms(unsigned node, const std::vector<StepChoice> &steps,
+                                              size_t i, unsigned parts, int s,
                                               const std::vector<std::vector<int>> &configs) const;
 
-  /// The model cost of a plan: the workers of the first group of every earlier step stand
-  /// for all (`(k1·…·k(m-1)) · Σ_j bytes(0,…,0,j)`), exact for even splits; what the search
-  /// minimises. Per node when `perNode` is given.
+  /// While the groups of all steps but the last number at most this, the model counts every
+  /// worker; beyond, group 0 of every earlier step stands for all of them.
+  static constexpr int64_t kExactGroups = 64;
+
+  /// The model cost of a plan, what the search minimises: every worker's received bytes
+  /// (workerNodeBytes) summed, exactly while k1·…·k(m-1) <= kExactGroups; beyond that the
+  /// workers (0,…,0,j) stand for all (`(k1·…·k(m-1)) · Σ_j bytes(0,…,0,j)`), which assumes
+  /// every group of the earlier steps sees the same alignment of tiles and regions (true for
+  /// a single step, an approximation for deep recursions). Per node when `perNode` is given.
   int64_t modelCost(const std::vector<StepChoice> &steps, std::vector<int64_t> *perNode = nullptr) const;
   /// The cost summed over every worker, no symmetry assumed (halo boundaries and uneven
   /// splits counted exactly). Costs nodes × k region evaluations.

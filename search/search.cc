@@ -63,18 +63,31 @@ std::vector<bool> weightLike(const Problem &p) {
   return out;
 }
 
-Candidates candidates(const Problem &p, const std::vector<StepChoice> &prior, unsigned parts,
-                      Algorithm algo) {
+/// The candidates of step `i` of `steps` (appended when i == steps.size()) with `parts`
+/// groups: per node the strategies, per tensor the dimensions, whose whole sequence of
+/// cuts stays valid (every cut piece at least as large as its step's parts); -1 (whole)
+/// where nothing is.
+Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i,
+                      unsigned parts, Algorithm algo) {
   Candidates c;
-  const std::vector<unsigned> zeros(prior.size(), 0);
+  const size_t m = std::max(steps.size(), i + 1);
+  auto partsAt = [&](size_t l) { return l == i ? parts : steps[l].parts; };
   for (unsigned n = 0; n < p.nodes.size(); ++n) {
     std::vector<int> list;
-    std::vector<Range> ranges = p.nodeRanges(n, prior, zeros);
     const auto &strategies = p.nodes[n].table->strategies;
     for (unsigned s = 0; s < strategies.size(); ++s) {
       if (algo == Algorithm::Icml18 && strategies[s].kind == Strategy::Kind::Reduction)
         continue;
-      if (ranges[strategies[s].var].size() >= int64_t(parts))
+      std::vector<Range> ranges = fullRanges(p.nodes[n].shapes);
+      bool ok = true;
+      for (size_t l = 0; l < m && ok; ++l) {
+        int v = p.splitVar(n, l == i ? int(s) : steps[l].node[n]);
+        if (v < 0)
+          continue;
+        ok = ranges[v].size() >= int64_t(partsAt(l));
+        ranges[v] = partOf(ranges[v].size(), partsAt(l), 0);
+      }
+      if (ok)
         list.push_back(static_cast<int>(s));
     }
     if (list.empty())
@@ -86,10 +99,20 @@ Candidates candidates(const Problem &p, const std::vector<StepChoice> &prior, un
     whole = weightLike(p);
   for (unsigned t = 0; t < p.tensors.size(); ++t) {
     std::vector<int> list;
-    Box tile = p.tensorTile(t, prior, zeros);
-    for (unsigned d = 0; d < tile.size(); ++d)
-      if (tile[d].size() >= int64_t(parts))
+    const std::vector<int64_t> &shape = p.tensors[t].shape;
+    for (unsigned d = 0; d < shape.size(); ++d) {
+      std::vector<int64_t> ext = shape;
+      bool ok = true;
+      for (size_t l = 0; l < m && ok; ++l) {
+        int e = l == i ? int(d) : steps[l].tensor[t];
+        if (e < 0)
+          continue;
+        ok = ext[e] >= int64_t(partsAt(l));
+        ext[e] = partOf(ext[e], partsAt(l), 0).size();
+      }
+      if (ok)
         list.push_back(static_cast<int>(d));
+    }
     if (algo == Algorithm::AllRow || algo == Algorithm::DataParallel) {
       bool first = !list.empty() && list.front() == 0;
       list.clear();
@@ -111,8 +134,8 @@ struct StepModel {
   std::vector<std::vector<int>> tensorChoice; ///< per tensor, per value of its variable
 };
 
-StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<StepChoice> &prior,
-                    unsigned parts, const Candidates &cand) {
+StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<StepChoice> &steps,
+                    size_t i, unsigned parts, const Candidates &cand) {
   StepModel m;
   const unsigned N = static_cast<unsigned>(p.nodes.size());
   const unsigned T = static_cast<unsigned>(p.tensors.size());
@@ -196,7 +219,7 @@ StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<St
     std::map<int, std::vector<std::vector<int64_t>>> terms;
     for (int s : m.nodeChoice[n])
       if (!terms.count(s))
-        terms[s] = p.stepTerms(n, prior, parts, s, configs);
+        terms[s] = p.stepTerms(n, steps, i, parts, s, configs);
     const unsigned X = m.nodeVar[n];
     for (size_t i = 0; i < slots; ++i) {
       unsigned t = i < node.inputs.size() ? node.inputs[i] : node.output;
@@ -249,13 +272,6 @@ StepChoice choiceOf(const Problem &p, const StepModel &m, unsigned parts,
   return c;
 }
 
-int64_t priorMultiplier(const std::vector<StepChoice> &prior) {
-  int64_t mult = 1;
-  for (const StepChoice &s : prior)
-    mult *= s.parts;
-  return mult;
-}
-
 void finishPlan(const Problem &p, PartitionPlan &plan) {
   plan.stepBytes.clear();
   int64_t before = 0;
@@ -268,22 +284,49 @@ void finishPlan(const Problem &p, PartitionPlan &plan) {
   plan.totalBytes = before;
 }
 
-/// Recursive partitioning (and the single-step DP algorithms, with one factor).
+/// Recursive partitioning (and the single-step DP algorithms, with one factor): one exact
+/// DP per factor of k, each given the steps before it; then, as long as it lowers the
+/// cost, each step is solved again exactly given all the others (the cost of a step
+/// depends on how the earlier steps cut each op and tensor, so the first pass alone is not
+/// always optimal; this refinement never raises the cost).
 llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
                             const std::vector<unsigned> &factors, PartitionPlan &plan) {
   Coarsening co = coarsen(p, o.coarsen, o.coarsen);
   MinSumProblem::Limits limits;
   limits.maxTableEntries = o.maxTableEntries;
-  for (unsigned parts : factors) {
-    Candidates cand = candidates(p, plan.steps, parts, o.algorithm);
-    StepModel m = buildStep(p, co, plan.steps, parts, cand);
-    if (plan.steps.empty())
+  auto solveStep = [&](size_t i, unsigned parts) -> llvm::Expected<std::pair<StepChoice, int64_t>> {
+    Candidates cand = candidates(p, plan.steps, i, parts, o.algorithm);
+    StepModel m = buildStep(p, co, plan.steps, i, parts, cand);
+    if (i == 0 && plan.variables == 0)
       plan.variables = m.msp.variables();
     auto sol = m.msp.solve(limits);
     if (!sol)
       return sol.takeError();
     plan.largestTable = std::max(plan.largestTable, sol->largestTable);
-    plan.steps.push_back(choiceOf(p, m, parts, sol->values));
+    return std::make_pair(choiceOf(p, m, parts, sol->values), sol->cost);
+  };
+  int64_t cost = 0;
+  for (unsigned parts : factors) {
+    auto step = solveStep(plan.steps.size(), parts);
+    if (!step)
+      return step.takeError();
+    plan.steps.push_back(std::move(step->first));
+    cost = step->second;
+  }
+  for (unsigned sweep = 0; sweep < 8 && plan.steps.size() > 1; ++sweep) {
+    bool improved = false;
+    for (size_t i = 0; i < plan.steps.size(); ++i) {
+      auto step = solveStep(i, plan.steps[i].parts);
+      if (!step)
+        return step.takeError();
+      if (step->second < cost) {
+        plan.steps[i] = std::move(step->first);
+        cost = step->second;
+        improved = true;
+      }
+    }
+    if (!improved)
+      break;
   }
   return llvm::Error::success();
 }
@@ -292,7 +335,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
 /// least given the choices made so far (undecided tensors assumed at their best); then
 /// every op takes its best strategy.
 void spartanSearch(const Problem &p, unsigned k, PartitionPlan &plan) {
-  Candidates cand = candidates(p, {}, k, Algorithm::Spartan);
+  Candidates cand = candidates(p, {}, 0, k, Algorithm::Spartan);
   const unsigned N = static_cast<unsigned>(p.nodes.size());
   // terms[n][si][slot][ci]
   std::vector<std::vector<std::vector<std::vector<int64_t>>>> terms(N);
@@ -302,7 +345,7 @@ void spartanSearch(const Problem &p, unsigned k, PartitionPlan &plan) {
       configs.push_back(cand.tensor[t]);
     configs.push_back(cand.tensor[p.nodes[n].output]);
     for (int s : cand.node[n])
-      terms[n].push_back(p.stepTerms(n, {}, k, s, configs));
+      terms[n].push_back(p.stepTerms(n, {}, 0, k, s, configs));
   }
   std::vector<int> decided(p.tensors.size(), -1); // index into cand.tensor, -1 undecided
   auto slotTensor = [&](unsigned n, size_t i) {
@@ -508,7 +551,6 @@ llvm::Error flatSearch(const Problem &p, const PlanOptions &o, const std::vector
     scratch[l].tensor.assign(T, -1);
   }
   std::vector<StepChoice> prior(scratch.begin(), scratch.end() - 1);
-  const int64_t mult = priorMultiplier(prior);
   std::map<std::pair<unsigned, unsigned>, std::vector<int64_t>> pair;
   std::map<unsigned, std::vector<int64_t>> unary;
   for (unsigned n = 0; n < N; ++n) {
@@ -537,9 +579,10 @@ llvm::Error flatSearch(const Problem &p, const PlanOptions &o, const std::vector
           std::vector<std::vector<int>> configs(slots);
           for (size_t y : ys)
             configs[i].push_back(tensorChoice[t][y].back());
-          auto terms = p.stepTerms(n, prior, factors.back(), nodeChoice[n][x].back(), configs);
+          auto terms = p.stepTerms(n, prior, prior.size(), factors.back(),
+                                   nodeChoice[n][x].back(), configs);
           for (size_t q = 0; q < ys.size(); ++q)
-            tab[x * dy + ys[q]] = terms[i][q] * mult;
+            tab[x * dy + ys[q]] = terms[i][q];
         }
         for (unsigned l = 0; l + 1 < m; ++l)
           prior[l].tensor[t] = -1;
@@ -602,8 +645,8 @@ llvm::Error exhaustiveSearch(const Problem &p, const PlanOptions &o,
       return;
     }
     unsigned parts = factors[current.size()];
-    Candidates cand = candidates(p, current, parts, Algorithm::Tofu);
-    StepModel m = buildStep(p, co, current, parts, cand);
+    Candidates cand = candidates(p, current, current.size(), parts, Algorithm::Tofu);
+    StepModel m = buildStep(p, co, current, current.size(), parts, cand);
     if (current.size() + 1 == factors.size()) {
       auto sol = m.msp.solve();
       if (!sol) {
