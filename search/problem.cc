@@ -26,6 +26,26 @@ int64_t intersectElements(const Box &a, const Box &b) {
   return n;
 }
 
+/// Elements of `a` ∩ `b`, with `b`'s dimension `d` (when >= 0) replaced by `r`.
+int64_t intersectElements(const Box &a, const Box &b, int d, Range r) {
+  int64_t n = 1;
+  for (size_t k = 0; k < a.size(); ++k) {
+    const Range &bk = int(k) == d ? r : b[k];
+    int64_t lo = std::max(a[k].lo, bk.lo), hi = std::min(a[k].hi, bk.hi);
+    if (hi <= lo)
+      return 0;
+    n *= hi - lo;
+  }
+  return n;
+}
+
+int64_t elementsWith(const Box &b, int d, Range r) {
+  int64_t n = 1;
+  for (size_t k = 0; k < b.size(); ++k)
+    n *= int(k) == d ? r.size() : b[k].size();
+  return n;
+}
+
 std::string instantiationKey(const Node &n, const std::vector<unsigned> &ranks) {
   std::string key = n.op;
   for (const auto &[k, v] : n.attrs)
@@ -249,15 +269,16 @@ Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i
         tiles[k].push_back({std::move(box), last});
       }
     const int64_t weight = exact ? 1 : mult;
+    Box produced;
     for (unsigned j = 0; j < lastParts; ++j) {
       std::vector<Range> ranges = base;
       if (lastVar >= 0)
         ranges[lastVar] = subRange(base[lastVar], lastParts, j);
-      std::vector<Box> regions = inputRegions(n.table->op, n.shapes, ranges);
+      const std::vector<Box> regions = inputRegions(n.table->op, n.shapes, ranges);
       bool computes = true;
       for (const Range &r : ranges)
         computes &= r.size() > 0;
-      Box produced;
+      produced.clear();
       for (unsigned var : n.table->op.outputVars)
         produced.push_back(computes ? ranges[var] : Range{0, 0});
       for (size_t k = 0; k < slots; ++k) {
@@ -269,12 +290,12 @@ Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i
         if (seen)
           continue;
         for (size_t c = 0; c < configs[k].size(); ++c) {
-          Box tile = tiles[k][c].first;
+          const Box &tile = tiles[k][c].first;
           int d = tiles[k][c].second;
-          if (d >= 0)
-            tile[d] = subRange(tile[d], lastParts, j);
-          int64_t elems = output ? rho * boxElements(tile) - intersectElements(tile, produced)
-                                 : boxElements(regions[k]) - intersectElements(regions[k], tile);
+          Range r = d >= 0 ? subRange(tile[d], lastParts, j) : Range{};
+          int64_t elems = output ? rho * elementsWith(tile, d, r) -
+                                       intersectElements(produced, tile, d, r)
+                                 : boxElements(regions[k]) - intersectElements(regions[k], tile, d, r);
           out[k][c] += elems * tensors[t].elementBytes * weight;
         }
       }

@@ -106,6 +106,7 @@ public:
   /// Bytes of tensor tiles held by the worker at `coords` (replicated tensors whole).
   int64_t workerTensorBytes(const std::vector<StepChoice> &steps,
                             const std::vector<unsigned> &coords) const;
+
 };
 
 /// k as k1·k2·…·km with k1 >= k2 >= … (prime factors, largest first); empty for k = 1.

@@ -7,6 +7,7 @@
 #include <functional>
 #include <numeric>
 #include <set>
+#include <unordered_map>
 
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
@@ -126,6 +127,62 @@ Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, si
   return c;
 }
 
+/// Memoised Problem::stepTerms: nodes of one instantiation on tensors of the same shapes
+/// and choices cost the same (the repeated blocks of a ResNet, the timesteps of an RNN).
+class TermCache {
+public:
+  const std::vector<std::vector<int64_t>> &get(const Problem &p, unsigned n,
+                                               const std::vector<StepChoice> &steps, size_t i,
+                                               unsigned parts, int s,
+                                               const std::vector<std::vector<int>> &configs) {
+    const ProblemNode &node = p.nodes[n];
+    const size_t m = std::max(steps.size(), i + 1);
+    key_.clear();
+    key_.push_back(reinterpret_cast<intptr_t>(node.table.get()));
+    key_.push_back(static_cast<int64_t>(i));
+    key_.push_back(parts);
+    key_.push_back(s);
+    for (size_t l = 0; l < m; ++l) {
+      key_.push_back(l == i ? parts : steps[l].parts);
+      key_.push_back(l == i ? s : steps[l].node[n]);
+    }
+    for (int64_t v : node.shapes.vars)
+      key_.push_back(v);
+    for (size_t k = 0; k <= node.inputs.size(); ++k) {
+      unsigned t = k < node.inputs.size() ? node.inputs[k] : node.output;
+      key_.push_back(-1000 - int64_t(k));
+      // Repeated inputs are deduplicated by tensor identity: keep which slot it repeats.
+      for (size_t q = 0; q < k && k < node.inputs.size(); ++q)
+        if (node.inputs[q] == t)
+          key_.push_back(-2000 - int64_t(q));
+      for (int64_t d : p.tensors[t].shape)
+        key_.push_back(d);
+      key_.push_back(p.tensors[t].elementBytes);
+      for (size_t l = 0; l < m; ++l)
+        if (l != i)
+          key_.push_back(steps[l].tensor[t]);
+      for (int c : configs[k])
+        key_.push_back(c);
+    }
+    auto it = cache_.find(key_);
+    if (it != cache_.end())
+      return it->second;
+    return cache_.emplace(key_, p.stepTerms(n, steps, i, parts, s, configs)).first->second;
+  }
+
+private:
+  struct Hash {
+    size_t operator()(const std::vector<int64_t> &v) const {
+      uint64_t h = 1469598103934665603ull;
+      for (int64_t x : v)
+        h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+      return static_cast<size_t>(h);
+    }
+  };
+  std::vector<int64_t> key_;
+  std::unordered_map<std::vector<int64_t>, std::vector<std::vector<int64_t>>, Hash> cache_;
+};
+
 /// One step's DP: coarse variables over the candidates, and the cost tables.
 struct StepModel {
   MinSumProblem msp;
@@ -135,7 +192,7 @@ struct StepModel {
 };
 
 StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<StepChoice> &steps,
-                    size_t i, unsigned parts, const Candidates &cand) {
+                    size_t i, unsigned parts, const Candidates &cand, TermCache &cache) {
   StepModel m;
   const unsigned N = static_cast<unsigned>(p.nodes.size());
   const unsigned T = static_cast<unsigned>(p.tensors.size());
@@ -219,7 +276,7 @@ StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<St
     std::map<int, std::vector<std::vector<int64_t>>> terms;
     for (int s : m.nodeChoice[n])
       if (!terms.count(s))
-        terms[s] = p.stepTerms(n, steps, i, parts, s, configs);
+        terms[s] = cache.get(p, n, steps, i, parts, s, configs);
     const unsigned X = m.nodeVar[n];
     for (size_t i = 0; i < slots; ++i) {
       unsigned t = i < node.inputs.size() ? node.inputs[i] : node.output;
@@ -294,9 +351,10 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   Coarsening co = coarsen(p, o.coarsen, o.coarsen);
   MinSumProblem::Limits limits;
   limits.maxTableEntries = o.maxTableEntries;
+  TermCache cache;
   auto solveStep = [&](size_t i, unsigned parts) -> llvm::Expected<std::pair<StepChoice, int64_t>> {
     Candidates cand = candidates(p, plan.steps, i, parts, o.algorithm);
-    StepModel m = buildStep(p, co, plan.steps, i, parts, cand);
+    StepModel m = buildStep(p, co, plan.steps, i, parts, cand, cache);
     if (i == 0 && plan.variables == 0)
       plan.variables = m.msp.variables();
     auto sol = m.msp.solve(limits);
@@ -634,6 +692,7 @@ llvm::Error exhaustiveSearch(const Problem &p, const PlanOptions &o,
                              const std::vector<unsigned> &factors, Clock::time_point deadline,
                              PartitionPlan &plan) {
   Coarsening co = coarsen(p, o.coarsen, o.coarsen);
+  TermCache cache;
   int64_t best = INT64_MAX;
   std::vector<StepChoice> current;
   llvm::Error err = llvm::Error::success();
@@ -646,7 +705,7 @@ llvm::Error exhaustiveSearch(const Problem &p, const PlanOptions &o,
     }
     unsigned parts = factors[current.size()];
     Candidates cand = candidates(p, current, current.size(), parts, Algorithm::Tofu);
-    StepModel m = buildStep(p, co, current, current.size(), parts, cand);
+    StepModel m = buildStep(p, co, current, current.size(), parts, cand, cache);
     if (current.size() + 1 == factors.size()) {
       auto sol = m.msp.solve();
       if (!sol) {
