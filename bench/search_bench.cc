@@ -1,0 +1,178 @@
+// Benchmark of the partition search. Table 1: the paper's models at k = 8, every algorithm's
+// search time and communication relative to tofu's. Table 2: tofu from k = 2 to 1024 on
+// WResNet-152-10 and RNN-10-8K. Every figure is measured in this run.
+//
+//   bazel run -c opt //bench:search_bench -- [--budget SECONDS] [--quick]
+//
+// --budget bounds dp-flat per model (default 10 s); --quick runs one model per family.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fmt/format.h"
+#include "graph/graph.h"
+#include "graph/zoo.h"
+#include "search/report.h"
+#include "search/search.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string cpuName() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0)
+      return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+struct Model {
+  std::string name;
+  int64_t batch;
+};
+
+llvm::Expected<tofu::Problem> problemFor(const Model &m, const tofu::OpLibrary &lib) {
+  auto g = tofu::buildModel(m.name, m.batch);
+  if (!g)
+    return g.takeError();
+  if (llvm::Error e = tofu::checkGraph(*g, lib))
+    return llvm::Expected<tofu::Problem>(std::move(e));
+  auto t = tofu::buildTrainingGraph(*g, g->outputs[0], lib, tofu::Optimizer::SGD);
+  if (!t)
+    return t.takeError();
+  return tofu::Problem::build(*t, lib);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  double budget = 10;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--budget") && i + 1 < argc)
+      budget = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else {
+      std::fprintf(stderr, "usage: search_bench [--budget SECONDS] [--quick]\n");
+      return 2;
+    }
+  }
+  tofu::SourceManager sources;
+  tofu::DiagnosticEngine diags(sources);
+  auto lib = tofu::OpLibrary::load("ops", diags);
+  if (!lib) {
+    std::fprintf(stderr, "search_bench: %s (run with bazel run from the repository)\n",
+                 llvm::toString(lib.takeError()).c_str());
+    return 1;
+  }
+  std::printf("machine: %s, %u hardware threads; training graphs with SGD; WResNet batch 8, "
+              "RNN batch 512 (the paper's); dp-flat budget %.0f s\n\n",
+              cpuName().c_str(), std::thread::hardware_concurrency(), budget);
+
+  std::vector<Model> models;
+  for (int depth : {50, 101, 152})
+    for (int w : {4, 6, 8, 10})
+      if (!quick || (depth == 152 && w == 10))
+        models.push_back({fmt::format("wresnet-{}-{}", depth, w), 8});
+  for (int layers : {6, 8, 10})
+    for (const char *h : {"4K", "6K", "8K"})
+      if (!quick || (layers == 10 && std::string(h) == "8K"))
+        models.push_back({fmt::format("rnn-{}-{}", layers, h), 512});
+
+  const tofu::Algorithm algos[] = {tofu::Algorithm::Tofu,      tofu::Algorithm::DpFlat,
+                                   tofu::Algorithm::Icml18,    tofu::Algorithm::EqualChop,
+                                   tofu::Algorithm::Spartan,   tofu::Algorithm::AllRow,
+                                   tofu::Algorithm::DataParallel};
+  std::printf("Table 1: k = 8. tofu's search time and communication per training step; every other "
+              "algorithm as time / communication relative to tofu's.\n\n");
+  std::printf("| model | nodes | tofu time | tofu comm |");
+  for (size_t a = 1; a < std::size(algos); ++a)
+    std::printf(" %s |", tofu::algorithmName(algos[a]));
+  std::printf("\n| --- | ---: | ---: | ---: |");
+  for (size_t a = 1; a < std::size(algos); ++a)
+    std::printf(" ---: |");
+  std::printf("\n");
+  for (const Model &m : models) {
+    auto p = problemFor(m, *lib);
+    if (!p) {
+      std::printf("| %s | error: %s |\n", m.name.c_str(), llvm::toString(p.takeError()).c_str());
+      continue;
+    }
+    double tofuTime = 0;
+    int64_t tofuBytes = 0;
+    std::string row;
+    for (tofu::Algorithm a : algos) {
+      tofu::PlanOptions o;
+      o.workers = 8;
+      o.algorithm = a;
+      o.budgetSeconds = budget;
+      auto start = Clock::now();
+      auto plan = tofu::searchPlan(*p, o);
+      double secs = std::chrono::duration<double>(Clock::now() - start).count();
+      if (!plan) {
+        std::string why = llvm::toString(plan.takeError());
+        row += why.find("budget") != std::string::npos ? fmt::format(" > {:.0f} s budget |", budget)
+                                                       : " fails: " + why + " |";
+        continue;
+      }
+      if (a == tofu::Algorithm::Tofu) {
+        tofuTime = secs;
+        tofuBytes = plan->totalBytes;
+        row += fmt::format(" {:.3f} s | {} |", secs, tofu::humanBytes(double(plan->totalBytes)));
+      } else {
+        row += fmt::format(" {:.2f}x / {:.3f}x |", secs / tofuTime,
+                           tofuBytes ? double(plan->totalBytes) / double(tofuBytes) : 1.0);
+      }
+    }
+    std::printf("| %s | %zu |%s\n", m.name.c_str(), p->nodes.size(), row.c_str());
+    std::fflush(stdout);
+  }
+
+  std::printf("\nTable 2: tofu's scaling with k (k1 >= k2 >= ... factors; communication counted "
+              "over every worker while the earlier steps' groups number <= 64, else the model's "
+              "group-0 estimate).\n\n");
+  std::printf("| model | k | factors | search time | communication | worker 0 tensor memory | 1/k of single |\n");
+  std::printf("| --- | ---: | --- | ---: | ---: | ---: | ---: |\n");
+  std::vector<Model> scaling = {{"wresnet-152-10", 8}, {"rnn-10-8K", 512}};
+  for (const Model &m : scaling) {
+    auto p = problemFor(m, *lib);
+    if (!p) {
+      std::printf("| %s | error: %s |\n", m.name.c_str(), llvm::toString(p.takeError()).c_str());
+      continue;
+    }
+    int64_t single = p->workerTensorBytes({}, {});
+    for (unsigned k : {2u, 3u, 4u, 6u, 8u, 12u, 16u, 32u, 64u, 128u, 256u, 512u, 1024u}) {
+      if (quick && k != 8 && k != 1024)
+        continue;
+      tofu::PlanOptions o;
+      o.workers = k;
+      auto start = Clock::now();
+      auto plan = tofu::searchPlan(*p, o);
+      double secs = std::chrono::duration<double>(Clock::now() - start).count();
+      if (!plan) {
+        std::printf("| %s | %u | fails: %s |\n", m.name.c_str(), k,
+                    llvm::toString(plan.takeError()).c_str());
+        continue;
+      }
+      std::string factors;
+      std::vector<unsigned> parts;
+      for (const tofu::StepChoice &s : plan->steps) {
+        factors += (factors.empty() ? "" : "x") + std::to_string(s.parts);
+        parts.push_back(s.parts);
+      }
+      int64_t mem = p->workerTensorBytes(plan->steps, std::vector<unsigned>(parts.size(), 0));
+      std::printf("| %s | %u | %s | %.3f s | %s | %s | %s |\n", m.name.c_str(), k, factors.c_str(),
+                  secs, tofu::humanBytes(double(plan->totalBytes)).c_str(),
+                  tofu::humanBytes(double(mem)).c_str(), tofu::humanBytes(double(single) / k).c_str());
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
