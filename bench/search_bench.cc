@@ -119,7 +119,8 @@ int main(int argc, char **argv) {
       if (!plan) {
         std::string why = llvm::toString(plan.takeError());
         row += why.find("budget") != std::string::npos ? fmt::format(" > {:.0f} s budget |", budget)
-                                                       : " fails: " + why + " |";
+               : why.find("too wide") != std::string::npos ? " table over the 2^24 limit |"
+                                                            : " fails: " + why + " |";
         continue;
       }
       if (a == tofu::Algorithm::Tofu) {

@@ -81,6 +81,10 @@ int main(int argc, char **argv) {
     llvm::errs() << "tofu-plan: give exactly one of --model, --graph or --onnx (see --help)\n";
     return 2;
   }
+  if (workers.getNumOccurrences() && workers == 0) {
+    llvm::errs() << "tofu-plan: --workers must be at least 1\n";
+    return 2;
+  }
   if (!describe && !dumpJson && workers == 0) {
     llvm::errs() << "tofu-plan: nothing to do: give --workers K, --describe or --dump-json\n";
     return 2;
@@ -93,10 +97,6 @@ int main(int argc, char **argv) {
   }
   if (format != "table" && format != "json") {
     llvm::errs() << "tofu-plan: --format must be table or json\n";
-    return 2;
-  }
-  if (workers.getNumOccurrences() && workers == 0) {
-    llvm::errs() << "tofu-plan: --workers must be at least 1\n";
     return 2;
   }
   if (optimizer != "sgd" && optimizer != "adam") {

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The main job, for now: build tdlc and tofu-plan, check and verify (by execution:
-# strategies and gradients) every op of the operator library and the examples, describe
-# the WResNet-152-10 training graph, print the library's statistics and the partition
-# strategies of the TDL.md examples. (Partition search comes next.) (Planning a real model comes with the search stage; this script will then run
-# tofu-plan.)
+# The main job: build tdlc and tofu-plan, check and verify (by execution: strategies and
+# gradients) every op of the operator library, then plan the paper's two large models
+# (WResNet-152-10 and RNN-10-8K training steps on 8 workers) and print the plans'
+# summaries; the full plans (every tensor's cut, every op's strategy per step) and an SVG
+# of WResNet's tiles are written to out/. Finally the library's statistics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
@@ -17,12 +17,21 @@ files=$(find tests/tdl/good ops -name '*.tdl' | sort)
 echo "tdlc --check: $(echo "$files" | wc -l) files OK"
 for f in $files; do "$tdlc" --verify "$f"; done | grep -E '^verify:' \
   | awk '{p += $2; f += $4} END {printf "tdlc --verify: %d checks passed (strategies and gradients), %d failed\n", p, f; exit f > 0}'
+plan="$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-plan"
+mkdir -p out
 echo
-echo "== tofu-plan --model wresnet-152-10 --batch 8 --train --describe"
-"$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-plan" --model wresnet-152-10 --batch 8 --train --describe
+echo "== tofu-plan --model wresnet-152-10 --batch 8 --train --workers 8"
+"$plan" --model wresnet-152-10 --batch 8 --train --workers 8 --svg out/wresnet-152-10.svg \
+  >out/wresnet-152-10.plan.txt
+sed -n '/^| tensor /q;p' out/wresnet-152-10.plan.txt
+echo "(the whole plan: out/wresnet-152-10.plan.txt; its tiles: out/wresnet-152-10.svg)"
+echo "the last bottleneck block's convolutions:"
+grep -E '^\| (node|---|s4b3_conv[123] )' out/wresnet-152-10.plan.txt || true
+echo
+echo "== tofu-plan --model rnn-10-8K --batch 512 --train --workers 8"
+"$plan" --model rnn-10-8K --batch 512 --train --workers 8 >out/rnn-10-8K.plan.txt
+sed -n '/^| tensor /q;p' out/rnn-10-8K.plan.txt
+echo "(the whole plan: out/rnn-10-8K.plan.txt)"
 echo
 echo "== tdlc --stats ops"
 "$tdlc" --stats ops
-echo
-echo "== tdlc --strategies tests/tdl/good/tdl_md_examples.tdl"
-"$tdlc" --strategies tests/tdl/good/tdl_md_examples.tdl

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# tofu-plan end to end: plans in both formats, the SVG, and errors for bad arguments.
+set -uo pipefail
+plan="$1"
+fail=0
+check() { # description, command...
+  local what="$1"; shift
+  if ! "$@"; then echo "FAILED: $what" >&2; fail=1; fi
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$plan" --model mlp --batch 16 --train --workers 4 >"$tmp/table.txt" 2>"$tmp/err.txt"
+check "table exit status" test $? -eq 0
+check "table header" grep -q "^plan: mlp training step (batch 16) on 4 workers (2 x 2), algorithm tofu" "$tmp/table.txt"
+check "table per-step rows" grep -q "^| 2 | 2 | " "$tmp/table.txt"
+check "table lists fc2_w" grep -q "^| fc2_w | weight | 4096x4096 | " "$tmp/table.txt"
+check "table lists the ops" grep -q "^| fc1 | MatMul | " "$tmp/table.txt"
+
+"$plan" --model mlp --batch 16 --train --workers 6 --format=json --svg "$tmp/plan.svg" >"$tmp/plan.json"
+check "json exit status" test $? -eq 0
+check "json parses and is consistent" python3 - "$tmp/plan.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["workers"] == 6 and p["factors"] == [3, 2], p["factors"]
+assert sum(p["step_communication_bytes"]) == p["communication_bytes"]
+assert p["communication_bytes_every_worker"] == p["communication_bytes"]
+assert sum(o["communication_bytes"] for o in p["ops"]) == p["communication_bytes"]
+w = [t for t in p["tensors"] if t["name"] == "fc2_w"][0]
+g = 1
+for x in w["grid"]: g *= x
+assert g == 6, w
+PY
+check "svg written" grep -q "<title>fc1_w worker 5</title>" "$tmp/plan.svg"
+
+for algo in dp-flat icml18 equalchop spartan allrow data-parallel; do
+  "$plan" --model mlp --batch 16 --train --workers 4 --algo "$algo" --summary >"$tmp/a.txt"
+  check "--algo $algo" grep -q "algorithm $algo$" "$tmp/a.txt"
+done
+
+expect_error() { # expected message, args...
+  local msg="$1"; shift
+  if "$plan" "$@" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+    echo "FAILED: expected an error for: $*" >&2; fail=1; return
+  fi
+  if ! grep -qF -- "$msg" "$tmp/err.txt"; then
+    echo "FAILED: for '$*' expected '$msg', got:" >&2; cat "$tmp/err.txt" >&2; fail=1
+  fi
+}
+expect_error "--workers must be at least 1" --model mlp --workers 0
+expect_error "unknown --algo 'best'" --model mlp --workers 2 --algo best
+expect_error "--format must be table or json" --model mlp --workers 2 --format xml
+expect_error "ran out of its time budget" --model wresnet-50-1 --batch 2 --train --workers 8 --algo exhaustive --budget 0.5
+exit $fail
