@@ -146,6 +146,50 @@ llvm::Expected<std::vector<unsigned>> Graph::topologicalOrder() const {
   return order;
 }
 
+llvm::Error inferNode(Graph &g, const Node &n, const OpLibrary &lib) {
+  auto where = [&](const std::string &msg) {
+    return stringError(fmt::format("node '{}' (op {}): {}", n.name, n.op, msg));
+  };
+  const ir::OpDef *op = lib.find(n.op);
+  if (!op)
+    return where(fmt::format("unknown op '{}'", n.op));
+  if (n.inputs.size() != op->inputs.size())
+    return where(fmt::format("op {} takes {} inputs but the node gives {}", n.op,
+                             op->inputs.size(), n.inputs.size()));
+  Instantiation inst;
+  inst.attrs = n.attrs;
+  inst.groups = n.groups;
+  std::vector<std::vector<int64_t>> shapes;
+  for (const std::string &in : n.inputs) {
+    const TensorInfo *t = g.tensor(in);
+    if (!t)
+      return where(fmt::format("input tensor '{}' does not exist", in));
+    if (!t->shapeKnown)
+      return where(fmt::format("the shape of input '{}' is unknown", in));
+    inst.inputRanks.push_back(static_cast<unsigned>(t->shape.size()));
+    shapes.push_back(t->shape);
+  }
+  auto instOp = instantiate(*op, inst);
+  if (!instOp)
+    return where(llvm::toString(instOp.takeError()));
+  TensorInfo *out = g.tensor(n.output);
+  std::optional<std::vector<int64_t>> declared;
+  if (out->shapeKnown)
+    declared = out->shape;
+  if (auto byClause = instOp->outputShape(shapes); byClause && declared && *byClause != *declared)
+    return where(fmt::format("output '{}' is declared {} but the op's shape clause gives {}",
+                             n.output, shapeString(*declared), shapeString(*byClause)));
+  auto concrete = concreteShapes(*instOp, shapes, declared);
+  if (!concrete)
+    return where(llvm::toString(concrete.takeError()));
+  std::vector<int64_t> inferred;
+  for (unsigned v : instOp->outputVars)
+    inferred.push_back(concrete->vars[v]);
+  out->shape = inferred;
+  out->shapeKnown = true;
+  return llvm::Error::success();
+}
+
 llvm::Error checkGraph(Graph &g, const OpLibrary &lib) {
   for (const TensorInfo &t : g.tensors()) {
     const Node *p = g.producer(t.name);
@@ -166,49 +210,9 @@ llvm::Error checkGraph(Graph &g, const OpLibrary &lib) {
   auto order = g.topologicalOrder();
   if (!order)
     return order.takeError();
-  for (unsigned index : *order) {
-    const Node &n = g.nodes()[index];
-    auto where = [&](const std::string &msg) {
-      return stringError(fmt::format("node '{}' (op {}): {}", n.name, n.op, msg));
-    };
-    const ir::OpDef *op = lib.find(n.op);
-    if (!op)
-      return where(fmt::format("unknown op '{}'", n.op));
-    if (n.inputs.size() != op->inputs.size())
-      return where(fmt::format("op {} takes {} inputs but the node gives {}", n.op,
-                               op->inputs.size(), n.inputs.size()));
-    Instantiation inst;
-    inst.attrs = n.attrs;
-    inst.groups = n.groups;
-    std::vector<std::vector<int64_t>> shapes;
-    for (const std::string &in : n.inputs) {
-      const TensorInfo *t = g.tensor(in);
-      if (!t)
-        return where(fmt::format("input tensor '{}' does not exist", in));
-      if (!t->shapeKnown)
-        return where(fmt::format("the shape of input '{}' is unknown", in));
-      inst.inputRanks.push_back(static_cast<unsigned>(t->shape.size()));
-      shapes.push_back(t->shape);
-    }
-    auto instOp = instantiate(*op, inst);
-    if (!instOp)
-      return where(llvm::toString(instOp.takeError()));
-    TensorInfo *out = g.tensor(n.output);
-    std::optional<std::vector<int64_t>> declared;
-    if (out->shapeKnown)
-      declared = out->shape;
-    if (auto byClause = instOp->outputShape(shapes); byClause && declared && *byClause != *declared)
-      return where(fmt::format("output '{}' is declared {} but the op's shape clause gives {}",
-                               n.output, shapeString(*declared), shapeString(*byClause)));
-    auto concrete = concreteShapes(*instOp, shapes, declared);
-    if (!concrete)
-      return where(llvm::toString(concrete.takeError()));
-    std::vector<int64_t> inferred;
-    for (unsigned v : instOp->outputVars)
-      inferred.push_back(concrete->vars[v]);
-    out->shape = inferred;
-    out->shapeKnown = true;
-  }
+  for (unsigned index : *order)
+    if (llvm::Error e = inferNode(g, g.nodes()[index], lib))
+      return e;
   return llvm::Error::success();
 }
 

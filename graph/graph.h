@@ -83,6 +83,10 @@ private:
 /// the node.
 llvm::Error checkGraph(Graph &g, const OpLibrary &lib);
 
+/// Checks one node whose inputs' shapes are known and infers its output's shape (what
+/// checkGraph does per node, in topological order).
+llvm::Error inferNode(Graph &g, const Node &n, const OpLibrary &lib);
+
 /// How the training graph updates weights.
 enum class Optimizer { SGD, Adam };
 
@@ -94,6 +98,12 @@ enum class Optimizer { SGD, Adam };
 /// `d_<loss>`. Errors name the node whose op lacks a needed grad clause.
 llvm::Expected<Graph> buildTrainingGraph(const Graph &forward, const std::string &loss,
                                          const OpLibrary &lib, Optimizer optimizer);
+
+/// Gives a checked graph whose single output is not a scalar a loss to train against:
+/// softmax cross-entropy against a new integer input `labels` for a rank-2 output
+/// (classifier logits), else the mean squared error against a new input `target` of the
+/// output's shape. The loss becomes the graph's output; returns its name.
+llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib);
 
 /// Reads the JSON form of DESIGN.md: {"tensors": [...], "nodes": [...], "outputs": [...]}.
 llvm::Expected<Graph> graphFromJson(const std::string &text);

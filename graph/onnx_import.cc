@@ -1,7 +1,11 @@
 // ONNX import through Debian's libonnx: protobuf parsing, shape inference, node translation.
 #include "graph/onnx_import.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -52,6 +56,99 @@ std::optional<float> floatAttr(const onnx::NodeProto &n, const std::string &name
   return std::nullopt;
 }
 
+/// A small constant tensor the importer evaluates itself (shape computations, scalars).
+struct Const {
+  std::vector<int64_t> shape;
+  std::vector<double> v; ///< row-major
+  bool isInt = false;
+  int64_t size() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+};
+
+/// Reads a TensorProto's values (float, double, int32, int64, bool; raw or typed fields).
+std::optional<Const> constOf(const onnx::TensorProto &t) {
+  Const c;
+  c.shape.assign(t.dims().begin(), t.dims().end());
+  const int64_t n = c.size();
+  const std::string &raw = t.raw_data();
+  auto fromRaw = [&](auto tag) {
+    using T = decltype(tag);
+    if (raw.size() != size_t(n) * sizeof(T))
+      return false;
+    for (int64_t k = 0; k < n; ++k) {
+      T x;
+      std::memcpy(&x, raw.data() + k * sizeof(T), sizeof(T));
+      c.v.push_back(static_cast<double>(x));
+    }
+    return true;
+  };
+  switch (t.data_type()) {
+  case onnx::TensorProto::FLOAT:
+    if (!raw.empty() ? !fromRaw(float()) : (c.v.assign(t.float_data().begin(), t.float_data().end()), false))
+      return std::nullopt;
+    break;
+  case onnx::TensorProto::DOUBLE:
+    if (!raw.empty() ? !fromRaw(double()) : (c.v.assign(t.double_data().begin(), t.double_data().end()), false))
+      return std::nullopt;
+    break;
+  case onnx::TensorProto::INT64:
+    c.isInt = true;
+    if (!raw.empty() ? !fromRaw(int64_t()) : (c.v.assign(t.int64_data().begin(), t.int64_data().end()), false))
+      return std::nullopt;
+    break;
+  case onnx::TensorProto::INT32:
+  case onnx::TensorProto::BOOL:
+    c.isInt = true;
+    if (!raw.empty() ? !(t.data_type() == onnx::TensorProto::BOOL ? fromRaw(uint8_t()) : fromRaw(int32_t()))
+                     : (c.v.assign(t.int32_data().begin(), t.int32_data().end()), false))
+      return std::nullopt;
+    break;
+  default:
+    return std::nullopt;
+  }
+  if (int64_t(c.v.size()) != n)
+    return std::nullopt;
+  return c;
+}
+
+/// Numpy-style broadcast of two constants through `f`.
+std::optional<Const> broadcast(const Const &a, const Const &b, const std::function<double(double, double)> &f) {
+  size_t rank = std::max(a.shape.size(), b.shape.size());
+  auto dimOf = [&](const Const &c, size_t d) {
+    size_t off = rank - c.shape.size();
+    return d < off ? int64_t(1) : c.shape[d - off];
+  };
+  Const out;
+  out.isInt = a.isInt && b.isInt;
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t x = dimOf(a, d), y = dimOf(b, d);
+    if (x != y && x != 1 && y != 1)
+      return std::nullopt;
+    out.shape.push_back(std::max(x, y));
+  }
+  auto index = [&](const Const &c, const std::vector<int64_t> &at) {
+    int64_t k = 0;
+    size_t off = rank - c.shape.size();
+    for (size_t d = off; d < rank; ++d)
+      k = k * c.shape[d - off] + (c.shape[d - off] == 1 ? 0 : at[d]);
+    return k;
+  };
+  std::vector<int64_t> at(rank, 0);
+  for (int64_t k = 0; k < out.size(); ++k) {
+    int64_t r = k;
+    for (size_t d = rank; d-- > 0;) {
+      at[d] = r % out.shape[d];
+      r /= out.shape[d];
+    }
+    out.v.push_back(f(a.v[index(a, at)], b.v[index(b, at)]));
+  }
+  return out;
+}
+
 class Importer {
 public:
   Importer(const OpLibrary &lib, const OnnxImportOptions &options) : lib_(lib), options_(options) {}
@@ -80,6 +177,18 @@ private:
       llvm::consumeError(std::move(e));
   }
 
+  /// Evaluates `n` when all its inputs are constants (shape arithmetic); false when it
+  /// is not foldable.
+  bool fold(const onnx::NodeProto &n);
+  /// A constant consumed by a translated node becomes a graph input of its shape.
+  void materialize(const std::string &name);
+  /// The values of a constant input, or an error naming what is needed.
+  llvm::Expected<std::vector<int64_t>> ints(const std::string &tensor, const std::string &what);
+  /// Reshape `x` (of `from`) to `to` (same element count) with split/merge/squeeze ops.
+  std::string reshape(const std::string &name, std::string x, std::vector<int64_t> from,
+                      const std::vector<int64_t> &to, const std::string &out);
+
+  std::map<std::string, Const> consts_;
   const OpLibrary &lib_;
   OnnxImportOptions options_;
   Graph g_;
@@ -113,7 +222,300 @@ std::string Importer::node(const std::string &name, const std::string &op,
     keep(g_.addTensor(std::move(t)));
   }
   keep(g_.addNode(std::move(n)));
+  // Infer the output's shape now: later nodes (reshapes, slices) read it.
+  if (!error_) {
+    keep(inferNode(g_, g_.nodes().back(), lib_));
+    if (const TensorInfo *t = g_.tensor(out); t && t->shapeKnown)
+      shapes_[out] = t->shape;
+  }
   return out;
+}
+
+void Importer::materialize(const std::string &name) {
+  auto it = consts_.find(name);
+  if (it == consts_.end() || g_.tensor(name))
+    return;
+  TensorInfo t;
+  t.name = name;
+  t.group = name;
+  t.shape = it->second.shape;
+  t.shapeKnown = true;
+  t.dtype = it->second.isInt ? "int64" : "float32";
+  t.role = TensorRole::Input;
+  shapes_[name] = t.shape;
+  keep(g_.addTensor(std::move(t)));
+}
+
+llvm::Expected<std::vector<int64_t>> Importer::ints(const std::string &tensor,
+                                                     const std::string &what) {
+  auto it = consts_.find(tensor);
+  if (it == consts_.end())
+    return stringError(fmt::format("its {} ('{}') must be a constant the importer can evaluate",
+                                   what, tensor));
+  std::vector<int64_t> v;
+  for (double x : it->second.v)
+    v.push_back(static_cast<int64_t>(x));
+  return v;
+}
+
+bool Importer::fold(const onnx::NodeProto &n) {
+  const std::string &op = n.op_type();
+  if (n.output_size() != 1)
+    return false;
+  const std::string &out = n.output(0);
+  std::vector<std::string> in(n.input().begin(), n.input().end());
+  while (!in.empty() && in.back().empty())
+    in.pop_back();
+  if (op == "Constant") {
+    for (const onnx::AttributeProto &a : n.attribute()) {
+      Const c;
+      if (a.name() == "value") {
+        auto v = constOf(a.t());
+        if (!v)
+          return false;
+        c = *v;
+      } else if (a.name() == "value_int") {
+        c.isInt = true;
+        c.v = {double(a.i())};
+      } else if (a.name() == "value_float") {
+        c.v = {double(a.f())};
+      } else if (a.name() == "value_ints") {
+        c.isInt = true;
+        c.shape = {a.ints_size()};
+        c.v.assign(a.ints().begin(), a.ints().end());
+      } else if (a.name() == "value_floats") {
+        c.shape = {a.floats_size()};
+        c.v.assign(a.floats().begin(), a.floats().end());
+      } else {
+        continue;
+      }
+      consts_[out] = std::move(c);
+      return true;
+    }
+    return false;
+  }
+  if (op == "Shape" && in.size() == 1) {
+    auto it = shapes_.find(in[0]);
+    if (it == shapes_.end() || (!g_.tensor(in[0]) && !consts_.count(in[0])))
+      return false;
+    Const c;
+    c.isInt = true;
+    c.shape = {int64_t(it->second.size())};
+    for (int64_t d : it->second)
+      c.v.push_back(double(d));
+    int64_t rank = int64_t(it->second.size());
+    int64_t start = intAttr(n, "start").value_or(0), end = intAttr(n, "end").value_or(rank);
+    start = std::clamp(start < 0 ? start + rank : start, int64_t(0), rank);
+    end = std::clamp(end < 0 ? end + rank : end, int64_t(0), rank);
+    c.v = std::vector<double>(c.v.begin() + start, c.v.begin() + std::max(start, end));
+    c.shape = {int64_t(c.v.size())};
+    consts_[out] = std::move(c);
+    return true;
+  }
+  for (const std::string &i : in)
+    if (!consts_.count(i))
+      return false;
+  if (in.empty())
+    return false;
+  const Const &a = consts_[in[0]];
+  Const r;
+  static const std::map<std::string, std::function<double(double, double)>> binary = {
+      {"Add", [](double x, double y) { return x + y; }},
+      {"Sub", [](double x, double y) { return x - y; }},
+      {"Mul", [](double x, double y) { return x * y; }},
+      {"Pow", [](double x, double y) { return std::pow(x, y); }},
+      {"Equal", [](double x, double y) { return double(x == y); }}};
+  if (auto it = binary.find(op); it != binary.end() && in.size() == 2) {
+    auto b = broadcast(a, consts_[in[1]], it->second);
+    if (!b)
+      return false;
+    r = *b;
+    if (op == "Equal")
+      r.isInt = true;
+  } else if (op == "Div" && in.size() == 2) {
+    bool isInt = a.isInt && consts_[in[1]].isInt;
+    auto b = broadcast(a, consts_[in[1]], [isInt](double x, double y) {
+      return isInt ? (y == 0 ? 0.0 : std::trunc(x / y)) : x / y;
+    });
+    if (!b)
+      return false;
+    r = *b;
+  } else if ((op == "Identity" || op == "Cast") && in.size() == 1) {
+    r = a;
+    if (op == "Cast") {
+      int64_t to = intAttr(n, "to").value_or(1);
+      r.isInt = to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32 ||
+                to == onnx::TensorProto::BOOL;
+      if (r.isInt)
+        for (double &x : r.v)
+          x = std::trunc(x);
+    }
+  } else if ((op == "Sqrt" || op == "Neg") && in.size() == 1) {
+    r = a;
+    for (double &x : r.v)
+      x = op == "Sqrt" ? std::sqrt(x) : -x;
+  } else if (op == "Unsqueeze" || op == "Squeeze") {
+    std::vector<int64_t> axes = intsAttr(n, "axes", {});
+    if (in.size() > 1)
+      for (double x : consts_[in[1]].v)
+        axes.push_back(int64_t(x));
+    r = a;
+    if (op == "Unsqueeze") {
+      int64_t rank = int64_t(a.shape.size() + axes.size());
+      for (int64_t &x : axes)
+        x = x < 0 ? x + rank : x;
+      std::sort(axes.begin(), axes.end());
+      for (int64_t x : axes)
+        r.shape.insert(r.shape.begin() + std::clamp<int64_t>(x, 0, int64_t(r.shape.size())), 1);
+    } else {
+      std::vector<int64_t> keepDims;
+      int64_t rank = int64_t(a.shape.size());
+      for (int64_t &x : axes)
+        x = x < 0 ? x + rank : x;
+      for (int64_t d = 0; d < rank; ++d)
+        if (!(axes.empty() ? a.shape[d] == 1 : std::count(axes.begin(), axes.end(), d)))
+          keepDims.push_back(a.shape[d]);
+      r.shape = keepDims;
+    }
+  } else if (op == "Concat") {
+    if (a.shape.size() != 1)
+      return false;
+    r.isInt = a.isInt;
+    for (const std::string &i : in) {
+      if (consts_[i].shape.size() != 1)
+        return false;
+      r.v.insert(r.v.end(), consts_[i].v.begin(), consts_[i].v.end());
+    }
+    r.shape = {int64_t(r.v.size())};
+  } else if (op == "Gather" && in.size() == 2 && intAttr(n, "axis").value_or(0) == 0 &&
+             a.shape.size() == 1) {
+    const Const &idx = consts_[in[1]];
+    r.isInt = a.isInt;
+    r.shape = idx.shape;
+    for (double x : idx.v) {
+      int64_t k = int64_t(x) < 0 ? int64_t(x) + a.shape[0] : int64_t(x);
+      if (k < 0 || k >= a.shape[0])
+        return false;
+      r.v.push_back(a.v[k]);
+    }
+  } else if (op == "Slice" && a.shape.size() == 1 && in.size() >= 3) {
+    int64_t m = a.shape[0];
+    int64_t start = int64_t(consts_[in[1]].v.at(0)), end = int64_t(consts_[in[2]].v.at(0));
+    int64_t step = in.size() > 4 ? int64_t(consts_[in[4]].v.at(0)) : 1;
+    if (step <= 0)
+      return false;
+    start = std::clamp(start < 0 ? start + m : start, int64_t(0), m);
+    end = std::clamp(end < 0 ? end + m : end, int64_t(0), m);
+    r.isInt = a.isInt;
+    for (int64_t k = start; k < end; k += step)
+      r.v.push_back(a.v[k]);
+    r.shape = {int64_t(r.v.size())};
+  } else if (op == "Reshape" && in.size() == 2) {
+    r = a;
+    std::vector<int64_t> to;
+    for (double x : consts_[in[1]].v)
+      to.push_back(int64_t(x));
+    int64_t known = 1, infer = -1;
+    for (size_t d = 0; d < to.size(); ++d) {
+      if (to[d] == 0 && d < a.shape.size())
+        to[d] = a.shape[d];
+      if (to[d] == -1)
+        infer = int64_t(d);
+      else
+        known *= to[d];
+    }
+    if (infer >= 0)
+      to[infer] = known ? a.size() / known : 0;
+    r.shape = to;
+    if (r.size() != a.size())
+      return false;
+  } else if (op == "ConstantOfShape" && in.size() == 1) {
+    r.isInt = false;
+    double value = 0;
+    for (const onnx::AttributeProto &attr : n.attribute())
+      if (attr.name() == "value")
+        if (auto v = constOf(attr.t()); v && !v->v.empty()) {
+          value = v->v[0];
+          r.isInt = v->isInt;
+        }
+    for (double x : a.v)
+      r.shape.push_back(int64_t(x));
+    if (r.size() > (1 << 20))
+      return false; // a large constant: leave it to the graph
+    r.v.assign(size_t(r.size()), value);
+  } else {
+    return false;
+  }
+  shapes_[out] = r.shape;
+  consts_[out] = std::move(r);
+  return true;
+}
+
+std::string Importer::reshape(const std::string &name, std::string x, std::vector<int64_t> from,
+                              const std::vector<int64_t> &to, const std::string &out) {
+  // Size-1 axes first leave (Squeeze) and finally come back (Unsqueeze); in between, the
+  // axes are grouped where the two shapes' running products meet, and each group of
+  // source axes is merged into one and split into the group's target axes.
+  std::vector<std::pair<std::string, std::map<std::string, int64_t>>> steps; // op, groups
+  std::vector<std::map<std::string, int64_t>> attrs;
+  auto add = [&](const std::string &op, std::map<std::string, int64_t> a,
+                 std::map<std::string, int64_t> groups) {
+    steps.push_back({op, std::move(groups)});
+    attrs.push_back(std::move(a));
+  };
+  std::vector<int64_t> cur = from;
+  for (size_t d = cur.size(); d-- > 0;)
+    if (cur[d] == 1) {
+      add("Squeeze", {}, {{"pre", int64_t(d)}, {"post", int64_t(cur.size() - d - 1)}});
+      cur.erase(cur.begin() + d);
+    }
+  std::vector<int64_t> target;
+  for (int64_t d : to)
+    if (d != 1)
+      target.push_back(d);
+  size_t i = 0, j = 0;
+  while (i < cur.size() && j < target.size()) {
+    size_t i2 = i + 1, j2 = j + 1;
+    int64_t a = cur[i], b = target[j];
+    while (a != b) {
+      if (a < b)
+        a *= cur[i2++];
+      else
+        b *= target[j2++];
+    }
+    // Merge cur[i, i2) into one axis at pos, then split it into target[j, j2).
+    size_t rank = cur.size();
+    for (size_t k = i + 1; k < i2; ++k) {
+      int64_t inner = cur[i + 1];
+      int64_t merged = cur[i] * inner;
+      add("ReshapeMerge", {{"n", inner}, {"m", merged}},
+          {{"pre", int64_t(i)}, {"post", int64_t(rank - i - 2)}});
+      cur[i] = merged;
+      cur.erase(cur.begin() + i + 1);
+      rank = cur.size();
+    }
+    for (size_t k = j2 - 1; k > j; --k) {
+      int64_t inner = target[k];
+      int64_t outer = cur[i] / inner;
+      add("ReshapeSplit", {{"n", inner}, {"outer", outer}},
+          {{"pre", int64_t(i)}, {"post", int64_t(cur.size() - i - 1)}});
+      cur[i] = outer;
+      cur.insert(cur.begin() + i + 1, inner);
+    }
+    i += j2 - j;
+    j = j2;
+  }
+  for (size_t d = 0; d < to.size(); ++d)
+    if (to[d] == 1) {
+      add("Unsqueeze", {}, {{"pre", int64_t(d)}, {"post", int64_t(cur.size() - d)}});
+      cur.insert(cur.begin() + d, 1);
+    }
+  if (steps.empty())
+    return node(name, "Identity", {x}, {}, {}, out);
+  for (size_t k = 0; k < steps.size(); ++k)
+    x = node(fmt::format("{}_{}{}", name, steps[k].first, k), steps[k].first, {x}, attrs[k],
+             steps[k].second, k + 1 == steps.size() ? out : "");
+  return x;
 }
 
 llvm::Error Importer::translate(const onnx::NodeProto &n) {
@@ -125,15 +527,25 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
   };
   if (!n.domain().empty() && n.domain() != "ai.onnx")
     return where(fmt::format("operators of domain '{}' are not supported", n.domain()));
+  if (fold(n))
+    return llvm::Error::success();
   std::vector<std::string> in(n.input().begin(), n.input().end());
   while (!in.empty() && in.back().empty())
     in.pop_back(); // optional inputs left out
   if (n.output_size() < 1)
     return where("has no output");
   const std::string out = n.output(0);
-  for (const std::string &i : in)
-    if (!g_.tensor(i))
-      return where(fmt::format("input '{}' is not produced before it", i));
+  // Inputs that only describe shapes or axes stay constants; data inputs become tensors.
+  static const std::map<std::string, size_t> dataInputs = {
+      {"Reshape", 1}, {"Unsqueeze", 1}, {"Squeeze", 1}, {"Slice", 1}, {"Expand", 1}};
+  size_t data = in.size();
+  if (auto it = dataInputs.find(op); it != dataInputs.end())
+    data = std::min(data, it->second);
+  for (size_t k = 0; k < data; ++k)
+    materialize(in[k]);
+  for (size_t k = 0; k < data; ++k)
+    if (!g_.tensor(in[k]))
+      return where(fmt::format("input '{}' is not produced before it", in[k]));
   unsigned rank = in.empty() ? 0 : static_cast<unsigned>(shapeOf(in[0]).size());
 
   static const std::map<std::string, std::string> unary = {
@@ -150,20 +562,204 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
     node(name, "Identity", {in[0]}, {}, {}, out);
     return llvm::Error::success();
   }
-  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
-    const auto &a = shapeOf(in[0]), &b = shapeOf(in[1]);
+  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow") {
+    std::string x = in[0], y = in[1];
+    std::vector<int64_t> a = shapeOf(x), b = shapeOf(y);
+    bool commutative = op == "Add" || op == "Mul";
+    if (commutative && a.size() < b.size()) {
+      std::swap(x, y);
+      std::swap(a, b);
+    }
+    // Size-1 axes of one operand facing longer axes of the other are expanded.
+    auto expand = [&](std::string &t, std::vector<int64_t> &ts, const std::vector<int64_t> &other,
+                      const std::string &tag) {
+      size_t off = other.size() - ts.size();
+      for (size_t d = 0; d < ts.size(); ++d)
+        if (ts[d] == 1 && other[off + d] != 1) {
+          t = node(fmt::format("{}_expand{}{}", name, tag, d), "ExpandAxis", {t},
+                   {{"n", other[off + d]}},
+                   {{"pre", int64_t(d)}, {"post", int64_t(ts.size() - d - 1)}});
+          ts[d] = other[off + d];
+        }
+    };
+    if (a.size() >= b.size()) {
+      expand(y, b, a, "b");
+      if (a.size() == b.size())
+        expand(x, a, b, "a");
+    }
     if (a == b) {
-      node(name, op, {in[0], in[1]}, {}, {}, out);
+      node(name, op, {x, y}, {}, {}, out);
       return llvm::Error::success();
     }
     if (b.size() < a.size() && std::equal(b.begin(), b.end(), a.end() - b.size())) {
-      node(name, op + "Bcast", {in[0], in[1]}, {},
+      node(name, op + "Bcast", {x, y}, {},
            {{"p", static_cast<int64_t>(a.size() - b.size())}, {"i", static_cast<int64_t>(b.size())}},
            out);
       return llvm::Error::success();
     }
-    return where("this broadcast (size-1 dimensions, or the first operand the smaller) is not "
-                 "translated yet");
+    return where("this broadcast (the first operand of lower rank) is not translated yet");
+  }
+  if (op == "Reshape") {
+    auto target = ints(in[1], "shape");
+    if (!target)
+      return where(llvm::toString(target.takeError()));
+    const auto &from = shapeOf(in[0]);
+    std::vector<int64_t> to = *target;
+    int64_t known = 1, infer = -1, total = 1;
+    for (int64_t d : from)
+      total *= d;
+    for (size_t d = 0; d < to.size(); ++d) {
+      if (to[d] == 0 && !intAttr(n, "allowzero").value_or(0))
+        to[d] = d < from.size() ? from[d] : 0;
+      if (to[d] == -1)
+        infer = int64_t(d);
+      else
+        known *= to[d];
+    }
+    if (infer >= 0 && known)
+      to[infer] = total / known;
+    int64_t count = 1;
+    for (int64_t d : to)
+      count *= d;
+    if (count != total) {
+      auto str = [](const std::vector<int64_t> &v) {
+        std::string t;
+        for (int64_t d : v)
+          t += (t.empty() ? "" : ", ") + std::to_string(d);
+        return "[" + t + "]";
+      };
+      return where(fmt::format("the target shape {} (from {}) does not keep the element count "
+                               "of {}",
+                               str(to), str(*target), str(from)));
+    }
+    reshape(name, in[0], from, to, out);
+    return llvm::Error::success();
+  }
+  if (op == "Unsqueeze" || op == "Squeeze") {
+    std::vector<int64_t> axes = intsAttr(n, "axes", {});
+    if (in.size() > 1) {
+      auto a = ints(in[1], "axes");
+      if (!a)
+        return where(llvm::toString(a.takeError()));
+      axes = *a;
+    }
+    std::vector<int64_t> to = shapeOf(in[0]);
+    if (op == "Unsqueeze") {
+      int64_t r = int64_t(to.size() + axes.size());
+      for (int64_t &x : axes)
+        x = x < 0 ? x + r : x;
+      std::sort(axes.begin(), axes.end());
+      for (int64_t x : axes)
+        to.insert(to.begin() + std::clamp<int64_t>(x, 0, int64_t(to.size())), 1);
+    } else {
+      int64_t r = int64_t(to.size());
+      for (int64_t &x : axes)
+        x = x < 0 ? x + r : x;
+      std::vector<int64_t> kept;
+      for (int64_t d = 0; d < r; ++d)
+        if (!(axes.empty() ? to[d] == 1 : std::count(axes.begin(), axes.end(), d) > 0))
+          kept.push_back(to[d]);
+      to = kept;
+    }
+    reshape(name, in[0], shapeOf(in[0]), to, out);
+    return llvm::Error::success();
+  }
+  if (op == "Slice") {
+    auto starts = ints(in[1], "starts");
+    auto ends = in.size() > 2 ? ints(in[2], "ends") : stringError("Slice needs ends");
+    if (!starts || !ends)
+      return where(llvm::toString(starts ? ends.takeError() : starts.takeError()));
+    std::vector<int64_t> axes, steps;
+    if (in.size() > 3) {
+      auto a = ints(in[3], "axes");
+      if (!a)
+        return where(llvm::toString(a.takeError()));
+      axes = *a;
+    } else {
+      for (size_t k = 0; k < starts->size(); ++k)
+        axes.push_back(int64_t(k));
+    }
+    if (in.size() > 4) {
+      auto st = ints(in[4], "steps");
+      if (!st)
+        return where(llvm::toString(st.takeError()));
+      steps = *st;
+    }
+    std::string x = in[0];
+    std::vector<int64_t> shape = shapeOf(x);
+    const int64_t r = int64_t(shape.size());
+    for (size_t k = 0; k < axes.size(); ++k) {
+      int64_t axis = axes[k] < 0 ? axes[k] + r : axes[k];
+      int64_t step = k < steps.size() ? steps[k] : 1;
+      if (axis < 0 || axis >= r)
+        return where(fmt::format("axis {} is out of range", axes[k]));
+      if (step <= 0)
+        return where("only positive steps are translated");
+      int64_t m = shape[axis];
+      int64_t b = std::clamp((*starts)[k] < 0 ? (*starts)[k] + m : (*starts)[k], int64_t(0), m);
+      int64_t e = std::clamp((*ends)[k] < 0 ? (*ends)[k] + m : (*ends)[k], int64_t(0), m);
+      int64_t count = e > b ? (e - b + step - 1) / step : 0;
+      if (count == 0)
+        return where("an empty slice is not translated");
+      if (b == 0 && count == m && step == 1)
+        continue;
+      bool last = k + 1 == axes.size();
+      x = node(fmt::format("{}_axis{}", name, axis), "Slice", {x},
+               {{"start", b}, {"n", count}, {"step", step}, {"m", m}},
+               {{"pre", axis}, {"post", r - axis - 1}}, last ? out : "");
+      shape[axis] = count;
+    }
+    if (x != out)
+      node(name, "Identity", {x}, {}, {}, out);
+    return llvm::Error::success();
+  }
+  if (op == "Concat") {
+    int64_t r = int64_t(shapeOf(in[0]).size());
+    int64_t axis = intAttr(n, "axis").value_or(0);
+    axis = axis < 0 ? axis + r : axis;
+    if (in.size() == 1) {
+      node(name, "Identity", {in[0]}, {}, {}, out);
+      return llvm::Error::success();
+    }
+    std::string x = in[0];
+    int64_t have = shapeOf(in[0]).at(axis);
+    for (size_t k = 1; k < in.size(); ++k) {
+      int64_t more = shapeOf(in[k]).at(axis);
+      x = node(fmt::format("{}_{}", name, k), "Concat", {x, in[k]}, {{"n", have}, {"m", have + more}},
+               {{"pre", axis}, {"post", r - axis - 1}}, k + 1 == in.size() ? out : "");
+      have += more;
+    }
+    return llvm::Error::success();
+  }
+  if (op == "Gather") {
+    int64_t r = int64_t(shapeOf(in[0]).size());
+    int64_t axis = intAttr(n, "axis").value_or(0);
+    axis = axis < 0 ? axis + r : axis;
+    node(name, "Gather", {in[0], in[1]}, {},
+         {{"pre", axis}, {"q", int64_t(shapeOf(in[1]).size())}, {"post", r - axis - 1}}, out);
+    return llvm::Error::success();
+  }
+  if (op == "ReduceMean" || op == "ReduceSum") {
+    std::vector<int64_t> axes = intsAttr(n, "axes", {});
+    if (in.size() > 1) {
+      auto a = ints(in[1], "axes");
+      if (!a)
+        return where(llvm::toString(a.takeError()));
+      axes = *a;
+    }
+    int64_t r = int64_t(rank);
+    if (axes.size() != 1)
+      return where("only a reduction over one axis is translated");
+    int64_t axis = axes[0] < 0 ? axes[0] + r : axes[0];
+    bool keepDims = intAttr(n, "keepdims").value_or(1) != 0;
+    std::string tdl = op + (keepDims ? "Keep" : "");
+    if (!lib_.find(tdl))
+      return where(fmt::format("the library has no {}", tdl));
+    std::map<std::string, int64_t> groups = {{"pre", axis}, {"post", r - axis - 1}};
+    if (!keepDims)
+      groups["r"] = 1;
+    node(name, tdl, {in[0]}, {}, groups, out);
+    return llvm::Error::success();
   }
   if (op == "Conv" || op == "MaxPool" || op == "AveragePool") {
     if (rank != 4)

@@ -277,4 +277,46 @@ llvm::Expected<Graph> buildTrainingGraph(const Graph &forward, const std::string
   return TrainingBuilder(forward, lib).run(loss, optimizer);
 }
 
+llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib) {
+  if (g.outputs.size() != 1)
+    return stringError(fmt::format("a loss can be added to a graph with one output; this one has {}",
+                                   g.outputs.size()));
+  const TensorInfo *y = g.tensor(g.outputs[0]);
+  if (!y || !y->shapeKnown)
+    return stringError("the graph's output has no known shape (check the graph first)");
+  if (y->shape.empty())
+    return g.outputs[0];
+  const std::string out = y->name;
+  const std::vector<int64_t> shape = y->shape;
+  Node n;
+  n.name = g.tensor("loss") ? out + "_loss" : "loss";
+  n.output = n.name + "_out";
+  TensorInfo extra;
+  extra.shapeKnown = true;
+  extra.role = TensorRole::Input;
+  if (shape.size() == 2) {
+    extra.name = g.tensor("labels") ? out + "_labels" : "labels";
+    extra.shape = {shape[0]};
+    extra.dtype = "int64";
+    n.op = "softmax_cross_entropy";
+  } else {
+    extra.name = g.tensor("target") ? out + "_target" : "target";
+    extra.shape = shape;
+    n.op = "mse";
+    n.groups = {{"i", static_cast<int64_t>(shape.size())}};
+  }
+  extra.group = extra.name;
+  n.inputs = {out, extra.name};
+  n.group = n.name;
+  if (llvm::Error e = g.addTensor(extra))
+    return llvm::Expected<std::string>(std::move(e));
+  std::string loss = n.output;
+  if (llvm::Error e = g.addNode(n))
+    return llvm::Expected<std::string>(std::move(e));
+  if (llvm::Error e = inferNode(g, g.nodes().back(), lib))
+    return llvm::Expected<std::string>(std::move(e));
+  g.outputs = {loss};
+  return loss;
+}
+
 } // namespace tofu

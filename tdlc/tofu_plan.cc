@@ -143,8 +143,22 @@ int main(int argc, char **argv) {
   }
   if (train) {
     if (g->outputs.size() != 1) {
-      llvm::errs() << "tofu-plan: --train needs a graph with one output, the scalar loss\n";
+      llvm::errs() << "tofu-plan: --train needs a graph with one output (the loss, or the "
+                      "prediction a loss is added to)\n";
       return 1;
+    }
+    if (const tofu::TensorInfo *y = g->tensor(g->outputs[0]); y && !y->shape.empty()) {
+      auto loss = tofu::addLoss(*g, *lib);
+      if (!loss) {
+        llvm::errs() << "tofu-plan: " << llvm::toString(loss.takeError()) << "\n";
+        return 1;
+      }
+      llvm::errs() << "tofu-plan: the output '" << y->name << "' is not a scalar: training "
+                   << (y->shape.size() == 2 ? "with softmax cross-entropy against the new input "
+                                              "'labels'"
+                                            : "with the mean squared error against the new input "
+                                              "'target'")
+                   << "\n";
     }
     auto t = tofu::buildTrainingGraph(*g, g->outputs[0], *lib,
                                       optimizer == "sgd" ? tofu::Optimizer::SGD
