@@ -9,13 +9,9 @@ namespace {
 
 const OpLibrary &library() { return testLibrary(); }
 
-TensorInfo tensor(const std::string &name, std::vector<int64_t> shape, TensorRole role) {
-  TensorInfo t;
-  t.name = name;
-  t.shape = std::move(shape);
-  t.shapeKnown = true;
-  t.role = role;
-  return t;
+TensorInfo tensor(const std::string &name, std::vector<int64_t> shape,
+                  TensorRole role = TensorRole::Input) {
+  return testTensor(name, std::move(shape), role);
 }
 
 Node node(std::string name, std::string op, std::vector<std::string> inputs, std::string output,

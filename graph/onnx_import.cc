@@ -184,6 +184,14 @@ private:
   void materialize(const std::string &name);
   /// The values of a constant input, or an error naming what is needed.
   llvm::Expected<std::vector<int64_t>> ints(const std::string &tensor, const std::string &what);
+  /// The axes of Unsqueeze, Squeeze and reductions: the `axes` attribute (opsets before
+  /// 13/18) or the constant second input.
+  llvm::Expected<std::vector<int64_t>> axesOf(const onnx::NodeProto &n,
+                                              const std::vector<std::string> &in) {
+    if (in.size() > 1)
+      return ints(in[1], "axes");
+    return intsAttr(n, "axes", {});
+  }
   /// Reshape `x` (of `from`) to `to` (same element count) with split/merge/squeeze ops.
   std::string reshape(const std::string &name, std::string x, std::vector<int64_t> from,
                       const std::vector<int64_t> &to, const std::string &out);
@@ -636,13 +644,10 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
     return llvm::Error::success();
   }
   if (op == "Unsqueeze" || op == "Squeeze") {
-    std::vector<int64_t> axes = intsAttr(n, "axes", {});
-    if (in.size() > 1) {
-      auto a = ints(in[1], "axes");
-      if (!a)
-        return where(llvm::toString(a.takeError()));
-      axes = *a;
-    }
+    auto axesOrError = axesOf(n, in);
+    if (!axesOrError)
+      return where(llvm::toString(axesOrError.takeError()));
+    std::vector<int64_t> axes = *axesOrError;
     std::vector<int64_t> to = shapeOf(in[0]);
     if (op == "Unsqueeze") {
       int64_t r = int64_t(to.size() + axes.size());
@@ -740,13 +745,10 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
     return llvm::Error::success();
   }
   if (op == "ReduceMean" || op == "ReduceSum") {
-    std::vector<int64_t> axes = intsAttr(n, "axes", {});
-    if (in.size() > 1) {
-      auto a = ints(in[1], "axes");
-      if (!a)
-        return where(llvm::toString(a.takeError()));
-      axes = *a;
-    }
+    auto axesOrError = axesOf(n, in);
+    if (!axesOrError)
+      return where(llvm::toString(axesOrError.takeError()));
+    std::vector<int64_t> axes = *axesOrError;
     int64_t r = int64_t(rank);
     if (axes.size() != 1)
       return where("only a reduction over one axis is translated");

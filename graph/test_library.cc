@@ -22,4 +22,13 @@ const OpLibrary &testLibrary() {
   return lib;
 }
 
+TensorInfo testTensor(const std::string &name, std::vector<int64_t> shape, TensorRole role) {
+  TensorInfo t;
+  t.name = name;
+  t.shape = std::move(shape);
+  t.shapeKnown = true;
+  t.role = role;
+  return t;
+}
+
 } // namespace tofu

@@ -2,12 +2,20 @@
 #ifndef TOFU_GRAPH_TEST_LIBRARY_H
 #define TOFU_GRAPH_TEST_LIBRARY_H
 
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
 #include "graph/library.h"
 
 namespace tofu {
 
 /// ops/ loaded once per test binary; aborts the test program if it does not load.
 const OpLibrary &testLibrary();
+
+/// A tensor of known shape, for building test graphs.
+TensorInfo testTensor(const std::string &name, std::vector<int64_t> shape,
+                      TensorRole role = TensorRole::Input);
 
 } // namespace tofu
 

@@ -29,12 +29,7 @@ Problem problemOf(Graph g, bool train = false) {
 
 TensorInfo tensor(const std::string &name, std::vector<int64_t> shape,
                   TensorRole role = TensorRole::Input) {
-  TensorInfo t;
-  t.name = name;
-  t.shape = std::move(shape);
-  t.shapeKnown = true;
-  t.role = role;
-  return t;
+  return testTensor(name, std::move(shape), role);
 }
 
 Node node(const std::string &name, const std::string &op, std::vector<std::string> inputs,
