@@ -26,7 +26,9 @@ echo "== tofu-plan --model wresnet-152-10 --batch 8 --train --workers 8"
 sed -n '/^| tensor /q;p' out/wresnet-152-10.plan.txt
 echo "(the whole plan: out/wresnet-152-10.plan.txt; its tiles: out/wresnet-152-10.svg)"
 echo "the last bottleneck block's convolutions:"
-grep -E '^\| (node|---|s4b3_conv[123] )' out/wresnet-152-10.plan.txt || true
+echo "| node | op | strategy per step | communication |"
+echo "| --- | --- | --- | ---: |"
+grep -E '^\| s4b3_conv[123] \|' out/wresnet-152-10.plan.txt || true
 echo
 echo "== tofu-plan --model rnn-10-8K --batch 512 --train --workers 8"
 "$plan" --model rnn-10-8K --batch 512 --train --workers 8 >out/rnn-10-8K.plan.txt
