@@ -1,0 +1,171 @@
+// Building the execution plan.
+#include "codegen/exec_plan.h"
+
+#include <algorithm>
+#include <map>
+
+namespace tofu {
+namespace {
+
+std::optional<Box> intersect(const Box &a, const Box &b) {
+  Box r;
+  for (size_t d = 0; d < a.size(); ++d) {
+    int64_t lo = std::max(a[d].lo, b[d].lo), hi = std::min(a[d].hi, b[d].hi);
+    if (hi <= lo)
+      return std::nullopt;
+    r.push_back({lo, hi});
+  }
+  return r;
+}
+
+struct BoxLess {
+  bool operator()(const Box &a, const Box &b) const {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                        [](const Range &x, const Range &y) {
+                                          return x.lo != y.lo ? x.lo < y.lo : x.hi < y.hi;
+                                        });
+  }
+};
+
+/// The distinct boxes among `boxes` of the workers `present` says hold one (workers holding
+/// copies share one), each with the workers holding it, in worker order. (A scalar's box
+/// is empty, so absence needs its own flag.)
+std::vector<std::pair<Box, std::vector<unsigned>>> distinct(const std::vector<Box> &boxes,
+                                                            const std::vector<bool> &present) {
+  std::vector<std::pair<Box, std::vector<unsigned>>> out;
+  std::map<Box, size_t, BoxLess> index;
+  for (unsigned w = 0; w < boxes.size(); ++w) {
+    if (!present[w] || boxElements(boxes[w]) == 0)
+      continue;
+    auto [it, fresh] = index.emplace(boxes[w], out.size());
+    if (fresh)
+      out.push_back({boxes[w], {}});
+    out[it->second].second.push_back(w);
+  }
+  return out;
+}
+
+/// The parts of `region` for worker `w` from the distinct pieces: its own where it has the
+/// piece, else the first holder.
+std::vector<Fetch> cover(const Box &region, unsigned w,
+                         const std::vector<std::pair<Box, std::vector<unsigned>>> &pieces) {
+  std::vector<Fetch> parts;
+  if (boxElements(region) == 0)
+    return parts;
+  for (const auto &[box, holders] : pieces) {
+    auto part = intersect(region, box);
+    if (!part)
+      continue;
+    bool own = std::find(holders.begin(), holders.end(), w) != holders.end();
+    parts.push_back({own ? w : holders.front(), *part});
+  }
+  return parts;
+}
+
+} // namespace
+
+ExecPlan buildExecPlan(const Problem &p, const PartitionPlan &plan) {
+  ExecPlan e;
+  e.workers = plan.workers;
+  for (const StepChoice &s : plan.steps)
+    e.parts.push_back(s.parts);
+  const unsigned k = plan.workers;
+  std::vector<std::vector<unsigned>> coords(k);
+  for (unsigned w = 0; w < k; ++w)
+    coords[w] = workerCoords(w, e.parts);
+  e.tiles.assign(k, {});
+  for (unsigned w = 0; w < k; ++w)
+    for (unsigned t = 0; t < p.tensors.size(); ++t)
+      e.tiles[w].push_back(p.tensorTile(t, plan.steps, coords[w]));
+  std::vector<std::vector<std::pair<Box, std::vector<unsigned>>>> pieces(p.tensors.size());
+  for (unsigned t = 0; t < p.tensors.size(); ++t) {
+    std::vector<Box> boxes;
+    for (unsigned w = 0; w < k; ++w)
+      boxes.push_back(e.tiles[w][t]);
+    pieces[t] = distinct(boxes, std::vector<bool>(k, true));
+  }
+  for (unsigned n : p.order) {
+    const ProblemNode &node = p.nodes[n];
+    NodeExec ne;
+    ne.node = n;
+    for (const StepChoice &s : plan.steps)
+      if (p.isReduction(n, s.node[n]))
+        ne.reducer = node.table->strategies[s.node[n]].reducer;
+    std::vector<Box> produced(k);
+    std::vector<std::vector<unsigned>> sliceOf(k); // the coordinates at reduction steps
+    for (unsigned w = 0; w < k; ++w) {
+      OpInstance inst;
+      inst.ranges = p.nodeRanges(n, plan.steps, coords[w]);
+      for (const Range &r : inst.ranges)
+        inst.computes &= r.size() > 0;
+      std::vector<Box> regions = inputRegions(node.table->op, node.shapes, inst.ranges);
+      for (size_t i = 0; i < node.inputs.size(); ++i) {
+        InputFetch f;
+        f.tensor = node.inputs[i];
+        f.region = regions[i];
+        f.parts = cover(f.region, w, pieces[f.tensor]);
+        inst.inputs.push_back(std::move(f));
+      }
+      for (unsigned v : node.table->op.outputVars)
+        inst.produced.push_back(inst.computes ? inst.ranges[v] : Range{0, 0});
+      produced[w] = inst.produced;
+      for (size_t l = 0; l < plan.steps.size(); ++l)
+        if (p.isReduction(n, plan.steps[l].node[n]))
+          sliceOf[w].push_back(coords[w][l]);
+      ne.workers.push_back(std::move(inst));
+    }
+    // Group the workers' results by reduction slice; within one, distinct produced boxes
+    // partition the output (copies where a step ran the op whole).
+    std::map<std::vector<unsigned>, std::vector<bool>> slices; // which workers are in each
+    for (unsigned w = 0; w < k; ++w) {
+      auto &members = slices[sliceOf[w]];
+      members.resize(k, false);
+      members[w] = ne.workers[w].computes;
+    }
+    std::vector<std::vector<std::pair<Box, std::vector<unsigned>>>> slicePieces;
+    for (const auto &[key, members] : slices)
+      slicePieces.push_back(distinct(produced, members));
+    for (unsigned w = 0; w < k; ++w) {
+      OutputAssembly a;
+      a.owner = w;
+      a.tile = e.tiles[w][node.output];
+      if (boxElements(a.tile) == 0)
+        continue;
+      for (const auto &sp : slicePieces)
+        a.slices.push_back(cover(a.tile, w, sp));
+      ne.assemble.push_back(std::move(a));
+    }
+    e.nodes.push_back(std::move(ne));
+  }
+  return e;
+}
+
+int64_t ExecPlan::bytesMoved(const Problem &p) const {
+  int64_t bytes = 0;
+  for (const NodeExec &ne : nodes) {
+    const ProblemNode &node = p.nodes[ne.node];
+    for (unsigned w = 0; w < ne.workers.size(); ++w) {
+      const OpInstance &inst = ne.workers[w];
+      for (size_t i = 0; i < inst.inputs.size(); ++i) {
+        // The same tensor read twice over the same region is fetched once.
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; ++j)
+          seen = inst.inputs[j].tensor == inst.inputs[i].tensor &&
+                 inst.inputs[j].region == inst.inputs[i].region;
+        if (seen)
+          continue;
+        for (const Fetch &f : inst.inputs[i].parts)
+          if (f.from != w)
+            bytes += boxElements(f.box) * p.tensors[inst.inputs[i].tensor].elementBytes;
+      }
+    }
+    for (const OutputAssembly &a : ne.assemble)
+      for (const auto &slice : a.slices)
+        for (const Fetch &f : slice)
+          if (f.from != a.owner)
+            bytes += boxElements(f.box) * p.tensors[node.output].elementBytes;
+  }
+  return bytes;
+}
+
+} // namespace tofu

@@ -1,0 +1,66 @@
+// The partitioned execution plan (paper section 6): from a PartitionPlan, what every worker
+// computes (its op instances with concrete variable ranges), the fetches that assemble
+// each input region from the tiles of the workers holding it (one MultiFetch per input),
+// and how each output tile is assembled from the workers' (partial) results.
+#ifndef TOFU_CODEGEN_EXEC_PLAN_H
+#define TOFU_CODEGEN_EXEC_PLAN_H
+
+#include <cstdint>
+#include <vector>
+
+#include "search/problem.h"
+#include "search/search.h"
+
+namespace tofu {
+
+/// A box of a tensor copied from worker `from` (its tile, or its partial output).
+struct Fetch {
+  unsigned from = 0;
+  Box box; ///< absolute coordinates
+};
+
+/// One input of an op instance: the region it reads and where each part comes from.
+struct InputFetch {
+  unsigned tensor = 0;
+  Box region;
+  std::vector<Fetch> parts; ///< disjoint, covering `region`; `from` may be the worker itself
+};
+
+/// What one worker computes of one node.
+struct OpInstance {
+  std::vector<Range> ranges; ///< the node's variables
+  bool computes = true;      ///< false when a range is empty (nothing to do)
+  std::vector<InputFetch> inputs;
+  Box produced; ///< the output box of its (partial) result
+};
+
+/// How an owner's output tile is made: the partial results to combine (one per reduction
+/// slice, each a set of disjoint boxes), or, without a reduction split, the one result.
+struct OutputAssembly {
+  unsigned owner = 0;
+  Box tile;
+  std::vector<std::vector<Fetch>> slices;
+};
+
+struct NodeExec {
+  unsigned node = 0;
+  ir::Reducer reducer = ir::Reducer::Sum; ///< how slices combine (when there are several)
+  std::vector<OpInstance> workers;        ///< per worker
+  std::vector<OutputAssembly> assemble;   ///< per worker owning a tile
+};
+
+struct ExecPlan {
+  unsigned workers = 1;
+  std::vector<unsigned> parts; ///< per step
+  std::vector<NodeExec> nodes; ///< topological order
+  /// Per worker, per tensor, its tile.
+  std::vector<std::vector<Box>> tiles;
+  /// Bytes fetched from other workers: inputs and partial outputs.
+  int64_t bytesMoved(const Problem &p) const;
+};
+
+ExecPlan buildExecPlan(const Problem &p, const PartitionPlan &plan);
+
+} // namespace tofu
+
+#endif // TOFU_CODEGEN_EXEC_PLAN_H

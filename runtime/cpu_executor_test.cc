@@ -1,0 +1,76 @@
+// Partitioned training steps reproduce the unpartitioned ones, and the bytes the executor
+// copies between workers are the bytes the cost model predicts.
+#include "runtime/cpu_executor.h"
+
+#include "graph/test_library.h"
+#include "graph/zoo.h"
+#include "gtest/gtest.h"
+
+namespace tofu {
+namespace {
+
+Problem trainingProblem(llvm::Expected<Graph> g) {
+  EXPECT_TRUE(bool(g)) << llvm::toString(g.takeError());
+  const OpLibrary &lib = testLibrary();
+  llvm::Error e = checkGraph(*g, lib);
+  EXPECT_FALSE(e) << llvm::toString(std::move(e));
+  auto t = buildTrainingGraph(*g, g->outputs.at(0), lib, Optimizer::SGD);
+  EXPECT_TRUE(bool(t)) << llvm::toString(t.takeError());
+  auto p = Problem::build(*t, lib);
+  EXPECT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  return std::move(*p);
+}
+
+void checkModel(const std::string &what, const Problem &p, std::vector<unsigned> ks) {
+  auto given = randomGraphInputs(p, 3);
+  auto reference = runReference(p, given);
+  ASSERT_TRUE(bool(reference)) << llvm::toString(reference.takeError());
+  for (unsigned k : ks) {
+    PlanOptions o;
+    o.workers = k;
+    auto plan = searchPlan(p, o);
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    ExecPlan exec = buildExecPlan(p, *plan);
+    // The plan moves exactly what the cost model counts.
+    EXPECT_EQ(exec.bytesMoved(p), p.exactCost(plan->steps)) << what << " k=" << k;
+    auto r = runPlan(p, exec, given);
+    ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+    EXPECT_EQ(r->bytesMoved, exec.bytesMoved(p)) << what << " k=" << k;
+    double worst = 0;
+    std::string where;
+    for (unsigned t = 0; t < p.tensors.size(); ++t) {
+      double e = maxRelativeError(r->tensors[t], (*reference)[t]);
+      if (e > worst) {
+        worst = e;
+        where = p.tensors[t].name;
+      }
+    }
+    EXPECT_LE(worst, 1e-4) << what << " k=" << k << ": worst tensor " << where;
+  }
+}
+
+TEST(CpuExecutor, MlpTrainingStep) {
+  checkModel("mlp", trainingProblem(buildMlp({24, 32, 12}, 8)), {2, 3, 4, 8});
+}
+
+TEST(CpuExecutor, LstmTrainingStep) {
+  checkModel("rnn", trainingProblem(buildRnn(2, 8, 4, 3)), {2, 4});
+}
+
+TEST(CpuExecutor, TransformerTrainingStep) {
+  checkModel("gpt", trainingProblem(buildTransformer(1, 16, 2, 4, 2, 24)), {2, 3, 4});
+}
+
+TEST(CpuExecutor, MissingInputsAreErrors) {
+  Problem p = trainingProblem(buildMlp({4, 6, 2}, 2));
+  PlanOptions o;
+  o.workers = 2;
+  auto plan = searchPlan(p, o);
+  ASSERT_TRUE(bool(plan));
+  auto r = runPlan(p, buildExecPlan(p, *plan), {});
+  ASSERT_FALSE(bool(r));
+  EXPECT_NE(llvm::toString(r.takeError()).find("no value given for tensor"), std::string::npos);
+}
+
+} // namespace
+} // namespace tofu
