@@ -1,6 +1,9 @@
 // A tree-walking evaluator of instantiated TDL, in double precision, propagating NaN.
 #include "analysis/interpreter.h"
 
+#include <set>
+#include <unordered_map>
+
 #include <cmath>
 #include <limits>
 
@@ -71,6 +74,21 @@ private:
     return off < 0 ? 0.0 : t.data[off];
   }
 
+  struct KeyHash {
+    size_t operator()(const std::vector<int64_t> &v) const {
+      uint64_t h = 1469598103934665603ull;
+      for (int64_t x : v)
+        h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+      return static_cast<size_t>(h);
+    }
+  };
+  struct Memo {
+    std::vector<unsigned> free;
+    std::unordered_map<std::vector<int64_t>, double, KeyHash> values;
+  };
+  std::unordered_map<const ir::Reduce *, Memo> reduceMemo_;
+  std::vector<int64_t> key_;
+
   double opaque(const ir::OpaqueCall &c) {
     // The arguments' fixed coordinates select the slices; results are memoised per choice.
     std::vector<int64_t> key;
@@ -133,7 +151,39 @@ private:
     return out;
   }
 
+  /// A nested reduction's value depends only on the variables it does not bind (a mean
+  /// inside an element-wise body depends on the channel alone): memoised by their values,
+  /// which turns O(n^2) bodies like batch normalisation's gradient back into O(n).
   double reduce(const ir::Reduce &r) {
+    if (&r == op_.body.get())
+      return reduceOnce(r);
+    auto [it, fresh] = reduceMemo_.try_emplace(&r);
+    Memo &m = it->second;
+    if (fresh) {
+      std::set<unsigned> used, bound;
+      ir::walk(r, [&](const ir::Expr &e) {
+        if (auto *v = llvm::dyn_cast<ir::VarRef>(&e))
+          used.insert(v->var);
+        else if (auto *inner = llvm::dyn_cast<ir::Reduce>(&e))
+          bound.insert(inner->vars.begin(), inner->vars.end());
+      });
+      for (unsigned v : used)
+        if (!bound.count(v))
+          m.free.push_back(v);
+    }
+    key_.clear();
+    for (unsigned v : m.free)
+      key_.push_back(env_[v]);
+    if (auto hit = m.values.find(key_); hit != m.values.end())
+      return hit->second;
+    std::vector<int64_t> key = key_;
+    double value = reduceOnce(r);
+    if (error_.empty())
+      m.values.emplace(std::move(key), value);
+    return value;
+  }
+
+  double reduceOnce(const ir::Reduce &r) {
     double acc = 0;
     switch (r.reducer) {
     case ir::Reducer::Sum:

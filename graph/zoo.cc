@@ -82,7 +82,8 @@ llvm::Expected<Graph> buildMlp(const std::vector<int64_t> &dims, int64_t batch) 
   return b.finish("loss_out");
 }
 
-llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch) {
+llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch, int64_t image,
+                                   int64_t base, int64_t classes) {
   std::vector<int> blocks;
   if (depth == 50)
     blocks = {3, 4, 6, 3};
@@ -94,10 +95,13 @@ llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch) {
     return stringError(fmt::format("WResNet depth {} is not one of 50, 101, 152", depth));
   if (widen < 1 || batch < 1)
     return stringError("WResNet needs a widening factor and a batch size of at least 1");
+  if (image < 32 || base < 1 || classes < 1)
+    return stringError("WResNet needs images of at least 32x32 (five halvings), a base width "
+                       "and a class count of at least 1");
   Builder b;
   std::string eps = b.tensor("bn_eps", {}, TensorRole::Input);
   std::string labels = b.tensor("labels", {batch}, TensorRole::Input);
-  std::string x = b.tensor("image", {batch, 3, 224, 224}, TensorRole::Input);
+  std::string x = b.tensor("image", {batch, 3, image, image}, TensorRole::Input);
   auto conv = [&](const std::string &name, const std::string &in, int64_t cin, int64_t cout,
                   int64_t k, int64_t stride, int64_t pad) {
     std::string w = b.tensor(name + "_w", {cout, cin, k, k}, TensorRole::Weight);
@@ -113,13 +117,13 @@ llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch) {
   auto relu = [&](const std::string &name, const std::string &in) {
     return b.node(name, "Relu", {in});
   };
-  int64_t c = 64 * widen;
+  int64_t c = base * widen;
   x = relu("stem_relu", bn("stem_bn", conv("stem_conv", x, 3, c, 7, 2, 3), c));
   x = b.node("stem_pool", "MaxPool2d", {x},
              {{"kh", 3}, {"kw", 3}, {"sh", 2}, {"sw", 2}, {"ph", 1}, {"pw", 1}, {"peh", 1},
               {"pew", 1}});
   for (int s = 0; s < 4; ++s) {
-    int64_t width = (64 << s) * widen, out = (256 << s) * widen;
+    int64_t width = (base << s) * widen, out = (4 * base << s) * widen;
     for (int blk = 0; blk < blocks[s]; ++blk) {
       std::string p = fmt::format("s{}b{}", s + 1, blk + 1);
       int64_t stride = (blk == 0 && s > 0) ? 2 : 1;
@@ -135,8 +139,8 @@ llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch) {
   }
   x = b.node("pool", "GlobalAveragePool", {x});
   x = b.node("flatten", "Flatten4", {x});
-  std::string fw = b.tensor("fc_w", {c, 1000}, TensorRole::Weight);
-  std::string fb = b.tensor("fc_b", {1000}, TensorRole::Weight);
+  std::string fw = b.tensor("fc_w", {c, classes}, TensorRole::Weight);
+  std::string fb = b.tensor("fc_b", {classes}, TensorRole::Weight);
   x = b.node("fc", "MatMul", {x, fw});
   x = b.node("fc_bias", "AddBcast", {x, fb}, {}, {{"p", 1}, {"i", 1}});
   b.node("loss", "softmax_cross_entropy", {x, labels});
@@ -248,8 +252,11 @@ llvm::Expected<Graph> buildModel(const std::string &name, int64_t batch) {
   std::smatch m;
   if (name == "mlp")
     return buildMlp({1024, 4096, 4096, 1000}, batch);
-  if (std::regex_match(name, m, std::regex("wresnet-(\\d+)-(\\d+)")))
-    return buildWResNet(std::stoi(m[1]), std::stoll(m[2]), batch);
+  if (std::regex_match(name, m,
+                       std::regex("wresnet-(\\d+)-(\\d+)(?:-i(\\d+))?(?:-c(\\d+))?(?:-k(\\d+))?")))
+    return buildWResNet(std::stoi(m[1]), std::stoll(m[2]), batch,
+                        m[3].length() ? std::stoll(m[3]) : 224, m[4].length() ? std::stoll(m[4]) : 64,
+                        m[5].length() ? std::stoll(m[5]) : 1000);
   if (std::regex_match(name, m, std::regex("rnn-(\\d+)-(\\d+)([kK]?)"))) {
     int64_t h = std::stoll(m[2]) * (m[3].length() ? 1024 : 1);
     return buildRnn(std::stoi(m[1]), h, batch);
@@ -261,7 +268,8 @@ llvm::Expected<Graph> buildModel(const std::string &name, int64_t batch) {
 }
 
 std::string zooHelp() {
-  return "models: mlp, wresnet-<50|101|152>-<W> (e.g. wresnet-152-10), rnn-<L>-<H> (e.g. "
+  return "models: mlp, wresnet-<50|101|152>-<W>[-i<image>][-c<base width>][-k<classes>] (e.g. "
+         "wresnet-152-10; wresnet-50-1-i32-c8-k10 is a small one), rnn-<L>-<H> (e.g. "
          "rnn-10-8K), gpt-<layers>-<hidden>-<heads>-<seq> (e.g. gpt-12-768-12-1024)";
 }
 

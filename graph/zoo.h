@@ -19,8 +19,10 @@ llvm::Expected<Graph> buildMlp(const std::vector<int64_t> &dims, int64_t batch);
 /// input and output channels are multiplied by W (the image's 3 channels excepted), so the
 /// stem has 64W channels, stage s has bottleneck width 64*2^s*W and output 256*2^s*W; batch
 /// normalisation follows the channels; the classifier takes 2048W features. Batch
-/// normalisation uses batch statistics (training mode).
-llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch);
+/// normalisation uses batch statistics (training mode). `image`, `base` (the stem's width,
+/// 64 in the paper) and `classes` make small variants for tests.
+llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch, int64_t image = 224,
+                                   int64_t base = 64, int64_t classes = 1000);
 
 /// RNN-L-H: L stacked LSTM layers of hidden size H (input size H), unrolled over `steps`
 /// timesteps (20 in the paper); the loss is the mean squared error of the top layer's output

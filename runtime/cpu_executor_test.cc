@@ -2,6 +2,7 @@
 // copies between workers are the bytes the cost model predicts.
 #include "runtime/cpu_executor.h"
 
+#include "graph/onnx_import.h"
 #include "graph/test_library.h"
 #include "graph/zoo.h"
 #include "gtest/gtest.h"
@@ -50,15 +51,29 @@ void checkModel(const std::string &what, const Problem &p, std::vector<unsigned>
 }
 
 TEST(CpuExecutor, MlpTrainingStep) {
-  checkModel("mlp", trainingProblem(buildMlp({24, 32, 12}, 8)), {2, 3, 4, 8});
+  checkModel("mlp", trainingProblem(buildMlp({24, 32, 12}, 8)), {2, 3, 4, 6, 8});
 }
 
 TEST(CpuExecutor, LstmTrainingStep) {
-  checkModel("rnn", trainingProblem(buildRnn(2, 8, 4, 3)), {2, 4});
+  checkModel("rnn", trainingProblem(buildRnn(2, 8, 4, 3)), {2, 3, 4, 8});
 }
 
 TEST(CpuExecutor, TransformerTrainingStep) {
-  checkModel("gpt", trainingProblem(buildTransformer(1, 16, 2, 4, 2, 24)), {2, 3, 4});
+  checkModel("gpt", trainingProblem(buildTransformer(1, 16, 2, 4, 2, 24)), {2, 3, 4, 8});
+}
+
+TEST(CpuExecutor, WResNetTrainingStep) {
+  // WResNet-50 with 32x32 images, a stem 4 channels wide and 10 classes: every layer of the
+  // real model, small enough for the interpreter.
+  checkModel("wresnet", trainingProblem(buildModel("wresnet-50-1-i32-c4-k10", 2)), {2, 3, 4, 8});
+}
+
+TEST(CpuExecutor, OnnxTransformerTrainingStep) {
+  auto g = importOnnx("tests/onnx/transformer.onnx", testLibrary());
+  ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
+  auto loss = addLoss(*g, testLibrary());
+  ASSERT_TRUE(bool(loss)) << llvm::toString(loss.takeError());
+  checkModel("onnx transformer", trainingProblem(std::move(*g)), {2, 4});
 }
 
 TEST(CpuExecutor, MissingInputsAreErrors) {
