@@ -1,6 +1,11 @@
-// Partitioned training steps reproduce the unpartitioned ones, and the bytes the executor
-// copies between workers are the bytes the cost model predicts.
+// Partitioned training steps reproduce the unpartitioned ones, the bytes the executor
+// copies between workers are the bytes the cost model predicts, and the memory planner's
+// arenas are sound and within 1.3x of the single-worker peak / k.
 #include "runtime/cpu_executor.h"
+
+#include <cstdio>
+
+#include "codegen/memory_plan.h"
 
 #include "graph/onnx_import.h"
 #include "graph/test_library.h"
@@ -22,8 +27,20 @@ Problem trainingProblem(llvm::Expected<Graph> g) {
   return std::move(*p);
 }
 
+int64_t singlePeak(const Problem &p, const std::vector<std::string> &outputs) {
+  PlanOptions o;
+  o.workers = 1;
+  auto plan = searchPlan(p, o);
+  EXPECT_TRUE(bool(plan));
+  MemoryPlan m = planMemory(p, buildExecPlan(p, *plan), outputs);
+  EXPECT_EQ(checkMemoryPlan(m), "");
+  return m.largestPeak();
+}
+
 void checkModel(const std::string &what, const Problem &p, std::vector<unsigned> ks) {
   auto given = randomGraphInputs(p, 3);
+  const std::vector<std::string> outputs;
+  const int64_t single = singlePeak(p, outputs);
   auto reference = runReference(p, given);
   ASSERT_TRUE(bool(reference)) << llvm::toString(reference.takeError());
   for (unsigned k : ks) {
@@ -47,11 +64,18 @@ void checkModel(const std::string &what, const Problem &p, std::vector<unsigned>
       }
     }
     EXPECT_LE(worst, 1e-4) << what << " k=" << k << ": worst tensor " << where;
+    MemoryPlan m = planMemory(p, exec, outputs);
+    EXPECT_EQ(checkMemoryPlan(m), "") << what << " k=" << k;
+    std::printf("%s k=%u: peak %lld bytes, single-worker peak / k %lld, ratio %.3f\n", what.c_str(),
+                k, (long long)m.largestPeak(), (long long)(single / k),
+                double(m.largestPeak()) * k / double(single));
+    // The target: every worker within 1.3x of the single-worker peak / k.
+    EXPECT_LE(double(m.largestPeak()) * k, 1.3 * double(single)) << what << " k=" << k;
   }
 }
 
 TEST(CpuExecutor, MlpTrainingStep) {
-  checkModel("mlp", trainingProblem(buildMlp({24, 32, 12}, 8)), {2, 3, 4, 6, 8});
+  checkModel("mlp", trainingProblem(buildMlp({64, 96, 32}, 16)), {2, 3, 4, 6, 8});
 }
 
 TEST(CpuExecutor, LstmTrainingStep) {

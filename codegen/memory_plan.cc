@@ -1,0 +1,155 @@
+// The static memory planner.
+#include "codegen/memory_plan.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+#include "fmt/format.h"
+
+namespace tofu {
+namespace {
+
+/// Offsets by "largest first, lowest free offset": each buffer goes to the lowest offset
+/// where it overlaps no already-placed buffer whose lifetime it shares.
+void place(std::vector<Buffer> &buffers) {
+  std::vector<size_t> order(buffers.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return buffers[a].bytes != buffers[b].bytes ? buffers[a].bytes > buffers[b].bytes
+                                                : buffers[a].start < buffers[b].start;
+  });
+  std::vector<size_t> placed;
+  for (size_t i : order) {
+    Buffer &b = buffers[i];
+    std::vector<std::pair<int64_t, int64_t>> taken; // address ranges of live neighbours
+    for (size_t j : placed) {
+      const Buffer &o = buffers[j];
+      if (o.start < b.end && b.start < o.end)
+        taken.push_back({o.offset, o.offset + o.bytes});
+    }
+    std::sort(taken.begin(), taken.end());
+    int64_t offset = 0;
+    for (const auto &[lo, hi] : taken) {
+      if (offset + b.bytes <= lo)
+        break;
+      offset = std::max(offset, hi);
+    }
+    b.offset = offset;
+    placed.push_back(i);
+  }
+}
+
+} // namespace
+
+int64_t MemoryPlan::largestPeak() const {
+  int64_t peak = 0;
+  for (const WorkerMemory &w : workers)
+    peak = std::max(peak, w.peak);
+  return peak;
+}
+
+MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<std::string> &outputs) {
+  const unsigned k = plan.workers;
+  const int64_t forever = 3 * int64_t(plan.nodes.size()) + 3;
+  // When each tensor is produced and last read (by any worker), in plan time.
+  std::vector<int64_t> born(p.tensors.size(), 0), lastRead(p.tensors.size(), -1);
+  for (size_t i = 0; i < plan.nodes.size(); ++i) {
+    const ProblemNode &node = p.nodes[plan.nodes[i].node];
+    born[node.output] = 3 * int64_t(i) + 1;
+    for (unsigned t : node.inputs)
+      lastRead[t] = std::max(lastRead[t], 3 * int64_t(i) + 1);
+  }
+  std::vector<bool> keep(p.tensors.size(), false);
+  for (unsigned t = 0; t < p.tensors.size(); ++t)
+    keep[t] = p.tensors[t].role == TensorRole::Weight ||
+              p.tensors[t].role == TensorRole::OptimizerState ||
+              std::find(outputs.begin(), outputs.end(), p.tensors[t].name) != outputs.end();
+  MemoryPlan m;
+  m.workers.resize(k);
+  for (unsigned w = 0; w < k; ++w) {
+    WorkerMemory &wm = m.workers[w];
+    for (unsigned t = 0; t < p.tensors.size(); ++t) {
+      int64_t bytes = boxElements(plan.tiles[w][t]) * p.tensors[t].elementBytes;
+      if (bytes == 0)
+        continue;
+      Buffer b;
+      b.kind = Buffer::Kind::Tile;
+      b.tensor = t;
+      b.bytes = bytes;
+      b.start = born[t];
+      b.end = keep[t] || lastRead[t] < 0 ? forever : std::max(lastRead[t], born[t] + 1);
+      wm.buffers.push_back(b);
+      wm.tileBytes += bytes;
+    }
+    for (size_t i = 0; i < plan.nodes.size(); ++i) {
+      const NodeExec &ne = plan.nodes[i];
+      const OpInstance &inst = ne.workers[w];
+      const int64_t at = 3 * int64_t(i);
+      for (size_t q = 0; q < inst.inputs.size(); ++q) {
+        const InputFetch &f = inst.inputs[q];
+        bool remote = false;
+        for (const Fetch &part : f.parts)
+          remote |= part.from != w;
+        if (!remote)
+          continue; // read in place from the worker's own tile
+        Buffer b;
+        b.kind = Buffer::Kind::Fetch;
+        b.tensor = f.tensor;
+        b.bytes = boxElements(f.region) * p.tensors[f.tensor].elementBytes;
+        b.start = at;
+        b.end = at + 1;
+        wm.buffers.push_back(b);
+      }
+      const unsigned out = p.nodes[ne.node].output;
+      bool single = true;
+      for (const OutputAssembly &a : ne.assemble)
+        single &= a.slices.size() == 1;
+      if (inst.computes && !(single && inst.produced == plan.tiles[w][out])) {
+        Buffer b;
+        b.kind = Buffer::Kind::Partial;
+        b.tensor = out;
+        b.bytes = boxElements(inst.produced) * p.tensors[out].elementBytes;
+        b.start = at;
+        b.end = at + 2; // until every owner has assembled its tile
+        wm.buffers.push_back(b);
+      }
+    }
+    place(wm.buffers);
+    for (const Buffer &b : wm.buffers)
+      wm.peak = std::max(wm.peak, b.offset + b.bytes);
+  }
+  return m;
+}
+
+std::string checkMemoryPlan(const MemoryPlan &m) {
+  for (size_t w = 0; w < m.workers.size(); ++w) {
+    const auto &bs = m.workers[w].buffers;
+    // Sweep over time: buffers sorted by start; the live set checked at each start.
+    std::vector<size_t> order(bs.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      order[i] = i;
+      if (bs[i].offset < 0)
+        return fmt::format("worker {}: buffer {} is not placed", w, i);
+      if (bs[i].offset + bs[i].bytes > m.workers[w].peak)
+        return fmt::format("worker {}: buffer {} ends past the peak", w, i);
+    }
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bs[a].start < bs[b].start; });
+    std::vector<size_t> live;
+    for (size_t i : order) {
+      live.erase(std::remove_if(live.begin(), live.end(),
+                                [&](size_t j) { return bs[j].end <= bs[i].start; }),
+                 live.end());
+      for (size_t j : live)
+        if (bs[j].offset < bs[i].offset + bs[i].bytes && bs[i].offset < bs[j].offset + bs[j].bytes)
+          return fmt::format("worker {}: buffers {} and {} are live together at time {} and "
+                             "overlap in memory",
+                             w, j, i, bs[i].start);
+      live.push_back(i);
+    }
+  }
+  return "";
+}
+
+} // namespace tofu

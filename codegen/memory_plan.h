@@ -1,0 +1,51 @@
+// The static memory planner: every buffer a worker needs while running an ExecPlan (its
+// tiles, the buffers MultiFetch assembles inputs in, partial results), with its lifetime
+// in the worker's op order, placed at offsets of one arena so that buffers whose lifetimes
+// overlap never overlap in memory; the arena's size is the worker's peak.
+#ifndef TOFU_CODEGEN_MEMORY_PLAN_H
+#define TOFU_CODEGEN_MEMORY_PLAN_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/exec_plan.h"
+
+namespace tofu {
+
+struct Buffer {
+  enum class Kind { Tile, Fetch, Partial };
+  Kind kind = Kind::Tile;
+  unsigned tensor = 0;
+  int64_t bytes = 0;
+  /// Live over [start, end) of the program's time: node i (in plan order) fetches and
+  /// computes at 3i, assembles outputs at 3i + 1.
+  int64_t start = 0, end = 0;
+  int64_t offset = -1; ///< in the worker's arena, once placed
+};
+
+struct WorkerMemory {
+  std::vector<Buffer> buffers;
+  int64_t peak = 0;      ///< arena size
+  int64_t tileBytes = 0; ///< of the tiles alone, all live at once (no reuse)
+};
+
+struct MemoryPlan {
+  std::vector<WorkerMemory> workers;
+  int64_t largestPeak() const;
+};
+
+/// Plans every worker's buffers. Weights, optimiser state and graph outputs live for the
+/// whole step; other tiles from their production to their last read by any worker (others
+/// fetch from them); a fetch buffer exists only where an input region is not entirely in
+/// the worker's own tile, and only while its op runs; a partial result gets its own buffer
+/// unless it is exactly the worker's tile of the output.
+MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<std::string> &outputs);
+
+/// Checks a plan: every buffer placed, and no two buffers live at the same time overlap.
+/// Returns a description of the first violation, or an empty string.
+std::string checkMemoryPlan(const MemoryPlan &m);
+
+} // namespace tofu
+
+#endif // TOFU_CODEGEN_MEMORY_PLAN_H
