@@ -70,8 +70,24 @@ double combine(ir::Reducer r, double a, double b) {
 
 } // namespace
 
+void CpuTransport::copy(unsigned from, const Tensor &src, const Box &srcOrigin, unsigned to,
+                        Tensor &dst, const Box &dstOrigin, const Box &box, unsigned elementBytes,
+                        const ir::Reducer *reducer) {
+  if (reducer)
+    forEachElement(box, dstOrigin, dst.shape, srcOrigin, src.shape, [&](int64_t d, int64_t s) {
+      dst.data[d] = combine(*reducer, dst.data[d], src.data[s]);
+    });
+  else
+    forEachElement(box, dstOrigin, dst.shape, srcOrigin, src.shape,
+                   [&](int64_t d, int64_t s) { dst.data[d] = src.data[s]; });
+  if (from != to)
+    moved_ += boxElements(box) * elementBytes;
+}
+
 llvm::Expected<ExecResult> runPlan(const Problem &p, const ExecPlan &plan,
-                                   const std::map<unsigned, Tensor> &given) {
+                                   const std::map<unsigned, Tensor> &given, Transport *transport) {
+  CpuTransport cpu;
+  Transport &net = transport ? *transport : cpu;
   const unsigned k = plan.workers, T = static_cast<unsigned>(p.tensors.size());
   std::vector<std::vector<Tensor>> tiles(k, std::vector<Tensor>(T));
   for (unsigned t = 0; t < T; ++t) {
@@ -89,41 +105,34 @@ llvm::Expected<ExecResult> runPlan(const Problem &p, const ExecPlan &plan,
                      [&](int64_t d, int64_t s) { dst.data[d] = it->second.data[s]; });
     }
   }
-  std::atomic<int64_t> moved{0};
   for (const NodeExec &ne : plan.nodes) {
     const ProblemNode &node = p.nodes[ne.node];
     std::vector<Tensor> partial(k);
     std::vector<std::string> errors(k);
     auto compute = [&](unsigned w) {
       const OpInstance &inst = ne.workers[w];
-      std::vector<Tensor> inputs;
-      int64_t bytes = 0;
+      std::vector<Tensor> inputs(inst.inputs.size());
+      std::vector<const Tensor *> ptrs(inst.inputs.size());
       for (size_t i = 0; i < inst.inputs.size(); ++i) {
         const InputFetch &f = inst.inputs[i];
-        const std::vector<int64_t> &shape = p.tensors[f.tensor].shape;
+        // The same tensor read twice over one region is fetched once.
+        for (size_t j = 0; j < i && !ptrs[i]; ++j)
+          if (inst.inputs[j].tensor == f.tensor && inst.inputs[j].region == f.region)
+            ptrs[i] = ptrs[j];
+        if (ptrs[i])
+          continue;
         // Whole-shape buffer, NaN outside the fetched region: a read the plan did not
         // provide shows up in the result.
-        Tensor buf(shape, std::numeric_limits<double>::quiet_NaN());
-        bool seen = false;
-        for (size_t j = 0; j < i && !seen; ++j)
-          seen = inst.inputs[j].tensor == f.tensor && inst.inputs[j].region == f.region;
-        for (const Fetch &part : f.parts) {
-          const Tensor &src = tiles[part.from][f.tensor];
-          forEachElement(part.box, {}, shape, plan.tiles[part.from][f.tensor], src.shape,
-                         [&](int64_t d, int64_t s) { buf.data[d] = src.data[s]; });
-          if (part.from != w && !seen)
-            bytes += boxElements(part.box) * p.tensors[f.tensor].elementBytes;
-        }
-        inputs.push_back(std::move(buf));
+        inputs[i] = Tensor(p.tensors[f.tensor].shape, std::numeric_limits<double>::quiet_NaN());
+        for (const Fetch &part : f.parts)
+          net.copy(part.from, tiles[part.from][f.tensor], plan.tiles[part.from][f.tensor], w,
+                   inputs[i], {}, part.box, p.tensors[f.tensor].elementBytes, nullptr);
+        ptrs[i] = &inputs[i];
       }
-      moved += bytes;
       if (!inst.computes) {
         partial[w] = Tensor(extents(inst.produced));
         return;
       }
-      std::vector<const Tensor *> ptrs;
-      for (const Tensor &t : inputs)
-        ptrs.push_back(&t);
       auto r = evaluate(node.table->op, node.shapes, ptrs, inst.ranges);
       if (!r) {
         errors[w] = llvm::toString(r.takeError());
@@ -142,18 +151,10 @@ llvm::Expected<ExecResult> runPlan(const Problem &p, const ExecPlan &plan,
     // Each owner assembles its tile from the partial results, combining reduction slices.
     auto assemble = [&](const OutputAssembly &a) {
       Tensor tile(extents(a.tile), identity(ne.reducer));
-      int64_t bytes = 0;
       for (const auto &slice : a.slices)
-        for (const Fetch &f : slice) {
-          const Tensor &src = partial[f.from];
-          forEachElement(f.box, a.tile, tile.shape, ne.workers[f.from].produced, src.shape,
-                         [&](int64_t d, int64_t s) {
-                           tile.data[d] = combine(ne.reducer, tile.data[d], src.data[s]);
-                         });
-          if (f.from != a.owner)
-            bytes += boxElements(f.box) * p.tensors[node.output].elementBytes;
-        }
-      moved += bytes;
+        for (const Fetch &f : slice)
+          net.copy(f.from, partial[f.from], ne.workers[f.from].produced, a.owner, tile, a.tile,
+                   f.box, p.tensors[node.output].elementBytes, &ne.reducer);
       tiles[a.owner][node.output] = std::move(tile);
     };
     threads.clear();
@@ -163,7 +164,7 @@ llvm::Expected<ExecResult> runPlan(const Problem &p, const ExecPlan &plan,
       t.join();
   }
   ExecResult result;
-  result.bytesMoved = moved;
+  result.bytesMoved = net.bytesMoved();
   for (unsigned t = 0; t < T; ++t) {
     Tensor whole(p.tensors[t].shape, std::numeric_limits<double>::quiet_NaN());
     for (unsigned w = 0; w < k; ++w) {

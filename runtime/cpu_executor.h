@@ -5,6 +5,7 @@
 #ifndef TOFU_RUNTIME_CPU_EXECUTOR_H
 #define TOFU_RUNTIME_CPU_EXECUTOR_H
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -13,6 +14,35 @@
 #include "codegen/exec_plan.h"
 
 namespace tofu {
+
+/// How the workers' memories exchange data. The CPU executor's workers are threads of one
+/// process (CpuTransport copies between their buffers); a GPU backend implements the same
+/// calls with UVA peer copies within a node and NCCL across GPUs.
+class Transport {
+public:
+  virtual ~Transport() = default;
+  /// Copies the elements of `box` (absolute coordinates of a tensor) from worker `from`'s
+  /// buffer `src`, which holds the tensor's box `srcOrigin`, into worker `to`'s buffer `dst`,
+  /// which holds `dstOrigin` (an empty origin: the whole tensor). With `reducer`, combines
+  /// into `dst` instead of overwriting (a reduction's partial results).
+  virtual void copy(unsigned from, const Tensor &src, const Box &srcOrigin, unsigned to,
+                    Tensor &dst, const Box &dstOrigin, const Box &box, unsigned elementBytes,
+                    const ir::Reducer *reducer) = 0;
+  /// Bytes copied between different workers so far.
+  virtual int64_t bytesMoved() const = 0;
+};
+
+/// Copies between the buffers of one process's worker threads; thread-safe.
+class CpuTransport : public Transport {
+public:
+  void copy(unsigned from, const Tensor &src, const Box &srcOrigin, unsigned to, Tensor &dst,
+            const Box &dstOrigin, const Box &box, unsigned elementBytes,
+            const ir::Reducer *reducer) override;
+  int64_t bytesMoved() const override { return moved_; }
+
+private:
+  std::atomic<int64_t> moved_{0};
+};
 
 struct ExecResult {
   /// Every tensor of the graph, assembled from its owners' tiles.
@@ -24,7 +54,8 @@ struct ExecResult {
 /// Runs `plan` with the graph's inputs and weights `given` (whole tensors, by tensor index;
 /// every tensor without a producer needs one). Errors name the node that failed.
 llvm::Expected<ExecResult> runPlan(const Problem &p, const ExecPlan &plan,
-                                   const std::map<unsigned, Tensor> &given);
+                                   const std::map<unsigned, Tensor> &given,
+                                   Transport *transport = nullptr);
 
 /// The unpartitioned step: every node on whole tensors.
 llvm::Expected<std::vector<Tensor>> runReference(const Problem &p,
