@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <map>
 
+#include "fmt/format.h"
+#include "nlohmann/json.hpp"
+
 namespace tofu {
 namespace {
 
@@ -166,6 +169,116 @@ int64_t ExecPlan::bytesMoved(const Problem &p) const {
             bytes += boxElements(f.box) * p.tensors[node.output].elementBytes;
   }
   return bytes;
+}
+
+namespace {
+
+nlohmann::ordered_json boxJson(const Box &b) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  for (const Range &r : b)
+    j.push_back({r.lo, r.hi});
+  return j;
+}
+
+std::string boxString(const Box &b) {
+  std::string s = "[";
+  for (size_t d = 0; d < b.size(); ++d)
+    s += fmt::format("{}{}:{}", d ? ", " : "", b[d].lo, b[d].hi);
+  return s + "]";
+}
+
+nlohmann::ordered_json fetchesJson(const std::vector<Fetch> &parts) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  for (const Fetch &f : parts)
+    j.push_back({{"from", f.from}, {"box", boxJson(f.box)}});
+  return j;
+}
+
+} // namespace
+
+std::string execPlanJson(const Problem &p, const ExecPlan &plan) {
+  using nlohmann::ordered_json;
+  ordered_json j;
+  j["workers"] = plan.workers;
+  j["factors"] = plan.parts;
+  ordered_json nodes = ordered_json::array();
+  for (const NodeExec &ne : plan.nodes) {
+    const ProblemNode &node = p.nodes[ne.node];
+    ordered_json jn;
+    jn["node"] = node.name;
+    jn["op"] = node.table->op.name;
+    jn["output"] = p.tensors[node.output].name;
+    jn["reducer"] = ir::reducerName(ne.reducer);
+    ordered_json ws = ordered_json::array();
+    for (const OpInstance &inst : ne.workers) {
+      ordered_json jw;
+      jw["computes"] = inst.computes;
+      ordered_json ranges = ordered_json::object();
+      for (size_t v = 0; v < inst.ranges.size(); ++v)
+        ranges[node.table->op.vars[v].name] = {inst.ranges[v].lo, inst.ranges[v].hi};
+      jw["ranges"] = ranges;
+      ordered_json ins = ordered_json::array();
+      for (const InputFetch &f : inst.inputs)
+        ins.push_back({{"tensor", p.tensors[f.tensor].name},
+                       {"region", boxJson(f.region)},
+                       {"parts", fetchesJson(f.parts)}});
+      jw["inputs"] = ins;
+      jw["produced"] = boxJson(inst.produced);
+      ws.push_back(jw);
+    }
+    jn["workers"] = ws;
+    ordered_json as = ordered_json::array();
+    for (const OutputAssembly &a : ne.assemble) {
+      ordered_json slices = ordered_json::array();
+      for (const auto &slice : a.slices)
+        slices.push_back(fetchesJson(slice));
+      as.push_back({{"owner", a.owner}, {"tile", boxJson(a.tile)}, {"slices", slices}});
+    }
+    jn["assemble"] = as;
+    nodes.push_back(jn);
+  }
+  j["nodes"] = nodes;
+  return j.dump(1) + "\n";
+}
+
+std::string execPlanDump(const Problem &p, const ExecPlan &plan) {
+  std::string out = fmt::format("execution plan: {} workers\n", plan.workers);
+  for (const NodeExec &ne : plan.nodes) {
+    const ProblemNode &node = p.nodes[ne.node];
+    out += fmt::format("{} = {}(...)\n", node.name, node.table->op.name);
+    for (unsigned w = 0; w < ne.workers.size(); ++w) {
+      const OpInstance &inst = ne.workers[w];
+      if (!inst.computes) {
+        out += fmt::format("  w{}: nothing\n", w);
+        continue;
+      }
+      std::string reads;
+      for (const InputFetch &f : inst.inputs) {
+        unsigned remote = 0;
+        for (const Fetch &part : f.parts)
+          remote += part.from != w;
+        reads += fmt::format(" {}{}{}", p.tensors[f.tensor].name, boxString(f.region),
+                             remote ? fmt::format(" (fetch {} part{})", remote, remote > 1 ? "s" : "")
+                                    : std::string());
+      }
+      out += fmt::format("  w{}: computes {} reading{}\n", w, boxString(inst.produced), reads);
+    }
+    for (const OutputAssembly &a : ne.assemble) {
+      unsigned remote = 0, parts = 0;
+      for (const auto &slice : a.slices)
+        for (const Fetch &f : slice) {
+          ++parts;
+          remote += f.from != a.owner;
+        }
+      out += fmt::format("  w{} owns {}{}: {} part{}, {} remote{}\n", a.owner, p.tensors[node.output].name,
+                         boxString(a.tile),
+                         parts, parts == 1 ? "" : "s", remote,
+                         a.slices.size() > 1 ? fmt::format(", {} partials {}", a.slices.size(),
+                                                           ir::reducerName(ne.reducer))
+                                             : std::string());
+    }
+  }
+  return out;
 }
 
 } // namespace tofu

@@ -6,6 +6,7 @@
 #define TOFU_CODEGEN_EXEC_PLAN_H
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "search/problem.h"
@@ -60,6 +61,13 @@ struct ExecPlan {
 };
 
 ExecPlan buildExecPlan(const Problem &p, const PartitionPlan &plan);
+
+/// The plan as JSON: per node (in the order every worker runs them — the control
+/// dependencies that let buffers be reused) and per worker, the variable ranges, each
+/// input's region and its fetch parts, the produced box, and each owner's assembly.
+std::string execPlanJson(const Problem &p, const ExecPlan &plan);
+/// A readable dump: one line per op instance and per assembly.
+std::string execPlanDump(const Problem &p, const ExecPlan &plan);
 
 } // namespace tofu
 

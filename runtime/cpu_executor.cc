@@ -41,13 +41,6 @@ void forEachElement(const Box &box, const Box &dstOrigin, const std::vector<int6
   }
 }
 
-Box wholeBox(const std::vector<int64_t> &shape) {
-  Box b;
-  for (int64_t d : shape)
-    b.push_back({0, d});
-  return b;
-}
-
 double identity(ir::Reducer r) {
   switch (r) {
   case ir::Reducer::Sum: return 0;

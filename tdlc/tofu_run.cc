@@ -4,6 +4,7 @@
 // updated weight. Reports the bytes moved against the plan's prediction and every worker's
 // peak memory against the single-worker peak.
 #include <chrono>
+#include <fstream>
 #include <string>
 
 #include "codegen/exec_plan.h"
@@ -51,6 +52,10 @@ cl::opt<unsigned> seed("seed", cl::desc("Seed of the random inputs and weights (
 cl::opt<double> tolerance("tolerance", cl::desc("Largest relative difference --verify accepts "
                                                 "(default 1e-4)"),
                           cl::init(1e-4), cl::cat(runCategory));
+cl::opt<std::string> planJson("exec-plan", cl::desc("Write the execution plan as JSON"),
+                              cl::value_desc("FILE.json"), cl::cat(runCategory));
+cl::opt<bool> dumpPlan("dump-plan", cl::desc("Print the execution plan, one line per op instance"),
+                       cl::cat(runCategory));
 cl::opt<std::string> opsDir("ops", cl::desc("The operator library (default: ops)"), cl::init("ops"),
                             cl::value_desc("DIR"), cl::cat(runCategory));
 
@@ -137,6 +142,14 @@ int main(int argc, char **argv) {
   if (!plan)
     return fail(name + ": " + llvm::toString(plan.takeError()));
   tofu::ExecPlan exec = tofu::buildExecPlan(p, *plan);
+  if (!planJson.empty()) {
+    std::ofstream f(planJson);
+    f << tofu::execPlanJson(p, exec);
+    if (!f)
+      return fail("cannot write " + planJson);
+  }
+  if (dumpPlan)
+    llvm::outs() << tofu::execPlanDump(p, exec) << "\n";
   tofu::MemoryPlan memory = tofu::planMemory(p, exec, t->outputs);
   if (std::string bad = tofu::checkMemoryPlan(memory); !bad.empty())
     return fail("the memory plan is unsound: " + bad);
