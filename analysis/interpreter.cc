@@ -1,11 +1,12 @@
 // A tree-walking evaluator of instantiated TDL, in double precision, propagating NaN.
 #include "analysis/interpreter.h"
 
+#include <cmath>
+#include <limits>
 #include <set>
 #include <unordered_map>
 
-#include <cmath>
-#include <limits>
+#include "analysis/hash.h"
 
 #include "analysis/index_eval.h"
 #include "fmt/format.h"
@@ -74,17 +75,9 @@ private:
     return off < 0 ? 0.0 : t.data[off];
   }
 
-  struct KeyHash {
-    size_t operator()(const std::vector<int64_t> &v) const {
-      uint64_t h = 1469598103934665603ull;
-      for (int64_t x : v)
-        h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
-      return static_cast<size_t>(h);
-    }
-  };
   struct Memo {
     std::vector<unsigned> free;
-    std::unordered_map<std::vector<int64_t>, double, KeyHash> values;
+    std::unordered_map<std::vector<int64_t>, double, VectorHash> values;
   };
   std::unordered_map<const ir::Reduce *, Memo> reduceMemo_;
   std::vector<int64_t> key_;

@@ -86,9 +86,11 @@ TEST(OnnxImport, EveryFixtureTrains) {
     ASSERT_TRUE(static_cast<bool>(t)) << file << ": " << llvm::toString(t.takeError());
     llvm::Error e = checkGraph(*t, library());
     EXPECT_FALSE(static_cast<bool>(e)) << file << ": " << llvm::toString(std::move(e));
-    for (const TensorInfo &w : g->tensors())
-      if (w.role == TensorRole::Weight)
+    for (const TensorInfo &w : g->tensors()) {
+      if (w.role == TensorRole::Weight) {
         EXPECT_TRUE(t->tensor(w.name + "_updated")) << file << ": " << w.name;
+      }
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "fmt/format.h"
+#include "analysis/hash.h"
 #include "grammar/diagnostics.h"
 #include "search/minsum.h"
 
@@ -171,16 +172,8 @@ public:
   }
 
 private:
-  struct Hash {
-    size_t operator()(const std::vector<int64_t> &v) const {
-      uint64_t h = 1469598103934665603ull;
-      for (int64_t x : v)
-        h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
-      return static_cast<size_t>(h);
-    }
-  };
   std::vector<int64_t> key_;
-  std::unordered_map<std::vector<int64_t>, std::vector<std::vector<int64_t>>, Hash> cache_;
+  std::unordered_map<std::vector<int64_t>, std::vector<std::vector<int64_t>>, VectorHash> cache_;
 };
 
 /// One step's DP: coarse variables over the candidates, and the cost tables.

@@ -249,13 +249,14 @@ TEST(Search, DpFlatBoundsTheRecursionOnTrainingGraphs) {
     PartitionPlan t = plan(p, k, Algorithm::Tofu);
     PartitionPlan f = plan(p, k, Algorithm::DpFlat);
     EXPECT_LE(f.totalBytes, t.totalBytes) << k;
-    if (k == 2)
+    if (k == 2) {
       EXPECT_EQ(f.totalBytes, t.totalBytes); // one step: both are the exact DP
+    }
   }
 }
 
 TEST(Search, NoHeuristicBaselineBeatsTofuOnSmallZooModels) {
-  for (const std::string &model : {"mlp", "rnn-2-64", "gpt-1-64-4-16"}) {
+  for (const char *model : {"mlp", "rnn-2-64", "gpt-1-64-4-16"}) {
     auto g = buildModel(model, 8);
     ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
     Problem p = problemOf(std::move(*g), true);
@@ -305,8 +306,9 @@ TEST(Search, CoalescedTimestepsShareStrategies) {
     for (const StepChoice &s : r.steps)
       choice.push_back(s.node[n]);
     auto [it, fresh] = byKey.emplace(p.nodes[n].coalesce, choice);
-    if (!fresh)
+    if (!fresh) {
       EXPECT_EQ(it->second, choice) << p.nodes[n].name;
+    }
   }
   EXPECT_GE(byKey.size(), 6u);
 }

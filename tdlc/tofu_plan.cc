@@ -13,6 +13,7 @@
 #include "llvm/Support/raw_ostream.h"
 #include "search/report.h"
 #include "search/search.h"
+#include "tdlc/graph_source.h"
 
 namespace cl = llvm::cl;
 
@@ -112,33 +113,10 @@ int main(int argc, char **argv) {
                  << llvm::toString(lib.takeError()) << "\n";
     return 1;
   }
-  llvm::Expected<tofu::Graph> g = llvm::createStringError(llvm::inconvertibleErrorCode(), "");
-  llvm::consumeError(g.takeError());
-  std::string name = model;
-  if (!model.empty()) {
-    g = tofu::buildModel(model, batch);
-  } else if (!onnxFile.empty()) {
-    tofu::OnnxImportOptions options;
-    options.batch = batch;
-    options.dataInputs = dataInputs;
-    g = tofu::importOnnx(onnxFile, *lib, options);
-    name = onnxFile;
-  } else {
-    auto buf = llvm::MemoryBuffer::getFile(graphFile);
-    if (!buf) {
-      llvm::errs() << "tofu-plan: cannot read " << graphFile << ": " << buf.getError().message()
-                   << "\n";
-      return 1;
-    }
-    g = tofu::graphFromJson((*buf)->getBuffer().str());
-    name = graphFile;
-  }
+  std::string name;
+  auto g = tofu::loadGraph({model, graphFile, onnxFile, batch, dataInputs}, *lib, &name);
   if (!g) {
     llvm::errs() << "tofu-plan: " << llvm::toString(g.takeError()) << "\n";
-    return 1;
-  }
-  if (llvm::Error e = tofu::checkGraph(*g, *lib)) {
-    llvm::errs() << "tofu-plan: " << name << ": " << llvm::toString(std::move(e)) << "\n";
     return 1;
   }
   if (train) {

@@ -11,14 +11,13 @@
 #include "codegen/memory_plan.h"
 #include "fmt/format.h"
 #include "graph/graph.h"
-#include "graph/onnx_import.h"
 #include "graph/zoo.h"
 #include "llvm/Support/CommandLine.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 #include "runtime/cpu_executor.h"
 #include "search/report.h"
 #include "search/search.h"
+#include "tdlc/graph_source.h"
 
 namespace cl = llvm::cl;
 
@@ -102,27 +101,10 @@ int main(int argc, char **argv) {
     diags.print(llvm::errs());
     return fail("cannot load the operator library: " + llvm::toString(lib.takeError()));
   }
-  llvm::Expected<tofu::Graph> g = tofu::stringError("no graph");
-  std::string name = model;
-  if (!model.empty()) {
-    g = tofu::buildModel(model, batch);
-  } else if (!onnxFile.empty()) {
-    tofu::OnnxImportOptions options;
-    options.batch = batch;
-    options.dataInputs = dataInputs;
-    g = tofu::importOnnx(onnxFile, *lib, options);
-    name = onnxFile;
-  } else {
-    auto buf = llvm::MemoryBuffer::getFile(graphFile);
-    if (!buf)
-      return fail("cannot read " + graphFile + ": " + buf.getError().message());
-    g = tofu::graphFromJson((*buf)->getBuffer().str());
-    name = graphFile;
-  }
+  std::string name;
+  auto g = tofu::loadGraph({model, graphFile, onnxFile, batch, dataInputs}, *lib, &name);
   if (!g)
     return fail(llvm::toString(g.takeError()));
-  if (llvm::Error e = tofu::checkGraph(*g, *lib))
-    return fail(name + ": " + llvm::toString(std::move(e)));
   auto loss = tofu::addLoss(*g, *lib);
   if (!loss)
     return fail(name + ": " + llvm::toString(loss.takeError()));

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The main job: build tdlc and tofu-plan, check and verify (by execution: strategies and
+# The main job: build tdlc, tofu-plan and tofu-run, check and verify (by execution: strategies and
 # gradients) every op of the operator library, then plan the paper's two large models
 # (WResNet-152-10 and RNN-10-8K training steps on 8 workers) and print the plans'
 # summaries; the full plans (every tensor's cut, every op's strategy per step) and an SVG
-# of WResNet's tiles are written to out/. Finally the library's statistics.
+# of WResNet's tiles are written to out/. Then a small WResNet-50's training step runs
+# partitioned on 4 workers and is checked against the unpartitioned step (tofu-run
+# --verify). Finally the library's statistics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
-if ! bazel build //tdlc //tdlc:tofu-plan >/tmp/tofu-main-build.log 2>&1; then
+if ! bazel build //tdlc //tdlc:tofu-plan //tdlc:tofu-run >/tmp/tofu-main-build.log 2>&1; then
   tail -30 /tmp/tofu-main-build.log
   exit 1
 fi
@@ -34,6 +36,12 @@ echo "== tofu-plan --model rnn-10-8K --batch 512 --train --workers 8"
 "$plan" --model rnn-10-8K --batch 512 --train --workers 8 >out/rnn-10-8K.plan.txt
 sed -n '/^| tensor /q;p' out/rnn-10-8K.plan.txt
 echo "(the whole plan: out/rnn-10-8K.plan.txt)"
+echo
+echo "== tofu-run --model wresnet-50-1-i32-c4-k10 --workers 4 --verify"
+"$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" --model wresnet-50-1-i32-c4-k10 --workers 4 \
+  --verify >out/tofu-run.txt
+sed -n '1,/^unpartitioned step/p' out/tofu-run.txt
+grep '^verify:' out/tofu-run.txt
 echo
 echo "== tdlc --stats ops"
 "$tdlc" --stats ops
