@@ -149,6 +149,52 @@ std::optional<Const> broadcast(const Const &a, const Const &b, const std::functi
   return out;
 }
 
+/// An ONNX index bound: negative counts from the end; clamped to [0, m].
+int64_t bound(int64_t x, int64_t m) { return std::clamp(x < 0 ? x + m : x, int64_t(0), m); }
+
+/// The shape after ONNX Unsqueeze: `axes` index the output (negative from its end).
+std::vector<int64_t> unsqueezed(std::vector<int64_t> shape, std::vector<int64_t> axes) {
+  int64_t rank = int64_t(shape.size() + axes.size());
+  for (int64_t &x : axes)
+    x = x < 0 ? x + rank : x;
+  std::sort(axes.begin(), axes.end());
+  for (int64_t x : axes)
+    shape.insert(shape.begin() + std::clamp<int64_t>(x, 0, int64_t(shape.size())), 1);
+  return shape;
+}
+
+/// The shape after ONNX Squeeze: the listed axes go, or every size-1 axis when none is.
+std::vector<int64_t> squeezed(const std::vector<int64_t> &shape, std::vector<int64_t> axes) {
+  int64_t rank = int64_t(shape.size());
+  for (int64_t &x : axes)
+    x = x < 0 ? x + rank : x;
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!(axes.empty() ? shape[d] == 1 : std::count(axes.begin(), axes.end(), d) > 0))
+      kept.push_back(shape[d]);
+  return kept;
+}
+
+/// ONNX Reshape's target for an input of shape `from`: 0 copies the input's dimension
+/// (unless `allowZero`), -1 takes the elements left (0 when the rest is empty).
+std::vector<int64_t> reshapeTarget(const std::vector<int64_t> &from, std::vector<int64_t> to,
+                                   bool allowZero) {
+  int64_t known = 1, infer = -1, total = 1;
+  for (int64_t d : from)
+    total *= d;
+  for (size_t d = 0; d < to.size(); ++d) {
+    if (to[d] == 0 && !allowZero)
+      to[d] = d < from.size() ? from[d] : 0;
+    if (to[d] == -1)
+      infer = int64_t(d);
+    else
+      known *= to[d];
+  }
+  if (infer >= 0)
+    to[infer] = known ? total / known : 0;
+  return to;
+}
+
 class Importer {
 public:
   Importer(const OpLibrary &lib, const OnnxImportOptions &options) : lib_(lib), options_(options) {}
@@ -313,8 +359,8 @@ bool Importer::fold(const onnx::NodeProto &n) {
       c.v.push_back(double(d));
     int64_t rank = int64_t(it->second.size());
     int64_t start = intAttr(n, "start").value_or(0), end = intAttr(n, "end").value_or(rank);
-    start = std::clamp(start < 0 ? start + rank : start, int64_t(0), rank);
-    end = std::clamp(end < 0 ? end + rank : end, int64_t(0), rank);
+    start = bound(start, rank);
+    end = bound(end, rank);
     c.v = std::vector<double>(c.v.begin() + start, c.v.begin() + std::max(start, end));
     c.shape = {int64_t(c.v.size())};
     consts_[out] = std::move(c);
@@ -368,23 +414,7 @@ bool Importer::fold(const onnx::NodeProto &n) {
       for (double x : consts_[in[1]].v)
         axes.push_back(int64_t(x));
     r = a;
-    if (op == "Unsqueeze") {
-      int64_t rank = int64_t(a.shape.size() + axes.size());
-      for (int64_t &x : axes)
-        x = x < 0 ? x + rank : x;
-      std::sort(axes.begin(), axes.end());
-      for (int64_t x : axes)
-        r.shape.insert(r.shape.begin() + std::clamp<int64_t>(x, 0, int64_t(r.shape.size())), 1);
-    } else {
-      std::vector<int64_t> keepDims;
-      int64_t rank = int64_t(a.shape.size());
-      for (int64_t &x : axes)
-        x = x < 0 ? x + rank : x;
-      for (int64_t d = 0; d < rank; ++d)
-        if (!(axes.empty() ? a.shape[d] == 1 : std::count(axes.begin(), axes.end(), d)))
-          keepDims.push_back(a.shape[d]);
-      r.shape = keepDims;
-    }
+    r.shape = op == "Unsqueeze" ? unsqueezed(a.shape, axes) : squeezed(a.shape, axes);
   } else if (op == "Concat") {
     if (a.shape.size() != 1)
       return false;
@@ -412,8 +442,8 @@ bool Importer::fold(const onnx::NodeProto &n) {
     int64_t step = in.size() > 4 ? int64_t(consts_[in[4]].v.at(0)) : 1;
     if (step <= 0)
       return false;
-    start = std::clamp(start < 0 ? start + m : start, int64_t(0), m);
-    end = std::clamp(end < 0 ? end + m : end, int64_t(0), m);
+    start = bound(start, m);
+    end = bound(end, m);
     r.isInt = a.isInt;
     for (int64_t k = start; k < end; k += step)
       r.v.push_back(a.v[k]);
@@ -423,18 +453,7 @@ bool Importer::fold(const onnx::NodeProto &n) {
     std::vector<int64_t> to;
     for (double x : consts_[in[1]].v)
       to.push_back(int64_t(x));
-    int64_t known = 1, infer = -1;
-    for (size_t d = 0; d < to.size(); ++d) {
-      if (to[d] == 0 && d < a.shape.size())
-        to[d] = a.shape[d];
-      if (to[d] == -1)
-        infer = int64_t(d);
-      else
-        known *= to[d];
-    }
-    if (infer >= 0)
-      to[infer] = known ? a.size() / known : 0;
-    r.shape = to;
+    r.shape = reshapeTarget(a.shape, to, false);
     if (r.size() != a.size())
       return false;
   } else if (op == "ConstantOfShape" && in.size() == 1) {
@@ -464,12 +483,14 @@ std::string Importer::reshape(const std::string &name, std::string x, std::vecto
   // Size-1 axes first leave (Squeeze) and finally come back (Unsqueeze); in between, the
   // axes are grouped where the two shapes' running products meet, and each group of
   // source axes is merged into one and split into the group's target axes.
-  std::vector<std::pair<std::string, std::map<std::string, int64_t>>> steps; // op, groups
-  std::vector<std::map<std::string, int64_t>> attrs;
-  auto add = [&](const std::string &op, std::map<std::string, int64_t> a,
+  struct Step {
+    std::string op;
+    std::map<std::string, int64_t> attrs, groups;
+  };
+  std::vector<Step> steps;
+  auto add = [&](const std::string &op, std::map<std::string, int64_t> attrs,
                  std::map<std::string, int64_t> groups) {
-    steps.push_back({op, std::move(groups)});
-    attrs.push_back(std::move(a));
+    steps.push_back({op, std::move(attrs), std::move(groups)});
   };
   std::vector<int64_t> cur = from;
   for (size_t d = cur.size(); d-- > 0;)
@@ -521,8 +542,8 @@ std::string Importer::reshape(const std::string &name, std::string x, std::vecto
   if (steps.empty())
     return node(name, "Identity", {x}, {}, {}, out);
   for (size_t k = 0; k < steps.size(); ++k)
-    x = node(fmt::format("{}_{}{}", name, steps[k].first, k), steps[k].first, {x}, attrs[k],
-             steps[k].second, k + 1 == steps.size() ? out : "");
+    x = node(fmt::format("{}_{}{}", name, steps[k].op, k), steps[k].op, {x}, steps[k].attrs,
+             steps[k].groups, k + 1 == steps.size() ? out : "");
   return x;
 }
 
@@ -612,23 +633,12 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
     if (!target)
       return where(llvm::toString(target.takeError()));
     const auto &from = shapeOf(in[0]);
-    std::vector<int64_t> to = *target;
-    int64_t known = 1, infer = -1, total = 1;
-    for (int64_t d : from)
-      total *= d;
-    for (size_t d = 0; d < to.size(); ++d) {
-      if (to[d] == 0 && !intAttr(n, "allowzero").value_or(0))
-        to[d] = d < from.size() ? from[d] : 0;
-      if (to[d] == -1)
-        infer = int64_t(d);
-      else
-        known *= to[d];
-    }
-    if (infer >= 0 && known)
-      to[infer] = total / known;
-    int64_t count = 1;
+    std::vector<int64_t> to = reshapeTarget(from, *target, intAttr(n, "allowzero").value_or(0));
+    int64_t count = 1, total = 1;
     for (int64_t d : to)
       count *= d;
+    for (int64_t d : from)
+      total *= d;
     if (count != total) {
       auto str = [](const std::vector<int64_t> &v) {
         std::string t;
@@ -648,24 +658,8 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
     if (!axesOrError)
       return where(llvm::toString(axesOrError.takeError()));
     std::vector<int64_t> axes = *axesOrError;
-    std::vector<int64_t> to = shapeOf(in[0]);
-    if (op == "Unsqueeze") {
-      int64_t r = int64_t(to.size() + axes.size());
-      for (int64_t &x : axes)
-        x = x < 0 ? x + r : x;
-      std::sort(axes.begin(), axes.end());
-      for (int64_t x : axes)
-        to.insert(to.begin() + std::clamp<int64_t>(x, 0, int64_t(to.size())), 1);
-    } else {
-      int64_t r = int64_t(to.size());
-      for (int64_t &x : axes)
-        x = x < 0 ? x + r : x;
-      std::vector<int64_t> kept;
-      for (int64_t d = 0; d < r; ++d)
-        if (!(axes.empty() ? to[d] == 1 : std::count(axes.begin(), axes.end(), d) > 0))
-          kept.push_back(to[d]);
-      to = kept;
-    }
+    std::vector<int64_t> to =
+        op == "Unsqueeze" ? unsqueezed(shapeOf(in[0]), axes) : squeezed(shapeOf(in[0]), axes);
     reshape(name, in[0], shapeOf(in[0]), to, out);
     return llvm::Error::success();
   }
@@ -701,8 +695,7 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
       if (step <= 0)
         return where("only positive steps are translated");
       int64_t m = shape[axis];
-      int64_t b = std::clamp((*starts)[k] < 0 ? (*starts)[k] + m : (*starts)[k], int64_t(0), m);
-      int64_t e = std::clamp((*ends)[k] < 0 ? (*ends)[k] + m : (*ends)[k], int64_t(0), m);
+      int64_t b = bound((*starts)[k], m), e = bound((*ends)[k], m);
       int64_t count = e > b ? (e - b + step - 1) / step : 0;
       if (count == 0)
         return where("an empty slice is not translated");
