@@ -176,6 +176,53 @@ private:
   std::unordered_map<std::vector<int64_t>, std::vector<std::vector<int64_t>>, VectorHash> cache_;
 };
 
+/// Sums the (node, tensor) cost tables of a step into the DP's tables: one per pair of
+/// variables, a unary one where node and tensor share a variable or one of the two has a
+/// single value (conditioned on it).
+class CostTables {
+public:
+  explicit CostTables(MinSumProblem &msp) : msp_(msp) {}
+
+  /// Adds cost(x, y) to the cost of X = x, Y = y.
+  template <typename Cost> void add(unsigned X, unsigned Y, Cost cost) {
+    const unsigned dx = msp_.domain(X), dy = msp_.domain(Y);
+    if (X == Y) {
+      auto &u = unary(X);
+      for (unsigned x = 0; x < dx; ++x)
+        u[x] += cost(x, x);
+    } else if (dx == 1 || dy == 1) {
+      auto &u = unary(dy == 1 ? X : Y);
+      for (unsigned x = 0; x < dx; ++x)
+        for (unsigned y = 0; y < dy; ++y)
+          u[dy == 1 ? x : y] += cost(x, y);
+    } else {
+      auto &tab = pair_[{std::min(X, Y), std::max(X, Y)}];
+      tab.resize(size_t(dx) * dy, 0);
+      for (unsigned x = 0; x < dx; ++x)
+        for (unsigned y = 0; y < dy; ++y)
+          tab[X < Y ? size_t(x) * dy + y : size_t(y) * dx + x] += cost(x, y);
+    }
+  }
+
+  /// Hands the sums to the DP.
+  void flush() {
+    for (auto &[v, u] : unary_)
+      msp_.addUnary(v, u);
+    for (auto &[k, tab] : pair_)
+      msp_.addPairwise(k.first, k.second, tab);
+  }
+
+private:
+  std::vector<int64_t> &unary(unsigned v) {
+    auto &u = unary_[v];
+    u.resize(msp_.domain(v), 0);
+    return u;
+  }
+  MinSumProblem &msp_;
+  std::map<std::pair<unsigned, unsigned>, std::vector<int64_t>> pair_;
+  std::map<unsigned, std::vector<int64_t>> unary_;
+};
+
 /// One step's DP: coarse variables over the candidates, and the cost tables.
 struct StepModel {
   MinSumProblem msp;
@@ -258,8 +305,7 @@ StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<St
       assign({item}, labelsOf(item));
   }
   // Cost tables: per node and slot, strategy x tensor configuration.
-  std::map<std::pair<unsigned, unsigned>, std::vector<int64_t>> pair;
-  std::map<unsigned, std::vector<int64_t>> unary;
+  CostTables tables(m.msp);
   for (unsigned n = 0; n < N; ++n) {
     const ProblemNode &node = p.nodes[n];
     const size_t slots = node.inputs.size() + 1;
@@ -270,44 +316,13 @@ StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<St
     for (int s : m.nodeChoice[n])
       if (!terms.count(s))
         terms[s] = cache.get(p, n, steps, i, parts, s, configs);
-    const unsigned X = m.nodeVar[n];
     for (size_t i = 0; i < slots; ++i) {
       unsigned t = i < node.inputs.size() ? node.inputs[i] : node.output;
-      const unsigned Y = m.tensorVar[t];
-      const unsigned dx = m.msp.domain(X), dy = m.msp.domain(Y);
-      if (X == Y) {
-        auto &u = unary[X];
-        u.resize(dx, 0);
-        for (unsigned x = 0; x < dx; ++x)
-          u[x] += terms[m.nodeChoice[n][x]][i][x];
-        continue;
-      }
-      if (dy == 1 || dx == 1) { // condition on the single value
-        unsigned V = dy == 1 ? X : Y;
-        auto &u = unary[V];
-        u.resize(m.msp.domain(V), 0);
-        for (unsigned x = 0; x < dx; ++x)
-          for (unsigned y = 0; y < dy; ++y)
-            u[dy == 1 ? x : y] += terms[m.nodeChoice[n][x]][i][y];
-        continue;
-      }
-      auto key = std::make_pair(std::min(X, Y), std::max(X, Y));
-      auto &tab = pair[key];
-      tab.resize(size_t(dx) * dy, 0);
-      for (unsigned x = 0; x < dx; ++x)
-        for (unsigned y = 0; y < dy; ++y) {
-          int64_t c = terms[m.nodeChoice[n][x]][i][y];
-          if (X < Y)
-            tab[size_t(x) * dy + y] += c;
-          else
-            tab[size_t(y) * dx + x] += c;
-        }
+      tables.add(m.nodeVar[n], m.tensorVar[t],
+                 [&](unsigned x, unsigned y) { return terms[m.nodeChoice[n][x]][i][y]; });
     }
   }
-  for (auto &[v, u] : unary)
-    m.msp.addUnary(v, u);
-  for (auto &[k, tab] : pair)
-    m.msp.addPairwise(k.first, k.second, tab);
+  tables.flush();
   return m;
 }
 
@@ -602,8 +617,7 @@ llvm::Error flatSearch(const Problem &p, const PlanOptions &o, const std::vector
     scratch[l].tensor.assign(T, -1);
   }
   std::vector<StepChoice> prior(scratch.begin(), scratch.end() - 1);
-  std::map<std::pair<unsigned, unsigned>, std::vector<int64_t>> pair;
-  std::map<unsigned, std::vector<int64_t>> unary;
+  CostTables tables(msp);
   for (unsigned n = 0; n < N; ++n) {
     const ProblemNode &node = p.nodes[n];
     const size_t slots = node.inputs.size() + 1;
@@ -640,29 +654,10 @@ llvm::Error flatSearch(const Problem &p, const PlanOptions &o, const std::vector
       }
       for (unsigned l = 0; l + 1 < m; ++l)
         prior[l].node[n] = -1;
-      if (X == Y) {
-        auto &u = unary[X];
-        u.resize(dx, 0);
-        for (size_t x = 0; x < dx; ++x)
-          u[x] += tab[x * dy + x];
-      } else if (X < Y) {
-        auto &pt = pair[{X, Y}];
-        pt.resize(dx * dy, 0);
-        for (size_t q = 0; q < tab.size(); ++q)
-          pt[q] += tab[q];
-      } else {
-        auto &pt = pair[{Y, X}];
-        pt.resize(dx * dy, 0);
-        for (size_t x = 0; x < dx; ++x)
-          for (size_t y = 0; y < dy; ++y)
-            pt[y * dx + x] += tab[x * dy + y];
-      }
+      tables.add(X, Y, [&](unsigned x, unsigned y) { return tab[size_t(x) * dy + y]; });
     }
   }
-  for (auto &[v, u] : unary)
-    msp.addUnary(v, u);
-  for (auto &[k, tab] : pair)
-    msp.addPairwise(k.first, k.second, tab);
+  tables.flush();
   MinSumProblem::Limits limits;
   limits.maxTableEntries = o.maxTableEntries;
   limits.deadline = deadline;
