@@ -107,6 +107,7 @@ ExecPlan buildExecPlan(const Problem &p, const PartitionPlan &plan) {
         f.tensor = node.inputs[i];
         f.region = regions[i];
         f.parts = cover(f.region, w, pieces[f.tensor]);
+        f.repeats = repeatedRead(node.inputs, regions, i);
         inst.inputs.push_back(std::move(f));
       }
       for (unsigned v : node.table->op.outputVars)
@@ -150,12 +151,7 @@ int64_t ExecPlan::bytesMoved(const Problem &p) const {
     for (unsigned w = 0; w < ne.workers.size(); ++w) {
       const OpInstance &inst = ne.workers[w];
       for (size_t i = 0; i < inst.inputs.size(); ++i) {
-        // The same tensor read twice over the same region is fetched once.
-        bool seen = false;
-        for (size_t j = 0; j < i && !seen; ++j)
-          seen = inst.inputs[j].tensor == inst.inputs[i].tensor &&
-                 inst.inputs[j].region == inst.inputs[i].region;
-        if (seen)
+        if (inst.inputs[i].repeats >= 0)
           continue;
         for (const Fetch &f : inst.inputs[i].parts)
           if (f.from != w)

@@ -25,6 +25,9 @@ struct InputFetch {
   unsigned tensor = 0;
   Box region;
   std::vector<Fetch> parts; ///< disjoint, covering `region`; `from` may be the worker itself
+  /// An earlier input of the op reading the same tensor over the same region, whose buffer
+  /// serves this one too (nothing is fetched twice), or -1.
+  int repeats = -1;
 };
 
 /// What one worker computes of one node.

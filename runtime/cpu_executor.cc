@@ -109,12 +109,10 @@ llvm::Expected<ExecResult> runPlan(const Problem &p, const ExecPlan &plan,
       std::vector<const Tensor *> ptrs(inst.inputs.size());
       for (size_t i = 0; i < inst.inputs.size(); ++i) {
         const InputFetch &f = inst.inputs[i];
-        // The same tensor read twice over one region is fetched once.
-        for (size_t j = 0; j < i && !ptrs[i]; ++j)
-          if (inst.inputs[j].tensor == f.tensor && inst.inputs[j].region == f.region)
-            ptrs[i] = ptrs[j];
-        if (ptrs[i])
+        if (f.repeats >= 0) { // the same region of the same tensor: one buffer serves both
+          ptrs[i] = ptrs[f.repeats];
           continue;
+        }
         // Whole-shape buffer, NaN outside the fetched region: a read the plan did not
         // provide shows up in the result.
         inputs[i] = Tensor(p.tensors[f.tensor].shape, std::numeric_limits<double>::quiet_NaN());

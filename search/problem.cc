@@ -195,10 +195,7 @@ int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &s
   std::vector<Box> regions = inputRegions(n.table->op, n.shapes, ranges);
   int64_t bytes = 0;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
-    bool seen = false; // the same tensor read twice over one region is fetched once
-    for (size_t j = 0; j < i && !seen; ++j)
-      seen = n.inputs[j] == n.inputs[i] && regions[j] == regions[i];
-    if (seen)
+    if (repeatedRead(n.inputs, regions, i) >= 0)
       continue;
     const ProblemTensor &t = tensors[n.inputs[i]];
     Box local = tensorTile(n.inputs[i], steps, coords);
@@ -284,10 +281,7 @@ Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i
       for (size_t k = 0; k < slots; ++k) {
         bool output = k == n.inputs.size();
         unsigned t = slotTensor(k);
-        bool seen = false;
-        for (size_t q = 0; q < k && !output && !seen; ++q)
-          seen = n.inputs[q] == t && regions[q] == regions[k];
-        if (seen)
+        if (!output && repeatedRead(n.inputs, regions, k) >= 0)
           continue;
         for (size_t c = 0; c < configs[k].size(); ++c) {
           const Box &tile = tiles[k][c].first;
@@ -359,6 +353,13 @@ int64_t Problem::workerTensorBytes(const std::vector<StepChoice> &steps,
   for (unsigned t = 0; t < tensors.size(); ++t)
     bytes += boxElements(tensorTile(t, steps, coords)) * tensors[t].elementBytes;
   return bytes;
+}
+
+int repeatedRead(const std::vector<unsigned> &inputs, const std::vector<Box> &regions, size_t i) {
+  for (size_t j = 0; j < i; ++j)
+    if (inputs[j] == inputs[i] && regions[j] == regions[i])
+      return static_cast<int>(j);
+  return -1;
 }
 
 std::vector<unsigned> factorWorkers(unsigned k) {

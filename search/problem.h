@@ -109,6 +109,10 @@ public:
 
 };
 
+/// The earlier input of a node that reads the same tensor over the same region as input
+/// `i` (it is fetched once, for both), or -1.
+int repeatedRead(const std::vector<unsigned> &inputs, const std::vector<Box> &regions, size_t i);
+
 /// k as k1·k2·…·km with k1 >= k2 >= … (prime factors, largest first); empty for k = 1.
 std::vector<unsigned> factorWorkers(unsigned k);
 
