@@ -89,6 +89,8 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<
       const int64_t at = 3 * int64_t(i);
       for (size_t q = 0; q < inst.inputs.size(); ++q) {
         const InputFetch &f = inst.inputs[q];
+        if (f.repeats >= 0)
+          continue; // shares the buffer of the earlier, identical read
         bool remote = false;
         for (const Fetch &part : f.parts)
           remote |= part.from != w;
