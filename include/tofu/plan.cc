@@ -1,26 +1,26 @@
 // libtofu_plan.
 #include "include/tofu/plan.h"
 
-#include <sstream>
-
 #include "grammar/diagnostics.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace tofu {
 
-std::string PlanResult::json() const {
+namespace {
+
+/// What tofu-plan reports too: the exact count over every worker up to 64 of them.
+PlanReportOptions reportOptions(const PartitionPlan &plan) {
   PlanReportOptions o;
   o.title = "graph";
   o.exact = plan.workers <= 64;
-  return planJson(problem, plan, o);
+  return o;
 }
 
-std::string PlanResult::table() const {
-  PlanReportOptions o;
-  o.title = "graph";
-  o.exact = plan.workers <= 64;
-  return planTable(problem, plan, o);
-}
+} // namespace
+
+std::string PlanResult::json() const { return planJson(problem, plan, reportOptions(plan)); }
+
+std::string PlanResult::table() const { return planTable(problem, plan, reportOptions(plan)); }
 
 int PlanResult::tensorIndex(const std::string &name) const {
   for (unsigned t = 0; t < problem.tensors.size(); ++t)
