@@ -121,8 +121,7 @@ std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanRep
                          tileShape(p.tensorTile(t, plan.steps, zeros)));
   }
   if (o.listOps) {
-    std::vector<int64_t> perNode;
-    p.modelCost(plan.steps, &perNode);
+    const std::vector<int64_t> &perNode = plan.nodeBytes;
     out += "\n| node | op | strategy per step | communication |\n| --- | --- | --- | ---: |\n";
     for (unsigned n : p.order) {
       std::string s;
@@ -166,8 +165,7 @@ std::string planJson(const Problem &p, const PartitionPlan &plan, const PlanRepo
     tensors.push_back(jt);
   }
   j["tensors"] = tensors;
-  std::vector<int64_t> perNode;
-  p.modelCost(plan.steps, &perNode);
+  const std::vector<int64_t> &perNode = plan.nodeBytes;
   ordered_json ops = ordered_json::array();
   for (unsigned n : p.order) {
     ordered_json jn;

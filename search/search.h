@@ -46,6 +46,7 @@ struct PartitionPlan {
   std::vector<StepChoice> steps; ///< one per factor of k (one for the single-step baselines)
   std::vector<int64_t> stepBytes; ///< communication added by each step (model)
   int64_t totalBytes = 0;         ///< the model cost (what the search minimises)
+  std::vector<int64_t> nodeBytes; ///< its share per node
   double searchSeconds = 0;       ///< analysis excluded (Problem::build)
   uint64_t largestTable = 0;      ///< entries of the largest DP table
   size_t variables = 0;           ///< DP variables of the first step (after coarsening)
