@@ -9,6 +9,7 @@
 #include "analysis/hash.h"
 
 #include "analysis/index_eval.h"
+#include "analysis/reducer.h"
 #include "fmt/format.h"
 
 namespace tofu {
@@ -177,21 +178,7 @@ private:
   }
 
   double reduceOnce(const ir::Reduce &r) {
-    double acc = 0;
-    switch (r.reducer) {
-    case ir::Reducer::Sum:
-      acc = 0;
-      break;
-    case ir::Reducer::Prod:
-      acc = 1;
-      break;
-    case ir::Reducer::Max:
-      acc = -std::numeric_limits<double>::infinity();
-      break;
-    case ir::Reducer::Min:
-      acc = std::numeric_limits<double>::infinity();
-      break;
-    }
+    double acc = reducerIdentity<double>(r.reducer);
     bool any = true;
     for (unsigned v : r.vars) {
       if (ranges_[v].size() == 0)
@@ -199,7 +186,7 @@ private:
       env_[v] = ranges_[v].lo;
     }
     while (any && error_.empty()) {
-      acc = combine(r.reducer, acc, value(*r.body));
+      acc = reducerCombine(r.reducer, acc, value(*r.body));
       // Advance the odometer over the reduction variables.
       size_t k = r.vars.size();
       while (k > 0) {
@@ -345,22 +332,6 @@ private:
       break;
     }
     fail("unsupported expression in an instantiated op");
-    return kNaN;
-  }
-
-  static double combine(ir::Reducer r, double acc, double v) {
-    if (std::isnan(acc) || std::isnan(v))
-      return kNaN; // poisoned inputs must show, whatever the reducer
-    switch (r) {
-    case ir::Reducer::Sum:
-      return acc + v;
-    case ir::Reducer::Prod:
-      return acc * v;
-    case ir::Reducer::Max:
-      return std::max(acc, v);
-    case ir::Reducer::Min:
-      return std::min(acc, v);
-    }
     return kNaN;
   }
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "analysis/reducer.h"
 #include "analysis/report.h"
 #include "fmt/format.h"
 #include "llvm/Support/Path.h"
@@ -134,20 +135,6 @@ std::string shapeString(const std::vector<int64_t> &s) {
   return out + "]";
 }
 
-double combine(ir::Reducer r, double a, double b) {
-  switch (r) {
-  case ir::Reducer::Sum:
-    return a + b;
-  case ir::Reducer::Prod:
-    return a * b;
-  case ir::Reducer::Max:
-    return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b);
-  case ir::Reducer::Min:
-    return std::isnan(a) || std::isnan(b) ? std::nan("") : std::min(a, b);
-  }
-  return std::nan("");
-}
-
 /// Runs one strategy on two workers and compares with `reference`.
 StrategyCheck checkOne(const StrategyTable &t, const Strategy &s, const Shapes &shapes,
                        const std::vector<Tensor> &inputs, const Tensor &reference,
@@ -167,7 +154,8 @@ StrategyCheck checkOne(const StrategyTable &t, const Strategy &s, const Shapes &
     std::vector<const Tensor *> ptrs;
     for (const Tensor &x : mine)
       ptrs.push_back(&x);
-    auto part = evaluate(op, shapes, ptrs, ranges, opaques);
+    auto part = options.evaluate ? options.evaluate(op, shapes, ptrs, ranges)
+                                 : evaluate(op, shapes, ptrs, ranges, opaques);
     if (!part) {
       check.problem = llvm::toString(part.takeError());
       return check;
@@ -177,7 +165,7 @@ StrategyCheck checkOne(const StrategyTable &t, const Strategy &s, const Shapes &
   if (s.kind == Strategy::Kind::Reduction) {
     combined = parts[0];
     for (int64_t k = 0; k < combined.size(); ++k)
-      combined.data[k] = combine(s.reducer, parts[0].data[k], parts[1].data[k]);
+      combined.data[k] = reducerCombine(s.reducer, parts[0].data[k], parts[1].data[k]);
   } else {
     // Concatenate along the split output dimension.
     combined = Tensor(reference.shape);

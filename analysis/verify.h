@@ -4,6 +4,7 @@
 #ifndef TOFU_ANALYSIS_VERIFY_H
 #define TOFU_ANALYSIS_VERIFY_H
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -45,8 +46,14 @@ struct Example {
 /// name the file and the entry.
 llvm::Expected<std::map<std::string, Example>> loadExamples(const std::string &dir);
 
+/// Computes one worker's share of an op: the interpreter by default; compiled kernels plug
+/// in here (their inputs are the poisoned whole tensors the interpreter would see).
+using ShareEvaluator = std::function<llvm::Expected<Tensor>(
+    const InstOp &, const Shapes &, const std::vector<const Tensor *> &, const std::vector<Range> &)>;
+
 struct VerifyOptions {
   unsigned seed = 1;
+  ShareEvaluator evaluate; ///< unset: the interpreter
   /// When set, the first trial uses these input shapes (an Example's).
   const std::vector<std::vector<int64_t>> *exampleShapes = nullptr;
   unsigned trials = 2;            ///< random shape draws per op

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "analysis/reducer.h"
 #include "analysis/verify.h"
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
@@ -42,26 +43,6 @@ void forEachElement(const Box &box, const Box &dstOrigin, const std::vector<int6
   }
 }
 
-double identity(ir::Reducer r) {
-  switch (r) {
-  case ir::Reducer::Sum: return 0;
-  case ir::Reducer::Prod: return 1;
-  case ir::Reducer::Max: return -std::numeric_limits<double>::infinity();
-  case ir::Reducer::Min: return std::numeric_limits<double>::infinity();
-  }
-  return 0;
-}
-
-double combine(ir::Reducer r, double a, double b) {
-  switch (r) {
-  case ir::Reducer::Sum: return a + b;
-  case ir::Reducer::Prod: return a * b;
-  case ir::Reducer::Max: return std::max(a, b);
-  case ir::Reducer::Min: return std::min(a, b);
-  }
-  return a + b;
-}
-
 } // namespace
 
 void CpuTransport::copy(unsigned from, const Tensor &src, const Box &srcOrigin, unsigned to,
@@ -69,7 +50,7 @@ void CpuTransport::copy(unsigned from, const Tensor &src, const Box &srcOrigin, 
                         const ir::Reducer *reducer) {
   if (reducer)
     forEachElement(box, dstOrigin, dst.shape, srcOrigin, src.shape, [&](int64_t d, int64_t s) {
-      dst.data[d] = combine(*reducer, dst.data[d], src.data[s]);
+      dst.data[d] = reducerCombine(*reducer, dst.data[d], src.data[s]);
     });
   else
     forEachElement(box, dstOrigin, dst.shape, srcOrigin, src.shape,
@@ -142,7 +123,7 @@ llvm::Expected<ExecResult> runPlan(const Problem &p, const ExecPlan &plan,
         return stringError(fmt::format("node '{}', worker {}: {}", node.name, w, errors[w]));
     // Each owner assembles its tile from the partial results, combining reduction slices.
     auto assemble = [&](const OutputAssembly &a) {
-      Tensor tile(extents(a.tile), identity(ne.reducer));
+      Tensor tile(extents(a.tile), reducerIdentity<double>(ne.reducer));
       for (const auto &slice : a.slices)
         for (const Fetch &f : slice)
           net.copy(f.from, partial[f.from], ne.workers[f.from].produced, a.owner, tile, a.tile,

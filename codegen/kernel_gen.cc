@@ -1,0 +1,689 @@
+// Lowering of an instantiated op to a loop nest, and its two printers.
+//
+// The nest: one loop per output variable (in output order, so the innermost loop writes
+// contiguous elements), and per reduction one loop per reduction variable. A reduction is
+// computed once per value of the variables it depends on: it is placed at the start of the
+// body of the innermost enclosing loop whose variable it uses (a softmax's denominator
+// inside the row loop, a batch norm's statistics inside the channel loop, a reduction that
+// uses no variable once per call), so nested reductions cost what they should. Reads have two
+// forms: checked (zero outside the tensor, NaN outside the region the buffer holds, as the
+// interpreter's poisoned workers see it) and unchecked, used when the caller proved every
+// affine read lies inside its region (`readsInsideRegions`); the nest is printed once for
+// each, and the kernel picks at run time.
+#include "codegen/kernel_gen.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "analysis/index_eval.h"
+#include "analysis/reducer.h"
+#include "fmt/format.h"
+
+namespace tofu {
+namespace {
+
+using llvm::cast;
+using llvm::dyn_cast;
+
+constexpr const char *kNameToken = "@KERNEL@";
+
+std::string floatLiteral(double v) {
+  if (std::isnan(v))
+    return "TOFU_NAN";
+  if (std::isinf(v))
+    return v > 0 ? "TOFU_INF" : "(-TOFU_INF)";
+  std::string s = fmt::format("{:.9g}", static_cast<float>(v));
+  if (s.find_first_of(".e") == std::string::npos)
+    s += ".0";
+  return "(" + s + "f)";
+}
+
+/// evalIndex's domain that prints C expressions of type i64.
+struct CodeDomain {
+  using Value = std::string;
+  std::optional<Value> constant(int64_t c) const { return fmt::format("((i64){})", c); }
+  std::optional<Value> attr(unsigned) const { return std::nullopt; }
+  std::optional<Value> var(unsigned v) const { return fmt::format("v{}", v); }
+  std::optional<Value> extent(unsigned input, unsigned dim) const {
+    return fmt::format("s{}_{}", input, dim);
+  }
+  std::optional<Value> neg(const Value &a) const { return "(-" + a + ")"; }
+  std::optional<Value> add(const Value &a, const Value &b) const { return "(" + a + " + " + b + ")"; }
+  std::optional<Value> mul(const Value &a, const Value &b) const { return "(" + a + " * " + b + ")"; }
+  std::optional<Value> div(const Value &a, const Value &b) const {
+    return "tofu_fdiv(" + a + ", " + b + ")";
+  }
+  std::optional<Value> mod(const Value &a, const Value &b) const {
+    return "tofu_imod(" + a + ", " + b + ")";
+  }
+};
+
+const char *builtinCall(ir::Builtin b) {
+  switch (b) {
+  case ir::Builtin::Exp: return "expf";
+  case ir::Builtin::Log: return "logf";
+  case ir::Builtin::Sqrt: return "sqrtf";
+  case ir::Builtin::Rsqrt: return "tofu_rsqrt";
+  case ir::Builtin::Tanh: return "tanhf";
+  case ir::Builtin::Sigmoid: return "tofu_sigmoid";
+  case ir::Builtin::Relu: return "tofu_relu";
+  case ir::Builtin::Abs: return "fabsf";
+  case ir::Builtin::Sign: return "tofu_sign";
+  case ir::Builtin::Floor: return "floorf";
+  case ir::Builtin::Ceil: return "ceilf";
+  case ir::Builtin::Pow: return "powf";
+  case ir::Builtin::Min: return "tofu_min";
+  case ir::Builtin::Max: return "tofu_max";
+  case ir::Builtin::Select: return "tofu_select";
+  case ir::Builtin::CastFloat: return "";
+  case ir::Builtin::CastInt: return "truncf";
+  case ir::Builtin::Sin: return "sinf";
+  case ir::Builtin::Cos: return "cosf";
+  case ir::Builtin::Tan: return "tanf";
+  case ir::Builtin::Asin: return "asinf";
+  case ir::Builtin::Acos: return "acosf";
+  case ir::Builtin::Atan: return "atanf";
+  case ir::Builtin::Sinh: return "sinhf";
+  case ir::Builtin::Cosh: return "coshf";
+  case ir::Builtin::Asinh: return "asinhf";
+  case ir::Builtin::Acosh: return "acoshf";
+  case ir::Builtin::Atanh: return "atanhf";
+  case ir::Builtin::Erf: return "erff";
+  case ir::Builtin::Round: return "nearbyintf"; // halves to even, as ONNX
+  case ir::Builtin::IsNan: return "tofu_isnan";
+  case ir::Builtin::IsInf: return "tofu_isinf";
+  }
+  return "";
+}
+
+const char *compareCall(ast::BinaryOp op) {
+  switch (op) {
+  case ast::BinaryOp::Eq: return "tofu_eq";
+  case ast::BinaryOp::Ne: return "tofu_ne";
+  case ast::BinaryOp::Lt: return "tofu_lt";
+  case ast::BinaryOp::Le: return "tofu_le";
+  case ast::BinaryOp::Gt: return "tofu_gt";
+  case ast::BinaryOp::Ge: return "tofu_ge";
+  case ast::BinaryOp::Add:
+  case ast::BinaryOp::Sub:
+  case ast::BinaryOp::Mul:
+  case ast::BinaryOp::Div:
+  case ast::BinaryOp::Mod:
+    break;
+  }
+  return nullptr;
+}
+
+/// The loop nest of one op: where each reduction is computed.
+class Lowering {
+public:
+  Lowering(const InstOp &op, KernelDialect dialect) : op_(op), dialect_(dialect) {}
+
+  llvm::Expected<std::string> print() {
+    std::vector<unsigned> chain(op_.outputVars.begin(), op_.outputVars.end());
+    place(*op_.body, chain);
+    if (!error_.empty())
+      return llvm::createStringError(llvm::inconvertibleErrorCode(), "op '%s': %s",
+                                     op_.name.c_str(), error_.c_str());
+    std::string out = dialect_ == KernelDialect::Cpp ? printCpp() : printCuda();
+    if (!error_.empty())
+      return llvm::createStringError(llvm::inconvertibleErrorCode(), "op '%s': %s",
+                                     op_.name.c_str(), error_.c_str());
+    return out;
+  }
+
+private:
+  struct Red {
+    const ir::Reduce *node = nullptr;
+    unsigned id = 0;
+    int slot = -1; ///< the loop variable it is computed at the start of; -1: once per call
+  };
+
+  /// Assigns each reduction its slot, inner reductions first (post-order), given the
+  /// loop variables enclosing `e` from the outermost.
+  void place(const ir::Expr &e, std::vector<unsigned> &chain) {
+    if (const auto *r = dyn_cast<ir::Reduce>(&e)) {
+      std::vector<unsigned> inner = chain;
+      inner.insert(inner.end(), r->vars.begin(), r->vars.end());
+      place(*r->body, inner);
+      std::set<unsigned> used = freeVars(*r);
+      Red red;
+      red.node = r;
+      red.id = static_cast<unsigned>(reds_.size());
+      for (auto it = chain.rbegin(); it != chain.rend(); ++it)
+        if (used.count(*it)) {
+          red.slot = static_cast<int>(*it);
+          break;
+        }
+      redIndex_[r] = red.id;
+      reds_.push_back(red);
+      return;
+    }
+    forEachChild(e, [&](const ir::Expr &c) { place(c, chain); });
+  }
+
+  static void forEachChild(const ir::Expr &e, const std::function<void(const ir::Expr &)> &fn) {
+    switch (e.kind()) {
+    case ir::ExprKind::Read:
+      for (const ir::Coord &c : cast<ir::Read>(e).coords)
+        if (c.expr)
+          fn(*c.expr);
+      break;
+    case ir::ExprKind::OpaqueCall:
+      for (const ir::ExprPtr &a : cast<ir::OpaqueCall>(e).args)
+        fn(*a);
+      for (const ir::Coord &c : cast<ir::OpaqueCall>(e).coords)
+        if (c.expr)
+          fn(*c.expr);
+      break;
+    case ir::ExprKind::Reduce:
+      fn(*cast<ir::Reduce>(e).body);
+      break;
+    case ir::ExprKind::Apply:
+      for (const ir::ExprPtr &a : cast<ir::Apply>(e).args)
+        fn(*a);
+      break;
+    case ir::ExprKind::Neg:
+      fn(*cast<ir::Neg>(e).operand);
+      break;
+    case ir::ExprKind::Binary:
+      fn(*cast<ir::Binary>(e).lhs);
+      fn(*cast<ir::Binary>(e).rhs);
+      break;
+    case ir::ExprKind::Const:
+    case ir::ExprKind::AttrRef:
+    case ir::ExprKind::ExtentRef:
+    case ir::ExprKind::VarRef:
+    case ir::ExprKind::TensorRef:
+    case ir::ExprKind::OpCall:
+      break;
+    }
+  }
+
+  /// The variables a reduction's value depends on (those it uses and does not bind).
+  static std::set<unsigned> freeVars(const ir::Reduce &r) {
+    std::set<unsigned> used, bound;
+    ir::walk(r, [&](const ir::Expr &e) {
+      if (const auto *v = dyn_cast<ir::VarRef>(&e))
+        used.insert(v->var);
+      else if (const auto *inner = dyn_cast<ir::Reduce>(&e))
+        bound.insert(inner->vars.begin(), inner->vars.end());
+    });
+    std::set<unsigned> out;
+    for (unsigned v : used)
+      if (!bound.count(v))
+        out.insert(v);
+    return out;
+  }
+
+  // --- expressions ---------------------------------------------------------------------
+
+  std::string index(const ir::Expr &e) {
+    if (auto s = evalIndex(e, CodeDomain{}))
+      return *s;
+    fail("an index expression is not integer arithmetic");
+    return "0";
+  }
+
+  std::string coord(const ir::Coord &c) {
+    switch (c.kind) {
+    case ir::Coord::Kind::Affine:
+      return index(*c.expr);
+    case ir::Coord::Kind::DataDependent:
+      return "tofu_didx(" + value(*c.expr) + ")";
+    case ir::Coord::Kind::Slice:
+    case ir::Coord::Kind::Splat:
+      break;
+    }
+    fail("a slice or group outside an opaque call");
+    return "0";
+  }
+
+  std::string read(const ir::Read &r) {
+    bool affine = true;
+    std::vector<std::string> cs;
+    for (const ir::Coord &c : r.coords) {
+      affine &= c.kind == ir::Coord::Kind::Affine;
+      cs.push_back(coord(c));
+    }
+    if (cs.empty())
+      return fmt::format("in{}[0]", r.input);
+    if (fast_ && affine) {
+      std::string off;
+      for (size_t d = 0; d < cs.size(); ++d) {
+        std::string term = fmt::format("({} - o{}_{})", cs[d], r.input, d);
+        if (d + 1 < cs.size())
+          term += fmt::format(" * st{}_{}", r.input, d);
+        off += (d ? " + " : "") + term;
+      }
+      return fmt::format("in{}[{}]", r.input, off);
+    }
+    std::string call = fmt::format("{}_ld{}(in{}, I + {}", kNameToken, r.input, r.input,
+                                   inputBase(r.input));
+    for (const std::string &c : cs)
+      call += ", " + c;
+    return call + ")";
+  }
+
+  std::string value(const ir::Expr &e) {
+    switch (e.kind()) {
+    case ir::ExprKind::Const:
+      return floatLiteral(cast<ir::Const>(e).value);
+    case ir::ExprKind::VarRef:
+    case ir::ExprKind::ExtentRef:
+      return "((float)" + index(e) + ")";
+    case ir::ExprKind::Read:
+      return read(cast<ir::Read>(e));
+    case ir::ExprKind::Reduce:
+      return fmt::format("r{}", redIndex_.at(&cast<ir::Reduce>(e)));
+    case ir::ExprKind::Apply: {
+      const auto &a = cast<ir::Apply>(e);
+      std::string call = std::string(builtinCall(a.fn)) + "(";
+      for (size_t i = 0; i < a.args.size(); ++i)
+        call += (i ? ", " : "") + value(*a.args[i]);
+      return call + ")";
+    }
+    case ir::ExprKind::Neg:
+      return "(-" + value(*cast<ir::Neg>(e).operand) + ")";
+    case ir::ExprKind::Binary: {
+      const auto &b = cast<ir::Binary>(e);
+      std::string l = value(*b.lhs), r = value(*b.rhs);
+      if (const char *cmp = compareCall(b.op))
+        return fmt::format("{}({}, {})", cmp, l, r);
+      switch (b.op) {
+      case ast::BinaryOp::Add: return "(" + l + " + " + r + ")";
+      case ast::BinaryOp::Sub: return "(" + l + " - " + r + ")";
+      case ast::BinaryOp::Mul: return "(" + l + " * " + r + ")";
+      case ast::BinaryOp::Div: return "(" + l + " / " + r + ")";
+      case ast::BinaryOp::Mod: return "fmodf(" + l + ", " + r + ")";
+      default: break;
+      }
+      return "0";
+    }
+    case ir::ExprKind::OpaqueCall:
+      fail(fmt::format("opaque function '{}' has no generated kernel (the op runs on the "
+                       "interpreter)",
+                       cast<ir::OpaqueCall>(e).function));
+      return "0";
+    case ir::ExprKind::AttrRef:
+    case ir::ExprKind::TensorRef:
+    case ir::ExprKind::OpCall:
+      break;
+    }
+    fail("an expression kind that instantiation removes");
+    return "0";
+  }
+
+  // --- statements ----------------------------------------------------------------------
+
+  void line(const std::string &s) { out_ += std::string(indent_ * 2, ' ') + s + "\n"; }
+
+  /// The reductions computed at the start of loop `slot`'s body (-1: before every loop).
+  void emitSlot(int slot) {
+    for (const Red &r : reds_)
+      if (r.slot == slot)
+        emitReduction(r);
+  }
+
+  void emitReduction(const Red &r) {
+    const ir::Reduce &node = *r.node;
+    line(fmt::format("float r{} = {};", r.id, floatLiteral(reducerIdentity<float>(node.reducer))));
+    bool innermostFree = true; // nothing is placed in the innermost reduction loop
+    for (const Red &o : reds_)
+      if (!node.vars.empty() && o.slot == static_cast<int>(node.vars.back()))
+        innermostFree = false;
+    for (size_t k = 0; k < node.vars.size(); ++k) {
+      unsigned v = node.vars[k];
+      if (k + 1 == node.vars.size() && innermostFree && dialect_ == KernelDialect::Cpp) {
+        if (node.reducer == ir::Reducer::Sum)
+          line(fmt::format("#pragma omp simd reduction(+:r{})", r.id));
+        else if (node.reducer == ir::Reducer::Prod)
+          line(fmt::format("#pragma omp simd reduction(*:r{})", r.id));
+      }
+      line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", v));
+      ++indent_;
+      emitSlot(static_cast<int>(v));
+    }
+    std::string x = value(*node.body);
+    switch (node.reducer) {
+    case ir::Reducer::Sum: line(fmt::format("r{} += {};", r.id, x)); break;
+    case ir::Reducer::Prod: line(fmt::format("r{} *= {};", r.id, x)); break;
+    case ir::Reducer::Max: line(fmt::format("r{0} = tofu_max(r{0}, {1});", r.id, x)); break;
+    case ir::Reducer::Min: line(fmt::format("r{0} = tofu_min(r{0}, {1});", r.id, x)); break;
+    }
+    for (size_t k = 0; k < node.vars.size(); ++k) {
+      --indent_;
+      line("}");
+    }
+  }
+
+  unsigned inputBase(unsigned input) const {
+    unsigned base = 2 * static_cast<unsigned>(op_.vars.size());
+    for (unsigned i = 0; i < input; ++i)
+      base += 3 * op_.inputs[i].rank;
+    return base;
+  }
+
+  /// Locals every variant uses: ranges, input geometry, pointers, output extents.
+  void emitLocals(const std::string &args) {
+    line(fmt::format("const i64 *I = {}ints;", args));
+    for (unsigned v = 0; v < op_.vars.size(); ++v)
+      line(fmt::format("const i64 lo{0} = I[{1}], hi{0} = I[{2}];", v, 2 * v, 2 * v + 1));
+    for (unsigned i = 0; i < op_.inputs.size(); ++i) {
+      unsigned base = inputBase(i), rank = op_.inputs[i].rank;
+      for (unsigned d = 0; d < rank; ++d)
+        line(fmt::format("const i64 s{0}_{1} = I[{2}], o{0}_{1} = I[{3}], e{0}_{1} = I[{4}];", i,
+                         d, base + 3 * d, base + 3 * d + 1, base + 3 * d + 2));
+      for (unsigned d = rank; d-- > 0;)
+        line(d + 1 == rank ? fmt::format("const i64 st{}_{} = 1;", i, d)
+                           : fmt::format("const i64 st{0}_{1} = st{0}_{2} * e{0}_{2};", i, d, d + 1));
+      line(fmt::format("const float *__restrict__ in{0} = {1}in[{0}];", i, args));
+    }
+    line(fmt::format("float *__restrict__ out = {}out;", args));
+    for (unsigned k = 0; k < op_.outputVars.size(); ++k) {
+      unsigned v = op_.outputVars[k];
+      line(fmt::format("const i64 n{0} = hi{0} - lo{0};", v));
+      line(fmt::format("if (n{} <= 0) return;", v));
+    }
+    line("(void)I;");
+  }
+
+  std::string outputOffset() const {
+    std::string off;
+    for (unsigned k = 0; k < op_.outputVars.size(); ++k) {
+      unsigned v = op_.outputVars[k];
+      off = k == 0 ? fmt::format("(v{0} - lo{0})", v)
+                   : fmt::format("({}) * n{} + (v{} - lo{})", off, v, v, v);
+    }
+    return off.empty() ? "0" : off;
+  }
+
+  /// The per-input checked loads (zero outside the tensor, NaN outside the region).
+  void emitLoaders(const char *qualifier) {
+    for (unsigned i = 0; i < op_.inputs.size(); ++i) {
+      unsigned rank = op_.inputs[i].rank;
+      if (rank == 0)
+        continue;
+      std::string params;
+      for (unsigned d = 0; d < rank; ++d)
+        params += fmt::format(", i64 c{}", d);
+      line(fmt::format("{} float {}_ld{}(const float *p, const i64 *q{}) {{", qualifier,
+                       kNameToken, i, params));
+      ++indent_;
+      std::string outside, region, off;
+      for (unsigned d = 0; d < rank; ++d) {
+        outside += fmt::format("{0}c{1} < 0 || c{1} >= q[{2}]", d ? " || " : "", d, 3 * d);
+        line(fmt::format("const i64 r{0} = c{0} - q[{1}];", d, 3 * d + 1));
+        region += fmt::format("{0}r{1} < 0 || r{1} >= q[{2}]", d ? " || " : "", d, 3 * d + 2);
+        off = d == 0 ? "r0" : fmt::format("({}) * q[{}] + r{}", off, 3 * d + 2, d);
+      }
+      line("if (" + outside + ") return 0.0f;");
+      line("if (" + region + ") return TOFU_NAN;");
+      line("return p[" + off + "];");
+      --indent_;
+      line("}");
+    }
+  }
+
+  /// The C++ nest: the leading output loops whose bodies hold no reduction are flattened
+  /// into one OpenMP-parallel loop; the innermost loop is a SIMD loop when nothing is
+  /// computed at its start.
+  void emitCppNest() {
+    const std::vector<unsigned> &ov = op_.outputVars;
+    const size_t n = ov.size();
+    emitSlot(-1);
+    if (n == 0) {
+      line("out[0] = " + value(*op_.body) + ";");
+      return;
+    }
+    auto slotEmpty = [&](unsigned v) {
+      for (const Red &r : reds_)
+        if (r.slot == static_cast<int>(v))
+          return false;
+      return true;
+    };
+    size_t m = 1; // leading loops flattened
+    while (m + 1 < n && slotEmpty(ov[m - 1]))
+      ++m;
+    std::string total;
+    for (size_t k = 0; k < m; ++k)
+      total += fmt::format("{}n{}", k ? " * " : "", ov[k]);
+    bool simdOuter = n == 1 && slotEmpty(ov[0]);
+    line(fmt::format("#pragma omp parallel for{} num_threads(a->threads) schedule(static) "
+                     "if (a->threads > 1)",
+                     simdOuter ? " simd" : ""));
+    line(fmt::format("for (i64 f = 0; f < {}; ++f) {{", total));
+    ++indent_;
+    if (m == 1) {
+      line(fmt::format("const i64 v{0} = lo{0} + f;", ov[0]));
+    } else {
+      line("i64 rest = f;");
+      for (size_t k = m; k-- > 0;) {
+        line(fmt::format("const i64 v{0} = lo{0} + rest % n{0};", ov[k]));
+        if (k)
+          line(fmt::format("rest /= n{};", ov[k]));
+      }
+    }
+    for (size_t k = 0; k < m; ++k)
+      emitSlot(static_cast<int>(ov[k]));
+    for (size_t k = m; k < n; ++k) {
+      if (k + 1 == n && slotEmpty(ov[k]))
+        line("#pragma omp simd");
+      line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", ov[k]));
+      ++indent_;
+      emitSlot(static_cast<int>(ov[k]));
+    }
+    line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
+    for (size_t k = m; k < n; ++k) {
+      --indent_;
+      line("}");
+    }
+    --indent_;
+    line("}");
+  }
+
+  /// The CUDA nest: a grid-stride loop over the share's elements, one per thread.
+  void emitCudaNest() {
+    const std::vector<unsigned> &ov = op_.outputVars;
+    std::string total = "1";
+    for (unsigned v : ov)
+      total += fmt::format(" * n{}", v);
+    line(fmt::format("const i64 total = {};", total));
+    line("for (i64 f = (i64)blockIdx.x * blockDim.x + threadIdx.x; f < total; "
+         "f += (i64)gridDim.x * blockDim.x) {");
+    ++indent_;
+    if (!ov.empty())
+      line("i64 rest = f;");
+    for (size_t k = ov.size(); k-- > 0;) {
+      line(fmt::format("const i64 v{0} = lo{0} + rest % n{0};", ov[k]));
+      if (k)
+        line(fmt::format("rest /= n{};", ov[k]));
+    }
+    emitSlot(-1);
+    for (unsigned v : ov)
+      emitSlot(static_cast<int>(v));
+    line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
+    --indent_;
+    line("}");
+  }
+
+  void emitVariants(void (Lowering::*nest)()) {
+    line("if (a->fast) {");
+    ++indent_;
+    fast_ = true;
+    (this->*nest)();
+    --indent_;
+    line("} else {");
+    ++indent_;
+    fast_ = false;
+    (this->*nest)();
+    --indent_;
+    line("}");
+  }
+
+  std::string printCpp() {
+    emitLoaders("static inline");
+    line(fmt::format("extern \"C\" void {}(const TofuKernelArgs *a) {{", kNameToken));
+    ++indent_;
+    emitLocals("a->");
+    emitVariants(&Lowering::emitCppNest);
+    --indent_;
+    line("}");
+    return out_;
+  }
+
+  std::string printCuda() {
+    emitLoaders("static __device__ __forceinline__");
+    line(fmt::format("struct {}_args {{ i64 ints[{}]; const float *in[{}]; float *out; int fast; "
+                     "int threads; }};",
+                     kNameToken, std::max(1u, inputBase(static_cast<unsigned>(op_.inputs.size()))),
+                     std::max<size_t>(1, op_.inputs.size())));
+    line(fmt::format("extern \"C\" __global__ void {0}(const {0}_args args) {{", kNameToken));
+    ++indent_;
+    line(fmt::format("const {}_args *a = &args;", kNameToken));
+    emitLocals("a->");
+    emitVariants(&Lowering::emitCudaNest);
+    --indent_;
+    line("}");
+    return out_;
+  }
+
+  void fail(const std::string &msg) {
+    if (error_.empty())
+      error_ = msg;
+  }
+
+  const InstOp &op_;
+  KernelDialect dialect_;
+  std::vector<Red> reds_;
+  std::map<const ir::Reduce *, unsigned> redIndex_;
+  std::string out_;
+  unsigned indent_ = 0;
+  bool fast_ = false;
+  std::string error_;
+};
+
+void replaceAll(std::string &s, const std::string &from, const std::string &to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+}
+
+// The helpers, written once for both dialects: the scalar semantics of the interpreter
+// (NaN-propagating comparisons, min and max; floor division of indices).
+const char *kCommonPrelude = R"(
+TOFU_DEV i64 tofu_fdiv(i64 a, i64 b) { i64 q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+TOFU_DEV i64 tofu_imod(i64 a, i64 b) { return a - tofu_fdiv(a, b) * b; }
+TOFU_DEV i64 tofu_didx(float v) { return (v == v && v - v == 0.0f) ? (i64)floorf(v) : TOFU_I64_MIN; }
+TOFU_DEV float tofu_rsqrt(float x) { return 1.0f / sqrtf(x); }
+TOFU_DEV float tofu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+TOFU_DEV float tofu_relu(float x) { return x != x ? x : (x > 0.0f ? x : 0.0f); }
+TOFU_DEV float tofu_sign(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
+TOFU_DEV float tofu_min(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (y < x ? y : x); }
+TOFU_DEV float tofu_max(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (y > x ? y : x); }
+TOFU_DEV float tofu_select(float c, float x, float y) { return c != c ? TOFU_NAN : (c != 0.0f ? x : y); }
+TOFU_DEV float tofu_isnan(float x) { return x != x ? 1.0f : 0.0f; }
+TOFU_DEV float tofu_isinf(float x) { return (x == TOFU_INF || x == -TOFU_INF) ? 1.0f : 0.0f; }
+TOFU_DEV float tofu_eq(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x == y); }
+TOFU_DEV float tofu_ne(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x != y); }
+TOFU_DEV float tofu_lt(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x < y); }
+TOFU_DEV float tofu_le(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x <= y); }
+TOFU_DEV float tofu_gt(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x > y); }
+TOFU_DEV float tofu_ge(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x >= y); }
+)";
+
+} // namespace
+
+const std::string &kernelPrelude(KernelDialect dialect) {
+  static const std::string cpp = std::string(R"(// Generated by Tofu's kernel generator.
+#include <cmath>
+#include <cstdint>
+typedef int64_t i64;
+extern "C" {
+struct TofuKernelArgs { const i64 *ints; const float *const *in; float *out; int32_t fast; int32_t threads; };
+}
+#define TOFU_DEV static inline
+#define TOFU_NAN __builtin_nanf("")
+#define TOFU_INF __builtin_inff()
+#define TOFU_I64_MIN INT64_MIN
+)") + kCommonPrelude;
+  static const std::string cuda = std::string(R"(// Generated by Tofu's kernel generator (CUDA).
+typedef long long i64;
+#define TOFU_DEV static __device__ __forceinline__
+#define TOFU_NAN __int_as_float(0x7fffffff)
+#define TOFU_INF __int_as_float(0x7f800000)
+#define TOFU_I64_MIN (-9223372036854775807LL - 1)
+)") + kCommonPrelude;
+  return dialect == KernelDialect::Cpp ? cpp : cuda;
+}
+
+uint64_t stableHash(const std::string &s, uint64_t seed) {
+  uint64_t h = seed;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dialect) {
+  // The name hashes the C++ lowering, whatever the dialect: the two dialects' kernels of
+  // one instantiation share it.
+  auto cpp = Lowering(op, KernelDialect::Cpp).print();
+  if (!cpp)
+    return cpp.takeError();
+  KernelSource k;
+  k.name = fmt::format("tofu_k_{:016x}", stableHash(*cpp));
+  if (dialect == KernelDialect::Cpp) {
+    k.code = std::move(*cpp);
+  } else {
+    auto cuda = Lowering(op, KernelDialect::Cuda).print();
+    if (!cuda)
+      return cuda.takeError();
+    k.code = std::move(*cuda);
+  }
+  replaceAll(k.code, kNameToken, k.name);
+  k.code = fmt::format("// op {}\n", op.name) + k.code;
+  return k;
+}
+
+std::vector<int64_t> kernelInts(const InstOp &op, const Shapes &shapes,
+                                const std::vector<Range> &ranges, const std::vector<Box> &regions) {
+  std::vector<int64_t> ints;
+  for (const Range &r : ranges) {
+    ints.push_back(r.lo);
+    ints.push_back(r.hi);
+  }
+  for (unsigned i = 0; i < op.inputs.size(); ++i)
+    for (unsigned d = 0; d < op.inputs[i].rank; ++d) {
+      ints.push_back(shapes.inputs[i][d]);
+      ints.push_back(regions[i][d].lo);
+      ints.push_back(regions[i][d].size());
+    }
+  return ints;
+}
+
+bool readsInsideRegions(const InstOp &op, const Shapes &shapes, const std::vector<Range> &ranges,
+                        const std::vector<Box> &regions) {
+  for (const Range &r : ranges)
+    if (r.size() == 0)
+      return false;
+  bool inside = true;
+  ir::walk(*op.body, [&](const ir::Expr &e) {
+    const auto *r = dyn_cast<ir::Read>(&e);
+    if (!r || !inside)
+      return;
+    for (unsigned d = 0; d < r->coords.size(); ++d) {
+      if (r->coords[d].kind != ir::Coord::Kind::Affine)
+        continue; // data-dependent coordinates are always checked
+      auto span = indexValueRange(*r->coords[d].expr, shapes, ranges);
+      const Range &reg = regions[r->input][d];
+      if (!span || span->first < reg.lo || span->second >= reg.hi)
+        inside = false;
+    }
+  });
+  return inside;
+}
+
+} // namespace tofu

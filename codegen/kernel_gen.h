@@ -1,0 +1,65 @@
+// The kernel generator: an instantiated op lowered to one loop nest per share, printed as
+// C++ (OpenMP, compiled by the host compiler) or CUDA C++ (compiled by NVRTC). A kernel
+// computes the share of the op whose variables range over given ranges, reading each input
+// from a buffer that holds one region of it (at a known origin), and writes the share — or,
+// when a top-level reduction variable's range is a slice, the partial result. Ranges,
+// shapes, origins and extents are arguments: one kernel serves every share and every worker
+// of an instantiation.
+#ifndef TOFU_CODEGEN_KERNEL_GEN_H
+#define TOFU_CODEGEN_KERNEL_GEN_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "analysis/instantiate.h"
+#include "analysis/strategy.h"
+#include "llvm/Support/Error.h"
+
+extern "C" {
+/// What a generated kernel is called with (the same layout is declared in the prelude of
+/// both dialects). `ints` holds, per variable of the op, its range [lo, hi), then per input
+/// and dimension the tensor's extent, the region's origin and the region's extent.
+struct TofuKernelArgs {
+  const int64_t *ints;
+  const float *const *in; ///< per input, its region, row-major
+  float *out;             ///< the share, row-major over the output variables' ranges
+  int32_t fast;           ///< every affine read lies inside its region: loads go unchecked
+  int32_t threads;        ///< OpenMP threads (C++ dialect)
+};
+}
+
+namespace tofu {
+
+enum class KernelDialect { Cpp, Cuda };
+
+/// A generated kernel. `name` is derived from a hash of the op's lowering, so equal
+/// instantiations (of any op name) share one kernel.
+struct KernelSource {
+  std::string name;
+  std::string code; ///< the definitions (the dialect's prelude comes first in a unit)
+};
+
+/// Lowers and prints `op`. Fails, naming the op and the construct, for what the generator
+/// cannot express (an opaque call): such ops run on the interpreter.
+llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dialect);
+
+/// The helpers every kernel of a dialect uses; comes once at the top of a translation unit.
+const std::string &kernelPrelude(KernelDialect dialect);
+
+/// The integer arguments of one call (TofuKernelArgs::ints) for a share over `ranges`
+/// whose inputs are given as `regions` (absolute boxes of the inputs' tensors).
+std::vector<int64_t> kernelInts(const InstOp &op, const Shapes &shapes,
+                                const std::vector<Range> &ranges, const std::vector<Box> &regions);
+
+/// True when every read with affine coordinates stays inside its input's region (and so
+/// inside the tensor) over `ranges`: the kernel may then load without checks.
+bool readsInsideRegions(const InstOp &op, const Shapes &shapes, const std::vector<Range> &ranges,
+                        const std::vector<Box> &regions);
+
+/// 64-bit FNV-1a: the stable hash kernel names and the kernel cache are keyed by.
+uint64_t stableHash(const std::string &s, uint64_t seed = 1469598103934665603ull);
+
+} // namespace tofu
+
+#endif // TOFU_CODEGEN_KERNEL_GEN_H

@@ -1,0 +1,265 @@
+// Batch compilation, the on-disk cache and dlopen of generated C++ kernels.
+#include "runtime/cpu_kernels.h"
+
+#include <dlfcn.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+
+extern char **environ;
+
+namespace tofu {
+namespace {
+
+std::string envOr(const char *name, const std::string &fallback) {
+  const char *v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+bool exists(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+/// mkdir -p.
+bool makeDirs(const std::string &path) {
+  for (size_t at = 1; at <= path.size(); ++at)
+    if (at == path.size() || path[at] == '/') {
+      std::string prefix = path.substr(0, at);
+      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST)
+        return false;
+    }
+  return true;
+}
+
+/// Runs `command` with /bin/sh; returns its exit status (-1 when it could not start).
+int runShell(const std::string &command) {
+  pid_t pid;
+  const char *argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char **>(argv), environ) != 0)
+    return -1;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string readFile(const std::string &path, size_t limit) {
+  std::ifstream in(path);
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (s.size() > limit)
+    s = s.substr(0, limit) + "\n[...]";
+  return s;
+}
+
+std::string quote(const std::string &s) {
+  std::string out = "'";
+  for (char c : s)
+    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+/// What identifies the compiler in cache keys: its path and full version.
+const std::string &compilerIdentity(const std::string &compiler) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(compiler);
+  if (it != known.end())
+    return it->second;
+  std::string id = compiler;
+  if (FILE *p = ::popen((compiler + " -dumpfullversion -dumpversion 2>/dev/null").c_str(), "r")) {
+    char buf[128];
+    while (std::fgets(buf, sizeof buf, p))
+      id += buf;
+    ::pclose(p);
+  }
+  return known.emplace(compiler, id).first->second;
+}
+
+} // namespace
+
+std::string defaultKernelCacheDir() {
+  if (const char *d = std::getenv("TOFU_KERNEL_CACHE"); d && *d)
+    return d;
+  if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::string(x) + "/tofu/kernels";
+  if (const char *h = std::getenv("HOME"); h && *h)
+    return std::string(h) + "/.cache/tofu/kernels";
+  return fmt::format("/tmp/tofu-kernels-{}", ::getuid());
+}
+
+CpuKernelLibrary::~CpuKernelLibrary() {
+  for (void *h : handles_)
+    ::dlclose(h);
+}
+
+CpuKernelLibrary::Fn CpuKernelLibrary::find(const std::string &name) const {
+  auto it = fns_.find(name);
+  return it == fns_.end() ? nullptr : it->second;
+}
+
+llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
+                                  const KernelCompileOptions &options) {
+  auto start = std::chrono::steady_clock::now();
+  // Distinct kernels not loaded yet, in name order: the same set always forms the same units.
+  std::map<std::string, const KernelSource *> todo;
+  for (const KernelSource &k : kernels)
+    if (!fns_.count(k.name))
+      todo.emplace(k.name, &k);
+  stats_.kernels += static_cast<unsigned>(todo.size());
+  if (todo.empty())
+    return llvm::Error::success();
+  const std::string dir = options.cacheDir.empty() ? defaultKernelCacheDir() : options.cacheDir;
+  if (!makeDirs(dir))
+    return stringError(fmt::format("cannot create the kernel cache directory '{}': {}", dir,
+                                   std::strerror(errno)));
+  const std::string compiler =
+      options.compiler.empty() ? envOr("CXX", "c++") : options.compiler;
+  const std::string &identity = compilerIdentity(compiler);
+
+  struct Unit {
+    std::vector<const KernelSource *> kernels;
+    std::string source, key, so;
+    std::string error;
+    bool compiled = false;
+  };
+  std::vector<Unit> units;
+  const unsigned perUnit = std::max(1u, options.kernelsPerUnit);
+  unsigned jobs = options.jobs ? options.jobs : std::max(1u, std::thread::hardware_concurrency());
+  // Spread small batches over every job rather than filling the first units.
+  size_t count = std::max<size_t>((todo.size() + perUnit - 1) / perUnit,
+                                  std::min<size_t>(jobs, todo.size()));
+  units.resize(count);
+  size_t i = 0;
+  for (const auto &[name, k] : todo)
+    units[i++ * count / todo.size()].kernels.push_back(k);
+  for (Unit &u : units) {
+    u.source = kernelPrelude(KernelDialect::Cpp);
+    for (const KernelSource *k : u.kernels)
+      u.source += "\n" + k->code;
+    u.key = fmt::format("{:016x}", stableHash(identity + "\n" + options.flags + "\n" + u.source));
+    u.so = dir + "/" + u.key + ".so";
+  }
+
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t n; (n = next++) < units.size();) {
+      Unit &u = units[n];
+      if (exists(u.so))
+        continue;
+      std::string src = dir + "/" + u.key + ".cc";
+      std::string tmp = fmt::format("{}.{}.{}.tmp", u.so, ::getpid(), n);
+      std::string log = tmp + ".log";
+      {
+        std::ofstream f(src);
+        f << u.source;
+        if (!f) {
+          u.error = "cannot write " + src;
+          continue;
+        }
+      }
+      std::string cmd = fmt::format("{} {} -o {} {} 2> {}", compiler, options.flags, quote(tmp),
+                                    quote(src), quote(log));
+      int status = runShell(cmd);
+      if (status != 0) {
+        u.error = fmt::format("compiling generated kernels failed (exit {}): {}\nsource: {}\n{}",
+                              status, cmd, src, readFile(log, 4000));
+        std::remove(tmp.c_str());
+        std::remove(log.c_str());
+        continue;
+      }
+      std::remove(log.c_str());
+      if (std::rename(tmp.c_str(), u.so.c_str()) != 0) {
+        u.error = fmt::format("cannot move {} into the cache: {}", tmp, std::strerror(errno));
+        continue;
+      }
+      u.compiled = true;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned j = 0; j < std::min<size_t>(jobs, units.size()); ++j)
+    threads.emplace_back(worker);
+  for (std::thread &t : threads)
+    t.join();
+
+  // The OpenMP runtime the kernels load must outlive them: its idle pool threads would run
+  // unmapped code once the last kernel library is closed.
+  static void *openmp = ::dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
+  (void)openmp;
+  for (Unit &u : units) {
+    if (!u.error.empty())
+      return stringError(u.error);
+    void *h = ::dlopen(u.so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+      return stringError(fmt::format("cannot load compiled kernels {}: {}", u.so, ::dlerror()));
+    handles_.push_back(h);
+    for (const KernelSource *k : u.kernels) {
+      auto fn = reinterpret_cast<Fn>(::dlsym(h, k->name.c_str()));
+      if (!fn)
+        return stringError(fmt::format("{} has no kernel {}", u.so, k->name));
+      fns_[k->name] = fn;
+    }
+    stats_.units += 1;
+    stats_.unitsCompiled += u.compiled ? 1 : 0;
+  }
+  stats_.seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return llvm::Error::success();
+}
+
+llvm::Expected<Tensor> runKernel(CpuKernelLibrary::Fn fn, const InstOp &op, const Shapes &shapes,
+                                 const std::vector<const Tensor *> &inputs,
+                                 const std::vector<Range> &ranges, int threads) {
+  std::vector<Box> regions = inputRegions(op, shapes, ranges);
+  std::vector<std::vector<float>> buffers(inputs.size());
+  std::vector<const float *> ptrs(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor &t = *inputs[i];
+    const Box &box = regions[i];
+    std::vector<int64_t> ext;
+    for (const Range &r : box)
+      ext.push_back(r.size());
+    int64_t n = boxElements(box);
+    buffers[i].resize(std::max<int64_t>(n, 1));
+    std::vector<int64_t> c(box.size()), abs(box.size());
+    for (int64_t k = 0; k < n; ++k) {
+      unflatten(k, ext, c.data());
+      for (size_t d = 0; d < box.size(); ++d)
+        abs[d] = box[d].lo + c[d];
+      buffers[i][k] = static_cast<float>(t.data[t.offset(abs.data())]);
+    }
+    ptrs[i] = buffers[i].data();
+  }
+  std::vector<int64_t> shape;
+  for (unsigned v : op.outputVars)
+    shape.push_back(ranges[v].size());
+  Tensor out(shape);
+  std::vector<float> result(std::max<int64_t>(out.size(), 1));
+  std::vector<int64_t> ints = kernelInts(op, shapes, ranges, regions);
+  TofuKernelArgs args{ints.data(), ptrs.data(), result.data(),
+                      readsInsideRegions(op, shapes, ranges, regions) ? 1 : 0, threads};
+  fn(&args);
+  for (int64_t k = 0; k < out.size(); ++k)
+    out.data[k] = result[k];
+  return out;
+}
+
+} // namespace tofu

@@ -1,0 +1,73 @@
+// Generated C++ kernels, compiled by the host compiler into shared objects and loaded with
+// dlopen. Kernels are compiled in batches (units of several kernels, the units in
+// parallel) and cached on disk under a hash of each unit's source, the compiler and its
+// flags: a second run with the same kernels compiles nothing.
+#ifndef TOFU_RUNTIME_CPU_KERNELS_H
+#define TOFU_RUNTIME_CPU_KERNELS_H
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "analysis/interpreter.h"
+#include "codegen/kernel_gen.h"
+#include "llvm/Support/Error.h"
+
+namespace tofu {
+
+struct KernelCompileOptions {
+  /// Where compiled units are kept. Default: $TOFU_KERNEL_CACHE, else
+  /// $XDG_CACHE_HOME/tofu/kernels, else $HOME/.cache/tofu/kernels.
+  std::string cacheDir;
+  /// The compiler. Default: $CXX, else c++.
+  std::string compiler;
+  std::string flags = "-O3 -march=native -fopenmp -fno-math-errno -fPIC -shared -std=c++17 -w";
+  unsigned jobs = 0;           ///< units compiled at once (default: the machine's cores)
+  unsigned kernelsPerUnit = 12;
+};
+
+struct KernelCompileStats {
+  unsigned kernels = 0;        ///< distinct kernels requested
+  unsigned units = 0;          ///< shared objects they live in
+  unsigned unitsCompiled = 0;  ///< of which compiled now (the others came from the cache)
+  double seconds = 0;          ///< wall time of the batch
+};
+
+/// The loaded kernels of one or more batches, by kernel name.
+class CpuKernelLibrary {
+public:
+  using Fn = void (*)(const TofuKernelArgs *);
+
+  CpuKernelLibrary() = default;
+  CpuKernelLibrary(const CpuKernelLibrary &) = delete;
+  CpuKernelLibrary &operator=(const CpuKernelLibrary &) = delete;
+  ~CpuKernelLibrary();
+
+  /// Compiles (or finds in the cache) and loads every kernel of `kernels` not loaded yet.
+  /// A compiler failure names the unit's source file and quotes the compiler.
+  llvm::Error add(const std::vector<KernelSource> &kernels, const KernelCompileOptions &options = {});
+  /// The kernel named `name`, or null.
+  Fn find(const std::string &name) const;
+  /// Totals over every add().
+  const KernelCompileStats &stats() const { return stats_; }
+
+private:
+  std::map<std::string, Fn> fns_;
+  std::vector<void *> handles_;
+  KernelCompileStats stats_;
+};
+
+/// The default cache directory (see KernelCompileOptions::cacheDir).
+std::string defaultKernelCacheDir();
+
+/// Runs kernel `fn` of `op` for the share over `ranges`, on whole input tensors (doubles):
+/// each input's region (inputRegions) is copied into a float buffer, as a worker would hold
+/// it, and the float result is returned as doubles. NaN in a region stays NaN.
+llvm::Expected<Tensor> runKernel(CpuKernelLibrary::Fn fn, const InstOp &op, const Shapes &shapes,
+                                 const std::vector<const Tensor *> &inputs,
+                                 const std::vector<Range> &ranges, int threads = 1);
+
+} // namespace tofu
+
+#endif // TOFU_RUNTIME_CPU_KERNELS_H

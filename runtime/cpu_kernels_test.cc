@@ -1,0 +1,155 @@
+// Generated C++ kernels compute what the interpreter does: whole ops and every kind of share
+// (output splits, split reductions, halos and padding at the borders), nested reductions,
+// data-dependent indices; a read outside the region a buffer holds gives NaN; the cache
+// serves a second build without compiling.
+#include "runtime/cpu_kernels.h"
+
+#include <cmath>
+#include <random>
+
+#include "analysis/verify.h"
+#include "graph/test_library.h"
+#include "gtest/gtest.h"
+
+namespace tofu {
+namespace {
+
+std::string cacheDir() { return std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/kernels"; }
+
+KernelCompileOptions testOptions() {
+  KernelCompileOptions o;
+  o.cacheDir = cacheDir();
+  o.flags = "-O1 -fopenmp -fPIC -shared -std=c++17 -w";
+  return o;
+}
+
+InstOp instance(const std::string &opName, const Instantiation &inst) {
+  const ir::OpDef *def = testLibrary().find(opName);
+  EXPECT_NE(def, nullptr) << opName;
+  auto op = instantiate(*def, inst);
+  EXPECT_TRUE(bool(op)) << llvm::toString(op.takeError());
+  return std::move(*op);
+}
+
+/// The kernel of `op`, compiled.
+CpuKernelLibrary::Fn compile(CpuKernelLibrary &lib, const InstOp &op) {
+  auto k = generateKernel(op, KernelDialect::Cpp);
+  EXPECT_TRUE(bool(k)) << llvm::toString(k.takeError());
+  llvm::Error e = lib.add({*k}, testOptions());
+  EXPECT_FALSE(bool(e)) << llvm::toString(std::move(e));
+  return lib.find(k->name);
+}
+
+/// The kernel against the interpreter on the whole op and on random shares.
+void compare(const std::string &opName, const Instantiation &inst,
+             const std::vector<std::vector<int64_t>> &inputShapes, std::pair<double, double> values = {-1.0, 1.0}) {
+  InstOp op = instance(opName, inst);
+  auto shapes = concreteShapes(op, inputShapes, std::nullopt);
+  ASSERT_TRUE(bool(shapes)) << llvm::toString(shapes.takeError());
+  CpuKernelLibrary lib;
+  CpuKernelLibrary::Fn fn = compile(lib, op);
+  ASSERT_NE(fn, nullptr);
+  std::vector<Tensor> inputs = randomInputs(op, *shapes, 5, values);
+  std::vector<const Tensor *> ptrs;
+  for (const Tensor &t : inputs)
+    ptrs.push_back(&t);
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 30; ++trial) {
+    std::vector<Range> ranges = fullRanges(*shapes);
+    if (trial > 0)
+      for (size_t v = 0; v < ranges.size(); ++v) {
+        unsigned parts = 1 + rng() % 3;
+        ranges[v] = partOf(ranges[v].size(), parts, rng() % parts);
+      }
+    auto want = evaluate(op, *shapes, ptrs, ranges);
+    ASSERT_TRUE(bool(want)) << llvm::toString(want.takeError());
+    auto got = runKernel(fn, op, *shapes, ptrs, ranges, trial % 2 ? 2 : 1);
+    ASSERT_TRUE(bool(got)) << llvm::toString(got.takeError());
+    ASSERT_EQ(got->shape, want->shape);
+    for (int64_t k = 0; k < want->size(); ++k)
+      if (std::isnan(want->data[k]))
+        ASSERT_TRUE(std::isnan(got->data[k])) << opName << " trial " << trial << " element " << k;
+      else if (got->data[k] != want->data[k]) // infinities are equal, not near
+        ASSERT_NEAR(got->data[k], want->data[k], 1e-4 * std::max(1.0, std::fabs(want->data[k])))
+          << opName << " trial " << trial << " element " << k;
+  }
+}
+
+TEST(CpuKernels, MatMulSharesAndPartialSums) {
+  Instantiation inst;
+  inst.groups = {{"b", 0}};
+  compare("MatMul", inst, {{7, 5}, {5, 6}});
+}
+
+TEST(CpuKernels, PaddedStridedConvolutionWithHalos) {
+  Instantiation inst;
+  inst.attrs = {{"sh", 2}, {"sw", 1}, {"ph", 1}, {"pw", 2}, {"peh", 1}, {"pew", 0}, {"dh", 1}, {"dw", 2}};
+  compare("Conv2d", inst, {{2, 3, 9, 8}, {4, 3, 3, 2}});
+}
+
+TEST(CpuKernels, SoftmaxsNestedReductions) {
+  Instantiation inst;
+  inst.groups = {{"pre", 1}, {"post", 0}};
+  compare("Softmax", inst, {{3, 7}});
+}
+
+TEST(CpuKernels, MaxPoolAndBatchNorm) {
+  Instantiation pool;
+  pool.attrs = {{"kh", 3}, {"kw", 3}, {"sh", 2}, {"sw", 2}, {"ph", 1}, {"pw", 1}};
+  compare("MaxPool2d", pool, {{2, 3, 7, 7}});
+  Instantiation bn;
+  bn.inputRanks = {4u, 4u, 1u, 0u};
+  compare("batch_norm_grad_x", bn, {{2, 3, 4, 4}, {2, 3, 4, 4}, {3}, {}}, {0.25, 1.0});
+}
+
+TEST(CpuKernels, DataDependentIndices) {
+  Instantiation inst;
+  inst.groups = {{"pre", 0}, {"q", 1}, {"post", 1}};
+  compare("Gather", inst, {{5, 4}, {3}});
+}
+
+TEST(CpuKernels, ReadOutsideTheRegionIsNaN) {
+  InstOp op = instance("MatMul", [] { Instantiation i; i.groups = {{"b", 0}}; return i; }());
+  auto shapes = concreteShapes(op, {{2, 3}, {3, 2}}, std::nullopt);
+  ASSERT_TRUE(bool(shapes));
+  CpuKernelLibrary lib;
+  CpuKernelLibrary::Fn fn = compile(lib, op);
+  ASSERT_NE(fn, nullptr);
+  std::vector<float> a(6, 1.0f), b(3, 1.0f); // b holds only column 0 of B
+  std::vector<const float *> in = {a.data(), b.data()};
+  std::vector<Box> regions = {{{0, 2}, {0, 3}}, {{0, 3}, {0, 1}}};
+  std::vector<Range> ranges = fullRanges(*shapes);
+  std::vector<int64_t> ints = kernelInts(op, *shapes, ranges, regions);
+  EXPECT_FALSE(readsInsideRegions(op, *shapes, ranges, regions));
+  std::vector<float> out(4, 0.0f);
+  TofuKernelArgs args{ints.data(), in.data(), out.data(), 0, 1};
+  fn(&args);
+  EXPECT_EQ(out[0], 3.0f); // column 0 is there
+  EXPECT_TRUE(std::isnan(out[1])); // column 1 is not
+}
+
+TEST(CpuKernels, ASecondBuildComesFromTheCache) {
+  InstOp op = instance("Relu", [] { Instantiation i; i.groups = {{"i", 3}}; return i; }());
+  auto k = generateKernel(op, KernelDialect::Cpp);
+  ASSERT_TRUE(bool(k));
+  KernelCompileOptions o = testOptions();
+  o.cacheDir += "/second";
+  CpuKernelLibrary first, second;
+  ASSERT_FALSE(bool(first.add({*k}, o)));
+  ASSERT_FALSE(bool(second.add({*k}, o)));
+  EXPECT_EQ(first.stats().unitsCompiled, 1u);
+  EXPECT_EQ(second.stats().unitsCompiled, 0u);
+  EXPECT_NE(second.find(k->name), nullptr);
+}
+
+TEST(CpuKernels, CompilerErrorsAreReported) {
+  KernelSource bad{"tofu_k_bad", "extern \"C\" void tofu_k_bad(const TofuKernelArgs *a) { syntax error }"};
+  CpuKernelLibrary lib;
+  KernelCompileOptions o = testOptions();
+  llvm::Error e = lib.add({bad}, o);
+  ASSERT_TRUE(bool(e));
+  EXPECT_NE(llvm::toString(std::move(e)).find("compiling generated kernels failed"), std::string::npos);
+}
+
+} // namespace
+} // namespace tofu
