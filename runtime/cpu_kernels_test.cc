@@ -56,8 +56,13 @@ void compare(const std::string &opName, const Instantiation &inst,
   std::mt19937 rng(11);
   for (int trial = 0; trial < 30; ++trial) {
     std::vector<Range> ranges = fullRanges(*shapes);
+    // A random share, as plans cut them: each output and top-level reduction variable cut
+    // into 1..3 parts, one part kept.
+    std::vector<unsigned> cut = op.outputVars;
+    for (unsigned v : op.topReductionVars())
+      cut.push_back(v);
     if (trial > 0)
-      for (size_t v = 0; v < ranges.size(); ++v) {
+      for (unsigned v : cut) {
         unsigned parts = 1 + rng() % 3;
         ranges[v] = partOf(ranges[v].size(), parts, rng() % parts);
       }
