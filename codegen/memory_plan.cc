@@ -43,6 +43,13 @@ void place(std::vector<Buffer> &buffers) {
 
 } // namespace
 
+bool writesTileDirectly(const NodeExec &ne, unsigned w, const Box &tile) {
+  bool single = true;
+  for (const OutputAssembly &a : ne.assemble)
+    single &= a.slices.size() == 1;
+  return single && ne.workers[w].computes && ne.workers[w].produced == tile;
+}
+
 int64_t MemoryPlan::largestPeak() const {
   int64_t peak = 0;
   for (const WorkerMemory &w : workers)
@@ -70,6 +77,15 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<
   m.workers.resize(k);
   for (unsigned w = 0; w < k; ++w) {
     WorkerMemory &wm = m.workers[w];
+    // A result that is exactly the worker's tile is written into the tile by the op itself:
+    // that tile is live from the op's start, not only from the assembly.
+    std::vector<int64_t> start = born;
+    for (size_t i = 0; i < plan.nodes.size(); ++i) {
+      const NodeExec &ne = plan.nodes[i];
+      const unsigned out = p.nodes[ne.node].output;
+      if (writesTileDirectly(ne, w, plan.tiles[w][out]))
+        start[out] = 3 * int64_t(i);
+    }
     for (unsigned t = 0; t < p.tensors.size(); ++t) {
       int64_t bytes = boxElements(plan.tiles[w][t]) * p.tensors[t].elementBytes;
       if (bytes == 0)
@@ -78,7 +94,7 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<
       b.kind = Buffer::Kind::Tile;
       b.tensor = t;
       b.bytes = bytes;
-      b.start = born[t];
+      b.start = start[t];
       b.end = keep[t] || lastRead[t] < 0 ? forever : std::max(lastRead[t], born[t] + 1);
       wm.buffers.push_back(b);
       wm.tileBytes += bytes;
@@ -102,19 +118,19 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<
         b.bytes = boxElements(f.region) * p.tensors[f.tensor].elementBytes;
         b.start = at;
         b.end = at + 1;
+        b.node = static_cast<int>(i);
+        b.input = static_cast<int>(q);
         wm.buffers.push_back(b);
       }
       const unsigned out = p.nodes[ne.node].output;
-      bool single = true;
-      for (const OutputAssembly &a : ne.assemble)
-        single &= a.slices.size() == 1;
-      if (inst.computes && !(single && inst.produced == plan.tiles[w][out])) {
+      if (inst.computes && !writesTileDirectly(ne, w, plan.tiles[w][out])) {
         Buffer b;
         b.kind = Buffer::Kind::Partial;
         b.tensor = out;
         b.bytes = boxElements(inst.produced) * p.tensors[out].elementBytes;
         b.start = at;
         b.end = at + 2; // until every owner has assembled its tile
+        b.node = static_cast<int>(i);
         wm.buffers.push_back(b);
       }
     }

@@ -22,6 +22,9 @@ struct Buffer {
   /// computes at 3i, assembles outputs at 3i + 1.
   int64_t start = 0, end = 0;
   int64_t offset = -1; ///< in the worker's arena, once placed
+  /// Which instruction it serves: for Fetch and Partial buffers the node's position in plan
+  /// order, and for Fetch buffers the input slot.
+  int node = -1, input = -1;
 };
 
 struct WorkerMemory {
@@ -34,6 +37,11 @@ struct MemoryPlan {
   std::vector<WorkerMemory> workers;
   int64_t largestPeak() const;
 };
+
+/// Whether worker `w` writes its result of `ne` straight into its tile of the output
+/// (`tile`): one reduction slice, and the result is exactly the tile. Otherwise the
+/// result goes to a partial buffer that the owners assemble from.
+bool writesTileDirectly(const NodeExec &ne, unsigned w, const Box &tile);
 
 /// Plans every worker's buffers. Weights, optimiser state and graph outputs live for the
 /// whole step; other tiles from their production to their last read by any worker (others

@@ -1,0 +1,583 @@
+// The CPU engine: per-worker programs over arenas.
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "analysis/reducer.h"
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+#include "runtime/cpu_executor.h"
+
+namespace tofu {
+namespace {
+
+/// A copy of `box` (absolute coordinates) between two buffers of one tensor: from worker
+/// `from`'s buffer at `srcOff` holding `srcBox` into the running worker's buffer at `dstOff`
+/// holding `dstBox`; with `combine`, reduced into the destination.
+struct Copy {
+  unsigned from = 0;
+  int64_t srcOff = 0, dstOff = 0; ///< in floats
+  Box srcBox, dstBox, box;
+  bool combine = false;
+  unsigned elementBytes = 4; ///< in the tensor's dtype, as the plan counts bytes
+};
+
+/// One op instance's kernel call, every argument fixed when the program is built.
+struct Compute {
+  CpuKernelLibrary::Fn fn = nullptr; ///< null: the interpreter
+  std::vector<int64_t> ints;
+  std::vector<int64_t> inOff; ///< per op input, the buffer it reads
+  std::vector<Box> inBox;     ///< per op input, the box that buffer holds
+  int64_t outOff = 0;
+  int64_t outElems = 0;
+  int32_t fast = 0;
+};
+
+struct WorkerStep {
+  std::vector<Copy> fetch;
+  bool computes = false;
+  Compute compute;
+  bool assembles = false;
+  int64_t tileOff = 0;
+  int64_t tileElems = 0;
+  bool initIdentity = false; ///< several reduction slices combine into the tile
+  std::vector<Copy> assemble;
+};
+
+/// Reusable barrier for the worker threads of one step.
+class Barrier {
+public:
+  explicit Barrier(unsigned n) : n_(n) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    unsigned gen = generation_;
+    if (++waiting_ == n_) {
+      waiting_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return generation_ != gen; });
+  }
+
+private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  unsigned n_, waiting_ = 0, generation_ = 0;
+};
+
+std::vector<int64_t> extents(const Box &b) {
+  std::vector<int64_t> e;
+  for (const Range &r : b)
+    e.push_back(r.size());
+  return e;
+}
+
+/// Copies (or combines) `box` between two row-major buffers holding `srcBox` and `dstBox`,
+/// a contiguous run per innermost row.
+void copyBox(float *dst, const Box &dstBox, const float *src, const Box &srcBox, const Box &box,
+             const ir::Reducer *reducer) {
+  const size_t r = box.size();
+  if (boxElements(box) == 0 && r > 0)
+    return;
+  if (r == 0) {
+    dst[0] = reducer ? reducerCombine(*reducer, dst[0], src[0]) : src[0];
+    return;
+  }
+  std::vector<int64_t> ds(r, 1), ss(r, 1);
+  for (size_t d = r - 1; d-- > 0;) {
+    ds[d] = ds[d + 1] * dstBox[d + 1].size();
+    ss[d] = ss[d + 1] * srcBox[d + 1].size();
+  }
+  const int64_t inner = box[r - 1].size();
+  std::vector<int64_t> c(r, 0);
+  for (;;) {
+    int64_t doff = 0, soff = 0;
+    for (size_t d = 0; d < r; ++d) {
+      int64_t abs = box[d].lo + c[d];
+      doff += (abs - dstBox[d].lo) * ds[d];
+      soff += (abs - srcBox[d].lo) * ss[d];
+    }
+    if (reducer) {
+      for (int64_t k = 0; k < inner; ++k)
+        dst[doff + k] = reducerCombine(*reducer, dst[doff + k], src[soff + k]);
+    } else {
+      std::memcpy(dst + doff, src + soff, sizeof(float) * inner);
+    }
+    size_t d = r - 1;
+    while (d-- > 0) {
+      if (++c[d] < box[d].size())
+        break;
+      c[d] = 0;
+    }
+    if (d == static_cast<size_t>(-1))
+      return;
+  }
+}
+
+Box intersect(const Box &a, const Box &b) {
+  Box out(a.size());
+  for (size_t d = 0; d < a.size(); ++d)
+    out[d] = {std::max(a[d].lo, b[d].lo), std::min(a[d].hi, b[d].hi)};
+  return out;
+}
+
+bool contains(const Box &outer, const Box &inner) {
+  for (size_t d = 0; d < outer.size(); ++d)
+    if (inner[d].size() > 0 && (inner[d].lo < outer[d].lo || inner[d].hi > outer[d].hi))
+      return false;
+  return true;
+}
+
+} // namespace
+
+struct CpuEngine::Impl {
+  const Problem &p;
+  const ExecPlan &plan;
+  const MemoryPlan &memory;
+  EngineOptions options;
+  unsigned k = 1;
+  int threads = 1;
+  CpuKernelLibrary kernels;
+  std::vector<float *> arenas;
+  std::vector<int64_t> arenaFloats;
+  /// Per worker, per tensor: the tile's offset (-1 when it holds none).
+  std::vector<std::vector<int64_t>> tileOff;
+  /// Per node in plan order, per worker.
+  std::vector<std::vector<WorkerStep>> program;
+  std::vector<std::pair<unsigned, unsigned>> carry;
+  std::vector<std::vector<Copy>> carryCopies; ///< per worker
+  std::map<unsigned, Tensor> inputs;          ///< written again before every step
+  unsigned interpreted = 0;
+
+  Impl(const Problem &p, const ExecPlan &plan, const MemoryPlan &memory, EngineOptions o)
+      : p(p), plan(plan), memory(memory), options(std::move(o)), k(plan.workers) {}
+
+  ~Impl() {
+    for (float *a : arenas)
+      std::free(a);
+  }
+
+  llvm::Error build();
+  void runWorker(unsigned w, Barrier &barrier, std::vector<std::string> &errors,
+                 std::atomic<int64_t> &moved);
+  llvm::Error interpret(unsigned w, const NodeExec &ne, const Compute &c);
+};
+
+llvm::Error CpuEngine::Impl::build() {
+  threads = options.threadsPerWorker > 0
+                ? options.threadsPerWorker
+                : std::max(1, static_cast<int>(std::thread::hardware_concurrency() / k));
+  // Arenas and tile offsets.
+  tileOff.assign(k, std::vector<int64_t>(p.tensors.size(), -1));
+  std::vector<std::map<std::pair<int, int>, int64_t>> fetchOff(k);
+  std::vector<std::map<int, int64_t>> partialOff(k);
+  for (unsigned w = 0; w < k; ++w) {
+    const WorkerMemory &wm = memory.workers[w];
+    int64_t floats = std::max<int64_t>(1, (wm.peak + 3) / 4);
+    void *mem = std::aligned_alloc(64, static_cast<size_t>((floats * 4 + 63) / 64 * 64));
+    if (!mem)
+      return stringError(fmt::format("worker {}: cannot allocate its arena of {} bytes", w, wm.peak));
+    arenas.push_back(static_cast<float *>(mem));
+    arenaFloats.push_back(floats);
+    for (const Buffer &b : wm.buffers) {
+      if (b.offset % 4 != 0)
+        return stringError("the memory plan places a float buffer at an unaligned offset");
+      int64_t off = b.offset / 4;
+      switch (b.kind) {
+      case Buffer::Kind::Tile: tileOff[w][b.tensor] = off; break;
+      case Buffer::Kind::Fetch: fetchOff[w][{b.node, b.input}] = off; break;
+      case Buffer::Kind::Partial: partialOff[w][b.node] = off; break;
+      }
+    }
+  }
+  // Kernels: one per instantiation, compiled in one batch.
+  std::vector<KernelSource> sources;
+  std::map<const StrategyTable *, std::string> kernelOf;
+  for (const NodeExec &ne : plan.nodes) {
+    const StrategyTable *t = p.nodes[ne.node].table.get();
+    if (kernelOf.count(t))
+      continue;
+    auto src = generateKernel(t->op, KernelDialect::Cpp);
+    if (!src) {
+      llvm::consumeError(src.takeError()); // the interpreter runs it
+      kernelOf[t] = "";
+      continue;
+    }
+    kernelOf[t] = src->name;
+    sources.push_back(std::move(*src));
+  }
+  if (llvm::Error e = kernels.add(sources, options.compile))
+    return e;
+  // Programs.
+  program.assign(plan.nodes.size(), std::vector<WorkerStep>(k));
+  for (size_t i = 0; i < plan.nodes.size(); ++i) {
+    const NodeExec &ne = plan.nodes[i];
+    const ProblemNode &node = p.nodes[ne.node];
+    const InstOp &op = node.table->op;
+    const unsigned out = node.output;
+    for (unsigned w = 0; w < k; ++w) {
+      const OpInstance &inst = ne.workers[w];
+      WorkerStep &ws = program[i][w];
+      Compute &c = ws.compute;
+      ws.computes = inst.computes;
+      for (size_t q = 0; q < inst.inputs.size(); ++q) {
+        const InputFetch &f = inst.inputs[q];
+        if (f.repeats >= 0) {
+          c.inOff.push_back(c.inOff[f.repeats]);
+          c.inBox.push_back(c.inBox[f.repeats]);
+          continue;
+        }
+        auto fb = fetchOff[w].find({static_cast<int>(i), static_cast<int>(q)});
+        if (fb == fetchOff[w].end()) { // read in place from the worker's own tile
+          const Box &tile = plan.tiles[w][f.tensor];
+          if (boxElements(f.region) > 0 && (tileOff[w][f.tensor] < 0 || !contains(tile, f.region)))
+            return stringError(fmt::format("node '{}', worker {}: input {} is neither fetched nor "
+                                           "in the worker's tile",
+                                           node.name, w, q));
+          c.inOff.push_back(std::max<int64_t>(0, tileOff[w][f.tensor]));
+          c.inBox.push_back(tileOff[w][f.tensor] < 0 ? f.region : tile);
+          continue;
+        }
+        c.inOff.push_back(fb->second);
+        c.inBox.push_back(f.region);
+        for (const Fetch &part : f.parts) {
+          Copy cp;
+          cp.from = part.from;
+          cp.srcOff = tileOff[part.from][f.tensor];
+          cp.srcBox = plan.tiles[part.from][f.tensor];
+          cp.dstOff = fb->second;
+          cp.dstBox = f.region;
+          cp.box = part.box;
+          cp.elementBytes = p.tensors[f.tensor].elementBytes;
+          if (cp.srcOff < 0)
+            return stringError(fmt::format("node '{}': worker {} fetches from worker {}, which "
+                                           "holds no tile of '{}'",
+                                           node.name, w, part.from, p.tensors[f.tensor].name));
+          ws.fetch.push_back(std::move(cp));
+        }
+      }
+      if (inst.computes) {
+        auto pb = partialOff[w].find(static_cast<int>(i));
+        if (pb != partialOff[w].end())
+          c.outOff = pb->second;
+        else if (writesTileDirectly(ne, w, plan.tiles[w][out]) && tileOff[w][out] >= 0)
+          c.outOff = tileOff[w][out];
+        else
+          return stringError(fmt::format("node '{}', worker {}: no buffer for its result",
+                                         node.name, w));
+        c.outElems = boxElements(inst.produced);
+        c.ints = kernelInts(op, node.shapes, inst.ranges, c.inBox);
+        c.fast = readsInsideRegions(op, node.shapes, inst.ranges, c.inBox) ? 1 : 0;
+        const std::string &name = kernelOf[node.table.get()];
+        c.fn = name.empty() ? nullptr : kernels.find(name);
+        if (!c.fn)
+          ++interpreted;
+      }
+    }
+    for (const OutputAssembly &a : ne.assemble) {
+      WorkerStep &ws = program[i][a.owner];
+      if (tileOff[a.owner][out] < 0)
+        continue;
+      ws.tileOff = tileOff[a.owner][out];
+      ws.tileElems = boxElements(a.tile);
+      ws.initIdentity = a.slices.size() > 1;
+      for (const auto &slice : a.slices)
+        for (const Fetch &f : slice) {
+          const OpInstance &src = ne.workers[f.from];
+          Copy cp;
+          cp.from = f.from;
+          auto pb = partialOff[f.from].find(static_cast<int>(i));
+          if (pb != partialOff[f.from].end()) {
+            cp.srcOff = pb->second;
+            cp.srcBox = src.produced;
+          } else {
+            cp.srcOff = tileOff[f.from][out];
+            cp.srcBox = plan.tiles[f.from][out];
+            if (f.from == a.owner && !ws.initIdentity)
+              continue; // written in place by the owner's own kernel
+          }
+          cp.dstOff = ws.tileOff;
+          cp.dstBox = a.tile;
+          cp.box = f.box;
+          cp.combine = ws.initIdentity;
+          cp.elementBytes = p.tensors[out].elementBytes;
+          ws.assemble.push_back(std::move(cp));
+        }
+      ws.assembles = ws.initIdentity || !ws.assemble.empty();
+    }
+  }
+  // Updates carried into the next step: an optimiser op's result replaces its first input.
+  for (const ProblemNode &n : p.nodes) {
+    const std::string &opName = n.table->op.def->name;
+    if (opName == "sgd_update" || opName == "adam_update" || opName == "adam_m" ||
+        opName == "adam_v")
+      carry.push_back({n.output, n.inputs[0]});
+  }
+  carryCopies.assign(k, {});
+  for (auto [upd, tgt] : carry)
+    for (unsigned w = 0; w < k; ++w) {
+      const Box &want = plan.tiles[w][tgt];
+      if (boxElements(want) == 0 || tileOff[w][tgt] < 0)
+        continue;
+      std::vector<unsigned> order = {w};
+      for (unsigned u = 0; u < k; ++u)
+        if (u != w)
+          order.push_back(u);
+      for (unsigned u : order) {
+        if (tileOff[u][upd] < 0)
+          continue;
+        Box part = intersect(plan.tiles[u][upd], want);
+        if (boxElements(part) == 0)
+          continue;
+        Copy cp;
+        cp.from = u;
+        cp.srcOff = tileOff[u][upd];
+        cp.srcBox = plan.tiles[u][upd];
+        cp.dstOff = tileOff[w][tgt];
+        cp.dstBox = want;
+        cp.box = part;
+        carryCopies[w].push_back(cp);
+        if (contains(plan.tiles[u][upd], want))
+          break;
+      }
+    }
+  return llvm::Error::success();
+}
+
+llvm::Error CpuEngine::Impl::interpret(unsigned w, const NodeExec &ne, const Compute &c) {
+  const ProblemNode &node = p.nodes[ne.node];
+  std::vector<Tensor> ins;
+  for (size_t q = 0; q < node.inputs.size(); ++q) {
+    const Box &held = c.inBox[q];
+    Tensor t(node.shapes.inputs[q], std::numeric_limits<double>::quiet_NaN());
+    std::vector<float> whole(t.data.size());
+    Box all;
+    for (int64_t e : t.shape)
+      all.push_back({0, e});
+    std::vector<float> tmp(std::max<int64_t>(1, t.size()), std::numeric_limits<float>::quiet_NaN());
+    copyBox(tmp.data(), all, arenas[w] + c.inOff[q], held, intersect(held, all), nullptr);
+    for (int64_t e = 0; e < t.size(); ++e)
+      t.data[e] = tmp[e];
+    ins.push_back(std::move(t));
+  }
+  std::vector<const Tensor *> ptrs;
+  for (const Tensor &t : ins)
+    ptrs.push_back(&t);
+  auto r = evaluate(node.table->op, node.shapes, ptrs, ne.workers[w].ranges);
+  if (!r)
+    return r.takeError();
+  float *dst = arenas[w] + c.outOff;
+  for (int64_t e = 0; e < r->size(); ++e)
+    dst[e] = static_cast<float>(r->data[e]);
+  return llvm::Error::success();
+}
+
+void CpuEngine::Impl::runWorker(unsigned w, Barrier &barrier, std::vector<std::string> &errors,
+                                std::atomic<int64_t> &moved) {
+  float *mine = arenas[w];
+  int64_t bytes = 0;
+  auto doCopy = [&](const Copy &cp) {
+    copyBox(mine + cp.dstOff, cp.dstBox, arenas[cp.from] + cp.srcOff, cp.srcBox, cp.box,
+            nullptr);
+    if (cp.from != w)
+      bytes += boxElements(cp.box) * cp.elementBytes;
+  };
+  for (size_t i = 0; i < program.size(); ++i) {
+    const NodeExec &ne = plan.nodes[i];
+    const WorkerStep &ws = program[i][w];
+    for (const Copy &cp : ws.fetch)
+      doCopy(cp);
+    if (ws.computes && errors[w].empty()) {
+      const Compute &c = ws.compute;
+      if (c.fn) {
+        std::vector<const float *> ins;
+        for (int64_t off : c.inOff)
+          ins.push_back(mine + off);
+        TofuKernelArgs args{c.ints.data(), ins.data(), mine + c.outOff, c.fast, threads};
+        c.fn(&args);
+      } else if (llvm::Error e = interpret(w, ne, c)) {
+        errors[w] = fmt::format("node '{}': {}", p.nodes[ne.node].name, llvm::toString(std::move(e)));
+      }
+    }
+    barrier.wait(); // every partial result is written
+    if (ws.assembles) {
+      float *tile = mine + ws.tileOff;
+      if (ws.initIdentity)
+        std::fill(tile, tile + ws.tileElems, reducerIdentity<float>(ne.reducer));
+      for (const Copy &cp : ws.assemble) {
+        copyBox(tile, cp.dstBox, arenas[cp.from] + cp.srcOff, cp.srcBox, cp.box,
+                cp.combine ? &ne.reducer : nullptr);
+        if (cp.from != w)
+          bytes += boxElements(cp.box) * cp.elementBytes;
+      }
+    }
+    barrier.wait(); // every tile of the output is assembled
+  }
+  moved += bytes;
+}
+
+CpuEngine::CpuEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CpuEngine::~CpuEngine() = default;
+
+llvm::Expected<std::unique_ptr<CpuEngine>> CpuEngine::create(const Problem &p, const ExecPlan &plan,
+                                                             const MemoryPlan &memory,
+                                                             const EngineOptions &options) {
+  auto impl = std::make_unique<Impl>(p, plan, memory, options);
+  if (llvm::Error e = impl->build())
+    return std::move(e);
+  if (options.checking)
+    for (unsigned w = 0; w < impl->k; ++w)
+      std::fill(impl->arenas[w], impl->arenas[w] + impl->arenaFloats[w],
+                std::numeric_limits<float>::quiet_NaN());
+  return std::unique_ptr<CpuEngine>(new CpuEngine(std::move(impl)));
+}
+
+llvm::Error CpuEngine::set(unsigned tensor, const Tensor &value) {
+  Impl &m = *impl_;
+  if (tensor >= m.p.tensors.size() || value.shape != m.p.tensors[tensor].shape)
+    return stringError("CpuEngine::set: no such tensor, or the value has the wrong shape");
+  Box all;
+  for (int64_t e : value.shape)
+    all.push_back({0, e});
+  std::vector<float> f(value.data.begin(), value.data.end());
+  if (f.empty())
+    f.push_back(0);
+  for (unsigned w = 0; w < m.k; ++w) {
+    const Box &tile = m.plan.tiles[w][tensor];
+    if (m.tileOff[w][tensor] < 0 || boxElements(tile) == 0)
+      continue;
+    copyBox(m.arenas[w] + m.tileOff[w][tensor], tile, f.data(), all, tile, nullptr);
+  }
+  TensorRole role = m.p.tensors[tensor].role;
+  if (role != TensorRole::Weight && role != TensorRole::OptimizerState)
+    m.inputs[tensor] = value;
+  return llvm::Error::success();
+}
+
+llvm::Expected<StepStats> CpuEngine::step() {
+  Impl &m = *impl_;
+  auto start = std::chrono::steady_clock::now();
+  if (m.options.checking) // what a step did not write must not be read
+    for (unsigned w = 0; w < m.k; ++w)
+      for (const Buffer &b : m.memory.workers[w].buffers) {
+        TensorRole role = m.p.tensors[b.tensor].role;
+        if (b.kind == Buffer::Kind::Tile &&
+            (role == TensorRole::Weight || role == TensorRole::OptimizerState))
+          continue;
+        std::fill(m.arenas[w] + b.offset / 4, m.arenas[w] + (b.offset + b.bytes) / 4,
+                  std::numeric_limits<float>::quiet_NaN());
+      }
+  for (const auto &[t, v] : m.inputs)
+    if (llvm::Error e = set(t, v))
+      return std::move(e);
+  Barrier barrier(m.k);
+  std::vector<std::string> errors(m.k);
+  std::atomic<int64_t> moved{0};
+  std::vector<std::thread> workers;
+  for (unsigned w = 1; w < m.k; ++w)
+    workers.emplace_back([&, w] { m.runWorker(w, barrier, errors, moved); });
+  m.runWorker(0, barrier, errors, moved);
+  for (std::thread &t : workers)
+    t.join();
+  for (unsigned w = 0; w < m.k; ++w)
+    if (!errors[w].empty())
+      return stringError(fmt::format("worker {}: {}", w, errors[w]));
+  StepStats stats;
+  stats.bytesMoved = moved;
+  // Carry the updates: every worker reads the updated values before any is overwritten.
+  std::vector<std::vector<float>> staged(m.k);
+  for (unsigned w = 0; w < m.k; ++w)
+    for (const Copy &cp : m.carryCopies[w]) {
+      std::vector<float> buf(std::max<int64_t>(1, boxElements(cp.box)));
+      copyBox(buf.data(), cp.box, m.arenas[cp.from] + cp.srcOff, cp.srcBox, cp.box, nullptr);
+      staged[w].insert(staged[w].end(), buf.begin(), buf.begin() + boxElements(cp.box));
+      if (cp.from != w)
+        stats.carryBytes += boxElements(cp.box) * 4;
+    }
+  for (unsigned w = 0; w < m.k; ++w) {
+    size_t at = 0;
+    for (const Copy &cp : m.carryCopies[w]) {
+      copyBox(m.arenas[w] + cp.dstOff, cp.dstBox, staged[w].data() + at, cp.box, cp.box, nullptr);
+      at += boxElements(cp.box);
+    }
+  }
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+Tensor CpuEngine::get(unsigned tensor) const {
+  const Impl &m = *impl_;
+  const std::vector<int64_t> &shape = m.p.tensors[tensor].shape;
+  Tensor out(shape, std::numeric_limits<double>::quiet_NaN());
+  Box all;
+  for (int64_t e : shape)
+    all.push_back({0, e});
+  std::vector<float> f(std::max<int64_t>(1, out.size()), std::numeric_limits<float>::quiet_NaN());
+  for (unsigned w = 0; w < m.k; ++w) {
+    const Box &tile = m.plan.tiles[w][tensor];
+    if (m.tileOff[w][tensor] < 0 || boxElements(tile) == 0)
+      continue;
+    copyBox(f.data(), all, m.arenas[w] + m.tileOff[w][tensor], tile, tile, nullptr);
+  }
+  for (int64_t e = 0; e < out.size(); ++e)
+    out.data[e] = f[e];
+  return out;
+}
+
+std::vector<int64_t> CpuEngine::arenaBytes() const {
+  std::vector<int64_t> out;
+  for (const WorkerMemory &w : impl_->memory.workers)
+    out.push_back(w.peak);
+  return out;
+}
+
+const KernelCompileStats &CpuEngine::compileStats() const { return impl_->kernels.stats(); }
+unsigned CpuEngine::interpretedInstances() const { return impl_->interpreted; }
+const std::vector<std::pair<unsigned, unsigned>> &CpuEngine::carries() const { return impl_->carry; }
+
+std::map<unsigned, Tensor> trainingValues(const Problem &p, const std::string &loss, unsigned seed,
+                                          double lr) {
+  std::map<unsigned, Tensor> v = randomGraphInputs(p, seed, {-1.0, 1.0});
+  std::mt19937 rng(seed);
+  for (auto &[t, value] : v) {
+    const ProblemTensor &pt = p.tensors[t];
+    auto fill = [&](double x) { value.data.assign(value.data.size(), x); };
+    if (pt.name == "d_" + loss)
+      fill(1.0);
+    else if (pt.name == "lr")
+      fill(lr);
+    else if (pt.name == "adam_b1")
+      fill(0.9);
+    else if (pt.name == "adam_b2")
+      fill(0.999);
+    else if (pt.name == "adam_c1")
+      fill(1.0 / (1.0 - 0.9));
+    else if (pt.name == "adam_c2")
+      fill(1.0 / (1.0 - 0.999));
+    else if (pt.name == "adam_eps")
+      fill(1e-8);
+    else if (pt.role == TensorRole::OptimizerState)
+      fill(0.0);
+    else if (pt.role == TensorRole::Weight && pt.shape.size() >= 2) {
+      int64_t fanIn = pt.shape.size() == 2 ? pt.shape[0] : value.size() / pt.shape[0];
+      double bound = 1.0 / std::sqrt(double(std::max<int64_t>(1, fanIn)));
+      std::uniform_real_distribution<double> u(-bound, bound);
+      for (double &x : value.data)
+        x = u(rng);
+    }
+  }
+  return v;
+}
+
+} // namespace tofu

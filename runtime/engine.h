@@ -1,0 +1,87 @@
+// The CPU engine: k workers (threads) run a partitioned training step on float32, each in
+// one arena of its memory plan's size, allocated once; every buffer (tiles, fetch buffers
+// holding an input's region, partial results) lives at its planned offset, so the planned
+// peak is the real peak. Ops run as generated C++ kernels (the interpreter only for ops the
+// generator cannot express); fetches and reductions are region copies between arenas.
+// Weights and optimiser state stay in the arenas across steps: after each step every
+// optimiser update's result is carried into the tensor it updates.
+#ifndef TOFU_RUNTIME_ENGINE_H
+#define TOFU_RUNTIME_ENGINE_H
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "analysis/interpreter.h"
+#include "codegen/exec_plan.h"
+#include "codegen/memory_plan.h"
+#include "runtime/cpu_kernels.h"
+
+namespace tofu {
+
+struct EngineOptions {
+  KernelCompileOptions compile;
+  /// OpenMP threads per worker (default: the machine's cores / k, at least 1).
+  int threadsPerWorker = 0;
+  /// Poison: fill each arena with NaN before every step, so a kernel or plan that reads
+  /// what was never written shows NaN in the result.
+  bool checking = false;
+};
+
+struct StepStats {
+  double seconds = 0;
+  int64_t bytesMoved = 0;  ///< between workers, by the plan's fetches and reductions
+  int64_t carryBytes = 0;  ///< between workers, carrying updates into the next step
+};
+
+class CpuEngine {
+public:
+  /// Builds every worker's program, compiles the kernels (one batch), allocates the arenas.
+  static llvm::Expected<std::unique_ptr<CpuEngine>> create(const Problem &p, const ExecPlan &plan,
+                                                           const MemoryPlan &memory,
+                                                           const EngineOptions &options = {});
+  ~CpuEngine();
+
+  /// Writes a whole tensor without a producer (an input, weight or optimiser state) into
+  /// the tiles of the workers holding it. Inputs are kept and written again every step.
+  llvm::Error set(unsigned tensor, const Tensor &value);
+  /// Runs one step; then carries each update into the tensor it updates.
+  llvm::Expected<StepStats> step();
+  /// A whole tensor assembled from its tiles. Only tensors live at the end of a step
+  /// (weights, optimiser state, graph outputs) are meaningful.
+  Tensor get(unsigned tensor) const;
+  /// Each worker's arena size.
+  std::vector<int64_t> arenaBytes() const;
+  const KernelCompileStats &compileStats() const;
+  /// How many op instances run on the interpreter (no generated kernel).
+  unsigned interpretedInstances() const;
+  /// Pairs (updated tensor, tensor it replaces) carried after each step.
+  const std::vector<std::pair<unsigned, unsigned>> &carries() const;
+
+  struct Impl;
+
+private:
+  explicit CpuEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Values for a training run of a graph whose loss is `loss`: inputs as randomGraphInputs
+/// draws them (fixed by `seed`), the loss gradient's seed `d_<loss>` 1, the learning rate
+/// `lr` (Adam's moments 0.9 and 0.999 with bias corrections for the first step, epsilon
+/// 1e-8), matrices and filters uniform in ±1/sqrt(fan-in) and optimiser state zero.
+std::map<unsigned, Tensor> trainingValues(const Problem &p, const std::string &loss, unsigned seed,
+                                          double lr);
+
+/// The largest |a - b| / max(1, |b|) a partitioned float32 step may show against the
+/// unpartitioned one on the same engine: split reductions sum in another order (each
+/// partial sum and the combine rounded to float32, relative 6e-8 per operation) over
+/// reductions of up to thousands of terms, and an SGD step turns a gradient's error into a
+/// weight's error scaled by the learning rate. 1e-3 is ten times the largest difference
+/// measured on the executor tests' models (README).
+inline constexpr double kFloat32StepTolerance = 1e-3;
+
+} // namespace tofu
+
+#endif // TOFU_RUNTIME_ENGINE_H
