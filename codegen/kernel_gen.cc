@@ -468,20 +468,63 @@ private:
     }
     for (size_t k = 0; k < m; ++k)
       emitSlot(static_cast<int>(ov[k]));
-    for (size_t k = m; k < n; ++k) {
+    const ir::Reduce *top = interchangeable();
+    const size_t plain = top ? n - 1 : n; // loops nested as written
+    for (size_t k = m; k < plain; ++k) {
       if (k + 1 == n && slotEmpty(ov[k]))
         line("#pragma omp simd");
       line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", ov[k]));
       ++indent_;
       emitSlot(static_cast<int>(ov[k]));
     }
-    line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
-    for (size_t k = m; k < n; ++k) {
+    if (top)
+      emitInterchanged(*top);
+    else
+      line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
+    for (size_t k = m; k < plain; ++k) {
       --indent_;
       line("}");
     }
     --indent_;
     line("}");
+  }
+
+  /// The body is one reduction over terms that need no other reduction, computed per
+  /// element of the innermost output loop (a matrix product, a convolution): its loops can
+  /// go outside that loop, which then runs contiguously over the output row and the inputs
+  /// indexed by it, accumulating in the output (same terms in the same order per element).
+  const ir::Reduce *interchangeable() const {
+    const auto *top = dyn_cast<ir::Reduce>(op_.body.get());
+    const std::vector<unsigned> &ov = op_.outputVars;
+    if (!top || ov.size() < 2 || reds_.size() != 1 || top->vars.empty())
+      return nullptr;
+    return reds_[0].slot == static_cast<int>(ov.back()) ? top : nullptr;
+  }
+
+  void emitInterchanged(const ir::Reduce &top) {
+    unsigned last = op_.outputVars.back();
+    std::string row = fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0})", last);
+    std::string at = "out[" + outputOffset() + "]";
+    line("#pragma omp simd");
+    line(row);
+    line(fmt::format("  {} = {};", at, floatLiteral(reducerIdentity<float>(top.reducer))));
+    for (unsigned v : top.vars) {
+      line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", v));
+      ++indent_;
+    }
+    line("#pragma omp simd");
+    line(row);
+    std::string x = value(*top.body);
+    switch (top.reducer) {
+    case ir::Reducer::Sum: line(fmt::format("  {} += {};", at, x)); break;
+    case ir::Reducer::Prod: line(fmt::format("  {} *= {};", at, x)); break;
+    case ir::Reducer::Max: line(fmt::format("  {0} = tofu_max({0}, {1});", at, x)); break;
+    case ir::Reducer::Min: line(fmt::format("  {0} = tofu_min({0}, {1});", at, x)); break;
+    }
+    for (size_t k = 0; k < top.vars.size(); ++k) {
+      --indent_;
+      line("}");
+    }
   }
 
   /// The CUDA nest: a grid-stride loop over the share's elements, one per thread.
