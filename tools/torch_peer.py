@@ -39,9 +39,12 @@ def main():
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - t)
-    blas = [l.strip() for l in torch.__config__.show().splitlines() if "BLAS" in l]
+    import re
+    blas = re.findall(r"BLAS_INFO=([^,]+)", torch.__config__.show())
+    libs = sorted({l.split()[-1] for l in open("/proc/self/maps") if "blas" in l.lower()})
     print(f"pytorch {torch.__version__} mlp batch {args.batch}, {args.threads} threads: "
-          f"median step {statistics.median(times[2:]):.4f} s; {'; '.join(blas)}")
+          f"median step {statistics.median(times[2:]):.4f} s; BLAS_INFO={','.join(blas)}; "
+          f"loaded: {' '.join(libs)}")
 
 
 if __name__ == "__main__":
