@@ -37,17 +37,6 @@ bool exists(const std::string &path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-/// mkdir -p.
-bool makeDirs(const std::string &path) {
-  for (size_t at = 1; at <= path.size(); ++at)
-    if (at == path.size() || path[at] == '/') {
-      std::string prefix = path.substr(0, at);
-      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST)
-        return false;
-    }
-  return true;
-}
-
 /// Runs `command` with /bin/sh; returns its exit status (-1 when it could not start).
 int runShell(const std::string &command) {
   pid_t pid;
@@ -96,6 +85,52 @@ const std::string &compilerIdentity(const std::string &compiler) {
 
 } // namespace
 
+bool makeDirs(const std::string &path) {
+  for (size_t at = 1; at <= path.size(); ++at)
+    if (at == path.size() || path[at] == '/') {
+      std::string prefix = path.substr(0, at);
+      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST)
+        return false;
+    }
+  return true;
+}
+
+std::vector<KernelUnit> kernelUnits(const std::vector<const KernelSource *> &kernels,
+                                    KernelDialect dialect, unsigned perUnit, size_t minUnits) {
+  std::map<std::string, const KernelSource *> distinct;
+  for (const KernelSource *k : kernels)
+    distinct.emplace(k->name, k);
+  if (distinct.empty())
+    return {};
+  perUnit = std::max(1u, perUnit);
+  size_t count = std::max<size_t>((distinct.size() + perUnit - 1) / perUnit,
+                                  std::min(minUnits, distinct.size()));
+  std::vector<KernelUnit> units(count);
+  size_t i = 0;
+  for (const auto &[name, k] : distinct)
+    units[i++ * count / distinct.size()].kernels.push_back(k);
+  for (KernelUnit &u : units) {
+    u.source = kernelPrelude(dialect);
+    for (const KernelSource *k : u.kernels)
+      u.source += "\n" + k->code;
+  }
+  return units;
+}
+
+void forEachInParallel(size_t n, unsigned jobs, const std::function<void(size_t)> &fn) {
+  if (jobs == 0)
+    jobs = std::max(1u, std::thread::hardware_concurrency());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> threads;
+  for (unsigned j = 0; j < std::min<size_t>(jobs, n); ++j)
+    threads.emplace_back([&] {
+      for (size_t i; (i = next++) < n;)
+        fn(i);
+    });
+  for (std::thread &t : threads)
+    t.join();
+}
+
 std::string defaultKernelCacheDir() {
   if (const char *d = std::getenv("TOFU_KERNEL_CACHE"); d && *d)
     return d;
@@ -119,13 +154,18 @@ CpuKernelLibrary::Fn CpuKernelLibrary::find(const std::string &name) const {
 llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
                                   const KernelCompileOptions &options) {
   auto start = std::chrono::steady_clock::now();
-  // Distinct kernels not loaded yet, in name order: the same set always forms the same units.
-  std::map<std::string, const KernelSource *> todo;
+  // Kernels not loaded yet.
+  std::vector<const KernelSource *> todo;
   for (const KernelSource &k : kernels)
     if (!fns_.count(k.name))
-      todo.emplace(k.name, &k);
-  stats_.kernels += static_cast<unsigned>(todo.size());
-  if (todo.empty())
+      todo.push_back(&k);
+  unsigned jobs = options.jobs ? options.jobs : std::max(1u, std::thread::hardware_concurrency());
+  // Spread small batches over every job rather than filling the first units.
+  std::vector<KernelUnit> parts =
+      kernelUnits(todo, KernelDialect::Cpp, options.kernelsPerUnit, jobs);
+  for (const KernelUnit &u : parts)
+    stats_.kernels += static_cast<unsigned>(u.kernels.size());
+  if (parts.empty())
     return llvm::Error::success();
   const std::string dir = options.cacheDir.empty() ? defaultKernelCacheDir() : options.cacheDir;
   if (!makeDirs(dir))
@@ -135,70 +175,51 @@ llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
       options.compiler.empty() ? envOr("CXX", "c++") : options.compiler;
   const std::string &identity = compilerIdentity(compiler);
 
-  struct Unit {
-    std::vector<const KernelSource *> kernels;
-    std::string source, key, so;
+  struct Unit : KernelUnit {
+    std::string key, so;
     std::string error;
     bool compiled = false;
   };
-  std::vector<Unit> units;
-  const unsigned perUnit = std::max(1u, options.kernelsPerUnit);
-  unsigned jobs = options.jobs ? options.jobs : std::max(1u, std::thread::hardware_concurrency());
-  // Spread small batches over every job rather than filling the first units.
-  size_t count = std::max<size_t>((todo.size() + perUnit - 1) / perUnit,
-                                  std::min<size_t>(jobs, todo.size()));
-  units.resize(count);
-  size_t i = 0;
-  for (const auto &[name, k] : todo)
-    units[i++ * count / todo.size()].kernels.push_back(k);
-  for (Unit &u : units) {
-    u.source = kernelPrelude(KernelDialect::Cpp);
-    for (const KernelSource *k : u.kernels)
-      u.source += "\n" + k->code;
+  std::vector<Unit> units(parts.size());
+  for (size_t n = 0; n < parts.size(); ++n) {
+    Unit &u = units[n];
+    static_cast<KernelUnit &>(u) = std::move(parts[n]);
     u.key = fmt::format("{:016x}", stableHash(identity + "\n" + options.flags + "\n" + u.source));
     u.so = dir + "/" + u.key + ".so";
   }
 
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t n; (n = next++) < units.size();) {
-      Unit &u = units[n];
-      if (exists(u.so))
-        continue;
-      std::string src = dir + "/" + u.key + ".cc";
-      std::string tmp = fmt::format("{}.{}.{}.tmp", u.so, ::getpid(), n);
-      std::string log = tmp + ".log";
-      {
-        std::ofstream f(src);
-        f << u.source;
-        if (!f) {
-          u.error = "cannot write " + src;
-          continue;
-        }
+  forEachInParallel(units.size(), jobs, [&](size_t n) {
+    Unit &u = units[n];
+    if (exists(u.so))
+      return;
+    std::string src = dir + "/" + u.key + ".cc";
+    std::string tmp = fmt::format("{}.{}.{}.tmp", u.so, ::getpid(), n);
+    std::string log = tmp + ".log";
+    {
+      std::ofstream f(src);
+      f << u.source;
+      if (!f) {
+        u.error = "cannot write " + src;
+        return;
       }
-      std::string cmd = fmt::format("{} {} -o {} {} 2> {}", compiler, options.flags, quote(tmp),
-                                    quote(src), quote(log));
-      int status = runShell(cmd);
-      if (status != 0) {
-        u.error = fmt::format("compiling generated kernels failed (exit {}): {}\nsource: {}\n{}",
-                              status, cmd, src, readFile(log, 4000));
-        std::remove(tmp.c_str());
-        std::remove(log.c_str());
-        continue;
-      }
-      std::remove(log.c_str());
-      if (std::rename(tmp.c_str(), u.so.c_str()) != 0) {
-        u.error = fmt::format("cannot move {} into the cache: {}", tmp, std::strerror(errno));
-        continue;
-      }
-      u.compiled = true;
     }
-  };
-  std::vector<std::thread> threads;
-  for (unsigned j = 0; j < std::min<size_t>(jobs, units.size()); ++j)
-    threads.emplace_back(worker);
-  for (std::thread &t : threads)
-    t.join();
+    std::string cmd = fmt::format("{} {} -o {} {} 2> {}", compiler, options.flags, quote(tmp),
+                                  quote(src), quote(log));
+    int status = runShell(cmd);
+    if (status != 0) {
+      u.error = fmt::format("compiling generated kernels failed (exit {}): {}\nsource: {}\n{}",
+                            status, cmd, src, readFile(log, 4000));
+      std::remove(tmp.c_str());
+      std::remove(log.c_str());
+      return;
+    }
+    std::remove(log.c_str());
+    if (std::rename(tmp.c_str(), u.so.c_str()) != 0) {
+      u.error = fmt::format("cannot move {} into the cache: {}", tmp, std::strerror(errno));
+      return;
+    }
+    u.compiled = true;
+  });
 
   // The OpenMP runtime the kernels load must outlive them: its idle pool threads would run
   // unmapped code once the last kernel library is closed.

@@ -5,6 +5,7 @@
 #ifndef TOFU_RUNTIME_CPU_KERNELS_H
 #define TOFU_RUNTIME_CPU_KERNELS_H
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,6 +61,26 @@ private:
 
 /// The default cache directory (see KernelCompileOptions::cacheDir).
 std::string defaultKernelCacheDir();
+
+// --- What the C++ and the NVRTC batch compilers share ------------------------------
+
+/// One translation unit of a batch: its kernels and its source (the dialect's prelude, then
+/// each kernel).
+struct KernelUnit {
+  std::vector<const KernelSource *> kernels;
+  std::string source;
+};
+
+/// The distinct kernels of `kernels` (by name, in name order: the same set always forms the
+/// same units) in at least `minUnits` units of about `perUnit` kernels each.
+std::vector<KernelUnit> kernelUnits(const std::vector<const KernelSource *> &kernels,
+                                    KernelDialect dialect, unsigned perUnit, size_t minUnits);
+
+/// Calls fn(0) ... fn(n - 1) on `jobs` threads (0: the machine's cores).
+void forEachInParallel(size_t n, unsigned jobs, const std::function<void(size_t)> &fn);
+
+/// mkdir -p; false (errno set) when a directory cannot be made.
+bool makeDirs(const std::string &path);
 
 /// Runs kernel `fn` of `op` for the share over `ranges`, on whole input tensors (doubles):
 /// each input's region (inputRegions) is copied into a float buffer, as a worker would hold

@@ -361,7 +361,6 @@ llvm::Error CpuEngine::Impl::interpret(unsigned w, const NodeExec &ne, const Com
   for (size_t q = 0; q < node.inputs.size(); ++q) {
     const Box &held = c.inBox[q];
     Tensor t(node.shapes.inputs[q], std::numeric_limits<double>::quiet_NaN());
-    std::vector<float> whole(t.data.size());
     Box all;
     for (int64_t e : t.shape)
       all.push_back({0, e});

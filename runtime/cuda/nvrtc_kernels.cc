@@ -19,9 +19,8 @@
 namespace tofu {
 namespace {
 
-struct Unit {
-  std::vector<const KernelSource *> kernels;
-  std::string source, path, error;
+struct Unit : KernelUnit {
+  std::string path, error;
   bool compiled = false;
 };
 
@@ -62,49 +61,34 @@ std::string compileUnit(Unit &u, const CubinOptions &options) {
 
 llvm::Expected<std::vector<Cubin>> compileCubins(const std::vector<KernelSource> &kernels,
                                                  const CubinOptions &options) {
-  std::map<std::string, const KernelSource *> todo;
+  std::vector<const KernelSource *> all;
   for (const KernelSource &k : kernels)
-    todo.emplace(k.name, &k);
+    all.push_back(&k);
+  std::vector<KernelUnit> parts =
+      kernelUnits(all, KernelDialect::Cuda, options.kernelsPerUnit, 1);
   std::vector<Cubin> out;
-  if (todo.empty())
+  if (parts.empty())
     return out;
   std::string dir = options.cacheDir.empty() ? defaultKernelCacheDir() : options.cacheDir;
-  for (size_t at = 1; at <= dir.size(); ++at)
-    if (at == dir.size() || dir[at] == '/')
-      ::mkdir(dir.substr(0, at).c_str(), 0755);
+  makeDirs(dir); // a failure shows when the cubin is written
   int major = 0, minor = 0;
   nvrtcVersion(&major, &minor);
-  const unsigned perUnit = std::max(1u, options.kernelsPerUnit);
-  unsigned jobs = options.jobs ? options.jobs : std::max(1u, std::thread::hardware_concurrency());
-  size_t count = (todo.size() + perUnit - 1) / perUnit;
-  std::vector<Unit> units(count);
-  size_t i = 0;
-  for (const auto &[name, k] : todo)
-    units[i++ * count / todo.size()].kernels.push_back(k);
-  for (Unit &u : units) {
-    u.source = kernelPrelude(KernelDialect::Cuda);
-    for (const KernelSource *k : u.kernels)
-      u.source += "\n" + k->code;
+  std::vector<Unit> units(parts.size());
+  for (size_t n = 0; n < parts.size(); ++n) {
+    Unit &u = units[n];
+    static_cast<KernelUnit &>(u) = std::move(parts[n]);
     u.path = fmt::format("{}/{:016x}.cubin", dir,
                          stableHash(fmt::format("nvrtc {}.{} {}\n{}", major, minor, options.arch,
                                                 u.source)));
   }
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t n; (n = next++) < units.size();) {
-      Unit &u = units[n];
-      struct stat st;
-      if (::stat(u.path.c_str(), &st) == 0)
-        continue;
-      u.error = compileUnit(u, options);
-      u.compiled = u.error.empty();
-    }
-  };
-  std::vector<std::thread> threads;
-  for (unsigned j = 0; j < std::min<size_t>(jobs, units.size()); ++j)
-    threads.emplace_back(worker);
-  for (std::thread &t : threads)
-    t.join();
+  forEachInParallel(units.size(), options.jobs, [&](size_t n) {
+    Unit &u = units[n];
+    struct stat st;
+    if (::stat(u.path.c_str(), &st) == 0)
+      return;
+    u.error = compileUnit(u, options);
+    u.compiled = u.error.empty();
+  });
   for (Unit &u : units) {
     if (!u.error.empty()) {
       std::string names;
