@@ -267,6 +267,45 @@ private:
     return call + ")";
   }
 
+  /// Whether `e` is integer-valued: index variables, extents, integer constants and their
+  /// sums, differences, products and remainders by a nonzero integer constant.
+  static bool isInt(const ir::Expr &e) {
+    switch (e.kind()) {
+    case ir::ExprKind::Const: return cast<ir::Const>(e).isInt;
+    case ir::ExprKind::VarRef:
+    case ir::ExprKind::ExtentRef: return true;
+    case ir::ExprKind::Neg: return isInt(*cast<ir::Neg>(e).operand);
+    case ir::ExprKind::Binary: {
+      const auto &b = cast<ir::Binary>(e);
+      switch (b.op) {
+      case ast::BinaryOp::Add:
+      case ast::BinaryOp::Sub:
+      case ast::BinaryOp::Mul: return isInt(*b.lhs) && isInt(*b.rhs);
+      case ast::BinaryOp::Mod: {
+        const auto *c = llvm::dyn_cast<ir::Const>(b.rhs.get());
+        return isInt(*b.lhs) && c && c->isInt && c->intValue != 0;
+      }
+      default: return false;
+      }
+    }
+    default: return false;
+    }
+  }
+
+  /// An integer-valued expression in i64; `%` truncates as fmod does.
+  std::string intText(const ir::Expr &e) {
+    switch (e.kind()) {
+    case ir::ExprKind::Const: return fmt::format("((i64){})", cast<ir::Const>(e).intValue);
+    case ir::ExprKind::Neg: return "(-" + intText(*cast<ir::Neg>(e).operand) + ")";
+    case ir::ExprKind::Binary: {
+      const auto &b = cast<ir::Binary>(e);
+      return fmt::format("({} {} {})", intText(*b.lhs), ast::binaryOpSpelling(b.op),
+                         intText(*b.rhs));
+    }
+    default: return "((i64)" + index(e) + ")";
+    }
+  }
+
   std::string value(const ir::Expr &e) {
     switch (e.kind()) {
     case ir::ExprKind::Const:
@@ -289,6 +328,13 @@ private:
       return "(-" + value(*cast<ir::Neg>(e).operand) + ")";
     case ir::ExprKind::Binary: {
       const auto &b = cast<ir::Binary>(e);
+      // Integer-valued operands (index arithmetic: `(h + ph - ky) % sh == 0`) compare and
+      // take remainders in integers, exactly and without fmodf.
+      if (b.op == ast::BinaryOp::Mod && isInt(e))
+        return "((float)" + intText(e) + ")";
+      if (compareCall(b.op) && isInt(*b.lhs) && isInt(*b.rhs))
+        return fmt::format("((float)({} {} {}))", intText(*b.lhs), ast::binaryOpSpelling(b.op),
+                           intText(*b.rhs));
       std::string l = value(*b.lhs), r = value(*b.rhs);
       if (const char *cmp = compareCall(b.op))
         return fmt::format("{}({}, {})", cmp, l, r);

@@ -11,12 +11,15 @@
 #include <limits>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "analysis/reducer.h"
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "grammar/diagnostics.h"
 #include "runtime/cpu_executor.h"
+#include "runtime/library_kernels.h"
 
 namespace tofu {
 namespace {
@@ -34,7 +37,8 @@ struct Copy {
 
 /// One op instance's kernel call, every argument fixed when the program is built.
 struct Compute {
-  CpuKernelLibrary::Fn fn = nullptr; ///< null: the interpreter
+  std::shared_ptr<const LibraryKernel> lib; ///< set: a library call computes the share
+  CpuKernelLibrary::Fn fn = nullptr; ///< null (and no lib): the interpreter
   std::vector<int64_t> ints;
   std::vector<int64_t> inOff; ///< per op input, the buffer it reads
   std::vector<Box> inBox;     ///< per op input, the box that buffer holds
@@ -157,8 +161,13 @@ struct CpuEngine::Impl {
   std::vector<std::vector<WorkerStep>> program;
   std::vector<std::pair<unsigned, unsigned>> carry;
   std::vector<std::vector<Copy>> carryCopies; ///< per worker
+  std::vector<unsigned> inPlace; ///< updates written over the tensor they replace
   std::map<unsigned, Tensor> inputs;          ///< written again before every step
   unsigned interpreted = 0;
+  unsigned library = 0;
+  std::vector<int64_t> scratch; ///< per worker, the scratch space its library calls share
+  std::vector<void *> scratchSpace;
+  std::vector<NodeTime> profile; ///< per node in plan order, summed over steps (worker 0)
 
   Impl(const Problem &p, const ExecPlan &plan, const MemoryPlan &memory, EngineOptions o)
       : p(p), plan(plan), memory(memory), options(std::move(o)), k(plan.workers) {}
@@ -166,11 +175,14 @@ struct CpuEngine::Impl {
   ~Impl() {
     for (float *a : arenas)
       std::free(a);
+    for (void *s : scratchSpace)
+      std::free(s);
   }
 
   llvm::Error build();
+  bool updateInPlace(unsigned upd, unsigned tgt);
   void runWorker(unsigned w, Barrier &barrier, std::vector<std::string> &errors,
-                 std::atomic<int64_t> &moved);
+                 std::atomic<int64_t> &moved, std::atomic<int64_t> &carried);
   llvm::Error interpret(unsigned w, const NodeExec &ne, const Compute &c);
 };
 
@@ -220,6 +232,12 @@ llvm::Error CpuEngine::Impl::build() {
   if (llvm::Error e = kernels.add(sources, options.compile))
     return e;
   // Programs.
+  scratch.assign(k, 0);
+  profile.assign(plan.nodes.size(), {});
+  for (size_t i = 0; i < plan.nodes.size(); ++i) {
+    profile[i].node = p.nodes[plan.nodes[i].node].name;
+    profile[i].op = p.nodes[plan.nodes[i].node].table->op.name;
+  }
   program.assign(plan.nodes.size(), std::vector<WorkerStep>(k));
   for (size_t i = 0; i < plan.nodes.size(); ++i) {
     const NodeExec &ne = plan.nodes[i];
@@ -281,7 +299,17 @@ llvm::Error CpuEngine::Impl::build() {
         c.fast = readsInsideRegions(op, node.shapes, inst.ranges, c.inBox) ? 1 : 0;
         const std::string &name = kernelOf[node.table.get()];
         c.fn = name.empty() ? nullptr : kernels.find(name);
-        if (!c.fn)
+        if (options.library && hasLibraryForm(op))
+          c.lib = libraryKernel(op, node.shapes, inst.ranges, c.inBox);
+        if (c.lib) {
+          ++library;
+          scratch[w] = std::max(scratch[w], static_cast<int64_t>(c.lib->scratchBytes()));
+          if (w == 0)
+            profile[i].kernel = c.lib->describe();
+        } else if (w == 0) {
+          profile[i].kernel = c.fn ? "generated" : "interpreter";
+        }
+        if (!c.lib && !c.fn)
           ++interpreted;
       }
     }
@@ -317,6 +345,12 @@ llvm::Error CpuEngine::Impl::build() {
       ws.assembles = ws.initIdentity || !ws.assemble.empty();
     }
   }
+  for (unsigned w = 0; w < k; ++w) {
+    scratchSpace.push_back(std::aligned_alloc(64, static_cast<size_t>((scratch[w] + 64) / 64 * 64)));
+    if (!scratchSpace.back())
+      return stringError(fmt::format("worker {}: cannot allocate {} bytes of scratch space", w,
+                                     scratch[w]));
+  }
   // Updates carried into the next step: an optimiser op's result replaces its first input.
   for (const ProblemNode &n : p.nodes) {
     const std::string &opName = n.table->op.def->name;
@@ -325,7 +359,9 @@ llvm::Error CpuEngine::Impl::build() {
       carry.push_back({n.output, n.inputs[0]});
   }
   carryCopies.assign(k, {});
-  for (auto [upd, tgt] : carry)
+  for (auto [upd, tgt] : carry) {
+    if (updateInPlace(upd, tgt))
+      continue;
     for (unsigned w = 0; w < k; ++w) {
       const Box &want = plan.tiles[w][tgt];
       if (boxElements(want) == 0 || tileOff[w][tgt] < 0)
@@ -352,7 +388,48 @@ llvm::Error CpuEngine::Impl::build() {
           break;
       }
     }
+  }
   return llvm::Error::success();
+}
+
+bool CpuEngine::Impl::updateInPlace(unsigned upd, unsigned tgt) {
+  // The update must be element-wise over its first input, its result read by nothing but the
+  // carry, and the old value read by nothing after it: then each worker can write the new
+  // value over its own tile of the old one (each element is read before it is written).
+  size_t at = plan.nodes.size();
+  for (size_t i = 0; i < plan.nodes.size(); ++i)
+    if (p.nodes[plan.nodes[i].node].output == upd)
+      at = i;
+  if (at == plan.nodes.size())
+    return false;
+  const ProblemNode &node = p.nodes[plan.nodes[at].node];
+  if (!node.table->op.isElementwise() || node.inputs.empty() || node.inputs[0] != tgt)
+    return false;
+  for (size_t i = 0; i < plan.nodes.size(); ++i) {
+    const ProblemNode &other = p.nodes[plan.nodes[i].node];
+    for (unsigned in : other.inputs)
+      if (in == upd || (in == tgt && i > at))
+        return false;
+  }
+  for (unsigned w = 0; w < k; ++w) {
+    const OpInstance &inst = plan.nodes[at].workers[w];
+    const WorkerStep &ws = program[at][w];
+    const Box &tile = plan.tiles[w][tgt];
+    if (boxElements(tile) == 0 && !inst.computes)
+      continue;
+    if (!inst.computes || ws.assembles || tileOff[w][tgt] < 0 || !(inst.produced == tile) ||
+        !(plan.tiles[w][upd] == tile))
+      return false;
+    for (size_t q = 0; q < node.inputs.size(); ++q)
+      if (node.inputs[q] == tgt &&
+          (ws.compute.inOff[q] != tileOff[w][tgt] || !(ws.compute.inBox[q] == tile)))
+        return false; // fetched: another worker's tile would be read while it is written
+  }
+  for (unsigned w = 0; w < k; ++w)
+    if (plan.nodes[at].workers[w].computes)
+      program[at][w].compute.outOff = tileOff[w][tgt];
+  inPlace.push_back(upd);
+  return true;
 }
 
 llvm::Error CpuEngine::Impl::interpret(unsigned w, const NodeExec &ne, const Compute &c) {
@@ -383,7 +460,7 @@ llvm::Error CpuEngine::Impl::interpret(unsigned w, const NodeExec &ne, const Com
 }
 
 void CpuEngine::Impl::runWorker(unsigned w, Barrier &barrier, std::vector<std::string> &errors,
-                                std::atomic<int64_t> &moved) {
+                                std::atomic<int64_t> &moved, std::atomic<int64_t> &carried) {
   float *mine = arenas[w];
   int64_t bytes = 0;
   auto doCopy = [&](const Copy &cp) {
@@ -392,14 +469,27 @@ void CpuEngine::Impl::runWorker(unsigned w, Barrier &barrier, std::vector<std::s
     if (cp.from != w)
       bytes += boxElements(cp.box) * cp.elementBytes;
   };
+  const bool timing = options.profile && w == 0;
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
   for (size_t i = 0; i < program.size(); ++i) {
     const NodeExec &ne = plan.nodes[i];
     const WorkerStep &ws = program[i][w];
+    Clock::time_point t0 = timing ? Clock::now() : Clock::time_point();
     for (const Copy &cp : ws.fetch)
       doCopy(cp);
+    if (timing)
+      profile[i].copySeconds += since(t0), t0 = Clock::now();
     if (ws.computes && errors[w].empty()) {
       const Compute &c = ws.compute;
-      if (c.fn) {
+      if (c.lib) {
+        std::vector<const float *> ins;
+        for (int64_t off : c.inOff)
+          ins.push_back(mine + off);
+        c.lib->run(ins.data(), mine + c.outOff, threads, scratchSpace[w]);
+      } else if (c.fn) {
         std::vector<const float *> ins;
         for (int64_t off : c.inOff)
           ins.push_back(mine + off);
@@ -409,7 +499,11 @@ void CpuEngine::Impl::runWorker(unsigned w, Barrier &barrier, std::vector<std::s
         errors[w] = fmt::format("node '{}': {}", p.nodes[ne.node].name, llvm::toString(std::move(e)));
       }
     }
+    if (timing)
+      profile[i].computeSeconds += since(t0), t0 = Clock::now();
     barrier.wait(); // every partial result is written
+    if (timing)
+      profile[i].waitSeconds += since(t0), t0 = Clock::now();
     if (ws.assembles) {
       float *tile = mine + ws.tileOff;
       if (ws.initIdentity)
@@ -421,9 +515,22 @@ void CpuEngine::Impl::runWorker(unsigned w, Barrier &barrier, std::vector<std::s
           bytes += boxElements(cp.box) * cp.elementBytes;
       }
     }
+    if (timing)
+      profile[i].copySeconds += since(t0), t0 = Clock::now();
     barrier.wait(); // every tile of the output is assembled
+    if (timing)
+      profile[i].waitSeconds += since(t0);
   }
   moved += bytes;
+  // Carry the updates into the tensors they replace. Updated values and the tiles they
+  // replace are distinct live buffers, so workers copy concurrently once all have computed.
+  int64_t carriedBytes = 0;
+  for (const Copy &cp : carryCopies[w]) {
+    copyBox(mine + cp.dstOff, cp.dstBox, arenas[cp.from] + cp.srcOff, cp.srcBox, cp.box, nullptr);
+    if (cp.from != w)
+      carriedBytes += boxElements(cp.box) * 4;
+  }
+  carried += carriedBytes;
 }
 
 CpuEngine::CpuEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -482,11 +589,11 @@ llvm::Expected<StepStats> CpuEngine::step() {
       return std::move(e);
   Barrier barrier(m.k);
   std::vector<std::string> errors(m.k);
-  std::atomic<int64_t> moved{0};
+  std::atomic<int64_t> moved{0}, carried{0};
   std::vector<std::thread> workers;
   for (unsigned w = 1; w < m.k; ++w)
-    workers.emplace_back([&, w] { m.runWorker(w, barrier, errors, moved); });
-  m.runWorker(0, barrier, errors, moved);
+    workers.emplace_back([&, w] { m.runWorker(w, barrier, errors, moved, carried); });
+  m.runWorker(0, barrier, errors, moved, carried);
   for (std::thread &t : workers)
     t.join();
   for (unsigned w = 0; w < m.k; ++w)
@@ -494,23 +601,7 @@ llvm::Expected<StepStats> CpuEngine::step() {
       return stringError(fmt::format("worker {}: {}", w, errors[w]));
   StepStats stats;
   stats.bytesMoved = moved;
-  // Carry the updates: every worker reads the updated values before any is overwritten.
-  std::vector<std::vector<float>> staged(m.k);
-  for (unsigned w = 0; w < m.k; ++w)
-    for (const Copy &cp : m.carryCopies[w]) {
-      std::vector<float> buf(std::max<int64_t>(1, boxElements(cp.box)));
-      copyBox(buf.data(), cp.box, m.arenas[cp.from] + cp.srcOff, cp.srcBox, cp.box, nullptr);
-      staged[w].insert(staged[w].end(), buf.begin(), buf.begin() + boxElements(cp.box));
-      if (cp.from != w)
-        stats.carryBytes += boxElements(cp.box) * 4;
-    }
-  for (unsigned w = 0; w < m.k; ++w) {
-    size_t at = 0;
-    for (const Copy &cp : m.carryCopies[w]) {
-      copyBox(m.arenas[w] + cp.dstOff, cp.dstBox, staged[w].data() + at, cp.box, cp.box, nullptr);
-      at += boxElements(cp.box);
-    }
-  }
+  stats.carryBytes = carried;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }
@@ -543,7 +634,51 @@ std::vector<int64_t> CpuEngine::arenaBytes() const {
 
 const KernelCompileStats &CpuEngine::compileStats() const { return impl_->kernels.stats(); }
 unsigned CpuEngine::interpretedInstances() const { return impl_->interpreted; }
+unsigned CpuEngine::libraryInstances() const { return impl_->library; }
+std::vector<int64_t> CpuEngine::libraryScratchBytes() const { return impl_->scratch; }
+const std::vector<NodeTime> &CpuEngine::profile() const { return impl_->profile; }
 const std::vector<std::pair<unsigned, unsigned>> &CpuEngine::carries() const { return impl_->carry; }
+
+/// A weight or optimiser-state tensor that a step reads (not the update it computes).
+bool isTrainingState(const ProblemTensor &t) {
+  return t.producer < 0 && (t.role == TensorRole::Weight || t.role == TensorRole::OptimizerState);
+}
+
+Checkpoint checkpointOf(const Problem &p, const CpuEngine &engine) {
+  Checkpoint c;
+  for (unsigned t = 0; t < p.tensors.size(); ++t)
+    if (isTrainingState(p.tensors[t]))
+      c.tensors.emplace(p.tensors[t].name, engine.get(t));
+  return c;
+}
+
+llvm::Error restore(const Problem &p, CpuEngine &engine, const Checkpoint &c) {
+  std::set<std::string> used;
+  for (unsigned t = 0; t < p.tensors.size(); ++t) {
+    const ProblemTensor &pt = p.tensors[t];
+    if (!isTrainingState(pt))
+      continue;
+    auto it = c.tensors.find(pt.name);
+    if (it == c.tensors.end())
+      return stringError(fmt::format("the checkpoint has no tensor '{}' ({} of shape [{}])",
+                                     pt.name, pt.role == TensorRole::Weight ? "a weight" : "optimiser state",
+                                     fmt::join(pt.shape, ", ")));
+    if (it->second.shape != pt.shape)
+      return stringError(fmt::format("tensor '{}': the checkpoint's shape [{}] is not the graph's [{}]",
+                                     pt.name, fmt::join(it->second.shape, ", "),
+                                     fmt::join(pt.shape, ", ")));
+    if (llvm::Error e = engine.set(t, it->second))
+      return e;
+    used.insert(pt.name);
+  }
+  for (const auto &[name, t] : c.tensors)
+    if (!used.count(name))
+      return stringError(fmt::format("the checkpoint holds '{}', which is not a weight or "
+                                     "optimiser state of this graph (another model, or another "
+                                     "optimiser?)",
+                                     name));
+  return llvm::Error::success();
+}
 
 std::map<unsigned, Tensor> trainingValues(const Problem &p, const std::string &loss, unsigned seed,
                                           double lr) {

@@ -1,8 +1,10 @@
 // The CPU engine: k workers (threads) run a partitioned training step on float32, each in
 // one arena of its memory plan's size, allocated once; every buffer (tiles, fetch buffers
 // holding an input's region, partial results) lives at its planned offset, so the planned
-// peak is the real peak. Ops run as generated C++ kernels (the interpreter only for ops the
-// generator cannot express); fetches and reductions are region copies between arenas.
+// peak is the real peak (library calls may add their own scratch space beside it). Ops run
+// as oneDNN calls where one expresses the share (matrix products, convolutions), else as
+// generated C++ kernels (the interpreter only for ops the generator cannot express);
+// fetches and reductions are region copies between arenas.
 // Weights and optimiser state stay in the arenas across steps: after each step every
 // optimiser update's result is carried into the tensor it updates.
 #ifndef TOFU_RUNTIME_ENGINE_H
@@ -17,6 +19,7 @@
 #include "analysis/interpreter.h"
 #include "codegen/exec_plan.h"
 #include "codegen/memory_plan.h"
+#include "runtime/checkpoint.h"
 #include "runtime/cpu_kernels.h"
 
 namespace tofu {
@@ -28,6 +31,20 @@ struct EngineOptions {
   /// Poison: fill each arena with NaN before every step, so a kernel or plan that reads
   /// what was never written shows NaN in the result.
   bool checking = false;
+  /// Shares a oneDNN call expresses run it (runtime/library_kernels.h); off: every share
+  /// runs its generated kernel.
+  bool library = true;
+  /// Time every node on worker 0 (CpuEngine::profile).
+  bool profile = false;
+};
+
+/// Where a node's time went on worker 0, summed over the steps run.
+struct NodeTime {
+  std::string node, op;
+  std::string kernel; ///< what computes worker 0's share ("generated", a library call, ...)
+  double copySeconds = 0;    ///< fetching inputs and assembling the output
+  double computeSeconds = 0; ///< the kernel
+  double waitSeconds = 0;    ///< at the two barriers: the other workers' imbalance
 };
 
 struct StepStats {
@@ -57,6 +74,13 @@ public:
   const KernelCompileStats &compileStats() const;
   /// How many op instances run on the interpreter (no generated kernel).
   unsigned interpretedInstances() const;
+  /// How many op instances run a library call (oneDNN).
+  unsigned libraryInstances() const;
+  /// Per worker, the scratch space its library calls share (they run one after another),
+  /// allocated beside the arena.
+  std::vector<int64_t> libraryScratchBytes() const;
+  /// Per node in plan order, with EngineOptions::profile (else zero times).
+  const std::vector<NodeTime> &profile() const;
   /// Pairs (updated tensor, tensor it replaces) carried after each step.
   const std::vector<std::pair<unsigned, unsigned>> &carries() const;
 
@@ -66,6 +90,13 @@ private:
   explicit CpuEngine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+/// The training state: every weight and optimiser-state tensor, whole, by graph name.
+Checkpoint checkpointOf(const Problem &p, const CpuEngine &engine);
+/// Writes a checkpoint's tensors into the engine (any k: each worker takes its tiles).
+/// Every weight and optimiser-state tensor of the graph must be there with its shape, and
+/// nothing else; errors name the tensor.
+llvm::Error restore(const Problem &p, CpuEngine &engine, const Checkpoint &c);
 
 /// Values for a training run of a graph whose loss is `loss`: inputs as randomGraphInputs
 /// draws them (fixed by `seed`), the loss gradient's seed `d_<loss>` 1, the learning rate

@@ -88,6 +88,8 @@ void checkModel(const std::string &what, const Problem &p, std::vector<unsigned>
   auto s1 = one->engine->step();
   ASSERT_TRUE(bool(s1)) << llvm::toString(s1.takeError());
   EXPECT_EQ(one->engine->interpretedInstances(), 0u) << what;
+  // Every model here has matrix products or convolutions: oneDNN computes them.
+  EXPECT_GT(one->engine->libraryInstances(), 0u) << what;
   // The engine's unpartitioned float32 step against the double-precision interpreter: a
   // weight after the step holds the reference's updated value.
   std::map<unsigned, unsigned> updatedBy;
@@ -120,8 +122,9 @@ void checkModel(const std::string &what, const Problem &p, std::vector<unsigned>
       arenas = std::max(arenas, b);
     EXPECT_EQ(arenas, run->memory.largestPeak());
     std::printf("%s k=%u: against k=1 %.3g, k=1 against the interpreter %.3g; %lld bytes moved "
-                "= predicted; largest arena %lld bytes\n",
-                what.c_str(), k, worst, worstRef, (long long)s->bytesMoved, (long long)arenas);
+                "= predicted; largest arena %lld bytes; %u shares on oneDNN\n",
+                what.c_str(), k, worst, worstRef, (long long)s->bytesMoved, (long long)arenas,
+                run->engine->libraryInstances());
   }
 }
 

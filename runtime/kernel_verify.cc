@@ -2,6 +2,7 @@
 #include "runtime/kernel_verify.h"
 
 #include "llvm/Support/Path.h"
+#include "runtime/library_kernels.h"
 
 namespace tofu {
 
@@ -51,6 +52,21 @@ ShareEvaluator compiledEvaluator(CpuKernelLibrary &lib, const KernelCompileOptio
       fn = lib.find(k->name);
     }
     return runKernel(fn, op, shapes, inputs, ranges, threads);
+  };
+}
+
+ShareEvaluator libraryEvaluator(ShareEvaluator fallback, LibraryUse *use, int threads) {
+  return [fallback, use, threads](const InstOp &op, const Shapes &shapes,
+                                  const std::vector<const Tensor *> &inputs,
+                                  const std::vector<Range> &ranges) -> llvm::Expected<Tensor> {
+    if (hasLibraryForm(op)) {
+      auto k = libraryKernel(op, shapes, ranges, inputRegions(op, shapes, ranges));
+      if (use)
+        ++(k ? (*use)[op.name].first : (*use)[op.name].second);
+      if (k)
+        return runLibraryKernel(*k, op, shapes, inputs, ranges, threads);
+    }
+    return fallback ? fallback(op, shapes, inputs, ranges) : evaluate(op, shapes, inputs, ranges);
   };
 }
 

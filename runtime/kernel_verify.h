@@ -4,7 +4,9 @@
 #ifndef TOFU_RUNTIME_KERNEL_VERIFY_H
 #define TOFU_RUNTIME_KERNEL_VERIFY_H
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analysis/verify.h"
@@ -22,6 +24,14 @@ std::vector<KernelSource> verificationKernels(const ir::Module &module, const st
 /// ops without a kernel go to the interpreter.
 ShareEvaluator compiledEvaluator(CpuKernelLibrary &lib, const KernelCompileOptions &options,
                                  int threads = 1);
+
+/// Per op name, how many shares a library kernel computed and how many it could not.
+using LibraryUse = std::map<std::string, std::pair<unsigned, unsigned>>;
+
+/// A share evaluator that runs the library kernel (runtime/library_kernels.h) of every
+/// share that has one, and `fallback` (unset: the interpreter) for the others; ops with a
+/// library form are counted in `use`.
+ShareEvaluator libraryEvaluator(ShareEvaluator fallback, LibraryUse *use, int threads = 1);
 
 /// The largest relative difference a float32 kernel may show against the double-precision
 /// interpreter in verification: inputs and every intermediate rounded to float32 (relative

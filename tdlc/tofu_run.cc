@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <fstream>
 #include <string>
@@ -58,9 +59,12 @@ cl::opt<double> tolerance("tolerance", cl::desc("Largest relative difference --v
                                                 "(default 1e-3 on compiled kernels, float32; "
                                                 "1e-4 with --kernels interp)"),
                           cl::init(-1), cl::cat(runCategory));
-cl::opt<std::string> kernelsMode("kernels", cl::desc("compiled (default): generated C++ kernels on "
-                                                     "float32 arenas; interp: one step with every "
-                                                     "op in the TDL interpreter (double)"),
+cl::opt<std::string> kernelsMode("kernels", cl::desc("compiled (default): oneDNN for matrix "
+                                                     "products and convolutions, generated C++ "
+                                                     "kernels for the rest, on float32 arenas; "
+                                                     "generated: generated kernels only; interp: "
+                                                     "one step with every op in the TDL "
+                                                     "interpreter (double)"),
                                  cl::init("compiled"), cl::cat(runCategory));
 cl::opt<unsigned> steps("steps", cl::desc("Training steps (default 1)"), cl::init(1),
                         cl::cat(runCategory));
@@ -73,6 +77,15 @@ cl::opt<bool> checking("check", cl::desc("Poison every buffer a step has not wri
                                          "(catches kernels or plans that read what they were "
                                          "not given)"),
                        cl::cat(runCategory));
+cl::opt<std::string> saveDir("save", cl::desc("After the last step, write every weight and "
+                                              "optimiser-state tensor to DIR/model.safetensors"),
+                             cl::value_desc("DIR"), cl::cat(runCategory));
+cl::opt<std::string> loadDir("load", cl::desc("Start from the checkpoint in DIR (written by --save, "
+                                              "at any worker count)"),
+                             cl::value_desc("DIR"), cl::cat(runCategory));
+cl::opt<unsigned> profileTop("profile", cl::desc("Time every node on worker 0 and print the N "
+                                                "that take longest (0: off)"),
+                             cl::init(0), cl::cat(runCategory));
 cl::opt<std::string> format("format", cl::desc("table (default) or json"), cl::init("table"),
                             cl::cat(runCategory));
 cl::opt<std::string> planJson("exec-plan", cl::desc("Write the execution plan as JSON"),
@@ -112,6 +125,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   tofu::EngineOptions options;
   options.threadsPerWorker = threadsPerWorker;
   options.checking = checking;
+  options.library = kernelsMode == "compiled";
+  options.profile = profileTop > 0;
   auto start = std::chrono::steady_clock::now();
   auto engine = tofu::CpuEngine::create(p, exec, memory, options);
   if (!engine)
@@ -121,15 +136,32 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   for (const auto &[t, v] : values)
     if (llvm::Error e = (*engine)->set(t, v))
       return fail(llvm::toString(std::move(e)));
+  unsigned stepsBefore = 0;
+  std::optional<tofu::Checkpoint> resumed;
+  if (!loadDir.empty()) {
+    auto c = tofu::loadCheckpoint(loadDir);
+    if (!c)
+      return fail(llvm::toString(c.takeError()));
+    if (llvm::Error e = tofu::restore(p, **engine, *c))
+      return fail(tofu::checkpointFile(loadDir) + ": " + llvm::toString(std::move(e)));
+    if (auto it = c->metadata.find("steps"); it != c->metadata.end())
+      stepsBefore = static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
+    resumed = std::move(*c);
+  }
   if (!json) {
+    if (resumed)
+      llvm::outs() << fmt::format("resumed from {} ({} steps trained before)\n",
+                                  tofu::checkpointFile(loadDir), stepsBefore);
     llvm::outs() << fmt::format("{} training ({}, lr {}, batch {}): {} nodes on {} workers, "
-                                "algorithm {}, CPU engine (float32, compiled kernels)\n",
-                                name, optimizer, lr, batch, p.nodes.size(), workers, algorithm);
+                                "algorithm {}, CPU engine (float32, {})\n",
+                                name, optimizer, lr, batch, p.nodes.size(), workers, algorithm,
+                                options.library ? "oneDNN + generated kernels"
+                                                : "generated kernels");
     llvm::outs() << fmt::format("kernels: {} ({} units, {} compiled now, {} from the cache) in "
-                                "{:.2f} s; {} op instances on the interpreter\n",
+                                "{:.2f} s; {} op instances on oneDNN, {} on the interpreter\n",
                                 cs.kernels, cs.units, cs.unitsCompiled,
                                 cs.units - cs.unitsCompiled, cs.seconds,
-                                (*engine)->interpretedInstances());
+                                (*engine)->libraryInstances(), (*engine)->interpretedInstances());
     if (!terminal)
       llvm::outs() << "\n| step | loss | seconds |\n| ---: | ---: | ---: |\n";
     llvm::outs().flush();
@@ -160,6 +192,17 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   }
   if (terminal)
     llvm::outs() << "\n";
+  if (!saveDir.empty()) {
+    tofu::Checkpoint c = tofu::checkpointOf(p, **engine);
+    c.metadata = {{"format", "tofu"}, {"model", name}, {"optimizer", optimizer},
+                  {"steps", std::to_string(stepsBefore + steps)},
+                  {"workers", std::to_string(workers)}};
+    if (llvm::Error e = tofu::saveCheckpoint(saveDir, c))
+      return fail(llvm::toString(std::move(e)));
+    if (!json)
+      llvm::outs() << fmt::format("saved {} tensors ({} steps trained) to {}\n", c.tensors.size(),
+                                  stepsBefore + steps, tofu::checkpointFile(saveDir));
+  }
   std::vector<int64_t> peaks = (*engine)->arenaBytes();
   const double med = median(stepSeconds);
   int status = moved == predicted ? 0 : 1;
@@ -183,6 +226,9 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       return fail("the unpartitioned run: " + llvm::toString(ref.takeError()));
     for (const auto &[t, v] : values)
       if (llvm::Error e = (*ref)->set(t, v))
+        return fail(llvm::toString(std::move(e)));
+    if (resumed)
+      if (llvm::Error e = tofu::restore(p, **ref, *resumed))
         return fail(llvm::toString(std::move(e)));
     if (auto r = (*ref)->step(); !r)
       return fail("the unpartitioned run: " + llvm::toString(r.takeError()));
@@ -220,9 +266,20 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     j["compile_seconds"] = cs.seconds;
     j["engine_build_seconds"] = buildSeconds;
     j["kernels"] = cs.kernels;
+    j["library_instances"] = (*engine)->libraryInstances();
+    j["library_scratch_bytes"] = (*engine)->libraryScratchBytes();
     j["kernel_units_compiled"] = cs.unitsCompiled;
     if (verify)
       j["verify"] = verifyJson;
+    if (profileTop > 0) {
+      nlohmann::json nodes = nlohmann::json::array();
+      for (const tofu::NodeTime &n : (*engine)->profile())
+        nodes.push_back({{"node", n.node}, {"op", n.op}, {"kernel", n.kernel},
+                         {"compute_seconds", n.computeSeconds / steps},
+                         {"copy_seconds", n.copySeconds / steps},
+                         {"wait_seconds", n.waitSeconds / steps}});
+      j["profile"] = nodes;
+    }
     llvm::outs() << j.dump(2) << "\n";
     return status;
   }
@@ -237,6 +294,13 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     llvm::outs() << fmt::format("| {} | {} | {:.3f} |\n", w, tofu::humanBytes(double(peaks[w])),
                                 double(peaks[w]) * workers / double(onePeak));
   llvm::outs() << fmt::format("single-worker peak: {}\n", tofu::humanBytes(double(onePeak)));
+  {
+    std::vector<int64_t> scratch = (*engine)->libraryScratchBytes();
+    int64_t most = scratch.empty() ? 0 : *std::max_element(scratch.begin(), scratch.end());
+    if (most > 0)
+      llvm::outs() << fmt::format("oneDNN scratch space beside the arenas: {} per worker (at most)\n",
+                                  tofu::humanBytes(double(most)));
+  }
   if (verify)
     llvm::outs() << fmt::format("\nverify: {} (the first step against the unpartitioned step on "
                                 "the same engine: largest relative difference {:.3g} over the "
@@ -245,6 +309,26 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                 worst <= tolerance ? "PASSED" : "FAILED", worst,
                                 verifyJson["tensors_compared"].get<size_t>() - 1, worstName,
                                 double(tolerance));
+  if (profileTop > 0) {
+    std::vector<tofu::NodeTime> nodes = (*engine)->profile();
+    double compute = 0, copy = 0, wait = 0;
+    for (const tofu::NodeTime &n : nodes)
+      compute += n.computeSeconds, copy += n.copySeconds, wait += n.waitSeconds;
+    std::sort(nodes.begin(), nodes.end(), [](const auto &a, const auto &b) {
+      return a.computeSeconds + a.copySeconds + a.waitSeconds >
+             b.computeSeconds + b.copySeconds + b.waitSeconds;
+    });
+    llvm::outs() << fmt::format("\nworker 0, per step: compute {:.4f} s, copies {:.4f} s, waiting "
+                                "{:.4f} s; the {} slowest nodes:\n\n| node | op | kernel | compute "
+                                "ms | copy ms | wait ms |\n| --- | --- | --- | ---: | ---: | ---: |\n",
+                                compute / steps, copy / steps, wait / steps,
+                                std::min<size_t>(profileTop, nodes.size()));
+    for (size_t i = 0; i < nodes.size() && i < profileTop; ++i)
+      llvm::outs() << fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} |\n", nodes[i].node,
+                                  nodes[i].op, nodes[i].kernel, 1e3 * nodes[i].computeSeconds / steps,
+                                  1e3 * nodes[i].copySeconds / steps,
+                                  1e3 * nodes[i].waitSeconds / steps);
+  }
   return status;
 }
 
@@ -276,12 +360,14 @@ int main(int argc, char **argv) {
     return fail("--backend " + backend + " is not available; the CPU executor is (--backend cpu)", 2);
   if (optimizer != "sgd" && optimizer != "adam")
     return fail("--optimizer must be sgd or adam", 2);
-  if (kernelsMode != "compiled" && kernelsMode != "interp")
-    return fail("--kernels must be compiled or interp", 2);
+  if (kernelsMode != "compiled" && kernelsMode != "generated" && kernelsMode != "interp")
+    return fail("--kernels must be compiled, generated or interp", 2);
   if (format != "table" && format != "json")
     return fail("--format must be table or json", 2);
   if (steps == 0)
     return fail("--steps must be at least 1", 2);
+  if (kernelsMode == "interp" && (!saveDir.empty() || !loadDir.empty()))
+    return fail("--save and --load need the CPU engine (--kernels compiled or generated)", 2);
   if (kernelsMode == "interp" && steps != 1)
     return fail("--kernels interp runs one step (the reference); use compiled kernels to train", 2);
   auto algorithm = tofu::parseAlgorithm(algo);
@@ -340,7 +426,7 @@ int main(int argc, char **argv) {
   }
   tofu::MemoryPlan single = tofu::planMemory(p, tofu::buildExecPlan(p, onePlan), t->outputs);
 
-  if (kernelsMode == "compiled")
+  if (kernelsMode != "interp")
     return runCompiled(p, *t, *loss, name, exec, memory, single.largestPeak(),
                        p.exactCost(plan->steps), plan->algorithm);
 

@@ -28,6 +28,38 @@ assert len(j["worker_peak_bytes"]) == 2
 assert j["bytes_moved"] == j["predicted_bytes"], j
 PY
 fi
+# Checkpoints: 2 x 10 steps with a save and a load between equal 20 steps straight, at k = 1
+# and across k = 2 -> 4 (Adam: the optimiser state is saved too); a 50-step run's loss falls.
+losses() { python3 -c 'import json,sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["loss"])))' "$1"; }
+small="--onnx tests/onnx/mlp.onnx --optimizer adam --format=json"
+for ks in "1 1" "2 4"; do
+  set -- $ks
+  rm -rf "$tmp/ckpt"
+  if ! $run $small --workers "$1" --steps 20 >"$tmp/straight.json" 2>"$tmp/err.txt" ||
+     ! $run $small --workers "$1" --steps 10 --save "$tmp/ckpt" >"$tmp/a.json" 2>>"$tmp/err.txt" ||
+     ! $run $small --workers "$2" --steps 10 --load "$tmp/ckpt" >"$tmp/b.json" 2>>"$tmp/err.txt"; then
+    echo "FAILED: checkpoint runs at k = $ks" >&2; cat "$tmp/err.txt" >&2; fail=1; continue
+  fi
+  python3 - "$(losses "$tmp/straight.json")" "$(losses "$tmp/a.json") $(losses "$tmp/b.json")" "$ks" <<'PY' || fail=1
+import sys
+straight = [float(x) for x in sys.argv[1].split()]
+resumed = [float(x) for x in sys.argv[2].split()]
+assert len(straight) == len(resumed) == 20, (straight, resumed)
+for s, (a, b) in enumerate(zip(straight, resumed)):
+    assert abs(a - b) <= 1e-3 * max(1.0, abs(a)), f"k = {sys.argv[3]}: step {s + 1}: {a} straight, {b} resumed"
+assert straight[-1] < straight[0], straight
+PY
+done
+head -c 8 "$tmp/ckpt/model.safetensors" | od -An -tu8 | grep -q '[0-9]' || { echo "FAILED: no checkpoint file" >&2; fail=1; }
+if ! $run --model mlp --workers 2 --steps 50 --lr 0.01 --format=json >"$tmp/mlp.json" 2>"$tmp/err.txt"; then
+  echo "FAILED: mlp 50 steps" >&2; cat "$tmp/err.txt" >&2; fail=1
+else
+  python3 - "$(losses "$tmp/mlp.json")" <<'PY' || fail=1
+import sys
+l = [float(x) for x in sys.argv[1].split()]
+assert len(l) == 50 and l[-1] < 0.5 * l[0], f"the MLP's loss does not fall over 50 steps: {l[0]} -> {l[-1]}"
+PY
+fi
 # The reference executor (every op in the interpreter) stays available.
 if ! $run --model gpt-1-16-2-4 --batch 2 --workers 2 --kernels interp --verify >"$tmp/out.txt" 2>"$tmp/err.txt" ||
    ! grep -q "^verify: PASSED" "$tmp/out.txt"; then
@@ -43,6 +75,8 @@ expect_error() { # expected message, args...
 expect_error "--workers K is required" --model mlp
 expect_error "--backend cuda is not available" --model mlp --workers 2 --backend cuda
 expect_error "unknown model 'nope'" --model nope --workers 2
-expect_error "--kernels must be compiled or interp" --model mlp --workers 2 --kernels gpu
+expect_error "--kernels must be compiled, generated or interp" --model mlp --workers 2 --kernels gpu
 expect_error "--kernels interp runs one step" --model mlp --workers 2 --kernels interp --steps 3
+expect_error "model.safetensors: cannot open" --model mlp --workers 2 --load "$tmp/none"
+expect_error "the checkpoint has no tensor" --model gpt-1-16-2-4 --batch 2 --workers 2 --load "$tmp/ckpt"
 exit $fail

@@ -20,6 +20,7 @@ packages=(
   libprotobuf-dev
   protobuf-compiler
   python3
+  libdnnl-dev            # oneDNN 2.6: library kernels for matrix products and convolutions
 )
 
 missing=()

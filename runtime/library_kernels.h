@@ -1,0 +1,61 @@
+// Library kernels: shares that oneDNN computes better than a generated loop nest. The
+// match is structural, on the instantiated op's body, so it serves every op of the form
+// and not a list of names:
+//   - contractions `Sum(lambda r: A[...] * B[...])`, optionally times a rank-0 input (the
+//     matrix-product family: MatMul, Gemm's products, batched products and every gradient
+//     of them), whose indices are plain variables, become oneDNN sgemm calls (loops over
+//     the variables a single product cannot take, the reduction's in order);
+//   - convolutions over 1 to 3 spatial dimensions in NCHW layout: the forward form
+//     `Sum(ci, k...: data[n, ci, s*y + d*k - p] * w[co, ci, k])`, the filter gradient
+//     `Sum(n, y...: dy[n, co, y] * data[n, ci, s*y + d*k - p])` and the data gradient
+//     `Sum(co, k...: select(divisible, dy[n, co, (x + p - d*k) / s] * w[co, ci, k], 0))`
+//     become oneDNN convolution primitives; a share is a convolution over the region it
+//     reads (a halo share's window starts inside the tensor and is padded only where the
+//     whole tensor is).
+// A share a library call cannot express (checked reads it would need, padding it cannot
+// take) gets no library kernel; the generated kernel computes it.
+#ifndef TOFU_RUNTIME_LIBRARY_KERNELS_H
+#define TOFU_RUNTIME_LIBRARY_KERNELS_H
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "analysis/interpreter.h"
+#include "analysis/strategy.h"
+
+namespace tofu {
+
+/// One share's library call, every size and offset fixed when it is made.
+class LibraryKernel {
+public:
+  virtual ~LibraryKernel() = default;
+  /// Computes the share: `in[q]` holds input q's region `held[q]` (row-major); `out` is the
+  /// share's output (its output variables' ranges, row-major), overwritten. `scratch` holds
+  /// scratchBytes() bytes, 64-byte aligned, that the call may overwrite (calls that run one
+  /// after another can share it).
+  virtual void run(const float *const *in, float *out, int threads, void *scratch) const = 0;
+  /// What it calls, e.g. "oneDNN sgemm 2x4096x1024" or "oneDNN convolution forward".
+  virtual std::string describe() const = 0;
+  /// The scratch space the call needs (oneDNN's, and dense copies of strided views).
+  virtual size_t scratchBytes() const { return 0; }
+};
+
+/// The library kernel for `op`'s share over `ranges` reading inputs held in `held`, or
+/// null when none applies.
+std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &shapes,
+                                             const std::vector<Range> &ranges,
+                                             const std::vector<Box> &held);
+
+/// Whether `op`'s body has a form some share could run as a library call.
+bool hasLibraryForm(const InstOp &op);
+
+/// Runs `kernel` on whole double inputs, as runKernel does for a generated kernel: each
+/// input's region that the share reads is copied out in float32.
+Tensor runLibraryKernel(const LibraryKernel &kernel, const InstOp &op, const Shapes &shapes,
+                        const std::vector<const Tensor *> &inputs,
+                        const std::vector<Range> &ranges, int threads);
+
+} // namespace tofu
+
+#endif // TOFU_RUNTIME_LIBRARY_KERNELS_H
