@@ -7,6 +7,7 @@
 #include "analysis/report.h"
 #include "analysis/gradcheck.h"
 #include "analysis/verify.h"
+#include "runtime/kernel_verify.h"
 #include "tdlc/stats.h"
 #include "analysis/sema.h"
 #include "grammar/diagnostics.h"
@@ -66,7 +67,16 @@ cl::opt<Format> format("format", cl::desc("With --strategies: output format"),
                        cl::init(Format::Table), cl::cat(tdlcCategory));
 cl::opt<bool> quiet("quiet", cl::desc("With --check, do not print warnings"),
                     cl::cat(tdlcCategory));
+cl::opt<std::string> kernelsMode("kernels",
+                                 cl::desc("With --verify: what computes each worker's share: interp "
+                                          "(default; the TDL interpreter, double) or compiled "
+                                          "(oneDNN where a library call expresses the share, else "
+                                          "the op's generated C++ kernel, float32, as tofu-run "
+                                          "runs them)"),
+                                 cl::init("interp"), cl::cat(tdlcCategory));
 unsigned verifyPassed = 0, verifyFailed = 0;
+/// With --kernels compiled: the kernels, compiled once per file in one batch.
+std::unique_ptr<tofu::CpuKernelLibrary> kernelLibrary;
 
 cl::list<std::string> files(cl::Positional, cl::desc("FILE..."), cl::cat(tdlcCategory));
 
@@ -115,6 +125,22 @@ int analyseModule(const tofu::ir::Module &module) {
   int status = 0;
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
   std::map<std::string, tofu::Example> examples;
+  if (verify && kernelsMode == "compiled") {
+    std::vector<std::string> notCompiled;
+    std::vector<tofu::KernelSource> kernels =
+        tofu::verificationKernels(module, module.rootFile, &notCompiled);
+    kernelLibrary = std::make_unique<tofu::CpuKernelLibrary>();
+    if (llvm::Error e = kernelLibrary->add(kernels, {})) {
+      llvm::errs() << "tdlc: compiling the kernels of " << module.rootFile << ": "
+                   << llvm::toString(std::move(e)) << "\n";
+      return 1;
+    }
+    const tofu::KernelCompileStats &cs = kernelLibrary->stats();
+    llvm::outs() << llvm::format("kernels: %u compiled in %.1f s (%u units from the cache)\n",
+                                 cs.kernels, cs.seconds, cs.units - cs.unitsCompiled);
+    for (const std::string &why : notCompiled)
+      llvm::outs() << "on the interpreter: " << why << "\n";
+  }
   if (verify) {
     auto loaded = tofu::loadExamples(std::string(llvm::sys::path::parent_path(module.rootFile)));
     if (!loaded) {
@@ -163,6 +189,11 @@ int analyseModule(const tofu::ir::Module &module) {
     if (verify) {
       tofu::VerifyOptions options;
       options.seed = seed;
+      if (kernelLibrary) {
+        options.evaluate =
+            tofu::libraryEvaluator(tofu::compiledEvaluator(*kernelLibrary, {}), nullptr);
+        options.tolerance = tofu::kFloat32VerifyTolerance;
+      }
       if (example)
         options.exampleShapes = &example->inputShapes;
       tofu::OpCheck check = tofu::verifyStrategies(*table, options);
@@ -240,9 +271,14 @@ int main(int argc, char **argv) {
       "  tdlc --strategies FILE   print every basic partition strategy of FILE's ops\n"
       "                           [--op NAME] [--attr a=v] [--group g=n] [--format=table|json]\n"
       "  tdlc --verify FILE...    check every strategy of the files' ops by execution\n"
+      "  tdlc --verify --kernels compiled FILE...   the same on the compiled kernels tofu-run runs\n"
       "  tdlc --stats DIR         statistics of an operator library and its ONNX coverage\n\n"
       "Exit status: 0 when every file checks, 1 when a file has an error, 2 on bad usage.\n");
 
+  if (kernelsMode != "interp" && kernelsMode != "compiled") {
+    llvm::errs() << "tdlc: --kernels must be interp or compiled\n";
+    return 2;
+  }
   if (int(checkMode) + int(dumpIr) + int(strategies) + int(verify) + int(stats) != 1) {
     llvm::errs() << "tdlc: give exactly one of --check, --dump-ir, --strategies, --verify or "
                     "--stats (see --help)\n";
