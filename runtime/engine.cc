@@ -4,12 +4,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -48,6 +46,8 @@ struct Compute {
 };
 
 struct WorkerStep {
+  bool barrierAfterCompute = true;  ///< (same for every worker of a node)
+  bool barrierAfterAssembly = true;
   std::vector<Copy> fetch;
   bool computes = false;
   Compute compute;
@@ -58,34 +58,39 @@ struct WorkerStep {
   std::vector<Copy> assemble;
 };
 
-/// Reusable barrier for the worker threads of one step.
+/// Reusable barrier for the worker threads of one step: it spins briefly (a barrier between
+/// two small nodes should cost a microsecond, not a context switch) and then yields the
+/// core, so workers sharing cores (k above the core count) still make progress.
 class Barrier {
 public:
-  explicit Barrier(unsigned n) : n_(n) {}
+  /// `spins`: how long to spin before yielding (0 when the workers outnumber the cores, so
+  /// a waiting worker gives its core to one that is still computing).
+  Barrier(unsigned n, unsigned spins) : n_(n), spins_(spins) {}
   void wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    unsigned gen = generation_;
-    if (++waiting_ == n_) {
-      waiting_ = 0;
-      ++generation_;
-      cv_.notify_all();
+    const unsigned gen = generation_.load(std::memory_order_acquire);
+    if (waiting_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      waiting_.store(0, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_acq_rel);
       return;
     }
-    cv_.wait(lock, [&] { return generation_ != gen; });
+    for (unsigned spin = 0; generation_.load(std::memory_order_acquire) == gen; ++spin) {
+      if (spin < spins_)
+        cpuRelax();
+      else
+        std::this_thread::yield();
+    }
   }
 
 private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  unsigned n_, waiting_ = 0, generation_ = 0;
+  static void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  const unsigned n_, spins_;
+  std::atomic<unsigned> waiting_{0};
+  std::atomic<unsigned> generation_{0};
 };
-
-std::vector<int64_t> extents(const Box &b) {
-  std::vector<int64_t> e;
-  for (const Range &r : b)
-    e.push_back(r.size());
-  return e;
-}
 
 /// Copies (or combines) `box` between two row-major buffers holding `srcBox` and `dstBox`,
 /// a contiguous run per innermost row.
@@ -351,6 +356,26 @@ llvm::Error CpuEngine::Impl::build() {
       return stringError(fmt::format("worker {}: cannot allocate {} bytes of scratch space", w,
                                      scratch[w]));
   }
+  // Barriers only around phases where a worker reads another's arena: before them (the
+  // data is written) and after them (nobody overwrites it while it is read). Phases where
+  // every worker reads only its own arena run on without waiting.
+  {
+    const size_t n = program.size();
+    std::vector<bool> crossFetch(n, false), crossAssemble(n, false);
+    for (size_t i = 0; i < n; ++i)
+      for (unsigned w = 0; w < k; ++w) {
+        for (const Copy &cp : program[i][w].fetch)
+          crossFetch[i] = crossFetch[i] || cp.from != w;
+        for (const Copy &cp : program[i][w].assemble)
+          crossAssemble[i] = crossAssemble[i] || cp.from != w;
+      }
+    for (size_t i = 0; i < n; ++i)
+      for (unsigned w = 0; w < k; ++w) {
+        program[i][w].barrierAfterCompute = crossFetch[i] || crossAssemble[i];
+        // The last node's: the carries read other workers' updates.
+        program[i][w].barrierAfterAssembly = crossAssemble[i] || i + 1 == n || crossFetch[i + 1];
+      }
+  }
   // Updates carried into the next step: an optimiser op's result replaces its first input.
   for (const ProblemNode &n : p.nodes) {
     const std::string &opName = n.table->op.def->name;
@@ -501,7 +526,8 @@ void CpuEngine::Impl::runWorker(unsigned w, Barrier &barrier, std::vector<std::s
     }
     if (timing)
       profile[i].computeSeconds += since(t0), t0 = Clock::now();
-    barrier.wait(); // every partial result is written
+    if (ws.barrierAfterCompute)
+      barrier.wait(); // every partial result is written
     if (timing)
       profile[i].waitSeconds += since(t0), t0 = Clock::now();
     if (ws.assembles) {
@@ -517,7 +543,8 @@ void CpuEngine::Impl::runWorker(unsigned w, Barrier &barrier, std::vector<std::s
     }
     if (timing)
       profile[i].copySeconds += since(t0), t0 = Clock::now();
-    barrier.wait(); // every tile of the output is assembled
+    if (ws.barrierAfterAssembly)
+      barrier.wait(); // every tile of the output is assembled
     if (timing)
       profile[i].waitSeconds += since(t0);
   }
@@ -587,7 +614,7 @@ llvm::Expected<StepStats> CpuEngine::step() {
   for (const auto &[t, v] : m.inputs)
     if (llvm::Error e = set(t, v))
       return std::move(e);
-  Barrier barrier(m.k);
+  Barrier barrier(m.k, m.k <= std::max(1u, std::thread::hardware_concurrency()) ? 2000 : 0);
   std::vector<std::string> errors(m.k);
   std::atomic<int64_t> moved{0}, carried{0};
   std::vector<std::thread> workers;
@@ -701,6 +728,9 @@ std::map<unsigned, Tensor> trainingValues(const Problem &p, const std::string &l
       fill(1.0 / (1.0 - 0.999));
     else if (pt.name == "adam_eps")
       fill(1e-8);
+    else if (pt.shape.empty() && pt.name.size() >= 3 &&
+             pt.name.compare(pt.name.size() - 3, 3, "eps") == 0)
+      fill(0.1); // a normalisation's epsilon (ln_eps, bn_eps); see trainingValues in engine.h
     else if (pt.role == TensorRole::OptimizerState)
       fill(0.0);
     else if (pt.role == TensorRole::Weight && pt.shape.size() >= 2) {

@@ -873,9 +873,189 @@ std::unique_ptr<LibraryKernel> convKernel(const InstOp &op, const ConvForm &f, c
   return k;
 }
 
+// ---------------------------------------------------------------------------------------
+// Scatter-adds: `[0 * Z[...] +] Sum(lambda q...: select(idx[q...] == k, dy[...], 0))` (the
+// gradient of a gather, e.g. of an embedding), where the sum over every q of a test against
+// the output variable k is an O(K x Q) loop: instead each q adds into the one k it names.
+
+struct ScatterForm {
+  const ir::Read *idx = nullptr, *dy = nullptr, *zero = nullptr;
+  unsigned k = 0;
+  std::vector<unsigned> q; ///< the reduction variables, in the sum's order
+};
+
+std::optional<ScatterForm> scatterForm(const InstOp &op) {
+  ScatterForm f;
+  const ir::Expr *e = op.body.get();
+  if (const auto *add = dyn_cast<ir::Binary>(e); add && add->op == ir::BinaryOp::Add) {
+    const auto *mul = dyn_cast<ir::Binary>(add->lhs.get());
+    if (!mul || mul->op != ir::BinaryOp::Mul || !isZero(*mul->lhs) || !asRead(mul->rhs.get()))
+      return std::nullopt;
+    f.zero = asRead(mul->rhs.get());
+    e = add->rhs.get();
+  }
+  const auto *red = dyn_cast<ir::Reduce>(e);
+  if (!red || red->reducer != ir::Reducer::Sum)
+    return std::nullopt;
+  const auto *sel = dyn_cast<ir::Apply>(red->body.get());
+  if (!sel || sel->fn != ir::Builtin::Select || sel->args.size() != 3 || !isZero(*sel->args[2]))
+    return std::nullopt;
+  const auto *eq = dyn_cast<ir::Binary>(sel->args[0].get());
+  f.dy = asRead(sel->args[1].get());
+  if (!eq || eq->op != ir::BinaryOp::Eq || !f.dy)
+    return std::nullopt;
+  const ir::VarRef *kv = dyn_cast<ir::VarRef>(eq->rhs.get());
+  f.idx = asRead(eq->lhs.get());
+  if (!kv || !f.idx) {
+    kv = dyn_cast<ir::VarRef>(eq->lhs.get());
+    f.idx = asRead(eq->rhs.get());
+  }
+  if (!kv || !f.idx)
+    return std::nullopt;
+  f.k = kv->var;
+  f.q = red->vars;
+  std::vector<bool> isQ(op.vars.size(), false), isOut(op.vars.size(), false);
+  for (unsigned v : f.q)
+    isQ[v] = true;
+  for (unsigned v : op.outputVars)
+    isOut[v] = true;
+  if (!isOut[f.k])
+    return std::nullopt;
+  // idx is indexed by the q variables, each once; dy by the output variables but k and by
+  // the q variables, each once; the zero term by the output variables.
+  std::vector<int> inIdx(op.vars.size(), 0), inDy(op.vars.size(), 0);
+  for (const ir::Coord &c : f.idx->coords) {
+    auto v = ir::exactVar(c);
+    if (!v || !isQ[*v] || inIdx[*v]++)
+      return std::nullopt;
+  }
+  for (const ir::Coord &c : f.dy->coords) {
+    auto v = ir::exactVar(c);
+    if (!v || *v == f.k || inDy[*v]++)
+      return std::nullopt;
+  }
+  for (unsigned v = 0; v < op.vars.size(); ++v)
+    if ((isQ[v] && (!inIdx[v] || !inDy[v])) || (isOut[v] && v != f.k && !inDy[v]))
+      return std::nullopt;
+  if (f.zero) {
+    if (f.zero->coords.size() != op.outputVars.size())
+      return std::nullopt;
+    for (size_t d = 0; d < op.outputVars.size(); ++d) {
+      auto v = ir::exactVar(f.zero->coords[d]);
+      if (!v || *v != op.outputVars[d])
+        return std::nullopt;
+    }
+  }
+  return f;
+}
+
+class ScatterKernel : public LibraryKernel {
+public:
+  struct Loop {
+    int64_t n = 1, sIdx = 0, sDy = 0, sOut = 0;
+  };
+  std::vector<Loop> qs, rest; ///< the sum's variables; the output's but k
+  unsigned idxIn = 0, dyIn = 0;
+  int zeroIn = -1;
+  int64_t idxOff = 0, dyOff = 0, zeroOff = 0;
+  std::vector<int64_t> zeroStrides, outExtents; ///< the zero term's view, per output dim
+  int64_t kLo = 0, kHi = 0, kStride = 0, outElems = 0;
+
+  static int64_t offset(int64_t flat, const std::vector<Loop> &loops, int64_t Loop::*s) {
+    int64_t off = 0;
+    for (size_t d = loops.size(); d-- > 0;) {
+      off += (flat % loops[d].n) * (loops[d].*s);
+      flat /= loops[d].n;
+    }
+    return off;
+  }
+
+  void run(const float *const *in, float *out, int, void *) const override {
+    if (zeroIn >= 0) { // 0 * Z: zeros, or NaN where Z is not finite, as the sum's term says
+      const float *z = in[zeroIn] + zeroOff;
+      std::vector<int64_t> c(outExtents.size(), 0);
+      for (int64_t e = 0; e < outElems; ++e) {
+        int64_t rest = e, zo = 0;
+        for (size_t d = outExtents.size(); d-- > 0;) {
+          zo += (rest % outExtents[d]) * zeroStrides[d];
+          rest /= outExtents[d];
+        }
+        out[e] = 0.0f * z[zo];
+      }
+    } else {
+      std::fill(out, out + outElems, 0.0f);
+    }
+    int64_t nq = 1, nr = 1;
+    for (const Loop &l : qs)
+      nq *= l.n;
+    for (const Loop &l : rest)
+      nr *= l.n;
+    const float *idx = in[idxIn] + idxOff, *dy = in[dyIn] + dyOff;
+    for (int64_t q = 0; q < nq; ++q) {
+      const float v = idx[offset(q, qs, &Loop::sIdx)];
+      if (!(v >= static_cast<float>(kLo) && v < static_cast<float>(kHi)) ||
+          v != static_cast<float>(static_cast<int64_t>(v)))
+        continue; // names no k of this share (NaN included: it equals nothing)
+      float *o = out + (static_cast<int64_t>(v) - kLo) * kStride;
+      const float *d = dy + offset(q, qs, &Loop::sDy);
+      for (int64_t r = 0; r < nr; ++r)
+        o[offset(r, rest, &Loop::sOut)] += d[offset(r, rest, &Loop::sDy)];
+    }
+  }
+  std::string describe() const override { return "scatter-add (the sum over q, one k per q)"; }
+};
+
+std::unique_ptr<LibraryKernel> scatterKernel(const InstOp &op, const ScatterForm &f,
+                                             const std::vector<Range> &ranges,
+                                             const std::vector<Box> &held) {
+  auto k = std::make_unique<ScatterKernel>();
+  const size_t nv = op.vars.size();
+  std::vector<int64_t> sIdx(nv, 0), sDy(nv, 0), sOut(nv, 0);
+  auto place = [&](const ir::Read *r, std::vector<int64_t> &st, int64_t &off) {
+    std::vector<int64_t> bs = stridesOf(held[r->input]);
+    for (size_t d = 0; d < r->coords.size(); ++d) {
+      unsigned v = *ir::exactVar(r->coords[d]);
+      if (ranges[v].lo < held[r->input][d].lo || ranges[v].hi > held[r->input][d].hi)
+        return false;
+      st[v] = bs[d];
+      off += (ranges[v].lo - held[r->input][d].lo) * bs[d];
+    }
+    return true;
+  };
+  if (!place(f.idx, sIdx, k->idxOff) || !place(f.dy, sDy, k->dyOff))
+    return nullptr;
+  int64_t s = 1;
+  for (size_t d = op.outputVars.size(); d-- > 0;) {
+    unsigned v = op.outputVars[d];
+    sOut[v] = s;
+    s *= ranges[v].size();
+  }
+  k->outElems = s;
+  k->idxIn = f.idx->input, k->dyIn = f.dy->input;
+  k->kLo = ranges[f.k].lo, k->kHi = ranges[f.k].hi, k->kStride = sOut[f.k];
+  for (unsigned v : f.q)
+    k->qs.push_back({ranges[v].size(), sIdx[v], sDy[v], 0});
+  for (unsigned v : op.outputVars)
+    if (v != f.k)
+      k->rest.push_back({ranges[v].size(), 0, sDy[v], sOut[v]});
+  if (f.zero) {
+    std::vector<int64_t> zs(nv, 0);
+    if (!place(f.zero, zs, k->zeroOff))
+      return nullptr;
+    k->zeroIn = static_cast<int>(f.zero->input);
+    for (unsigned v : op.outputVars) {
+      k->zeroStrides.push_back(zs[v]);
+      k->outExtents.push_back(ranges[v].size());
+    }
+  }
+  return k;
+}
+
 } // namespace
 
-bool hasLibraryForm(const InstOp &op) { return contraction(op) || convForm(op); }
+bool hasLibraryForm(const InstOp &op) {
+  return contraction(op) || convForm(op) || scatterForm(op);
+}
 
 std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &shapes,
                                              const std::vector<Range> &ranges,
@@ -887,6 +1067,8 @@ std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &sha
     return gemmKernel(op, *c, ranges, held);
   if (auto f = convForm(op))
     return convKernel(op, *f, shapes, ranges, held);
+  if (auto f = scatterForm(op))
+    return scatterKernel(op, *f, ranges, held);
   return nullptr;
 }
 

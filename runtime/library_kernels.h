@@ -12,6 +12,8 @@
 //     become oneDNN convolution primitives; a share is a convolution over the region it
 //     reads (a halo share's window starts inside the tensor and is padded only where the
 //     whole tensor is).
+//   - scatter-adds `Sum(lambda q: select(idx[q] == k, dy[.., q, ..], 0))` (a gather's
+//     gradient) add each dy row into the one k it names instead of testing every k.
 // A share a library call cannot express (checked reads it would need, padding it cannot
 // take) gets no library kernel; the generated kernel computes it.
 #ifndef TOFU_RUNTIME_LIBRARY_KERNELS_H
@@ -26,7 +28,8 @@
 
 namespace tofu {
 
-/// One share's library call, every size and offset fixed when it is made.
+/// One share's library call (or hand-written loop), every size and offset fixed when it is
+/// made.
 class LibraryKernel {
 public:
   virtual ~LibraryKernel() = default;

@@ -5,9 +5,11 @@
 # summaries; the full plans (every tensor's cut, every op's strategy per step) and an SVG
 # of WResNet's tiles are written to out/. Then a small WResNet-50's training step runs
 # partitioned on 4 workers and is checked against the unpartitioned step (tofu-run
-# --verify). Then the 25M-parameter MLP trains partitioned on 2 workers for 20 steps on the
-# CPU engine (compiled kernels, float32 arenas): the loss per step, the median step time,
-# every worker's peak memory, and the first step checked against the unpartitioned one.
+# --verify). Then torchvision's resnet18 (from ONNX) trains partitioned on 2 workers for 10
+# steps and is saved to out/resnet18/model.safetensors, and the 25M-parameter MLP trains on
+# 2 workers for 20 steps, on the CPU engine (oneDNN + generated kernels, float32 arenas):
+# the loss per step, the median step time, every worker's peak memory, and the first step
+# checked against the unpartitioned one.
 # Finally the library's statistics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +46,10 @@ echo "== tofu-run --model wresnet-50-1-i32-c4-k10 --workers 4 --verify"
 "$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" --model wresnet-50-1-i32-c4-k10 --workers 4 \
   --verify >out/tofu-run.txt
 cat out/tofu-run.txt
+echo
+echo "== tofu-run --onnx tests/onnx/resnet18.onnx --workers 2 --steps 10 --lr 0.01 --verify --save out/resnet18"
+"$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" --onnx tests/onnx/resnet18.onnx --workers 2 \
+  --steps 10 --lr 0.01 --verify --save out/resnet18 | tee out/tofu-run-resnet18.txt
 echo
 echo "== tofu-run --model mlp --workers 2 --steps 20 --lr 0.01 --verify"
 "$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" --model mlp --workers 2 --steps 20 --lr 0.01 \
