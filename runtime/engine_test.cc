@@ -4,6 +4,7 @@
 // buffer poisoned, and train over many steps, resuming at another worker count.
 #include "runtime/engine.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -79,7 +80,8 @@ std::vector<unsigned> results(const Problem &p, const CpuEngine &e) {
   return out;
 }
 
-void checkModel(const std::string &what, const Problem &p, std::vector<unsigned> ks) {
+void checkModel(const std::string &what, const Problem &p, std::vector<unsigned> ks,
+                bool finite = true) {
   auto given = randomGraphInputs(p, 3);
   auto reference = runReference(p, given);
   ASSERT_TRUE(bool(reference)) << llvm::toString(reference.takeError());
@@ -101,6 +103,10 @@ void checkModel(const std::string &what, const Problem &p, std::vector<unsigned>
     worstRef = std::max(worstRef, maxRelativeError(one->engine->get(t), (*reference)[ref]));
   }
   EXPECT_LE(worstRef, kFloat32StepTolerance) << what << ": k=1 against the interpreter";
+  // The comparisons skip NaN on both sides: the step must produce numbers to compare.
+  for (unsigned t : finite ? results(p, *one->engine) : std::vector<unsigned>{})
+    for (double v : one->engine->get(t).data)
+      ASSERT_FALSE(std::isnan(v)) << what << ": '" << p.tensors[t].name << "' is NaN after a step";
   for (unsigned k : ks) {
     auto run = start(p, k, given);
     ASSERT_TRUE(run);
@@ -149,7 +155,10 @@ TEST(Engine, OnnxTransformerTrainingStep) {
   ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
   auto loss = addLoss(*g, testLibrary());
   ASSERT_TRUE(bool(loss)) << llvm::toString(loss.takeError());
-  checkModel("onnx transformer", trainingProblem(std::move(*g)), {2, 4});
+  // Known defect: with randomGraphInputs' values this model's step yields NaN weights (in
+  // the interpreter too: the comparisons pass NaN against NaN), so it checks less than the
+  // others until that is found.
+  checkModel("onnx transformer", trainingProblem(std::move(*g)), {2, 4}, /*finite=*/false);
 }
 
 /// The loss after each of `steps` steps.
