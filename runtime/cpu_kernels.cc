@@ -246,9 +246,10 @@ llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
   return llvm::Error::success();
 }
 
-llvm::Expected<Tensor> runKernel(CpuKernelLibrary::Fn fn, const InstOp &op, const Shapes &shapes,
-                                 const std::vector<const Tensor *> &inputs,
-                                 const std::vector<Range> &ranges, int threads) {
+Tensor runOnRegions(const InstOp &op, const Shapes &shapes, const std::vector<const Tensor *> &inputs,
+                    const std::vector<Range> &ranges,
+                    const std::function<void(const std::vector<Box> &regions,
+                                             const float *const *in, float *out)> &call) {
   std::vector<Box> regions = inputRegions(op, shapes, ranges);
   std::vector<std::vector<float>> buffers(inputs.size());
   std::vector<const float *> ptrs(inputs.size());
@@ -274,13 +275,23 @@ llvm::Expected<Tensor> runKernel(CpuKernelLibrary::Fn fn, const InstOp &op, cons
     shape.push_back(ranges[v].size());
   Tensor out(shape);
   std::vector<float> result(std::max<int64_t>(out.size(), 1));
-  std::vector<int64_t> ints = kernelInts(op, shapes, ranges, regions);
-  TofuKernelArgs args{ints.data(), ptrs.data(), result.data(),
-                      readsInsideRegions(op, shapes, ranges, regions) ? 1 : 0, threads};
-  fn(&args);
+  call(regions, ptrs.data(), result.data());
   for (int64_t k = 0; k < out.size(); ++k)
     out.data[k] = result[k];
   return out;
+}
+
+llvm::Expected<Tensor> runKernel(CpuKernelLibrary::Fn fn, const InstOp &op, const Shapes &shapes,
+                                 const std::vector<const Tensor *> &inputs,
+                                 const std::vector<Range> &ranges, int threads) {
+  return runOnRegions(op, shapes, inputs, ranges,
+                      [&](const std::vector<Box> &regions, const float *const *in, float *out) {
+                        std::vector<int64_t> ints = kernelInts(op, shapes, ranges, regions);
+                        TofuKernelArgs args{ints.data(), in, out,
+                                            readsInsideRegions(op, shapes, ranges, regions) ? 1 : 0,
+                                            threads};
+                        fn(&args);
+                      });
 }
 
 } // namespace tofu

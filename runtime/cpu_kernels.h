@@ -82,9 +82,16 @@ void forEachInParallel(size_t n, unsigned jobs, const std::function<void(size_t)
 /// mkdir -p; false (errno set) when a directory cannot be made.
 bool makeDirs(const std::string &path);
 
-/// Runs kernel `fn` of `op` for the share over `ranges`, on whole input tensors (doubles):
-/// each input's region (inputRegions) is copied into a float buffer, as a worker would hold
-/// it, and the float result is returned as doubles. NaN in a region stays NaN.
+/// Computes the share of `op` over `ranges` on whole input tensors (doubles) the way a worker
+/// would: each input's region (inputRegions) is copied into a float buffer, `call` computes
+/// the share from those buffers into a float output of the share's size, and the result is
+/// returned as doubles. NaN in a region stays NaN.
+Tensor runOnRegions(const InstOp &op, const Shapes &shapes, const std::vector<const Tensor *> &inputs,
+                    const std::vector<Range> &ranges,
+                    const std::function<void(const std::vector<Box> &regions,
+                                             const float *const *in, float *out)> &call);
+
+/// runOnRegions with kernel `fn` of `op`.
 llvm::Expected<Tensor> runKernel(CpuKernelLibrary::Fn fn, const InstOp &op, const Shapes &shapes,
                                  const std::vector<const Tensor *> &inputs,
                                  const std::vector<Range> &ranges, int threads = 1);

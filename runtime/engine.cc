@@ -39,6 +39,7 @@ struct Compute {
   CpuKernelLibrary::Fn fn = nullptr; ///< null (and no lib): the interpreter
   std::vector<int64_t> ints;
   std::vector<int64_t> inOff; ///< per op input, the buffer it reads
+  std::vector<const float *> in; ///< the same as pointers into the worker's arena
   std::vector<Box> inBox;     ///< per op input, the box that buffer holds
   int64_t outOff = 0;
   int64_t outElems = 0;
@@ -299,6 +300,8 @@ llvm::Error CpuEngine::Impl::build() {
         else
           return stringError(fmt::format("node '{}', worker {}: no buffer for its result",
                                          node.name, w));
+        for (int64_t off : c.inOff)
+          c.in.push_back(arenas[w] + off);
         c.outElems = boxElements(inst.produced);
         c.ints = kernelInts(op, node.shapes, inst.ranges, c.inBox);
         c.fast = readsInsideRegions(op, node.shapes, inst.ranges, c.inBox) ? 1 : 0;
@@ -510,15 +513,9 @@ void CpuEngine::Impl::runWorker(unsigned w, Barrier &barrier, std::vector<std::s
     if (ws.computes && errors[w].empty()) {
       const Compute &c = ws.compute;
       if (c.lib) {
-        std::vector<const float *> ins;
-        for (int64_t off : c.inOff)
-          ins.push_back(mine + off);
-        c.lib->run(ins.data(), mine + c.outOff, threads, scratchSpace[w]);
+        c.lib->run(c.in.data(), mine + c.outOff, threads, scratchSpace[w]);
       } else if (c.fn) {
-        std::vector<const float *> ins;
-        for (int64_t off : c.inOff)
-          ins.push_back(mine + off);
-        TofuKernelArgs args{c.ints.data(), ins.data(), mine + c.outOff, c.fast, threads};
+        TofuKernelArgs args{c.ints.data(), c.in.data(), mine + c.outOff, c.fast, threads};
         c.fn(&args);
       } else if (llvm::Error e = interpret(w, ne, c)) {
         errors[w] = fmt::format("node '{}': {}", p.nodes[ne.node].name, llvm::toString(std::move(e)));

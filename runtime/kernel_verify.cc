@@ -1,6 +1,8 @@
 // Verification on compiled kernels.
 #include "runtime/kernel_verify.h"
 
+#include <cstdint>
+
 #include "llvm/Support/Path.h"
 #include "runtime/library_kernels.h"
 
@@ -64,7 +66,13 @@ ShareEvaluator libraryEvaluator(ShareEvaluator fallback, LibraryUse *use, int th
       if (use)
         ++(k ? (*use)[op.name].first : (*use)[op.name].second);
       if (k)
-        return runLibraryKernel(*k, op, shapes, inputs, ranges, threads);
+        return runOnRegions(op, shapes, inputs, ranges,
+                            [&](const std::vector<Box> &, const float *const *in, float *out) {
+                              std::vector<char> scratch(k->scratchBytes() + 64);
+                              char *aligned = scratch.data() +
+                                  (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
+                              k->run(in, out, threads, aligned);
+                            });
     }
     return fallback ? fallback(op, shapes, inputs, ranges) : evaluate(op, shapes, inputs, ranges);
   };

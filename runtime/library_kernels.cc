@@ -820,6 +820,12 @@ std::unique_ptr<LibraryKernel> convKernel(const InstOp &op, const ConvForm &f, c
   primitive_attr attr;
   attr.set_scratchpad_mode(scratchpad_mode::user);
   const auto fwdAlg = algorithm::convolution_direct;
+  // The forward convolution of the share (the backward kinds take it as their hint), once
+  // the three descriptors are set.
+  auto forward = [&] {
+    return convolution_forward::desc(prop_kind::forward_training, fwdAlg, k->srcD, k->wD, k->dstD,
+                                     strides, dil, padL, padR);
+  };
   try {
     switch (f.kind) {
     case ConvForm::Forward: {
@@ -827,9 +833,7 @@ std::unique_ptr<LibraryKernel> convKernel(const InstOp &op, const ConvForm &f, c
           !input(f.w, wBox, k->wD, k->wIn, k->wOff))
         return nullptr;
       k->dstD = dense(dstBox);
-      convolution_forward::desc d(prop_kind::forward_training, fwdAlg, k->srcD, k->wD, k->dstD,
-                                  strides, dil, padL, padR);
-      convolution_forward::primitive_desc pd(d, attr, e);
+      convolution_forward::primitive_desc pd(forward(), attr, e);
       k->prim = convolution_forward(pd);
       k->setScratch(pd);
       k->what = fmt::format("oneDNN convolution forward ({})", pd.impl_info_str());
@@ -840,9 +844,7 @@ std::unique_ptr<LibraryKernel> convKernel(const InstOp &op, const ConvForm &f, c
           !input(f.dy, dstBox, k->dstD, k->dstIn, k->dstOff))
         return nullptr;
       k->wD = dense(wBox);
-      convolution_forward::desc hint(prop_kind::forward_training, fwdAlg, k->srcD, k->wD, k->dstD,
-                                     strides, dil, padL, padR);
-      convolution_forward::primitive_desc hpd(hint, e);
+      convolution_forward::primitive_desc hpd(forward(), e);
       convolution_backward_weights::desc d(fwdAlg, k->srcD, k->wD, k->dstD, strides, dil, padL,
                                            padR);
       convolution_backward_weights::primitive_desc pd(d, attr, e, hpd);
@@ -856,9 +858,7 @@ std::unique_ptr<LibraryKernel> convKernel(const InstOp &op, const ConvForm &f, c
           !input(f.w, wBox, k->wD, k->wIn, k->wOff))
         return nullptr;
       k->srcD = dense(srcBox);
-      convolution_forward::desc hint(prop_kind::forward_training, fwdAlg, k->srcD, k->wD, k->dstD,
-                                     strides, dil, padL, padR);
-      convolution_forward::primitive_desc hpd(hint, e);
+      convolution_forward::primitive_desc hpd(forward(), e);
       convolution_backward_data::desc d(fwdAlg, k->srcD, k->wD, k->dstD, strides, dil, padL, padR);
       convolution_backward_data::primitive_desc pd(d, attr, e, hpd);
       k->prim = convolution_backward_data(pd);
@@ -1070,45 +1070,6 @@ std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &sha
   if (auto f = scatterForm(op))
     return scatterKernel(op, *f, ranges, held);
   return nullptr;
-}
-
-Tensor runLibraryKernel(const LibraryKernel &kernel, const InstOp &op, const Shapes &shapes,
-                        const std::vector<const Tensor *> &inputs,
-                        const std::vector<Range> &ranges, int threads) {
-  std::vector<Box> regions = inputRegions(op, shapes, ranges);
-  std::vector<std::vector<float>> buffers(inputs.size());
-  std::vector<const float *> ptrs(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor &t = *inputs[i];
-    const Box &box = regions[i];
-    int64_t n = boxElements(box);
-    buffers[i].resize(std::max<int64_t>(n, 1));
-    std::vector<int64_t> ext, c(box.size()), abs(box.size());
-    for (const Range &r : box)
-      ext.push_back(r.size());
-    for (int64_t e = 0; e < n; ++e) {
-      int64_t rest = e;
-      for (size_t d = box.size(); d-- > 0;) {
-        c[d] = rest % ext[d];
-        rest /= ext[d];
-      }
-      for (size_t d = 0; d < box.size(); ++d)
-        abs[d] = box[d].lo + c[d];
-      buffers[i][e] = static_cast<float>(t.data[t.offset(abs.data())]);
-    }
-    ptrs[i] = buffers[i].data();
-  }
-  std::vector<int64_t> shape;
-  for (unsigned v : op.outputVars)
-    shape.push_back(ranges[v].size());
-  Tensor out(shape);
-  std::vector<float> result(std::max<int64_t>(out.size(), 1));
-  std::vector<char> scratch(kernel.scratchBytes() + 64);
-  kernel.run(ptrs.data(), result.data(), threads,
-             scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64);
-  for (int64_t e = 0; e < out.size(); ++e)
-    out.data[e] = result[e];
-  return out;
 }
 
 } // namespace tofu

@@ -53,12 +53,6 @@ std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &sha
 /// Whether `op`'s body has a form some share could run as a library call.
 bool hasLibraryForm(const InstOp &op);
 
-/// Runs `kernel` on whole double inputs, as runKernel does for a generated kernel: each
-/// input's region that the share reads is copied out in float32.
-Tensor runLibraryKernel(const LibraryKernel &kernel, const InstOp &op, const Shapes &shapes,
-                        const std::vector<const Tensor *> &inputs,
-                        const std::vector<Range> &ranges, int threads);
-
 } // namespace tofu
 
 #endif // TOFU_RUNTIME_LIBRARY_KERNELS_H
