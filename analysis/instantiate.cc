@@ -830,6 +830,16 @@ bool InstOp::isElementwise() const {
   return ok && readsAll && !inputs.empty();
 }
 
+bool InstOp::mapsInputElementwise(unsigned input) const {
+  bool ok = input < inputs.size() && inputs[input].rank == outputVars.size();
+  ir::walk(*body, [&](const ir::Expr &e) {
+    if (const auto *r = dyn_cast<ir::Read>(&e))
+      ok &= r->input != input || sameVarCoords(r->coords, outputVars);
+    ok &= !isa<ir::OpaqueCall>(e) && !isa<ir::Reduce>(e);
+  });
+  return ok;
+}
+
 const ir::Reduce *InstOp::topReduce() const { return dyn_cast<ir::Reduce>(body.get()); }
 
 std::vector<unsigned> InstOp::topReductionVars() const {

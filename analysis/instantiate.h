@@ -64,6 +64,10 @@ struct InstOp {
 
   /// Every input is read exactly at the output coordinates, in order.
   bool isElementwise() const;
+  /// Output element x is computed from input `input` at x alone (every read of it is at the
+  /// output coordinates; the body has no reduction or opaque call): the output may be
+  /// written over that input (other inputs may be read anyhow, e.g. a rank-0 learning rate).
+  bool mapsInputElementwise(unsigned input) const;
   /// The body is a reducer at top level.
   const ir::Reduce *topReduce() const;
   /// Variables of the top-level reducer (the reduction-split candidates).

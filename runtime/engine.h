@@ -1,12 +1,13 @@
-// The CPU engine: k workers (threads) run a partitioned training step on float32, each in
-// one arena of its memory plan's size, allocated once; every buffer (tiles, fetch buffers
+// The engine: k workers run a partitioned training step on float32, each in one arena of its
+// memory plan's size, allocated once by the backend; every buffer (tiles, fetch buffers
 // holding an input's region, partial results) lives at its planned offset, so the planned
-// peak is the real peak (library calls may add their own scratch space beside it). Ops run
-// as oneDNN calls where one expresses the share (matrix products, convolutions), else as
-// generated C++ kernels (the interpreter only for ops the generator cannot express);
-// fetches and reductions are region copies between arenas.
-// Weights and optimiser state stay in the arenas across steps: after each step every
-// optimiser update's result is carried into the tensor it updates.
+// peak is the real peak (library calls may add their own scratch space beside it). The
+// engine walks each worker's program (codegen/program.h) on its own host thread and asks
+// the backend (runtime/backend.h) to copy regions, launch kernels and synchronise. On the
+// CPU backend ops run as oneDNN calls where one expresses the share (matrix products,
+// convolutions), else as generated C++ kernels (the interpreter only for ops the generator
+// cannot express). Weights and optimiser state stay in the arenas across steps: after each
+// step every optimiser update's result is carried into the tensor it updates.
 #ifndef TOFU_RUNTIME_ENGINE_H
 #define TOFU_RUNTIME_ENGINE_H
 
@@ -19,7 +20,9 @@
 #include "analysis/interpreter.h"
 #include "codegen/exec_plan.h"
 #include "codegen/memory_plan.h"
+#include "codegen/program.h"
 #include "runtime/checkpoint.h"
+#include "runtime/backend.h"
 #include "runtime/cpu_kernels.h"
 
 namespace tofu {
@@ -28,23 +31,23 @@ struct EngineOptions {
   KernelCompileOptions compile;
   /// OpenMP threads per worker (default: the machine's cores / k, at least 1).
   int threadsPerWorker = 0;
-  /// Poison: fill each arena with NaN before every step, so a kernel or plan that reads
-  /// what was never written shows NaN in the result.
+  /// Poison: fill every buffer a step writes with NaN before each step, so a kernel or plan
+  /// that reads what was never written shows NaN in the result.
   bool checking = false;
   /// Shares a oneDNN call expresses run it (runtime/library_kernels.h); off: every share
   /// runs its generated kernel.
   bool library = true;
-  /// Time every node on worker 0 (CpuEngine::profile).
+  /// Time every node on every worker (Engine::profile).
   bool profile = false;
 };
 
-/// Where a node's time went on worker 0, summed over the steps run.
+/// Where a node's time went on one worker, summed over the steps run.
 struct NodeTime {
   std::string node, op;
-  std::string kernel; ///< what computes worker 0's share ("generated", a library call, ...)
+  std::string kernel; ///< what computes the worker's share ("generated", a library call, ...)
   double copySeconds = 0;    ///< fetching inputs and assembling the output
   double computeSeconds = 0; ///< the kernel
-  double waitSeconds = 0;    ///< at the two barriers: the other workers' imbalance
+  double waitSeconds = 0;    ///< at the synchronisations: the other workers' imbalance
 };
 
 struct StepStats {
@@ -53,13 +56,20 @@ struct StepStats {
   int64_t carryBytes = 0;  ///< between workers, carrying updates into the next step
 };
 
-class CpuEngine {
+/// Runs the workers' programs (codegen/program.h) on a backend (runtime/backend.h), one
+/// host thread per worker, step after step.
+class Engine {
 public:
-  /// Builds every worker's program, compiles the kernels (one batch), allocates the arenas.
-  static llvm::Expected<std::unique_ptr<CpuEngine>> create(const Problem &p, const ExecPlan &plan,
-                                                           const MemoryPlan &memory,
-                                                           const EngineOptions &options = {});
-  ~CpuEngine();
+  /// On the CPU backend: builds every worker's program, compiles the kernels (one batch),
+  /// allocates the arenas.
+  static llvm::Expected<std::unique_ptr<Engine>> create(const Problem &p, const ExecPlan &plan,
+                                                        const MemoryPlan &memory,
+                                                        const EngineOptions &options = {});
+  /// On `backend`, which prepares `program` (the engine keeps both).
+  static llvm::Expected<std::unique_ptr<Engine>> create(Program program,
+                                                        std::unique_ptr<Backend> backend,
+                                                        const EngineOptions &options = {});
+  ~Engine();
 
   /// Writes a whole tensor without a producer (an input, weight or optimiser state) into
   /// the tiles of the workers holding it. Inputs are kept and written again every step.
@@ -71,32 +81,29 @@ public:
   Tensor get(unsigned tensor) const;
   /// Each worker's arena size.
   std::vector<int64_t> arenaBytes() const;
-  const KernelCompileStats &compileStats() const;
-  /// How many op instances run on the interpreter (no generated kernel).
-  unsigned interpretedInstances() const;
-  /// How many op instances run a library call (oneDNN).
-  unsigned libraryInstances() const;
-  /// Per worker, the scratch space its library calls share (they run one after another),
-  /// allocated beside the arena.
-  std::vector<int64_t> libraryScratchBytes() const;
-  /// Per node in plan order, with EngineOptions::profile (else zero times).
-  const std::vector<NodeTime> &profile() const;
+  const Program &program() const;
+  const Backend &backend() const;
+  /// The backend's figures: kernels compiled, launches on a library or the interpreter,
+  /// memory beside the arenas.
+  BackendStats backendStats() const;
+  /// Per worker, per node in plan order, with EngineOptions::profile (else zero times).
+  const std::vector<std::vector<NodeTime>> &profile() const;
   /// Pairs (updated tensor, tensor it replaces) carried after each step.
   const std::vector<std::pair<unsigned, unsigned>> &carries() const;
 
   struct Impl;
 
 private:
-  explicit CpuEngine(std::unique_ptr<Impl> impl);
+  explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
 /// The training state: every weight and optimiser-state tensor, whole, by graph name.
-Checkpoint checkpointOf(const Problem &p, const CpuEngine &engine);
+Checkpoint checkpointOf(const Engine &engine);
 /// Writes a checkpoint's tensors into the engine (any k: each worker takes its tiles).
 /// Every weight and optimiser-state tensor of the graph must be there with its shape, and
 /// nothing else; errors name the tensor.
-llvm::Error restore(const Problem &p, CpuEngine &engine, const Checkpoint &c);
+llvm::Error restore(Engine &engine, const Checkpoint &c);
 
 /// Values for a training run of a graph whose loss is `loss`: inputs as randomGraphInputs
 /// draws them (fixed by `seed`), the loss gradient's seed `d_<loss>` 1, the learning rate

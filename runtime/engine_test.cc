@@ -42,7 +42,7 @@ EngineOptions testOptions() {
 struct Run {
   ExecPlan exec;
   MemoryPlan memory;
-  std::unique_ptr<CpuEngine> engine;
+  std::unique_ptr<Engine> engine;
   int64_t predicted = 0;
 };
 
@@ -56,7 +56,7 @@ std::unique_ptr<Run> start(const Problem &p, unsigned k, const std::map<unsigned
   run->predicted = p.exactCost(plan->steps);
   run->memory = planMemory(p, run->exec, {});
   EXPECT_EQ(checkMemoryPlan(run->memory), "");
-  auto e = CpuEngine::create(p, run->exec, run->memory, testOptions());
+  auto e = Engine::create(p, run->exec, run->memory, testOptions());
   EXPECT_TRUE(bool(e)) << llvm::toString(e.takeError());
   if (!e)
     return nullptr;
@@ -69,7 +69,7 @@ std::unique_ptr<Run> start(const Problem &p, unsigned k, const std::map<unsigned
 }
 
 /// Tensors that hold results at the end of a step: the loss, and each weight (after its update is carried).
-std::vector<unsigned> results(const Problem &p, const CpuEngine &e) {
+std::vector<unsigned> results(const Problem &p, const Engine &e) {
   std::vector<unsigned> out;
   for (auto [upd, tgt] : e.carries())
     out.push_back(tgt);
@@ -89,9 +89,9 @@ void checkModel(const std::string &what, const Problem &p, std::vector<unsigned>
   ASSERT_TRUE(one);
   auto s1 = one->engine->step();
   ASSERT_TRUE(bool(s1)) << llvm::toString(s1.takeError());
-  EXPECT_EQ(one->engine->interpretedInstances(), 0u) << what;
+  EXPECT_EQ(one->engine->backendStats().interpreted, 0u) << what;
   // Every model here has matrix products or convolutions: oneDNN computes them.
-  EXPECT_GT(one->engine->libraryInstances(), 0u) << what;
+  EXPECT_GT(one->engine->backendStats().library, 0u) << what;
   // The engine's unpartitioned float32 step against the double-precision interpreter: a
   // weight after the step holds the reference's updated value.
   std::map<unsigned, unsigned> updatedBy;
@@ -130,7 +130,7 @@ void checkModel(const std::string &what, const Problem &p, std::vector<unsigned>
     std::printf("%s k=%u: against k=1 %.3g, k=1 against the interpreter %.3g; %lld bytes moved "
                 "= predicted; largest arena %lld bytes; %u shares on oneDNN\n",
                 what.c_str(), k, worst, worstRef, (long long)s->bytesMoved, (long long)arenas,
-                run->engine->libraryInstances());
+                run->engine->backendStats().library);
   }
 }
 
@@ -162,7 +162,7 @@ TEST(Engine, OnnxTransformerTrainingStep) {
 }
 
 /// The loss after each of `steps` steps.
-std::vector<double> train(CpuEngine &e, unsigned loss, unsigned steps) {
+std::vector<double> train(Engine &e, unsigned loss, unsigned steps) {
   std::vector<double> out;
   for (unsigned s = 0; s < steps; ++s) {
     auto r = e.step();

@@ -83,8 +83,9 @@ cl::opt<std::string> saveDir("save", cl::desc("After the last step, write every 
 cl::opt<std::string> loadDir("load", cl::desc("Start from the checkpoint in DIR (written by --save, "
                                               "at any worker count)"),
                              cl::value_desc("DIR"), cl::cat(runCategory));
-cl::opt<unsigned> profileTop("profile", cl::desc("Time every node on worker 0 and print the N "
-                                                "that take longest (0: off)"),
+cl::opt<unsigned> profileTop("profile", cl::desc("Time every node on every worker; print each "
+                                                "worker's compute, copy and waiting time and "
+                                                "worker 0's N slowest nodes (0: off)"),
                              cl::init(0), cl::cat(runCategory));
 cl::opt<std::string> format("format", cl::desc("table (default) or json"), cl::init("table"),
                             cl::cat(runCategory));
@@ -128,11 +129,12 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   options.library = kernelsMode == "compiled";
   options.profile = profileTop > 0;
   auto start = std::chrono::steady_clock::now();
-  auto engine = tofu::CpuEngine::create(p, exec, memory, options);
+  auto engine = tofu::Engine::create(p, exec, memory, options);
   if (!engine)
     return fail(name + ": " + llvm::toString(engine.takeError()));
   const double buildSeconds = seconds(start);
-  const tofu::KernelCompileStats cs = (*engine)->compileStats();
+  const tofu::BackendStats bs = (*engine)->backendStats();
+  const tofu::KernelCompileStats &cs = bs.compile;
   for (const auto &[t, v] : values)
     if (llvm::Error e = (*engine)->set(t, v))
       return fail(llvm::toString(std::move(e)));
@@ -142,7 +144,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     auto c = tofu::loadCheckpoint(loadDir);
     if (!c)
       return fail(llvm::toString(c.takeError()));
-    if (llvm::Error e = tofu::restore(p, **engine, *c))
+    if (llvm::Error e = tofu::restore(**engine, *c))
       return fail(tofu::checkpointFile(loadDir) + ": " + llvm::toString(std::move(e)));
     if (auto it = c->metadata.find("steps"); it != c->metadata.end())
       stepsBefore = static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
@@ -161,7 +163,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                 "{:.2f} s; {} op instances on oneDNN, {} on the interpreter\n",
                                 cs.kernels, cs.units, cs.unitsCompiled,
                                 cs.units - cs.unitsCompiled, cs.seconds,
-                                (*engine)->libraryInstances(), (*engine)->interpretedInstances());
+                                bs.library, bs.interpreted);
     if (!terminal)
       llvm::outs() << "\n| step | loss | seconds |\n| ---: | ---: | ---: |\n";
     llvm::outs().flush();
@@ -193,7 +195,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   if (terminal)
     llvm::outs() << "\n";
   if (!saveDir.empty()) {
-    tofu::Checkpoint c = tofu::checkpointOf(p, **engine);
+    tofu::Checkpoint c = tofu::checkpointOf(**engine);
     c.metadata = {{"format", "tofu"}, {"model", name}, {"optimizer", optimizer},
                   {"steps", std::to_string(stepsBefore + steps)},
                   {"workers", std::to_string(workers)}};
@@ -221,14 +223,14 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       return fail(llvm::toString(onePlan.takeError()));
     tofu::ExecPlan oneExec = tofu::buildExecPlan(p, *onePlan);
     tofu::MemoryPlan oneMemory = tofu::planMemory(p, oneExec, training.outputs);
-    auto ref = tofu::CpuEngine::create(p, oneExec, oneMemory, options);
+    auto ref = tofu::Engine::create(p, oneExec, oneMemory, options);
     if (!ref)
       return fail("the unpartitioned run: " + llvm::toString(ref.takeError()));
     for (const auto &[t, v] : values)
       if (llvm::Error e = (*ref)->set(t, v))
         return fail(llvm::toString(std::move(e)));
     if (resumed)
-      if (llvm::Error e = tofu::restore(p, **ref, *resumed))
+      if (llvm::Error e = tofu::restore(**ref, *resumed))
         return fail(llvm::toString(std::move(e)));
     if (auto r = (*ref)->step(); !r)
       return fail("the unpartitioned run: " + llvm::toString(r.takeError()));
@@ -266,19 +268,23 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     j["compile_seconds"] = cs.seconds;
     j["engine_build_seconds"] = buildSeconds;
     j["kernels"] = cs.kernels;
-    j["library_instances"] = (*engine)->libraryInstances();
-    j["library_scratch_bytes"] = (*engine)->libraryScratchBytes();
+    j["library_instances"] = bs.library;
+    j["library_scratch_bytes"] = bs.extraBytes;
     j["kernel_units_compiled"] = cs.unitsCompiled;
     if (verify)
       j["verify"] = verifyJson;
     if (profileTop > 0) {
-      nlohmann::json nodes = nlohmann::json::array();
-      for (const tofu::NodeTime &n : (*engine)->profile())
-        nodes.push_back({{"node", n.node}, {"op", n.op}, {"kernel", n.kernel},
-                         {"compute_seconds", n.computeSeconds / steps},
-                         {"copy_seconds", n.copySeconds / steps},
-                         {"wait_seconds", n.waitSeconds / steps}});
-      j["profile"] = nodes;
+      nlohmann::json perWorker = nlohmann::json::array();
+      for (const std::vector<tofu::NodeTime> &worker : (*engine)->profile()) {
+        nlohmann::json nodes = nlohmann::json::array();
+        for (const tofu::NodeTime &n : worker)
+          nodes.push_back({{"node", n.node}, {"op", n.op}, {"kernel", n.kernel},
+                           {"compute_seconds", n.computeSeconds / steps},
+                           {"copy_seconds", n.copySeconds / steps},
+                           {"wait_seconds", n.waitSeconds / steps}});
+        perWorker.push_back(nodes);
+      }
+      j["profile"] = perWorker; // per worker, per node in plan order
     }
     llvm::outs() << j.dump(2) << "\n";
     return status;
@@ -295,7 +301,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                 double(peaks[w]) * workers / double(onePeak));
   llvm::outs() << fmt::format("single-worker peak: {}\n", tofu::humanBytes(double(onePeak)));
   {
-    std::vector<int64_t> scratch = (*engine)->libraryScratchBytes();
+    const std::vector<int64_t> &scratch = bs.extraBytes;
     int64_t most = scratch.empty() ? 0 : *std::max_element(scratch.begin(), scratch.end());
     if (most > 0)
       llvm::outs() << fmt::format("oneDNN scratch space beside the arenas: {} per worker (at most)\n",
@@ -310,18 +316,23 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                 verifyJson["tensors_compared"].get<size_t>() - 1, worstName,
                                 double(tolerance));
   if (profileTop > 0) {
-    std::vector<tofu::NodeTime> nodes = (*engine)->profile();
-    double compute = 0, copy = 0, wait = 0;
-    for (const tofu::NodeTime &n : nodes)
-      compute += n.computeSeconds, copy += n.copySeconds, wait += n.waitSeconds;
+    const auto &profile = (*engine)->profile();
+    llvm::outs() << "\n| per step | compute s | copies s | waiting s |\n| ---: | ---: | ---: | ---: |\n";
+    for (unsigned w = 0; w < profile.size(); ++w) {
+      double compute = 0, copy = 0, wait = 0;
+      for (const tofu::NodeTime &n : profile[w])
+        compute += n.computeSeconds, copy += n.copySeconds, wait += n.waitSeconds;
+      llvm::outs() << fmt::format("| worker {} | {:.4f} | {:.4f} | {:.4f} |\n", w, compute / steps,
+                                  copy / steps, wait / steps);
+    }
+    std::vector<tofu::NodeTime> nodes = profile[0];
     std::sort(nodes.begin(), nodes.end(), [](const auto &a, const auto &b) {
       return a.computeSeconds + a.copySeconds + a.waitSeconds >
              b.computeSeconds + b.copySeconds + b.waitSeconds;
     });
-    llvm::outs() << fmt::format("\nworker 0, per step: compute {:.4f} s, copies {:.4f} s, waiting "
-                                "{:.4f} s; the {} slowest nodes:\n\n| node | op | kernel | compute "
-                                "ms | copy ms | wait ms |\n| --- | --- | --- | ---: | ---: | ---: |\n",
-                                compute / steps, copy / steps, wait / steps,
+    llvm::outs() << fmt::format("\nworker 0's {} slowest nodes, per step:\n\n| node | op | kernel | "
+                                "compute ms | copy ms | wait ms |\n| --- | --- | --- | ---: | ---: | "
+                                "---: |\n",
                                 std::min<size_t>(profileTop, nodes.size()));
     for (size_t i = 0; i < nodes.size() && i < profileTop; ++i)
       llvm::outs() << fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} |\n", nodes[i].node,

@@ -1,0 +1,64 @@
+// What the engine asks of the machine that holds the workers' arenas and runs their kernels.
+// The engine (runtime/engine.h) walks each worker's program (codegen/program.h) and turns
+// its steps into these operations; the CPU backend runs them on host memory with threads,
+// a GPU backend enqueues them on one stream per worker. Every operation names the worker it
+// runs for; one worker's operations are issued in program order from one thread, and
+// different workers' from different threads, concurrently.
+#ifndef TOFU_RUNTIME_BACKEND_H
+#define TOFU_RUNTIME_BACKEND_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/program.h"
+#include "runtime/cpu_kernels.h"
+
+namespace tofu {
+
+/// Figures a backend reports after `prepare`.
+struct BackendStats {
+  KernelCompileStats compile;
+  unsigned interpreted = 0; ///< launches run on the interpreter (no kernel could be made)
+  unsigned library = 0;     ///< launches run as a library call (oneDNN, cuBLAS, cuDNN)
+  /// Per worker, memory the backend needs beside its arena (library scratch space).
+  std::vector<int64_t> extraBytes;
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  /// Allocates each worker's arena (WorkerProgram::arenaBytes), once, and prepares every
+  /// launch of every worker: kernels compiled or loaded, library calls set up. The program
+  /// must outlive the backend.
+  virtual llvm::Error prepare(const Program &program) = 0;
+  /// Copies `c.box` from worker `c.from`'s arena into worker `w`'s; with `reducer`,
+  /// combines it into what is there.
+  virtual void copy(unsigned w, const RegionCopy &c, const ir::Reducer *reducer) = 0;
+  /// Sets `bytes / 4` floats at `offset` of worker `w`'s arena to `value`.
+  virtual void fill(unsigned w, int64_t offset, int64_t bytes, float value) = 0;
+  /// Runs the kernel of worker `w`'s step `step`.
+  virtual llvm::Error launch(unsigned w, size_t step) = 0;
+  /// Returns when every worker has called `sync` as often as `w` (all operations issued
+  /// before it, by every worker, are complete or ordered before any issued after it).
+  virtual void sync(unsigned w) = 0;
+  /// Host data in and out: `box` of a tensor between a host buffer holding `hostBox` and
+  /// worker `w`'s buffer at `offset` holding `held`. Called between steps only.
+  virtual void write(unsigned w, int64_t offset, const Box &held, const float *host,
+                     const Box &hostBox, const Box &box) = 0;
+  virtual void read(unsigned w, int64_t offset, const Box &held, float *host, const Box &hostBox,
+                    const Box &box) const = 0;
+  /// What computes worker `w`'s step `step` ("generated", the library call, "interpreter").
+  virtual std::string describe(unsigned w, size_t step) const = 0;
+  virtual BackendStats stats() const = 0;
+};
+
+/// Copies (or combines with `reducer`) `box` between two row-major float buffers holding
+/// `dstBox` and `srcBox` (absolute coordinates), a contiguous run per innermost row.
+void copyBox(float *dst, const Box &dstBox, const float *src, const Box &srcBox, const Box &box,
+             const ir::Reducer *reducer);
+
+} // namespace tofu
+
+#endif // TOFU_RUNTIME_BACKEND_H

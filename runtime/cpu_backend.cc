@@ -1,0 +1,247 @@
+// The CPU backend: host arenas, oneDNN / generated C++ / interpreter launches, threads.
+#include "runtime/cpu_backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <limits>
+#include <thread>
+
+#include "analysis/reducer.h"
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+#include "runtime/library_kernels.h"
+
+namespace tofu {
+namespace {
+
+/// Reusable barrier for the worker threads of one step: it spins briefly (a barrier between
+/// two small nodes should cost a microsecond, not a context switch) and then yields the
+/// core, so workers sharing cores (k above the core count) still make progress.
+class Barrier {
+public:
+  /// `spins`: how long to spin before yielding (0 when the workers outnumber the cores, so
+  /// a waiting worker gives its core to one that is still computing).
+  Barrier(unsigned n, unsigned spins) : n_(n), spins_(spins) {}
+  void wait() {
+    const unsigned gen = generation_.load(std::memory_order_acquire);
+    if (waiting_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      waiting_.store(0, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_acq_rel);
+      return;
+    }
+    for (unsigned spin = 0; generation_.load(std::memory_order_acquire) == gen; ++spin) {
+      if (spin < spins_)
+        cpuRelax();
+      else
+        std::this_thread::yield();
+    }
+  }
+
+private:
+  static void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  const unsigned n_, spins_;
+  std::atomic<unsigned> waiting_{0};
+  std::atomic<unsigned> generation_{0};
+};
+
+Box wholeBox(const std::vector<int64_t> &shape) {
+  Box all;
+  for (int64_t e : shape)
+    all.push_back({0, e});
+  return all;
+}
+
+Box intersect(const Box &a, const Box &b) {
+  Box out(a.size());
+  for (size_t d = 0; d < a.size(); ++d)
+    out[d] = {std::max(a[d].lo, b[d].lo), std::min(a[d].hi, b[d].hi)};
+  return out;
+}
+
+/// One launch made ready: its callee and its pointers into the worker's arena.
+struct Prepared {
+  std::shared_ptr<const LibraryKernel> lib; ///< set: a library call computes the share
+  CpuKernelLibrary::Fn fn = nullptr;        ///< else the generated kernel; neither: interpreter
+  std::vector<const float *> in;
+  float *out = nullptr;
+};
+
+class CpuBackend final : public Backend {
+public:
+  explicit CpuBackend(CpuBackendOptions o) : options_(std::move(o)) {}
+  ~CpuBackend() override {
+    for (float *a : arenas_)
+      std::free(a);
+    for (void *s : scratch_)
+      std::free(s);
+  }
+
+  std::string name() const override { return "cpu"; }
+
+  llvm::Error prepare(const Program &program) override {
+    program_ = &program;
+    const unsigned k = program.workers;
+    threads_ = options_.threadsPerWorker > 0
+                   ? options_.threadsPerWorker
+                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency() / k));
+    barrier_ = std::make_unique<Barrier>(
+        k, k <= std::max(1u, std::thread::hardware_concurrency()) ? 2000 : 0);
+    for (unsigned w = 0; w < k; ++w) {
+      const int64_t bytes = std::max<int64_t>(64, program.worker[w].arenaBytes);
+      void *mem = std::aligned_alloc(64, static_cast<size_t>((bytes + 63) / 64 * 64));
+      if (!mem)
+        return stringError(fmt::format("worker {}: cannot allocate its arena of {} bytes", w,
+                                       program.worker[w].arenaBytes));
+      arenas_.push_back(static_cast<float *>(mem));
+    }
+    // Kernels: one per instantiation, compiled in one batch.
+    std::vector<KernelSource> sources;
+    std::vector<std::string> kernelName(program.kernels.size());
+    for (size_t i = 0; i < program.kernels.size(); ++i) {
+      auto src = generateKernel(*program.kernels[i].op, KernelDialect::Cpp);
+      if (!src) {
+        llvm::consumeError(src.takeError()); // the interpreter runs it
+        continue;
+      }
+      kernelName[i] = src->name;
+      sources.push_back(std::move(*src));
+    }
+    if (llvm::Error e = kernels_.add(sources, options_.compile))
+      return e;
+    stats_.compile = kernels_.stats();
+    stats_.extraBytes.assign(k, 0);
+    prepared_.assign(k, {});
+    for (unsigned w = 0; w < k; ++w) {
+      const WorkerProgram &wp = program.worker[w];
+      prepared_[w].resize(wp.steps.size());
+      for (size_t s = 0; s < wp.steps.size(); ++s) {
+        const ProgramStep &st = wp.steps[s];
+        if (!st.launches)
+          continue;
+        const Launch &l = st.launch;
+        const ProgramNode &node = program.nodes[st.node];
+        const InstOp &op = *program.kernels[l.kernel].op;
+        Prepared &pr = prepared_[w][s];
+        for (int64_t off : l.inputOffsets)
+          pr.in.push_back(arenas_[w] + off / 4);
+        pr.out = arenas_[w] + l.outputOffset / 4;
+        pr.fn = kernelName[l.kernel].empty() ? nullptr : kernels_.find(kernelName[l.kernel]);
+        if (options_.library && hasLibraryForm(op))
+          pr.lib = libraryKernel(op, node.shapes, l.ranges, l.inputBoxes);
+        if (pr.lib) {
+          ++stats_.library;
+          stats_.extraBytes[w] =
+              std::max(stats_.extraBytes[w], static_cast<int64_t>(pr.lib->scratchBytes()));
+        } else if (!pr.fn) {
+          ++stats_.interpreted;
+        }
+      }
+    }
+    for (unsigned w = 0; w < k; ++w) {
+      scratch_.push_back(
+          std::aligned_alloc(64, static_cast<size_t>((stats_.extraBytes[w] + 64) / 64 * 64)));
+      if (!scratch_.back())
+        return stringError(fmt::format("worker {}: cannot allocate {} bytes of scratch space", w,
+                                       stats_.extraBytes[w]));
+    }
+    return llvm::Error::success();
+  }
+
+  void copy(unsigned w, const RegionCopy &c, const ir::Reducer *reducer) override {
+    copyBox(arenas_[w] + c.dstOffset / 4, c.dstBox, arenas_[c.from] + c.srcOffset / 4, c.srcBox,
+            c.box, reducer);
+  }
+
+  void fill(unsigned w, int64_t offset, int64_t bytes, float value) override {
+    std::fill(arenas_[w] + offset / 4, arenas_[w] + (offset + bytes) / 4, value);
+  }
+
+  llvm::Error launch(unsigned w, size_t step) override {
+    const Prepared &pr = prepared_[w][step];
+    const Launch &l = program_->worker[w].steps[step].launch;
+    if (pr.lib) {
+      pr.lib->run(pr.in.data(), pr.out, threads_, scratch_[w]);
+    } else if (pr.fn) {
+      TofuKernelArgs args{l.ints.data(), pr.in.data(), pr.out, l.fast ? 1 : 0, threads_};
+      pr.fn(&args);
+    } else {
+      return interpret(w, step);
+    }
+    return llvm::Error::success();
+  }
+
+  void sync(unsigned) override { barrier_->wait(); }
+
+  void write(unsigned w, int64_t offset, const Box &held, const float *host, const Box &hostBox,
+             const Box &box) override {
+    copyBox(arenas_[w] + offset / 4, held, host, hostBox, box, nullptr);
+  }
+
+  void read(unsigned w, int64_t offset, const Box &held, float *host, const Box &hostBox,
+            const Box &box) const override {
+    copyBox(host, hostBox, arenas_[w] + offset / 4, held, box, nullptr);
+  }
+
+  std::string describe(unsigned w, size_t step) const override {
+    const Prepared &pr = prepared_[w][step];
+    if (!program_->worker[w].steps[step].launches)
+      return "";
+    return pr.lib ? pr.lib->describe() : pr.fn ? "generated" : "interpreter";
+  }
+
+  BackendStats stats() const override { return stats_; }
+
+private:
+  /// The op's interpreter (double precision) over the share, for instantiations the
+  /// generator cannot express.
+  llvm::Error interpret(unsigned w, size_t step) {
+    const ProgramStep &st = program_->worker[w].steps[step];
+    const Launch &l = st.launch;
+    const ProgramNode &node = program_->nodes[st.node];
+    std::vector<Tensor> ins;
+    for (size_t q = 0; q < node.shapes.inputs.size(); ++q) {
+      const Box &held = l.inputBoxes[q];
+      Tensor t(node.shapes.inputs[q], std::numeric_limits<double>::quiet_NaN());
+      Box all = wholeBox(t.shape);
+      std::vector<float> tmp(std::max<int64_t>(1, t.size()), std::numeric_limits<float>::quiet_NaN());
+      copyBox(tmp.data(), all, arenas_[w] + l.inputOffsets[q] / 4, held, intersect(held, all),
+              nullptr);
+      for (int64_t e = 0; e < t.size(); ++e)
+        t.data[e] = tmp[e];
+      ins.push_back(std::move(t));
+    }
+    std::vector<const Tensor *> ptrs;
+    for (const Tensor &t : ins)
+      ptrs.push_back(&t);
+    auto r = evaluate(*program_->kernels[l.kernel].op, node.shapes, ptrs, l.ranges);
+    if (!r)
+      return r.takeError();
+    float *dst = arenas_[w] + l.outputOffset / 4;
+    for (int64_t e = 0; e < r->size(); ++e)
+      dst[e] = static_cast<float>(r->data[e]);
+    return llvm::Error::success();
+  }
+
+  CpuBackendOptions options_;
+  const Program *program_ = nullptr;
+  int threads_ = 1;
+  std::unique_ptr<Barrier> barrier_;
+  CpuKernelLibrary kernels_;
+  std::vector<float *> arenas_;
+  std::vector<void *> scratch_; ///< per worker, the scratch space its library calls share
+  std::vector<std::vector<Prepared>> prepared_; ///< per worker, per step
+  BackendStats stats_;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> makeCpuBackend(const CpuBackendOptions &options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+} // namespace tofu
