@@ -117,6 +117,19 @@ llvm::Error restore(Engine &engine, const Checkpoint &c);
 std::map<unsigned, Tensor> trainingValues(const Problem &p, const std::string &loss, unsigned seed,
                                           double lr);
 
+/// The batch of step `step` (counted from the first step ever trained, so a resumed run
+/// continues the sequence) of a synthetic training run: every data input (an input tensor
+/// of rank >= 1 other than the labels or target) drawn afresh — uniform in [-1, 1], or, for
+/// tensors whose `base` values are integers (token ids, indices), integers in the range
+/// `base` spans — and the labels or target computed from the largest data input by a
+/// fixed random teacher (fixed by `seed`): the input split into one row per label, each row
+/// folded onto 64 features, a fixed random linear map to the classes, and the argmax over
+/// the first 16 classes (softmax cross-entropy) or tanh (MSE target). The model can learn it, so the loss can
+/// fall. `base` is trainingValues' result. Empty when the loss is neither of those two or
+/// the largest input does not split into one row per label (the data then stays fixed).
+std::map<unsigned, Tensor> syntheticBatch(const Problem &p, const std::string &loss, unsigned seed,
+                                          unsigned step, const std::map<unsigned, Tensor> &base);
+
 /// The largest |a - b| / max(1, |b|) a partitioned float32 step may show against the
 /// unpartitioned one on the same engine: split reductions sum in another order (each
 /// partial sum and the combine rounded to float32, relative 6e-8 per operation) over

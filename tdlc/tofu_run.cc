@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <optional>
 #include <chrono>
+#include <numeric>
 #include <fstream>
 #include <string>
 
@@ -55,6 +56,12 @@ cl::opt<bool> verify("verify", cl::desc("Also run the step unpartitioned and com
                      cl::cat(runCategory));
 cl::opt<unsigned> seed("seed", cl::desc("Seed of the random inputs and weights (default 1)"),
                        cl::init(1), cl::cat(runCategory));
+cl::opt<std::string> dataMode(
+    "data",
+    cl::desc("Synthetic data: 'teacher' (default: a fresh batch every step, labels or targets "
+             "from a fixed random teacher, so the loss falls as the model learns it) or 'fixed' "
+             "(one random batch for every step: the model memorises it)"),
+    cl::init("teacher"), cl::cat(runCategory));
 cl::opt<double> tolerance("tolerance", cl::desc("Largest relative difference --verify accepts "
                                                 "(default 1e-3 on compiled kernels, float32; "
                                                 "1e-4 with --kernels interp)"),
@@ -123,6 +130,15 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     if (p.tensors[t].name == loss)
       lossTensor = t;
   auto values = tofu::trainingValues(p, loss, seed, lr);
+  // The batch of a step, by its index counted over every run of a resumed training.
+  auto setBatch = [&](tofu::Engine &e, unsigned step) -> llvm::Error {
+    if (dataMode == "fixed")
+      return llvm::Error::success();
+    for (const auto &[t, v] : tofu::syntheticBatch(p, loss, seed, step, values))
+      if (llvm::Error err = e.set(t, v))
+        return err;
+    return llvm::Error::success();
+  };
   tofu::EngineOptions options;
   options.threadsPerWorker = threadsPerWorker;
   options.checking = checking;
@@ -175,6 +191,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   std::vector<double> stepSeconds, losses;
   int64_t moved = 0;
   for (unsigned s = 0; s < steps; ++s) {
+    if (llvm::Error e = setBatch(**engine, stepsBefore + s))
+      return fail(llvm::toString(std::move(e)));
     auto r = (*engine)->step();
     if (!r)
       return fail(fmt::format("{}: step {}: {}", name, s + 1, llvm::toString(r.takeError())));
@@ -232,6 +250,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     if (resumed)
       if (llvm::Error e = tofu::restore(**ref, *resumed))
         return fail(llvm::toString(std::move(e)));
+    if (llvm::Error e = setBatch(**ref, stepsBefore))
+      return fail(llvm::toString(std::move(e)));
     if (auto r = (*ref)->step(); !r)
       return fail("the unpartitioned run: " + llvm::toString(r.takeError()));
     for (size_t i = 0; i < compared.size(); ++i) {
@@ -293,6 +313,12 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                               "samples/s\n",
                               losses.front(), losses.back(), unsigned(steps), med,
                               med > 0 ? double(batch) / med : 0.0);
+  if (losses.size() >= 20) { // one batch's loss is noisy: the trend over windows
+    auto mean = [](auto from, auto to) { return std::accumulate(from, to, 0.0) / double(to - from); };
+    llvm::outs() << fmt::format("mean loss of the first 10 steps {:.4f}, of the last 10 {:.4f}\n",
+                                mean(losses.begin(), losses.begin() + 10),
+                                mean(losses.end() - 10, losses.end()));
+  }
   llvm::outs() << fmt::format("bytes moved per step {} (the plan predicts {}: {})\n", moved,
                               predicted, moved == predicted ? "equal" : "DIFFERENT");
   llvm::outs() << "\n| worker | peak memory (arena) | / (single-worker peak / k) |\n| ---: | ---: | ---: |\n";
@@ -375,6 +401,8 @@ int main(int argc, char **argv) {
     return fail("--kernels must be compiled, generated or interp", 2);
   if (format != "table" && format != "json")
     return fail("--format must be table or json", 2);
+  if (dataMode != "teacher" && dataMode != "fixed")
+    return fail("--data must be teacher or fixed", 2);
   if (steps == 0)
     return fail("--steps must be at least 1", 2);
   if (kernelsMode == "interp" && (!saveDir.empty() || !loadDir.empty()))

@@ -29,7 +29,8 @@ assert j["bytes_moved"] == j["predicted_bytes"], j
 PY
 fi
 # Checkpoints: 2 x 10 steps with a save and a load between equal 20 steps straight, at k = 1
-# and across k = 2 -> 4 (Adam: the optimiser state is saved too); a 50-step run's loss falls.
+# and across k = 2 -> 4 (Adam: the optimiser state is saved too; the resumed run continues the
+# data's sequence); a 50-step run's loss falls.
 losses() { python3 -c 'import json,sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["loss"])))' "$1"; }
 small="--onnx tests/onnx/mlp.onnx --optimizer adam --format=json"
 for ks in "1 1" "2 4"; do
@@ -57,7 +58,10 @@ else
   python3 - "$(losses "$tmp/mlp.json")" <<'PY' || fail=1
 import sys
 l = [float(x) for x in sys.argv[1].split()]
-assert len(l) == 50 and l[-1] < 0.5 * l[0], f"the MLP's loss does not fall over 50 steps: {l[0]} -> {l[-1]}"
+# A fresh batch every step, labelled by the fixed random teacher: the loss of one batch is
+# noisy, so compare the first and the last ten steps' means (measured 5.9 -> 3.5).
+first, last = sum(l[:10]) / 10, sum(l[-10:]) / 10
+assert len(l) == 50 and last < 0.8 * first, f"the MLP's loss does not fall over 50 steps: {first} -> {last}"
 PY
 fi
 # The reference executor (every op in the interpreter) stays available.
@@ -77,6 +81,7 @@ expect_error "--backend cuda is not available" --model mlp --workers 2 --backend
 expect_error "unknown model 'nope'" --model nope --workers 2
 expect_error "--kernels must be compiled, generated or interp" --model mlp --workers 2 --kernels gpu
 expect_error "--kernels interp runs one step" --model mlp --workers 2 --kernels interp --steps 3
+expect_error "--data must be teacher or fixed" --model mlp --workers 2 --data real
 expect_error "model.safetensors: cannot open" --model mlp --workers 2 --load "$tmp/none"
 expect_error "the checkpoint has no tensor" --model gpt-1-16-2-4 --batch 2 --workers 2 --load "$tmp/ckpt"
 exit $fail

@@ -7,9 +7,10 @@
 # partitioned on 4 workers and is checked against the unpartitioned step (tofu-run
 # --verify). Then torchvision's resnet18 (from ONNX) trains partitioned on 2 workers for 10
 # steps and is saved to out/resnet18/model.safetensors, and the 25M-parameter MLP trains on
-# 2 workers for 20 steps, on the CPU engine (oneDNN + generated kernels, float32 arenas):
-# the loss per step, the median step time, every worker's peak memory, and the first step
-# checked against the unpartitioned one.
+# 2 workers for 50 steps, on the CPU engine (oneDNN + generated kernels, float32 arenas), on
+# a fresh synthetic batch every step labelled by a fixed random teacher: the loss per step
+# (and its mean over the first and the last ten steps), the median step time, every
+# worker's peak memory, and the first step checked against the unpartitioned one.
 # Finally the library's statistics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,8 +52,8 @@ echo "== tofu-run --onnx tests/onnx/resnet18.onnx --workers 2 --steps 10 --lr 0.
 "$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" --onnx tests/onnx/resnet18.onnx --workers 2 \
   --steps 10 --lr 0.01 --verify --save out/resnet18 | tee out/tofu-run-resnet18.txt
 echo
-echo "== tofu-run --model mlp --workers 2 --steps 20 --lr 0.01 --verify"
-"$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" --model mlp --workers 2 --steps 20 --lr 0.01 \
+echo "== tofu-run --model mlp --workers 2 --steps 50 --lr 0.01 --verify"
+"$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" --model mlp --workers 2 --steps 50 --lr 0.01 \
   --verify | tee out/tofu-run-mlp.txt
 echo
 echo "== tdlc --stats ops"
