@@ -116,6 +116,27 @@ const char *compareCall(ast::BinaryOp op) {
   return nullptr;
 }
 
+/// An opaque function with a native implementation in both dialects' prelude: it takes one
+/// n x n matrix (row-major, overwritten as scratch) and writes its result, rank 0 or n x n.
+/// The arithmetic follows the interpreter's (analysis/interpreter.cc) step for step.
+struct NativeOpaque {
+  const char *name;
+  unsigned resultRank;
+};
+
+constexpr NativeOpaque kNativeOpaques[] = {
+    {"Cholesky", 2},
+    {"MatrixInverse", 2},
+    {"Determinant", 0},
+};
+
+const NativeOpaque *nativeOpaque(const std::string &name) {
+  for (const NativeOpaque &f : kNativeOpaques)
+    if (name == f.name)
+      return &f;
+  return nullptr;
+}
+
 /// The loop nest of one op: where each reduction is computed.
 class Lowering {
 public:
@@ -349,10 +370,7 @@ private:
       return "0";
     }
     case ir::ExprKind::OpaqueCall:
-      fail(fmt::format("opaque function '{}' has no generated kernel (the op runs on the "
-                       "interpreter)",
-                       cast<ir::OpaqueCall>(e).function));
-      return "0";
+      return opaque(cast<ir::OpaqueCall>(e));
     case ir::ExprKind::AttrRef:
     case ir::ExprKind::TensorRef:
     case ir::ExprKind::OpCall:
@@ -360,6 +378,120 @@ private:
     }
     fail("an expression kind that instantiation removes");
     return "0";
+  }
+
+  /// An opaque function's result at the call's coordinates, through its native
+  /// implementation (kNativeOpaques): a helper per call site gathers the argument's slice
+  /// with checked loads, calls the function, and indexes the result. In C++ each thread
+  /// keeps the last slice's result for the current kernel call (keyed by the slice's fixed
+  /// coordinates), so the elements of one result reuse one evaluation.
+  std::string opaque(const ir::OpaqueCall &c) {
+    const NativeOpaque *fn = nativeOpaque(c.function);
+    if (!fn) {
+      fail(fmt::format("opaque function '{}' has no native implementation (the op runs on the "
+                       "interpreter)",
+                       c.function));
+      return "0";
+    }
+    if (c.args.size() != 1) {
+      fail(fmt::format("opaque function '{}' takes one argument", c.function));
+      return "0";
+    }
+    // The argument: an input read with slices (`m[b, :, :]`) or a whole input (`m`).
+    unsigned input = 0;
+    std::vector<const ir::Coord *> coords; // null: a slice (free) dimension
+    if (const auto *r = dyn_cast<ir::Read>(c.args[0].get())) {
+      input = r->input;
+      for (const ir::Coord &co : r->coords)
+        coords.push_back(co.kind == ir::Coord::Kind::Slice ? nullptr : &co);
+    } else if (const auto *t = dyn_cast<ir::TensorRef>(c.args[0].get());
+               t && t->source == ir::TensorRef::Source::Input) {
+      input = t->input;
+      coords.assign(op_.inputs[input].rank, nullptr);
+    } else {
+      fail(fmt::format("opaque function '{}': an argument that is not an input's slice",
+                       c.function));
+      return "0";
+    }
+    std::vector<unsigned> freeDims;
+    for (unsigned d = 0; d < coords.size(); ++d)
+      if (!coords[d])
+        freeDims.push_back(d);
+    if (freeDims.size() != 2 || c.coords.size() != fn->resultRank) {
+      fail(fmt::format("opaque function '{}' takes a matrix and gives rank {}", c.function,
+                       fn->resultRank));
+      return "0";
+    }
+    auto [it, fresh] = opaqueSite_.emplace(&c, static_cast<unsigned>(opaqueSite_.size()));
+    const unsigned id = it->second;
+    if (fresh)
+      emitOpaqueHelper(id, *fn, input, coords, freeDims);
+    std::string call = fmt::format("{}_opq{}(in{}, I + {}, ep", kNameToken, id, input,
+                                   inputBase(input));
+    for (const ir::Coord *co : coords)
+      if (co)
+        call += ", " + coord(*co);
+    for (const ir::Coord &co : c.coords)
+      call += ", " + coord(co);
+    return call + ")";
+  }
+
+  void emitOpaqueHelper(unsigned id, const NativeOpaque &fn, unsigned input,
+                        const std::vector<const ir::Coord *> &coords,
+                        const std::vector<unsigned> &freeDims) {
+    const bool cpp = dialect_ == KernelDialect::Cpp;
+    std::string params, fixedCount = "0";
+    unsigned nFixed = 0;
+    for (const ir::Coord *co : coords)
+      if (co)
+        params += fmt::format(", i64 x{}", nFixed++);
+    for (unsigned k = 0; k < fn.resultRank; ++k)
+      params += fmt::format(", i64 c{}", k);
+    std::string h;
+    auto add = [&](const std::string &l) { h += l + "\n"; };
+    add(fmt::format("{} float {}_opq{}(const float *p, const i64 *q, i64 ep{}) {{",
+                    cpp ? "static inline" : "static __device__", kNameToken, id, params));
+    add(fmt::format("  const i64 m0 = q[{}], m1 = q[{}];", 3 * freeDims[0], 3 * freeDims[1]));
+    std::string load = fmt::format("{}_ld{}(p, q", kNameToken, input);
+    for (unsigned d = 0, x = 0; d < coords.size(); ++d)
+      load += coords[d] ? fmt::format(", x{}", x++) : (d == freeDims[0] ? ", i0" : ", i1");
+    load += ")";
+    if (cpp) {
+      add("  static thread_local i64 have = -1;");
+      add(fmt::format("  static thread_local i64 key[{}];", nFixed + 1));
+      add("  static thread_local std::vector<float> arg, res;");
+      std::string hit = "have == ep";
+      for (unsigned x = 0; x < nFixed; ++x)
+        hit += fmt::format(" && key[{0}] == x{0}", x);
+      add(fmt::format("  if (!({})) {{", hit));
+      add("    arg.resize(m0 * m1);");
+      add(fmt::format("    res.assign({}, TOFU_NAN);", fn.resultRank == 0 ? "1" : "m0 * m0"));
+      add("    for (i64 i0 = 0; i0 < m0; ++i0)");
+      add("      for (i64 i1 = 0; i1 < m1; ++i1)");
+      add(fmt::format("        arg[i0 * m1 + i1] = {};", load));
+      add(fmt::format("    if (m0 == m1) tofu_opq_{}(arg.data(), m0, res.data());", fn.name));
+      add("    have = ep;");
+      for (unsigned x = 0; x < nFixed; ++x)
+        add(fmt::format("    key[{0}] = x{0};", x));
+      add("  }");
+      add("  const float *r = res.data();");
+    } else {
+      add("  (void)ep;");
+      add("  if (m0 != m1 || m0 * m1 > TOFU_OPQ_MAX) return TOFU_NAN;");
+      add("  float arg[TOFU_OPQ_MAX], r[TOFU_OPQ_MAX];");
+      add("  for (i64 i0 = 0; i0 < m0; ++i0)");
+      add("    for (i64 i1 = 0; i1 < m1; ++i1)");
+      add(fmt::format("      arg[i0 * m1 + i1] = {};", load));
+      add(fmt::format("  tofu_opq_{}(arg, m0, r);", fn.name));
+    }
+    if (fn.resultRank == 0) {
+      add("  return r[0];");
+    } else {
+      add("  if (c0 < 0 || c0 >= m0 || c1 < 0 || c1 >= m0) return 0.0f;");
+      add("  return r[c0 * m0 + c1];");
+    }
+    add("}");
+    helpers_ += h;
   }
 
   // --- statements ----------------------------------------------------------------------
@@ -612,19 +744,32 @@ private:
     line("}");
   }
 
+  /// Whether the body calls an opaque function (its kernel then keeps an epoch: a number
+  /// per call that the per-thread memo of opaque results is keyed by).
+  bool callsOpaque() const {
+    bool found = false;
+    ir::walk(*op_.body, [&](const ir::Expr &e) { found |= llvm::isa<ir::OpaqueCall>(e); });
+    return found;
+  }
+
   std::string printCpp() {
     emitLoaders("static inline");
+    std::string head = out_;
+    out_.clear();
     line(fmt::format("extern \"C\" void {}(const TofuKernelArgs *a) {{", kNameToken));
     ++indent_;
     emitLocals("a->");
+    if (callsOpaque())
+      line("const i64 ep = tofu_next_epoch();");
     emitVariants(&Lowering::emitCppNest);
     --indent_;
     line("}");
-    return out_;
+    return head + helpers_ + out_; // the opaque helpers call the loaders
   }
 
   std::string printCuda() {
     emitLoaders("static __device__ __forceinline__");
+    const size_t head = out_.size();
     line(fmt::format("struct {}_args {{ i64 ints[{}]; const float *in[{}]; float *out; int fast; "
                      "int threads; }};",
                      kNameToken, std::max(1u, inputBase(static_cast<unsigned>(op_.inputs.size()))),
@@ -633,10 +778,13 @@ private:
     ++indent_;
     line(fmt::format("const {}_args *a = &args;", kNameToken));
     emitLocals("a->");
+    if (callsOpaque())
+      line("const i64 ep = 0;");
     emitVariants(&Lowering::emitCudaNest);
     --indent_;
     line("}");
-    return out_;
+    std::string kernel = out_.substr(head);
+    return out_.substr(0, head) + helpers_ + kernel;
   }
 
   void fail(const std::string &msg) {
@@ -648,6 +796,8 @@ private:
   KernelDialect dialect_;
   std::vector<Red> reds_;
   std::map<const ir::Reduce *, unsigned> redIndex_;
+  std::map<const ir::OpaqueCall *, unsigned> opaqueSite_;
+  std::string helpers_; ///< one function per opaque call site, before the kernel
   std::string out_;
   unsigned indent_ = 0;
   bool fast_ = false;
@@ -680,14 +830,74 @@ TOFU_DEV float tofu_lt(float x, float y) { return (x != x || y != y) ? TOFU_NAN 
 TOFU_DEV float tofu_le(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x <= y); }
 TOFU_DEV float tofu_gt(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x > y); }
 TOFU_DEV float tofu_ge(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x >= y); }
+// Native opaque functions: one n x n matrix `a` (scratch), the result in `out`.
+TOFU_DEV void tofu_opq_Cholesky(float *a, i64 n, float *out) {
+  for (i64 j = 0; j < n; ++j)
+    for (i64 i = 0; i < n; ++i) out[i * n + j] = 0.0f;
+  for (i64 j = 0; j < n; ++j) {
+    double d = a[j * n + j];
+    for (i64 k = 0; k < j; ++k) d -= (double)out[j * n + k] * out[j * n + k];
+    out[j * n + j] = (float)sqrt(d); // NaN when the matrix is not positive definite
+    for (i64 i = j + 1; i < n; ++i) {
+      double s = a[i * n + j];
+      for (i64 k = 0; k < j; ++k) s -= (double)out[i * n + k] * out[j * n + k];
+      out[i * n + j] = (float)(s / out[j * n + j]);
+    }
+  }
+}
+TOFU_DEV void tofu_opq_MatrixInverse(float *a, i64 n, float *inv) {
+  for (i64 i = 0; i < n * n; ++i) inv[i] = 0.0f;
+  for (i64 i = 0; i < n; ++i) inv[i * n + i] = 1.0f;
+  for (i64 c = 0; c < n; ++c) {
+    i64 p = c;
+    for (i64 r = c + 1; r < n; ++r)
+      if (fabsf(a[r * n + c]) > fabsf(a[p * n + c])) p = r;
+    if (a[p * n + c] == 0.0f || a[p * n + c] != a[p * n + c]) { // singular
+      for (i64 i = 0; i < n * n; ++i) inv[i] = TOFU_NAN;
+      return;
+    }
+    for (i64 k = 0; k < n; ++k) {
+      float t = a[c * n + k]; a[c * n + k] = a[p * n + k]; a[p * n + k] = t;
+      t = inv[c * n + k]; inv[c * n + k] = inv[p * n + k]; inv[p * n + k] = t;
+    }
+    const float d = a[c * n + c];
+    for (i64 k = 0; k < n; ++k) { a[c * n + k] /= d; inv[c * n + k] /= d; }
+    for (i64 r = 0; r < n; ++r) {
+      if (r == c) continue;
+      const float f = a[r * n + c];
+      for (i64 k = 0; k < n; ++k) { a[r * n + k] -= f * a[c * n + k]; inv[r * n + k] -= f * inv[c * n + k]; }
+    }
+  }
+}
+TOFU_DEV void tofu_opq_Determinant(float *a, i64 n, float *out) {
+  double det = 1.0;
+  for (i64 c = 0; c < n; ++c) { // LU with partial pivoting
+    i64 p = c;
+    for (i64 r = c + 1; r < n; ++r)
+      if (fabsf(a[r * n + c]) > fabsf(a[p * n + c])) p = r;
+    if (a[p * n + c] == 0.0f) { det = 0.0; break; }
+    if (p != c) {
+      for (i64 k = 0; k < n; ++k) { float t = a[c * n + k]; a[c * n + k] = a[p * n + k]; a[p * n + k] = t; }
+      det = -det;
+    }
+    det *= a[c * n + c];
+    for (i64 r = c + 1; r < n; ++r) {
+      const float f = a[r * n + c] / a[c * n + c];
+      for (i64 k = c; k < n; ++k) a[r * n + k] -= f * a[c * n + k];
+    }
+  }
+  out[0] = (float)det;
+}
 )";
 
 } // namespace
 
 const std::string &kernelPrelude(KernelDialect dialect) {
   static const std::string cpp = std::string(R"(// Generated by Tofu's kernel generator.
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 typedef int64_t i64;
 extern "C" {
 struct TofuKernelArgs { const i64 *ints; const float *const *in; float *out; int32_t fast; int32_t threads; };
@@ -696,6 +906,8 @@ struct TofuKernelArgs { const i64 *ints; const float *const *in; float *out; int
 #define TOFU_NAN __builtin_nanf("")
 #define TOFU_INF __builtin_inff()
 #define TOFU_I64_MIN INT64_MIN
+// A number per kernel call: opaque results memoised per thread are valid for one call.
+static inline i64 tofu_next_epoch() { static std::atomic<i64> e{0}; return ++e; }
 )") + kCommonPrelude;
   static const std::string cuda = std::string(R"(// Generated by Tofu's kernel generator (CUDA).
 typedef long long i64;
@@ -703,6 +915,7 @@ typedef long long i64;
 #define TOFU_NAN __int_as_float(0x7fffffff)
 #define TOFU_INF __int_as_float(0x7f800000)
 #define TOFU_I64_MIN (-9223372036854775807LL - 1)
+#define TOFU_OPQ_MAX 256 // elements of an opaque function's matrix in a thread's local memory
 )") + kCommonPrelude;
   return dialect == KernelDialect::Cpp ? cpp : cuda;
 }
