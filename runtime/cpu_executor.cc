@@ -13,7 +13,6 @@
 #include "analysis/verify.h"
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
-#include "runtime/kernels.h"
 
 namespace tofu {
 namespace {
@@ -108,7 +107,7 @@ llvm::Expected<ExecResult> runPlan(const Problem &p, const ExecPlan &plan,
         partial[w] = Tensor(extents(inst.produced));
         return;
       }
-      auto r = evaluateFast(node.table->op, node.shapes, ptrs, inst.ranges);
+      auto r = evaluate(node.table->op, node.shapes, ptrs, inst.ranges);
       if (!r) {
         errors[w] = llvm::toString(r.takeError());
         return;
@@ -165,7 +164,7 @@ llvm::Expected<std::vector<Tensor>> runReference(const Problem &p,
     std::vector<const Tensor *> ptrs;
     for (unsigned t : node.inputs)
       ptrs.push_back(&values[t]);
-    auto r = evaluateFast(node.table->op, node.shapes, ptrs, fullRanges(node.shapes));
+    auto r = evaluate(node.table->op, node.shapes, ptrs, fullRanges(node.shapes));
     if (!r)
       return stringError(fmt::format("node '{}': {}", node.name, llvm::toString(r.takeError())));
     values[node.output] = std::move(*r);
