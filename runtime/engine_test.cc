@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "codegen/fusion.h"
 #include "graph/onnx_import.h"
 #include "graph/test_library.h"
 #include "graph/zoo.h"
@@ -44,6 +45,7 @@ struct Run {
   MemoryPlan memory;
   std::unique_ptr<Engine> engine;
   int64_t predicted = 0;
+  unsigned folded = 0; ///< element-wise nodes folded into their readers
 };
 
 std::unique_ptr<Run> start(const Problem &p, unsigned k, const std::map<unsigned, Tensor> &given) {
@@ -52,11 +54,15 @@ std::unique_ptr<Run> start(const Problem &p, unsigned k, const std::map<unsigned
   o.workers = k;
   auto plan = searchPlan(p, o);
   EXPECT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
-  run->exec = buildExecPlan(p, *plan);
   run->predicted = p.exactCost(plan->steps);
-  run->memory = planMemory(p, run->exec, {});
+  // Element-wise chains folded, as tofu-run runs them; fusion moves no bytes.
+  FusedPlan fused = fuseElementwise(p, buildExecPlan(p, *plan), {});
+  run->folded = fused.folded;
+  run->exec = std::move(fused.plan);
+  run->memory = planMemory(fused.problem, run->exec, {});
   EXPECT_EQ(checkMemoryPlan(run->memory), "");
-  auto e = Engine::create(p, run->exec, run->memory, testOptions());
+  EXPECT_EQ(run->exec.bytesMoved(fused.problem), run->predicted);
+  auto e = Engine::create(fused.problem, run->exec, run->memory, testOptions());
   EXPECT_TRUE(bool(e)) << llvm::toString(e.takeError());
   if (!e)
     return nullptr;
@@ -128,9 +134,9 @@ void checkModel(const std::string &what, const Problem &p, std::vector<unsigned>
       arenas = std::max(arenas, b);
     EXPECT_EQ(arenas, run->memory.largestPeak());
     std::printf("%s k=%u: against k=1 %.3g, k=1 against the interpreter %.3g; %lld bytes moved "
-                "= predicted; largest arena %lld bytes; %u shares on oneDNN\n",
+                "= predicted; largest arena %lld bytes; %u shares on oneDNN; %u nodes fused\n",
                 what.c_str(), k, worst, worstRef, (long long)s->bytesMoved, (long long)arenas,
-                run->engine->backendStats().library);
+                run->engine->backendStats().library, run->folded);
   }
 }
 

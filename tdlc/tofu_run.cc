@@ -15,6 +15,7 @@
 #include <string>
 
 #include "codegen/exec_plan.h"
+#include "codegen/fusion.h"
 #include "codegen/memory_plan.h"
 #include "fmt/format.h"
 #include "graph/graph.h"
@@ -56,6 +57,11 @@ cl::opt<bool> verify("verify", cl::desc("Also run the step unpartitioned and com
                      cl::cat(runCategory));
 cl::opt<unsigned> seed("seed", cl::desc("Seed of the random inputs and weights (default 1)"),
                        cl::init(1), cl::cat(runCategory));
+cl::opt<bool> fusion("fusion",
+                     cl::desc("Fold element-wise nodes into their one reader, so one kernel "
+                              "computes both and the intermediate is never stored (default on; "
+                              "--fusion=false turns it off)"),
+                     cl::init(true), cl::cat(runCategory));
 cl::opt<std::string> dataMode(
     "data",
     cl::desc("Synthetic data: 'teacher' (default: a fresh batch every step, labels or targets "
@@ -145,7 +151,14 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   options.library = kernelsMode == "compiled";
   options.profile = profileTop > 0;
   auto start = std::chrono::steady_clock::now();
-  auto engine = tofu::Engine::create(p, exec, memory, options);
+  // Element-wise chains folded (codegen/fusion.h): the engine runs the fused plan.
+  tofu::FusedPlan fused = fusion ? tofu::fuseElementwise(p, exec, training.outputs)
+                                 : tofu::FusedPlan{p, exec, 0, {}};
+  tofu::MemoryPlan fusedMemory = fusion ? tofu::planMemory(fused.problem, fused.plan, training.outputs)
+                                        : memory;
+  if (std::string bad = tofu::checkMemoryPlan(fusedMemory); !bad.empty())
+    return fail("the fused plan's memory plan is unsound: " + bad);
+  auto engine = tofu::Engine::create(fused.problem, fused.plan, fusedMemory, options);
   if (!engine)
     return fail(name + ": " + llvm::toString(engine.takeError()));
   const double buildSeconds = seconds(start);
@@ -175,6 +188,10 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                 name, optimizer, lr, batch, p.nodes.size(), workers, algorithm,
                                 options.library ? "oneDNN + generated kernels"
                                                 : "generated kernels");
+    if (fused.folded > 0)
+      llvm::outs() << fmt::format("fusion: {} element-wise nodes folded into their readers ({} "
+                                  "fused kernels, e.g. {})\n",
+                                  fused.folded, fused.chains.size(), fused.chains.front());
     llvm::outs() << fmt::format("kernels: {} ({} units, {} compiled now, {} from the cache) in "
                                 "{:.2f} s; {} op instances on oneDNN, {} on the interpreter\n",
                                 cs.kernels, cs.units, cs.unitsCompiled,
@@ -288,6 +305,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     j["compile_seconds"] = cs.seconds;
     j["engine_build_seconds"] = buildSeconds;
     j["kernels"] = cs.kernels;
+    j["fused_nodes"] = fused.folded;
     j["library_instances"] = bs.library;
     j["library_scratch_bytes"] = bs.extraBytes;
     j["kernel_units_compiled"] = cs.unitsCompiled;
