@@ -417,7 +417,7 @@ private:
     for (unsigned d = 0; d < coords.size(); ++d)
       if (!coords[d])
         freeDims.push_back(d);
-    if (freeDims.size() != 2 || c.coords.size() != fn->resultRank) {
+    if (freeDims.size() != 2 || c.coords.size() != fn->resultRank || coords.size() > 10) {
       fail(fmt::format("opaque function '{}' takes a matrix and gives rank {}", c.function,
                        fn->resultRank));
       return "0";
@@ -426,8 +426,9 @@ private:
     const unsigned id = it->second;
     if (fresh)
       emitOpaqueHelper(id, *fn, input, coords, freeDims);
-    std::string call = fmt::format("{}_opq{}(in{}, I + {}, ep", kNameToken, id, input,
-                                   inputBase(input));
+    std::string call = fmt::format("{}_opq{}(in{}, I + {}{}", kNameToken, id, input,
+                                   inputBase(input),
+                                   dialect_ == KernelDialect::Cpp ? fmt::format(", &memo[{}]", id) : "");
     for (const ir::Coord *co : coords)
       if (co)
         call += ", " + coord(*co);
@@ -449,34 +450,31 @@ private:
       params += fmt::format(", i64 c{}", k);
     std::string h;
     auto add = [&](const std::string &l) { h += l + "\n"; };
-    add(fmt::format("{} float {}_opq{}(const float *p, const i64 *q, i64 ep{}) {{",
-                    cpp ? "static inline" : "static __device__", kNameToken, id, params));
+    add(fmt::format("{} float {}_opq{}(const float *p, const i64 *q{}{}) {{",
+                    cpp ? "static inline" : "static __device__", kNameToken, id,
+                    cpp ? ", TofuOpqMemo *m" : "", params));
     add(fmt::format("  const i64 m0 = q[{}], m1 = q[{}];", 3 * freeDims[0], 3 * freeDims[1]));
     std::string load = fmt::format("{}_ld{}(p, q", kNameToken, input);
     for (unsigned d = 0, x = 0; d < coords.size(); ++d)
       load += coords[d] ? fmt::format(", x{}", x++) : (d == freeDims[0] ? ", i0" : ", i1");
     load += ")";
     if (cpp) {
-      add("  static thread_local i64 have = -1;");
-      add(fmt::format("  static thread_local i64 key[{}];", nFixed + 1));
-      add("  static thread_local std::vector<float> arg, res;");
-      std::string hit = "have == ep";
+      std::string hit = "m->have";
       for (unsigned x = 0; x < nFixed; ++x)
-        hit += fmt::format(" && key[{0}] == x{0}", x);
+        hit += fmt::format(" && m->key[{0}] == x{0}", x);
       add(fmt::format("  if (!({})) {{", hit));
-      add("    arg.resize(m0 * m1);");
-      add(fmt::format("    res.assign({}, TOFU_NAN);", fn.resultRank == 0 ? "1" : "m0 * m0"));
+      add("    m->arg.resize(m0 * m1);");
+      add(fmt::format("    m->res.assign({}, TOFU_NAN);", fn.resultRank == 0 ? "1" : "m0 * m0"));
       add("    for (i64 i0 = 0; i0 < m0; ++i0)");
       add("      for (i64 i1 = 0; i1 < m1; ++i1)");
-      add(fmt::format("        arg[i0 * m1 + i1] = {};", load));
-      add(fmt::format("    if (m0 == m1) tofu_opq_{}(arg.data(), m0, res.data());", fn.name));
-      add("    have = ep;");
+      add(fmt::format("        m->arg[i0 * m1 + i1] = {};", load));
+      add(fmt::format("    if (m0 == m1) tofu_opq_{}(m->arg.data(), m0, m->res.data());", fn.name));
+      add("    m->have = true;");
       for (unsigned x = 0; x < nFixed; ++x)
-        add(fmt::format("    key[{0}] = x{0};", x));
+        add(fmt::format("    m->key[{0}] = x{0};", x));
       add("  }");
-      add("  const float *r = res.data();");
+      add("  const float *r = m->res.data();");
     } else {
-      add("  (void)ep;");
       add("  if (m0 != m1 || m0 * m1 > TOFU_OPQ_MAX) return TOFU_NAN;");
       add("  float arg[TOFU_OPQ_MAX], r[TOFU_OPQ_MAX];");
       add("  for (i64 i0 = 0; i0 < m0; ++i0)");
@@ -628,10 +626,19 @@ private:
     std::string total;
     for (size_t k = 0; k < m; ++k)
       total += fmt::format("{}n{}", k ? " * " : "", ov[k]);
-    bool simdOuter = n == 1 && slotEmpty(ov[0]);
-    line(fmt::format("#pragma omp parallel for{} num_threads(a->threads) schedule(static) "
-                     "if (a->threads > 1)",
-                     simdOuter ? " simd" : ""));
+    const unsigned sites = opaqueSites();
+    bool simdOuter = n == 1 && slotEmpty(ov[0]) && sites == 0;
+    if (sites > 0) { // each thread its own memos
+      line("#pragma omp parallel num_threads(a->threads) if (a->threads > 1)");
+      line("{");
+      ++indent_;
+      line(fmt::format("TofuOpqMemo memo[{}];", sites));
+      line("#pragma omp for schedule(static)");
+    } else {
+      line(fmt::format("#pragma omp parallel for{} num_threads(a->threads) schedule(static) "
+                       "if (a->threads > 1)",
+                       simdOuter ? " simd" : ""));
+    }
     line(fmt::format("for (i64 f = 0; f < {}; ++f) {{", total));
     ++indent_;
     if (m == 1) {
@@ -665,6 +672,10 @@ private:
     }
     --indent_;
     line("}");
+    if (sites > 0) {
+      --indent_;
+      line("}");
+    }
   }
 
   /// The body is one reduction over terms that need no other reduction, computed per
@@ -744,12 +755,12 @@ private:
     line("}");
   }
 
-  /// Whether the body calls an opaque function (its kernel then keeps an epoch: a number
-  /// per call that the per-thread memo of opaque results is keyed by).
-  bool callsOpaque() const {
-    bool found = false;
-    ir::walk(*op_.body, [&](const ir::Expr &e) { found |= llvm::isa<ir::OpaqueCall>(e); });
-    return found;
+  /// How many opaque calls the body makes: each call site has a memo per thread (its last
+  /// argument slice and result), made by the kernel for the duration of one call.
+  unsigned opaqueSites() const {
+    unsigned n = 0;
+    ir::walk(*op_.body, [&](const ir::Expr &e) { n += llvm::isa<ir::OpaqueCall>(e) ? 1 : 0; });
+    return n;
   }
 
   std::string printCpp() {
@@ -759,8 +770,8 @@ private:
     line(fmt::format("extern \"C\" void {}(const TofuKernelArgs *a) {{", kNameToken));
     ++indent_;
     emitLocals("a->");
-    if (callsOpaque())
-      line("const i64 ep = tofu_next_epoch();");
+    if (opaqueSites() > 0) // outside the parallel loop (reductions computed once per call)
+      line(fmt::format("TofuOpqMemo memo[{}];", opaqueSites()));
     emitVariants(&Lowering::emitCppNest);
     --indent_;
     line("}");
@@ -778,8 +789,6 @@ private:
     ++indent_;
     line(fmt::format("const {}_args *a = &args;", kNameToken));
     emitLocals("a->");
-    if (callsOpaque())
-      line("const i64 ep = 0;");
     emitVariants(&Lowering::emitCudaNest);
     --indent_;
     line("}");
@@ -894,7 +903,6 @@ TOFU_DEV void tofu_opq_Determinant(float *a, i64 n, float *out) {
 
 const std::string &kernelPrelude(KernelDialect dialect) {
   static const std::string cpp = std::string(R"(// Generated by Tofu's kernel generator.
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -906,8 +914,9 @@ struct TofuKernelArgs { const i64 *ints; const float *const *in; float *out; int
 #define TOFU_NAN __builtin_nanf("")
 #define TOFU_INF __builtin_inff()
 #define TOFU_I64_MIN INT64_MIN
-// A number per kernel call: opaque results memoised per thread are valid for one call.
-static inline i64 tofu_next_epoch() { static std::atomic<i64> e{0}; return ++e; }
+// An opaque call site's memo in one thread of one kernel call: the last argument slice's
+// fixed coordinates and the function's result for it.
+struct TofuOpqMemo { bool have = false; i64 key[10]; std::vector<float> arg, res; };
 )") + kCommonPrelude;
   static const std::string cuda = std::string(R"(// Generated by Tofu's kernel generator (CUDA).
 typedef long long i64;
