@@ -61,6 +61,10 @@ public:
   const std::vector<TensorInfo> &tensors() const { return tensors_; }
   const std::vector<Node> &nodes() const { return nodes_; }
   std::vector<std::string> outputs;
+  /// Values of input tensors that are constants of the model (an ONNX model's Constant
+  /// nodes and folded constants that its ops read as tensors: a normalisation's epsilon,
+  /// an attention scale), row-major. Runs use them instead of synthetic data.
+  std::map<std::string, std::vector<double>> constants;
 
   const TensorInfo *tensor(const std::string &name) const;
   TensorInfo *tensor(const std::string &name);

@@ -297,6 +297,7 @@ void Importer::materialize(const std::string &name) {
   t.dtype = it->second.isInt ? "int64" : "float32";
   t.role = TensorRole::Input;
   shapes_[name] = t.shape;
+  g_.constants[name] = it->second.v;
   keep(g_.addTensor(std::move(t)));
 }
 

@@ -155,6 +155,7 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
     return stringError(fmt::format("the loss '{}' is not a tensor of the graph", loss));
   if (!l->shapeKnown || !l->shape.empty())
     return stringError(fmt::format("the loss '{}' must be a scalar", loss));
+  g_.constants = fwd_.constants;
   for (const TensorInfo &t : fwd_.tensors()) {
     TensorInfo copy = t;
     if (copy.group.empty())

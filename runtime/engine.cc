@@ -315,8 +315,18 @@ llvm::Error restore(Engine &engine, const Checkpoint &c) {
   return llvm::Error::success();
 }
 
+void applyConstants(const Problem &p, const std::map<std::string, std::vector<double>> &constants,
+                    std::map<unsigned, Tensor> &values) {
+  for (auto &[t, value] : values) {
+    auto it = constants.find(p.tensors[t].name);
+    if (it != constants.end() && static_cast<int64_t>(it->second.size()) == value.size())
+      value.data = it->second;
+  }
+}
+
 std::map<unsigned, Tensor> trainingValues(const Problem &p, const std::string &loss, unsigned seed,
-                                          double lr) {
+                                          double lr,
+                                          const std::map<std::string, std::vector<double>> &constants) {
   std::map<unsigned, Tensor> v = randomGraphInputs(p, seed, {-1.0, 1.0});
   std::mt19937 rng(seed);
   for (auto &[t, value] : v) {
@@ -349,11 +359,13 @@ std::map<unsigned, Tensor> trainingValues(const Problem &p, const std::string &l
         x = u(rng);
     }
   }
+  applyConstants(p, constants, v);
   return v;
 }
 
 std::map<unsigned, Tensor> syntheticBatch(const Problem &p, const std::string &loss, unsigned seed,
-                                          unsigned step, const std::map<unsigned, Tensor> &base) {
+                                          unsigned step, const std::map<unsigned, Tensor> &base,
+                                          const std::map<std::string, std::vector<double>> &constants) {
   std::map<unsigned, Tensor> out;
   int lossNode = -1;
   for (const ProblemTensor &t : p.tensors)
@@ -374,7 +386,7 @@ std::map<unsigned, Tensor> syntheticBatch(const Problem &p, const std::string &l
   for (const auto &[t, value] : base) {
     const ProblemTensor &pt = p.tensors[t];
     if (pt.role != TensorRole::Input || pt.producer >= 0 || pt.shape.empty() || t == answer ||
-        value.data.empty())
+        value.data.empty() || constants.count(pt.name))
       continue;
     bool integral = true;
     double lo = value.data[0], hi = value.data[0];

@@ -114,8 +114,14 @@ llvm::Error restore(Engine &engine, const Checkpoint &c);
 /// the deviation of two values. With eps 1e-3 the first step's weights already differ by up
 /// to 1e-2 between two correct float32 runs — oneDNN against generated kernels at k = 1, or
 /// k = 4 against k = 1 — and the losses of later steps part entirely; with 0.1, by 6e-8.)
-std::map<unsigned, Tensor> trainingValues(const Problem &p, const std::string &loss, unsigned seed,
-                                          double lr);
+/// `constants` (Graph::constants: an imported model's constant inputs) keep their values.
+std::map<unsigned, Tensor> trainingValues(
+    const Problem &p, const std::string &loss, unsigned seed, double lr,
+    const std::map<std::string, std::vector<double>> &constants = {});
+
+/// Sets the tensors of `values` that `constants` names (by graph name) to their values.
+void applyConstants(const Problem &p, const std::map<std::string, std::vector<double>> &constants,
+                    std::map<unsigned, Tensor> &values);
 
 /// The batch of step `step` (counted from the first step ever trained, so a resumed run
 /// continues the sequence) of a synthetic training run: every data input (an input tensor
@@ -127,8 +133,11 @@ std::map<unsigned, Tensor> trainingValues(const Problem &p, const std::string &l
 /// the first 16 classes (softmax cross-entropy) or tanh (MSE target). The model can learn it, so the loss can
 /// fall. `base` is trainingValues' result. Empty when the loss is neither of those two or
 /// the largest input does not split into one row per label (the data then stays fixed).
-std::map<unsigned, Tensor> syntheticBatch(const Problem &p, const std::string &loss, unsigned seed,
-                                          unsigned step, const std::map<unsigned, Tensor> &base);
+/// Tensors that `constants` names are no data: they keep their values.
+std::map<unsigned, Tensor> syntheticBatch(
+    const Problem &p, const std::string &loss, unsigned seed, unsigned step,
+    const std::map<unsigned, Tensor> &base,
+    const std::map<std::string, std::vector<double>> &constants = {});
 
 /// The largest |a - b| / max(1, |b|) a partitioned float32 step may show against the
 /// unpartitioned one on the same engine: split reductions sum in another order (each
