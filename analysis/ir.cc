@@ -293,4 +293,53 @@ void walk(const Expr &e, const std::function<void(const Expr &)> &fn) {
   }
 }
 
+void forEachChild(Expr &e, const std::function<void(ExprPtr &)> &fn) {
+  auto coords = [&](std::vector<Coord> &cs) {
+    for (Coord &c : cs)
+      if (c.expr)
+        fn(c.expr);
+  };
+  switch (e.kind()) {
+  case ExprKind::Const:
+  case ExprKind::AttrRef:
+  case ExprKind::ExtentRef:
+  case ExprKind::VarRef:
+  case ExprKind::TensorRef:
+    return;
+  case ExprKind::Read:
+    coords(llvm::cast<Read>(e).coords);
+    return;
+  case ExprKind::OpaqueCall: {
+    auto &c = llvm::cast<OpaqueCall>(e);
+    for (ExprPtr &a : c.args)
+      fn(a);
+    coords(c.coords);
+    return;
+  }
+  case ExprKind::OpCall: {
+    auto &c = llvm::cast<OpCall>(e);
+    for (AttrBinding &a : c.attrs)
+      fn(a.value);
+    for (ExprPtr &a : c.args)
+      fn(a);
+    coords(c.coords);
+    return;
+  }
+  case ExprKind::Reduce:
+    fn(llvm::cast<Reduce>(e).body);
+    return;
+  case ExprKind::Apply:
+    for (ExprPtr &a : llvm::cast<Apply>(e).args)
+      fn(a);
+    return;
+  case ExprKind::Neg:
+    fn(llvm::cast<Neg>(e).operand);
+    return;
+  case ExprKind::Binary:
+    fn(llvm::cast<Binary>(e).lhs);
+    fn(llvm::cast<Binary>(e).rhs);
+    return;
+  }
+}
+
 } // namespace tofu::ir

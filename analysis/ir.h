@@ -369,6 +369,10 @@ bool equal(const OpDef &a, const OpDef &b);
 /// before children.
 void walk(const Expr &e, const std::function<void(const Expr &)> &fn);
 
+/// Calls `fn` on each direct sub-expression slot of `e` (coordinate expressions, arguments,
+/// bodies, operands), so a rewrite can change or replace it.
+void forEachChild(Expr &e, const std::function<void(ExprPtr &)> &fn);
+
 } // namespace tofu::ir
 
 #endif // TOFU_ANALYSIS_IR_H

@@ -69,6 +69,12 @@ struct Range {
 };
 using Box = std::vector<Range>;
 int64_t boxElements(const Box &b);
+/// The box of a whole tensor of `shape`.
+Box wholeBox(const std::vector<int64_t> &shape);
+/// The common part of two boxes of one tensor (empty ranges where they do not meet).
+Box intersectBoxes(const Box &a, const Box &b);
+/// Whether `inner` lies in `outer` (dimensions `inner` is empty in do not count).
+bool boxContains(const Box &outer, const Box &inner);
 
 /// Concrete extents of every input dimension and every variable of an instantiated op.
 struct Shapes {

@@ -14,129 +14,62 @@ using llvm::cast;
 using llvm::dyn_cast;
 using llvm::isa;
 
-/// Renames inside a cloned producer body: its variables to the consumer's, its inputs to
-/// their slots in the fused op.
-void remap(ir::Expr &e, const std::vector<unsigned> &var, const std::vector<unsigned> &input) {
-  switch (e.kind()) {
-  case ir::ExprKind::VarRef: {
-    auto &v = cast<ir::VarRef>(e);
-    v.var = var.at(v.var);
-    return;
-  }
-  case ir::ExprKind::ExtentRef: {
-    auto &x = cast<ir::ExtentRef>(e);
-    x.input = input.at(x.input);
-    return;
-  }
-  case ir::ExprKind::Read: {
-    auto &r = cast<ir::Read>(e);
-    r.input = input.at(r.input);
-    for (ir::Coord &c : r.coords)
-      if (c.expr)
-        remap(*c.expr, var, input);
-    return;
-  }
-  case ir::ExprKind::Apply:
-    for (ir::ExprPtr &a : cast<ir::Apply>(e).args)
-      remap(*a, var, input);
-    return;
-  case ir::ExprKind::Neg:
-    remap(*cast<ir::Neg>(e).operand, var, input);
-    return;
-  case ir::ExprKind::Binary:
-    remap(*cast<ir::Binary>(e).lhs, var, input);
-    remap(*cast<ir::Binary>(e).rhs, var, input);
-    return;
-  case ir::ExprKind::Reduce: {
-    auto &r = cast<ir::Reduce>(e);
-    for (unsigned &v : r.vars)
-      v = var.at(v);
-    remap(*r.body, var, input);
-    return;
-  }
-  case ir::ExprKind::OpaqueCall: {
-    auto &c = cast<ir::OpaqueCall>(e);
-    for (ir::ExprPtr &a : c.args)
-      remap(*a, var, input);
-    for (ir::Coord &co : c.coords)
-      if (co.expr)
-        remap(*co.expr, var, input);
-    return;
-  }
-  case ir::ExprKind::TensorRef: {
-    auto &t = cast<ir::TensorRef>(e);
-    if (t.source == ir::TensorRef::Source::Input)
-      t.input = input.at(t.input);
-    return;
-  }
-  case ir::ExprKind::Const:
-  case ir::ExprKind::AttrRef:
-  case ir::ExprKind::OpCall:
-    return;
-  }
-}
+/// How a body is rewritten into the fused op: variables (when `var` is set) and inputs
+/// renamed; reads of the inputs in `folded` replaced by `producer`'s body, itself rewritten
+/// by `inner`.
+struct Rewrite {
+  const std::vector<unsigned> *var = nullptr;
+  std::vector<unsigned> input;
+  std::set<unsigned> folded;
+  const InstOp *producer = nullptr;
+  const Rewrite *inner = nullptr;
+};
 
-/// In the consumer's cloned body: reads of a folded slot become the producer's body; other
-/// inputs move to their fused slots.
-void substitute(ir::ExprPtr &e, const std::set<unsigned> &slots, const std::vector<unsigned> &input,
-                const InstOp &producer, const std::vector<unsigned> &producerVar,
-                const std::vector<unsigned> &producerInput) {
-  ir::Expr &x = *e;
-  switch (x.kind()) {
+void rewrite(ir::ExprPtr &e, const Rewrite &r) {
+  switch (e->kind()) {
   case ir::ExprKind::Read: {
-    auto &r = cast<ir::Read>(x);
-    if (slots.count(r.input)) {
-      ir::ExprPtr body = cloneExpr(*producer.body);
-      remap(*body, producerVar, producerInput);
-      e = std::move(body);
+    auto &read = cast<ir::Read>(*e);
+    if (r.folded.count(read.input)) {
+      e = cloneExpr(*r.producer->body);
+      rewrite(e, *r.inner);
       return;
     }
-    r.input = input.at(r.input);
-    for (ir::Coord &c : r.coords)
-      if (c.expr)
-        substitute(c.expr, slots, input, producer, producerVar, producerInput);
-    return;
+    read.input = r.input.at(read.input);
+    break;
   }
-  case ir::ExprKind::ExtentRef: {
-    auto &t = cast<ir::ExtentRef>(x);
-    t.input = input.at(t.input);
-    return;
-  }
-  case ir::ExprKind::TensorRef: {
-    auto &t = cast<ir::TensorRef>(x);
-    if (t.source == ir::TensorRef::Source::Input)
-      t.input = input.at(t.input);
-    return;
-  }
-  case ir::ExprKind::Apply:
-    for (ir::ExprPtr &a : cast<ir::Apply>(x).args)
-      substitute(a, slots, input, producer, producerVar, producerInput);
-    return;
-  case ir::ExprKind::Neg:
-    substitute(cast<ir::Neg>(x).operand, slots, input, producer, producerVar, producerInput);
-    return;
-  case ir::ExprKind::Binary:
-    substitute(cast<ir::Binary>(x).lhs, slots, input, producer, producerVar, producerInput);
-    substitute(cast<ir::Binary>(x).rhs, slots, input, producer, producerVar, producerInput);
-    return;
-  case ir::ExprKind::Reduce:
-    substitute(cast<ir::Reduce>(x).body, slots, input, producer, producerVar, producerInput);
-    return;
-  case ir::ExprKind::OpaqueCall: {
-    auto &c = cast<ir::OpaqueCall>(x);
-    for (ir::ExprPtr &a : c.args)
-      substitute(a, slots, input, producer, producerVar, producerInput);
-    for (ir::Coord &co : c.coords)
-      if (co.expr)
-        substitute(co.expr, slots, input, producer, producerVar, producerInput);
-    return;
-  }
-  case ir::ExprKind::Const:
-  case ir::ExprKind::AttrRef:
   case ir::ExprKind::VarRef:
-  case ir::ExprKind::OpCall:
-    return;
+    if (r.var)
+      cast<ir::VarRef>(*e).var = r.var->at(cast<ir::VarRef>(*e).var);
+    break;
+  case ir::ExprKind::ExtentRef:
+    cast<ir::ExtentRef>(*e).input = r.input.at(cast<ir::ExtentRef>(*e).input);
+    break;
+  case ir::ExprKind::TensorRef: {
+    auto &t = cast<ir::TensorRef>(*e);
+    if (t.source == ir::TensorRef::Source::Input)
+      t.input = r.input.at(t.input);
+    break;
   }
+  case ir::ExprKind::Reduce:
+    if (r.var)
+      for (unsigned &v : cast<ir::Reduce>(*e).vars)
+        v = r.var->at(v);
+    break;
+  default:
+    break;
+  }
+  ir::forEachChild(*e, [&](ir::ExprPtr &c) { rewrite(c, r); });
+}
+
+/// The fused op's input order, shared by its body and its node: the consumer's inputs but
+/// the folded ones, then the producer's. Per consumer input, its fused slot (-1: folded).
+std::vector<int> consumerSlots(size_t inputs, const std::set<unsigned> &folded) {
+  std::vector<int> slot(inputs, -1);
+  int next = 0;
+  for (unsigned q = 0; q < inputs; ++q)
+    if (!folded.count(q))
+      slot[q] = next++;
+  return slot;
 }
 
 /// Whether every use of input `slot` in `op` is a read at the output coordinates (no
@@ -178,7 +111,6 @@ bool isMap(const InstOp &op) {
 }
 
 InstOp foldInto(const InstOp &producer, const InstOp &consumer, const std::vector<unsigned> &slots) {
-  const std::set<unsigned> folded(slots.begin(), slots.end());
   InstOp out;
   out.def = consumer.def;
   out.name = producer.name + "+" + consumer.name;
@@ -186,22 +118,26 @@ InstOp foldInto(const InstOp &producer, const InstOp &consumer, const std::vecto
   out.groups = consumer.groups;
   out.vars = consumer.vars;
   out.outputVars = consumer.outputVars;
-  std::vector<unsigned> input(consumer.inputs.size(), 0);
-  for (unsigned q = 0; q < consumer.inputs.size(); ++q)
-    if (!folded.count(q)) {
-      input[q] = static_cast<unsigned>(out.inputs.size());
+  Rewrite outer, inner;
+  outer.folded = {slots.begin(), slots.end()};
+  outer.producer = &producer;
+  outer.inner = &inner;
+  const std::vector<int> slot = consumerSlots(consumer.inputs.size(), outer.folded);
+  for (unsigned q = 0; q < consumer.inputs.size(); ++q) {
+    outer.input.push_back(slot[q] < 0 ? 0 : static_cast<unsigned>(slot[q])); // folded: not read
+    if (slot[q] >= 0)
       out.inputs.push_back(consumer.inputs[q]);
-    }
-  std::vector<unsigned> producerInput;
+  }
   for (const InstInput &in : producer.inputs) {
-    producerInput.push_back(static_cast<unsigned>(out.inputs.size()));
+    inner.input.push_back(static_cast<unsigned>(out.inputs.size()));
     out.inputs.push_back(in);
   }
   std::vector<unsigned> producerVar(producer.vars.size(), 0);
   for (size_t k = 0; k < producer.outputVars.size(); ++k)
     producerVar[producer.outputVars[k]] = consumer.outputVars.at(k);
+  inner.var = &producerVar;
   out.body = cloneExpr(*consumer.body);
-  substitute(out.body, folded, input, producer, producerVar, producerInput);
+  rewrite(out.body, outer);
   // The shape clause is not needed: a fused node's shapes are given, never inferred.
   return out;
 }
@@ -218,8 +154,7 @@ FusedPlan fuseElementwise(const Problem &p, const ExecPlan &plan, const std::vec
       kept.insert(t);
   }
   for (const ProblemNode &n : p.nodes) // optimiser updates and the tensors they replace
-    if (n.table->op.def->name == "sgd_update" || n.table->op.def->name == "adam_update" ||
-        n.table->op.def->name == "adam_m" || n.table->op.def->name == "adam_v") {
+    if (isOptimizerUpdate(n.table->op.def->name)) {
       kept.insert(n.output);
       kept.insert(n.inputs[0]);
     }
@@ -235,13 +170,11 @@ FusedPlan fuseElementwise(const Problem &p, const ExecPlan &plan, const std::vec
     const unsigned t = prod.output;
     if (kept.count(t) || !isMap(prod.table->op))
       continue;
-    // Its one reader, after it in the plan.
-    std::set<unsigned> readers;
-    for (size_t j = i + 1; j < plan.nodes.size(); ++j)
-      if (!removed[j])
-        for (unsigned in : fp.nodes[f.plan.nodes[j].node].inputs)
-          if (in == t)
-            readers.insert(static_cast<unsigned>(j));
+    // Its one reader (consumer lists follow the folds: a folded node's inputs name its
+    // reader instead).
+    std::set<size_t> readers;
+    for (unsigned c : fp.tensors[t].consumers)
+      readers.insert(position.at(c));
     if (readers.size() != 1)
       continue;
     const size_t j = *readers.begin();
@@ -284,13 +217,12 @@ FusedPlan fuseElementwise(const Problem &p, const ExecPlan &plan, const std::vec
     ProblemNode fused = cons;
     fused.table = table;
     fused.name = prod.name + "+" + cons.name; // a chain's names, joined
-    std::set<unsigned> slotSet(slots.begin(), slots.end());
+    const std::vector<int> newIndex =
+        consumerSlots(cons.inputs.size(), std::set<unsigned>(slots.begin(), slots.end()));
     fused.inputs.clear();
     fused.shapes.inputs.clear();
-    std::vector<int> newIndex(cons.inputs.size(), -1);
     for (unsigned q = 0; q < cons.inputs.size(); ++q)
-      if (!slotSet.count(q)) {
-        newIndex[q] = static_cast<int>(fused.inputs.size());
+      if (newIndex[q] >= 0) {
         fused.inputs.push_back(cons.inputs[q]);
         fused.shapes.inputs.push_back(cons.shapes.inputs[q]);
       }
@@ -304,7 +236,7 @@ FusedPlan fuseElementwise(const Problem &p, const ExecPlan &plan, const std::vec
       const OpInstance &pi = pe.workers[w];
       std::vector<InputFetch> ins;
       for (unsigned q = 0; q < ci.inputs.size(); ++q)
-        if (!slotSet.count(q)) {
+        if (newIndex[q] >= 0) {
           InputFetch in = ci.inputs[q];
           if (in.repeats >= 0)
             in.repeats = newIndex[in.repeats];

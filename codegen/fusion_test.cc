@@ -8,31 +8,17 @@
 #include <set>
 
 #include "codegen/memory_plan.h"
-#include "graph/graph.h"
-#include "graph/test_library.h"
 #include "graph/zoo.h"
 #include "search/search.h"
+#include "search/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
 
-Problem training(llvm::Expected<Graph> g, std::vector<std::string> *outputs) {
-  EXPECT_TRUE(bool(g)) << llvm::toString(g.takeError());
-  const OpLibrary &lib = testLibrary();
-  llvm::Error e = checkGraph(*g, lib);
-  EXPECT_FALSE(e) << llvm::toString(std::move(e));
-  auto t = buildTrainingGraph(*g, g->outputs.at(0), lib, Optimizer::Adam);
-  EXPECT_TRUE(bool(t)) << llvm::toString(t.takeError());
-  *outputs = t->outputs;
-  auto p = Problem::build(*t, lib);
-  EXPECT_TRUE(bool(p)) << llvm::toString(p.takeError());
-  return std::move(*p);
-}
-
 TEST(Fusion, FoldsSoleReadersOnlyMovesNoBytesAndSavesMemory) {
   std::vector<std::string> outputs;
-  Problem p = training(buildModel("wresnet-50-1-i32-c4-k10", 2), &outputs);
+  Problem p = trainingProblem(buildModel("wresnet-50-1-i32-c4-k10", 2), Optimizer::Adam, &outputs);
   for (unsigned k : {1u, 2u, 4u}) {
     PlanOptions o;
     o.workers = k;
@@ -81,7 +67,7 @@ TEST(Fusion, FoldsSoleReadersOnlyMovesNoBytesAndSavesMemory) {
 
 TEST(Fusion, FoldedOpReadsTheProducersInputsAfterTheConsumers) {
   std::vector<std::string> outputs;
-  Problem p = training(buildModel("wresnet-50-1-i32-c4-k10", 2), &outputs);
+  Problem p = trainingProblem(buildModel("wresnet-50-1-i32-c4-k10", 2), Optimizer::Adam, &outputs);
   PlanOptions o;
   o.workers = 2;
   auto plan = searchPlan(p, o);

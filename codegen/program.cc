@@ -12,20 +12,6 @@
 namespace tofu {
 namespace {
 
-Box intersect(const Box &a, const Box &b) {
-  Box out(a.size());
-  for (size_t d = 0; d < a.size(); ++d)
-    out[d] = {std::max(a[d].lo, b[d].lo), std::min(a[d].hi, b[d].hi)};
-  return out;
-}
-
-bool contains(const Box &outer, const Box &inner) {
-  for (size_t d = 0; d < outer.size(); ++d)
-    if (inner[d].size() > 0 && (inner[d].lo < outer[d].lo || inner[d].hi > outer[d].hi))
-      return false;
-  return true;
-}
-
 std::string boxText(const Box &b) {
   std::vector<std::string> parts;
   for (const Range &r : b)
@@ -114,7 +100,7 @@ llvm::Error Builder::buildStep(size_t i) {
       if (fb == fetchOff[w].end()) { // read in place from the worker's own tile
         const Box &tile = plan.tiles[w][f.tensor];
         const int64_t off = wp.tileOffset[f.tensor];
-        if (boxElements(f.region) > 0 && (off < 0 || !contains(tile, f.region)))
+        if (boxElements(f.region) > 0 && (off < 0 || !boxContains(tile, f.region)))
           return stringError(fmt::format("node '{}', worker {}: input {} is neither fetched nor "
                                          "in the worker's tile",
                                          node.name, w, q));
@@ -258,7 +244,7 @@ bool Builder::updateInPlace(unsigned upd, unsigned tgt) {
 
 void Builder::buildCarries() {
   for (const ProblemNode &n : p.nodes)
-    if (isCarriedUpdate(n.table->op.def->name))
+    if (isOptimizerUpdate(n.table->op.def->name))
       out.carries.push_back({n.output, n.inputs[0]});
   for (auto [upd, tgt] : out.carries) {
     if (updateInPlace(upd, tgt))
@@ -276,7 +262,7 @@ void Builder::buildCarries() {
         const int64_t src = out.worker[u].tileOffset[upd];
         if (src < 0)
           continue;
-        Box part = intersect(plan.tiles[u][upd], want);
+        Box part = intersectBoxes(plan.tiles[u][upd], want);
         if (boxElements(part) == 0)
           continue;
         RegionCopy cp;
@@ -288,7 +274,7 @@ void Builder::buildCarries() {
         cp.box = part;
         cp.elementBytes = p.tensors[upd].elementBytes;
         out.worker[w].carries.push_back(cp);
-        if (contains(plan.tiles[u][upd], want))
+        if (boxContains(plan.tiles[u][upd], want))
           break;
       }
     }
@@ -340,11 +326,6 @@ llvm::Error Builder::build() {
 }
 
 } // namespace
-
-bool isCarriedUpdate(const std::string &opDefName) {
-  return opDefName == "sgd_update" || opDefName == "adam_update" || opDefName == "adam_m" ||
-         opDefName == "adam_v";
-}
 
 llvm::Expected<Program> buildProgram(const Problem &p, const ExecPlan &plan, const MemoryPlan &memory) {
   Program out;

@@ -125,9 +125,6 @@ struct Program {
 /// buffer, a misaligned buffer).
 llvm::Expected<Program> buildProgram(const Problem &p, const ExecPlan &plan, const MemoryPlan &memory);
 
-/// Whether a node is an optimiser update whose result replaces its first input next step.
-bool isCarriedUpdate(const std::string &opDefName);
-
 /// A readable listing: per worker its arena, then per step its copies, launch and assembly.
 std::string programDump(const Program &program);
 

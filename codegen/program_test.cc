@@ -6,27 +6,13 @@
 
 #include <set>
 
-#include "graph/test_library.h"
-#include "graph/graph.h"
-#include "search/search.h"
 #include "graph/zoo.h"
+#include "search/search.h"
+#include "search/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
-
-Problem mlpProblem() {
-  auto g = buildMlp({48, 80, 24}, 6);
-  EXPECT_TRUE(bool(g)) << llvm::toString(g.takeError());
-  const OpLibrary &lib = testLibrary();
-  llvm::Error e = checkGraph(*g, lib);
-  EXPECT_FALSE(e) << llvm::toString(std::move(e));
-  auto t = buildTrainingGraph(*g, g->outputs.at(0), lib, Optimizer::SGD);
-  EXPECT_TRUE(bool(t)) << llvm::toString(t.takeError());
-  auto p = Problem::build(*t, lib);
-  EXPECT_TRUE(bool(p)) << llvm::toString(p.takeError());
-  return std::move(*p);
-}
 
 struct Planned {
   ExecPlan exec;
@@ -55,7 +41,7 @@ bool inside(const Box &outer, const Box &inner) {
 }
 
 TEST(Program, BuffersInArenasBytesAsPredictedSyncsAgreed) {
-  Problem p = mlpProblem();
+  Problem p = trainingProblem(buildMlp({48, 80, 24}, 6));
   for (unsigned k : {1u, 2u, 3u, 4u}) {
     Planned pl = plan(p, k);
     auto prog = buildProgram(p, pl.exec, pl.memory);
@@ -141,7 +127,7 @@ TEST(Program, BuffersInArenasBytesAsPredictedSyncsAgreed) {
 }
 
 TEST(Program, InconsistentMemoryPlanIsAnError) {
-  Problem p = mlpProblem();
+  Problem p = trainingProblem(buildMlp({48, 80, 24}, 6));
   Planned pl = plan(p, 2);
   Planned misaligned = pl;
   for (Buffer &b : misaligned.memory.workers[1].buffers)

@@ -103,6 +103,11 @@ enum class Optimizer { SGD, Adam };
 llvm::Expected<Graph> buildTrainingGraph(const Graph &forward, const std::string &loss,
                                          const OpLibrary &lib, Optimizer optimizer);
 
+/// Whether `op` is one of the optimiser updates buildTrainingGraph adds (sgd_update,
+/// adam_update, adam_m, adam_v): its result replaces its first input (the weight or the
+/// moment) for the next step.
+bool isOptimizerUpdate(const std::string &op);
+
 /// Gives a checked graph whose single output is not a scalar a loss to train against:
 /// softmax cross-entropy against a new integer input `labels` for a rank-2 output
 /// (classifier logits), else the mean squared error against a new input `target` of the

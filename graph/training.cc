@@ -264,7 +264,7 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
   }
   g_.outputs = fwd_.outputs;
   for (const Node &n : g_.nodes())
-    if (n.op == "sgd_update" || n.op == "adam_update" || n.op == "adam_m" || n.op == "adam_v")
+    if (isOptimizerUpdate(n.op))
       g_.outputs.push_back(n.output);
   if (llvm::Error e = checkGraph(g_, lib_))
     return stringError("the training graph does not check: " + llvm::toString(std::move(e)));
@@ -276,6 +276,10 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
 llvm::Expected<Graph> buildTrainingGraph(const Graph &forward, const std::string &loss,
                                          const OpLibrary &lib, Optimizer optimizer) {
   return TrainingBuilder(forward, lib).run(loss, optimizer);
+}
+
+bool isOptimizerUpdate(const std::string &op) {
+  return op == "sgd_update" || op == "adam_update" || op == "adam_m" || op == "adam_v";
 }
 
 llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib) {

@@ -49,20 +49,6 @@ private:
   std::atomic<unsigned> generation_{0};
 };
 
-Box wholeBox(const std::vector<int64_t> &shape) {
-  Box all;
-  for (int64_t e : shape)
-    all.push_back({0, e});
-  return all;
-}
-
-Box intersect(const Box &a, const Box &b) {
-  Box out(a.size());
-  for (size_t d = 0; d < a.size(); ++d)
-    out[d] = {std::max(a[d].lo, b[d].lo), std::min(a[d].hi, b[d].hi)};
-  return out;
-}
-
 /// One launch made ready: its callee and its pointers into the worker's arena.
 struct Prepared {
   std::shared_ptr<const LibraryKernel> lib; ///< set: a library call computes the share
@@ -209,7 +195,7 @@ private:
       Tensor t(node.shapes.inputs[q], std::numeric_limits<double>::quiet_NaN());
       Box all = wholeBox(t.shape);
       std::vector<float> tmp(std::max<int64_t>(1, t.size()), std::numeric_limits<float>::quiet_NaN());
-      copyBox(tmp.data(), all, arenas_[w] + l.inputOffsets[q] / 4, held, intersect(held, all),
+      copyBox(tmp.data(), all, arenas_[w] + l.inputOffsets[q] / 4, held, intersectBoxes(held, all),
               nullptr);
       for (int64_t e = 0; e < t.size(); ++e)
         t.data[e] = tmp[e];

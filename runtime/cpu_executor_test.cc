@@ -10,22 +10,11 @@
 #include "graph/onnx_import.h"
 #include "graph/test_library.h"
 #include "graph/zoo.h"
+#include "search/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
-
-Problem trainingProblem(llvm::Expected<Graph> g) {
-  EXPECT_TRUE(bool(g)) << llvm::toString(g.takeError());
-  const OpLibrary &lib = testLibrary();
-  llvm::Error e = checkGraph(*g, lib);
-  EXPECT_FALSE(e) << llvm::toString(std::move(e));
-  auto t = buildTrainingGraph(*g, g->outputs.at(0), lib, Optimizer::SGD);
-  EXPECT_TRUE(bool(t)) << llvm::toString(t.takeError());
-  auto p = Problem::build(*t, lib);
-  EXPECT_TRUE(bool(p)) << llvm::toString(p.takeError());
-  return std::move(*p);
-}
 
 int64_t singlePeak(const Problem &p, const std::vector<std::string> &outputs) {
   PlanOptions o;

@@ -4,12 +4,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
+#include <condition_variable>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -18,18 +16,11 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "grammar/diagnostics.h"
-#include "runtime/cpu_executor.h"
 #include "runtime/cpu_backend.h"
+#include "runtime/cpu_executor.h"
 
 namespace tofu {
 namespace {
-
-Box wholeBox(const std::vector<int64_t> &shape) {
-  Box all;
-  for (int64_t e : shape)
-    all.push_back({0, e});
-  return all;
-}
 
 /// A weight or optimiser-state tensor that a step reads (not the update it computes).
 bool isTrainingState(const ProgramTensor &t) {

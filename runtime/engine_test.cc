@@ -13,24 +13,11 @@
 #include "graph/test_library.h"
 #include "graph/zoo.h"
 #include "runtime/cpu_executor.h"
+#include "search/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
-
-Problem trainingProblem(llvm::Expected<Graph> g, std::vector<std::string> *outputs = nullptr) {
-  EXPECT_TRUE(bool(g)) << llvm::toString(g.takeError());
-  const OpLibrary &lib = testLibrary();
-  llvm::Error e = checkGraph(*g, lib);
-  EXPECT_FALSE(e) << llvm::toString(std::move(e));
-  auto t = buildTrainingGraph(*g, g->outputs.at(0), lib, Optimizer::SGD);
-  EXPECT_TRUE(bool(t)) << llvm::toString(t.takeError());
-  if (outputs)
-    *outputs = t->outputs;
-  auto p = Problem::build(*t, lib);
-  EXPECT_TRUE(bool(p)) << llvm::toString(p.takeError());
-  return std::move(*p);
-}
 
 EngineOptions testOptions() {
   EngineOptions o;
@@ -182,7 +169,7 @@ std::vector<double> train(Engine &e, unsigned loss, unsigned steps) {
 
 TEST(Engine, TrainsOverManyStepsAndResumesAtAnotherK) {
   std::vector<std::string> outputs;
-  Problem p = trainingProblem(buildMlp({32, 64, 10}, 8), &outputs);
+  Problem p = trainingProblem(buildMlp({32, 64, 10}, 8), Optimizer::SGD, &outputs);
   unsigned loss = 0;
   for (unsigned t = 0; t < p.tensors.size(); ++t)
     if (p.tensors[t].name == outputs.at(0))

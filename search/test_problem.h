@@ -1,0 +1,22 @@
+// Test scaffolding: a model's training step as a search problem.
+#ifndef TOFU_SEARCH_TEST_PROBLEM_H
+#define TOFU_SEARCH_TEST_PROBLEM_H
+
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "search/problem.h"
+
+namespace tofu {
+
+/// The training step of forward graph `g` as a search problem: `g` checked against
+/// testLibrary(), its first output the loss, `optimizer`'s updates added. A step that fails
+/// is a test failure (gtest EXPECT) quoting the error. `outputs`, when given, receives the
+/// training graph's outputs.
+Problem trainingProblem(llvm::Expected<Graph> g, Optimizer optimizer = Optimizer::SGD,
+                        std::vector<std::string> *outputs = nullptr);
+
+} // namespace tofu
+
+#endif // TOFU_SEARCH_TEST_PROBLEM_H
