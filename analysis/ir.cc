@@ -243,59 +243,12 @@ bool equal(const OpDef &a, const OpDef &b) {
   return equalPtr(a.body.get(), b.body.get());
 }
 
-void walk(const Expr &e, const std::function<void(const Expr &)> &fn) {
-  fn(e);
-  auto walkCoords = [&](const std::vector<Coord> &coords) {
-    for (const Coord &c : coords)
-      if (c.expr)
-        walk(*c.expr, fn);
-  };
-  switch (e.kind()) {
-  case ExprKind::Const:
-  case ExprKind::AttrRef:
-  case ExprKind::ExtentRef:
-  case ExprKind::VarRef:
-  case ExprKind::TensorRef:
-    return;
-  case ExprKind::Read:
-    walkCoords(llvm::cast<Read>(e).coords);
-    return;
-  case ExprKind::OpaqueCall: {
-    auto &c = llvm::cast<OpaqueCall>(e);
-    for (const auto &a : c.args)
-      walk(*a, fn);
-    walkCoords(c.coords);
-    return;
-  }
-  case ExprKind::OpCall: {
-    auto &c = llvm::cast<OpCall>(e);
-    for (const auto &a : c.attrs)
-      walk(*a.value, fn);
-    for (const auto &a : c.args)
-      walk(*a, fn);
-    walkCoords(c.coords);
-    return;
-  }
-  case ExprKind::Reduce:
-    walk(*llvm::cast<Reduce>(e).body, fn);
-    return;
-  case ExprKind::Apply:
-    for (const auto &a : llvm::cast<Apply>(e).args)
-      walk(*a, fn);
-    return;
-  case ExprKind::Neg:
-    walk(*llvm::cast<Neg>(e).operand, fn);
-    return;
-  case ExprKind::Binary:
-    walk(*llvm::cast<Binary>(e).lhs, fn);
-    walk(*llvm::cast<Binary>(e).rhs, fn);
-    return;
-  }
-}
+namespace {
 
-void forEachChild(Expr &e, const std::function<void(ExprPtr &)> &fn) {
-  auto coords = [&](std::vector<Coord> &cs) {
-    for (Coord &c : cs)
+/// Calls `fn` on each direct sub-expression slot of `e` (const or not), in walk's order.
+template <typename E, typename Fn> void eachChild(E &e, Fn &&fn) {
+  auto coords = [&](auto &cs) {
+    for (auto &c : cs)
       if (c.expr)
         fn(c.expr);
   };
@@ -311,16 +264,16 @@ void forEachChild(Expr &e, const std::function<void(ExprPtr &)> &fn) {
     return;
   case ExprKind::OpaqueCall: {
     auto &c = llvm::cast<OpaqueCall>(e);
-    for (ExprPtr &a : c.args)
+    for (auto &a : c.args)
       fn(a);
     coords(c.coords);
     return;
   }
   case ExprKind::OpCall: {
     auto &c = llvm::cast<OpCall>(e);
-    for (AttrBinding &a : c.attrs)
+    for (auto &a : c.attrs)
       fn(a.value);
-    for (ExprPtr &a : c.args)
+    for (auto &a : c.args)
       fn(a);
     coords(c.coords);
     return;
@@ -329,7 +282,7 @@ void forEachChild(Expr &e, const std::function<void(ExprPtr &)> &fn) {
     fn(llvm::cast<Reduce>(e).body);
     return;
   case ExprKind::Apply:
-    for (ExprPtr &a : llvm::cast<Apply>(e).args)
+    for (auto &a : llvm::cast<Apply>(e).args)
       fn(a);
     return;
   case ExprKind::Neg:
@@ -341,5 +294,14 @@ void forEachChild(Expr &e, const std::function<void(ExprPtr &)> &fn) {
     return;
   }
 }
+
+} // namespace
+
+void walk(const Expr &e, const std::function<void(const Expr &)> &fn) {
+  fn(e);
+  eachChild(e, [&](const ExprPtr &c) { walk(*c, fn); });
+}
+
+void forEachChild(Expr &e, const std::function<void(ExprPtr &)> &fn) { eachChild(e, fn); }
 
 } // namespace tofu::ir
