@@ -1,121 +1,17 @@
-// Library kernels on oneDNN: contraction and convolution matching, share geometry.
+// Library kernels on oneDNN: the plans of runtime/library_plans.h as sgemm calls,
+// convolution primitives and a scatter-add loop.
 #include "runtime/library_kernels.h"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <map>
-#include <optional>
 
 #include "fmt/format.h"
-#include "llvm/Support/Casting.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "runtime/library_plans.h"
 
 namespace tofu {
 namespace {
-
-using llvm::dyn_cast;
-
-/// An integer-affine index expression: sum(coef[v] * v) + constant.
-struct Linear {
-  std::map<unsigned, int64_t> coef;
-  int64_t constant = 0;
-  bool operator==(const Linear &o) const { return coef == o.coef && constant == o.constant; }
-};
-
-bool linearOf(const ir::Expr &e, int64_t scale, Linear &out) {
-  if (const auto *c = dyn_cast<ir::Const>(&e)) {
-    if (!c->isInt)
-      return false;
-    out.constant += scale * c->intValue;
-    return true;
-  }
-  if (const auto *v = dyn_cast<ir::VarRef>(&e)) {
-    out.coef[v->var] += scale;
-    if (out.coef[v->var] == 0)
-      out.coef.erase(v->var);
-    return true;
-  }
-  if (const auto *n = dyn_cast<ir::Neg>(&e))
-    return linearOf(*n->operand, -scale, out);
-  if (const auto *b = dyn_cast<ir::Binary>(&e)) {
-    switch (b->op) {
-    case ir::BinaryOp::Add: return linearOf(*b->lhs, scale, out) && linearOf(*b->rhs, scale, out);
-    case ir::BinaryOp::Sub: return linearOf(*b->lhs, scale, out) && linearOf(*b->rhs, -scale, out);
-    case ir::BinaryOp::Mul: {
-      const auto *lc = dyn_cast<ir::Const>(b->lhs.get());
-      const auto *rc = dyn_cast<ir::Const>(b->rhs.get());
-      if (lc && lc->isInt)
-        return linearOf(*b->rhs, scale * lc->intValue, out);
-      if (rc && rc->isInt)
-        return linearOf(*b->lhs, scale * rc->intValue, out);
-      return false;
-    }
-    default: return false;
-    }
-  }
-  return false;
-}
-
-std::optional<Linear> linear(const ir::Expr &e) {
-  Linear l;
-  if (!linearOf(e, 1, l))
-    return std::nullopt;
-  return l;
-}
-
-const ir::Read *asRead(const ir::Expr *e) { return e ? dyn_cast<ir::Read>(e) : nullptr; }
-
-bool isZero(const ir::Expr &e) {
-  const auto *c = dyn_cast<ir::Const>(&e);
-  return c && c->value == 0;
-}
-
-/// Row-major strides of a buffer holding `box`.
-std::vector<int64_t> stridesOf(const Box &box) {
-  std::vector<int64_t> s(box.size(), 1);
-  for (size_t d = box.size(); d-- > 1;)
-    s[d - 1] = s[d] * box[d].size();
-  return s;
-}
-
-/// The top of a body `[alpha[] *] Reduce`: the reduction and the rank-0 input scaling it.
-struct Scaled {
-  const ir::Reduce *reduce = nullptr;
-  int alphaInput = -1;
-};
-
-std::optional<Scaled> scaledReduce(const InstOp &op) {
-  const ir::Expr *e = op.body.get();
-  Scaled s;
-  if (const auto *b = dyn_cast<ir::Binary>(e); b && b->op == ir::BinaryOp::Mul) {
-    const ir::Read *alpha = asRead(b->lhs.get());
-    const ir::Expr *rest = b->rhs.get();
-    if (!alpha || !alpha->coords.empty()) {
-      alpha = asRead(b->rhs.get());
-      rest = b->lhs.get();
-    }
-    if (!alpha || !alpha->coords.empty() || op.inputs[alpha->input].rank != 0)
-      return std::nullopt;
-    s.alphaInput = static_cast<int>(alpha->input);
-    e = rest;
-  }
-  s.reduce = dyn_cast<ir::Reduce>(e);
-  if (!s.reduce || s.reduce->reducer != ir::Reducer::Sum)
-    return std::nullopt;
-  return s;
-}
-
-/// The two reads of a product `A * B`.
-std::optional<std::pair<const ir::Read *, const ir::Read *>> product(const ir::Expr &e) {
-  const auto *b = dyn_cast<ir::Binary>(&e);
-  if (!b || b->op != ir::BinaryOp::Mul)
-    return std::nullopt;
-  const ir::Read *x = asRead(b->lhs.get()), *y = asRead(b->rhs.get());
-  if (!x || !y)
-    return std::nullopt;
-  return std::make_pair(x, y);
-}
 
 dnnl::engine &cpuEngine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -125,49 +21,21 @@ dnnl::engine &cpuEngine() {
 // ---------------------------------------------------------------------------------------
 // Contractions as sgemm.
 
-/// A variable of a contraction: its share's extent and its stride in A, B and C (0 where
-/// it does not index that tensor).
-struct GemmVar {
-  int64_t n = 1;
-  int64_t sa = 0, sb = 0, sc = 0;
-  enum Class { Batch, M, N, K } cls = Batch;
-};
-
 class GemmKernel : public LibraryKernel {
 public:
-  // C[m, n] (+)= alpha * sum_k A[m, k] B[k, n], per iteration of the loops.
-  char transA = 'N', transB = 'N';
-  int64_t M = 1, N = 1, K = 1, lda = 1, ldb = 1, ldc = 1;
-  unsigned a = 0, b = 0;
-  int alphaInput = -1;
-  int64_t offA = 0, offB = 0; ///< of the share's first element in the held regions
-  std::vector<GemmVar> outer;  ///< loops over independent products
-  std::vector<GemmVar> inner;  ///< reduction loops accumulating into one product
+  explicit GemmKernel(GemmPlan plan) : g_(std::move(plan)) {}
 
   void run(const float *const *in, float *out, int threads, void *) const override {
-    const float alpha = alphaInput >= 0 ? in[alphaInput][0] : 1.0f;
-    const float *A = in[a] + offA, *B = in[b] + offB;
-    int64_t outerCount = 1, innerCount = 1;
-    for (const GemmVar &v : outer)
-      outerCount *= v.n;
-    for (const GemmVar &v : inner)
-      innerCount *= v.n;
+    const float alpha = g_.alphaInput >= 0 ? in[g_.alphaInput][0] : 1.0f;
+    const float *A = in[g_.a] + g_.offA, *B = in[g_.b] + g_.offB;
+    const int64_t outerCount = g_.outerCount(), innerCount = g_.innerCount();
     auto one = [&](int64_t it) {
-      int64_t oa = 0, ob = 0, oc = 0;
-      for (size_t d = outer.size(); d-- > 0;) {
-        int64_t c = it % outer[d].n;
-        it /= outer[d].n;
-        oa += c * outer[d].sa, ob += c * outer[d].sb, oc += c * outer[d].sc;
-      }
+      const GemmOffsets o = gemmLoopOffsets(g_.outer, it);
       for (int64_t r = 0; r < innerCount; ++r) {
-        int64_t ia = oa, ib = ob, rr = r;
-        for (size_t d = inner.size(); d-- > 0;) {
-          int64_t c = rr % inner[d].n;
-          rr /= inner[d].n;
-          ia += c * inner[d].sa, ib += c * inner[d].sb;
-        }
-        dnnl_sgemm(transA, transB, M, N, K, alpha, A + ia, lda, B + ib, ldb, r == 0 ? 0.0f : 1.0f,
-                   out + oc, ldc);
+        const GemmOffsets i = gemmLoopOffsets(g_.inner, r);
+        dnnl_sgemm(g_.transA ? 'T' : 'N', g_.transB ? 'T' : 'N', g_.M, g_.N, g_.K, alpha,
+                   A + o.a + i.a, g_.lda, B + o.b + i.b, g_.ldb, r == 0 ? 0.0f : 1.0f, out + o.c,
+                   g_.ldc);
       }
     };
     if (outerCount == 1) {
@@ -181,417 +49,17 @@ public:
   }
 
   std::string describe() const override {
-    int64_t loops = 1;
-    for (const GemmVar &v : outer)
-      loops *= v.n;
-    for (const GemmVar &v : inner)
-      loops *= v.n;
-    return fmt::format("oneDNN sgemm {}x{}x{}{}", M, N, K,
+    const int64_t loops = g_.outerCount() * g_.innerCount();
+    return fmt::format("oneDNN sgemm {}x{}x{}{}", g_.M, g_.N, g_.K,
                        loops > 1 ? fmt::format(" ({} calls)", loops) : "");
   }
+
+private:
+  GemmPlan g_;
 };
-
-/// The contraction's reads and variable classes, when the body is one.
-struct Contraction {
-  Scaled top;
-  const ir::Read *x = nullptr, *y = nullptr;
-};
-
-std::optional<Contraction> contraction(const InstOp &op) {
-  auto top = scaledReduce(op);
-  if (!top)
-    return std::nullopt;
-  auto pr = product(*top->reduce->body);
-  if (!pr)
-    return std::nullopt;
-  Contraction c{*top, pr->first, pr->second};
-  for (const ir::Read *r : {c.x, c.y}) {
-    std::vector<bool> seen(op.vars.size(), false);
-    for (const ir::Coord &co : r->coords) {
-      auto v = ir::exactVar(co);
-      if (!v || seen[*v])
-        return std::nullopt;
-      seen[*v] = true;
-    }
-  }
-  return c;
-}
-
-std::unique_ptr<LibraryKernel> gemmKernel(const InstOp &op, const Contraction &c,
-                                          const std::vector<Range> &ranges,
-                                          const std::vector<Box> &held) {
-  const size_t nv = op.vars.size();
-  std::vector<GemmVar> vars(nv);
-  std::vector<bool> inA(nv, false), inB(nv, false), inC(nv, false), red(nv, false);
-  for (unsigned v : c.top.reduce->vars)
-    red[v] = true;
-  int64_t offA = 0, offB = 0;
-  auto place = [&](const ir::Read *r, std::vector<bool> &in, int64_t GemmVar::*s, int64_t &off) {
-    std::vector<int64_t> st = stridesOf(held[r->input]);
-    for (size_t d = 0; d < r->coords.size(); ++d) {
-      unsigned v = *ir::exactVar(r->coords[d]);
-      in[v] = true;
-      vars[v].*s = st[d];
-      if (ranges[v].lo < held[r->input][d].lo || ranges[v].hi > held[r->input][d].hi)
-        return false;
-      off += (ranges[v].lo - held[r->input][d].lo) * st[d];
-    }
-    return true;
-  };
-  if (!place(c.x, inA, &GemmVar::sa, offA) || !place(c.y, inB, &GemmVar::sb, offB))
-    return nullptr;
-  {
-    int64_t s = 1;
-    for (size_t d = op.outputVars.size(); d-- > 0;) {
-      unsigned v = op.outputVars[d];
-      inC[v] = true;
-      vars[v].sc = s;
-      s *= ranges[v].size();
-    }
-  }
-  std::vector<GemmVar> cls[4];
-  for (size_t v = 0; v < nv; ++v) {
-    GemmVar &g = vars[v];
-    g.n = ranges[v].size();
-    if (g.n <= 0)
-      return nullptr;
-    if (red[v] == inC[v])
-      return nullptr; // a variable must be an output or a reduction, not both or neither
-    if (red[v] && !(inA[v] && inB[v]))
-      return nullptr; // summed in one operand only: not a product of matrices
-    if (!red[v] && !inA[v] && !inB[v])
-      return nullptr; // broadcast along an output variable
-    g.cls = red[v] ? GemmVar::K : inA[v] && inB[v] ? GemmVar::Batch : inA[v] ? GemmVar::M : GemmVar::N;
-    if (g.n == 1)
-      continue; // offsets only
-    cls[g.cls].push_back(g);
-  }
-  // Merge variables of one class that are contiguous in every tensor (`a` just outside `b`).
-  for (auto &list : cls) {
-    bool merged = true;
-    while (merged) {
-      merged = false;
-      for (size_t i = 0; i < list.size() && !merged; ++i)
-        for (size_t j = 0; j < list.size() && !merged; ++j) {
-          if (i == j)
-            continue;
-          GemmVar &o = list[i], &in = list[j];
-          if (o.sa == in.sa * in.n && o.sb == in.sb * in.n && o.sc == in.sc * in.n) {
-            in.n *= o.n;
-            list.erase(list.begin() + static_cast<long>(i));
-            merged = true;
-          }
-        }
-    }
-  }
-  // Choose m, n, k (each a variable of its class, or none: extent 1) so that every matrix
-  // has a unit stride along one of its dimensions and C's is along n (else swap A and B).
-  struct Pick {
-    const GemmVar *m, *n, *k;
-    bool swap;
-    int64_t work;
-  };
-  std::optional<Pick> best;
-  GemmVar none;
-  none.n = 1;
-  auto unit = [](int64_t n, int64_t s) { return n == 1 || s == 1; };
-  std::vector<const GemmVar *> ms{&none}, ns{&none}, ks{&none};
-  for (const GemmVar &g : cls[GemmVar::M])
-    ms.push_back(&g);
-  for (const GemmVar &g : cls[GemmVar::N])
-    ns.push_back(&g);
-  for (const GemmVar &g : cls[GemmVar::K])
-    ks.push_back(&g);
-  for (bool swap : {false, true})
-    for (const GemmVar *m : ms)
-      for (const GemmVar *n : ns)
-        for (const GemmVar *k : ks) {
-          // In the swapped problem C^T = B^T A^T: rows of the product run along n.
-          const GemmVar *rm = swap ? n : m, *rn = swap ? m : n;
-          int64_t scN = rn->sc;
-          if (!unit(rn->n, scN))
-            continue;
-          auto sA = [&](const GemmVar *g) { return swap ? g->sb : g->sa; };
-          auto sB = [&](const GemmVar *g) { return swap ? g->sa : g->sb; };
-          bool aOk = unit(k->n, sA(k)) || unit(rm->n, sA(rm));
-          bool bOk = unit(rn->n, sB(rn)) || unit(k->n, sB(k));
-          if (!aOk || !bOk)
-            continue;
-          int64_t work = m->n * n->n * k->n;
-          if (!best || work > best->work)
-            best = Pick{m, n, k, swap, work};
-        }
-  if (!best || (best->m->n == 1 && best->n->n == 1))
-    return nullptr; // no product at all, or dot products: the generated kernel does better
-  auto g = std::make_unique<GemmKernel>();
-  const bool swap = best->swap;
-  const GemmVar *rm = swap ? best->n : best->m, *rn = swap ? best->m : best->n, *k = best->k;
-  auto sA = [&](const GemmVar *v) { return swap ? v->sb : v->sa; };
-  auto sB = [&](const GemmVar *v) { return swap ? v->sa : v->sb; };
-  g->M = rm->n, g->N = rn->n, g->K = k->n;
-  g->a = swap ? c.y->input : c.x->input;
-  g->b = swap ? c.x->input : c.y->input;
-  g->offA = swap ? offB : offA;
-  g->offB = swap ? offA : offB;
-  // A: M x K.
-  if (unit(k->n, sA(k)) && (rm->n == 1 || sA(rm) >= g->K)) {
-    g->transA = 'N';
-    g->lda = rm->n == 1 ? std::max<int64_t>(1, g->K) : sA(rm);
-  } else if (unit(rm->n, sA(rm)) && (k->n == 1 || sA(k) >= g->M)) {
-    g->transA = 'T';
-    g->lda = k->n == 1 ? std::max<int64_t>(1, g->M) : sA(k);
-  } else {
-    return nullptr;
-  }
-  // B: K x N.
-  if (unit(rn->n, sB(rn)) && (k->n == 1 || sB(k) >= g->N)) {
-    g->transB = 'N';
-    g->ldb = k->n == 1 ? std::max<int64_t>(1, g->N) : sB(k);
-  } else if (unit(k->n, sB(k)) && (rn->n == 1 || sB(rn) >= g->K)) {
-    g->transB = 'T';
-    g->ldb = rn->n == 1 ? std::max<int64_t>(1, g->K) : sB(rn);
-  } else {
-    return nullptr;
-  }
-  g->ldc = rm->n == 1 ? std::max<int64_t>(1, g->N) : rm->sc;
-  if (g->ldc < g->N)
-    return nullptr;
-  g->alphaInput = c.top.alphaInput;
-  for (int cl = 0; cl < 4; ++cl)
-    for (const GemmVar &v : cls[cl]) {
-      if (&v == best->m || &v == best->n || &v == best->k)
-        continue;
-      GemmVar loop = v;
-      if (swap)
-        std::swap(loop.sa, loop.sb);
-      (cl == GemmVar::K ? g->inner : g->outer).push_back(loop);
-    }
-  return g;
-}
 
 // ---------------------------------------------------------------------------------------
 // Convolutions as oneDNN convolution primitives.
-
-/// One spatial dimension: input index i = o * s + k * d - p.
-struct SpatialDim {
-  unsigned o = 0, k = 0; ///< variables
-  int64_t s = 1, d = 1, p = 0;
-};
-
-struct ConvForm {
-  enum Kind { Forward, Filter, Data } kind = Forward;
-  // Variables: batch, input channel, output channel; per spatial dim its (o, k).
-  unsigned n = 0, ci = 0, co = 0;
-  std::vector<SpatialDim> sp;
-  unsigned data = 0, w = 0, dy = 0; ///< inputs (those the form reads)
-  /// The data gradient's dense output variable per spatial dim (i).
-  std::vector<unsigned> x;
-};
-
-/// `data[n, ci, s*o + d*k - p, ...]` read with spatial coordinates affine in one output
-/// and one kernel variable each.
-bool dataRead(const ir::Read &r, unsigned rank, ConvForm &f, bool kernelIsOutput,
-              const std::vector<bool> &reduced) {
-  if (r.coords.size() != rank || rank < 3 || rank > 5)
-    return false;
-  auto n = ir::exactVar(r.coords[0]), ci = ir::exactVar(r.coords[1]);
-  if (!n || !ci)
-    return false;
-  f.n = *n, f.ci = *ci, f.data = r.input;
-  f.sp.clear();
-  for (unsigned d = 2; d < rank; ++d) {
-    if (r.coords[d].kind != ir::Coord::Kind::Affine)
-      return false;
-    auto l = linear(*r.coords[d].expr);
-    if (!l || l->coef.size() != 2)
-      return false;
-    SpatialDim s;
-    bool haveO = false, haveK = false;
-    for (auto [v, c] : l->coef) {
-      if (c <= 0)
-        return false;
-      // The kernel variable is reduced in the forward form and an output of the filter
-      // gradient; the output position the other way round.
-      bool isKernel = reduced[v] != kernelIsOutput;
-      if (isKernel && !haveK)
-        s.k = v, s.d = c, haveK = true;
-      else if (!isKernel && !haveO)
-        s.o = v, s.s = c, haveO = true;
-      else
-        return false;
-    }
-    if (!haveO || !haveK)
-      return false;
-    s.p = -l->constant;
-    f.sp.push_back(s);
-  }
-  return true;
-}
-
-bool exactCoords(const ir::Read &r, const std::vector<unsigned> &vars) {
-  if (r.coords.size() != vars.size())
-    return false;
-  for (size_t d = 0; d < vars.size(); ++d) {
-    auto v = ir::exactVar(r.coords[d]);
-    if (!v || *v != vars[d])
-      return false;
-  }
-  return true;
-}
-
-/// The factors of a product of conditions.
-void factors(const ir::Expr &e, std::vector<const ir::Expr *> &out) {
-  if (const auto *b = dyn_cast<ir::Binary>(&e); b && b->op == ir::BinaryOp::Mul) {
-    factors(*b->lhs, out);
-    factors(*b->rhs, out);
-    return;
-  }
-  out.push_back(&e);
-}
-
-std::optional<ConvForm> convForm(const InstOp &op) {
-  auto top = scaledReduce(op);
-  if (!top || top->alphaInput >= 0)
-    return std::nullopt;
-  std::vector<bool> reduced(op.vars.size(), false);
-  for (unsigned v : top->reduce->vars)
-    reduced[v] = true;
-  const std::vector<unsigned> &ov = op.outputVars;
-  const ir::Expr *body = top->reduce->body.get();
-  ConvForm f;
-  // Forward and filter gradient: a product of two reads.
-  if (auto pr = product(*body)) {
-    for (auto [dr, other] : {*pr, std::make_pair(pr->second, pr->first)}) {
-      unsigned rank = static_cast<unsigned>(dr->coords.size());
-      if (ov.size() != rank || other->coords.size() != rank)
-        continue;
-      // Forward: out [n, co, o...], w [co, ci, k...].
-      if (dataRead(*dr, rank, f, false, reduced) && !reduced[f.n] && reduced[f.ci]) {
-        std::vector<unsigned> out{f.n, ov[1]}, w{ov[1], f.ci};
-        bool ok = ov[0] == f.n && !reduced[ov[1]];
-        for (const SpatialDim &s : f.sp)
-          out.push_back(s.o), w.push_back(s.k), ok = ok && !reduced[s.o] && reduced[s.k];
-        if (ok && out == ov && exactCoords(*other, w)) {
-          f.kind = ConvForm::Forward, f.co = ov[1], f.w = other->input;
-          return f;
-        }
-      }
-      // Filter gradient: out [co, ci, k...], dy [n, co, o...].
-      if (dataRead(*dr, rank, f, true, reduced) && reduced[f.n] && !reduced[f.ci]) {
-        std::vector<unsigned> out{ov[0], f.ci}, dy{f.n, ov[0]};
-        bool ok = !reduced[ov[0]];
-        for (const SpatialDim &s : f.sp)
-          out.push_back(s.k), dy.push_back(s.o), ok = ok && reduced[s.o] && !reduced[s.k];
-        if (ok && out == ov && exactCoords(*other, dy)) {
-          f.kind = ConvForm::Filter, f.co = ov[0], f.dy = other->input;
-          return f;
-        }
-      }
-    }
-    return std::nullopt;
-  }
-  // Data gradient: select(divisible, dy[n, co, (x + p - d*k) / s, ...] * w[co, ci, k...], 0).
-  const auto *sel = dyn_cast<ir::Apply>(body);
-  if (!sel || sel->fn != ir::Builtin::Select || sel->args.size() != 3 || !isZero(*sel->args[2]))
-    return std::nullopt;
-  auto pr = product(*sel->args[1]);
-  if (!pr)
-    return std::nullopt;
-  const unsigned rank = static_cast<unsigned>(ov.size());
-  if (rank < 3 || rank > 5)
-    return std::nullopt;
-  for (auto [dyr, wr] : {*pr, std::make_pair(pr->second, pr->first)}) {
-    if (dyr->coords.size() != rank || wr->coords.size() != rank)
-      continue;
-    auto n = ir::exactVar(dyr->coords[0]), co = ir::exactVar(dyr->coords[1]);
-    if (!n || !co || *n != ov[0] || !reduced[*co] || reduced[ov[1]])
-      continue;
-    f.kind = ConvForm::Data, f.n = *n, f.co = *co, f.ci = ov[1];
-    f.dy = dyr->input, f.w = wr->input;
-    f.sp.clear(), f.x.clear();
-    std::vector<unsigned> w{f.co, f.ci};
-    std::vector<Linear> numerators;
-    bool ok = true;
-    for (unsigned d = 2; d < rank && ok; ++d) {
-      const ir::Coord &c = dyr->coords[d];
-      if (c.kind != ir::Coord::Kind::Affine) {
-        ok = false;
-        break;
-      }
-      const ir::Expr *num = c.expr.get();
-      int64_t s = 1;
-      if (const auto *b = dyn_cast<ir::Binary>(num); b && b->op == ir::BinaryOp::Div) {
-        const auto *k = dyn_cast<ir::Const>(b->rhs.get());
-        if (!k || !k->isInt || k->intValue <= 0) {
-          ok = false;
-          break;
-        }
-        s = k->intValue, num = b->lhs.get();
-      }
-      auto l = linear(*num);
-      if (!l || l->coef.size() != 2) {
-        ok = false;
-        break;
-      }
-      SpatialDim sd;
-      sd.s = s;
-      unsigned xv = ov[d];
-      bool haveX = false, haveK = false;
-      for (auto [v, cf] : l->coef) {
-        if (v == xv && cf == 1)
-          haveX = true;
-        else if (reduced[v] && cf < 0)
-          sd.k = v, sd.d = -cf, haveK = true;
-        else
-          ok = false;
-      }
-      if (!haveX || !haveK)
-        ok = false;
-      sd.p = l->constant;
-      sd.o = xv; // the dense output variable stands in for o (see convKernel)
-      f.sp.push_back(sd);
-      f.x.push_back(xv);
-      w.push_back(sd.k);
-      numerators.push_back(*l);
-    }
-    if (!ok || !exactCoords(*wr, w))
-      continue;
-    // The condition: a product of `num % s == 0` for strided dims; nothing else.
-    std::vector<const ir::Expr *> fs;
-    factors(*sel->args[0], fs);
-    std::vector<bool> covered(f.sp.size(), false);
-    for (const ir::Expr *e : fs) {
-      const auto *eq = dyn_cast<ir::Binary>(e);
-      const auto *mod = eq && eq->op == ir::BinaryOp::Eq ? dyn_cast<ir::Binary>(eq->lhs.get()) : nullptr;
-      if (!mod || mod->op != ir::BinaryOp::Mod || !isZero(*eq->rhs)) {
-        ok = false;
-        break;
-      }
-      const auto *m = dyn_cast<ir::Const>(mod->rhs.get());
-      auto l = linear(*mod->lhs);
-      if (!m || !m->isInt || !l) {
-        ok = false;
-        break;
-      }
-      if (m->intValue == 1)
-        continue;
-      bool matched = false;
-      for (size_t d = 0; d < f.sp.size(); ++d)
-        if (numerators[d] == *l && f.sp[d].s == m->intValue)
-          covered[d] = matched = true;
-      if (!matched) {
-        ok = false;
-        break;
-      }
-    }
-    for (size_t d = 0; d < f.sp.size() && ok; ++d)
-      if (f.sp[d].s > 1 && !covered[d])
-        ok = false;
-    if (ok)
-      return f;
-  }
-  return std::nullopt;
-}
 
 dnnl::memory::dims toDims(const std::vector<int64_t> &v) {
   return dnnl::memory::dims(v.begin(), v.end());
@@ -605,7 +73,7 @@ struct View {
 };
 
 std::optional<View> viewOf(const Box &held, const Box &view) {
-  std::vector<int64_t> st = stridesOf(held), dims;
+  std::vector<int64_t> st = rowMajorStrides(held), dims;
   int64_t off = 0;
   for (size_t d = 0; d < held.size(); ++d) {
     if (view[d].size() <= 0 || view[d].lo < held[d].lo || view[d].hi > held[d].hi)
@@ -613,7 +81,7 @@ std::optional<View> viewOf(const Box &held, const Box &view) {
     off += (view[d].lo - held[d].lo) * st[d];
     dims.push_back(view[d].size());
   }
-  bool dense = stridesOf(view) == st;
+  bool dense = rowMajorStrides(view) == st;
   return View{dnnl::memory::desc(toDims(dims), dnnl::memory::data_type::f32, toDims(st)), off,
               dense};
 }
@@ -624,9 +92,6 @@ dnnl::memory::desc denseDesc(const std::vector<int64_t> &dims) {
     st[d - 1] = st[d] * dims[d];
   return dnnl::memory::desc(toDims(dims), dnnl::memory::data_type::f32, toDims(st));
 }
-
-int64_t floorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-int64_t ceilDiv(int64_t a, int64_t b) { return -floorDiv(-a, b); }
 
 /// A share no term of the sum reaches: zeros.
 class ZeroKernel : public LibraryKernel {
@@ -643,7 +108,7 @@ private:
 
 class ConvKernel : public LibraryKernel {
 public:
-  ConvForm::Kind kind = ConvForm::Forward;
+  ConvKind kind = ConvKind::Forward;
   dnnl::primitive prim;
   dnnl::memory::desc srcD, wD, dstD; ///< src/diff_src, weights/diff_weights, dst/diff_dst
   int srcIn = -1, wIn = -1, dstIn = -1; ///< which is read from which input (-1: the output)
@@ -696,15 +161,15 @@ public:
         dst(dstD, e, ptr(dstIn, dstOff));
     dnnl::memory sp(scratchD, e, space);
     switch (kind) {
-    case ConvForm::Forward:
+    case ConvKind::Forward:
       prim.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst},
                             {DNNL_ARG_SCRATCHPAD, sp}});
       break;
-    case ConvForm::Filter:
+    case ConvKind::Filter:
       prim.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_WEIGHTS, w},
                             {DNNL_ARG_DIFF_DST, dst}, {DNNL_ARG_SCRATCHPAD, sp}});
       break;
-    case ConvForm::Data:
+    case ConvKind::Data:
       prim.execute(stream, {{DNNL_ARG_DIFF_SRC, src}, {DNNL_ARG_WEIGHTS, w},
                             {DNNL_ARG_DIFF_DST, dst}, {DNNL_ARG_SCRATCHPAD, sp}});
       break;
@@ -714,97 +179,30 @@ public:
   std::string describe() const override { return what; }
 };
 
-std::unique_ptr<LibraryKernel> convKernel(const InstOp &op, const ConvForm &f, const Shapes &shapes,
-                                          const std::vector<Range> &ranges,
-                                          const std::vector<Box> &held) {
-  const size_t nsp = f.sp.size();
-  auto zeros = [&] {
-    int64_t n = 1;
-    for (unsigned v : op.outputVars)
-      n *= ranges[v].size();
-    return std::make_unique<ZeroKernel>(n);
-  };
-  dnnl::memory::dims strides, dil, padL, padR;
-  Box srcBox{ranges[f.n], ranges[f.ci]}, wBox{ranges[f.co], ranges[f.ci]},
-      dstBox{ranges[f.n], ranges[f.co]};
-  for (size_t d = 0; d < nsp; ++d) {
-    const SpatialDim &s = f.sp[d];
-    const Range kr = ranges[s.k];
-    const int64_t nk = kr.size(), ext = (nk - 1) * s.d + 1;
-    wBox.push_back(kr);
-    int64_t pl = 0, pr = 0;
-    if (f.kind != ConvForm::Data) {
-      // The data view: the input rows the share reads, clipped to the tensor.
-      const int64_t inExtent = shapes.inputs[f.data][2 + d];
-      const Range orr = ranges[s.o];
-      const int64_t base = orr.lo * s.s + kr.lo * s.d - s.p;
-      const int64_t end = base + (orr.size() - 1) * s.s + ext;
-      const int64_t r0 = std::clamp<int64_t>(base, 0, inExtent);
-      int64_t r1 = std::clamp<int64_t>(end, 0, inExtent);
-      if (r1 <= r0)
-        return zeros(); // the share reads only padding
-      pl = r0 - base, pr = end - r1;
-      // Take the held rows past the last one read (a strided window skips them) when the
-      // output size stays the same: a view as long as the buffer is often dense, and
-      // oneDNN's fast convolutions want dense views.
-      const int64_t heldHi = held[f.data][2 + d].hi, no = orr.size();
-      if (heldHi > r1 && heldHi - r0 + pl - ext <= no * s.s - 1) {
-        r1 = heldHi;
-        pr = std::max<int64_t>(0, (no - 1) * s.s + ext - (r1 - r0) - pl);
-      }
-      srcBox.push_back({r0, r1});
-      dstBox.push_back(orr);
-    } else {
-      // The dense output range and the dy rows that reach it, clipped to dy.
-      const Range xr = ranges[s.o];
-      const int64_t outExtent = shapes.inputs[f.dy][2 + d];
-      int64_t oLo = ceilDiv(xr.lo + s.p - s.d * (kr.hi - 1), s.s);
-      int64_t oHi = floorDiv(xr.hi - 1 + s.p - s.d * kr.lo, s.s); // inclusive
-      oLo = std::max<int64_t>(oLo, 0);
-      oHi = std::min<int64_t>(oHi, outExtent - 1);
-      if (oHi < oLo)
-        return zeros(); // no dy row reaches the share
-      pl = s.p + xr.lo - oLo * s.s - kr.lo * s.d;
-      if (pl < 0) { // start the view earlier: the extra rows only reach rows before xr
-        int64_t back = ceilDiv(-pl, s.s);
-        if (oLo - back < 0)
-          return nullptr;
-        oLo -= back;
-        pl += back * s.s;
-      }
-      // Likewise take the held dy rows past the last one that reaches the share (they only
-      // reach rows after it; right padding grows to match).
-      oHi = std::max<int64_t>(oHi, std::min<int64_t>(held[f.dy][2 + d].hi, outExtent) - 1);
-      const int64_t no = oHi - oLo + 1, ni = xr.size();
-      pr = std::max<int64_t>(0, (no - 1) * s.s + ext - ni - pl);
-      if (floorDiv(ni + pl + pr - ext, s.s) + 1 != no)
-        return nullptr;
-      srcBox.push_back(xr);
-      dstBox.push_back({oLo, oHi + 1});
-    }
-    strides.push_back(s.s);
-    dil.push_back(s.d - 1);
-    padL.push_back(pl);
-    padR.push_back(pr);
+std::unique_ptr<LibraryKernel> convKernel(const ConvPlan &c, const std::vector<Box> &held) {
+  if (c.zeros)
+    return std::make_unique<ZeroKernel>(c.outputElements);
+  dnnl::memory::dims strides(c.strides.begin(), c.strides.end()), dil, padL, padR;
+  for (size_t d = 0; d < c.spatialDims(); ++d) {
+    dil.push_back(c.dilations[d] - 1); // oneDNN counts the gaps
+    padL.push_back(c.padBefore[d]);
+    padR.push_back(c.padAfter[d]);
   }
-  for (const Box *b : {&srcBox, &wBox, &dstBox})
-    for (const Range &r : *b)
-      if (r.size() <= 0)
-        return nullptr;
+  const Box &srcBox = c.src, &wBox = c.weights, &dstBox = c.dst;
   auto k = std::make_unique<ConvKernel>();
-  k->kind = f.kind;
+  k->kind = c.kind;
   auto dense = [](const Box &b) {
     std::vector<int64_t> e;
     for (const Range &r : b)
       e.push_back(r.size());
     return denseDesc(e);
   };
-  auto input = [&](unsigned in, const Box &box, dnnl::memory::desc &desc, int &which,
+  auto input = [&](int in, const Box &box, dnnl::memory::desc &desc, int &which,
                    int64_t &off) {
-    auto v = viewOf(held[in], box);
+    auto v = viewOf(held[static_cast<size_t>(in)], box);
     if (!v)
       return false;
-    desc = v->desc, which = static_cast<int>(in), off = v->offset;
+    desc = v->desc, which = in, off = v->offset;
     if (!v->dense) {
       ConvKernel::Stage st;
       st.input = which, st.offset = off, st.from = v->desc, st.to = dense(box);
@@ -827,10 +225,10 @@ std::unique_ptr<LibraryKernel> convKernel(const InstOp &op, const ConvForm &f, c
                                      strides, dil, padL, padR);
   };
   try {
-    switch (f.kind) {
-    case ConvForm::Forward: {
-      if (!input(f.data, srcBox, k->srcD, k->srcIn, k->srcOff) ||
-          !input(f.w, wBox, k->wD, k->wIn, k->wOff))
+    switch (c.kind) {
+    case ConvKind::Forward: {
+      if (!input(c.srcIn, srcBox, k->srcD, k->srcIn, k->srcOff) ||
+          !input(c.wIn, wBox, k->wD, k->wIn, k->wOff))
         return nullptr;
       k->dstD = dense(dstBox);
       convolution_forward::primitive_desc pd(forward(), attr, e);
@@ -839,9 +237,9 @@ std::unique_ptr<LibraryKernel> convKernel(const InstOp &op, const ConvForm &f, c
       k->what = fmt::format("oneDNN convolution forward ({})", pd.impl_info_str());
       break;
     }
-    case ConvForm::Filter: {
-      if (!input(f.data, srcBox, k->srcD, k->srcIn, k->srcOff) ||
-          !input(f.dy, dstBox, k->dstD, k->dstIn, k->dstOff))
+    case ConvKind::Filter: {
+      if (!input(c.srcIn, srcBox, k->srcD, k->srcIn, k->srcOff) ||
+          !input(c.dstIn, dstBox, k->dstD, k->dstIn, k->dstOff))
         return nullptr;
       k->wD = dense(wBox);
       convolution_forward::primitive_desc hpd(forward(), e);
@@ -853,9 +251,9 @@ std::unique_ptr<LibraryKernel> convKernel(const InstOp &op, const ConvForm &f, c
       k->what = fmt::format("oneDNN convolution filter gradient ({})", pd.impl_info_str());
       break;
     }
-    case ConvForm::Data: {
-      if (!input(f.dy, dstBox, k->dstD, k->dstIn, k->dstOff) ||
-          !input(f.w, wBox, k->wD, k->wIn, k->wOff))
+    case ConvKind::Data: {
+      if (!input(c.dstIn, dstBox, k->dstD, k->dstIn, k->dstOff) ||
+          !input(c.wIn, wBox, k->wD, k->wIn, k->wOff))
         return nullptr;
       k->srcD = dense(srcBox);
       convolution_forward::primitive_desc hpd(forward(), e);
@@ -874,92 +272,12 @@ std::unique_ptr<LibraryKernel> convKernel(const InstOp &op, const ConvForm &f, c
 }
 
 // ---------------------------------------------------------------------------------------
-// Scatter-adds: `[0 * Z[...] +] Sum(lambda q...: select(idx[q...] == k, dy[...], 0))` (the
-// gradient of a gather, e.g. of an embedding), where the sum over every q of a test against
-// the output variable k is an O(K x Q) loop: instead each q adds into the one k it names.
-
-struct ScatterForm {
-  const ir::Read *idx = nullptr, *dy = nullptr, *zero = nullptr;
-  unsigned k = 0;
-  std::vector<unsigned> q; ///< the reduction variables, in the sum's order
-};
-
-std::optional<ScatterForm> scatterForm(const InstOp &op) {
-  ScatterForm f;
-  const ir::Expr *e = op.body.get();
-  if (const auto *add = dyn_cast<ir::Binary>(e); add && add->op == ir::BinaryOp::Add) {
-    const auto *mul = dyn_cast<ir::Binary>(add->lhs.get());
-    if (!mul || mul->op != ir::BinaryOp::Mul || !isZero(*mul->lhs) || !asRead(mul->rhs.get()))
-      return std::nullopt;
-    f.zero = asRead(mul->rhs.get());
-    e = add->rhs.get();
-  }
-  const auto *red = dyn_cast<ir::Reduce>(e);
-  if (!red || red->reducer != ir::Reducer::Sum)
-    return std::nullopt;
-  const auto *sel = dyn_cast<ir::Apply>(red->body.get());
-  if (!sel || sel->fn != ir::Builtin::Select || sel->args.size() != 3 || !isZero(*sel->args[2]))
-    return std::nullopt;
-  const auto *eq = dyn_cast<ir::Binary>(sel->args[0].get());
-  f.dy = asRead(sel->args[1].get());
-  if (!eq || eq->op != ir::BinaryOp::Eq || !f.dy)
-    return std::nullopt;
-  const ir::VarRef *kv = dyn_cast<ir::VarRef>(eq->rhs.get());
-  f.idx = asRead(eq->lhs.get());
-  if (!kv || !f.idx) {
-    kv = dyn_cast<ir::VarRef>(eq->lhs.get());
-    f.idx = asRead(eq->rhs.get());
-  }
-  if (!kv || !f.idx)
-    return std::nullopt;
-  f.k = kv->var;
-  f.q = red->vars;
-  std::vector<bool> isQ(op.vars.size(), false), isOut(op.vars.size(), false);
-  for (unsigned v : f.q)
-    isQ[v] = true;
-  for (unsigned v : op.outputVars)
-    isOut[v] = true;
-  if (!isOut[f.k])
-    return std::nullopt;
-  // idx is indexed by the q variables, each once; dy by the output variables but k and by
-  // the q variables, each once; the zero term by the output variables.
-  std::vector<int> inIdx(op.vars.size(), 0), inDy(op.vars.size(), 0);
-  for (const ir::Coord &c : f.idx->coords) {
-    auto v = ir::exactVar(c);
-    if (!v || !isQ[*v] || inIdx[*v]++)
-      return std::nullopt;
-  }
-  for (const ir::Coord &c : f.dy->coords) {
-    auto v = ir::exactVar(c);
-    if (!v || *v == f.k || inDy[*v]++)
-      return std::nullopt;
-  }
-  for (unsigned v = 0; v < op.vars.size(); ++v)
-    if ((isQ[v] && (!inIdx[v] || !inDy[v])) || (isOut[v] && v != f.k && !inDy[v]))
-      return std::nullopt;
-  if (f.zero) {
-    if (f.zero->coords.size() != op.outputVars.size())
-      return std::nullopt;
-    for (size_t d = 0; d < op.outputVars.size(); ++d) {
-      auto v = ir::exactVar(f.zero->coords[d]);
-      if (!v || *v != op.outputVars[d])
-        return std::nullopt;
-    }
-  }
-  return f;
-}
+// Scatter-adds.
 
 class ScatterKernel : public LibraryKernel {
 public:
-  struct Loop {
-    int64_t n = 1, sIdx = 0, sDy = 0, sOut = 0;
-  };
-  std::vector<Loop> qs, rest; ///< the sum's variables; the output's but k
-  unsigned idxIn = 0, dyIn = 0;
-  int zeroIn = -1;
-  int64_t idxOff = 0, dyOff = 0, zeroOff = 0;
-  std::vector<int64_t> zeroStrides, outExtents; ///< the zero term's view, per output dim
-  int64_t kLo = 0, kHi = 0, kStride = 0, outElems = 0;
+  explicit ScatterKernel(ScatterPlan plan) : p_(std::move(plan)) {}
+  using Loop = ScatterLoop;
 
   static int64_t offset(int64_t flat, const std::vector<Loop> &loops, int64_t Loop::*s) {
     int64_t off = 0;
@@ -971,104 +289,61 @@ public:
   }
 
   void run(const float *const *in, float *out, int, void *) const override {
-    if (zeroIn >= 0) { // 0 * Z: zeros, or NaN where Z is not finite, as the sum's term says
-      const float *z = in[zeroIn] + zeroOff;
-      std::vector<int64_t> c(outExtents.size(), 0);
-      for (int64_t e = 0; e < outElems; ++e) {
-        int64_t rest = e, zo = 0;
-        for (size_t d = outExtents.size(); d-- > 0;) {
-          zo += (rest % outExtents[d]) * zeroStrides[d];
-          rest /= outExtents[d];
+    if (p_.zeroIn >= 0) { // 0 * Z: zeros, or NaN where Z is not finite, as the sum's term says
+      const float *z = in[p_.zeroIn] + p_.zeroOff;
+      for (int64_t e = 0; e < p_.outElems; ++e) {
+        int64_t left = e, zo = 0;
+        for (size_t d = p_.outExtents.size(); d-- > 0;) {
+          zo += (left % p_.outExtents[d]) * p_.zeroStrides[d];
+          left /= p_.outExtents[d];
         }
         out[e] = 0.0f * z[zo];
       }
     } else {
-      std::fill(out, out + outElems, 0.0f);
+      std::fill(out, out + p_.outElems, 0.0f);
     }
     int64_t nq = 1, nr = 1;
-    for (const Loop &l : qs)
+    for (const Loop &l : p_.qs)
       nq *= l.n;
-    for (const Loop &l : rest)
+    for (const Loop &l : p_.rest)
       nr *= l.n;
-    const float *idx = in[idxIn] + idxOff, *dy = in[dyIn] + dyOff;
+    const float *idx = in[p_.idxIn] + p_.idxOff, *dy = in[p_.dyIn] + p_.dyOff;
     for (int64_t q = 0; q < nq; ++q) {
-      const float v = idx[offset(q, qs, &Loop::sIdx)];
-      if (!(v >= static_cast<float>(kLo) && v < static_cast<float>(kHi)) ||
+      const float v = idx[offset(q, p_.qs, &Loop::sIdx)];
+      if (!(v >= static_cast<float>(p_.kLo) && v < static_cast<float>(p_.kHi)) ||
           v != static_cast<float>(static_cast<int64_t>(v)))
         continue; // names no k of this share (NaN included: it equals nothing)
-      float *o = out + (static_cast<int64_t>(v) - kLo) * kStride;
-      const float *d = dy + offset(q, qs, &Loop::sDy);
+      float *o = out + (static_cast<int64_t>(v) - p_.kLo) * p_.kStride;
+      const float *d = dy + offset(q, p_.qs, &Loop::sDy);
       for (int64_t r = 0; r < nr; ++r)
-        o[offset(r, rest, &Loop::sOut)] += d[offset(r, rest, &Loop::sDy)];
+        o[offset(r, p_.rest, &Loop::sOut)] += d[offset(r, p_.rest, &Loop::sDy)];
     }
   }
   std::string describe() const override { return "scatter-add (the sum over q, one k per q)"; }
-};
 
-std::unique_ptr<LibraryKernel> scatterKernel(const InstOp &op, const ScatterForm &f,
-                                             const std::vector<Range> &ranges,
-                                             const std::vector<Box> &held) {
-  auto k = std::make_unique<ScatterKernel>();
-  const size_t nv = op.vars.size();
-  std::vector<int64_t> sIdx(nv, 0), sDy(nv, 0), sOut(nv, 0);
-  auto place = [&](const ir::Read *r, std::vector<int64_t> &st, int64_t &off) {
-    std::vector<int64_t> bs = stridesOf(held[r->input]);
-    for (size_t d = 0; d < r->coords.size(); ++d) {
-      unsigned v = *ir::exactVar(r->coords[d]);
-      if (ranges[v].lo < held[r->input][d].lo || ranges[v].hi > held[r->input][d].hi)
-        return false;
-      st[v] = bs[d];
-      off += (ranges[v].lo - held[r->input][d].lo) * bs[d];
-    }
-    return true;
-  };
-  if (!place(f.idx, sIdx, k->idxOff) || !place(f.dy, sDy, k->dyOff))
-    return nullptr;
-  int64_t s = 1;
-  for (size_t d = op.outputVars.size(); d-- > 0;) {
-    unsigned v = op.outputVars[d];
-    sOut[v] = s;
-    s *= ranges[v].size();
-  }
-  k->outElems = s;
-  k->idxIn = f.idx->input, k->dyIn = f.dy->input;
-  k->kLo = ranges[f.k].lo, k->kHi = ranges[f.k].hi, k->kStride = sOut[f.k];
-  for (unsigned v : f.q)
-    k->qs.push_back({ranges[v].size(), sIdx[v], sDy[v], 0});
-  for (unsigned v : op.outputVars)
-    if (v != f.k)
-      k->rest.push_back({ranges[v].size(), 0, sDy[v], sOut[v]});
-  if (f.zero) {
-    std::vector<int64_t> zs(nv, 0);
-    if (!place(f.zero, zs, k->zeroOff))
-      return nullptr;
-    k->zeroIn = static_cast<int>(f.zero->input);
-    for (unsigned v : op.outputVars) {
-      k->zeroStrides.push_back(zs[v]);
-      k->outExtents.push_back(ranges[v].size());
-    }
-  }
-  return k;
-}
+private:
+  ScatterPlan p_;
+};
 
 } // namespace
 
 bool hasLibraryForm(const InstOp &op) {
-  return contraction(op) || convForm(op) || scatterForm(op);
+  return hasGemmForm(op) || hasConvForm(op) || hasScatterForm(op);
 }
 
 std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &shapes,
                                              const std::vector<Range> &ranges,
                                              const std::vector<Box> &held) {
-  for (const Range &r : ranges)
-    if (r.size() <= 0)
-      return nullptr;
-  if (auto c = contraction(op))
-    return gemmKernel(op, *c, ranges, held);
-  if (auto f = convForm(op))
-    return convKernel(op, *f, shapes, ranges, held);
-  if (auto f = scatterForm(op))
-    return scatterKernel(op, *f, ranges, held);
+  if (auto g = gemmPlan(op, ranges, held))
+    return std::make_unique<GemmKernel>(std::move(*g));
+  if (hasGemmForm(op))
+    return nullptr;
+  if (auto c = convPlan(op, shapes, ranges, held))
+    return convKernel(*c, held);
+  if (hasConvForm(op))
+    return nullptr;
+  if (auto s = scatterPlan(op, ranges, held))
+    return std::make_unique<ScatterKernel>(std::move(*s));
   return nullptr;
 }
 

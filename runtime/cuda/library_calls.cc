@@ -1,0 +1,268 @@
+// Library plans as cuBLAS and cuDNN call descriptors, and their host references.
+#include "runtime/cuda/library_calls.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "fmt/format.h"
+
+namespace tofu::cuda {
+namespace {
+
+bool fitsInt(int64_t v) { return v >= 0 && v <= std::numeric_limits<int>::max(); }
+
+/// The loop with the plan's A/B strides exchanged into X/Y order (X is B, Y is A).
+GemmLoop swapped(const GemmLoop &l) { return GemmLoop{l.n, l.sb, l.sa, l.sc}; }
+
+} // namespace
+
+int64_t CublasGemm::calls() const {
+  int64_t n = 1;
+  for (const GemmLoop &l : loops)
+    n *= l.n;
+  for (const GemmLoop &l : inner)
+    n *= l.n;
+  return n;
+}
+
+std::string CublasGemm::describe() const {
+  std::string extra;
+  if (batch > 1)
+    extra += fmt::format(", batch {}", batch);
+  if (calls() > 1)
+    extra += fmt::format(", {} calls", calls());
+  // Named in the row-major terms of the op: M x N x K.
+  return fmt::format("cuBLAS sgemm {}x{}x{}{}", n, m, k, extra);
+}
+
+CublasGemm cublasGemm(const GemmPlan &p) {
+  CublasGemm g;
+  g.transX = p.transB, g.transY = p.transA;
+  g.m = p.N, g.n = p.M, g.k = p.K;
+  g.ldx = p.ldb, g.ldy = p.lda, g.ldc = p.ldc;
+  g.x = p.b, g.y = p.a;
+  g.offX = p.offB, g.offY = p.offA;
+  g.alphaInput = p.alphaInput;
+  // The longest independent loop becomes the strided batch; the others stay host loops.
+  size_t best = p.outer.size();
+  for (size_t i = 0; i < p.outer.size(); ++i)
+    if (best == p.outer.size() || p.outer[i].n > p.outer[best].n)
+      best = i;
+  for (size_t i = 0; i < p.outer.size(); ++i) {
+    if (i == best) {
+      g.batch = p.outer[i].n;
+      g.strideX = p.outer[i].sb, g.strideY = p.outer[i].sa, g.strideC = p.outer[i].sc;
+    } else {
+      g.loops.push_back(swapped(p.outer[i]));
+    }
+  }
+  for (const GemmLoop &l : p.inner)
+    g.inner.push_back(swapped(l));
+  return g;
+}
+
+void referenceGemm(const CublasGemm &g, const float *const *in, float *out) {
+  const float alpha = g.alphaInput >= 0 ? in[g.alphaInput][0] : 1.0f;
+  int64_t outerCount = 1, innerCount = 1;
+  for (const GemmLoop &l : g.loops)
+    outerCount *= l.n;
+  for (const GemmLoop &l : g.inner)
+    innerCount *= l.n;
+  for (int64_t it = 0; it < outerCount; ++it) {
+    const GemmOffsets o = gemmLoopOffsets(g.loops, it);
+    for (int64_t r = 0; r < innerCount; ++r) {
+      const GemmOffsets q = gemmLoopOffsets(g.inner, r);
+      for (int64_t b = 0; b < g.batch; ++b) {
+        const float *X = in[g.x] + g.offX + o.a + q.a + b * g.strideX;
+        const float *Y = in[g.y] + g.offY + o.b + q.b + b * g.strideY;
+        float *C = out + o.c + b * g.strideC;
+        for (int64_t j = 0; j < g.n; ++j)
+          for (int64_t i = 0; i < g.m; ++i) {
+            double s = 0;
+            for (int64_t l = 0; l < g.k; ++l) {
+              const float xv = g.transX ? X[l + i * g.ldx] : X[i + l * g.ldx];
+              const float yv = g.transY ? Y[j + l * g.ldy] : Y[l + j * g.ldy];
+              s += static_cast<double>(xv) * yv;
+            }
+            float &c = C[i + j * g.ldc];
+            c = static_cast<float>(alpha * s + (r == 0 ? 0.0 : c));
+          }
+      }
+    }
+  }
+}
+
+bool TensorView::dense() const {
+  int64_t s = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    if (dims[d] != 1 && strides[d] != s)
+      return false;
+    s *= dims[d];
+  }
+  return true;
+}
+
+int64_t TensorView::elements() const {
+  int64_t n = 1;
+  for (int d : dims)
+    n *= d;
+  return n;
+}
+
+std::string CudnnConv::describe() const {
+  if (zeros)
+    return "zeros (no term of the sum reaches the share)";
+  const char *what = kind == ConvKind::Forward  ? "forward"
+                     : kind == ConvKind::Filter ? "filter gradient"
+                                                : "data gradient";
+  return fmt::format("cuDNN convolution {}{}", what, stageWeights ? " (filter gathered)" : "");
+}
+
+std::optional<CudnnConv> cudnnConv(const ConvPlan &plan, const std::vector<Box> &held,
+                                   std::string *why) {
+  auto no = [&](std::string reason) -> std::optional<CudnnConv> {
+    if (why)
+      *why = std::move(reason);
+    return std::nullopt;
+  };
+  CudnnConv c;
+  c.kind = plan.kind;
+  c.outputElements = plan.outputElements;
+  if (plan.zeros) {
+    c.zeros = true;
+    return c;
+  }
+  const size_t nsp = plan.spatialDims();
+  // cuDNN pads both ends by the same amount: pad by the leading padding and require that
+  // the output size it implies is the share's (trailing padding never read is harmless).
+  for (size_t d = 0; d < nsp; ++d) {
+    const int64_t in = plan.src[2 + d].size(), out = plan.dst[2 + d].size();
+    const int64_t ext = (plan.weights[2 + d].size() - 1) * plan.dilations[d] + 1;
+    const int64_t p = plan.padBefore[d];
+    const int64_t span = in + 2 * p - ext;
+    if (span < 0 || span / plan.strides[d] + 1 != out)
+      return no(fmt::format("uneven padding ({} before, {} after) in spatial dimension {}",
+                            plan.padBefore[d], plan.padAfter[d], d));
+    if (!fitsInt(p) || !fitsInt(plan.strides[d]) || !fitsInt(plan.dilations[d]))
+      return no("a padding, stride or dilation exceeds int");
+    c.pad.push_back(static_cast<int>(p));
+    c.stride.push_back(static_cast<int>(plan.strides[d]));
+    c.dilation.push_back(static_cast<int>(plan.dilations[d]));
+  }
+  // A view of `box` in the buffer holding `within` (the share's own output: dense).
+  auto view = [&](const Box &box, int input, TensorView &v) {
+    const Box &within = input >= 0 ? held[static_cast<size_t>(input)] : box;
+    const std::vector<int64_t> st = rowMajorStrides(within);
+    v.input = input;
+    v.offset = 0;
+    for (size_t d = 0; d < box.size(); ++d) {
+      v.offset += (box[d].lo - within[d].lo) * st[d];
+      if (!fitsInt(box[d].size()) || !fitsInt(st[d]))
+        return false;
+      v.dims.push_back(static_cast<int>(box[d].size()));
+      v.strides.push_back(static_cast<int>(st[d]));
+    }
+    if (box.size() == 3) { // 1-D: a unit spatial dimension in front of the real one
+      v.dims.insert(v.dims.begin() + 2, 1);
+      v.strides.insert(v.strides.begin() + 2, v.dims[3] * v.strides[3]);
+    }
+    return true;
+  };
+  const bool fwd = plan.kind == ConvKind::Forward, filter = plan.kind == ConvKind::Filter;
+  if (!view(plan.src, fwd || filter ? plan.srcIn : -1, c.x) ||
+      !view(plan.weights, filter ? -1 : plan.wIn, c.w) ||
+      !view(plan.dst, fwd ? -1 : plan.dstIn, c.y))
+    return no("a view's size or stride exceeds int");
+  if (nsp == 1) {
+    c.pad.insert(c.pad.begin(), 0);
+    c.stride.insert(c.stride.begin(), 1);
+    c.dilation.insert(c.dilation.begin(), 1);
+  }
+  if (!filter && !c.w.dense()) {
+    c.stageWeights = true;
+    c.weightsBox = plan.weights;
+    c.weightsHeld = held[static_cast<size_t>(plan.wIn)];
+  }
+  return c;
+}
+
+void referenceConv(const CudnnConv &c, const float *const *in, float *out) {
+  if (c.zeros) {
+    std::fill(out, out + c.outputElements, 0.0f);
+    return;
+  }
+  auto base = [&](const TensorView &v) -> const float * {
+    return (v.input >= 0 ? in[v.input] : out) + v.offset;
+  };
+  const float *X = base(c.x), *W = base(c.w), *Y = base(c.y);
+  const TensorView &result = c.kind == ConvKind::Forward ? c.y
+                             : c.kind == ConvKind::Filter ? c.w
+                                                          : c.x;
+  std::vector<double> acc(static_cast<size_t>(result.elements()), 0.0);
+  auto at = [](const TensorView &v, const std::vector<int64_t> &idx) {
+    int64_t o = 0;
+    for (size_t d = 0; d < idx.size(); ++d)
+      o += idx[d] * v.strides[d];
+    return o;
+  };
+  auto dense = [&](const std::vector<int64_t> &idx) {
+    int64_t o = 0;
+    for (size_t d = 0; d < idx.size(); ++d)
+      o = o * result.dims[d] + idx[d];
+    return static_cast<size_t>(o);
+  };
+  const size_t nsp = c.x.dims.size() - 2;
+  const int N = c.x.dims[0], CI = c.x.dims[1], CO = c.w.dims[0];
+  // Every (n, co, ci, output position, kernel position): one term of each form.
+  std::vector<int64_t> o(nsp, 0), k(nsp, 0);
+  for (int n = 0; n < N; ++n)
+    for (int co = 0; co < CO; ++co)
+      for (int ci = 0; ci < CI; ++ci) {
+        std::fill(o.begin(), o.end(), 0);
+        for (bool moreO = true; moreO;) {
+          std::fill(k.begin(), k.end(), 0);
+          for (bool moreK = true; moreK;) {
+            std::vector<int64_t> xi{n, ci}, wi{co, ci}, yi{n, co};
+            bool inside = true;
+            for (size_t d = 0; d < nsp; ++d) {
+              const int64_t i = o[d] * c.stride[d] + k[d] * c.dilation[d] - c.pad[d];
+              inside = inside && i >= 0 && i < c.x.dims[2 + d];
+              xi.push_back(i), wi.push_back(k[d]), yi.push_back(o[d]);
+            }
+            if (inside) {
+              switch (c.kind) {
+              case ConvKind::Forward:
+                acc[dense(yi)] += static_cast<double>(X[at(c.x, xi)]) * W[at(c.w, wi)];
+                break;
+              case ConvKind::Filter:
+                acc[dense(wi)] += static_cast<double>(X[at(c.x, xi)]) * Y[at(c.y, yi)];
+                break;
+              case ConvKind::Data:
+                acc[dense(xi)] += static_cast<double>(Y[at(c.y, yi)]) * W[at(c.w, wi)];
+                break;
+              }
+            }
+            moreK = false;
+            for (size_t d = nsp; d-- > 0;)
+              if (++k[d] < c.w.dims[2 + d]) {
+                moreK = true;
+                break;
+              } else {
+                k[d] = 0;
+              }
+          }
+          moreO = false;
+          for (size_t d = nsp; d-- > 0;)
+            if (++o[d] < c.y.dims[2 + d]) {
+              moreO = true;
+              break;
+            } else {
+              o[d] = 0;
+            }
+        }
+      }
+  for (size_t e = 0; e < acc.size(); ++e)
+    out[e] = static_cast<float>(acc[e]);
+}
+
+} // namespace tofu::cuda

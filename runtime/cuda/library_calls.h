@@ -1,0 +1,81 @@
+// The library plans of runtime/library_plans.h as cuBLAS and cuDNN calls: every size,
+// leading dimension, stride, offset and padding fixed on the host, so the mapping is
+// unit-tested without a GPU (reference implementations with the libraries' semantics run
+// the descriptors on host buffers). The CUDA backend makes the calls (cuda_backend.cc).
+#ifndef TOFU_RUNTIME_CUDA_LIBRARY_CALLS_H
+#define TOFU_RUNTIME_CUDA_LIBRARY_CALLS_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/library_plans.h"
+
+namespace tofu::cuda {
+
+/// One cublasSgemmStridedBatched call per iteration of `loops` (and of `inner`, which
+/// accumulate: beta 0 on the first, 1 after), in cuBLAS's column-major terms:
+/// C' = alpha * op(X) op(Y), X m x k, Y k x n, C' m x n with leading dimension ldc. A
+/// row-major product C = A B is the column-major C^T = B^T A^T, so X is the plan's B and
+/// Y its A, m = N and n = M.
+struct CublasGemm {
+  bool transX = false, transY = false;
+  int64_t m = 1, n = 1, k = 1, ldx = 1, ldy = 1, ldc = 1;
+  unsigned x = 0, y = 0; ///< the inputs read as X and Y
+  int64_t offX = 0, offY = 0;
+  int alphaInput = -1;
+  int64_t batch = 1, strideX = 0, strideY = 0, strideC = 0;
+  std::vector<GemmLoop> loops; ///< outer loops beside the batch (sa: X's stride, sb: Y's)
+  std::vector<GemmLoop> inner; ///< accumulating loops (sa: X's stride, sb: Y's)
+
+  int64_t calls() const;
+  std::string describe() const;
+};
+
+CublasGemm cublasGemm(const GemmPlan &plan);
+
+/// Runs `g` on host buffers the way cuBLAS would (column-major, float accumulation in
+/// double): the reference the mapping is tested against.
+void referenceGemm(const CublasGemm &g, const float *const *in, float *out);
+
+/// A view of a tensor for cuDNN: dims and element strides (at least 4-D: a 1-D
+/// convolution gets a unit spatial dimension), its first element's offset in its buffer,
+/// and which input holds it (-1: the share's output).
+struct TensorView {
+  std::vector<int> dims, strides;
+  int64_t offset = 0;
+  int input = -1;
+  bool dense() const;
+  int64_t elements() const;
+};
+
+/// A cuDNN convolution (cross-correlation, NCHW) computing one share: forward
+/// (y from x and w), data gradient (x from y and w) or filter gradient (w from x and y).
+/// cuDNN takes filters dense: a weights view that is not is gathered into scratch space
+/// first (`stageWeights`, `weightsBox` inside the held box `weightsHeld`).
+struct CudnnConv {
+  ConvKind kind = ConvKind::Forward;
+  bool zeros = false;
+  int64_t outputElements = 0;
+  TensorView x, w, y;
+  std::vector<int> pad, stride, dilation;
+  bool stageWeights = false;
+  Box weightsBox, weightsHeld;
+
+  std::string describe() const;
+};
+
+/// The cuDNN call for `plan`, or none with the reason: cuDNN pads both ends of a dimension
+/// alike, so a share padded unevenly (an edge share of a spatially split convolution) is
+/// left to the generated kernel; so is a view whose strides exceed int.
+std::optional<CudnnConv> cudnnConv(const ConvPlan &plan, const std::vector<Box> &held,
+                                   std::string *why = nullptr);
+
+/// Runs `c` on host buffers with cuDNN's semantics (views by their strides, symmetric
+/// zero padding): the reference the mapping is tested against.
+void referenceConv(const CudnnConv &c, const float *const *in, float *out);
+
+} // namespace tofu::cuda
+
+#endif // TOFU_RUNTIME_CUDA_LIBRARY_CALLS_H
