@@ -7,8 +7,11 @@
 #ifndef TOFU_RUNTIME_BACKEND_H
 #define TOFU_RUNTIME_BACKEND_H
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "codegen/program.h"
@@ -52,6 +55,52 @@ public:
   /// What computes worker `w`'s step `step` ("generated", the library call, "interpreter").
   virtual std::string describe(unsigned w, size_t step) const = 0;
   virtual BackendStats stats() const = 0;
+  /// Returns when everything worker `w` issued has run; the first error any of it met
+  /// (an asynchronous backend reports failed copies and kernels here).
+  virtual llvm::Error finish(unsigned w) { return llvm::Error::success(); }
+
+  /// Timing on the device, for backends whose operations run asynchronously (host clocks
+  /// would time the issuing): the engine marks each phase boundary of each step and, after
+  /// finish, collects the seconds spent per step in copies, kernels and waiting.
+  enum class Phase { Fetch, Launch, Wait, Assemble, WaitAssembled, End };
+  virtual bool timesOnDevice() const { return false; }
+  virtual void mark(unsigned w, size_t step, Phase phase) {}
+  /// Per step of worker `w`: {copy, kernel, idle} seconds of the step just finished.
+  virtual std::vector<std::array<double, 3>> deviceTimes(unsigned w) { return {}; }
+};
+
+/// A reusable barrier for the threads that issue the workers' operations: it spins briefly
+/// (a barrier between two small nodes should cost a microsecond, not a context switch) and
+/// then yields the core, so threads sharing cores still make progress.
+class SpinBarrier {
+public:
+  /// `spins`: how long to spin before yielding (0 when the threads outnumber the cores, so
+  /// a waiting thread gives its core to one that is still working).
+  SpinBarrier(unsigned n, unsigned spins) : n_(n), spins_(spins) {}
+  void wait() {
+    const unsigned gen = generation_.load(std::memory_order_acquire);
+    if (waiting_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      waiting_.store(0, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_acq_rel);
+      return;
+    }
+    for (unsigned spin = 0; generation_.load(std::memory_order_acquire) == gen; ++spin) {
+      if (spin < spins_)
+        cpuRelax();
+      else
+        std::this_thread::yield();
+    }
+  }
+
+private:
+  static void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  const unsigned n_, spins_;
+  std::atomic<unsigned> waiting_{0};
+  std::atomic<unsigned> generation_{0};
 };
 
 /// Copies (or combines with `reducer`) `box` between two row-major float buffers holding

@@ -15,40 +15,6 @@
 namespace tofu {
 namespace {
 
-/// Reusable barrier for the worker threads of one step: it spins briefly (a barrier between
-/// two small nodes should cost a microsecond, not a context switch) and then yields the
-/// core, so workers sharing cores (k above the core count) still make progress.
-class Barrier {
-public:
-  /// `spins`: how long to spin before yielding (0 when the workers outnumber the cores, so
-  /// a waiting worker gives its core to one that is still computing).
-  Barrier(unsigned n, unsigned spins) : n_(n), spins_(spins) {}
-  void wait() {
-    const unsigned gen = generation_.load(std::memory_order_acquire);
-    if (waiting_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
-      waiting_.store(0, std::memory_order_relaxed);
-      generation_.fetch_add(1, std::memory_order_acq_rel);
-      return;
-    }
-    for (unsigned spin = 0; generation_.load(std::memory_order_acquire) == gen; ++spin) {
-      if (spin < spins_)
-        cpuRelax();
-      else
-        std::this_thread::yield();
-    }
-  }
-
-private:
-  static void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-  const unsigned n_, spins_;
-  std::atomic<unsigned> waiting_{0};
-  std::atomic<unsigned> generation_{0};
-};
-
 /// One launch made ready: its callee and its pointers into the worker's arena.
 struct Prepared {
   std::shared_ptr<const LibraryKernel> lib; ///< set: a library call computes the share
@@ -75,7 +41,7 @@ public:
     threads_ = options_.threadsPerWorker > 0
                    ? options_.threadsPerWorker
                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency() / k));
-    barrier_ = std::make_unique<Barrier>(
+    barrier_ = std::make_unique<SpinBarrier>(
         k, k <= std::max(1u, std::thread::hardware_concurrency()) ? 2000 : 0);
     for (unsigned w = 0; w < k; ++w) {
       const int64_t bytes = std::max<int64_t>(64, program.worker[w].arenaBytes);
@@ -216,7 +182,7 @@ private:
   CpuBackendOptions options_;
   const Program *program_ = nullptr;
   int threads_ = 1;
-  std::unique_ptr<Barrier> barrier_;
+  std::unique_ptr<SpinBarrier> barrier_;
   CpuKernelLibrary kernels_;
   std::vector<float *> arenas_;
   std::vector<void *> scratch_; ///< per worker, the scratch space its library calls share

@@ -85,14 +85,23 @@ void Engine::Impl::runWorker(unsigned w) {
   Backend &b = *backend;
   const WorkerProgram &wp = program.worker[w];
   int64_t bytes = 0;
-  const bool timing = options.profile;
+  // Host clocks time a synchronous backend; an asynchronous one marks phase boundaries on
+  // the device and reports the times once the step has run.
+  const bool onDevice = options.profile && b.timesOnDevice();
+  const bool timing = options.profile && !onDevice;
   using Clock = std::chrono::steady_clock;
+  using Phase = Backend::Phase;
   auto since = [](Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  auto mark = [&](size_t i, Phase phase) {
+    if (onDevice)
+      b.mark(w, i, phase);
   };
   for (size_t i = 0; i < wp.steps.size(); ++i) {
     const ProgramStep &st = wp.steps[i];
     Clock::time_point t0 = timing ? Clock::now() : Clock::time_point();
+    mark(i, Phase::Fetch);
     for (const RegionCopy &cp : st.fetch) {
       b.copy(w, cp, nullptr);
       if (cp.from != w)
@@ -100,16 +109,19 @@ void Engine::Impl::runWorker(unsigned w) {
     }
     if (timing)
       profile[w][i].copySeconds += since(t0), t0 = Clock::now();
+    mark(i, Phase::Launch);
     if (st.launches && errors[w].empty())
       if (llvm::Error e = b.launch(w, i))
         errors[w] = fmt::format("node '{}': {}", program.nodes[st.node].name,
                                 llvm::toString(std::move(e)));
     if (timing)
       profile[w][i].computeSeconds += since(t0), t0 = Clock::now();
+    mark(i, Phase::Wait);
     if (st.syncAfterLaunch)
       b.sync(w); // every partial result is written
     if (timing)
       profile[w][i].waitSeconds += since(t0), t0 = Clock::now();
+    mark(i, Phase::Assemble);
     if (st.assembles) {
       const ir::Reducer &reducer = program.nodes[st.node].reducer;
       if (st.initIdentity)
@@ -122,10 +134,12 @@ void Engine::Impl::runWorker(unsigned w) {
     }
     if (timing)
       profile[w][i].copySeconds += since(t0), t0 = Clock::now();
+    mark(i, Phase::WaitAssembled);
     if (st.syncAfterAssembly)
       b.sync(w); // every tile of the output is assembled
     if (timing)
       profile[w][i].waitSeconds += since(t0);
+    mark(i, Phase::End);
   }
   moved += bytes;
   // Carry the updates into the tensors they replace. Updated values and the tiles they
@@ -137,6 +151,20 @@ void Engine::Impl::runWorker(unsigned w) {
       carriedBytes += boxElements(cp.box) * cp.elementBytes;
   }
   carried += carriedBytes;
+  if (llvm::Error e = b.finish(w)) {
+    if (errors[w].empty())
+      errors[w] = llvm::toString(std::move(e));
+    else
+      llvm::consumeError(std::move(e));
+  }
+  if (onDevice) {
+    const std::vector<std::array<double, 3>> t = b.deviceTimes(w);
+    for (size_t i = 0; i < t.size() && i < profile[w].size(); ++i) {
+      profile[w][i].copySeconds += t[i][0];
+      profile[w][i].computeSeconds += t[i][1];
+      profile[w][i].waitSeconds += t[i][2];
+    }
+  }
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

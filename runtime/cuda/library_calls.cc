@@ -133,14 +133,24 @@ std::optional<CudnnConv> cudnnConv(const ConvPlan &plan, const std::vector<Box> 
     return c;
   }
   const size_t nsp = plan.spatialDims();
-  // cuDNN pads both ends by the same amount: pad by the leading padding and require that
-  // the output size it implies is the share's (trailing padding never read is harmless).
+  const bool fwd = plan.kind == ConvKind::Forward, filter = plan.kind == ConvKind::Filter;
+  Box src = plan.src;
+  std::vector<int> lead(2 + nsp, 0);
   for (size_t d = 0; d < nsp; ++d) {
-    const int64_t in = plan.src[2 + d].size(), out = plan.dst[2 + d].size();
     const int64_t ext = (plan.weights[2 + d].size() - 1) * plan.dilations[d] + 1;
-    const int64_t p = plan.padBefore[d];
-    const int64_t span = in + 2 * p - ext;
-    if (span < 0 || span / plan.strides[d] + 1 != out)
+    int64_t p = plan.padBefore[d];
+    if (!fwd && !filter && plan.padBefore[d] != plan.padAfter[d]) {
+      // Data gradient: pad evenly by the smaller padding and compute the rows the rest
+      // stands for (they receive gradient from the same dy rows; they are dropped).
+      p = std::min(plan.padBefore[d], plan.padAfter[d]);
+      src[2 + d] = {src[2 + d].lo - (plan.padBefore[d] - p), src[2 + d].hi + (plan.padAfter[d] - p)};
+      lead[2 + d] = static_cast<int>(plan.padBefore[d] - p);
+      c.stageOutput = true;
+    }
+    // cuDNN pads both ends by `p`: the output size it implies must be the share's (trailing
+    // padding that is never read is harmless).
+    const int64_t span = src[2 + d].size() + 2 * p - ext;
+    if (span < 0 || span / plan.strides[d] + 1 != plan.dst[2 + d].size())
       return no(fmt::format("uneven padding ({} before, {} after) in spatial dimension {}",
                             plan.padBefore[d], plan.padAfter[d], d));
     if (!fitsInt(p) || !fitsInt(plan.strides[d]) || !fitsInt(plan.dilations[d]))
@@ -148,6 +158,11 @@ std::optional<CudnnConv> cudnnConv(const ConvPlan &plan, const std::vector<Box> 
     c.pad.push_back(static_cast<int>(p));
     c.stride.push_back(static_cast<int>(plan.strides[d]));
     c.dilation.push_back(static_cast<int>(plan.dilations[d]));
+  }
+  if (c.stageOutput) {
+    c.outputLead = lead;
+    for (const Range &r : plan.src)
+      c.outputDims.push_back(static_cast<int>(r.size()));
   }
   // A view of `box` in the buffer holding `within` (the share's own output: dense).
   auto view = [&](const Box &box, int input, TensorView &v) {
@@ -168,12 +183,15 @@ std::optional<CudnnConv> cudnnConv(const ConvPlan &plan, const std::vector<Box> 
     }
     return true;
   };
-  const bool fwd = plan.kind == ConvKind::Forward, filter = plan.kind == ConvKind::Filter;
-  if (!view(plan.src, fwd || filter ? plan.srcIn : -1, c.x) ||
+  if (!view(src, fwd || filter ? plan.srcIn : -1, c.x) ||
       !view(plan.weights, filter ? -1 : plan.wIn, c.w) ||
       !view(plan.dst, fwd ? -1 : plan.dstIn, c.y))
     return no("a view's size or stride exceeds int");
   if (nsp == 1) {
+    if (c.stageOutput) {
+      c.outputLead.insert(c.outputLead.begin() + 2, 0);
+      c.outputDims.insert(c.outputDims.begin() + 2, 1);
+    }
     c.pad.insert(c.pad.begin(), 0);
     c.stride.insert(c.stride.begin(), 1);
     c.dilation.insert(c.dilation.begin(), 1);
@@ -261,8 +279,24 @@ void referenceConv(const CudnnConv &c, const float *const *in, float *out) {
             }
         }
       }
-  for (size_t e = 0; e < acc.size(); ++e)
-    out[e] = static_cast<float>(acc[e]);
+  if (!c.stageOutput) {
+    for (size_t e = 0; e < acc.size(); ++e)
+      out[e] = static_cast<float>(acc[e]);
+    return;
+  }
+  // The share is a box of what was computed: `outputLead` on, `outputDims` long.
+  int64_t n = 1;
+  for (int d : c.outputDims)
+    n *= d;
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t rest = e, src = 0, scale = 1;
+    for (size_t d = c.outputDims.size(); d-- > 0;) {
+      src += (rest % c.outputDims[d] + c.outputLead[d]) * scale;
+      rest /= c.outputDims[d];
+      scale *= result.dims[d];
+    }
+    out[e] = static_cast<float>(acc[static_cast<size_t>(src)]);
+  }
 }
 
 } // namespace tofu::cuda

@@ -62,13 +62,20 @@ struct CudnnConv {
   std::vector<int> pad, stride, dilation;
   bool stageWeights = false;
   Box weightsBox, weightsHeld;
+  /// A data gradient padded unevenly is computed over a wider x (the rows the uneven
+  /// padding stands for, so that the padding left is even) into scratch space; the share
+  /// is the part of it from `outputLead` (per dimension of x, the rows computed before the
+  /// share's first) with the share's extents `outputDims`.
+  bool stageOutput = false;
+  std::vector<int> outputLead, outputDims;
 
   std::string describe() const;
 };
 
 /// The cuDNN call for `plan`, or none with the reason: cuDNN pads both ends of a dimension
-/// alike, so a share padded unevenly (an edge share of a spatially split convolution) is
-/// left to the generated kernel; so is a view whose strides exceed int.
+/// alike, so a forward or filter-gradient share padded unevenly where the trailing padding
+/// is read is left to the generated kernel (a data gradient's is computed wider, see
+/// stageOutput); so is a view whose sizes or strides exceed int.
 std::optional<CudnnConv> cudnnConv(const ConvPlan &plan, const std::vector<Box> &held,
                                    std::string *why = nullptr);
 

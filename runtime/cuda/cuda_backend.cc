@@ -1,0 +1,674 @@
+// The CUDA backend: device arenas, a stream and events per worker, cuBLAS / cuDNN /
+// scatter-add / NVRTC-kernel launches, box copies between arenas.
+#include "runtime/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+#include "runtime/cuda/device_kernels.h"
+#include "runtime/cuda/launch_params.h"
+#include "runtime/cuda/library_calls.h"
+#include "runtime/library_plans.h"
+
+namespace tofu {
+namespace {
+
+using cuda::BoxCopyParams;
+
+llvm::Error cudaFailure(cudaError_t e, const std::string &what) {
+  return stringError(fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e)));
+}
+
+#define TOFU_CUDA(expr, what)                                                                   \
+  do {                                                                                          \
+    cudaError_t tofu_err_ = (expr);                                                             \
+    if (tofu_err_ != cudaSuccess)                                                               \
+      return cudaFailure(tofu_err_, what);                                                      \
+  } while (0)
+
+#define TOFU_CUBLAS(expr, what)                                                                 \
+  do {                                                                                          \
+    cublasStatus_t tofu_st_ = (expr);                                                           \
+    if (tofu_st_ != CUBLAS_STATUS_SUCCESS)                                                      \
+      return stringError(fmt::format("{}: {}", what, cublasGetStatusString(tofu_st_)));        \
+  } while (0)
+
+#define TOFU_CUDNN(expr, what)                                                                  \
+  do {                                                                                          \
+    cudnnStatus_t tofu_st_ = (expr);                                                            \
+    if (tofu_st_ != CUDNN_STATUS_SUCCESS)                                                       \
+      return stringError(fmt::format("{}: {}", what, cudnnGetErrorString(tofu_st_)));          \
+  } while (0)
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 4096; // grid-stride loops cover the rest
+
+/// The device for the calling host thread (runtime state is per thread), set once.
+cudaError_t useDevice(int device) {
+  thread_local int current = -1;
+  if (current == device)
+    return cudaSuccess;
+  cudaError_t e = cudaSetDevice(device);
+  if (e == cudaSuccess)
+    current = device;
+  return e;
+}
+
+int64_t aligned(int64_t n) { return (n + 255) / 256 * 256; }
+
+/// A cuDNN convolution made ready: descriptors, algorithm and its workspace.
+struct ConvCall {
+  cuda::CudnnConv c;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  int algo = 0;
+  int64_t workspace = 0;
+  int64_t stagedW = 0, stagedOut = 0; ///< scratch offsets of the staged weights and output
+  BoxCopyParams gatherW, scatterOut;
+
+  ~ConvCall() {
+    if (x)
+      cudnnDestroyTensorDescriptor(x);
+    if (y)
+      cudnnDestroyTensorDescriptor(y);
+    if (w)
+      cudnnDestroyFilterDescriptor(w);
+    if (conv)
+      cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+/// One launch made ready: what runs it and its pointers into the worker's arena.
+struct Prepared {
+  enum Kind { None, Generated, Gemm, Conv, Scatter } kind = None;
+  std::string what;
+  std::vector<const float *> in;
+  float *out = nullptr;
+  // Generated kernel.
+  cudaKernel_t kernel = nullptr;
+  unsigned blocks = 1;
+  std::vector<unsigned char> args;
+  // Library calls.
+  cuda::CublasGemm gemm;
+  std::shared_ptr<ConvCall> conv;
+  ScatterPlan scatter;
+};
+
+struct Worker {
+  char *arena = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t sync[2] = {nullptr, nullptr};
+  unsigned syncs = 0;
+  cublasHandle_t blas = nullptr;
+  cudnnHandle_t dnn = nullptr;
+  float *constants = nullptr; ///< {0, 1}: cuBLAS's beta and alpha in device pointer mode
+  char *scratch = nullptr;
+  int64_t scratchBytes = 0;
+  std::vector<cudaEvent_t> marks; ///< per step, one per phase boundary (profiling)
+  std::string error;              ///< the first failure of an operation that returns none
+};
+
+class CudaBackend final : public Backend {
+public:
+  explicit CudaBackend(CudaBackendOptions o) : options_(std::move(o)) {}
+
+  ~CudaBackend() override {
+    if (useDevice(options_.device) != cudaSuccess)
+      return;
+    for (Worker &w : workers_) {
+      if (w.stream)
+        cudaStreamSynchronize(w.stream);
+      for (cudaEvent_t e : w.sync)
+        if (e)
+          cudaEventDestroy(e);
+      for (cudaEvent_t e : w.marks)
+        cudaEventDestroy(e);
+      if (w.blas)
+        cublasDestroy(w.blas);
+      if (w.dnn)
+        cudnnDestroy(w.dnn);
+      if (w.stream)
+        cudaStreamDestroy(w.stream);
+      cudaFree(w.arena);
+      cudaFree(w.constants);
+      cudaFree(w.scratch);
+    }
+    prepared_.clear(); // descriptors go before the library handles' process teardown
+    for (cudaLibrary_t l : libraries_)
+      cudaLibraryUnload(l);
+  }
+
+  std::string name() const override { return "cuda"; }
+
+  llvm::Error prepare(const Program &program) override {
+    program_ = &program;
+    if (llvm::Error e = cudaDeviceUsable(options_.device))
+      return e;
+    TOFU_CUDA(useDevice(options_.device), "selecting the device");
+    const unsigned k = program.workers;
+    barrier_ = std::make_unique<SpinBarrier>(k, 2000);
+    workers_.resize(k);
+    for (unsigned w = 0; w < k; ++w) {
+      Worker &wk = workers_[w];
+      const int64_t bytes = std::max<int64_t>(256, program.worker[w].arenaBytes);
+      cudaError_t e = cudaMalloc(reinterpret_cast<void **>(&wk.arena), static_cast<size_t>(bytes));
+      if (e != cudaSuccess)
+        return cudaFailure(e, fmt::format("worker {}: allocating its arena of {} bytes", w,
+                                          program.worker[w].arenaBytes));
+      TOFU_CUDA(cudaStreamCreateWithFlags(&wk.stream, cudaStreamNonBlocking), "creating a stream");
+      for (cudaEvent_t &ev : wk.sync)
+        TOFU_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "creating an event");
+      TOFU_CUDA(cudaMalloc(reinterpret_cast<void **>(&wk.constants), 2 * sizeof(float)),
+                "allocating constants");
+      const float constants[2] = {0.0f, 1.0f};
+      TOFU_CUDA(cudaMemcpy(wk.constants, constants, sizeof constants, cudaMemcpyHostToDevice),
+                "writing constants");
+      if (options_.library) {
+        TOFU_CUBLAS(cublasCreate(&wk.blas), "cublasCreate");
+        TOFU_CUBLAS(cublasSetStream(wk.blas, wk.stream), "cublasSetStream");
+        TOFU_CUBLAS(cublasSetPointerMode(wk.blas, CUBLAS_POINTER_MODE_DEVICE),
+                    "cublasSetPointerMode");
+        TOFU_CUBLAS(cublasSetMathMode(wk.blas, options_.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                             : CUBLAS_DEFAULT_MATH),
+                    "cublasSetMathMode");
+        TOFU_CUDNN(cudnnCreate(&wk.dnn), "cudnnCreate");
+        TOFU_CUDNN(cudnnSetStream(wk.dnn, wk.stream), "cudnnSetStream");
+      }
+    }
+    if (llvm::Error e = loadKernels(program))
+      return e;
+    stats_.extraBytes.assign(k, 0);
+    prepared_.assign(k, {});
+    for (unsigned w = 0; w < k; ++w) {
+      const WorkerProgram &wp = program.worker[w];
+      prepared_[w].resize(wp.steps.size());
+      for (size_t s = 0; s < wp.steps.size(); ++s)
+        if (wp.steps[s].launches)
+          if (llvm::Error e = prepareLaunch(w, s))
+            return e;
+      Worker &wk = workers_[w];
+      wk.scratchBytes = stats_.extraBytes[w];
+      if (wk.scratchBytes > 0)
+        TOFU_CUDA(cudaMalloc(reinterpret_cast<void **>(&wk.scratch),
+                             static_cast<size_t>(wk.scratchBytes)),
+                  fmt::format("worker {}: allocating {} bytes of library scratch space", w,
+                              wk.scratchBytes));
+      wk.marks.assign(6 * wp.steps.size(), nullptr);
+    }
+    return llvm::Error::success();
+  }
+
+  void copy(unsigned w, const RegionCopy &c, const ir::Reducer *reducer) override {
+    Worker &wk = workers_[w];
+    note(w, useDevice(options_.device), "selecting the device");
+    const BoxCopyParams p =
+        cuda::boxCopyParams(c.dstBox, c.dstOffset / 4, c.srcBox, c.srcOffset / 4, c.box,
+                            cuda::copyCombine(reducer));
+    float *dst = reinterpret_cast<float *>(wk.arena);
+    const float *src = reinterpret_cast<const float *>(workers_[c.from].arena);
+    cudaError_t e = cudaSuccess;
+    if (p.elements == 0)
+      return;
+    if (cuda::isContiguousCopy(p))
+      e = cudaMemcpyAsync(dst + p.dstOffset, src + p.srcOffset,
+                          static_cast<size_t>(p.elements) * sizeof(float),
+                          cudaMemcpyDeviceToDevice, wk.stream);
+    else
+      e = cuda::launchBoxCopy(p, dst, src, wk.stream);
+    note(w, e, "a region copy");
+  }
+
+  void fill(unsigned w, int64_t offset, int64_t bytes, float value) override {
+    Worker &wk = workers_[w];
+    note(w, useDevice(options_.device), "selecting the device");
+    cudaError_t e =
+        value == 0.0f
+            ? cudaMemsetAsync(wk.arena + offset, 0, static_cast<size_t>(bytes), wk.stream)
+            : cuda::launchFill(reinterpret_cast<float *>(wk.arena + offset), bytes / 4, value,
+                               wk.stream);
+    note(w, e, "a fill");
+  }
+
+  llvm::Error launch(unsigned w, size_t step) override {
+    TOFU_CUDA(useDevice(options_.device), "selecting the device");
+    Worker &wk = workers_[w];
+    Prepared &pr = prepared_[w][step];
+    switch (pr.kind) {
+    case Prepared::None:
+      return stringError("no kernel was prepared for this launch");
+    case Prepared::Generated: {
+      void *params[] = {pr.args.data()};
+      TOFU_CUDA(cudaLaunchKernel(reinterpret_cast<const void *>(pr.kernel), dim3(pr.blocks),
+                                 dim3(kThreads), params, 0, wk.stream),
+                "launching " + pr.what);
+      return llvm::Error::success();
+    }
+    case Prepared::Gemm:
+      return runGemm(wk, pr);
+    case Prepared::Conv:
+      return runConv(wk, pr);
+    case Prepared::Scatter:
+      return runScatter(wk, pr);
+    }
+    return llvm::Error::success();
+  }
+
+  void sync(unsigned w) override {
+    Worker &wk = workers_[w];
+    const unsigned k = static_cast<unsigned>(workers_.size());
+    if (k == 1)
+      return; // one stream: its own order is the program's
+    note(w, useDevice(options_.device), "selecting the device");
+    // Record this worker's point, meet the others on the host (only to know their events
+    // are recorded), then order this stream after every other's point. Two events per
+    // worker alternate: a worker cannot record twice before all have waited once, since
+    // that needs the next meeting.
+    const unsigned slot = wk.syncs++ % 2;
+    note(w, cudaEventRecord(wk.sync[slot], wk.stream), "recording an event");
+    barrier_->wait();
+    for (unsigned x = 0; x < k; ++x)
+      if (x != w)
+        note(w, cudaStreamWaitEvent(wk.stream, workers_[x].sync[slot], 0), "waiting on an event");
+  }
+
+  void write(unsigned w, int64_t offset, const Box &held, const float *host, const Box &hostBox,
+             const Box &box) override {
+    const Worker &wk = workers_[w];
+    note(w, useDevice(options_.device), "selecting the device");
+    std::vector<float> stage(static_cast<size_t>(std::max<int64_t>(1, boxElements(held))));
+    const size_t bytes = static_cast<size_t>(boxElements(held)) * sizeof(float);
+    if (box != held) // part of the buffer: keep the rest
+      note(w, cudaMemcpyAsync(stage.data(), wk.arena + offset, bytes, cudaMemcpyDeviceToHost,
+                              wk.stream),
+           "reading a buffer");
+    note(w, cudaStreamSynchronize(wk.stream), "reading a buffer");
+    copyBox(stage.data(), held, host, hostBox, box, nullptr);
+    note(w, cudaMemcpyAsync(wk.arena + offset, stage.data(), bytes, cudaMemcpyHostToDevice,
+                            wk.stream),
+         "writing a buffer");
+    note(w, cudaStreamSynchronize(wk.stream), "writing a buffer");
+  }
+
+  void read(unsigned w, int64_t offset, const Box &held, float *host, const Box &hostBox,
+            const Box &box) const override {
+    const Worker &wk = workers_[w];
+    if (useDevice(options_.device) != cudaSuccess)
+      return;
+    std::vector<float> stage(static_cast<size_t>(std::max<int64_t>(1, boxElements(held))),
+                             std::numeric_limits<float>::quiet_NaN());
+    const size_t bytes = static_cast<size_t>(boxElements(held)) * sizeof(float);
+    if (cudaMemcpyAsync(stage.data(), wk.arena + offset, bytes, cudaMemcpyDeviceToHost,
+                        wk.stream) != cudaSuccess ||
+        cudaStreamSynchronize(wk.stream) != cudaSuccess)
+      return; // the host buffer keeps its NaN: the caller sees nothing was read
+    copyBox(host, hostBox, stage.data(), held, box, nullptr);
+  }
+
+  std::string describe(unsigned w, size_t step) const override {
+    return program_->worker[w].steps[step].launches ? prepared_[w][step].what : "";
+  }
+
+  BackendStats stats() const override { return stats_; }
+
+  llvm::Error finish(unsigned w) override {
+    Worker &wk = workers_[w];
+    cudaError_t e = cudaStreamSynchronize(wk.stream);
+    if (wk.error.empty() && e != cudaSuccess)
+      wk.error = fmt::format("running the step: {} ({})", cudaGetErrorName(e), cudaGetErrorString(e));
+    if (!wk.error.empty()) {
+      std::string error = std::move(wk.error);
+      wk.error.clear();
+      return stringError(error);
+    }
+    return llvm::Error::success();
+  }
+
+  bool timesOnDevice() const override { return true; }
+
+  void mark(unsigned w, size_t step, Phase phase) override {
+    Worker &wk = workers_[w];
+    cudaEvent_t &ev = wk.marks[6 * step + static_cast<size_t>(phase)];
+    if (!ev)
+      note(w, cudaEventCreate(&ev), "creating a timing event");
+    note(w, cudaEventRecord(ev, wk.stream), "recording a timing event");
+  }
+
+  std::vector<std::array<double, 3>> deviceTimes(unsigned w) override {
+    Worker &wk = workers_[w];
+    std::vector<std::array<double, 3>> out(wk.marks.size() / 6, {0, 0, 0});
+    auto between = [&](size_t a, size_t b) {
+      float ms = 0;
+      if (!wk.marks[a] || !wk.marks[b] ||
+          cudaEventElapsedTime(&ms, wk.marks[a], wk.marks[b]) != cudaSuccess)
+        return 0.0;
+      return ms / 1e3;
+    };
+    for (size_t s = 0; s < out.size(); ++s) {
+      const size_t b = 6 * s;
+      out[s][0] = between(b, b + 1) + between(b + 3, b + 4); // fetch, assembly
+      out[s][1] = between(b + 1, b + 2);                     // the kernel
+      out[s][2] = between(b + 2, b + 3) + between(b + 4, b + 5); // the waits
+    }
+    return out;
+  }
+
+private:
+  void note(unsigned w, cudaError_t e, const char *what) {
+    if (e != cudaSuccess && workers_[w].error.empty())
+      workers_[w].error = fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
+  }
+
+  /// Generates every kernel's CUDA source, compiles the cubins (or finds them cached) and
+  /// loads them.
+  llvm::Error loadKernels(const Program &program) {
+    std::vector<KernelSource> sources;
+    kernelName_.assign(program.kernels.size(), "");
+    for (size_t i = 0; i < program.kernels.size(); ++i) {
+      auto src = generateKernel(*program.kernels[i].op, KernelDialect::Cuda);
+      if (!src)
+        return stringError(fmt::format("op '{}' has no CUDA kernel: {}",
+                                       program.kernels[i].op->name,
+                                       llvm::toString(src.takeError())));
+      kernelName_[i] = src->name;
+      sources.push_back(std::move(*src));
+    }
+    auto cubins = compileCubins(sources, options_.cubins);
+    if (!cubins)
+      return cubins.takeError();
+    stats_.compile.kernels = static_cast<unsigned>(sources.size());
+    stats_.compile.units = static_cast<unsigned>(cubins->size());
+    for (const Cubin &c : *cubins) {
+      stats_.compile.unitsCompiled += c.compiled ? 1 : 0;
+      cudaLibrary_t lib = nullptr;
+      TOFU_CUDA(cudaLibraryLoadFromFile(&lib, c.path.c_str(), nullptr, nullptr, 0, nullptr,
+                                        nullptr, 0),
+                "loading " + c.path);
+      libraries_.push_back(lib);
+      for (const std::string &name : c.kernels) {
+        cudaKernel_t fn = nullptr;
+        TOFU_CUDA(cudaLibraryGetKernel(&fn, lib, name.c_str()),
+                  fmt::format("finding kernel {} in {}", name, c.path));
+        kernels_[name] = fn;
+      }
+    }
+    return llvm::Error::success();
+  }
+
+  llvm::Error prepareLaunch(unsigned w, size_t s) {
+    Worker &wk = workers_[w];
+    const ProgramStep &st = program_->worker[w].steps[s];
+    const Launch &l = st.launch;
+    const ProgramNode &node = program_->nodes[st.node];
+    const InstOp &op = *program_->kernels[l.kernel].op;
+    Prepared &pr = prepared_[w][s];
+    for (int64_t off : l.inputOffsets)
+      pr.in.push_back(reinterpret_cast<const float *>(wk.arena + off));
+    pr.out = reinterpret_cast<float *>(wk.arena + l.outputOffset);
+    if (options_.library) {
+      if (auto g = gemmPlan(op, l.ranges, l.inputBoxes)) {
+        pr.kind = Prepared::Gemm;
+        pr.gemm = cuda::cublasGemm(*g);
+        pr.what = pr.gemm.describe();
+      } else if (auto c = convPlan(op, node.shapes, l.ranges, l.inputBoxes)) {
+        if (auto call = cuda::cudnnConv(*c, l.inputBoxes)) {
+          auto conv = makeConv(wk, std::move(*call));
+          if (!conv)
+            return conv.takeError();
+          pr.kind = Prepared::Conv;
+          pr.conv = std::move(*conv);
+          pr.what = pr.conv->c.describe();
+          stats_.extraBytes[w] = std::max(stats_.extraBytes[w], scratchNeed(*pr.conv));
+        }
+      } else if (auto sc = scatterPlan(op, l.ranges, l.inputBoxes)) {
+        pr.kind = Prepared::Scatter;
+        pr.scatter = std::move(*sc);
+        pr.what = "scatter-add (atomic adds, one k per q)";
+      }
+    }
+    if (pr.kind != Prepared::None) {
+      ++stats_.library;
+      return llvm::Error::success();
+    }
+    auto it = kernels_.find(kernelName_[l.kernel]);
+    if (it == kernels_.end())
+      return stringError(fmt::format("node '{}': kernel {} was not loaded", node.name,
+                                     kernelName_[l.kernel]));
+    pr.kind = Prepared::Generated;
+    pr.kernel = it->second;
+    pr.what = "generated";
+    int64_t total = 1;
+    for (unsigned v : op.outputVars)
+      total *= l.ranges[v].size();
+    pr.blocks = static_cast<unsigned>(
+        std::clamp<int64_t>((total + kThreads - 1) / kThreads, 1, kMaxBlocks));
+    pr.args = cuda::kernelArgBlock(l.ints, pr.in, pr.out, l.fast);
+    return llvm::Error::success();
+  }
+
+  static int64_t scratchNeed(const ConvCall &c) {
+    int64_t n = aligned(c.workspace);
+    if (c.c.stageWeights)
+      n = std::max(n, c.stagedW + aligned(c.c.w.elements() * 4));
+    if (c.c.stageOutput)
+      n = std::max(n, c.stagedOut + aligned(c.c.x.elements() * 4));
+    return n;
+  }
+
+  llvm::Expected<std::shared_ptr<ConvCall>> makeConv(Worker &wk, cuda::CudnnConv call) {
+    auto cc = std::make_shared<ConvCall>();
+    cc->c = std::move(call);
+    const cuda::CudnnConv &c = cc->c;
+    if (c.zeros)
+      return cc;
+    const int nb = static_cast<int>(c.x.dims.size());
+    TOFU_CUDNN(cudnnCreateTensorDescriptor(&cc->x), "cudnnCreateTensorDescriptor");
+    TOFU_CUDNN(cudnnCreateTensorDescriptor(&cc->y), "cudnnCreateTensorDescriptor");
+    TOFU_CUDNN(cudnnCreateFilterDescriptor(&cc->w), "cudnnCreateFilterDescriptor");
+    TOFU_CUDNN(cudnnCreateConvolutionDescriptor(&cc->conv), "cudnnCreateConvolutionDescriptor");
+    TOFU_CUDNN(cudnnSetTensorNdDescriptor(cc->x, CUDNN_DATA_FLOAT, nb, c.x.dims.data(),
+                                          c.x.strides.data()),
+               "the convolution's x descriptor");
+    TOFU_CUDNN(cudnnSetTensorNdDescriptor(cc->y, CUDNN_DATA_FLOAT, nb, c.y.dims.data(),
+                                          c.y.strides.data()),
+               "the convolution's y descriptor");
+    TOFU_CUDNN(cudnnSetFilterNdDescriptor(cc->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nb,
+                                          c.w.dims.data()),
+               "the convolution's filter descriptor");
+    TOFU_CUDNN(cudnnSetConvolutionNdDescriptor(cc->conv, nb - 2, c.pad.data(), c.stride.data(),
+                                               c.dilation.data(), CUDNN_CROSS_CORRELATION,
+                                               CUDNN_DATA_FLOAT),
+               "the convolution descriptor");
+    TOFU_CUDNN(cudnnSetConvolutionMathType(cc->conv, options_.tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                                                                   : CUDNN_FMA_MATH),
+               "cudnnSetConvolutionMathType");
+    // The fastest algorithm by cuDNN's heuristics whose workspace fits the limit.
+    auto pick = [&](auto *perf, int count) -> bool {
+      for (int i = 0; i < count; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+            static_cast<int64_t>(perf[i].memory) <= options_.convWorkspaceLimit) {
+          cc->algo = static_cast<int>(perf[i].algo);
+          cc->workspace = static_cast<int64_t>(perf[i].memory);
+          return true;
+        }
+      return false;
+    };
+    int returned = 0;
+    bool found = false;
+    switch (c.kind) {
+    case ConvKind::Forward: {
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      TOFU_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(wk.dnn, cc->x, cc->w, cc->conv, cc->y,
+                                                        CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                        &returned, perf),
+                 "choosing a forward convolution algorithm");
+      found = pick(perf, returned);
+      break;
+    }
+    case ConvKind::Data: {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      TOFU_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                     wk.dnn, cc->w, cc->y, cc->conv, cc->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                     &returned, perf),
+                 "choosing a data-gradient convolution algorithm");
+      found = pick(perf, returned);
+      break;
+    }
+    case ConvKind::Filter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      TOFU_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                     wk.dnn, cc->x, cc->y, cc->conv, cc->w,
+                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf),
+                 "choosing a filter-gradient convolution algorithm");
+      found = pick(perf, returned);
+      break;
+    }
+    }
+    if (!found)
+      return stringError(fmt::format("{}: no algorithm within a {}-byte workspace",
+                                     c.describe(), options_.convWorkspaceLimit));
+    cc->stagedW = aligned(cc->workspace);
+    cc->stagedOut = cc->stagedW + (c.stageWeights ? aligned(c.w.elements() * 4) : 0);
+    if (c.stageWeights) // the filter's box of its held buffer, gathered dense
+      cc->gatherW =
+          cuda::boxCopyParams(c.weightsBox, 0, c.weightsHeld, 0, c.weightsBox, cuda::kOverwrite);
+    if (c.stageOutput) { // the share's box of the wider result, copied out dense
+      Box computed, share;
+      for (size_t d = 0; d < c.outputDims.size(); ++d) {
+        computed.push_back({0, c.x.dims[d]});
+        share.push_back({c.outputLead[d], c.outputLead[d] + c.outputDims[d]});
+      }
+      cc->scatterOut = cuda::boxCopyParams(share, 0, computed, 0, share, cuda::kOverwrite);
+    }
+    return cc;
+  }
+
+  llvm::Error runGemm(Worker &wk, const Prepared &pr) {
+    const cuda::CublasGemm &g = pr.gemm;
+    const float *alpha = g.alphaInput >= 0 ? pr.in[g.alphaInput] : wk.constants + 1;
+    int64_t outerCount = 1, innerCount = 1;
+    for (const GemmLoop &l : g.loops)
+      outerCount *= l.n;
+    for (const GemmLoop &l : g.inner)
+      innerCount *= l.n;
+    for (int64_t it = 0; it < outerCount; ++it) {
+      const GemmOffsets o = gemmLoopOffsets(g.loops, it);
+      for (int64_t r = 0; r < innerCount; ++r) {
+        const GemmOffsets q = gemmLoopOffsets(g.inner, r);
+        TOFU_CUBLAS(cublasSgemmStridedBatched(
+                        wk.blas, g.transX ? CUBLAS_OP_T : CUBLAS_OP_N,
+                        g.transY ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(g.m),
+                        static_cast<int>(g.n), static_cast<int>(g.k), alpha,
+                        pr.in[g.x] + g.offX + o.a + q.a, static_cast<int>(g.ldx), g.strideX,
+                        pr.in[g.y] + g.offY + o.b + q.b, static_cast<int>(g.ldy), g.strideY,
+                        r == 0 ? wk.constants : wk.constants + 1, pr.out + o.c,
+                        static_cast<int>(g.ldc), g.strideC, static_cast<int>(g.batch)),
+                    pr.what);
+      }
+    }
+    return llvm::Error::success();
+  }
+
+  llvm::Error runConv(Worker &wk, const Prepared &pr) {
+    const ConvCall &cc = *pr.conv;
+    const cuda::CudnnConv &c = cc.c;
+    if (c.zeros) {
+      TOFU_CUDA(cudaMemsetAsync(pr.out, 0, static_cast<size_t>(c.outputElements) * 4, wk.stream),
+                "zeroing a convolution share");
+      return llvm::Error::success();
+    }
+    auto at = [&](const cuda::TensorView &v) -> float * {
+      return (v.input >= 0 ? const_cast<float *>(pr.in[v.input]) : pr.out) + v.offset;
+    };
+    float *x = at(c.x), *w = at(c.w), *y = at(c.y);
+    char *scratch = wk.scratch;
+    if (c.stageWeights) {
+      float *dense = reinterpret_cast<float *>(scratch + cc.stagedW);
+      TOFU_CUDA(cuda::launchBoxCopy(cc.gatherW, dense, pr.in[c.w.input], wk.stream),
+                "gathering a filter");
+      w = dense;
+    }
+    if (c.stageOutput)
+      x = reinterpret_cast<float *>(scratch + cc.stagedOut);
+    const float one = 1.0f, zero = 0.0f;
+    void *ws = cc.workspace > 0 ? scratch : nullptr;
+    const size_t wsBytes = static_cast<size_t>(cc.workspace);
+    switch (c.kind) {
+    case ConvKind::Forward:
+      TOFU_CUDNN(cudnnConvolutionForward(wk.dnn, &one, cc.x, x, cc.w, w, cc.conv,
+                                         static_cast<cudnnConvolutionFwdAlgo_t>(cc.algo), ws,
+                                         wsBytes, &zero, cc.y, y),
+                 pr.what);
+      break;
+    case ConvKind::Data:
+      TOFU_CUDNN(cudnnConvolutionBackwardData(wk.dnn, &one, cc.w, w, cc.y, y, cc.conv,
+                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(cc.algo),
+                                              ws, wsBytes, &zero, cc.x, x),
+                 pr.what);
+      break;
+    case ConvKind::Filter:
+      TOFU_CUDNN(cudnnConvolutionBackwardFilter(
+                     wk.dnn, &one, cc.x, x, cc.y, y, cc.conv,
+                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(cc.algo), ws, wsBytes, &zero,
+                     cc.w, w),
+                 pr.what);
+      break;
+    }
+    if (c.stageOutput)
+      TOFU_CUDA(cuda::launchBoxCopy(cc.scatterOut, pr.out, x, wk.stream),
+                "copying a data gradient's share out of its wider result");
+    return llvm::Error::success();
+  }
+
+  llvm::Error runScatter(Worker &wk, const Prepared &pr) {
+    const ScatterPlan &p = pr.scatter;
+    TOFU_CUDA(cudaMemsetAsync(pr.out, 0, static_cast<size_t>(p.outElems) * 4, wk.stream),
+              "zeroing a scatter share");
+    if (p.zeroIn >= 0)
+      TOFU_CUDA(cuda::launchBoxCopy(cuda::scatterZeroTerm(p), pr.out, pr.in[p.zeroIn], wk.stream),
+                "a scatter's zero term");
+    TOFU_CUDA(cuda::launchScatter(cuda::scatterParams(p), pr.out, pr.in[p.idxIn], pr.in[p.dyIn],
+                                  wk.stream),
+              "a scatter-add");
+    return llvm::Error::success();
+  }
+
+  CudaBackendOptions options_;
+  const Program *program_ = nullptr;
+  std::unique_ptr<SpinBarrier> barrier_;
+  std::vector<Worker> workers_;
+  std::vector<cudaLibrary_t> libraries_;
+  std::map<std::string, cudaKernel_t> kernels_;
+  std::vector<std::string> kernelName_; ///< per program kernel
+  std::vector<std::vector<Prepared>> prepared_;
+  BackendStats stats_;
+};
+
+} // namespace
+
+llvm::Error cudaDeviceUsable(int device) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess)
+    return stringError(fmt::format("no usable CUDA device: {} ({})", cudaGetErrorName(e),
+                                   cudaGetErrorString(e)));
+  if (device < 0 || device >= count)
+    return stringError(fmt::format("no CUDA device {} ({} present)", device, count));
+  return llvm::Error::success();
+}
+
+std::unique_ptr<Backend> makeCudaBackend(const CudaBackendOptions &options) {
+  return std::make_unique<CudaBackend>(options);
+}
+
+} // namespace tofu

@@ -1,0 +1,140 @@
+// Copy, scatter and kernel-argument parameters, and their host runners.
+#include "runtime/cuda/launch_params.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace tofu::cuda {
+
+int32_t copyCombine(const ir::Reducer *reducer) {
+  if (!reducer)
+    return kOverwrite;
+  switch (*reducer) {
+  case ir::Reducer::Sum: return kSum;
+  case ir::Reducer::Prod: return kProd;
+  case ir::Reducer::Max: return kMax;
+  case ir::Reducer::Min: return kMin;
+  }
+  return kOverwrite;
+}
+
+BoxCopyParams boxCopyParams(const Box &dstHeld, int64_t dstOffset, const Box &srcHeld,
+                            int64_t srcOffset, const Box &box, int32_t combine) {
+  BoxCopyParams p;
+  p.combine = combine;
+  const std::vector<int64_t> ds = rowMajorStrides(dstHeld), ss = rowMajorStrides(srcHeld);
+  p.srcOffset = srcOffset, p.dstOffset = dstOffset;
+  struct Dim {
+    int64_t n, s, d;
+  };
+  std::vector<Dim> dims;
+  for (size_t k = 0; k < box.size(); ++k) {
+    p.srcOffset += (box[k].lo - srcHeld[k].lo) * ss[k];
+    p.dstOffset += (box[k].lo - dstHeld[k].lo) * ds[k];
+    p.elements *= box[k].size();
+    if (box[k].size() != 1)
+      dims.push_back({box[k].size(), ss[k], ds[k]});
+  }
+  if (p.elements == 0)
+    return p;
+  // Merge a dimension into the next inner one where it steps over exactly that one in both
+  // buffers.
+  std::vector<Dim> merged;
+  for (const Dim &d : dims) {
+    if (!merged.empty()) {
+      Dim &outer = merged.back();
+      if (outer.s == d.s * d.n && outer.d == d.d * d.n) {
+        outer = {outer.n * d.n, d.s, d.d};
+        continue;
+      }
+    }
+    merged.push_back(d);
+  }
+  p.rank = static_cast<int32_t>(merged.size());
+  for (size_t k = 0; k < merged.size(); ++k) {
+    p.extent[k] = merged[k].n;
+    p.srcStride[k] = merged[k].s;
+    p.dstStride[k] = merged[k].d;
+  }
+  return p;
+}
+
+bool isContiguousCopy(const BoxCopyParams &p) {
+  return p.combine == kOverwrite &&
+         (p.rank == 0 || (p.rank == 1 && p.srcStride[0] == 1 && p.dstStride[0] == 1));
+}
+
+void runBoxCopyOnHost(const BoxCopyParams &p, float *dst, const float *src) {
+  for (int64_t e = 0; e < p.elements; ++e)
+    boxCopyElement(p, e, dst, src);
+}
+
+ScatterParams scatterParams(const ScatterPlan &plan) {
+  ScatterParams p;
+  p.qRank = static_cast<int32_t>(plan.qs.size());
+  p.rRank = static_cast<int32_t>(plan.rest.size());
+  for (size_t k = 0; k < plan.qs.size(); ++k) {
+    p.qExtent[k] = plan.qs[k].n, p.qIdxStride[k] = plan.qs[k].sIdx, p.qDyStride[k] = plan.qs[k].sDy;
+    p.qCount *= plan.qs[k].n;
+  }
+  for (size_t k = 0; k < plan.rest.size(); ++k) {
+    p.rExtent[k] = plan.rest[k].n, p.rDyStride[k] = plan.rest[k].sDy;
+    p.rOutStride[k] = plan.rest[k].sOut;
+    p.rCount *= plan.rest[k].n;
+  }
+  p.idxOffset = plan.idxOff, p.dyOffset = plan.dyOff;
+  p.kLo = plan.kLo, p.kHi = plan.kHi, p.kStride = plan.kStride;
+  return p;
+}
+
+BoxCopyParams scatterZeroTerm(const ScatterPlan &plan) {
+  BoxCopyParams p;
+  p.combine = kProd;
+  p.srcOffset = plan.zeroOff;
+  p.rank = static_cast<int32_t>(plan.outExtents.size());
+  int64_t s = 1;
+  for (size_t k = plan.outExtents.size(); k-- > 0;) {
+    p.extent[k] = plan.outExtents[k];
+    p.srcStride[k] = plan.zeroStrides[k];
+    p.dstStride[k] = s;
+    s *= plan.outExtents[k];
+  }
+  p.elements = s;
+  return p;
+}
+
+void runScatterOnHost(const ScatterPlan &plan, const float *const *in, float *out) {
+  std::fill(out, out + plan.outElems, 0.0f);
+  if (plan.zeroIn >= 0)
+    runBoxCopyOnHost(scatterZeroTerm(plan), out, in[plan.zeroIn]);
+  const ScatterParams p = scatterParams(plan);
+  for (int64_t q = 0; q < p.qCount; ++q)
+    for (int64_t r = 0; r < p.rCount; ++r)
+      scatterElement(p, q, r, out, in[plan.idxIn], in[plan.dyIn],
+                     [](float *at, float v) { *at += v; });
+}
+
+std::vector<unsigned char> kernelArgBlock(const std::vector<int64_t> &ints,
+                                          const std::vector<const float *> &inputs, float *out,
+                                          bool fast) {
+  const size_t nInts = std::max<size_t>(1, ints.size());
+  const size_t nIn = std::max<size_t>(1, inputs.size());
+  // i64 ints[nInts]; const float *in[nIn]; float *out; int fast; int threads;
+  std::vector<unsigned char> block(8 * nInts + 8 * nIn + 8 + 4 + 4, 0);
+  unsigned char *at = block.data();
+  if (!ints.empty())
+    std::memcpy(at, ints.data(), 8 * ints.size());
+  at += 8 * nInts;
+  for (const float *p : inputs) {
+    std::memcpy(at, &p, 8);
+    at += 8;
+  }
+  at = block.data() + 8 * nInts + 8 * nIn;
+  std::memcpy(at, &out, 8);
+  const int32_t f = fast ? 1 : 0, threads = 1;
+  std::memcpy(at + 8, &f, 4);
+  std::memcpy(at + 12, &threads, 4);
+  return block;
+}
+
+} // namespace tofu::cuda

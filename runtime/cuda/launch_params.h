@@ -1,0 +1,50 @@
+// Host-side preparation of what the CUDA backend enqueues: region copies as merged strided
+// boxes, scatter-adds, and the argument block of a generated kernel, each with a host
+// runner that applies the same parameters to host buffers (the CPU tests' reference; no GPU
+// needed).
+#ifndef TOFU_RUNTIME_CUDA_LAUNCH_PARAMS_H
+#define TOFU_RUNTIME_CUDA_LAUNCH_PARAMS_H
+
+#include <cstdint>
+#include <vector>
+
+#include "analysis/ir.h"
+#include "analysis/strategy.h"
+#include "runtime/cuda/device_ops.h"
+#include "runtime/library_plans.h"
+
+namespace tofu::cuda {
+
+/// How a copy combines: kOverwrite without a reducer.
+int32_t copyCombine(const ir::Reducer *reducer);
+
+/// The copy of `box` (absolute coordinates) from a row-major buffer holding `srcHeld`
+/// whose first element is at `srcOffset` into one holding `dstHeld` at `dstOffset`
+/// (offsets in elements). Unit dimensions are dropped and dimensions contiguous in both
+/// buffers merged, so a contiguous copy has rank 1 (or 0 for one element).
+BoxCopyParams boxCopyParams(const Box &dstHeld, int64_t dstOffset, const Box &srcHeld,
+                            int64_t srcOffset, const Box &box, int32_t combine);
+
+/// A rank-1 (or 0) overwrite with unit strides: a plain memcpy of `elements` floats.
+bool isContiguousCopy(const BoxCopyParams &p);
+
+void runBoxCopyOnHost(const BoxCopyParams &p, float *dst, const float *src);
+
+/// The scatter-adds of `plan` and, for a `0 * Z` term, the copy that multiplies the zeroed
+/// output by Z's view (kProd over zeros: 0, or NaN where Z is not finite).
+ScatterParams scatterParams(const ScatterPlan &plan);
+BoxCopyParams scatterZeroTerm(const ScatterPlan &plan);
+
+/// The whole scatter share on host buffers (zero, the 0 * Z term, the adds).
+void runScatterOnHost(const ScatterPlan &plan, const float *const *in, float *out);
+
+/// The argument block a generated CUDA kernel takes by value (codegen/kernel_gen.cc's
+/// `<name>_args`: the integer arguments, the input pointers, the output pointer, `fast`
+/// and `threads`), laid out as the device compiler lays out that struct.
+std::vector<unsigned char> kernelArgBlock(const std::vector<int64_t> &ints,
+                                          const std::vector<const float *> &inputs, float *out,
+                                          bool fast);
+
+} // namespace tofu::cuda
+
+#endif // TOFU_RUNTIME_CUDA_LAUNCH_PARAMS_H

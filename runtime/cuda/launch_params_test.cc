@@ -1,0 +1,116 @@
+// The host side of the CUDA backend's copies and kernel arguments, without a GPU: merged
+// box-copy parameters applied by the device's own element function reproduce the CPU
+// backend's copyBox (overwrite and every combine); the argument block matches the layout
+// of the struct a generated CUDA kernel declares.
+#include "runtime/cuda/launch_params.h"
+
+#include <cmath>
+#include <cstddef>
+#include <random>
+
+#include "analysis/reducer.h"
+#include "runtime/backend.h"
+#include "gtest/gtest.h"
+
+namespace tofu::cuda {
+namespace {
+
+Box randomBox(std::mt19937 &rng, const Box &within) {
+  Box b;
+  for (const Range &r : within) {
+    std::uniform_int_distribution<int64_t> lo(r.lo, r.hi - 1);
+    int64_t a = lo(rng);
+    std::uniform_int_distribution<int64_t> hi(a + 1, r.hi);
+    b.push_back({a, hi(rng)});
+  }
+  return b;
+}
+
+TEST(LaunchParams, BoxCopiesMatchTheHostCopyForEveryCombine) {
+  std::mt19937 rng(11);
+  const ir::Reducer reducers[] = {ir::Reducer::Sum, ir::Reducer::Prod, ir::Reducer::Max,
+                                  ir::Reducer::Min};
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t rank = 1 + trial % 5;
+    Box shape;
+    for (size_t d = 0; d < rank; ++d)
+      shape.push_back({0, 1 + static_cast<int64_t>(rng() % 6)});
+    const Box srcHeld = randomBox(rng, shape), dstHeld = randomBox(rng, shape);
+    Box common;
+    for (size_t d = 0; d < rank; ++d)
+      common.push_back({std::max(srcHeld[d].lo, dstHeld[d].lo), std::min(srcHeld[d].hi, dstHeld[d].hi)});
+    bool empty = false;
+    for (const Range &r : common)
+      empty = empty || r.size() <= 0;
+    if (empty)
+      continue;
+    const Box box = randomBox(rng, common);
+    std::vector<float> src(static_cast<size_t>(boxElements(srcHeld)) + 7);
+    std::uniform_real_distribution<float> dist(-2, 2);
+    for (float &v : src)
+      v = dist(rng);
+    const ir::Reducer *reducer = trial % 3 == 0 ? nullptr : &reducers[trial % 4];
+    std::vector<float> want(static_cast<size_t>(boxElements(dstHeld)) + 5);
+    for (float &v : want)
+      v = dist(rng);
+    std::vector<float> got = want;
+    // Buffers start a few elements into their arrays, as in an arena.
+    copyBox(want.data() + 5, dstHeld, src.data() + 7, srcHeld, box, reducer);
+    const BoxCopyParams p = boxCopyParams(dstHeld, 5, srcHeld, 7, box, copyCombine(reducer));
+    runBoxCopyOnHost(p, got.data(), src.data());
+    ASSERT_EQ(got, want) << "trial " << trial;
+    EXPECT_LE(p.rank, static_cast<int>(rank));
+  }
+}
+
+TEST(LaunchParams, ContiguousRegionsMergeIntoOneRun) {
+  // Rows 2..4 of a 6 x 8 tile held whole on both sides: one run of 24 floats.
+  Box held{{0, 6}, {0, 8}}, rows{{2, 5}, {0, 8}};
+  BoxCopyParams p = boxCopyParams(held, 0, held, 100, rows, kOverwrite);
+  EXPECT_TRUE(isContiguousCopy(p));
+  EXPECT_EQ(p.elements, 24);
+  EXPECT_EQ(p.srcOffset, 116);
+  EXPECT_EQ(p.dstOffset, 16);
+  // Columns 2..4: a strided box of 6 rows, not a memcpy.
+  Box cols{{0, 6}, {2, 5}};
+  p = boxCopyParams(held, 0, held, 0, cols, kOverwrite);
+  EXPECT_FALSE(isContiguousCopy(p));
+  EXPECT_EQ(p.rank, 2);
+  // A combine is never a memcpy.
+  EXPECT_FALSE(isContiguousCopy(boxCopyParams(held, 0, held, 0, rows, kSum)));
+  // NaN propagates through Max and Min combines (a poisoned input must show).
+  EXPECT_TRUE(std::isnan(combineValues(kMax, NAN, 1.0f)));
+  EXPECT_TRUE(std::isnan(combineValues(kMin, 1.0f, NAN)));
+  EXPECT_EQ(combineValues(kMax, 1.0f, 3.0f), 3.0f);
+}
+
+// The struct codegen/kernel_gen.cc declares for an op with 7 integer arguments and 2 inputs.
+struct Declared {
+  long long ints[7];
+  const float *in[2];
+  float *out;
+  int fast;
+  int threads;
+};
+
+TEST(LaunchParams, ArgumentBlockHasTheGeneratedStructLayout) {
+  std::vector<int64_t> ints{1, 2, 3, 4, 5, 6, -7};
+  float a = 0, b = 0, c = 0;
+  std::vector<const float *> in{&a, &b};
+  std::vector<unsigned char> block = kernelArgBlock(ints, in, &c, true);
+  ASSERT_EQ(block.size(), sizeof(Declared));
+  Declared d;
+  std::memcpy(&d, block.data(), sizeof d);
+  for (size_t i = 0; i < ints.size(); ++i)
+    EXPECT_EQ(d.ints[i], ints[i]);
+  EXPECT_EQ(d.in[0], &a);
+  EXPECT_EQ(d.in[1], &b);
+  EXPECT_EQ(d.out, &c);
+  EXPECT_EQ(d.fast, 1);
+  EXPECT_EQ(d.threads, 1);
+  // No inputs and no integers: the generated struct still has one slot of each.
+  EXPECT_EQ(kernelArgBlock({}, {}, &c, false).size(), 8u + 8u + 8u + 8u);
+}
+
+} // namespace
+} // namespace tofu::cuda
