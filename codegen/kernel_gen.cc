@@ -503,7 +503,75 @@ private:
         emitReduction(r);
   }
 
+  /// The reductions computed per output element, outside any other reduction's loop.
+  bool outerSlot(const Red &r) const {
+    if (r.slot < 0)
+      return true;
+    for (unsigned v : op_.outputVars)
+      if (r.slot == static_cast<int>(v))
+        return true;
+    return false;
+  }
+
+  std::string combineLine(const Red &r, const std::string &x) const {
+    switch (r.node->reducer) {
+    case ir::Reducer::Sum: return fmt::format("r{} += {};", r.id, x);
+    case ir::Reducer::Prod: return fmt::format("r{} *= {};", r.id, x);
+    case ir::Reducer::Max: return fmt::format("r{0} = tofu_max(r{0}, {1});", r.id, x);
+    case ir::Reducer::Min: return fmt::format("r{0} = tofu_min(r{0}, {1});", r.id, x);
+    }
+    return "";
+  }
+
+  /// A reduction split across the threads of a block: each thread takes every
+  /// blockDim.x-th term of the flattened reduction space, then the block combines.
+  void emitBlockReduction(const Red &r) {
+    const ir::Reduce &node = *r.node;
+    line(fmt::format("float r{} = {};", r.id, floatLiteral(reducerIdentity<float>(node.reducer))));
+    line("{");
+    ++indent_;
+    std::string count;
+    for (unsigned v : node.vars)
+      count += fmt::format("{0}(hi{1} > lo{1} ? hi{1} - lo{1} : 0)", count.empty() ? "" : " * ", v);
+    line(fmt::format("const i64 c{} = {};", r.id, count.empty() ? "1" : count));
+    line(fmt::format("for (i64 t{0} = threadIdx.x; t{0} < c{0}; t{0} += blockDim.x) {{", r.id));
+    ++indent_;
+    line(fmt::format("i64 q{0} = t{0};", r.id));
+    for (size_t k = node.vars.size(); k-- > 0;) {
+      const unsigned v = node.vars[k];
+      line(fmt::format("const i64 v{0} = lo{0} + q{1} % (hi{0} - lo{0});", v, r.id));
+      if (k)
+        line(fmt::format("q{} /= hi{} - lo{};", r.id, v, v));
+    }
+    const bool outer = inReduction_;
+    inReduction_ = true; // what is nested inside runs serially in each thread
+    for (unsigned v : node.vars)
+      emitSlot(static_cast<int>(v));
+    line(combineLine(r, value(*node.body)));
+    inReduction_ = outer;
+    --indent_;
+    line("}");
+    const int op = node.reducer == ir::Reducer::Sum    ? 0
+                   : node.reducer == ir::Reducer::Prod ? 1
+                   : node.reducer == ir::Reducer::Max  ? 2
+                                                       : 3; // tofu_combine's codes
+    line(fmt::format("r{0} = tofu_block_reduce(r{0}, {1});", r.id, op));
+    --indent_;
+    line("}");
+  }
+
   void emitReduction(const Red &r) {
+    const ir::Reduce &node = *r.node;
+    if (block_ && !inReduction_ && outerSlot(r))
+      return emitBlockReduction(r);
+    const bool outer = inReduction_;
+    inReduction_ = true;
+    emitSerialReduction(r);
+    inReduction_ = outer;
+    (void)node;
+  }
+
+  void emitSerialReduction(const Red &r) {
     const ir::Reduce &node = *r.node;
     line(fmt::format("float r{} = {};", r.id, floatLiteral(reducerIdentity<float>(node.reducer))));
     bool innermostFree = true; // nothing is placed in the innermost reduction loop
@@ -741,6 +809,44 @@ private:
     line("}");
   }
 
+  /// The CUDA block nest: one output element per block at a time (a block-stride loop, the
+  /// same trip count for every thread of a block), its outer reductions split across the
+  /// block's threads; thread 0 writes.
+  void emitCudaBlockNest() {
+    const std::vector<unsigned> &ov = op_.outputVars;
+    std::string total = "1";
+    for (unsigned v : ov)
+      total += fmt::format(" * n{}", v);
+    line(fmt::format("const i64 total = {};", total));
+    line("for (i64 f = blockIdx.x; f < total; f += gridDim.x) {");
+    ++indent_;
+    if (!ov.empty())
+      line("i64 rest = f;");
+    for (size_t k = ov.size(); k-- > 0;) {
+      line(fmt::format("const i64 v{0} = lo{0} + rest % n{0};", ov[k]));
+      if (k)
+        line(fmt::format("rest /= n{};", ov[k]));
+    }
+    emitSlot(-1);
+    for (unsigned v : ov)
+      emitSlot(static_cast<int>(v));
+    line("const float value = " + value(*op_.body) + ";");
+    line("if (threadIdx.x == 0) out[" + outputOffset() + "] = value;");
+    --indent_;
+    line("}");
+  }
+
+public:
+  /// The variables of the reductions a block variant splits (after print()).
+  std::vector<std::vector<unsigned>> blockReductions() const {
+    std::vector<std::vector<unsigned>> out;
+    for (const Red &r : reds_)
+      if (outerSlot(r))
+        out.push_back(r.node->vars);
+    return out;
+  }
+
+private:
   void emitVariants(void (Lowering::*nest)()) {
     line("if (a->fast) {");
     ++indent_;
@@ -792,6 +898,18 @@ private:
     emitVariants(&Lowering::emitCudaNest);
     --indent_;
     line("}");
+    if (!blockReductions().empty()) {
+      line(fmt::format("extern \"C\" __global__ void {0}_blk(const {0}_args args) {{",
+                       kNameToken));
+      ++indent_;
+      line(fmt::format("const {}_args *a = &args;", kNameToken));
+      emitLocals("a->");
+      block_ = true;
+      emitVariants(&Lowering::emitCudaBlockNest);
+      block_ = false;
+      --indent_;
+      line("}");
+    }
     std::string kernel = out_.substr(head);
     return out_.substr(0, head) + helpers_ + kernel;
   }
@@ -810,6 +928,8 @@ private:
   std::string out_;
   unsigned indent_ = 0;
   bool fast_ = false;
+  bool block_ = false;       ///< printing the block-per-output CUDA variant
+  bool inReduction_ = false; ///< inside a reduction's loop
   std::string error_;
 };
 
@@ -925,7 +1045,31 @@ typedef long long i64;
 #define TOFU_INF __int_as_float(0x7f800000)
 #define TOFU_I64_MIN (-9223372036854775807LL - 1)
 #define TOFU_OPQ_MAX 256 // elements of an opaque function's matrix in a thread's local memory
-)") + kCommonPrelude;
+)") + kCommonPrelude + R"(
+// A reduction's partial values of every thread of a block combined (op: 0 sum, 1 product,
+// 2 max, 3 min, NaN-propagating) and given to every thread. blockDim.x is a multiple of 32.
+TOFU_DEV float tofu_combine(int op, float a, float b) {
+  return op == 0 ? a + b : op == 1 ? a * b : op == 2 ? tofu_max(a, b) : tofu_min(a, b);
+}
+static __device__ float tofu_block_reduce(float v, int op) {
+  __shared__ float part[32];
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1)
+    v = tofu_combine(op, v, __shfl_down_sync(0xffffffffu, v, o));
+  __syncthreads(); // the previous call's result has been read
+  if (lane == 0)
+    part[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float r = part[0];
+    for (unsigned w = 1; w < (blockDim.x + 31u) / 32u; ++w)
+      r = tofu_combine(op, r, part[w]);
+    part[0] = r;
+  }
+  __syncthreads();
+  return part[0];
+}
+)";
   return dialect == KernelDialect::Cpp ? cpp : cuda;
 }
 
@@ -949,15 +1093,19 @@ llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dial
   if (dialect == KernelDialect::Cpp) {
     k.code = std::move(*cpp);
   } else {
-    auto cuda = Lowering(op, KernelDialect::Cuda).print();
+    Lowering lowering(op, KernelDialect::Cuda);
+    auto cuda = lowering.print();
     if (!cuda)
       return cuda.takeError();
     k.code = std::move(*cuda);
+    k.blockReductions = lowering.blockReductions();
   }
   replaceAll(k.code, kNameToken, k.name);
   k.code = fmt::format("// op {}\n", op.name) + k.code;
   return k;
 }
+
+std::string blockKernelName(const std::string &kernel) { return kernel + "_blk"; }
 
 std::vector<int64_t> kernelInts(const InstOp &op, const Shapes &shapes,
                                 const std::vector<Range> &ranges, const std::vector<Box> &regions) {

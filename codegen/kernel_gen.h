@@ -38,11 +38,22 @@ enum class KernelDialect { Cpp, Cuda };
 struct KernelSource {
   std::string name;
   std::string code; ///< the definitions (the dialect's prelude comes first in a unit)
+  /// CUDA: the variables of each reduction computed per output element (outside any other
+  /// reduction's loop). When there are any, `code` also defines `<name>_blk`, taking the
+  /// same arguments, in which one block of threads computes one output element at a time,
+  /// splitting each such reduction across its threads (then a shared-memory tree): the
+  /// variant for long reductions over few outputs (batch-norm statistics, a softmax over a
+  /// vocabulary, a bias gradient over the batch), where one thread per output would run
+  /// the whole sum serially. Its block size must be a multiple of 32.
+  std::vector<std::vector<unsigned>> blockReductions;
 };
 
 /// Lowers and prints `op`. Fails, naming the op and the construct, for what the generator
 /// cannot express (an opaque call): such ops run on the interpreter.
 llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dialect);
+
+/// The name of a CUDA kernel's block-per-output variant (KernelSource::blockReductions).
+std::string blockKernelName(const std::string &kernel);
 
 /// The helpers every kernel of a dialect uses; comes once at the top of a translation unit.
 const std::string &kernelPrelude(KernelDialect dialect);

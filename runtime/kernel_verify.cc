@@ -9,7 +9,8 @@
 namespace tofu {
 
 std::vector<KernelSource> verificationKernels(const ir::Module &module, const std::string &file,
-                                              std::vector<std::string> *notCompiled) {
+                                              std::vector<std::string> *notCompiled,
+                                              KernelDialect dialect) {
   std::vector<KernelSource> out;
   auto examples = loadExamples(std::string(llvm::sys::path::parent_path(file)));
   if (!examples) {
@@ -25,7 +26,7 @@ std::vector<KernelSource> verificationKernels(const ir::Module &module, const st
       llvm::consumeError(inst.takeError()); // verifyFile reports it
       continue;
     }
-    auto k = generateKernel(*inst, KernelDialect::Cpp);
+    auto k = generateKernel(*inst, dialect);
     if (!k) {
       std::string why = llvm::toString(k.takeError());
       if (notCompiled)

@@ -14,11 +14,12 @@
 
 namespace tofu {
 
-/// The C++ kernels that verifying `file`'s ops (verifyFile) will call, instantiated as the
-/// verifier instantiates them. Ops the generator cannot express are listed in `notCompiled`
-/// ("op: reason"); they are verified on the interpreter.
+/// The kernels (C++, or CUDA) that verifying `file`'s ops (verifyFile) will call,
+/// instantiated as the verifier instantiates them. Ops the generator cannot express are
+/// listed in `notCompiled` ("op: reason"); they are verified on the interpreter.
 std::vector<KernelSource> verificationKernels(const ir::Module &module, const std::string &file,
-                                              std::vector<std::string> *notCompiled);
+                                              std::vector<std::string> *notCompiled,
+                                              KernelDialect dialect = KernelDialect::Cpp);
 
 /// A share evaluator running each op's kernel from `lib` (compiled there first if missing);
 /// ops without a kernel go to the interpreter.

@@ -374,6 +374,7 @@ private:
   llvm::Error loadKernels(const Program &program) {
     std::vector<KernelSource> sources;
     kernelName_.assign(program.kernels.size(), "");
+    blockReductions_.assign(program.kernels.size(), {});
     for (size_t i = 0; i < program.kernels.size(); ++i) {
       auto src = generateKernel(*program.kernels[i].op, KernelDialect::Cuda);
       if (!src)
@@ -381,6 +382,7 @@ private:
                                        program.kernels[i].op->name,
                                        llvm::toString(src.takeError())));
       kernelName_[i] = src->name;
+      blockReductions_[i] = src->blockReductions;
       sources.push_back(std::move(*src));
     }
     auto cubins = compileCubins(sources, options_.cubins);
@@ -440,18 +442,30 @@ private:
       ++stats_.library;
       return llvm::Error::success();
     }
-    auto it = kernels_.find(kernelName_[l.kernel]);
-    if (it == kernels_.end())
-      return stringError(fmt::format("node '{}': kernel {} was not loaded", node.name,
-                                     kernelName_[l.kernel]));
-    pr.kind = Prepared::Generated;
-    pr.kernel = it->second;
-    pr.what = "generated";
-    int64_t total = 1;
+    int64_t total = 1, reduced = 0;
     for (unsigned v : op.outputVars)
       total *= l.ranges[v].size();
+    for (const std::vector<unsigned> &vars : blockReductions_[l.kernel]) {
+      int64_t n = 1;
+      for (unsigned v : vars)
+        n *= l.ranges[v].size();
+      reduced += n;
+    }
+    // A block per output element where each output sums many terms and there are too few
+    // outputs to fill the GPU with one thread each (or the sums are very long).
+    const bool perBlock = reduced >= 64 && (total < 32768 || reduced >= 2048);
+    const std::string name =
+        perBlock ? blockKernelName(kernelName_[l.kernel]) : kernelName_[l.kernel];
+    auto it = kernels_.find(name);
+    if (it == kernels_.end())
+      return stringError(fmt::format("node '{}': kernel {} was not loaded", node.name, name));
+    pr.kind = Prepared::Generated;
+    pr.kernel = it->second;
+    pr.what = perBlock ? fmt::format("generated, a block per output ({} terms)", reduced)
+                       : "generated";
     pr.blocks = static_cast<unsigned>(
-        std::clamp<int64_t>((total + kThreads - 1) / kThreads, 1, kMaxBlocks));
+        perBlock ? std::clamp<int64_t>(total, 1, 4 * kMaxBlocks)
+                 : std::clamp<int64_t>((total + kThreads - 1) / kThreads, 1, kMaxBlocks));
     pr.args = cuda::kernelArgBlock(l.ints, pr.in, pr.out, l.fast);
     return llvm::Error::success();
   }
@@ -650,6 +664,7 @@ private:
   std::vector<cudaLibrary_t> libraries_;
   std::map<std::string, cudaKernel_t> kernels_;
   std::vector<std::string> kernelName_; ///< per program kernel
+  std::vector<std::vector<std::vector<unsigned>>> blockReductions_; ///< per program kernel
   std::vector<std::vector<Prepared>> prepared_;
   BackendStats stats_;
 };
