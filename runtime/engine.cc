@@ -16,7 +16,6 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "grammar/diagnostics.h"
-#include "runtime/cpu_backend.h"
 #include "runtime/cpu_executor.h"
 
 namespace tofu {
@@ -169,19 +168,6 @@ void Engine::Impl::runWorker(unsigned w) {
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
-
-llvm::Expected<std::unique_ptr<Engine>> Engine::create(const Problem &p, const ExecPlan &plan,
-                                                       const MemoryPlan &memory,
-                                                       const EngineOptions &options) {
-  auto program = buildProgram(p, plan, memory);
-  if (!program)
-    return program.takeError();
-  CpuBackendOptions cpu;
-  cpu.compile = options.compile;
-  cpu.threadsPerWorker = options.threadsPerWorker;
-  cpu.library = options.library;
-  return create(std::move(*program), makeCpuBackend(cpu), options);
-}
 
 llvm::Expected<std::unique_ptr<Engine>> Engine::create(Program program,
                                                        std::unique_ptr<Backend> backend,

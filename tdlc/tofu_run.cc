@@ -1,10 +1,13 @@
-// tofu-run: trains a model partitioned across --workers workers on the CPU engine (workers
-// as threads, each in one float32 arena of its planned size; ops as compiled kernels
-// generated from TDL) for --steps steps, reporting per step the loss and time, and at the
-// end the median step time, samples/s, every worker's peak memory and the bytes moved
-// against the plan's prediction. --verify runs the same steps unpartitioned on the same
-// engine and compares the weights and the loss. --kernels interp runs one step on the
-// reference executor instead (every op in the TDL interpreter, double precision).
+// tofu-run: trains a model partitioned across --workers workers on the engine (each worker
+// in one float32 arena of its planned size; ops as library calls or kernels generated from
+// TDL) for --steps steps, reporting per step the loss and time, and at the end the median
+// step time, samples/s, every worker's peak memory and the bytes moved against the plan's
+// prediction. --backend cpu runs workers as threads over host arenas (oneDNN + generated
+// C++); --backend cuda as streams over device arenas on one GPU (cuBLAS, cuDNN + NVRTC
+// kernels). --verify runs the same steps unpartitioned on the same backend and compares the
+// weights and the loss. --kernels interp runs one step on the reference executor instead
+// (every op in the TDL interpreter, double precision). Built as `tofu-run` (both backends)
+// and `tofu-run-cuda` (the CUDA backend alone: no oneDNN, for the GPU bundle).
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +29,9 @@
 #include "nlohmann/json.hpp"
 #include "runtime/cpu_executor.h"
 #include "runtime/engine.h"
+#ifdef TOFU_CUDA_BACKEND
+#include "runtime/cuda/cuda_backend.h"
+#endif
 #include "search/report.h"
 #include "search/search.h"
 #include "tdlc/graph_source.h"
@@ -50,8 +56,19 @@ cl::opt<unsigned> workers("workers", cl::desc("Workers to partition across (requ
                           cl::value_desc("K"), cl::init(0), cl::cat(runCategory));
 cl::opt<std::string> algo("algo", cl::desc("The search algorithm (default tofu)"), cl::init("tofu"),
                           cl::cat(runCategory));
-cl::opt<std::string> backend("backend", cl::desc("Executor: cpu (the only one so far)"),
-                             cl::init("cpu"), cl::cat(runCategory));
+#ifdef TOFU_CPU_BACKEND
+constexpr const char *kDefaultBackend = "cpu";
+#else
+constexpr const char *kDefaultBackend = "cuda";
+#endif
+cl::opt<std::string> backend("backend",
+                             cl::desc("Executor: cpu (threads over host arenas) or cuda (streams "
+                                      "over arenas on one GPU; k workers share it); the default "
+                                      "is the first this build has"),
+                             cl::init(kDefaultBackend), cl::cat(runCategory));
+cl::opt<bool> tf32("tf32", cl::desc("With --backend cuda: let cuBLAS and cuDNN use TF32 tensor "
+                                    "cores (default off: float32 math)"),
+                   cl::cat(runCategory));
 cl::opt<std::string> optimizer("optimizer", cl::desc("sgd (default) or adam"), cl::init("sgd"),
                                cl::cat(runCategory));
 cl::opt<bool> verify("verify", cl::desc("Also run the step unpartitioned and compare"),
@@ -124,7 +141,42 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-/// Trains on the CPU engine: --steps steps, then the summary (and --verify's comparison).
+/// The backends this build has.
+std::vector<std::string> backends() {
+  std::vector<std::string> out;
+#ifdef TOFU_CPU_BACKEND
+  out.push_back("cpu");
+#endif
+#ifdef TOFU_CUDA_BACKEND
+  out.push_back("cuda");
+#endif
+  return out;
+}
+
+/// The engine of --backend running `plan`.
+llvm::Expected<std::unique_ptr<tofu::Engine>> makeEngine(const tofu::Problem &p,
+                                                         const tofu::ExecPlan &plan,
+                                                         const tofu::MemoryPlan &memory,
+                                                         const tofu::EngineOptions &options) {
+#ifdef TOFU_CUDA_BACKEND
+  if (backend == "cuda") {
+    auto program = tofu::buildProgram(p, plan, memory);
+    if (!program)
+      return program.takeError();
+    tofu::CudaBackendOptions cuda;
+    cuda.library = options.library;
+    cuda.tf32 = tf32;
+    return tofu::Engine::create(std::move(*program), tofu::makeCudaBackend(cuda), options);
+  }
+#endif
+#ifdef TOFU_CPU_BACKEND
+  return tofu::Engine::create(p, plan, memory, options);
+#else
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), "this build has no CPU backend");
+#endif
+}
+
+/// Trains on the engine: --steps steps, then the summary (and --verify's comparison).
 int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::string &loss,
                 const std::string &name, const tofu::ExecPlan &exec,
                 const tofu::MemoryPlan &memory, int64_t onePeak, int64_t predicted,
@@ -159,7 +211,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                         : memory;
   if (std::string bad = tofu::checkMemoryPlan(fusedMemory); !bad.empty())
     return fail("the fused plan's memory plan is unsound: " + bad);
-  auto engine = tofu::Engine::create(fused.problem, fused.plan, fusedMemory, options);
+  auto engine = makeEngine(fused.problem, fused.plan, fusedMemory, options);
   if (!engine)
     return fail(name + ": " + llvm::toString(engine.takeError()));
   const double buildSeconds = seconds(start);
@@ -184,17 +236,21 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     if (resumed)
       llvm::outs() << fmt::format("resumed from {} ({} steps trained before)\n",
                                   tofu::checkpointFile(loadDir), stepsBefore);
-    llvm::outs() << fmt::format("{} training ({}, lr {}, batch {}): {} nodes on {} workers, "
-                                "algorithm {}, CPU engine (float32, {})\n",
-                                name, optimizer, lr, batch, p.nodes.size(), workers, algorithm,
-                                options.library ? "oneDNN + generated kernels"
-                                                : "generated kernels");
+    const bool gpu = backend == "cuda";
+    llvm::outs() << fmt::format(
+        "{} training ({}, lr {}, batch {}): {} nodes on {} workers, algorithm {}, {} engine "
+        "(float32{}, {})\n",
+        name, optimizer, lr, batch, p.nodes.size(), workers, algorithm, gpu ? "CUDA" : "CPU",
+        gpu && tf32 ? " with TF32 products" : "",
+        !options.library ? "generated kernels"
+        : gpu            ? "cuBLAS, cuDNN + generated kernels"
+                         : "oneDNN + generated kernels");
     if (fused.folded > 0)
       llvm::outs() << fmt::format("fusion: {} element-wise nodes folded into their readers ({} "
                                   "fused kernels, e.g. {})\n",
                                   fused.folded, fused.chains.size(), fused.chains.front());
     llvm::outs() << fmt::format("kernels: {} ({} units, {} compiled now, {} from the cache) in "
-                                "{:.2f} s; {} op instances on oneDNN, {} on the interpreter\n",
+                                "{:.2f} s; {} op instances on library calls, {} on the interpreter\n",
                                 cs.kernels, cs.units, cs.unitsCompiled,
                                 cs.units - cs.unitsCompiled, cs.seconds,
                                 bs.library, bs.interpreted);
@@ -259,7 +315,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       return fail(llvm::toString(onePlan.takeError()));
     tofu::ExecPlan oneExec = tofu::buildExecPlan(p, *onePlan);
     tofu::MemoryPlan oneMemory = tofu::planMemory(p, oneExec, training.outputs);
-    auto ref = tofu::Engine::create(p, oneExec, oneMemory, options);
+    auto ref = makeEngine(p, oneExec, oneMemory, options);
     if (!ref)
       return fail("the unpartitioned run: " + llvm::toString(ref.takeError()));
     for (const auto &[t, v] : values)
@@ -359,7 +415,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     const std::vector<int64_t> &scratch = bs.extraBytes;
     int64_t most = scratch.empty() ? 0 : *std::max_element(scratch.begin(), scratch.end());
     if (most > 0)
-      llvm::outs() << fmt::format("oneDNN scratch space beside the arenas: {} per worker (at most)\n",
+      llvm::outs() << fmt::format("library scratch space beside the arenas: {} per worker (at most)\n",
                                   tofu::humanBytes(double(most)));
   }
   if (verify)
@@ -408,8 +464,8 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(runCategory);
   cl::ParseCommandLineOptions(
       argc, argv,
-      "tofu-run - train a model partitioned across workers on the CPU engine, and check it "
-      "against the unpartitioned run\n\n"
+      "tofu-run - train a model partitioned across workers on the CPU or CUDA engine, and "
+      "check it against the unpartitioned run\n\n"
       "  tofu-run --model NAME [--batch B] --workers K [--steps N] [--verify]\n"
       "  tofu-run --graph FILE.json --workers K [--steps N] [--verify]\n"
       "  tofu-run --onnx FILE.onnx [--batch B] --workers K [--steps N] [--verify]\n\n"
@@ -426,8 +482,19 @@ int main(int argc, char **argv) {
     return fail("give exactly one of --model, --graph or --onnx (see --help)", 2);
   if (workers == 0)
     return fail("--workers K is required (K >= 1)", 2);
-  if (backend != "cpu")
-    return fail("--backend " + backend + " is not available; the CPU executor is (--backend cpu)", 2);
+  {
+    const std::vector<std::string> have = backends();
+    if (std::find(have.begin(), have.end(), std::string(backend)) == have.end()) {
+      std::string list;
+      for (const std::string &b : have)
+        list += (list.empty() ? "" : ", ") + b;
+      return fail("--backend " + backend + " is not in this build (it has: " + list + ")", 2);
+    }
+  }
+  if (tf32 && backend != "cuda")
+    return fail("--tf32 is for --backend cuda", 2);
+  if (backend == "cuda" && kernelsMode == "interp")
+    return fail("--kernels interp is the CPU reference executor; use --backend cpu", 2);
   if (optimizer != "sgd" && optimizer != "adam")
     return fail("--optimizer must be sgd or adam", 2);
   if (kernelsMode != "compiled" && kernelsMode != "generated" && kernelsMode != "interp")
