@@ -82,7 +82,14 @@ expect_error() { # expected message, args...
   grep -qF -- "$msg" "$tmp/err.txt" || { echo "FAILED: '$*' did not say '$msg'" >&2; cat "$tmp/err.txt" >&2; fail=1; }
 }
 expect_error "--workers K is required" --model mlp
-expect_error "--backend cuda is not available" --model mlp --workers 2 --backend cuda
+# Without a GPU (CI), the CUDA backend says why; with one, its verified step must pass.
+if "$run" --model mlp --workers 2 --backend cuda --verify >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+  grep -q "^verify: PASSED" "$tmp/out.txt" || { echo "FAILED: --backend cuda --verify" >&2; fail=1; }
+else
+  grep -q "no usable CUDA device: cuda" "$tmp/err.txt" || { echo "FAILED: --backend cuda" >&2; cat "$tmp/err.txt" >&2; fail=1; }
+fi
+expect_error "--backend tpu is not in this build (it has: cpu, cuda)" --model mlp --workers 2 --backend tpu
+expect_error "--tf32 is for --backend cuda" --model mlp --workers 2 --tf32
 expect_error "unknown model 'nope'" --model nope --workers 2
 expect_error "--kernels must be compiled, generated or interp" --model mlp --workers 2 --kernels gpu
 expect_error "--kernels interp runs one step" --model mlp --workers 2 --kernels interp --steps 3

@@ -6,6 +6,10 @@ with Debian's python3-torch (/usr/bin/python3). Prints which BLAS torch reaches 
 libopenblas0-pthread for a fair peer: the default reference BLAS is ~30x slower).
 
   torch_peer.py --model mlp|wresnet-50-1-i32-c8-k10|gpt-2-32-4-16|rnn-2-256|resnet18 [--batch B]
+
+--device cuda times the same step on the GPU (the GPU check, tools/gpu_check.sh, against
+tofu-run --backend cuda): float32 with TF32 off, as the CUDA engine runs by default, each
+step synchronised before its time is taken.
 """
 import argparse
 import json
@@ -188,26 +192,40 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
     model, loss_fn = build(args.model)
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = model.batch(args.batch)
+    model = model.to(args.device)
+    x, y = x.to(args.device), y.to(args.device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     times, losses = [], []
     for _ in range(args.steps):
+        if cuda:
+            torch.cuda.synchronize()
         t = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
         losses.append(loss.item())
     blas = sorted({l.split()[-1] for l in open("/proc/self/maps") if "blas" in l.lower()})
     med = statistics.median(times[2:] if len(times) > 4 else times)
     if args.json:
-        print(json.dumps({"model": args.model, "median_step_seconds": med, "torch": torch.__version__,
+        print(json.dumps({"model": args.model, "device": args.device,
+                          "gpu": torch.cuda.get_device_name() if cuda else None,
+                          "median_step_seconds": med, "torch": torch.__version__,
                           "threads": args.threads, "blas": blas, "loss": losses}))
     else:
         print(f"pytorch {torch.__version__} {args.model} batch {args.batch}, {args.threads} threads: "
