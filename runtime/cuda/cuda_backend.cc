@@ -323,6 +323,7 @@ public:
 
   llvm::Error finish(unsigned w) override {
     Worker &wk = workers_[w];
+    note(w, useDevice(options_.device), "selecting the device");
     cudaError_t e = cudaStreamSynchronize(wk.stream);
     if (wk.error.empty() && e != cudaSuccess)
       wk.error = fmt::format("running the step: {} ({})", cudaGetErrorName(e), cudaGetErrorString(e));
@@ -338,6 +339,7 @@ public:
 
   void mark(unsigned w, size_t step, Phase phase) override {
     Worker &wk = workers_[w];
+    note(w, useDevice(options_.device), "selecting the device");
     cudaEvent_t &ev = wk.marks[6 * step + static_cast<size_t>(phase)];
     if (!ev)
       note(w, cudaEventCreate(&ev), "creating a timing event");

@@ -178,8 +178,11 @@ std::optional<CudnnConv> cudnnConv(const ConvPlan &plan, const std::vector<Box> 
       v.strides.push_back(static_cast<int>(st[d]));
     }
     if (box.size() == 3) { // 1-D: a unit spatial dimension in front of the real one
+      const int64_t over = int64_t(v.dims[2]) * v.strides[2]; // steps over the real one
+      if (!fitsInt(over))
+        return false;
       v.dims.insert(v.dims.begin() + 2, 1);
-      v.strides.insert(v.strides.begin() + 2, v.dims[3] * v.strides[3]);
+      v.strides.insert(v.strides.begin() + 2, static_cast<int>(over));
     }
     return true;
   };

@@ -193,6 +193,21 @@ TEST(LibraryCalls, PaddingBecomesSymmetricOnlyWhereTheOutputSizeAgrees) {
   EXPECT_TRUE(s->stageWeights);
   EXPECT_EQ(s->x.offset, 64);
   EXPECT_EQ(s->w.offset, 9);
+  // A 1-D convolution is a 2-D one over a unit dimension, whose stride steps over the row.
+  ConvPlan u;
+  u.kind = ConvKind::Forward;
+  u.src = {{0, 2}, {0, 3}, {0, 10}};
+  u.weights = {{0, 4}, {0, 3}, {0, 3}};
+  u.dst = {{0, 2}, {0, 4}, {0, 8}};
+  u.srcIn = 0, u.wIn = 1;
+  u.strides = {1}, u.dilations = {1}, u.padBefore = {0}, u.padAfter = {0};
+  held = {u.src, u.weights};
+  auto one = cudnnConv(u, held);
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(one->x.dims, (std::vector<int>{2, 3, 1, 10}));
+  EXPECT_EQ(one->x.strides, (std::vector<int>{30, 10, 10, 1}));
+  EXPECT_EQ(one->y.strides, (std::vector<int>{32, 8, 8, 1}));
+  EXPECT_EQ(one->pad, (std::vector<int>{0, 0}));
 }
 
 } // namespace
