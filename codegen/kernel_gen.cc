@@ -561,14 +561,12 @@ private:
   }
 
   void emitReduction(const Red &r) {
-    const ir::Reduce &node = *r.node;
     if (block_ && !inReduction_ && outerSlot(r))
       return emitBlockReduction(r);
     const bool outer = inReduction_;
     inReduction_ = true;
     emitSerialReduction(r);
     inReduction_ = outer;
-    (void)node;
   }
 
   void emitSerialReduction(const Red &r) {
@@ -784,15 +782,19 @@ private:
     }
   }
 
-  /// The CUDA nest: a grid-stride loop over the share's elements, one per thread.
+  /// The CUDA nest. One thread per output element: a grid-stride loop over the share's
+  /// elements. With block_, one block per output element at a time: a block-stride loop
+  /// (the same trip count for every thread of a block), the outer reductions split across
+  /// the block's threads, thread 0 writing.
   void emitCudaNest() {
     const std::vector<unsigned> &ov = op_.outputVars;
     std::string total = "1";
     for (unsigned v : ov)
       total += fmt::format(" * n{}", v);
     line(fmt::format("const i64 total = {};", total));
-    line("for (i64 f = (i64)blockIdx.x * blockDim.x + threadIdx.x; f < total; "
-         "f += (i64)gridDim.x * blockDim.x) {");
+    line(block_ ? "for (i64 f = blockIdx.x; f < total; f += gridDim.x) {"
+                : "for (i64 f = (i64)blockIdx.x * blockDim.x + threadIdx.x; f < total; "
+                  "f += (i64)gridDim.x * blockDim.x) {");
     ++indent_;
     if (!ov.empty())
       line("i64 rest = f;");
@@ -804,34 +806,12 @@ private:
     emitSlot(-1);
     for (unsigned v : ov)
       emitSlot(static_cast<int>(v));
-    line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
-    --indent_;
-    line("}");
-  }
-
-  /// The CUDA block nest: one output element per block at a time (a block-stride loop, the
-  /// same trip count for every thread of a block), its outer reductions split across the
-  /// block's threads; thread 0 writes.
-  void emitCudaBlockNest() {
-    const std::vector<unsigned> &ov = op_.outputVars;
-    std::string total = "1";
-    for (unsigned v : ov)
-      total += fmt::format(" * n{}", v);
-    line(fmt::format("const i64 total = {};", total));
-    line("for (i64 f = blockIdx.x; f < total; f += gridDim.x) {");
-    ++indent_;
-    if (!ov.empty())
-      line("i64 rest = f;");
-    for (size_t k = ov.size(); k-- > 0;) {
-      line(fmt::format("const i64 v{0} = lo{0} + rest % n{0};", ov[k]));
-      if (k)
-        line(fmt::format("rest /= n{};", ov[k]));
+    if (block_) {
+      line("const float value = " + value(*op_.body) + ";");
+      line("if (threadIdx.x == 0) out[" + outputOffset() + "] = value;");
+    } else {
+      line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
     }
-    emitSlot(-1);
-    for (unsigned v : ov)
-      emitSlot(static_cast<int>(v));
-    line("const float value = " + value(*op_.body) + ";");
-    line("if (threadIdx.x == 0) out[" + outputOffset() + "] = value;");
     --indent_;
     line("}");
   }
@@ -905,7 +885,7 @@ private:
       line(fmt::format("const {}_args *a = &args;", kNameToken));
       emitLocals("a->");
       block_ = true;
-      emitVariants(&Lowering::emitCudaBlockNest);
+      emitVariants(&Lowering::emitCudaNest);
       block_ = false;
       --indent_;
       line("}");

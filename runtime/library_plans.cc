@@ -743,19 +743,15 @@ std::vector<int64_t> rowMajorStrides(const Box &box) {
   return s;
 }
 
-int64_t GemmPlan::outerCount() const {
+int64_t gemmLoopCount(const std::vector<GemmLoop> &loops) {
   int64_t n = 1;
-  for (const GemmLoop &l : outer)
+  for (const GemmLoop &l : loops)
     n *= l.n;
   return n;
 }
 
-int64_t GemmPlan::innerCount() const {
-  int64_t n = 1;
-  for (const GemmLoop &l : inner)
-    n *= l.n;
-  return n;
-}
+int64_t GemmPlan::outerCount() const { return gemmLoopCount(outer); }
+int64_t GemmPlan::innerCount() const { return gemmLoopCount(inner); }
 
 GemmOffsets gemmLoopOffsets(const std::vector<GemmLoop> &loops, int64_t it) {
   GemmOffsets o;

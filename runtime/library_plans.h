@@ -60,6 +60,8 @@ struct GemmOffsets {
   int64_t a = 0, b = 0, c = 0;
 };
 GemmOffsets gemmLoopOffsets(const std::vector<GemmLoop> &loops, int64_t it);
+/// How many iterations `loops` make (the product of their extents; 1 for none).
+int64_t gemmLoopCount(const std::vector<GemmLoop> &loops);
 
 /// Whether `op` is a contraction some share could run as one product.
 bool hasGemmForm(const InstOp &op);

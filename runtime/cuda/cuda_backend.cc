@@ -74,7 +74,8 @@ struct ConvCall {
   cudnnConvolutionDescriptor_t conv = nullptr;
   int algo = 0;
   int64_t workspace = 0;
-  int64_t stagedW = 0, stagedOut = 0; ///< scratch offsets of the staged weights and output
+  /// Scratch layout: the workspace, then the staged weights, then the staged output.
+  int64_t stagedW = 0, stagedOut = 0, scratchBytes = 0;
   BoxCopyParams gatherW, scatterOut;
 
   ~ConvCall() {
@@ -103,6 +104,8 @@ struct Prepared {
   cuda::CublasGemm gemm;
   std::shared_ptr<ConvCall> conv;
   ScatterPlan scatter;
+  cuda::ScatterParams scatterParams;
+  BoxCopyParams scatterZero; ///< the `0 * Z` term, where the plan has one
 };
 
 struct Worker {
@@ -432,11 +435,14 @@ private:
           pr.kind = Prepared::Conv;
           pr.conv = std::move(*conv);
           pr.what = pr.conv->c.describe();
-          stats_.extraBytes[w] = std::max(stats_.extraBytes[w], scratchNeed(*pr.conv));
+          stats_.extraBytes[w] = std::max(stats_.extraBytes[w], pr.conv->scratchBytes);
         }
       } else if (auto sc = scatterPlan(op, l.ranges, l.inputBoxes)) {
         pr.kind = Prepared::Scatter;
         pr.scatter = std::move(*sc);
+        pr.scatterParams = cuda::scatterParams(pr.scatter);
+        if (pr.scatter.zeroIn >= 0)
+          pr.scatterZero = cuda::scatterZeroTerm(pr.scatter);
         pr.what = "scatter-add (atomic adds, one k per q)";
       }
     }
@@ -470,15 +476,6 @@ private:
                  : std::clamp<int64_t>((total + kThreads - 1) / kThreads, 1, kMaxBlocks));
     pr.args = cuda::kernelArgBlock(l.ints, pr.in, pr.out, l.fast);
     return llvm::Error::success();
-  }
-
-  static int64_t scratchNeed(const ConvCall &c) {
-    int64_t n = aligned(c.workspace);
-    if (c.c.stageWeights)
-      n = std::max(n, c.stagedW + aligned(c.c.w.elements() * 4));
-    if (c.c.stageOutput)
-      n = std::max(n, c.stagedOut + aligned(c.c.x.elements() * 4));
-    return n;
   }
 
   llvm::Expected<std::shared_ptr<ConvCall>> makeConv(Worker &wk, cuda::CudnnConv call) {
@@ -555,6 +552,7 @@ private:
                                      c.describe(), options_.convWorkspaceLimit));
     cc->stagedW = aligned(cc->workspace);
     cc->stagedOut = cc->stagedW + (c.stageWeights ? aligned(c.w.elements() * 4) : 0);
+    cc->scratchBytes = cc->stagedOut + (c.stageOutput ? aligned(c.x.elements() * 4) : 0);
     if (c.stageWeights) // the filter's box of its held buffer, gathered dense
       cc->gatherW =
           cuda::boxCopyParams(c.weightsBox, 0, c.weightsHeld, 0, c.weightsBox, cuda::kOverwrite);
@@ -572,26 +570,17 @@ private:
   llvm::Error runGemm(Worker &wk, const Prepared &pr) {
     const cuda::CublasGemm &g = pr.gemm;
     const float *alpha = g.alphaInput >= 0 ? pr.in[g.alphaInput] : wk.constants + 1;
-    int64_t outerCount = 1, innerCount = 1;
-    for (const GemmLoop &l : g.loops)
-      outerCount *= l.n;
-    for (const GemmLoop &l : g.inner)
-      innerCount *= l.n;
-    for (int64_t it = 0; it < outerCount; ++it) {
-      const GemmOffsets o = gemmLoopOffsets(g.loops, it);
-      for (int64_t r = 0; r < innerCount; ++r) {
-        const GemmOffsets q = gemmLoopOffsets(g.inner, r);
-        TOFU_CUBLAS(cublasSgemmStridedBatched(
-                        wk.blas, g.transX ? CUBLAS_OP_T : CUBLAS_OP_N,
-                        g.transY ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(g.m),
-                        static_cast<int>(g.n), static_cast<int>(g.k), alpha,
-                        pr.in[g.x] + g.offX + o.a + q.a, static_cast<int>(g.ldx), g.strideX,
-                        pr.in[g.y] + g.offY + o.b + q.b, static_cast<int>(g.ldy), g.strideY,
-                        r == 0 ? wk.constants : wk.constants + 1, pr.out + o.c,
-                        static_cast<int>(g.ldc), g.strideC, static_cast<int>(g.batch)),
-                    pr.what);
-      }
-    }
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    g.forEachCall([&](int64_t offX, int64_t offY, int64_t offC, bool first) {
+      status = cublasSgemmStridedBatched(
+          wk.blas, g.transX ? CUBLAS_OP_T : CUBLAS_OP_N, g.transY ? CUBLAS_OP_T : CUBLAS_OP_N,
+          static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), alpha,
+          pr.in[g.x] + offX, static_cast<int>(g.ldx), g.strideX, pr.in[g.y] + offY,
+          static_cast<int>(g.ldy), g.strideY, first ? wk.constants : wk.constants + 1,
+          pr.out + offC, static_cast<int>(g.ldc), g.strideC, static_cast<int>(g.batch));
+      return status == CUBLAS_STATUS_SUCCESS;
+    });
+    TOFU_CUBLAS(status, pr.what);
     return llvm::Error::success();
   }
 
@@ -651,9 +640,9 @@ private:
     TOFU_CUDA(cudaMemsetAsync(pr.out, 0, static_cast<size_t>(p.outElems) * 4, wk.stream),
               "zeroing a scatter share");
     if (p.zeroIn >= 0)
-      TOFU_CUDA(cuda::launchBoxCopy(cuda::scatterZeroTerm(p), pr.out, pr.in[p.zeroIn], wk.stream),
+      TOFU_CUDA(cuda::launchBoxCopy(pr.scatterZero, pr.out, pr.in[p.zeroIn], wk.stream),
                 "a scatter's zero term");
-    TOFU_CUDA(cuda::launchScatter(cuda::scatterParams(p), pr.out, pr.in[p.idxIn], pr.in[p.dyIn],
+    TOFU_CUDA(cuda::launchScatter(pr.scatterParams, pr.out, pr.in[p.idxIn], pr.in[p.dyIn],
                                   wk.stream),
               "a scatter-add");
     return llvm::Error::success();

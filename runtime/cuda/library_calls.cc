@@ -16,14 +16,7 @@ GemmLoop swapped(const GemmLoop &l) { return GemmLoop{l.n, l.sb, l.sa, l.sc}; }
 
 } // namespace
 
-int64_t CublasGemm::calls() const {
-  int64_t n = 1;
-  for (const GemmLoop &l : loops)
-    n *= l.n;
-  for (const GemmLoop &l : inner)
-    n *= l.n;
-  return n;
-}
+int64_t CublasGemm::calls() const { return gemmLoopCount(loops) * gemmLoopCount(inner); }
 
 std::string CublasGemm::describe() const {
   std::string extra;
@@ -63,33 +56,25 @@ CublasGemm cublasGemm(const GemmPlan &p) {
 
 void referenceGemm(const CublasGemm &g, const float *const *in, float *out) {
   const float alpha = g.alphaInput >= 0 ? in[g.alphaInput][0] : 1.0f;
-  int64_t outerCount = 1, innerCount = 1;
-  for (const GemmLoop &l : g.loops)
-    outerCount *= l.n;
-  for (const GemmLoop &l : g.inner)
-    innerCount *= l.n;
-  for (int64_t it = 0; it < outerCount; ++it) {
-    const GemmOffsets o = gemmLoopOffsets(g.loops, it);
-    for (int64_t r = 0; r < innerCount; ++r) {
-      const GemmOffsets q = gemmLoopOffsets(g.inner, r);
-      for (int64_t b = 0; b < g.batch; ++b) {
-        const float *X = in[g.x] + g.offX + o.a + q.a + b * g.strideX;
-        const float *Y = in[g.y] + g.offY + o.b + q.b + b * g.strideY;
-        float *C = out + o.c + b * g.strideC;
-        for (int64_t j = 0; j < g.n; ++j)
-          for (int64_t i = 0; i < g.m; ++i) {
-            double s = 0;
-            for (int64_t l = 0; l < g.k; ++l) {
-              const float xv = g.transX ? X[l + i * g.ldx] : X[i + l * g.ldx];
-              const float yv = g.transY ? Y[j + l * g.ldy] : Y[l + j * g.ldy];
-              s += static_cast<double>(xv) * yv;
-            }
-            float &c = C[i + j * g.ldc];
-            c = static_cast<float>(alpha * s + (r == 0 ? 0.0 : c));
+  g.forEachCall([&](int64_t offX, int64_t offY, int64_t offC, bool first) {
+    for (int64_t b = 0; b < g.batch; ++b) {
+      const float *X = in[g.x] + offX + b * g.strideX;
+      const float *Y = in[g.y] + offY + b * g.strideY;
+      float *C = out + offC + b * g.strideC;
+      for (int64_t j = 0; j < g.n; ++j)
+        for (int64_t i = 0; i < g.m; ++i) {
+          double s = 0;
+          for (int64_t l = 0; l < g.k; ++l) {
+            const float xv = g.transX ? X[l + i * g.ldx] : X[i + l * g.ldx];
+            const float yv = g.transY ? Y[j + l * g.ldy] : Y[l + j * g.ldy];
+            s += static_cast<double>(xv) * yv;
           }
-      }
+          float &c = C[i + j * g.ldc];
+          c = static_cast<float>(alpha * s + (first ? 0.0 : c));
+        }
     }
-  }
+    return true;
+  });
 }
 
 bool TensorView::dense() const {

@@ -31,6 +31,22 @@ struct CublasGemm {
 
   int64_t calls() const;
   std::string describe() const;
+
+  /// Calls fn(offX, offY, offC, first) for each strided-batched call in order: the element
+  /// offsets of its X, Y and C from the inputs' (offX, offY included) and the output's
+  /// starts, and whether it overwrites C (beta 0) rather than accumulates. Stops at the
+  /// first call for which fn returns false.
+  template <typename Fn> void forEachCall(Fn fn) const {
+    const int64_t innerCount = gemmLoopCount(inner);
+    for (int64_t it = 0, n = gemmLoopCount(loops); it < n; ++it) {
+      const GemmOffsets o = gemmLoopOffsets(loops, it);
+      for (int64_t r = 0; r < innerCount; ++r) {
+        const GemmOffsets q = gemmLoopOffsets(inner, r);
+        if (!fn(offX + o.a + q.a, offY + o.b + q.b, o.c, r == 0))
+          return;
+      }
+    }
+  }
 };
 
 CublasGemm cublasGemm(const GemmPlan &plan);
