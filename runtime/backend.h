@@ -24,8 +24,11 @@ struct BackendStats {
   KernelCompileStats compile;
   unsigned interpreted = 0; ///< launches run on the interpreter (no kernel could be made)
   unsigned library = 0;     ///< launches run as a library call (oneDNN, cuBLAS, cuDNN)
-  /// Per worker, memory the backend needs beside its arena (library scratch space).
+  /// Per worker, memory the backend needs beside its arena (library scratch space, a
+  /// transport's staging buffer).
   std::vector<int64_t> extraBytes;
+  /// Per worker, the arena this process allocated for it (0 where it runs elsewhere).
+  std::vector<int64_t> arenaBytes;
 };
 
 class Backend {
@@ -58,11 +61,19 @@ public:
   /// Returns when everything worker `w` issued has run; the first error any of it met
   /// (an asynchronous backend reports failed copies and kernels here).
   virtual llvm::Error finish(unsigned w) { return llvm::Error::success(); }
+  /// Whether this process runs worker `w`. A backend of one process per worker (MPI) runs
+  /// one; the engine walks only the programs of the workers its backend runs, and copies
+  /// from the others cross the backend's transport.
+  virtual bool runsWorker(unsigned w) const { return true; }
 
   /// Timing on the device, for backends whose operations run asynchronously (host clocks
   /// would time the issuing): the engine marks each phase boundary of each step and, after
   /// finish, collects the seconds spent per step in copies, kernels and waiting.
-  enum class Phase { Fetch, Launch, Wait, Assemble, WaitAssembled, End };
+  enum class Phase { Fetch, Launch, Wait, Assemble, WaitAssembled, End, Carry };
+  /// Called as worker `w` enters the fetch and the assembly of step `step` and, with
+  /// `step` = the number of steps, the carries, whether or not it copies anything there:
+  /// a transport of matched sends posts then what the other workers fetch from `w`.
+  virtual void enter(unsigned w, size_t step, Phase phase) {}
   virtual bool timesOnDevice() const { return false; }
   virtual void mark(unsigned w, size_t step, Phase phase) {}
   /// Per step of worker `w`: {copy, kernel, idle} seconds of the step just finished.

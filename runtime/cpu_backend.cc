@@ -27,34 +27,68 @@ class CpuBackend final : public Backend {
 public:
   explicit CpuBackend(CpuBackendOptions o) : options_(std::move(o)) {}
   ~CpuBackend() override {
-    for (float *a : arenas_)
-      std::free(a);
+    if (!options_.allocateArena)
+      for (float *a : arenas_)
+        std::free(a);
     for (void *s : scratch_)
       std::free(s);
   }
 
   std::string name() const override { return "cpu"; }
 
+  bool runsWorker(unsigned w) const override { return local_.empty() || local_[w]; }
+
   llvm::Error prepare(const Program &program) override {
     program_ = &program;
     const unsigned k = program.workers;
+    if (!options_.workers.empty()) {
+      local_.assign(k, false);
+      for (unsigned w : options_.workers) {
+        if (w >= k)
+          return stringError(fmt::format("worker {} is not in the plan, which has {} workers", w, k));
+        local_[w] = true;
+      }
+    }
     threads_ = options_.threadsPerWorker > 0
                    ? options_.threadsPerWorker
                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency() / k));
+    const unsigned here = local_.empty()
+                              ? k
+                              : static_cast<unsigned>(std::count(local_.begin(), local_.end(), true));
     barrier_ = std::make_unique<SpinBarrier>(
-        k, k <= std::max(1u, std::thread::hardware_concurrency()) ? 2000 : 0);
+        here, k <= std::max(1u, std::thread::hardware_concurrency()) ? 2000 : 0);
+    arenas_.assign(k, nullptr);
+    stats_.arenaBytes.assign(k, 0);
     for (unsigned w = 0; w < k; ++w) {
+      if (!runsWorker(w))
+        continue;
       const int64_t bytes = std::max<int64_t>(64, program.worker[w].arenaBytes);
+      stats_.arenaBytes[w] = bytes;
+      if (options_.allocateArena) {
+        auto mem = options_.allocateArena(w, bytes);
+        if (!mem)
+          return mem.takeError();
+        arenas_[w] = *mem;
+        continue;
+      }
       void *mem = std::aligned_alloc(64, static_cast<size_t>((bytes + 63) / 64 * 64));
       if (!mem)
         return stringError(fmt::format("worker {}: cannot allocate its arena of {} bytes", w,
                                        program.worker[w].arenaBytes));
-      arenas_.push_back(static_cast<float *>(mem));
+      arenas_[w] = static_cast<float *>(mem);
     }
-    // Kernels: one per instantiation, compiled in one batch.
+    // Kernels: one per instantiation the local workers launch, compiled in one batch.
+    std::vector<bool> used(program.kernels.size(), false);
+    for (unsigned w = 0; w < k; ++w)
+      if (runsWorker(w))
+        for (const ProgramStep &st : program.worker[w].steps)
+          if (st.launches)
+            used[st.launch.kernel] = true;
     std::vector<KernelSource> sources;
     std::vector<std::string> kernelName(program.kernels.size());
     for (size_t i = 0; i < program.kernels.size(); ++i) {
+      if (!used[i])
+        continue;
       auto src = generateKernel(*program.kernels[i].op, KernelDialect::Cpp);
       if (!src) {
         llvm::consumeError(src.takeError()); // the interpreter runs it
@@ -69,6 +103,8 @@ public:
     stats_.extraBytes.assign(k, 0);
     prepared_.assign(k, {});
     for (unsigned w = 0; w < k; ++w) {
+      if (!runsWorker(w))
+        continue;
       const WorkerProgram &wp = program.worker[w];
       prepared_[w].resize(wp.steps.size());
       for (size_t s = 0; s < wp.steps.size(); ++s) {
@@ -95,9 +131,10 @@ public:
       }
     }
     for (unsigned w = 0; w < k; ++w) {
-      scratch_.push_back(
-          std::aligned_alloc(64, static_cast<size_t>((stats_.extraBytes[w] + 64) / 64 * 64)));
-      if (!scratch_.back())
+      scratch_.push_back(runsWorker(w) ? std::aligned_alloc(64, static_cast<size_t>(
+                                                                    (stats_.extraBytes[w] + 64) / 64 * 64))
+                                       : nullptr);
+      if (runsWorker(w) && !scratch_.back())
         return stringError(fmt::format("worker {}: cannot allocate {} bytes of scratch space", w,
                                        stats_.extraBytes[w]));
     }
@@ -184,7 +221,8 @@ private:
   int threads_ = 1;
   std::unique_ptr<SpinBarrier> barrier_;
   CpuKernelLibrary kernels_;
-  std::vector<float *> arenas_;
+  std::vector<bool> local_; ///< per worker, whether it runs here (empty: all do)
+  std::vector<float *> arenas_; ///< per worker (null for those that run elsewhere)
   std::vector<void *> scratch_; ///< per worker, the scratch space its library calls share
   std::vector<std::vector<Prepared>> prepared_; ///< per worker, per step
   BackendStats stats_;

@@ -5,7 +5,9 @@
 #ifndef TOFU_RUNTIME_CPU_BACKEND_H
 #define TOFU_RUNTIME_CPU_BACKEND_H
 
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "runtime/backend.h"
 
@@ -17,6 +19,14 @@ struct CpuBackendOptions {
   int threadsPerWorker = 0;
   /// Shares a oneDNN call expresses run it; off: every share runs its generated kernel.
   bool library = true;
+  /// The workers this process runs (empty: all of them, as threads). Only their arenas are
+  /// allocated and only their kernels compiled; the backend of one process per worker
+  /// (runtime/mpi) runs one and copies the others' regions itself.
+  std::vector<unsigned> workers;
+  /// Where a worker's arena lives (at least `bytes`, 64-byte aligned), owned by the caller;
+  /// default: host memory the backend allocates and frees. The MPI backend allocates each
+  /// arena as its process's RMA window.
+  std::function<llvm::Expected<float *>(unsigned w, int64_t bytes)> allocateArena;
 };
 
 std::unique_ptr<Backend> makeCpuBackend(const CpuBackendOptions &options = {});

@@ -35,13 +35,15 @@ struct Engine::Impl {
   std::map<unsigned, Tensor> inputs; ///< written again before every step
   std::vector<std::vector<NodeTime>> profile; ///< per worker, per node, summed over steps
 
-  // Workers 1..k-1 are threads that live as long as the engine, so per-thread state (OpenMP's
-  // team, oneDNN's caches) is made once, not every step; the caller's thread is worker 0.
+  // The first local worker runs on the caller's thread; the others are threads that live as
+  // long as the engine, so per-thread state (OpenMP's team, oneDNN's caches) is made once,
+  // not every step.
+  std::vector<unsigned> local; ///< the workers the backend runs in this process
   std::vector<std::thread> threads;
   std::mutex mutex;
   std::condition_variable wake, done;
   uint64_t generation = 0; ///< bumped to start a step
-  unsigned running = 0;    ///< workers 1..k-1 still in the current step
+  unsigned running = 0;    ///< local workers but the first still in the current step
   bool quit = false;
   std::vector<std::string> errors;
   std::atomic<int64_t> moved{0}, carried{0};
@@ -61,8 +63,8 @@ struct Engine::Impl {
 
 void Engine::Impl::startThreads() {
   errors.assign(program.workers, "");
-  for (unsigned w = 1; w < program.workers; ++w)
-    threads.emplace_back([this, w] {
+  for (size_t i = 1; i < local.size(); ++i)
+    threads.emplace_back([this, w = local[i]] {
       uint64_t seen = 0;
       for (;;) {
         {
@@ -101,6 +103,7 @@ void Engine::Impl::runWorker(unsigned w) {
     const ProgramStep &st = wp.steps[i];
     Clock::time_point t0 = timing ? Clock::now() : Clock::time_point();
     mark(i, Phase::Fetch);
+    b.enter(w, i, Phase::Fetch);
     for (const RegionCopy &cp : st.fetch) {
       b.copy(w, cp, nullptr);
       if (cp.from != w)
@@ -121,6 +124,7 @@ void Engine::Impl::runWorker(unsigned w) {
     if (timing)
       profile[w][i].waitSeconds += since(t0), t0 = Clock::now();
     mark(i, Phase::Assemble);
+    b.enter(w, i, Phase::Assemble);
     if (st.assembles) {
       const ir::Reducer &reducer = program.nodes[st.node].reducer;
       if (st.initIdentity)
@@ -144,6 +148,7 @@ void Engine::Impl::runWorker(unsigned w) {
   // Carry the updates into the tensors they replace. Updated values and the tiles they
   // replace are distinct live buffers, so workers copy concurrently once all have computed.
   int64_t carriedBytes = 0;
+  b.enter(w, wp.steps.size(), Phase::Carry);
   for (const RegionCopy &cp : wp.carries) {
     b.copy(w, cp, nullptr);
     if (cp.from != w)
@@ -179,15 +184,20 @@ llvm::Expected<std::unique_ptr<Engine>> Engine::create(Program program,
   const Program &prog = impl->program;
   if (llvm::Error e = impl->backend->prepare(prog))
     return std::move(e);
-  impl->profile.assign(prog.workers, {});
   for (unsigned w = 0; w < prog.workers; ++w)
+    if (impl->backend->runsWorker(w))
+      impl->local.push_back(w);
+  if (impl->local.empty())
+    return stringError("the backend runs none of the plan's workers");
+  impl->profile.assign(prog.workers, {});
+  for (unsigned w : impl->local)
     for (size_t i = 0; i < prog.worker[w].steps.size(); ++i) {
       const ProgramNode &n = prog.nodes[prog.worker[w].steps[i].node];
       impl->profile[w].push_back({n.name, n.op, impl->backend->describe(w, i), 0, 0, 0});
     }
   impl->startThreads();
   if (options.checking)
-    for (unsigned w = 0; w < prog.workers; ++w)
+    for (unsigned w : impl->local)
       impl->backend->fill(w, 0, prog.worker[w].arenaBytes / 4 * 4,
                           std::numeric_limits<float>::quiet_NaN());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -202,7 +212,7 @@ llvm::Error Engine::set(unsigned tensor, const Tensor &value) {
   std::vector<float> f(value.data.begin(), value.data.end());
   if (f.empty())
     f.push_back(0);
-  for (unsigned w = 0; w < m.program.workers; ++w) {
+  for (unsigned w : m.local) {
     const Box &tile = pt.tiles[w];
     const int64_t off = m.program.worker[w].tileOffset[tensor];
     if (off < 0 || boxElements(tile) == 0)
@@ -219,7 +229,7 @@ llvm::Expected<StepStats> Engine::step() {
   const unsigned k = m.program.workers;
   auto start = std::chrono::steady_clock::now();
   if (m.options.checking) // what a step did not write must not be read
-    for (unsigned w = 0; w < k; ++w)
+    for (unsigned w : m.local)
       for (const BufferSpan &b : m.program.worker[w].scratchBuffers)
         m.backend->fill(w, b.offset, b.bytes, std::numeric_limits<float>::quiet_NaN());
   for (const auto &[t, v] : m.inputs)
@@ -230,11 +240,11 @@ llvm::Expected<StepStats> Engine::step() {
   m.carried = 0;
   {
     std::lock_guard<std::mutex> lock(m.mutex);
-    m.running = k - 1;
+    m.running = static_cast<unsigned>(m.local.size()) - 1;
     ++m.generation;
   }
   m.wake.notify_all();
-  m.runWorker(0);
+  m.runWorker(m.local.front());
   {
     std::unique_lock<std::mutex> lock(m.mutex);
     m.done.wait(lock, [&] { return m.running == 0; });
@@ -255,7 +265,7 @@ Tensor Engine::get(unsigned tensor) const {
   Tensor out(pt.shape, std::numeric_limits<double>::quiet_NaN());
   Box all = wholeBox(pt.shape);
   std::vector<float> f(std::max<int64_t>(1, out.size()), std::numeric_limits<float>::quiet_NaN());
-  for (unsigned w = 0; w < m.program.workers; ++w) {
+  for (unsigned w : m.local) {
     const Box &tile = pt.tiles[w];
     const int64_t off = m.program.worker[w].tileOffset[tensor];
     if (off < 0 || boxElements(tile) == 0)
@@ -275,6 +285,7 @@ std::vector<int64_t> Engine::arenaBytes() const {
 }
 
 const Program &Engine::program() const { return impl_->program; }
+const std::vector<unsigned> &Engine::localWorkers() const { return impl_->local; }
 const Backend &Engine::backend() const { return *impl_->backend; }
 BackendStats Engine::backendStats() const { return impl_->backend->stats(); }
 const std::vector<std::vector<NodeTime>> &Engine::profile() const { return impl_->profile; }

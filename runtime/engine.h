@@ -57,7 +57,8 @@ struct StepStats {
 };
 
 /// Runs the workers' programs (codegen/program.h) on a backend (runtime/backend.h), one
-/// host thread per worker, step after step.
+/// host thread per worker, step after step. A backend of one process per worker (MPI) runs
+/// some of the workers here: the engine then walks, writes and reads only theirs.
 class Engine {
 public:
   /// On the CPU backend: builds every worker's program, compiles the kernels (one batch),
@@ -72,13 +73,18 @@ public:
   ~Engine();
 
   /// Writes a whole tensor without a producer (an input, weight or optimiser state) into
-  /// the tiles of the workers holding it. Inputs are kept and written again every step.
+  /// the tiles of the (local) workers holding it. Inputs are kept and written again every
+  /// step.
   llvm::Error set(unsigned tensor, const Tensor &value);
-  /// Runs one step; then carries each update into the tensor it updates.
+  /// Runs one step; then carries each update into the tensor it updates. The bytes moved
+  /// are those the local workers fetched.
   llvm::Expected<StepStats> step();
-  /// A whole tensor assembled from its tiles. Only tensors live at the end of a step
-  /// (weights, optimiser state, graph outputs) are meaningful.
+  /// A whole tensor assembled from its tiles (on the local workers: NaN where none holds
+  /// it). Only tensors live at the end of a step (weights, optimiser state, graph outputs)
+  /// are meaningful.
   Tensor get(unsigned tensor) const;
+  /// The workers this process runs (all, but on a backend of one process per worker).
+  const std::vector<unsigned> &localWorkers() const;
   /// Each worker's arena size.
   std::vector<int64_t> arenaBytes() const;
   const Program &program() const;

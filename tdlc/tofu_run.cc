@@ -32,6 +32,11 @@
 #ifdef TOFU_CUDA_BACKEND
 #include "runtime/cuda/cuda_backend.h"
 #endif
+#ifdef TOFU_MPI_BACKEND
+#include <mpi.h>
+
+#include "runtime/mpi/mpi_backend.h"
+#endif
 #include "search/report.h"
 #include "search/search.h"
 #include "tdlc/graph_source.h"
@@ -62,10 +67,16 @@ constexpr const char *kDefaultBackend = "cpu";
 constexpr const char *kDefaultBackend = "cuda";
 #endif
 cl::opt<std::string> backend("backend",
-                             cl::desc("Executor: cpu (threads over host arenas) or cuda (streams "
-                                      "over arenas on one GPU; k workers share it); the default "
-                                      "is the first this build has"),
+                             cl::desc("Executor: cpu (threads over host arenas), cuda (streams "
+                                      "over arenas on one GPU; k workers share it) or mpi (one "
+                                      "process per worker, started by mpirun -np K; CPU "
+                                      "kernels); the default is the first this build has"),
                              cl::init(kDefaultBackend), cl::cat(runCategory));
+cl::opt<std::string> mpiTransport("mpi-transport",
+                                  cl::desc("With --backend mpi: how regions cross processes: get "
+                                           "(default: one-sided reads of the owner's arena, an "
+                                           "RMA window) or sendrecv (matched sends and receives)"),
+                                  cl::init("get"), cl::cat(runCategory));
 cl::opt<bool> tf32("tf32", cl::desc("With --backend cuda: let cuBLAS and cuDNN use TF32 tensor "
                                     "cores (default off: float32 math)"),
                    cl::cat(runCategory));
@@ -127,9 +138,100 @@ cl::opt<bool> dumpPlan("dump-plan", cl::desc("Print the execution plan, one line
 cl::opt<std::string> opsDir("ops", cl::desc("The operator library (default: ops)"), cl::init("ops"),
                             cl::value_desc("DIR"), cl::cat(runCategory));
 
+/// With --backend mpi: this process among those mpirun started.
+struct Processes {
+  bool on = false;
+  int rank = 0, size = 1;
+};
+Processes procs;
+
 int fail(const std::string &msg, int code = 1) {
-  llvm::errs() << "tofu-run: " << msg << "\n";
+  if (!procs.on) {
+    llvm::errs() << "tofu-run: " << msg << "\n";
+    return code;
+  }
+  llvm::errs() << fmt::format("tofu-run: rank {} of {}: {}\n", procs.rank, procs.size, msg);
+  llvm::errs().flush();
+#ifdef TOFU_MPI_BACKEND
+  // The others may be waiting on this process in a collective: end the whole job.
+  MPI_Abort(MPI_COMM_WORLD, code);
+#endif
   return code;
+}
+
+// Figures over every process (the value itself without MPI).
+int64_t sumOverProcesses(int64_t x) {
+#ifdef TOFU_MPI_BACKEND
+  if (procs.on)
+    MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+#endif
+  return x;
+}
+
+std::vector<int64_t> gatherOverProcesses(int64_t x) {
+  std::vector<int64_t> all(procs.size, x);
+#ifdef TOFU_MPI_BACKEND
+  if (procs.on)
+    MPI_Allgather(&x, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
+#endif
+  return all;
+}
+
+/// The value of a rank-0 tensor, from whichever process holds it.
+double scalarOverProcesses(const tofu::Engine &e, unsigned t) {
+  double v = e.get(t).data.at(0);
+#ifdef TOFU_MPI_BACKEND
+  if (procs.on) {
+    std::vector<double> all(procs.size);
+    MPI_Allgather(&v, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+    for (double x : all)
+      if (!std::isnan(x))
+        return x;
+  }
+#endif
+  return v;
+}
+
+/// Per element of tensor `t`, whether a worker of this process holds it.
+std::vector<bool> heldHere(const tofu::Engine &e, unsigned t) {
+  const tofu::ProgramTensor &pt = e.program().tensors[t];
+  int64_t n = 1;
+  for (int64_t d : pt.shape)
+    n *= d;
+  std::vector<bool> held(n, false);
+  for (unsigned w : e.localWorkers()) {
+    const tofu::Box &box = pt.tiles[w];
+    if (e.program().worker[w].tileOffset[t] < 0 || (tofu::boxElements(box) == 0 && !box.empty()))
+      continue;
+    std::vector<int64_t> c(box.size());
+    for (size_t d = 0; d < box.size(); ++d)
+      c[d] = box[d].lo;
+    for (;;) {
+      int64_t flat = 0;
+      for (size_t d = 0; d < box.size(); ++d)
+        flat = flat * pt.shape[d] + c[d];
+      held[flat] = true;
+      size_t d = box.size();
+      while (d-- > 0) {
+        if (++c[d] < box[d].hi)
+          break;
+        c[d] = box[d].lo;
+      }
+      if (d == static_cast<size_t>(-1))
+        break;
+    }
+  }
+  return held;
+}
+
+/// This process's peak resident memory (VmHWM), or 0 where /proc does not say.
+int64_t peakResidentBytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0)
+      return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+  return 0;
 }
 
 double seconds(std::chrono::steady_clock::time_point since) {
@@ -150,14 +252,42 @@ std::vector<std::string> backends() {
 #ifdef TOFU_CUDA_BACKEND
   out.push_back("cuda");
 #endif
+#ifdef TOFU_MPI_BACKEND
+  out.push_back("mpi");
+#endif
   return out;
 }
 
 /// The engine of --backend running `plan`.
+/// `local`: the engine runs in this process alone (the unpartitioned reference of --verify).
 llvm::Expected<std::unique_ptr<tofu::Engine>> makeEngine(const tofu::Problem &p,
                                                          const tofu::ExecPlan &plan,
                                                          const tofu::MemoryPlan &memory,
-                                                         const tofu::EngineOptions &options) {
+                                                         const tofu::EngineOptions &options,
+                                                         bool local = false) {
+#ifdef TOFU_MPI_BACKEND
+  if (backend == "mpi" && !local) {
+    auto program = tofu::buildProgram(p, plan, memory);
+    if (!program)
+      return program.takeError();
+    // Every process searched on its own: they must have found the same program.
+    uint64_t h = std::hash<std::string>()(tofu::programDump(*program));
+    uint64_t lo = h, hi = h;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    if (lo != hi)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "the processes built different programs from the same "
+                                     "model (were they given different options or operator "
+                                     "libraries?)");
+    tofu::MpiBackendOptions mpi;
+    mpi.cpu.compile = options.compile;
+    mpi.cpu.threadsPerWorker = options.threadsPerWorker;
+    mpi.cpu.library = options.library;
+    tofu::parseMpiTransport(mpiTransport, mpi.transport);
+    return tofu::Engine::create(std::move(*program), tofu::makeMpiBackend(mpi), options);
+  }
+#endif
 #ifdef TOFU_CUDA_BACKEND
   if (backend == "cuda") {
     auto program = tofu::buildProgram(p, plan, memory);
@@ -237,10 +367,15 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       llvm::outs() << fmt::format("resumed from {} ({} steps trained before)\n",
                                   tofu::checkpointFile(loadDir), stepsBefore);
     const bool gpu = backend == "cuda";
+    const std::string engineName =
+        gpu        ? "CUDA"
+        : procs.on ? fmt::format("MPI ({} processes, {} transport) CPU", procs.size,
+                                 std::string(mpiTransport))
+                   : "CPU";
     llvm::outs() << fmt::format(
         "{} training ({}, lr {}, batch {}): {} nodes on {} workers, algorithm {}, {} engine "
         "(float32{}, {})\n",
-        name, optimizer, lr, batch, p.nodes.size(), workers, algorithm, gpu ? "CUDA" : "CPU",
+        name, optimizer, lr, batch, p.nodes.size(), workers, algorithm, engineName,
         gpu && tf32 ? " with TF32 products" : "",
         !options.library ? "generated kernels"
         : gpu            ? "cuBLAS, cuDNN + generated kernels"
@@ -270,12 +405,12 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     auto r = (*engine)->step();
     if (!r)
       return fail(fmt::format("{}: step {}: {}", name, s + 1, llvm::toString(r.takeError())));
-    moved = r->bytesMoved;
+    moved = sumOverProcesses(r->bytesMoved);
     if (s == 0 && verify) // --verify compares the first step: later steps compound rounding
       for (unsigned t : compared)
         afterFirst.push_back((*engine)->get(t));
     stepSeconds.push_back(r->seconds);
-    losses.push_back((*engine)->get(lossTensor).data.at(0));
+    losses.push_back(scalarOverProcesses(**engine, lossTensor));
     if (terminal) {
       llvm::outs() << fmt::format("\rstep {}/{}: loss {:.5f}, {:.3f} s", s + 1, unsigned(steps),
                                   losses.back(), r->seconds);
@@ -298,6 +433,14 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                   stepsBefore + steps, tofu::checkpointFile(saveDir));
   }
   std::vector<int64_t> peaks = (*engine)->arenaBytes();
+  // Under MPI: what each process allocated for its worker's arena, and its peak resident
+  // memory (the arena, the kernels, the program, MPI's buffers, the host's copies of the
+  // inputs).
+  std::vector<int64_t> allocated, residentPeak;
+  if (procs.on) {
+    allocated = gatherOverProcesses(bs.arenaBytes.at(procs.rank));
+    residentPeak = gatherOverProcesses(peakResidentBytes());
+  }
   const double med = median(stepSeconds);
   int status = moved == predicted ? 0 : 1;
 
@@ -315,7 +458,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       return fail(llvm::toString(onePlan.takeError()));
     tofu::ExecPlan oneExec = tofu::buildExecPlan(p, *onePlan);
     tofu::MemoryPlan oneMemory = tofu::planMemory(p, oneExec, training.outputs);
-    auto ref = makeEngine(p, oneExec, oneMemory, options);
+    // Under MPI every process runs the reference itself and compares the tiles it holds.
+    auto ref = makeEngine(p, oneExec, oneMemory, options, /*local=*/true);
     if (!ref)
       return fail("the unpartitioned run: " + llvm::toString(ref.takeError()));
     for (const auto &[t, v] : values)
@@ -328,23 +472,44 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       return fail(llvm::toString(std::move(e)));
     if (auto r = (*ref)->step(); !r)
       return fail("the unpartitioned run: " + llvm::toString(r.takeError()));
+    std::string nonFinite;
     for (size_t i = 0; i < compared.size(); ++i) {
       unsigned t = compared[i];
-      double e = tofu::maxRelativeError(afterFirst[i], (*ref)->get(t));
+      tofu::Tensor expected = (*ref)->get(t);
+      const std::vector<bool> held = heldHere(**engine, t);
+      for (size_t x = 0; x < held.size(); ++x)
+        if (!held[x]) // another process's: NaN on both sides
+          expected.data[x] = std::numeric_limits<double>::quiet_NaN();
+      double e = tofu::maxRelativeError(afterFirst[i], expected);
       if (e > worst || worstName.empty()) {
         worst = std::max(worst, e);
         worstName = p.tensors[t].name;
       }
+      // NaN compares equal to NaN in maxRelativeError: a step that makes NaN (or infinity)
+      // must not pass as "equal".
+      for (size_t x = 0; x < held.size() && nonFinite.empty(); ++x)
+        if (held[x] && !std::isfinite(afterFirst[i].data[x]))
+          nonFinite = p.tensors[t].name;
     }
-    // NaN compares equal to NaN in maxRelativeError: a step that makes NaN (or infinity)
-    // must not pass as "equal".
-    std::string nonFinite;
-    for (size_t i = 0; i < compared.size() && nonFinite.empty(); ++i)
-      for (double v : afterFirst[i].data)
-        if (!std::isfinite(v)) {
-          nonFinite = p.tensors[compared[i]].name;
-          break;
-        }
+#ifdef TOFU_MPI_BACKEND
+    if (procs.on) { // the worst over the processes, with its tensor's name
+      struct {
+        double value;
+        int rank;
+      } mine{worst, procs.rank}, all{0, 0};
+      MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+      worst = all.value;
+      char buf[256] = {};
+      std::snprintf(buf, sizeof buf, "%s", worstName.c_str());
+      MPI_Bcast(buf, sizeof buf, MPI_CHAR, all.rank, MPI_COMM_WORLD);
+      worstName = buf;
+      std::snprintf(buf, sizeof buf, "%s", nonFinite.c_str());
+      std::vector<char> names(sizeof buf * procs.size);
+      MPI_Allgather(buf, sizeof buf, MPI_CHAR, names.data(), sizeof buf, MPI_CHAR, MPI_COMM_WORLD);
+      for (int r = 0; r < procs.size && nonFinite.empty(); ++r)
+        nonFinite = std::string(names.data() + r * sizeof buf);
+    }
+#endif
     bool ok = worst <= tolerance && nonFinite.empty();
     if (!ok)
       status = 1;
@@ -366,6 +531,12 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     j["median_step_seconds"] = med;
     j["samples_per_second"] = med > 0 ? double(batch) / med : 0.0;
     j["worker_peak_bytes"] = peaks;
+    if (procs.on) {
+      j["processes"] = procs.size;
+      j["mpi_transport"] = std::string(mpiTransport);
+      j["process_arena_bytes"] = allocated;
+      j["process_peak_resident_bytes"] = residentPeak;
+    }
     j["single_worker_peak_bytes"] = onePeak;
     j["bytes_moved"] = moved;
     j["predicted_bytes"] = predicted;
@@ -406,14 +577,30 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   }
   llvm::outs() << fmt::format("bytes moved per step {} (the plan predicts {}: {})\n", moved,
                               predicted, moved == predicted ? "equal" : "DIFFERENT");
-  llvm::outs() << "\n| worker | peak memory (arena) | / (single-worker peak / k) |\n| ---: | ---: | ---: |\n";
-  for (unsigned w = 0; w < workers; ++w)
-    llvm::outs() << fmt::format("| {} | {} | {:.3f} |\n", w, tofu::humanBytes(double(peaks[w])),
-                                double(peaks[w]) * workers / double(onePeak));
+  if (procs.on) {
+    llvm::outs() << "\n| worker (process) | planned arena | allocated by its process | / "
+                    "(single-worker peak / k) | process peak resident |\n| ---: | ---: | ---: | "
+                    "---: | ---: |\n";
+    for (unsigned w = 0; w < workers; ++w)
+      llvm::outs() << fmt::format("| {} | {} | {} | {:.3f} | {} |\n", w,
+                                  tofu::humanBytes(double(peaks[w])),
+                                  tofu::humanBytes(double(allocated[w])),
+                                  double(peaks[w]) * workers / double(onePeak),
+                                  tofu::humanBytes(double(residentPeak[w])));
+  } else {
+    llvm::outs() << "\n| worker | peak memory (arena) | / (single-worker peak / k) |\n| ---: | ---: | ---: |\n";
+    for (unsigned w = 0; w < workers; ++w)
+      llvm::outs() << fmt::format("| {} | {} | {:.3f} |\n", w, tofu::humanBytes(double(peaks[w])),
+                                  double(peaks[w]) * workers / double(onePeak));
+  }
   llvm::outs() << fmt::format("single-worker peak: {}\n", tofu::humanBytes(double(onePeak)));
   {
     const std::vector<int64_t> &scratch = bs.extraBytes;
     int64_t most = scratch.empty() ? 0 : *std::max_element(scratch.begin(), scratch.end());
+    if (procs.on) {
+      const std::vector<int64_t> all = gatherOverProcesses(most);
+      most = *std::max_element(all.begin(), all.end());
+    }
     if (most > 0)
       llvm::outs() << fmt::format("library scratch space beside the arenas: {} per worker (at most)\n",
                                   tofu::humanBytes(double(most)));
@@ -468,7 +655,8 @@ int main(int argc, char **argv) {
       "check it against the unpartitioned run\n\n"
       "  tofu-run --model NAME [--batch B] --workers K [--steps N] [--verify]\n"
       "  tofu-run --graph FILE.json --workers K [--steps N] [--verify]\n"
-      "  tofu-run --onnx FILE.onnx [--batch B] --workers K [--steps N] [--verify]\n\n"
+      "  tofu-run --onnx FILE.onnx [--batch B] --workers K [--steps N] [--verify]\n"
+      "  mpirun -np K tofu-run --backend mpi --model NAME [--steps N] [--verify]\n\n"
       "Kernels are generated from the ops' TDL, compiled by the host C++ compiler ($CXX, else "
       "c++) and cached in $TOFU_KERNEL_CACHE (default ~/.cache/tofu/kernels): a second run "
       "compiles nothing. Data is synthetic: one fixed random batch (--seed), so the loss falls "
@@ -480,8 +668,6 @@ int main(int argc, char **argv) {
           "otherwise, 2 on bad usage.\n");
   if (int(!model.empty()) + int(!graphFile.empty()) + int(!onnxFile.empty()) != 1)
     return fail("give exactly one of --model, --graph or --onnx (see --help)", 2);
-  if (workers == 0)
-    return fail("--workers K is required (K >= 1)", 2);
   {
     const std::vector<std::string> have = backends();
     if (std::find(have.begin(), have.end(), std::string(backend)) == have.end()) {
@@ -491,6 +677,42 @@ int main(int argc, char **argv) {
       return fail("--backend " + backend + " is not in this build (it has: " + list + ")", 2);
     }
   }
+#ifdef TOFU_MPI_BACKEND
+  if (backend == "mpi") {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    procs.on = true;
+    MPI_Comm_rank(MPI_COMM_WORLD, &procs.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &procs.size);
+    std::atexit([] {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized)
+        MPI_Finalize();
+    });
+    if (workers == 0)
+      workers = static_cast<unsigned>(procs.size);
+    if (workers != static_cast<unsigned>(procs.size))
+      return fail(fmt::format("--workers {} but mpirun started {} processes: one process runs "
+                              "each worker (mpirun -np {})",
+                              unsigned(workers), procs.size, unsigned(workers)),
+                  2);
+    tofu::MpiTransport t;
+    if (!tofu::parseMpiTransport(mpiTransport, t))
+      return fail("--mpi-transport must be get or sendrecv", 2);
+    if (!saveDir.empty() || !loadDir.empty())
+      return fail("--save and --load are not available with --backend mpi yet", 2);
+    if (kernelsMode == "interp")
+      return fail("--kernels interp is the one-process reference executor; use --backend cpu", 2);
+    // One report: the first process prints, the others only their errors.
+    if (procs.rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
+      return fail("cannot silence the standard output of process " + std::to_string(procs.rank));
+  }
+#endif
+  if (mpiTransport.getNumOccurrences() > 0 && backend != "mpi")
+    return fail("--mpi-transport is for --backend mpi", 2);
+  if (workers == 0)
+    return fail("--workers K is required (K >= 1)", 2);
   if (tf32 && backend != "cuda")
     return fail("--tf32 is for --backend cuda", 2);
   if (backend == "cuda" && kernelsMode == "interp")

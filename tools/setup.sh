@@ -21,6 +21,8 @@ packages=(
   protobuf-compiler
   python3
   libdnnl-dev            # oneDNN 2.6: library kernels for matrix products and convolutions
+  libopenmpi-dev         # Open MPI 4.1: one process per worker (tofu-run --backend mpi)
+  openmpi-bin            # mpirun
 )
 
 missing=()
