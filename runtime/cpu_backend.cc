@@ -62,7 +62,7 @@ public:
     for (unsigned w = 0; w < k; ++w) {
       if (!runsWorker(w))
         continue;
-      const int64_t bytes = std::max<int64_t>(64, program.worker[w].arenaBytes);
+      const int64_t bytes = (std::max<int64_t>(64, program.worker[w].arenaBytes) + 63) / 64 * 64;
       stats_.arenaBytes[w] = bytes;
       if (options_.allocateArena) {
         auto mem = options_.allocateArena(w, bytes);
@@ -71,7 +71,7 @@ public:
         arenas_[w] = *mem;
         continue;
       }
-      void *mem = std::aligned_alloc(64, static_cast<size_t>((bytes + 63) / 64 * 64));
+      void *mem = std::aligned_alloc(64, static_cast<size_t>(bytes));
       if (!mem)
         return stringError(fmt::format("worker {}: cannot allocate its arena of {} bytes", w,
                                        program.worker[w].arenaBytes));

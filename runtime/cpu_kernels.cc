@@ -192,8 +192,10 @@ llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
     Unit &u = units[n];
     if (exists(u.so))
       return;
-    std::string src = dir + "/" + u.key + ".cc";
+    // Private names until the rename: processes compiling the same unit at once (one per
+    // worker under mpirun) must not truncate each other's source while a compiler reads it.
     std::string tmp = fmt::format("{}.{}.{}.tmp", u.so, ::getpid(), n);
+    std::string src = tmp + ".cc";
     std::string log = tmp + ".log";
     {
       std::ofstream f(src);
@@ -214,6 +216,7 @@ llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
       return;
     }
     std::remove(log.c_str());
+    std::remove(src.c_str());
     if (std::rename(tmp.c_str(), u.so.c_str()) != 0) {
       u.error = fmt::format("cannot move {} into the cache: {}", tmp, std::strerror(errno));
       return;

@@ -312,7 +312,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                 const tofu::MemoryPlan &memory, int64_t onePeak, int64_t predicted,
                 const std::string &algorithm) {
   const bool json = format == "json";
-  const bool terminal = !json && ::isatty(STDOUT_FILENO);
+  // mpirun hands its processes a terminal whatever its own output is: no progress line.
+  const bool terminal = !json && !procs.on && ::isatty(STDOUT_FILENO);
   double lr = learningRate >= 0 ? learningRate : (optimizer == "sgd" ? 0.1 : 0.001);
   unsigned lossTensor = 0;
   for (unsigned t = 0; t < p.tensors.size(); ++t)
@@ -645,9 +646,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   return status;
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
+int run(int argc, char **argv) {
   cl::HideUnrelatedOptions(runCategory);
   cl::ParseCommandLineOptions(
       argc, argv,
@@ -850,4 +849,15 @@ int main(int argc, char **argv) {
       status = 1;
   }
   return status;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc &) {
+    // Under MPI the other processes wait on this one: fail() ends the job.
+    return fail("out of memory");
+  }
 }

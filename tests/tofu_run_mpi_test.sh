@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# tofu-run --backend mpi under mpirun: one process per worker. Verified steps of the zoo's
+# small models and an ONNX model at k = 2, 3, 4 over both transports (each process compares
+# the tiles it holds with an unpartitioned step; the processes together move exactly the
+# planned bytes); each process allocates its own worker's planned arena and no other; and
+# faults end every process with a non-zero status, naming the rank: a rank killed mid-step,
+# a rank out of memory, bad input, a worker count that is not the process count.
+set -uo pipefail
+run="$(realpath "$1")"
+fail=0
+tmp=$(mktemp -d /tmp/tofu-mpi-test.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export TOFU_KERNEL_CACHE="$tmp/kernels"
+# Open MPI keeps its session files and sockets under TMPDIR: Bazel's is too long a path for
+# a socket name.
+export TMPDIR=/tmp
+# Open MPI refuses to start processes as root unless told that it is meant.
+if [ "$(id -u)" -eq 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+# Open MPI's own allocations live until exit (not this project's leaks to report).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+mpi=(mpirun --oversubscribe --bind-to none)
+
+check_json() { # FILE K: verify passed, planned bytes moved, each process holds its arena only
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+k = int(sys.argv[2])
+assert j["processes"] == k and j["workers"] == k, (j["processes"], j["workers"])
+assert j["verify"]["passed"], j["verify"]
+assert j["bytes_moved"] == j["predicted_bytes"] > 0, (j["bytes_moved"], j["predicted_bytes"])
+planned, allocated = j["worker_peak_bytes"], j["process_arena_bytes"]
+assert len(planned) == len(allocated) == k
+for w in range(k):
+    # The process's window holds its worker's planned arena (rounded to 64 bytes) and
+    # nothing else: no process allocates the others' arenas.
+    assert allocated[w] == max(64, (planned[w] + 63) // 64 * 64), (w, planned, allocated)
+assert all(l == l for l in j["loss"]), j["loss"]
+PY
+}
+
+cases=(
+  "2 get --model wresnet-50-1-i32-c4-k10"
+  "4 sendrecv --model wresnet-50-1-i32-c4-k10"
+  "3 get --model gpt-1-16-2-4"
+  "3 sendrecv --model gpt-1-16-2-4"
+  "2 sendrecv --model rnn-2-256"
+  "4 get --onnx tests/onnx/mlp.onnx --optimizer adam"
+  "2 get --onnx tests/onnx/resnet18.onnx --batch 1"
+)
+for c in "${cases[@]}"; do
+  set -- $c
+  k=$1 transport=$2
+  shift 2
+  if ! timeout 600 "${mpi[@]}" -np "$k" "$run" --backend mpi --mpi-transport "$transport" "$@" \
+       --steps 2 --verify --format=json >"$tmp/out.json" 2>"$tmp/err.txt"; then
+    echo "FAILED: mpirun -np $k tofu-run --backend mpi --mpi-transport $transport $* --verify" >&2
+    cat "$tmp/out.json" "$tmp/err.txt" >&2
+    fail=1
+    continue
+  fi
+  check_json "$tmp/out.json" "$k" || { echo "FAILED: the figures of k = $k $transport $*" >&2; fail=1; }
+done
+
+# The table report: one report (the first process's), naming the processes.
+if ! "${mpi[@]}" -np 2 "$run" --backend mpi --model mlp --steps 2 >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+  echo "FAILED: the table report" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+else
+  [ "$(grep -c '^mlp training' "$tmp/out.txt")" = 1 ] || { echo "FAILED: not one report" >&2; fail=1; }
+  grep -q "MPI (2 processes, get transport)" "$tmp/out.txt" || { echo "FAILED: engine line" >&2; fail=1; }
+  grep -q "(the plan predicts [0-9]*: equal)" "$tmp/out.txt" || { echo "FAILED: bytes" >&2; fail=1; }
+fi
+
+# expect_failure NAME SECONDS PATTERN COMMAND...: the job ends non-zero within SECONDS and its
+# messages match PATTERN.
+expect_failure() {
+  local name=$1 limit=$2 pattern=$3
+  shift 3
+  local start=$SECONDS
+  timeout "$((limit + 30))" "$@" >"$tmp/out.txt" 2>"$tmp/err.txt"
+  local status=$? took=$((SECONDS - start))
+  if [ "$status" -eq 0 ] || [ "$status" -eq 124 ] || [ "$took" -gt "$limit" ]; then
+    echo "FAILED: $name: exit $status after ${took}s (want non-zero within ${limit}s)" >&2
+    cat "$tmp/out.txt" "$tmp/err.txt" >&2
+    fail=1
+  elif ! grep -Eq "$pattern" "$tmp/out.txt" "$tmp/err.txt"; then
+    echo "FAILED: $name: no message matching '$pattern'" >&2
+    cat "$tmp/err.txt" >&2
+    fail=1
+  fi
+}
+
+expect_failure "workers != processes" 60 "rank [0-9] of 2: --workers 3 but mpirun started 2 processes" \
+  "${mpi[@]}" -np 2 "$run" --backend mpi --model mlp --workers 3
+expect_failure "bad input" 60 "rank [0-9] of 2: .*nonexistent\.onnx" \
+  "${mpi[@]}" -np 2 "$run" --backend mpi --onnx "$tmp/nonexistent.onnx"
+# One rank alone out of memory: its address space capped at what the program needs to load
+# (measured here) plus 300 MB, less than its worker's share of the MLP and its data. Not under
+# AddressSanitizer, whose shadow memory cannot live under an address-space cap.
+if ldd "$run" | grep -q libasan; then
+  echo "skipped the out-of-memory case: AddressSanitizer build"
+else
+  base=""
+  for kb in $(seq 800000 100000 3000000); do
+    if bash -c "ulimit -v $kb; exec '$run' --help" >/dev/null 2>&1; then base=$kb; break; fi
+  done
+  if [ -z "$base" ]; then
+    echo "FAILED: tofu-run --help does not run under a 3 GB address-space cap" >&2; fail=1
+  else
+    expect_failure "a rank out of memory" 120 "rank 1 of 2: out of memory" \
+      "${mpi[@]}" -np 1 "$run" --backend mpi --model mlp --steps 5 : \
+      -np 1 bash -c "ulimit -v $((base + 300000)); exec '$run' --backend mpi --model mlp --steps 5"
+  fi
+fi
+
+# A rank killed mid-step: every process ends, within bounded time, and the job names the rank.
+"${mpi[@]}" -np 3 "$run" --backend mpi --model wresnet-50-1-i32-c4-k10 --steps 100000 \
+  --data fixed >"$tmp/kill.txt" 2>"$tmp/kill.err" &
+job=$!
+victim=""
+for _ in $(seq 1 600); do # up to 5 minutes to compile and start training
+  if grep -q '^| 3 |' "$tmp/kill.txt" 2>/dev/null; then
+    for p in $(pgrep -P "$job"); do
+      if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then
+        victim=$p
+      fi
+    done
+    break
+  fi
+  sleep 0.5
+done
+if [ -z "$victim" ]; then
+  echo "FAILED: the kill test's job never started training, or rank 1 was not found" >&2
+  cat "$tmp/kill.txt" "$tmp/kill.err" >&2
+  kill -9 "$job" 2>/dev/null
+  fail=1
+else
+  kill -9 "$victim"
+  start=$SECONDS
+  status=0
+  for _ in $(seq 1 120); do
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.5
+  done
+  if kill -0 "$job" 2>/dev/null; then
+    echo "FAILED: the job still runs 60 s after rank 1 was killed" >&2
+    pkill -9 -P "$job"
+    kill -9 "$job"
+    fail=1
+  else
+    wait "$job"
+    status=$?
+    if [ "$status" -eq 0 ] || ! grep -q "rank 1" "$tmp/kill.err"; then
+      echo "FAILED: after killing rank 1: exit $status, messages:" >&2
+      cat "$tmp/kill.err" >&2
+      fail=1
+    else
+      echo "killed rank 1: the job ended with status $status after $((SECONDS - start)) s"
+    fi
+  fi
+fi
+
+if [ "$fail" -ne 0 ]; then
+  echo "tofu_run_mpi_test: FAILED" >&2
+  exit 1
+fi
+echo "tofu_run_mpi_test: all passed"
