@@ -53,9 +53,11 @@ echo "== tofu-run --onnx tests/onnx/resnet18.onnx --workers 2 --steps 10 --lr 0.
 "$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" --onnx tests/onnx/resnet18.onnx --workers 2 \
   --steps 10 --lr 0.001 --data fixed --verify --save out/resnet18 | tee out/tofu-run-resnet18.txt
 echo
-echo "== tofu-run --model mlp --workers 2 --steps 50 --lr 0.01 --verify"
-"$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" --model mlp --workers 2 --steps 50 --lr 0.01 \
-  --verify | tee out/tofu-run-mlp.txt
+# One process per worker: Open MPI starts them (and refuses root unless told it is meant).
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+echo "== mpirun -np 2 tofu-run --backend mpi --model mlp --steps 50 --lr 0.01 --verify"
+mpirun --oversubscribe --bind-to none -np 2 "$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" \
+  --backend mpi --model mlp --steps 50 --lr 0.01 --verify | tee out/tofu-run-mlp.txt
 echo
 echo "== tdlc --stats ops"
 "$tdlc" --stats ops
