@@ -43,9 +43,10 @@ echo "| model | k | threads ms | processes, get ms | processes, sendrecv ms | ge
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
 for m in $models; do
   for k in $ks; do
-    common=(--model "$m" --steps "$steps" --format=json)
+    common=(--model "$m" --format=json)
     # Kernels compiled once, outside the timed runs.
     "$run" "${common[@]}" --workers "$k" --steps 1 >/dev/null
+    common+=(--steps "$steps")
     "$run" "${common[@]}" --workers "$k" >"$tmp/t.json"
     "${mpi[@]}" -np "$k" "$run" --backend mpi --mpi-transport get "${common[@]}" >"$tmp/g.json"
     "${mpi[@]}" -np "$k" "$run" --backend mpi --mpi-transport sendrecv "${common[@]}" >"$tmp/s.json"

@@ -73,10 +73,12 @@ cl::opt<std::string> backend("backend",
                                       "kernels); the default is the first this build has"),
                              cl::init(kDefaultBackend), cl::cat(runCategory));
 cl::opt<std::string> mpiTransport("mpi-transport",
-                                  cl::desc("With --backend mpi: how regions cross processes: get "
-                                           "(default: one-sided reads of the owner's arena, an "
-                                           "RMA window) or sendrecv (matched sends and receives)"),
-                                  cl::init("get"), cl::cat(runCategory));
+                                  cl::desc("With --backend mpi: how regions cross processes: "
+                                           "sendrecv (default: matched sends and receives) or "
+                                           "get (one-sided reads of the owner's arena, an RMA "
+                                           "window, with a barrier at every synchronisation "
+                                           "point)"),
+                                  cl::init("sendrecv"), cl::cat(runCategory));
 cl::opt<bool> tf32("tf32", cl::desc("With --backend cuda: let cuBLAS and cuDNN use TF32 tensor "
                                     "cores (default off: float32 math)"),
                    cl::cat(runCategory));

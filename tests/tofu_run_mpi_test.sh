@@ -68,7 +68,7 @@ if ! "${mpi[@]}" -np 2 "$run" --backend mpi --model mlp --steps 2 >"$tmp/out.txt
   echo "FAILED: the table report" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
 else
   [ "$(grep -c '^mlp training' "$tmp/out.txt")" = 1 ] || { echo "FAILED: not one report" >&2; fail=1; }
-  grep -q "MPI (2 processes, get transport)" "$tmp/out.txt" || { echo "FAILED: engine line" >&2; fail=1; }
+  grep -q "MPI (2 processes, sendrecv transport)" "$tmp/out.txt" || { echo "FAILED: engine line" >&2; fail=1; }
   grep -q "(the plan predicts [0-9]*: equal)" "$tmp/out.txt" || { echo "FAILED: bytes" >&2; fail=1; }
 fi
 

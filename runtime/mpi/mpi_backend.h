@@ -5,14 +5,16 @@
 //
 // Two transports move regions, both describing a copy by MPI subarray datatypes over the
 // arenas (no packing in our code):
-//  - get (the default): each arena is the process's RMA window (MPI_Win_allocate); a copy is
-//    an MPI_Get from the owner's window, issued when the engine asks and completed before
-//    the kernel that reads it (a passive-target epoch over the whole run); the engine's
-//    synchronisation points are barriers with the window's memory synchronised around them.
-//  - sendrecv: matched MPI_Isend / MPI_Irecv. Every process knows every worker's program, so
-//    the owner of a region posts its send as it enters the phase in which the other worker
-//    fetches it; messages order every cross-process dependency, so synchronisation points
-//    need no barrier.
+//  - sendrecv (the default): matched MPI_Isend / MPI_Irecv. Every process knows every
+//    worker's program, so the owner of a region posts its send as it enters the phase in
+//    which the other worker fetches it; messages order every cross-process dependency, so
+//    the program's synchronisation points need no barrier.
+//  - get: each arena is the process's RMA window (MPI_Win_allocate); a copy is an MPI_Get
+//    from the owner's window, issued when the engine asks and completed before the kernel
+//    that reads it (one passive-target epoch over the whole run); every synchronisation
+//    point is a barrier with the window's memory synchronised around it. Measured slower
+//    (bench/mpi_bench.sh: up to 8x on a WResNet, whose step has hundreds of synchronisation
+//    points, and never more than 5% faster), so it is the alternative.
 // Partial results are combined by the worker that assembles the tile, as on threads: the
 // region arrives in a staging buffer (the largest such region, reported as memory beside the
 // arena) and is reduced into the tile.
@@ -26,15 +28,15 @@
 
 namespace tofu {
 
-enum class MpiTransport { Get, SendRecv };
+enum class MpiTransport { SendRecv, Get };
 
-/// "get" or "sendrecv"; nullopt-like false for anything else.
+/// Parses "sendrecv" or "get" into `out`; false for anything else.
 bool parseMpiTransport(const std::string &name, MpiTransport &out);
 const char *mpiTransportName(MpiTransport t);
 
 struct MpiBackendOptions {
   CpuBackendOptions cpu; ///< its `workers` and `allocateArena` are set by the backend
-  MpiTransport transport = MpiTransport::Get;
+  MpiTransport transport = MpiTransport::SendRecv;
 };
 
 /// A backend that runs the worker whose index is this process's rank in MPI_COMM_WORLD (MPI
