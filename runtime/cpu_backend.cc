@@ -130,11 +130,12 @@ public:
         }
       }
     }
+    scratch_.assign(k, nullptr);
     for (unsigned w = 0; w < k; ++w) {
-      scratch_.push_back(runsWorker(w) ? std::aligned_alloc(64, static_cast<size_t>(
-                                                                    (stats_.extraBytes[w] + 64) / 64 * 64))
-                                       : nullptr);
-      if (runsWorker(w) && !scratch_.back())
+      if (!runsWorker(w))
+        continue;
+      scratch_[w] = std::aligned_alloc(64, static_cast<size_t>((stats_.extraBytes[w] + 64) / 64 * 64));
+      if (!scratch_[w])
         return stringError(fmt::format("worker {}: cannot allocate {} bytes of scratch space", w,
                                        stats_.extraBytes[w]));
     }

@@ -194,34 +194,17 @@ double scalarOverProcesses(const tofu::Engine &e, unsigned t) {
   return v;
 }
 
-/// Per element of tensor `t`, whether a worker of this process holds it.
-std::vector<bool> heldHere(const tofu::Engine &e, unsigned t) {
+/// Per element of tensor `t`, whether a worker of this process holds it (1) or not (0).
+std::vector<float> heldHere(const tofu::Engine &e, unsigned t) {
   const tofu::ProgramTensor &pt = e.program().tensors[t];
-  int64_t n = 1;
-  for (int64_t d : pt.shape)
-    n *= d;
-  std::vector<bool> held(n, false);
+  const tofu::Box all = tofu::wholeBox(pt.shape);
+  std::vector<float> held(std::max<int64_t>(1, tofu::boxElements(all)), 0.0f);
   for (unsigned w : e.localWorkers()) {
-    const tofu::Box &box = pt.tiles[w];
-    if (e.program().worker[w].tileOffset[t] < 0 || (tofu::boxElements(box) == 0 && !box.empty()))
+    const tofu::Box &tile = pt.tiles[w];
+    if (e.program().worker[w].tileOffset[t] < 0)
       continue;
-    std::vector<int64_t> c(box.size());
-    for (size_t d = 0; d < box.size(); ++d)
-      c[d] = box[d].lo;
-    for (;;) {
-      int64_t flat = 0;
-      for (size_t d = 0; d < box.size(); ++d)
-        flat = flat * pt.shape[d] + c[d];
-      held[flat] = true;
-      size_t d = box.size();
-      while (d-- > 0) {
-        if (++c[d] < box[d].hi)
-          break;
-        c[d] = box[d].lo;
-      }
-      if (d == static_cast<size_t>(-1))
-        break;
-    }
+    const std::vector<float> ones(std::max<int64_t>(1, tofu::boxElements(tile)), 1.0f);
+    tofu::copyBox(held.data(), all, ones.data(), tile, tile, nullptr);
   }
   return held;
 }
@@ -479,9 +462,9 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     for (size_t i = 0; i < compared.size(); ++i) {
       unsigned t = compared[i];
       tofu::Tensor expected = (*ref)->get(t);
-      const std::vector<bool> held = heldHere(**engine, t);
-      for (size_t x = 0; x < held.size(); ++x)
-        if (!held[x]) // another process's: NaN on both sides
+      const std::vector<float> held = heldHere(**engine, t);
+      for (size_t x = 0; x < expected.data.size(); ++x)
+        if (held[x] == 0) // another process's: NaN on both sides
           expected.data[x] = std::numeric_limits<double>::quiet_NaN();
       double e = tofu::maxRelativeError(afterFirst[i], expected);
       if (e > worst || worstName.empty()) {
@@ -490,8 +473,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       }
       // NaN compares equal to NaN in maxRelativeError: a step that makes NaN (or infinity)
       // must not pass as "equal".
-      for (size_t x = 0; x < held.size() && nonFinite.empty(); ++x)
-        if (held[x] && !std::isfinite(afterFirst[i].data[x]))
+      for (size_t x = 0; x < afterFirst[i].data.size() && nonFinite.empty(); ++x)
+        if (held[x] != 0 && !std::isfinite(afterFirst[i].data[x]))
           nonFinite = p.tensors[t].name;
     }
 #ifdef TOFU_MPI_BACKEND

@@ -86,8 +86,7 @@ public:
       MPI_Win_free(&window_);
     }
     inner_.reset();
-    if (!window_used_)
-      std::free(hostArena_);
+    std::free(hostArena_); // null where the arena is the window's
     std::free(staging_);
     if (clean_)
       MPI_Comm_free(&comm_);
@@ -100,7 +99,6 @@ public:
   bool runsWorker(unsigned w) const override { return static_cast<int>(w) == rank_; }
 
   llvm::Error prepare(const Program &program) override {
-    program_ = &program;
     if (static_cast<int>(program.workers) != size_)
       return stringError(fmt::format("the plan has {} workers but {} processes run it (start "
                                      "one process per worker: mpirun -np {})",
@@ -323,7 +321,6 @@ private:
                            &window_) != MPI_SUCCESS)
         return stringError(fmt::format("cannot allocate the arena of {} bytes as an MPI window",
                                        bytes));
-      window_used_ = true;
       const uintptr_t p = reinterpret_cast<uintptr_t>(base);
       myShift = static_cast<int64_t>((kAlign - p % kAlign) % kAlign);
       arena_ = reinterpret_cast<float *>(p + static_cast<uintptr_t>(myShift));
@@ -382,10 +379,8 @@ private:
   MpiBackendOptions options_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
-  const Program *program_ = nullptr;
   std::unique_ptr<Backend> inner_;
   MPI_Win window_ = MPI_WIN_NULL;
-  bool window_used_ = false;
   void *hostArena_ = nullptr;
   float *arena_ = nullptr;
   std::vector<int64_t> shift_; ///< per process, where its arena starts in its window
