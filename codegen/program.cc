@@ -331,7 +331,7 @@ llvm::Expected<Program> buildProgram(const Problem &p, const ExecPlan &plan, con
   Program out;
   Builder b(p, plan, memory, out);
   if (llvm::Error e = b.build())
-    return std::move(e);
+    return e;
   return out;
 }
 

@@ -1,14 +1,21 @@
-// Checkpoints in safetensors.
+// Checkpoints in safetensors: whole (model.safetensors) and sharded (tile files + index.json).
 #include "runtime/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "nlohmann/json.hpp"
 #include "runtime/cpu_kernels.h"
 
@@ -42,27 +49,237 @@ float halfToFloat(uint16_t h) {
   return f;
 }
 
-} // namespace
+size_t dtypeWidth(const std::string &dtype) {
+  return dtype == "F32" ? 4 : dtype == "F64" ? 8 : dtype == "F16" || dtype == "BF16" ? 2 : 0;
+}
 
-std::string checkpointFile(const std::string &dir) { return dir + "/model.safetensors"; }
+/// One element of `dtype` at `p`.
+double elementValue(const std::string &dtype, const char *p) {
+  if (dtype == "F32") {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  if (dtype == "F64") {
+    double d;
+    std::memcpy(&d, p, 8);
+    return d;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  if (dtype == "F16")
+    return halfToFloat(h);
+  uint32_t bits = static_cast<uint32_t>(h) << 16; // BF16
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
-llvm::Error saveCheckpoint(const std::string &dir, const Checkpoint &c) {
-  if (!makeDirs(dir))
-    return fail(fmt::format("{}: cannot create the directory: {}", dir, std::strerror(errno)));
+/// A tensor of a safetensors file.
+struct StTensor {
+  std::string dtype;
+  size_t width = 0;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0; ///< bytes, from the start of the data
+};
+
+/// A safetensors file opened for reading: its header parsed, its data read on demand.
+struct StFile {
+  std::string path;
+  int fd = -1;
+  uint64_t dataStart = 0;
+  std::map<std::string, StTensor> tensors;
+  std::map<std::string, std::string> metadata;
+  ~StFile() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+};
+
+bool readAt(int fd, char *buf, uint64_t bytes, uint64_t offset) {
+  while (bytes > 0) {
+    ssize_t n = ::pread(fd, buf, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    buf += n;
+    bytes -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+/// Opens `path` and checks its header against the file's size.
+llvm::Expected<std::unique_ptr<StFile>> openSafetensors(const std::string &path) {
+  auto f = std::make_unique<StFile>();
+  f->path = path;
+  f->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (f->fd < 0 || ::fstat(f->fd, &st) != 0)
+    return fail(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  unsigned char len[8];
+  if (size < 8 || !readAt(f->fd, reinterpret_cast<char *>(len), 8, 0))
+    return fail(fmt::format("{}: not a safetensors file (shorter than its 8-byte header "
+                            "length)",
+                            path));
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(len[i]) << (8 * i);
+  if (n > size - 8)
+    return fail(fmt::format("{}: the header length {} runs past the end of the file ({} bytes)",
+                            path, n, size));
+  std::string text(n, '\0');
+  if (!readAt(f->fd, text.data(), n, 8))
+    return fail(fmt::format("{}: cannot read the header: {}", path, std::strerror(errno)));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception &e) {
+    return fail(fmt::format("{}: the header is not JSON: {}", path, e.what()));
+  }
+  if (!header.is_object())
+    return fail(fmt::format("{}: the header is not a JSON object", path));
+  f->dataStart = 8 + n;
+  const uint64_t dataBytes = size - f->dataStart;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string &name = it.key();
+    const nlohmann::json &v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object())
+        return fail(fmt::format("{}: __metadata__ is not an object", path));
+      for (auto m = v.begin(); m != v.end(); ++m)
+        if (m.value().is_string())
+          f->metadata[m.key()] = m.value().get<std::string>();
+      continue;
+    }
+    auto where = [&](const std::string &what) {
+      return fail(fmt::format("{}: tensor '{}': {}", path, name, what));
+    };
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets"))
+      return where("needs dtype, shape and data_offsets");
+    if (!v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2)
+      return where("dtype must be a string, shape an array, data_offsets [begin, end]");
+    StTensor t;
+    t.dtype = v["dtype"].get<std::string>();
+    t.width = dtypeWidth(t.dtype);
+    if (t.width == 0)
+      return where("dtype " + t.dtype +
+                   " is not a floating-point type Tofu loads (F32, F64, F16, BF16)");
+    uint64_t count = 1;
+    for (const nlohmann::json &d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        return where("a dimension is not a non-negative integer");
+      t.shape.push_back(d.get<int64_t>());
+      const uint64_t e = static_cast<uint64_t>(t.shape.back());
+      if (e != 0 && count > (uint64_t(1) << 62) / e)
+        return where("the shape has more elements than any file holds");
+      count *= e;
+    }
+    const nlohmann::json &off = v["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      return where("data_offsets are not non-negative integers");
+    t.begin = off[0].get<uint64_t>();
+    t.end = off[1].get<uint64_t>();
+    if (t.begin > t.end || t.end > dataBytes)
+      return where(fmt::format("bytes [{}, {}) lie outside the {} bytes of data", t.begin, t.end,
+                               dataBytes));
+    if (t.end - t.begin != count * t.width)
+      return where(fmt::format("shape and dtype make {} bytes, data_offsets {}", count * t.width,
+                               t.end - t.begin));
+    ranges.push_back({t.begin, t.end});
+    f->tensors.emplace(name, std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second && ranges[i].first != ranges[i].second)
+      return fail(fmt::format("{}: the byte ranges of two tensors overlap", path));
+  return f;
+}
+
+/// Copies `region` of tensor `t` of `f` (whose values lie over `stored`) into `out` (laid
+/// over `want`); `region` lies in both boxes. Reads one contiguous run of the file at a time.
+template <typename T>
+llvm::Error readRegion(const StFile &f, const StTensor &t, const Box &stored, const Box &want,
+                       const Box &region, T *out) {
+  const size_t d = region.size();
+  // Dimensions j.. are one contiguous run in both layouts: every one after the first of
+  // them spans the whole of both boxes.
+  size_t j = d;
+  while (j > 1 && region[j - 1] == stored[j - 1] && region[j - 1] == want[j - 1])
+    --j;
+  if (j > 0)
+    --j;
+  int64_t run = 1;
+  for (size_t a = j; a < d; ++a)
+    run *= region[a].size();
+  if (run == 0)
+    return llvm::Error::success();
+  std::vector<int64_t> sStride(d, 1), wStride(d, 1);
+  for (size_t a = d; a-- > 1;) {
+    sStride[a - 1] = sStride[a] * stored[a].size();
+    wStride[a - 1] = wStride[a] * want[a].size();
+  }
+  std::vector<char> buf(static_cast<size_t>(run) * t.width);
+  std::vector<int64_t> at(d);
+  for (size_t a = 0; a < d; ++a)
+    at[a] = region[a].lo;
+  for (;;) {
+    int64_t src = 0, dst = 0;
+    for (size_t a = 0; a < d; ++a) {
+      src += (at[a] - stored[a].lo) * sStride[a];
+      dst += (at[a] - want[a].lo) * wStride[a];
+    }
+    if (!readAt(f.fd, buf.data(), buf.size(),
+                f.dataStart + t.begin + static_cast<uint64_t>(src) * t.width))
+      return fail(fmt::format("{}: cannot read: {}", f.path,
+                              errno ? std::strerror(errno) : "the file is shorter than its header says"));
+    for (int64_t e = 0; e < run; ++e)
+      out[dst + e] = static_cast<T>(elementValue(t.dtype, buf.data() + e * t.width));
+    size_t a = j; // the odometer over the dimensions before the run
+    while (a > 0) {
+      --a;
+      if (++at[a] < region[a].hi)
+        break;
+      at[a] = region[a].lo;
+      if (a == 0)
+        return llvm::Error::success();
+    }
+    if (j == 0)
+      return llvm::Error::success();
+  }
+}
+
+/// A tensor to write: float32 values from `f32` or `f64`.
+struct StItem {
+  std::string key;
+  std::vector<int64_t> shape;
+  int64_t count = 0;
+  const float *f32 = nullptr;
+  const double *f64 = nullptr;
+};
+
+/// Writes a safetensors file of F32 tensors beside `path`, then renames it into place.
+llvm::Error writeSafetensors(const std::string &path, const std::vector<StItem> &items,
+                             const std::map<std::string, std::string> &metadata) {
   nlohmann::json header = nlohmann::json::object();
   uint64_t at = 0;
-  for (const auto &[name, t] : c.tensors) {
-    uint64_t bytes = static_cast<uint64_t>(t.size()) * 4;
-    header[name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
+  for (const StItem &it : items) {
+    uint64_t bytes = static_cast<uint64_t>(it.count) * 4;
+    header[it.key] = {{"dtype", "F32"}, {"shape", it.shape}, {"data_offsets", {at, at + bytes}}};
     at += bytes;
   }
   nlohmann::json meta = nlohmann::json::object();
-  for (const auto &[k, v] : c.metadata)
+  for (const auto &[k, v] : metadata)
     meta[k] = v;
   header["__metadata__"] = meta;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' '); // the data starts 8-byte aligned
-  const std::string path = checkpointFile(dir), tmp = path + ".partial";
+  const std::string tmp = path + ".partial";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out)
@@ -74,8 +291,11 @@ llvm::Error saveCheckpoint(const std::string &dir, const Checkpoint &c) {
     out.write(reinterpret_cast<const char *>(len), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     std::vector<float> buf;
-    for (const auto &[name, t] : c.tensors) {
-      buf.assign(t.data.begin(), t.data.end());
+    for (const StItem &it : items) {
+      if (it.f32)
+        buf.assign(it.f32, it.f32 + it.count);
+      else
+        buf.assign(it.f64, it.f64 + it.count);
       out.write(reinterpret_cast<const char *>(buf.data()),
                 static_cast<std::streamsize>(buf.size() * 4));
     }
@@ -88,105 +308,385 @@ llvm::Error saveCheckpoint(const std::string &dir, const Checkpoint &c) {
   return llvm::Error::success();
 }
 
-llvm::Expected<Checkpoint> loadCheckpoint(const std::string &dir) {
-  const std::string path = checkpointFile(dir);
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return fail(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string file = ss.str();
-  if (file.size() < 8)
-    return fail(fmt::format("{}: not a safetensors file (shorter than its 8-byte header "
-                            "length)",
-                            path));
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i)
-    n |= static_cast<uint64_t>(static_cast<unsigned char>(file[i])) << (8 * i);
-  if (n > file.size() - 8)
-    return fail(fmt::format("{}: the header length {} runs past the end of the file ({} bytes)",
-                            path, n, file.size()));
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(file.substr(8, n));
-  } catch (const nlohmann::json::exception &e) {
-    return fail(fmt::format("{}: the header is not JSON: {}", path, e.what()));
+/// The generation of a tile file's name `tiles-G-R.safetensors` (or its .partial), else 0.
+unsigned tileFileGeneration(const std::string &name) {
+  unsigned g = 0, r = 0;
+  int used = 0;
+  if (std::sscanf(name.c_str(), "tiles-%u-%u.safetensors%n", &g, &r, &used) == 2 &&
+      (name.size() == static_cast<size_t>(used) || name.substr(used) == ".partial"))
+    return g;
+  return 0;
+}
+
+/// Removes the files in `dir` of every checkpoint but the tile files of generation `keep`
+/// (0: of every sharded one) and, with `keepWhole`, model.safetensors.
+void removeOtherCheckpoints(const std::string &dir, unsigned keep, bool keepWhole) {
+  std::error_code ec;
+  for (const auto &entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const unsigned g = tileFileGeneration(name);
+    if ((g != 0 && g != keep) || (!keepWhole && name == "model.safetensors") ||
+        (keep == 0 && name == "index.json"))
+      std::filesystem::remove(entry.path(), ec);
   }
-  if (!header.is_object())
-    return fail(fmt::format("{}: the header is not a JSON object", path));
-  const uint64_t dataStart = 8 + n, dataBytes = file.size() - dataStart;
+}
+
+std::string boxText(const Box &b) {
+  std::string s;
+  for (size_t a = 0; a < b.size(); ++a)
+    s += fmt::format("{}{}:{}", a ? "," : "", b[a].lo, b[a].hi);
+  return s;
+}
+
+/// Why `boxes` do not tile a tensor of `shape` exactly ("" when they do).
+std::string coverageProblem(const std::vector<int64_t> &shape, const std::vector<Box> &boxes) {
+  int64_t covered = 0;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const Box &b = boxes[i];
+    if (b.size() != shape.size())
+      return fmt::format("a tile has {} dimensions, the tensor {}", b.size(), shape.size());
+    for (size_t a = 0; a < b.size(); ++a)
+      if (b[a].lo < 0 || b[a].lo > b[a].hi || b[a].hi > shape[a])
+        return fmt::format("the tile [{}] lies outside the tensor", boxText(b));
+    for (size_t o = 0; o < i; ++o)
+      if (boxElements(intersectBoxes(b, boxes[o])) > 0)
+        return fmt::format("the tiles [{}] and [{}] overlap", boxText(b), boxText(boxes[o]));
+    covered += boxElements(b);
+  }
+  const int64_t total = boxElements(wholeBox(shape));
+  if (covered != total)
+    return fmt::format("its tiles cover {} of its {} elements", covered, total);
+  return "";
+}
+
+} // namespace
+
+std::string checkpointFile(const std::string &dir) { return dir + "/model.safetensors"; }
+std::string checkpointIndexFile(const std::string &dir) { return dir + "/index.json"; }
+
+llvm::Error saveCheckpoint(const std::string &dir, const Checkpoint &c) {
+  if (!makeDirs(dir))
+    return fail(fmt::format("{}: cannot create the directory: {}", dir, std::strerror(errno)));
+  std::vector<StItem> items;
+  for (const auto &[name, t] : c.tensors)
+    items.push_back({name, t.shape, t.size(), nullptr, t.data.data()});
+  if (llvm::Error e = writeSafetensors(checkpointFile(dir), items, c.metadata))
+    return e;
+  removeOtherCheckpoints(dir, 0, true);
+  return llvm::Error::success();
+}
+
+llvm::Expected<Checkpoint> loadCheckpoint(const std::string &dir) {
+  auto f = openSafetensors(checkpointFile(dir));
+  if (!f)
+    return f.takeError();
   Checkpoint c;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (auto it = header.begin(); it != header.end(); ++it) {
+  c.metadata = (*f)->metadata;
+  for (const auto &[name, t] : (*f)->tensors) {
+    Tensor v(t.shape);
+    const Box all = wholeBox(t.shape);
+    if (llvm::Error e = readRegion(**f, t, all, all, all, v.data.data()))
+      return e;
+    c.tensors.emplace(name, std::move(v));
+  }
+  return c;
+}
+
+unsigned nextCheckpointGeneration(const std::string &dir) {
+  unsigned most = 0;
+  std::error_code ec;
+  for (const auto &entry : std::filesystem::directory_iterator(dir, ec))
+    most = std::max(most, tileFileGeneration(entry.path().filename().string()));
+  return most + 1;
+}
+
+std::string tileFileName(unsigned generation, unsigned part) {
+  return fmt::format("tiles-{}-{}.safetensors", generation, part);
+}
+
+llvm::Expected<std::vector<TileEntry>> writeTileFile(const std::string &dir,
+                                                     const std::string &file,
+                                                     const std::vector<CheckpointTile> &tiles) {
+  if (!makeDirs(dir))
+    return fail(fmt::format("{}: cannot create the directory: {}", dir, std::strerror(errno)));
+  std::vector<StItem> items;
+  std::vector<TileEntry> entries;
+  for (const CheckpointTile &t : tiles) {
+    std::vector<int64_t> extents;
+    for (const Range &r : t.box)
+      extents.push_back(r.size());
+    if (static_cast<int64_t>(t.data.size()) != boxElements(t.box))
+      return fail(fmt::format("tile [{}] of '{}' has {} values for {} elements", boxText(t.box),
+                              t.tensor, t.data.size(), boxElements(t.box)));
+    TileEntry e{t.tensor, t.shape, t.box, file, t.tensor + "@" + boxText(t.box)};
+    items.push_back({e.key, extents, boxElements(t.box), t.data.data(), nullptr});
+    entries.push_back(std::move(e));
+  }
+  if (llvm::Error e = writeSafetensors(dir + "/" + file, items, {{"format", "tofu tiles"}}))
+    return e;
+  return entries;
+}
+
+std::string encodeTileEntries(const std::vector<TileEntry> &entries) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const TileEntry &e : entries) {
+    nlohmann::json box = nlohmann::json::array();
+    for (const Range &r : e.box)
+      box.push_back({r.lo, r.hi});
+    j.push_back({{"tensor", e.tensor}, {"shape", e.shape}, {"box", box}, {"file", e.file},
+                 {"key", e.key}});
+  }
+  return j.dump();
+}
+
+namespace {
+
+/// A box from JSON [[lo, hi], ...].
+std::optional<Box> boxOf(const nlohmann::json &j) {
+  if (!j.is_array())
+    return std::nullopt;
+  Box b;
+  for (const nlohmann::json &r : j) {
+    if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer())
+      return std::nullopt;
+    b.push_back({r[0].get<int64_t>(), r[1].get<int64_t>()});
+  }
+  return b;
+}
+
+std::optional<std::vector<int64_t>> shapeOf(const nlohmann::json &j) {
+  if (!j.is_array())
+    return std::nullopt;
+  std::vector<int64_t> s;
+  for (const nlohmann::json &d : j) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0)
+      return std::nullopt;
+    s.push_back(d.get<int64_t>());
+  }
+  return s;
+}
+
+} // namespace
+
+llvm::Expected<std::vector<TileEntry>> decodeTileEntries(const std::string &text) {
+  std::vector<TileEntry> out;
+  try {
+    for (const nlohmann::json &j : nlohmann::json::parse(text)) {
+      auto box = boxOf(j.at("box"));
+      auto shape = shapeOf(j.at("shape"));
+      if (!box || !shape)
+        return fail("a tile entry's box or shape is malformed");
+      out.push_back({j.at("tensor").get<std::string>(), *shape, *box,
+                     j.at("file").get<std::string>(), j.at("key").get<std::string>()});
+    }
+  } catch (const nlohmann::json::exception &e) {
+    return fail(std::string("malformed tile entries: ") + e.what());
+  }
+  return out;
+}
+
+llvm::Error writeCheckpointIndex(const std::string &dir, unsigned generation,
+                                 const std::vector<TileEntry> &entries,
+                                 const std::map<std::string, std::string> &metadata) {
+  std::map<std::string, std::vector<const TileEntry *>> byTensor;
+  for (const TileEntry &e : entries)
+    byTensor[e.tensor].push_back(&e);
+  nlohmann::json tensors = nlohmann::json::object();
+  for (const auto &[name, list] : byTensor) {
+    std::vector<Box> boxes;
+    nlohmann::json tiles = nlohmann::json::array();
+    for (const TileEntry *e : list) {
+      if (e->shape != list.front()->shape)
+        return fail(fmt::format("tensor '{}': its tiles disagree on its shape", name));
+      boxes.push_back(e->box);
+      nlohmann::json box = nlohmann::json::array();
+      for (const Range &r : e->box)
+        box.push_back({r.lo, r.hi});
+      tiles.push_back({{"file", e->file}, {"key", e->key}, {"box", box}});
+    }
+    if (std::string bad = coverageProblem(list.front()->shape, boxes); !bad.empty())
+      return fail(fmt::format("tensor '{}': {}", name, bad));
+    tensors[name] = {{"shape", list.front()->shape}, {"tiles", tiles}};
+  }
+  nlohmann::json meta = nlohmann::json::object();
+  for (const auto &[k, v] : metadata)
+    meta[k] = v;
+  const std::string path = checkpointIndexFile(dir), tmp = path + ".partial";
+  {
+    // One line per tensor: readable, and diffable between checkpoints.
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "{\"format\": \"tofu sharded checkpoint\", \"version\": 1, \"generation\": "
+        << generation << ",\n \"metadata\": " << meta.dump() << ",\n \"tensors\": {";
+    bool first = true;
+    for (auto it = tensors.begin(); it != tensors.end(); ++it, first = false)
+      out << (first ? "\n  " : ",\n  ") << nlohmann::json(it.key()).dump() << ": "
+          << it.value().dump();
+    out << "}}\n";
+    out.flush();
+    if (!out)
+      return fail(fmt::format("{}: cannot write: {}", tmp, std::strerror(errno)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return fail(fmt::format("{}: cannot rename to {}: {}", tmp, path, std::strerror(errno)));
+  removeOtherCheckpoints(dir, generation, false);
+  return llvm::Error::success();
+}
+
+// --- Reading ---------------------------------------------------------------------------
+
+struct CheckpointReader::Impl {
+  struct Piece {
+    const StFile *file;
+    const StTensor *tensor;
+    Box box;
+  };
+  std::string path;
+  bool sharded = false;
+  std::vector<std::unique_ptr<StFile>> files;
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::map<std::string, std::vector<Piece>> pieces;
+};
+
+CheckpointReader::CheckpointReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CheckpointReader::CheckpointReader(CheckpointReader &&) noexcept = default;
+CheckpointReader &CheckpointReader::operator=(CheckpointReader &&) noexcept = default;
+CheckpointReader::~CheckpointReader() = default;
+
+llvm::Expected<CheckpointReader> CheckpointReader::open(const std::string &dir) {
+  auto m = std::make_unique<Impl>();
+  const std::string indexPath = checkpointIndexFile(dir);
+  struct stat st;
+  if (::stat(indexPath.c_str(), &st) != 0) { // a whole checkpoint
+    if (::stat(dir.c_str(), &st) != 0)
+      return fail(fmt::format("{}: cannot open: {}", dir, std::strerror(errno)));
+    if (::stat(checkpointFile(dir).c_str(), &st) != 0)
+      return fail(fmt::format("{}: holds no checkpoint (neither index.json nor "
+                              "model.safetensors)",
+                              dir));
+    auto f = openSafetensors(checkpointFile(dir));
+    if (!f)
+      return f.takeError();
+    m->path = checkpointFile(dir);
+    m->metadata = (*f)->metadata;
+    for (const auto &[name, t] : (*f)->tensors) {
+      m->shapes[name] = t.shape;
+      m->pieces[name].push_back({f->get(), &t, wholeBox(t.shape)});
+    }
+    m->files.push_back(std::move(*f));
+    return CheckpointReader(std::move(m));
+  }
+  m->path = indexPath;
+  m->sharded = true;
+  auto bad = [&](const std::string &what) { return fail(indexPath + ": " + what); };
+  nlohmann::json index;
+  {
+    std::ifstream in(indexPath);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    try {
+      index = nlohmann::json::parse(ss.str());
+    } catch (const nlohmann::json::exception &e) {
+      return bad(std::string("not JSON: ") + e.what());
+    }
+  }
+  if (!index.is_object() || index.value("format", "") != "tofu sharded checkpoint")
+    return bad("not the index of a sharded Tofu checkpoint (format \"tofu sharded checkpoint\")");
+  if (!index.contains("version") || index["version"] != 1)
+    return bad("version " + (index.contains("version") ? index["version"].dump() : "missing") +
+               "; this Tofu reads version 1");
+  if (!index.contains("tensors") || !index["tensors"].is_object())
+    return bad("no \"tensors\" object");
+  if (index.contains("metadata") && index["metadata"].is_object())
+    for (auto it = index["metadata"].begin(); it != index["metadata"].end(); ++it)
+      if (it.value().is_string())
+        m->metadata[it.key()] = it.value().get<std::string>();
+  std::map<std::string, const StFile *> opened;
+  for (auto it = index["tensors"].begin(); it != index["tensors"].end(); ++it) {
     const std::string &name = it.key();
     const nlohmann::json &v = it.value();
-    if (name == "__metadata__") {
-      if (!v.is_object())
-        return fail(fmt::format("{}: __metadata__ is not an object", path));
-      for (auto m = v.begin(); m != v.end(); ++m)
-        if (m.value().is_string())
-          c.metadata[m.key()] = m.value().get<std::string>();
-      continue;
-    }
-    auto where = [&](const std::string &what) {
-      return fail(fmt::format("{}: tensor '{}': {}", path, name, what));
+    auto badTensor = [&](const std::string &what) {
+      return bad(fmt::format("tensor '{}': {}", name, what));
     };
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-        !v.contains("data_offsets"))
-      return where("needs dtype, shape and data_offsets");
-    if (!v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
-        v["data_offsets"].size() != 2)
-      return where("dtype must be a string, shape an array, data_offsets [begin, end]");
-    const std::string dtype = v["dtype"].get<std::string>();
-    size_t width = dtype == "F32" ? 4 : dtype == "F64" ? 8 : dtype == "F16" || dtype == "BF16" ? 2 : 0;
-    if (width == 0)
-      return where("dtype " + dtype + " is not a floating-point type Tofu loads (F32, F64, F16, BF16)");
-    std::vector<int64_t> shape;
-    int64_t count = 1;
-    for (const nlohmann::json &d : v["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0)
-        return where("a dimension is not a non-negative integer");
-      shape.push_back(d.get<int64_t>());
-      count *= shape.back();
-    }
-    const nlohmann::json &off = v["data_offsets"];
-    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      return where("data_offsets are not non-negative integers");
-    uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-    if (b > e || e > dataBytes)
-      return where(fmt::format("bytes [{}, {}) lie outside the {} bytes of data", b, e, dataBytes));
-    if (e - b != static_cast<uint64_t>(count) * width)
-      return where(fmt::format("shape and dtype make {} bytes, data_offsets {}", count * width,
-                               e - b));
-    ranges.push_back({b, e});
-    Tensor t(shape);
-    const char *p = file.data() + dataStart + b;
-    for (int64_t i = 0; i < count; ++i) {
-      if (dtype == "F32") {
-        float f;
-        std::memcpy(&f, p + 4 * i, 4);
-        t.data[i] = f;
-      } else if (dtype == "F64") {
-        std::memcpy(&t.data[i], p + 8 * i, 8);
-      } else {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        if (dtype == "F16") {
-          t.data[i] = halfToFloat(h);
-        } else {
-          uint32_t bits = static_cast<uint32_t>(h) << 16;
-          float f;
-          std::memcpy(&f, &bits, 4);
-          t.data[i] = f;
-        }
+    std::optional<std::vector<int64_t>> shape;
+    if (!v.is_object() || !(shape = shapeOf(v.value("shape", nlohmann::json()))) ||
+        !v.contains("tiles") || !v["tiles"].is_array())
+      return badTensor("needs a shape (non-negative integers) and an array of tiles");
+    std::vector<Box> boxes;
+    for (const nlohmann::json &tile : v["tiles"]) {
+      std::optional<Box> box;
+      if (!tile.is_object() || !tile.contains("file") || !tile["file"].is_string() ||
+          !tile.contains("key") || !tile["key"].is_string() ||
+          !(box = boxOf(tile.value("box", nlohmann::json()))))
+        return badTensor("a tile needs a file, a key and a box [[lo, hi], ...]");
+      const std::string file = tile["file"].get<std::string>(), key = tile["key"].get<std::string>();
+      if (file.empty() || file.find('/') != std::string::npos || file[0] == '.')
+        return badTensor("tile file '" + file + "' is not a file name in the checkpoint's directory");
+      const StFile *f = opened[file];
+      if (!f) {
+        auto o = openSafetensors(dir + "/" + file);
+        if (!o)
+          return badTensor(llvm::toString(o.takeError()));
+        f = opened[file] = o->get();
+        m->files.push_back(std::move(*o));
       }
+      auto t = f->tensors.find(key);
+      if (t == f->tensors.end())
+        return badTensor(fmt::format("{} has no tile '{}'", f->path, key));
+      std::vector<int64_t> extents;
+      for (const Range &r : *box)
+        extents.push_back(r.size());
+      if (t->second.shape != extents)
+        return badTensor(fmt::format("tile '{}' of {} has shape [{}], its box [{}]", key, f->path,
+                                     fmt::join(t->second.shape, ", "), boxText(*box)));
+      boxes.push_back(*box);
+      m->pieces[name].push_back({f, &t->second, *box});
     }
+    if (std::string problem = coverageProblem(*shape, boxes); !problem.empty())
+      return badTensor(problem);
+    m->shapes[name] = *shape;
+    m->pieces[name]; // a tensor of no elements may have no tiles
+  }
+  return CheckpointReader(std::move(m));
+}
+
+const std::string &CheckpointReader::path() const { return impl_->path; }
+bool CheckpointReader::sharded() const { return impl_->sharded; }
+const std::map<std::string, std::string> &CheckpointReader::metadata() const {
+  return impl_->metadata;
+}
+const std::map<std::string, std::vector<int64_t>> &CheckpointReader::shapes() const {
+  return impl_->shapes;
+}
+
+llvm::Error CheckpointReader::read(const std::string &name, const Box &box, float *out) const {
+  auto s = impl_->shapes.find(name);
+  if (s == impl_->shapes.end())
+    return fail(fmt::format("{}: no tensor '{}'", impl_->path, name));
+  if (box.size() != s->second.size() || !boxContains(wholeBox(s->second), box))
+    return fail(fmt::format("{}: tensor '{}' of shape [{}] has no box [{}]", impl_->path, name,
+                            fmt::join(s->second, ", "), boxText(box)));
+  for (const Impl::Piece &p : impl_->pieces.at(name)) {
+    const Box region = intersectBoxes(p.box, box);
+    if (boxElements(region) == 0)
+      continue;
+    if (llvm::Error e = readRegion(*p.file, *p.tensor, p.box, box, region, out))
+      return e;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<Checkpoint> CheckpointReader::readAll() const {
+  Checkpoint c;
+  c.metadata = impl_->metadata;
+  for (const auto &[name, shape] : impl_->shapes) {
+    std::vector<float> f(std::max<int64_t>(1, boxElements(wholeBox(shape))));
+    if (llvm::Error e = read(name, wholeBox(shape), f.data()))
+      return e;
+    Tensor t(shape);
+    std::copy(f.begin(), f.begin() + t.size(), t.data.begin());
     c.tensors.emplace(name, std::move(t));
   }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].first < ranges[i - 1].second && ranges[i].first != ranges[i].second)
-      return fail(fmt::format("{}: the byte ranges of two tensors overlap", path));
   return c;
 }
 

@@ -1,11 +1,15 @@
 // safetensors checkpoints: a round trip keeps names, shapes, values (to float32) and
 // metadata; other writers' F16/BF16/F64 tensors load; broken files get errors that say what
-// is wrong, never a crash.
+// is wrong, never a crash. Sharded checkpoints: tiles written by several writers read back
+// as any box (across tile boundaries, from either form), a new generation replaces the
+// old one's files only once committed, and broken indexes and tilings are refused.
 #include "runtime/checkpoint.h"
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "gtest/gtest.h"
 
@@ -100,6 +104,209 @@ TEST(Checkpoint, BrokenFilesSayWhatIsWrong) {
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   std::ofstream(checkpointFile(tmpDir("len")), std::ios::binary) << std::string("\xff\x00\x00\x00\x00\x00\x00\x00{}", 10);
   EXPECT_NE(loadError(tmpDir("len")).find("runs past the end"), std::string::npos);
+}
+
+/// A tensor whose element at flat index i is i (exact in float32).
+std::vector<float> iota(int64_t n) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(i);
+  return v;
+}
+
+/// The tile `box` of the 6 x 8 iota tensor.
+CheckpointTile tileOf(const std::string &name, const Box &box) {
+  const std::vector<float> all = iota(48);
+  CheckpointTile t{name, {6, 8}, box, {}};
+  for (int64_t r = box[0].lo; r < box[0].hi; ++r)
+    for (int64_t c = box[1].lo; c < box[1].hi; ++c)
+      t.data.push_back(all[r * 8 + c]);
+  return t;
+}
+
+/// Writes a sharded checkpoint of the 6 x 8 iota tensor "w" and a scalar "s" over three
+/// files, each holding a different kind of tile (rows, columns, a block).
+void writeSharded(const std::string &dir, unsigned generation,
+                  const std::vector<std::vector<CheckpointTile>> &parts) {
+  std::vector<TileEntry> all;
+  for (size_t r = 0; r < parts.size(); ++r) {
+    auto e = writeTileFile(dir, tileFileName(generation, r), parts[r]);
+    ASSERT_TRUE(bool(e)) << llvm::toString(e.takeError());
+    // Through the text the processes send each other.
+    auto back = decodeTileEntries(encodeTileEntries(*e));
+    ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+    all.insert(all.end(), back->begin(), back->end());
+  }
+  llvm::Error err = writeCheckpointIndex(dir, generation, all, {{"steps", "7"}});
+  ASSERT_FALSE(bool(err)) << llvm::toString(std::move(err));
+}
+
+std::vector<std::vector<CheckpointTile>> threeParts() {
+  CheckpointTile s{"s", {}, {}, {2.5f}};
+  return {{tileOf("w", {{0, 3}, {0, 8}}), s},                          // the top rows
+          {tileOf("w", {{3, 6}, {0, 5}})},                             // a block
+          {tileOf("w", {{3, 4}, {5, 8}}), tileOf("w", {{4, 6}, {5, 8}})}}; // two small blocks
+}
+
+std::string openError(const std::string &dir) {
+  auto r = CheckpointReader::open(dir);
+  if (r)
+    return "";
+  return llvm::toString(r.takeError());
+}
+
+TEST(ShardedCheckpoint, AnyBoxReadsBack) {
+  const std::string dir = tmpDir("sharded");
+  writeSharded(dir, 1, threeParts());
+  auto r = CheckpointReader::open(dir);
+  ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+  EXPECT_TRUE(r->sharded());
+  EXPECT_EQ(r->metadata().at("steps"), "7");
+  EXPECT_EQ(r->shapes().at("w"), (std::vector<int64_t>{6, 8}));
+  const std::vector<float> all = iota(48);
+  // Boxes of another partition: column halves, row thirds, a block across all tiles.
+  for (Box box : {Box{{0, 6}, {0, 4}}, Box{{0, 6}, {4, 8}}, Box{{2, 4}, {0, 8}},
+                  Box{{1, 5}, {3, 7}}, Box{{0, 6}, {0, 8}}, Box{{5, 6}, {7, 8}}}) {
+    std::vector<float> got(boxElements(box), -1.0f), want;
+    for (int64_t i = box[0].lo; i < box[0].hi; ++i)
+      for (int64_t j = box[1].lo; j < box[1].hi; ++j)
+        want.push_back(all[i * 8 + j]);
+    llvm::Error e = r->read("w", box, got.data());
+    ASSERT_FALSE(bool(e)) << llvm::toString(std::move(e));
+    EXPECT_EQ(got, want) << "box rows " << box[0].lo << ":" << box[0].hi << " cols " << box[1].lo
+                         << ":" << box[1].hi;
+  }
+  float s = 0;
+  llvm::Error e = r->read("s", {}, &s);
+  ASSERT_FALSE(bool(e));
+  EXPECT_EQ(s, 2.5f);
+  auto whole = r->readAll();
+  ASSERT_TRUE(bool(whole));
+  EXPECT_EQ(whole->tensors.at("w").data.at(47), 47.0);
+  // Errors name the tensor and the box.
+  std::string msg = llvm::toString(r->read("w", {{0, 7}, {0, 8}}, nullptr));
+  EXPECT_NE(msg.find("has no box [0:7,0:8]"), std::string::npos) << msg;
+  msg = llvm::toString(r->read("v", {}, nullptr));
+  EXPECT_NE(msg.find("no tensor 'v'"), std::string::npos) << msg;
+}
+
+TEST(ShardedCheckpoint, WholeCheckpointsReadByBox) {
+  Checkpoint c;
+  Tensor w({6, 8});
+  for (int64_t i = 0; i < 48; ++i)
+    w.data[i] = static_cast<double>(i);
+  c.tensors.emplace("w", w);
+  const std::string dir = tmpDir("whole-by-box");
+  ASSERT_FALSE(bool(saveCheckpoint(dir, c)));
+  auto r = CheckpointReader::open(dir);
+  ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+  EXPECT_FALSE(r->sharded());
+  std::vector<float> got(6);
+  ASSERT_FALSE(bool(r->read("w", {{2, 5}, {6, 8}}, got.data())));
+  EXPECT_EQ(got, (std::vector<float>{22, 23, 30, 31, 38, 39}));
+}
+
+TEST(ShardedCheckpoint, GenerationsReplaceEachOther) {
+  namespace fs = std::filesystem;
+  const std::string dir = tmpDir("generations");
+  Checkpoint c;
+  c.tensors.emplace("w", Tensor({6, 8}, 1.0));
+  ASSERT_FALSE(bool(saveCheckpoint(dir, c)));
+  EXPECT_EQ(nextCheckpointGeneration(dir), 1u);
+  writeSharded(dir, 1, threeParts());
+  // The sharded checkpoint replaced the whole one.
+  EXPECT_FALSE(fs::exists(checkpointFile(dir)));
+  EXPECT_EQ(nextCheckpointGeneration(dir), 2u);
+  // Generation 2's files written but not committed: generation 1 still loads, unchanged.
+  auto parts = threeParts();
+  parts[0][1].data = {9.0f};
+  ASSERT_TRUE(bool(writeTileFile(dir, tileFileName(2, 0), parts[0])));
+  float s = 0;
+  {
+    auto r = CheckpointReader::open(dir);
+    ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+    ASSERT_FALSE(bool(r->read("s", {}, &s)));
+    EXPECT_EQ(s, 2.5f);
+  }
+  writeSharded(dir, 2, parts);
+  auto r = CheckpointReader::open(dir);
+  ASSERT_TRUE(bool(r));
+  ASSERT_FALSE(bool(r->read("s", {}, &s)));
+  EXPECT_EQ(s, 9.0f);
+  EXPECT_FALSE(fs::exists(dir + "/" + tileFileName(1, 0)));
+  EXPECT_TRUE(fs::exists(dir + "/" + tileFileName(2, 2)));
+  // A whole checkpoint saved over it removes the sharded one.
+  ASSERT_FALSE(bool(saveCheckpoint(dir, c)));
+  EXPECT_FALSE(fs::exists(checkpointIndexFile(dir)));
+  EXPECT_FALSE(fs::exists(dir + "/" + tileFileName(2, 0)));
+  EXPECT_FALSE(CheckpointReader::open(dir)->sharded());
+}
+
+TEST(ShardedCheckpoint, BadTilingsAndIndexesSayWhatIsWrong) {
+  // Overlapping and missing tiles are refused when the index is written.
+  auto parts = threeParts();
+  parts[1][0] = tileOf("w", {{2, 6}, {0, 5}}); // overlaps the top rows
+  std::vector<TileEntry> all;
+  for (size_t r = 0; r < parts.size(); ++r) {
+    auto entries = writeTileFile(tmpDir("overlapping"), tileFileName(1, r), parts[r]);
+    ASSERT_TRUE(bool(entries)) << llvm::toString(entries.takeError());
+    all.insert(all.end(), entries->begin(), entries->end());
+  }
+  std::string msg =
+      llvm::toString(writeCheckpointIndex(tmpDir("overlapping"), 1, all, {}));
+  EXPECT_NE(msg.find("tensor 'w': the tiles [2:6,0:5] and [0:3,0:8] overlap"), std::string::npos)
+      << msg;
+  all.erase(all.begin() + 2); // the block [2:6, 0:5]
+  msg = llvm::toString(writeCheckpointIndex(tmpDir("overlapping"), 1, all, {}));
+  EXPECT_NE(msg.find("its tiles cover 33 of its 48 elements"), std::string::npos) << msg;
+
+  // Broken indexes, each naming the index and what is wrong.
+  const std::string dir = tmpDir("badindex");
+  writeSharded(dir, 1, threeParts());
+  const std::string good = [&] {
+    std::ifstream in(checkpointIndexFile(dir));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }();
+  auto withIndex = [&](const std::string &text) {
+    std::ofstream(checkpointIndexFile(dir), std::ios::trunc) << text;
+    return openError(dir);
+  };
+  auto edited = [&](const std::string &from, const std::string &to) {
+    std::string t = good;
+    size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return withIndex(t.replace(at, from.size(), to));
+  };
+  EXPECT_NE(withIndex("{").find("index.json: not JSON"), std::string::npos);
+  EXPECT_NE(withIndex("{\"format\": \"x\"}").find("not the index of a sharded Tofu checkpoint"),
+            std::string::npos);
+  EXPECT_NE(edited("\"version\": 1", "\"version\": 2").find("version 2; this Tofu reads version 1"),
+            std::string::npos);
+  msg = edited("tiles-1-2.safetensors", "tiles-9-9.safetensors");
+  EXPECT_NE(msg.find("tiles-9-9.safetensors: cannot open"), std::string::npos) << msg;
+  msg = edited("tiles-1-0.safetensors", "../x.safetensors");
+  EXPECT_NE(msg.find("is not a file name in the checkpoint's directory"), std::string::npos) << msg;
+  msg = edited("\"key\":\"w@0:3,0:8\"", "\"key\":\"w@0:3,0:9\"");
+  EXPECT_NE(msg.find("has no tile 'w@0:3,0:9'"), std::string::npos) << msg;
+  msg = edited("[[0,3],[0,8]]", "[[0,2],[0,8]]");
+  EXPECT_NE(msg.find("has shape [3, 8], its box [0:2,0:8]"), std::string::npos) << msg;
+  msg = edited("\"shape\":[6,8]", "\"shape\":[6,9]");
+  EXPECT_NE(msg.find("tensor 'w': its tiles cover 48 of its 54 elements"), std::string::npos) << msg;
+  // A truncated tile file.
+  withIndex(good);
+  std::filesystem::resize_file(dir + "/" + tileFileName(1, 1), 100);
+  msg = openError(dir);
+  EXPECT_NE(msg.find("tiles-1-1.safetensors"), std::string::npos) << msg;
+  // No checkpoint at all.
+  msg = openError(tmpDir("nothing-here"));
+  EXPECT_NE(msg.find("cannot open"), std::string::npos) << msg;
+  std::filesystem::create_directories(tmpDir("empty"));
+  msg = openError(tmpDir("empty"));
+  EXPECT_NE(msg.find("holds no checkpoint (neither index.json nor model.safetensors)"),
+            std::string::npos)
+      << msg;
 }
 
 } // namespace

@@ -183,7 +183,7 @@ llvm::Expected<std::unique_ptr<Engine>> Engine::create(Program program,
   impl->options = options;
   const Program &prog = impl->program;
   if (llvm::Error e = impl->backend->prepare(prog))
-    return std::move(e);
+    return e;
   for (unsigned w = 0; w < prog.workers; ++w)
     if (impl->backend->runsWorker(w))
       impl->local.push_back(w);
@@ -234,7 +234,7 @@ llvm::Expected<StepStats> Engine::step() {
         m.backend->fill(w, b.offset, b.bytes, std::numeric_limits<float>::quiet_NaN());
   for (const auto &[t, v] : m.inputs)
     if (llvm::Error e = set(t, v))
-      return std::move(e);
+      return e;
   m.errors.assign(k, "");
   m.moved = 0;
   m.carried = 0;
@@ -277,6 +277,24 @@ Tensor Engine::get(unsigned tensor) const {
   return out;
 }
 
+std::vector<float> Engine::readTile(unsigned tensor, unsigned w) const {
+  const Impl &m = *impl_;
+  const Box &tile = m.program.tensors[tensor].tiles[w];
+  const int64_t off = m.program.worker[w].tileOffset[tensor];
+  std::vector<float> out(boxElements(tile));
+  if (off >= 0 && !out.empty())
+    m.backend->read(w, off, tile, out.data(), tile, tile);
+  return out;
+}
+
+void Engine::writeTile(unsigned tensor, unsigned w, const float *values) {
+  Impl &m = *impl_;
+  const Box &tile = m.program.tensors[tensor].tiles[w];
+  const int64_t off = m.program.worker[w].tileOffset[tensor];
+  if (off >= 0 && boxElements(tile) > 0)
+    m.backend->write(w, off, tile, values, tile, tile);
+}
+
 std::vector<int64_t> Engine::arenaBytes() const {
   std::vector<int64_t> out;
   for (const WorkerProgram &w : impl_->program.worker)
@@ -302,27 +320,59 @@ Checkpoint checkpointOf(const Engine &engine) {
   return c;
 }
 
-llvm::Error restore(Engine &engine, const Checkpoint &c) {
-  std::set<std::string> used;
+/// Whether worker `w` holds a tile of `pt`.
+static bool holdsTile(const Program &prog, const ProgramTensor &pt, unsigned t, unsigned w) {
+  return prog.worker[w].tileOffset[t] >= 0 && boxElements(pt.tiles[w]) > 0;
+}
+
+std::vector<CheckpointTile> trainingTiles(const Engine &engine) {
+  std::vector<CheckpointTile> out;
   const Program &prog = engine.program();
   for (unsigned t = 0; t < prog.tensors.size(); ++t) {
     const ProgramTensor &pt = prog.tensors[t];
     if (!isTrainingState(pt))
       continue;
-    auto it = c.tensors.find(pt.name);
-    if (it == c.tensors.end())
+    for (unsigned w : engine.localWorkers()) {
+      if (!holdsTile(prog, pt, t, w))
+        continue;
+      bool replica = false; // an earlier worker holds the same tile
+      for (unsigned o = 0; o < w && !replica; ++o)
+        replica = holdsTile(prog, pt, t, o) && pt.tiles[o] == pt.tiles[w];
+      if (!replica)
+        out.push_back({pt.name, pt.shape, pt.tiles[w], engine.readTile(t, w)});
+    }
+  }
+  return out;
+}
+
+llvm::Error restore(Engine &engine, const CheckpointReader &c) {
+  std::set<std::string> used;
+  const Program &prog = engine.program();
+  std::vector<float> buf;
+  for (unsigned t = 0; t < prog.tensors.size(); ++t) {
+    const ProgramTensor &pt = prog.tensors[t];
+    if (!isTrainingState(pt))
+      continue;
+    auto it = c.shapes().find(pt.name);
+    if (it == c.shapes().end())
       return stringError(fmt::format("the checkpoint has no tensor '{}' ({} of shape [{}])",
                                      pt.name, pt.role == TensorRole::Weight ? "a weight" : "optimiser state",
                                      fmt::join(pt.shape, ", ")));
-    if (it->second.shape != pt.shape)
+    if (it->second != pt.shape)
       return stringError(fmt::format("tensor '{}': the checkpoint's shape [{}] is not the graph's [{}]",
-                                     pt.name, fmt::join(it->second.shape, ", "),
+                                     pt.name, fmt::join(it->second, ", "),
                                      fmt::join(pt.shape, ", ")));
-    if (llvm::Error e = engine.set(t, it->second))
-      return e;
+    for (unsigned w : engine.localWorkers()) {
+      if (!holdsTile(prog, pt, t, w))
+        continue;
+      buf.assign(boxElements(pt.tiles[w]), 0.0f);
+      if (llvm::Error e = c.read(pt.name, pt.tiles[w], buf.data()))
+        return e;
+      engine.writeTile(t, w, buf.data());
+    }
     used.insert(pt.name);
   }
-  for (const auto &[name, t] : c.tensors)
+  for (const auto &[name, shape] : c.shapes())
     if (!used.count(name))
       return stringError(fmt::format("the checkpoint holds '{}', which is not a weight or "
                                      "optimiser state of this graph (another model, or another "

@@ -83,6 +83,12 @@ public:
   /// it). Only tensors live at the end of a step (weights, optimiser state, graph outputs)
   /// are meaningful.
   Tensor get(unsigned tensor) const;
+  /// Worker `w`'s tile of a tensor it holds (ProgramTensor::tiles), row-major over the tile;
+  /// `w` must be local. Between steps only.
+  std::vector<float> readTile(unsigned tensor, unsigned w) const;
+  /// Overwrites worker `w`'s tile of a weight or optimiser-state tensor with `values`
+  /// (row-major over the tile); `w` must be local.
+  void writeTile(unsigned tensor, unsigned w, const float *values);
   /// The workers this process runs (all, but on a backend of one process per worker).
   const std::vector<unsigned> &localWorkers() const;
   /// Each worker's arena size.
@@ -106,10 +112,14 @@ private:
 
 /// The training state: every weight and optimiser-state tensor, whole, by graph name.
 Checkpoint checkpointOf(const Engine &engine);
-/// Writes a checkpoint's tensors into the engine (any k: each worker takes its tiles).
-/// Every weight and optimiser-state tensor of the graph must be there with its shape, and
-/// nothing else; errors name the tensor.
-llvm::Error restore(Engine &engine, const Checkpoint &c);
+/// The training state as the tiles this process's workers hold, every tile once over all
+/// the processes: a tile that several workers hold (a replica) is taken from the first of
+/// them. Over all the processes the tiles of each tensor are disjoint and cover it.
+std::vector<CheckpointTile> trainingTiles(const Engine &engine);
+/// Writes a checkpoint's tensors into the engine at any k, from either form: each local
+/// worker reads only its own tiles' boxes. Every weight and optimiser-state tensor of the
+/// graph must be there with its shape, and nothing else; errors name the tensor.
+llvm::Error restore(Engine &engine, const CheckpointReader &c);
 
 /// Values for a training run of a graph whose loss is `loss`: inputs as randomGraphInputs
 /// draws them (fixed by `seed`), the loss gradient's seed `d_<loss>` 1, the learning rate

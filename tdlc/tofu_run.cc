@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <set>
 #include <fstream>
 #include <string>
 
@@ -122,10 +123,14 @@ cl::opt<bool> checking("check", cl::desc("Poison every buffer a step has not wri
                                          "not given)"),
                        cl::cat(runCategory));
 cl::opt<std::string> saveDir("save", cl::desc("After the last step, write every weight and "
-                                              "optimiser-state tensor to DIR/model.safetensors"),
+                                              "optimiser-state tensor to DIR/model.safetensors "
+                                              "(with --backend mpi: each process its own tiles "
+                                              "to DIR/tiles-G-R.safetensors, and an index "
+                                              "DIR/index.json)"),
                              cl::value_desc("DIR"), cl::cat(runCategory));
 cl::opt<std::string> loadDir("load", cl::desc("Start from the checkpoint in DIR (written by --save, "
-                                              "at any worker count)"),
+                                              "at any worker count, by threads or processes; each "
+                                              "worker reads only its own tiles)"),
                              cl::value_desc("DIR"), cl::cat(runCategory));
 cl::opt<unsigned> profileTop("profile", cl::desc("Time every node on every worker; print each "
                                                 "worker's compute, copy and waiting time and "
@@ -177,6 +182,39 @@ std::vector<int64_t> gatherOverProcesses(int64_t x) {
     MPI_Allgather(&x, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
 #endif
   return all;
+}
+
+/// Every process's `text`, on the first process (elsewhere: empty).
+std::vector<std::string> gatherTextOnFirst(const std::string &text) {
+  std::vector<std::string> out = {text};
+#ifdef TOFU_MPI_BACKEND
+  if (procs.on) {
+    int n = static_cast<int>(text.size());
+    std::vector<int> sizes(procs.size), starts(procs.size);
+    MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+    std::vector<char> all;
+    if (procs.rank == 0) {
+      for (int r = 1; r < procs.size; ++r)
+        starts[r] = starts[r - 1] + sizes[r - 1];
+      all.resize(static_cast<size_t>(starts.back()) + sizes.back());
+    }
+    MPI_Gatherv(text.data(), n, MPI_CHAR, all.data(), sizes.data(), starts.data(), MPI_CHAR, 0,
+                MPI_COMM_WORLD);
+    out.clear();
+    for (int r = 0; procs.rank == 0 && r < procs.size; ++r)
+      out.emplace_back(all.data() + starts[r], sizes[r]);
+  }
+#endif
+  return out;
+}
+
+/// The first process's `x`, on every process.
+unsigned fromFirstProcess(unsigned x) {
+#ifdef TOFU_MPI_BACKEND
+  if (procs.on)
+    MPI_Bcast(&x, 1, MPI_UNSIGNED, 0, MPI_COMM_WORLD);
+#endif
+  return x;
 }
 
 /// The value of a rank-0 tensor, from whichever process holds it.
@@ -291,6 +329,57 @@ llvm::Expected<std::unique_ptr<tofu::Engine>> makeEngine(const tofu::Problem &p,
 #endif
 }
 
+/// --save on one process: every tensor whole, in DIR/model.safetensors.
+int saveWhole(const tofu::Engine &engine, const std::map<std::string, std::string> &metadata) {
+  tofu::Checkpoint c = tofu::checkpointOf(engine);
+  c.metadata = metadata;
+  if (llvm::Error e = tofu::saveCheckpoint(saveDir, c))
+    return fail(llvm::toString(std::move(e)));
+  if (format != "json")
+    llvm::outs() << fmt::format("saved {} tensors ({} steps trained) to {}\n", c.tensors.size(),
+                                metadata.at("steps"), tofu::checkpointFile(saveDir));
+  return 0;
+}
+
+/// --save under MPI: each process writes its own tiles, the first the index of them all
+/// once every process's file is complete.
+int saveTiles(const tofu::Engine &engine, const std::map<std::string, std::string> &metadata) {
+  const unsigned generation = fromFirstProcess(tofu::nextCheckpointGeneration(saveDir));
+  const std::vector<tofu::CheckpointTile> tiles = tofu::trainingTiles(engine);
+  auto entries = tofu::writeTileFile(saveDir, tofu::tileFileName(generation, procs.rank), tiles);
+  if (!entries)
+    return fail(llvm::toString(entries.takeError()));
+  int64_t bytes = 0;
+  for (const tofu::CheckpointTile &t : tiles)
+    bytes += static_cast<int64_t>(t.data.size()) * 4;
+  bytes = sumOverProcesses(bytes);
+  std::vector<std::string> parts = gatherTextOnFirst(tofu::encodeTileEntries(*entries));
+  if (procs.rank == 0) {
+    std::vector<tofu::TileEntry> all;
+    for (const std::string &part : parts) {
+      auto decoded = tofu::decodeTileEntries(part);
+      if (!decoded)
+        return fail(llvm::toString(decoded.takeError()));
+      all.insert(all.end(), decoded->begin(), decoded->end());
+    }
+    if (llvm::Error e = tofu::writeCheckpointIndex(saveDir, generation, all, metadata))
+      return fail(llvm::toString(std::move(e)));
+    std::set<std::string> tensors;
+    for (const tofu::TileEntry &e : all)
+      tensors.insert(e.tensor);
+    if (format != "json")
+      llvm::outs() << fmt::format("saved {} tensors as {} tiles ({:.2f} MiB, {} steps trained) "
+                                  "from {} processes to {}\n",
+                                  tensors.size(), all.size(), bytes / 1048576.0,
+                                  metadata.at("steps"), procs.size,
+                                  tofu::checkpointIndexFile(saveDir));
+  }
+#ifdef TOFU_MPI_BACKEND
+  MPI_Barrier(MPI_COMM_WORLD); // the checkpoint is whole when any process goes on
+#endif
+  return 0;
+}
+
 /// Trains on the engine: --steps steps, then the summary (and --verify's comparison).
 int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::string &loss,
                 const std::string &name, const tofu::ExecPlan &exec,
@@ -337,21 +426,21 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     if (llvm::Error e = (*engine)->set(t, v))
       return fail(llvm::toString(std::move(e)));
   unsigned stepsBefore = 0;
-  std::optional<tofu::Checkpoint> resumed;
+  std::optional<tofu::CheckpointReader> resumed;
   if (!loadDir.empty()) {
-    auto c = tofu::loadCheckpoint(loadDir);
+    auto c = tofu::CheckpointReader::open(loadDir);
     if (!c)
       return fail(llvm::toString(c.takeError()));
     if (llvm::Error e = tofu::restore(**engine, *c))
-      return fail(tofu::checkpointFile(loadDir) + ": " + llvm::toString(std::move(e)));
-    if (auto it = c->metadata.find("steps"); it != c->metadata.end())
+      return fail(c->path() + ": " + llvm::toString(std::move(e)));
+    if (auto it = c->metadata().find("steps"); it != c->metadata().end())
       stepsBefore = static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
     resumed = std::move(*c);
   }
   if (!json) {
     if (resumed)
       llvm::outs() << fmt::format("resumed from {} ({} steps trained before)\n",
-                                  tofu::checkpointFile(loadDir), stepsBefore);
+                                  resumed->path(), stepsBefore);
     const bool gpu = backend == "cuda";
     const std::string engineName =
         gpu        ? "CUDA"
@@ -408,15 +497,11 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   if (terminal)
     llvm::outs() << "\n";
   if (!saveDir.empty()) {
-    tofu::Checkpoint c = tofu::checkpointOf(**engine);
-    c.metadata = {{"format", "tofu"}, {"model", name}, {"optimizer", optimizer},
-                  {"steps", std::to_string(stepsBefore + steps)},
-                  {"workers", std::to_string(workers)}};
-    if (llvm::Error e = tofu::saveCheckpoint(saveDir, c))
-      return fail(llvm::toString(std::move(e)));
-    if (!json)
-      llvm::outs() << fmt::format("saved {} tensors ({} steps trained) to {}\n", c.tensors.size(),
-                                  stepsBefore + steps, tofu::checkpointFile(saveDir));
+    const std::map<std::string, std::string> metadata = {
+        {"format", "tofu"}, {"model", name}, {"optimizer", optimizer},
+        {"steps", std::to_string(stepsBefore + steps)}, {"workers", std::to_string(workers)}};
+    if (int status = procs.on ? saveTiles(**engine, metadata) : saveWhole(**engine, metadata))
+      return status;
   }
   std::vector<int64_t> peaks = (*engine)->arenaBytes();
   // Under MPI: what each process allocated for its worker's arena, and its peak resident
@@ -684,8 +769,6 @@ int run(int argc, char **argv) {
     tofu::MpiTransport t;
     if (!tofu::parseMpiTransport(mpiTransport, t))
       return fail("--mpi-transport must be get or sendrecv", 2);
-    if (!saveDir.empty() || !loadDir.empty())
-      return fail("--save and --load are not available with --backend mpi yet", 2);
     if (kernelsMode == "interp")
       return fail("--kernels interp is the one-process reference executor; use --backend cpu", 2);
     // One report: the first process prints, the others only their errors.

@@ -3,8 +3,10 @@
 # small models and an ONNX model at k = 2, 3, 4 over both transports (each process compares
 # the tiles it holds with an unpartitioned step; the processes together move exactly the
 # planned bytes); each process allocates its own worker's planned arena and no other; and
-# faults end every process with a non-zero status, naming the rank: a rank killed mid-step,
-# a rank out of memory, bad input, a worker count that is not the process count.
+# checkpoints saved by 4 processes resume at k = 2, 3 and on 8 threads (and a one-process
+# checkpoint under MPI); faults end every process with a non-zero status, naming the rank: a
+# rank killed mid-step, a rank out of memory, bad input, a worker count that is not the
+# process count.
 set -uo pipefail
 run="$(realpath "$1")"
 fail=0
@@ -71,6 +73,68 @@ else
   grep -q "MPI (2 processes, sendrecv transport)" "$tmp/out.txt" || { echo "FAILED: engine line" >&2; fail=1; }
   grep -q "(the plan predicts [0-9]*: equal)" "$tmp/out.txt" || { echo "FAILED: bytes" >&2; fail=1; }
 fi
+
+# Checkpoints without a gatherer: 3 steps saved by 4 processes (each its own tiles, and an
+# index), resumed for 3 more at k = 2 and 3 under MPI and at k = 8 on threads, reproduce the
+# losses of 6 straight steps and the resumed step verifies; a one-process checkpoint resumes
+# under MPI; saving again replaces the earlier checkpoint's files.
+losses() { python3 -c 'import json,sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["loss"])))' "$1"; }
+same_losses() { # NAME EXPECTED RESUMED: equal to float32 rounding
+  python3 - "$@" <<'PY'
+import sys
+name, want, got = sys.argv[1], [float(x) for x in sys.argv[2].split()], [float(x) for x in sys.argv[3].split()]
+assert len(want) == len(got) == 3, (name, want, got)
+for s, (a, b) in enumerate(zip(want, got)):
+    assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), f"{name}: step {s + 4}: {a} straight, {b} resumed"
+PY
+}
+ckpt_case() { # MODEL ARGS...: the save/resume round over the model
+  local straight rest ck="$tmp/ckpt"
+  rm -rf "$ck" "$ck.one"
+  if ! "${mpi[@]}" -np 4 "$run" --backend mpi "$@" --steps 6 --format=json >"$tmp/straight.json" 2>"$tmp/err.txt" ||
+     ! "${mpi[@]}" -np 4 "$run" --backend mpi "$@" --steps 3 --save "$ck" --format=json >"$tmp/a.json" 2>>"$tmp/err.txt"; then
+    echo "FAILED: checkpoint runs of $*" >&2; cat "$tmp/err.txt" >&2; fail=1; return
+  fi
+  straight=$(losses "$tmp/straight.json")
+  rest=$(echo "$straight" | cut -d' ' -f4-6)
+  python3 - "$ck" 4 <<'PY' || { echo "FAILED: the sharded checkpoint of $*" >&2; fail=1; }
+import json, os, sys
+ck, k = sys.argv[1], int(sys.argv[2])
+index = json.load(open(os.path.join(ck, "index.json")))
+files = {t["file"] for v in index["tensors"].values() for t in v["tiles"]}
+assert files == {f"tiles-1-{r}.safetensors" for r in range(k)}, files
+assert sorted(os.listdir(ck)) == sorted(files | {"index.json"}), os.listdir(ck)
+assert index["metadata"]["steps"] == "3", index["metadata"]
+PY
+  for k in 2 3; do
+    if ! "${mpi[@]}" -np "$k" "$run" --backend mpi "$@" --steps 3 --load "$ck" --verify --format=json \
+         >"$tmp/b.json" 2>"$tmp/err.txt"; then
+      echo "FAILED: resume at k = $k from 4 processes' checkpoint: $*" >&2; cat "$tmp/b.json" "$tmp/err.txt" >&2; fail=1; continue
+    fi
+    check_json "$tmp/b.json" "$k" || { echo "FAILED: resumed at k = $k: $*" >&2; fail=1; }
+    same_losses "k = 4 -> $k processes: $*" "$rest" "$(losses "$tmp/b.json")" || fail=1
+  done
+  if ! "$run" "$@" --workers 8 --steps 3 --load "$ck" --format=json >"$tmp/c.json" 2>"$tmp/err.txt"; then
+    echo "FAILED: resume on 8 threads from 4 processes' checkpoint: $*" >&2; cat "$tmp/err.txt" >&2; fail=1
+  else
+    same_losses "k = 4 processes -> 8 threads: $*" "$rest" "$(losses "$tmp/c.json")" || fail=1
+  fi
+  # From the one-process engine's checkpoint (model.safetensors), written at k = 1.
+  if ! "$run" "$@" --workers 1 --steps 3 --save "$ck.one" --format=json >/dev/null 2>"$tmp/err.txt" ||
+     ! "${mpi[@]}" -np 3 "$run" --backend mpi "$@" --steps 3 --load "$ck.one" --format=json \
+         >"$tmp/d.json" 2>>"$tmp/err.txt"; then
+    echo "FAILED: resume at k = 3 processes from a one-process checkpoint: $*" >&2; cat "$tmp/err.txt" >&2; fail=1
+  else
+    same_losses "one process -> 3 processes: $*" "$rest" "$(losses "$tmp/d.json")" || fail=1
+  fi
+  # Saved again at k = 2: generation 2 replaces generation 1's four files.
+  if ! "${mpi[@]}" -np 2 "$run" --backend mpi "$@" --steps 1 --load "$ck" --save "$ck" >/dev/null 2>"$tmp/err.txt" ||
+     [ "$(cd "$ck" && ls | tr '\n' ' ')" != "index.json tiles-2-0.safetensors tiles-2-1.safetensors " ]; then
+    echo "FAILED: saving over a checkpoint: $(ls "$ck")" >&2; cat "$tmp/err.txt" >&2; fail=1
+  fi
+}
+ckpt_case --onnx tests/onnx/mlp.onnx --optimizer adam
+ckpt_case --model gpt-1-16-2-4
 
 # expect_failure NAME SECONDS PATTERN COMMAND...: the job ends non-zero within SECONDS and its
 # messages match PATTERN.
