@@ -88,20 +88,16 @@ std::map<unsigned, std::pair<unsigned, unsigned>> matrixInputs(const InstOp &op)
   return out;
 }
 
-Tensor randomInput(unsigned i, const Shapes &shapes,
-                   const std::map<unsigned, int64_t> &indices,
-                   const std::map<unsigned, std::pair<unsigned, unsigned>> &matrices,
+Tensor randomInput(unsigned i, const Shapes &shapes, const InputValueRule &rule,
                    std::pair<double, double> range, std::mt19937 &rng) {
   Tensor t(shapes.inputs[i]);
-  auto idx = indices.find(i);
   std::uniform_real_distribution<double> value(range.first, range.second);
   for (double &v : t.data)
-    v = idx != indices.end()
-            ? static_cast<double>(std::uniform_int_distribution<int64_t>(0, idx->second - 1)(rng))
+    v = rule.integers > 0
+            ? static_cast<double>(std::uniform_int_distribution<int64_t>(0, rule.integers - 1)(rng))
             : value(rng);
-  auto m = matrices.find(i);
-  if (m != matrices.end() && idx == indices.end()) {
-    auto [a, b] = m->second;
+  if (rule.diagonal) {
+    auto [a, b] = *rule.diagonal;
     int64_t boost = t.shape[a] + t.shape[b] + 1;
     std::vector<int64_t> coords(t.shape.size());
     for (int64_t flat = 0; flat < t.size(); ++flat) {
@@ -293,6 +289,14 @@ std::vector<OpCheck> verifyFile(const ir::Module &module, const std::string &fil
 std::vector<Tensor> randomInputs(const InstOp &op, const Shapes &shapes, unsigned seed,
                                  std::pair<double, double> range) {
   std::mt19937 rng(seed);
+  const std::vector<InputValueRule> rules = inputValueRules(op, shapes);
+  std::vector<Tensor> inputs;
+  for (unsigned i = 0; i < op.inputs.size(); ++i)
+    inputs.push_back(randomInput(i, shapes, rules[i], range, rng));
+  return inputs;
+}
+
+std::vector<InputValueRule> inputValueRules(const InstOp &op, const Shapes &shapes) {
   auto indices = indexInputs(op, shapes);
   comparedWithIndices(op, shapes, indices);
   // select(c[...], a, b): c holds booleans, integers in [0, 2).
@@ -302,10 +306,14 @@ std::vector<Tensor> randomInputs(const InstOp &op, const Shapes &shapes, unsigne
         indices[r->input] = 2;
   });
   auto matrices = matrixInputs(op);
-  std::vector<Tensor> inputs;
-  for (unsigned i = 0; i < op.inputs.size(); ++i)
-    inputs.push_back(randomInput(i, shapes, indices, matrices, range, rng));
-  return inputs;
+  std::vector<InputValueRule> rules(op.inputs.size());
+  for (unsigned i = 0; i < op.inputs.size(); ++i) {
+    if (auto it = indices.find(i); it != indices.end())
+      rules[i].integers = it->second;
+    else if (auto m = matrices.find(i); m != matrices.end())
+      rules[i].diagonal = m->second;
+  }
+  return rules;
 }
 
 bool OpCheck::ok() const {

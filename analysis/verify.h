@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,6 +81,16 @@ OpCheck verifyStrategies(const StrategyTable &table, const VerifyOptions &option
 /// 1 (acosh), then negative, then both signs.
 inline constexpr std::pair<double, double> kValueRanges[] = {
     {0.25, 1.0}, {1.25, 2.0}, {-1.0, -0.25}, {-1.0, 1.0}};
+
+/// What values an input of an op may take for a run to be meaningful: integers in
+/// [0, `integers`) for inputs used as indices or a select's condition (0 when any value
+/// goes), and for matrices handed to opaque functions the two dimensions whose diagonal is
+/// made dominant.
+struct InputValueRule {
+  int64_t integers = 0;
+  std::optional<std::pair<unsigned, unsigned>> diagonal;
+};
+std::vector<InputValueRule> inputValueRules(const InstOp &op, const Shapes &shapes);
 
 /// Random inputs for `op` with values in `range`, except inputs used as indices (integers in
 /// range of the dimension or variable they index or are compared with), inputs read directly

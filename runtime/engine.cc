@@ -8,7 +8,6 @@
 #include <condition_variable>
 #include <limits>
 #include <mutex>
-#include <random>
 #include <set>
 #include <thread>
 
@@ -32,7 +31,8 @@ struct Engine::Impl {
   Program program;
   std::unique_ptr<Backend> backend;
   EngineOptions options;
-  std::map<unsigned, Tensor> inputs; ///< written again before every step
+  /// The local tiles of inputs, by (tensor, worker): written again before every step.
+  std::map<std::pair<unsigned, unsigned>, std::vector<float>> inputs;
   std::vector<std::vector<NodeTime>> profile; ///< per worker, per node, summed over steps
 
   // The first local worker runs on the caller's thread; the others are threads that live as
@@ -207,21 +207,29 @@ llvm::Error Engine::set(unsigned tensor, const Tensor &value) {
   Impl &m = *impl_;
   if (tensor >= m.program.tensors.size() || value.shape != m.program.tensors[tensor].shape)
     return stringError("Engine::set: no such tensor, or the value has the wrong shape");
-  const ProgramTensor &pt = m.program.tensors[tensor];
-  Box all = wholeBox(value.shape);
+  const Box all = wholeBox(value.shape);
   std::vector<float> f(value.data.begin(), value.data.end());
   if (f.empty())
     f.push_back(0);
+  setTiles(tensor, [&](const Box &tile, float *out) { copyBox(out, tile, f.data(), all, tile, nullptr); });
+  return llvm::Error::success();
+}
+
+void Engine::setTiles(unsigned tensor, const std::function<void(const Box &, float *)> &fill) {
+  Impl &m = *impl_;
+  const ProgramTensor &pt = m.program.tensors[tensor];
+  const bool input = pt.role != TensorRole::Weight && pt.role != TensorRole::OptimizerState;
+  std::vector<float> buf;
   for (unsigned w : m.local) {
     const Box &tile = pt.tiles[w];
     const int64_t off = m.program.worker[w].tileOffset[tensor];
     if (off < 0 || boxElements(tile) == 0)
       continue;
-    m.backend->write(w, off, tile, f.data(), all, tile);
+    std::vector<float> &values = input ? m.inputs[{tensor, w}] : buf;
+    values.assign(boxElements(tile), 0.0f);
+    fill(tile, values.data());
+    m.backend->write(w, off, tile, values.data(), tile, tile);
   }
-  if (pt.role != TensorRole::Weight && pt.role != TensorRole::OptimizerState)
-    m.inputs[tensor] = value;
-  return llvm::Error::success();
 }
 
 llvm::Expected<StepStats> Engine::step() {
@@ -232,9 +240,11 @@ llvm::Expected<StepStats> Engine::step() {
     for (unsigned w : m.local)
       for (const BufferSpan &b : m.program.worker[w].scratchBuffers)
         m.backend->fill(w, b.offset, b.bytes, std::numeric_limits<float>::quiet_NaN());
-  for (const auto &[t, v] : m.inputs)
-    if (llvm::Error e = set(t, v))
-      return e;
+  for (const auto &[at, values] : m.inputs) {
+    const auto [t, w] = at;
+    const Box &tile = m.program.tensors[t].tiles[w];
+    m.backend->write(w, m.program.worker[w].tileOffset[t], tile, values.data(), tile, tile);
+  }
   m.errors.assign(k, "");
   m.moved = 0;
   m.carried = 0;
@@ -379,148 +389,6 @@ llvm::Error restore(Engine &engine, const CheckpointReader &c) {
                                      "optimiser?)",
                                      name));
   return llvm::Error::success();
-}
-
-void applyConstants(const Problem &p, const std::map<std::string, std::vector<double>> &constants,
-                    std::map<unsigned, Tensor> &values) {
-  for (auto &[t, value] : values) {
-    auto it = constants.find(p.tensors[t].name);
-    if (it != constants.end() && static_cast<int64_t>(it->second.size()) == value.size())
-      value.data = it->second;
-  }
-}
-
-std::map<unsigned, Tensor> trainingValues(const Problem &p, const std::string &loss, unsigned seed,
-                                          double lr,
-                                          const std::map<std::string, std::vector<double>> &constants) {
-  std::map<unsigned, Tensor> v = randomGraphInputs(p, seed, {-1.0, 1.0});
-  std::mt19937 rng(seed);
-  for (auto &[t, value] : v) {
-    const ProblemTensor &pt = p.tensors[t];
-    auto fill = [&](double x) { value.data.assign(value.data.size(), x); };
-    if (pt.name == "d_" + loss)
-      fill(1.0);
-    else if (pt.name == "lr")
-      fill(lr);
-    else if (pt.name == "adam_b1")
-      fill(0.9);
-    else if (pt.name == "adam_b2")
-      fill(0.999);
-    else if (pt.name == "adam_c1")
-      fill(1.0 / (1.0 - 0.9));
-    else if (pt.name == "adam_c2")
-      fill(1.0 / (1.0 - 0.999));
-    else if (pt.name == "adam_eps")
-      fill(1e-8);
-    else if (pt.shape.empty() && pt.name.size() >= 3 &&
-             pt.name.compare(pt.name.size() - 3, 3, "eps") == 0)
-      fill(0.1); // a normalisation's epsilon (ln_eps, bn_eps); see trainingValues in engine.h
-    else if (pt.role == TensorRole::OptimizerState)
-      fill(0.0);
-    else if (pt.role == TensorRole::Weight && pt.shape.size() >= 2) {
-      int64_t fanIn = pt.shape.size() == 2 ? pt.shape[0] : value.size() / pt.shape[0];
-      double bound = 1.0 / std::sqrt(double(std::max<int64_t>(1, fanIn)));
-      std::uniform_real_distribution<double> u(-bound, bound);
-      for (double &x : value.data)
-        x = u(rng);
-    }
-  }
-  applyConstants(p, constants, v);
-  return v;
-}
-
-std::map<unsigned, Tensor> syntheticBatch(const Problem &p, const std::string &loss, unsigned seed,
-                                          unsigned step, const std::map<unsigned, Tensor> &base,
-                                          const std::map<std::string, std::vector<double>> &constants) {
-  std::map<unsigned, Tensor> out;
-  int lossNode = -1;
-  for (const ProblemTensor &t : p.tensors)
-    if (t.name == loss)
-      lossNode = t.producer;
-  if (lossNode < 0)
-    return out;
-  const ProblemNode &ln = p.nodes[lossNode];
-  const std::string &kind = ln.table->op.def->name;
-  if ((kind != "softmax_cross_entropy" && kind != "mse") || ln.inputs.size() != 2)
-    return out;
-  const unsigned answer = ln.inputs[1];
-  if (p.tensors[answer].producer >= 0)
-    return out;
-  // Fresh data, from a stream of its own per step.
-  std::mt19937_64 rng(0x9e3779b97f4a7c15ull * (uint64_t(seed) + 1) + step);
-  int largest = -1;
-  for (const auto &[t, value] : base) {
-    const ProblemTensor &pt = p.tensors[t];
-    if (pt.role != TensorRole::Input || pt.producer >= 0 || pt.shape.empty() || t == answer ||
-        value.data.empty() || constants.count(pt.name))
-      continue;
-    bool integral = true;
-    double lo = value.data[0], hi = value.data[0];
-    for (double x : value.data) {
-      integral = integral && x == std::floor(x);
-      lo = std::min(lo, x);
-      hi = std::max(hi, x);
-    }
-    Tensor fresh(pt.shape, 0.0);
-    if (integral) {
-      std::uniform_int_distribution<int64_t> u(static_cast<int64_t>(lo), static_cast<int64_t>(hi));
-      for (double &x : fresh.data)
-        x = static_cast<double>(u(rng));
-    } else {
-      std::uniform_real_distribution<double> u(-1.0, 1.0);
-      for (double &x : fresh.data)
-        x = u(rng);
-    }
-    if (largest < 0 || fresh.size() > out.at(largest).size())
-      largest = static_cast<int>(t);
-    out.emplace(t, std::move(fresh));
-  }
-  if (largest < 0)
-    return {};
-  const Tensor &x = out.at(largest);
-  const std::vector<int64_t> &answerShape = p.tensors[answer].shape;
-  const bool classify = kind == "softmax_cross_entropy";
-  const int64_t classes = classify ? p.tensors[ln.inputs[0]].shape.back()
-                                   : (answerShape.empty() ? 1 : answerShape.back());
-  int64_t rows = 1;
-  for (int64_t e : answerShape)
-    rows *= e;
-  if (!classify)
-    rows /= std::max<int64_t>(1, classes);
-  if (rows <= 0 || x.size() % rows != 0 || classes <= 0)
-    return {};
-  // The teacher: fixed by the seed alone, the same every step.
-  const int64_t width = x.size() / rows, features = std::min<int64_t>(64, width);
-  std::mt19937_64 teacherRng(0x51ed270b5ull * (uint64_t(seed) + 1));
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  std::vector<double> map(features * classes);
-  for (double &m : map)
-    m = u(teacherRng);
-  Tensor labels(answerShape, 0.0);
-  std::vector<double> folded(features), scores(classes);
-  // A classifier teacher picks among the first 16 classes only: a model learns that prior
-  // within a few small steps and the map after it, so short runs show the loss falling
-  // (over 1000 classes 60 steps of batch 2 show nothing: measured on the MLP).
-  const int64_t picked = classify ? std::min<int64_t>(classes, 16) : classes;
-  for (int64_t r = 0; r < rows; ++r) {
-    std::fill(folded.begin(), folded.end(), 0.0);
-    for (int64_t f = 0; f < width; ++f)
-      folded[f % features] += x.data[r * width + f];
-    for (int64_t c = 0; c < classes; ++c) {
-      double s = 0;
-      for (int64_t f = 0; f < features; ++f)
-        s += folded[f] * map[f * classes + c];
-      scores[c] = s / std::sqrt(double(width));
-    }
-    if (classify)
-      labels.data[r] = static_cast<double>(
-          std::max_element(scores.begin(), scores.begin() + picked) - scores.begin());
-    else
-      for (int64_t c = 0; c < classes; ++c)
-        labels.data[r * classes + c] = std::tanh(scores[c]);
-  }
-  out.emplace(answer, std::move(labels));
-  return out;
 }
 
 } // namespace tofu

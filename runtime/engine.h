@@ -12,6 +12,7 @@
 #define TOFU_RUNTIME_ENGINE_H
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -76,6 +77,9 @@ public:
   /// the tiles of the (local) workers holding it. Inputs are kept and written again every
   /// step.
   llvm::Error set(unsigned tensor, const Tensor &value);
+  /// The same, each local worker's tile drawn by `fill(tile, out)` (out row-major over the
+  /// tile), so no whole tensor is ever made; the engine keeps the local tiles of inputs.
+  void setTiles(unsigned tensor, const std::function<void(const Box &, float *)> &fill);
   /// Runs one step; then carries each update into the tensor it updates. The bytes moved
   /// are those the local workers fetched.
   llvm::Expected<StepStats> step();
@@ -120,40 +124,6 @@ std::vector<CheckpointTile> trainingTiles(const Engine &engine);
 /// worker reads only its own tiles' boxes. Every weight and optimiser-state tensor of the
 /// graph must be there with its shape, and nothing else; errors name the tensor.
 llvm::Error restore(Engine &engine, const CheckpointReader &c);
-
-/// Values for a training run of a graph whose loss is `loss`: inputs as randomGraphInputs
-/// draws them (fixed by `seed`), the loss gradient's seed `d_<loss>` 1, the learning rate
-/// `lr` (Adam's moments 0.9 and 0.999 with bias corrections for the first step, epsilon
-/// 1e-8), normalisation epsilons (rank-0 inputs named *eps) 0.1, matrices and filters
-/// uniform in ±1/sqrt(fan-in) and optimiser state zero. (Not PyTorch's 1e-5: the synthetic
-/// runs use batch 2, and a small WResNet's last stage has 1x1 maps, so batch norm divides by
-/// the deviation of two values. With eps 1e-3 the first step's weights already differ by up
-/// to 1e-2 between two correct float32 runs — oneDNN against generated kernels at k = 1, or
-/// k = 4 against k = 1 — and the losses of later steps part entirely; with 0.1, by 6e-8.)
-/// `constants` (Graph::constants: an imported model's constant inputs) keep their values.
-std::map<unsigned, Tensor> trainingValues(
-    const Problem &p, const std::string &loss, unsigned seed, double lr,
-    const std::map<std::string, std::vector<double>> &constants = {});
-
-/// Sets the tensors of `values` that `constants` names (by graph name) to their values.
-void applyConstants(const Problem &p, const std::map<std::string, std::vector<double>> &constants,
-                    std::map<unsigned, Tensor> &values);
-
-/// The batch of step `step` (counted from the first step ever trained, so a resumed run
-/// continues the sequence) of a synthetic training run: every data input (an input tensor
-/// of rank >= 1 other than the labels or target) drawn afresh — uniform in [-1, 1], or, for
-/// tensors whose `base` values are integers (token ids, indices), integers in the range
-/// `base` spans — and the labels or target computed from the largest data input by a
-/// fixed random teacher (fixed by `seed`): the input split into one row per label, each row
-/// folded onto 64 features, a fixed random linear map to the classes, and the argmax over
-/// the first 16 classes (softmax cross-entropy) or tanh (MSE target). The model can learn it, so the loss can
-/// fall. `base` is trainingValues' result. Empty when the loss is neither of those two or
-/// the largest input does not split into one row per label (the data then stays fixed).
-/// Tensors that `constants` names are no data: they keep their values.
-std::map<unsigned, Tensor> syntheticBatch(
-    const Problem &p, const std::string &loss, unsigned seed, unsigned step,
-    const std::map<unsigned, Tensor> &base,
-    const std::map<std::string, std::vector<double>> &constants = {});
 
 /// The largest |a - b| / max(1, |b|) a partitioned float32 step may show against the
 /// unpartitioned one on the same engine: split reductions sum in another order (each

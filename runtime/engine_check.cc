@@ -8,6 +8,7 @@
 #include "codegen/fusion.h"
 #include "codegen/program.h"
 #include "runtime/cpu_executor.h"
+#include "runtime/training_data.h"
 #include "gtest/gtest.h"
 
 namespace tofu {

@@ -15,6 +15,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/cpu_executor.h"
 #include "runtime/engine_check.h"
+#include "runtime/training_data.h"
 #include "search/test_problem.h"
 #include "gtest/gtest.h"
 

@@ -14,6 +14,7 @@
 #include <optional>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <set>
 #include <fstream>
@@ -30,6 +31,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/cpu_executor.h"
 #include "runtime/engine.h"
+#include "runtime/training_data.h"
 #ifdef TOFU_CUDA_BACKEND
 #include "runtime/cuda/cuda_backend.h"
 #endif
@@ -232,30 +234,21 @@ double scalarOverProcesses(const tofu::Engine &e, unsigned t) {
   return v;
 }
 
-/// Per element of tensor `t`, whether a worker of this process holds it (1) or not (0).
-std::vector<float> heldHere(const tofu::Engine &e, unsigned t) {
-  const tofu::ProgramTensor &pt = e.program().tensors[t];
-  const tofu::Box all = tofu::wholeBox(pt.shape);
-  std::vector<float> held(std::max<int64_t>(1, tofu::boxElements(all)), 0.0f);
-  for (unsigned w : e.localWorkers()) {
-    const tofu::Box &tile = pt.tiles[w];
-    if (e.program().worker[w].tileOffset[t] < 0)
-      continue;
-    const std::vector<float> ones(std::max<int64_t>(1, tofu::boxElements(tile)), 1.0f);
-    tofu::copyBox(held.data(), all, ones.data(), tile, tile, nullptr);
-  }
-  return held;
-}
-
-/// This process's peak resident memory (VmHWM), or 0 where /proc does not say.
-int64_t peakResidentBytes() {
+/// A field of /proc/self/status in bytes (0 where there is none).
+int64_t statusBytes(const char *field) {
   std::ifstream f("/proc/self/status");
   std::string line;
+  const size_t n = std::strlen(field);
   while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0)
-      return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+    if (line.compare(0, n, field) == 0)
+      return std::strtoll(line.c_str() + n, nullptr, 10) * 1024;
   return 0;
 }
+/// The process's peak resident memory (since the last resetPeakResident), and its current.
+int64_t peakResidentBytes() { return statusBytes("VmHWM:"); }
+int64_t currentResidentBytes() { return statusBytes("VmRSS:"); }
+/// Starts the peak over from the current resident memory (Linux: clear_refs 5).
+void resetPeakResident() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 double seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
@@ -385,6 +378,10 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                 const std::string &name, const tofu::ExecPlan &exec,
                 const tofu::MemoryPlan &memory, int64_t onePeak, int64_t predicted,
                 const std::string &algorithm) {
+  // The process's memory from here on: the values, the engine (arenas, kernels, input
+  // tiles) and the steps, not the libraries, import, search and planning before.
+  resetPeakResident();
+  const int64_t residentBeforeEngine = currentResidentBytes();
   const bool json = format == "json";
   // mpirun hands its processes a terminal whatever its own output is: no progress line.
   const bool terminal = !json && !procs.on && ::isatty(STDOUT_FILENO);
@@ -393,16 +390,14 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   for (unsigned t = 0; t < p.tensors.size(); ++t)
     if (p.tensors[t].name == loss)
       lossTensor = t;
-  auto values = tofu::trainingValues(p, loss, seed, lr, training.constants);
-  // The batch of a step, by its index counted over every run of a resumed training.
-  auto setBatch = [&](tofu::Engine &e, unsigned step) -> llvm::Error {
-    if (dataMode == "fixed")
-      return llvm::Error::success();
-    for (const auto &[t, v] : tofu::syntheticBatch(p, loss, seed, step, values, training.constants))
-      if (llvm::Error err = e.set(t, v))
-        return err;
-    return llvm::Error::success();
+  // Every worker draws its own tiles of every value: no process makes a whole tensor.
+  const tofu::TrainingData data(p, loss, seed, lr, training.constants, dataMode == "teacher");
+  auto setValues = [&](tofu::Engine &e, const std::vector<unsigned> &tensors, unsigned step) {
+    for (unsigned t : tensors)
+      e.setTiles(t, [&](const tofu::Box &tile, float *out) { data.fill(t, step, tile, out); });
   };
+  // The batch of a step, by its index counted over every run of a resumed training.
+  auto setBatch = [&](tofu::Engine &e, unsigned step) { setValues(e, data.batchTensors(), step); };
   tofu::EngineOptions options;
   options.threadsPerWorker = threadsPerWorker;
   options.checking = checking;
@@ -422,9 +417,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   const double buildSeconds = seconds(start);
   const tofu::BackendStats bs = (*engine)->backendStats();
   const tofu::KernelCompileStats &cs = bs.compile;
-  for (const auto &[t, v] : values)
-    if (llvm::Error e = (*engine)->set(t, v))
-      return fail(llvm::toString(std::move(e)));
+  setValues(**engine, data.tensors(), 0);
   unsigned stepsBefore = 0;
   std::optional<tofu::CheckpointReader> resumed;
   if (!loadDir.empty()) {
@@ -471,19 +464,26 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   std::vector<unsigned> compared = {lossTensor}; // with --verify: the loss and every update
   for (auto [upd, tgt] : (*engine)->carries())
     compared.push_back(tgt);
-  std::vector<tofu::Tensor> afterFirst;
+  // --verify: per compared tensor, the local workers' tiles after the first step.
+  std::vector<std::vector<std::pair<unsigned, std::vector<float>>>> afterFirst;
+  int64_t verifyCopyBytes = 0;
   std::vector<double> stepSeconds, losses;
   int64_t moved = 0;
   for (unsigned s = 0; s < steps; ++s) {
-    if (llvm::Error e = setBatch(**engine, stepsBefore + s))
-      return fail(llvm::toString(std::move(e)));
+    setBatch(**engine, stepsBefore + s);
     auto r = (*engine)->step();
     if (!r)
       return fail(fmt::format("{}: step {}: {}", name, s + 1, llvm::toString(r.takeError())));
     moved = sumOverProcesses(r->bytesMoved);
     if (s == 0 && verify) // --verify compares the first step: later steps compound rounding
-      for (unsigned t : compared)
-        afterFirst.push_back((*engine)->get(t));
+      for (unsigned t : compared) {
+        afterFirst.emplace_back();
+        for (unsigned w : (*engine)->localWorkers())
+          if ((*engine)->program().worker[w].tileOffset[t] >= 0) {
+            afterFirst.back().emplace_back(w, (*engine)->readTile(t, w));
+            verifyCopyBytes += static_cast<int64_t>(afterFirst.back().back().second.size()) * 4;
+          }
+      }
     stepSeconds.push_back(r->seconds);
     losses.push_back(scalarOverProcesses(**engine, lossTensor));
     if (terminal) {
@@ -504,12 +504,14 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       return status;
   }
   std::vector<int64_t> peaks = (*engine)->arenaBytes();
-  // Under MPI: what each process allocated for its worker's arena, and its peak resident
-  // memory (the arena, the kernels, the program, MPI's buffers, the host's copies of the
-  // inputs).
-  std::vector<int64_t> allocated, residentPeak;
+  // Under MPI: what each process allocated for its worker's arena, and what the engine and
+  // the steps (not --verify's reference, which runs after) added to its resident memory at
+  // their peak: the arena, the kernels, the local tiles of inputs, MPI's buffers.
+  std::vector<int64_t> allocated, residentBefore, residentPeak, verifyCopies;
   if (procs.on) {
+    verifyCopies = gatherOverProcesses(verifyCopyBytes);
     allocated = gatherOverProcesses(bs.arenaBytes.at(procs.rank));
+    residentBefore = gatherOverProcesses(residentBeforeEngine);
     residentPeak = gatherOverProcesses(peakResidentBytes());
   }
   const double med = median(stepSeconds);
@@ -533,34 +535,38 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     auto ref = makeEngine(p, oneExec, oneMemory, options, /*local=*/true);
     if (!ref)
       return fail("the unpartitioned run: " + llvm::toString(ref.takeError()));
-    for (const auto &[t, v] : values)
-      if (llvm::Error e = (*ref)->set(t, v))
-        return fail(llvm::toString(std::move(e)));
+    setValues(**ref, data.tensors(), 0);
     if (resumed)
       if (llvm::Error e = tofu::restore(**ref, *resumed))
         return fail(llvm::toString(std::move(e)));
-    if (llvm::Error e = setBatch(**ref, stepsBefore))
-      return fail(llvm::toString(std::move(e)));
+    setBatch(**ref, stepsBefore);
     if (auto r = (*ref)->step(); !r)
       return fail("the unpartitioned run: " + llvm::toString(r.takeError()));
     std::string nonFinite;
     for (size_t i = 0; i < compared.size(); ++i) {
       unsigned t = compared[i];
-      tofu::Tensor expected = (*ref)->get(t);
-      const std::vector<float> held = heldHere(**engine, t);
-      for (size_t x = 0; x < expected.data.size(); ++x)
-        if (held[x] == 0) // another process's: NaN on both sides
-          expected.data[x] = std::numeric_limits<double>::quiet_NaN();
-      double e = tofu::maxRelativeError(afterFirst[i], expected);
+      const tofu::Tensor expected = (*ref)->get(t);
+      const std::vector<float> whole(expected.data.begin(), expected.data.end());
+      const tofu::Box all = tofu::wholeBox(expected.shape);
+      double e = 0;
+      for (const auto &[w, got] : afterFirst[i]) { // each tile this process holds
+        const tofu::Box &tile = (*engine)->program().tensors[t].tiles[w];
+        std::vector<float> want(got.size());
+        tofu::copyBox(want.data(), tile, whole.data(), all, tile, nullptr);
+        for (size_t x = 0; x < got.size(); ++x) {
+          // A step that makes NaN or infinity fails, whatever the reference made.
+          if (!std::isfinite(got[x]) && nonFinite.empty())
+            nonFinite = p.tensors[t].name;
+          e = std::isfinite(want[x])
+                  ? std::max(e, double(std::abs(got[x] - want[x])) /
+                                    std::max(1.0, double(std::abs(want[x]))))
+                  : std::numeric_limits<double>::infinity();
+        }
+      }
       if (e > worst || worstName.empty()) {
         worst = std::max(worst, e);
         worstName = p.tensors[t].name;
       }
-      // NaN compares equal to NaN in maxRelativeError: a step that makes NaN (or infinity)
-      // must not pass as "equal".
-      for (size_t x = 0; x < afterFirst[i].data.size() && nonFinite.empty(); ++x)
-        if (held[x] != 0 && !std::isfinite(afterFirst[i].data[x]))
-          nonFinite = p.tensors[t].name;
     }
 #ifdef TOFU_MPI_BACKEND
     if (procs.on) { // the worst over the processes, with its tensor's name
@@ -606,7 +612,9 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       j["processes"] = procs.size;
       j["mpi_transport"] = std::string(mpiTransport);
       j["process_arena_bytes"] = allocated;
+      j["process_resident_before_engine_bytes"] = residentBefore;
       j["process_peak_resident_bytes"] = residentPeak;
+      j["process_verify_copy_bytes"] = verifyCopies; // the tiles --verify keeps from step 1
     }
     j["single_worker_peak_bytes"] = onePeak;
     j["bytes_moved"] = moved;
@@ -650,14 +658,16 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                               predicted, moved == predicted ? "equal" : "DIFFERENT");
   if (procs.on) {
     llvm::outs() << "\n| worker (process) | planned arena | allocated by its process | / "
-                    "(single-worker peak / k) | process peak resident |\n| ---: | ---: | ---: | "
-                    "---: | ---: |\n";
+                    "(single-worker peak / k) | process resident: before the engine | peak "
+                    "training | growth |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
     for (unsigned w = 0; w < workers; ++w)
-      llvm::outs() << fmt::format("| {} | {} | {} | {:.3f} | {} |\n", w,
+      llvm::outs() << fmt::format("| {} | {} | {} | {:.3f} | {} | {} | {} |\n", w,
                                   tofu::humanBytes(double(peaks[w])),
                                   tofu::humanBytes(double(allocated[w])),
                                   double(peaks[w]) * workers / double(onePeak),
-                                  tofu::humanBytes(double(residentPeak[w])));
+                                  tofu::humanBytes(double(residentBefore[w])),
+                                  tofu::humanBytes(double(residentPeak[w])),
+                                  tofu::humanBytes(double(residentPeak[w] - residentBefore[w])));
   } else {
     llvm::outs() << "\n| worker | peak memory (arena) | / (single-worker peak / k) |\n| ---: | ---: | ---: |\n";
     for (unsigned w = 0; w < workers; ++w)

@@ -1,0 +1,135 @@
+// Synthetic training values drawn by box: any tiling of a tensor draws exactly its whole
+// value (so workers that draw only their tiles see what an unpartitioned run sees), batches
+// change from step to step and nothing else does, and the values follow their rules.
+#include "runtime/training_data.h"
+
+#include <cmath>
+#include <set>
+
+#include "graph/zoo.h"
+#include "search/test_problem.h"
+#include "gtest/gtest.h"
+
+namespace tofu {
+namespace {
+
+struct Fixture {
+  std::vector<std::string> outputs;
+  Problem p;
+  Fixture(Optimizer optimizer = Optimizer::Adam)
+      : p(trainingProblem(buildMlp({32, 48, 10}, 6), optimizer, &outputs)) {}
+  unsigned tensor(const std::string &name) const {
+    for (unsigned t = 0; t < p.tensors.size(); ++t)
+      if (p.tensors[t].name == name)
+        return t;
+    ADD_FAILURE() << "no tensor " << name;
+    return 0;
+  }
+};
+
+/// `box` of `whole`.
+std::vector<float> boxOf(const Tensor &whole, const Box &box) {
+  std::vector<float> out;
+  std::vector<int64_t> at(box.size());
+  for (size_t a = 0; a < box.size(); ++a)
+    at[a] = box[a].lo;
+  if (boxElements(box) == 0)
+    return out;
+  for (;;) {
+    int64_t flat = 0;
+    for (size_t a = 0; a < box.size(); ++a)
+      flat = flat * whole.shape[a] + at[a];
+    out.push_back(static_cast<float>(whole.data[flat]));
+    size_t a = box.size();
+    for (;;) {
+      if (a == 0)
+        return out;
+      --a;
+      if (++at[a] < box[a].hi)
+        break;
+      at[a] = box[a].lo;
+    }
+  }
+}
+
+TEST(TrainingData, AnyBoxDrawsTheWholeValuesBox) {
+  Fixture f;
+  TrainingData d(f.p, f.outputs.at(0), 7, 0.01);
+  ASSERT_FALSE(d.tensors().empty());
+  for (unsigned step : {0u, 3u})
+    for (unsigned t : d.tensors()) {
+      const Tensor whole = d.value(t, step);
+      const std::vector<int64_t> &shape = f.p.tensors[t].shape;
+      // Halves, thirds and an off-centre block along every dimension.
+      for (size_t dim = 0; dim < shape.size(); ++dim)
+        for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, shape[dim] / 2},
+                              {shape[dim] / 3, shape[dim]}, {1, shape[dim] - 1}}) {
+          Box box = wholeBox(shape);
+          box[dim] = {lo, std::max(lo, hi)};
+          std::vector<float> got(std::max<int64_t>(1, boxElements(box)), -7.0f);
+          d.fill(t, step, box, got.data());
+          got.resize(boxElements(box));
+          EXPECT_EQ(got, boxOf(whole, box)) << f.p.tensors[t].name << " dim " << dim;
+        }
+    }
+}
+
+TEST(TrainingData, BatchesChangeAndNothingElseDoes) {
+  Fixture f;
+  TrainingData d(f.p, f.outputs.at(0), 7, 0.01);
+  std::set<unsigned> batch(d.batchTensors().begin(), d.batchTensors().end());
+  ASSERT_EQ(batch.size(), 2u) << "the data and its labels";
+  for (unsigned t : d.tensors()) {
+    const bool same = d.value(t, 0).data == d.value(t, 1).data;
+    EXPECT_EQ(same, !batch.count(t)) << f.p.tensors[t].name;
+  }
+  // Without a teacher nothing changes.
+  TrainingData fixed(f.p, f.outputs.at(0), 7, 0.01, {}, false);
+  EXPECT_TRUE(fixed.batchTensors().empty());
+  for (unsigned t : fixed.tensors())
+    EXPECT_EQ(fixed.value(t, 0).data, fixed.value(t, 5).data) << f.p.tensors[t].name;
+  // Another seed, other values.
+  TrainingData other(f.p, f.outputs.at(0), 8, 0.01);
+  EXPECT_NE(other.value(f.tensor("fc1_w"), 0).data, d.value(f.tensor("fc1_w"), 0).data);
+}
+
+TEST(TrainingData, ValuesFollowTheirRules) {
+  Fixture f;
+  TrainingData d(f.p, f.outputs.at(0), 7, 0.01);
+  EXPECT_EQ(d.value(f.tensor("lr"), 0).data, std::vector<double>{0.01f});
+  EXPECT_EQ(d.value(f.tensor("d_" + f.outputs.at(0)), 0).data, std::vector<double>{1.0});
+  int optimizerState = 0;
+  for (unsigned t : d.tensors()) {
+    const ProblemTensor &pt = f.p.tensors[t];
+    const Tensor v = d.value(t, 2);
+    if (pt.role == TensorRole::OptimizerState) {
+      ++optimizerState;
+      for (double x : v.data)
+        EXPECT_EQ(x, 0.0) << pt.name;
+    } else if (pt.role == TensorRole::Weight && pt.shape.size() == 2) {
+      const double bound = 1.0 / std::sqrt(double(pt.shape[0]));
+      double lo = 1, hi = -1;
+      for (double x : v.data)
+        lo = std::min(lo, x), hi = std::max(hi, x);
+      EXPECT_GE(lo, -bound) << pt.name;
+      EXPECT_LE(hi, bound) << pt.name;
+      EXPECT_LT(lo, -0.5 * bound) << pt.name << ": spread over the range";
+      EXPECT_GT(hi, 0.5 * bound) << pt.name;
+    }
+  }
+  EXPECT_GT(optimizerState, 0);
+  // The teacher's labels: classes among the first 16 (here all 10), varying over the batch.
+  unsigned labels = d.batchTensors().back();
+  std::set<double> seen;
+  for (unsigned step = 0; step < 6; ++step)
+    for (double x : d.value(labels, step).data) {
+      EXPECT_EQ(x, std::floor(x));
+      EXPECT_GE(x, 0.0);
+      EXPECT_LT(x, 10.0);
+      seen.insert(x);
+    }
+  EXPECT_GT(seen.size(), 2u) << "labels vary";
+}
+
+} // namespace
+} // namespace tofu
