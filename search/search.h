@@ -56,6 +56,13 @@ struct PartitionPlan {
 /// Errors: zero workers, a DP table over the limit, a time budget exceeded.
 llvm::Expected<PartitionPlan> searchPlan(const Problem &problem, const PlanOptions &options);
 
+/// A plan as text, to hand to processes that did not search (one process searches, the
+/// others receive its plan), and back. Decoding checks the plan against `problem`: a
+/// choice per node and tensor of every step, each a strategy the node has or a dimension
+/// the tensor has; errors say what does not fit.
+std::string encodePlan(const PartitionPlan &plan);
+llvm::Expected<PartitionPlan> decodePlan(const std::string &text, const Problem &problem);
+
 /// The coarsened graph: which nodes and tensors share one choice (union-find roots), for
 /// the documentation, the report and the tests.
 struct Coarsening {

@@ -337,3 +337,50 @@ TEST(Search, Errors) {
 
 } // namespace
 } // namespace tofu
+
+namespace tofu {
+namespace {
+
+// A plan handed to processes that did not search arrives whole; a plan that does not fit
+// the graph is refused, saying why.
+TEST(PlanText, RoundTripsAndChecksTheGraph) {
+  Problem p = matmul(8, 6, 4);
+  PlanOptions o;
+  o.workers = 4;
+  auto plan = searchPlan(p, o);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  auto back = decodePlan(encodePlan(*plan), p);
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(back->algorithm, plan->algorithm);
+  EXPECT_EQ(back->workers, 4u);
+  ASSERT_EQ(back->steps.size(), plan->steps.size());
+  for (size_t i = 0; i < plan->steps.size(); ++i) {
+    EXPECT_EQ(back->steps[i].parts, plan->steps[i].parts);
+    EXPECT_EQ(back->steps[i].node, plan->steps[i].node);
+    EXPECT_EQ(back->steps[i].tensor, plan->steps[i].tensor);
+  }
+  EXPECT_EQ(p.exactCost(back->steps), p.exactCost(plan->steps));
+
+  auto error = [&](PartitionPlan bad) {
+    auto r = decodePlan(encodePlan(bad), p);
+    return r ? std::string() : llvm::toString(r.takeError());
+  };
+  PartitionPlan bad = *plan;
+  bad.steps[0].node[0] = 99;
+  EXPECT_NE(error(bad).find("node 'mm' has no strategy 99"), std::string::npos) << error(bad);
+  bad = *plan;
+  bad.steps[0].tensor[tensorIndex(p, "B")] = 2;
+  EXPECT_NE(error(bad).find("tensor 'B' has no dimension 2"), std::string::npos) << error(bad);
+  bad = *plan;
+  bad.steps[0].node.pop_back();
+  EXPECT_NE(error(bad).find("node and"), std::string::npos) << error(bad);
+  bad = *plan;
+  bad.workers = 8;
+  EXPECT_NE(error(bad).find("parts for 8 workers"), std::string::npos) << error(bad);
+  auto garbage = decodePlan("{\"algorithm\": 3}", p);
+  ASSERT_FALSE(bool(garbage));
+  EXPECT_NE(llvm::toString(garbage.takeError()).find("a malformed plan"), std::string::npos);
+}
+
+} // namespace
+} // namespace tofu

@@ -210,6 +210,19 @@ std::vector<std::string> gatherTextOnFirst(const std::string &text) {
   return out;
 }
 
+/// The first process's `text`, on every process.
+std::string textFromFirst(std::string text) {
+#ifdef TOFU_MPI_BACKEND
+  if (procs.on) {
+    uint64_t n = text.size();
+    MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    text.resize(n);
+    MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD);
+  }
+#endif
+  return text;
+}
+
 /// The first process's `x`, on every process.
 unsigned fromFirstProcess(unsigned x) {
 #ifdef TOFU_MPI_BACKEND
@@ -840,9 +853,18 @@ int run(int argc, char **argv) {
   tofu::PlanOptions options;
   options.workers = workers;
   options.algorithm = *algorithm;
-  auto plan = tofu::searchPlan(p, options);
-  if (!plan)
-    return fail(name + ": " + llvm::toString(plan.takeError()));
+  // Under MPI the first process searches and hands its plan to the others.
+  llvm::Expected<tofu::PartitionPlan> plan = tofu::PartitionPlan();
+  if (procs.rank == 0) {
+    plan = tofu::searchPlan(p, options);
+    if (!plan)
+      return fail(name + ": " + llvm::toString(plan.takeError()));
+  }
+  if (procs.on) {
+    plan = tofu::decodePlan(textFromFirst(procs.rank == 0 ? tofu::encodePlan(*plan) : ""), p);
+    if (!plan)
+      return fail(name + ": the first process's plan: " + llvm::toString(plan.takeError()));
+  }
   tofu::ExecPlan exec = tofu::buildExecPlan(p, *plan);
   if (!planJson.empty()) {
     std::ofstream f(planJson);
