@@ -40,6 +40,10 @@
 
 #include "runtime/mpi/mpi_backend.h"
 #endif
+#if defined(TOFU_MPI_BACKEND) && defined(TOFU_CUDA_BACKEND)
+#define TOFU_NCCL_BACKEND
+#include "runtime/nccl/nccl_backend.h"
+#endif
 #include "search/report.h"
 #include "search/search.h"
 #include "tdlc/graph_source.h"
@@ -71,9 +75,11 @@ constexpr const char *kDefaultBackend = "cuda";
 #endif
 cl::opt<std::string> backend("backend",
                              cl::desc("Executor: cpu (threads over host arenas), cuda (streams "
-                                      "over arenas on one GPU; k workers share it) or mpi (one "
+                                      "over arenas on one GPU; k workers share it), mpi (one "
                                       "process per worker, started by mpirun -np K; CPU "
-                                      "kernels); the default is the first this build has"),
+                                      "kernels) or nccl (one process per worker and GPU under "
+                                      "mpirun, regions over NCCL; CUDA kernels); the default "
+                                      "is the first this build has"),
                              cl::init(kDefaultBackend), cl::cat(runCategory));
 cl::opt<std::string> mpiTransport("mpi-transport",
                                   cl::desc("With --backend mpi: how regions cross processes: "
@@ -82,7 +88,7 @@ cl::opt<std::string> mpiTransport("mpi-transport",
                                            "window, with a barrier at every synchronisation "
                                            "point)"),
                                   cl::init("sendrecv"), cl::cat(runCategory));
-cl::opt<bool> tf32("tf32", cl::desc("With --backend cuda: let cuBLAS and cuDNN use TF32 tensor "
+cl::opt<bool> tf32("tf32", cl::desc("With --backend cuda or nccl: let cuBLAS and cuDNN use TF32 tensor "
                                     "cores (default off: float32 math)"),
                    cl::cat(runCategory));
 cl::opt<std::string> optimizer("optimizer", cl::desc("sgd (default) or adam"), cl::init("sgd"),
@@ -210,6 +216,21 @@ std::vector<std::string> gatherTextOnFirst(const std::string &text) {
   return out;
 }
 
+/// This process's rank among the processes on its machine (0 without MPI): its GPU under
+/// --backend nccl.
+int processOnMachine() {
+  int local = 0;
+#ifdef TOFU_MPI_BACKEND
+  if (procs.on) {
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, procs.rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+  }
+#endif
+  return local;
+}
+
 /// The first process's `text`, on every process.
 std::string textFromFirst(std::string text) {
 #ifdef TOFU_MPI_BACKEND
@@ -284,6 +305,9 @@ std::vector<std::string> backends() {
 #ifdef TOFU_MPI_BACKEND
   out.push_back("mpi");
 #endif
+#ifdef TOFU_NCCL_BACKEND
+  out.push_back("nccl");
+#endif
   return out;
 }
 
@@ -295,11 +319,11 @@ llvm::Expected<std::unique_ptr<tofu::Engine>> makeEngine(const tofu::Problem &p,
                                                          const tofu::EngineOptions &options,
                                                          bool local = false) {
 #ifdef TOFU_MPI_BACKEND
-  if (backend == "mpi" && !local) {
+  if (procs.on && !local) {
     auto program = tofu::buildProgram(p, plan, memory);
     if (!program)
       return program.takeError();
-    // Every process searched on its own: they must have found the same program.
+    // Every process imported the model and built the program on its own: they must agree.
     uint64_t h = std::hash<std::string>()(tofu::programDump(*program));
     uint64_t lo = h, hi = h;
     MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
@@ -309,6 +333,14 @@ llvm::Expected<std::unique_ptr<tofu::Engine>> makeEngine(const tofu::Problem &p,
                                      "the processes built different programs from the same "
                                      "model (were they given different options or operator "
                                      "libraries?)");
+#ifdef TOFU_NCCL_BACKEND
+    if (backend == "nccl") {
+      tofu::NcclBackendOptions nccl;
+      nccl.cuda.library = options.library;
+      nccl.cuda.tf32 = tf32;
+      return tofu::Engine::create(std::move(*program), tofu::makeNcclBackend(nccl), options);
+    }
+#endif
     tofu::MpiBackendOptions mpi;
     mpi.cpu.compile = options.compile;
     mpi.cpu.threadsPerWorker = options.threadsPerWorker;
@@ -318,11 +350,12 @@ llvm::Expected<std::unique_ptr<tofu::Engine>> makeEngine(const tofu::Problem &p,
   }
 #endif
 #ifdef TOFU_CUDA_BACKEND
-  if (backend == "cuda") {
+  if (backend == "cuda" || backend == "nccl") { // nccl's local reference: this process's GPU
     auto program = tofu::buildProgram(p, plan, memory);
     if (!program)
       return program.takeError();
     tofu::CudaBackendOptions cuda;
+    cuda.device = backend == "nccl" ? processOnMachine() : 0;
     cuda.library = options.library;
     cuda.tf32 = tf32;
     return tofu::Engine::create(std::move(*program), tofu::makeCudaBackend(cuda), options);
@@ -447,12 +480,13 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     if (resumed)
       llvm::outs() << fmt::format("resumed from {} ({} steps trained before)\n",
                                   resumed->path(), stepsBefore);
-    const bool gpu = backend == "cuda";
+    const bool gpu = backend == "cuda" || backend == "nccl";
     const std::string engineName =
-        gpu        ? "CUDA"
-        : procs.on ? fmt::format("MPI ({} processes, {} transport) CPU", procs.size,
-                                 std::string(mpiTransport))
-                   : "CPU";
+        backend == "nccl" ? fmt::format("NCCL ({} processes, a GPU each) CUDA", procs.size)
+        : gpu             ? "CUDA"
+        : procs.on        ? fmt::format("MPI ({} processes, {} transport) CPU", procs.size,
+                                        std::string(mpiTransport))
+                          : "CPU";
     llvm::outs() << fmt::format(
         "{} training ({}, lr {}, batch {}): {} nodes on {} workers, algorithm {}, {} engine "
         "(float32{}, {})\n",
@@ -770,7 +804,7 @@ int run(int argc, char **argv) {
     }
   }
 #ifdef TOFU_MPI_BACKEND
-  if (backend == "mpi") {
+  if (backend == "mpi" || backend == "nccl") {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     procs.on = true;
@@ -792,6 +826,8 @@ int run(int argc, char **argv) {
     tofu::MpiTransport t;
     if (!tofu::parseMpiTransport(mpiTransport, t))
       return fail("--mpi-transport must be get or sendrecv", 2);
+    if (backend == "nccl" && mpiTransport.getNumOccurrences() > 0)
+      return fail("--mpi-transport is for --backend mpi (nccl moves regions with NCCL)", 2);
     if (kernelsMode == "interp")
       return fail("--kernels interp is the one-process reference executor; use --backend cpu", 2);
     // One report: the first process prints, the others only their errors.
@@ -803,7 +839,7 @@ int run(int argc, char **argv) {
     return fail("--mpi-transport is for --backend mpi", 2);
   if (workers == 0)
     return fail("--workers K is required (K >= 1)", 2);
-  if (tf32 && backend != "cuda")
+  if (tf32 && backend != "cuda" && backend != "nccl")
     return fail("--tf32 is for --backend cuda", 2);
   if (backend == "cuda" && kernelsMode == "interp")
     return fail("--kernels interp is the CPU reference executor; use --backend cpu", 2);

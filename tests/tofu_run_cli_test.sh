@@ -88,7 +88,7 @@ if "$run" --model mlp --workers 2 --backend cuda --verify >"$tmp/out.txt" 2>"$tm
 else
   grep -q "no usable CUDA device: cuda" "$tmp/err.txt" || { echo "FAILED: --backend cuda" >&2; cat "$tmp/err.txt" >&2; fail=1; }
 fi
-expect_error "--backend tpu is not in this build (it has: cpu, cuda, mpi)" --model mlp --workers 2 --backend tpu
+expect_error "--backend tpu is not in this build (it has: cpu, cuda, mpi, nccl)" --model mlp --workers 2 --backend tpu
 expect_error "--tf32 is for --backend cuda" --model mlp --workers 2 --tf32
 expect_error "--mpi-transport is for --backend mpi" --model mlp --workers 2 --mpi-transport get
 expect_error "unknown model 'nope'" --model nope --workers 2

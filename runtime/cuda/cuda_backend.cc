@@ -154,15 +154,32 @@ public:
 
   std::string name() const override { return "cuda"; }
 
+  bool runsWorker(unsigned w) const override {
+    return std::find(local_.begin(), local_.end(), w) != local_.end();
+  }
+
+  CudaWorkerDevice device(unsigned w) const {
+    if (w >= workers_.size())
+      return {};
+    return {workers_[w].arena, workers_[w].stream};
+  }
+
   llvm::Error prepare(const Program &program) override {
     program_ = &program;
     if (llvm::Error e = cudaDeviceUsable(options_.device))
       return e;
     TOFU_CUDA(useDevice(options_.device), "selecting the device");
     const unsigned k = program.workers;
-    barrier_ = std::make_unique<SpinBarrier>(k, 2000);
+    local_ = options_.workers;
+    if (local_.empty())
+      for (unsigned w = 0; w < k; ++w)
+        local_.push_back(w);
+    for (unsigned w : local_)
+      if (w >= k)
+        return stringError(fmt::format("worker {} is not in the plan's {}", w, k));
+    barrier_ = std::make_unique<SpinBarrier>(static_cast<unsigned>(local_.size()), 2000);
     workers_.resize(k);
-    for (unsigned w = 0; w < k; ++w) {
+    for (unsigned w : local_) {
       Worker &wk = workers_[w];
       const int64_t bytes = std::max<int64_t>(256, program.worker[w].arenaBytes);
       cudaError_t e = cudaMalloc(reinterpret_cast<void **>(&wk.arena), static_cast<size_t>(bytes));
@@ -193,7 +210,7 @@ public:
       return e;
     stats_.extraBytes.assign(k, 0);
     prepared_.assign(k, {});
-    for (unsigned w = 0; w < k; ++w) {
+    for (unsigned w : local_) {
       const WorkerProgram &wp = program.worker[w];
       prepared_[w].resize(wp.steps.size());
       for (size_t s = 0; s < wp.steps.size(); ++s)
@@ -269,9 +286,8 @@ public:
 
   void sync(unsigned w) override {
     Worker &wk = workers_[w];
-    const unsigned k = static_cast<unsigned>(workers_.size());
-    if (k == 1)
-      return; // one stream: its own order is the program's
+    if (local_.size() == 1)
+      return; // one stream: its own order is the program's (others' processes order theirs)
     note(w, useDevice(options_.device), "selecting the device");
     // Record this worker's point, meet the others on the host (only to know their events
     // are recorded), then order this stream after every other's point. Two events per
@@ -280,7 +296,7 @@ public:
     const unsigned slot = wk.syncs++ % 2;
     note(w, cudaEventRecord(wk.sync[slot], wk.stream), "recording an event");
     barrier_->wait();
-    for (unsigned x = 0; x < k; ++x)
+    for (unsigned x : local_)
       if (x != w)
         note(w, cudaStreamWaitEvent(wk.stream, workers_[x].sync[slot], 0), "waiting on an event");
   }
@@ -651,7 +667,8 @@ private:
   CudaBackendOptions options_;
   const Program *program_ = nullptr;
   std::unique_ptr<SpinBarrier> barrier_;
-  std::vector<Worker> workers_;
+  std::vector<unsigned> local_; ///< the workers this process runs
+  std::vector<Worker> workers_; ///< per worker of the plan (only local ones made)
   std::vector<cudaLibrary_t> libraries_;
   std::map<std::string, cudaKernel_t> kernels_;
   std::vector<std::string> kernelName_; ///< per program kernel
@@ -675,6 +692,12 @@ llvm::Error cudaDeviceUsable(int device) {
 
 std::unique_ptr<Backend> makeCudaBackend(const CudaBackendOptions &options) {
   return std::make_unique<CudaBackend>(options);
+}
+
+CudaWorkerDevice cudaWorkerDevice(const Backend &backend, unsigned w) {
+  if (const auto *cuda = dynamic_cast<const CudaBackend *>(&backend))
+    return cuda->device(w);
+  return {};
 }
 
 } // namespace tofu

@@ -14,6 +14,7 @@
 #define TOFU_RUNTIME_CUDA_CUDA_BACKEND_H
 
 #include <memory>
+#include <vector>
 
 #include "runtime/backend.h"
 #include "runtime/cuda/nvrtc_kernels.h"
@@ -28,6 +29,9 @@ struct CudaBackendOptions {
   /// FMA math, comparable with the CPU engine and the unpartitioned step.
   bool tf32 = false;
   int device = 0;
+  /// The workers this process runs (empty: all). Only their arenas, streams and launches are
+  /// made; a backend built on this one moves the regions other processes' workers hold.
+  std::vector<unsigned> workers;
   /// Largest cuDNN workspace one convolution may use (the fastest algorithm under it).
   int64_t convWorkspaceLimit = int64_t(256) << 20;
 };
@@ -37,6 +41,15 @@ struct CudaBackendOptions {
 llvm::Error cudaDeviceUsable(int device = 0);
 
 std::unique_ptr<Backend> makeCudaBackend(const CudaBackendOptions &options = {});
+
+/// Worker `w`'s device arena and stream (a cudaStream_t) on a backend made by
+/// makeCudaBackend, for backends built on it that move regions themselves (NCCL between
+/// processes); nulls on any other backend or for a worker it does not run.
+struct CudaWorkerDevice {
+  char *arena = nullptr;
+  void *stream = nullptr;
+};
+CudaWorkerDevice cudaWorkerDevice(const Backend &backend, unsigned w);
 
 } // namespace tofu
 

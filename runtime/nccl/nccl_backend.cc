@@ -1,0 +1,301 @@
+// The NCCL backend: this process's worker on the CUDA backend, other workers' regions over
+// NCCL, bootstrapped by MPI.
+#include "runtime/nccl/nccl_backend.h"
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+#include "runtime/cuda/device_kernels.h"
+#include "runtime/cuda/launch_params.h"
+
+namespace tofu {
+namespace {
+
+using cuda::BoxCopyParams;
+
+/// One region crossing processes in a phase. The sender packs it into staging unless it is
+/// contiguous in the arena; the receiver takes it straight into the arena where it is
+/// contiguous there and not combined, else into staging and unpacks (combining) it.
+struct Transfer {
+  unsigned peer = 0;
+  int64_t elements = 0;
+  bool direct = false;       ///< contiguous in the arena, straight from or into it
+  int64_t arenaOffset = 0;   ///< direct: the region's first element in the arena
+  int64_t stagingOffset = 0; ///< otherwise: where it lies in staging (elements)
+  BoxCopyParams pack;        ///< arena -> staging (sender) or staging -> arena (receiver)
+};
+
+class NcclBackend final : public Backend {
+public:
+  explicit NcclBackend(NcclBackendOptions o) : options_(std::move(o)) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &mpi_);
+    MPI_Comm_rank(mpi_, &rank_);
+    MPI_Comm_size(mpi_, &size_);
+  }
+
+  ~NcclBackend() override {
+    if (comm_) {
+      // Destroying waits for the others; after a failure only aborting cannot hang.
+      if (clean_)
+        ncclCommDestroy(comm_);
+      else
+        ncclCommAbort(comm_);
+    }
+    if (staging_)
+      cudaFree(staging_);
+    inner_.reset();
+    if (clean_)
+      MPI_Comm_free(&mpi_);
+  }
+
+  std::string name() const override { return "nccl"; }
+  bool runsWorker(unsigned w) const override { return static_cast<int>(w) == rank_; }
+
+  llvm::Error prepare(const Program &program) override {
+    if (static_cast<int>(program.workers) != size_)
+      return stringError(fmt::format("the plan has {} workers but {} processes run it (start "
+                                     "one process per worker: mpirun -np {})",
+                                     program.workers, size_, program.workers));
+    // One GPU per process: the process's rank among those of its machine picks it.
+    MPI_Comm node;
+    MPI_Comm_split_type(mpi_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+    int local = 0, onNode = 1;
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_size(node, &onNode);
+    MPI_Comm_free(&node);
+    int devices = 0;
+    if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess)
+      return stringError(fmt::format("no usable CUDA device: {} ({})", cudaGetErrorName(e),
+                                     cudaGetErrorString(e)));
+    if (devices < onNode)
+      return stringError(fmt::format("{} processes on this machine but {} GPUs: the NCCL "
+                                     "backend runs one process per GPU",
+                                     onNode, devices));
+    const unsigned me = static_cast<unsigned>(rank_);
+    NcclBackendOptions o = options_;
+    o.cuda.device = local;
+    o.cuda.workers = {me};
+    if (cudaError_t e = cudaSetDevice(local); e != cudaSuccess)
+      return cudaError(e, fmt::format("selecting GPU {}", local));
+    inner_ = makeCudaBackend(o.cuda);
+    if (llvm::Error e = inner_->prepare(program))
+      return e;
+    const CudaWorkerDevice dev = cudaWorkerDevice(*inner_, me);
+    arena_ = reinterpret_cast<float *>(dev.arena);
+    stream_ = static_cast<cudaStream_t>(dev.stream);
+
+    // The communicator: the first process's id, over MPI.
+    ncclUniqueId id{};
+    ncclResult_t made = rank_ == 0 ? ncclGetUniqueId(&id) : ncclSuccess;
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_);
+    if (made != ncclSuccess)
+      return ncclError(made, "making the NCCL unique id");
+    if (ncclResult_t r = ncclCommInitRank(&comm_, size_, id, rank_); r != ncclSuccess)
+      return ncclError(r, "joining the NCCL communicator");
+
+    // Per phase (fetch of step i at 2i, its assembly at 2i + 1, the carries last): what the
+    // others fetch from this worker, in each receiver's order, and what it fetches.
+    const WorkerProgram &wp = program.worker[me];
+    const size_t nsteps = wp.steps.size();
+    sends_.assign(2 * nsteps + 1, {});
+    receives_.assign(2 * nsteps + 1, {});
+    std::vector<int64_t> slotElements(2 * nsteps + 1, 0);
+    auto addSend = [&](size_t slot, unsigned to, const RegionCopy &c) {
+      const int64_t n = boxElements(c.box);
+      if (c.from != me || n == 0)
+        return;
+      Transfer t;
+      t.peer = to;
+      t.elements = n;
+      t.pack = cuda::boxCopyParams(c.box, slotElements[slot], c.srcBox, c.srcOffset / 4, c.box,
+                                   cuda::copyCombine(nullptr));
+      t.direct = cuda::isContiguousCopy(t.pack);
+      if (t.direct) {
+        t.arenaOffset = t.pack.srcOffset;
+      } else {
+        t.stagingOffset = slotElements[slot];
+        slotElements[slot] += n;
+      }
+      sends_[slot].push_back(t);
+    };
+    auto addReceive = [&](size_t slot, const RegionCopy &c, const ir::Reducer *reducer) {
+      const int64_t n = boxElements(c.box);
+      if (c.from == me || n == 0)
+        return;
+      Transfer t;
+      t.peer = c.from;
+      t.elements = n;
+      t.pack = cuda::boxCopyParams(c.dstBox, c.dstOffset / 4, c.box, slotElements[slot], c.box,
+                                   cuda::copyCombine(reducer));
+      t.direct = cuda::isContiguousCopy(t.pack);
+      if (t.direct) {
+        t.arenaOffset = t.pack.dstOffset;
+      } else {
+        t.stagingOffset = slotElements[slot];
+        slotElements[slot] += n;
+      }
+      receives_[slot].push_back(t);
+      byCopy_[&c] = {slot, receives_[slot].size() - 1};
+    };
+    for (unsigned v = 0; v < program.workers; ++v) {
+      if (v == me)
+        continue;
+      const WorkerProgram &other = program.worker[v];
+      if (other.steps.size() != nsteps)
+        return stringError("the workers' programs have different numbers of steps");
+      for (size_t i = 0; i < nsteps; ++i) {
+        for (const RegionCopy &c : other.steps[i].fetch)
+          addSend(2 * i, v, c);
+        for (const RegionCopy &c : other.steps[i].assemble)
+          addSend(2 * i + 1, v, c);
+      }
+      for (const RegionCopy &c : other.carries)
+        addSend(2 * nsteps, v, c);
+    }
+    for (size_t i = 0; i < nsteps; ++i) {
+      const ProgramStep &st = wp.steps[i];
+      for (const RegionCopy &c : st.fetch)
+        addReceive(2 * i, c, nullptr);
+      for (const RegionCopy &c : st.assemble)
+        addReceive(2 * i + 1, c, c.combine ? &program.nodes[st.node].reducer : nullptr);
+    }
+    for (const RegionCopy &c : wp.carries)
+      addReceive(2 * nsteps, c, nullptr);
+    // Staging is reused phase after phase: one stream runs them in order.
+    const int64_t most = *std::max_element(slotElements.begin(), slotElements.end());
+    stagingBytes_ = most * 4;
+    if (most > 0)
+      if (cudaError_t e = cudaMalloc(reinterpret_cast<void **>(&staging_),
+                                     static_cast<size_t>(stagingBytes_));
+          e != cudaSuccess)
+        return cudaError(e, fmt::format("allocating {} bytes of NCCL staging", stagingBytes_));
+    return llvm::Error::success();
+  }
+
+  void enter(unsigned w, size_t step, Phase phase) override {
+    const size_t slot = phase == Phase::Carry ? sends_.size() - 1
+                        : phase == Phase::Fetch ? 2 * step
+                                                : 2 * step + 1;
+    if (slot >= sends_.size() || (sends_[slot].empty() && receives_[slot].empty()))
+      return;
+    for (const Transfer &t : sends_[slot]) // packing precedes the group on the stream
+      if (!t.direct)
+        note(cuda::launchBoxCopy(t.pack, staging_, arena_, stream_), "packing a region");
+    noteNccl(ncclGroupStart(), "ncclGroupStart");
+    for (const Transfer &t : sends_[slot])
+      noteNccl(ncclSend(t.direct ? arena_ + t.arenaOffset : staging_ + t.stagingOffset,
+                        static_cast<size_t>(t.elements), ncclFloat, static_cast<int>(t.peer),
+                        comm_, stream_),
+               "ncclSend");
+    for (const Transfer &t : receives_[slot])
+      noteNccl(ncclRecv(t.direct ? arena_ + t.arenaOffset : staging_ + t.stagingOffset,
+                        static_cast<size_t>(t.elements), ncclFloat, static_cast<int>(t.peer),
+                        comm_, stream_),
+               "ncclRecv");
+    noteNccl(ncclGroupEnd(), "ncclGroupEnd");
+  }
+
+  void copy(unsigned w, const RegionCopy &c, const ir::Reducer *reducer) override {
+    if (c.from == w) {
+      inner_->copy(w, c, reducer);
+      return;
+    }
+    auto it = byCopy_.find(&c);
+    if (it == byCopy_.end())
+      return; // an empty region
+    const Transfer &t = receives_[it->second.first][it->second.second];
+    if (!t.direct) // received into staging at enter: into (or combined with) the arena now
+      note(cuda::launchBoxCopy(t.pack, arena_, staging_, stream_), "unpacking a region");
+  }
+
+  void fill(unsigned w, int64_t offset, int64_t bytes, float value) override {
+    inner_->fill(w, offset, bytes, value);
+  }
+  llvm::Error launch(unsigned w, size_t step) override { return inner_->launch(w, step); }
+  void sync(unsigned w) override { inner_->sync(w); }
+
+  llvm::Error finish(unsigned w) override {
+    llvm::Error e = inner_->finish(w); // the stream has run: NCCL's work in it too
+    if (!e && error_.empty()) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess)
+        error_ = fmt::format("NCCL: {}", ncclGetErrorString(async));
+    }
+    if (e)
+      return e;
+    if (!error_.empty()) {
+      std::string msg = std::move(error_);
+      error_.clear();
+      return stringError(msg);
+    }
+    clean_ = true;
+    return llvm::Error::success();
+  }
+
+  void write(unsigned w, int64_t offset, const Box &held, const float *host, const Box &hostBox,
+             const Box &box) override {
+    inner_->write(w, offset, held, host, hostBox, box);
+  }
+  void read(unsigned w, int64_t offset, const Box &held, float *host, const Box &hostBox,
+            const Box &box) const override {
+    inner_->read(w, offset, held, host, hostBox, box);
+  }
+  std::string describe(unsigned w, size_t step) const override { return inner_->describe(w, step); }
+
+  BackendStats stats() const override {
+    BackendStats s = inner_->stats();
+    if (s.extraBytes.size() > static_cast<size_t>(rank_))
+      s.extraBytes[rank_] += stagingBytes_;
+    return s;
+  }
+
+  bool timesOnDevice() const override { return true; }
+  void mark(unsigned w, size_t step, Phase phase) override { inner_->mark(w, step, phase); }
+  std::vector<std::array<double, 3>> deviceTimes(unsigned w) override {
+    return inner_->deviceTimes(w);
+  }
+
+private:
+  static llvm::Error cudaError(cudaError_t e, const std::string &what) {
+    return stringError(fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e)));
+  }
+  static llvm::Error ncclError(ncclResult_t r, const std::string &what) {
+    return stringError(fmt::format("{}: {}", what, ncclGetErrorString(r)));
+  }
+  void note(cudaError_t e, const char *what) {
+    if (e != cudaSuccess && error_.empty())
+      error_ = fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
+  }
+  void noteNccl(ncclResult_t r, const char *what) {
+    if (r != ncclSuccess && error_.empty())
+      error_ = fmt::format("{}: {}", what, ncclGetErrorString(r));
+  }
+
+  NcclBackendOptions options_;
+  MPI_Comm mpi_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::unique_ptr<Backend> inner_;
+  ncclComm_t comm_ = nullptr;
+  float *arena_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  float *staging_ = nullptr;
+  int64_t stagingBytes_ = 0;
+  std::vector<std::vector<Transfer>> sends_, receives_; ///< per phase
+  std::unordered_map<const RegionCopy *, std::pair<size_t, size_t>> byCopy_;
+  std::string error_; ///< the first failure of an operation that returns none
+  bool clean_ = false;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> makeNcclBackend(const NcclBackendOptions &options) {
+  return std::make_unique<NcclBackend>(options);
+}
+
+} // namespace tofu
