@@ -150,7 +150,7 @@ cl::opt<std::string> planJson("exec-plan", cl::desc("Write the execution plan as
                               cl::value_desc("FILE.json"), cl::cat(runCategory));
 cl::opt<bool> dumpPlan("dump-plan", cl::desc("Print the execution plan, one line per op instance"),
                        cl::cat(runCategory));
-cl::opt<std::string> opsDir("ops", cl::desc("The operator library (default: ops)"), cl::init("ops"),
+cl::opt<std::string> opsDir("ops", cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: PREFIX/share/tofu/ops or the source tree's ops/, else ./ops)"), cl::init("ops"),
                             cl::value_desc("DIR"), cl::cat(runCategory));
 
 /// With --backend mpi: this process among those mpirun started.
@@ -865,7 +865,10 @@ int run(int argc, char **argv) {
 
   tofu::SourceManager sources;
   tofu::DiagnosticEngine diags(sources);
-  auto lib = tofu::OpLibrary::load(opsDir, diags);
+  auto ops = tofu::findOpsDir(opsDir, opsDir.getNumOccurrences() > 0);
+  if (!ops)
+    return fail(llvm::toString(ops.takeError()), 2);
+  auto lib = tofu::OpLibrary::load(*ops, diags);
   if (!lib) {
     diags.print(llvm::errs());
     return fail("cannot load the operator library: " + llvm::toString(lib.takeError()));

@@ -10,6 +10,22 @@ check() { # description, command...
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# The operator library is found from any directory (beside the binary: its Bazel runfiles
+# here, PREFIX/share/tofu/ops installed); TOFU_OPS and --ops override it, and a wrong one, or
+# none found, is an error saying where it looked.
+abs="$(realpath "$plan")"
+(cd / && "$abs" --model mlp --train --workers 4 >"$tmp/anywhere.txt" 2>&1)
+check "runs from / ($(tail -3 "$tmp/anywhere.txt"))" test $? -eq 0
+(cd / && TOFU_OPS="$tmp" "$abs" --model mlp --workers 2 >"$tmp/env.txt" 2>&1)
+check "a TOFU_OPS without .tdl files: exit 2" test $? -eq 2
+check "a TOFU_OPS without .tdl files: named" grep -q "TOFU_OPS=$tmp: no .tdl files there" "$tmp/env.txt"
+(cd / && TOFU_OPS=/nonexistent "$abs" --ops "$tmp" --model mlp --workers 2 >"$tmp/ops.txt" 2>&1)
+check "--ops before TOFU_OPS, named" grep -q -- "--ops $tmp: no .tdl files there" "$tmp/ops.txt"
+cp "$abs" "$tmp/tofu-plan-copy"
+(cd "$tmp" && ./tofu-plan-copy --model mlp --workers 2 >"$tmp/lost.txt" 2>&1)
+check "no library anywhere: exit 2" test $? -eq 2
+check "no library anywhere: says where it looked" grep -q "^  $tmp/share/tofu/ops$" "$tmp/lost.txt"
+
 "$plan" --model mlp --batch 16 --train --workers 4 >"$tmp/table.txt" 2>"$tmp/err.txt"
 check "table exit status" test $? -eq 0
 check "table header" grep -q "^plan: mlp training step (batch 16) on 4 workers (2 x 2), algorithm tofu" "$tmp/table.txt"

@@ -25,11 +25,16 @@ fi
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 mpi=(mpirun --oversubscribe --bind-to none)
 
+# AddressSanitizer's shadow memory and quarantine make resident memory meaningless: the
+# bound on what a process grows by is checked on plain builds only.
+asan=0
+if ldd "$run" | grep -q libasan; then asan=1; fi
 check_json() { # FILE K: verify passed, planned bytes moved, each process holds its arena only
-  python3 - "$1" "$2" <<'PY'
+  python3 - "$1" "$2" "$asan" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 k = int(sys.argv[2])
+asan = sys.argv[3] == "1"
 assert j["processes"] == k and j["workers"] == k, (j["processes"], j["workers"])
 assert j["verify"]["passed"], j["verify"]
 assert j["bytes_moved"] == j["predicted_bytes"] > 0, (j["bytes_moved"], j["predicted_bytes"])
@@ -44,7 +49,7 @@ for w in range(k):
     # arena) and the copies of its own tiles --verify keeps, never a whole tensor.
     grew = j["process_peak_resident_bytes"][w] - j["process_resident_before_engine_bytes"][w]
     kept = j["process_verify_copy_bytes"][w]
-    assert grew <= planned[w] + kept + 48 * 2**20, (w, grew, planned[w], kept)
+    assert asan or grew <= planned[w] + kept + 48 * 2**20, (w, grew, planned[w], kept)
 assert all(l == l for l in j["loss"]), j["loss"]
 PY
 }
@@ -179,7 +184,7 @@ expect_failure "bad input" 60 "rank [0-9] of 2: .*nonexistent\.onnx" \
 # (measured here) plus 100 MB, less than its worker's 128 MiB arena of the MLP (it fails on the
 # arena at 0 to 150 MB: measured). Not under AddressSanitizer, whose shadow memory cannot
 # live under an address-space cap.
-if ldd "$run" | grep -q libasan; then
+if [ "$asan" -eq 1 ]; then
   echo "skipped the out-of-memory case: AddressSanitizer build"
 else
   base=""
