@@ -39,7 +39,7 @@ cl::opt<std::string> optimizer("optimizer", cl::desc("sgd or adam (with --train;
 cl::opt<bool> describe("describe",
                        cl::desc("Print node and tensor counts and bytes per tensor role"),
                        cl::cat(planCategory));
-cl::opt<std::string> opsDir("ops", cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: PREFIX/share/tofu/ops or the source tree's ops/, else ./ops)"),
+cl::opt<std::string> opsDir("ops", cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: its Bazel runfiles or PREFIX/share/tofu/ops, else ./ops)"),
                             cl::init("ops"), cl::value_desc("DIR"), cl::cat(planCategory));
 cl::opt<bool> dumpJson("dump-json", cl::desc("Print the graph as JSON"), cl::cat(planCategory));
 cl::opt<unsigned> workers("workers", cl::desc("Search a partition for K workers (any K >= 1)"),

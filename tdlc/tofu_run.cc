@@ -64,7 +64,7 @@ cl::opt<unsigned> dataInputs("data-inputs", cl::desc("With --onnx: leading graph
                              cl::init(1), cl::cat(runCategory));
 cl::opt<int64_t> batch("batch", cl::desc("Batch size for zoo and ONNX models (default 2)"),
                        cl::init(2), cl::cat(runCategory));
-cl::opt<unsigned> workers("workers", cl::desc("Workers to partition across (required)"),
+cl::opt<unsigned> workers("workers", cl::desc("Workers to partition across (required; under mpirun, the process count)"),
                           cl::value_desc("K"), cl::init(0), cl::cat(runCategory));
 cl::opt<std::string> algo("algo", cl::desc("The search algorithm (default tofu)"), cl::init("tofu"),
                           cl::cat(runCategory));
@@ -132,7 +132,7 @@ cl::opt<bool> checking("check", cl::desc("Poison every buffer a step has not wri
                        cl::cat(runCategory));
 cl::opt<std::string> saveDir("save", cl::desc("After the last step, write every weight and "
                                               "optimiser-state tensor to DIR/model.safetensors "
-                                              "(with --backend mpi: each process its own tiles "
+                                              "(with --backend mpi or nccl: each process its own tiles "
                                               "to DIR/tiles-G-R.safetensors, and an index "
                                               "DIR/index.json)"),
                              cl::value_desc("DIR"), cl::cat(runCategory));
@@ -150,7 +150,7 @@ cl::opt<std::string> planJson("exec-plan", cl::desc("Write the execution plan as
                               cl::value_desc("FILE.json"), cl::cat(runCategory));
 cl::opt<bool> dumpPlan("dump-plan", cl::desc("Print the execution plan, one line per op instance"),
                        cl::cat(runCategory));
-cl::opt<std::string> opsDir("ops", cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: PREFIX/share/tofu/ops or the source tree's ops/, else ./ops)"), cl::init("ops"),
+cl::opt<std::string> opsDir("ops", cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: its Bazel runfiles or PREFIX/share/tofu/ops, else ./ops)"), cl::init("ops"),
                             cl::value_desc("DIR"), cl::cat(runCategory));
 
 /// With --backend mpi: this process among those mpirun started.
@@ -777,16 +777,19 @@ int run(int argc, char **argv) {
   cl::HideUnrelatedOptions(runCategory);
   cl::ParseCommandLineOptions(
       argc, argv,
-      "tofu-run - train a model partitioned across workers on the CPU or CUDA engine, and "
+      "tofu-run - train a model partitioned across workers (threads, or processes under mpirun) "
+      "on the CPU or CUDA engine, and "
       "check it against the unpartitioned run\n\n"
       "  tofu-run --model NAME [--batch B] --workers K [--steps N] [--verify]\n"
       "  tofu-run --graph FILE.json --workers K [--steps N] [--verify]\n"
       "  tofu-run --onnx FILE.onnx [--batch B] --workers K [--steps N] [--verify]\n"
-      "  mpirun -np K tofu-run --backend mpi --model NAME [--steps N] [--verify]\n\n"
+      "  mpirun -np K tofu-run --backend mpi --model NAME [--steps N] [--verify]\n"
+      "  mpirun -np K tofu-run --backend nccl --model NAME [--steps N] [--verify]  (a GPU each)\n\n"
       "Kernels are generated from the ops' TDL, compiled by the host C++ compiler ($CXX, else "
       "c++) and cached in $TOFU_KERNEL_CACHE (default ~/.cache/tofu/kernels): a second run "
-      "compiles nothing. Data is synthetic: one fixed random batch (--seed), so the loss falls "
-      "as the model fits it.\n\n" +
+      "compiles nothing. Data is synthetic (--data): by default a fresh batch every step, "
+      "labelled by a fixed random teacher (--seed), so the loss falls as the model learns it; "
+      "each worker draws only its own tiles of every value.\n\n" +
           tofu::zooHelp() +
           "\n\nA graph whose output is a prediction gets a loss (softmax cross-entropy for rank-2 "
           "logits, else MSE). Exit status: 0 when every step ran, moved the predicted bytes (and, "
