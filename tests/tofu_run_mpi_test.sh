@@ -27,8 +27,10 @@ mpi=(mpirun --oversubscribe --bind-to none)
 
 # AddressSanitizer's shadow memory and quarantine make resident memory meaningless: the
 # bound on what a process grows by is checked on plain builds only.
+# (grep reads all of ldd's output: with -q it would stop at the match, and ldd, writing into
+# a closed pipe, fails, which pipefail turns into "no match".)
 asan=0
-if ldd "$run" | grep -q libasan; then asan=1; fi
+if ldd "$run" | grep libasan >/dev/null; then asan=1; fi
 check_json() { # FILE K: verify passed, planned bytes moved, each process holds its arena only
   python3 - "$1" "$2" "$asan" <<'PY'
 import json, sys
