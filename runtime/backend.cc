@@ -7,6 +7,67 @@
 
 namespace tofu {
 
+size_t crossingPhase(size_t step, Backend::Phase phase, size_t steps) {
+  return phase == Backend::Phase::Carry  ? 2 * steps
+         : phase == Backend::Phase::Fetch ? 2 * step
+                                          : 2 * step + 1;
+}
+
+llvm::Error forEachCopyFrom(
+    const Program &program, unsigned me,
+    llvm::function_ref<llvm::Error(size_t phase, unsigned to, const RegionCopy &copy)> fn) {
+  const size_t n = program.worker[me].steps.size();
+  for (unsigned v = 0; v < program.workers; ++v) {
+    if (v == me)
+      continue;
+    const WorkerProgram &other = program.worker[v];
+    if (other.steps.size() != n)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "the workers' programs have different numbers of steps");
+    auto each = [&](size_t phase, const std::vector<RegionCopy> &copies) -> llvm::Error {
+      for (const RegionCopy &c : copies)
+        if (c.from == me)
+          if (llvm::Error e = fn(phase, v, c))
+            return e;
+      return llvm::Error::success();
+    };
+    for (size_t i = 0; i < n; ++i) {
+      if (llvm::Error e = each(2 * i, other.steps[i].fetch))
+        return e;
+      if (llvm::Error e = each(2 * i + 1, other.steps[i].assemble))
+        return e;
+    }
+    if (llvm::Error e = each(2 * n, other.carries))
+      return e;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error forEachCopyInto(
+    const Program &program, unsigned me,
+    llvm::function_ref<llvm::Error(size_t phase, const RegionCopy &copy,
+                                   const ir::Reducer *reducer)>
+        fn) {
+  const WorkerProgram &wp = program.worker[me];
+  auto each = [&](size_t phase, const std::vector<RegionCopy> &copies,
+                  const ir::Reducer *reducer) -> llvm::Error {
+    for (const RegionCopy &c : copies)
+      if (c.from != me)
+        if (llvm::Error e = fn(phase, c, c.combine ? reducer : nullptr))
+          return e;
+    return llvm::Error::success();
+  };
+  const size_t n = wp.steps.size();
+  for (size_t i = 0; i < n; ++i) {
+    const ProgramStep &st = wp.steps[i];
+    if (llvm::Error e = each(2 * i, st.fetch, nullptr))
+      return e;
+    if (llvm::Error e = each(2 * i + 1, st.assemble, &program.nodes[st.node].reducer))
+      return e;
+  }
+  return each(2 * n, wp.carries, nullptr);
+}
+
 void copyBox(float *dst, const Box &dstBox, const float *src, const Box &srcBox, const Box &box,
              const ir::Reducer *reducer) {
   const size_t r = box.size();

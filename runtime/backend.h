@@ -10,11 +10,13 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "codegen/program.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "runtime/cpu_kernels.h"
 
 namespace tofu {
@@ -79,6 +81,63 @@ public:
   /// Per step of worker `w`: {copy, kernel, idle} seconds of the step just finished.
   virtual std::vector<std::array<double, 3>> deviceTimes(unsigned w) { return {}; }
 };
+
+/// A backend that hands every operation to another: a transport between processes (MPI,
+/// NCCL) runs its worker on a compute backend and overrides what crosses processes.
+class ForwardingBackend : public Backend {
+public:
+  void copy(unsigned w, const RegionCopy &c, const ir::Reducer *reducer) override {
+    inner_->copy(w, c, reducer);
+  }
+  void fill(unsigned w, int64_t offset, int64_t bytes, float value) override {
+    inner_->fill(w, offset, bytes, value);
+  }
+  llvm::Error launch(unsigned w, size_t step) override { return inner_->launch(w, step); }
+  void sync(unsigned w) override { inner_->sync(w); }
+  void write(unsigned w, int64_t offset, const Box &held, const float *host, const Box &hostBox,
+             const Box &box) override {
+    inner_->write(w, offset, held, host, hostBox, box);
+  }
+  void read(unsigned w, int64_t offset, const Box &held, float *host, const Box &hostBox,
+            const Box &box) const override {
+    inner_->read(w, offset, held, host, hostBox, box);
+  }
+  std::string describe(unsigned w, size_t step) const override { return inner_->describe(w, step); }
+  BackendStats stats() const override { return inner_->stats(); }
+  llvm::Error finish(unsigned w) override { return inner_->finish(w); }
+  bool runsWorker(unsigned w) const override { return inner_->runsWorker(w); }
+  void enter(unsigned w, size_t step, Phase phase) override { inner_->enter(w, step, phase); }
+  bool timesOnDevice() const override { return inner_->timesOnDevice(); }
+  void mark(unsigned w, size_t step, Phase phase) override { inner_->mark(w, step, phase); }
+  std::vector<std::array<double, 3>> deviceTimes(unsigned w) override {
+    return inner_->deviceTimes(w);
+  }
+
+protected:
+  std::unique_ptr<Backend> inner_; ///< made by the subclass's prepare
+};
+
+// One process per worker: regions cross processes in phases that every worker passes in the
+// same order — the fetch of step i is phase 2i, its assembly 2i + 1, the carries 2n (n
+// steps) — and both sides of a transfer list it under the same phase, in the receiver's
+// program order, so matched sends and receives pair up.
+
+/// The phase of `step`'s `phase` (Fetch, Assemble or Carry) in a program of `steps` steps.
+size_t crossingPhase(size_t step, Backend::Phase phase, size_t steps);
+/// Calls `fn(phase, to, copy)` for every copy another worker `to` makes from worker `me`'s
+/// arena, each receiver's in its program order; the first error stops it. Errors when the
+/// workers' programs have different numbers of steps.
+llvm::Error forEachCopyFrom(
+    const Program &program, unsigned me,
+    llvm::function_ref<llvm::Error(size_t phase, unsigned to, const RegionCopy &copy)> fn);
+/// Calls `fn(phase, copy, reducer)` for every copy worker `me` makes from another worker's
+/// arena, in program order (`reducer`: the node's, where the copy combines a partial
+/// result); the first error stops it.
+llvm::Error forEachCopyInto(
+    const Program &program, unsigned me,
+    llvm::function_ref<llvm::Error(size_t phase, const RegionCopy &copy,
+                                   const ir::Reducer *reducer)>
+        fn);
 
 /// A reusable barrier for the threads that issue the workers' operations: it spins briefly
 /// (a barrier between two small nodes should cost a microsecond, not a context switch) and

@@ -331,6 +331,14 @@ void removeOtherCheckpoints(const std::string &dir, unsigned keep, bool keepWhol
   }
 }
 
+/// A box as JSON [[lo, hi], ...] (boxOf reads it back).
+nlohmann::json boxJson(const Box &b) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const Range &r : b)
+    j.push_back({r.lo, r.hi});
+  return j;
+}
+
 std::string boxText(const Box &b) {
   std::string s;
   for (size_t a = 0; a < b.size(); ++a)
@@ -430,11 +438,8 @@ llvm::Expected<std::vector<TileEntry>> writeTileFile(const std::string &dir,
 std::string encodeTileEntries(const std::vector<TileEntry> &entries) {
   nlohmann::json j = nlohmann::json::array();
   for (const TileEntry &e : entries) {
-    nlohmann::json box = nlohmann::json::array();
-    for (const Range &r : e.box)
-      box.push_back({r.lo, r.hi});
-    j.push_back({{"tensor", e.tensor}, {"shape", e.shape}, {"box", box}, {"file", e.file},
-                 {"key", e.key}});
+    j.push_back({{"tensor", e.tensor}, {"shape", e.shape}, {"box", boxJson(e.box)},
+                 {"file", e.file}, {"key", e.key}});
   }
   return j.dump();
 }
@@ -499,10 +504,7 @@ llvm::Error writeCheckpointIndex(const std::string &dir, unsigned generation,
       if (e->shape != list.front()->shape)
         return fail(fmt::format("tensor '{}': its tiles disagree on its shape", name));
       boxes.push_back(e->box);
-      nlohmann::json box = nlohmann::json::array();
-      for (const Range &r : e->box)
-        box.push_back({r.lo, r.hi});
-      tiles.push_back({{"file", e->file}, {"key", e->key}, {"box", box}});
+      tiles.push_back({{"file", e->file}, {"key", e->key}, {"box", boxJson(e->box)}});
     }
     if (std::string bad = coverageProblem(list.front()->shape, boxes); !bad.empty())
       return fail(fmt::format("tensor '{}': {}", name, bad));

@@ -221,14 +221,13 @@ void Engine::setTiles(unsigned tensor, const std::function<void(const Box &, flo
   const bool input = pt.role != TensorRole::Weight && pt.role != TensorRole::OptimizerState;
   std::vector<float> buf;
   for (unsigned w : m.local) {
-    const Box &tile = pt.tiles[w];
-    const int64_t off = m.program.worker[w].tileOffset[tensor];
-    if (off < 0 || boxElements(tile) == 0)
+    if (!holdsTile(tensor, w))
       continue;
+    const Box &tile = pt.tiles[w];
     std::vector<float> &values = input ? m.inputs[{tensor, w}] : buf;
     values.assign(boxElements(tile), 0.0f);
     fill(tile, values.data());
-    m.backend->write(w, off, tile, values.data(), tile, tile);
+    m.backend->write(w, m.program.worker[w].tileOffset[tensor], tile, values.data(), tile, tile);
   }
 }
 
@@ -275,34 +274,34 @@ Tensor Engine::get(unsigned tensor) const {
   Tensor out(pt.shape, std::numeric_limits<double>::quiet_NaN());
   Box all = wholeBox(pt.shape);
   std::vector<float> f(std::max<int64_t>(1, out.size()), std::numeric_limits<float>::quiet_NaN());
-  for (unsigned w : m.local) {
-    const Box &tile = pt.tiles[w];
-    const int64_t off = m.program.worker[w].tileOffset[tensor];
-    if (off < 0 || boxElements(tile) == 0)
-      continue;
-    m.backend->read(w, off, tile, f.data(), all, tile);
-  }
+  for (unsigned w : m.local)
+    if (holdsTile(tensor, w))
+      m.backend->read(w, m.program.worker[w].tileOffset[tensor], pt.tiles[w], f.data(), all,
+                      pt.tiles[w]);
   for (int64_t e = 0; e < out.size(); ++e)
     out.data[e] = f[e];
   return out;
 }
 
+bool Engine::holdsTile(unsigned tensor, unsigned w) const {
+  const Program &p = impl_->program;
+  return p.worker[w].tileOffset[tensor] >= 0 && boxElements(p.tensors[tensor].tiles[w]) > 0;
+}
+
 std::vector<float> Engine::readTile(unsigned tensor, unsigned w) const {
   const Impl &m = *impl_;
   const Box &tile = m.program.tensors[tensor].tiles[w];
-  const int64_t off = m.program.worker[w].tileOffset[tensor];
   std::vector<float> out(boxElements(tile));
-  if (off >= 0 && !out.empty())
-    m.backend->read(w, off, tile, out.data(), tile, tile);
+  if (holdsTile(tensor, w))
+    m.backend->read(w, m.program.worker[w].tileOffset[tensor], tile, out.data(), tile, tile);
   return out;
 }
 
 void Engine::writeTile(unsigned tensor, unsigned w, const float *values) {
   Impl &m = *impl_;
   const Box &tile = m.program.tensors[tensor].tiles[w];
-  const int64_t off = m.program.worker[w].tileOffset[tensor];
-  if (off >= 0 && boxElements(tile) > 0)
-    m.backend->write(w, off, tile, values, tile, tile);
+  if (holdsTile(tensor, w))
+    m.backend->write(w, m.program.worker[w].tileOffset[tensor], tile, values, tile, tile);
 }
 
 std::vector<int64_t> Engine::arenaBytes() const {
@@ -330,11 +329,6 @@ Checkpoint checkpointOf(const Engine &engine) {
   return c;
 }
 
-/// Whether worker `w` holds a tile of `pt`.
-static bool holdsTile(const Program &prog, const ProgramTensor &pt, unsigned t, unsigned w) {
-  return prog.worker[w].tileOffset[t] >= 0 && boxElements(pt.tiles[w]) > 0;
-}
-
 std::vector<CheckpointTile> trainingTiles(const Engine &engine) {
   std::vector<CheckpointTile> out;
   const Program &prog = engine.program();
@@ -343,11 +337,11 @@ std::vector<CheckpointTile> trainingTiles(const Engine &engine) {
     if (!isTrainingState(pt))
       continue;
     for (unsigned w : engine.localWorkers()) {
-      if (!holdsTile(prog, pt, t, w))
+      if (!engine.holdsTile(t, w))
         continue;
       bool replica = false; // an earlier worker holds the same tile
       for (unsigned o = 0; o < w && !replica; ++o)
-        replica = holdsTile(prog, pt, t, o) && pt.tiles[o] == pt.tiles[w];
+        replica = engine.holdsTile(t, o) && pt.tiles[o] == pt.tiles[w];
       if (!replica)
         out.push_back({pt.name, pt.shape, pt.tiles[w], engine.readTile(t, w)});
     }
@@ -373,7 +367,7 @@ llvm::Error restore(Engine &engine, const CheckpointReader &c) {
                                      pt.name, fmt::join(it->second, ", "),
                                      fmt::join(pt.shape, ", ")));
     for (unsigned w : engine.localWorkers()) {
-      if (!holdsTile(prog, pt, t, w))
+      if (!engine.holdsTile(t, w))
         continue;
       buf.assign(boxElements(pt.tiles[w]), 0.0f);
       if (llvm::Error e = c.read(pt.name, pt.tiles[w], buf.data()))

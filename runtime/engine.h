@@ -87,6 +87,8 @@ public:
   /// it). Only tensors live at the end of a step (weights, optimiser state, graph outputs)
   /// are meaningful.
   Tensor get(unsigned tensor) const;
+  /// Whether worker `w` holds a tile of `tensor` (a buffer with elements in its arena).
+  bool holdsTile(unsigned tensor, unsigned w) const;
   /// Worker `w`'s tile of a tensor it holds (ProgramTensor::tiles), row-major over the tile;
   /// `w` must be local. Between steps only.
   std::vector<float> readTile(unsigned tensor, unsigned w) const;

@@ -69,6 +69,21 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
                            const std::map<std::string, std::vector<double>> &constants,
                            bool teacher)
     : p_(p), constants_(constants) {
+  auto fill = [](double x) {
+    Rule r;
+    r.kind = Kind::Fill;
+    r.a = x;
+    return r;
+  };
+  // Integers in [0, integers) where there are any, else uniform in [lo, hi).
+  auto drawn = [](int64_t integers, double lo, double hi) {
+    Rule r;
+    r.kind = integers > 0 ? Kind::Integers : Kind::Uniform;
+    r.integers = integers;
+    r.a = lo;
+    r.b = hi;
+    return r;
+  };
   // What the op reading a tensor first needs of it.
   for (unsigned n : p.order) {
     const ProblemNode &node = p.nodes[n];
@@ -79,21 +94,11 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
         continue;
       if (needs.empty())
         needs = inputValueRules(node.table->op, node.shapes);
-      Rule r;
-      r.kind = needs[i].integers > 0 ? Kind::Integers : Kind::Uniform;
-      r.a = -1.0;
-      r.b = 1.0;
-      r.integers = needs[i].integers;
+      Rule r = drawn(needs[i].integers, -1.0, 1.0);
       r.diagonal = needs[i].diagonal;
       rules_[t] = r;
     }
   }
-  auto fill = [](double x) {
-    Rule r;
-    r.kind = Kind::Fill;
-    r.a = x;
-    return r;
-  };
   for (unsigned t = 0; t < p.tensors.size(); ++t) {
     const ProblemTensor &pt = p.tensors[t];
     if (pt.producer >= 0)
@@ -125,10 +130,7 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
     else if (pt.role == TensorRole::Weight && pt.shape.size() >= 2) {
       int64_t fanIn = pt.shape.size() == 2 ? pt.shape[0] : boxElements(wholeBox(pt.shape)) / pt.shape[0];
       double bound = 1.0 / std::sqrt(double(std::max<int64_t>(1, fanIn)));
-      r = Rule();
-      r.kind = Kind::Uniform;
-      r.a = -bound;
-      r.b = bound;
+      r = drawn(0, -bound, bound);
     }
     if (auto c = constants_.find(pt.name);
         c != constants_.end() &&
@@ -195,13 +197,8 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
     m = u(teacherRng);
   for (unsigned t : data) { // fresh every step: integers in their range, else uniform
     Rule &r = rules_[t];
-    const int64_t integers = r.kind == Kind::Integers ? r.integers : 0;
     const uint64_t stream = r.stream;
-    r = Rule();
-    r.kind = integers > 0 ? Kind::Integers : Kind::Uniform;
-    r.a = -1.0;
-    r.b = 1.0;
-    r.integers = integers;
+    r = drawn(r.kind == Kind::Integers ? r.integers : 0, -1.0, 1.0);
     r.stream = stream;
     r.batch = true;
     batch_.push_back(t);

@@ -216,21 +216,6 @@ std::vector<std::string> gatherTextOnFirst(const std::string &text) {
   return out;
 }
 
-/// This process's rank among the processes on its machine (0 without MPI): its GPU under
-/// --backend nccl.
-int processOnMachine() {
-  int local = 0;
-#ifdef TOFU_MPI_BACKEND
-  if (procs.on) {
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, procs.rank, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_free(&node);
-  }
-#endif
-  return local;
-}
-
 /// The first process's `text`, on every process.
 std::string textFromFirst(std::string text) {
 #ifdef TOFU_MPI_BACKEND
@@ -355,7 +340,10 @@ llvm::Expected<std::unique_ptr<tofu::Engine>> makeEngine(const tofu::Problem &p,
     if (!program)
       return program.takeError();
     tofu::CudaBackendOptions cuda;
-    cuda.device = backend == "nccl" ? processOnMachine() : 0;
+#ifdef TOFU_NCCL_BACKEND
+    if (backend == "nccl")
+      cuda.device = tofu::ncclProcessDevice();
+#endif
     cuda.library = options.library;
     cuda.tf32 = tf32;
     return tofu::Engine::create(std::move(*program), tofu::makeCudaBackend(cuda), options);
@@ -526,7 +514,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       for (unsigned t : compared) {
         afterFirst.emplace_back();
         for (unsigned w : (*engine)->localWorkers())
-          if ((*engine)->program().worker[w].tileOffset[t] >= 0) {
+          if ((*engine)->holdsTile(t, w)) {
             afterFirst.back().emplace_back(w, (*engine)->readTile(t, w));
             verifyCopyBytes += static_cast<int64_t>(afterFirst.back().back().second.size()) * 4;
           }

@@ -68,7 +68,7 @@ struct Send {
 
 constexpr int kTag = 7;
 
-class MpiBackend final : public Backend {
+class MpiBackend final : public ForwardingBackend {
 public:
   explicit MpiBackend(MpiBackendOptions o) : options_(std::move(o)) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
@@ -115,11 +115,8 @@ public:
     if (window_ != MPI_WIN_NULL)
       MPI_Win_lock_all(MPI_MODE_NOCHECK, window_);
 
-    const WorkerProgram &wp = program.worker[me];
     int64_t stagingElements = 0;
-    auto receive = [&](const RegionCopy &c) -> llvm::Error {
-      if (c.from == me)
-        return llvm::Error::success();
+    auto receive = [&](size_t, const RegionCopy &c, const ir::Reducer *) -> llvm::Error {
       if (c.from >= program.workers)
         return stringError(fmt::format("a copy from worker {}, which is not in the plan", c.from));
       Transfer t;
@@ -146,17 +143,8 @@ public:
       transfers_.emplace(&c, t);
       return llvm::Error::success();
     };
-    for (const ProgramStep &st : wp.steps) {
-      for (const RegionCopy &c : st.fetch)
-        if (llvm::Error e = receive(c))
-          return e;
-      for (const RegionCopy &c : st.assemble)
-        if (llvm::Error e = receive(c))
-          return e;
-    }
-    for (const RegionCopy &c : wp.carries)
-      if (llvm::Error e = receive(c))
-        return e;
+    if (llvm::Error e = forEachCopyInto(program, me, receive))
+      return e;
     if (stagingElements > 0) {
       staging_ = static_cast<float *>(
           std::aligned_alloc(64, static_cast<size_t>((stagingElements * 4 + 63) / 64 * 64)));
@@ -169,35 +157,19 @@ public:
     if (options_.transport == MpiTransport::SendRecv) {
       // What the others fetch from this worker, per phase, in each receiver's order (messages
       // between two processes on one tag match in the order they are posted).
-      const size_t nsteps = wp.steps.size();
-      sends_.assign(2 * nsteps + 1, {});
-      auto send = [&](size_t slot, unsigned to, const RegionCopy &c) -> llvm::Error {
-        if (c.from != me || boxElements(c.box) == 0)
+      steps_ = program.worker[me].steps.size();
+      sends_.assign(2 * steps_ + 1, {});
+      auto send = [&](size_t phase, unsigned to, const RegionCopy &c) -> llvm::Error {
+        if (boxElements(c.box) == 0)
           return llvm::Error::success();
         auto type = subarrayType(c.srcBox, c.box);
         if (!type)
           return type.takeError();
-        sends_[slot].push_back({to, c.srcOffset, keep(*type)});
+        sends_[phase].push_back({to, c.srcOffset, keep(*type)});
         return llvm::Error::success();
       };
-      for (unsigned v = 0; v < program.workers; ++v) {
-        if (v == me)
-          continue;
-        const WorkerProgram &other = program.worker[v];
-        if (other.steps.size() != nsteps)
-          return stringError("the workers' programs have different numbers of steps");
-        for (size_t i = 0; i < nsteps; ++i) {
-          for (const RegionCopy &c : other.steps[i].fetch)
-            if (llvm::Error e = send(2 * i, v, c))
-              return e;
-          for (const RegionCopy &c : other.steps[i].assemble)
-            if (llvm::Error e = send(2 * i + 1, v, c))
-              return e;
-        }
-        for (const RegionCopy &c : other.carries)
-          if (llvm::Error e = send(2 * nsteps, v, c))
-            return e;
-      }
+      if (llvm::Error e = forEachCopyFrom(program, me, send))
+        return e;
     }
     return llvm::Error::success();
   }
@@ -210,9 +182,7 @@ public:
         windowBarrier();
       return;
     }
-    const size_t slot = phase == Phase::Carry ? sends_.size() - 1
-                        : phase == Phase::Fetch ? 2 * step
-                                                : 2 * step + 1;
+    const size_t slot = crossingPhase(step, phase, steps_);
     if (slot >= sends_.size())
       return;
     for (const Send &s : sends_[slot]) {
@@ -278,18 +248,6 @@ public:
     clean_ = true;
     return inner_->finish(w);
   }
-
-  void write(unsigned w, int64_t offset, const Box &held, const float *host, const Box &hostBox,
-             const Box &box) override {
-    inner_->write(w, offset, held, host, hostBox, box);
-  }
-
-  void read(unsigned w, int64_t offset, const Box &held, float *host, const Box &hostBox,
-            const Box &box) const override {
-    inner_->read(w, offset, held, host, hostBox, box);
-  }
-
-  std::string describe(unsigned w, size_t step) const override { return inner_->describe(w, step); }
 
   BackendStats stats() const override {
     BackendStats s = inner_->stats();
@@ -379,7 +337,7 @@ private:
   MpiBackendOptions options_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
-  std::unique_ptr<Backend> inner_;
+  size_t steps_ = 0; ///< in each worker's program
   MPI_Win window_ = MPI_WIN_NULL;
   void *hostArena_ = nullptr;
   float *arena_ = nullptr;

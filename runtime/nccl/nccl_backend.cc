@@ -31,7 +31,7 @@ struct Transfer {
   BoxCopyParams pack;        ///< arena -> staging (sender) or staging -> arena (receiver)
 };
 
-class NcclBackend final : public Backend {
+class NcclBackend final : public ForwardingBackend {
 public:
   explicit NcclBackend(NcclBackendOptions o) : options_(std::move(o)) {
     MPI_Comm_dup(MPI_COMM_WORLD, &mpi_);
@@ -63,12 +63,8 @@ public:
                                      "one process per worker: mpirun -np {})",
                                      program.workers, size_, program.workers));
     // One GPU per process: the process's rank among those of its machine picks it.
-    MPI_Comm node;
-    MPI_Comm_split_type(mpi_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
-    int local = 0, onNode = 1;
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_size(node, &onNode);
-    MPI_Comm_free(&node);
+    int onNode = 1;
+    const int local = ncclProcessDevice(&onNode);
     int devices = 0;
     if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess)
       return stringError(fmt::format("no usable CUDA device: {} ({})", cudaGetErrorName(e),
@@ -99,17 +95,16 @@ public:
     if (ncclResult_t r = ncclCommInitRank(&comm_, size_, id, rank_); r != ncclSuccess)
       return ncclError(r, "joining the NCCL communicator");
 
-    // Per phase (fetch of step i at 2i, its assembly at 2i + 1, the carries last): what the
-    // others fetch from this worker, in each receiver's order, and what it fetches.
-    const WorkerProgram &wp = program.worker[me];
-    const size_t nsteps = wp.steps.size();
-    sends_.assign(2 * nsteps + 1, {});
-    receives_.assign(2 * nsteps + 1, {});
-    std::vector<int64_t> slotElements(2 * nsteps + 1, 0);
-    auto addSend = [&](size_t slot, unsigned to, const RegionCopy &c) {
+    // Per phase (backend.h: crossingPhase): what the others fetch from this worker, in each
+    // receiver's order, and what it fetches.
+    steps_ = program.worker[me].steps.size();
+    sends_.assign(2 * steps_ + 1, {});
+    receives_.assign(2 * steps_ + 1, {});
+    std::vector<int64_t> slotElements(2 * steps_ + 1, 0);
+    auto addSend = [&](size_t slot, unsigned to, const RegionCopy &c) -> llvm::Error {
       const int64_t n = boxElements(c.box);
-      if (c.from != me || n == 0)
-        return;
+      if (n == 0)
+        return llvm::Error::success();
       Transfer t;
       t.peer = to;
       t.elements = n;
@@ -123,11 +118,13 @@ public:
         slotElements[slot] += n;
       }
       sends_[slot].push_back(t);
+      return llvm::Error::success();
     };
-    auto addReceive = [&](size_t slot, const RegionCopy &c, const ir::Reducer *reducer) {
+    auto addReceive = [&](size_t slot, const RegionCopy &c,
+                          const ir::Reducer *reducer) -> llvm::Error {
       const int64_t n = boxElements(c.box);
-      if (c.from == me || n == 0)
-        return;
+      if (n == 0)
+        return llvm::Error::success();
       Transfer t;
       t.peer = c.from;
       t.elements = n;
@@ -142,31 +139,12 @@ public:
       }
       receives_[slot].push_back(t);
       byCopy_[&c] = {slot, receives_[slot].size() - 1};
+      return llvm::Error::success();
     };
-    for (unsigned v = 0; v < program.workers; ++v) {
-      if (v == me)
-        continue;
-      const WorkerProgram &other = program.worker[v];
-      if (other.steps.size() != nsteps)
-        return stringError("the workers' programs have different numbers of steps");
-      for (size_t i = 0; i < nsteps; ++i) {
-        for (const RegionCopy &c : other.steps[i].fetch)
-          addSend(2 * i, v, c);
-        for (const RegionCopy &c : other.steps[i].assemble)
-          addSend(2 * i + 1, v, c);
-      }
-      for (const RegionCopy &c : other.carries)
-        addSend(2 * nsteps, v, c);
-    }
-    for (size_t i = 0; i < nsteps; ++i) {
-      const ProgramStep &st = wp.steps[i];
-      for (const RegionCopy &c : st.fetch)
-        addReceive(2 * i, c, nullptr);
-      for (const RegionCopy &c : st.assemble)
-        addReceive(2 * i + 1, c, c.combine ? &program.nodes[st.node].reducer : nullptr);
-    }
-    for (const RegionCopy &c : wp.carries)
-      addReceive(2 * nsteps, c, nullptr);
+    if (llvm::Error e = forEachCopyFrom(program, me, addSend))
+      return e;
+    if (llvm::Error e = forEachCopyInto(program, me, addReceive))
+      return e;
     // Staging is reused phase after phase: one stream runs them in order.
     const int64_t most = *std::max_element(slotElements.begin(), slotElements.end());
     stagingBytes_ = most * 4;
@@ -179,9 +157,7 @@ public:
   }
 
   void enter(unsigned w, size_t step, Phase phase) override {
-    const size_t slot = phase == Phase::Carry ? sends_.size() - 1
-                        : phase == Phase::Fetch ? 2 * step
-                                                : 2 * step + 1;
+    const size_t slot = crossingPhase(step, phase, steps_);
     if (slot >= sends_.size() || (sends_[slot].empty() && receives_[slot].empty()))
       return;
     for (const Transfer &t : sends_[slot]) // packing precedes the group on the stream
@@ -214,12 +190,6 @@ public:
       note(cuda::launchBoxCopy(t.pack, arena_, staging_, stream_), "unpacking a region");
   }
 
-  void fill(unsigned w, int64_t offset, int64_t bytes, float value) override {
-    inner_->fill(w, offset, bytes, value);
-  }
-  llvm::Error launch(unsigned w, size_t step) override { return inner_->launch(w, step); }
-  void sync(unsigned w) override { inner_->sync(w); }
-
   llvm::Error finish(unsigned w) override {
     llvm::Error e = inner_->finish(w); // the stream has run: NCCL's work in it too
     if (!e && error_.empty()) {
@@ -238,27 +208,11 @@ public:
     return llvm::Error::success();
   }
 
-  void write(unsigned w, int64_t offset, const Box &held, const float *host, const Box &hostBox,
-             const Box &box) override {
-    inner_->write(w, offset, held, host, hostBox, box);
-  }
-  void read(unsigned w, int64_t offset, const Box &held, float *host, const Box &hostBox,
-            const Box &box) const override {
-    inner_->read(w, offset, held, host, hostBox, box);
-  }
-  std::string describe(unsigned w, size_t step) const override { return inner_->describe(w, step); }
-
   BackendStats stats() const override {
     BackendStats s = inner_->stats();
     if (s.extraBytes.size() > static_cast<size_t>(rank_))
       s.extraBytes[rank_] += stagingBytes_;
     return s;
-  }
-
-  bool timesOnDevice() const override { return true; }
-  void mark(unsigned w, size_t step, Phase phase) override { inner_->mark(w, step, phase); }
-  std::vector<std::array<double, 3>> deviceTimes(unsigned w) override {
-    return inner_->deviceTimes(w);
   }
 
 private:
@@ -280,7 +234,7 @@ private:
   NcclBackendOptions options_;
   MPI_Comm mpi_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
-  std::unique_ptr<Backend> inner_;
+  size_t steps_ = 0; ///< in each worker's program
   ncclComm_t comm_ = nullptr;
   float *arena_ = nullptr;
   cudaStream_t stream_ = nullptr;
@@ -293,6 +247,18 @@ private:
 };
 
 } // namespace
+
+int ncclProcessDevice(int *processesOnMachine) {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local = 0, onNode = 1;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_size(node, &onNode);
+  MPI_Comm_free(&node);
+  if (processesOnMachine)
+    *processesOnMachine = onNode;
+  return local;
+}
 
 std::unique_ptr<Backend> makeNcclBackend(const NcclBackendOptions &options) {
   return std::make_unique<NcclBackend>(options);

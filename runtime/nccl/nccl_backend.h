@@ -32,6 +32,10 @@ struct NcclBackendOptions {
   CudaBackendOptions cuda;
 };
 
+/// The GPU this process takes: its rank among the processes of its machine (collective over
+/// MPI_COMM_WORLD); with `processesOnMachine`, how many processes its machine runs.
+int ncclProcessDevice(int *processesOnMachine = nullptr);
+
 /// A backend that runs the worker whose index is this process's rank in MPI_COMM_WORLD (MPI
 /// initialised by the caller; the engine calls it from the caller's thread only).
 /// `prepare` fails when the plan's worker count is not the number of processes, when this
