@@ -14,6 +14,7 @@
 #include "fmt/format.h"
 #include "graph/graph.h"
 #include "graph/zoo.h"
+#include "api/pipeline.h"
 #include "runtime/cpu_executor.h"
 #include "search/search.h"
 
@@ -38,21 +39,19 @@ int main() {
   std::printf("| model | nodes | k | peak / (single peak / k) | bytes moved | predicted | moved / "
               "predicted | step time (s) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Model &m : models) {
-    auto g = tofu::buildModel(m.name, m.batch);
-    if (!g || tofu::checkGraph(*g, *lib)) {
-      std::printf("| %s | cannot build |\n", m.name.c_str());
+    tofu::GraphSource source;
+    source.model = m.name;
+    source.batch = m.batch;
+    tofu::PipelineOptions po;
+    po.train = tofu::Optimizer::SGD;
+    po.until = tofu::Stage::Problem;
+    auto r = tofu::runPipeline(source, *lib, po);
+    if (!r) {
+      std::printf("| %s | %s |\n", m.name.c_str(), llvm::toString(r.takeError()).c_str());
       continue;
     }
-    auto t = tofu::buildTrainingGraph(*g, g->outputs[0], *lib, tofu::Optimizer::SGD);
-    if (!t) {
-      std::printf("| %s | %s |\n", m.name.c_str(), llvm::toString(t.takeError()).c_str());
-      continue;
-    }
-    auto p = tofu::Problem::build(*t, *lib);
-    if (!p) {
-      std::printf("| %s | %s |\n", m.name.c_str(), llvm::toString(p.takeError()).c_str());
-      continue;
-    }
+    const tofu::Graph *t = &r->graph;
+    const tofu::Problem *p = &*r->problem;
     auto given = tofu::randomGraphInputs(*p, 1);
     int64_t single = 0;
     for (unsigned k : {1u, 2u, 3u, 4u, 6u, 8u}) {
@@ -71,17 +70,17 @@ int main() {
         continue;
       }
       auto start = std::chrono::steady_clock::now();
-      auto r = tofu::runPlan(*p, exec, given);
+      auto run = tofu::runPlan(*p, exec, given);
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (!r) {
-        std::printf("| %s | | %u | %s |\n", m.name.c_str(), k, llvm::toString(r.takeError()).c_str());
+      if (!run) {
+        std::printf("| %s | | %u | %s |\n", m.name.c_str(), k, llvm::toString(run.takeError()).c_str());
         continue;
       }
       int64_t predicted = p->exactCost(plan->steps);
       std::printf("| %s | %zu | %u | %.3f | %lld | %lld | %.3f | %.2f |\n", m.name.c_str(),
                   p->nodes.size(), k, double(mem.largestPeak()) * k / double(single),
-                  static_cast<long long>(r->bytesMoved), static_cast<long long>(predicted),
-                  predicted ? double(r->bytesMoved) / double(predicted) : 1.0, secs);
+                  static_cast<long long>(run->bytesMoved), static_cast<long long>(predicted),
+                  predicted ? double(run->bytesMoved) / double(predicted) : 1.0, secs);
       std::fflush(stdout);
     }
   }

@@ -16,6 +16,7 @@
 #include "fmt/format.h"
 #include "graph/graph.h"
 #include "graph/zoo.h"
+#include "api/pipeline.h"
 #include "search/report.h"
 #include "search/search.h"
 
@@ -38,15 +39,16 @@ struct Model {
 };
 
 llvm::Expected<tofu::Problem> problemFor(const Model &m, const tofu::OpLibrary &lib) {
-  auto g = tofu::buildModel(m.name, m.batch);
-  if (!g)
-    return g.takeError();
-  if (llvm::Error e = tofu::checkGraph(*g, lib))
-    return llvm::Expected<tofu::Problem>(std::move(e));
-  auto t = tofu::buildTrainingGraph(*g, g->outputs[0], lib, tofu::Optimizer::SGD);
-  if (!t)
-    return t.takeError();
-  return tofu::Problem::build(*t, lib);
+  tofu::GraphSource source;
+  source.model = m.name;
+  source.batch = m.batch;
+  tofu::PipelineOptions po;
+  po.train = tofu::Optimizer::SGD;
+  po.until = tofu::Stage::Problem;
+  auto r = tofu::runPipeline(source, lib, po);
+  if (!r)
+    return r.takeError();
+  return std::move(*r->problem);
 }
 
 } // namespace

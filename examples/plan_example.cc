@@ -1,83 +1,70 @@
 // Example: a framework hands its graph to libtofu_plan and reads back how to partition it.
 //
-//   bazel run //examples:plan_example -- ops 4
+//   bazel run //examples:plan_example -- 4          (the library found beside the binary)
+//   bazel run //examples:plan_example -- 4 OPS_DIR
 //
-// Builds a two-layer perceptron with the graph API, asks for its training step (Adam) on
-// K workers, and prints how each weight is cut and what the plan communicates.
+// Builds a two-layer perceptron with the public C++ API (tofu/plan.h), asks for its
+// training step (Adam) on K workers, and prints how each weight is cut and what the plan
+// communicates.
 #include <cstdio>
 #include <cstdlib>
 
-#include "include/tofu/plan.h"
+#include "tofu/plan.h"
 
 int main(int argc, char **argv) {
-  const char *ops = argc > 1 ? argv[1] : "ops";
-  unsigned workers = argc > 2 ? static_cast<unsigned>(std::atoi(argv[2])) : 4;
-  auto planner = tofu::Planner::open(ops);
+  unsigned workers = argc > 1 ? static_cast<unsigned>(std::atoi(argv[1])) : 4;
+  auto planner = tofu::api::Planner::open(argc > 2 ? argv[2] : "");
   if (!planner) {
-    std::fprintf(stderr, "plan_example: %s\n", llvm::toString(planner.takeError()).c_str());
+    std::fprintf(stderr, "plan_example: %s\n", planner.error().c_str());
     return 1;
   }
   // The framework's graph: x[64, 256] -> MatMul(w1[256, 512]) -> Relu -> MatMul(w2[512, 10])
   // -> softmax cross-entropy against integer labels.
-  tofu::Graph g;
-  auto tensor = [&](const char *name, std::vector<int64_t> shape, tofu::TensorRole role) {
-    tofu::TensorInfo t;
-    t.name = name;
-    t.shape = std::move(shape);
-    t.shapeKnown = true;
-    t.role = role;
-    return g.addTensor(std::move(t));
+  tofu::api::Graph g;
+  tofu::api::Status steps[] = {
+      g.addInput("x", {64, 256}),
+      g.addInput("labels", {64}, "int64"),
+      g.addWeight("w1", {256, 512}),
+      g.addWeight("w2", {512, 10}),
+      g.addNode({"fc1", "MatMul", {"x", "w1"}, "h", {}, {{"b", 0}}}),
+      g.addNode({"relu", "Relu", {"h"}, "a", {}, {{"i", 2}}}),
+      g.addNode({"fc2", "MatMul", {"a", "w2"}, "logits", {}, {{"b", 0}}}),
+      g.addNode({"loss", "softmax_cross_entropy", {"logits", "labels"}, "loss_out", {}, {}}),
+      g.setOutputs({"loss_out"}),
   };
-  auto node = [&](const char *name, const char *op, std::vector<std::string> inputs,
-                  std::map<std::string, int64_t> groups) {
-    tofu::Node n;
-    n.name = name;
-    n.op = op;
-    n.inputs = std::move(inputs);
-    n.groups = std::move(groups);
-    n.output = std::string(name) + "_out";
-    return g.addNode(std::move(n));
-  };
-  llvm::Error errors[] = {
-      tensor("x", {64, 256}, tofu::TensorRole::Input),
-      tensor("labels", {64}, tofu::TensorRole::Input),
-      tensor("w1", {256, 512}, tofu::TensorRole::Weight),
-      tensor("w2", {512, 10}, tofu::TensorRole::Weight),
-      node("fc1", "MatMul", {"x", "w1"}, {{"b", 0}}),
-      node("relu", "Relu", {"fc1_out"}, {{"i", 2}}),
-      node("fc2", "MatMul", {"relu_out", "w2"}, {{"b", 0}}),
-      node("loss", "softmax_cross_entropy", {"fc2_out", "labels"}, {}),
-  };
-  for (llvm::Error &e : errors)
-    if (e) {
-      std::fprintf(stderr, "plan_example: %s\n", llvm::toString(std::move(e)).c_str());
+  for (const tofu::api::Status &s : steps)
+    if (!s) {
+      std::fprintf(stderr, "plan_example: %s\n", s.message().c_str());
       return 1;
     }
-  g.outputs = {"loss_out"};
 
-  tofu::PlanOptions options;
+  tofu::api::PlanOptions options;
   options.workers = workers;
-  auto result = planner->plan(std::move(g), options, tofu::Optimizer::Adam);
-  if (!result) {
-    std::fprintf(stderr, "plan_example: %s\n", llvm::toString(result.takeError()).c_str());
+  auto plan = planner->plan(g, options);
+  if (!plan) {
+    std::fprintf(stderr, "plan_example: %s\n", plan.error().c_str());
     return 1;
   }
-  const tofu::PartitionPlan &plan = result->plan;
-  std::printf("%u workers in %zu steps; %zu nodes in the training graph\n", plan.workers,
-              plan.steps.size(), result->problem.nodes.size());
+  std::printf("%u workers in %zu steps; %zu nodes in the training graph\n", plan->workers,
+              plan->steps.size(), plan->nodes.size());
   for (const char *w : {"w1", "w2"}) {
-    int t = result->tensorIndex(w);
-    std::printf("weight %s %s: cut per step:", w,
-                t >= 0 ? "found" : "missing");
-    for (const tofu::StepChoice &s : plan.steps)
-      std::printf(" %s", s.tensor[t] < 0 ? "whole" : ("dim " + std::to_string(s.tensor[t])).c_str());
-    std::printf("\n");
+    const tofu::api::TensorPlan *t = plan->tensor(w);
+    if (!t) {
+      std::printf("weight %s missing\n", w);
+      return 1;
+    }
+    std::printf("weight %s: cut per step:", w);
+    for (int d : t->cut)
+      std::printf(" %s", d < 0 ? "whole" : ("dim " + std::to_string(d)).c_str());
+    std::printf("; worker 0 holds rows [%lld, %lld)\n", static_cast<long long>(t->tiles[0].lo[0]),
+                static_cast<long long>(t->tiles[0].hi[0]));
   }
-  int fc1 = result->nodeIndex("fc1");
   std::printf("fc1's strategy per step:");
-  for (const tofu::StepChoice &s : plan.steps)
-    std::printf(" %s", result->problem.strategyName(fc1, s.node[fc1]).c_str());
-  std::printf("\ncommunication per training step: %lld bytes\n",
-              static_cast<long long>(plan.totalBytes));
+  for (const std::string &s : plan->node("fc1")->strategy)
+    std::printf(" %s", s.c_str());
+  std::printf("\npeak memory of worker 0: %lld bytes\n",
+              static_cast<long long>(plan->workerMemory[0].peakBytes));
+  std::printf("communication per training step: %lld bytes\n",
+              static_cast<long long>(plan->communicationBytes));
   return 0;
 }

@@ -23,6 +23,8 @@ public:
   /// The op named `name`, or null.
   const ir::OpDef *find(const std::string &name) const;
   size_t size() const { return ops_.size(); }
+  /// Every op, by name.
+  const std::map<std::string, const ir::OpDef *> &ops() const { return ops_; }
 
 private:
   std::vector<std::unique_ptr<ir::Module>> modules_;

@@ -970,6 +970,19 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
 
 } // namespace
 
+llvm::Expected<Graph> importOnnxBytes(const std::string &bytes, const std::string &name,
+                                      const OpLibrary &lib, const OnnxImportOptions &options) {
+  onnx::ModelProto model;
+  if (!model.ParseFromString(bytes))
+    return stringError(fmt::format("'{}' is not an ONNX model (protobuf parsing failed)", name));
+  if (!model.has_graph())
+    return stringError(fmt::format("'{}' has no graph", name));
+  auto g = Importer(lib, options).run(model);
+  if (!g)
+    return stringError(fmt::format("{}: {}", name, llvm::toString(g.takeError())));
+  return g;
+}
+
 llvm::Expected<Graph> importOnnx(const std::string &path, const OpLibrary &lib,
                                  const OnnxImportOptions &options) {
   std::ifstream in(path, std::ios::binary);
@@ -977,15 +990,7 @@ llvm::Expected<Graph> importOnnx(const std::string &path, const OpLibrary &lib,
     return stringError(fmt::format("cannot open '{}'", path));
   std::stringstream bytes;
   bytes << in.rdbuf();
-  onnx::ModelProto model;
-  if (!model.ParseFromString(bytes.str()))
-    return stringError(fmt::format("'{}' is not an ONNX model (protobuf parsing failed)", path));
-  if (!model.has_graph())
-    return stringError(fmt::format("'{}' has no graph", path));
-  auto g = Importer(lib, options).run(model);
-  if (!g)
-    return stringError(fmt::format("{}: {}", path, llvm::toString(g.takeError())));
-  return g;
+  return importOnnxBytes(bytes.str(), path, lib, options);
 }
 
 } // namespace tofu

@@ -24,6 +24,11 @@ struct OnnxImportOptions {
 llvm::Expected<Graph> importOnnx(const std::string &path, const OpLibrary &lib,
                                  const OnnxImportOptions &options = {});
 
+/// The same for a model held in memory (a framework's export); `name` stands for the file
+/// in messages.
+llvm::Expected<Graph> importOnnxBytes(const std::string &bytes, const std::string &name,
+                                      const OpLibrary &lib, const OnnxImportOptions &options = {});
+
 } // namespace tofu
 
 #endif // TOFU_GRAPH_ONNX_IMPORT_H

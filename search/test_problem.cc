@@ -1,5 +1,6 @@
 #include "search/test_problem.h"
 
+#include "api/pipeline.h"
 #include "graph/test_library.h"
 #include "gtest/gtest.h"
 
@@ -8,16 +9,14 @@ namespace tofu {
 Problem trainingProblem(llvm::Expected<Graph> g, Optimizer optimizer,
                         std::vector<std::string> *outputs) {
   EXPECT_TRUE(bool(g)) << llvm::toString(g.takeError());
-  const OpLibrary &lib = testLibrary();
-  llvm::Error e = checkGraph(*g, lib);
-  EXPECT_FALSE(e) << llvm::toString(std::move(e));
-  auto t = buildTrainingGraph(*g, g->outputs.at(0), lib, optimizer);
-  EXPECT_TRUE(bool(t)) << llvm::toString(t.takeError());
+  PipelineOptions options;
+  options.train = optimizer;
+  options.until = Stage::Problem;
+  auto r = runPipeline(std::move(*g), "the test graph", testLibrary(), options);
+  EXPECT_TRUE(bool(r)) << llvm::toString(r.takeError());
   if (outputs)
-    *outputs = t->outputs;
-  auto p = Problem::build(*t, lib);
-  EXPECT_TRUE(bool(p)) << llvm::toString(p.takeError());
-  return std::move(*p);
+    *outputs = r->graph.outputs;
+  return std::move(*r->problem);
 }
 
 } // namespace tofu

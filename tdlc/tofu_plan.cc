@@ -13,7 +13,7 @@
 #include "llvm/Support/raw_ostream.h"
 #include "search/report.h"
 #include "search/search.h"
-#include "tdlc/graph_source.h"
+#include "api/pipeline.h"
 
 namespace cl = llvm::cl;
 
@@ -118,62 +118,31 @@ int main(int argc, char **argv) {
                  << llvm::toString(lib.takeError()) << "\n";
     return 1;
   }
-  std::string name;
-  auto g = tofu::loadGraph({model, graphFile, onnxFile, batch, dataInputs}, *lib, &name);
-  if (!g) {
-    llvm::errs() << "tofu-plan: " << llvm::toString(g.takeError()) << "\n";
+  tofu::PipelineOptions pipeline;
+  if (train)
+    pipeline.train = optimizer == "sgd" ? tofu::Optimizer::SGD : tofu::Optimizer::Adam;
+  pipeline.until = workers > 0 ? tofu::Stage::Plan : tofu::Stage::Graph;
+  pipeline.search.workers = workers;
+  pipeline.search.algorithm = *algorithm;
+  pipeline.search.budgetSeconds = budget;
+  pipeline.search.coarsen = !noCoarsen;
+  auto result = tofu::runPipeline({model, graphFile, onnxFile, batch, dataInputs}, *lib, pipeline);
+  if (!result) {
+    llvm::errs() << "tofu-plan: " << llvm::toString(result.takeError()) << "\n";
     return 1;
   }
-  if (train) {
-    if (g->outputs.size() != 1) {
-      llvm::errs() << "tofu-plan: --train needs a graph with one output (the loss, or the "
-                      "prediction a loss is added to)\n";
-      return 1;
-    }
-    if (const tofu::TensorInfo *y = g->tensor(g->outputs[0]); y && !y->shape.empty()) {
-      auto loss = tofu::addLoss(*g, *lib);
-      if (!loss) {
-        llvm::errs() << "tofu-plan: " << llvm::toString(loss.takeError()) << "\n";
-        return 1;
-      }
-      llvm::errs() << "tofu-plan: the output '" << y->name << "' is not a scalar: training "
-                   << (y->shape.size() == 2 ? "with softmax cross-entropy against the new input "
-                                              "'labels'"
-                                            : "with the mean squared error against the new input "
-                                              "'target'")
-                   << "\n";
-    }
-    auto t = tofu::buildTrainingGraph(*g, g->outputs[0], *lib,
-                                      optimizer == "sgd" ? tofu::Optimizer::SGD
-                                                         : tofu::Optimizer::Adam);
-    if (!t) {
-      llvm::errs() << "tofu-plan: " << llvm::toString(t.takeError()) << "\n";
-      return 1;
-    }
-    g = std::move(t);
-  }
+  if (!result->lossNote.empty())
+    llvm::errs() << "tofu-plan: " << result->lossNote << "\n";
+  const std::string &name = result->name;
+  const tofu::Graph *g = &result->graph;
   if (dumpJson) {
     llvm::outs() << tofu::graphToJson(*g);
     return 0;
   }
   if (workers > 0) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto problem = tofu::Problem::build(*g, *lib);
-    if (!problem) {
-      llvm::errs() << "tofu-plan: " << name << ": " << llvm::toString(problem.takeError()) << "\n";
-      return 1;
-    }
-    double analysis = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    tofu::PlanOptions options;
-    options.workers = workers;
-    options.algorithm = *algorithm;
-    options.budgetSeconds = budget;
-    options.coarsen = !noCoarsen;
-    auto plan = tofu::searchPlan(*problem, options);
-    if (!plan) {
-      llvm::errs() << "tofu-plan: " << name << ": " << llvm::toString(plan.takeError()) << "\n";
-      return 1;
-    }
+    const tofu::Problem *problem = &*result->problem;
+    const tofu::PartitionPlan *plan = &result->plan;
+    double analysis = result->analysisSeconds;
     tofu::PlanReportOptions report;
     report.title = name + (train ? " training step" : "") +
                    (model.empty() ? std::string() : fmt::format(" (batch {})", batch));

@@ -46,7 +46,7 @@
 #endif
 #include "search/report.h"
 #include "search/search.h"
-#include "tdlc/graph_source.h"
+#include "api/pipeline.h"
 
 namespace cl = llvm::cl;
 
@@ -559,13 +559,9 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   if (verify) {
     if (tolerance < 0)
       tolerance = tofu::kFloat32StepTolerance;
-    tofu::PlanOptions one;
-    one.workers = 1;
-    auto onePlan = tofu::searchPlan(p, one);
-    if (!onePlan)
-      return fail(llvm::toString(onePlan.takeError()));
-    tofu::ExecPlan oneExec = tofu::buildExecPlan(p, *onePlan);
-    tofu::MemoryPlan oneMemory = tofu::planMemory(p, oneExec, training.outputs);
+    tofu::SingleWorker one = tofu::singleWorker(p, training.outputs);
+    const tofu::ExecPlan &oneExec = one.exec;
+    const tofu::MemoryPlan &oneMemory = one.memory;
     // Under MPI every process runs the reference itself and compares the tiles it holds.
     auto ref = makeEngine(p, oneExec, oneMemory, options, /*local=*/true);
     if (!ref)
@@ -864,38 +860,40 @@ int run(int argc, char **argv) {
     diags.print(llvm::errs());
     return fail("cannot load the operator library: " + llvm::toString(lib.takeError()));
   }
-  std::string name;
-  auto g = tofu::loadGraph({model, graphFile, onnxFile, batch, dataInputs}, *lib, &name);
-  if (!g)
-    return fail(llvm::toString(g.takeError()));
-  auto loss = tofu::addLoss(*g, *lib);
-  if (!loss)
-    return fail(name + ": " + llvm::toString(loss.takeError()));
-  auto t = tofu::buildTrainingGraph(*g, *loss, *lib,
-                                    optimizer == "sgd" ? tofu::Optimizer::SGD : tofu::Optimizer::Adam);
-  if (!t)
-    return fail(name + ": " + llvm::toString(t.takeError()));
-  auto problem = tofu::Problem::build(*t, *lib);
-  if (!problem)
-    return fail(name + ": " + llvm::toString(problem.takeError()));
-  const tofu::Problem &p = *problem;
-
-  tofu::PlanOptions options;
-  options.workers = workers;
-  options.algorithm = *algorithm;
+  tofu::PipelineOptions pipeline;
+  pipeline.train = optimizer == "sgd" ? tofu::Optimizer::SGD : tofu::Optimizer::Adam;
+  pipeline.until = tofu::Stage::Execution;
+  pipeline.search.workers = workers;
+  pipeline.search.algorithm = *algorithm;
   // Under MPI the first process searches and hands its plan to the others.
-  llvm::Expected<tofu::PartitionPlan> plan = tofu::PartitionPlan();
-  if (procs.rank == 0) {
-    plan = tofu::searchPlan(p, options);
-    if (!plan)
-      return fail(name + ": " + llvm::toString(plan.takeError()));
-  }
-  if (procs.on) {
-    plan = tofu::decodePlan(textFromFirst(procs.rank == 0 ? tofu::encodePlan(*plan) : ""), p);
-    if (!plan)
-      return fail(name + ": the first process's plan: " + llvm::toString(plan.takeError()));
-  }
-  tofu::ExecPlan exec = tofu::buildExecPlan(p, *plan);
+  pipeline.plan = [&](const tofu::Problem &p) -> llvm::Expected<tofu::PartitionPlan> {
+    llvm::Expected<tofu::PartitionPlan> plan = tofu::PartitionPlan();
+    if (procs.rank == 0)
+      plan = tofu::searchPlan(p, pipeline.search);
+    if (!procs.on)
+      return plan;
+    // A failed search fails rank 0, and fail() ends the job (the others wait in the broadcast).
+    std::string text;
+    if (procs.rank == 0) {
+      if (!plan)
+        return plan;
+      text = tofu::encodePlan(*plan);
+    }
+    auto decoded = tofu::decodePlan(textFromFirst(text), p);
+    if (!decoded)
+      return tofu::stringError("the first process's plan: " + llvm::toString(decoded.takeError()));
+    return decoded;
+  };
+  auto pipelined = tofu::runPipeline({model, graphFile, onnxFile, batch, dataInputs}, *lib, pipeline);
+  if (!pipelined)
+    return fail(llvm::toString(pipelined.takeError()));
+  const std::string &name = pipelined->name;
+  const tofu::Graph *t = &pipelined->graph;
+  const std::string *loss = &pipelined->loss;
+  const tofu::Problem &p = *pipelined->problem;
+  const tofu::PartitionPlan *plan = &pipelined->plan;
+  const tofu::ExecPlan &exec = pipelined->exec;
+  const tofu::MemoryPlan &memory = pipelined->memory;
   if (!planJson.empty()) {
     std::ofstream f(planJson);
     f << tofu::execPlanJson(p, exec);
@@ -904,19 +902,7 @@ int run(int argc, char **argv) {
   }
   if (dumpPlan)
     llvm::outs() << tofu::execPlanDump(p, exec) << "\n";
-  tofu::MemoryPlan memory = tofu::planMemory(p, exec, t->outputs);
-  if (std::string bad = tofu::checkMemoryPlan(memory); !bad.empty())
-    return fail("the memory plan is unsound: " + bad);
-  tofu::PartitionPlan onePlan;
-  {
-    tofu::PlanOptions one;
-    one.workers = 1;
-    auto r = tofu::searchPlan(p, one);
-    if (!r)
-      return fail(llvm::toString(r.takeError()));
-    onePlan = std::move(*r);
-  }
-  tofu::MemoryPlan single = tofu::planMemory(p, tofu::buildExecPlan(p, onePlan), t->outputs);
+  tofu::MemoryPlan single = tofu::singleWorker(p, t->outputs).memory;
 
   if (kernelsMode != "interp")
     return runCompiled(p, *t, *loss, name, exec, memory, single.largestPeak(),

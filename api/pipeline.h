@@ -1,0 +1,100 @@
+// The one pipeline every tool, benchmark, test fixture and the public API runs:
+//
+//   model (zoo, graph JSON, ONNX) -> checked graph -> training graph (a loss added to a
+//   non-scalar output, backward ops, optimiser updates) -> analysis (Problem) -> partition
+//   plan -> execution plan and memory plan
+//
+// Each stage's errors name the model or file. The internal C++ API for our own tools;
+// frameworks use include/tofu/plan.h or include/tofu/tofu.h, which wrap this.
+#ifndef TOFU_API_PIPELINE_H
+#define TOFU_API_PIPELINE_H
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "codegen/exec_plan.h"
+#include "codegen/memory_plan.h"
+#include "graph/graph.h"
+#include "graph/onnx_import.h"
+#include "search/problem.h"
+#include "search/search.h"
+
+namespace tofu {
+
+struct GraphSource {
+  std::string model, graphFile, onnxFile; ///< exactly one set
+  int64_t batch = 1;
+  unsigned dataInputs = 1; ///< with onnxFile
+};
+
+/// The operator library's directory, wherever the tool runs from: `given` where the user
+/// gave one (--ops), else $TOFU_OPS, else the library beside `anchor` (by default the
+/// running executable; the shared library passes its own file): its Bazel runfiles
+/// (`<anchor>.runfiles/tofu/ops`, the build tree), else the first of `share/tofu/ops` and
+/// `ops` holding .tdl files in the anchor's directory or a directory above it (an install
+/// tree: PREFIX/bin/../share/tofu/ops, PREFIX/lib/../share/tofu/ops), else `ops` in the
+/// working directory. Errors list every place it looked; a `given` directory without .tdl
+/// files is an error that calls it `label` (the option or argument that named it).
+llvm::Expected<std::string> findOpsDir(const std::string &given, bool userGave,
+                                       const std::string &anchor = "",
+                                       const std::string &label = "--ops");
+
+/// Builds or reads the graph and checks it (shapes inferred). `name` gets what to call it
+/// in messages (the model or the file). Errors say what failed, the file or model named.
+llvm::Expected<Graph> loadGraph(const GraphSource &source, const OpLibrary &lib, std::string *name);
+
+/// How far the pipeline goes.
+enum class Stage {
+  Graph,     ///< the checked (training) graph
+  Problem,   ///< ... analysed
+  Plan,      ///< ... its partition searched
+  Execution, ///< ... the execution plan and every worker's memory planned
+};
+
+struct PipelineOptions {
+  /// Build the training step with this optimiser. A graph whose single output is not a
+  /// scalar gets a loss first (addLoss: softmax cross-entropy against a new input `labels`
+  /// for a rank-2 output, else the mean squared error against a new input `target`); a
+  /// scalar output is the loss.
+  std::optional<Optimizer> train;
+  Stage until = Stage::Plan;
+  PlanOptions search;
+  /// Where given, replaces the search: a plan received from elsewhere (tofu-run's other
+  /// processes get rank 0's). It must be a plan of the given problem.
+  std::function<llvm::Expected<PartitionPlan>(const Problem &)> plan;
+};
+
+struct PipelineResult {
+  std::string name;     ///< the model or file, for messages
+  Graph graph;          ///< checked; the training graph when trained
+  std::string loss;     ///< the loss tensor (trained graphs), else empty
+  std::string lossNote; ///< how a loss was added to a non-scalar output, else empty
+  std::optional<Problem> problem;
+  double analysisSeconds = 0;
+  PartitionPlan plan;
+  ExecPlan exec;
+  MemoryPlan memory;
+};
+
+/// Runs the pipeline on a built graph (checked here if it is not yet) up to `options.until`.
+/// On failure, `failed` (where given) gets the stage that failed: Graph (reading, checking,
+/// the training step), Problem (the analysis), Plan (the search) or Execution.
+llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, const OpLibrary &lib,
+                                           const PipelineOptions &options, Stage *failed = nullptr);
+/// The same from a model, graph file or ONNX file.
+llvm::Expected<PipelineResult> runPipeline(const GraphSource &source, const OpLibrary &lib,
+                                           const PipelineOptions &options, Stage *failed = nullptr);
+
+/// The same problem on one worker (what a partitioned plan is compared with and verified
+/// against): its plan, execution plan and memory plan.
+struct SingleWorker {
+  PartitionPlan plan;
+  ExecPlan exec;
+  MemoryPlan memory;
+};
+SingleWorker singleWorker(const Problem &problem, const std::vector<std::string> &outputs);
+
+} // namespace tofu
+
+#endif // TOFU_API_PIPELINE_H

@@ -1,0 +1,380 @@
+// libtofu_plan's C++ API (include/tofu/plan.h) over the pipeline (api/pipeline.h).
+#include "tofu/plan.h"
+
+#include <dlfcn.h>
+
+#include <limits>
+#include <set>
+
+#include "api/api_internal.h"
+#include "api/pipeline.h"
+#include "grammar/diagnostics.h"
+#include "graph/library.h"
+#include "graph/onnx_import.h"
+#include "llvm/Support/raw_ostream.h"
+#include "nlohmann/json.hpp"
+#include "search/report.h"
+
+namespace tofu {
+namespace api {
+
+namespace {
+
+const std::set<std::string> &dtypes() {
+  static const std::set<std::string> names = {"float32", "float16", "bfloat16", "float64", "int64",
+                                              "int32",   "int16",   "int8",     "uint8",   "bool"};
+  return names;
+}
+
+std::string dtypeList() {
+  std::string s;
+  for (const std::string &d : dtypes())
+    s += (s.empty() ? "" : ", ") + d;
+  return s;
+}
+
+std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// A declared tensor's shape and dtype: positive extents whose product, in bytes, fits int64.
+Status checkDeclared(const std::string &name, const std::vector<int64_t> &shape,
+                     const std::string &dtype) {
+  if (name.empty())
+    return Status::error("a tensor needs a name");
+  if (!dtypes().count(dtype))
+    return Status::error("tensor '" + name + "': unknown dtype '" + dtype + "' (one of " +
+                         dtypeList() + ")");
+  int64_t bytes = ::tofu::dtypeSize(dtype);
+  for (int64_t e : shape) {
+    if (e <= 0)
+      return Status::error("tensor '" + name + "' has a non-positive extent in " + shapeText(shape));
+    if (bytes > std::numeric_limits<int64_t>::max() / e)
+      return Status::error("tensor '" + name + "' of shape " + shapeText(shape) +
+                           " has more bytes than a 64-bit count holds");
+    bytes *= e;
+  }
+  return Status();
+}
+
+Status fromError(llvm::Error e) {
+  if (!e)
+    return Status();
+  return Status::error(llvm::toString(std::move(e)), ErrorKind::Graph);
+}
+
+std::string anchorFile() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void *>(&tofu_version), &info) && info.dli_fname)
+    return info.dli_fname;
+  return "";
+}
+
+} // namespace
+
+std::string version() {
+  return std::to_string(TOFU_VERSION_MAJOR) + "." + std::to_string(TOFU_VERSION_MINOR) + "." +
+         std::to_string(TOFU_VERSION_PATCH);
+}
+
+// --- Graph -------------------------------------------------------------------------------
+
+Graph::Graph() : impl_(std::make_unique<Impl>()) {}
+Graph::Graph(const Graph &other) : impl_(std::make_unique<Impl>(*other.impl_)) {}
+Graph &Graph::operator=(const Graph &other) {
+  if (this != &other)
+    impl_ = std::make_unique<Impl>(*other.impl_);
+  return *this;
+}
+Graph::Graph(Graph &&other) noexcept : impl_(std::move(other.impl_)) {
+  other.impl_ = std::make_unique<Impl>();
+}
+Graph &Graph::operator=(Graph &&other) noexcept {
+  std::swap(impl_, other.impl_);
+  return *this;
+}
+Graph::~Graph() = default;
+
+namespace {
+
+Status declare(::tofu::Graph &g, const std::string &name, const std::vector<int64_t> &shape,
+               const std::string &dtype, TensorRole role) {
+  if (Status s = checkDeclared(name, shape, dtype); !s)
+    return s;
+  TensorInfo t;
+  t.name = name;
+  t.group = name;
+  t.shape = shape;
+  t.shapeKnown = true;
+  t.dtype = dtype;
+  t.role = role;
+  return fromError(g.addTensor(std::move(t)));
+}
+
+} // namespace
+
+Status Graph::addInput(const std::string &name, const std::vector<int64_t> &shape,
+                       const std::string &dtype) {
+  return declare(impl_->graph, name, shape, dtype, TensorRole::Input);
+}
+
+Status Graph::addWeight(const std::string &name, const std::vector<int64_t> &shape,
+                        const std::string &dtype) {
+  return declare(impl_->graph, name, shape, dtype, TensorRole::Weight);
+}
+
+Status Graph::addConstant(const std::string &name, const std::vector<int64_t> &shape,
+                          const std::vector<double> &values, const std::string &dtype) {
+  if (Status s = checkDeclared(name, shape, dtype); !s)
+    return s;
+  int64_t elements = 1;
+  for (int64_t e : shape)
+    elements *= e;
+  if (static_cast<int64_t>(values.size()) != elements)
+    return Status::error("constant '" + name + "' of shape " + shapeText(shape) + " needs " +
+                         std::to_string(elements) + " values; " + std::to_string(values.size()) +
+                         " given");
+  if (Status s = declare(impl_->graph, name, shape, dtype, TensorRole::Input); !s)
+    return s;
+  impl_->graph.constants[name] = values;
+  return Status();
+}
+
+Status Graph::addNode(const Node &node) {
+  ::tofu::Node n;
+  n.name = node.name;
+  n.op = node.op;
+  n.inputs = node.inputs;
+  n.output = node.output;
+  n.attrs = node.attributes;
+  n.groups = node.groups;
+  if (node.op.empty())
+    return Status::error("node '" + node.name + "' names no op");
+  for (const std::string &in : node.inputs)
+    if (in.empty())
+      return Status::error("node '" + node.name + "' has an input with no name");
+  return fromError(impl_->graph.addNode(std::move(n)));
+}
+
+Status Graph::setOutputs(const std::vector<std::string> &names) {
+  for (const std::string &n : names)
+    if (!impl_->graph.tensor(n))
+      return Status::error("output '" + n + "' is not a tensor of the graph");
+  impl_->graph.outputs = names;
+  return Status();
+}
+
+std::string Graph::toJson() const { return graphToJson(impl_->graph); }
+
+Result<Graph> Graph::fromJson(const std::string &json) {
+  auto g = graphFromJson(json);
+  if (!g)
+    return Status::error(llvm::toString(g.takeError()));
+  Graph out;
+  out.impl_->graph = std::move(*g);
+  return out;
+}
+
+// --- Plan --------------------------------------------------------------------------------
+
+const TensorPlan *Plan::tensor(const std::string &name) const {
+  for (const TensorPlan &t : tensors)
+    if (t.name == name)
+      return &t;
+  return nullptr;
+}
+
+const NodePlan *Plan::node(const std::string &name) const {
+  for (const NodePlan &n : nodes)
+    if (n.name == name)
+      return &n;
+  return nullptr;
+}
+
+namespace {
+
+Box publicBox(const ::tofu::Box &b) {
+  Box out;
+  for (const Range &r : b) {
+    out.lo.push_back(r.lo);
+    out.hi.push_back(r.hi);
+  }
+  return out;
+}
+
+/// The public plan of a pipeline's result, and its JSON.
+Plan publicPlan(const PipelineResult &r, bool perWorker) {
+  const Problem &p = *r.problem;
+  const PartitionPlan &pp = r.plan;
+  Plan out;
+  out.graph = r.name;
+  out.algorithm = pp.algorithm;
+  out.workers = pp.workers;
+  out.communicationBytes = pp.totalBytes;
+  out.searchSeconds = pp.searchSeconds;
+  out.loss = r.loss;
+  out.lossNote = r.lossNote;
+  for (size_t i = 0; i < pp.steps.size(); ++i)
+    out.steps.push_back({pp.steps[i].parts, i < pp.stepBytes.size() ? pp.stepBytes[i] : 0});
+  for (unsigned t = 0; t < p.tensors.size(); ++t) {
+    const ProblemTensor &pt = p.tensors[t];
+    TensorPlan tp;
+    tp.name = pt.name;
+    tp.role = roleName(pt.role);
+    const TensorInfo *info = r.graph.tensor(pt.name);
+    tp.dtype = info ? info->dtype : "float32";
+    tp.shape = pt.shape;
+    tp.bytes = pt.elementBytes;
+    for (int64_t e : pt.shape)
+      tp.bytes *= e;
+    out.singleWorkerBytes += tp.bytes;
+    for (const StepChoice &s : pp.steps)
+      tp.cut.push_back(s.tensor[t]);
+    if (perWorker)
+      for (unsigned w = 0; w < r.exec.tiles.size(); ++w)
+        tp.tiles.push_back(publicBox(r.exec.tiles[w][t]));
+    out.tensors.push_back(std::move(tp));
+  }
+  for (unsigned n : p.order) {
+    NodePlan np;
+    np.name = p.nodes[n].name;
+    np.op = p.nodes[n].table->op.name;
+    for (const StepChoice &s : pp.steps)
+      np.strategy.push_back(p.strategyName(n, s.node[n]));
+    np.communicationBytes = n < pp.nodeBytes.size() ? pp.nodeBytes[n] : 0;
+    out.nodes.push_back(std::move(np));
+  }
+  if (perWorker)
+    for (const ::tofu::WorkerMemory &m : r.memory.workers)
+      out.workerMemory.push_back({m.tileBytes, m.peak});
+
+  PlanReportOptions report;
+  report.title = r.name;
+  report.exact = pp.workers <= 64;
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(planJson(p, pp, report));
+  j["loss"] = r.loss;
+  j["loss_note"] = r.lossNote;
+  if (perWorker) {
+    nlohmann::ordered_json workers = nlohmann::ordered_json::array();
+    for (unsigned w = 0; w < out.workerMemory.size(); ++w) {
+      nlohmann::ordered_json jw;
+      jw["worker"] = w;
+      jw["tile_bytes"] = out.workerMemory[w].tileBytes;
+      jw["peak_bytes"] = out.workerMemory[w].peakBytes;
+      nlohmann::ordered_json tiles = nlohmann::ordered_json::object();
+      for (const TensorPlan &t : out.tensors) {
+        nlohmann::ordered_json box = nlohmann::ordered_json::array();
+        for (size_t d = 0; d < t.tiles[w].lo.size(); ++d)
+          box.push_back({t.tiles[w].lo[d], t.tiles[w].hi[d]});
+        tiles[t.name] = box;
+      }
+      jw["tiles"] = tiles;
+      workers.push_back(jw);
+    }
+    j["worker_details"] = workers;
+  }
+  out.json = j.dump(1) + "\n";
+  return out;
+}
+
+} // namespace
+
+// --- Planner -----------------------------------------------------------------------------
+
+Planner::~Planner() = default;
+
+Result<Planner> Planner::open(const std::string &opsDir) {
+  auto dir = findOpsDir(opsDir, !opsDir.empty(), anchorFile(), "the operator library");
+  if (!dir)
+    return Status::error(llvm::toString(dir.takeError()), ErrorKind::Library);
+  SourceManager sources;
+  DiagnosticEngine diags(sources);
+  auto lib = OpLibrary::load(*dir, diags);
+  if (!lib) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    diags.print(os);
+    os.flush();
+    return Status::error("cannot load the operator library '" + *dir + "': " +
+                             llvm::toString(lib.takeError()) + (text.empty() ? "" : "\n" + text),
+                         ErrorKind::Library);
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->dir = *dir;
+  impl->library = std::move(*lib);
+  Planner p;
+  p.impl_ = std::move(impl);
+  return p;
+}
+
+const std::string &Planner::opsDir() const { return impl_->dir; }
+
+std::vector<std::string> Planner::ops() const {
+  std::vector<std::string> names;
+  for (const auto &op : impl_->library.ops())
+    names.push_back(op.first);
+  return names;
+}
+
+namespace {
+
+Result<PipelineOptions> pipelineOptions(const PlanOptions &o) {
+  if (o.workers == 0)
+    return Status::error("workers must be at least 1", ErrorKind::Argument);
+  auto algorithm = parseAlgorithm(o.algorithm);
+  if (!algorithm)
+    return Status::error("unknown algorithm '" + o.algorithm + "' (one of " + algorithmNames() + ")",
+                         ErrorKind::Argument);
+  if (!(o.budgetSeconds > 0))
+    return Status::error("the search budget must be a positive number of seconds",
+                         ErrorKind::Argument);
+  PipelineOptions p;
+  if (o.train)
+    p.train = o.optimizer == Optimizer::SGD ? ::tofu::Optimizer::SGD : ::tofu::Optimizer::Adam;
+  p.until = o.perWorker ? Stage::Execution : Stage::Plan;
+  p.search.workers = o.workers;
+  p.search.algorithm = *algorithm;
+  p.search.budgetSeconds = o.budgetSeconds;
+  return p;
+}
+
+Result<Plan> finish(::tofu::Graph g, const std::string &name, const OpLibrary &lib,
+                    const PipelineOptions &options, bool perWorker) {
+  Stage failed = Stage::Graph;
+  auto r = runPipeline(std::move(g), name, lib, options, &failed);
+  if (!r)
+    return Status::error(llvm::toString(r.takeError()),
+                         failed == Stage::Plan ? ErrorKind::Plan : ErrorKind::Graph);
+  return publicPlan(*r, perWorker);
+}
+
+} // namespace
+
+Result<Plan> Planner::plan(const Graph &graph, const PlanOptions &options) const {
+  auto po = pipelineOptions(options);
+  if (!po)
+    return po.status();
+  return finish(graph.impl().graph, "graph", impl_->library, *po, options.perWorker);
+}
+
+Result<Plan> Planner::planOnnx(const std::string &bytes, const OnnxOptions &onnx,
+                               const PlanOptions &options, const std::string &name) const {
+  auto po = pipelineOptions(options);
+  if (!po)
+    return po.status();
+  if (onnx.batch < 1)
+    return Status::error("the ONNX batch must be at least 1", ErrorKind::Argument);
+  OnnxImportOptions io;
+  io.batch = onnx.batch;
+  io.dataInputs = onnx.dataInputs;
+  auto g = importOnnxBytes(bytes, name, impl_->library, io);
+  if (!g)
+    return Status::error(llvm::toString(g.takeError()), ErrorKind::Graph);
+  return finish(std::move(*g), name, impl_->library, *po, options.perWorker);
+}
+
+} // namespace api
+} // namespace tofu

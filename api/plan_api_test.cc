@@ -1,0 +1,259 @@
+// The public APIs (include/tofu/plan.h, include/tofu/tofu.h): graphs built and rejected,
+// plans whose per-step cuts, per-worker tiles and memory agree with each other, errors as
+// values of the right kind, and the C API over the same plans.
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tofu/plan.h"
+#include "tofu/tofu.h"
+
+namespace {
+
+using namespace tofu::api;
+
+const Planner &planner() {
+  static Planner *p = [] {
+    auto r = Planner::open(); // the library among the test's runfiles
+    EXPECT_TRUE(r.ok()) << r.error();
+    return new Planner(std::move(*r));
+  }();
+  return *p;
+}
+
+Graph mlp() {
+  Graph g;
+  EXPECT_TRUE(g.addInput("x", {32, 64}).ok());
+  EXPECT_TRUE(g.addWeight("w1", {64, 128}).ok());
+  EXPECT_TRUE(g.addWeight("w2", {128, 8}).ok());
+  EXPECT_TRUE(g.addNode({"fc1", "MatMul", {"x", "w1"}, "h", {}, {{"b", 0}}}).ok());
+  EXPECT_TRUE(g.addNode({"relu", "Relu", {"h"}, "a", {}, {{"i", 2}}}).ok());
+  EXPECT_TRUE(g.addNode({"fc2", "MatMul", {"a", "w2"}, "logits", {}, {{"b", 0}}}).ok());
+  EXPECT_TRUE(g.setOutputs({"logits"}).ok());
+  return g;
+}
+
+int64_t volume(const Box &b) {
+  int64_t v = 1;
+  for (size_t d = 0; d < b.lo.size(); ++d)
+    v *= b.hi[d] - b.lo[d];
+  return v;
+}
+
+TEST(PublicGraph, RejectsBadDeclarations) {
+  Graph g;
+  Status s = g.addInput("x", {4, 0});
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.kind(), ErrorKind::Graph);
+  EXPECT_NE(s.message().find("non-positive extent in [4, 0]"), std::string::npos) << s.message();
+  s = g.addInput("huge", {int64_t(1) << 40, int64_t(1) << 40});
+  EXPECT_NE(s.message().find("more bytes than a 64-bit count holds"), std::string::npos) << s.message();
+  s = g.addWeight("w", {3}, "float33");
+  EXPECT_NE(s.message().find("unknown dtype 'float33'"), std::string::npos) << s.message();
+  s = g.addConstant("c", {2, 2}, {1, 2, 3});
+  EXPECT_NE(s.message().find("needs 4 values; 3 given"), std::string::npos) << s.message();
+  EXPECT_TRUE(g.addInput("x", {4, 4}).ok());
+  s = g.addWeight("x", {4});
+  EXPECT_NE(s.message().find("'x' is declared twice"), std::string::npos) << s.message();
+  s = g.setOutputs({"nothing"});
+  EXPECT_NE(s.message().find("'nothing' is not a tensor"), std::string::npos) << s.message();
+  s = g.addNode({"n", "", {"x"}, "y", {}, {}});
+  EXPECT_NE(s.message().find("names no op"), std::string::npos) << s.message();
+}
+
+TEST(PublicGraph, CopiesAreIndependentAndJsonRoundTrips) {
+  Graph g = mlp();
+  Graph copy = g;
+  EXPECT_TRUE(copy.addWeight("extra", {2}).ok());
+  EXPECT_TRUE(g.addWeight("extra", {2}).ok()); // the original did not get it
+  auto back = Graph::fromJson(mlp().toJson());
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(back->toJson(), mlp().toJson());
+  auto bad = Graph::fromJson("{\"tensors\": 3}");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_FALSE(bad.error().empty());
+}
+
+TEST(PublicPlan, CutsTilesAndMemoryAgree) {
+  for (unsigned k : {1u, 2u, 4u, 6u}) {
+    PlanOptions o;
+    o.workers = k;
+    auto plan = planner().plan(mlp(), o);
+    ASSERT_TRUE(plan.ok()) << plan.error();
+    EXPECT_EQ(plan->workers, k);
+    unsigned product = 1;
+    for (const StepPlan &s : plan->steps)
+      product *= s.parts;
+    EXPECT_EQ(product, k);
+    EXPECT_NE(plan->lossNote.find("softmax cross-entropy"), std::string::npos);
+    ASSERT_NE(plan->tensor("labels"), nullptr); // the loss's new input
+    EXPECT_EQ(plan->tensor("labels")->dtype, "int64");
+    ASSERT_EQ(plan->workerMemory.size(), k);
+    for (const char *name : {"w1", "w2", "x"}) {
+      const TensorPlan *t = plan->tensor(name);
+      ASSERT_NE(t, nullptr) << name;
+      ASSERT_EQ(t->cut.size(), plan->steps.size());
+      ASSERT_EQ(t->tiles.size(), k);
+      // Replicated at a step: each of that step's groups holds the whole.
+      int64_t replicas = 1, whole = 1;
+      for (size_t i = 0; i < t->cut.size(); ++i)
+        if (t->cut[i] < 0)
+          replicas *= plan->steps[i].parts;
+      for (int64_t e : t->shape)
+        whole *= e;
+      int64_t covered = 0;
+      for (const Box &b : t->tiles)
+        covered += volume(b);
+      EXPECT_EQ(covered, whole * replicas) << name << " at k = " << k;
+    }
+    // Weights live through the whole step: each worker's arena holds its tiles of them.
+    for (unsigned w = 0; w < k; ++w) {
+      int64_t weightBytes = 0;
+      for (const TensorPlan &t : plan->tensors)
+        if (t.role == "weight")
+          weightBytes += volume(t.tiles[w]) * 4;
+      EXPECT_GT(weightBytes, 0);
+      EXPECT_GE(plan->workerMemory[w].peakBytes, weightBytes) << "worker " << w << " at k = " << k;
+      EXPECT_GE(plan->workerMemory[w].tileBytes, weightBytes);
+    }
+    EXPECT_EQ(plan->communicationBytes == 0, k == 1);
+    auto j = nlohmann::json::parse(plan->json);
+    EXPECT_EQ(j["workers"], k);
+    EXPECT_EQ(j["worker_details"].size(), k);
+    EXPECT_EQ(j["communication_bytes"], plan->communicationBytes);
+    EXPECT_EQ(j["tensors"].size(), plan->tensors.size());
+    EXPECT_EQ(j["ops"].size(), plan->nodes.size());
+  }
+}
+
+TEST(PublicPlan, OptionsChangeThePlan) {
+  PlanOptions o;
+  o.workers = 4;
+  o.train = false;
+  o.perWorker = false;
+  auto forward = planner().plan(mlp(), o);
+  ASSERT_TRUE(forward.ok()) << forward.error();
+  for (const TensorPlan &t : forward->tensors)
+    EXPECT_NE(t.role, "gradient") << t.name;
+  EXPECT_TRUE(forward->workerMemory.empty());
+  EXPECT_TRUE(forward->tensor("w1")->tiles.empty());
+  EXPECT_EQ(nlohmann::json::parse(forward->json).count("worker_details"), 0u);
+  o.train = true;
+  o.algorithm = "data-parallel";
+  auto dp = planner().plan(mlp(), o);
+  ASSERT_TRUE(dp.ok()) << dp.error();
+  EXPECT_EQ(dp->algorithm, "data-parallel");
+  for (int d : dp->tensor("w1")->cut)
+    EXPECT_EQ(d, -1); // weights replicated
+  o.algorithm = "tofu";
+  auto states = [&](Optimizer opt) {
+    o.optimizer = opt;
+    auto plan = planner().plan(mlp(), o);
+    EXPECT_TRUE(plan.ok()) << plan.error();
+    unsigned n = 0;
+    for (const TensorPlan &t : plan->tensors)
+      n += t.role == "optimizer_state";
+    return n;
+  };
+  // The updated weights are step state under both; Adam adds m and v of both weights.
+  EXPECT_GE(states(Optimizer::Adam), states(Optimizer::SGD) + 4);
+}
+
+TEST(PublicPlan, ErrorsHaveKinds) {
+  PlanOptions o;
+  o.workers = 0;
+  auto r = planner().plan(mlp(), o);
+  EXPECT_EQ(r.status().kind(), ErrorKind::Argument);
+  o.workers = 2;
+  o.algorithm = "fastest";
+  r = planner().plan(mlp(), o);
+  EXPECT_EQ(r.status().kind(), ErrorKind::Argument);
+  EXPECT_NE(r.error().find("unknown algorithm 'fastest'"), std::string::npos) << r.error();
+  o.algorithm = "tofu";
+  Graph g = mlp();
+  EXPECT_TRUE(g.addNode({"oops", "NoSuchOp", {"logits"}, "y", {}, {}}).ok());
+  EXPECT_TRUE(g.setOutputs({"y"}).ok());
+  r = planner().plan(g, o);
+  EXPECT_EQ(r.status().kind(), ErrorKind::Graph);
+  EXPECT_NE(r.error().find("oops"), std::string::npos) << r.error();
+  Graph two = mlp();
+  EXPECT_TRUE(two.setOutputs({"logits", "h"}).ok());
+  r = planner().plan(two, o);
+  EXPECT_NE(r.error().find("one output"), std::string::npos) << r.error();
+  auto lib = Planner::open("/no/such/dir");
+  EXPECT_EQ(lib.status().kind(), ErrorKind::Library);
+  EXPECT_NE(lib.error().find("/no/such/dir"), std::string::npos) << lib.error();
+  auto junk = planner().planOnnx("not protobuf", {}, o, "junk.onnx");
+  EXPECT_EQ(junk.status().kind(), ErrorKind::Graph);
+  EXPECT_NE(junk.error().find("'junk.onnx' is not an ONNX model"), std::string::npos) << junk.error();
+}
+
+TEST(PublicPlan, PlansOnnxBytes) {
+  std::ifstream f("tests/onnx/mlp.onnx", std::ios::binary);
+  ASSERT_TRUE(f.good());
+  std::stringstream bytes;
+  bytes << f.rdbuf();
+  PlanOptions o;
+  o.workers = 4;
+  OnnxOptions onnx;
+  onnx.batch = 16;
+  auto plan = planner().planOnnx(bytes.str(), onnx, o, "mlp.onnx");
+  ASSERT_TRUE(plan.ok()) << plan.error();
+  EXPECT_EQ(plan->graph, "mlp.onnx");
+  unsigned weights = 0;
+  for (const TensorPlan &t : plan->tensors)
+    weights += t.role == "weight";
+  EXPECT_GT(weights, 0u);
+  EXPECT_GT(plan->communicationBytes, 0);
+}
+
+TEST(CApi, PlansAndReportsErrors) {
+  EXPECT_EQ(std::string(tofu_version()), version());
+  tofu_planner *planner = nullptr;
+  EXPECT_EQ(tofu_planner_open("/no/such/dir", &planner), TOFU_ERROR_LIBRARY);
+  EXPECT_EQ(planner, nullptr);
+  EXPECT_NE(std::string(tofu_last_error()).find("/no/such/dir"), std::string::npos);
+  ASSERT_EQ(tofu_planner_open(nullptr, &planner), TOFU_OK) << tofu_last_error();
+  tofu_graph *g = tofu_graph_new();
+  const int64_t xs[] = {32, 64}, ws[] = {64, 8};
+  ASSERT_EQ(tofu_graph_add_input(g, "x", xs, 2, nullptr), TOFU_OK);
+  ASSERT_EQ(tofu_graph_add_weight(g, "w", ws, 2, "float32"), TOFU_OK);
+  EXPECT_EQ(tofu_graph_add_weight(g, "v", nullptr, 2, "float32"), TOFU_ERROR_ARGUMENT);
+  EXPECT_EQ(tofu_graph_add_weight(g, "v", ws, 2, "complex"), TOFU_ERROR_GRAPH);
+  const char *in[] = {"x", "w"}, *groupNames[] = {"b"}, *out[] = {"y"};
+  const int64_t groupValues[] = {0};
+  EXPECT_EQ(tofu_graph_add_node(g, "fc", "MatMul", in, 2, "y", nullptr, nullptr, 1, groupNames,
+                                groupValues, 1),
+            TOFU_ERROR_ARGUMENT); // attribute count without arrays
+  ASSERT_EQ(tofu_graph_add_node(g, "fc", "MatMul", in, 2, "y", nullptr, nullptr, 0, groupNames,
+                                groupValues, 1),
+            TOFU_OK)
+      << tofu_last_error();
+  ASSERT_EQ(tofu_graph_set_outputs(g, out, 1), TOFU_OK);
+  tofu_plan_options o;
+  tofu_plan_options_init(&o);
+  EXPECT_EQ(o.workers, 8u);
+  o.workers = 4;
+  tofu_plan *plan = nullptr;
+  ASSERT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_OK) << tofu_last_error();
+  EXPECT_EQ(tofu_plan_workers(plan), 4u);
+  auto j = nlohmann::json::parse(tofu_plan_json(plan));
+  EXPECT_EQ(j["communication_bytes"], tofu_plan_communication_bytes(plan));
+  EXPECT_EQ(j["worker_details"].size(), 4u);
+  EXPECT_NE(std::string(j["loss_note"]).find("softmax cross-entropy"), std::string::npos);
+  tofu_plan_free(plan);
+  o.algorithm = "nope";
+  EXPECT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_ERROR_ARGUMENT);
+  EXPECT_EQ(plan, nullptr);
+  EXPECT_EQ(tofu_plan_graph(planner, nullptr, &o, &plan), TOFU_ERROR_ARGUMENT);
+  EXPECT_EQ(tofu_plan_onnx(planner, "xx", 2, "x.onnx", nullptr, &plan), TOFU_ERROR_GRAPH);
+  EXPECT_STREQ(tofu_status_name(TOFU_ERROR_PLAN), "plan");
+  tofu_graph *parsed = nullptr;
+  EXPECT_EQ(tofu_graph_from_json("[", &parsed), TOFU_ERROR_GRAPH);
+  tofu_graph_free(g);
+  tofu_planner_free(planner);
+  tofu_plan_free(nullptr); // freeing nothing is harmless
+}
+
+} // namespace
