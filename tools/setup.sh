@@ -23,6 +23,9 @@ packages=(
   libdnnl-dev            # oneDNN 2.6: library kernels for matrix products and convolutions
   libopenmpi-dev         # Open MPI 4.1: one process per worker (tofu-run --backend mpi)
   openmpi-bin            # mpirun
+  cmake                  # examples/cmake_consumer (find_package(Tofu) against an install)
+  pkgconf                # examples/c_consumer (pkg-config tofu)
+  python3-torch          # examples/torch_plan.py, tools/torch_peer.py, ONNX fixtures
 )
 
 missing=()

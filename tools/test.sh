@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite. Installs missing Debian packages, builds everything (the CUDA
-# kernels included: nvcc compiles them even without a GPU), runs every Bazel test and
-# checks every example of shared/docs/TDL.md with tdlc.
+# kernels included: nvcc compiles them even without a GPU), runs every Bazel test, checks
+# every example of shared/docs/TDL.md with tdlc, and installs Tofu into a temporary prefix
+# to build and run the CMake, C and Python consumers against it.
 #
 #   tools/test.sh                 the suite
 #   tools/test.sh --asan          ... and again under AddressSanitizer + UBSan
@@ -27,6 +28,25 @@ passed=0
 failed=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+
+# Installs Tofu into a temporary prefix (tools/install.sh, -c opt) and runs the three
+# consumers outside the repository against it (examples/consumers_test.sh).
+install_and_consumers() {
+  echo "== tools/install.sh into a temporary prefix, then examples/consumers_test.sh"
+  local prefix
+  prefix=$(mktemp -d)
+  # Installed twice: the second run must leave the same tree (idempotent).
+  listing() { (cd "$prefix" && find . -printf '%p %l\n' | sort && find . -type f -exec md5sum {} + | sort); }
+  if tools/install.sh --no-setup "$prefix" && listing >"$prefix.first" &&
+     tools/install.sh --no-setup "$prefix" >/dev/null && listing | cmp -s - "$prefix.first" &&
+     examples/consumers_test.sh "$prefix"; then
+    passed=$((passed + 1))
+  else
+    echo "test.sh: the install tree or a consumer failed (above)"
+    failed=$((failed + 1))
+  fi
+  rm -rf "$prefix" "$prefix.first"
+}
 
 # Runs `bazel test` with the given flags and adds its per-target results to the counts.
 bazel_tests() {
@@ -55,6 +75,8 @@ else
   echo "test.sh: cannot build //tdlc for the TDL.md check"
   failed=$((failed + 1))
 fi
+
+install_and_consumers
 
 if [ "$asan" = 1 ]; then
   bazel_tests --config=asan
