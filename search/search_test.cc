@@ -7,24 +7,23 @@
 
 #include "gtest/gtest.h"
 #include "graph/test_library.h"
+#include "api/pipeline.h"
 #include "graph/zoo.h"
 #include "search/minsum.h"
 
 namespace tofu {
 namespace {
 
+/// The graph (its training step with SGD when `train`) as a search problem, through the
+/// pipeline every tool runs.
 Problem problemOf(Graph g, bool train = false) {
-  const OpLibrary &lib = testLibrary();
-  llvm::Error e = checkGraph(g, lib);
-  EXPECT_FALSE(e) << llvm::toString(std::move(e));
-  if (train) {
-    auto t = buildTrainingGraph(g, g.outputs.at(0), lib, Optimizer::SGD);
-    EXPECT_TRUE(bool(t)) << llvm::toString(t.takeError());
-    g = std::move(*t);
-  }
-  auto p = Problem::build(g, lib);
-  EXPECT_TRUE(bool(p)) << llvm::toString(p.takeError());
-  return std::move(*p);
+  PipelineOptions options;
+  if (train)
+    options.train = Optimizer::SGD;
+  options.until = Stage::Problem;
+  auto r = runPipeline(std::move(g), "the test graph", testLibrary(), options);
+  EXPECT_TRUE(bool(r)) << llvm::toString(r.takeError());
+  return std::move(*r->problem);
 }
 
 TensorInfo tensor(const std::string &name, std::vector<int64_t> shape,
