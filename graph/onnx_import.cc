@@ -6,11 +6,14 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "fmt/format.h"
+#include "fmt/ranges.h"
+#include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
 
@@ -896,8 +899,48 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
   return where(whyNot(op));
 }
 
+/// Why a shape cannot be a tensor's (a negative extent, more elements than 64-bit byte
+/// counts hold), or empty.
+std::string badShape(const std::vector<int64_t> &dims) {
+  int64_t bytes = 8; // the widest element
+  for (int64_t d : dims) {
+    if (d < 0)
+      return fmt::format("negative extent {}", d);
+    if (d > 0 && bytes > std::numeric_limits<int64_t>::max() / d)
+      return fmt::format("shape [{}] has more bytes than a 64-bit count holds", fmt::join(dims, ", "));
+    bytes *= std::max<int64_t>(d, 1);
+  }
+  return "";
+}
+
 llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   onnx::GraphProto *graph = model.mutable_graph();
+  // The model against ONNX's schemas first: opsets and domains known, every node's input
+  // and output counts and attribute types its operator's, names defined before use (no
+  // cycles). The checker's messages name the node.
+  try {
+    onnx::checker::check_model(model);
+  } catch (const std::exception &e) {
+    std::string what = e.what();
+    while (!what.empty() && (what.back() == '\n' || what.back() == ' '))
+      what.pop_back();
+    return stringError("not a valid ONNX model: " + what);
+  }
+  if (graph->output_size() == 0)
+    return stringError("not a valid ONNX model: its graph has no outputs");
+  // Opsets newer than this ONNX release knows would be read with older operators' meanings.
+  const auto &known = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  for (const onnx::OperatorSetIdProto &o : model.opset_import()) {
+    const std::string domain = o.domain() == "ai.onnx" ? "" : o.domain();
+    auto it = known.find(domain);
+    if (it == known.end())
+      return stringError(fmt::format("the model imports the unknown operator domain '{}'", o.domain()));
+    if (o.version() < it->second.first || o.version() > it->second.second)
+      return stringError(fmt::format(
+          "the model imports opset {} of the {} domain; this importer knows opsets {} to {}",
+          o.version(), domain.empty() ? "ONNX" : "'" + domain + "'", it->second.first,
+          it->second.second));
+  }
   // Symbolic dimensions (a dynamic batch) become the batch size.
   for (onnx::ValueInfoProto &v : *graph->mutable_input())
     if (v.type().has_tensor_type())
@@ -905,7 +948,11 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
         if (!dim.has_dim_value())
           dim.set_dim_value(options_.batch);
   try {
-    onnx::shape_inference::InferShapes(model);
+    // Strict: a node whose inputs do not fit its operator (ranks, an attribute out of
+    // range) is an error naming it, not an unknown shape.
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(/*check_type=*/true,
+                                                                   /*error_mode=*/1));
   } catch (const std::exception &e) {
     return stringError(std::string("ONNX shape inference failed: ") + e.what());
   }
@@ -918,6 +965,8 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
         return;
       dims.push_back(d.dim_value());
     }
+    if (std::string bad = badShape(dims); !bad.empty())
+      keep(stringError(fmt::format("tensor '{}': {}", v.name(), bad)));
     shapes_[v.name()] = dims;
   };
   for (const auto &v : graph->input())
@@ -929,6 +978,8 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   std::set<std::string> initializers;
   for (const onnx::TensorProto &t : graph->initializer()) {
     initializers.insert(t.name());
+    if (std::string bad = badShape({t.dims().begin(), t.dims().end()}); !bad.empty())
+      return stringError(fmt::format("initializer '{}': {}", t.name(), bad));
     shapes_[t.name()] = std::vector<int64_t>(t.dims().begin(), t.dims().end());
     TensorInfo info;
     info.name = t.name();
@@ -955,9 +1006,18 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   }
   if (error_)
     return std::move(error_);
+  if (error_)
+    return std::move(error_);
   for (const onnx::NodeProto &n : graph->node()) {
-    if (llvm::Error e = translate(n))
-      return llvm::Expected<Graph>(std::move(e));
+    // The checks above should leave nothing that throws; should a translation still meet
+    // what it did not expect, the model is refused naming the node, never a crash.
+    try {
+      if (llvm::Error e = translate(n))
+        return llvm::Expected<Graph>(std::move(e));
+    } catch (const std::exception &e) {
+      return stringError(fmt::format("node '{}' (ONNX {}): cannot translate it: {}", n.name(),
+                                     n.op_type(), e.what()));
+    }
     if (error_)
       return std::move(error_);
   }

@@ -3,6 +3,7 @@
 #include "graph/onnx_import.h"
 
 #include <fstream>
+#include <functional>
 
 #include "graph/test_library.h"
 #include "gtest/gtest.h"
@@ -110,7 +111,11 @@ TEST(OnnxImport, UntranslatedNodesAreNamed) {
   n->set_op_type("NonZero");
   n->add_input("x");
   n->add_output("y");
-  g->add_output()->set_name("y");
+  onnx::ValueInfoProto *y = g->add_output();
+  y->set_name("y");
+  y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+  for (const char *d : {"rank", "count"})
+    y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param(d);
   std::string path = testing::TempDir() + "/nonzero.onnx";
   std::ofstream(path, std::ios::binary) << m.SerializeAsString();
   auto r = importOnnx(path, library());
@@ -132,6 +137,130 @@ TEST(OnnxImport, BadFilesAreErrors) {
   ASSERT_FALSE(static_cast<bool>(bad));
   std::string msg = llvm::toString(bad.takeError());
   EXPECT_NE(msg.find("is not an ONNX model"), std::string::npos) << msg;
+}
+
+
+/// A model of one opset-17 graph with float inputs of the given shapes.
+struct Bad {
+  onnx::ModelProto m;
+  onnx::GraphProto *g;
+  Bad(std::vector<std::pair<std::string, std::vector<int64_t>>> inputs, int64_t opset = 17) {
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(opset);
+    g = m.mutable_graph();
+    g->set_name("bad");
+    for (const auto &[name, dims] : inputs) {
+      onnx::ValueInfoProto *x = g->add_input();
+      x->set_name(name);
+      x->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+      for (int64_t d : dims)
+        x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+    }
+  }
+  onnx::NodeProto *node(const std::string &name, const std::string &op,
+                        std::vector<std::string> in, std::vector<std::string> out) {
+    onnx::NodeProto *n = g->add_node();
+    n->set_name(name);
+    n->set_op_type(op);
+    for (const std::string &i : in)
+      n->add_input(i);
+    for (const std::string &o : out)
+      n->add_output(o);
+    return n;
+  }
+  void output(const std::string &name) {
+    onnx::ValueInfoProto *y = g->add_output();
+    y->set_name(name);
+    y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    for (const char *d : {"d0", "d1"}) // unknown extents: the checker wants a shape
+      y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param(d);
+  }
+  /// The importer's error for the model (empty when it imports).
+  std::string error(size_t truncate = 0) const {
+    std::string bytes = m.SerializeAsString();
+    if (truncate)
+      bytes.resize(bytes.size() - truncate);
+    auto r = importOnnxBytes(bytes, "bad.onnx", library());
+    return r ? std::string() : llvm::toString(r.takeError());
+  }
+};
+
+TEST(OnnxImport, MalformedModelsAreRefusedNamingTheNode) {
+  struct Case {
+    std::string what;
+    std::function<void(Bad &)> build;
+    std::vector<std::string> expect; // substrings of the error
+  };
+  const int64_t big = int64_t(1) << 40;
+  std::vector<Case> cases = {
+      {"Add with one input", [](Bad &b) { b.node("add1", "Add", {"x"}, {"y"}); b.output("y"); },
+       {"add1", "input size 1"}},
+      {"MatMul with one input",
+       [](Bad &b) { b.node("mm", "MatMul", {"x"}, {"y"}); b.output("y"); }, {"mm", "input size 1"}},
+      {"Concat axis out of range",
+       [](Bad &b) {
+         auto *n = b.node("cat", "Concat", {"x", "x"}, {"y"});
+         auto *a = n->add_attribute();
+         a->set_name("axis");
+         a->set_type(onnx::AttributeProto::INT);
+         a->set_i(7);
+         b.output("y");
+       },
+       {"cat", "axis"}},
+      {"an attribute of the wrong type",
+       [](Bad &b) {
+         auto *n = b.node("cat2", "Concat", {"x", "x"}, {"y"});
+         auto *a = n->add_attribute();
+         a->set_name("axis");
+         a->set_type(onnx::AttributeProto::FLOAT);
+         a->set_f(1.5f);
+         b.output("y");
+       },
+       {"cat2", "axis"}},
+      {"wrong ranks",
+       [](Bad &b) { b.node("conv", "Conv", {"x", "x"}, {"y"}); b.output("y"); }, {"conv"}},
+      {"a cycle",
+       [](Bad &b) {
+         b.node("a", "Relu", {"z"}, {"y"});
+         b.node("b", "Relu", {"y"}, {"z"});
+         b.output("y");
+       },
+       {"topologically sorted"}},
+      {"an unknown domain",
+       [](Bad &b) {
+         b.node("custom", "Frobnicate", {"x"}, {"y"})->set_domain("com.example");
+         b.output("y");
+       },
+       {"custom", "com.example"}},
+      {"no outputs", [](Bad &b) { b.node("r", "Relu", {"x"}, {"y"}); }, {"no outputs"}},
+  };
+  for (Case &c : cases) {
+    Bad b({{"x", {2, 3}}});
+    c.build(b);
+    std::string e = b.error();
+    ASSERT_FALSE(e.empty()) << c.what << " was accepted";
+    for (const std::string &x : c.expect)
+      EXPECT_NE(e.find(x), std::string::npos) << c.what << ": " << e;
+  }
+  Bad opset({{"x", {2, 3}}}, 99);
+  opset.node("r", "Relu", {"x"}, {"y"});
+  opset.output("y");
+  std::string e = opset.error();
+  EXPECT_NE(e.find("opset 99 of the ONNX domain; this importer knows opsets 1 to"), std::string::npos) << e;
+  Bad huge({{"x", {big, big}}});
+  huge.node("r", "Relu", {"x"}, {"y"});
+  huge.output("y");
+  e = huge.error();
+  EXPECT_NE(e.find("more bytes than a 64-bit count holds"), std::string::npos) << e;
+  EXPECT_NE(e.find("'x'"), std::string::npos) << e;
+  Bad fine({{"x", {2, 3}}});
+  fine.node("r", "Relu", {"x"}, {"y"});
+  fine.output("y");
+  EXPECT_EQ(fine.error(), "");
+  for (size_t cut : {1, 5, 20}) {
+    e = fine.error(cut);
+    EXPECT_FALSE(e.empty()) << "a model truncated by " << cut << " bytes was accepted";
+  }
 }
 
 } // namespace
