@@ -1008,18 +1008,48 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     return std::move(error_);
   if (error_)
     return std::move(error_);
+  // Every node is tried, so that one import lists every node it cannot translate; nodes
+  // that read what an untranslated node would have produced are skipped (and counted).
+  std::vector<std::string> untranslated;
+  std::set<std::string> lost;
+  unsigned skipped = 0;
   for (const onnx::NodeProto &n : graph->node()) {
+    bool reachesLost = false;
+    for (const std::string &in : n.input())
+      reachesLost |= lost.count(in) > 0;
+    if (reachesLost) {
+      ++skipped;
+      lost.insert(n.output().begin(), n.output().end());
+      continue;
+    }
+    llvm::Error e = llvm::Error::success();
     // The checks above should leave nothing that throws; should a translation still meet
     // what it did not expect, the model is refused naming the node, never a crash.
     try {
-      if (llvm::Error e = translate(n))
-        return llvm::Expected<Graph>(std::move(e));
-    } catch (const std::exception &e) {
-      return stringError(fmt::format("node '{}' (ONNX {}): cannot translate it: {}", n.name(),
-                                     n.op_type(), e.what()));
+      e = translate(n);
+    } catch (const std::exception &x) {
+      e = stringError(fmt::format("node '{}' (ONNX {}): cannot translate it: {}", n.name(),
+                                  n.op_type(), x.what()));
     }
-    if (error_)
-      return std::move(error_);
+    if (error_) { // a tensor or node the translation added was refused
+      if (e)
+        llvm::consumeError(std::move(error_));
+      else
+        e = std::move(error_);
+    }
+    if (e) {
+      untranslated.push_back(llvm::toString(std::move(e)));
+      lost.insert(n.output().begin(), n.output().end());
+    }
+  }
+  if (untranslated.size() == 1 && skipped == 0)
+    return stringError(untranslated[0]);
+  if (!untranslated.empty()) {
+    std::string list;
+    for (const std::string &u : untranslated)
+      list += "\n  " + u;
+    return stringError(fmt::format("{} nodes cannot be translated ({} more read their results):{}",
+                                   untranslated.size(), skipped, list));
   }
   for (const onnx::ValueInfoProto &v : graph->output())
     g_.outputs.push_back(v.name());

@@ -185,6 +185,25 @@ struct Bad {
   }
 };
 
+TEST(OnnxImport, EveryUntranslatedNodeIsListed) {
+  // Two nodes the importer cannot translate, one reading the other's result, and a third
+  // on its own branch: both causes are listed, the dependent node counted.
+  Bad b({{"x", {2, 3}}});
+  b.node("nz", "NonZero", {"x"}, {"idx"});
+  b.node("cast", "Cast", {"idx"}, {"f"})->add_attribute()->set_name("to");
+  auto *to = b.g->mutable_node(1)->mutable_attribute(0);
+  to->set_type(onnx::AttributeProto::INT);
+  to->set_i(onnx::TensorProto::FLOAT);
+  b.node("u", "Unique", {"x"}, {"vals"});
+  b.node("sum", "Relu", {"x"}, {"y"});
+  b.output("y");
+  std::string e = b.error();
+  EXPECT_NE(e.find("2 nodes cannot be translated (1 more read their results)"), std::string::npos) << e;
+  EXPECT_NE(e.find("node 'nz' (ONNX NonZero)"), std::string::npos) << e;
+  EXPECT_NE(e.find("node 'u' (ONNX Unique)"), std::string::npos) << e;
+  EXPECT_EQ(e.find("node 'cast'"), std::string::npos) << e;
+}
+
 TEST(OnnxImport, MalformedModelsAreRefusedNamingTheNode) {
   struct Case {
     std::string what;
