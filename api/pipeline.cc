@@ -132,15 +132,20 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
           "a training step needs a graph with one output (the loss, or the prediction a loss "
           "is added to); this one has {}",
           g.outputs.size())));
-    const TensorInfo *y = g.tensor(g.outputs[0]);
-    if (y && !y->shape.empty())
-      r.lossNote = fmt::format("the output '{}' is not a scalar: training {}", y->name,
-                               y->shape.size() == 2
-                                   ? "with softmax cross-entropy against the new input 'labels'"
-                                   : "with the mean squared error against the new input 'target'");
+    const std::string output = g.outputs[0];
     auto loss = addLoss(g, lib);
     if (!loss)
       return fail(loss.takeError());
+    // Say which loss addLoss chose and what it named its new input (from the node it added).
+    if (*loss != output) {
+      const Node *added = g.producer(*loss);
+      r.lossNote = fmt::format("the output '{}' is not a scalar: training with {} against the "
+                               "new input '{}'",
+                               output,
+                               added->op == "softmax_cross_entropy" ? "softmax cross-entropy"
+                                                                    : "the mean squared error",
+                               added->inputs[1]);
+    }
     auto t = buildTrainingGraph(g, *loss, lib, *options.train);
     if (!t)
       return fail(t.takeError());

@@ -224,12 +224,10 @@ Plan publicPlan(const PipelineResult &r, bool perWorker) {
     TensorPlan tp;
     tp.name = pt.name;
     tp.role = roleName(pt.role);
-    const TensorInfo *info = r.graph.tensor(pt.name);
-    tp.dtype = info ? info->dtype : "float32";
+    const TensorInfo &info = r.graph.tensors()[pt.graphTensor];
+    tp.dtype = info.dtype;
     tp.shape = pt.shape;
-    tp.bytes = pt.elementBytes;
-    for (int64_t e : pt.shape)
-      tp.bytes *= e;
+    tp.bytes = info.bytes();
     out.singleWorkerBytes += tp.bytes;
     for (const StepChoice &s : pp.steps)
       tp.cut.push_back(s.tensor[t]);

@@ -1006,8 +1006,6 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   }
   if (error_)
     return std::move(error_);
-  if (error_)
-    return std::move(error_);
   // Every node is tried, so that one import lists every node it cannot translate; nodes
   // that read what an untranslated node would have produced are skipped (and counted).
   std::vector<std::string> untranslated;
@@ -1022,15 +1020,16 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
       lost.insert(n.output().begin(), n.output().end());
       continue;
     }
-    llvm::Error e = llvm::Error::success();
     // The checks above should leave nothing that throws; should a translation still meet
     // what it did not expect, the model is refused naming the node, never a crash.
-    try {
-      e = translate(n);
-    } catch (const std::exception &x) {
-      e = stringError(fmt::format("node '{}' (ONNX {}): cannot translate it: {}", n.name(),
-                                  n.op_type(), x.what()));
-    }
+    llvm::Error e = [&]() -> llvm::Error {
+      try {
+        return translate(n);
+      } catch (const std::exception &x) {
+        return stringError(fmt::format("node '{}' (ONNX {}): cannot translate it: {}", n.name(),
+                                       n.op_type(), x.what()));
+      }
+    }();
     if (error_) { // a tensor or node the translation added was refused
       if (e)
         llvm::consumeError(std::move(error_));
