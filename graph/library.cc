@@ -8,6 +8,7 @@ namespace tofu {
 
 llvm::Expected<OpLibrary> OpLibrary::load(const std::string &dir, DiagnosticEngine &diags) {
   OpLibrary lib;
+  lib.dir_ = dir;
   std::vector<std::string> files = findTdlFiles({dir});
   if (files.empty())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),

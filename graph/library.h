@@ -25,8 +25,11 @@ public:
   size_t size() const { return ops_.size(); }
   /// Every op, by name.
   const std::map<std::string, const ir::OpDef *> &ops() const { return ops_; }
+  /// The directory it was loaded from (its onnx_mapping.json lives there).
+  const std::string &dir() const { return dir_; }
 
 private:
+  std::string dir_;
   std::vector<std::unique_ptr<ir::Module>> modules_;
   std::map<std::string, const ir::OpDef *> ops_;
 };

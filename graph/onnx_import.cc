@@ -8,34 +8,22 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <mutex>
+#include <numeric>
 #include <set>
 #include <sstream>
 
 #include "fmt/format.h"
 #include "fmt/ranges.h"
+#include "analysis/interpreter.h"
+#include "graph/onnx_rules.h"
 #include "onnx/checker.h"
+#include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
 
 namespace tofu {
 namespace {
-
-/// Reasons the importer gives for operators it does not translate.
-std::string whyNot(const std::string &opType) {
-  static const std::map<std::string, std::string> notDescribable = {
-      {"If", "control flow"}, {"Loop", "control flow"}, {"Scan", "control flow"},
-      {"NonZero", "the output shape depends on the data"},
-      {"Unique", "the output shape depends on the data"},
-      {"Compress", "the output shape depends on the data"},
-      {"NonMaxSuppression", "the output shape depends on the data"},
-      {"RandomNormal", "random generation"}, {"RandomUniform", "random generation"},
-      {"RandomNormalLike", "random generation"}, {"RandomUniformLike", "random generation"},
-      {"Multinomial", "random generation"}, {"Bernoulli", "random generation"}};
-  if (auto it = notDescribable.find(opType); it != notDescribable.end())
-    return "TDL cannot describe it (" + it->second + ")";
-  return "the importer does not translate it yet (ops/onnx_mapping.json says which TDL ops "
-         "implement it)";
-}
 
 std::vector<int64_t> intsAttr(const onnx::NodeProto &n, const std::string &name,
                               std::vector<int64_t> dflt) {
@@ -104,12 +92,29 @@ std::optional<Const> constOf(const onnx::TensorProto &t) {
       return std::nullopt;
     break;
   case onnx::TensorProto::INT32:
-  case onnx::TensorProto::BOOL:
+  case onnx::TensorProto::INT16:
+  case onnx::TensorProto::UINT16:
+  case onnx::TensorProto::INT8:
+  case onnx::TensorProto::UINT8:
+  case onnx::TensorProto::BOOL: {
     c.isInt = true;
-    if (!raw.empty() ? !(t.data_type() == onnx::TensorProto::BOOL ? fromRaw(uint8_t()) : fromRaw(int32_t()))
-                     : (c.v.assign(t.int32_data().begin(), t.int32_data().end()), false))
+    // Narrow types keep their values in int32_data; raw data has their own widths.
+    bool okRaw = true;
+    if (!raw.empty()) {
+      switch (t.data_type()) {
+      case onnx::TensorProto::INT32: okRaw = fromRaw(int32_t()); break;
+      case onnx::TensorProto::INT16: okRaw = fromRaw(int16_t()); break;
+      case onnx::TensorProto::UINT16: okRaw = fromRaw(uint16_t()); break;
+      case onnx::TensorProto::INT8: okRaw = fromRaw(int8_t()); break;
+      default: okRaw = fromRaw(uint8_t()); break;
+      }
+    } else {
+      c.v.assign(t.int32_data().begin(), t.int32_data().end());
+    }
+    if (!okRaw)
       return std::nullopt;
     break;
+  }
   default:
     return std::nullopt;
   }
@@ -198,26 +203,143 @@ std::vector<int64_t> reshapeTarget(const std::vector<int64_t> &from, std::vector
   return to;
 }
 
+/// Why a shape cannot be a tensor's (a negative extent, more elements than 64-bit byte
+/// counts hold), or empty.
+std::string badShape(const std::vector<int64_t> &dims) {
+  int64_t bytes = 8; // the widest element
+  for (int64_t d : dims) {
+    if (d < 0)
+      return fmt::format("negative extent {}", d);
+    if (d > 0 && bytes > std::numeric_limits<int64_t>::max() / d)
+      return fmt::format("shape [{}] has more bytes than a 64-bit count holds", fmt::join(dims, ", "));
+    bytes *= std::max<int64_t>(d, 1);
+  }
+  return "";
+}
+
+/// The numpy broadcast of two shapes, or nullopt when they do not broadcast.
+std::optional<std::vector<int64_t>> broadcastShape(const std::vector<int64_t> &a,
+                                                   const std::vector<int64_t> &b) {
+  size_t rank = std::max(a.size(), b.size());
+  std::vector<int64_t> r(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t x = d + a.size() >= rank ? a[d + a.size() - rank] : 1;
+    int64_t y = d + b.size() >= rank ? b[d + b.size() - rank] : 1;
+    if (x != y && x != 1 && y != 1)
+      return std::nullopt;
+    r[d] = x == 1 ? y : x;
+  }
+  return r;
+}
+
+bool isIntType(int32_t t) {
+  return t == onnx::TensorProto::INT64 || t == onnx::TensorProto::INT32 ||
+         t == onnx::TensorProto::INT16 || t == onnx::TensorProto::INT8 ||
+         t == onnx::TensorProto::UINT8 || t == onnx::TensorProto::UINT16 ||
+         t == onnx::TensorProto::UINT32 || t == onnx::TensorProto::UINT64 ||
+         t == onnx::TensorProto::BOOL;
+}
+
+/// The graph's name for an ONNX element type.
+std::string dtypeName(int32_t t) {
+  switch (t) {
+  case onnx::TensorProto::DOUBLE: return "float64";
+  case onnx::TensorProto::FLOAT16: return "float16";
+  case onnx::TensorProto::BFLOAT16: return "bfloat16";
+  case onnx::TensorProto::INT64: return "int64";
+  case onnx::TensorProto::INT32: return "int32";
+  case onnx::TensorProto::INT16: return "int16";
+  case onnx::TensorProto::INT8: return "int8";
+  case onnx::TensorProto::UINT8: return "uint8";
+  case onnx::TensorProto::BOOL: return "bool";
+  default: return "float32";
+  }
+}
+
+onnxrules::Value attrValue(const onnx::AttributeProto &a) {
+  using onnxrules::Value;
+  switch (a.type()) {
+  case onnx::AttributeProto::INT:
+    return Value::number(double(a.i()));
+  case onnx::AttributeProto::FLOAT:
+    return Value::number(double(a.f()));
+  case onnx::AttributeProto::STRING:
+    return Value::string(a.s());
+  case onnx::AttributeProto::INTS:
+    return Value::ofList(std::vector<double>(a.ints().begin(), a.ints().end()));
+  case onnx::AttributeProto::FLOATS:
+    return Value::ofList(std::vector<double>(a.floats().begin(), a.floats().end()));
+  default:
+    return Value();
+  }
+}
+
+/// The structural operators the importer translates in C++ (the table names them).
+const std::set<std::string> &handlerNames() {
+  static const std::set<std::string> names = {"reshape", "slice", "concat", "transpose",
+                                              "expand",  "pad",   "tile"};
+  return names;
+}
+
+/// The table of `lib`'s directory, loaded once per directory.
+llvm::Expected<const onnxrules::Table *> tableFor(const OpLibrary &lib) {
+  static std::mutex mutex;
+  static std::map<const OpLibrary *, std::unique_ptr<onnxrules::Table>> tables;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = tables.find(&lib);
+  if (it != tables.end())
+    return it->second.get();
+  auto t = onnxrules::Table::load(lib.dir() + "/onnx_mapping.json", lib, handlerNames());
+  if (!t)
+    return t.takeError();
+  auto owned = std::make_unique<onnxrules::Table>(std::move(*t));
+  const onnxrules::Table *p = owned.get();
+  tables[&lib] = std::move(owned);
+  return p;
+}
+
+class NodeEnv;
+
 class Importer {
 public:
-  Importer(const OpLibrary &lib, const OnnxImportOptions &options) : lib_(lib), options_(options) {}
+  Importer(const OpLibrary &lib, const onnxrules::Table &table, const OnnxImportOptions &options)
+      : lib_(lib), table_(table), options_(options) {}
 
   llvm::Expected<Graph> run(onnx::ModelProto &model);
 
 private:
+  friend class NodeEnv;
+  using Handler = llvm::Error (Importer::*)(const onnx::NodeProto &, NodeEnv &);
+
   llvm::Error translate(const onnx::NodeProto &n);
+  /// The rules or the handler of `entry`, into the current graph.
+  llvm::Error translateWith(const onnx::NodeProto &n, const onnxrules::Entry &entry);
+  llvm::Error applyRule(const onnx::NodeProto &n, const onnxrules::Rule &rule, NodeEnv &env);
+  llvm::Error runSteps(const onnx::NodeProto &n, const std::vector<onnxrules::Step> &steps,
+                       NodeEnv &env, int defaultOutput, std::string prev, const std::string &suffix,
+                       std::string *result);
+  llvm::Expected<std::string> resolve(const onnx::NodeProto &n, const onnxrules::InputRef &r,
+                                      NodeEnv &env, const std::string &prev,
+                                      const std::vector<std::string> &results);
+  /// Evaluates `n` through the interpreter when all its inputs are constants: its library
+  /// ops are built in a scratch graph and run. False when it cannot be (the node is then
+  /// translated into the graph).
+  bool foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entry &entry);
+
+  llvm::Error reshapeOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error sliceOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error concatOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error transposeOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error expandOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error padOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error tileOp(const onnx::NodeProto &n, NodeEnv &env);
+
   std::string node(const std::string &name, const std::string &op, std::vector<std::string> in,
                    std::map<std::string, int64_t> attrs = {},
                    std::map<std::string, int64_t> groups = {}, const std::string &output = "");
-  std::string scalar(const std::string &name) {
-    TensorInfo t;
-    t.name = name;
-    t.group = name;
-    t.shapeKnown = true;
-    t.role = TensorRole::Input;
-    keep(g_.addTensor(std::move(t)));
-    return name;
-  }
+  /// A constant tensor of the graph (an input with its values).
+  std::string constant(const std::string &name, std::vector<int64_t> shape,
+                       std::vector<double> values, bool isInt);
   const std::vector<int64_t> &shapeOf(const std::string &tensor) { return shapes_[tensor]; }
   void keep(llvm::Error e) {
     if (e && !error_)
@@ -225,34 +347,217 @@ private:
     else
       llvm::consumeError(std::move(e));
   }
-
   /// Evaluates `n` when all its inputs are constants (shape arithmetic); false when it
   /// is not foldable.
   bool fold(const onnx::NodeProto &n);
   /// A constant consumed by a translated node becomes a graph input of its shape.
   void materialize(const std::string &name);
+  /// Input `k` of `n` as a tensor of the graph, or an error.
+  llvm::Expected<std::string> tensorInput(const onnx::NodeProto &n, int k);
   /// The values of a constant input, or an error naming what is needed.
   llvm::Expected<std::vector<int64_t>> ints(const std::string &tensor, const std::string &what);
   /// The axes of Unsqueeze, Squeeze and reductions: the `axes` attribute (opsets before
   /// 13/18) or the constant second input.
-  llvm::Expected<std::vector<int64_t>> axesOf(const onnx::NodeProto &n,
-                                              const std::vector<std::string> &in) {
-    if (in.size() > 1)
-      return ints(in[1], "axes");
+  llvm::Expected<std::vector<int64_t>> axesOf(const onnx::NodeProto &n) {
+    if (n.input_size() > 1 && !n.input(1).empty())
+      return ints(n.input(1), "axes");
     return intsAttr(n, "axes", {});
   }
   /// Reshape `x` (of `from`) to `to` (same element count) with split/merge/squeeze ops.
   std::string reshape(const std::string &name, std::string x, std::vector<int64_t> from,
                       const std::vector<int64_t> &to, const std::string &out);
+  /// `x` broadcast numpy-style to `to` (leading axes added, size-1 axes expanded).
+  std::string broadcastTo(const std::string &name, std::string x, const std::vector<int64_t> &to,
+                          const std::string &out = "");
+  /// The name of `n` in messages and in the graph.
+  std::string nameOf(const onnx::NodeProto &n) {
+    auto it = names_.find(&n);
+    if (it != names_.end())
+      return it->second;
+    std::string name = n.name().empty() ? fmt::format("{}_{}", n.op_type(), counter_++) : n.name();
+    names_[&n] = name;
+    return name;
+  }
+  llvm::Error where(const onnx::NodeProto &n, const std::string &msg) {
+    return stringError(fmt::format("node '{}' (ONNX {}): {}", nameOf(n), n.op_type(), msg));
+  }
 
   std::map<std::string, Const> consts_;
   const OpLibrary &lib_;
+  const onnxrules::Table &table_;
   OnnxImportOptions options_;
   Graph g_;
+  int opset_ = 17;
   std::map<std::string, std::vector<int64_t>> shapes_;
+  std::map<std::string, int32_t> types_; ///< ONNX element types, where known
+  std::set<std::string> consumed_;       ///< tensors some node or the graph's outputs read
+  std::map<const onnx::NodeProto *, std::string> names_;
   std::string group_; // the ONNX node being translated: all its TDL nodes share its group
   llvm::Error error_ = llvm::Error::success();
   unsigned counter_ = 0;
+};
+
+/// Names and functions of the table's expressions while node `n` is translated.
+class NodeEnv : public onnxrules::Env {
+public:
+  using Value = onnxrules::Value;
+  NodeEnv(Importer &im, const onnx::NodeProto &n) : im_(im), n_(n) {
+    schema_ = onnx::OpSchemaRegistry::Schema(n.op_type(), im.opset_, "");
+  }
+  std::map<std::string, Value> vars;
+
+  const std::string &input(int k) const {
+    static const std::string none;
+    return k >= 0 && k < n_.input_size() ? n_.input(k) : none;
+  }
+  bool present(int k) const { return !input(k).empty(); }
+  int inputs() const {
+    int c = n_.input_size();
+    while (c > 0 && n_.input(c - 1).empty())
+      --c;
+    return c;
+  }
+
+  Value name(const std::string &id) override {
+    if (auto it = vars.find(id); it != vars.end())
+      return it->second;
+    for (const onnx::AttributeProto &a : n_.attribute())
+      if (a.name() == id)
+        return attrValue(a);
+    if (schema_) {
+      const auto &attrs = schema_->attributes();
+      if (auto it = attrs.find(id); it != attrs.end())
+        return attrValue(it->second.default_value);
+    }
+    if (id == "rank")
+      return rank(0);
+    if (id == "inputs")
+      return Value::number(inputs());
+    if (id == "outputs")
+      return Value::number(n_.output_size());
+    if (id == "opset")
+      return Value::number(im_.opset_);
+    return Value();
+  }
+
+  Value rank(int k) {
+    if (!present(k) || !im_.shapes_.count(input(k)))
+      return Value();
+    return Value::number(double(im_.shapes_[input(k)].size()));
+  }
+  Value shape(const std::string &t) {
+    auto it = im_.shapes_.find(t);
+    if (t.empty() || it == im_.shapes_.end())
+      return Value();
+    return Value::ofList(std::vector<double>(it->second.begin(), it->second.end()));
+  }
+  /// Begin (`end` false) or end padding of spatial axis `d` of a convolution or pooling:
+  /// auto_pad resolved, and the end padding grown to what the inferred output needs (ceil
+  /// mode).
+  llvm::Expected<Value> pad(int d, bool end) {
+    Value x = shape(input(0)), y = shape(n_.output(0));
+    if (!x.defined() || !y.defined() || size_t(d + 2) >= x.list.size())
+      return Value();
+    double in = x.list[d + 2], out = y.list[d + 2];
+    Value ks = name("kernel_shape");
+    double k = ks.defined() && size_t(d) < ks.list.size() ? ks.list[d]
+               : present(1) && shape(input(1)).defined() && size_t(d + 2) < shape(input(1)).list.size()
+                   ? shape(input(1)).list[d + 2]
+                   : 1;
+    auto at = [&](const std::string &attr, size_t i, double dflt) {
+      Value v = name(attr);
+      return v.defined() && i < v.list.size() ? v.list[i] : dflt;
+    };
+    double s = at("strides", d, 1), dil = at("dilations", d, 1);
+    size_t spatial = x.list.size() - 2;
+    double needed = std::max(0.0, (out - 1) * s + (k - 1) * dil + 1 - in);
+    Value autoPad = name("auto_pad");
+    std::string mode = autoPad.kind == Value::Kind::Str ? autoPad.str : "NOTSET";
+    double b, e;
+    if (mode == "SAME_UPPER" || mode == "SAME_LOWER") {
+      b = mode == "SAME_UPPER" ? std::floor(needed / 2) : std::ceil(needed / 2);
+      e = needed - b;
+    } else if (mode == "VALID") {
+      b = 0;
+      e = 0;
+    } else {
+      b = at("pads", d, 0);
+      e = std::max(at("pads", d + spatial, 0), needed - b);
+    }
+    return Value::number(end ? e : b);
+  }
+
+  std::optional<llvm::Expected<Value>> call(const std::string &fn,
+                                             const std::vector<Value> &a) override {
+    auto index = [&](size_t i) -> int {
+      return i < a.size() && a[i].kind == Value::Kind::Num ? int(a[i].num) : -1;
+    };
+    if (fn == "rank")
+      return rank(a.empty() ? 0 : index(0));
+    if (fn == "present")
+      return Value::number(present(index(0)));
+    if (fn == "shape")
+      return shape(input(index(0)));
+    if (fn == "oshape")
+      return shape(index(0) >= 0 && index(0) < n_.output_size() ? n_.output(index(0)) : "");
+    if (fn == "in" || fn == "out") {
+      Value s = fn == "in" ? shape(input(index(0)))
+                           : shape(index(0) >= 0 && index(0) < n_.output_size() ? n_.output(index(0)) : "");
+      if (!s.defined() || a.size() < 2 || a[1].kind != Value::Kind::Num)
+        return Value();
+      int64_t d = int64_t(a[1].num), r = int64_t(s.list.size());
+      d = d < 0 ? d + r : d;
+      return d >= 0 && d < r ? Value::number(s.list[d]) : Value();
+    }
+    if (fn == "used") {
+      int k = index(0);
+      return Value::number(k >= 0 && k < n_.output_size() && !n_.output(k).empty() &&
+                           im_.consumed_.count(n_.output(k)));
+    }
+    if (fn == "const") {
+      auto it = im_.consts_.find(input(index(0)));
+      if (it == im_.consts_.end())
+        return Value();
+      return Value::ofList(it->second.v);
+    }
+    if (fn == "isint") { // input k holds integers (ONNX's element type)
+      auto it = im_.types_.find(input(index(0)));
+      return Value::number(it != im_.types_.end() && isIntType(it->second));
+    }
+    if (fn == "has") {
+      if (a.size() != 1 || a[0].kind != Value::Kind::Str)
+        return llvm::Expected<Value>(stringError("has() takes an attribute name"));
+      for (const onnx::AttributeProto &attr : n_.attribute())
+        if (attr.name() == a[0].str)
+          return Value::number(1);
+      return Value::number(0);
+    }
+    if (fn == "norm") { // an axis (or list of axes) counted from the end when negative
+      if (a.empty() || !a[0].defined())
+        return Value();
+      Value r = a.size() > 1 ? a[1] : rank(0);
+      if (!r.defined())
+        return Value();
+      auto fix = [&](double x) { return x < 0 ? x + r.num : x; };
+      if (a[0].kind == Value::Kind::Num)
+        return Value::number(fix(a[0].num));
+      Value l = a[0];
+      for (double &x : l.list)
+        x = fix(x);
+      return l;
+    }
+    if (fn == "padb" || fn == "pade") {
+      if (index(0) < 0)
+        return Value();
+      return pad(index(0), fn == "pade");
+    }
+    return std::nullopt;
+  }
+
+private:
+  Importer &im_;
+  const onnx::NodeProto &n_;
+  const onnx::OpSchema *schema_ = nullptr;
 };
 
 std::string Importer::node(const std::string &name, const std::string &op,
@@ -276,6 +581,8 @@ std::string Importer::node(const std::string &name, const std::string &op,
       t.shape = it->second;
       t.shapeKnown = true;
     }
+    if (auto it = types_.find(out); it != types_.end())
+      t.dtype = dtypeName(it->second);
     keep(g_.addTensor(std::move(t)));
   }
   keep(g_.addNode(std::move(n)));
@@ -286,6 +593,18 @@ std::string Importer::node(const std::string &name, const std::string &op,
       shapes_[out] = t->shape;
   }
   return out;
+}
+
+std::string Importer::constant(const std::string &name, std::vector<int64_t> shape,
+                               std::vector<double> values, bool isInt) {
+  Const c;
+  c.shape = std::move(shape);
+  c.v = std::move(values);
+  c.isInt = isInt;
+  shapes_[name] = c.shape;
+  consts_[name] = std::move(c);
+  materialize(name);
+  return name;
 }
 
 void Importer::materialize(const std::string &name) {
@@ -304,6 +623,16 @@ void Importer::materialize(const std::string &name) {
   keep(g_.addTensor(std::move(t)));
 }
 
+llvm::Expected<std::string> Importer::tensorInput(const onnx::NodeProto &n, int k) {
+  if (k < 0 || k >= n.input_size() || n.input(k).empty())
+    return where(n, fmt::format("its input {} is needed but absent", k));
+  const std::string &t = n.input(k);
+  materialize(t);
+  if (!g_.tensor(t))
+    return where(n, fmt::format("input '{}' is not produced before it", t));
+  return t;
+}
+
 llvm::Expected<std::vector<int64_t>> Importer::ints(const std::string &tensor,
                                                      const std::string &what) {
   auto it = consts_.find(tensor);
@@ -314,6 +643,30 @@ llvm::Expected<std::vector<int64_t>> Importer::ints(const std::string &tensor,
   for (double x : it->second.v)
     v.push_back(static_cast<int64_t>(x));
   return v;
+}
+
+std::string Importer::broadcastTo(const std::string &name, std::string x,
+                                  const std::vector<int64_t> &to, const std::string &out) {
+  std::vector<int64_t> from = shapeOf(x);
+  if (from.size() < to.size()) {
+    std::vector<int64_t> lifted(to.size() - from.size(), 1);
+    lifted.insert(lifted.end(), from.begin(), from.end());
+    x = reshape(name + "_lift", x, from, lifted, "");
+    from = lifted;
+  }
+  std::vector<size_t> axes;
+  for (size_t d = 0; d < to.size(); ++d)
+    if (from[d] == 1 && to[d] != 1)
+      axes.push_back(d);
+  if (axes.empty())
+    return out.empty() ? x : node(name, "Identity", {x}, {}, {}, out);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    size_t d = axes[k];
+    x = node(fmt::format("{}_expand{}", name, d), "ExpandAxis", {x}, {{"n", to[d]}},
+             {{"pre", int64_t(d)}, {"post", int64_t(to.size() - d - 1)}},
+             k + 1 == axes.size() ? out : "");
+  }
+  return x;
 }
 
 bool Importer::fold(const onnx::NodeProto &n) {
@@ -347,18 +700,27 @@ bool Importer::fold(const onnx::NodeProto &n) {
       } else {
         continue;
       }
+      shapes_[out] = c.shape;
       consts_[out] = std::move(c);
       return true;
     }
     return false;
   }
-  if (op == "Shape" && in.size() == 1) {
+  if ((op == "Shape" || op == "Size") && in.size() == 1) {
     auto it = shapes_.find(in[0]);
     if (it == shapes_.end() || (!g_.tensor(in[0]) && !consts_.count(in[0])))
       return false;
     Const c;
     c.isInt = true;
-    c.shape = {int64_t(it->second.size())};
+    if (op == "Size") {
+      int64_t count = 1;
+      for (int64_t d : it->second)
+        count *= d;
+      c.v = {double(count)};
+      shapes_[out] = c.shape;
+      consts_[out] = std::move(c);
+      return true;
+    }
     for (int64_t d : it->second)
       c.v.push_back(double(d));
     int64_t rank = int64_t(it->second.size());
@@ -367,6 +729,7 @@ bool Importer::fold(const onnx::NodeProto &n) {
     end = bound(end, rank);
     c.v = std::vector<double>(c.v.begin() + start, c.v.begin() + std::max(start, end));
     c.shape = {int64_t(c.v.size())};
+    shapes_[out] = c.shape;
     consts_[out] = std::move(c);
     return true;
   }
@@ -377,24 +740,22 @@ bool Importer::fold(const onnx::NodeProto &n) {
     return false;
   const Const &a = consts_[in[0]];
   Const r;
+  // Integer shape arithmetic stays here (ONNX's integer semantics: Div truncates); other
+  // constant nodes are evaluated through the interpreter (foldByInterpreter).
   static const std::map<std::string, std::function<double(double, double)>> binary = {
       {"Add", [](double x, double y) { return x + y; }},
       {"Sub", [](double x, double y) { return x - y; }},
       {"Mul", [](double x, double y) { return x * y; }},
-      {"Pow", [](double x, double y) { return std::pow(x, y); }},
       {"Equal", [](double x, double y) { return double(x == y); }}};
-  if (auto it = binary.find(op); it != binary.end() && in.size() == 2) {
+  if (auto it = binary.find(op); it != binary.end() && in.size() == 2 && a.isInt &&
+                                 consts_[in[1]].isInt) {
     auto b = broadcast(a, consts_[in[1]], it->second);
     if (!b)
       return false;
     r = *b;
-    if (op == "Equal")
-      r.isInt = true;
-  } else if (op == "Div" && in.size() == 2) {
-    bool isInt = a.isInt && consts_[in[1]].isInt;
-    auto b = broadcast(a, consts_[in[1]], [isInt](double x, double y) {
-      return isInt ? (y == 0 ? 0.0 : std::trunc(x / y)) : x / y;
-    });
+  } else if (op == "Div" && in.size() == 2 && a.isInt && consts_[in[1]].isInt) {
+    auto b = broadcast(a, consts_[in[1]],
+                       [](double x, double y) { return y == 0 ? 0.0 : std::trunc(x / y); });
     if (!b)
       return false;
     r = *b;
@@ -402,16 +763,11 @@ bool Importer::fold(const onnx::NodeProto &n) {
     r = a;
     if (op == "Cast") {
       int64_t to = intAttr(n, "to").value_or(1);
-      r.isInt = to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32 ||
-                to == onnx::TensorProto::BOOL;
+      r.isInt = isIntType(int32_t(to));
       if (r.isInt)
         for (double &x : r.v)
-          x = std::trunc(x);
+          x = to == onnx::TensorProto::BOOL ? double(x != 0) : std::trunc(x);
     }
-  } else if ((op == "Sqrt" || op == "Neg") && in.size() == 1) {
-    r = a;
-    for (double &x : r.v)
-      x = op == "Sqrt" ? std::sqrt(x) : -x;
   } else if (op == "Unsqueeze" || op == "Squeeze") {
     std::vector<int64_t> axes = intsAttr(n, "axes", {});
     if (in.size() > 1)
@@ -419,9 +775,7 @@ bool Importer::fold(const onnx::NodeProto &n) {
         axes.push_back(int64_t(x));
     r = a;
     r.shape = op == "Unsqueeze" ? unsqueezed(a.shape, axes) : squeezed(a.shape, axes);
-  } else if (op == "Concat") {
-    if (a.shape.size() != 1)
-      return false;
+  } else if (op == "Concat" && a.shape.size() == 1) {
     r.isInt = a.isInt;
     for (const std::string &i : in) {
       if (consts_[i].shape.size() != 1)
@@ -481,6 +835,412 @@ bool Importer::fold(const onnx::NodeProto &n) {
   consts_[out] = std::move(r);
   return true;
 }
+
+bool Importer::foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entry &entry) {
+  if (n.input_size() == 0)
+    return false;
+  for (const std::string &i : n.input())
+    if (!i.empty() && !consts_.count(i))
+      return false;
+  // Small results only: a large constant stays a computation of the graph.
+  int64_t elements = 0;
+  for (const std::string &o : n.output()) {
+    auto it = shapes_.find(o);
+    if (!o.empty() && it == shapes_.end())
+      return false;
+    if (!o.empty())
+      elements += std::accumulate(it->second.begin(), it->second.end(), int64_t(1),
+                                  std::multiplies<int64_t>());
+  }
+  if (elements > (1 << 22))
+    return false;
+  Graph scratch;
+  std::swap(g_, scratch);
+  llvm::Error saved = std::move(error_);
+  error_ = llvm::Error::success();
+  llvm::Error e = translateWith(n, entry);
+  bool ok = !e && !error_;
+  llvm::consumeError(std::move(e));
+  llvm::consumeError(std::move(error_));
+  std::map<std::string, Tensor> values;
+  for (const auto &[name, v] : g_.constants) {
+    Tensor t(g_.tensor(name)->shape);
+    t.data = v;
+    values[name] = std::move(t);
+  }
+  for (size_t k = 0; ok && k < g_.nodes().size(); ++k) {
+    const Node &node = g_.nodes()[k];
+    Instantiation inst;
+    inst.attrs = node.attrs;
+    inst.groups = node.groups;
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<const Tensor *> ptrs;
+    for (const std::string &i : node.inputs) {
+      auto it = values.find(i);
+      if (it == values.end()) {
+        ok = false;
+        break;
+      }
+      inst.inputRanks.push_back(unsigned(it->second.shape.size()));
+      shapes.push_back(it->second.shape);
+      ptrs.push_back(&it->second);
+    }
+    if (!ok)
+      break;
+    auto op = instantiate(*lib_.find(node.op), inst);
+    if (!op) {
+      llvm::consumeError(op.takeError());
+      ok = false;
+      break;
+    }
+    const TensorInfo *out = g_.tensor(node.output);
+    auto sh = concreteShapes(*op, shapes, out && out->shapeKnown ? std::optional(out->shape) : std::nullopt);
+    if (!sh) {
+      llvm::consumeError(sh.takeError());
+      ok = false;
+      break;
+    }
+    auto r = evaluate(*op, *sh, ptrs, fullRanges(*sh));
+    if (!r) {
+      llvm::consumeError(r.takeError());
+      ok = false;
+      break;
+    }
+    values[node.output] = std::move(*r);
+  }
+  std::map<std::string, Const> results;
+  for (const std::string &o : n.output()) {
+    if (o.empty())
+      continue;
+    auto it = values.find(o);
+    if (!ok || it == values.end()) {
+      ok = false;
+      break;
+    }
+    Const c;
+    c.shape = it->second.shape;
+    c.v = it->second.data;
+    auto type = types_.find(o);
+    c.isInt = type != types_.end() && isIntType(type->second);
+    if (c.isInt)
+      for (double &x : c.v)
+        x = type->second == onnx::TensorProto::BOOL ? double(x != 0) : std::trunc(x);
+    results[o] = std::move(c);
+  }
+  std::swap(g_, scratch);
+  error_ = std::move(saved);
+  if (!ok)
+    return false;
+  for (auto &[name, c] : results) {
+    shapes_[name] = c.shape;
+    consts_[name] = std::move(c);
+  }
+  return true;
+}
+
+llvm::Error Importer::translate(const onnx::NodeProto &n) {
+  const std::string &op = n.op_type();
+  std::string name = nameOf(n);
+  group_ = name;
+  if (!n.domain().empty() && n.domain() != "ai.onnx")
+    return where(n, fmt::format("operators of domain '{}' are not supported", n.domain()));
+  if (fold(n))
+    return llvm::Error::success();
+  if (n.output_size() < 1)
+    return where(n, "has no output");
+  const onnxrules::Entry *entry = table_.find(op);
+  if (!entry)
+    return where(n, fmt::format("not an operator of ONNX opset {} that the translation table "
+                                "lists", table_.opset()));
+  if (!entry->notDescribable.empty())
+    return where(n, "TDL cannot describe it (" + entry->notDescribable + ")");
+  if (!entry->folded.empty())
+    return where(n, "its inputs must be static (" + entry->folded + ")");
+  if (entry->rules.empty() && entry->handler.empty())
+    return where(n, "the importer does not translate it yet" +
+                        (entry->missing.empty() ? std::string() : " (" + entry->missing + ")"));
+  if (foldByInterpreter(n, *entry))
+    return llvm::Error::success();
+  return translateWith(n, *entry);
+}
+
+llvm::Error Importer::translateWith(const onnx::NodeProto &n, const onnxrules::Entry &entry) {
+  NodeEnv env(*this, n);
+  if (!entry.handler.empty()) {
+    static const std::map<std::string, Handler> handlers = {
+        {"reshape", &Importer::reshapeOp},     {"slice", &Importer::sliceOp},
+        {"concat", &Importer::concatOp},       {"transpose", &Importer::transposeOp},
+        {"expand", &Importer::expandOp},       {"pad", &Importer::padOp},
+        {"tile", &Importer::tileOp}};
+    return (this->*handlers.at(entry.handler))(n, env);
+  }
+  for (const auto &[key, e] : entry.lets) {
+    auto v = onnxrules::eval(*e, env);
+    if (!v)
+      return where(n, fmt::format("the translation table's '{}': {}", key, llvm::toString(v.takeError())));
+    env.vars[key] = std::move(*v);
+  }
+  for (const onnxrules::Rule &rule : entry.rules) {
+    if (rule.when) {
+      auto w = onnxrules::eval(*rule.when, env);
+      if (!w)
+        return where(n, "the translation table's condition: " + llvm::toString(w.takeError()));
+      if (!(w->kind == onnxrules::Value::Kind::Num && w->num != 0))
+        continue;
+    }
+    return applyRule(n, rule, env);
+  }
+  return where(n, "no rule of the translation table applies to this node (its attributes or "
+                  "input ranks are not translated)");
+}
+
+llvm::Error Importer::applyRule(const onnx::NodeProto &n, const onnxrules::Rule &rule,
+                                NodeEnv &env) {
+  for (const auto &[cond, why] : rule.refuse) {
+    auto v = onnxrules::eval(*cond, env);
+    if (!v)
+      return where(n, "the translation table's condition: " + llvm::toString(v.takeError()));
+    if (v->kind == onnxrules::Value::Kind::Num && v->num != 0)
+      return where(n, why);
+  }
+  if (rule.eachOutput) {
+    for (int o = 0; o < n.output_size(); ++o) {
+      if (n.output(o).empty())
+        continue;
+      env.vars["o"] = onnxrules::Value::number(o);
+      if (auto e = runSteps(n, rule.steps, env, o, "", fmt::format("_out{}", o), nullptr))
+        return e;
+    }
+    return llvm::Error::success();
+  }
+  if (rule.chain) {
+    int count = env.inputs();
+    if (count < 2)
+      return where(n, "needs at least two inputs");
+    auto first = tensorInput(n, 0);
+    if (!first)
+      return first.takeError();
+    std::string acc = *first;
+    for (int k = 1; k < count; ++k) {
+      env.vars["k"] = onnxrules::Value::number(k);
+      if (auto e = runSteps(n, rule.steps, env, k + 1 == count ? 0 : -1, acc,
+                            k == 1 ? "" : fmt::format("_{}", k), &acc))
+        return e;
+    }
+    return llvm::Error::success();
+  }
+  return runSteps(n, rule.steps, env, 0, "", "", nullptr);
+}
+
+llvm::Expected<std::string> Importer::resolve(const onnx::NodeProto &n,
+                                              const onnxrules::InputRef &r, NodeEnv &env,
+                                              const std::string &prev,
+                                              const std::vector<std::string> &results) {
+  using Kind = onnxrules::InputRef::Kind;
+  std::string name = nameOf(n);
+  switch (r.kind) {
+  case Kind::Onnx: {
+    int k = r.index;
+    if (k == -1) // a chain's current input
+      k = int(env.vars["k"].num);
+    if (!env.present(k) && r.orElse)
+      return resolve(n, *r.orElse, env, prev, results);
+    auto t = tensorInput(n, k);
+    if (t && r.frozen)
+      if (TensorInfo *info = g_.tensor(*t); info && !g_.producer(*t) && info->role == TensorRole::Weight)
+        info->role = TensorRole::Input;
+    return t;
+  }
+  case Kind::Prev:
+    if (prev.empty())
+      return where(n, "the translation table's step reads 'prev' before any step ran");
+    return prev;
+  case Kind::Step:
+    if (r.index < 0 || size_t(r.index) >= results.size() || results[r.index].empty())
+      return where(n, fmt::format("the translation table's step reads step {}, which did not run",
+                                  r.index));
+    return results[r.index];
+  case Kind::NewInput: {
+    std::string t = fmt::format("{}_{}", name, r.label);
+    if (!g_.tensor(t)) {
+      auto shape = onnxrules::eval(*r.shape, env);
+      if (!shape)
+        return shape.takeError();
+      if (shape->kind != onnxrules::Value::Kind::List)
+        return where(n, "the translation table's new input needs a shape");
+      TensorInfo info;
+      info.name = t;
+      info.group = t;
+      info.shape.assign(shape->list.begin(), shape->list.end());
+      info.shapeKnown = true;
+      info.role = TensorRole::Input;
+      shapes_[t] = info.shape;
+      keep(g_.addTensor(std::move(info)));
+    }
+    return t;
+  }
+  case Kind::Scalar:
+  case Kind::Fill: {
+    auto v = onnxrules::eval(*r.value, env);
+    if (!v)
+      return where(n, "the translation table's constant: " + llvm::toString(v.takeError()));
+    if (v->kind != onnxrules::Value::Kind::Num)
+      return where(n, fmt::format("the translation table's constant is {}, not a number", v->text()));
+    std::vector<int64_t> shape;
+    if (r.kind == Kind::Fill) {
+      auto s = onnxrules::eval(*r.shape, env);
+      if (!s)
+        return s.takeError();
+      if (s->kind != onnxrules::Value::Kind::List)
+        return where(n, fmt::format("the translation table's constant shape is {}", s->text()));
+      shape.assign(s->list.begin(), s->list.end());
+    }
+    int64_t count = std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<int64_t>());
+    return constant(fmt::format("{}_c{}", name, counter_++), shape,
+                    std::vector<double>(size_t(count), v->num), r.integer);
+  }
+  }
+  return where(n, "bad input reference");
+}
+
+llvm::Error Importer::runSteps(const onnx::NodeProto &n, const std::vector<onnxrules::Step> &steps,
+                               NodeEnv &env, int defaultOutput, std::string prev,
+                               const std::string &suffix, std::string *result) {
+  using onnxrules::Value;
+  std::string name = nameOf(n) + suffix;
+  auto integer = [&](const onnxrules::ExprPtr &e, const std::string &what) -> llvm::Expected<int64_t> {
+    auto v = onnxrules::eval(*e, env);
+    if (!v)
+      return where(n, fmt::format("{}: {}", what, llvm::toString(v.takeError())));
+    if (v->kind != Value::Kind::Num || v->num != std::floor(v->num))
+      return where(n, fmt::format("{} is {}, not an integer (an attribute the translation "
+                                  "needs is absent or out of range)", what, v->text()));
+    return int64_t(v->num);
+  };
+  // Which steps run, and which ONNX output each produces.
+  std::vector<bool> active(steps.size(), true);
+  std::vector<int> produces(steps.size(), -1);
+  int last = -1;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    if (steps[k].cond) {
+      auto c = onnxrules::eval(*steps[k].cond, env);
+      if (!c)
+        return where(n, "the translation table's condition: " + llvm::toString(c.takeError()));
+      active[k] = c->kind == Value::Kind::Num && c->num != 0;
+    }
+    if (!active[k])
+      continue;
+    if (steps[k].output) {
+      auto o = integer(steps[k].output, "the step's output");
+      if (!o)
+        return o.takeError();
+      produces[k] = int(*o);
+    } else {
+      last = int(k);
+    }
+  }
+  if (last >= 0 && defaultOutput >= 0)
+    produces[last] = defaultOutput;
+  std::vector<std::string> results(steps.size());
+  bool first = true;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    if (!active[k])
+      continue;
+    const onnxrules::Step &s = steps[k];
+    std::vector<std::string> inputs;
+    for (const onnxrules::InputRef &r : s.inputs) {
+      auto t = resolve(n, r, env, prev, results);
+      if (!t)
+        return t.takeError();
+      inputs.push_back(*t);
+    }
+    std::map<std::string, int64_t> attrs, groups;
+    for (const auto &[key, e] : s.attrs) {
+      auto v = integer(e, fmt::format("attribute {} of {}", key, s.op));
+      if (!v)
+        return v.takeError();
+      attrs[key] = *v;
+    }
+    for (const auto &[key, e] : s.groups) {
+      auto v = integer(e, fmt::format("group {} of {}", key, s.op));
+      if (!v)
+        return v.takeError();
+      if (*v < 0)
+        return where(n, fmt::format("group {} of {} would have length {}", key, s.op, *v));
+      groups[key] = *v;
+    }
+    std::string stepName = first ? name : fmt::format("{}_{}{}", name, s.op.substr(s.op[0] == '@'), k);
+    first = false;
+    std::string out;
+    if (produces[k] >= 0) {
+      if (produces[k] >= n.output_size())
+        return where(n, fmt::format("the translation table's step produces output {}, which the "
+                                    "node does not have", produces[k]));
+      out = n.output(produces[k]);
+    }
+    if (s.op == "@reshape") {
+      auto shape = onnxrules::eval(*s.shape, env);
+      if (!shape)
+        return where(n, "the translation table's shape: " + llvm::toString(shape.takeError()));
+      if (shape->kind != Value::Kind::List || inputs.size() != 1)
+        return where(n, fmt::format("the translation table's reshape needs one input and a shape, "
+                                    "not {}", shape->text()));
+      std::vector<int64_t> to(shape->list.begin(), shape->list.end());
+      const std::vector<int64_t> &from = shapeOf(inputs[0]);
+      if (std::accumulate(to.begin(), to.end(), int64_t(1), std::multiplies<int64_t>()) !=
+          std::accumulate(from.begin(), from.end(), int64_t(1), std::multiplies<int64_t>()))
+        return where(n, fmt::format("cannot reshape [{}] to [{}]", fmt::join(from, ", "),
+                                    fmt::join(to, ", ")));
+      results[k] = reshape(stepName, inputs[0], from, to, out);
+      if (error_)
+        return std::move(error_);
+      prev = results[k];
+      continue;
+    }
+    std::string op = s.op;
+    if (!s.broadcast.empty()) {
+      std::vector<int64_t> target;
+      for (int p : s.broadcast) {
+        auto b = broadcastShape(target, shapeOf(inputs[p]));
+        if (!b)
+          return where(n, "its inputs do not broadcast");
+        target = *b;
+      }
+      if (s.broadcastTo) {
+        auto t = onnxrules::eval(*s.broadcastTo, env);
+        if (!t)
+          return where(n, "the translation table's broadcast shape: " + llvm::toString(t.takeError()));
+        if (t->kind != Value::Kind::List)
+          return where(n, "the translation table's broadcast shape is " + t->text());
+        target.assign(t->list.begin(), t->list.end());
+      }
+      // A second operand that only lacks leading axes: the trailing-aligned op.
+      bool trailing = false;
+      if (!s.trailingOp.empty() && s.broadcast.size() == 2) {
+        std::string &a = inputs[s.broadcast[0]], &b = inputs[s.broadcast[1]];
+        std::vector<int64_t> bs = shapeOf(b);
+        if (shapeOf(a) == target && bs.size() < target.size()) {
+          std::vector<int64_t> suffixShape(target.end() - bs.size(), target.end());
+          b = broadcastTo(stepName + "_b", b, suffixShape);
+          trailing = true;
+          op = s.trailingOp;
+          groups = {{"p", int64_t(target.size() - bs.size())}, {"i", int64_t(bs.size())}};
+        }
+      }
+      if (!trailing)
+        for (int p : s.broadcast)
+          inputs[p] = broadcastTo(fmt::format("{}_in{}", stepName, p), inputs[p], target);
+    }
+    results[k] = node(stepName, op, inputs, attrs, groups, out);
+    if (error_)
+      return std::move(error_);
+    prev = results[k];
+  }
+  if (result)
+    *result = prev;
+  return llvm::Error::success();
+}
+
 
 std::string Importer::reshape(const std::string &name, std::string x, std::vector<int64_t> from,
                               const std::vector<int64_t> &to, const std::string &out) {
@@ -551,366 +1311,333 @@ std::string Importer::reshape(const std::string &name, std::string x, std::vecto
   return x;
 }
 
-llvm::Error Importer::translate(const onnx::NodeProto &n) {
-  const std::string &op = n.op_type();
-  std::string name = n.name().empty() ? fmt::format("{}_{}", op, counter_++) : n.name();
-  group_ = name;
-  auto where = [&](const std::string &msg) {
-    return stringError(fmt::format("node '{}' (ONNX {}): {}", name, op, msg));
-  };
-  if (!n.domain().empty() && n.domain() != "ai.onnx")
-    return where(fmt::format("operators of domain '{}' are not supported", n.domain()));
-  if (fold(n))
-    return llvm::Error::success();
-  std::vector<std::string> in(n.input().begin(), n.input().end());
-  while (!in.empty() && in.back().empty())
-    in.pop_back(); // optional inputs left out
-  if (n.output_size() < 1)
-    return where("has no output");
-  const std::string out = n.output(0);
-  // Inputs that only describe shapes or axes stay constants; data inputs become tensors.
-  static const std::map<std::string, size_t> dataInputs = {
-      {"Reshape", 1}, {"Unsqueeze", 1}, {"Squeeze", 1}, {"Slice", 1}, {"Expand", 1}};
-  size_t data = in.size();
-  if (auto it = dataInputs.find(op); it != dataInputs.end())
-    data = std::min(data, it->second);
-  for (size_t k = 0; k < data; ++k)
-    materialize(in[k]);
-  for (size_t k = 0; k < data; ++k)
-    if (!g_.tensor(in[k]))
-      return where(fmt::format("input '{}' is not produced before it", in[k]));
-  unsigned rank = in.empty() ? 0 : static_cast<unsigned>(shapeOf(in[0]).size());
 
-  static const std::map<std::string, std::string> unary = {
-      {"Relu", "Relu"}, {"Sigmoid", "Sigmoid"}, {"Tanh", "Tanh"}, {"Exp", "Exp"},
-      {"Log", "Log"},   {"Sqrt", "Sqrt"},       {"Neg", "Neg"},   {"Abs", "Abs"},
-      {"Erf", "Erf"},   {"Identity", "Identity"}, {"Softplus", "Softplus"}};
-  if (auto it = unary.find(op); it != unary.end()) {
-    node(name, it->second, {in[0]}, {}, {}, out);
-    return llvm::Error::success();
-  }
-  if (op == "Dropout") { // inference: the identity (the mask output is not supported)
-    if (n.output_size() > 1 && !n.output(1).empty())
-      return where("its mask output is not supported");
-    node(name, "Identity", {in[0]}, {}, {}, out);
-    return llvm::Error::success();
-  }
-  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow") {
-    std::string x = in[0], y = in[1];
-    std::vector<int64_t> a = shapeOf(x), b = shapeOf(y);
-    bool commutative = op == "Add" || op == "Mul";
-    if (commutative && a.size() < b.size()) {
-      std::swap(x, y);
-      std::swap(a, b);
-    }
-    // Size-1 axes of one operand facing longer axes of the other are expanded.
-    auto expand = [&](std::string &t, std::vector<int64_t> &ts, const std::vector<int64_t> &other,
-                      const std::string &tag) {
-      size_t off = other.size() - ts.size();
-      for (size_t d = 0; d < ts.size(); ++d)
-        if (ts[d] == 1 && other[off + d] != 1) {
-          t = node(fmt::format("{}_expand{}{}", name, tag, d), "ExpandAxis", {t},
-                   {{"n", other[off + d]}},
-                   {{"pre", int64_t(d)}, {"post", int64_t(ts.size() - d - 1)}});
-          ts[d] = other[off + d];
-        }
-    };
-    if (a.size() >= b.size()) {
-      expand(y, b, a, "b");
-      if (a.size() == b.size())
-        expand(x, a, b, "a");
-    }
-    if (a == b) {
-      node(name, op, {x, y}, {}, {}, out);
-      return llvm::Error::success();
-    }
-    if (b.size() < a.size() && std::equal(b.begin(), b.end(), a.end() - b.size())) {
-      node(name, op + "Bcast", {x, y}, {},
-           {{"p", static_cast<int64_t>(a.size() - b.size())}, {"i", static_cast<int64_t>(b.size())}},
-           out);
-      return llvm::Error::success();
-    }
-    return where("this broadcast (the first operand of lower rank) is not translated yet");
-  }
+llvm::Error Importer::reshapeOp(const onnx::NodeProto &n, NodeEnv &env) {
+  const std::string &op = n.op_type();
+  auto x = tensorInput(n, 0);
+  if (!x)
+    return x.takeError();
+  const std::vector<int64_t> from = shapeOf(*x);
+  const int64_t rank = int64_t(from.size());
+  std::vector<int64_t> to;
+  auto str = [](const std::vector<int64_t> &v) { return fmt::format("[{}]", fmt::join(v, ", ")); };
   if (op == "Reshape") {
-    auto target = ints(in[1], "shape");
+    auto target = ints(env.input(1), "shape");
     if (!target)
-      return where(llvm::toString(target.takeError()));
-    const auto &from = shapeOf(in[0]);
-    std::vector<int64_t> to = reshapeTarget(from, *target, intAttr(n, "allowzero").value_or(0));
+      return where(n, llvm::toString(target.takeError()));
+    to = reshapeTarget(from, *target, intAttr(n, "allowzero").value_or(0));
     int64_t count = 1, total = 1;
     for (int64_t d : to)
       count *= d;
     for (int64_t d : from)
       total *= d;
-    if (count != total) {
-      auto str = [](const std::vector<int64_t> &v) {
-        std::string t;
-        for (int64_t d : v)
-          t += (t.empty() ? "" : ", ") + std::to_string(d);
-        return "[" + t + "]";
-      };
-      return where(fmt::format("the target shape {} (from {}) does not keep the element count "
-                               "of {}",
-                               str(to), str(*target), str(from)));
-    }
-    reshape(name, in[0], from, to, out);
-    return llvm::Error::success();
-  }
-  if (op == "Unsqueeze" || op == "Squeeze") {
-    auto axesOrError = axesOf(n, in);
-    if (!axesOrError)
-      return where(llvm::toString(axesOrError.takeError()));
-    std::vector<int64_t> axes = *axesOrError;
-    std::vector<int64_t> to =
-        op == "Unsqueeze" ? unsqueezed(shapeOf(in[0]), axes) : squeezed(shapeOf(in[0]), axes);
-    reshape(name, in[0], shapeOf(in[0]), to, out);
-    return llvm::Error::success();
-  }
-  if (op == "Slice") {
-    auto starts = ints(in[1], "starts");
-    auto ends = in.size() > 2 ? ints(in[2], "ends") : stringError("Slice needs ends");
-    if (!starts || !ends)
-      return where(llvm::toString(starts ? ends.takeError() : starts.takeError()));
-    std::vector<int64_t> axes, steps;
-    if (in.size() > 3) {
-      auto a = ints(in[3], "axes");
-      if (!a)
-        return where(llvm::toString(a.takeError()));
-      axes = *a;
-    } else {
-      for (size_t k = 0; k < starts->size(); ++k)
-        axes.push_back(int64_t(k));
-    }
-    if (in.size() > 4) {
-      auto st = ints(in[4], "steps");
-      if (!st)
-        return where(llvm::toString(st.takeError()));
-      steps = *st;
-    }
-    std::string x = in[0];
-    std::vector<int64_t> shape = shapeOf(x);
-    const int64_t r = int64_t(shape.size());
-    for (size_t k = 0; k < axes.size(); ++k) {
-      int64_t axis = axes[k] < 0 ? axes[k] + r : axes[k];
-      int64_t step = k < steps.size() ? steps[k] : 1;
-      if (axis < 0 || axis >= r)
-        return where(fmt::format("axis {} is out of range", axes[k]));
-      if (step <= 0)
-        return where("only positive steps are translated");
-      int64_t m = shape[axis];
-      int64_t b = bound((*starts)[k], m), e = bound((*ends)[k], m);
-      int64_t count = e > b ? (e - b + step - 1) / step : 0;
-      if (count == 0)
-        return where("an empty slice is not translated");
-      if (b == 0 && count == m && step == 1)
-        continue;
-      bool last = k + 1 == axes.size();
-      x = node(fmt::format("{}_axis{}", name, axis), "Slice", {x},
-               {{"start", b}, {"n", count}, {"step", step}, {"m", m}},
-               {{"pre", axis}, {"post", r - axis - 1}}, last ? out : "");
-      shape[axis] = count;
-    }
-    if (x != out)
-      node(name, "Identity", {x}, {}, {}, out);
-    return llvm::Error::success();
-  }
-  if (op == "Concat") {
-    int64_t r = int64_t(shapeOf(in[0]).size());
-    int64_t axis = intAttr(n, "axis").value_or(0);
-    axis = axis < 0 ? axis + r : axis;
-    if (in.size() == 1) {
-      node(name, "Identity", {in[0]}, {}, {}, out);
-      return llvm::Error::success();
-    }
-    std::string x = in[0];
-    int64_t have = shapeOf(in[0]).at(axis);
-    for (size_t k = 1; k < in.size(); ++k) {
-      int64_t more = shapeOf(in[k]).at(axis);
-      x = node(fmt::format("{}_{}", name, k), "Concat", {x, in[k]}, {{"n", have}, {"m", have + more}},
-               {{"pre", axis}, {"post", r - axis - 1}}, k + 1 == in.size() ? out : "");
-      have += more;
-    }
-    return llvm::Error::success();
-  }
-  if (op == "Gather") {
-    int64_t r = int64_t(shapeOf(in[0]).size());
-    int64_t axis = intAttr(n, "axis").value_or(0);
-    axis = axis < 0 ? axis + r : axis;
-    node(name, "Gather", {in[0], in[1]}, {},
-         {{"pre", axis}, {"q", int64_t(shapeOf(in[1]).size())}, {"post", r - axis - 1}}, out);
-    return llvm::Error::success();
-  }
-  if (op == "ReduceMean" || op == "ReduceSum") {
-    auto axesOrError = axesOf(n, in);
-    if (!axesOrError)
-      return where(llvm::toString(axesOrError.takeError()));
-    std::vector<int64_t> axes = *axesOrError;
-    int64_t r = int64_t(rank);
-    if (axes.size() != 1)
-      return where("only a reduction over one axis is translated");
-    int64_t axis = axes[0] < 0 ? axes[0] + r : axes[0];
-    bool keepDims = intAttr(n, "keepdims").value_or(1) != 0;
-    std::string tdl = op + (keepDims ? "Keep" : "");
-    if (!lib_.find(tdl))
-      return where(fmt::format("the library has no {}", tdl));
-    std::map<std::string, int64_t> groups = {{"pre", axis}, {"post", r - axis - 1}};
-    if (!keepDims)
-      groups["r"] = 1;
-    node(name, tdl, {in[0]}, {}, groups, out);
-    return llvm::Error::success();
-  }
-  if (op == "Conv" || op == "MaxPool" || op == "AveragePool") {
-    if (rank != 4)
-      return where(fmt::format("only 2-D (rank 4) inputs are translated; this one has rank {}",
-                               rank));
-    std::string autoPad;
-    for (const onnx::AttributeProto &a : n.attribute())
-      if (a.name() == "auto_pad")
-        autoPad = a.s();
-    if (!autoPad.empty() && autoPad != "NOTSET")
-      return where("auto_pad is not translated; export with explicit pads");
-    if (intAttr(n, "ceil_mode").value_or(0) != 0)
-      return where("ceil_mode = 1 is not supported");
-    auto s = intsAttr(n, "strides", {1, 1});
-    auto p = intsAttr(n, "pads", {0, 0, 0, 0});
-    auto d = intsAttr(n, "dilations", {1, 1});
-    std::map<std::string, int64_t> attrs = {{"sh", s[0]}, {"sw", s[1]}, {"ph", p[0]},
-                                            {"pw", p[1]}, {"peh", p[2]}, {"pew", p[3]}};
-    if (op == "Conv") {
-      attrs["dh"] = d[0];
-      attrs["dw"] = d[1];
-      int64_t group = intAttr(n, "group").value_or(1);
-      std::string conv;
-      if (group == 1) {
-        conv = node(name, "Conv2d", {in[0], in[1]}, attrs, {}, in.size() > 2 ? "" : out);
-      } else {
-        attrs["cog"] = shapeOf(in[1])[0] / group;
-        conv = node(name, "Conv2dGrouped", {in[0], in[1]}, attrs, {}, in.size() > 2 ? "" : out);
-      }
-      if (in.size() > 2)
-        node(name + "_bias", "ConvBias", {conv, in[2]}, {}, {{"s", 2}}, out);
-      return llvm::Error::success();
-    }
-    auto k = intsAttr(n, "kernel_shape", {});
-    if (k.size() != 2)
-      return where("kernel_shape must give two extents");
-    attrs["kh"] = k[0];
-    attrs["kw"] = k[1];
-    if (op == "MaxPool") {
-      if (n.output_size() > 1 && !n.output(1).empty())
-        return where("the Indices output is not supported");
-      attrs["dh"] = d[0];
-      attrs["dw"] = d[1];
-      node(name, "MaxPool2d", {in[0]}, attrs, {}, out);
-    } else {
-      bool include = intAttr(n, "count_include_pad").value_or(0) != 0;
-      node(name, include ? "AveragePool2d" : "AveragePool2dExcl", {in[0]}, attrs, {}, out);
-    }
-    return llvm::Error::success();
-  }
-  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
-    if (rank != 4)
-      return where("only rank-4 inputs are translated");
-    node(name, op, {in[0]}, {}, {}, out);
-    return llvm::Error::success();
-  }
-  if (op == "BatchNormalization") {
-    if (in.size() != 5 || n.output_size() > 1)
-      return where("only the inference form (5 inputs, one output) is translated");
-    std::string eps = scalar(name + "_epsilon");
-    // The running statistics are not trained.
-    for (int k : {3, 4})
-      if (TensorInfo *t = g_.tensor(in[k]); t && !g_.producer(in[k]))
-        t->role = TensorRole::Input;
-    node(name, "BatchNormalization", {in[0], in[1], in[2], in[3], in[4], eps}, {},
-         {{"s", static_cast<int64_t>(rank) - 2}}, out);
-    return llvm::Error::success();
-  }
-  if (op == "Flatten") {
+    if (count != total)
+      return where(n, fmt::format("the target shape {} (from {}) does not keep the element count "
+                                  "of {}", str(to), str(*target), str(from)));
+  } else if (op == "Flatten") {
     int64_t axis = intAttr(n, "axis").value_or(1);
-    if (axis == 1 && rank == 4)
-      node(name, "Flatten4", {in[0]}, {}, {}, out);
-    else if (axis == 1 && rank == 2)
-      node(name, "Flatten2", {in[0]}, {}, {}, out);
-    else
-      return where(fmt::format("axis {} of a rank-{} input is not translated", axis, rank));
-    return llvm::Error::success();
-  }
-  if (op == "Gemm") {
-    float alpha = floatAttr(n, "alpha").value_or(1), beta = floatAttr(n, "beta").value_or(1);
-    std::string a = in[0], b = in[1];
-    if (intAttr(n, "transA").value_or(0))
-      a = node(name + "_transA", "Transpose_10", {a});
-    if (intAttr(n, "transB").value_or(0))
-      b = node(name + "_transB", "Transpose_10", {b});
-    bool more = in.size() > 2 || alpha != 1;
-    std::string y = node(name, "MatMul", {a, b}, {}, {}, more ? "" : out);
-    if (alpha != 1) {
-      std::string s = scalar(name + "_alpha");
-      y = node(name + "_alpha_scale", "MulBcast", {y, s}, {}, {{"p", 2}, {"i", 0}},
-               in.size() > 2 ? "" : out);
+    axis = axis < 0 ? axis + rank : axis;
+    if (axis < 0 || axis > rank)
+      return where(n, fmt::format("axis {} is out of range for rank {}", axis, rank));
+    // The common forms keep their own ops (fused kernels, fewer nodes).
+    if (axis == 1 && rank == 4) {
+      node(nameOf(n), "Flatten4", {*x}, {}, {}, n.output(0));
+      return llvm::Error::success();
     }
-    if (in.size() > 2) {
-      if (beta != 1)
-        return where("beta other than 1 is not translated");
-      const auto &c = shapeOf(in[2]);
-      if (c.size() == 2)
-        node(name + "_bias", "Add", {y, in[2]}, {}, {}, out);
-      else
-        node(name + "_bias", "AddBcast", {y, in[2]}, {},
-             {{"p", 2 - static_cast<int64_t>(c.size())}, {"i", static_cast<int64_t>(c.size())}},
-             out);
-    }
-    return llvm::Error::success();
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < rank; ++d)
+      (d < axis ? outer : inner) *= from[d];
+    to = {outer, inner};
+  } else {
+    auto axes = axesOf(n);
+    if (!axes)
+      return where(n, llvm::toString(axes.takeError()));
+    to = op == "Unsqueeze" ? unsqueezed(from, *axes) : squeezed(from, *axes);
   }
-  if (op == "MatMul") {
-    const auto &a = shapeOf(in[0]), &b = shapeOf(in[1]);
-    if (a.size() >= 2 && b.size() == 2)
-      node(name, a.size() == 2 ? "MatMul" : "MatMulBcastB", {in[0], in[1]}, {},
-           {{"b", static_cast<int64_t>(a.size()) - 2}}, out);
-    else if (a.size() == b.size() && a.size() >= 2)
-      node(name, "MatMul", {in[0], in[1]}, {}, {{"b", static_cast<int64_t>(a.size()) - 2}}, out);
-    else
-      return where("this broadcast of matrix products is not translated");
-    return llvm::Error::success();
-  }
-  if (op == "Softmax" || op == "LogSoftmax") {
-    int64_t axis = intAttr(n, "axis").value_or(-1);
-    if (axis < 0)
-      axis += rank;
-    node(name, op, {in[0]}, {},
-         {{"pre", axis}, {"post", static_cast<int64_t>(rank) - axis - 1}}, out);
-    return llvm::Error::success();
-  }
-  if (op == "Transpose") {
-    auto perm = intsAttr(n, "perm", {});
-    if (perm.empty())
-      for (int64_t k = rank - 1; k >= 0; --k)
-        perm.push_back(k);
-    std::string opName = "Transpose_";
-    for (int64_t p : perm)
-      opName += std::to_string(p);
-    if (!lib_.find(opName))
-      return where(fmt::format("permutation {} has no op in the library (ranks 2 to 4)", opName));
-    node(name, opName, {in[0]}, {}, {}, out);
-    return llvm::Error::success();
-  }
-  return where(whyNot(op));
+  reshape(nameOf(n), *x, from, to, n.output(0));
+  return llvm::Error::success();
 }
 
-/// Why a shape cannot be a tensor's (a negative extent, more elements than 64-bit byte
-/// counts hold), or empty.
-std::string badShape(const std::vector<int64_t> &dims) {
-  int64_t bytes = 8; // the widest element
-  for (int64_t d : dims) {
-    if (d < 0)
-      return fmt::format("negative extent {}", d);
-    if (d > 0 && bytes > std::numeric_limits<int64_t>::max() / d)
-      return fmt::format("shape [{}] has more bytes than a 64-bit count holds", fmt::join(dims, ", "));
-    bytes *= std::max<int64_t>(d, 1);
+llvm::Error Importer::sliceOp(const onnx::NodeProto &n, NodeEnv &env) {
+  auto starts = ints(env.input(1), "starts");
+  auto ends = env.present(2) ? ints(env.input(2), "ends") : stringError("Slice needs ends");
+  if (!starts || !ends)
+    return where(n, llvm::toString(starts ? ends.takeError() : starts.takeError()));
+  std::vector<int64_t> axes, steps;
+  if (env.present(3)) {
+    auto a = ints(env.input(3), "axes");
+    if (!a)
+      return where(n, llvm::toString(a.takeError()));
+    axes = *a;
+  } else {
+    for (size_t k = 0; k < starts->size(); ++k)
+      axes.push_back(int64_t(k));
   }
-  return "";
+  if (env.present(4)) {
+    auto st = ints(env.input(4), "steps");
+    if (!st)
+      return where(n, llvm::toString(st.takeError()));
+    steps = *st;
+  }
+  if (starts->size() != axes.size() || ends->size() != axes.size())
+    return where(n, "starts, ends and axes differ in length");
+  auto in = tensorInput(n, 0);
+  if (!in)
+    return in.takeError();
+  std::string x = *in, out = n.output(0), name = nameOf(n);
+  std::vector<int64_t> shape = shapeOf(x);
+  const int64_t r = int64_t(shape.size());
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int64_t axis = axes[k] < 0 ? axes[k] + r : axes[k];
+    int64_t step = k < steps.size() ? steps[k] : 1;
+    if (axis < 0 || axis >= r)
+      return where(n, fmt::format("axis {} is out of range", axes[k]));
+    if (step == 0)
+      return where(n, "a step of 0");
+    int64_t m = shape[axis];
+    int64_t b, count;
+    if (step > 0) {
+      b = bound((*starts)[k], m);
+      int64_t e = bound((*ends)[k], m);
+      count = e > b ? (e - b + step - 1) / step : 0;
+    } else { // backwards: from start down to (not including) end
+      int64_t s0 = (*starts)[k] < 0 ? (*starts)[k] + m : (*starts)[k];
+      int64_t e0 = (*ends)[k] < 0 ? (*ends)[k] + m : (*ends)[k];
+      s0 = std::clamp<int64_t>(s0, -1, m - 1);
+      e0 = std::clamp<int64_t>(e0, -1, m - 1);
+      count = s0 > e0 ? (s0 - e0 + (-step) - 1) / (-step) : 0;
+      b = s0;
+    }
+    if (count == 0)
+      return where(n, "an empty slice is not translated");
+    if (b == 0 && count == m && step == 1)
+      continue;
+    x = node(fmt::format("{}_axis{}", name, axis), "Slice", {x},
+             {{"start", b}, {"n", count}, {"step", step}, {"m", m}},
+             {{"pre", axis}, {"post", r - axis - 1}}, k + 1 == axes.size() ? out : "");
+    shape[axis] = count;
+  }
+  if (x != out)
+    node(name, "Identity", {x}, {}, {}, out);
+  return llvm::Error::success();
+}
+
+llvm::Error Importer::concatOp(const onnx::NodeProto &n, NodeEnv &env) {
+  std::vector<std::string> in;
+  for (int k = 0; k < env.inputs(); ++k) {
+    auto t = tensorInput(n, k);
+    if (!t)
+      return t.takeError();
+    if (!shapeOf(*t).empty() && std::count(shapeOf(*t).begin(), shapeOf(*t).end(), 0) == 0)
+      in.push_back(*t); // empty inputs add nothing
+  }
+  if (in.empty())
+    return where(n, "every input is empty");
+  std::string name = nameOf(n), out = n.output(0);
+  int64_t r = int64_t(shapeOf(in[0]).size());
+  int64_t axis = intAttr(n, "axis").value_or(0);
+  axis = axis < 0 ? axis + r : axis;
+  if (axis < 0 || axis >= r)
+    return where(n, fmt::format("axis {} is out of range for rank {}", axis, r));
+  if (in.size() == 1) {
+    node(name, "Identity", {in[0]}, {}, {}, out);
+    return llvm::Error::success();
+  }
+  std::string x = in[0];
+  int64_t have = shapeOf(in[0]).at(axis);
+  for (size_t k = 1; k < in.size(); ++k) {
+    int64_t more = shapeOf(in[k]).at(axis);
+    x = node(fmt::format("{}_{}", name, k), "Concat", {x, in[k]}, {{"n", have}, {"m", have + more}},
+             {{"pre", axis}, {"post", r - axis - 1}}, k + 1 == in.size() ? out : "");
+    have += more;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error Importer::transposeOp(const onnx::NodeProto &n, NodeEnv &) {
+  auto in = tensorInput(n, 0);
+  if (!in)
+    return in.takeError();
+  std::vector<int64_t> from = shapeOf(*in);
+  const int64_t rank = int64_t(from.size());
+  auto perm = intsAttr(n, "perm", {});
+  if (perm.empty())
+    for (int64_t k = rank - 1; k >= 0; --k)
+      perm.push_back(k);
+  if (int64_t(perm.size()) != rank)
+    return where(n, fmt::format("perm has {} entries for an input of rank {}", perm.size(), rank));
+  std::string name = nameOf(n), out = n.output(0);
+  // Size-1 axes and runs of source axes that stay adjacent move together: the permutation
+  // of the merged axes is usually of a rank the library has (2 to 4).
+  std::vector<std::vector<int64_t>> runs; // source axes of each output run, in output order
+  for (int64_t p : perm) {
+    if (from[p] == 1)
+      continue;
+    if (!runs.empty() && runs.back().back() + 1 == p)
+      runs.back().push_back(p);
+    else
+      runs.push_back({p});
+  }
+  std::vector<size_t> order(runs.size()); // runs sorted by their first source axis
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return runs[a][0] < runs[b][0]; });
+  std::vector<int64_t> merged, newPerm(runs.size());
+  for (size_t s = 0; s < order.size(); ++s) {
+    int64_t extent = 1;
+    for (int64_t a : runs[order[s]])
+      extent *= from[a];
+    merged.push_back(extent);
+    newPerm[order[s]] = int64_t(s);
+  }
+  std::vector<int64_t> to;
+  for (int64_t p : perm)
+    to.push_back(from[p]);
+  bool identity = true;
+  for (size_t k = 0; k < newPerm.size(); ++k)
+    identity &= newPerm[k] == int64_t(k);
+  if (identity) {
+    reshape(name, *in, from, to, out);
+    return llvm::Error::success();
+  }
+  std::string opName = "Transpose_";
+  for (int64_t p : newPerm)
+    opName += std::to_string(p);
+  if (!lib_.find(opName))
+    return where(n, fmt::format("permutation [{}] merges to [{}], which has no op in the library "
+                                "(ranks 2 to 4)", fmt::join(perm, ", "), fmt::join(newPerm, ", ")));
+  std::string x = *in;
+  if (merged != from)
+    x = reshape(name + "_merge", x, from, merged, "");
+  std::vector<int64_t> permuted;
+  for (int64_t p : newPerm)
+    permuted.push_back(merged[p]);
+  if (permuted == to) {
+    node(name, opName, {x}, {}, {}, out);
+  } else {
+    x = node(name, opName, {x});
+    reshape(name + "_split", x, permuted, to, out);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error Importer::expandOp(const onnx::NodeProto &n, NodeEnv &env) {
+  auto shape = ints(env.input(1), "shape");
+  if (!shape)
+    return where(n, llvm::toString(shape.takeError()));
+  auto x = tensorInput(n, 0);
+  if (!x)
+    return x.takeError();
+  auto target = broadcastShape(shapeOf(*x), *shape);
+  if (!target)
+    return where(n, fmt::format("shape [{}] does not broadcast with the input's [{}]",
+                                fmt::join(*shape, ", "), fmt::join(shapeOf(*x), ", ")));
+  broadcastTo(nameOf(n), *x, *target, n.output(0));
+  return llvm::Error::success();
+}
+
+llvm::Error Importer::padOp(const onnx::NodeProto &n, NodeEnv &env) {
+  std::string mode = "constant";
+  for (const onnx::AttributeProto &a : n.attribute())
+    if (a.name() == "mode")
+      mode = a.s();
+  if (mode != "constant")
+    return where(n, fmt::format("mode '{}' is not translated: it clamps or mirrors the index, "
+                                "which is not affine (only 'constant')", mode));
+  std::vector<int64_t> pads;
+  if (env.present(1)) {
+    auto p = ints(env.input(1), "pads");
+    if (!p)
+      return where(n, llvm::toString(p.takeError()));
+    pads = *p;
+  } else {
+    pads = intsAttr(n, "pads", {});
+  }
+  auto in = tensorInput(n, 0);
+  if (!in)
+    return in.takeError();
+  std::vector<int64_t> shape = shapeOf(*in);
+  const int64_t r = int64_t(shape.size());
+  if (int64_t(pads.size()) != 2 * r)
+    return where(n, fmt::format("{} pads for an input of rank {}", pads.size(), r));
+  std::string name = nameOf(n), out = n.output(0);
+  // The padding value: a constant (or the attribute of opsets before 11), or a tensor.
+  std::string value;
+  if (env.present(2) && !consts_.count(env.input(2))) {
+    auto v = tensorInput(n, 2);
+    if (!v)
+      return v.takeError();
+    value = *v;
+  } else {
+    double v = floatAttr(n, "value").value_or(0);
+    if (env.present(2))
+      v = consts_[env.input(2)].v.empty() ? 0 : consts_[env.input(2)].v[0];
+    value = constant(fmt::format("{}_value", name), {}, {v}, false);
+  }
+  std::string x = *in;
+  std::vector<int> axes;
+  for (int64_t d = 0; d < r; ++d)
+    if (pads[d] != 0 || pads[d + r] != 0)
+      axes.push_back(int(d));
+  if (axes.empty()) {
+    node(name, "Identity", {x}, {}, {}, out);
+    return llvm::Error::success();
+  }
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int64_t d = axes[k], b = pads[d], e = pads[d + r], m = shape[d];
+    std::string target = k + 1 == axes.size() ? out : "";
+    std::map<std::string, int64_t> groups = {{"pre", d}, {"post", r - d - 1}};
+    if (b < 0 || e < 0) { // negative pads crop
+      int64_t start = std::max<int64_t>(-b, 0), count = m - start - std::max<int64_t>(-e, 0);
+      if (count <= 0)
+        return where(n, "the padding crops the axis away");
+      bool grows = b > 0 || e > 0;
+      x = node(fmt::format("{}_crop{}", name, d), "Slice", {x},
+               {{"start", start}, {"n", count}, {"step", 1}, {"m", m}}, groups, grows ? "" : target);
+      m = count;
+      b = std::max<int64_t>(b, 0);
+      e = std::max<int64_t>(e, 0);
+      if (!grows) {
+        shape[d] = m;
+        continue;
+      }
+    }
+    x = node(fmt::format("{}_axis{}", name, d), "Pad", {x, value},
+             {{"p", b}, {"n", m + b + e}, {"m", m}}, groups, target);
+    shape[d] = m + b + e;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error Importer::tileOp(const onnx::NodeProto &n, NodeEnv &env) {
+  auto reps = ints(env.input(1), "repeats");
+  if (!reps)
+    return where(n, llvm::toString(reps.takeError()));
+  auto in = tensorInput(n, 0);
+  if (!in)
+    return in.takeError();
+  std::vector<int64_t> shape = shapeOf(*in);
+  const int64_t r = int64_t(shape.size());
+  if (int64_t(reps->size()) != r)
+    return where(n, fmt::format("{} repeats for an input of rank {}", reps->size(), r));
+  std::string x = *in, name = nameOf(n), out = n.output(0);
+  std::vector<int64_t> axes;
+  for (int64_t d = 0; d < r; ++d) {
+    if ((*reps)[d] < 1)
+      return where(n, fmt::format("repeat {} of axis {}", (*reps)[d], d));
+    if ((*reps)[d] > 1)
+      axes.push_back(d);
+  }
+  if (axes.empty()) {
+    node(name, "Identity", {x}, {}, {}, out);
+    return llvm::Error::success();
+  }
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int64_t d = axes[k];
+    x = node(fmt::format("{}_axis{}", name, d), "Tile", {x},
+             {{"m", shape[d]}, {"n", shape[d] * (*reps)[d]}}, {{"pre", d}, {"post", r - d - 1}},
+             k + 1 == axes.size() ? out : "");
+  }
+  return llvm::Error::success();
 }
 
 llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
@@ -941,6 +1668,9 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
           o.version(), domain.empty() ? "ONNX" : "'" + domain + "'", it->second.first,
           it->second.second));
   }
+  for (const onnx::OperatorSetIdProto &o : model.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx")
+      opset_ = int(o.version());
   // Symbolic dimensions (a dynamic batch) become the batch size.
   for (onnx::ValueInfoProto &v : *graph->mutable_input())
     if (v.type().has_tensor_type())
@@ -952,11 +1682,14 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     // range) is an error naming it, not an unknown shape.
     onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
                                        onnx::ShapeInferenceOptions(/*check_type=*/true,
-                                                                   /*error_mode=*/1));
+                                                                   /*error_mode=*/1,
+                                                                   /*enable_data_propagation=*/true));
   } catch (const std::exception &e) {
     return stringError(std::string("ONNX shape inference failed: ") + e.what());
   }
   auto record = [&](const onnx::ValueInfoProto &v) {
+    if (v.type().has_tensor_type() && v.type().tensor_type().has_elem_type())
+      types_[v.name()] = v.type().tensor_type().elem_type();
     if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape())
       return;
     std::vector<int64_t> dims;
@@ -975,18 +1708,31 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     record(v);
   for (const auto &v : graph->output())
     record(v);
+  for (const onnx::NodeProto &n : graph->node())
+    consumed_.insert(n.input().begin(), n.input().end());
+  for (const auto &v : graph->output())
+    consumed_.insert(v.name());
   std::set<std::string> initializers;
   for (const onnx::TensorProto &t : graph->initializer()) {
     initializers.insert(t.name());
+    types_[t.name()] = t.data_type();
     if (std::string bad = badShape({t.dims().begin(), t.dims().end()}); !bad.empty())
       return stringError(fmt::format("initializer '{}': {}", t.name(), bad));
     shapes_[t.name()] = std::vector<int64_t>(t.dims().begin(), t.dims().end());
+    // Integer initializers are constants (shapes, axes, indices); float ones are weights.
+    if (isIntType(t.data_type())) {
+      if (auto c = constOf(t)) {
+        consts_[t.name()] = std::move(*c);
+        continue;
+      }
+    }
     TensorInfo info;
     info.name = t.name();
     info.group = t.name();
     info.shape = shapes_[t.name()];
     info.shapeKnown = true;
     info.role = TensorRole::Weight;
+    info.dtype = dtypeName(t.data_type());
     keep(g_.addTensor(std::move(info)));
   }
   unsigned dataSeen = 0;
@@ -1002,6 +1748,8 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     info.shape = it->second;
     info.shapeKnown = true;
     info.role = dataSeen++ < options_.dataInputs ? TensorRole::Input : TensorRole::Weight;
+    if (auto type = types_.find(v.name()); type != types_.end())
+      info.dtype = dtypeName(type->second);
     keep(g_.addTensor(std::move(info)));
   }
   if (error_)
@@ -1026,8 +1774,7 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
       try {
         return translate(n);
       } catch (const std::exception &x) {
-        return stringError(fmt::format("node '{}' (ONNX {}): cannot translate it: {}", n.name(),
-                                       n.op_type(), x.what()));
+        return where(n, fmt::format("cannot translate it: {}", x.what()));
       }
     }();
     if (error_) { // a tensor or node the translation added was refused
@@ -1050,8 +1797,18 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     return stringError(fmt::format("{} nodes cannot be translated ({} more read their results):{}",
                                    untranslated.size(), skipped, list));
   }
-  for (const onnx::ValueInfoProto &v : graph->output())
+  for (const onnx::ValueInfoProto &v : graph->output()) {
+    materialize(v.name()); // an output the importer evaluated is a constant of the graph
     g_.outputs.push_back(v.name());
+  }
+  // Weights no translated node reads (a training-mode batch norm's running statistics)
+  // are not trained.
+  std::set<std::string> read;
+  for (const Node &node : g_.nodes())
+    read.insert(node.inputs.begin(), node.inputs.end());
+  for (const TensorInfo &t : g_.tensors())
+    if (t.role == TensorRole::Weight && !read.count(t.name))
+      g_.tensor(t.name)->role = TensorRole::Input;
   if (llvm::Error e = checkGraph(g_, lib_))
     return stringError("the imported graph does not check: " + llvm::toString(std::move(e)));
   return llvm::Expected<Graph>(std::move(g_));
@@ -1066,7 +1823,10 @@ llvm::Expected<Graph> importOnnxBytes(const std::string &bytes, const std::strin
     return stringError(fmt::format("'{}' is not an ONNX model (protobuf parsing failed)", name));
   if (!model.has_graph())
     return stringError(fmt::format("'{}' has no graph", name));
-  auto g = Importer(lib, options).run(model);
+  auto table = tableFor(lib);
+  if (!table)
+    return table.takeError();
+  auto g = Importer(lib, **table, options).run(model);
   if (!g)
     return stringError(fmt::format("{}: {}", name, llvm::toString(g.takeError())));
   return g;
