@@ -456,9 +456,9 @@ public:
   /// mode).
   llvm::Expected<Value> pad(int d, bool end) {
     Value x = shape(input(0)), y = shape(n_.output(0));
-    if (!x.defined() || !y.defined() || size_t(d + 2) >= x.list.size())
+    if (!x.defined() || size_t(d + 2) >= x.list.size())
       return Value();
-    double in = x.list[d + 2], out = y.list[d + 2];
+    double in = x.list[d + 2];
     Value ks = name("kernel_shape");
     double k = ks.defined() && size_t(d) < ks.list.size() ? ks.list[d]
                : present(1) && shape(input(1)).defined() && size_t(d + 2) < shape(input(1)).list.size()
@@ -470,6 +470,16 @@ public:
     };
     double s = at("strides", d, 1), dil = at("dilations", d, 1);
     size_t spatial = x.list.size() - 2;
+    // The output extent: ONNX's inference, else the operator's formula (floor or ceil mode).
+    double out;
+    if (y.defined() && size_t(d + 2) < y.list.size()) {
+      out = y.list[d + 2];
+    } else {
+      double span = in + at("pads", d, 0) + at("pads", d + spatial, 0) - ((k - 1) * dil + 1);
+      Value ceilMode = name("ceil_mode");
+      bool up = ceilMode.kind == Value::Kind::Num && ceilMode.num != 0;
+      out = (up ? std::ceil(span / s) : std::floor(span / s)) + 1;
+    }
     double needed = std::max(0.0, (out - 1) * s + (k - 1) * dil + 1 - in);
     Value autoPad = name("auto_pad");
     std::string mode = autoPad.kind == Value::Kind::Str ? autoPad.str : "NOTSET";
@@ -1454,6 +1464,13 @@ llvm::Error Importer::concatOp(const onnx::NodeProto &n, NodeEnv &env) {
   return llvm::Error::success();
 }
 
+std::vector<int64_t> permutedOf(const std::vector<int64_t> &shape, const std::vector<int64_t> &perm) {
+  std::vector<int64_t> r;
+  for (int64_t p : perm)
+    r.push_back(shape[p]);
+  return r;
+}
+
 llvm::Error Importer::transposeOp(const onnx::NodeProto &n, NodeEnv &) {
   auto in = tensorInput(n, 0);
   if (!in)
@@ -1499,15 +1516,60 @@ llvm::Error Importer::transposeOp(const onnx::NodeProto &n, NodeEnv &) {
     reshape(name, *in, from, to, out);
     return llvm::Error::success();
   }
-  std::string opName = "Transpose_";
-  for (int64_t p : newPerm)
-    opName += std::to_string(p);
-  if (!lib_.find(opName))
-    return where(n, fmt::format("permutation [{}] merges to [{}], which has no op in the library "
-                                "(ranks 2 to 4)", fmt::join(perm, ", "), fmt::join(newPerm, ", ")));
+  auto opFor = [](const std::vector<int64_t> &p) {
+    std::string s = "Transpose_";
+    for (int64_t a : p)
+      s += std::to_string(a);
+    return s;
+  };
+  std::string opName = opFor(newPerm);
   std::string x = *in;
   if (merged != from)
     x = reshape(name + "_merge", x, from, merged, "");
+  if (!lib_.find(opName)) {
+    // Higher ranks: one axis at a time moves to its place, each move a block swap
+    // [A, B, C, D] -> [A, C, B, D] of merged axes (Transpose_0213 or a smaller one).
+    std::vector<int64_t> cur(newPerm.size()); // source axes, in their current order
+    std::iota(cur.begin(), cur.end(), 0);
+    for (size_t i = 0; i < cur.size(); ++i) {
+      size_t j = std::find(cur.begin(), cur.end(), newPerm[i]) - cur.begin();
+      if (j == i)
+        continue;
+      auto extent = [&](size_t b, size_t e) {
+        int64_t v = 1;
+        for (size_t q = b; q < e; ++q)
+          v *= merged[cur[q]];
+        return v;
+      };
+      std::vector<int64_t> curShape, blocks, blockPerm;
+      for (int64_t a : cur)
+        curShape.push_back(merged[a]);
+      bool hasA = i > 0, hasD = j + 1 < cur.size();
+      if (hasA)
+        blocks.push_back(extent(0, i));
+      blocks.push_back(extent(i, j));
+      blocks.push_back(extent(j, j + 1));
+      if (hasD)
+        blocks.push_back(extent(j + 1, cur.size()));
+      size_t b = hasA; // the position of block B
+      for (size_t q = 0; q < blocks.size(); ++q)
+        blockPerm.push_back(q == b ? int64_t(b + 1) : q == b + 1 ? int64_t(b) : int64_t(q));
+      std::string tag = fmt::format("{}_move{}", name, i);
+      x = reshape(tag + "_in", x, curShape, blocks, "");
+      x = node(tag, opFor(blockPerm), {x});
+      int64_t moved = cur[j];
+      cur.erase(cur.begin() + j);
+      cur.insert(cur.begin() + i, moved);
+      std::vector<int64_t> nextShape;
+      for (int64_t a : cur)
+        nextShape.push_back(merged[a]);
+      std::vector<int64_t> swapped = blocks;
+      std::swap(swapped[b], swapped[b + 1]);
+      x = reshape(tag + "_out", x, swapped, nextShape, "");
+    }
+    reshape(name, x, permutedOf(merged, newPerm), to, out);
+    return llvm::Error::success();
+  }
   std::vector<int64_t> permuted;
   for (int64_t p : newPerm)
     permuted.push_back(merged[p]);
