@@ -146,10 +146,13 @@ llvm::Expected<std::vector<unsigned>> Graph::topologicalOrder() const {
   return order;
 }
 
-llvm::Error inferNode(Graph &g, const Node &n, const OpLibrary &lib) {
-  auto where = [&](const std::string &msg) {
-    return stringError(fmt::format("node '{}' (op {}): {}", n.name, n.op, msg));
-  };
+/// An error about node `n`, naming it and its op.
+llvm::Error nodeError(const Node &n, const std::string &msg) {
+  return stringError(fmt::format("node '{}' (op {}): {}", n.name, n.op, msg));
+}
+
+llvm::Expected<NodeInstance> instantiateNode(const Graph &g, const Node &n, const OpLibrary &lib) {
+  auto where = [&](const std::string &msg) { return nodeError(n, msg); };
   const ir::OpDef *op = lib.find(n.op);
   if (!op)
     return where(fmt::format("unknown op '{}'", n.op));
@@ -172,6 +175,16 @@ llvm::Error inferNode(Graph &g, const Node &n, const OpLibrary &lib) {
   auto instOp = instantiate(*op, inst);
   if (!instOp)
     return where(llvm::toString(instOp.takeError()));
+  return NodeInstance{std::move(*instOp), std::move(shapes)};
+}
+
+llvm::Error inferNode(Graph &g, const Node &n, const OpLibrary &lib) {
+  auto where = [&](const std::string &msg) { return nodeError(n, msg); };
+  auto inst = instantiateNode(g, n, lib);
+  if (!inst)
+    return inst.takeError();
+  const InstOp *instOp = &inst->op;
+  const std::vector<std::vector<int64_t>> &shapes = inst->inputShapes;
   TensorInfo *out = g.tensor(n.output);
   std::optional<std::vector<int64_t>> declared;
   if (out->shapeKnown)

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/instantiate.h"
 #include "graph/library.h"
 #include "llvm/Support/Error.h"
 
@@ -90,6 +91,14 @@ llvm::Error checkGraph(Graph &g, const OpLibrary &lib);
 /// Checks one node whose inputs' shapes are known and infers its output's shape (what
 /// checkGraph does per node, in topological order).
 llvm::Error inferNode(Graph &g, const Node &n, const OpLibrary &lib);
+
+/// Node `n`'s op instantiated with its attributes and groups for its inputs' ranks, with
+/// the inputs' shapes (which must be known). Errors name the node.
+struct NodeInstance {
+  InstOp op;
+  std::vector<std::vector<int64_t>> inputShapes;
+};
+llvm::Expected<NodeInstance> instantiateNode(const Graph &g, const Node &n, const OpLibrary &lib);
 
 /// How the training graph updates weights.
 enum class Optimizer { SGD, Adam };

@@ -48,16 +48,31 @@ std::optional<float> floatAttr(const onnx::NodeProto &n, const std::string &name
 }
 
 /// A small constant tensor the importer evaluates itself (shape computations, scalars).
+/// The number of elements of a shape.
+int64_t elementCount(const std::vector<int64_t> &shape) {
+  return std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<int64_t>());
+}
+
+/// The numpy broadcast of two shapes, or nullopt when they do not broadcast.
+std::optional<std::vector<int64_t>> broadcastShape(const std::vector<int64_t> &a,
+                                                   const std::vector<int64_t> &b) {
+  size_t rank = std::max(a.size(), b.size());
+  std::vector<int64_t> r(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t x = d + a.size() >= rank ? a[d + a.size() - rank] : 1;
+    int64_t y = d + b.size() >= rank ? b[d + b.size() - rank] : 1;
+    if (x != y && x != 1 && y != 1)
+      return std::nullopt;
+    r[d] = x == 1 ? y : x;
+  }
+  return r;
+}
+
 struct Const {
   std::vector<int64_t> shape;
   std::vector<double> v; ///< row-major
   bool isInt = false;
-  int64_t size() const {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    return n;
-  }
+  int64_t size() const { return elementCount(shape); }
 };
 
 /// Reads a TensorProto's values (float, double, int32, int64, bool; raw or typed fields).
@@ -125,19 +140,13 @@ std::optional<Const> constOf(const onnx::TensorProto &t) {
 
 /// Numpy-style broadcast of two constants through `f`.
 std::optional<Const> broadcast(const Const &a, const Const &b, const std::function<double(double, double)> &f) {
-  size_t rank = std::max(a.shape.size(), b.shape.size());
-  auto dimOf = [&](const Const &c, size_t d) {
-    size_t off = rank - c.shape.size();
-    return d < off ? int64_t(1) : c.shape[d - off];
-  };
+  auto shape = broadcastShape(a.shape, b.shape);
+  if (!shape)
+    return std::nullopt;
+  const size_t rank = shape->size();
   Const out;
   out.isInt = a.isInt && b.isInt;
-  for (size_t d = 0; d < rank; ++d) {
-    int64_t x = dimOf(a, d), y = dimOf(b, d);
-    if (x != y && x != 1 && y != 1)
-      return std::nullopt;
-    out.shape.push_back(std::max(x, y));
-  }
+  out.shape = *shape;
   auto index = [&](const Const &c, const std::vector<int64_t> &at) {
     int64_t k = 0;
     size_t off = rank - c.shape.size();
@@ -187,9 +196,7 @@ std::vector<int64_t> squeezed(const std::vector<int64_t> &shape, std::vector<int
 /// (unless `allowZero`), -1 takes the elements left (0 when the rest is empty).
 std::vector<int64_t> reshapeTarget(const std::vector<int64_t> &from, std::vector<int64_t> to,
                                    bool allowZero) {
-  int64_t known = 1, infer = -1, total = 1;
-  for (int64_t d : from)
-    total *= d;
+  int64_t known = 1, infer = -1, total = elementCount(from);
   for (size_t d = 0; d < to.size(); ++d) {
     if (to[d] == 0 && !allowZero)
       to[d] = d < from.size() ? from[d] : 0;
@@ -217,27 +224,20 @@ std::string badShape(const std::vector<int64_t> &dims) {
   return "";
 }
 
-/// The numpy broadcast of two shapes, or nullopt when they do not broadcast.
-std::optional<std::vector<int64_t>> broadcastShape(const std::vector<int64_t> &a,
-                                                   const std::vector<int64_t> &b) {
-  size_t rank = std::max(a.size(), b.size());
-  std::vector<int64_t> r(rank);
-  for (size_t d = 0; d < rank; ++d) {
-    int64_t x = d + a.size() >= rank ? a[d + a.size() - rank] : 1;
-    int64_t y = d + b.size() >= rank ? b[d + b.size() - rank] : 1;
-    if (x != y && x != 1 && y != 1)
-      return std::nullopt;
-    r[d] = x == 1 ? y : x;
-  }
-  return r;
-}
-
 bool isIntType(int32_t t) {
   return t == onnx::TensorProto::INT64 || t == onnx::TensorProto::INT32 ||
          t == onnx::TensorProto::INT16 || t == onnx::TensorProto::INT8 ||
          t == onnx::TensorProto::UINT8 || t == onnx::TensorProto::UINT16 ||
          t == onnx::TensorProto::UINT32 || t == onnx::TensorProto::UINT64 ||
          t == onnx::TensorProto::BOOL;
+}
+
+/// `c` as a constant of ONNX element type `type`: integer types truncate, bool is x != 0.
+void convertTo(Const &c, int32_t type) {
+  c.isInt = isIntType(type);
+  if (c.isInt)
+    for (double &x : c.v)
+      x = type == onnx::TensorProto::BOOL ? double(x != 0) : std::trunc(x);
 }
 
 /// The graph's name for an ONNX element type.
@@ -281,12 +281,14 @@ const std::set<std::string> &handlerNames() {
   return names;
 }
 
-/// The table of `lib`'s directory, loaded once per directory.
+/// The table of `lib`'s directory, loaded once per directory (libraries are keyed by where
+/// they were loaded from, never by address: a library freed and another loaded at its
+/// address must not find the first one's table).
 llvm::Expected<const onnxrules::Table *> tableFor(const OpLibrary &lib) {
   static std::mutex mutex;
-  static std::map<const OpLibrary *, std::unique_ptr<onnxrules::Table>> tables;
+  static std::map<std::string, std::unique_ptr<onnxrules::Table>> tables;
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = tables.find(&lib);
+  auto it = tables.find(lib.dir());
   if (it != tables.end())
     return it->second.get();
   auto t = onnxrules::Table::load(lib.dir() + "/onnx_mapping.json", lib, handlerNames());
@@ -294,7 +296,7 @@ llvm::Expected<const onnxrules::Table *> tableFor(const OpLibrary &lib) {
     return t.takeError();
   auto owned = std::make_unique<onnxrules::Table>(std::move(*t));
   const onnxrules::Table *p = owned.get();
-  tables[&lib] = std::move(owned);
+  tables[lib.dir()] = std::move(owned);
   return p;
 }
 
@@ -771,13 +773,8 @@ bool Importer::fold(const onnx::NodeProto &n) {
     r = *b;
   } else if ((op == "Identity" || op == "Cast") && in.size() == 1) {
     r = a;
-    if (op == "Cast") {
-      int64_t to = intAttr(n, "to").value_or(1);
-      r.isInt = isIntType(int32_t(to));
-      if (r.isInt)
-        for (double &x : r.v)
-          x = to == onnx::TensorProto::BOOL ? double(x != 0) : std::trunc(x);
-    }
+    if (op == "Cast")
+      convertTo(r, int32_t(intAttr(n, "to").value_or(onnx::TensorProto::FLOAT)));
   } else if (op == "Unsqueeze" || op == "Squeeze") {
     std::vector<int64_t> axes = intsAttr(n, "axes", {});
     if (in.size() > 1)
@@ -859,8 +856,7 @@ bool Importer::foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entr
     if (!o.empty() && it == shapes_.end())
       return false;
     if (!o.empty())
-      elements += std::accumulate(it->second.begin(), it->second.end(), int64_t(1),
-                                  std::multiplies<int64_t>());
+      elements += elementCount(it->second);
   }
   if (elements > (1 << 22))
     return false;
@@ -878,12 +874,9 @@ bool Importer::foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entr
     t.data = v;
     values[name] = std::move(t);
   }
+  // The scratch graph's nodes in order (each was checked and shape-inferred as it was added).
   for (size_t k = 0; ok && k < g_.nodes().size(); ++k) {
     const Node &node = g_.nodes()[k];
-    Instantiation inst;
-    inst.attrs = node.attrs;
-    inst.groups = node.groups;
-    std::vector<std::vector<int64_t>> shapes;
     std::vector<const Tensor *> ptrs;
     for (const std::string &i : node.inputs) {
       auto it = values.find(i);
@@ -891,26 +884,23 @@ bool Importer::foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entr
         ok = false;
         break;
       }
-      inst.inputRanks.push_back(unsigned(it->second.shape.size()));
-      shapes.push_back(it->second.shape);
       ptrs.push_back(&it->second);
     }
     if (!ok)
       break;
-    auto op = instantiate(*lib_.find(node.op), inst);
-    if (!op) {
-      llvm::consumeError(op.takeError());
+    auto inst = instantiateNode(g_, node, lib_);
+    if (!inst) {
+      llvm::consumeError(inst.takeError());
       ok = false;
       break;
     }
-    const TensorInfo *out = g_.tensor(node.output);
-    auto sh = concreteShapes(*op, shapes, out && out->shapeKnown ? std::optional(out->shape) : std::nullopt);
+    auto sh = concreteShapes(inst->op, inst->inputShapes, g_.tensor(node.output)->shape);
     if (!sh) {
       llvm::consumeError(sh.takeError());
       ok = false;
       break;
     }
-    auto r = evaluate(*op, *sh, ptrs, fullRanges(*sh));
+    auto r = evaluate(inst->op, *sh, ptrs, fullRanges(*sh));
     if (!r) {
       llvm::consumeError(r.takeError());
       ok = false;
@@ -930,11 +920,8 @@ bool Importer::foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entr
     Const c;
     c.shape = it->second.shape;
     c.v = it->second.data;
-    auto type = types_.find(o);
-    c.isInt = type != types_.end() && isIntType(type->second);
-    if (c.isInt)
-      for (double &x : c.v)
-        x = type->second == onnx::TensorProto::BOOL ? double(x != 0) : std::trunc(x);
+    if (auto type = types_.find(o); type != types_.end())
+      convertTo(c, type->second);
     results[o] = std::move(c);
   }
   std::swap(g_, scratch);
@@ -1105,9 +1092,8 @@ llvm::Expected<std::string> Importer::resolve(const onnx::NodeProto &n,
         return where(n, fmt::format("the translation table's constant shape is {}", s->text()));
       shape.assign(s->list.begin(), s->list.end());
     }
-    int64_t count = std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<int64_t>());
-    return constant(fmt::format("{}_c{}", name, counter_++), shape,
-                    std::vector<double>(size_t(count), v->num), r.integer);
+    std::vector<double> values(size_t(elementCount(shape)), v->num);
+    return constant(fmt::format("{}_c{}", name, counter_++), shape, std::move(values), r.integer);
   }
   }
   return where(n, "bad input reference");
@@ -1197,8 +1183,7 @@ llvm::Error Importer::runSteps(const onnx::NodeProto &n, const std::vector<onnxr
                                     "not {}", shape->text()));
       std::vector<int64_t> to(shape->list.begin(), shape->list.end());
       const std::vector<int64_t> &from = shapeOf(inputs[0]);
-      if (std::accumulate(to.begin(), to.end(), int64_t(1), std::multiplies<int64_t>()) !=
-          std::accumulate(from.begin(), from.end(), int64_t(1), std::multiplies<int64_t>()))
+      if (elementCount(to) != elementCount(from))
         return where(n, fmt::format("cannot reshape [{}] to [{}]", fmt::join(from, ", "),
                                     fmt::join(to, ", ")));
       results[k] = reshape(stepName, inputs[0], from, to, out);
@@ -1336,12 +1321,7 @@ llvm::Error Importer::reshapeOp(const onnx::NodeProto &n, NodeEnv &env) {
     if (!target)
       return where(n, llvm::toString(target.takeError()));
     to = reshapeTarget(from, *target, intAttr(n, "allowzero").value_or(0));
-    int64_t count = 1, total = 1;
-    for (int64_t d : to)
-      count *= d;
-    for (int64_t d : from)
-      total *= d;
-    if (count != total)
+    if (elementCount(to) != elementCount(from))
       return where(n, fmt::format("the target shape {} (from {}) does not keep the element count "
                                   "of {}", str(to), str(*target), str(from)));
   } else if (op == "Flatten") {

@@ -574,29 +574,24 @@ llvm::Expected<InputRef> parseInput(const nlohmann::json &j, const std::string &
     }
     return r;
   }
-  if (j.contains("scalar")) {
-    r.kind = InputRef::Kind::Scalar;
-    auto v = parseField(j["scalar"], what);
-    if (!v)
-      return v.takeError();
-    r.value = *v;
+  if (!j.contains("scalar") && !j.contains("fill"))
+    return error(what + ": an input object needs 'input', 'scalar' or 'fill'");
+  // A scalar is a value; a fill is a value and a shape.
+  bool fill = j.contains("fill");
+  r.kind = fill ? InputRef::Kind::Fill : InputRef::Kind::Scalar;
+  auto v = parseField(j[fill ? "fill" : "scalar"], what);
+  if (!v)
+    return v.takeError();
+  r.value = *v;
+  if (!fill)
     return r;
-  }
-  if (j.contains("fill")) {
-    r.kind = InputRef::Kind::Fill;
-    auto v = parseField(j["fill"], what);
-    if (!v)
-      return v.takeError();
-    r.value = *v;
-    if (!j.contains("shape"))
-      return error(what + ": 'fill' needs 'shape'");
-    auto s = parseField(j["shape"], what);
-    if (!s)
-      return s.takeError();
-    r.shape = *s;
-    return r;
-  }
-  return error(what + ": an input object needs 'input', 'scalar' or 'fill'");
+  if (!j.contains("shape"))
+    return error(what + ": 'fill' needs 'shape'");
+  auto shape = parseField(j["shape"], what);
+  if (!shape)
+    return shape.takeError();
+  r.shape = *shape;
+  return r;
 }
 
 llvm::Expected<std::vector<std::pair<std::string, ExprPtr>>> parseMap(const nlohmann::json &j,
@@ -612,6 +607,9 @@ llvm::Expected<std::vector<std::pair<std::string, ExprPtr>>> parseMap(const nloh
   }
   return r;
 }
+
+/// The fields of a rule that are not its (single) step's.
+const std::set<std::string> ruleFields = {"when", "refuse", "steps", "each_output", "chain"};
 
 llvm::Expected<Step> parseStep(const nlohmann::json &j, const std::string &what) {
   static const std::set<std::string> fields = {"op",     "inputs",    "attrs",
@@ -672,16 +670,9 @@ llvm::Expected<Step> parseStep(const nlohmann::json &j, const std::string &what)
 }
 
 llvm::Expected<Rule> parseRule(const nlohmann::json &j, const std::string &what) {
-  static const std::set<std::string> fields = {
-      "when",   "refuse", "steps",  "each_output", "chain",       "op",          "inputs",
-      "attrs",  "groups", "if",     "output",      "broadcast",   "trailing_op", "broadcast_to",
-      "shape"};
   Rule r;
   if (!j.is_object())
     return error(what + ": a rule must be an object");
-  for (const auto &[key, value] : j.items())
-    if (!fields.count(key))
-      return error(fmt::format("{}: unknown rule field '{}'", what, key));
   if (j.contains("when")) {
     auto e = parseField(j["when"], what + ".when");
     if (!e)
@@ -703,6 +694,10 @@ llvm::Expected<Rule> parseRule(const nlohmann::json &j, const std::string &what)
   r.eachOutput = j.value("each_output", false);
   r.chain = j.value("chain", false);
   if (j.contains("steps")) {
+    for (const auto &[key, value] : j.items())
+      if (!ruleFields.count(key))
+        return error(fmt::format("{}: unknown rule field '{}' (a rule with 'steps' has only {})",
+                                 what, key, fmt::join(ruleFields, ", ")));
     if (!j["steps"].is_array() || j["steps"].empty())
       return error(what + ": 'steps' must be a non-empty list");
     for (size_t k = 0; k < j["steps"].size(); ++k) {
@@ -712,9 +707,11 @@ llvm::Expected<Rule> parseRule(const nlohmann::json &j, const std::string &what)
       r.steps.push_back(std::move(*s));
     }
   } else {
+    // One step written in the rule itself: the other fields are the step's (parseStep
+    // refuses unknown ones).
     nlohmann::json step = nlohmann::json::object();
     for (const auto &[key, value] : j.items())
-      if (key != "when" && key != "refuse" && key != "each_output" && key != "chain")
+      if (!ruleFields.count(key))
         step[key] = value;
     auto s = parseStep(step, what);
     if (!s)
