@@ -276,8 +276,8 @@ onnxrules::Value attrValue(const onnx::AttributeProto &a) {
 
 /// The structural operators the importer translates in C++ (the table names them).
 const std::set<std::string> &handlerNames() {
-  static const std::set<std::string> names = {"reshape", "slice", "concat", "transpose",
-                                              "expand",  "pad",   "tile"};
+  static const std::set<std::string> names = {"reshape", "slice", "concat",    "transpose", "expand",
+                                              "pad",     "tile",  "recurrent", "einsum"};
   return names;
 }
 
@@ -335,6 +335,16 @@ private:
   llvm::Error expandOp(const onnx::NodeProto &n, NodeEnv &env);
   llvm::Error padOp(const onnx::NodeProto &n, NodeEnv &env);
   llvm::Error tileOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error recurrentOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error einsumOp(const onnx::NodeProto &n, NodeEnv &env);
+  /// `parts` concatenated along `axis` by a balanced tree of Concat ops.
+  std::string concatAll(const std::string &name, std::vector<std::string> parts, int64_t axis,
+                        const std::string &out);
+  /// `count` entries of `x` from `start` along `axis`.
+  std::string sliceAxis(const std::string &name, const std::string &x, int64_t axis,
+                        int64_t start, int64_t count);
+  /// `x` reshaped to `to` (itself when it has that shape).
+  std::string reshaped(const std::string &name, const std::string &x, const std::vector<int64_t> &to);
 
   std::string node(const std::string &name, const std::string &op, std::vector<std::string> in,
                    std::map<std::string, int64_t> attrs = {},
@@ -368,6 +378,10 @@ private:
   /// Reshape `x` (of `from`) to `to` (same element count) with split/merge/squeeze ops.
   std::string reshape(const std::string &name, std::string x, std::vector<int64_t> from,
                       const std::vector<int64_t> &to, const std::string &out);
+  /// `in` with its axes permuted (output axis d is input axis perm[d]), by the library's
+  /// Transpose_<perm> ops of ranks 2 to 4 on merged axes, or block moves at higher ranks.
+  std::string transpose(const std::string &name, const std::string &in,
+                        const std::vector<int64_t> &perm, const std::string &out);
   /// `x` broadcast numpy-style to `to` (leading axes added, size-1 axes expanded).
   std::string broadcastTo(const std::string &name, std::string x, const std::vector<int64_t> &to,
                           const std::string &out = "");
@@ -395,6 +409,7 @@ private:
   std::set<std::string> consumed_;       ///< tensors some node or the graph's outputs read
   std::map<const onnx::NodeProto *, std::string> names_;
   std::string group_; // the ONNX node being translated: all its TDL nodes share its group
+  std::string coalesce_; // the coalesce key of the nodes being added (unrolled recurrences)
   llvm::Error error_ = llvm::Error::success();
   unsigned counter_ = 0;
 };
@@ -578,6 +593,7 @@ std::string Importer::node(const std::string &name, const std::string &op,
   Node n;
   n.name = name;
   n.group = group_;
+  n.coalesce = coalesce_;
   n.op = op;
   n.inputs = std::move(in);
   n.attrs = std::move(attrs);
@@ -939,6 +955,7 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
   const std::string &op = n.op_type();
   std::string name = nameOf(n);
   group_ = name;
+  coalesce_.clear();
   if (!n.domain().empty() && n.domain() != "ai.onnx")
     return where(n, fmt::format("operators of domain '{}' are not supported", n.domain()));
   if (fold(n))
@@ -968,7 +985,8 @@ llvm::Error Importer::translateWith(const onnx::NodeProto &n, const onnxrules::E
         {"reshape", &Importer::reshapeOp},     {"slice", &Importer::sliceOp},
         {"concat", &Importer::concatOp},       {"transpose", &Importer::transposeOp},
         {"expand", &Importer::expandOp},       {"pad", &Importer::padOp},
-        {"tile", &Importer::tileOp}};
+        {"tile", &Importer::tileOp},           {"recurrent", &Importer::recurrentOp},
+        {"einsum", &Importer::einsumOp}};
     return (this->*handlers.at(entry.handler))(n, env);
   }
   for (const auto &[key, e] : entry.lets) {
@@ -1455,15 +1473,25 @@ llvm::Error Importer::transposeOp(const onnx::NodeProto &n, NodeEnv &) {
   auto in = tensorInput(n, 0);
   if (!in)
     return in.takeError();
-  std::vector<int64_t> from = shapeOf(*in);
-  const int64_t rank = int64_t(from.size());
+  const int64_t rank = int64_t(shapeOf(*in).size());
   auto perm = intsAttr(n, "perm", {});
   if (perm.empty())
     for (int64_t k = rank - 1; k >= 0; --k)
       perm.push_back(k);
   if (int64_t(perm.size()) != rank)
     return where(n, fmt::format("perm has {} entries for an input of rank {}", perm.size(), rank));
-  std::string name = nameOf(n), out = n.output(0);
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t k = 0; k < rank; ++k)
+    if (sorted[k] != k)
+      return where(n, "perm is not a permutation of the input's axes");
+  transpose(nameOf(n), *in, perm, n.output(0));
+  return llvm::Error::success();
+}
+
+std::string Importer::transpose(const std::string &name, const std::string &in,
+                                const std::vector<int64_t> &perm, const std::string &out) {
+  std::vector<int64_t> from = shapeOf(in);
   // Size-1 axes and runs of source axes that stay adjacent move together: the permutation
   // of the merged axes is usually of a rank the library has (2 to 4).
   std::vector<std::vector<int64_t>> runs; // source axes of each output run, in output order
@@ -1493,8 +1521,7 @@ llvm::Error Importer::transposeOp(const onnx::NodeProto &n, NodeEnv &) {
   for (size_t k = 0; k < newPerm.size(); ++k)
     identity &= newPerm[k] == int64_t(k);
   if (identity) {
-    reshape(name, *in, from, to, out);
-    return llvm::Error::success();
+    return reshape(name, in, from, to, out);
   }
   auto opFor = [](const std::vector<int64_t> &p) {
     std::string s = "Transpose_";
@@ -1503,7 +1530,7 @@ llvm::Error Importer::transposeOp(const onnx::NodeProto &n, NodeEnv &) {
     return s;
   };
   std::string opName = opFor(newPerm);
-  std::string x = *in;
+  std::string x = in;
   if (merged != from)
     x = reshape(name + "_merge", x, from, merged, "");
   if (!lib_.find(opName)) {
@@ -1547,19 +1574,15 @@ llvm::Error Importer::transposeOp(const onnx::NodeProto &n, NodeEnv &) {
       std::swap(swapped[b], swapped[b + 1]);
       x = reshape(tag + "_out", x, swapped, nextShape, "");
     }
-    reshape(name, x, permutedOf(merged, newPerm), to, out);
-    return llvm::Error::success();
+    return reshape(name, x, permutedOf(merged, newPerm), to, out);
   }
   std::vector<int64_t> permuted;
   for (int64_t p : newPerm)
     permuted.push_back(merged[p]);
-  if (permuted == to) {
-    node(name, opName, {x}, {}, {}, out);
-  } else {
-    x = node(name, opName, {x});
-    reshape(name + "_split", x, permuted, to, out);
-  }
-  return llvm::Error::success();
+  if (permuted == to)
+    return node(name, opName, {x}, {}, {}, out);
+  x = node(name, opName, {x});
+  return reshape(name + "_split", x, permuted, to, out);
 }
 
 llvm::Error Importer::expandOp(const onnx::NodeProto &n, NodeEnv &env) {
@@ -1682,6 +1705,486 @@ llvm::Error Importer::tileOp(const onnx::NodeProto &n, NodeEnv &env) {
   return llvm::Error::success();
 }
 
+/// Balanced concatenation of `parts` along `axis` (all of one rank): log-depth, so a
+/// long sequence is not copied once per element.
+std::string Importer::concatAll(const std::string &name, std::vector<std::string> parts,
+                                int64_t axis, const std::string &out) {
+  if (parts.size() == 1)
+    return out.empty() ? parts[0] : node(name, "Identity", {parts[0]}, {}, {}, out);
+  for (unsigned round = 0; parts.size() > 1; ++round) {
+    std::vector<std::string> next;
+    for (size_t k = 0; k + 1 < parts.size(); k += 2) {
+      const std::vector<int64_t> &a = shapeOf(parts[k]), &b = shapeOf(parts[k + 1]);
+      int64_t r = int64_t(a.size());
+      next.push_back(node(fmt::format("{}_cat{}_{}", name, round, k / 2), "Concat",
+                          {parts[k], parts[k + 1]}, {{"n", a[axis]}, {"m", a[axis] + b[axis]}},
+                          {{"pre", axis}, {"post", r - axis - 1}},
+                          parts.size() == 2 ? out : ""));
+    }
+    if (parts.size() % 2)
+      next.push_back(parts.back());
+    parts = std::move(next);
+  }
+  return parts[0];
+}
+
+std::string Importer::sliceAxis(const std::string &name, const std::string &x, int64_t axis,
+                                int64_t start, int64_t count) {
+  const std::vector<int64_t> &shape = shapeOf(x);
+  int64_t r = int64_t(shape.size());
+  return node(name, "Slice", {x}, {{"start", start}, {"n", count}, {"step", 1}, {"m", shape[axis]}},
+              {{"pre", axis}, {"post", r - axis - 1}});
+}
+
+std::string Importer::reshaped(const std::string &name, const std::string &x,
+                               const std::vector<int64_t> &to) {
+  if (shapeOf(x) == to)
+    return x;
+  return reshape(name, x, shapeOf(x), to, "");
+}
+
+// LSTM, GRU and RNN, unrolled over the static sequence: one cell per timestep and
+// direction, built of library ops with grad clauses (lstm_gates is the affine map
+// x W^T + h R^T + b of any gate count). The cells of one direction share coalesce keys,
+// so the search gives every timestep one strategy, as the paper does for its RNN.
+llvm::Error Importer::recurrentOp(const onnx::NodeProto &n, NodeEnv &env) {
+  const std::string &op = n.op_type();
+  const int gatesPer = op == "LSTM" ? 4 : op == "GRU" ? 3 : 1;
+  auto X = tensorInput(n, 0), W = tensorInput(n, 1), R = tensorInput(n, 2);
+  if (!X)
+    return X.takeError();
+  if (!W)
+    return W.takeError();
+  if (!R)
+    return R.takeError();
+  const int64_t layout = intAttr(n, "layout").value_or(0);
+  if (layout != 0 && layout != 1)
+    return where(n, fmt::format("layout {} is not 0 or 1", layout));
+  std::string direction = "forward";
+  std::vector<std::string> activations;
+  for (const onnx::AttributeProto &a : n.attribute()) {
+    if (a.name() == "direction")
+      direction = a.s();
+    else if (a.name() == "activations")
+      activations.assign(a.strings().begin(), a.strings().end());
+    else if (a.name() == "clip")
+      return where(n, "cell clipping (clip) is not translated");
+    else if (a.name() == "activation_alpha" || a.name() == "activation_beta")
+      return where(n, "activations with parameters (activation_alpha/beta) are not translated");
+  }
+  if (direction != "forward" && direction != "reverse" && direction != "bidirectional")
+    return where(n, fmt::format("direction '{}' is not forward, reverse or bidirectional", direction));
+  const int64_t dirs = direction == "bidirectional" ? 2 : 1;
+  if (intAttr(n, "input_forget").value_or(0) != 0)
+    return where(n, "coupled input and forget gates (input_forget) are not translated");
+  if (op == "LSTM" && env.present(7))
+    return where(n, "peephole connections (input P) are not translated");
+  // The activations, per direction: the defaults, or RNN's Tanh/Relu/Sigmoid.
+  std::vector<std::string> defaults = op == "LSTM"  ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+                                      : op == "GRU" ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                    : std::vector<std::string>{"Tanh"};
+  std::vector<std::string> act(dirs, "Tanh");
+  if (!activations.empty()) {
+    if (activations.size() != defaults.size() * size_t(dirs))
+      return where(n, fmt::format("{} activations for {} direction(s); {} expects {} per direction",
+                                  activations.size(), dirs, op, defaults.size()));
+    for (int64_t d = 0; d < dirs; ++d)
+      for (size_t k = 0; k < defaults.size(); ++k) {
+        const std::string &a = activations[d * defaults.size() + k];
+        bool ok = op == "RNN" ? (a == "Tanh" || a == "Relu" || a == "Sigmoid") : a == defaults[k];
+        if (!ok)
+          return where(n, fmt::format("activation '{}' is not translated (the {} cell uses {})", a,
+                                      op, op == "RNN" ? "Tanh, Relu or Sigmoid" : defaults[k]));
+        if (op == "RNN")
+          act[d] = a;
+      }
+  }
+  const std::vector<int64_t> xs = shapeOf(*X), ws = shapeOf(*W), rs = shapeOf(*R);
+  if (xs.size() != 3 || ws.size() != 3 || rs.size() != 3)
+    return where(n, "X, W and R must be of rank 3");
+  const int64_t T = xs[layout == 0 ? 0 : 1], B = xs[layout == 0 ? 1 : 0], I = xs[2];
+  const int64_t H = rs[2];
+  if (auto h = intAttr(n, "hidden_size"); h && *h != H)
+    return where(n, fmt::format("hidden_size is {} but R's last axis is {}", *h, H));
+  if (ws != std::vector<int64_t>{dirs, gatesPer * H, I} || rs != std::vector<int64_t>{dirs, gatesPer * H, H})
+    return where(n, fmt::format("W and R must be [{}, {}, {}] and [{}, {}, {}]", dirs, gatesPer * H, I,
+                                dirs, gatesPer * H, H));
+  if (env.present(4)) { // sequence_lens: every sequence of the full length, or refused
+    auto lens = ints(env.input(4), "sequence_lens");
+    if (!lens)
+      return where(n, "variable sequence lengths are not translated: " + llvm::toString(lens.takeError()));
+    for (int64_t l : *lens)
+      if (l != T)
+        return where(n, fmt::format("a sequence of length {} in a batch of length {}: variable "
+                                    "sequence lengths are not translated", l, T));
+  }
+  std::optional<std::string> B8, H0, C0;
+  for (auto [k, slot] : {std::pair<int, std::optional<std::string> *>{3, &B8}, {5, &H0}, {6, &C0}}) {
+    if (k == 6 && op != "LSTM")
+      continue;
+    if (!env.present(k))
+      continue;
+    auto t = tensorInput(n, k);
+    if (!t)
+      return t.takeError();
+    *slot = *t;
+  }
+  const std::vector<int64_t> stateShape = layout == 0 ? std::vector<int64_t>{dirs, B, H}
+                                                      : std::vector<int64_t>{B, dirs, H};
+  if (B8 && shapeOf(*B8) != std::vector<int64_t>{dirs, 2 * gatesPer * H})
+    return where(n, fmt::format("B must be [{}, {}]", dirs, 2 * gatesPer * H));
+  for (const auto *s : {&H0, &C0})
+    if (*s && shapeOf(**s) != stateShape)
+      return where(n, fmt::format("initial states must be [{}, {}, {}]", stateShape[0], stateShape[1],
+                                  stateShape[2]));
+  const std::string name = nameOf(n);
+  const int64_t G = gatesPer * H;
+  // The input at every timestep, [B, I]; both directions read them.
+  std::vector<std::string> xt(T);
+  const int64_t seqAxis = layout == 0 ? 0 : 1;
+  for (int64_t t = 0; t < T; ++t) {
+    group_ = fmt::format("{}_t{}", name, t + 1);
+    coalesce_ = name + "/x";
+    xt[t] = sliceAxis(fmt::format("{}_x_t{}", name, t + 1), *X, seqAxis, t, 1);
+    coalesce_.clear(); // a reshape may be several ops: not keyed
+    xt[t] = reshaped(fmt::format("{}_x_t{}_flat", name, t + 1), xt[t], {B, I});
+  }
+  coalesce_.clear();
+  group_ = name;
+  // The state of direction d from an initial state tensor, [B, H].
+  auto initial = [&](const std::optional<std::string> &s, int64_t d, const std::string &what) {
+    std::string tag = fmt::format("{}_d{}_{}0", name, d, what);
+    if (!s)
+      return constant(tag, {B, H}, std::vector<double>(size_t(B * H), 0.0), false);
+    return reshaped(tag + "_flat", sliceAxis(tag, *s, layout == 0 ? 0 : 1, d, 1), {B, H});
+  };
+  std::vector<std::vector<std::string>> hs(dirs, std::vector<std::string>(T)); // h per t
+  std::vector<std::string> hLast(dirs), cLast(dirs);
+  for (int64_t d = 0; d < dirs; ++d) {
+    const std::string dn = fmt::format("{}_d{}", name, d);
+    // Direction d's weights: W [G, I], R [G, H], biases Wb, Rb [G] (zeros when B is absent).
+    std::string Wd = reshaped(dn + "_W_flat", sliceAxis(dn + "_W", *W, 0, d, 1), {G, I});
+    std::string Rd = reshaped(dn + "_R_flat", sliceAxis(dn + "_R", *R, 0, d, 1), {G, H});
+    std::string Wb, Rb;
+    if (B8) {
+      std::string Bd = reshaped(dn + "_B_flat", sliceAxis(dn + "_B", *B8, 0, d, 1), {2 * G});
+      Wb = sliceAxis(dn + "_Wb", Bd, 0, 0, G);
+      Rb = sliceAxis(dn + "_Rb", Bd, 0, G, G);
+    }
+    auto zeros = [&](const std::string &tag, int64_t size) {
+      return constant(dn + "_" + tag, {size}, std::vector<double>(size_t(size), 0.0), false);
+    };
+    auto biasSum = [&](const std::string &tag, int64_t start, int64_t count) {
+      if (!B8)
+        return zeros(tag, count);
+      std::string a = count == G ? Wb : sliceAxis(dn + "_Wb_" + tag, Wb, 0, start, count);
+      std::string b = count == G ? Rb : sliceAxis(dn + "_Rb_" + tag, Rb, 0, start, count);
+      return node(dn + "_" + tag, "Add", {a, b});
+    };
+    // ONNX orders LSTM gates [i, o, f, c]; lstm_cell_c/h read [i, f, o, g]: the middle
+    // two blocks swap (on W, R and the bias, once per direction, not per step).
+    auto lstmOrder = [&](const std::string &tag, const std::string &x) {
+      std::vector<std::string> blocks;
+      for (int64_t q : {0, 2, 1, 3})
+        blocks.push_back(sliceAxis(fmt::format("{}_{}_gate{}", dn, tag, q), x, 0, q * H, H));
+      return concatAll(dn + "_" + tag + "_ifog", blocks, 0, "");
+    };
+    std::string h = initial(H0, d, "h"), c;
+    std::string Wg, Rg, bg, Wh, Rh, bh, Wbh, Rbh, one;
+    const bool lbr = op == "GRU" && intAttr(n, "linear_before_reset").value_or(0) != 0;
+    if (op == "LSTM") {
+      c = initial(C0, d, "c");
+      Wg = lstmOrder("W", Wd);
+      Rg = lstmOrder("R", Rd);
+      bg = lstmOrder("b", biasSum("b", 0, G));
+    } else if (op == "GRU") { // gates [z, r, h]: z and r together, the candidate apart
+      Wg = sliceAxis(dn + "_Wzr", Wd, 0, 0, 2 * H);
+      Rg = sliceAxis(dn + "_Rzr", Rd, 0, 0, 2 * H);
+      bg = biasSum("bzr", 0, 2 * H);
+      Wh = sliceAxis(dn + "_Wh", Wd, 0, 2 * H, H);
+      Rh = sliceAxis(dn + "_Rh", Rd, 0, 2 * H, H);
+      if (lbr) { // h~ = tanh(x Wh^T + Wbh + r * (h Rh^T + Rbh)): two products with biases
+        auto bias = [&](const std::string &tag, const std::string &b) {
+          std::string v = B8 ? sliceAxis(dn + "_" + tag, b, 0, 2 * H, H) : zeros(tag, H);
+          return broadcastTo(dn + "_" + tag + "_rows", v, {B, H});
+        };
+        Wbh = bias("Wbh", Wb);
+        Rbh = bias("Rbh", Rb);
+        one = constant(dn + "_one", {}, {1.0}, false);
+      } else {
+        bh = biasSum("bh", 2 * H, H);
+      }
+    } else {
+      Wg = Wd;
+      Rg = Rd;
+      bg = biasSum("b", 0, G);
+    }
+    for (int64_t s = 0; s < T; ++s) {
+      const int64_t t = d == 0 && direction != "reverse" ? s : T - 1 - s;
+      group_ = fmt::format("{}_t{}", dn, t + 1);
+      const std::string cell = fmt::format("{}_t{}", dn, t + 1);
+      auto keyed = [&](const std::string &role, const std::string &nodeName, const std::string &o,
+                       std::vector<std::string> in, std::map<std::string, int64_t> attrs = {},
+                       std::map<std::string, int64_t> groups = {}) {
+        coalesce_ = dn + "/" + role;
+        std::string r = node(nodeName, o, std::move(in), std::move(attrs), std::move(groups));
+        coalesce_.clear();
+        return r;
+      };
+      const std::string &x = xt[t];
+      if (op == "LSTM") {
+        std::string gates = keyed("gates", cell + "_gates", "lstm_gates", {x, h, Wg, Rg, bg});
+        c = keyed("c", cell + "_c", "lstm_cell_c", {gates, c});
+        h = keyed("h", cell + "_h", "lstm_cell_h", {gates, c});
+      } else if (op == "GRU") {
+        std::string zr = keyed("zr", cell + "_zr", "Sigmoid",
+                               {keyed("zr_pre", cell + "_zr_pre", "lstm_gates", {x, h, Wg, Rg, bg})});
+        std::string z = keyed("z", cell + "_z", "Slice", {zr},
+                              {{"start", 0}, {"n", H}, {"step", 1}, {"m", 2 * H}}, {{"pre", 1}, {"post", 0}});
+        std::string r = keyed("r", cell + "_r", "Slice", {zr},
+                              {{"start", H}, {"n", H}, {"step", 1}, {"m", 2 * H}}, {{"pre", 1}, {"post", 0}});
+        std::string pre;
+        if (lbr) {
+          std::string xh = keyed("xh", cell + "_xh", "GemmNT", {x, Wh, Wbh, one, one});
+          std::string hh = keyed("hh", cell + "_hh", "GemmNT", {h, Rh, Rbh, one, one});
+          pre = keyed("cand_pre", cell + "_cand_pre", "Add",
+                      {xh, keyed("rhh", cell + "_rhh", "Mul", {r, hh})});
+        } else {
+          std::string rh = keyed("rh", cell + "_rh", "Mul", {r, h});
+          pre = keyed("cand_pre", cell + "_cand_pre", "lstm_gates", {x, rh, Wh, Rh, bh});
+        }
+        std::string cand = keyed("cand", cell + "_cand", "Tanh", {pre});
+        // h' = (1 - z) h~ + z h = h~ + z (h - h~)
+        std::string diff = keyed("diff", cell + "_diff", "Sub", {h, cand});
+        h = keyed("h", cell + "_h", "Add", {cand, keyed("zdiff", cell + "_zdiff", "Mul", {z, diff})});
+      } else {
+        h = keyed("h", cell + "_h", act[d],
+                  {keyed("pre", cell + "_pre", "lstm_gates", {x, h, Wg, Rg, bg})});
+      }
+      hs[d][t] = h;
+    }
+    group_ = name;
+    hLast[d] = h;
+    cLast[d] = c;
+  }
+  // Y: [T, dirs, B, H] (layout 0) or [B, T, dirs, H]; Y_h and Y_c: the state shape.
+  auto used = [&](int k) {
+    return k < n.output_size() && !n.output(k).empty() && consumed_.count(n.output(k));
+  };
+  if (used(0)) {
+    std::vector<std::string> steps;
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<std::string> perDir;
+      for (int64_t d = 0; d < dirs; ++d)
+        perDir.push_back(reshaped(fmt::format("{}_y_t{}_d{}", name, t + 1, d), hs[d][t],
+                                  layout == 0 ? std::vector<int64_t>{1, 1, B, H}
+                                              : std::vector<int64_t>{B, 1, 1, H}));
+      steps.push_back(dirs == 1 ? perDir[0]
+                                : concatAll(fmt::format("{}_y_t{}", name, t + 1), perDir,
+                                            layout == 0 ? 1 : 2, ""));
+    }
+    concatAll(name + "_y", steps, layout == 0 ? 0 : 1, n.output(0));
+  }
+  for (int k : {1, 2}) {
+    if (!used(k))
+      continue;
+    if (k == 2 && op != "LSTM")
+      return where(n, "has no output 2");
+    std::vector<std::string> parts;
+    for (int64_t d = 0; d < dirs; ++d)
+      parts.push_back(reshaped(fmt::format("{}_last{}_d{}", name, k, d), k == 1 ? hLast[d] : cLast[d],
+                               layout == 0 ? std::vector<int64_t>{1, B, H}
+                                           : std::vector<int64_t>{B, 1, H}));
+    concatAll(fmt::format("{}_last{}", name, k), parts, layout == 0 ? 0 : 1, n.output(k));
+  }
+  return llvm::Error::success();
+}
+
+// Einsum of one or two operands: letters only one operand has and the output lacks are
+// summed first; then (two operands) the operands are permuted to [batch, kept, summed]
+// and [batch, summed, kept], merged to three axes, multiplied by MatMul, split and
+// permuted to the output's order. Repeated letters (diagonals) and three or more
+// operands are refused.
+llvm::Error Importer::einsumOp(const onnx::NodeProto &n, NodeEnv &env) {
+  std::string eq;
+  for (const onnx::AttributeProto &a : n.attribute())
+    if (a.name() == "equation")
+      eq = a.s();
+  eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
+  const int count = env.inputs();
+  if (count < 1 || count > 2)
+    return where(n, fmt::format("{} operands: only einsums of one or two are translated", count));
+  std::vector<std::string> in;
+  for (int k = 0; k < count; ++k) {
+    auto t = tensorInput(n, k);
+    if (!t)
+      return t.takeError();
+    in.push_back(*t);
+  }
+  size_t arrow = eq.find("->");
+  std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  for (size_t b = 0;;) {
+    size_t e = lhs.find(',', b);
+    terms.push_back(lhs.substr(b, e == std::string::npos ? std::string::npos : e - b));
+    if (e == std::string::npos)
+      break;
+    b = e + 1;
+  }
+  if (int(terms.size()) != count)
+    return where(n, fmt::format("equation '{}' has {} operand terms for {} inputs", eq, terms.size(), count));
+  // '...' becomes one placeholder letter per broadcast axis ('0', '1', ... from the right).
+  int ellipsisRank = -1;
+  auto expand = [&](std::string term, int64_t rank, std::string *err) {
+    size_t dots = term.find("...");
+    if (dots == std::string::npos)
+      return term;
+    int64_t letters = int64_t(term.size()) - 3;
+    int64_t e = rank - letters;
+    if (e < 0) {
+      *err = "has more letters than its operand has axes";
+      return term;
+    }
+    if (ellipsisRank >= 0 && ellipsisRank != e) {
+      *err = "'...' stands for different numbers of axes in the operands (broadcasting is not translated)";
+      return term;
+    }
+    ellipsisRank = int(e);
+    std::string fill;
+    for (int64_t k = 0; k < e; ++k)
+      fill += char('0' + k);
+    return term.substr(0, dots) + fill + term.substr(dots + 3);
+  };
+  std::map<char, int64_t> extent;
+  for (int k = 0; k < count; ++k) {
+    std::string err;
+    terms[k] = expand(terms[k], int64_t(shapeOf(in[k]).size()), &err);
+    if (!err.empty())
+      return where(n, fmt::format("equation '{}': operand {} {}", eq, k, err));
+    const std::vector<int64_t> &shape = shapeOf(in[k]);
+    if (terms[k].size() != shape.size())
+      return where(n, fmt::format("equation '{}': operand {} has {} letters for rank {}", eq, k,
+                                  terms[k].size(), shape.size()));
+    for (size_t d = 0; d < shape.size(); ++d) {
+      char c = terms[k][d];
+      if (!std::isalpha(static_cast<unsigned char>(c)) && !std::isdigit(static_cast<unsigned char>(c)))
+        return where(n, fmt::format("equation '{}': '{}' is not a letter", eq, c));
+      if (std::count(terms[k].begin(), terms[k].end(), c) > 1)
+        return where(n, fmt::format("equation '{}': letter '{}' repeats in operand {} (diagonals are "
+                                    "not translated)", eq, c, k));
+      auto [it, fresh] = extent.emplace(c, shape[d]);
+      if (!fresh && it->second != shape[d])
+        return where(n, fmt::format("equation '{}': letter '{}' is {} in one operand and {} in another "
+                                    "(broadcasting is not translated)", eq, c, it->second, shape[d]));
+    }
+  }
+  std::string outTerm;
+  if (arrow == std::string::npos) { // implicit: broadcast axes, then letters seen once, sorted
+    for (int k = 0; k < std::max(ellipsisRank, 0); ++k)
+      outTerm += char('0' + k);
+    std::string once;
+    for (auto [c, e] : extent) {
+      int seen = 0;
+      for (const std::string &t : terms)
+        seen += int(std::count(t.begin(), t.end(), c));
+      if (seen == 1 && std::isalpha(static_cast<unsigned char>(c)))
+        once += c;
+    }
+    outTerm += once;
+  } else {
+    std::string rhs = eq.substr(arrow + 2);
+    size_t dots = rhs.find("...");
+    outTerm = rhs;
+    if (dots != std::string::npos) {
+      std::string fill;
+      for (int k = 0; k < std::max(ellipsisRank, 0); ++k)
+        fill += char('0' + k);
+      outTerm = rhs.substr(0, dots) + fill + rhs.substr(dots + 3);
+    }
+    for (char c : outTerm) {
+      if (!extent.count(c))
+        return where(n, fmt::format("equation '{}': output letter '{}' is in no operand", eq, c));
+      if (std::count(outTerm.begin(), outTerm.end(), c) > 1)
+        return where(n, fmt::format("equation '{}': output letter '{}' repeats", eq, c));
+    }
+  }
+  const std::string name = nameOf(n), out = n.output(0);
+  auto has = [](const std::string &s, char c) { return s.find(c) != std::string::npos; };
+  // Sum away what only one operand has and the output lacks.
+  for (int k = 0; k < count; ++k) {
+    for (size_t d = terms[k].size(); d-- > 0;) {
+      char c = terms[k][d];
+      if (has(outTerm, c) || (count == 2 && has(terms[1 - k], c)))
+        continue;
+      int64_t r = int64_t(terms[k].size());
+      in[k] = node(fmt::format("{}_sum{}_{}", name, k, c), "ReduceSum", {in[k]}, {},
+                   {{"pre", int64_t(d)}, {"r", 1}, {"post", r - int64_t(d) - 1}});
+      terms[k].erase(d, 1);
+    }
+  }
+  auto permuteTo = [&](const std::string &tag, const std::string &x, const std::string &from,
+                       const std::string &to, const std::string &o) {
+    std::vector<int64_t> perm;
+    for (char c : to)
+      perm.push_back(int64_t(from.find(c)));
+    bool identity = true;
+    for (size_t d = 0; d < perm.size(); ++d)
+      identity &= perm[d] == int64_t(d);
+    if (identity)
+      return o.empty() ? x : node(tag, "Identity", {x}, {}, {}, o);
+    return transpose(tag, x, perm, o);
+  };
+  auto dims = [&](const std::string &letters) {
+    std::vector<int64_t> v;
+    for (char c : letters)
+      v.push_back(extent[c]);
+    return v;
+  };
+  auto product = [&](const std::string &letters) {
+    int64_t p = 1;
+    for (char c : letters)
+      p *= extent[c];
+    return p;
+  };
+  if (count == 1) {
+    if (terms[0].empty() && outTerm.empty()) {
+      node(name, "Identity", {in[0]}, {}, {}, out);
+      return llvm::Error::success();
+    }
+    permuteTo(name, in[0], terms[0], outTerm, out);
+    return llvm::Error::success();
+  }
+  std::string batch, left, right, summed;
+  for (char c : terms[0]) {
+    if (has(terms[1], c))
+      (has(outTerm, c) ? batch : summed) += c;
+    else
+      left += c;
+  }
+  for (char c : terms[1])
+    if (!has(terms[0], c))
+      right += c;
+  std::string a = permuteTo(name + "_a", in[0], terms[0], batch + left + summed, "");
+  std::string b = permuteTo(name + "_b", in[1], terms[1], batch + summed + right, "");
+  std::vector<int64_t> a3 = {product(left), product(summed)}, b3 = {product(summed), product(right)};
+  if (!batch.empty()) {
+    a3.insert(a3.begin(), product(batch));
+    b3.insert(b3.begin(), product(batch));
+  }
+  a = reshaped(name + "_a3", a, a3);
+  b = reshaped(name + "_b3", b, b3);
+  std::string y = node(name + "_matmul", "MatMul", {a, b}, {}, {{"b", batch.empty() ? 0 : 1}});
+  std::string produced = batch + left + right;
+  std::vector<int64_t> full = dims(produced);
+  if (produced == outTerm) {
+    reshape(name + "_split", y, shapeOf(y), full, out);
+    return llvm::Error::success();
+  }
+  y = reshaped(name + "_split", y, full);
+  permuteTo(name, y, produced, outTerm, out);
+  return llvm::Error::success();
+}
+
 llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   onnx::GraphProto *graph = model.mutable_graph();
   // The model against ONNX's schemas first: opsets and domains known, every node's input
@@ -1790,8 +2293,12 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     info.shape = it->second;
     info.shapeKnown = true;
     info.role = dataSeen++ < options_.dataInputs ? TensorRole::Input : TensorRole::Weight;
-    if (auto type = types_.find(v.name()); type != types_.end())
+    if (auto type = types_.find(v.name()); type != types_.end()) {
       info.dtype = dtypeName(type->second);
+      // An integer buffer exported as an input (an index table) is read, never trained.
+      if (isIntType(type->second))
+        info.role = TensorRole::Input;
+    }
     keep(g_.addTensor(std::move(info)));
   }
   if (error_)

@@ -30,6 +30,10 @@ void setAttr(onnx::AttributeProto *a, const std::string &name, const json &v) {
   } else if (v.is_string()) {
     a->set_type(onnx::AttributeProto::STRING);
     a->set_s(v.get<std::string>());
+  } else if (v.is_array() && !v.empty() && v[0].is_string()) {
+    a->set_type(onnx::AttributeProto::STRINGS);
+    for (const json &x : v)
+      a->add_strings(x.get<std::string>());
   } else if (v.is_array()) {
     bool floats = false;
     for (const json &x : v)
@@ -193,7 +197,7 @@ TEST(OnnxTable, ExamplesTrainWhereTheyAreDifferentiable) {
                                "BatchNormalization", "PRelu", "Softmax", "MaxPool",
                                "AveragePool", "Pad", "Transpose", "Expand", "Where", "Split",
                                "Clip", "HardSwish", "HardSigmoid", "ReduceMean", "Concat",
-                               "Tile"}) {
+                               "Tile", "LSTM", "GRU", "RNN", "Einsum"}) {
     const json &test = t["ops"][op]["tests"][0];
     onnx::ModelProto m = oneNode(op, test);
     std::string bytes;
