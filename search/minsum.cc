@@ -46,6 +46,29 @@ int64_t MinSumProblem::evaluate(const std::vector<unsigned> &values) const {
   return total;
 }
 
+/// Factor `f` with variable `u` fixed to `x`: its other variables and their table.
+static std::pair<std::vector<unsigned>, std::vector<int64_t>>
+sliceOf(const MinSumProblem::Factor &f, unsigned u, unsigned x, const std::vector<unsigned> &domains) {
+  std::vector<unsigned> vars;
+  size_t pos = 0;
+  for (size_t k = 0; k < f.vars.size(); ++k) {
+    if (f.vars[k] == u)
+      pos = k;
+    else
+      vars.push_back(f.vars[k]);
+  }
+  int64_t inner = 1; // the stride of u
+  for (size_t k = pos + 1; k < f.vars.size(); ++k)
+    inner *= domains[f.vars[k]];
+  const int64_t du = domains[u], total = int64_t(f.table.size());
+  std::vector<int64_t> table;
+  table.reserve(size_t(total / du));
+  for (int64_t outer = 0; outer < total; outer += inner * du)
+    for (int64_t i = 0; i < inner; ++i)
+      table.push_back(f.table[size_t(outer + x * inner + i)]);
+  return {std::move(vars), std::move(table)};
+}
+
 llvm::Expected<MinSumProblem::Solution> MinSumProblem::solve(const Limits &limits) const {
   const unsigned n = static_cast<unsigned>(domains_.size());
   std::vector<Factor> factors = factors_;
@@ -98,10 +121,65 @@ llvm::Expected<MinSumProblem::Solution> MinSumProblem::solve(const Limits &limit
         break;
     }
     const unsigned dv = domains_[v];
-    if (size * dv > limits.maxTableEntries)
-      return stringError(fmt::format("the elimination needs a table over {} variables (more than "
-                                     "{} entries): the graph is too wide for this search",
-                                     scope.size() + 1, limits.maxTableEntries));
+    if (size * dv > limits.maxTableEntries) {
+      if (!limits.conditionWhenTooWide)
+        return stringError(fmt::format("the elimination needs a table over {} variables (more "
+                                       "than {} entries): the graph is too wide for this search",
+                                       scope.size() + 1, limits.maxTableEntries));
+      // Condition: fix the scope's most connected variable u to the value whose factors'
+      // best completions cost least, fold that value into u's factors, and try v again.
+      for (unsigned f : fs)
+        alive[f] = true;
+      unsigned u = scope[0];
+      for (unsigned w : scope)
+        if (adj[w].size() > adj[u].size())
+          u = w;
+      std::vector<unsigned> live;
+      for (unsigned f : ofVar[u])
+        if (alive[f])
+          live.push_back(f);
+      unsigned best = 0;
+      int64_t bestCost = std::numeric_limits<int64_t>::max();
+      for (unsigned x = 0; x < domains_[u]; ++x) {
+        int64_t c = 0;
+        for (unsigned f : live) {
+          std::vector<int64_t> t = sliceOf(factors[f], u, x, domains_).second;
+          c += *std::min_element(t.begin(), t.end());
+        }
+        if (c < bestCost) {
+          bestCost = c;
+          best = x;
+        }
+      }
+      for (unsigned f : live) {
+        alive[f] = false;
+        auto [vars, table] = sliceOf(factors[f], u, best, domains_);
+        if (vars.empty()) {
+          constant += table[0];
+          continue;
+        }
+        unsigned id = static_cast<unsigned>(factors.size());
+        factors.push_back({vars, std::move(table)});
+        alive.push_back(true);
+        for (unsigned w : vars)
+          ofVar[w].push_back(id);
+      }
+      std::set<unsigned> touched(adj[u].begin(), adj[u].end());
+      for (unsigned w : touched)
+        adj[w].erase(u);
+      adj[u].clear();
+      queue.erase({key[u], priority_[u], u});
+      touched.insert(v);
+      touched.erase(u);
+      for (unsigned w : touched) {
+        queue.erase({key[w], priority_[w], w});
+        key[w] = weight(w);
+        queue.insert({key[w], priority_[w], w});
+      }
+      eliminations.push_back({u, {}, {static_cast<uint16_t>(best)}});
+      ++sol.conditioned;
+      continue;
+    }
     sol.largestTable = std::max(sol.largestTable, size * dv);
     // Strides of every factor in the extended scope (scope..., v).
     const size_t ns = scope.size();
@@ -178,6 +256,40 @@ llvm::Expected<MinSumProblem::Solution> MinSumProblem::solve(const Limits &limit
     sol.values[el.var] = el.argmin[off];
   }
   sol.cost = constant;
+  if (sol.conditioned > 0) {
+    // Coordinate descent over the original factors: each variable in turn takes its best
+    // value given the others, until a pass changes nothing (the cost never rises).
+    std::vector<std::vector<unsigned>> mine(n);
+    for (unsigned f = 0; f < factors_.size(); ++f)
+      for (unsigned w : factors_[f].vars)
+        mine[w].push_back(f);
+    for (int pass = 0; pass < 50; ++pass) {
+      bool changed = false;
+      for (unsigned w = 0; w < n; ++w) {
+        unsigned keep = sol.values[w], bestX = keep;
+        int64_t bestCost = std::numeric_limits<int64_t>::max();
+        for (unsigned x = 0; x < domains_[w]; ++x) {
+          sol.values[w] = x;
+          int64_t c = 0;
+          for (unsigned f : mine[w]) {
+            size_t off = 0;
+            for (unsigned q : factors_[f].vars)
+              off = off * domains_[q] + sol.values[q];
+            c += factors_[f].table[off];
+          }
+          if (c < bestCost || (c == bestCost && x == keep)) {
+            bestCost = c;
+            bestX = x;
+          }
+        }
+        sol.values[w] = bestX;
+        changed |= bestX != keep;
+      }
+      if (!changed)
+        break;
+    }
+    sol.cost = evaluate(sol.values);
+  }
   return sol;
 }
 

@@ -32,25 +32,33 @@ public:
   struct Limits {
     uint64_t maxTableEntries = uint64_t(1) << 24;
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+    /// When an elimination would exceed maxTableEntries: false fails; true fixes the
+    /// most connected variable of its scope to its locally best value (conditioning) until
+    /// the table fits, then improves the assignment by coordinate descent. The solution is
+    /// then valid but not proven optimal (Solution::conditioned counts the fixed variables).
+    bool conditionWhenTooWide = false;
   };
   struct Solution {
     std::vector<unsigned> values;
     int64_t cost = 0;
     uint64_t largestTable = 0; ///< entries of the largest table the elimination built
+    unsigned conditioned = 0;  ///< variables fixed heuristically (0: the optimum)
   };
   /// The assignment of least total cost (ties: the first found, deterministic). Fails when
-  /// a table would exceed the limit or the deadline passes.
+  /// the deadline passes, or when a table would exceed the limit (unless the limits allow
+  /// conditioning).
   llvm::Expected<Solution> solve(const Limits &limits) const;
   llvm::Expected<Solution> solve() const { return solve(Limits()); }
 
   /// The total cost of an assignment.
   int64_t evaluate(const std::vector<unsigned> &values) const;
 
-private:
   struct Factor {
     std::vector<unsigned> vars; ///< ascending
     std::vector<int64_t> table; ///< row-major over vars
   };
+
+private:
   std::vector<unsigned> domains_;
   std::vector<int64_t> priority_;
   std::vector<Factor> factors_;

@@ -91,6 +91,10 @@ std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanRep
   out += fmt::format("graph: {} nodes, {} tensors; DP variables after coarsening: {}; largest DP "
                      "table: {} entries\n",
                      p.nodes.size(), p.tensors.size(), plan.variables, plan.largestTable);
+  if (plan.conditioned > 0)
+    out += fmt::format("approximate: the graph is too wide for exact elimination; {} DP variables "
+                       "were fixed by conditioning and the rest improved by coordinate descent\n",
+                       plan.conditioned);
   out += fmt::format("search time: {:.3f} s\n", plan.searchSeconds);
   out += fmt::format("communication per step of the graph (model): {} ({} bytes)\n",
                      humanBytes(double(plan.totalBytes)), plan.totalBytes);

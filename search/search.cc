@@ -368,9 +368,19 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
     if (i == 0 && plan.variables == 0)
       plan.variables = m.msp.variables();
     auto sol = m.msp.solve(limits);
+    if (!sol && !limits.conditionWhenTooWide &&
+        llvm::toString(sol.takeError()).find("too wide") != std::string::npos) {
+      // A graph too wide for exact elimination (DenseNet's concatenations) still gets a
+      // plan: conditioning, with smaller tables so that it stays fast, for every later
+      // solve of this search too.
+      limits.conditionWhenTooWide = true;
+      limits.maxTableEntries = std::min<uint64_t>(o.maxTableEntries, uint64_t(1) << 18);
+      sol = m.msp.solve(limits);
+    }
     if (!sol)
       return sol.takeError();
     plan.largestTable = std::max(plan.largestTable, sol->largestTable);
+    plan.conditioned = std::max(plan.conditioned, sol->conditioned);
     return std::make_pair(choiceOf(p, m, parts, sol->values), sol->cost);
   };
   int64_t cost = 0;
@@ -878,7 +888,8 @@ std::string encodePlan(const PartitionPlan &plan) {
                         {"steps", steps},                  {"step_bytes", plan.stepBytes},
                         {"total_bytes", plan.totalBytes},  {"node_bytes", plan.nodeBytes},
                         {"search_seconds", plan.searchSeconds},
-                        {"largest_table", plan.largestTable}, {"variables", plan.variables}}
+                        {"largest_table", plan.largestTable}, {"variables", plan.variables},
+                        {"conditioned", plan.conditioned}}
       .dump();
 }
 
@@ -897,6 +908,7 @@ llvm::Expected<PartitionPlan> decodePlan(const std::string &text, const Problem 
     plan.searchSeconds = j.at("search_seconds").get<double>();
     plan.largestTable = j.at("largest_table").get<uint64_t>();
     plan.variables = j.at("variables").get<size_t>();
+    plan.conditioned = j.value("conditioned", 0u);
   } catch (const nlohmann::json::exception &e) {
     return stringError(std::string("a malformed plan: ") + e.what());
   }

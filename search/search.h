@@ -50,6 +50,9 @@ struct PartitionPlan {
   double searchSeconds = 0;       ///< analysis excluded (Problem::build)
   uint64_t largestTable = 0;      ///< entries of the largest DP table
   size_t variables = 0;           ///< DP variables of the first step (after coarsening)
+  /// DP variables fixed by conditioning because an elimination was too wide (tofu only; 0:
+  /// every step's DP was exact).
+  unsigned conditioned = 0;
 };
 
 /// Searches `problem` for a plan on `options.workers` workers with `options.algorithm`.

@@ -179,6 +179,49 @@ TEST(MinSum, TableLimitIsAnError) {
   EXPECT_NE(llvm::toString(sol.takeError()).find("too wide"), std::string::npos);
 }
 
+TEST(MinSum, ConditioningSolvesWideProblemsValidly) {
+  // Random complete problems far too wide for the table limit: conditioning gives an
+  // assignment whose reported cost is its true cost, and close to the optimum in total.
+  std::mt19937 rng(11);
+  int64_t totalExact = 0, totalApprox = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    MinSumProblem m;
+    const unsigned n = 7;
+    for (unsigned v = 0; v < n; ++v)
+      m.addVariable(3);
+    for (unsigned v = 0; v < n; ++v) {
+      std::vector<int64_t> u(3);
+      for (auto &c : u)
+        c = int64_t(rng() % 50);
+      m.addUnary(v, u);
+    }
+    for (unsigned a = 0; a < n; ++a)
+      for (unsigned b = a + 1; b < n; ++b) {
+        std::vector<int64_t> t(9);
+        for (auto &c : t)
+          c = int64_t(rng() % 30);
+        m.addPairwise(a, b, t);
+      }
+    auto exact = m.solve();
+    ASSERT_TRUE(bool(exact));
+    MinSumProblem::Limits limits;
+    limits.maxTableEntries = 27; // three variables at most
+    ASSERT_FALSE(bool(m.solve(limits)));
+    llvm::consumeError(m.solve(limits).takeError());
+    limits.conditionWhenTooWide = true;
+    auto approx = m.solve(limits);
+    ASSERT_TRUE(bool(approx)) << llvm::toString(approx.takeError());
+    EXPECT_GT(approx->conditioned, 0u);
+    EXPECT_LE(approx->largestTable, 27u);
+    EXPECT_EQ(approx->cost, m.evaluate(approx->values));
+    EXPECT_GE(approx->cost, exact->cost);
+    totalExact += exact->cost;
+    totalApprox += approx->cost;
+  }
+  std::printf("conditioned / exact total cost: %.4f\n", double(totalApprox) / double(totalExact));
+  EXPECT_LE(double(totalApprox), 1.03 * double(totalExact));
+}
+
 PartitionPlan plan(const Problem &p, unsigned k, Algorithm a, double budget = 60) {
   PlanOptions o;
   o.workers = k;
