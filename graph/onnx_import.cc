@@ -169,6 +169,18 @@ std::optional<Const> broadcast(const Const &a, const Const &b, const std::functi
 /// An ONNX index bound: negative counts from the end; clamped to [0, m].
 int64_t bound(int64_t x, int64_t m) { return std::clamp(x < 0 ? x + m : x, int64_t(0), m); }
 
+/// An integer constant held as a double, saturated to int64: INT64_MAX (an open-ended
+/// slice, `x[3:]`) is 2^63 as a double, which a plain conversion overflows.
+int64_t asInt(double x) {
+  if (std::isnan(x))
+    return 0;
+  if (x >= 9.2233720368547758e18)
+    return std::numeric_limits<int64_t>::max();
+  if (x <= -9.2233720368547758e18)
+    return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(x);
+}
+
 /// The shape after ONNX Unsqueeze: `axes` index the output (negative from its end).
 std::vector<int64_t> unsqueezed(std::vector<int64_t> shape, std::vector<int64_t> axes) {
   int64_t rank = int64_t(shape.size() + axes.size());
@@ -669,7 +681,7 @@ llvm::Expected<std::vector<int64_t>> Importer::ints(const std::string &tensor,
                                    what, tensor));
   std::vector<int64_t> v;
   for (double x : it->second.v)
-    v.push_back(static_cast<int64_t>(x));
+    v.push_back(asInt(x));
   return v;
 }
 
@@ -795,7 +807,7 @@ bool Importer::fold(const onnx::NodeProto &n) {
     std::vector<int64_t> axes = intsAttr(n, "axes", {});
     if (in.size() > 1)
       for (double x : consts_[in[1]].v)
-        axes.push_back(int64_t(x));
+        axes.push_back(asInt(x));
     r = a;
     r.shape = op == "Unsqueeze" ? unsqueezed(a.shape, axes) : squeezed(a.shape, axes);
   } else if (op == "Concat" && a.shape.size() == 1) {
@@ -812,15 +824,15 @@ bool Importer::fold(const onnx::NodeProto &n) {
     r.isInt = a.isInt;
     r.shape = idx.shape;
     for (double x : idx.v) {
-      int64_t k = int64_t(x) < 0 ? int64_t(x) + a.shape[0] : int64_t(x);
+      int64_t k = asInt(x) < 0 ? asInt(x) + a.shape[0] : asInt(x);
       if (k < 0 || k >= a.shape[0])
         return false;
       r.v.push_back(a.v[k]);
     }
   } else if (op == "Slice" && a.shape.size() == 1 && in.size() >= 3) {
     int64_t m = a.shape[0];
-    int64_t start = int64_t(consts_[in[1]].v.at(0)), end = int64_t(consts_[in[2]].v.at(0));
-    int64_t step = in.size() > 4 ? int64_t(consts_[in[4]].v.at(0)) : 1;
+    int64_t start = asInt(consts_[in[1]].v.at(0)), end = asInt(consts_[in[2]].v.at(0));
+    int64_t step = in.size() > 4 ? asInt(consts_[in[4]].v.at(0)) : 1;
     if (step <= 0)
       return false;
     start = bound(start, m);
@@ -833,7 +845,7 @@ bool Importer::fold(const onnx::NodeProto &n) {
     r = a;
     std::vector<int64_t> to;
     for (double x : consts_[in[1]].v)
-      to.push_back(int64_t(x));
+      to.push_back(asInt(x));
     r.shape = reshapeTarget(a.shape, to, false);
     if (r.size() != a.size())
       return false;
@@ -847,7 +859,7 @@ bool Importer::fold(const onnx::NodeProto &n) {
           r.isInt = v->isInt;
         }
     for (double x : a.v)
-      r.shape.push_back(int64_t(x));
+      r.shape.push_back(asInt(x));
     if (r.size() > (1 << 20))
       return false; // a large constant: leave it to the graph
     r.v.assign(size_t(r.size()), value);
