@@ -70,6 +70,17 @@ sliceOf(const MinSumProblem::Factor &f, unsigned u, unsigned x, const std::vecto
 }
 
 llvm::Expected<MinSumProblem::Solution> MinSumProblem::solve(const Limits &limits) const {
+  bool tooWide = false;
+  auto sol = solveWith(limits, limits.maxTableEntries, false, &tooWide);
+  if (sol || !tooWide || limits.conditionTableEntries == 0)
+    return sol;
+  llvm::consumeError(sol.takeError());
+  return solveWith(limits, limits.conditionTableEntries, true, &tooWide);
+}
+
+llvm::Expected<MinSumProblem::Solution>
+MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool condition,
+                         bool *tooWide) const {
   const unsigned n = static_cast<unsigned>(domains_.size());
   std::vector<Factor> factors = factors_;
   std::vector<bool> alive(factors.size(), true);
@@ -117,15 +128,17 @@ llvm::Expected<MinSumProblem::Solution> MinSumProblem::solve(const Limits &limit
     uint64_t size = 1;
     for (unsigned u : scope) {
       size *= domains_[u];
-      if (size > limits.maxTableEntries)
+      if (size > tableLimit)
         break;
     }
     const unsigned dv = domains_[v];
-    if (size * dv > limits.maxTableEntries) {
-      if (!limits.conditionWhenTooWide)
+    if (size * dv > tableLimit) {
+      if (!condition) {
+        *tooWide = true;
         return stringError(fmt::format("the elimination needs a table over {} variables (more "
                                        "than {} entries): the graph is too wide for this search",
-                                       scope.size() + 1, limits.maxTableEntries));
+                                       scope.size() + 1, tableLimit));
+      }
       // Condition: fix the scope's most connected variable u to the value whose factors'
       // best completions cost least, fold that value into u's factors, and try v again.
       for (unsigned f : fs)

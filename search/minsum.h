@@ -32,11 +32,12 @@ public:
   struct Limits {
     uint64_t maxTableEntries = uint64_t(1) << 24;
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-    /// When an elimination would exceed maxTableEntries: false fails; true fixes the
-    /// most connected variable of its scope to its locally best value (conditioning) until
-    /// the table fits, then improves the assignment by coordinate descent. The solution is
-    /// then valid but not proven optimal (Solution::conditioned counts the fixed variables).
-    bool conditionWhenTooWide = false;
+    /// When an elimination would exceed maxTableEntries: 0 fails; otherwise the problem is
+    /// solved again with tables of at most this many entries, fixing the most connected
+    /// variable of a too-wide scope to its locally best value (conditioning) until the
+    /// table fits, then improving the assignment by coordinate descent. That solution is
+    /// valid but not proven optimal (Solution::conditioned counts the fixed variables).
+    uint64_t conditionTableEntries = 0;
   };
   struct Solution {
     std::vector<unsigned> values;
@@ -59,6 +60,10 @@ public:
   };
 
 private:
+  /// Variable elimination with tables of at most `tableLimit` entries; a wider table
+  /// conditions when `condition` is set, else fails with `*tooWide` set.
+  llvm::Expected<Solution> solveWith(const Limits &limits, uint64_t tableLimit, bool condition,
+                                     bool *tooWide) const;
   std::vector<unsigned> domains_;
   std::vector<int64_t> priority_;
   std::vector<Factor> factors_;

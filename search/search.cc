@@ -361,6 +361,9 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   Coarsening co = coarsen(p, o.coarsen, o.coarsen);
   MinSumProblem::Limits limits;
   limits.maxTableEntries = o.maxTableEntries;
+  // A graph too wide for exact elimination (DenseNet's concatenations) still gets a plan:
+  // conditioning, with smaller tables so that it stays fast.
+  limits.conditionTableEntries = std::min<uint64_t>(o.maxTableEntries, uint64_t(1) << 18);
   TermCache cache;
   auto solveStep = [&](size_t i, unsigned parts) -> llvm::Expected<std::pair<StepChoice, int64_t>> {
     Candidates cand = candidates(p, plan.steps, i, parts, o.algorithm);
@@ -368,17 +371,10 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
     if (i == 0 && plan.variables == 0)
       plan.variables = m.msp.variables();
     auto sol = m.msp.solve(limits);
-    if (!sol && !limits.conditionWhenTooWide &&
-        llvm::toString(sol.takeError()).find("too wide") != std::string::npos) {
-      // A graph too wide for exact elimination (DenseNet's concatenations) still gets a
-      // plan: conditioning, with smaller tables so that it stays fast, for every later
-      // solve of this search too.
-      limits.conditionWhenTooWide = true;
-      limits.maxTableEntries = std::min<uint64_t>(o.maxTableEntries, uint64_t(1) << 18);
-      sol = m.msp.solve(limits);
-    }
     if (!sol)
       return sol.takeError();
+    if (sol->conditioned > 0) // the graph is wide: later solves skip the large exact tables
+      limits.maxTableEntries = limits.conditionTableEntries;
     plan.largestTable = std::max(plan.largestTable, sol->largestTable);
     plan.conditioned = std::max(plan.conditioned, sol->conditioned);
     return std::make_pair(choiceOf(p, m, parts, sol->values), sol->cost);
