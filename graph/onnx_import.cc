@@ -2045,14 +2045,23 @@ llvm::Error Importer::einsumOp(const onnx::NodeProto &n, NodeEnv &env) {
   }
   if (int(terms.size()) != count)
     return where(n, fmt::format("equation '{}' has {} operand terms for {} inputs", eq, terms.size(), count));
-  // '...' becomes one placeholder letter per broadcast axis ('0', '1', ... from the right).
+  // '...' becomes one placeholder letter per broadcast axis ('0', '1', ...).
   int ellipsisRank = -1;
-  auto expand = [&](std::string term, int64_t rank, std::string *err) {
+  auto placeholders = [&] {
+    std::string fill;
+    for (int k = 0; k < std::max(ellipsisRank, 0); ++k)
+      fill += char('0' + k);
+    return fill;
+  };
+  auto withPlaceholders = [&](const std::string &term) {
     size_t dots = term.find("...");
-    if (dots == std::string::npos)
+    return dots == std::string::npos ? term
+                                     : term.substr(0, dots) + placeholders() + term.substr(dots + 3);
+  };
+  auto expand = [&](const std::string &term, int64_t rank, std::string *err) {
+    if (term.find("...") == std::string::npos)
       return term;
-    int64_t letters = int64_t(term.size()) - 3;
-    int64_t e = rank - letters;
+    int64_t e = rank - (int64_t(term.size()) - 3);
     if (e < 0) {
       *err = "has more letters than its operand has axes";
       return term;
@@ -2062,10 +2071,7 @@ llvm::Error Importer::einsumOp(const onnx::NodeProto &n, NodeEnv &env) {
       return term;
     }
     ellipsisRank = int(e);
-    std::string fill;
-    for (int64_t k = 0; k < e; ++k)
-      fill += char('0' + k);
-    return term.substr(0, dots) + fill + term.substr(dots + 3);
+    return withPlaceholders(term);
   };
   std::map<char, int64_t> extent;
   for (int k = 0; k < count; ++k) {
@@ -2092,8 +2098,7 @@ llvm::Error Importer::einsumOp(const onnx::NodeProto &n, NodeEnv &env) {
   }
   std::string outTerm;
   if (arrow == std::string::npos) { // implicit: broadcast axes, then letters seen once, sorted
-    for (int k = 0; k < std::max(ellipsisRank, 0); ++k)
-      outTerm += char('0' + k);
+    outTerm = placeholders();
     std::string once;
     for (auto [c, e] : extent) {
       int seen = 0;
@@ -2104,15 +2109,7 @@ llvm::Error Importer::einsumOp(const onnx::NodeProto &n, NodeEnv &env) {
     }
     outTerm += once;
   } else {
-    std::string rhs = eq.substr(arrow + 2);
-    size_t dots = rhs.find("...");
-    outTerm = rhs;
-    if (dots != std::string::npos) {
-      std::string fill;
-      for (int k = 0; k < std::max(ellipsisRank, 0); ++k)
-        fill += char('0' + k);
-      outTerm = rhs.substr(0, dots) + fill + rhs.substr(dots + 3);
-    }
+    outTerm = withPlaceholders(eq.substr(arrow + 2));
     for (char c : outTerm) {
       if (!extent.count(c))
         return where(n, fmt::format("equation '{}': output letter '{}' is in no operand", eq, c));
@@ -2159,10 +2156,6 @@ llvm::Error Importer::einsumOp(const onnx::NodeProto &n, NodeEnv &env) {
     return p;
   };
   if (count == 1) {
-    if (terms[0].empty() && outTerm.empty()) {
-      node(name, "Identity", {in[0]}, {}, {}, out);
-      return llvm::Error::success();
-    }
     permuteTo(name, in[0], terms[0], outTerm, out);
     return llvm::Error::success();
   }
