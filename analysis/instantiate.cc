@@ -519,6 +519,17 @@ bool Instantiator::setupCallee(const ir::OpCall &c, Frame &caller, Frame &callee
   }
   for (const ir::GroupBinding &g : c.groups)
     callee.groupLen[g.var] = g.length;
+  // Coordinates written as the caller's groups, one per output variable of the callee
+  // (`layer_norm_xhat(x, eps)[*p, *g]` of an output [*p, *f]), give the callee's groups
+  // those lengths: the ranks of its inputs alone may leave the split open (x of rank 3 read
+  // as [*p, *f]), and the default would then differ from the caller's.
+  if (c.indexed && c.coords.size() == op.outputVars.size())
+    for (size_t i = 0; i < c.coords.size(); ++i) {
+      const unsigned v = op.outputVars[i];
+      if (c.coords[i].kind == ir::Coord::Kind::Splat && op.vars[v].isGroup &&
+          !callee.groupLen.count(v))
+        callee.groupLen[v] = static_cast<int64_t>(caller.vars[c.coords[i].var].size());
+    }
   std::vector<std::optional<unsigned>> ranks;
   for (const ir::ExprPtr &arg : c.args) {
     Binding b;

@@ -12,6 +12,7 @@
 // each, and the kernel picks at run time.
 #include "codegen/kernel_gen.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -523,34 +524,59 @@ private:
     return "";
   }
 
-  /// A reduction split across the threads of a block: each thread takes every
-  /// blockDim.x-th term of the flattened reduction space, then the block combines.
+  /// The number of leading variables of `vars` up to the last one at which some
+  /// reduction is placed (0 when none is).
+  size_t slottedPrefix(const std::vector<unsigned> &vars) const {
+    size_t n = 0;
+    for (size_t k = 0; k < vars.size(); ++k)
+      for (const Red &o : reds_)
+        if (o.slot == static_cast<int>(vars[k]))
+          n = k + 1;
+    return n;
+  }
+
+  /// A reduction split across the threads of a block. Its leading variables up to the last
+  /// one at which a nested reduction is placed loop serially in every thread (the nested
+  /// reductions, computed once per value as in the serial nest, are themselves split across
+  /// the block); each thread then takes every blockDim.x-th term of the flattened space of
+  /// the remaining variables, and the block combines. (Flattening all the variables would
+  /// recompute a nested reduction per term: a softmax's normaliser per class.)
   void emitBlockReduction(const Red &r) {
     const ir::Reduce &node = *r.node;
     line(fmt::format("float r{} = {};", r.id, floatLiteral(reducerIdentity<float>(node.reducer))));
     line("{");
     ++indent_;
+    const size_t serial = slottedPrefix(node.vars);
+    for (size_t k = 0; k < serial; ++k) {
+      const unsigned v = node.vars[k];
+      line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", v));
+      ++indent_;
+      emitSlot(static_cast<int>(v)); // every thread is here: collective
+    }
     std::string count;
-    for (unsigned v : node.vars)
-      count += fmt::format("{0}(hi{1} > lo{1} ? hi{1} - lo{1} : 0)", count.empty() ? "" : " * ", v);
+    for (size_t k = serial; k < node.vars.size(); ++k)
+      count += fmt::format("{0}(hi{1} > lo{1} ? hi{1} - lo{1} : 0)", count.empty() ? "" : " * ",
+                           node.vars[k]);
     line(fmt::format("const i64 c{} = {};", r.id, count.empty() ? "1" : count));
     line(fmt::format("for (i64 t{0} = threadIdx.x; t{0} < c{0}; t{0} += blockDim.x) {{", r.id));
     ++indent_;
     line(fmt::format("i64 q{0} = t{0};", r.id));
-    for (size_t k = node.vars.size(); k-- > 0;) {
+    for (size_t k = node.vars.size(); k-- > serial;) {
       const unsigned v = node.vars[k];
       line(fmt::format("const i64 v{0} = lo{0} + q{1} % (hi{0} - lo{0});", v, r.id));
-      if (k)
+      if (k > serial)
         line(fmt::format("q{} /= hi{} - lo{};", r.id, v, v));
     }
-    const bool outer = inReduction_;
-    inReduction_ = true; // what is nested inside runs serially in each thread
-    for (unsigned v : node.vars)
-      emitSlot(static_cast<int>(v));
+    const bool outer = collective_;
+    collective_ = false; // each thread its own terms: nothing nested is placed here
     line(combineLine(r, value(*node.body)));
-    inReduction_ = outer;
+    collective_ = outer;
     --indent_;
     line("}");
+    for (size_t k = 0; k < serial; ++k) {
+      --indent_;
+      line("}");
+    }
     const int op = node.reducer == ir::Reducer::Sum    ? 0
                    : node.reducer == ir::Reducer::Prod ? 1
                    : node.reducer == ir::Reducer::Max  ? 2
@@ -561,12 +587,12 @@ private:
   }
 
   void emitReduction(const Red &r) {
-    if (block_ && !inReduction_ && outerSlot(r))
+    if (block_ && collective_)
       return emitBlockReduction(r);
-    const bool outer = inReduction_;
-    inReduction_ = true;
+    const bool wasCollective = collective_;
+    collective_ = false; // what is nested inside runs serially in each thread
     emitSerialReduction(r);
-    inReduction_ = outer;
+    collective_ = wasCollective;
   }
 
   void emitSerialReduction(const Red &r) {
@@ -782,41 +808,100 @@ private:
     }
   }
 
+  /// Decodes the variables `vars` (row-major, the last fastest) from the flat index `flat`.
+  void decode(const std::vector<unsigned> &vars, const std::string &flat) {
+    if (vars.empty())
+      return;
+    line(fmt::format("i64 rest = {};", flat));
+    for (size_t k = vars.size(); k-- > 0;) {
+      line(fmt::format("const i64 v{0} = lo{0} + rest % n{0};", vars[k]));
+      if (k)
+        line(fmt::format("rest /= n{};", vars[k]));
+    }
+  }
+
+  static std::string extentProduct(const std::vector<unsigned> &vars) {
+    std::string total = "1";
+    for (unsigned v : vars)
+      total += fmt::format(" * n{}", v);
+    return total;
+  }
+
   /// The CUDA nest. One thread per output element: a grid-stride loop over the share's
-  /// elements. With block_, one block per output element at a time: a block-stride loop
-  /// (the same trip count for every thread of a block), the outer reductions split across
-  /// the block's threads, thread 0 writing.
+  /// elements. With block_, one block per value of the output variables the per-element
+  /// reductions depend on (blockOutputVars()): a block-stride loop (the
+  /// same trip count for every thread of a block) in which the block computes those
+  /// reductions together, each split across its threads, then its threads share the output
+  /// elements of that value (a softmax's row: its normaliser once, then the row), or, when
+  /// no output variable is left, thread 0 writes the one element.
   void emitCudaNest() {
     const std::vector<unsigned> &ov = op_.outputVars;
-    std::string total = "1";
-    for (unsigned v : ov)
-      total += fmt::format(" * n{}", v);
-    line(fmt::format("const i64 total = {};", total));
-    line(block_ ? "for (i64 f = blockIdx.x; f < total; f += gridDim.x) {"
-                : "for (i64 f = (i64)blockIdx.x * blockDim.x + threadIdx.x; f < total; "
-                  "f += (i64)gridDim.x * blockDim.x) {");
-    ++indent_;
-    if (!ov.empty())
-      line("i64 rest = f;");
-    for (size_t k = ov.size(); k-- > 0;) {
-      line(fmt::format("const i64 v{0} = lo{0} + rest % n{0};", ov[k]));
-      if (k)
-        line(fmt::format("rest /= n{};", ov[k]));
+    if (!block_) {
+      line(fmt::format("const i64 total = {};", extentProduct(ov)));
+      line("for (i64 f = (i64)blockIdx.x * blockDim.x + threadIdx.x; f < total; "
+           "f += (i64)gridDim.x * blockDim.x) {");
+      ++indent_;
+      decode(ov, "f");
+      emitSlot(-1);
+      for (unsigned v : ov)
+        emitSlot(static_cast<int>(v));
+      line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
+      --indent_;
+      line("}");
+      return;
     }
-    emitSlot(-1);
+    const std::vector<unsigned> outer = blockOutputVars();
+    std::vector<unsigned> inner;
     for (unsigned v : ov)
-      emitSlot(static_cast<int>(v));
-    if (block_) {
+      if (std::find(outer.begin(), outer.end(), v) == outer.end())
+        inner.push_back(v);
+    line(fmt::format("const i64 total = {};", extentProduct(outer)));
+    line("for (i64 f = blockIdx.x; f < total; f += gridDim.x) {");
+    ++indent_;
+    decode(outer, "f");
+    collective_ = true; // the per-element reductions: they use only the block's variables
+    for (const Red &r : reds_)
+      if (outerSlot(r))
+        emitReduction(r);
+    collective_ = false;
+    if (inner.empty()) {
       line("const float value = " + value(*op_.body) + ";");
       line("if (threadIdx.x == 0) out[" + outputOffset() + "] = value;");
     } else {
+      line(fmt::format("const i64 per = {};", extentProduct(inner)));
+      line("for (i64 g = threadIdx.x; g < per; g += blockDim.x) {");
+      ++indent_;
+      line("i64 rest = g;");
+      for (size_t k = inner.size(); k-- > 0;) {
+        line(fmt::format("const i64 v{0} = lo{0} + rest % n{0};", inner[k]));
+        if (k)
+          line(fmt::format("rest /= n{};", inner[k]));
+      }
       line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
+      --indent_;
+      line("}");
     }
     --indent_;
     line("}");
   }
 
 public:
+  /// The output variables whose values the block variant gives one block each: those the
+  /// reductions computed per output element depend on (a batch norm's channel, a softmax's
+  /// row), in output order.
+  std::vector<unsigned> blockOutputVars() const {
+    std::set<unsigned> used;
+    for (const Red &r : reds_)
+      if (outerSlot(r))
+        for (unsigned v : freeVars(*r.node))
+          used.insert(v);
+    std::vector<unsigned> out;
+    for (unsigned v : op_.outputVars)
+      if (used.count(v))
+        out.push_back(v);
+    return out;
+  }
+
   /// The variables of the reductions a block variant splits (after print()).
   std::vector<std::vector<unsigned>> blockReductions() const {
     std::vector<std::vector<unsigned>> out;
@@ -909,7 +994,7 @@ private:
   unsigned indent_ = 0;
   bool fast_ = false;
   bool block_ = false;       ///< printing the block-per-output CUDA variant
-  bool inReduction_ = false; ///< inside a reduction's loop
+  bool collective_ = false;  ///< block_: every thread of the block runs here alike
   std::string error_;
 };
 
@@ -1003,6 +1088,7 @@ TOFU_DEV void tofu_opq_Determinant(float *a, i64 n, float *out) {
 
 const std::string &kernelPrelude(KernelDialect dialect) {
   static const std::string cpp = std::string(R"(// Generated by Tofu's kernel generator.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -1079,6 +1165,7 @@ llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dial
       return cuda.takeError();
     k.code = std::move(*cuda);
     k.blockReductions = lowering.blockReductions();
+    k.blockOutputVars = lowering.blockOutputVars();
   }
   replaceAll(k.code, kNameToken, k.name);
   k.code = fmt::format("// op {}\n", op.name) + k.code;

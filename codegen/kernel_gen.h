@@ -40,12 +40,17 @@ struct KernelSource {
   std::string code; ///< the definitions (the dialect's prelude comes first in a unit)
   /// CUDA: the variables of each reduction computed per output element (outside any other
   /// reduction's loop). When there are any, `code` also defines `<name>_blk`, taking the
-  /// same arguments, in which one block of threads computes one output element at a time,
+  /// same arguments, in which one block of threads computes one output value at a time,
   /// splitting each such reduction across its threads (then a shared-memory tree): the
   /// variant for long reductions over few outputs (batch-norm statistics, a softmax over a
   /// vocabulary, a bias gradient over the batch), where one thread per output would run
   /// the whole sum serially. Its block size must be a multiple of 32.
   std::vector<std::vector<unsigned>> blockReductions;
+  /// CUDA, with blockReductions: the output variables the block variant gives one block per
+  /// value (those its reductions depend on: a batch norm's channel, a softmax's row); the
+  /// block's threads share the elements of the other output variables, the reductions
+  /// computed once. Empty: one block computes the reductions, then every output.
+  std::vector<unsigned> blockOutputVars;
 };
 
 /// Lowers and prints `op`. Fails, naming the op and the construct, for what the generator

@@ -26,6 +26,9 @@ struct BackendStats {
   KernelCompileStats compile;
   unsigned interpreted = 0; ///< launches run on the interpreter (no kernel could be made)
   unsigned library = 0;     ///< launches run as a library call (oneDNN, cuBLAS, cuDNN)
+  /// Launches with a library form that the library itself declined at preparation (cuDNN
+  /// with no algorithm for the views within the workspace limit): they run generated.
+  unsigned libraryDeclined = 0;
   /// Per worker, memory the backend needs beside its arena (library scratch space, a
   /// transport's staging buffer).
   std::vector<int64_t> extraBytes;

@@ -488,10 +488,15 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                   "fused kernels, e.g. {})\n",
                                   fused.folded, fused.chains.size(), fused.chains.front());
     llvm::outs() << fmt::format("kernels: {} ({} units, {} compiled now, {} from the cache) in "
-                                "{:.2f} s; {} op instances on library calls, {} on the interpreter\n",
+                                "{:.2f} s; {} op instances on library calls{}, {} on the "
+                                "interpreter\n",
                                 cs.kernels, cs.units, cs.unitsCompiled,
-                                cs.units - cs.unitsCompiled, cs.seconds,
-                                bs.library, bs.interpreted);
+                                cs.units - cs.unitsCompiled, cs.seconds, bs.library,
+                                bs.libraryDeclined > 0
+                                    ? fmt::format(" ({} more the library declined: generated)",
+                                                  bs.libraryDeclined)
+                                    : std::string(),
+                                bs.interpreted);
     if (!terminal)
       llvm::outs() << "\n| step | loss | seconds |\n| ---: | ---: | ---: |\n";
     llvm::outs().flush();
@@ -655,6 +660,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     j["kernels"] = cs.kernels;
     j["fused_nodes"] = fused.folded;
     j["library_instances"] = bs.library;
+    j["library_declined"] = bs.libraryDeclined;
     j["library_scratch_bytes"] = bs.extraBytes;
     j["kernel_units_compiled"] = cs.unitsCompiled;
     if (verify)

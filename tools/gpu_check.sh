@@ -10,17 +10,20 @@
 # non-zero when a test or a verification fails.
 #
 #   tools/gpu_check.sh [--bundle DIR] [--only tests|verify|bench] [--steps N]
+#                      [--models 'MODEL:BATCH ...' (the benchmark's, default the three above)]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle=gpu-bundle
 only=""
 steps=10
+models="wresnet-50-2:32 gpt-12-768-12-1024:8 rnn-4-2048:128"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$2"; shift ;;
     --only) only="$2"; shift ;;
     --steps) steps="$2"; shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --models) models="$2"; shift ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -109,7 +112,7 @@ if [ -z "$only" ] || [ "$only" = bench ]; then
   echo; echo "## Step time (median of $steps steps, float32) against PyTorch eager on the same GPU"; echo
   echo "| model | batch | PyTorch ms | k=1 ms (/ PyTorch) | k=2 ms | k=4 ms | k=8 ms (/ k=1) | arena per worker k=1 / 2 / 4 / 8 |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
-  for m in "wresnet-50-2:32" "gpt-12-768-12-1024:8" "rnn-4-2048:128"; do
+  for m in $models; do
     model="${m%%:*}"; b="${m#*:}"
     PYTHONUNBUFFERED=1 timeout 900 python3 tools/torch_peer.py --model "$model" --batch "$b" \
       --device cuda --steps "$steps" --json >"$results/bench-$model-torch.json" 2>"$results/bench-$model-torch.err"
@@ -137,7 +140,8 @@ PY
   done
   echo
   echo "Per worker at k=8, where the step goes (device time: kernels, copies, waiting):"
-  for m in wresnet-50-2 gpt-12-768-12-1024 rnn-4-2048; do
+  for m in $models; do
+    m="${m%%:*}"
     python3 - "$results/bench-$m-k8.json" "$m" <<'PY' 2>/dev/null
 import json, sys
 j = json.load(open(sys.argv[1]))

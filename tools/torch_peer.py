@@ -99,8 +99,8 @@ class Lstm(nn.Module):
 
     def forward(self, xs):
         b = xs.shape[1]
-        h = [torch.zeros(b, self.hidden) for _ in self.cells]
-        c = [torch.zeros(b, self.hidden) for _ in self.cells]
+        h = [xs.new_zeros(b, self.hidden) for _ in self.cells]
+        c = [xs.new_zeros(b, self.hidden) for _ in self.cells]
         outs = []
         for t in range(self.steps):
             x = xs[t]

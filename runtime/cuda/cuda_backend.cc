@@ -396,6 +396,7 @@ private:
     std::vector<KernelSource> sources;
     kernelName_.assign(program.kernels.size(), "");
     blockReductions_.assign(program.kernels.size(), {});
+    blockOutputVars_.assign(program.kernels.size(), {});
     for (size_t i = 0; i < program.kernels.size(); ++i) {
       auto src = generateKernel(*program.kernels[i].op, KernelDialect::Cuda);
       if (!src)
@@ -404,6 +405,7 @@ private:
                                        llvm::toString(src.takeError())));
       kernelName_[i] = src->name;
       blockReductions_[i] = src->blockReductions;
+      blockOutputVars_[i] = src->blockOutputVars;
       sources.push_back(std::move(*src));
     }
     auto cubins = compileCubins(sources, options_.cubins);
@@ -448,10 +450,14 @@ private:
           auto conv = makeConv(wk, std::move(*call));
           if (!conv)
             return conv.takeError();
-          pr.kind = Prepared::Conv;
-          pr.conv = std::move(*conv);
-          pr.what = pr.conv->c.describe();
-          stats_.extraBytes[w] = std::max(stats_.extraBytes[w], pr.conv->scratchBytes);
+          if (*conv) { // else cuDNN has no algorithm for these views: the generated kernel
+            pr.kind = Prepared::Conv;
+            pr.conv = std::move(*conv);
+            pr.what = pr.conv->c.describe();
+            stats_.extraBytes[w] = std::max(stats_.extraBytes[w], pr.conv->scratchBytes);
+          } else {
+            ++stats_.libraryDeclined;
+          }
         }
       } else if (auto sc = scatterPlan(op, l.ranges, l.inputBoxes)) {
         pr.kind = Prepared::Scatter;
@@ -475,9 +481,14 @@ private:
         n *= l.ranges[v].size();
       reduced += n;
     }
-    // A block per output element where each output sums many terms and there are too few
-    // outputs to fill the GPU with one thread each (or the sums are very long).
-    const bool perBlock = reduced >= 64 && (total < 32768 || reduced >= 2048);
+    int64_t groups = 1; // the block variant's blocks: values of its leading output variables
+    for (unsigned v : blockOutputVars_[l.kernel])
+      groups *= l.ranges[v].size();
+    // The block variant where each output sums many terms and there are too few outputs to
+    // fill the GPU with one thread each, or the sums are very long, or many outputs share
+    // them (a softmax's row: one thread per output would recompute the row's sums).
+    const bool perBlock =
+        reduced >= 64 && (total < 32768 || reduced >= 2048 || total >= 8 * groups);
     const std::string name =
         perBlock ? blockKernelName(kernelName_[l.kernel]) : kernelName_[l.kernel];
     auto it = kernels_.find(name);
@@ -485,10 +496,12 @@ private:
       return stringError(fmt::format("node '{}': kernel {} was not loaded", node.name, name));
     pr.kind = Prepared::Generated;
     pr.kernel = it->second;
-    pr.what = perBlock ? fmt::format("generated, a block per output ({} terms)", reduced)
-                       : "generated";
+    pr.what = !perBlock        ? std::string("generated")
+              : groups == total ? fmt::format("generated, a block per output ({} terms)", reduced)
+                                : fmt::format("generated, a block per {} outputs ({} terms)",
+                                              total / groups, reduced);
     pr.blocks = static_cast<unsigned>(
-        perBlock ? std::clamp<int64_t>(total, 1, 4 * kMaxBlocks)
+        perBlock ? std::clamp<int64_t>(groups, 1, 4 * kMaxBlocks)
                  : std::clamp<int64_t>((total + kThreads - 1) / kThreads, 1, kMaxBlocks));
     pr.args = cuda::kernelArgBlock(l.ints, pr.in, pr.out, l.fast);
     return llvm::Error::success();
@@ -563,9 +576,8 @@ private:
       break;
     }
     }
-    if (!found)
-      return stringError(fmt::format("{}: no algorithm within a {}-byte workspace",
-                                     c.describe(), options_.convWorkspaceLimit));
+    if (!found) // e.g. a data gradient into a strided view: cuDNN 9 offers no engine
+      return nullptr;
     cc->stagedW = aligned(cc->workspace);
     cc->stagedOut = cc->stagedW + (c.stageWeights ? aligned(c.w.elements() * 4) : 0);
     cc->scratchBytes = cc->stagedOut + (c.stageOutput ? aligned(c.x.elements() * 4) : 0);
@@ -673,6 +685,7 @@ private:
   std::map<std::string, cudaKernel_t> kernels_;
   std::vector<std::string> kernelName_; ///< per program kernel
   std::vector<std::vector<std::vector<unsigned>>> blockReductions_; ///< per program kernel
+  std::vector<std::vector<unsigned>> blockOutputVars_;              ///< per program kernel
   std::vector<std::vector<Prepared>> prepared_;
   BackendStats stats_;
 };
