@@ -849,6 +849,56 @@ bool Importer::fold(const onnx::NodeProto &n) {
     r.shape = reshapeTarget(a.shape, to, false);
     if (r.size() != a.size())
       return false;
+  } else if (op == "ScatterND" && in.size() == 3) {
+    // A constant tensor written by constant index tuples (Swin's shifted-window mask:
+    // slice assignments into zeros); data-dependent scatters are translated instead.
+    const Const &idx = consts_[in[1]], &upd = consts_[in[2]];
+    std::string reduction = "none";
+    for (const onnx::AttributeProto &attr : n.attribute())
+      if (attr.name() == "reduction")
+        reduction = attr.s();
+    if (idx.shape.empty() || a.shape.empty())
+      return false;
+    const size_t q = idx.shape.size();
+    const int64_t k = idx.shape.back();
+    if (k < 1 || k > int64_t(a.shape.size()))
+      return false;
+    int64_t tuples = 1, slice = 1;
+    for (size_t d = 0; d + 1 < q; ++d)
+      tuples *= idx.shape[d];
+    for (size_t d = size_t(k); d < a.shape.size(); ++d)
+      slice *= a.shape[d];
+    if (upd.size() != tuples * slice)
+      return false;
+    r = a;
+    r.isInt = a.isInt;
+    for (int64_t t = 0; t < tuples; ++t) {
+      int64_t at = 0;
+      for (int64_t d = 0; d < k; ++d) {
+        int64_t i = asInt(idx.v[size_t(t * k + d)]);
+        if (i < 0)
+          i += a.shape[size_t(d)];
+        if (i < 0 || i >= a.shape[size_t(d)])
+          return false; // out of range: left to the translation, which reports it
+        at = at * a.shape[size_t(d)] + i;
+      }
+      for (int64_t e = 0; e < slice; ++e) {
+        double &x = r.v[size_t(at * slice + e)];
+        const double u = upd.v[size_t(t * slice + e)];
+        if (reduction == "none")
+          x = u;
+        else if (reduction == "add")
+          x += u;
+        else if (reduction == "mul")
+          x *= u;
+        else if (reduction == "max")
+          x = std::max(x, u);
+        else if (reduction == "min")
+          x = std::min(x, u);
+        else
+          return false;
+      }
+    }
   } else if (op == "ConstantOfShape" && in.size() == 1) {
     r.isInt = false;
     double value = 0;
@@ -877,16 +927,14 @@ bool Importer::foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entr
   for (const std::string &i : n.input())
     if (!i.empty() && !consts_.count(i))
       return false;
-  // Small results only: a large constant stays a computation of the graph.
+  // Small results only: a large constant stays a computation of the graph. (An output whose
+  // shape ONNX did not infer is measured once evaluated.)
+  constexpr int64_t kLargest = int64_t(1) << 22;
   int64_t elements = 0;
-  for (const std::string &o : n.output()) {
-    auto it = shapes_.find(o);
-    if (!o.empty() && it == shapes_.end())
-      return false;
-    if (!o.empty())
+  for (const std::string &o : n.output())
+    if (auto it = shapes_.find(o); !o.empty() && it != shapes_.end())
       elements += elementCount(it->second);
-  }
-  if (elements > (1 << 22))
+  if (elements > kLargest)
     return false;
   Graph scratch;
   std::swap(g_, scratch);
@@ -925,6 +973,10 @@ bool Importer::foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entr
     auto sh = concreteShapes(inst->op, inst->inputShapes, g_.tensor(node.output)->shape);
     if (!sh) {
       llvm::consumeError(sh.takeError());
+      ok = false;
+      break;
+    }
+    if (elementCount(g_.tensor(node.output)->shape) > kLargest) {
       ok = false;
       break;
     }

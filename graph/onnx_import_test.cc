@@ -127,6 +127,83 @@ TEST(OnnxImport, UntranslatedNodesAreNamed) {
       << msg;
 }
 
+// A constant written at constant index tuples (Swin's shifted-window mask: slice assignments
+// into zeros) is folded, ScatterND's reduction included, whatever the indices' last extent.
+TEST(OnnxImport, ConstantScatterNDIsFolded) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  onnx::GraphProto *g = m.mutable_graph();
+  g->set_name("scatter");
+  auto tensorInfo = [](onnx::ValueInfoProto *v, const char *name) {
+    v->set_name(name);
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int d : {3, 4})
+      v->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  tensorInfo(g->add_input(), "x");
+  auto constant = [&](const char *name, onnx::TensorProto::DataType type,
+                      std::vector<int64_t> dims, std::vector<double> values) {
+    onnx::NodeProto *n = g->add_node();
+    n->set_op_type("Constant");
+    n->add_output(name);
+    onnx::AttributeProto *a = n->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    onnx::TensorProto *t = a->mutable_t();
+    t->set_data_type(type);
+    for (int64_t d : dims)
+      t->add_dims(d);
+    for (double v : values) {
+      if (type == onnx::TensorProto::INT64)
+        t->add_int64_data(static_cast<int64_t>(v));
+      else
+        t->add_float_data(static_cast<float>(v));
+    }
+  };
+  constant("shape", onnx::TensorProto::INT64, {2}, {3, 4});
+  constant("indices", onnx::TensorProto::INT64, {3, 2}, {0, 1, 0, 1, 2, -1});
+  constant("updates", onnx::TensorProto::FLOAT, {3}, {5, 2, 7});
+  onnx::NodeProto *ones = g->add_node();
+  ones->set_op_type("ConstantOfShape");
+  ones->add_input("shape");
+  ones->add_output("ones");
+  onnx::AttributeProto *value = ones->add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  value->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  value->mutable_t()->add_dims(1);
+  value->mutable_t()->add_float_data(1);
+  onnx::NodeProto *scatter = g->add_node();
+  scatter->set_name("mask");
+  scatter->set_op_type("ScatterND");
+  for (const char *in : {"ones", "indices", "updates"})
+    scatter->add_input(in);
+  scatter->add_output("mask");
+  onnx::AttributeProto *reduction = scatter->add_attribute();
+  reduction->set_name("reduction");
+  reduction->set_type(onnx::AttributeProto::STRING);
+  reduction->set_s("add");
+  onnx::NodeProto *add = g->add_node();
+  add->set_op_type("Add");
+  add->add_input("x");
+  add->add_input("mask");
+  add->add_output("y");
+  tensorInfo(g->add_output(), "y");
+  std::string path = testing::TempDir() + "/scatter.onnx";
+  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+  auto r = importOnnx(path, library());
+  ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+  // ones, with 5 + 2 added at [0, 1] (the index given twice) and 7 at [2, -1] = [2, 3].
+  std::vector<double> expected(12, 1.0);
+  expected[1] += 5 + 2;
+  expected[11] += 7;
+  bool found = false;
+  for (const auto &[name, values] : r->constants)
+    found |= values == expected;
+  EXPECT_TRUE(found) << "no folded constant holds the scattered values";
+}
+
 TEST(OnnxImport, BadFilesAreErrors) {
   auto missing = importOnnx("tests/onnx/no_such_file.onnx", library());
   ASSERT_FALSE(static_cast<bool>(missing));
