@@ -139,8 +139,7 @@ int main(int argc, char **argv) {
   }
 
   std::printf("\nTable 2: tofu's scaling with k (k1 >= k2 >= ... factors; communication counted "
-              "over every worker while the earlier steps' groups number <= 64, else the model's "
-              "group-0 estimate).\n\n");
+              "over every worker).\n\n");
   std::printf("| model | k | factors | search time | communication | worker 0 tensor memory | 1/k of single |\n");
   std::printf("| --- | ---: | --- | ---: | ---: | ---: | ---: |\n");
   std::vector<Model> scaling = {{"wresnet-152-10", 8}, {"rnn-10-8K", 512}};

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
@@ -46,6 +47,41 @@ int64_t elementsWith(const Box &b, int d, Range r) {
   return n;
 }
 
+/// Per input and dimension, the variables the region read along it depends on: those in the
+/// affine coordinates of the input's reads (every variable where a coordinate is more than
+/// arithmetic of variables and constants; none where it is read whole: data, slices).
+std::vector<std::vector<std::vector<unsigned>>> regionVariables(const InstOp &op) {
+  std::vector<std::vector<std::set<unsigned>>> deps(op.inputs.size());
+  for (size_t i = 0; i < op.inputs.size(); ++i)
+    deps[i].resize(op.inputs[i].rank);
+  ir::walk(*op.body, [&](const ir::Expr &e) {
+    const auto *r = llvm::dyn_cast<ir::Read>(&e);
+    if (!r || r->input >= deps.size())
+      return;
+    for (size_t d = 0; d < r->coords.size() && d < deps[r->input].size(); ++d) {
+      const ir::Coord &c = r->coords[d];
+      if (c.kind != ir::Coord::Kind::Affine || !c.expr)
+        continue;
+      bool plain = true;
+      ir::walk(*c.expr, [&](const ir::Expr &x) {
+        if (const auto *v = llvm::dyn_cast<ir::VarRef>(&x))
+          deps[r->input][d].insert(v->var);
+        else if (!llvm::isa<ir::Const>(x) && !llvm::isa<ir::Binary>(x) &&
+                 !llvm::isa<ir::Neg>(x) && !llvm::isa<ir::ExtentRef>(x))
+          plain = false;
+      });
+      if (!plain)
+        for (unsigned v = 0; v < op.vars.size(); ++v)
+          deps[r->input][d].insert(v);
+    }
+  });
+  std::vector<std::vector<std::vector<unsigned>>> out(deps.size());
+  for (size_t i = 0; i < deps.size(); ++i)
+    for (const std::set<unsigned> &vars : deps[i])
+      out[i].emplace_back(vars.begin(), vars.end());
+  return out;
+}
+
 std::string instantiationKey(const Node &n, const std::vector<unsigned> &ranks) {
   std::string key = n.op;
   for (const auto &[k, v] : n.attrs)
@@ -77,6 +113,8 @@ llvm::Expected<Problem> Problem::build(const Graph &g, const OpLibrary &lib) {
     p.tensors.push_back(std::move(pt));
   }
   std::map<std::string, std::shared_ptr<const StrategyTable>> tables;
+  std::map<const StrategyTable *, std::shared_ptr<const std::vector<std::vector<std::vector<unsigned>>>>>
+      regionVars;
   for (unsigned i = 0; i < g.nodes().size(); ++i) {
     const Node &n = g.nodes()[i];
     auto where = [&](const std::string &msg) {
@@ -118,6 +156,11 @@ llvm::Expected<Problem> Problem::build(const Graph &g, const OpLibrary &lib) {
       table = std::make_shared<StrategyTable>(std::move(*t));
     }
     pn.table = table;
+    auto &deps = regionVars[table.get()];
+    if (!deps)
+      deps = std::make_shared<const std::vector<std::vector<std::vector<unsigned>>>>(
+          regionVariables(table->op));
+    pn.regionVars = deps;
     auto concrete = concreteShapes(table->op, shapes, p.tensors[pn.output].shape);
     if (!concrete)
       return where(llvm::toString(concrete.takeError()));
@@ -304,31 +347,256 @@ int64_t Problem::modelCost(const std::vector<StepChoice> &steps,
     perNode->assign(nodes.size(), 0);
   if (steps.empty())
     return 0;
-  std::vector<unsigned> earlier;
-  int64_t mult = 1;
-  for (size_t l = 0; l + 1 < steps.size(); ++l) {
-    earlier.push_back(steps[l].parts);
-    mult *= steps[l].parts;
-  }
-  const bool exact = mult <= kExactGroups;
   int64_t total = 0;
   for (unsigned n = 0; n < nodes.size(); ++n) {
-    int64_t c = 0;
-    for (int64_t g = 0; g < (exact ? mult : 1); ++g) {
-      std::vector<unsigned> coords = workerCoords(static_cast<unsigned>(g), earlier);
-      coords.push_back(0);
-      for (unsigned j = 0; j < steps.back().parts; ++j) {
-        coords.back() = j;
-        c += workerNodeBytes(n, steps, coords);
-      }
-    }
-    if (!exact)
-      c *= mult;
+    const int64_t c = nodeCostEveryWorker(n, steps);
     if (perNode)
       (*perNode)[n] = c;
     total += c;
   }
   return total;
+}
+
+namespace {
+
+/// One factor of a node's cost terms: a one-dimensional quantity of a worker.
+struct CostFactor {
+  enum Kind {
+    Nonempty,      ///< var a's range is not empty (0 or 1)
+    RegionLen,     ///< input a's region along dimension d
+    RegionOverlap, ///< ... intersected with the input's tile
+    RegionEqual,   ///< inputs a and b read the same range along dimension d (0 or 1)
+    TileLen,       ///< the output tile along dimension d
+    TileComputed,  ///< ... intersected with the range the worker computes
+  } kind;
+  unsigned a = 0, b = 0, d = 0;
+  uint64_t steps = 0; ///< the steps whose coordinates it depends on (bit l: step l)
+};
+
+/// A product of factors times a coefficient.
+struct CostTerm {
+  int64_t coef = 0;
+  std::vector<unsigned> factors;
+};
+
+} // namespace
+
+int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice> &steps) const {
+  const ProblemNode &n = nodes[node];
+  const InstOp &op = n.table->op;
+  const size_t m = steps.size();
+  if (m == 0)
+    return 0;
+  auto workerByWorker = [&] { // where the terms do not factor: every worker
+    std::vector<unsigned> parts;
+    unsigned k = 1;
+    for (const StepChoice &s : steps) {
+      parts.push_back(s.parts);
+      k *= s.parts;
+    }
+    int64_t total = 0;
+    for (unsigned w = 0; w < k; ++w)
+      total += workerNodeBytes(node, steps, workerCoords(w, parts));
+    return total;
+  };
+  if (m > 62 || !n.regionVars)
+    return workerByWorker();
+  const std::vector<std::vector<std::vector<unsigned>>> &regionVars = *n.regionVars;
+  const size_t slots = n.inputs.size() + 1;
+  auto slotTensor = [&](size_t k) { return k < n.inputs.size() ? n.inputs[k] : n.output; };
+  // Which steps split each variable and each dimension of each slot's tensor.
+  std::vector<uint64_t> varSteps(op.vars.size(), 0);
+  std::vector<std::vector<uint64_t>> dimSteps(slots);
+  for (size_t k = 0; k < slots; ++k)
+    dimSteps[k].assign(tensors[slotTensor(k)].shape.size(), 0);
+  for (size_t l = 0; l < m; ++l) {
+    int v = splitVar(node, steps[l].node[node]);
+    if (v >= 0)
+      varSteps[v] |= uint64_t(1) << l;
+    for (size_t k = 0; k < slots; ++k) {
+      int d = steps[l].tensor[slotTensor(k)];
+      if (d >= 0)
+        dimSteps[k][d] |= uint64_t(1) << l;
+    }
+  }
+  auto regionSteps = [&](unsigned i, unsigned d) {
+    uint64_t mask = 0;
+    for (unsigned v : regionVars[i][d])
+      mask |= varSteps[v];
+    return mask;
+  };
+  std::vector<CostFactor> factors;
+  auto factor = [&](CostFactor f) {
+    factors.push_back(f);
+    return static_cast<unsigned>(factors.size() - 1);
+  };
+  std::vector<unsigned> nonempty;
+  for (unsigned v = 0; v < op.vars.size(); ++v)
+    nonempty.push_back(factor({CostFactor::Nonempty, v, 0, 0, varSteps[v]}));
+  std::vector<CostTerm> terms;
+  for (unsigned i = 0; i < n.inputs.size(); ++i) {
+    const int64_t eb = tensors[n.inputs[i]].elementBytes;
+    const unsigned rank = static_cast<unsigned>(regionVars[i].size());
+    // Not fetched again where an earlier input reads the same tensor over the same region:
+    // Π_j (1 - [region j == region i]), expanded over the subsets of those inputs.
+    std::vector<unsigned> same;
+    for (unsigned j = 0; j < i; ++j)
+      if (n.inputs[j] == n.inputs[i])
+        same.push_back(j);
+    if (same.size() > 8)
+      return workerByWorker();
+    std::vector<unsigned> len, overlap;
+    for (unsigned d = 0; d < rank; ++d) {
+      len.push_back(factor({CostFactor::RegionLen, i, 0, d, regionSteps(i, d)}));
+      overlap.push_back(factor({CostFactor::RegionOverlap, i, 0, d,
+                                regionSteps(i, d) | dimSteps[i][d]}));
+    }
+    for (uint32_t subset = 0; subset < (uint32_t(1) << same.size()); ++subset) {
+      CostTerm base;
+      base.factors = nonempty;
+      int sign = 1;
+      for (size_t s = 0; s < same.size(); ++s)
+        if (subset & (uint32_t(1) << s)) {
+          sign = -sign;
+          for (unsigned d = 0; d < rank; ++d)
+            base.factors.push_back(factor({CostFactor::RegionEqual, same[s], i, d,
+                                           regionSteps(same[s], d) | regionSteps(i, d)}));
+        }
+      CostTerm read = base, held = base;
+      read.coef = sign * eb;
+      read.factors.insert(read.factors.end(), len.begin(), len.end());
+      held.coef = -sign * eb;
+      held.factors.insert(held.factors.end(), overlap.begin(), overlap.end());
+      terms.push_back(std::move(read));
+      terms.push_back(std::move(held));
+    }
+  }
+  {
+    const size_t k = n.inputs.size();
+    const int64_t eb = tensors[n.output].elementBytes;
+    CostTerm owned, computed;
+    owned.coef = partials(node, steps) * eb;
+    computed.coef = -eb;
+    computed.factors = nonempty;
+    for (unsigned d = 0; d < dimSteps[k].size(); ++d) {
+      owned.factors.push_back(factor({CostFactor::TileLen, 0, 0, d, dimSteps[k][d]}));
+      computed.factors.push_back(factor({CostFactor::TileComputed, 0, 0, d,
+                                         dimSteps[k][d] | varSteps[op.outputVars[d]]}));
+    }
+    terms.push_back(std::move(owned));
+    terms.push_back(std::move(computed));
+  }
+  // Connected sets of steps (two steps are connected when one factor depends on both).
+  std::vector<uint64_t> components;
+  for (const CostFactor &f : factors) {
+    uint64_t mask = f.steps;
+    std::vector<uint64_t> rest;
+    for (uint64_t c : components) {
+      if (c & mask)
+        mask |= c;
+      else
+        rest.push_back(c);
+    }
+    if (mask) {
+      rest.push_back(mask);
+      components = std::move(rest);
+    }
+  }
+  components.push_back(0); // the factors that depend on no step: one point
+  uint64_t covered = 0;
+  for (uint64_t c : components)
+    covered |= c;
+  // Per term, the product over components of the sum over the component's points of the
+  // product of the term's factors in it.
+  std::vector<int64_t> value(terms.size(), 1);
+  std::vector<int> componentOf(factors.size());
+  for (size_t f = 0; f < factors.size(); ++f)
+    for (size_t c = 0; c < components.size(); ++c)
+      if (factors[f].steps ? (factors[f].steps & components[c]) != 0 : components[c] == 0) {
+        componentOf[f] = static_cast<int>(c);
+        break;
+      }
+  std::vector<int64_t> fv(factors.size(), 0);
+  std::vector<int64_t> sums(terms.size());
+  for (size_t c = 0; c < components.size(); ++c) {
+    const uint64_t mask = components[c];
+    std::vector<size_t> members;
+    for (size_t l = 0; l < m; ++l)
+      if (mask & (uint64_t(1) << l))
+        members.push_back(l);
+    bool needRegions = false;
+    for (size_t f = 0; f < factors.size(); ++f)
+      needRegions |= componentOf[f] == int(c) && factors[f].kind != CostFactor::Nonempty &&
+                     factors[f].kind != CostFactor::TileLen && factors[f].kind != CostFactor::TileComputed;
+    std::fill(sums.begin(), sums.end(), 0);
+    std::vector<unsigned> coord(members.size(), 0);
+    for (;;) {
+      std::vector<Range> ranges = fullRanges(n.shapes);
+      std::vector<Box> tiles(slots);
+      for (size_t k = 0; k < slots; ++k)
+        for (int64_t e : tensors[slotTensor(k)].shape)
+          tiles[k].push_back({0, e});
+      for (size_t x = 0; x < members.size(); ++x) {
+        const size_t l = members[x];
+        int v = splitVar(node, steps[l].node[node]);
+        if (v >= 0)
+          ranges[v] = subRange(ranges[v], steps[l].parts, coord[x]);
+        for (size_t k = 0; k < slots; ++k) {
+          int d = steps[l].tensor[slotTensor(k)];
+          if (d >= 0)
+            tiles[k][d] = subRange(tiles[k][d], steps[l].parts, coord[x]);
+        }
+      }
+      std::vector<Box> regions;
+      if (needRegions)
+        regions = inputRegions(op, n.shapes, ranges);
+      auto overlap = [](Range a, Range b) {
+        return std::max<int64_t>(0, std::min(a.hi, b.hi) - std::max(a.lo, b.lo));
+      };
+      for (size_t f = 0; f < factors.size(); ++f) {
+        if (componentOf[f] != int(c))
+          continue;
+        const CostFactor &x = factors[f];
+        switch (x.kind) {
+        case CostFactor::Nonempty: fv[f] = ranges[x.a].size() > 0; break;
+        case CostFactor::RegionLen: fv[f] = regions[x.a][x.d].size(); break;
+        case CostFactor::RegionOverlap:
+          fv[f] = overlap(regions[x.a][x.d], tiles[x.a][x.d]);
+          break;
+        case CostFactor::RegionEqual: fv[f] = regions[x.a][x.d] == regions[x.b][x.d]; break;
+        case CostFactor::TileLen: fv[f] = tiles[slots - 1][x.d].size(); break;
+        case CostFactor::TileComputed:
+          fv[f] = overlap(tiles[slots - 1][x.d], ranges[op.outputVars[x.d]]);
+          break;
+        }
+      }
+      for (size_t t = 0; t < terms.size(); ++t) {
+        int64_t prod = 1;
+        for (unsigned f : terms[t].factors)
+          if (componentOf[f] == int(c))
+            prod *= fv[f];
+        sums[t] += prod;
+      }
+      size_t x = 0;
+      for (; x < members.size(); ++x) {
+        if (++coord[x] < steps[members[x]].parts)
+          break;
+        coord[x] = 0;
+      }
+      if (x == members.size())
+        break;
+    }
+    for (size_t t = 0; t < terms.size(); ++t)
+      value[t] *= sums[t];
+  }
+  int64_t untouched = 1; // workers that differ only in steps no factor depends on
+  for (size_t l = 0; l < m; ++l)
+    if (!(covered & (uint64_t(1) << l)))
+      untouched *= steps[l].parts;
+  int64_t total = 0;
+  for (size_t t = 0; t < terms.size(); ++t)
+    total += terms[t].coef * value[t];
+  return total * untouched;
 }
 
 int64_t Problem::exactCost(const std::vector<StepChoice> &steps) const {

@@ -25,6 +25,9 @@ struct ProblemNode {
   unsigned output = 0;
   std::string coalesce;
   std::string group;
+  /// Per input, per dimension: the variables whose ranges the input's region along that
+  /// dimension depends on (shared by nodes of one instantiation; see modelCost).
+  std::shared_ptr<const std::vector<std::vector<std::vector<unsigned>>>> regionVars;
 };
 
 struct ProblemTensor {
@@ -89,19 +92,23 @@ public:
                                               size_t i, unsigned parts, int s,
                                               const std::vector<std::vector<int>> &configs) const;
 
-  /// While the groups of all steps but the last number at most this, the model counts every
-  /// worker; beyond, group 0 of every earlier step stands for all of them.
+  /// While the groups of all steps but the last number at most this, the search's step
+  /// terms (stepTerms) count every worker; beyond, group 0 of every earlier step stands for
+  /// all of them (the DP's objective only: every figure a plan reports is modelCost's).
   static constexpr int64_t kExactGroups = 64;
 
-  /// The model cost of a plan, what the search minimises: every worker's received bytes
-  /// (workerNodeBytes) summed, exactly while k1·…·k(m-1) <= kExactGroups; beyond that the
-  /// workers (0,…,0,j) stand for all (`(k1·…·k(m-1)) · Σ_j bytes(0,…,0,j)`), which assumes
-  /// every group of the earlier steps sees the same alignment of tiles and regions (true for
-  /// a single step, an approximation for deep recursions). Per node when `perNode` is given.
+  /// The cost of a plan: every worker's received bytes (workerNodeBytes) summed over all k
+  /// workers, exactly, at any k. A node's bytes are sums of products of one-dimensional
+  /// terms (region and tile extents, their overlaps, whether a variable's range is empty),
+  /// each depending on the coordinates of only the steps that split what it measures; the
+  /// sum over all workers is taken per connected set of such steps (a sum-product), so it
+  /// costs the product of those steps' parts, not k. Per node when `perNode` is given.
   int64_t modelCost(const std::vector<StepChoice> &steps, std::vector<int64_t> *perNode = nullptr) const;
-  /// The cost summed over every worker, no symmetry assumed (halo boundaries and uneven
-  /// splits counted exactly). Costs nodes × k region evaluations.
+  /// The same sum by brute force, worker by worker (nodes × k region evaluations): the
+  /// oracle for modelCost.
   int64_t exactCost(const std::vector<StepChoice> &steps) const;
+  /// Node `node`'s bytes summed over every worker (modelCost's terms).
+  int64_t nodeCostEveryWorker(unsigned node, const std::vector<StepChoice> &steps) const;
 
   /// Bytes of tensor tiles held by the worker at `coords` (replicated tensors whole).
   int64_t workerTensorBytes(const std::vector<StepChoice> &steps,

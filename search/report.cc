@@ -96,11 +96,11 @@ std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanRep
                        "were fixed by conditioning and the rest improved by coordinate descent\n",
                        plan.conditioned);
   out += fmt::format("search time: {:.3f} s\n", plan.searchSeconds);
-  out += fmt::format("communication per step of the graph (model): {} ({} bytes)\n",
+  out += fmt::format("communication per step, every worker counted: {} ({} bytes)\n",
                      humanBytes(double(plan.totalBytes)), plan.totalBytes);
   if (o.exact && plan.workers > 1) {
     int64_t exact = p.exactCost(plan.steps);
-    out += fmt::format("communication counted over every worker: {} ({} bytes)\n",
+    out += fmt::format("the same, worker by worker (check): {} ({} bytes)\n",
                        humanBytes(double(exact)), exact);
   }
   Memory m = memory(p, plan);

@@ -249,6 +249,66 @@ TEST(Search, ReportedCostIsTheModelCostOfThePlan) {
   }
 }
 
+/// Random choices for every node and tensor of every step (any strategy, any dimension,
+/// replication), for the cost model's exactness at any k.
+std::vector<StepChoice> randomSteps(const Problem &p, const std::vector<unsigned> &parts,
+                                    std::mt19937 &rng) {
+  std::vector<StepChoice> steps;
+  for (unsigned k : parts) {
+    StepChoice s;
+    s.parts = k;
+    for (const ProblemNode &n : p.nodes)
+      s.node.push_back(int(rng() % (n.table->strategies.size() + 1)) - 1);
+    for (const ProblemTensor &t : p.tensors)
+      s.tensor.push_back(int(rng() % (t.shape.size() + 1)) - 1);
+    steps.push_back(std::move(s));
+  }
+  return steps;
+}
+
+// The model cost (a sum-product over the steps each term depends on) equals the brute-force
+// sum over every worker, for plans the search makes and random ones, at worker counts whose
+// earlier steps make more than Problem::kExactGroups groups (where the search's own terms
+// take group 0 for all), with uneven splits, convolution halos, repeated reads and
+// reductions; and no step of a searched plan adds a negative number of bytes.
+TEST(CostModel, EveryWorkerCountedExactlyAtAnyK) {
+  std::mt19937 rng(7);
+  struct Case {
+    const char *what;
+    Problem p;
+  };
+  std::vector<Case> cases;
+  {
+    // The same tensor read twice: over the same region (A·A's squares, fetched once) and
+    // over different ones (A·A reads rows and columns of A).
+    Graph g;
+    EXPECT_FALSE(g.addTensor(tensor("A", {10, 10}, TensorRole::Weight)));
+    EXPECT_FALSE(g.addNode(node("aa", "MatMul", {"A", "A"}, {{"b", 0}})));
+    EXPECT_FALSE(g.addNode(node("sq", "Mul", {"aa_out", "aa_out"})));
+    g.outputs = {"sq_out"};
+    cases.push_back({"repeated reads", problemOf(std::move(g))});
+  }
+  cases.push_back({"mlp", problemOf(*buildMlp({24, 40, 12}, 10), true)});
+  cases.push_back({"wresnet", problemOf(*buildModel("wresnet-50-1-i32-c4-k10", 6), true)});
+  cases.push_back({"gpt", problemOf(*buildTransformer(1, 16, 2, 6, 2, 30), true)});
+  for (const Case &c : cases) {
+    for (unsigned k : {6u, 12u, 128u, 210u}) {
+      PartitionPlan r = plan(c.p, k, Algorithm::Tofu);
+      EXPECT_EQ(r.totalBytes, c.p.exactCost(r.steps)) << c.what << " k=" << k;
+      for (size_t i = 0; i < r.stepBytes.size(); ++i)
+        EXPECT_GE(r.stepBytes[i], 0) << c.what << " k=" << k << " step " << i + 1;
+      std::vector<unsigned> parts;
+      for (const StepChoice &s : r.steps)
+        parts.push_back(s.parts);
+      for (int trial = 0; trial < 3; ++trial) {
+        std::vector<StepChoice> steps = randomSteps(c.p, parts, rng);
+        EXPECT_EQ(c.p.modelCost(steps), c.p.exactCost(steps))
+            << c.what << " k=" << k << " random plan " << trial;
+      }
+    }
+  }
+}
+
 bool sameSteps(const PartitionPlan &a, const PartitionPlan &b) {
   if (a.steps.size() != b.steps.size())
     return false;
