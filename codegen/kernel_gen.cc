@@ -871,12 +871,7 @@ private:
       line(fmt::format("const i64 per = {};", extentProduct(inner)));
       line("for (i64 g = threadIdx.x; g < per; g += blockDim.x) {");
       ++indent_;
-      line("i64 rest = g;");
-      for (size_t k = inner.size(); k-- > 0;) {
-        line(fmt::format("const i64 v{0} = lo{0} + rest % n{0};", inner[k]));
-        if (k)
-          line(fmt::format("rest /= n{};", inner[k]));
-      }
+      decode(inner, "g");
       line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
       --indent_;
       line("}");

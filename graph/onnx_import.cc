@@ -871,7 +871,6 @@ bool Importer::fold(const onnx::NodeProto &n) {
     if (upd.size() != tuples * slice)
       return false;
     r = a;
-    r.isInt = a.isInt;
     for (int64_t t = 0; t < tuples; ++t) {
       int64_t at = 0;
       for (int64_t d = 0; d < k; ++d) {

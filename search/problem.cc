@@ -387,20 +387,8 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
   const size_t m = steps.size();
   if (m == 0)
     return 0;
-  auto workerByWorker = [&] { // where the terms do not factor: every worker
-    std::vector<unsigned> parts;
-    unsigned k = 1;
-    for (const StepChoice &s : steps) {
-      parts.push_back(s.parts);
-      k *= s.parts;
-    }
-    int64_t total = 0;
-    for (unsigned w = 0; w < k; ++w)
-      total += workerNodeBytes(node, steps, workerCoords(w, parts));
-    return total;
-  };
-  if (m > 62 || !n.regionVars)
-    return workerByWorker();
+  if (m > 62 || !n.regionVars) // the terms do not factor here: every worker
+    return nodeCostWorkerByWorker(node, steps);
   const std::vector<std::vector<std::vector<unsigned>>> &regionVars = *n.regionVars;
   const size_t slots = n.inputs.size() + 1;
   auto slotTensor = [&](size_t k) { return k < n.inputs.size() ? n.inputs[k] : n.output; };
@@ -444,7 +432,7 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
       if (n.inputs[j] == n.inputs[i])
         same.push_back(j);
     if (same.size() > 8)
-      return workerByWorker();
+      return nodeCostWorkerByWorker(node, steps);
     std::vector<unsigned> len, overlap;
     for (unsigned d = 0; d < rank; ++d) {
       len.push_back(factor({CostFactor::RegionLen, i, 0, d, regionSteps(i, d)}));
@@ -516,6 +504,9 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
         componentOf[f] = static_cast<int>(c);
         break;
       }
+  auto overlap = [](Range a, Range b) {
+    return std::max<int64_t>(0, std::min(a.hi, b.hi) - std::max(a.lo, b.lo));
+  };
   std::vector<int64_t> fv(factors.size(), 0);
   std::vector<int64_t> sums(terms.size());
   for (size_t c = 0; c < components.size(); ++c) {
@@ -550,9 +541,6 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
       std::vector<Box> regions;
       if (needRegions)
         regions = inputRegions(op, n.shapes, ranges);
-      auto overlap = [](Range a, Range b) {
-        return std::max<int64_t>(0, std::min(a.hi, b.hi) - std::max(a.lo, b.lo));
-      };
       for (size_t f = 0; f < factors.size(); ++f) {
         if (componentOf[f] != int(c))
           continue;
@@ -600,6 +588,15 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
 }
 
 int64_t Problem::exactCost(const std::vector<StepChoice> &steps) const {
+  int64_t total = 0;
+  for (unsigned n = 0; n < nodes.size(); ++n)
+    total += nodeCostWorkerByWorker(n, steps);
+  return total;
+}
+
+int64_t Problem::nodeCostWorkerByWorker(unsigned node, const std::vector<StepChoice> &steps) const {
+  if (steps.empty())
+    return 0;
   std::vector<unsigned> parts;
   unsigned k = 1;
   for (const StepChoice &s : steps) {
@@ -607,12 +604,9 @@ int64_t Problem::exactCost(const std::vector<StepChoice> &steps) const {
     k *= s.parts;
   }
   int64_t total = 0;
-  for (unsigned w = 0; w < k; ++w) {
-    std::vector<unsigned> coords = workerCoords(w, parts);
-    for (unsigned n = 0; n < nodes.size(); ++n)
-      total += workerNodeBytes(n, steps, coords);
-  }
-  return steps.empty() ? 0 : total;
+  for (unsigned w = 0; w < k; ++w)
+    total += workerNodeBytes(node, steps, workerCoords(w, parts));
+  return total;
 }
 
 int64_t Problem::workerTensorBytes(const std::vector<StepChoice> &steps,

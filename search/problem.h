@@ -109,6 +109,8 @@ public:
   int64_t exactCost(const std::vector<StepChoice> &steps) const;
   /// Node `node`'s bytes summed over every worker (modelCost's terms).
   int64_t nodeCostEveryWorker(unsigned node, const std::vector<StepChoice> &steps) const;
+  /// The same for one node, worker by worker (exactCost's terms).
+  int64_t nodeCostWorkerByWorker(unsigned node, const std::vector<StepChoice> &steps) const;
 
   /// Bytes of tensor tiles held by the worker at `coords` (replicated tensors whole).
   int64_t workerTensorBytes(const std::vector<StepChoice> &steps,

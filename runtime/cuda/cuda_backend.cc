@@ -481,7 +481,7 @@ private:
         n *= l.ranges[v].size();
       reduced += n;
     }
-    int64_t groups = 1; // the block variant's blocks: values of its leading output variables
+    int64_t groups = 1; // the block variant's blocks: values of its blockOutputVars
     for (unsigned v : blockOutputVars_[l.kernel])
       groups *= l.ranges[v].size();
     // The block variant where each output sums many terms and there are too few outputs to
