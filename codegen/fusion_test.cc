@@ -52,9 +52,11 @@ TEST(Fusion, FoldsSoleReadersOnlyMovesNoBytesAndSavesMemory) {
     }
     EXPECT_EQ(gone, f.folded);
     // Optimiser updates are never folded away (their results are carried).
-    for (const ProblemNode &n : p.nodes)
-      if (n.table->op.def->name == "adam_update")
+    for (const ProblemNode &n : p.nodes) {
+      if (n.table->op.def->name == "adam_update") {
         EXPECT_TRUE(produced.count(n.output)) << n.name;
+      }
+    }
     MemoryPlan before = planMemory(p, exec, outputs), after = planMemory(f.problem, f.plan, outputs);
     EXPECT_EQ(checkMemoryPlan(after), "");
     for (unsigned w = 0; w < k; ++w)

@@ -11,7 +11,8 @@ namespace tofu {
 namespace {
 
 /// Offsets by "largest first, lowest free offset": each buffer goes to the lowest offset
-/// where it overlaps no already-placed buffer whose lifetime it shares.
+/// where it overlaps no already-placed buffer whose lifetime it shares. The placed buffers
+/// are kept in offset order, so the first gap large enough is found in one pass.
 void place(std::vector<Buffer> &buffers) {
   std::vector<size_t> order(buffers.size());
   for (size_t i = 0; i < order.size(); ++i)
@@ -20,24 +21,21 @@ void place(std::vector<Buffer> &buffers) {
     return buffers[a].bytes != buffers[b].bytes ? buffers[a].bytes > buffers[b].bytes
                                                 : buffers[a].start < buffers[b].start;
   });
-  std::vector<size_t> placed;
+  std::vector<const Buffer *> placed; // by offset
   for (size_t i : order) {
     Buffer &b = buffers[i];
-    std::vector<std::pair<int64_t, int64_t>> taken; // address ranges of live neighbours
-    for (size_t j : placed) {
-      const Buffer &o = buffers[j];
-      if (o.start < b.end && b.start < o.end)
-        taken.push_back({o.offset, o.offset + o.bytes});
-    }
-    std::sort(taken.begin(), taken.end());
     int64_t offset = 0;
-    for (const auto &[lo, hi] : taken) {
-      if (offset + b.bytes <= lo)
+    for (const Buffer *o : placed) {
+      if (o->start >= b.end || b.start >= o->end)
+        continue; // not live together
+      if (offset + b.bytes <= o->offset)
         break;
-      offset = std::max(offset, hi);
+      offset = std::max(offset, o->offset + o->bytes);
     }
     b.offset = offset;
-    placed.push_back(i);
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), offset,
+                                   [](int64_t v, const Buffer *o) { return v < o->offset; }),
+                  &b);
   }
 }
 
@@ -75,6 +73,7 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<
               std::find(outputs.begin(), outputs.end(), p.tensors[t].name) != outputs.end();
   MemoryPlan m;
   m.workers.resize(k);
+  std::map<std::vector<int64_t>, std::vector<int64_t>> placements;
   for (unsigned w = 0; w < k; ++w) {
     WorkerMemory &wm = m.workers[w];
     // A result that is exactly the worker's tile is written into the tile by the op itself:
@@ -134,11 +133,54 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<
         wm.buffers.push_back(b);
       }
     }
-    place(wm.buffers);
+    // Workers whose buffers have the same sizes and lifetimes (even splits) get the same
+    // placement: it is computed once.
+    std::vector<int64_t> signature;
+    for (const Buffer &b : wm.buffers)
+      signature.insert(signature.end(), {b.bytes, b.start, b.end});
+    auto known = placements.find(signature);
+    if (known != placements.end()) {
+      for (size_t i = 0; i < wm.buffers.size(); ++i)
+        wm.buffers[i].offset = known->second[i];
+    } else {
+      place(wm.buffers);
+      std::vector<int64_t> offsets;
+      for (const Buffer &b : wm.buffers)
+        offsets.push_back(b.offset);
+      placements.emplace(std::move(signature), std::move(offsets));
+    }
     for (const Buffer &b : wm.buffers)
       wm.peak = std::max(wm.peak, b.offset + b.bytes);
   }
   return m;
+}
+
+LiveAtMost liveAtMost(const WorkerMemory &w) {
+  std::vector<int64_t> times;
+  for (const Buffer &b : w.buffers)
+    times.push_back(b.start);
+  std::sort(times.begin(), times.end());
+  times.erase(std::unique(times.begin(), times.end()), times.end());
+  // The live set only grows at a buffer's start: the maximum is at one of them.
+  std::vector<int64_t> live(times.size() + 1, 0); // differences, then prefix sums
+  for (const Buffer &b : w.buffers) {
+    live[std::lower_bound(times.begin(), times.end(), b.start) - times.begin()] += b.bytes;
+    live[std::lower_bound(times.begin(), times.end(), b.end) - times.begin()] -= b.bytes;
+  }
+  for (size_t i = 1; i < live.size(); ++i)
+    live[i] += live[i - 1];
+  live.pop_back();
+  LiveAtMost out;
+  if (times.empty())
+    return out;
+  const size_t at = std::max_element(live.begin(), live.end()) - live.begin();
+  out.time = times[at];
+  for (const Buffer &b : w.buffers)
+    if (b.start <= out.time && out.time < b.end)
+      (b.kind == Buffer::Kind::Tile    ? out.tiles
+       : b.kind == Buffer::Kind::Fetch ? out.fetches
+                                       : out.partials) += b.bytes;
+  return out;
 }
 
 std::string checkMemoryPlan(const MemoryPlan &m) {

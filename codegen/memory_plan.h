@@ -33,6 +33,15 @@ struct WorkerMemory {
   int64_t tileBytes = 0; ///< of the tiles alone, all live at once (no reuse)
 };
 
+/// What is live when the most bytes are (the arena is at least this; more where placement
+/// leaves gaps): bytes per buffer kind, and the time.
+struct LiveAtMost {
+  int64_t time = 0;
+  int64_t tiles = 0, fetches = 0, partials = 0;
+  int64_t total() const { return tiles + fetches + partials; }
+};
+LiveAtMost liveAtMost(const WorkerMemory &w);
+
 struct MemoryPlan {
   std::vector<WorkerMemory> workers;
   int64_t largestPeak() const;

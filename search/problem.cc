@@ -260,6 +260,18 @@ int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &s
 std::vector<std::vector<int64_t>>
 Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
                    int s, const std::vector<std::vector<int>> &configs) const {
+  return terms(node, steps, i, parts, s, configs, false);
+}
+
+std::vector<std::vector<int64_t>>
+Problem::stepBuffers(unsigned node, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
+                     int s, const std::vector<std::vector<int>> &configs) const {
+  return terms(node, steps, i, parts, s, configs, true);
+}
+
+std::vector<std::vector<int64_t>>
+Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
+               int s, const std::vector<std::vector<int>> &configs, bool buffers) const {
   const ProblemNode &n = nodes[node];
   const size_t m = std::max(steps.size(), i + 1);
   auto partsAt = [&](size_t l) { return l == i ? parts : steps[l].parts; };
@@ -269,7 +281,7 @@ Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i
     earlier.push_back(partsAt(l));
     mult *= partsAt(l);
   }
-  const bool exact = mult <= kExactGroups;
+  const bool exact = mult <= kExactGroups && !buffers; // buffers: worker 0's only
   for (size_t l = 0; l < m; ++l)
     if (isReduction(node, l == i ? s : steps[l].node[node]))
       rho *= partsAt(l);
@@ -308,9 +320,9 @@ Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i
         }
         tiles[k].push_back({std::move(box), last});
       }
-    const int64_t weight = exact ? 1 : mult;
+    const int64_t weight = exact || buffers ? 1 : mult;
     Box produced;
-    for (unsigned j = 0; j < lastParts; ++j) {
+    for (unsigned j = 0; j < (buffers ? 1u : lastParts); ++j) {
       std::vector<Range> ranges = base;
       if (lastVar >= 0)
         ranges[lastVar] = subRange(base[lastVar], lastParts, j);
@@ -333,6 +345,14 @@ Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i
           int64_t elems = output ? rho * elementsWith(tile, d, r) -
                                        intersectElements(produced, tile, d, r)
                                  : boxElements(regions[k]) - intersectElements(regions[k], tile, d, r);
+          if (buffers) {
+            // Whole buffers, where any of it is someone else's: a fetched region, or a
+            // partial result that is not exactly the worker's tile.
+            const bool direct = rho == 1 && elementsWith(tile, d, r) == boxElements(produced) &&
+                                intersectElements(produced, tile, d, r) == boxElements(produced);
+            elems = output ? (computes && !direct ? boxElements(produced) : 0)
+                           : (elems > 0 ? boxElements(regions[k]) : 0);
+          }
           out[k][c] += elems * tensors[t].elementBytes * weight;
         }
       }

@@ -91,6 +91,14 @@ public:
   std::vector<std::vector<int64_t>> stepTerms(unsigned node, const std::vector<StepChoice> &steps,
                                               size_t i, unsigned parts, int s,
                                               const std::vector<std::vector<int>> &configs) const;
+  /// The same choices' buffers on worker 0 while the node runs (the memory planner's, see
+  /// codegen/memory_plan.h): per input slot, the region it reads where part of it is not
+  /// in its own tile (a fetch buffer; a repeated read shares the earlier one's); for the
+  /// output slot, what it computes unless that is exactly its tile, whole (a partial
+  /// result). Result: per slot, per candidate, bytes.
+  std::vector<std::vector<int64_t>> stepBuffers(unsigned node, const std::vector<StepChoice> &steps,
+                                                size_t i, unsigned parts, int s,
+                                                const std::vector<std::vector<int>> &configs) const;
 
   /// While the groups of all steps but the last number at most this, the search's step
   /// terms (stepTerms) count every worker; beyond, group 0 of every earlier step stands for
@@ -115,6 +123,13 @@ public:
   /// Bytes of tensor tiles held by the worker at `coords` (replicated tensors whole).
   int64_t workerTensorBytes(const std::vector<StepChoice> &steps,
                             const std::vector<unsigned> &coords) const;
+
+private:
+  /// stepTerms (received bytes, every worker) or stepBuffers (worker 0's buffers).
+  std::vector<std::vector<int64_t>> terms(unsigned node, const std::vector<StepChoice> &steps,
+                                          size_t i, unsigned parts, int s,
+                                          const std::vector<std::vector<int>> &configs,
+                                          bool buffers) const;
 
 };
 

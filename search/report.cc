@@ -2,6 +2,7 @@
 #include "search/report.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
@@ -109,6 +110,20 @@ std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanRep
                      m.allWorkers ? fmt::format(", largest worker {}", humanBytes(double(m.largest)))
                                   : std::string(),
                      humanBytes(double(m.single) / plan.workers));
+  if (o.plannedPeak >= 0)
+    out += fmt::format("planned peak (memory planner: tiles, fetch buffers, partial results, "
+                       "with lifetimes): {} on worker {}{}\n",
+                       humanBytes(double(o.plannedPeak)), o.plannedPeakWorker,
+                       o.memoryLimit > 0
+                           ? fmt::format("; budget {} per worker ({} {})",
+                                         humanBytes(double(o.memoryLimit)),
+                                         humanBytes(double(std::abs(o.memoryLimit - o.plannedPeak))),
+                                         o.memoryLimit >= o.plannedPeak ? "spare" : "over")
+                           : std::string());
+  if (o.plannedPeak >= 0)
+    out += fmt::format("  live at its most: tiles {}, fetched inputs {}, partial results {}\n",
+                       humanBytes(double(o.liveTiles)), humanBytes(double(o.liveFetches)),
+                       humanBytes(double(o.livePartials)));
   if (!plan.steps.empty()) {
     out += "\n| step | parts | communication added | share |\n| ---: | ---: | ---: | ---: |\n";
     for (size_t i = 0; i < plan.steps.size(); ++i)
@@ -154,6 +169,15 @@ std::string planJson(const Problem &p, const PartitionPlan &plan, const PlanRepo
   j["memory"] = {{"single_worker_bytes", m.single}, {"worker0_bytes", m.worker0}};
   if (m.allWorkers)
     j["memory"]["largest_worker_bytes"] = m.largest;
+  if (o.plannedPeak >= 0) {
+    j["memory"]["planned_peak_bytes"] = o.plannedPeak;
+    j["memory"]["planned_peak_worker"] = o.plannedPeakWorker;
+    j["memory"]["live_at_most"] = {{"tiles", o.liveTiles},
+                                   {"fetches", o.liveFetches},
+                                   {"partials", o.livePartials}};
+  }
+  if (o.memoryLimit > 0)
+    j["memory"]["budget_bytes"] = o.memoryLimit;
   std::vector<unsigned> zeros(plan.steps.size(), 0);
   ordered_json tensors = ordered_json::array();
   for (unsigned t = 0; t < p.tensors.size(); ++t) {

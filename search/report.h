@@ -2,6 +2,7 @@
 #ifndef TOFU_SEARCH_REPORT_H
 #define TOFU_SEARCH_REPORT_H
 
+#include <cstdint>
 #include <string>
 
 #include "search/search.h"
@@ -13,6 +14,13 @@ struct PlanReportOptions {
   bool exact = true;     ///< also count the communication over every worker (k region sweeps)
   bool listTensors = true;
   bool listOps = true;
+  /// The memory planner's result, where the caller planned memory: the largest worker's
+  /// arena (-1: not planned) and which worker it is; and the budget it had (-1: none).
+  int64_t plannedPeak = -1;
+  unsigned plannedPeakWorker = 0;
+  int64_t memoryLimit = -1;
+  /// On that worker, when the most bytes are live: of tiles, fetch buffers, partials.
+  int64_t liveTiles = 0, liveFetches = 0, livePartials = 0;
 };
 
 /// Human-readable: summary, per-step communication, memory, then per tensor and per op.

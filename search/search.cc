@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <functional>
 #include <numeric>
@@ -129,17 +130,19 @@ Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, si
   return c;
 }
 
-/// Memoised Problem::stepTerms: nodes of one instantiation on tensors of the same shapes
+/// Memoised Problem::stepTerms (and stepBuffers): nodes of one instantiation on tensors of the same shapes
 /// and choices cost the same (the repeated blocks of a ResNet, the timesteps of an RNN).
 class TermCache {
 public:
   const std::vector<std::vector<int64_t>> &get(const Problem &p, unsigned n,
                                                const std::vector<StepChoice> &steps, size_t i,
                                                unsigned parts, int s,
-                                               const std::vector<std::vector<int>> &configs) {
+                                               const std::vector<std::vector<int>> &configs,
+                                               bool buffers = false) {
     const ProblemNode &node = p.nodes[n];
     const size_t m = std::max(steps.size(), i + 1);
     key_.clear();
+    key_.push_back(buffers);
     key_.push_back(reinterpret_cast<intptr_t>(node.table.get()));
     key_.push_back(static_cast<int64_t>(i));
     key_.push_back(parts);
@@ -169,7 +172,10 @@ public:
     auto it = cache_.find(key_);
     if (it != cache_.end())
       return it->second;
-    return cache_.emplace(key_, p.stepTerms(n, steps, i, parts, s, configs)).first->second;
+    return cache_
+        .emplace(key_, buffers ? p.stepBuffers(n, steps, i, parts, s, configs)
+                               : p.stepTerms(n, steps, i, parts, s, configs))
+        .first->second;
   }
 
 private:
@@ -232,8 +238,28 @@ struct StepModel {
   std::vector<std::vector<int>> tensorChoice; ///< per tensor, per value of its variable
 };
 
+/// Worker 0's bytes of tensor `t`'s tile when the tensor's cut at each step is `dims(l)`
+/// (a dimension, or -1 for whole) into `parts(l)` of `m` steps.
+template <typename Dims, typename Parts>
+int64_t tileBytes(const Problem &p, unsigned t, size_t m, Dims dims, Parts parts) {
+  std::vector<int64_t> ext = p.tensors[t].shape;
+  for (size_t l = 0; l < m; ++l)
+    if (int d = dims(l); d >= 0)
+      ext[d] = partOf(ext[d], parts(l), 0).size();
+  int64_t bytes = p.tensors[t].elementBytes;
+  for (int64_t e : ext)
+    bytes *= e;
+  return bytes;
+}
+
+/// The memory term of the objective (PlanOptions::memoryWeight) in integer cost units.
+int64_t memoryCost(double weight, int64_t bytes) {
+  return static_cast<int64_t>(std::llround(weight * double(bytes)));
+}
+
 StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<StepChoice> &steps,
-                    size_t i, unsigned parts, const Candidates &cand, TermCache &cache) {
+                    size_t i, unsigned parts, const Candidates &cand, TermCache &cache,
+                    double memoryWeight, const std::vector<bool> &pricedBuffers) {
   StepModel m;
   const unsigned N = static_cast<unsigned>(p.nodes.size());
   const unsigned T = static_cast<unsigned>(p.tensors.size());
@@ -322,6 +348,31 @@ StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<St
       tables.add(m.nodeVar[n], m.tensorVar[t],
                  [&](unsigned x, unsigned y) { return terms[m.nodeChoice[n][x]][i][y]; });
     }
+    if (memoryWeight > 0 && n < pricedBuffers.size() && pricedBuffers[n]) {
+      std::map<int, std::vector<std::vector<int64_t>>> buffers;
+      for (int s : m.nodeChoice[n])
+        if (!buffers.count(s))
+          buffers[s] = cache.get(p, n, steps, i, parts, s, configs, true);
+      for (size_t i = 0; i < slots; ++i) {
+        unsigned t = i < node.inputs.size() ? node.inputs[i] : node.output;
+        tables.add(m.nodeVar[n], m.tensorVar[t], [&](unsigned x, unsigned y) {
+          return memoryCost(memoryWeight, buffers[m.nodeChoice[n][x]][i][y]);
+        });
+      }
+    }
+  }
+  if (memoryWeight > 0) {
+    const size_t depth = std::max(steps.size(), i + 1);
+    for (unsigned t = 0; t < T; ++t) {
+      std::vector<int64_t> u;
+      for (int c : m.tensorChoice[t])
+        u.push_back(memoryCost(
+            memoryWeight,
+            tileBytes(
+                p, t, depth, [&](size_t l) { return l == i ? c : steps[l].tensor[t]; },
+                [&](size_t l) { return l == i ? parts : steps[l].parts; })));
+      tables.add(m.tensorVar[t], m.tensorVar[t], [&](unsigned x, unsigned) { return u[x]; });
+    }
   }
   tables.flush();
   return m;
@@ -367,7 +418,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   TermCache cache;
   auto solveStep = [&](size_t i, unsigned parts) -> llvm::Expected<std::pair<StepChoice, int64_t>> {
     Candidates cand = candidates(p, plan.steps, i, parts, o.algorithm);
-    StepModel m = buildStep(p, co, plan.steps, i, parts, cand, cache);
+    StepModel m = buildStep(p, co, plan.steps, i, parts, cand, cache, o.memoryWeight, o.pricedBuffers);
     if (i == 0 && plan.variables == 0)
       plan.variables = m.msp.variables();
     auto sol = m.msp.solve(limits);
@@ -665,6 +716,16 @@ llvm::Error flatSearch(const Problem &p, const PlanOptions &o, const std::vector
       tables.add(X, Y, [&](unsigned x, unsigned y) { return tab[size_t(x) * dy + y]; });
     }
   }
+  if (o.memoryWeight > 0)
+    for (unsigned t = 0; t < T; ++t) {
+      std::vector<int64_t> u;
+      for (const std::vector<int> &seq : tensorChoice[t])
+        u.push_back(memoryCost(o.memoryWeight,
+                               tileBytes(
+                                   p, t, m, [&](size_t l) { return seq[l]; },
+                                   [&](size_t l) { return factors[l]; })));
+      tables.add(tensorVar[t], tensorVar[t], [&](unsigned x, unsigned) { return u[x]; });
+    }
   tables.flush();
   MinSumProblem::Limits limits;
   limits.maxTableEntries = o.maxTableEntries;
@@ -701,7 +762,7 @@ llvm::Error exhaustiveSearch(const Problem &p, const PlanOptions &o,
     }
     unsigned parts = factors[current.size()];
     Candidates cand = candidates(p, current, current.size(), parts, Algorithm::Tofu);
-    StepModel m = buildStep(p, co, current, current.size(), parts, cand, cache);
+    StepModel m = buildStep(p, co, current, current.size(), parts, cand, cache, 0, {});
     if (current.size() + 1 == factors.size()) {
       auto sol = m.msp.solve();
       if (!sol) {

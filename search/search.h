@@ -38,6 +38,14 @@ struct PlanOptions {
   double budgetSeconds = 60;
   /// The largest table one elimination may build.
   uint64_t maxTableEntries = uint64_t(1) << 24;
+  /// Memory's price in the objective: the DP algorithms (tofu, icml18, equalchop, allrow,
+  /// data-parallel, dp-flat; not spartan or exhaustive) minimise communication plus this
+  /// many times worker 0's bytes of tensor tiles (replicas counted whole) and, for the nodes
+  /// `pricedBuffers` marks (not dp-flat), of the buffers it needs while the node runs
+  /// (Problem::stepBuffers). 0: communication alone. The plan's reported figures
+  /// (totalBytes, stepBytes) stay communication only. See search/memory_fit.h.
+  double memoryWeight = 0;
+  std::vector<bool> pricedBuffers; ///< per node
 };
 
 struct PartitionPlan {

@@ -1,7 +1,9 @@
 // tofu-plan: builds a dataflow graph (zoo model, JSON or ONNX), optionally its training
 // step, and searches for its partition across --workers workers.
 #include <chrono>
+#include <algorithm>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "fmt/format.h"
@@ -11,6 +13,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
+#include "search/memory_fit.h"
 #include "search/report.h"
 #include "search/search.h"
 #include "api/pipeline.h"
@@ -56,6 +59,19 @@ cl::opt<bool> summary("summary", cl::desc("Print the plan's summary only (no per
 cl::opt<double> budget("budget", cl::desc("Time budget in seconds of dp-flat and exhaustive "
                                           "(default 60)"),
                        cl::init(60), cl::cat(planCategory));
+cl::opt<std::string> memoryPerWorker(
+    "memory-per-worker",
+    cl::desc("With --workers: the plan of least communication whose planned peak (the memory "
+             "planner's, on every worker) fits in BYTES, or fail saying by how much the closest "
+             "plan misses (e.g. 80GB, 16GiB)"),
+    cl::value_desc("BYTES"), cl::cat(planCategory));
+cl::opt<std::string> fitBytes(
+    "fit", cl::desc("Find the smallest number of workers (any count) with a plan whose planned "
+                    "peak fits in BYTES per worker, and print that plan"),
+    cl::value_desc("BYTES"), cl::cat(planCategory));
+cl::opt<unsigned> maxWorkers("max-workers",
+                             cl::desc("With --fit: the most workers to try (default 1024)"),
+                             cl::value_desc("K"), cl::init(1024), cl::cat(planCategory));
 cl::opt<bool> noCoarsen("no-coarsen", cl::desc("Do not merge element-wise chains and coalesced "
                                                "timesteps"),
                         cl::cat(planCategory));
@@ -72,6 +88,8 @@ int main(int argc, char **argv) {
       "  tofu-plan --model NAME [--batch B] [--train] --workers K [--algo A] [--format=json]\n"
       "  tofu-plan --graph FILE.json [--train] --workers K\n"
       "  tofu-plan --onnx FILE.onnx [--batch B] [--train] --workers K\n"
+      "  tofu-plan ... --workers K --memory-per-worker BYTES\n"
+      "  tofu-plan ... --fit BYTES [--max-workers N]\n"
       "  tofu-plan (--model|--graph|--onnx) ... --describe | --dump-json\n\n" +
           tofu::zooHelp() +
           "\n\nAlgorithms (--algo): " + tofu::algorithmNames() +
@@ -86,8 +104,36 @@ int main(int argc, char **argv) {
     llvm::errs() << "tofu-plan: --workers must be at least 1\n";
     return 2;
   }
-  if (!describe && !dumpJson && workers == 0) {
-    llvm::errs() << "tofu-plan: nothing to do: give --workers K, --describe or --dump-json\n";
+  std::optional<int64_t> budgetBytes;
+  for (cl::opt<std::string> *o : {&memoryPerWorker, &fitBytes}) {
+    if (!o->getNumOccurrences())
+      continue;
+    auto bytes = tofu::parseBytes(*o);
+    if (!bytes) {
+      llvm::errs() << "tofu-plan: --" << o->ArgStr << ": " << llvm::toString(bytes.takeError())
+                   << "\n";
+      return 2;
+    }
+    budgetBytes = *bytes;
+  }
+  const bool fit = fitBytes.getNumOccurrences() > 0;
+  if (fit && (workers.getNumOccurrences() || memoryPerWorker.getNumOccurrences())) {
+    llvm::errs() << "tofu-plan: --fit chooses the number of workers: give it without --workers "
+                    "and --memory-per-worker\n";
+    return 2;
+  }
+  if (memoryPerWorker.getNumOccurrences() && workers == 0) {
+    llvm::errs() << "tofu-plan: --memory-per-worker needs --workers K (--fit BYTES finds the "
+                    "smallest K)\n";
+    return 2;
+  }
+  if (fit && maxWorkers == 0) {
+    llvm::errs() << "tofu-plan: --max-workers must be at least 1\n";
+    return 2;
+  }
+  if (!describe && !dumpJson && workers == 0 && !fit) {
+    llvm::errs() << "tofu-plan: nothing to do: give --workers K, --fit BYTES, --describe or "
+                    "--dump-json\n";
     return 2;
   }
   auto algorithm = tofu::parseAlgorithm(algo);
@@ -121,7 +167,9 @@ int main(int argc, char **argv) {
   tofu::PipelineOptions pipeline;
   if (train)
     pipeline.train = optimizer == "sgd" ? tofu::Optimizer::SGD : tofu::Optimizer::Adam;
-  pipeline.until = workers > 0 ? tofu::Stage::Plan : tofu::Stage::Graph;
+  pipeline.until = budgetBytes ? tofu::Stage::Problem
+                  : workers > 0 ? tofu::Stage::Plan
+                                : tofu::Stage::Graph;
   pipeline.search.workers = workers;
   pipeline.search.algorithm = *algorithm;
   pipeline.search.budgetSeconds = budget;
@@ -139,19 +187,87 @@ int main(int argc, char **argv) {
     llvm::outs() << tofu::graphToJson(*g);
     return 0;
   }
-  if (workers > 0) {
+  if (workers > 0 || fit) {
     const tofu::Problem *problem = &*result->problem;
     const tofu::PartitionPlan *plan = &result->plan;
     double analysis = result->analysisSeconds;
     tofu::PlanReportOptions report;
     report.title = name + (train ? " training step" : "") +
                    (model.empty() ? std::string() : fmt::format(" (batch {})", batch));
-    report.exact = workers <= 64;
     report.listTensors = report.listOps = !summary;
+    std::string memoryLine;
+    tofu::MemoryFit memoryFit;
+    if (budgetBytes) {
+      const std::string limit = human(double(*budgetBytes));
+      if (fit) {
+        auto found = tofu::fitWorkers(
+            *problem, pipeline.search, *budgetBytes, g->outputs, maxWorkers,
+            [&](unsigned k, const tofu::MemoryFit &f) {
+              llvm::errs() << fmt::format("tofu-plan: {} workers: {} ({} plan{} searched, "
+                                          "{:.1f} s)\n",
+                                          k,
+                                          f.fits ? fmt::format("fits, planned peak {}",
+                                                               human(double(f.peak)))
+                                                 : fmt::format("closest plan's peak {}, {} over",
+                                                               human(double(f.peak)),
+                                                               human(double(f.peak - f.limit))),
+                                          f.searches, f.searches == 1 ? "" : "s", f.seconds);
+            });
+        if (!found) {
+          llvm::errs() << "tofu-plan: --fit " << fitBytes << ": "
+                       << llvm::toString(found.takeError()) << "\n";
+          return 1;
+        }
+        memoryFit = std::move(found->fit);
+        memoryLine = fmt::format(
+            "fit: {} per worker needs {} workers (tried {} to {}; fewer than {} cannot hold the "
+            "tensors the one-worker plan has live at once)\n",
+            limit, memoryFit.plan.workers, found->lowerBound, memoryFit.plan.workers,
+            found->lowerBound);
+      } else {
+        auto found = tofu::searchWithinMemory(*problem, pipeline.search, *budgetBytes, g->outputs);
+        if (!found) {
+          llvm::errs() << "tofu-plan: " << llvm::toString(found.takeError()) << "\n";
+          return 1;
+        }
+        if (!found->fits) {
+          llvm::errs() << fmt::format(
+              "tofu-plan: no plan found for {} workers fits in {} per worker: the closest "
+              "({}) has a planned peak of {} on worker {}, {} over ({} plans searched); "
+              "--fit {} finds how many workers it needs\n",
+              workers, limit, found->plan.algorithm, human(double(found->peak)),
+              std::max_element(found->memory.workers.begin(), found->memory.workers.end(),
+                               [](const auto &a, const auto &b) { return a.peak < b.peak; }) -
+                  found->memory.workers.begin(),
+              human(double(found->peak - found->limit)), found->searches,
+              std::string(memoryPerWorker));
+          return 1;
+        }
+        memoryFit = std::move(*found);
+      }
+      memoryLine += fmt::format("memory budget {} per worker: {} plan{} searched and memory-planned "
+                                "in {:.3f} s; the one chosen has memory priced at {:.3g} per byte\n",
+                                limit, memoryFit.searches, memoryFit.searches == 1 ? "" : "s",
+                                memoryFit.seconds, memoryFit.memoryWeight);
+      plan = &memoryFit.plan;
+      report.plannedPeak = memoryFit.peak;
+      report.memoryLimit = *budgetBytes;
+      for (size_t w = 0; w < memoryFit.memory.workers.size(); ++w)
+        if (memoryFit.memory.workers[w].peak == memoryFit.peak) {
+          report.plannedPeakWorker = static_cast<unsigned>(w);
+          tofu::LiveAtMost live = tofu::liveAtMost(memoryFit.memory.workers[w]);
+          report.liveTiles = live.tiles;
+          report.liveFetches = live.fetches;
+          report.livePartials = live.partials;
+          break;
+        }
+    }
+    report.exact = plan->workers <= 64;
     if (format == "json") {
       llvm::outs() << tofu::planJson(*problem, *plan, report);
     } else {
       llvm::outs() << fmt::format("analysis of the graph's ops: {:.3f} s\n", analysis);
+      llvm::outs() << memoryLine;
       llvm::outs() << tofu::planTable(*problem, *plan, report);
     }
     if (!svgFile.empty()) {

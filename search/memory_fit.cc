@@ -1,0 +1,255 @@
+// Searching under a memory budget.
+#include "search/memory_fit.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+#include "search/report.h"
+
+namespace tofu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Whether the algorithm's objective takes PlanOptions::memoryWeight.
+bool takesWeight(Algorithm a) { return a != Algorithm::Spartan && a != Algorithm::Exhaustive; }
+
+struct Trial {
+  PartitionPlan plan;
+  ExecPlan exec;
+  MemoryPlan memory;
+  int64_t peak = 0;
+  double weight = 0;
+};
+
+/// The nodes (Problem indices) running while some worker has more than `limit` bytes
+/// live, less what its placement wastes (its arena beyond its most bytes live): those
+/// whose buffers the price should shrink.
+void markPressed(const Trial &t, int64_t limit, std::vector<bool> &pressed) {
+  for (const WorkerMemory &w : t.memory.workers) {
+    const int64_t over = limit - (w.peak - liveAtMost(w).total());
+    std::map<int64_t, int64_t> change;
+    for (const Buffer &b : w.buffers) {
+      change[b.start] += b.bytes;
+      change[b.end] -= b.bytes;
+    }
+    int64_t live = 0;
+    for (auto it = change.begin(); it != change.end(); ++it) {
+      live += it->second;
+      if (live <= over)
+        continue;
+      // Live above the line over [it->first, next change): the nodes of those times
+      // (node i of the plan fetches and computes at 3i, assembles at 3i + 1).
+      const int64_t end = std::next(it) == change.end() ? it->first + 1 : std::next(it)->first;
+      for (int64_t time = it->first; time < end; ++time)
+        if (time / 3 < int64_t(t.exec.nodes.size()))
+          pressed[t.exec.nodes[time / 3].node] = true;
+    }
+  }
+}
+
+/// The search with the price on memory first when `leastMemoryFirst` (a scan over worker
+/// counts, where most counts tried do not fit: one search decides them).
+llvm::Expected<MemoryFit> search(const Problem &p, const PlanOptions &options, int64_t limit,
+                                 const std::vector<std::string> &outputs, bool leastMemoryFirst) {
+  const auto start = Clock::now();
+  MemoryFit out;
+  out.limit = limit;
+  std::vector<Trial> trials;
+  std::vector<bool> pressed(p.nodes.size(), false);
+  auto trial = [&](double weight) -> llvm::Expected<const Trial *> {
+    PlanOptions o = options;
+    o.memoryWeight = weight;
+    o.pricedBuffers = pressed;
+    auto plan = searchPlan(p, o);
+    if (!plan)
+      return plan.takeError();
+    Trial t;
+    t.plan = std::move(*plan);
+    t.exec = buildExecPlan(p, t.plan);
+    t.memory = planMemory(p, t.exec, outputs);
+    t.peak = t.memory.largestPeak();
+    t.weight = weight;
+    ++out.searches;
+    markPressed(t, limit, pressed);
+    trials.push_back(std::move(t));
+    return &trials.back();
+  };
+  auto finish = [&](bool fits) {
+    const Trial *pick = nullptr;
+    for (const Trial &t : trials)
+      if (!pick || (fits ? t.peak <= limit && (pick->peak > limit ||
+                                               t.plan.totalBytes < pick->plan.totalBytes)
+                         : t.peak < pick->peak))
+        pick = &t;
+    out.fits = fits;
+    out.plan = pick->plan;
+    out.exec = pick->exec;
+    out.memory = pick->memory;
+    out.peak = pick->peak;
+    out.memoryWeight = pick->weight;
+    out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return llvm::Expected<MemoryFit>(std::move(out));
+  };
+  // The highest price: as high as the objective's 64-bit sums allow (tiles and buffers
+  // together are a few times the one-worker bytes), and far beyond where a byte of memory
+  // outweighs the communication it costs to save (about k bytes).
+  int64_t single = 0;
+  for (const ProblemTensor &t : p.tensors) {
+    int64_t e = t.elementBytes;
+    for (int64_t d : t.shape)
+      e *= d;
+    single += e;
+  }
+  const double wmax = std::min(double(options.workers) * std::ldexp(1.0, 24),
+                               1e16 / double(std::max<int64_t>(single, 1)));
+  const bool priced = takesWeight(options.algorithm) && options.workers > 1;
+  if (!leastMemoryFirst || !priced) {
+    auto t0 = trial(0);
+    if (!t0)
+      return t0.takeError();
+    if ((*t0)->peak <= limit || !priced)
+      return finish((*t0)->peak <= limit);
+  }
+  // The highest price, again while it marks more nodes as pressed.
+  bool fits = false;
+  for (unsigned round = 0; round < 3 && !fits; ++round) {
+    const std::vector<bool> before = pressed;
+    auto hi = trial(wmax);
+    if (!hi)
+      return hi.takeError();
+    fits = (*hi)->peak <= limit;
+    if (pressed == before)
+      break;
+  }
+  int64_t closest = INT64_MAX;
+  for (const Trial &t : trials)
+    closest = std::min(closest, t.peak);
+  // A scan over worker counts rejects a count the least memory misses by far.
+  if (leastMemoryFirst && closest > limit + limit / 4)
+    return finish(false);
+  if (leastMemoryFirst) {
+    auto t0 = trial(0);
+    if (!t0)
+      return t0.takeError();
+    if ((*t0)->peak <= limit)
+      return finish(true);
+  }
+  // The peak is not monotone in the price (the price weighs every node's buffers, the peak
+  // only the largest moment's): a ladder of prices, a factor of 8 apart, down to 2^-27 of
+  // the highest; the fitting plan of least communication among all of them wins.
+  const double top = std::log2(wmax);
+  for (int e = -3; e >= -27; e -= 3) {
+    auto t = trial(std::exp2(top + e));
+    if (!t)
+      return t.takeError();
+    fits |= (*t)->peak <= limit;
+  }
+  return finish(fits);
+}
+
+} // namespace
+
+llvm::Expected<MemoryFit> searchWithinMemory(const Problem &p, const PlanOptions &options,
+                                             int64_t limit,
+                                             const std::vector<std::string> &outputs) {
+  if (limit <= 0)
+    return stringError("the memory per worker must be positive");
+  return search(p, options, limit, outputs, false);
+}
+
+int64_t largestLiveBytes(const MemoryPlan &oneWorker) {
+  int64_t most = 0;
+  for (const WorkerMemory &w : oneWorker.workers) {
+    std::map<int64_t, int64_t> change; // time -> bytes becoming live (or dead)
+    for (const Buffer &b : w.buffers) {
+      change[b.start] += b.bytes;
+      change[b.end] -= b.bytes;
+    }
+    int64_t live = 0;
+    for (const auto &[time, delta] : change) {
+      live += delta;
+      most = std::max(most, live);
+    }
+  }
+  return most;
+}
+
+llvm::Expected<WorkerCountFit>
+fitWorkers(const Problem &p, const PlanOptions &options, int64_t limit,
+           const std::vector<std::string> &outputs, unsigned maxWorkers,
+           const std::function<void(unsigned k, const MemoryFit &)> &progress) {
+  if (limit <= 0)
+    return stringError("the memory per worker must be positive");
+  if (maxWorkers == 0)
+    return stringError("the largest number of workers to try must be at least 1");
+  PlanOptions one = options;
+  one.workers = 1;
+  auto onePlan = searchPlan(p, one);
+  if (!onePlan)
+    return onePlan.takeError();
+  const int64_t live = largestLiveBytes(planMemory(p, buildExecPlan(p, *onePlan), outputs));
+  WorkerCountFit out;
+  out.lowerBound = static_cast<unsigned>(std::max<int64_t>(1, (live + limit - 1) / limit));
+  if (out.lowerBound > maxWorkers)
+    return stringError(fmt::format(
+        "no plan on at most {} workers can fit in {} per worker: {} of tensors are live at "
+        "once, which needs at least {} workers",
+        maxWorkers, humanBytes(double(limit)), humanBytes(double(live)), out.lowerBound));
+  for (unsigned k = out.lowerBound; k <= maxWorkers; ++k) {
+    PlanOptions o = options;
+    o.workers = k;
+    auto fit = search(p, o, limit, outputs, true);
+    if (!fit)
+      return fit.takeError();
+    out.tried.push_back({k, fit->peak});
+    if (progress)
+      progress(k, *fit);
+    if (fit->fits) {
+      out.fit = std::move(*fit);
+      return llvm::Expected<WorkerCountFit>(std::move(out));
+    }
+    if (k == maxWorkers)
+      return stringError(fmt::format(
+          "no plan on at most {} workers fits in {} per worker: at {} workers the smallest "
+          "planned peak found is {}, {} over",
+          maxWorkers, humanBytes(double(limit)), k, humanBytes(double(fit->peak)),
+          humanBytes(double(fit->peak - limit))));
+  }
+  return stringError("unreachable");
+}
+
+llvm::Expected<int64_t> parseBytes(const std::string &text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception &) {
+    return stringError(fmt::format("'{}' is not a number of bytes (e.g. 80GB, 16GiB, 12e9)", text));
+  }
+  std::string unit = text.substr(used);
+  unit.erase(0, unit.find_first_not_of(' '));
+  std::string lower;
+  for (char c : unit)
+    lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::map<std::string, double> units = {
+      {"", 1},          {"b", 1},
+      {"kb", 1e3},      {"mb", 1e6},
+      {"gb", 1e9},      {"tb", 1e12},
+      {"kib", 1024.0},  {"mib", 1024.0 * 1024},
+      {"gib", 1024.0 * 1024 * 1024}, {"tib", 1024.0 * 1024 * 1024 * 1024}};
+  auto it = units.find(lower);
+  if (it == units.end())
+    return stringError(fmt::format("'{}': unknown unit '{}' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)",
+                                   text, unit));
+  const double bytes = value * it->second;
+  if (!(bytes >= 1) || bytes > 9e18)
+    return stringError(fmt::format("'{}' is not a positive number of bytes", text));
+  return static_cast<int64_t>(bytes);
+}
+
+} // namespace tofu
