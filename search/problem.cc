@@ -348,10 +348,14 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
           if (buffers) {
             // Whole buffers, where any of it is someone else's: a fetched region, or a
             // partial result that is not exactly the worker's tile.
-            const bool direct = rho == 1 && elementsWith(tile, d, r) == boxElements(produced) &&
-                                intersectElements(produced, tile, d, r) == boxElements(produced);
-            elems = output ? (computes && !direct ? boxElements(produced) : 0)
-                           : (elems > 0 ? boxElements(regions[k]) : 0);
+            if (output) {
+              const bool direct =
+                  rho == 1 && elementsWith(tile, d, r) == boxElements(produced) &&
+                  intersectElements(produced, tile, d, r) == boxElements(produced);
+              elems = computes && !direct ? boxElements(produced) : 0;
+            } else {
+              elems = elems > 0 ? boxElements(regions[k]) : 0;
+            }
           }
           out[k][c] += elems * tensors[t].elementBytes * weight;
         }
