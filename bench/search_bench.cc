@@ -1,6 +1,9 @@
 // Benchmark of the partition search. Table 1: the paper's models at k = 8, every algorithm's
 // search time and communication relative to tofu's. Table 2: tofu from k = 2 to 1024 on
-// WResNet-152-10 and RNN-10-8K. Every figure is measured in this run.
+// WResNet-152-10 and RNN-10-8K. Table 3: the memory options (search/memory_fit.h): what
+// planning memory adds to a search, a budget 10% under the unpriced plan's peak, and the
+// smallest count of 80 GiB workers, on training steps with Adam. Every figure is measured
+// in this run.
 //
 //   bazel run -c opt //bench:search_bench -- [--budget SECONDS] [--quick]
 //
@@ -17,6 +20,9 @@
 #include "graph/graph.h"
 #include "graph/zoo.h"
 #include "api/pipeline.h"
+#include "codegen/exec_plan.h"
+#include "codegen/memory_plan.h"
+#include "search/memory_fit.h"
 #include "search/report.h"
 #include "search/search.h"
 
@@ -38,17 +44,25 @@ struct Model {
   int64_t batch;
 };
 
-llvm::Expected<tofu::Problem> problemFor(const Model &m, const tofu::OpLibrary &lib) {
+llvm::Expected<tofu::Problem> problemFor(const Model &m, const tofu::OpLibrary &lib,
+                                         tofu::Optimizer optimizer = tofu::Optimizer::SGD,
+                                         std::vector<std::string> *outputs = nullptr) {
   tofu::GraphSource source;
   source.model = m.name;
   source.batch = m.batch;
   tofu::PipelineOptions po;
-  po.train = tofu::Optimizer::SGD;
+  po.train = optimizer;
   po.until = tofu::Stage::Problem;
   auto r = tofu::runPipeline(source, lib, po);
   if (!r)
     return r.takeError();
+  if (outputs)
+    *outputs = r->graph.outputs;
   return std::move(*r->problem);
+}
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 } // namespace
@@ -175,6 +189,57 @@ int main(int argc, char **argv) {
                   tofu::humanBytes(double(mem)).c_str(), tofu::humanBytes(double(single) / k).c_str());
       std::fflush(stdout);
     }
+  }
+  std::printf("\nTable 3: memory budgets (training with Adam, k = 8 unless searched). Search: tofu "
+              "alone; + memory plan: also the execution plan and every worker's memory plan "
+              "(the planned peak). --memory-per-worker at 90%% of the unpriced plan's peak: "
+              "plans searched, the peak and communication of the plan chosen, the time. "
+              "--fit 80GiB: the smallest count, the counts tried, the time.\n\n");
+  std::printf("| model | batch | search | + memory plan | unpriced peak | 90%% budget: fits | "
+              "searches | peak | comm vs unpriced | time | --fit 80GiB | tried | time |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | "
+              "---: |\n");
+  std::vector<Model> budgets = {{"wresnet-152-10", 32}, {"rnn-10-8K", 512}, {"gpt-12-768-12-1024", 8}};
+  if (!quick)
+    budgets.push_back({"gpt-48-8192-64-2048", 8});
+  for (const Model &m : budgets) {
+    std::vector<std::string> outputs;
+    auto p = problemFor(m, *lib, tofu::Optimizer::Adam, &outputs);
+    if (!p) {
+      std::printf("| %s | error: %s |\n", m.name.c_str(), llvm::toString(p.takeError()).c_str());
+      continue;
+    }
+    tofu::PlanOptions o;
+    o.workers = 8;
+    auto start = Clock::now();
+    auto plan = tofu::searchPlan(*p, o);
+    const double search = since(start);
+    if (!plan) {
+      std::printf("| %s | fails: %s |\n", m.name.c_str(), llvm::toString(plan.takeError()).c_str());
+      continue;
+    }
+    const int64_t peak = tofu::planMemory(*p, tofu::buildExecPlan(*p, *plan), outputs).largestPeak();
+    const double planned = since(start);
+    const int64_t limit = peak / 10 * 9;
+    start = Clock::now();
+    auto fit = tofu::searchWithinMemory(*p, o, limit, outputs);
+    const double budgetTime = since(start);
+    start = Clock::now();
+    auto count = tofu::fitWorkers(*p, o, int64_t(80) << 30, outputs, 1024);
+    const double countTime = since(start);
+    std::string budgetCells = fit ? fmt::format("{} | {} | {} | {:.3f}x | {:.2f} s", fit->fits ? "yes" : "no",
+                                                fit->searches, tofu::humanBytes(double(fit->peak)),
+                                                double(fit->plan.totalBytes) / double(plan->totalBytes),
+                                                budgetTime)
+                                  : "fails: " + llvm::toString(fit.takeError()) + " | | | |";
+    std::string countCells =
+        count ? fmt::format("{} | {}-{} | {:.2f} s", count->fit.plan.workers, count->lowerBound,
+                            count->fit.plan.workers, countTime)
+              : "fails: " + llvm::toString(count.takeError()) + " | |";
+    std::printf("| %s | %lld | %.3f s | %.3f s | %s | %s | %s |\n", m.name.c_str(),
+                (long long)m.batch, search, planned, tofu::humanBytes(double(peak)).c_str(),
+                budgetCells.c_str(), countCells.c_str());
+    std::fflush(stdout);
   }
   return 0;
 }
