@@ -82,8 +82,9 @@ llvm::Expected<MemoryFit> search(const Problem &p, const PlanOptions &options, i
   auto finish = [&](bool fits) {
     const Trial *pick = nullptr;
     for (const Trial &t : trials)
-      if (!pick || (fits ? t.peak <= limit && (pick->peak > limit ||
-                                               t.plan.totalBytes < pick->plan.totalBytes)
+      if (!pick || (fits ? t.peak <= limit &&
+                               (pick->peak > limit || t.plan.totalBytes < pick->plan.totalBytes ||
+                                (t.plan.totalBytes == pick->plan.totalBytes && t.weight < pick->weight))
                          : t.peak < pick->peak))
         pick = &t;
     out.fits = fits;

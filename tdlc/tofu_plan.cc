@@ -13,6 +13,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
+#include "nlohmann/json.hpp"
 #include "search/memory_fit.h"
 #include "search/report.h"
 #include "search/search.h"
@@ -197,6 +198,7 @@ int main(int argc, char **argv) {
     report.listTensors = report.listOps = !summary;
     std::string memoryLine;
     tofu::MemoryFit memoryFit;
+    nlohmann::ordered_json fitJson; // --fit's scan, for --format=json
     if (budgetBytes) {
       const std::string limit = human(double(*budgetBytes));
       if (fit) {
@@ -219,6 +221,12 @@ int main(int argc, char **argv) {
           return 1;
         }
         memoryFit = std::move(found->fit);
+        fitJson["budget_bytes"] = *budgetBytes;
+        fitJson["workers"] = memoryFit.plan.workers;
+        fitJson["lower_bound"] = found->lowerBound;
+        fitJson["tried"] = nlohmann::ordered_json::array();
+        for (const auto &[k, peak] : found->tried)
+          fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", peak}});
         memoryLine = fmt::format(
             "fit: {} per worker needs {} workers (tried {} to {}; fewer than {} cannot hold the "
             "tensors the one-worker plan has live at once)\n",
@@ -264,7 +272,13 @@ int main(int argc, char **argv) {
     }
     report.exact = plan->workers <= 64;
     if (format == "json") {
-      llvm::outs() << tofu::planJson(*problem, *plan, report);
+      std::string json = tofu::planJson(*problem, *plan, report);
+      if (fit) {
+        auto j = nlohmann::ordered_json::parse(json);
+        j["fit"] = fitJson;
+        json = j.dump(1) + "\n";
+      }
+      llvm::outs() << json;
     } else {
       llvm::outs() << fmt::format("analysis of the graph's ops: {:.3f} s\n", analysis);
       llvm::outs() << memoryLine;

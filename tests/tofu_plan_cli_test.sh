@@ -66,5 +66,25 @@ expect_error() { # expected message, args...
 expect_error "--workers must be at least 1" --model mlp --workers 0
 expect_error "unknown --algo 'best'" --model mlp --workers 2 --algo best
 expect_error "--format must be table or json" --model mlp --workers 2 --format xml
+"$plan" --model mlp --batch 16 --train --fit 20MiB --format=json >"$tmp/fit.json" 2>"$tmp/fit.err"
+check "--fit exit status" test $? -eq 0
+check "--fit reports each count on stderr" grep -q "^tofu-plan: [0-9]* workers: fits, planned peak" "$tmp/fit.err"
+check "--fit json" python3 - "$tmp/fit.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+f, m = p["fit"], p["memory"]
+assert f["budget_bytes"] == 20 << 20 and p["workers"] == f["workers"], f
+assert f["tried"][-1]["workers"] == f["workers"] and f["lower_bound"] <= f["workers"], f
+assert m["planned_peak_bytes"] <= m["budget_bytes"] == 20 << 20, m
+assert all(t["closest_peak_bytes"] > 20 << 20 for t in f["tried"][:-1]), f
+PY
+"$plan" --model mlp --batch 16 --train --workers 4 --memory-per-worker 1GiB --summary >"$tmp/mem.txt"
+check "--memory-per-worker fits" grep -q "^planned peak (memory planner.*budget 1.00 GiB per worker" "$tmp/mem.txt"
+expect_error "no plan found for 4 workers fits in 1.00 MiB per worker: the closest" --model mlp --train --workers 4 --memory-per-worker 1MiB
+expect_error "--memory-per-worker needs --workers K" --model mlp --memory-per-worker 1GB
+expect_error "--fit chooses the number of workers" --model mlp --workers 2 --fit 1GB
+expect_error "--fit: 'lots' is not a number of bytes" --model mlp --fit lots
+expect_error "unknown unit 'XB'" --model mlp --workers 2 --memory-per-worker 3XB
+expect_error "no plan on at most 2 workers" --model mlp --train --fit 10MiB --max-workers 2
 expect_error "ran out of its time budget" --model wresnet-50-1 --batch 2 --train --workers 8 --algo exhaustive --budget 0.5
 exit $fail
