@@ -155,26 +155,27 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<
   return m;
 }
 
-LiveAtMost liveAtMost(const WorkerMemory &w) {
-  std::vector<int64_t> times;
-  for (const Buffer &b : w.buffers)
-    times.push_back(b.start);
-  std::sort(times.begin(), times.end());
-  times.erase(std::unique(times.begin(), times.end()), times.end());
-  // The live set only grows at a buffer's start: the maximum is at one of them.
-  std::vector<int64_t> live(times.size() + 1, 0); // differences, then prefix sums
+std::vector<std::pair<int64_t, int64_t>> liveOverTime(const WorkerMemory &w) {
+  std::map<int64_t, int64_t> change; // time -> bytes becoming live (or dead)
   for (const Buffer &b : w.buffers) {
-    live[std::lower_bound(times.begin(), times.end(), b.start) - times.begin()] += b.bytes;
-    live[std::lower_bound(times.begin(), times.end(), b.end) - times.begin()] -= b.bytes;
+    change[b.start] += b.bytes;
+    change[b.end] -= b.bytes;
   }
-  for (size_t i = 1; i < live.size(); ++i)
-    live[i] += live[i - 1];
-  live.pop_back();
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t live = 0;
+  for (const auto &[time, delta] : change)
+    out.push_back({time, live += delta});
+  return out;
+}
+
+LiveAtMost liveAtMost(const WorkerMemory &w) {
+  const auto profile = liveOverTime(w);
   LiveAtMost out;
-  if (times.empty())
+  if (profile.empty())
     return out;
-  const size_t at = std::max_element(live.begin(), live.end()) - live.begin();
-  out.time = times[at];
+  out.time = std::max_element(profile.begin(), profile.end(), [](const auto &a, const auto &b) {
+               return a.second < b.second;
+             })->first;
   for (const Buffer &b : w.buffers)
     if (b.start <= out.time && out.time < b.end)
       (b.kind == Buffer::Kind::Tile    ? out.tiles

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/exec_plan.h"
@@ -32,6 +33,10 @@ struct WorkerMemory {
   int64_t peak = 0;      ///< arena size
   int64_t tileBytes = 0; ///< of the tiles alone, all live at once (no reuse)
 };
+
+/// The bytes a worker has live over its program's time: (time, bytes live from that time
+/// until the next entry's), in time order, one entry per time a buffer starts or ends.
+std::vector<std::pair<int64_t, int64_t>> liveOverTime(const WorkerMemory &w);
 
 /// What is live when the most bytes are (the arena is at least this; more where placement
 /// leaves gaps): bytes per buffer kind, and the time.

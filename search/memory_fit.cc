@@ -31,21 +31,17 @@ struct Trial {
 /// whose buffers the price should shrink.
 void markPressed(const Trial &t, int64_t limit, std::vector<bool> &pressed) {
   for (const WorkerMemory &w : t.memory.workers) {
-    const int64_t over = limit - (w.peak - liveAtMost(w).total());
-    std::map<int64_t, int64_t> change;
-    for (const Buffer &b : w.buffers) {
-      change[b.start] += b.bytes;
-      change[b.end] -= b.bytes;
-    }
-    int64_t live = 0;
-    for (auto it = change.begin(); it != change.end(); ++it) {
-      live += it->second;
-      if (live <= over)
+    const auto profile = liveOverTime(w);
+    int64_t most = 0;
+    for (const auto &[time, live] : profile)
+      most = std::max(most, live);
+    const int64_t over = limit - (w.peak - most);
+    for (size_t i = 0; i + 1 < profile.size(); ++i) {
+      if (profile[i].second <= over)
         continue;
-      // Live above the line over [it->first, next change): the nodes of those times
-      // (node i of the plan fetches and computes at 3i, assembles at 3i + 1).
-      const int64_t end = std::next(it) == change.end() ? it->first + 1 : std::next(it)->first;
-      for (int64_t time = it->first; time < end; ++time)
+      // Live above the line over [this time, the next): the nodes of those times (node j
+      // of the plan fetches and computes at 3j, assembles at 3j + 1).
+      for (int64_t time = profile[i].first; time < profile[i + 1].first; ++time)
         if (time / 3 < int64_t(t.exec.nodes.size()))
           pressed[t.exec.nodes[time / 3].node] = true;
     }
@@ -92,6 +88,11 @@ llvm::Expected<MemoryFit> search(const Problem &p, const PlanOptions &options, i
     out.exec = pick->exec;
     out.memory = pick->memory;
     out.peak = pick->peak;
+    for (unsigned w = 0; w < pick->memory.workers.size(); ++w)
+      if (pick->memory.workers[w].peak == pick->peak) {
+        out.peakWorker = w;
+        break;
+      }
     out.memoryWeight = pick->weight;
     out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     return llvm::Expected<MemoryFit>(std::move(out));
@@ -99,13 +100,7 @@ llvm::Expected<MemoryFit> search(const Problem &p, const PlanOptions &options, i
   // The highest price: as high as the objective's 64-bit sums allow (tiles and buffers
   // together are a few times the one-worker bytes), and far beyond where a byte of memory
   // outweighs the communication it costs to save (about k bytes).
-  int64_t single = 0;
-  for (const ProblemTensor &t : p.tensors) {
-    int64_t e = t.elementBytes;
-    for (int64_t d : t.shape)
-      e *= d;
-    single += e;
-  }
+  const int64_t single = p.workerTensorBytes({}, {});
   const double wmax = std::min(double(options.workers) * std::ldexp(1.0, 24),
                                1e16 / double(std::max<int64_t>(single, 1)));
   const bool priced = takesWeight(options.algorithm) && options.workers > 1;
@@ -130,10 +125,10 @@ llvm::Expected<MemoryFit> search(const Problem &p, const PlanOptions &options, i
   int64_t closest = INT64_MAX;
   for (const Trial &t : trials)
     closest = std::min(closest, t.peak);
-  // A scan over worker counts rejects a count the least memory misses by far.
-  if (leastMemoryFirst && closest > limit + limit / 4)
-    return finish(false);
   if (leastMemoryFirst) {
+    // A scan over worker counts rejects a count the least memory misses by far.
+    if (closest > limit + limit / 4)
+      return finish(false);
     auto t0 = trial(0);
     if (!t0)
       return t0.takeError();
@@ -165,18 +160,8 @@ llvm::Expected<MemoryFit> searchWithinMemory(const Problem &p, const PlanOptions
 
 int64_t largestLiveBytes(const MemoryPlan &oneWorker) {
   int64_t most = 0;
-  for (const WorkerMemory &w : oneWorker.workers) {
-    std::map<int64_t, int64_t> change; // time -> bytes becoming live (or dead)
-    for (const Buffer &b : w.buffers) {
-      change[b.start] += b.bytes;
-      change[b.end] -= b.bytes;
-    }
-    int64_t live = 0;
-    for (const auto &[time, delta] : change) {
-      live += delta;
-      most = std::max(most, live);
-    }
-  }
+  for (const WorkerMemory &w : oneWorker.workers)
+    most = std::max(most, liveAtMost(w).total());
   return most;
 }
 
@@ -201,6 +186,7 @@ fitWorkers(const Problem &p, const PlanOptions &options, int64_t limit,
         "no plan on at most {} workers can fit in {} per worker: {} of tensors are live at "
         "once, which needs at least {} workers",
         maxWorkers, humanBytes(double(limit)), humanBytes(double(live)), out.lowerBound));
+  int64_t closest = 0; // at the last count tried
   for (unsigned k = out.lowerBound; k <= maxWorkers; ++k) {
     PlanOptions o = options;
     o.workers = k;
@@ -214,14 +200,12 @@ fitWorkers(const Problem &p, const PlanOptions &options, int64_t limit,
       out.fit = std::move(*fit);
       return llvm::Expected<WorkerCountFit>(std::move(out));
     }
-    if (k == maxWorkers)
-      return stringError(fmt::format(
-          "no plan on at most {} workers fits in {} per worker: at {} workers the smallest "
-          "planned peak found is {}, {} over",
-          maxWorkers, humanBytes(double(limit)), k, humanBytes(double(fit->peak)),
-          humanBytes(double(fit->peak - limit))));
+    closest = fit->peak;
   }
-  return stringError("unreachable");
+  return stringError(fmt::format("no plan on at most {} workers fits in {} per worker: at {} "
+                                 "workers the smallest planned peak found is {}, {} over",
+                                 maxWorkers, humanBytes(double(limit)), maxWorkers,
+                                 humanBytes(double(closest)), humanBytes(double(closest - limit))));
 }
 
 llvm::Expected<int64_t> parseBytes(const std::string &text) {

@@ -5,11 +5,11 @@
 //
 // The peak is not a sum over ops and tensors, so the DP cannot take it as a constraint.
 // It takes memory as a price instead (PlanOptions::memoryWeight: communication plus a
-// weight times the bytes of worker 0's tiles), and the price is searched: no price first
-// (the least communication), then the highest (the least memory), then a bisection of
-// the price, in powers of two, between the last that did not fit and the first that did.
-// Each candidate plan is judged by its real planned peak; the fitting plan of least
-// communication found wins.
+// weight times worker 0's tile bytes and the buffers of the nodes that ran while some
+// worker was over the budget), and the price is searched: no price first (the least
+// communication), then the highest (the least memory), then a ladder of prices a factor
+// of 8 apart. Each candidate plan is judged by its real planned peak; the fitting plan of
+// least communication found wins.
 #ifndef TOFU_SEARCH_MEMORY_FIT_H
 #define TOFU_SEARCH_MEMORY_FIT_H
 
@@ -32,6 +32,7 @@ struct MemoryFit {
   ExecPlan exec;
   MemoryPlan memory;
   int64_t peak = 0;  ///< the plan's largest planned peak over its workers
+  unsigned peakWorker = 0; ///< the first worker with that peak
   int64_t limit = 0; ///< the budget per worker
   double memoryWeight = 0; ///< the price the plan was found with
   unsigned searches = 0;   ///< plans searched and memory-planned

@@ -101,21 +101,20 @@ TEST(MemoryFit, StepBuffersAreWorkerZerosFetchAndPartialBuffers) {
   for (unsigned k : {3u, 4u, 5u, 6u}) {
     auto plan = searchPlan(p, on(k));
     ASSERT_TRUE(bool(plan));
-    MemoryPlan m = planMemory(p, buildExecPlan(p, *plan), c.outputs);
-    ExecPlan exec = buildExecPlan(p, *plan);
+    const ExecPlan exec = buildExecPlan(p, *plan);
+    const MemoryPlan m = planMemory(p, exec, c.outputs);
     std::vector<int64_t> planner(p.nodes.size(), 0);
     for (const Buffer &b : m.workers[0].buffers)
       if (b.kind != Buffer::Kind::Tile)
         planner[exec.nodes[b.node].node] += b.bytes;
     const size_t last = plan->steps.size() - 1;
-    std::vector<StepChoice> before(plan->steps.begin(), plan->steps.end());
     for (unsigned n = 0; n < p.nodes.size(); ++n) {
       const ProblemNode &node = p.nodes[n];
       std::vector<std::vector<int>> configs;
       for (unsigned t : node.inputs)
         configs.push_back({plan->steps[last].tensor[t]});
       configs.push_back({plan->steps[last].tensor[node.output]});
-      auto terms = p.stepBuffers(n, before, last, plan->steps[last].parts,
+      auto terms = p.stepBuffers(n, plan->steps, last, plan->steps[last].parts,
                                  plan->steps[last].node[n], configs);
       int64_t sum = 0;
       for (const auto &slot : terms)

@@ -110,7 +110,7 @@ std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanRep
                      m.allWorkers ? fmt::format(", largest worker {}", humanBytes(double(m.largest)))
                                   : std::string(),
                      humanBytes(double(m.single) / plan.workers));
-  if (o.plannedPeak >= 0)
+  if (o.plannedPeak >= 0) {
     out += fmt::format("planned peak (memory planner: tiles, fetch buffers, partial results, "
                        "with lifetimes): {} on worker {}{}\n",
                        humanBytes(double(o.plannedPeak)), o.plannedPeakWorker,
@@ -120,10 +120,10 @@ std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanRep
                                          humanBytes(double(std::abs(o.memoryLimit - o.plannedPeak))),
                                          o.memoryLimit >= o.plannedPeak ? "spare" : "over")
                            : std::string());
-  if (o.plannedPeak >= 0)
     out += fmt::format("  live at its most: tiles {}, fetched inputs {}, partial results {}\n",
                        humanBytes(double(o.liveTiles)), humanBytes(double(o.liveFetches)),
                        humanBytes(double(o.livePartials)));
+  }
   if (!plan.steps.empty()) {
     out += "\n| step | parts | communication added | share |\n| ---: | ---: | ---: | ---: |\n";
     for (size_t i = 0; i < plan.steps.size(); ++i)

@@ -130,8 +130,9 @@ Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, si
   return c;
 }
 
-/// Memoised Problem::stepTerms (and stepBuffers): nodes of one instantiation on tensors of the same shapes
-/// and choices cost the same (the repeated blocks of a ResNet, the timesteps of an RNN).
+/// Memoised Problem::stepTerms (and stepBuffers): nodes of one instantiation on tensors of
+/// the same shapes and choices cost the same (the repeated blocks of a ResNet, the
+/// timesteps of an RNN).
 class TermCache {
 public:
   const std::vector<std::vector<int64_t>> &get(const Problem &p, unsigned n,
@@ -339,26 +340,21 @@ StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<St
     std::vector<std::vector<int>> configs(slots);
     for (size_t i = 0; i < slots; ++i)
       configs[i] = m.tensorChoice[i < node.inputs.size() ? node.inputs[i] : node.output];
-    std::map<int, std::vector<std::vector<int64_t>>> terms;
+    // Communication, and where the node is priced, the memory of its buffers.
+    const bool priced = memoryWeight > 0 && n < pricedBuffers.size() && pricedBuffers[n];
+    std::map<int, std::vector<std::vector<int64_t>>> terms, buffers;
     for (int s : m.nodeChoice[n])
-      if (!terms.count(s))
+      if (!terms.count(s)) {
         terms[s] = cache.get(p, n, steps, i, parts, s, configs);
+        if (priced)
+          buffers[s] = cache.get(p, n, steps, i, parts, s, configs, true);
+      }
     for (size_t i = 0; i < slots; ++i) {
       unsigned t = i < node.inputs.size() ? node.inputs[i] : node.output;
-      tables.add(m.nodeVar[n], m.tensorVar[t],
-                 [&](unsigned x, unsigned y) { return terms[m.nodeChoice[n][x]][i][y]; });
-    }
-    if (memoryWeight > 0 && n < pricedBuffers.size() && pricedBuffers[n]) {
-      std::map<int, std::vector<std::vector<int64_t>>> buffers;
-      for (int s : m.nodeChoice[n])
-        if (!buffers.count(s))
-          buffers[s] = cache.get(p, n, steps, i, parts, s, configs, true);
-      for (size_t i = 0; i < slots; ++i) {
-        unsigned t = i < node.inputs.size() ? node.inputs[i] : node.output;
-        tables.add(m.nodeVar[n], m.tensorVar[t], [&](unsigned x, unsigned y) {
-          return memoryCost(memoryWeight, buffers[m.nodeChoice[n][x]][i][y]);
-        });
-      }
+      tables.add(m.nodeVar[n], m.tensorVar[t], [&](unsigned x, unsigned y) {
+        const int s = m.nodeChoice[n][x];
+        return terms[s][i][y] + (priced ? memoryCost(memoryWeight, buffers[s][i][y]) : 0);
+      });
     }
   }
   if (memoryWeight > 0) {

@@ -1,7 +1,6 @@
 // tofu-plan: builds a dataflow graph (zoo model, JSON or ONNX), optionally its training
 // step, and searches for its partition across --workers workers.
 #include <chrono>
-#include <algorithm>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -244,9 +243,7 @@ int main(int argc, char **argv) {
               "({}) has a planned peak of {} on worker {}, {} over ({} plans searched); "
               "--fit {} finds how many workers it needs\n",
               workers, limit, found->plan.algorithm, human(double(found->peak)),
-              std::max_element(found->memory.workers.begin(), found->memory.workers.end(),
-                               [](const auto &a, const auto &b) { return a.peak < b.peak; }) -
-                  found->memory.workers.begin(),
+              found->peakWorker,
               human(double(found->peak - found->limit)), found->searches,
               std::string(memoryPerWorker));
           return 1;
@@ -260,15 +257,11 @@ int main(int argc, char **argv) {
       plan = &memoryFit.plan;
       report.plannedPeak = memoryFit.peak;
       report.memoryLimit = *budgetBytes;
-      for (size_t w = 0; w < memoryFit.memory.workers.size(); ++w)
-        if (memoryFit.memory.workers[w].peak == memoryFit.peak) {
-          report.plannedPeakWorker = static_cast<unsigned>(w);
-          tofu::LiveAtMost live = tofu::liveAtMost(memoryFit.memory.workers[w]);
-          report.liveTiles = live.tiles;
-          report.liveFetches = live.fetches;
-          report.livePartials = live.partials;
-          break;
-        }
+      report.plannedPeakWorker = memoryFit.peakWorker;
+      const tofu::LiveAtMost live = tofu::liveAtMost(memoryFit.memory.workers[memoryFit.peakWorker]);
+      report.liveTiles = live.tiles;
+      report.liveFetches = live.fetches;
+      report.livePartials = live.partials;
     }
     report.exact = plan->workers <= 64;
     if (format == "json") {
