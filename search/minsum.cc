@@ -69,6 +69,52 @@ sliceOf(const MinSumProblem::Factor &f, unsigned u, unsigned x, const std::vecto
   return {std::move(vars), std::move(table)};
 }
 
+uint64_t MinSumProblem::eliminationWork(uint64_t stopAbove) const {
+  const unsigned n = static_cast<unsigned>(domains_.size());
+  std::vector<std::set<unsigned>> adj(n);
+  for (const Factor &f : factors_)
+    for (unsigned v : f.vars)
+      for (unsigned u : f.vars)
+        if (u != v)
+          adj[v].insert(u);
+  auto weight = [&](unsigned v) {
+    double w = std::log2(double(domains_[v]));
+    for (unsigned u : adj[v])
+      w += std::log2(double(domains_[u]));
+    return w;
+  };
+  // The same order as solveWith: least table first, then priority.
+  using Key = std::tuple<double, int64_t, unsigned>;
+  std::set<Key> queue;
+  std::vector<double> key(n);
+  for (unsigned v = 0; v < n; ++v) {
+    key[v] = weight(v);
+    queue.insert({key[v], priority_[v], v});
+  }
+  uint64_t work = 0;
+  while (!queue.empty() && work <= stopAbove) {
+    const unsigned v = std::get<2>(*queue.begin());
+    queue.erase(queue.begin());
+    double entries = domains_[v];
+    for (unsigned u : adj[v])
+      entries *= domains_[u];
+    work = entries + double(work) >= double(UINT64_MAX) ? UINT64_MAX : work + uint64_t(entries);
+    for (unsigned u : adj[v]) {
+      adj[u].erase(v);
+      for (unsigned w : adj[v])
+        if (w != u)
+          adj[u].insert(w);
+    }
+    for (unsigned u : adj[v]) {
+      queue.erase({key[u], priority_[u], u});
+      key[u] = weight(u);
+      queue.insert({key[u], priority_[u], u});
+    }
+    adj[v].clear();
+  }
+  return work;
+}
+
 llvm::Expected<MinSumProblem::Solution> MinSumProblem::solve(const Limits &limits) const {
   bool tooWide = false;
   auto sol = solveWith(limits, limits.maxTableEntries, false, &tooWide);
@@ -211,19 +257,27 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
     Factor out{scope, std::vector<int64_t>(size)};
     std::vector<int64_t> off(fs.size(), 0);
     std::vector<unsigned> digit(ns, 0);
+    // The inner loops read flat arrays: each factor's table and its stride along v.
+    std::vector<const int64_t *> base(fs.size());
+    std::vector<int64_t> vStride(fs.size());
+    for (size_t k = 0; k < fs.size(); ++k) {
+      base[k] = factors[fs[k]].table.data();
+      vStride[k] = stride[k][ns];
+    }
+    std::vector<int64_t> sums(dv);
     for (uint64_t idx = 0; idx < size; ++idx) {
-      int64_t best = std::numeric_limits<int64_t>::max();
-      unsigned arg = 0;
-      for (unsigned x = 0; x < dv; ++x) {
-        int64_t sum = 0;
-        for (size_t k = 0; k < fs.size(); ++k)
-          sum += factors[fs[k]].table[off[k] + x * stride[k][ns]];
-        if (sum < best) {
-          best = sum;
-          arg = x;
-        }
+      std::fill(sums.begin(), sums.end(), 0);
+      for (size_t k = 0; k < fs.size(); ++k) {
+        const int64_t *t = base[k] + off[k];
+        const int64_t st = vStride[k];
+        for (unsigned x = 0; x < dv; ++x)
+          sums[x] += t[x * st];
       }
-      out.table[idx] = best;
+      unsigned arg = 0;
+      for (unsigned x = 1; x < dv; ++x)
+        if (sums[x] < sums[arg])
+          arg = x;
+      out.table[idx] = sums[arg];
       el.argmin[idx] = static_cast<uint16_t>(arg);
       for (size_t p = ns; p-- > 0;) {
         ++digit[p];

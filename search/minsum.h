@@ -51,6 +51,11 @@ public:
   llvm::Expected<Solution> solve(const Limits &limits) const;
   llvm::Expected<Solution> solve() const { return solve(Limits()); }
 
+  /// What solve() would cost without conditioning: the sum over its eliminations of the
+  /// entries it visits (table entries times the eliminated variable's domain), from the
+  /// scopes alone (the tables' values are not read). Stops counting past `stopAbove`.
+  uint64_t eliminationWork(uint64_t stopAbove = UINT64_MAX) const;
+
   /// The total cost of an assignment.
   int64_t evaluate(const std::vector<unsigned> &values) const;
 

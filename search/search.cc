@@ -173,11 +173,24 @@ public:
     auto it = cache_.find(key_);
     if (it != cache_.end())
       return it->second;
+    // What the computation costs: a region evaluation per candidate, last-step part and
+    // group counted.
+    uint64_t candidates = 0;
+    for (const std::vector<int> &c : configs)
+      candidates += c.size();
+    uint64_t groups = 1;
+    for (size_t l = 0; l + 1 < m; ++l)
+      groups = std::min<uint64_t>(groups * (l == i ? parts : steps[l].parts),
+                                  Problem::kExactGroups);
+    evaluations += candidates * groups * (m - 1 == i ? parts : steps[m - 1].parts);
     return cache_
         .emplace(key_, buffers ? p.stepBuffers(n, steps, i, parts, s, configs)
                                : p.stepTerms(n, steps, i, parts, s, configs))
         .first->second;
   }
+
+  /// Region evaluations of the terms computed so far (the misses' work).
+  uint64_t evaluations = 0;
 
 private:
   std::vector<int64_t> key_;
@@ -398,11 +411,317 @@ void finishPlan(const Problem &p, PartitionPlan &plan) {
   plan.totalBytes = before;
 }
 
+/// The work one search may spend on joint solves of pairs of steps, in table entries the
+/// elimination visits (MinSumProblem::eliminationWork; squared domains make it grow fast
+/// with the graph's width) and region evaluations of their cost tables, one of which
+/// counts as kEvaluationWork entries. About half a second on this project's machines.
+constexpr uint64_t kPairWork = uint64_t(1) << 26;
+constexpr uint64_t kEvaluationWork = 64;
+
+/// The choice sequences one item (a node or a tensor) may take over the steps in `S`
+/// (ascending) when every other step keeps its choice in `steps`: per step of S an option
+/// (a strategy or a dimension) whose cut leaves every piece of the whole sequence at least
+/// as large as its step's parts, or -1 (whole) where no option at that step has a valid
+/// completion. `cut(state, option, parts)` cuts a copy of the item's extents, false when
+/// the piece would be too small; `fixed(l)` is step l's own choice.
+template <typename State, typename Cut, typename Fixed>
+void choiceSequences(const std::vector<StepChoice> &steps, const std::vector<size_t> &S,
+                     const std::vector<int> &options, const State &start, Cut cut, Fixed fixed,
+                     std::vector<std::vector<int>> &out) {
+  std::vector<int> seq;
+  // Whether some sequence continues from step l with extents `state`.
+  std::function<bool(size_t, const State &)> walk = [&](size_t l, const State &state) {
+    if (l == steps.size()) {
+      out.push_back(seq);
+      return true;
+    }
+    const unsigned parts = steps[l].parts;
+    if (std::find(S.begin(), S.end(), l) == S.end()) {
+      const int c = fixed(l);
+      if (c < 0)
+        return walk(l + 1, state);
+      State next = state;
+      return cut(next, c, parts) && walk(l + 1, next);
+    }
+    bool any = false;
+    for (int c : options) {
+      State next = state;
+      if (!cut(next, c, parts))
+        continue;
+      seq.push_back(c);
+      any |= walk(l + 1, next);
+      seq.pop_back();
+    }
+    if (!any) {
+      seq.push_back(-1);
+      any = walk(l + 1, state);
+      seq.pop_back();
+    }
+    return any;
+  };
+  walk(0, start);
+}
+
+/// A joint solve's result: the steps with those of S replaced, and the objective.
+struct JointSolution {
+  std::vector<StepChoice> steps;
+  int64_t cost = 0;
+  uint64_t largestTable = 0;
+  size_t variables = 0;
+};
+
+/// Solves the steps in `S` (ascending indices into `steps`, whose parts are set) jointly,
+/// every other step as given: one DP whose variables choose, per coarse set, a sequence of
+/// choices for those steps. With S every step this is dp-flat, the optimum over every
+/// tiling; with S a pair it re-solves two steps of the recursion at once. The objective is
+/// the same as one step's (buildStep): every node's whole cost, plus memory's price.
+llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
+                                         const Coarsening &co, std::vector<StepChoice> steps,
+                                         const std::vector<size_t> &S, TermCache &cache,
+                                         const MinSumProblem::Limits &limits,
+                                         Clock::time_point deadline,
+                                         uint64_t *workLeft = nullptr,
+                                         bool neighbourhood = false) {
+  const unsigned N = static_cast<unsigned>(p.nodes.size());
+  const unsigned T = static_cast<unsigned>(p.tensors.size());
+  const size_t last = S.back();
+  // Per item, its sequences over S (node: strategies; tensor: dimensions).
+  std::vector<std::vector<std::vector<int>>> nodeSeq(N), tensorSeq(T);
+  for (unsigned n = 0; n < N; ++n) {
+    std::vector<int> opts(p.nodes[n].table->strategies.size());
+    std::iota(opts.begin(), opts.end(), 0);
+    auto cut = [&](std::vector<Range> &r, int s, unsigned parts) {
+      const int v = p.splitVar(n, s);
+      if (v < 0)
+        return true;
+      if (r[v].size() < int64_t(parts))
+        return false;
+      r[v] = partOf(r[v].size(), parts, 0);
+      return true;
+    };
+    choiceSequences(steps, S, opts, fullRanges(p.nodes[n].shapes), cut,
+                    [&](size_t l) { return steps[l].node[n]; }, nodeSeq[n]);
+  }
+  for (unsigned t = 0; t < T; ++t) {
+    std::vector<int> opts(p.tensors[t].shape.size());
+    std::iota(opts.begin(), opts.end(), 0);
+    auto cut = [&](std::vector<int64_t> &ext, int d, unsigned parts) {
+      if (ext[d] < int64_t(parts))
+        return false;
+      ext[d] = partOf(ext[d], parts, 0).size();
+      return true;
+    };
+    choiceSequences(steps, S, opts, p.tensors[t].shape, cut,
+                    [&](size_t l) { return steps[l].tensor[t]; }, tensorSeq[t]);
+  }
+  if (neighbourhood && S.size() == 2) {
+    // Only the moves near the current steps: either step as it is (the other free), both
+    // the same choice (cut twice), or the two steps' choices swapped.
+    auto near = [&](std::vector<std::vector<int>> &seqs, int a, int b) {
+      // The current choices are valid even where the generation would not offer them (a
+      // step kept whole because no cut fits with the other step's current choice).
+      if (std::find(seqs.begin(), seqs.end(), std::vector<int>{a, b}) == seqs.end())
+        seqs.push_back({a, b});
+      seqs.erase(std::remove_if(seqs.begin(), seqs.end(),
+                                [&](const std::vector<int> &q) {
+                                  return !(q[0] == a || q[1] == b || q[0] == q[1] ||
+                                           (q[0] == b && q[1] == a));
+                                }),
+                 seqs.end());
+    };
+    for (unsigned n = 0; n < N; ++n)
+      near(nodeSeq[n], steps[S[0]].node[n], steps[S[1]].node[n]);
+    for (unsigned t = 0; t < T; ++t)
+      near(tensorSeq[t], steps[S[0]].tensor[t], steps[S[1]].tensor[t]);
+  }
+  auto labelsOf = [&](unsigned item) {
+    std::vector<std::vector<int>> out;
+    if (item >= N)
+      return tensorSeq[item - N];
+    for (const std::vector<int> &seq : nodeSeq[item]) {
+      std::vector<int> l;
+      for (int s : seq)
+        l.push_back(nodeLabel(p, item, s));
+      out.push_back(std::move(l));
+    }
+    return out;
+  };
+  std::vector<int64_t> pos(N);
+  for (unsigned i = 0; i < p.order.size(); ++i)
+    pos[p.order[i]] = i;
+  auto priorityOf = [&](unsigned item) {
+    if (item < N)
+      return pos[item];
+    const ProblemTensor &t = p.tensors[item - N];
+    int64_t best = t.producer >= 0 ? pos[t.producer] : int64_t(N);
+    for (unsigned c : t.consumers)
+      best = std::min(best, pos[c]);
+    return best;
+  };
+  std::map<unsigned, std::vector<unsigned>> members; // set -> items (nodes < N <= tensors)
+  for (unsigned n = 0; n < N; ++n)
+    members[co.nodeSet[n]].push_back(n);
+  for (unsigned t = 0; t < T; ++t)
+    members[co.tensorSet[t]].push_back(N + t);
+  MinSumProblem msp;
+  std::vector<unsigned> nodeVar(N), tensorVar(T);
+  // Per node and tensor, per value of its variable, its sequence over S.
+  std::vector<std::vector<std::vector<int>>> nodeChoice(N), tensorChoice(T);
+  auto assign = [&](const std::vector<unsigned> &items, const std::vector<std::vector<int>> &dom) {
+    int64_t prio = INT64_MAX;
+    for (unsigned item : items)
+      prio = std::min(prio, priorityOf(item));
+    const unsigned v = msp.addVariable(static_cast<unsigned>(dom.size()), prio);
+    for (unsigned item : items) {
+      if (item >= N) {
+        tensorVar[item - N] = v;
+        tensorChoice[item - N] = dom;
+        continue;
+      }
+      nodeVar[item] = v;
+      const std::vector<std::vector<int>> labels = labelsOf(item);
+      for (const std::vector<int> &l : dom)
+        nodeChoice[item].push_back(
+            nodeSeq[item][std::find(labels.begin(), labels.end(), l) - labels.begin()]);
+    }
+  };
+  for (const auto &[set, items] : members) {
+    std::vector<std::vector<int>> dom = labelsOf(items.front());
+    for (size_t i = 1; i < items.size() && !dom.empty(); ++i) {
+      const std::vector<std::vector<int>> other = labelsOf(items[i]);
+      std::vector<std::vector<int>> keep;
+      for (const std::vector<int> &l : dom)
+        if (std::find(other.begin(), other.end(), l) != other.end())
+          keep.push_back(l);
+      dom = std::move(keep);
+    }
+    if (dom.size() > 65535)
+      return stringError("too many tilings for one variable of a joint solve");
+    if (!dom.empty()) {
+      assign(items, dom);
+      continue;
+    }
+    for (unsigned item : items) // nothing in common: each member on its own
+      assign({item}, labelsOf(item));
+  }
+  if (workLeft) { // the elimination's work, from the tables' scopes, before building them
+    MinSumProblem shape = msp;
+    std::set<std::pair<unsigned, unsigned>> scopes;
+    for (unsigned n = 0; n < N; ++n) {
+      const ProblemNode &node = p.nodes[n];
+      for (size_t i = 0; i <= node.inputs.size(); ++i) {
+        const unsigned X = nodeVar[n];
+        const unsigned Y = tensorVar[i < node.inputs.size() ? node.inputs[i] : node.output];
+        if (X != Y && msp.domain(X) > 1 && msp.domain(Y) > 1 &&
+            scopes.insert({std::min(X, Y), std::max(X, Y)}).second)
+          shape.addPairwise(std::min(X, Y), std::max(X, Y),
+                            std::vector<int64_t>(size_t(msp.domain(X)) * msp.domain(Y), 0));
+      }
+    }
+    const uint64_t work = shape.eliminationWork(*workLeft);
+    if (work > *workLeft)
+      return stringError(fmt::format("a joint solve of {} steps would visit more than {} table "
+                                     "entries",
+                                     S.size(), *workLeft));
+    *workLeft -= work;
+  }
+  // Per node and slot, a table over (node sequence, tensor sequence): the steps of S but
+  // the last are set in `work`, the last varies through stepTerms' candidates.
+  const unsigned lastParts = steps[last].parts;
+  std::vector<StepChoice> work = steps;
+  const uint64_t evaluations = cache.evaluations;
+  auto setNode = [&](unsigned n, const std::vector<int> &seq) {
+    for (size_t q = 0; q + 1 < S.size(); ++q)
+      work[S[q]].node[n] = seq[q];
+  };
+  CostTables tables(msp);
+  for (unsigned n = 0; n < N; ++n) {
+    const ProblemNode &node = p.nodes[n];
+    const size_t slots = node.inputs.size() + 1;
+    const unsigned X = nodeVar[n];
+    const size_t dx = nodeChoice[n].size();
+    const bool priced = o.memoryWeight > 0 && n < o.pricedBuffers.size() && o.pricedBuffers[n];
+    for (size_t i = 0; i < slots; ++i) {
+      if (Clock::now() > deadline)
+        return stringError("ran out of its time budget while building its tables");
+      if (workLeft && (cache.evaluations - evaluations) * kEvaluationWork > *workLeft)
+        return stringError("a joint solve's tables would take more than what is left of its "
+                           "work budget");
+      const unsigned t = i < node.inputs.size() ? node.inputs[i] : node.output;
+      const std::vector<std::vector<int>> &ys = tensorChoice[t];
+      const size_t dy = ys.size();
+      // The tensor's sequences grouped by their choices before the last step of S.
+      std::map<std::vector<int>, std::vector<size_t>> byPrefix;
+      for (size_t y = 0; y < dy; ++y)
+        byPrefix[std::vector<int>(ys[y].begin(), ys[y].end() - 1)].push_back(y);
+      std::vector<int64_t> tab(dx * dy, 0);
+      for (size_t x = 0; x < dx; ++x) {
+        setNode(n, nodeChoice[n][x]);
+        for (const auto &[pre, group] : byPrefix) {
+          for (size_t q = 0; q < pre.size(); ++q)
+            work[S[q]].tensor[t] = pre[q];
+          std::vector<std::vector<int>> configs(slots);
+          for (size_t y : group)
+            configs[i].push_back(ys[y].back());
+          const int s = nodeChoice[n][x].back();
+          const auto &terms = cache.get(p, n, work, last, lastParts, s, configs);
+          const std::vector<std::vector<int64_t>> *buffers =
+              priced ? &cache.get(p, n, work, last, lastParts, s, configs, true) : nullptr;
+          for (size_t q = 0; q < group.size(); ++q)
+            tab[x * dy + group[q]] =
+                terms[i][q] + (buffers ? memoryCost(o.memoryWeight, (*buffers)[i][q]) : 0);
+        }
+        for (size_t q = 0; q + 1 < S.size(); ++q)
+          work[S[q]].tensor[t] = steps[S[q]].tensor[t];
+      }
+      for (size_t q = 0; q + 1 < S.size(); ++q)
+        work[S[q]].node[n] = steps[S[q]].node[n];
+      tables.add(X, tensorVar[t], [&](unsigned x, unsigned y) { return tab[size_t(x) * dy + y]; });
+    }
+  }
+  if (workLeft)
+    *workLeft -= std::min(*workLeft, (cache.evaluations - evaluations) * kEvaluationWork);
+  if (o.memoryWeight > 0)
+    for (unsigned t = 0; t < T; ++t) {
+      std::vector<int64_t> u;
+      for (const std::vector<int> &seq : tensorChoice[t]) {
+        auto dim = [&](size_t l) {
+          auto at = std::find(S.begin(), S.end(), l);
+          return at == S.end() ? steps[l].tensor[t] : seq[at - S.begin()];
+        };
+        u.push_back(memoryCost(o.memoryWeight,
+                               tileBytes(p, t, steps.size(), dim,
+                                         [&](size_t l) { return steps[l].parts; })));
+      }
+      tables.add(tensorVar[t], tensorVar[t], [&](unsigned x, unsigned) { return u[x]; });
+    }
+  tables.flush();
+  auto sol = msp.solve(limits);
+  if (!sol)
+    return sol.takeError();
+  JointSolution out;
+  out.cost = sol->cost;
+  out.largestTable = sol->largestTable;
+  out.variables = msp.variables();
+  for (size_t q = 0; q < S.size(); ++q) {
+    StepChoice &c = steps[S[q]];
+    for (unsigned n = 0; n < N; ++n)
+      c.node[n] = nodeChoice[n][sol->values[nodeVar[n]]][q];
+    for (unsigned t = 0; t < T; ++t)
+      c.tensor[t] = tensorChoice[t][sol->values[tensorVar[t]]][q];
+  }
+  out.steps = std::move(steps);
+  return out;
+}
+
 /// Recursive partitioning (and the single-step DP algorithms, with one factor): one exact
 /// DP per factor of k, each given the steps before it; then, as long as it lowers the
-/// cost, each step is solved again exactly given all the others (the cost of a step
-/// depends on how the earlier steps cut each op and tensor, so the first pass alone is not
-/// always optimal; this refinement never raises the cost).
+/// cost, each step is solved again exactly given all the others, and (tofu) each pair of
+/// steps jointly (the cost of a step depends on how the other steps cut each op and
+/// tensor, so the first pass alone is not always optimal; refinement never raises the
+/// cost). Tofu with three or more factors also starts from each factorisation that merges
+/// two neighbouring factors (8 as 4·2 and 2·4), its merged step then split back into two
+/// steps of the same choices and refined the same way; the least cost wins.
 llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
                             const std::vector<unsigned> &factors, PartitionPlan &plan) {
   Coarsening co = coarsen(p, o.coarsen, o.coarsen);
@@ -411,10 +730,16 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   // A graph too wide for exact elimination (DenseNet's concatenations) still gets a plan:
   // conditioning, with smaller tables so that it stays fast.
   limits.conditionTableEntries = std::min<uint64_t>(o.maxTableEntries, uint64_t(1) << 18);
+  MinSumProblem::Limits pairLimits;
+  pairLimits.maxTableEntries = std::min<uint64_t>(o.maxTableEntries, uint64_t(1) << 20);
+  bool pairsSkipped = false;         // some pair's DP did not fit in what was left
+  uint64_t pairWorkLeft = kPairWork; // for every pair solve of this search
   TermCache cache;
-  auto solveStep = [&](size_t i, unsigned parts) -> llvm::Expected<std::pair<StepChoice, int64_t>> {
-    Candidates cand = candidates(p, plan.steps, i, parts, o.algorithm);
-    StepModel m = buildStep(p, co, plan.steps, i, parts, cand, cache, o.memoryWeight, o.pricedBuffers);
+  using Steps = std::vector<StepChoice>;
+  auto solveStep = [&](const Steps &steps, size_t i,
+                       unsigned parts) -> llvm::Expected<std::pair<StepChoice, int64_t>> {
+    Candidates cand = candidates(p, steps, i, parts, o.algorithm);
+    StepModel m = buildStep(p, co, steps, i, parts, cand, cache, o.memoryWeight, o.pricedBuffers);
     if (i == 0 && plan.variables == 0)
       plan.variables = m.msp.variables();
     auto sol = m.msp.solve(limits);
@@ -426,28 +751,114 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
     plan.conditioned = std::max(plan.conditioned, sol->conditioned);
     return std::make_pair(choiceOf(p, m, parts, sol->values), sol->cost);
   };
-  int64_t cost = 0;
-  for (unsigned parts : factors) {
-    auto step = solveStep(plan.steps.size(), parts);
-    if (!step)
-      return step.takeError();
-    plan.steps.push_back(std::move(step->first));
-    cost = step->second;
-  }
-  for (unsigned sweep = 0; sweep < 8 && plan.steps.size() > 1; ++sweep) {
-    bool improved = false;
-    for (size_t i = 0; i < plan.steps.size(); ++i) {
-      auto step = solveStep(i, plan.steps[i].parts);
+  // Each step solved again given the others, while that lowers the cost.
+  auto sweepSteps = [&](Steps &steps, int64_t &cost) -> llvm::Error {
+    for (unsigned sweep = 0; sweep < 8 && steps.size() > 1; ++sweep) {
+      bool improved = false;
+      for (size_t i = 0; i < steps.size(); ++i) {
+        auto step = solveStep(steps, i, steps[i].parts);
+        if (!step)
+          return step.takeError();
+        if (step->second < cost) {
+          steps[i] = std::move(step->first);
+          cost = step->second;
+          improved = true;
+        }
+      }
+      if (!improved)
+        break;
+    }
+    return llvm::Error::success();
+  };
+  // Then pairs of steps solved jointly (a step's best choice can depend on changing
+  // another's at the same time), each round followed by the single sweeps. A pair whose DP
+  // would be too wide is left as it is; a graph that needed conditioning skips this.
+  auto sweepPairs = [&](Steps &steps, int64_t &cost) -> llvm::Error {
+    if (o.algorithm != Algorithm::Tofu || plan.conditioned > 0 || pairsSkipped)
+      return llvm::Error::success();
+    for (unsigned round = 0; round < 4 && steps.size() > 1; ++round) {
+      bool improved = false;
+      for (size_t a = 0; a < steps.size(); ++a)
+        for (size_t b = a + 1; b < steps.size() && (b == a + 1 || steps.size() <= 3); ++b) {
+          auto joint = jointSolve(p, o, co, steps, {a, b}, cache, pairLimits,
+                                  Clock::time_point::max(), &pairWorkLeft, true);
+          if (!joint) { // over what is left: no more joint solves in this search
+            llvm::consumeError(joint.takeError());
+            pairsSkipped = true;
+            return llvm::Error::success();
+          }
+          plan.largestTable = std::max(plan.largestTable, joint->largestTable);
+          if (joint->cost < cost) {
+            steps = std::move(joint->steps);
+            cost = joint->cost;
+            improved = true;
+          }
+        }
+      if (!improved)
+        break;
+      if (llvm::Error e = sweepSteps(steps, cost))
+        return e;
+    }
+    return llvm::Error::success();
+  };
+  // One start: the steps of `fs` one after the other, refined.
+  // Refined from `steps`: the single sweeps, then the pairs, unless the pairs raised the
+  // exact cost (beyond Problem::kExactGroups groups the objective takes group 0 for all).
+  auto refine = [&](Steps &steps, int64_t &cost) -> llvm::Error {
+    if (llvm::Error e = sweepSteps(steps, cost))
+      return e;
+    const Steps before = steps;
+    const int64_t beforeCost = cost;
+    if (llvm::Error e = sweepPairs(steps, cost))
+      return e;
+    if (p.modelCost(steps) > p.modelCost(before)) {
+      steps = before;
+      cost = beforeCost;
+    }
+    return llvm::Error::success();
+  };
+  // One start: the steps of `fs` one after the other, refined.
+  auto start = [&](const std::vector<unsigned> &fs, Steps &steps,
+                   int64_t &cost) -> llvm::Error {
+    for (unsigned parts : fs) {
+      auto step = solveStep(steps, steps.size(), parts);
       if (!step)
         return step.takeError();
-      if (step->second < cost) {
-        plan.steps[i] = std::move(step->first);
-        cost = step->second;
-        improved = true;
-      }
+      steps.push_back(std::move(step->first));
+      cost = step->second;
     }
-    if (!improved)
-      break;
+    return refine(steps, cost);
+  };
+  int64_t cost = 0;
+  if (llvm::Error e = start(factors, plan.steps, cost))
+    return e;
+  // The merged-factor starts: with up to four factors (their number grows with the number
+  // of factors, and each start searches again), while the pairs' budget lasts.
+  if (o.algorithm != Algorithm::Tofu || factors.size() < 3 || factors.size() > 4 ||
+      plan.conditioned > 0 || pairsSkipped)
+    return llvm::Error::success();
+  int64_t exact = p.modelCost(plan.steps);
+  for (size_t l = 0; l + 1 < factors.size() && !pairsSkipped; ++l) {
+    std::vector<unsigned> merged = factors;
+    merged[l] *= merged[l + 1];
+    merged.erase(merged.begin() + l + 1);
+    Steps steps;
+    int64_t c = 0;
+    if (llvm::Error e = start(merged, steps, c))
+      return e;
+    // Split the merged step back: the same choices cut twice, into factors l and l + 1.
+    steps.insert(steps.begin() + l + 1, steps[l]);
+    steps[l].parts = factors[l];
+    steps[l + 1].parts = factors[l + 1];
+    c = INT64_MAX; // the first solve of the sweep gives the objective in these steps
+    if (llvm::Error e = refine(steps, c))
+      return e;
+    const int64_t e = p.modelCost(steps);
+    if (e < exact || (e == exact && c < cost)) {
+      plan.steps = std::move(steps);
+      cost = c;
+      exact = e;
+    }
   }
   return llvm::Error::success();
 }
@@ -531,212 +942,28 @@ void spartanSearch(const Problem &p, unsigned k, PartitionPlan &plan) {
   plan.steps = {step};
 }
 
-/// Every valid choice sequence of one item over `factors` (a node's strategies or a
-/// tensor's dimensions, each split only while the piece stays at least as large as the
-/// parts), as labels per step.
-template <typename Extent>
-void sequences(unsigned steps, const std::vector<unsigned> &factors, const std::vector<int> &options,
-               Extent extentAfter, std::vector<int> &prefix, std::vector<std::vector<int>> &out) {
-  if (prefix.size() == steps) {
-    out.push_back(prefix);
-    return;
-  }
-  unsigned parts = factors[prefix.size()];
-  bool any = false;
-  for (int o : options) {
-    if (o < 0)
-      continue;
-    if (extentAfter(prefix, o) < int64_t(parts))
-      continue;
-    any = true;
-    prefix.push_back(o);
-    sequences(steps, factors, options, extentAfter, prefix, out);
-    prefix.pop_back();
-  }
-  if (!any) {
-    prefix.push_back(-1);
-    sequences(steps, factors, options, extentAfter, prefix, out);
-    prefix.pop_back();
-  }
-}
-
-/// dp-flat: one DP whose variables choose a whole tiling (a choice per factor of k).
+/// dp-flat: one DP over whole tilings (every step solved jointly).
 llvm::Error flatSearch(const Problem &p, const PlanOptions &o, const std::vector<unsigned> &factors,
                        Clock::time_point deadline, PartitionPlan &plan) {
-  const unsigned N = static_cast<unsigned>(p.nodes.size());
-  const unsigned T = static_cast<unsigned>(p.tensors.size());
-  const unsigned m = static_cast<unsigned>(factors.size());
-  Coarsening co = coarsen(p, o.coarsen, o.coarsen);
-  auto nodeSeqs = [&](unsigned n) {
-    std::vector<int> opts(p.nodes[n].table->strategies.size());
-    std::iota(opts.begin(), opts.end(), 0);
-    std::vector<std::vector<int>> out;
-    std::vector<int> prefix;
-    auto extent = [&](const std::vector<int> &pre, int s) {
-      unsigned v = p.nodes[n].table->strategies[s].var;
-      Range r{0, p.nodes[n].shapes.vars[v]};
-      for (size_t l = 0; l < pre.size(); ++l)
-        if (pre[l] >= 0 && p.nodes[n].table->strategies[pre[l]].var == v)
-          r = partOf(r.size(), factors[l], 0);
-      return r.size();
-    };
-    sequences(m, factors, opts, extent, prefix, out);
-    return out;
-  };
-  auto tensorSeqs = [&](unsigned t) {
-    std::vector<int> opts(p.tensors[t].shape.size());
-    std::iota(opts.begin(), opts.end(), 0);
-    std::vector<std::vector<int>> out;
-    std::vector<int> prefix;
-    auto extent = [&](const std::vector<int> &pre, int d) {
-      Range r{0, p.tensors[t].shape[d]};
-      for (size_t l = 0; l < pre.size(); ++l)
-        if (pre[l] == d)
-          r = partOf(r.size(), factors[l], 0);
-      return r.size();
-    };
-    sequences(m, factors, opts, extent, prefix, out);
-    return out;
-  };
-  // Label sequences per item; coarse sets intersect them.
-  std::vector<std::vector<std::vector<int>>> nodeSeq(N), tensorSeq(T);
-  for (unsigned n = 0; n < N; ++n)
-    nodeSeq[n] = nodeSeqs(n);
-  for (unsigned t = 0; t < T; ++t)
-    tensorSeq[t] = tensorSeqs(t);
-  auto nodeLabels = [&](unsigned n, const std::vector<int> &seq) {
-    std::vector<int> l;
-    for (int s : seq)
-      l.push_back(nodeLabel(p, n, s));
-    return l;
-  };
-  std::map<unsigned, std::vector<unsigned>> members;
-  for (unsigned n = 0; n < N; ++n)
-    members[co.nodeSet[n]].push_back(n);
-  for (unsigned t = 0; t < T; ++t)
-    members[co.tensorSet[t]].push_back(N + t);
-  MinSumProblem msp;
-  std::vector<unsigned> nodeVar(N), tensorVar(T);
-  std::vector<std::vector<std::vector<int>>> nodeChoice(N), tensorChoice(T); // per value, a sequence
-  auto labelSeqs = [&](unsigned item) {
-    std::vector<std::vector<int>> out;
-    if (item < N)
-      for (const auto &s : nodeSeq[item])
-        out.push_back(nodeLabels(item, s));
-    else
-      out = tensorSeq[item - N];
-    return out;
-  };
-  auto assign = [&](const std::vector<unsigned> &items, const std::vector<std::vector<int>> &dom) {
-    unsigned v = msp.addVariable(static_cast<unsigned>(dom.size()), items.front());
-    for (unsigned item : items) {
-      if (item >= N) {
-        tensorVar[item - N] = v;
-        tensorChoice[item - N] = dom;
-        continue;
-      }
-      nodeVar[item] = v;
-      for (const auto &labels : dom)
-        for (const auto &s : nodeSeq[item])
-          if (nodeLabels(item, s) == labels) {
-            nodeChoice[item].push_back(s);
-            break;
-          }
-    }
-  };
-  for (const auto &[set, items] : members) {
-    std::vector<std::vector<int>> dom = labelSeqs(items.front());
-    for (size_t i = 1; i < items.size() && !dom.empty(); ++i) {
-      auto other = labelSeqs(items[i]);
-      std::vector<std::vector<int>> keep;
-      for (const auto &l : dom)
-        if (std::find(other.begin(), other.end(), l) != other.end())
-          keep.push_back(l);
-      dom = std::move(keep);
-    }
-    if (dom.size() > 65535)
-      return stringError("dp-flat: too many tilings for one variable");
-    if (!dom.empty()) {
-      assign(items, dom);
-      continue;
-    }
-    for (unsigned item : items)
-      assign({item}, labelSeqs(item));
+  std::vector<StepChoice> steps(factors.size());
+  std::vector<size_t> all;
+  for (size_t l = 0; l < factors.size(); ++l) {
+    steps[l].parts = factors[l];
+    steps[l].node.assign(p.nodes.size(), -1);
+    steps[l].tensor.assign(p.tensors.size(), -1);
+    all.push_back(l);
   }
-  plan.variables = msp.variables();
-  // Pairwise tables: the node's cost at the last level, per slot.
-  std::vector<StepChoice> scratch(m);
-  for (unsigned l = 0; l < m; ++l) {
-    scratch[l].parts = factors[l];
-    scratch[l].node.assign(N, -1);
-    scratch[l].tensor.assign(T, -1);
-  }
-  std::vector<StepChoice> prior(scratch.begin(), scratch.end() - 1);
-  CostTables tables(msp);
-  for (unsigned n = 0; n < N; ++n) {
-    const ProblemNode &node = p.nodes[n];
-    const size_t slots = node.inputs.size() + 1;
-    const unsigned X = nodeVar[n];
-    const size_t dx = nodeChoice[n].size();
-    for (size_t i = 0; i < slots; ++i) {
-      if (Clock::now() > deadline)
-        return stringError("dp-flat ran out of its time budget while building its tables");
-      unsigned t = i < node.inputs.size() ? node.inputs[i] : node.output;
-      const unsigned Y = tensorVar[t];
-      const size_t dy = tensorChoice[t].size();
-      std::vector<int64_t> tab(dx * dy, 0);
-      for (size_t x = 0; x < dx; ++x) {
-        for (unsigned l = 0; l + 1 < m; ++l)
-          prior[l].node[n] = nodeChoice[n][x][l];
-        // Group the tensor's sequences by prefix: one stepTerms call per prefix.
-        std::map<std::vector<int>, std::vector<size_t>> byPrefix;
-        for (size_t y = 0; y < dy; ++y)
-          byPrefix[std::vector<int>(tensorChoice[t][y].begin(), tensorChoice[t][y].end() - 1)]
-              .push_back(y);
-        for (const auto &[pre, ys] : byPrefix) {
-          for (unsigned l = 0; l + 1 < m; ++l)
-            prior[l].tensor[t] = pre[l];
-          std::vector<std::vector<int>> configs(slots);
-          for (size_t y : ys)
-            configs[i].push_back(tensorChoice[t][y].back());
-          auto terms = p.stepTerms(n, prior, prior.size(), factors.back(),
-                                   nodeChoice[n][x].back(), configs);
-          for (size_t q = 0; q < ys.size(); ++q)
-            tab[x * dy + ys[q]] = terms[i][q];
-        }
-        for (unsigned l = 0; l + 1 < m; ++l)
-          prior[l].tensor[t] = -1;
-      }
-      for (unsigned l = 0; l + 1 < m; ++l)
-        prior[l].node[n] = -1;
-      tables.add(X, Y, [&](unsigned x, unsigned y) { return tab[size_t(x) * dy + y]; });
-    }
-  }
-  if (o.memoryWeight > 0)
-    for (unsigned t = 0; t < T; ++t) {
-      std::vector<int64_t> u;
-      for (const std::vector<int> &seq : tensorChoice[t])
-        u.push_back(memoryCost(o.memoryWeight,
-                               tileBytes(
-                                   p, t, m, [&](size_t l) { return seq[l]; },
-                                   [&](size_t l) { return factors[l]; })));
-      tables.add(tensorVar[t], tensorVar[t], [&](unsigned x, unsigned) { return u[x]; });
-    }
-  tables.flush();
+  TermCache cache;
   MinSumProblem::Limits limits;
   limits.maxTableEntries = o.maxTableEntries;
   limits.deadline = deadline;
-  auto sol = msp.solve(limits);
+  auto sol = jointSolve(p, o, coarsen(p, o.coarsen, o.coarsen), std::move(steps), all, cache,
+                        limits, deadline);
   if (!sol)
     return stringError("dp-flat: " + llvm::toString(sol.takeError()));
+  plan.steps = std::move(sol->steps);
   plan.largestTable = sol->largestTable;
-  plan.steps = scratch;
-  for (unsigned n = 0; n < N; ++n)
-    for (unsigned l = 0; l < m; ++l)
-      plan.steps[l].node[n] = nodeChoice[n][sol->values[nodeVar[n]]][l];
-  for (unsigned t = 0; t < T; ++t)
-    for (unsigned l = 0; l < m; ++l)
-      plan.steps[l].tensor[t] = tensorChoice[t][sol->values[tensorVar[t]]][l];
+  plan.variables = sol->variables;
   return llvm::Error::success();
 }
 
