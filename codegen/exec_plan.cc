@@ -49,18 +49,38 @@ std::vector<std::pair<Box, std::vector<unsigned>>> distinct(const std::vector<Bo
 }
 
 /// The parts of `region` for worker `w` from the distinct pieces: its own where it has the
-/// piece, else the first holder.
+/// piece, else the nearest holder: the one whose coordinates agree with w's over the most
+/// leading recursion steps (the same group at the outermost steps, which a machine's outer
+/// levels map to; see search/topology.h), the first such in worker order.
 std::vector<Fetch> cover(const Box &region, unsigned w,
-                         const std::vector<std::pair<Box, std::vector<unsigned>>> &pieces) {
+                         const std::vector<std::pair<Box, std::vector<unsigned>>> &pieces,
+                         const std::vector<std::vector<unsigned>> &coords) {
   std::vector<Fetch> parts;
   if (boxElements(region) == 0)
     return parts;
+  auto shared = [&](unsigned v) {
+    size_t l = 0;
+    while (l < coords[w].size() && coords[w][l] == coords[v][l])
+      ++l;
+    return l;
+  };
   for (const auto &[box, holders] : pieces) {
     auto part = intersect(region, box);
     if (!part)
       continue;
-    bool own = std::find(holders.begin(), holders.end(), w) != holders.end();
-    parts.push_back({own ? w : holders.front(), *part});
+    unsigned from = holders.front();
+    size_t best = shared(from);
+    for (unsigned v : holders) {
+      if (v == w) {
+        from = w;
+        break;
+      }
+      if (size_t s = shared(v); s > best) {
+        best = s;
+        from = v;
+      }
+    }
+    parts.push_back({from, *part});
   }
   return parts;
 }
@@ -106,7 +126,7 @@ ExecPlan buildExecPlan(const Problem &p, const PartitionPlan &plan) {
         InputFetch f;
         f.tensor = node.inputs[i];
         f.region = regions[i];
-        f.parts = cover(f.region, w, pieces[f.tensor]);
+        f.parts = cover(f.region, w, pieces[f.tensor], coords);
         f.repeats = repeatedRead(node.inputs, regions, i);
         inst.inputs.push_back(std::move(f));
       }
@@ -136,7 +156,7 @@ ExecPlan buildExecPlan(const Problem &p, const PartitionPlan &plan) {
       if (boxElements(a.tile) == 0)
         continue;
       for (const auto &sp : slicePieces)
-        a.slices.push_back(cover(a.tile, w, sp));
+        a.slices.push_back(cover(a.tile, w, sp, coords));
       ne.assemble.push_back(std::move(a));
     }
     e.nodes.push_back(std::move(ne));

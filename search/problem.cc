@@ -2,6 +2,7 @@
 #include "search/problem.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -259,8 +260,60 @@ int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &s
 
 std::vector<std::vector<int64_t>>
 Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
-                   int s, const std::vector<std::vector<int>> &configs) const {
-  return terms(node, steps, i, parts, s, configs, false);
+                   int s, const std::vector<std::vector<int>> &configs,
+                   const std::vector<double> &prefixWeights) const {
+  if (prefixWeights.empty())
+    return terms(node, steps, i, parts, s, configs, false);
+  const size_t m = std::max(steps.size(), i + 1);
+  std::vector<std::vector<double>> sum(configs.size());
+  for (size_t k = 0; k < configs.size(); ++k)
+    sum[k].assign(configs[k].size(), 0);
+  for (size_t j = 0; j < m; ++j) {
+    double w = j < prefixWeights.size() ? prefixWeights[j] : 0;
+    if (j + 1 == m) // the steps to come cut finer: their bytes are counted here for now
+      for (size_t q = j + 1; q < prefixWeights.size(); ++q)
+        w += prefixWeights[q];
+    if (w == 0)
+      continue;
+    std::vector<StepChoice> prefix(steps.begin(), steps.begin() + std::min(steps.size(), j + 1));
+    if (j < i) { // the prefix does not hold step i: per slot, the same for every candidate
+      const ProblemNode &n = nodes[node];
+      std::vector<std::vector<int>> own(configs.size());
+      for (size_t k = 0; k < configs.size(); ++k)
+        if (!configs[k].empty())
+          own[k] = {prefix[j].tensor[k < n.inputs.size() ? n.inputs[k] : n.output]};
+      const auto t = terms(node, prefix, j, prefix[j].parts, prefix[j].node[node], own, false);
+      for (size_t k = 0; k < configs.size(); ++k)
+        for (double &v : sum[k])
+          v += w * double(t[k].empty() ? 0 : t[k][0]);
+      continue;
+    }
+    const auto t = terms(node, prefix, i, parts, s, configs, false);
+    for (size_t k = 0; k < configs.size(); ++k)
+      for (size_t c = 0; c < configs[k].size(); ++c)
+        sum[k][c] += w * double(t[k][c]);
+  }
+  std::vector<std::vector<int64_t>> out(configs.size());
+  for (size_t k = 0; k < configs.size(); ++k)
+    for (double v : sum[k])
+      out[k].push_back(std::llround(v));
+  return out;
+}
+
+int64_t Problem::weightedCost(const std::vector<StepChoice> &steps,
+                              const std::vector<double> &prefixWeights) const {
+  if (prefixWeights.empty())
+    return modelCost(steps);
+  double total = 0;
+  for (size_t j = 0; j < steps.size(); ++j) {
+    double w = j < prefixWeights.size() ? prefixWeights[j] : 0;
+    if (j + 1 == steps.size())
+      for (size_t q = j + 1; q < prefixWeights.size(); ++q)
+        w += prefixWeights[q];
+    if (w != 0)
+      total += w * double(modelCost(std::vector<StepChoice>(steps.begin(), steps.begin() + j + 1)));
+  }
+  return std::llround(total);
 }
 
 std::vector<std::vector<int64_t>>

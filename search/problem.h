@@ -88,9 +88,16 @@ public:
   /// groups with the node on strategy `s` and each slot's tensor (the inputs, then the
   /// output) on each candidate configuration in `configs[slot]`; every other choice as in
   /// `steps` (`i == steps.size()` appends a step). Result: per slot, per candidate.
+  ///
+  /// With `prefixWeights` (one per step of the finished plan; see search/topology.h) the
+  /// share is Σ_j w_j × the node's cost under the first j + 1 steps alone, rounded: the
+  /// communication time over a machine's levels in units of its fastest level's bytes.
+  /// While steps are still being added, the last prefix takes the weights of the steps to
+  /// come.
   std::vector<std::vector<int64_t>> stepTerms(unsigned node, const std::vector<StepChoice> &steps,
                                               size_t i, unsigned parts, int s,
-                                              const std::vector<std::vector<int>> &configs) const;
+                                              const std::vector<std::vector<int>> &configs,
+                                              const std::vector<double> &prefixWeights = {}) const;
   /// The same choices' buffers on worker 0 while the node runs (the memory planner's, see
   /// codegen/memory_plan.h): per input slot, the region it reads where part of it is not
   /// in its own tile (a fetch buffer; a repeated read shares the earlier one's); for the
@@ -112,6 +119,10 @@ public:
   /// sum over all workers is taken per connected set of such steps (a sum-product), so it
   /// costs the product of those steps' parts, not k. Per node when `perNode` is given.
   int64_t modelCost(const std::vector<StepChoice> &steps, std::vector<int64_t> *perNode = nullptr) const;
+  /// Σ_j prefixWeights[j] × modelCost(the first j + 1 steps), rounded; modelCost without
+  /// weights. The objective stepTerms' weighted shares add up to.
+  int64_t weightedCost(const std::vector<StepChoice> &steps,
+                       const std::vector<double> &prefixWeights) const;
   /// The same sum by brute force, worker by worker (nodes × k region evaluations): the
   /// oracle for modelCost.
   int64_t exactCost(const std::vector<StepChoice> &steps) const;

@@ -87,7 +87,7 @@ llvm::Expected<Graph> randomGraph(std::mt19937 &rng) {
   addNode("loss", "softmax_cross_entropy", {values.back().name, "labels"});
   g.outputs = {"loss_out"};
   if (error)
-    return std::move(error);
+    return llvm::Expected<Graph>(std::move(error));
   return g;
 }
 

@@ -139,11 +139,15 @@ public:
                                                const std::vector<StepChoice> &steps, size_t i,
                                                unsigned parts, int s,
                                                const std::vector<std::vector<int>> &configs,
-                                               bool buffers = false) {
+                                               bool buffers = false,
+                                               const std::vector<double> &weights = {}) {
     const ProblemNode &node = p.nodes[n];
     const size_t m = std::max(steps.size(), i + 1);
     key_.clear();
     key_.push_back(buffers);
+    key_.push_back(static_cast<int64_t>(weights.size()));
+    for (double w : weights)
+      key_.push_back(static_cast<int64_t>(std::llround(w * 1e6)));
     key_.push_back(reinterpret_cast<intptr_t>(node.table.get()));
     key_.push_back(static_cast<int64_t>(i));
     key_.push_back(parts);
@@ -185,7 +189,7 @@ public:
     evaluations += candidates * groups * (m - 1 == i ? parts : steps[m - 1].parts);
     return cache_
         .emplace(key_, buffers ? p.stepBuffers(n, steps, i, parts, s, configs)
-                               : p.stepTerms(n, steps, i, parts, s, configs))
+                               : p.stepTerms(n, steps, i, parts, s, configs, weights))
         .first->second;
   }
 
@@ -273,7 +277,8 @@ int64_t memoryCost(double weight, int64_t bytes) {
 
 StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<StepChoice> &steps,
                     size_t i, unsigned parts, const Candidates &cand, TermCache &cache,
-                    double memoryWeight, const std::vector<bool> &pricedBuffers) {
+                    double memoryWeight, const std::vector<bool> &pricedBuffers,
+                    const std::vector<double> &weights) {
   StepModel m;
   const unsigned N = static_cast<unsigned>(p.nodes.size());
   const unsigned T = static_cast<unsigned>(p.tensors.size());
@@ -358,7 +363,7 @@ StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<St
     std::map<int, std::vector<std::vector<int64_t>>> terms, buffers;
     for (int s : m.nodeChoice[n])
       if (!terms.count(s)) {
-        terms[s] = cache.get(p, n, steps, i, parts, s, configs);
+        terms[s] = cache.get(p, n, steps, i, parts, s, configs, false, weights);
         if (priced)
           buffers[s] = cache.get(p, n, steps, i, parts, s, configs, true);
       }
@@ -476,6 +481,7 @@ struct JointSolution {
 /// tiling; with S a pair it re-solves two steps of the recursion at once. The objective is
 /// the same as one step's (buildStep): every node's whole cost, plus memory's price.
 llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
+                                         const std::vector<double> &weights,
                                          const Coarsening &co, std::vector<StepChoice> steps,
                                          const std::vector<size_t> &S, TermCache &cache,
                                          const MinSumProblem::Limits &limits,
@@ -664,7 +670,7 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
           for (size_t y : group)
             configs[i].push_back(ys[y].back());
           const int s = nodeChoice[n][x].back();
-          const auto &terms = cache.get(p, n, work, last, lastParts, s, configs);
+          const auto &terms = cache.get(p, n, work, last, lastParts, s, configs, false, weights);
           const std::vector<std::vector<int64_t>> *buffers =
               priced ? &cache.get(p, n, work, last, lastParts, s, configs, true) : nullptr;
           for (size_t q = 0; q < group.size(); ++q)
@@ -732,6 +738,10 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   limits.conditionTableEntries = std::min<uint64_t>(o.maxTableEntries, uint64_t(1) << 18);
   MinSumProblem::Limits pairLimits;
   pairLimits.maxTableEntries = std::min<uint64_t>(o.maxTableEntries, uint64_t(1) << 20);
+  // The objective's prefix weights (a machine's levels), remapped for a merged start.
+  std::vector<double> weights = o.algorithm == Algorithm::Tofu || o.algorithm == Algorithm::Icml18
+                                    ? o.prefixWeights
+                                    : std::vector<double>();
   bool pairsSkipped = false;         // some pair's DP did not fit in what was left
   uint64_t pairWorkLeft = kPairWork; // for every pair solve of this search
   TermCache cache;
@@ -739,7 +749,8 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   auto solveStep = [&](const Steps &steps, size_t i,
                        unsigned parts) -> llvm::Expected<std::pair<StepChoice, int64_t>> {
     Candidates cand = candidates(p, steps, i, parts, o.algorithm);
-    StepModel m = buildStep(p, co, steps, i, parts, cand, cache, o.memoryWeight, o.pricedBuffers);
+    StepModel m = buildStep(p, co, steps, i, parts, cand, cache, o.memoryWeight, o.pricedBuffers,
+                            weights);
     if (i == 0 && plan.variables == 0)
       plan.variables = m.msp.variables();
     auto sol = m.msp.solve(limits);
@@ -780,7 +791,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
       bool improved = false;
       for (size_t a = 0; a < steps.size(); ++a)
         for (size_t b = a + 1; b < steps.size() && (b == a + 1 || steps.size() <= 3); ++b) {
-          auto joint = jointSolve(p, o, co, steps, {a, b}, cache, pairLimits,
+          auto joint = jointSolve(p, o, weights, co, steps, {a, b}, cache, pairLimits,
                                   Clock::time_point::max(), &pairWorkLeft, true);
           if (!joint) { // over what is left: no more joint solves in this search
             llvm::consumeError(joint.takeError());
@@ -811,7 +822,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
     const int64_t beforeCost = cost;
     if (llvm::Error e = sweepPairs(steps, cost))
       return e;
-    if (p.modelCost(steps) > p.modelCost(before)) {
+    if (p.weightedCost(steps, weights) > p.weightedCost(before, weights)) {
       steps = before;
       cost = beforeCost;
     }
@@ -837,15 +848,23 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   if (o.algorithm != Algorithm::Tofu || factors.size() < 3 || factors.size() > 4 ||
       plan.conditioned > 0 || pairsSkipped)
     return llvm::Error::success();
-  int64_t exact = p.modelCost(plan.steps);
+  int64_t exact = p.weightedCost(plan.steps, weights);
+  const std::vector<double> own = weights;
   for (size_t l = 0; l + 1 < factors.size() && !pairsSkipped; ++l) {
     std::vector<unsigned> merged = factors;
     merged[l] *= merged[l + 1];
     merged.erase(merged.begin() + l + 1);
+    if (!own.empty()) { // the merged step weighs as the two steps did together
+      weights = own;
+      weights[l] += weights[l + 1];
+      weights.erase(weights.begin() + l + 1);
+    }
     Steps steps;
     int64_t c = 0;
-    if (llvm::Error e = start(merged, steps, c))
-      return e;
+    llvm::Error err = start(merged, steps, c);
+    weights = own;
+    if (err)
+      return err;
     // Split the merged step back: the same choices cut twice, into factors l and l + 1.
     steps.insert(steps.begin() + l + 1, steps[l]);
     steps[l].parts = factors[l];
@@ -853,7 +872,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
     c = INT64_MAX; // the first solve of the sweep gives the objective in these steps
     if (llvm::Error e = refine(steps, c))
       return e;
-    const int64_t e = p.modelCost(steps);
+    const int64_t e = p.weightedCost(steps, weights);
     if (e < exact || (e == exact && c < cost)) {
       plan.steps = std::move(steps);
       cost = c;
@@ -957,7 +976,7 @@ llvm::Error flatSearch(const Problem &p, const PlanOptions &o, const std::vector
   MinSumProblem::Limits limits;
   limits.maxTableEntries = o.maxTableEntries;
   limits.deadline = deadline;
-  auto sol = jointSolve(p, o, coarsen(p, o.coarsen, o.coarsen), std::move(steps), all, cache,
+  auto sol = jointSolve(p, o, o.prefixWeights, coarsen(p, o.coarsen, o.coarsen), std::move(steps), all, cache,
                         limits, deadline);
   if (!sol)
     return stringError("dp-flat: " + llvm::toString(sol.takeError()));
@@ -985,7 +1004,7 @@ llvm::Error exhaustiveSearch(const Problem &p, const PlanOptions &o,
     }
     unsigned parts = factors[current.size()];
     Candidates cand = candidates(p, current, current.size(), parts, Algorithm::Tofu);
-    StepModel m = buildStep(p, co, current, current.size(), parts, cand, cache, 0, {});
+    StepModel m = buildStep(p, co, current, current.size(), parts, cand, cache, 0, {}, {});
     if (current.size() + 1 == factors.size()) {
       auto sol = m.msp.solve();
       if (!sol) {
@@ -1129,7 +1148,19 @@ llvm::Expected<PartitionPlan> searchPlan(const Problem &p, const PlanOptions &o)
   auto start = Clock::now();
   auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                               std::chrono::duration<double>(o.budgetSeconds));
-  std::vector<unsigned> factors = factorWorkers(o.workers);
+  std::vector<unsigned> factors = o.factors.empty() ? factorWorkers(o.workers) : o.factors;
+  unsigned product = 1;
+  for (unsigned f : factors) {
+    if (f < 2)
+      return stringError(fmt::format("a recursion step of {} parts (each step needs at least 2)", f));
+    product *= f;
+  }
+  if (o.workers > 1 && product != o.workers)
+    return stringError(fmt::format("the recursion's steps make {} parts for {} workers", product,
+                                   o.workers));
+  if (!o.prefixWeights.empty() && o.prefixWeights.size() != factors.size())
+    return stringError(fmt::format("{} prefix weights for {} recursion steps",
+                                   o.prefixWeights.size(), factors.size()));
   llvm::Error err = llvm::Error::success();
   if (o.workers > 1) {
     switch (o.algorithm) {

@@ -46,6 +46,12 @@ struct PlanOptions {
   /// (totalBytes, stepBytes) stay communication only. See search/memory_fit.h.
   double memoryWeight = 0;
   std::vector<bool> pricedBuffers; ///< per node
+  /// The recursion's steps, each a factor of `workers` in order (outermost first); empty:
+  /// factorWorkers(workers). A machine's levels give them (search/topology.h).
+  std::vector<unsigned> factors;
+  /// Per step, the weight of the cost of the plan cut by the steps up to it
+  /// (Problem::stepTerms); empty: communication alone. tofu, icml18 and dp-flat use it.
+  std::vector<double> prefixWeights;
 };
 
 struct PartitionPlan {

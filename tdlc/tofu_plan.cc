@@ -16,6 +16,7 @@
 #include "search/memory_fit.h"
 #include "search/report.h"
 #include "search/search.h"
+#include "search/topology.h"
 #include "api/pipeline.h"
 
 namespace cl = llvm::cl;
@@ -72,6 +73,14 @@ cl::opt<std::string> fitBytes(
 cl::opt<unsigned> maxWorkers("max-workers",
                              cl::desc("With --fit: the most workers to try (default 1024)"),
                              cl::value_desc("K"), cl::init(1024), cl::cat(planCategory));
+cl::opt<std::string> topologySpec(
+    "topology",
+    cl::desc("The machine's levels, outermost first: COUNTS:BANDWIDTHS such as "
+             "2x8:12.5GB/s@5us,150GB/s (2 nodes of 8 GPUs; each bandwidth optionally with a "
+             "latency per message), or a JSON file. The search weighs each byte by the level it "
+             "crosses; the report gives bytes, messages and an estimated time per level, beside "
+             "the plan of least bytes'. Sets --workers"),
+    cl::value_desc("SPEC"), cl::cat(planCategory));
 cl::opt<bool> noCoarsen("no-coarsen", cl::desc("Do not merge element-wise chains and coalesced "
                                                "timesteps"),
                         cl::cat(planCategory));
@@ -90,6 +99,7 @@ int main(int argc, char **argv) {
       "  tofu-plan --onnx FILE.onnx [--batch B] [--train] --workers K\n"
       "  tofu-plan ... --workers K --memory-per-worker BYTES\n"
       "  tofu-plan ... --fit BYTES [--max-workers N]\n"
+      "  tofu-plan ... --topology 2x8:12.5GB/s,150GB/s\n"
       "  tofu-plan (--model|--graph|--onnx) ... --describe | --dump-json\n\n" +
           tofu::zooHelp() +
           "\n\nAlgorithms (--algo): " + tofu::algorithmNames() +
@@ -117,6 +127,26 @@ int main(int argc, char **argv) {
     budgetBytes = *bytes;
   }
   const bool fit = fitBytes.getNumOccurrences() > 0;
+  std::optional<tofu::Topology> topology;
+  if (topologySpec.getNumOccurrences()) {
+    auto t = tofu::parseTopology(topologySpec);
+    if (!t) {
+      llvm::errs() << "tofu-plan: --topology: " << llvm::toString(t.takeError()) << "\n";
+      return 2;
+    }
+    if (fit || memoryPerWorker.getNumOccurrences()) {
+      llvm::errs() << "tofu-plan: --topology is not combined with --fit or --memory-per-worker "
+                      "(yet): give one of them\n";
+      return 2;
+    }
+    if (workers.getNumOccurrences() && workers != t->workers()) {
+      llvm::errs() << fmt::format("tofu-plan: --workers {} but the topology has {} workers\n",
+                                  unsigned(workers), t->workers());
+      return 2;
+    }
+    workers = t->workers();
+    topology = std::move(*t);
+  }
   if (fit && (workers.getNumOccurrences() || memoryPerWorker.getNumOccurrences())) {
     llvm::errs() << "tofu-plan: --fit chooses the number of workers: give it without --workers "
                     "and --memory-per-worker\n";
@@ -167,9 +197,9 @@ int main(int argc, char **argv) {
   tofu::PipelineOptions pipeline;
   if (train)
     pipeline.train = optimizer == "sgd" ? tofu::Optimizer::SGD : tofu::Optimizer::Adam;
-  pipeline.until = budgetBytes ? tofu::Stage::Problem
-                  : workers > 0 ? tofu::Stage::Plan
-                                : tofu::Stage::Graph;
+  pipeline.until = budgetBytes || topology ? tofu::Stage::Problem
+                  : workers > 0              ? tofu::Stage::Plan
+                                             : tofu::Stage::Graph;
   pipeline.search.workers = workers;
   pipeline.search.algorithm = *algorithm;
   pipeline.search.budgetSeconds = budget;
@@ -264,11 +294,73 @@ int main(int argc, char **argv) {
       report.livePartials = live.partials;
     }
     report.exact = plan->workers <= 64;
+    std::string machineText;
+    nlohmann::ordered_json machineJson;
+    tofu::TopologyPlan machine;
+    if (topology) {
+      auto found = tofu::searchForTopology(*problem, pipeline.search, *topology);
+      if (!found) {
+        llvm::errs() << "tofu-plan: " << llvm::toString(found.takeError()) << "\n";
+        return 1;
+      }
+      machine = std::move(*found);
+      plan = &machine.plan;
+      const tofu::TopologyTraffic &mine = machine.traffic;
+      const tofu::TopologyTraffic &other = machine.leastBytesTraffic;
+      machineText = fmt::format("machine: {}; recursion steps {} (each level's factors, "
+                                "outermost first)\n",
+                                tofu::describeTopology(*topology),
+                                fmt::join(tofu::topologyFactors(*topology), " x "));
+      if (machine.leastBytesChosen)
+        machineText += fmt::format(
+            "the search weighted by the machine's levels found no plan estimated faster than "
+            "the plan of least bytes ({:.3f} ms against {:.3f} ms): that plan is printed\n",
+            1e3 * machine.weightedTraffic.slowestSeconds, 1e3 * other.slowestSeconds);
+      machineText += "| level crossed | bytes received | messages | plan of least bytes: bytes | "
+                     "messages |\n| --- | ---: | ---: | ---: | ---: |\n";
+      machineJson["levels"] = nlohmann::ordered_json::array();
+      for (size_t l = 0; l < topology->levels.size(); ++l) {
+        const tofu::TopologyLevel &level = topology->levels[l];
+        machineText += fmt::format("| between {}s{} | {} | {} | {} | {} |\n", level.name,
+                                   l == 0 ? "" : " of one " + topology->levels[l - 1].name,
+                                   human(double(mine.levels[l].bytes)), mine.levels[l].messages,
+                                   human(double(other.levels[l].bytes)),
+                                   other.levels[l].messages);
+        machineJson["levels"].push_back(
+            {{"name", level.name},
+             {"count", level.count},
+             {"bandwidth_bytes_per_second", level.bandwidth},
+             {"latency_seconds", level.latency},
+             {"bytes", mine.levels[l].bytes},
+             {"messages", mine.levels[l].messages},
+             {"least_bytes_plan_bytes", other.levels[l].bytes},
+             {"least_bytes_plan_messages", other.levels[l].messages}});
+      }
+      machineText += fmt::format(
+          "estimated communication time per step (an estimate: the slowest worker's received "
+          "bytes over each level's bandwidth plus a latency per message): {:.3f} ms (worker "
+          "{}); the plan of least bytes: {:.3f} ms (worker {}), which moves {} in all against "
+          "this plan's {}\n",
+          1e3 * mine.slowestSeconds, mine.slowestWorker, 1e3 * other.slowestSeconds,
+          other.slowestWorker, human(double(machine.leastBytes.totalBytes)),
+          human(double(plan->totalBytes)));
+      machineJson["estimated_seconds_slowest_worker"] = mine.slowestSeconds;
+      machineJson["slowest_worker"] = mine.slowestWorker;
+      machineJson["least_bytes_plan_estimated_seconds_slowest_worker"] = other.slowestSeconds;
+      machineJson["least_bytes_plan_bytes"] = machine.leastBytes.totalBytes;
+      machineJson["least_bytes_plan_chosen"] = machine.leastBytesChosen;
+      machineJson["estimate"] = "received bytes over each level's bandwidth plus a latency per "
+                                "message, on the slowest worker";
+      report.exact = plan->workers <= 64;
+    }
     if (format == "json") {
       std::string json = tofu::planJson(*problem, *plan, report);
-      if (fit) {
+      if (fit || topology) {
         auto j = nlohmann::ordered_json::parse(json);
-        j["fit"] = fitJson;
+        if (fit)
+          j["fit"] = fitJson;
+        if (topology)
+          j["topology"] = machineJson;
         json = j.dump(1) + "\n";
       }
       llvm::outs() << json;
@@ -276,6 +368,7 @@ int main(int argc, char **argv) {
       llvm::outs() << fmt::format("analysis of the graph's ops: {:.3f} s\n", analysis);
       llvm::outs() << memoryLine;
       llvm::outs() << tofu::planTable(*problem, *plan, report);
+      llvm::outs() << machineText;
     }
     if (!svgFile.empty()) {
       std::ofstream f(svgFile);

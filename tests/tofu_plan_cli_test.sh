@@ -87,4 +87,23 @@ expect_error "--fit: 'lots' is not a number of bytes" --model mlp --fit lots
 expect_error "unknown unit 'XB'" --model mlp --workers 2 --memory-per-worker 3XB
 expect_error "no plan on at most 2 workers" --model mlp --train --fit 10MiB --max-workers 2
 expect_error "ran out of its time budget" --model wresnet-50-1 --batch 2 --train --workers 8 --algo exhaustive --budget 0.5
+"$plan" --model wresnet-50-1-i32-c8-k10 --batch 16 --train --topology 2x4:12.5GB/s@5us,150GB/s@1us --format=json >"$tmp/topo.json"
+check "--topology exit status" test $? -eq 0
+check "--topology json: fewer bytes between nodes, a lower estimate" python3 - "$tmp/topo.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+t = p["topology"]
+assert p["workers"] == 8 and [l["name"] for l in t["levels"]] == ["node", "gpu"], t
+assert sum(l["bytes"] for l in t["levels"]) == p["communication_bytes"], t
+assert t["levels"][0]["bytes"] < t["levels"][0]["least_bytes_plan_bytes"], t
+assert 0 < t["estimated_seconds_slowest_worker"] < t["least_bytes_plan_estimated_seconds_slowest_worker"], t
+assert not t["least_bytes_plan_chosen"] and "estimate" in t, t
+PY
+"$plan" --model mlp --batch 16 --train --topology 2x4:12.5GB/s,150GB/s --summary >"$tmp/topo.txt"
+check "--topology table" grep -q "^| between gpus of one node | " "$tmp/topo.txt"
+check "--topology estimate labelled" grep -q "^estimated communication time per step (an estimate: " "$tmp/topo.txt"
+expect_error "--workers 4 but the topology has 8 workers" --model mlp --topology 2x4:1GB/s,10GB/s --workers 4
+expect_error "2 levels but 1 bandwidth" --model mlp --topology 2x4:12.5GB/s
+expect_error "faster than level 2 inside it" --model mlp --topology 2x4:150GB/s,12.5GB/s
+expect_error "is not combined with --fit or --memory-per-worker" --model mlp --topology 2x4:1GB/s,10GB/s --fit 1GB
 exit $fail

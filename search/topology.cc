@@ -1,0 +1,357 @@
+// Machine levels: parsing, the search's prefix weights, traffic per level.
+#include "search/topology.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+#include "nlohmann/json.hpp"
+
+namespace tofu {
+namespace {
+
+std::string lowered(std::string s) {
+  for (char &c : s)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+/// A number followed by a unit from `units` (lower case); `what` names the quantity.
+llvm::Expected<double> quantity(const std::string &text, const std::map<std::string, double> &units,
+                                const char *what, const char *unitList) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception &) {
+    return stringError(fmt::format("'{}' is not a {} (a number and a unit: {})", text, what,
+                                   unitList));
+  }
+  std::string unit = lowered(text.substr(used));
+  unit.erase(0, unit.find_first_not_of(' '));
+  auto it = units.find(unit);
+  if (it == units.end())
+    return stringError(fmt::format("'{}': unknown {} unit '{}' ({})", text, what,
+                                   text.substr(used), unitList));
+  return value * it->second;
+}
+
+llvm::Expected<double> bandwidthOf(const std::string &text) {
+  static const std::map<std::string, double> units = {
+      {"b/s", 1},         {"kb/s", 1e3},        {"mb/s", 1e6},        {"gb/s", 1e9},
+      {"tb/s", 1e12},     {"kib/s", 1024.0},    {"mib/s", 1048576.0}, {"gib/s", 1073741824.0},
+      {"tib/s", 1099511627776.0}, {"mbit/s", 1e6 / 8}, {"gbit/s", 1e9 / 8}, {"tbit/s", 1e12 / 8}};
+  auto v = quantity(text, units, "bandwidth", "B/s, KB/s, MB/s, GB/s, TB/s, KiB/s ... TiB/s, "
+                                              "Mbit/s, Gbit/s, Tbit/s");
+  if (v && !(*v > 0))
+    return stringError(fmt::format("bandwidth '{}' is not positive", text));
+  return v;
+}
+
+llvm::Expected<double> latencyOf(const std::string &text) {
+  static const std::map<std::string, double> units = {
+      {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"µs", 1e-6}, {"ns", 1e-9}, {"", 1}};
+  auto v = quantity(text, units, "latency", "s, ms, us, ns");
+  if (v && !(*v >= 0))
+    return stringError(fmt::format("latency '{}' is negative", text));
+  return v;
+}
+
+llvm::Expected<Topology> fromJson(const std::string &text) {
+  Topology t;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception &e) {
+    return stringError(std::string("the topology is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("levels") || !j["levels"].is_array() || j["levels"].empty())
+    return stringError("a JSON topology is an object with a non-empty array \"levels\"");
+  for (size_t i = 0; i < j["levels"].size(); ++i) {
+    const nlohmann::json &l = j["levels"][i];
+    auto where = [&](const std::string &msg) {
+      return stringError(fmt::format("topology level {}: {}", i + 1, msg));
+    };
+    if (!l.is_object())
+      return where("not an object");
+    TopologyLevel level;
+    level.name = l.value("name", fmt::format("level{}", i + 1));
+    if (!l.contains("count") || !l["count"].is_number_unsigned() || l["count"].get<int64_t>() < 1)
+      return where("needs \"count\", a positive integer");
+    level.count = l["count"].get<unsigned>();
+    if (!l.contains("bandwidth"))
+      return where("needs \"bandwidth\" (e.g. \"12.5GB/s\", or bytes per second)");
+    if (l["bandwidth"].is_number()) {
+      level.bandwidth = l["bandwidth"].get<double>();
+      if (!(level.bandwidth > 0))
+        return where("bandwidth is not positive");
+    } else if (l["bandwidth"].is_string()) {
+      auto bw = bandwidthOf(l["bandwidth"].get<std::string>());
+      if (!bw)
+        return where(llvm::toString(bw.takeError()));
+      level.bandwidth = *bw;
+    } else {
+      return where("bandwidth is neither a string nor a number");
+    }
+    if (l.contains("latency")) {
+      if (l["latency"].is_number()) {
+        level.latency = l["latency"].get<double>();
+        if (!(level.latency >= 0))
+          return where("latency is negative");
+      } else if (l["latency"].is_string()) {
+        auto lat = latencyOf(l["latency"].get<std::string>());
+        if (!lat)
+          return where(llvm::toString(lat.takeError()));
+        level.latency = *lat;
+      } else {
+        return where("latency is neither a string nor a number");
+      }
+    }
+    t.levels.push_back(level);
+  }
+  return t;
+}
+
+std::vector<std::string> split(const std::string &s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+llvm::Expected<Topology> fromCompact(const std::string &spec) {
+  const size_t colon = spec.find(':');
+  if (colon == std::string::npos)
+    return stringError(fmt::format("topology '{}': expected COUNTS:BANDWIDTHS, e.g. "
+                                   "2x8:12.5GB/s,150GB/s (or a JSON file)",
+                                   spec));
+  Topology t;
+  for (const std::string &c : split(spec.substr(0, colon), 'x')) {
+    size_t used = 0;
+    long long n = 0;
+    try {
+      n = std::stoll(c, &used);
+    } catch (const std::exception &) {
+      used = 0;
+    }
+    if (used == 0 || used != c.size() || n < 1 || n > 1000000)
+      return stringError(fmt::format("topology '{}': count '{}' is not a positive integer", spec, c));
+    TopologyLevel l;
+    l.count = static_cast<unsigned>(n);
+    t.levels.push_back(l);
+  }
+  const std::vector<std::string> links = split(spec.substr(colon + 1), ',');
+  if (links.size() != t.levels.size())
+    return stringError(fmt::format("topology '{}': {} level{} but {} bandwidth{}", spec,
+                                   t.levels.size(), t.levels.size() == 1 ? "" : "s", links.size(),
+                                   links.size() == 1 ? "" : "s"));
+  for (size_t i = 0; i < links.size(); ++i) {
+    const size_t at = links[i].find('@');
+    auto bw = bandwidthOf(links[i].substr(0, at));
+    if (!bw)
+      return stringError(fmt::format("topology '{}', level {}: {}", spec, i + 1,
+                                     llvm::toString(bw.takeError())));
+    t.levels[i].bandwidth = *bw;
+    if (at != std::string::npos) {
+      auto lat = latencyOf(links[i].substr(at + 1));
+      if (!lat)
+        return stringError(fmt::format("topology '{}', level {}: {}", spec, i + 1,
+                                       llvm::toString(lat.takeError())));
+      t.levels[i].latency = *lat;
+    }
+    t.levels[i].name = t.levels.size() == 2 ? (i == 0 ? "node" : "gpu") : fmt::format("level{}", i + 1);
+  }
+  return t;
+}
+
+std::string rate(double bytesPerSecond) {
+  if (bytesPerSecond >= 1e12)
+    return fmt::format("{:.4g} TB/s", bytesPerSecond / 1e12);
+  if (bytesPerSecond >= 1e9)
+    return fmt::format("{:.4g} GB/s", bytesPerSecond / 1e9);
+  if (bytesPerSecond >= 1e6)
+    return fmt::format("{:.4g} MB/s", bytesPerSecond / 1e6);
+  return fmt::format("{:.4g} B/s", bytesPerSecond);
+}
+
+std::string duration(double s) {
+  if (s >= 1)
+    return fmt::format("{:.4g} s", s);
+  if (s >= 1e-3)
+    return fmt::format("{:.4g} ms", s * 1e3);
+  if (s >= 1e-6)
+    return fmt::format("{:.4g} us", s * 1e6);
+  return fmt::format("{:.4g} ns", s * 1e9);
+}
+
+} // namespace
+
+unsigned Topology::workers() const {
+  unsigned k = 1;
+  for (const TopologyLevel &l : levels)
+    k *= l.count;
+  return k;
+}
+
+llvm::Expected<Topology> parseTopology(const std::string &spec) {
+  std::string text = spec;
+  std::ifstream file(spec);
+  if (file) {
+    std::stringstream ss;
+    ss << file.rdbuf();
+    text = ss.str();
+  } else if (spec.find(':') == std::string::npos && spec.find('{') == std::string::npos) {
+    return stringError(fmt::format("topology '{}' is neither a file nor COUNTS:BANDWIDTHS "
+                                   "(e.g. 2x8:12.5GB/s,150GB/s)",
+                                   spec));
+  }
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  auto t = first != std::string::npos && text[first] == '{' ? fromJson(text) : fromCompact(text);
+  if (!t)
+    return t.takeError();
+  double workers = 1;
+  for (const TopologyLevel &l : t->levels)
+    workers *= l.count;
+  if (workers > 1e6)
+    return stringError(fmt::format("the topology has {} workers (at most a million)", workers));
+  for (size_t i = 0; i + 1 < t->levels.size(); ++i)
+    if (t->levels[i].bandwidth > t->levels[i + 1].bandwidth)
+      return stringError(fmt::format(
+          "topology level {} ({}) is faster than level {} inside it ({}): give the levels "
+          "outermost (slowest) first",
+          i + 1, rate(t->levels[i].bandwidth), i + 2, rate(t->levels[i + 1].bandwidth)));
+  return t;
+}
+
+std::string describeTopology(const Topology &t) {
+  std::string counts, links;
+  for (size_t i = 0; i < t.levels.size(); ++i) {
+    const TopologyLevel &l = t.levels[i];
+    counts += fmt::format("{}{} {}{}", i ? " x " : "", l.count, l.name, l.count == 1 ? "" : "s");
+    links += fmt::format("{}{} {}{}", i ? ", " : "", l.name, rate(l.bandwidth),
+                         l.latency > 0 ? " @ " + duration(l.latency) : "");
+  }
+  return counts + " (" + links + ")";
+}
+
+std::vector<unsigned> topologyFactors(const Topology &t) {
+  std::vector<unsigned> out;
+  for (const TopologyLevel &l : t.levels)
+    for (unsigned f : factorWorkers(l.count))
+      out.push_back(f);
+  return out;
+}
+
+std::vector<double> topologyWeights(const Topology &t) {
+  std::vector<double> out;
+  const double inner = t.levels.back().bandwidth;
+  for (size_t i = 0; i < t.levels.size(); ++i) {
+    const double next = i + 1 < t.levels.size() ? 1 / t.levels[i + 1].bandwidth : 0;
+    const double w = (1 / t.levels[i].bandwidth - next) * inner;
+    const size_t steps = factorWorkers(t.levels[i].count).size();
+    if (steps == 0) { // one unit: its prefix is the level outside's (none moves nothing)
+      if (!out.empty())
+        out.back() += w;
+      continue;
+    }
+    for (size_t s = 0; s + 1 < steps; ++s)
+      out.push_back(0);
+    out.push_back(w);
+  }
+  return out;
+}
+
+unsigned levelBetween(const Topology &t, unsigned a, unsigned b) {
+  unsigned inner = t.workers();
+  for (unsigned i = 0; i < t.levels.size(); ++i) {
+    inner /= t.levels[i].count;
+    if (a / inner != b / inner)
+      return i;
+    a %= inner;
+    b %= inner;
+  }
+  return static_cast<unsigned>(t.levels.size());
+}
+
+TopologyTraffic topologyTraffic(const Problem &p, const ExecPlan &plan, const Topology &t) {
+  TopologyTraffic out;
+  const size_t L = t.levels.size();
+  out.levels.assign(L, {});
+  std::vector<std::vector<LevelTraffic>> perWorker(plan.workers, std::vector<LevelTraffic>(L));
+  auto count = [&](unsigned from, unsigned to, int64_t bytes) {
+    const unsigned l = levelBetween(t, from, to);
+    if (l >= L)
+      return;
+    out.levels[l].bytes += bytes;
+    ++out.levels[l].messages;
+    perWorker[to][l].bytes += bytes;
+    ++perWorker[to][l].messages;
+  };
+  for (const NodeExec &ne : plan.nodes) {
+    for (unsigned w = 0; w < ne.workers.size(); ++w)
+      for (const InputFetch &in : ne.workers[w].inputs) {
+        if (in.repeats >= 0)
+          continue;
+        for (const Fetch &f : in.parts)
+          if (f.from != w)
+            count(f.from, w, boxElements(f.box) * p.tensors[in.tensor].elementBytes);
+      }
+    for (const OutputAssembly &a : ne.assemble)
+      for (const auto &slice : a.slices)
+        for (const Fetch &f : slice)
+          if (f.from != a.owner)
+            count(f.from, a.owner,
+                  boxElements(f.box) * p.tensors[p.nodes[ne.node].output].elementBytes);
+  }
+  out.workerSeconds.assign(plan.workers, 0);
+  for (unsigned w = 0; w < plan.workers; ++w) {
+    for (size_t l = 0; l < L; ++l)
+      out.workerSeconds[w] += double(perWorker[w][l].bytes) / t.levels[l].bandwidth +
+                              double(perWorker[w][l].messages) * t.levels[l].latency;
+    if (out.workerSeconds[w] > out.slowestSeconds) {
+      out.slowestSeconds = out.workerSeconds[w];
+      out.slowestWorker = w;
+    }
+  }
+  return out;
+}
+
+llvm::Expected<TopologyPlan> searchForTopology(const Problem &p, PlanOptions options,
+                                               const Topology &t) {
+  if (options.workers != t.workers())
+    return stringError(fmt::format("{} workers but the topology has {}", options.workers,
+                                   t.workers()));
+  TopologyPlan out;
+  options.factors.clear();
+  options.prefixWeights.clear();
+  auto blind = searchPlan(p, options);
+  if (!blind)
+    return blind.takeError();
+  out.leastBytes = std::move(*blind);
+  out.leastBytesTraffic = topologyTraffic(p, buildExecPlan(p, out.leastBytes), t);
+  options.factors = topologyFactors(t);
+  options.prefixWeights = topologyWeights(t);
+  auto weighted = searchPlan(p, options);
+  if (!weighted)
+    return weighted.takeError();
+  out.weighted = std::move(*weighted);
+  out.weightedTraffic = topologyTraffic(p, buildExecPlan(p, out.weighted), t);
+  out.leastBytesChosen = out.leastBytesTraffic.slowestSeconds < out.weightedTraffic.slowestSeconds;
+  out.plan = out.leastBytesChosen ? out.leastBytes : out.weighted;
+  out.traffic = out.leastBytesChosen ? out.leastBytesTraffic : out.weightedTraffic;
+  return out;
+}
+
+} // namespace tofu

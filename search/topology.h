@@ -1,0 +1,98 @@
+// A machine's interconnect as levels (e.g. 2 nodes × 8 GPUs: between nodes, within a
+// node), how the search weighs each recursion step's traffic by the level it crosses, and
+// the traffic per level of an execution plan, counted exactly.
+//
+// Workers are numbered with the outermost level most significant (worker w of 2 × 4 is on
+// node w / 4), as the recursion numbers them with its first step most significant; the
+// recursion's steps are each level's factors, outermost level first, so the steps of level
+// L split the workers among that level's units. A received byte crosses the outermost level
+// at which its sender and receiver differ.
+//
+// The search's objective becomes Σ_L C(steps up to level L) × (1/bw_L − 1/bw_{L+1}) in
+// units of the innermost level's bytes: C(prefix) is the communication of the plan cut by
+// only those steps, the model's count of the bytes moved between the units of level L and
+// of the levels outside it, so the sum stands for every byte over the bandwidth of the
+// level it crosses. It is the search's model; the report counts each level's bytes exactly
+// from the execution plan. Latency is not in the objective (it is in the report's
+// estimate).
+#ifndef TOFU_SEARCH_TOPOLOGY_H
+#define TOFU_SEARCH_TOPOLOGY_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/exec_plan.h"
+#include "llvm/Support/Error.h"
+#include "search/problem.h"
+
+namespace tofu {
+
+struct TopologyLevel {
+  std::string name;       ///< e.g. "node", "gpu" (for reports)
+  unsigned count = 1;     ///< units of this level in each unit of the level outside it
+  double bandwidth = 0;   ///< bytes per second a worker receives over this level
+  double latency = 0;     ///< seconds per message over this level
+};
+
+struct Topology {
+  std::vector<TopologyLevel> levels; ///< outermost first
+  unsigned workers() const;
+};
+
+/// `2x8:12.5GB/s,150GB/s` (counts outermost first, then one bandwidth per level, each
+/// optionally `@latency`, e.g. `12.5GB/s@5us`), or a JSON object
+/// `{"levels": [{"name": "node", "count": 2, "bandwidth": "12.5GB/s", "latency": "5us"}, ...]}`
+/// (bandwidth also a number of bytes per second, latency also a number of seconds). An
+/// argument naming a file reads the file. Bandwidths: B/s, KB/s, MB/s, GB/s, TB/s, their
+/// KiB/s... forms, and Gbit/s (also Mbit/s, Tbit/s); latencies: s, ms, us, ns. Levels must
+/// not be faster outside than inside. Errors say what and where.
+llvm::Expected<Topology> parseTopology(const std::string &spec);
+
+/// `2 nodes × 4 gpus: 12.5 GB/s @ 5 µs, 150 GB/s @ 1 µs`.
+std::string describeTopology(const Topology &t);
+
+/// The recursion's steps: each level's factors (factorWorkers), outermost level first.
+std::vector<unsigned> topologyFactors(const Topology &t);
+/// Per step of topologyFactors, its prefix weight (PlanOptions::prefixWeights): on the last
+/// step of level L, (1/bw_L − 1/bw_{L+1}) × the innermost bandwidth; elsewhere 0.
+std::vector<double> topologyWeights(const Topology &t);
+
+/// The outermost level at which workers a and b differ (levels.size() when a == b).
+unsigned levelBetween(const Topology &t, unsigned a, unsigned b);
+
+struct LevelTraffic {
+  int64_t bytes = 0;    ///< received over this level, every worker
+  int64_t messages = 0; ///< fetches over this level (one per part of a region or a result)
+};
+struct TopologyTraffic {
+  std::vector<LevelTraffic> levels;
+  /// Per worker, the estimate: what it receives over each level divided by that level's
+  /// bandwidth, plus the level's latency per message.
+  std::vector<double> workerSeconds;
+  unsigned slowestWorker = 0;
+  double slowestSeconds = 0;
+};
+/// The plan's traffic per level, counted from every fetch of the execution plan.
+TopologyTraffic topologyTraffic(const Problem &p, const ExecPlan &plan, const Topology &t);
+
+/// A plan for a machine: the search with the machine's steps and weights, and the search
+/// without them (the plan of least bytes); each one's traffic counted from its execution
+/// plan; the one whose slowest worker's estimated time is lower is chosen (the weighted
+/// objective is a model: on some graphs the plan of least bytes is also the faster one).
+struct TopologyPlan {
+  PartitionPlan plan;           ///< the chosen one
+  TopologyTraffic traffic;
+  bool leastBytesChosen = false; ///< the machine's search did not beat the plan of least bytes
+  PartitionPlan weighted;       ///< the machine's search's own plan
+  TopologyTraffic weightedTraffic;
+  PartitionPlan leastBytes;     ///< the search without the machine
+  TopologyTraffic leastBytesTraffic;
+};
+/// `options.workers` must be the topology's; its factors and prefix weights are set here.
+llvm::Expected<TopologyPlan> searchForTopology(const Problem &p, PlanOptions options,
+                                               const Topology &t);
+
+} // namespace tofu
+
+#endif // TOFU_SEARCH_TOPOLOGY_H
