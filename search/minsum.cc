@@ -69,7 +69,7 @@ sliceOf(const MinSumProblem::Factor &f, unsigned u, unsigned x, const std::vecto
   return {std::move(vars), std::move(table)};
 }
 
-uint64_t MinSumProblem::eliminationWork(uint64_t stopAbove) const {
+uint64_t MinSumProblem::eliminationWork(uint64_t stopAbove, uint64_t *largest) const {
   const unsigned n = static_cast<unsigned>(domains_.size());
   std::vector<std::set<unsigned>> adj(n);
   for (const Factor &f : factors_)
@@ -99,6 +99,8 @@ uint64_t MinSumProblem::eliminationWork(uint64_t stopAbove) const {
     for (unsigned u : adj[v])
       entries *= domains_[u];
     work = entries + double(work) >= double(UINT64_MAX) ? UINT64_MAX : work + uint64_t(entries);
+    if (largest)
+      *largest = std::max(*largest, entries >= double(UINT64_MAX) ? UINT64_MAX : uint64_t(entries));
     for (unsigned u : adj[v]) {
       adj[u].erase(v);
       for (unsigned w : adj[v])

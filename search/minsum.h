@@ -54,7 +54,8 @@ public:
   /// What solve() would cost without conditioning: the sum over its eliminations of the
   /// entries it visits (table entries times the eliminated variable's domain), from the
   /// scopes alone (the tables' values are not read). Stops counting past `stopAbove`.
-  uint64_t eliminationWork(uint64_t stopAbove = UINT64_MAX) const;
+  /// `largest`, when given, receives the entries of the largest table it would build.
+  uint64_t eliminationWork(uint64_t stopAbove = UINT64_MAX, uint64_t *largest = nullptr) const;
 
   /// The total cost of an assignment.
   int64_t evaluate(const std::vector<unsigned> &values) const;

@@ -610,7 +610,9 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
     for (unsigned item : items) // nothing in common: each member on its own
       assign({item}, labelsOf(item));
   }
-  if (workLeft) { // the elimination's work, from the tables' scopes, before building them
+  // The elimination's work and widest table, from the tables' scopes, before building them
+  // (a graph too wide for the limit fails at once, not after its tables are built).
+  if (workLeft || limits.conditionTableEntries == 0) {
     MinSumProblem shape = msp;
     std::set<std::pair<unsigned, unsigned>> scopes;
     for (unsigned n = 0; n < N; ++n) {
@@ -624,12 +626,18 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
                             std::vector<int64_t>(size_t(msp.domain(X)) * msp.domain(Y), 0));
       }
     }
-    const uint64_t work = shape.eliminationWork(*workLeft);
-    if (work > *workLeft)
+    uint64_t largest = 0;
+    const uint64_t work = shape.eliminationWork(workLeft ? *workLeft : UINT64_MAX, &largest);
+    if (workLeft && work > *workLeft)
       return stringError(fmt::format("a joint solve of {} steps would visit more than {} table "
                                      "entries",
                                      S.size(), *workLeft));
-    *workLeft -= work;
+    if (largest > limits.maxTableEntries)
+      return stringError(fmt::format("the elimination needs a table of more than {} entries: "
+                                     "the graph is too wide for this search",
+                                     limits.maxTableEntries));
+    if (workLeft)
+      *workLeft -= work;
   }
   // Per node and slot, a table over (node sequence, tensor sequence): the steps of S but
   // the last are set in `work`, the last varies through stepTerms' candidates.
