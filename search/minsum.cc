@@ -69,50 +69,94 @@ sliceOf(const MinSumProblem::Factor &f, unsigned u, unsigned x, const std::vecto
   return {std::move(vars), std::move(table)};
 }
 
-uint64_t MinSumProblem::eliminationWork(uint64_t stopAbove, uint64_t *largest) const {
-  const unsigned n = static_cast<unsigned>(domains_.size());
-  std::vector<std::set<unsigned>> adj(n);
-  for (const Factor &f : factors_)
-    for (unsigned v : f.vars)
-      for (unsigned u : f.vars)
-        if (u != v)
-          adj[v].insert(u);
-  auto weight = [&](unsigned v) {
+namespace {
+
+/// The greedy elimination order solveWith and eliminationWork share: the variable whose
+/// table (its domain times its neighbours') is smallest first, ties by priority, over the
+/// interaction graph the eliminations change.
+class EliminationOrder {
+public:
+  EliminationOrder(const std::vector<unsigned> &domains, const std::vector<int64_t> &priority,
+                   const std::vector<MinSumProblem::Factor> &factors)
+      : domains_(domains), priority_(priority), adj_(domains.size()), key_(domains.size()) {
+    for (const MinSumProblem::Factor &f : factors)
+      for (unsigned v : f.vars)
+        for (unsigned u : f.vars)
+          if (u != v)
+            adj_[v].insert(u);
+    for (unsigned v = 0; v < domains.size(); ++v) {
+      key_[v] = weight(v);
+      queue_.insert({key_[v], priority_[v], v});
+    }
+  }
+  bool empty() const { return queue_.empty(); }
+  /// Takes the next variable out of the queue.
+  unsigned pop() {
+    const unsigned v = std::get<2>(*queue_.begin());
+    queue_.erase(queue_.begin());
+    return v;
+  }
+  const std::set<unsigned> &neighbours(unsigned v) const { return adj_[v]; }
+  /// v eliminated: its neighbours lose it and become a clique.
+  void eliminate(unsigned v) {
+    const std::set<unsigned> scope = std::move(adj_[v]);
+    adj_[v].clear();
+    for (unsigned u : scope) {
+      adj_[u].erase(v);
+      for (unsigned w : scope)
+        if (w != u)
+          adj_[u].insert(w);
+    }
+    for (unsigned u : scope)
+      reweigh(u);
+  }
+  /// u fixed by conditioning while eliminating v: u leaves the graph, and v goes back into
+  /// the queue.
+  void condition(unsigned u, unsigned v) {
+    std::set<unsigned> touched = std::move(adj_[u]);
+    adj_[u].clear();
+    for (unsigned w : touched)
+      adj_[w].erase(u);
+    queue_.erase({key_[u], priority_[u], u});
+    touched.insert(v);
+    touched.erase(u);
+    for (unsigned w : touched)
+      reweigh(w);
+  }
+
+private:
+  double weight(unsigned v) const {
     double w = std::log2(double(domains_[v]));
-    for (unsigned u : adj[v])
+    for (unsigned u : adj_[v])
       w += std::log2(double(domains_[u]));
     return w;
-  };
-  // The same order as solveWith: least table first, then priority.
-  using Key = std::tuple<double, int64_t, unsigned>;
-  std::set<Key> queue;
-  std::vector<double> key(n);
-  for (unsigned v = 0; v < n; ++v) {
-    key[v] = weight(v);
-    queue.insert({key[v], priority_[v], v});
   }
+  void reweigh(unsigned v) {
+    queue_.erase({key_[v], priority_[v], v});
+    key_[v] = weight(v);
+    queue_.insert({key_[v], priority_[v], v});
+  }
+  const std::vector<unsigned> &domains_;
+  const std::vector<int64_t> &priority_;
+  std::vector<std::set<unsigned>> adj_;
+  std::vector<double> key_;
+  std::set<std::tuple<double, int64_t, unsigned>> queue_;
+};
+
+} // namespace
+
+uint64_t MinSumProblem::eliminationWork(uint64_t stopAbove, uint64_t *largest) const {
+  EliminationOrder order(domains_, priority_, factors_);
   uint64_t work = 0;
-  while (!queue.empty() && work <= stopAbove) {
-    const unsigned v = std::get<2>(*queue.begin());
-    queue.erase(queue.begin());
+  while (!order.empty() && work <= stopAbove) {
+    const unsigned v = order.pop();
     double entries = domains_[v];
-    for (unsigned u : adj[v])
+    for (unsigned u : order.neighbours(v))
       entries *= domains_[u];
     work = entries + double(work) >= double(UINT64_MAX) ? UINT64_MAX : work + uint64_t(entries);
     if (largest)
       *largest = std::max(*largest, entries >= double(UINT64_MAX) ? UINT64_MAX : uint64_t(entries));
-    for (unsigned u : adj[v]) {
-      adj[u].erase(v);
-      for (unsigned w : adj[v])
-        if (w != u)
-          adj[u].insert(w);
-    }
-    for (unsigned u : adj[v]) {
-      queue.erase({key[u], priority_[u], u});
-      key[u] = weight(u);
-      queue.insert({key[u], priority_[u], u});
-    }
-    adj[v].clear();
+    order.eliminate(v);
   }
   return work;
 }
@@ -133,27 +177,10 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
   std::vector<Factor> factors = factors_;
   std::vector<bool> alive(factors.size(), true);
   std::vector<std::vector<unsigned>> ofVar(n);
-  std::vector<std::set<unsigned>> adj(n);
   for (unsigned f = 0; f < factors.size(); ++f)
-    for (unsigned v : factors[f].vars) {
+    for (unsigned v : factors[f].vars)
       ofVar[v].push_back(f);
-      for (unsigned u : factors[f].vars)
-        if (u != v)
-          adj[v].insert(u);
-    }
-  auto weight = [&](unsigned v) {
-    double w = std::log2(double(domains_[v]));
-    for (unsigned u : adj[v])
-      w += std::log2(double(domains_[u]));
-    return w;
-  };
-  using Key = std::tuple<double, int64_t, unsigned>;
-  std::set<Key> queue;
-  std::vector<double> key(n);
-  for (unsigned v = 0; v < n; ++v) {
-    key[v] = weight(v);
-    queue.insert({key[v], priority_[v], v});
-  }
+  EliminationOrder order(domains_, priority_, factors_);
   struct Elimination {
     unsigned var;
     std::vector<unsigned> scope;
@@ -163,10 +190,9 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
   Solution sol;
   int64_t constant = constant_;
   uint64_t work = 0;
-  while (!queue.empty()) {
-    unsigned v = std::get<2>(*queue.begin());
-    queue.erase(queue.begin());
-    std::vector<unsigned> scope(adj[v].begin(), adj[v].end());
+  while (!order.empty()) {
+    const unsigned v = order.pop();
+    std::vector<unsigned> scope(order.neighbours(v).begin(), order.neighbours(v).end());
     std::vector<unsigned> fs;
     for (unsigned f : ofVar[v])
       if (alive[f]) {
@@ -193,7 +219,7 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
         alive[f] = true;
       unsigned u = scope[0];
       for (unsigned w : scope)
-        if (adj[w].size() > adj[u].size())
+        if (order.neighbours(w).size() > order.neighbours(u).size())
           u = w;
       std::vector<unsigned> live;
       for (unsigned f : ofVar[u])
@@ -225,18 +251,7 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
         for (unsigned w : vars)
           ofVar[w].push_back(id);
       }
-      std::set<unsigned> touched(adj[u].begin(), adj[u].end());
-      for (unsigned w : touched)
-        adj[w].erase(u);
-      adj[u].clear();
-      queue.erase({key[u], priority_[u], u});
-      touched.insert(v);
-      touched.erase(u);
-      for (unsigned w : touched) {
-        queue.erase({key[w], priority_[w], w});
-        key[w] = weight(w);
-        queue.insert({key[w], priority_[w], w});
-      }
+      order.condition(u, v);
       eliminations.push_back({u, {}, {static_cast<uint16_t>(best)}});
       ++sol.conditioned;
       continue;
@@ -303,17 +318,7 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
       for (unsigned u : scope)
         ofVar[u].push_back(id);
     }
-    for (unsigned u : scope) {
-      adj[u].erase(v);
-      for (unsigned w : scope)
-        if (w != u)
-          adj[u].insert(w);
-    }
-    for (unsigned u : scope) {
-      queue.erase({key[u], priority_[u], u});
-      key[u] = weight(u);
-      queue.insert({key[u], priority_[u], u});
-    }
+    order.eliminate(v);
     eliminations.push_back(std::move(el));
   }
   sol.values.assign(n, 0);

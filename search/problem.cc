@@ -258,6 +258,21 @@ int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &s
   return bytes;
 }
 
+namespace {
+
+/// The weight of the prefix of j + 1 steps among the first m steps of a plan: its own, and
+/// for the last of them those of the steps to come (they cut finer: their bytes are counted
+/// there for now).
+double prefixWeight(const std::vector<double> &prefixWeights, size_t j, size_t m) {
+  double w = j < prefixWeights.size() ? prefixWeights[j] : 0;
+  if (j + 1 == m)
+    for (size_t q = j + 1; q < prefixWeights.size(); ++q)
+      w += prefixWeights[q];
+  return w;
+}
+
+} // namespace
+
 std::vector<std::vector<int64_t>>
 Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
                    int s, const std::vector<std::vector<int>> &configs,
@@ -269,10 +284,7 @@ Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i
   for (size_t k = 0; k < configs.size(); ++k)
     sum[k].assign(configs[k].size(), 0);
   for (size_t j = 0; j < m; ++j) {
-    double w = j < prefixWeights.size() ? prefixWeights[j] : 0;
-    if (j + 1 == m) // the steps to come cut finer: their bytes are counted here for now
-      for (size_t q = j + 1; q < prefixWeights.size(); ++q)
-        w += prefixWeights[q];
+    const double w = prefixWeight(prefixWeights, j, m);
     if (w == 0)
       continue;
     std::vector<StepChoice> prefix(steps.begin(), steps.begin() + std::min(steps.size(), j + 1));
@@ -306,10 +318,7 @@ int64_t Problem::weightedCost(const std::vector<StepChoice> &steps,
     return modelCost(steps);
   double total = 0;
   for (size_t j = 0; j < steps.size(); ++j) {
-    double w = j < prefixWeights.size() ? prefixWeights[j] : 0;
-    if (j + 1 == steps.size())
-      for (size_t q = j + 1; q < prefixWeights.size(); ++q)
-        w += prefixWeights[q];
+    const double w = prefixWeight(prefixWeights, j, steps.size());
     if (w != 0)
       total += w * double(modelCost(std::vector<StepChoice>(steps.begin(), steps.begin() + j + 1)));
   }

@@ -275,31 +275,18 @@ int64_t memoryCost(double weight, int64_t bytes) {
   return static_cast<int64_t>(std::llround(weight * double(bytes)));
 }
 
-StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<StepChoice> &steps,
-                    size_t i, unsigned parts, const Candidates &cand, TermCache &cache,
-                    double memoryWeight, const std::vector<bool> &pricedBuffers,
-                    const std::vector<double> &weights) {
-  StepModel m;
+/// The DP's variables of one solve: the members of a coarse set (nodes n, tensors N + t)
+/// share one variable over the labels they all have (each member its own variable where
+/// they have none in common), with the earliest topological position among them as the
+/// elimination's tie-break. `labelsOf(item)` lists an item's labels (any comparable type);
+/// `assign(items, labels, priority)` adds the variable. Returns the largest domain.
+template <typename LabelsOf, typename Assign>
+size_t coarseVariables(const Problem &p, const Coarsening &co, LabelsOf labelsOf, Assign assign) {
   const unsigned N = static_cast<unsigned>(p.nodes.size());
   const unsigned T = static_cast<unsigned>(p.tensors.size());
-  // Topological position for the elimination's tie-break.
   std::vector<int64_t> pos(N);
   for (unsigned i = 0; i < p.order.size(); ++i)
     pos[p.order[i]] = i;
-  std::map<unsigned, std::vector<unsigned>> members; // set -> items (nodes < N <= tensors)
-  for (unsigned n = 0; n < N; ++n)
-    members[co.nodeSet[n]].push_back(n);
-  for (unsigned t = 0; t < T; ++t)
-    members[co.tensorSet[t]].push_back(N + t);
-  auto labelsOf = [&](unsigned item) {
-    std::vector<int> l;
-    if (item < N)
-      for (int s : cand.node[item])
-        l.push_back(nodeLabel(p, item, s));
-    else
-      l = cand.tensor[item - N];
-    return l;
-  };
   auto priorityOf = [&](unsigned item) {
     if (item < N)
       return pos[item];
@@ -309,47 +296,80 @@ StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<St
       best = std::min(best, pos[c]);
     return best;
   };
-  m.nodeVar.assign(N, 0);
-  m.tensorVar.assign(T, 0);
-  m.nodeChoice.assign(N, {});
-  m.tensorChoice.assign(T, {});
-  auto assign = [&](const std::vector<unsigned> &items, const std::vector<int> &labels) {
+  auto add = [&](const std::vector<unsigned> &items, const auto &labels) {
     int64_t prio = INT64_MAX;
     for (unsigned item : items)
       prio = std::min(prio, priorityOf(item));
-    unsigned v = m.msp.addVariable(static_cast<unsigned>(labels.size()), prio);
-    for (unsigned item : items) {
-      if (item >= N) {
-        m.tensorVar[item - N] = v;
-        m.tensorChoice[item - N] = labels;
-        continue;
-      }
-      m.nodeVar[item] = v;
-      for (int l : labels) {
-        int s = -1;
-        for (int c : cand.node[item])
-          if (nodeLabel(p, item, c) == l)
-            s = c;
-        m.nodeChoice[item].push_back(s);
-      }
-    }
+    assign(items, labels, prio);
+    return labels.size();
   };
+  std::map<unsigned, std::vector<unsigned>> members; // set -> items
+  for (unsigned n = 0; n < N; ++n)
+    members[co.nodeSet[n]].push_back(n);
+  for (unsigned t = 0; t < T; ++t)
+    members[co.tensorSet[t]].push_back(N + t);
+  size_t largest = 0;
   for (const auto &[set, items] : members) {
-    std::vector<int> domain = labelsOf(items.front());
+    auto domain = labelsOf(items.front());
     for (size_t i = 1; i < items.size() && !domain.empty(); ++i) {
-      std::vector<int> other = labelsOf(items[i]), keep;
-      for (int l : domain)
+      const auto other = labelsOf(items[i]);
+      decltype(domain) keep;
+      for (const auto &l : domain)
         if (std::find(other.begin(), other.end(), l) != other.end())
           keep.push_back(l);
       domain = std::move(keep);
     }
     if (!domain.empty()) {
-      assign(items, domain);
+      largest = std::max(largest, add(items, domain));
       continue;
     }
-    for (unsigned item : items) // nothing in common this step: each member on its own
-      assign({item}, labelsOf(item));
+    for (unsigned item : items) // nothing in common: each member on its own
+      largest = std::max(largest, add({item}, labelsOf(item)));
   }
+  return largest;
+}
+
+StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<StepChoice> &steps,
+                    size_t i, unsigned parts, const Candidates &cand, TermCache &cache,
+                    double memoryWeight, const std::vector<bool> &pricedBuffers,
+                    const std::vector<double> &weights) {
+  StepModel m;
+  const unsigned N = static_cast<unsigned>(p.nodes.size());
+  const unsigned T = static_cast<unsigned>(p.tensors.size());
+  auto labelsOf = [&](unsigned item) {
+    std::vector<int> l;
+    if (item < N)
+      for (int s : cand.node[item])
+        l.push_back(nodeLabel(p, item, s));
+    else
+      l = cand.tensor[item - N];
+    return l;
+  };
+  m.nodeVar.assign(N, 0);
+  m.tensorVar.assign(T, 0);
+  m.nodeChoice.assign(N, {});
+  m.tensorChoice.assign(T, {});
+  coarseVariables(p, co, labelsOf,
+                  [&](const std::vector<unsigned> &items, const std::vector<int> &labels,
+                      int64_t priority) {
+                    const unsigned v =
+                        m.msp.addVariable(static_cast<unsigned>(labels.size()), priority);
+                    for (unsigned item : items) {
+                      if (item >= N) {
+                        m.tensorVar[item - N] = v;
+                        m.tensorChoice[item - N] = labels;
+                        continue;
+                      }
+                      m.nodeVar[item] = v;
+                      for (int l : labels) {
+                        int s = -1;
+                        for (int c : cand.node[item])
+                          if (nodeLabel(p, item, c) == l)
+                            s = c;
+                        m.nodeChoice[item].push_back(s);
+                      }
+                    }
+                  });
   // Cost tables: per node and slot, strategy x tensor configuration.
   CostTables tables(m.msp);
   for (unsigned n = 0; n < N; ++n) {
@@ -552,64 +572,30 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
     }
     return out;
   };
-  std::vector<int64_t> pos(N);
-  for (unsigned i = 0; i < p.order.size(); ++i)
-    pos[p.order[i]] = i;
-  auto priorityOf = [&](unsigned item) {
-    if (item < N)
-      return pos[item];
-    const ProblemTensor &t = p.tensors[item - N];
-    int64_t best = t.producer >= 0 ? pos[t.producer] : int64_t(N);
-    for (unsigned c : t.consumers)
-      best = std::min(best, pos[c]);
-    return best;
-  };
-  std::map<unsigned, std::vector<unsigned>> members; // set -> items (nodes < N <= tensors)
-  for (unsigned n = 0; n < N; ++n)
-    members[co.nodeSet[n]].push_back(n);
-  for (unsigned t = 0; t < T; ++t)
-    members[co.tensorSet[t]].push_back(N + t);
   MinSumProblem msp;
   std::vector<unsigned> nodeVar(N), tensorVar(T);
   // Per node and tensor, per value of its variable, its sequence over S.
   std::vector<std::vector<std::vector<int>>> nodeChoice(N), tensorChoice(T);
-  auto assign = [&](const std::vector<unsigned> &items, const std::vector<std::vector<int>> &dom) {
-    int64_t prio = INT64_MAX;
-    for (unsigned item : items)
-      prio = std::min(prio, priorityOf(item));
-    const unsigned v = msp.addVariable(static_cast<unsigned>(dom.size()), prio);
-    for (unsigned item : items) {
-      if (item >= N) {
-        tensorVar[item - N] = v;
-        tensorChoice[item - N] = dom;
-        continue;
-      }
-      nodeVar[item] = v;
-      const std::vector<std::vector<int>> labels = labelsOf(item);
-      for (const std::vector<int> &l : dom)
-        nodeChoice[item].push_back(
-            nodeSeq[item][std::find(labels.begin(), labels.end(), l) - labels.begin()]);
-    }
-  };
-  for (const auto &[set, items] : members) {
-    std::vector<std::vector<int>> dom = labelsOf(items.front());
-    for (size_t i = 1; i < items.size() && !dom.empty(); ++i) {
-      const std::vector<std::vector<int>> other = labelsOf(items[i]);
-      std::vector<std::vector<int>> keep;
-      for (const std::vector<int> &l : dom)
-        if (std::find(other.begin(), other.end(), l) != other.end())
-          keep.push_back(l);
-      dom = std::move(keep);
-    }
-    if (dom.size() > 65535)
-      return stringError("too many tilings for one variable of a joint solve");
-    if (!dom.empty()) {
-      assign(items, dom);
-      continue;
-    }
-    for (unsigned item : items) // nothing in common: each member on its own
-      assign({item}, labelsOf(item));
-  }
+  const size_t widest = coarseVariables(
+      p, co, labelsOf,
+      [&](const std::vector<unsigned> &items, const std::vector<std::vector<int>> &dom,
+          int64_t priority) {
+        const unsigned v = msp.addVariable(static_cast<unsigned>(dom.size()), priority);
+        for (unsigned item : items) {
+          if (item >= N) {
+            tensorVar[item - N] = v;
+            tensorChoice[item - N] = dom;
+            continue;
+          }
+          nodeVar[item] = v;
+          const std::vector<std::vector<int>> labels = labelsOf(item);
+          for (const std::vector<int> &l : dom)
+            nodeChoice[item].push_back(
+                nodeSeq[item][std::find(labels.begin(), labels.end(), l) - labels.begin()]);
+        }
+      });
+  if (widest > 65535)
+    return stringError("too many tilings for one variable of a joint solve");
   // The elimination's work and widest table, from the tables' scopes, before building them
   // (a graph too wide for the limit fails at once, not after its tables are built).
   if (workLeft || limits.conditionTableEntries == 0) {
@@ -733,7 +719,7 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
 /// cost, each step is solved again exactly given all the others, and (tofu) each pair of
 /// steps jointly (the cost of a step depends on how the other steps cut each op and
 /// tensor, so the first pass alone is not always optimal; refinement never raises the
-/// cost). Tofu with three or more factors also starts from each factorisation that merges
+/// cost). Tofu with three or four factors also starts from each factorisation that merges
 /// two neighbouring factors (8 as 4·2 and 2·4), its merged step then split back into two
 /// steps of the same choices and refined the same way; the least cost wins.
 llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,

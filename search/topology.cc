@@ -61,6 +61,21 @@ llvm::Expected<double> latencyOf(const std::string &text) {
   return v;
 }
 
+/// A JSON field given as a string with a unit (`parse`) or as a number in the base unit,
+/// which must pass `valid` (else "NAME INVALID").
+template <typename Parse, typename Valid>
+llvm::Expected<double> jsonQuantity(const nlohmann::json &value, const char *name, Parse parse,
+                                    Valid valid, const char *invalid) {
+  if (value.is_string())
+    return parse(value.get<std::string>());
+  if (!value.is_number())
+    return stringError(fmt::format("{} is neither a string nor a number", name));
+  const double v = value.get<double>();
+  if (!valid(v))
+    return stringError(fmt::format("{} {}", name, invalid));
+  return v;
+}
+
 llvm::Expected<Topology> fromJson(const std::string &text) {
   Topology t;
   nlohmann::json j;
@@ -85,31 +100,17 @@ llvm::Expected<Topology> fromJson(const std::string &text) {
     level.count = l["count"].get<unsigned>();
     if (!l.contains("bandwidth"))
       return where("needs \"bandwidth\" (e.g. \"12.5GB/s\", or bytes per second)");
-    if (l["bandwidth"].is_number()) {
-      level.bandwidth = l["bandwidth"].get<double>();
-      if (!(level.bandwidth > 0))
-        return where("bandwidth is not positive");
-    } else if (l["bandwidth"].is_string()) {
-      auto bw = bandwidthOf(l["bandwidth"].get<std::string>());
-      if (!bw)
-        return where(llvm::toString(bw.takeError()));
-      level.bandwidth = *bw;
-    } else {
-      return where("bandwidth is neither a string nor a number");
-    }
+    auto bw = jsonQuantity(l["bandwidth"], "bandwidth", bandwidthOf,
+                           [](double v) { return v > 0; }, "is not positive");
+    if (!bw)
+      return where(llvm::toString(bw.takeError()));
+    level.bandwidth = *bw;
     if (l.contains("latency")) {
-      if (l["latency"].is_number()) {
-        level.latency = l["latency"].get<double>();
-        if (!(level.latency >= 0))
-          return where("latency is negative");
-      } else if (l["latency"].is_string()) {
-        auto lat = latencyOf(l["latency"].get<std::string>());
-        if (!lat)
-          return where(llvm::toString(lat.takeError()));
-        level.latency = *lat;
-      } else {
-        return where("latency is neither a string nor a number");
-      }
+      auto lat = jsonQuantity(l["latency"], "latency", latencyOf,
+                              [](double v) { return v >= 0; }, "is negative");
+      if (!lat)
+        return where(llvm::toString(lat.takeError()));
+      level.latency = *lat;
     }
     t.levels.push_back(level);
   }

@@ -114,11 +114,9 @@ TEST(Topology, PlansKeepTheHeavyTrafficInsideNodes) {
     o.workers = 8;
     auto r = searchForTopology(p, o, *t);
     ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
-    for (const PartitionPlan *plan : {&r->leastBytes, &r->weighted})
-      EXPECT_EQ(topologyTraffic(p, buildExecPlan(p, *plan), *t).levels[0].bytes +
-                    topologyTraffic(p, buildExecPlan(p, *plan), *t).levels[1].bytes,
-                plan->totalBytes)
-          << model;
+    for (const auto &[plan, traffic] : {std::pair(&r->leastBytes, &r->leastBytesTraffic),
+                                        std::pair(&r->weighted, &r->weightedTraffic)})
+      EXPECT_EQ(traffic->levels[0].bytes + traffic->levels[1].bytes, plan->totalBytes) << model;
     EXPECT_FALSE(r->leastBytesChosen) << model;
     EXPECT_LT(r->traffic.levels[0].bytes, r->leastBytesTraffic.levels[0].bytes) << model;
     EXPECT_LT(r->traffic.slowestSeconds, r->leastBytesTraffic.slowestSeconds) << model;
