@@ -479,31 +479,71 @@ llvm::Expected<Shapes> concreteShapes(const InstOp &op,
   return s;
 }
 
+std::vector<const ir::Read *> collectReads(const InstOp &op) {
+  std::vector<const ir::Read *> reads;
+  ir::walk(*op.body, [&](const ir::Expr &e) {
+    if (const auto *read = dyn_cast<ir::Read>(&e))
+      reads.push_back(read);
+  });
+  return reads;
+}
+
 std::vector<Box> inputRegions(const InstOp &op, const Shapes &shapes,
                               const std::vector<Range> &ranges) {
-  ConcreteDomain d(shapes, ranges);
-  auto regions = readRegions(op, d);
-  std::vector<Box> out;
-  for (unsigned i = 0; i < op.inputs.size(); ++i) {
-    Box box;
-    for (unsigned dim = 0; dim < op.inputs[i].rank; ++dim) {
-      if (!regions[i]) {
-        box.push_back({0, 0});
-        continue;
-      }
-      ClosedRange r = (*regions[i])[dim];
-      int64_t lo = std::max<int64_t>(r.lo, 0);
-      int64_t hi = std::min<int64_t>(r.hi + 1, shapes.inputs[i][dim]);
-      box.push_back({lo, std::max(lo, hi)});
-    }
-    out.push_back(std::move(box));
-  }
+  return inputRegions(op, collectReads(op), shapes, ranges);
+}
+
+std::vector<Box> inputRegions(const InstOp &op, const std::vector<const ir::Read *> &reads,
+                              const Shapes &shapes, const std::vector<Range> &ranges) {
+  std::vector<Box> out(op.inputs.size());
   // An empty range of any variable means the worker computes nothing and reads nothing.
+  bool empty = false;
   for (const Range &r : ranges)
-    if (r.size() == 0)
-      for (Box &b : out)
-        for (Range &x : b)
-          x = {0, 0};
+    empty |= r.size() == 0;
+  if (empty) {
+    for (unsigned i = 0; i < op.inputs.size(); ++i)
+      out[i].assign(op.inputs[i].rank, Range{0, 0});
+    return out;
+  }
+  // readRegions' hull over the reads, without walking the body again.
+  ConcreteDomain d(shapes, ranges);
+  std::vector<char> seen(op.inputs.size(), 0);
+  std::vector<ClosedRange> box;
+  for (const ir::Read *read : reads) {
+    if (read->input >= op.inputs.size())
+      continue;
+    box.clear();
+    for (unsigned dim = 0; dim < read->coords.size(); ++dim) {
+      const ir::Coord &c = read->coords[dim];
+      std::optional<ClosedRange> iv;
+      if (c.kind == ir::Coord::Kind::Affine)
+        iv = evalIndex(*c.expr, d);
+      box.push_back(iv ? *iv : d.wholeDim(read->input, dim));
+    }
+    Box &region = out[read->input];
+    if (!seen[read->input]) {
+      seen[read->input] = 1;
+      region.resize(box.size());
+      for (unsigned dim = 0; dim < box.size(); ++dim)
+        region[dim] = {box[dim].lo, box[dim].hi}; // closed until clipped below
+      continue;
+    }
+    for (unsigned dim = 0; dim < box.size(); ++dim)
+      region[dim] = {std::min(region[dim].lo, box[dim].lo), std::max(region[dim].hi, box[dim].hi)};
+  }
+  for (unsigned i = 0; i < op.inputs.size(); ++i) {
+    Box &box = out[i];
+    if (!seen[i]) {
+      box.assign(op.inputs[i].rank, Range{0, 0});
+      continue;
+    }
+    box.resize(op.inputs[i].rank, Range{0, 0});
+    for (unsigned dim = 0; dim < op.inputs[i].rank; ++dim) {
+      const int64_t lo = std::max<int64_t>(box[dim].lo, 0);
+      const int64_t hi = std::min<int64_t>(box[dim].hi + 1, shapes.inputs[i][dim]);
+      box[dim] = {lo, std::max(lo, hi)};
+    }
+  }
   return out;
 }
 

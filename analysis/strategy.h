@@ -101,6 +101,12 @@ Range partOf(int64_t extent, unsigned parts, unsigned w);
 /// indexed by data or by a slice is read whole.
 std::vector<Box> inputRegions(const InstOp &op, const Shapes &shapes,
                               const std::vector<Range> &ranges);
+/// Every read of `op`'s body, in walk order (what inputRegions evaluates; collect them once
+/// where the regions of one op are wanted many times).
+std::vector<const ir::Read *> collectReads(const InstOp &op);
+/// inputRegions with the reads collected already (`reads` from collectReads(op)).
+std::vector<Box> inputRegions(const InstOp &op, const std::vector<const ir::Read *> &reads,
+                              const Shapes &shapes, const std::vector<Range> &ranges);
 
 /// The closed range of values an index expression takes when the variables range over
 /// `ranges` (none when it is not affine).

@@ -3,8 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <iterator>
 #include <limits>
-#include <set>
 #include <tuple>
 
 #include "fmt/format.h"
@@ -73,39 +74,60 @@ namespace {
 
 /// The greedy elimination order solveWith and eliminationWork share: the variable whose
 /// table (its domain times its neighbours') is smallest first, ties by priority, over the
-/// interaction graph the eliminations change.
+/// interaction graph the eliminations change. Neighbour lists are sorted vectors and the
+/// queue a heap whose outdated entries (a variable reweighed or taken) are skipped.
 class EliminationOrder {
 public:
   EliminationOrder(const std::vector<unsigned> &domains, const std::vector<int64_t> &priority,
                    const std::vector<MinSumProblem::Factor> &factors)
-      : domains_(domains), priority_(priority), adj_(domains.size()), key_(domains.size()) {
+      : priority_(priority), adj_(domains.size()), log_(domains.size()), key_(domains.size()),
+        version_(domains.size(), 0), queued_(domains.size(), true) {
     for (const MinSumProblem::Factor &f : factors)
       for (unsigned v : f.vars)
         for (unsigned u : f.vars)
           if (u != v)
-            adj_[v].insert(u);
+            adj_[v].push_back(u);
+    for (unsigned v = 0; v < domains.size(); ++v) {
+      std::sort(adj_[v].begin(), adj_[v].end());
+      adj_[v].erase(std::unique(adj_[v].begin(), adj_[v].end()), adj_[v].end());
+      log_[v] = std::log2(double(domains[v]));
+    }
+    heap_.reserve(domains.size() * 2);
     for (unsigned v = 0; v < domains.size(); ++v) {
       key_[v] = weight(v);
-      queue_.insert({key_[v], priority_[v], v});
+      heap_.push_back({key_[v], priority_[v], v, 0});
     }
+    std::make_heap(heap_.begin(), heap_.end(), later);
   }
-  bool empty() const { return queue_.empty(); }
-  /// Takes the next variable out of the queue.
+  bool empty() {
+    while (!heap_.empty() && outdated(heap_.front())) {
+      std::pop_heap(heap_.begin(), heap_.end(), later);
+      heap_.pop_back();
+    }
+    return heap_.empty();
+  }
+  /// Takes the next variable out of the queue (after empty() said there is one).
   unsigned pop() {
-    const unsigned v = std::get<2>(*queue_.begin());
-    queue_.erase(queue_.begin());
+    const unsigned v = heap_.front().var;
+    std::pop_heap(heap_.begin(), heap_.end(), later);
+    heap_.pop_back();
+    queued_[v] = false;
     return v;
   }
-  const std::set<unsigned> &neighbours(unsigned v) const { return adj_[v]; }
+  /// Ascending.
+  const std::vector<unsigned> &neighbours(unsigned v) const { return adj_[v]; }
   /// v eliminated: its neighbours lose it and become a clique.
   void eliminate(unsigned v) {
-    const std::set<unsigned> scope = std::move(adj_[v]);
+    const std::vector<unsigned> scope = std::move(adj_[v]);
     adj_[v].clear();
     for (unsigned u : scope) {
-      adj_[u].erase(v);
-      for (unsigned w : scope)
-        if (w != u)
-          adj_[u].insert(w);
+      merged_.clear();
+      std::set_union(adj_[u].begin(), adj_[u].end(), scope.begin(), scope.end(),
+                     std::back_inserter(merged_));
+      merged_.erase(std::remove_if(merged_.begin(), merged_.end(),
+                                   [&](unsigned w) { return w == u || w == v; }),
+                    merged_.end());
+      adj_[u].swap(merged_);
     }
     for (unsigned u : scope)
       reweigh(u);
@@ -113,34 +135,125 @@ public:
   /// u fixed by conditioning while eliminating v: u leaves the graph, and v goes back into
   /// the queue.
   void condition(unsigned u, unsigned v) {
-    std::set<unsigned> touched = std::move(adj_[u]);
+    std::vector<unsigned> touched = std::move(adj_[u]);
     adj_[u].clear();
     for (unsigned w : touched)
-      adj_[w].erase(u);
-    queue_.erase({key_[u], priority_[u], u});
-    touched.insert(v);
-    touched.erase(u);
+      adj_[w].erase(std::lower_bound(adj_[w].begin(), adj_[w].end(), u));
+    queued_[u] = false;
+    if (std::find(touched.begin(), touched.end(), v) == touched.end())
+      touched.insert(std::lower_bound(touched.begin(), touched.end(), v), v);
     for (unsigned w : touched)
       reweigh(w);
   }
 
 private:
+  struct Entry {
+    double key;
+    int64_t priority;
+    unsigned var;
+    uint32_t version;
+  };
+  /// The heap's order: a before b when (key, priority, var) is smaller.
+  static bool later(const Entry &a, const Entry &b) {
+    return std::tie(a.key, a.priority, a.var) > std::tie(b.key, b.priority, b.var);
+  }
+  bool outdated(const Entry &e) const { return !queued_[e.var] || e.version != version_[e.var]; }
   double weight(unsigned v) const {
-    double w = std::log2(double(domains_[v]));
+    double w = log_[v];
     for (unsigned u : adj_[v])
-      w += std::log2(double(domains_[u]));
+      w += log_[u];
     return w;
   }
   void reweigh(unsigned v) {
-    queue_.erase({key_[v], priority_[v], v});
     key_[v] = weight(v);
-    queue_.insert({key_[v], priority_[v], v});
+    queued_[v] = true;
+    heap_.push_back({key_[v], priority_[v], v, ++version_[v]});
+    std::push_heap(heap_.begin(), heap_.end(), later);
   }
-  const std::vector<unsigned> &domains_;
   const std::vector<int64_t> &priority_;
-  std::vector<std::set<unsigned>> adj_;
-  std::vector<double> key_;
-  std::set<std::tuple<double, int64_t, unsigned>> queue_;
+  std::vector<std::vector<unsigned>> adj_;
+  std::vector<double> log_, key_;
+  std::vector<uint32_t> version_;
+  std::vector<bool> queued_;
+  std::vector<Entry> heap_;
+  std::vector<unsigned> merged_;
+};
+
+} // namespace
+
+namespace {
+
+/// One elimination's inner work: for every assignment of the scope (row-major), the least
+/// sum over v's values of the factors' entries, and which value gives it. `stride` holds per
+/// factor its strides along the scope's variables and then v (row k at k * (ns + 1)); the
+/// last scope variable is walked innermost. DV: v's domain when fixed at compile time (0:
+/// `dv`).
+struct Rows {
+  uint64_t size;
+  unsigned dv;
+  size_t ns, nf;
+  const unsigned *domains;
+  const int64_t *stride;
+  const int64_t *const *base;
+  const int64_t *vStride;
+  int64_t *out;
+  uint16_t *argmin;
+
+  /// Buffers reused from one elimination to the next.
+  struct Scratch {
+    std::vector<int64_t> off, innerStride, sums;
+    std::vector<unsigned> digit;
+  };
+
+  /// False when the deadline passed (checked every 2^16 entries of `work`).
+  template <unsigned DV>
+  bool run(std::chrono::steady_clock::time_point deadline, uint64_t &work, Scratch &s) const {
+    const unsigned d = DV ? DV : dv;
+    const size_t inner = ns ? domains[ns - 1] : 1;
+    std::vector<int64_t> &off = s.off, &innerStride = s.innerStride;
+    off.assign(nf, 0);
+    innerStride.assign(nf, 0);
+    for (size_t k = 0; k < nf && ns > 0; ++k)
+      innerStride[k] = stride[k * (ns + 1) + ns - 1];
+    std::vector<unsigned> &digit = s.digit;
+    digit.assign(ns, 0);
+    s.sums.resize(DV ? 0 : d);
+    int64_t fixedSums[DV ? DV : 1];
+    int64_t *sums = DV ? fixedSums : s.sums.data();
+    for (uint64_t idx = 0; idx < size; idx += inner) {
+      for (size_t j = 0; j < inner; ++j) {
+        for (unsigned x = 0; x < d; ++x)
+          sums[x] = 0;
+        for (size_t k = 0; k < nf; ++k) {
+          const int64_t *t = base[k] + off[k] + int64_t(j) * innerStride[k];
+          const int64_t st = vStride[k];
+          for (unsigned x = 0; x < d; ++x)
+            sums[x] += t[x * st];
+        }
+        unsigned arg = 0;
+        for (unsigned x = 1; x < d; ++x)
+          if (sums[x] < sums[arg])
+            arg = x;
+        out[idx + j] = sums[arg];
+        argmin[idx + j] = static_cast<uint16_t>(arg);
+      }
+      // The next row: the scope's other digits, last fastest.
+      for (size_t p = ns >= 2 ? ns - 1 : 0; p-- > 0;) {
+        ++digit[p];
+        for (size_t k = 0; k < nf; ++k)
+          off[k] += stride[k * (ns + 1) + p];
+        if (digit[p] < domains[p])
+          break;
+        for (size_t k = 0; k < nf; ++k)
+          off[k] -= int64_t(domains[p]) * stride[k * (ns + 1) + p];
+        digit[p] = 0;
+      }
+      const uint64_t step = inner * d;
+      if (((work += step) & 0xffff) < step && std::chrono::steady_clock::now() > deadline)
+        return false;
+    }
+    return true;
+  }
 };
 
 } // namespace
@@ -174,30 +287,51 @@ llvm::Expected<MinSumProblem::Solution>
 MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool condition,
                          bool *tooWide) const {
   const unsigned n = static_cast<unsigned>(domains_.size());
-  std::vector<Factor> factors = factors_;
-  std::vector<bool> alive(factors.size(), true);
+  // The problem's factors, then those the eliminations make (a deque keeps them in place).
+  std::deque<Factor> made;
+  std::vector<const Factor *> factors;
+  factors.reserve(factors_.size() * 2);
+  for (const Factor &f : factors_)
+    factors.push_back(&f);
+  std::vector<char> alive(factors.size(), 1);
   std::vector<std::vector<unsigned>> ofVar(n);
   for (unsigned f = 0; f < factors.size(); ++f)
-    for (unsigned v : factors[f].vars)
+    for (unsigned v : factors[f]->vars)
       ofVar[v].push_back(f);
+  auto addFactor = [&](Factor f) {
+    const unsigned id = static_cast<unsigned>(factors.size());
+    made.push_back(std::move(f));
+    factors.push_back(&made.back());
+    alive.push_back(1);
+    for (unsigned w : made.back().vars)
+      ofVar[w].push_back(id);
+  };
   EliminationOrder order(domains_, priority_, factors_);
+  // Each elimination's variable, its scope (in scopes) and its best value per assignment of
+  // the scope (in argmins), for the back-substitution.
   struct Elimination {
     unsigned var;
-    std::vector<unsigned> scope;
-    std::vector<uint16_t> argmin;
+    size_t scopeAt, scopeSize, argminAt;
   };
   std::vector<Elimination> eliminations;
+  std::vector<unsigned> scopes;
+  std::vector<uint16_t> argmins;
   Solution sol;
   int64_t constant = constant_;
   uint64_t work = 0;
+  // Per elimination, reused: its factors, their strides, the scope's domains.
+  std::vector<unsigned> fs, scopeDomains;
+  std::vector<int64_t> stride, vStride;
+  std::vector<const int64_t *> base;
+  Rows::Scratch scratch;
   while (!order.empty()) {
     const unsigned v = order.pop();
-    std::vector<unsigned> scope(order.neighbours(v).begin(), order.neighbours(v).end());
-    std::vector<unsigned> fs;
+    const std::vector<unsigned> &scope = order.neighbours(v);
+    fs.clear();
     for (unsigned f : ofVar[v])
       if (alive[f]) {
         fs.push_back(f);
-        alive[f] = false;
+        alive[f] = 0;
       }
     uint64_t size = 1;
     for (unsigned u : scope) {
@@ -216,7 +350,7 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
       // Condition: fix the scope's most connected variable u to the value whose factors'
       // best completions cost least, fold that value into u's factors, and try v again.
       for (unsigned f : fs)
-        alive[f] = true;
+        alive[f] = 1;
       unsigned u = scope[0];
       for (unsigned w : scope)
         if (order.neighbours(w).size() > order.neighbours(u).size())
@@ -230,7 +364,7 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
       for (unsigned x = 0; x < domains_[u]; ++x) {
         int64_t c = 0;
         for (unsigned f : live) {
-          std::vector<int64_t> t = sliceOf(factors[f], u, x, domains_).second;
+          std::vector<int64_t> t = sliceOf(*factors[f], u, x, domains_).second;
           c += *std::min_element(t.begin(), t.end());
         }
         if (c < bestCost) {
@@ -239,95 +373,75 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
         }
       }
       for (unsigned f : live) {
-        alive[f] = false;
-        auto [vars, table] = sliceOf(factors[f], u, best, domains_);
-        if (vars.empty()) {
+        alive[f] = 0;
+        auto [vars, table] = sliceOf(*factors[f], u, best, domains_);
+        if (vars.empty())
           constant += table[0];
-          continue;
-        }
-        unsigned id = static_cast<unsigned>(factors.size());
-        factors.push_back({vars, std::move(table)});
-        alive.push_back(true);
-        for (unsigned w : vars)
-          ofVar[w].push_back(id);
+        else
+          addFactor({std::move(vars), std::move(table)});
       }
       order.condition(u, v);
-      eliminations.push_back({u, {}, {static_cast<uint16_t>(best)}});
+      eliminations.push_back({u, scopes.size(), 0, argmins.size()});
+      argmins.push_back(static_cast<uint16_t>(best));
       ++sol.conditioned;
       continue;
     }
     sol.largestTable = std::max(sol.largestTable, size * dv);
-    // Strides of every factor in the extended scope (scope..., v).
-    const size_t ns = scope.size();
-    std::vector<std::vector<int64_t>> stride(fs.size(), std::vector<int64_t>(ns + 1, 0));
-    for (size_t k = 0; k < fs.size(); ++k) {
-      const Factor &f = factors[fs[k]];
+    // Strides of every factor in the extended scope (scope..., v), row k at k * (ns + 1).
+    const size_t ns = scope.size(), nf = fs.size();
+    stride.assign(nf * (ns + 1), 0);
+    base.resize(nf);
+    vStride.resize(nf);
+    for (size_t k = 0; k < nf; ++k) {
+      const Factor &f = *factors[fs[k]];
       int64_t s = 1;
       for (size_t q = f.vars.size(); q-- > 0;) {
         unsigned u = f.vars[q];
         size_t pos = u == v ? ns : size_t(std::lower_bound(scope.begin(), scope.end(), u) - scope.begin());
-        stride[k][pos] = s;
+        stride[k * (ns + 1) + pos] = s;
         s *= domains_[u];
       }
+      // The inner loops read flat arrays: each factor's table and its stride along v.
+      base[k] = f.table.data();
+      vStride[k] = stride[k * (ns + 1) + ns];
     }
-    Elimination el{v, scope, std::vector<uint16_t>(size)};
+    eliminations.push_back({v, scopes.size(), ns, argmins.size()});
+    scopes.insert(scopes.end(), scope.begin(), scope.end());
+    argmins.resize(argmins.size() + size);
     Factor out{scope, std::vector<int64_t>(size)};
-    std::vector<int64_t> off(fs.size(), 0);
-    std::vector<unsigned> digit(ns, 0);
-    // The inner loops read flat arrays: each factor's table and its stride along v.
-    std::vector<const int64_t *> base(fs.size());
-    std::vector<int64_t> vStride(fs.size());
-    for (size_t k = 0; k < fs.size(); ++k) {
-      base[k] = factors[fs[k]].table.data();
-      vStride[k] = stride[k][ns];
+    scopeDomains.clear();
+    for (unsigned u : scope)
+      scopeDomains.push_back(domains_[u]);
+    Rows rows{size, dv, ns, nf, scopeDomains.data(), stride.data(), base.data(), vStride.data(),
+              out.table.data(), argmins.data() + eliminations.back().argminAt};
+    bool inTime;
+    switch (dv) { // small domains unrolled
+    case 2: inTime = rows.run<2>(limits.deadline, work, scratch); break;
+    case 3: inTime = rows.run<3>(limits.deadline, work, scratch); break;
+    case 4: inTime = rows.run<4>(limits.deadline, work, scratch); break;
+    case 5: inTime = rows.run<5>(limits.deadline, work, scratch); break;
+    case 6: inTime = rows.run<6>(limits.deadline, work, scratch); break;
+    case 7: inTime = rows.run<7>(limits.deadline, work, scratch); break;
+    case 8: inTime = rows.run<8>(limits.deadline, work, scratch); break;
+    default: inTime = rows.run<0>(limits.deadline, work, scratch); break;
     }
-    std::vector<int64_t> sums(dv);
-    for (uint64_t idx = 0; idx < size; ++idx) {
-      std::fill(sums.begin(), sums.end(), 0);
-      for (size_t k = 0; k < fs.size(); ++k) {
-        const int64_t *t = base[k] + off[k];
-        const int64_t st = vStride[k];
-        for (unsigned x = 0; x < dv; ++x)
-          sums[x] += t[x * st];
-      }
-      unsigned arg = 0;
-      for (unsigned x = 1; x < dv; ++x)
-        if (sums[x] < sums[arg])
-          arg = x;
-      out.table[idx] = sums[arg];
-      el.argmin[idx] = static_cast<uint16_t>(arg);
-      for (size_t p = ns; p-- > 0;) {
-        ++digit[p];
-        for (size_t k = 0; k < fs.size(); ++k)
-          off[k] += stride[k][p];
-        if (digit[p] < domains_[scope[p]])
-          break;
-        for (size_t k = 0; k < fs.size(); ++k)
-          off[k] -= int64_t(domains_[scope[p]]) * stride[k][p];
-        digit[p] = 0;
-      }
-      if (((work += dv) & 0xffff) < dv && std::chrono::steady_clock::now() > limits.deadline)
-        return stringError("the search ran out of its time budget");
-    }
-    if (scope.empty()) {
+    if (!inTime)
+      return stringError("the search ran out of its time budget");
+    if (ns == 0)
       constant += out.table[0];
-    } else {
-      unsigned id = static_cast<unsigned>(factors.size());
-      factors.push_back(std::move(out));
-      alive.push_back(true);
-      for (unsigned u : scope)
-        ofVar[u].push_back(id);
-    }
+    else
+      addFactor(std::move(out));
     order.eliminate(v);
-    eliminations.push_back(std::move(el));
   }
   sol.values.assign(n, 0);
   for (size_t e = eliminations.size(); e-- > 0;) {
     const Elimination &el = eliminations[e];
-    size_t off = 0;
-    for (unsigned u : el.scope)
-      off = off * domains_[u] + sol.values[u];
-    sol.values[el.var] = el.argmin[off];
+    size_t at = 0;
+    for (size_t q = 0; q < el.scopeSize; ++q) {
+      const unsigned u = scopes[el.scopeAt + q];
+      at = at * domains_[u] + sol.values[u];
+    }
+    sol.values[el.var] = argmins[el.argminAt + at];
   }
   sol.cost = constant;
   if (sol.conditioned > 0) {

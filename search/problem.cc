@@ -116,6 +116,7 @@ llvm::Expected<Problem> Problem::build(const Graph &g, const OpLibrary &lib) {
   std::map<std::string, std::shared_ptr<const StrategyTable>> tables;
   std::map<const StrategyTable *, std::shared_ptr<const std::vector<std::vector<std::vector<unsigned>>>>>
       regionVars;
+  std::map<const StrategyTable *, std::shared_ptr<const std::vector<const ir::Read *>>> reads;
   for (unsigned i = 0; i < g.nodes().size(); ++i) {
     const Node &n = g.nodes()[i];
     auto where = [&](const std::string &msg) {
@@ -162,6 +163,10 @@ llvm::Expected<Problem> Problem::build(const Graph &g, const OpLibrary &lib) {
       deps = std::make_shared<const std::vector<std::vector<std::vector<unsigned>>>>(
           regionVariables(table->op));
     pn.regionVars = deps;
+    auto &rs = reads[table.get()];
+    if (!rs)
+      rs = std::make_shared<const std::vector<const ir::Read *>>(collectReads(table->op));
+    pn.reads = rs;
     auto concrete = concreteShapes(table->op, shapes, p.tensors[pn.output].shape);
     if (!concrete)
       return where(llvm::toString(concrete.takeError()));
@@ -236,7 +241,7 @@ int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &s
                                  const std::vector<unsigned> &coords) const {
   const ProblemNode &n = nodes[node];
   std::vector<Range> ranges = nodeRanges(node, steps, coords);
-  std::vector<Box> regions = inputRegions(n.table->op, n.shapes, ranges);
+  std::vector<Box> regions = inputRegions(n.table->op, *n.reads, n.shapes, ranges);
   int64_t bytes = 0;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     if (repeatedRead(n.inputs, regions, i) >= 0)
@@ -388,7 +393,7 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
       std::vector<Range> ranges = base;
       if (lastVar >= 0)
         ranges[lastVar] = subRange(base[lastVar], lastParts, j);
-      const std::vector<Box> regions = inputRegions(n.table->op, n.shapes, ranges);
+      const std::vector<Box> regions = inputRegions(n.table->op, *n.reads, n.shapes, ranges);
       bool computes = true;
       for (const Range &r : ranges)
         computes &= r.size() > 0;
@@ -626,7 +631,7 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
       }
       std::vector<Box> regions;
       if (needRegions)
-        regions = inputRegions(op, n.shapes, ranges);
+        regions = inputRegions(op, *n.reads, n.shapes, ranges);
       for (size_t f = 0; f < factors.size(); ++f) {
         if (componentOf[f] != int(c))
           continue;

@@ -28,6 +28,8 @@ struct ProblemNode {
   /// Per input, per dimension: the variables whose ranges the input's region along that
   /// dimension depends on (shared by nodes of one instantiation; see modelCost).
   std::shared_ptr<const std::vector<std::vector<std::vector<unsigned>>>> regionVars;
+  /// The reads of the table's op (collectReads; shared likewise), for inputRegions.
+  std::shared_ptr<const std::vector<const ir::Read *>> reads;
 };
 
 struct ProblemTensor {

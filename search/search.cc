@@ -76,20 +76,25 @@ Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, si
   Candidates c;
   const size_t m = std::max(steps.size(), i + 1);
   auto partsAt = [&](size_t l) { return l == i ? parts : steps[l].parts; };
+  // Per strategy, the extents of the variables the sequence cuts (few: one per step).
+  std::vector<std::pair<int, int64_t>> cut;
   for (unsigned n = 0; n < p.nodes.size(); ++n) {
     std::vector<int> list;
     const auto &strategies = p.nodes[n].table->strategies;
     for (unsigned s = 0; s < strategies.size(); ++s) {
       if (algo == Algorithm::Icml18 && strategies[s].kind == Strategy::Kind::Reduction)
         continue;
-      std::vector<Range> ranges = fullRanges(p.nodes[n].shapes);
+      cut.clear();
       bool ok = true;
       for (size_t l = 0; l < m && ok; ++l) {
         int v = p.splitVar(n, l == i ? int(s) : steps[l].node[n]);
         if (v < 0)
           continue;
-        ok = ranges[v].size() >= int64_t(partsAt(l));
-        ranges[v] = partOf(ranges[v].size(), partsAt(l), 0);
+        auto at = std::find_if(cut.begin(), cut.end(), [&](const auto &c) { return c.first == v; });
+        if (at == cut.end())
+          at = cut.insert(cut.end(), {v, p.nodes[n].shapes.vars[v]});
+        ok = at->second >= int64_t(partsAt(l));
+        at->second = partOf(at->second, partsAt(l), 0).size();
       }
       if (ok)
         list.push_back(static_cast<int>(s));
@@ -101,11 +106,12 @@ Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, si
   std::vector<bool> whole;
   if (algo == Algorithm::DataParallel)
     whole = weightLike(p);
+  std::vector<int64_t> ext;
   for (unsigned t = 0; t < p.tensors.size(); ++t) {
     std::vector<int> list;
     const std::vector<int64_t> &shape = p.tensors[t].shape;
     for (unsigned d = 0; d < shape.size(); ++d) {
-      std::vector<int64_t> ext = shape;
+      ext = shape;
       bool ok = true;
       for (size_t l = 0; l < m && ok; ++l) {
         int e = l == i ? int(d) : steps[l].tensor[t];
@@ -148,7 +154,7 @@ public:
     key_.push_back(static_cast<int64_t>(weights.size()));
     for (double w : weights)
       key_.push_back(static_cast<int64_t>(std::llround(w * 1e6)));
-    key_.push_back(reinterpret_cast<intptr_t>(node.table.get()));
+    key_.push_back(classOf(p, n));
     key_.push_back(static_cast<int64_t>(i));
     key_.push_back(parts);
     key_.push_back(s);
@@ -156,18 +162,9 @@ public:
       key_.push_back(l == i ? parts : steps[l].parts);
       key_.push_back(l == i ? s : steps[l].node[n]);
     }
-    for (int64_t v : node.shapes.vars)
-      key_.push_back(v);
     for (size_t k = 0; k <= node.inputs.size(); ++k) {
       unsigned t = k < node.inputs.size() ? node.inputs[k] : node.output;
       key_.push_back(-1000 - int64_t(k));
-      // Repeated inputs are deduplicated by tensor identity: keep which slot it repeats.
-      for (size_t q = 0; q < k && k < node.inputs.size(); ++q)
-        if (node.inputs[q] == t)
-          key_.push_back(-2000 - int64_t(q));
-      for (int64_t d : p.tensors[t].shape)
-        key_.push_back(d);
-      key_.push_back(p.tensors[t].elementBytes);
       for (size_t l = 0; l < m; ++l)
         if (l != i)
           key_.push_back(steps[l].tensor[t]);
@@ -197,6 +194,35 @@ public:
   uint64_t evaluations = 0;
 
 private:
+  /// Node n's class: nodes of one class (the same analysed op, variable extents, and per
+  /// slot the same tensor shape, element size and repeated-input pattern) have the same
+  /// terms under the same choices.
+  int64_t classOf(const Problem &p, unsigned n) {
+    if (classes_.size() != p.nodes.size())
+      classes_.assign(p.nodes.size(), -1);
+    if (classes_[n] >= 0)
+      return classes_[n];
+    const ProblemNode &node = p.nodes[n];
+    std::vector<int64_t> key;
+    key.push_back(reinterpret_cast<intptr_t>(node.table.get()));
+    for (int64_t v : node.shapes.vars)
+      key.push_back(v);
+    for (size_t k = 0; k <= node.inputs.size(); ++k) {
+      unsigned t = k < node.inputs.size() ? node.inputs[k] : node.output;
+      key.push_back(-1000 - int64_t(k));
+      // Repeated inputs are deduplicated by tensor identity: keep which slot it repeats.
+      for (size_t q = 0; q < k && k < node.inputs.size(); ++q)
+        if (node.inputs[q] == t)
+          key.push_back(-2000 - int64_t(q));
+      for (int64_t d : p.tensors[t].shape)
+        key.push_back(d);
+      key.push_back(p.tensors[t].elementBytes);
+    }
+    return classes_[n] = classIds_.emplace(std::move(key), int64_t(classIds_.size())).first->second;
+  }
+
+  std::vector<int64_t> classes_;
+  std::unordered_map<std::vector<int64_t>, int64_t, VectorHash> classIds_;
   std::vector<int64_t> key_;
   std::unordered_map<std::vector<int64_t>, std::vector<std::vector<int64_t>>, VectorHash> cache_;
 };
@@ -275,41 +301,52 @@ int64_t memoryCost(double weight, int64_t bytes) {
   return static_cast<int64_t>(std::llround(weight * double(bytes)));
 }
 
-/// The DP's variables of one solve: the members of a coarse set (nodes n, tensors N + t)
-/// share one variable over the labels they all have (each member its own variable where
-/// they have none in common), with the earliest topological position among them as the
-/// elimination's tie-break. `labelsOf(item)` lists an item's labels (any comparable type);
-/// `assign(items, labels, priority)` adds the variable. Returns the largest domain.
+/// A coarsening's sets with their members (nodes n, tensors N + t), and each item's
+/// topological position (a tensor: its producer's or earliest consumer's), computed once
+/// per search.
+struct CoarseSets {
+  std::vector<std::vector<unsigned>> members; ///< per set id
+  std::vector<int64_t> priority;              ///< per item
+  CoarseSets(const Problem &p, const Coarsening &co) {
+    const unsigned N = static_cast<unsigned>(p.nodes.size());
+    const unsigned T = static_cast<unsigned>(p.tensors.size());
+    std::vector<int64_t> pos(N);
+    for (unsigned i = 0; i < p.order.size(); ++i)
+      pos[p.order[i]] = i;
+    priority.assign(pos.begin(), pos.end());
+    for (unsigned t = 0; t < T; ++t) {
+      const ProblemTensor &pt = p.tensors[t];
+      int64_t best = pt.producer >= 0 ? pos[pt.producer] : int64_t(N);
+      for (unsigned c : pt.consumers)
+        best = std::min(best, pos[c]);
+      priority.push_back(best);
+    }
+    members.resize(co.sets);
+    for (unsigned n = 0; n < N; ++n)
+      members[co.nodeSet[n]].push_back(n);
+    for (unsigned t = 0; t < T; ++t)
+      members[co.tensorSet[t]].push_back(N + t);
+  }
+};
+
+/// The DP's variables of one solve: the members of a coarse set share one variable over
+/// the labels they all have (each member its own variable where they have none in common),
+/// with the earliest topological position among them as the elimination's tie-break.
+/// `labelsOf(item)` lists an item's labels (any comparable type); `assign(items, labels,
+/// priority)` adds the variable. Returns the largest domain.
 template <typename LabelsOf, typename Assign>
-size_t coarseVariables(const Problem &p, const Coarsening &co, LabelsOf labelsOf, Assign assign) {
-  const unsigned N = static_cast<unsigned>(p.nodes.size());
-  const unsigned T = static_cast<unsigned>(p.tensors.size());
-  std::vector<int64_t> pos(N);
-  for (unsigned i = 0; i < p.order.size(); ++i)
-    pos[p.order[i]] = i;
-  auto priorityOf = [&](unsigned item) {
-    if (item < N)
-      return pos[item];
-    const ProblemTensor &t = p.tensors[item - N];
-    int64_t best = t.producer >= 0 ? pos[t.producer] : int64_t(N);
-    for (unsigned c : t.consumers)
-      best = std::min(best, pos[c]);
-    return best;
-  };
+size_t coarseVariables(const CoarseSets &co, LabelsOf labelsOf, Assign assign) {
   auto add = [&](const std::vector<unsigned> &items, const auto &labels) {
     int64_t prio = INT64_MAX;
     for (unsigned item : items)
-      prio = std::min(prio, priorityOf(item));
+      prio = std::min(prio, co.priority[item]);
     assign(items, labels, prio);
     return labels.size();
   };
-  std::map<unsigned, std::vector<unsigned>> members; // set -> items
-  for (unsigned n = 0; n < N; ++n)
-    members[co.nodeSet[n]].push_back(n);
-  for (unsigned t = 0; t < T; ++t)
-    members[co.tensorSet[t]].push_back(N + t);
   size_t largest = 0;
-  for (const auto &[set, items] : members) {
+  for (const std::vector<unsigned> &items : co.members) {
+    if (items.empty())
+      continue;
     auto domain = labelsOf(items.front());
     for (size_t i = 1; i < items.size() && !domain.empty(); ++i) {
       const auto other = labelsOf(items[i]);
@@ -329,7 +366,7 @@ size_t coarseVariables(const Problem &p, const Coarsening &co, LabelsOf labelsOf
   return largest;
 }
 
-StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<StepChoice> &steps,
+StepModel buildStep(const Problem &p, const CoarseSets &co, const std::vector<StepChoice> &steps,
                     size_t i, unsigned parts, const Candidates &cand, TermCache &cache,
                     double memoryWeight, const std::vector<bool> &pricedBuffers,
                     const std::vector<double> &weights) {
@@ -349,7 +386,7 @@ StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<St
   m.tensorVar.assign(T, 0);
   m.nodeChoice.assign(N, {});
   m.tensorChoice.assign(T, {});
-  coarseVariables(p, co, labelsOf,
+  coarseVariables(co, labelsOf,
                   [&](const std::vector<unsigned> &items, const std::vector<int> &labels,
                       int64_t priority) {
                     const unsigned v =
@@ -380,18 +417,17 @@ StepModel buildStep(const Problem &p, const Coarsening &co, const std::vector<St
       configs[i] = m.tensorChoice[i < node.inputs.size() ? node.inputs[i] : node.output];
     // Communication, and where the node is priced, the memory of its buffers.
     const bool priced = memoryWeight > 0 && n < pricedBuffers.size() && pricedBuffers[n];
-    std::map<int, std::vector<std::vector<int64_t>>> terms, buffers;
-    for (int s : m.nodeChoice[n])
-      if (!terms.count(s)) {
-        terms[s] = cache.get(p, n, steps, i, parts, s, configs, false, weights);
-        if (priced)
-          buffers[s] = cache.get(p, n, steps, i, parts, s, configs, true);
-      }
+    // Per value of the node's variable, its terms (and buffers) in the cache.
+    std::vector<const std::vector<std::vector<int64_t>> *> terms, buffers;
+    for (int s : m.nodeChoice[n]) {
+      terms.push_back(&cache.get(p, n, steps, i, parts, s, configs, false, weights));
+      if (priced)
+        buffers.push_back(&cache.get(p, n, steps, i, parts, s, configs, true));
+    }
     for (size_t i = 0; i < slots; ++i) {
       unsigned t = i < node.inputs.size() ? node.inputs[i] : node.output;
       tables.add(m.nodeVar[n], m.tensorVar[t], [&](unsigned x, unsigned y) {
-        const int s = m.nodeChoice[n][x];
-        return terms[s][i][y] + (priced ? memoryCost(memoryWeight, buffers[s][i][y]) : 0);
+        return (*terms[x])[i][y] + (priced ? memoryCost(memoryWeight, (*buffers[x])[i][y]) : 0);
       });
     }
   }
@@ -502,7 +538,7 @@ struct JointSolution {
 /// the same as one step's (buildStep): every node's whole cost, plus memory's price.
 llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
                                          const std::vector<double> &weights,
-                                         const Coarsening &co, std::vector<StepChoice> steps,
+                                         const CoarseSets &co, std::vector<StepChoice> steps,
                                          const std::vector<size_t> &S, TermCache &cache,
                                          const MinSumProblem::Limits &limits,
                                          Clock::time_point deadline,
@@ -577,7 +613,7 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
   // Per node and tensor, per value of its variable, its sequence over S.
   std::vector<std::vector<std::vector<int>>> nodeChoice(N), tensorChoice(T);
   const size_t widest = coarseVariables(
-      p, co, labelsOf,
+      co, labelsOf,
       [&](const std::vector<unsigned> &items, const std::vector<std::vector<int>> &dom,
           int64_t priority) {
         const unsigned v = msp.addVariable(static_cast<unsigned>(dom.size()), priority);
@@ -724,7 +760,7 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
 /// steps of the same choices and refined the same way; the least cost wins.
 llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
                             const std::vector<unsigned> &factors, PartitionPlan &plan) {
-  Coarsening co = coarsen(p, o.coarsen, o.coarsen);
+  const CoarseSets co(p, coarsen(p, o.coarsen, o.coarsen));
   MinSumProblem::Limits limits;
   limits.maxTableEntries = o.maxTableEntries;
   // A graph too wide for exact elimination (DenseNet's concatenations) still gets a plan:
@@ -756,18 +792,26 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
     plan.conditioned = std::max(plan.conditioned, sol->conditioned);
     return std::make_pair(choiceOf(p, m, parts, sol->values), sol->cost);
   };
-  // Each step solved again given the others, while that lowers the cost.
-  auto sweepSteps = [&](Steps &steps, int64_t &cost) -> llvm::Error {
+  // Each step solved again given the others, while that lowers the cost. `fresh[i]`: step
+  // i was solved given the others as they are now, so solving it again would give the same
+  // result (skipped; not on wide graphs, whose limits may change between solves).
+  auto sweepSteps = [&](Steps &steps, int64_t &cost, std::vector<char> fresh) -> llvm::Error {
+    fresh.resize(steps.size(), 0);
     for (unsigned sweep = 0; sweep < 8 && steps.size() > 1; ++sweep) {
       bool improved = false;
       for (size_t i = 0; i < steps.size(); ++i) {
+        if (fresh[i] && plan.conditioned == 0)
+          continue;
         auto step = solveStep(steps, i, steps[i].parts);
         if (!step)
           return step.takeError();
+        fresh[i] = 1;
         if (step->second < cost) {
           steps[i] = std::move(step->first);
           cost = step->second;
           improved = true;
+          std::fill(fresh.begin(), fresh.end(), 0);
+          fresh[i] = 1;
         }
       }
       if (!improved)
@@ -778,8 +822,8 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   // Then pairs of steps solved jointly (a step's best choice can depend on changing
   // another's at the same time), each round followed by the single sweeps. A pair whose DP
   // would be too wide is left as it is; a graph that needed conditioning skips this.
-  auto sweepPairs = [&](Steps &steps, int64_t &cost) -> llvm::Error {
-    if (o.algorithm != Algorithm::Tofu || plan.conditioned > 0 || pairsSkipped)
+  auto sweepPairs = [&](Steps &steps, int64_t &cost, bool &changed) -> llvm::Error {
+    if (o.algorithm != Algorithm::Tofu || !o.jointMoves || plan.conditioned > 0 || pairsSkipped)
       return llvm::Error::success();
     for (unsigned round = 0; round < 4 && steps.size() > 1; ++round) {
       bool improved = false;
@@ -796,27 +840,28 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
           if (joint->cost < cost) {
             steps = std::move(joint->steps);
             cost = joint->cost;
-            improved = true;
+            improved = changed = true;
           }
         }
       if (!improved)
         break;
-      if (llvm::Error e = sweepSteps(steps, cost))
+      if (llvm::Error e = sweepSteps(steps, cost, {}))
         return e;
     }
     return llvm::Error::success();
   };
-  // One start: the steps of `fs` one after the other, refined.
-  // Refined from `steps`: the single sweeps, then the pairs, unless the pairs raised the
-  // exact cost (beyond Problem::kExactGroups groups the objective takes group 0 for all).
-  auto refine = [&](Steps &steps, int64_t &cost) -> llvm::Error {
-    if (llvm::Error e = sweepSteps(steps, cost))
+  // Refined from `steps` (`fresh` as in sweepSteps): the single sweeps, then the pairs,
+  // unless the pairs raised the exact cost (beyond Problem::kExactGroups groups the
+  // objective takes group 0 for all).
+  auto refine = [&](Steps &steps, int64_t &cost, std::vector<char> fresh) -> llvm::Error {
+    if (llvm::Error e = sweepSteps(steps, cost, std::move(fresh)))
       return e;
     const Steps before = steps;
     const int64_t beforeCost = cost;
-    if (llvm::Error e = sweepPairs(steps, cost))
+    bool changed = false;
+    if (llvm::Error e = sweepPairs(steps, cost, changed))
       return e;
-    if (p.weightedCost(steps, weights) > p.weightedCost(before, weights)) {
+    if (changed && p.weightedCost(steps, weights) > p.weightedCost(before, weights)) {
       steps = before;
       cost = beforeCost;
     }
@@ -832,14 +877,17 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
       steps.push_back(std::move(step->first));
       cost = step->second;
     }
-    return refine(steps, cost);
+    std::vector<char> fresh(steps.size(), 0);
+    if (!fresh.empty()) // the last step was solved given all the others
+      fresh.back() = 1;
+    return refine(steps, cost, std::move(fresh));
   };
   int64_t cost = 0;
   if (llvm::Error e = start(factors, plan.steps, cost))
     return e;
   // The merged-factor starts: with up to four factors (their number grows with the number
   // of factors, and each start searches again), while the pairs' budget lasts.
-  if (o.algorithm != Algorithm::Tofu || factors.size() < 3 || factors.size() > 4 ||
+  if (o.algorithm != Algorithm::Tofu || !o.jointMoves || factors.size() < 3 || factors.size() > 4 ||
       plan.conditioned > 0 || pairsSkipped)
     return llvm::Error::success();
   int64_t exact = p.weightedCost(plan.steps, weights);
@@ -864,7 +912,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
     steps[l].parts = factors[l];
     steps[l + 1].parts = factors[l + 1];
     c = INT64_MAX; // the first solve of the sweep gives the objective in these steps
-    if (llvm::Error e = refine(steps, c))
+    if (llvm::Error e = refine(steps, c, {}))
       return e;
     const int64_t e = p.weightedCost(steps, weights);
     if (e < exact || (e == exact && c < cost)) {
@@ -970,8 +1018,8 @@ llvm::Error flatSearch(const Problem &p, const PlanOptions &o, const std::vector
   MinSumProblem::Limits limits;
   limits.maxTableEntries = o.maxTableEntries;
   limits.deadline = deadline;
-  auto sol = jointSolve(p, o, o.prefixWeights, coarsen(p, o.coarsen, o.coarsen), std::move(steps), all, cache,
-                        limits, deadline);
+  auto sol = jointSolve(p, o, o.prefixWeights, CoarseSets(p, coarsen(p, o.coarsen, o.coarsen)),
+                        std::move(steps), all, cache, limits, deadline);
   if (!sol)
     return stringError("dp-flat: " + llvm::toString(sol.takeError()));
   plan.steps = std::move(sol->steps);
@@ -984,7 +1032,7 @@ llvm::Error flatSearch(const Problem &p, const PlanOptions &o, const std::vector
 llvm::Error exhaustiveSearch(const Problem &p, const PlanOptions &o,
                              const std::vector<unsigned> &factors, Clock::time_point deadline,
                              PartitionPlan &plan) {
-  Coarsening co = coarsen(p, o.coarsen, o.coarsen);
+  const CoarseSets co(p, coarsen(p, o.coarsen, o.coarsen));
   TermCache cache;
   int64_t best = INT64_MAX;
   std::vector<StepChoice> current;

@@ -52,6 +52,9 @@ struct PlanOptions {
   /// Per step, the weight of the cost of the plan cut by the steps up to it
   /// (Problem::stepTerms); empty: communication alone. tofu, icml18 and dp-flat use it.
   std::vector<double> prefixWeights;
+  /// tofu: after the single-step sweeps, the moves beyond them (pairs of steps solved
+  /// jointly, merged-factor starts; within a work budget). false: the sweeps alone.
+  bool jointMoves = true;
 };
 
 struct PartitionPlan {
