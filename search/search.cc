@@ -349,7 +349,7 @@ size_t coarseVariables(const CoarseSets &co, LabelsOf labelsOf, Assign assign) {
       continue;
     auto domain = labelsOf(items.front());
     for (size_t i = 1; i < items.size() && !domain.empty(); ++i) {
-      const auto other = labelsOf(items[i]);
+      const auto &other = labelsOf(items[i]);
       decltype(domain) keep;
       for (const auto &l : domain)
         if (std::find(other.begin(), other.end(), l) != other.end())
@@ -596,17 +596,16 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
     for (unsigned t = 0; t < T; ++t)
       near(tensorSeq[t], steps[S[0]].tensor[t], steps[S[1]].tensor[t]);
   }
-  auto labelsOf = [&](unsigned item) {
-    std::vector<std::vector<int>> out;
-    if (item >= N)
-      return tensorSeq[item - N];
-    for (const std::vector<int> &seq : nodeSeq[item]) {
-      std::vector<int> l;
+  // A node's sequences as labels (nodeLabel per step), a tensor's as they are.
+  std::vector<std::vector<std::vector<int>>> nodeLabels(N);
+  for (unsigned n = 0; n < N; ++n)
+    for (const std::vector<int> &seq : nodeSeq[n]) {
+      std::vector<int> &l = nodeLabels[n].emplace_back();
       for (int s : seq)
-        l.push_back(nodeLabel(p, item, s));
-      out.push_back(std::move(l));
+        l.push_back(nodeLabel(p, n, s));
     }
-    return out;
+  auto labelsOf = [&](unsigned item) -> const std::vector<std::vector<int>> & {
+    return item >= N ? tensorSeq[item - N] : nodeLabels[item];
   };
   MinSumProblem msp;
   std::vector<unsigned> nodeVar(N), tensorVar(T);
@@ -624,7 +623,7 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
             continue;
           }
           nodeVar[item] = v;
-          const std::vector<std::vector<int>> labels = labelsOf(item);
+          const std::vector<std::vector<int>> &labels = nodeLabels[item];
           for (const std::vector<int> &l : dom)
             nodeChoice[item].push_back(
                 nodeSeq[item][std::find(labels.begin(), labels.end(), l) - labels.begin()]);
