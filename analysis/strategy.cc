@@ -20,17 +20,14 @@ using llvm::isa;
 // concrete (closed int64 intervals). A domain supplies the leaves and the arithmetic.
 // ---------------------------------------------------------------------------------------
 
-/// For every input, the hull of the coordinates of all its reads; a dimension read by data,
-/// a slice or an expression the domain cannot bound is the whole dimension. Inputs that are
-/// never read get no region.
+/// For every input, the hull of the coordinates of all its reads (`reads`: the body's, from
+/// collectReads); a dimension read by data, a slice or an expression the domain cannot
+/// bound is the whole dimension. Inputs that are never read get no region.
 template <typename D>
-std::vector<std::optional<std::vector<typename D::Value>>> readRegions(const InstOp &op,
-                                                                         const D &d) {
+std::vector<std::optional<std::vector<typename D::Value>>>
+readRegions(const InstOp &op, const std::vector<const ir::Read *> &reads, const D &d) {
   std::vector<std::optional<std::vector<typename D::Value>>> out(op.inputs.size());
-  ir::walk(*op.body, [&](const ir::Expr &e) {
-    const auto *read = dyn_cast<ir::Read>(&e);
-    if (!read)
-      return;
+  for (const ir::Read *read : reads) {
     std::vector<typename D::Value> box;
     for (unsigned dim = 0; dim < read->coords.size(); ++dim) {
       const ir::Coord &c = read->coords[dim];
@@ -42,13 +39,13 @@ std::vector<std::optional<std::vector<typename D::Value>>> readRegions(const Ins
     auto &region = out[read->input];
     if (!region) {
       region = std::move(box);
-      return;
+      continue;
     }
     for (unsigned dim = 0; dim < box.size(); ++dim) {
       auto h = d.hull((*region)[dim], box[dim]);
       (*region)[dim] = h ? *h : d.wholeDim(read->input, dim);
     }
-  });
+  }
   return out;
 }
 
@@ -299,7 +296,8 @@ llvm::Expected<StrategyTable> analyzeOp(const ir::OpDef &def, const Instantiatio
 
   SymbolicDomain whole(op);
   table.symbols = whole.names();
-  auto wholeRegions = readRegions(op, whole);
+  const std::vector<const ir::Read *> reads = collectReads(op);
+  auto wholeRegions = readRegions(op, reads, whole);
   for (const auto &r : wholeRegions)
     table.whole.push_back(toRegion(r));
 
@@ -307,7 +305,7 @@ llvm::Expected<StrategyTable> analyzeOp(const ir::OpDef &def, const Instantiatio
     SymbolicDomain d0(op), d1(op);
     d0.split(s.var, 2, 0);
     d1.split(s.var, 2, 1);
-    auto r0 = readRegions(op, d0), r1 = readRegions(op, d1);
+    auto r0 = readRegions(op, reads, d0), r1 = readRegions(op, reads, d1);
     for (unsigned i = 0; i < op.inputs.size(); ++i) {
       InputStrategy in;
       in.worker0 = toRegion(r0[i]);
@@ -495,55 +493,29 @@ std::vector<Box> inputRegions(const InstOp &op, const Shapes &shapes,
 
 std::vector<Box> inputRegions(const InstOp &op, const std::vector<const ir::Read *> &reads,
                               const Shapes &shapes, const std::vector<Range> &ranges) {
-  std::vector<Box> out(op.inputs.size());
-  // An empty range of any variable means the worker computes nothing and reads nothing.
-  bool empty = false;
-  for (const Range &r : ranges)
-    empty |= r.size() == 0;
-  if (empty) {
-    for (unsigned i = 0; i < op.inputs.size(); ++i)
-      out[i].assign(op.inputs[i].rank, Range{0, 0});
-    return out;
-  }
-  // readRegions' hull over the reads, without walking the body again.
   ConcreteDomain d(shapes, ranges);
-  std::vector<char> seen(op.inputs.size(), 0);
-  std::vector<ClosedRange> box;
-  for (const ir::Read *read : reads) {
-    if (read->input >= op.inputs.size())
-      continue;
-    box.clear();
-    for (unsigned dim = 0; dim < read->coords.size(); ++dim) {
-      const ir::Coord &c = read->coords[dim];
-      std::optional<ClosedRange> iv;
-      if (c.kind == ir::Coord::Kind::Affine)
-        iv = evalIndex(*c.expr, d);
-      box.push_back(iv ? *iv : d.wholeDim(read->input, dim));
-    }
-    Box &region = out[read->input];
-    if (!seen[read->input]) {
-      seen[read->input] = 1;
-      region.resize(box.size());
-      for (unsigned dim = 0; dim < box.size(); ++dim)
-        region[dim] = {box[dim].lo, box[dim].hi}; // closed until clipped below
-      continue;
-    }
-    for (unsigned dim = 0; dim < box.size(); ++dim)
-      region[dim] = {std::min(region[dim].lo, box[dim].lo), std::max(region[dim].hi, box[dim].hi)};
-  }
+  auto regions = readRegions(op, reads, d);
+  std::vector<Box> out;
   for (unsigned i = 0; i < op.inputs.size(); ++i) {
-    Box &box = out[i];
-    if (!seen[i]) {
-      box.assign(op.inputs[i].rank, Range{0, 0});
-      continue;
-    }
-    box.resize(op.inputs[i].rank, Range{0, 0});
+    Box box;
     for (unsigned dim = 0; dim < op.inputs[i].rank; ++dim) {
-      const int64_t lo = std::max<int64_t>(box[dim].lo, 0);
-      const int64_t hi = std::min<int64_t>(box[dim].hi + 1, shapes.inputs[i][dim]);
-      box[dim] = {lo, std::max(lo, hi)};
+      if (!regions[i]) {
+        box.push_back({0, 0});
+        continue;
+      }
+      ClosedRange r = (*regions[i])[dim];
+      int64_t lo = std::max<int64_t>(r.lo, 0);
+      int64_t hi = std::min<int64_t>(r.hi + 1, shapes.inputs[i][dim]);
+      box.push_back({lo, std::max(lo, hi)});
     }
+    out.push_back(std::move(box));
   }
+  // An empty range of any variable means the worker computes nothing and reads nothing.
+  for (const Range &r : ranges)
+    if (r.size() == 0)
+      for (Box &b : out)
+        for (Range &x : b)
+          x = {0, 0};
   return out;
 }
 

@@ -179,10 +179,6 @@ private:
   std::vector<unsigned> merged_;
 };
 
-} // namespace
-
-namespace {
-
 /// One elimination's inner work: for every assignment of the scope (row-major), the least
 /// sum over v's values of the factors' entries, and which value gives it. `stride` holds per
 /// factor its strides along the scope's variables and then v (row k at k * (ns + 1)); the
