@@ -20,32 +20,53 @@ using llvm::isa;
 // concrete (closed int64 intervals). A domain supplies the leaves and the arithmetic.
 // ---------------------------------------------------------------------------------------
 
+/// Per input, the hull of its reads' coordinates (readHulls), kept from one call to the
+/// next so that evaluating many regions of one op allocates nothing once warm.
+template <typename D> struct ReadHulls {
+  std::vector<std::vector<typename D::Value>> box; ///< per input (meaningful where read)
+  std::vector<char> read;                          ///< per input: some read of it seen
+};
+
 /// For every input, the hull of the coordinates of all its reads (`reads`: the body's, from
 /// collectReads); a dimension read by data, a slice or an expression the domain cannot
 /// bound is the whole dimension. Inputs that are never read get no region.
 template <typename D>
-std::vector<std::optional<std::vector<typename D::Value>>>
-readRegions(const InstOp &op, const std::vector<const ir::Read *> &reads, const D &d) {
-  std::vector<std::optional<std::vector<typename D::Value>>> out(op.inputs.size());
+void readHulls(const InstOp &op, const std::vector<const ir::Read *> &reads, const D &d,
+               ReadHulls<D> &out) {
+  out.box.resize(op.inputs.size());
+  out.read.assign(op.inputs.size(), 0);
   for (const ir::Read *read : reads) {
-    std::vector<typename D::Value> box;
+    std::vector<typename D::Value> &region = out.box[read->input];
+    const bool first = !out.read[read->input];
+    out.read[read->input] = 1;
+    if (first)
+      region.clear();
     for (unsigned dim = 0; dim < read->coords.size(); ++dim) {
       const ir::Coord &c = read->coords[dim];
       std::optional<typename D::Value> iv;
       if (c.kind == ir::Coord::Kind::Affine)
         iv = evalIndex(*c.expr, d);
-      box.push_back(iv ? *iv : d.wholeDim(read->input, dim));
-    }
-    auto &region = out[read->input];
-    if (!region) {
-      region = std::move(box);
-      continue;
-    }
-    for (unsigned dim = 0; dim < box.size(); ++dim) {
-      auto h = d.hull((*region)[dim], box[dim]);
-      (*region)[dim] = h ? *h : d.wholeDim(read->input, dim);
+      typename D::Value v = iv ? *iv : d.wholeDim(read->input, dim);
+      if (first) {
+        region.push_back(std::move(v));
+        continue;
+      }
+      auto h = d.hull(region[dim], v);
+      region[dim] = h ? *h : d.wholeDim(read->input, dim);
     }
   }
+}
+
+/// readHulls as one optional box per input (none: never read).
+template <typename D>
+std::vector<std::optional<std::vector<typename D::Value>>>
+readRegions(const InstOp &op, const std::vector<const ir::Read *> &reads, const D &d) {
+  ReadHulls<D> hulls;
+  readHulls(op, reads, d, hulls);
+  std::vector<std::optional<std::vector<typename D::Value>>> out(op.inputs.size());
+  for (unsigned i = 0; i < op.inputs.size(); ++i)
+    if (hulls.read[i])
+      out[i] = std::move(hulls.box[i]);
   return out;
 }
 
@@ -493,30 +514,35 @@ std::vector<Box> inputRegions(const InstOp &op, const Shapes &shapes,
 
 std::vector<Box> inputRegions(const InstOp &op, const std::vector<const ir::Read *> &reads,
                               const Shapes &shapes, const std::vector<Range> &ranges) {
-  ConcreteDomain d(shapes, ranges);
-  auto regions = readRegions(op, reads, d);
   std::vector<Box> out;
+  inputRegions(op, reads, shapes, ranges, out);
+  return out;
+}
+
+void inputRegions(const InstOp &op, const std::vector<const ir::Read *> &reads,
+                  const Shapes &shapes, const std::vector<Range> &ranges, std::vector<Box> &out) {
+  ConcreteDomain d(shapes, ranges);
+  thread_local ReadHulls<ConcreteDomain> hulls;
+  readHulls(op, reads, d, hulls);
+  // An empty range of any variable means the worker computes nothing and reads nothing.
+  bool computes = true;
+  for (const Range &r : ranges)
+    computes &= r.size() > 0;
+  out.resize(op.inputs.size());
   for (unsigned i = 0; i < op.inputs.size(); ++i) {
-    Box box;
+    Box &box = out[i];
+    box.clear();
     for (unsigned dim = 0; dim < op.inputs[i].rank; ++dim) {
-      if (!regions[i]) {
+      if (!hulls.read[i] || !computes) {
         box.push_back({0, 0});
         continue;
       }
-      ClosedRange r = (*regions[i])[dim];
+      ClosedRange r = hulls.box[i][dim];
       int64_t lo = std::max<int64_t>(r.lo, 0);
       int64_t hi = std::min<int64_t>(r.hi + 1, shapes.inputs[i][dim]);
       box.push_back({lo, std::max(lo, hi)});
     }
-    out.push_back(std::move(box));
   }
-  // An empty range of any variable means the worker computes nothing and reads nothing.
-  for (const Range &r : ranges)
-    if (r.size() == 0)
-      for (Box &b : out)
-        for (Range &x : b)
-          x = {0, 0};
-  return out;
 }
 
 std::optional<std::pair<int64_t, int64_t>> indexValueRange(const ir::Expr &e, const Shapes &shapes,

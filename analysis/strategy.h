@@ -107,6 +107,9 @@ std::vector<const ir::Read *> collectReads(const InstOp &op);
 /// inputRegions with the reads collected already (`reads` from collectReads(op)).
 std::vector<Box> inputRegions(const InstOp &op, const std::vector<const ir::Read *> &reads,
                               const Shapes &shapes, const std::vector<Range> &ranges);
+/// The same into `out`, whose boxes are reused (no allocation once they have grown).
+void inputRegions(const InstOp &op, const std::vector<const ir::Read *> &reads,
+                  const Shapes &shapes, const std::vector<Range> &ranges, std::vector<Box> &out);
 
 /// The closed range of values an index expression takes when the variables range over
 /// `ranges` (none when it is not affine).

@@ -19,58 +19,75 @@ unsigned MinSumProblem::addVariable(unsigned domain, int64_t priority) {
   return static_cast<unsigned>(domains_.size() - 1);
 }
 
-void MinSumProblem::addUnary(unsigned v, const std::vector<int64_t> &costs) {
-  factors_.push_back({{v}, costs});
+void MinSumProblem::addUnary(unsigned v, const int64_t *costs) {
+  factors_.push_back({{v, 0}, 1, tables_.size()});
+  tables_.insert(tables_.end(), costs, costs + domains_[v]);
 }
 
-void MinSumProblem::addPairwise(unsigned a, unsigned b, const std::vector<int64_t> &table) {
+void MinSumProblem::addPairwise(unsigned a, unsigned b, const int64_t *table) {
+  const unsigned da = domains_[a], db = domains_[b];
+  factors_.push_back({{std::min(a, b), std::max(a, b)}, 2, tables_.size()});
   if (a < b) {
-    factors_.push_back({{a, b}, table});
+    tables_.insert(tables_.end(), table, table + size_t(da) * db);
     return;
   }
-  unsigned da = domains_[a], db = domains_[b];
-  std::vector<int64_t> t(table.size());
+  tables_.resize(tables_.size() + size_t(da) * db);
+  int64_t *t = tables_.data() + factors_.back().tableAt;
   for (unsigned xa = 0; xa < da; ++xa)
     for (unsigned xb = 0; xb < db; ++xb)
       t[xb * da + xa] = table[xa * db + xb];
-  factors_.push_back({{b, a}, std::move(t)});
 }
 
 int64_t MinSumProblem::evaluate(const std::vector<unsigned> &values) const {
   int64_t total = constant_;
   for (const Factor &f : factors_) {
     size_t off = 0;
-    for (unsigned v : f.vars)
-      off = off * domains_[v] + values[v];
-    total += f.table[off];
+    for (unsigned k = 0; k < f.arity; ++k)
+      off = off * domains_[f.vars[k]] + values[f.vars[k]];
+    total += tables_[f.tableAt + off];
   }
   return total;
 }
 
+namespace {
+
+/// A factor as an elimination reads it: a kept one (MinSumProblem::Factor) or one an
+/// earlier elimination made.
+struct FactorView {
+  const unsigned *vars;
+  size_t arity;
+  const int64_t *table;
+  size_t size;
+};
+
+/// A factor an elimination made (or conditioning sliced).
+struct MadeFactor {
+  std::vector<unsigned> vars; ///< ascending
+  std::vector<int64_t> table;
+  FactorView view() const { return {vars.data(), vars.size(), table.data(), table.size()}; }
+};
+
 /// Factor `f` with variable `u` fixed to `x`: its other variables and their table.
-static std::pair<std::vector<unsigned>, std::vector<int64_t>>
-sliceOf(const MinSumProblem::Factor &f, unsigned u, unsigned x, const std::vector<unsigned> &domains) {
-  std::vector<unsigned> vars;
+MadeFactor sliceOf(const FactorView &f, unsigned u, unsigned x,
+                   const std::vector<unsigned> &domains) {
+  MadeFactor out;
   size_t pos = 0;
-  for (size_t k = 0; k < f.vars.size(); ++k) {
+  for (size_t k = 0; k < f.arity; ++k) {
     if (f.vars[k] == u)
       pos = k;
     else
-      vars.push_back(f.vars[k]);
+      out.vars.push_back(f.vars[k]);
   }
   int64_t inner = 1; // the stride of u
-  for (size_t k = pos + 1; k < f.vars.size(); ++k)
+  for (size_t k = pos + 1; k < f.arity; ++k)
     inner *= domains[f.vars[k]];
-  const int64_t du = domains[u], total = int64_t(f.table.size());
-  std::vector<int64_t> table;
-  table.reserve(size_t(total / du));
+  const int64_t du = domains[u], total = int64_t(f.size);
+  out.table.reserve(size_t(total / du));
   for (int64_t outer = 0; outer < total; outer += inner * du)
     for (int64_t i = 0; i < inner; ++i)
-      table.push_back(f.table[size_t(outer + x * inner + i)]);
-  return {std::move(vars), std::move(table)};
+      out.table.push_back(f.table[size_t(outer + x * inner + i)]);
+  return out;
 }
-
-namespace {
 
 /// The greedy elimination order solveWith and eliminationWork share: the variable whose
 /// table (its domain times its neighbours') is smallest first, ties by priority, over the
@@ -78,15 +95,16 @@ namespace {
 /// queue a heap whose outdated entries (a variable reweighed or taken) are skipped.
 class EliminationOrder {
 public:
+  static constexpr bool kConditions = true;
   EliminationOrder(const std::vector<unsigned> &domains, const std::vector<int64_t> &priority,
                    const std::vector<MinSumProblem::Factor> &factors)
       : priority_(priority), adj_(domains.size()), log_(domains.size()), key_(domains.size()),
         version_(domains.size(), 0), queued_(domains.size(), true) {
     for (const MinSumProblem::Factor &f : factors)
-      for (unsigned v : f.vars)
-        for (unsigned u : f.vars)
-          if (u != v)
-            adj_[v].push_back(u);
+      if (f.arity == 2) {
+        adj_[f.vars[0]].push_back(f.vars[1]);
+        adj_[f.vars[1]].push_back(f.vars[0]);
+      }
     for (unsigned v = 0; v < domains.size(); ++v) {
       std::sort(adj_[v].begin(), adj_[v].end());
       adj_[v].erase(std::unique(adj_[v].begin(), adj_[v].end()), adj_[v].end());
@@ -97,11 +115,11 @@ public:
       key_[v] = weight(v);
       heap_.push_back({key_[v], priority_[v], v, 0});
     }
-    std::make_heap(heap_.begin(), heap_.end(), later);
+    std::make_heap(heap_.begin(), heap_.end(), Later());
   }
   bool empty() {
     while (!heap_.empty() && outdated(heap_.front())) {
-      std::pop_heap(heap_.begin(), heap_.end(), later);
+      std::pop_heap(heap_.begin(), heap_.end(), Later());
       heap_.pop_back();
     }
     return heap_.empty();
@@ -109,7 +127,7 @@ public:
   /// Takes the next variable out of the queue (after empty() said there is one).
   unsigned pop() {
     const unsigned v = heap_.front().var;
-    std::pop_heap(heap_.begin(), heap_.end(), later);
+    std::pop_heap(heap_.begin(), heap_.end(), Later());
     heap_.pop_back();
     queued_[v] = false;
     return v;
@@ -154,9 +172,11 @@ private:
     uint32_t version;
   };
   /// The heap's order: a before b when (key, priority, var) is smaller.
-  static bool later(const Entry &a, const Entry &b) {
-    return std::tie(a.key, a.priority, a.var) > std::tie(b.key, b.priority, b.var);
-  }
+  struct Later {
+    bool operator()(const Entry &a, const Entry &b) const {
+      return std::tie(a.key, a.priority, a.var) > std::tie(b.key, b.priority, b.var);
+    }
+  };
   bool outdated(const Entry &e) const { return !queued_[e.var] || e.version != version_[e.var]; }
   double weight(unsigned v) const {
     double w = log_[v];
@@ -168,7 +188,7 @@ private:
     key_[v] = weight(v);
     queued_[v] = true;
     heap_.push_back({key_[v], priority_[v], v, ++version_[v]});
-    std::push_heap(heap_.begin(), heap_.end(), later);
+    std::push_heap(heap_.begin(), heap_.end(), Later());
   }
   const std::vector<int64_t> &priority_;
   std::vector<std::vector<unsigned>> adj_;
@@ -177,6 +197,29 @@ private:
   std::vector<bool> queued_;
   std::vector<Entry> heap_;
   std::vector<unsigned> merged_;
+};
+
+/// An order OrderCache kept, played back: the variables and scopes the EliminationOrder
+/// that chose it gave, without choosing them again. It cannot condition.
+class Replay {
+public:
+  static constexpr bool kConditions = false;
+  explicit Replay(const std::vector<unsigned> &kept) : kept_(kept) {}
+  bool empty() const { return at_ == kept_.size(); }
+  unsigned pop() {
+    const unsigned v = kept_[at_], ns = kept_[at_ + 1];
+    scope_.assign(kept_.begin() + at_ + 2, kept_.begin() + at_ + 2 + ns);
+    at_ += 2 + ns;
+    return v;
+  }
+  /// The scope of the variable pop() gave last.
+  const std::vector<unsigned> &neighbours(unsigned) const { return scope_; }
+  void eliminate(unsigned) {}
+
+private:
+  const std::vector<unsigned> &kept_;
+  size_t at_ = 0;
+  std::vector<unsigned> scope_;
 };
 
 /// One elimination's inner work: for every assignment of the scope (row-major), the least
@@ -270,39 +313,90 @@ uint64_t MinSumProblem::eliminationWork(uint64_t stopAbove, uint64_t *largest) c
   return work;
 }
 
-llvm::Expected<MinSumProblem::Solution> MinSumProblem::solve(const Limits &limits) const {
+const std::vector<unsigned> *
+MinSumProblem::OrderCache::find(const std::vector<int64_t> &key) const {
+  for (const auto &[k, order] : kept_)
+    if (k == key)
+      return &order;
+  return nullptr;
+}
+
+void MinSumProblem::OrderCache::insert(std::vector<int64_t> key, std::vector<unsigned> order) {
+  if (kept_.size() == kKept)
+    kept_.pop_front();
+  kept_.emplace_back(std::move(key), std::move(order));
+}
+
+std::vector<int64_t> MinSumProblem::structureKey() const {
+  std::vector<int64_t> key;
+  key.reserve(1 + 2 * domains_.size() + 3 * factors_.size());
+  key.push_back(int64_t(domains_.size()));
+  key.insert(key.end(), domains_.begin(), domains_.end());
+  key.insert(key.end(), priority_.begin(), priority_.end());
+  for (const Factor &f : factors_) {
+    key.push_back(-int64_t(f.arity));
+    key.insert(key.end(), f.vars, f.vars + f.arity);
+  }
+  return key;
+}
+
+llvm::Expected<MinSumProblem::Solution> MinSumProblem::solve(const Limits &limits,
+                                                             OrderCache *orders) const {
   bool tooWide = false;
-  auto sol = solveWith(limits, limits.maxTableEntries, false, &tooWide);
+  auto exact = [&]() -> llvm::Expected<Solution> {
+    if (!orders) {
+      EliminationOrder order(domains_, priority_, factors_);
+      return solveWith(limits, limits.maxTableEntries, false, &tooWide, order);
+    }
+    std::vector<int64_t> key = structureKey();
+    if (const std::vector<unsigned> *kept = orders->find(key)) {
+      ++orders->hits;
+      Replay order(*kept);
+      return solveWith(limits, limits.maxTableEntries, false, &tooWide, order);
+    }
+    ++orders->misses;
+    EliminationOrder order(domains_, priority_, factors_);
+    std::vector<unsigned> record;
+    auto sol = solveWith(limits, limits.maxTableEntries, false, &tooWide, order, &record);
+    if (sol)
+      orders->insert(std::move(key), std::move(record));
+    return sol;
+  };
+  auto sol = exact();
   if (sol || !tooWide || limits.conditionTableEntries == 0)
     return sol;
   llvm::consumeError(sol.takeError());
-  return solveWith(limits, limits.conditionTableEntries, true, &tooWide);
+  EliminationOrder order(domains_, priority_, factors_);
+  return solveWith(limits, limits.conditionTableEntries, true, &tooWide, order);
 }
 
+template <typename Order>
 llvm::Expected<MinSumProblem::Solution>
 MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool condition,
-                         bool *tooWide) const {
+                         bool *tooWide, Order &order, std::vector<unsigned> *record) const {
   const unsigned n = static_cast<unsigned>(domains_.size());
   // The problem's factors, then those the eliminations make (a deque keeps them in place).
-  std::deque<Factor> made;
-  std::vector<const Factor *> factors;
+  std::deque<MadeFactor> made;
+  std::vector<FactorView> factors;
   factors.reserve(factors_.size() * 2);
-  for (const Factor &f : factors_)
-    factors.push_back(&f);
+  for (size_t f = 0; f < factors_.size(); ++f) {
+    const Factor &kept = factors_[f];
+    const size_t end = f + 1 < factors_.size() ? factors_[f + 1].tableAt : tables_.size();
+    factors.push_back({kept.vars, kept.arity, tables_.data() + kept.tableAt, end - kept.tableAt});
+  }
   std::vector<char> alive(factors.size(), 1);
   std::vector<std::vector<unsigned>> ofVar(n);
   for (unsigned f = 0; f < factors.size(); ++f)
-    for (unsigned v : factors[f]->vars)
-      ofVar[v].push_back(f);
-  auto addFactor = [&](Factor f) {
+    for (size_t k = 0; k < factors[f].arity; ++k)
+      ofVar[factors[f].vars[k]].push_back(f);
+  auto addFactor = [&](MadeFactor f) {
     const unsigned id = static_cast<unsigned>(factors.size());
     made.push_back(std::move(f));
-    factors.push_back(&made.back());
+    factors.push_back(made.back().view());
     alive.push_back(1);
     for (unsigned w : made.back().vars)
       ofVar[w].push_back(id);
   };
-  EliminationOrder order(domains_, priority_, factors_);
   // Each elimination's variable, its scope (in scopes) and its best value per assignment of
   // the scope (in argmins), for the back-substitution.
   struct Elimination {
@@ -337,74 +431,81 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
     }
     const unsigned dv = domains_[v];
     if (size * dv > tableLimit) {
-      if (!condition) {
+      if (!condition || !Order::kConditions) {
         *tooWide = true;
         return stringError(fmt::format("the elimination needs a table over {} variables (more "
                                        "than {} entries): the graph is too wide for this search",
                                        scope.size() + 1, tableLimit));
       }
-      // Condition: fix the scope's most connected variable u to the value whose factors'
-      // best completions cost least, fold that value into u's factors, and try v again.
-      for (unsigned f : fs)
-        alive[f] = 1;
-      unsigned u = scope[0];
-      for (unsigned w : scope)
-        if (order.neighbours(w).size() > order.neighbours(u).size())
-          u = w;
-      std::vector<unsigned> live;
-      for (unsigned f : ofVar[u])
-        if (alive[f])
-          live.push_back(f);
-      unsigned best = 0;
-      int64_t bestCost = std::numeric_limits<int64_t>::max();
-      for (unsigned x = 0; x < domains_[u]; ++x) {
-        int64_t c = 0;
+      if constexpr (Order::kConditions) { // (a Replay never gets here)
+        // Condition: fix the scope's most connected variable u to the value whose factors'
+        // best completions cost least, fold that value into u's factors, and try v again.
+        for (unsigned f : fs)
+          alive[f] = 1;
+        unsigned u = scope[0];
+        for (unsigned w : scope)
+          if (order.neighbours(w).size() > order.neighbours(u).size())
+            u = w;
+        std::vector<unsigned> live;
+        for (unsigned f : ofVar[u])
+          if (alive[f])
+            live.push_back(f);
+        unsigned best = 0;
+        int64_t bestCost = std::numeric_limits<int64_t>::max();
+        for (unsigned x = 0; x < domains_[u]; ++x) {
+          int64_t c = 0;
+          for (unsigned f : live) {
+            const std::vector<int64_t> t = sliceOf(factors[f], u, x, domains_).table;
+            c += *std::min_element(t.begin(), t.end());
+          }
+          if (c < bestCost) {
+            bestCost = c;
+            best = x;
+          }
+        }
         for (unsigned f : live) {
-          std::vector<int64_t> t = sliceOf(*factors[f], u, x, domains_).second;
-          c += *std::min_element(t.begin(), t.end());
+          alive[f] = 0;
+          MadeFactor sliced = sliceOf(factors[f], u, best, domains_);
+          if (sliced.vars.empty())
+            constant += sliced.table[0];
+          else
+            addFactor(std::move(sliced));
         }
-        if (c < bestCost) {
-          bestCost = c;
-          best = x;
-        }
+        order.condition(u, v);
+        eliminations.push_back({u, scopes.size(), 0, argmins.size()});
+        argmins.push_back(static_cast<uint16_t>(best));
+        ++sol.conditioned;
+        continue;
       }
-      for (unsigned f : live) {
-        alive[f] = 0;
-        auto [vars, table] = sliceOf(*factors[f], u, best, domains_);
-        if (vars.empty())
-          constant += table[0];
-        else
-          addFactor({std::move(vars), std::move(table)});
-      }
-      order.condition(u, v);
-      eliminations.push_back({u, scopes.size(), 0, argmins.size()});
-      argmins.push_back(static_cast<uint16_t>(best));
-      ++sol.conditioned;
-      continue;
     }
     sol.largestTable = std::max(sol.largestTable, size * dv);
+    if (record) {
+      record->push_back(v);
+      record->push_back(static_cast<unsigned>(scope.size()));
+      record->insert(record->end(), scope.begin(), scope.end());
+    }
     // Strides of every factor in the extended scope (scope..., v), row k at k * (ns + 1).
     const size_t ns = scope.size(), nf = fs.size();
     stride.assign(nf * (ns + 1), 0);
     base.resize(nf);
     vStride.resize(nf);
     for (size_t k = 0; k < nf; ++k) {
-      const Factor &f = *factors[fs[k]];
+      const FactorView &f = factors[fs[k]];
       int64_t s = 1;
-      for (size_t q = f.vars.size(); q-- > 0;) {
+      for (size_t q = f.arity; q-- > 0;) {
         unsigned u = f.vars[q];
         size_t pos = u == v ? ns : size_t(std::lower_bound(scope.begin(), scope.end(), u) - scope.begin());
         stride[k * (ns + 1) + pos] = s;
         s *= domains_[u];
       }
       // The inner loops read flat arrays: each factor's table and its stride along v.
-      base[k] = f.table.data();
+      base[k] = f.table;
       vStride[k] = stride[k * (ns + 1) + ns];
     }
     eliminations.push_back({v, scopes.size(), ns, argmins.size()});
     scopes.insert(scopes.end(), scope.begin(), scope.end());
     argmins.resize(argmins.size() + size);
-    Factor out{scope, std::vector<int64_t>(size)};
+    MadeFactor out{scope, std::vector<int64_t>(size)};
     scopeDomains.clear();
     for (unsigned u : scope)
       scopeDomains.push_back(domains_[u]);
@@ -445,8 +546,8 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
     // value given the others, until a pass changes nothing (the cost never rises).
     std::vector<std::vector<unsigned>> mine(n);
     for (unsigned f = 0; f < factors_.size(); ++f)
-      for (unsigned w : factors_[f].vars)
-        mine[w].push_back(f);
+      for (unsigned k = 0; k < factors_[f].arity; ++k)
+        mine[factors_[f].vars[k]].push_back(f);
     for (int pass = 0; pass < 50; ++pass) {
       bool changed = false;
       for (unsigned w = 0; w < n; ++w) {
@@ -456,10 +557,11 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
           sol.values[w] = x;
           int64_t c = 0;
           for (unsigned f : mine[w]) {
+            const Factor &kept = factors_[f];
             size_t off = 0;
-            for (unsigned q : factors_[f].vars)
-              off = off * domains_[q] + sol.values[q];
-            c += factors_[f].table[off];
+            for (unsigned k = 0; k < kept.arity; ++k)
+              off = off * domains_[kept.vars[k]] + sol.values[kept.vars[k]];
+            c += tables_[kept.tableAt + off];
           }
           if (c < bestCost || (c == bestCost && x == keep)) {
             bestCost = c;

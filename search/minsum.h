@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "llvm/Support/Error.h"
@@ -23,9 +24,15 @@ public:
   size_t variables() const { return domains_.size(); }
 
   /// Adds `costs[x]` to the cost of `v = x`.
-  void addUnary(unsigned v, const std::vector<int64_t> &costs);
+  void addUnary(unsigned v, const std::vector<int64_t> &costs) { addUnary(v, costs.data()); }
+  /// The same from `domain(v)` values in place.
+  void addUnary(unsigned v, const int64_t *costs);
   /// Adds `table[xa * domain(b) + xb]` to the cost of `a = xa, b = xb` (a != b).
-  void addPairwise(unsigned a, unsigned b, const std::vector<int64_t> &table);
+  void addPairwise(unsigned a, unsigned b, const std::vector<int64_t> &table) {
+    addPairwise(a, b, table.data());
+  }
+  /// The same from `domain(a) * domain(b)` values in place.
+  void addPairwise(unsigned a, unsigned b, const int64_t *table);
   /// Adds a constant.
   void addConstant(int64_t c) { constant_ += c; }
 
@@ -45,10 +52,30 @@ public:
     uint64_t largestTable = 0; ///< entries of the largest table the elimination built
     unsigned conditioned = 0;  ///< variables fixed heuristically (0: the optimum)
   };
+  /// Elimination orders kept for problems of the same structure (the same domains,
+  /// priorities and factor scopes, in the same order): the greedy order depends on nothing
+  /// else, so a problem solved again with other costs (a recursion step solved again after
+  /// another step changed) replays it instead of choosing it again. Holds the last few
+  /// structures. An order is kept as its eliminations one after the other: the variable,
+  /// the size of its scope, the scope (ascending).
+  class OrderCache {
+  public:
+    /// The order of `key`'s structure, or null.
+    const std::vector<unsigned> *find(const std::vector<int64_t> &key) const;
+    void insert(std::vector<int64_t> key, std::vector<unsigned> order);
+    /// Solves that replayed a kept order, and solves that chose one.
+    uint64_t hits = 0, misses = 0;
+
+  private:
+    static constexpr size_t kKept = 8;
+    std::deque<std::pair<std::vector<int64_t>, std::vector<unsigned>>> kept_;
+  };
+
   /// The assignment of least total cost (ties: the first found, deterministic). Fails when
   /// the deadline passes, or when a table would exceed the limit (unless the limits allow
-  /// conditioning).
-  llvm::Expected<Solution> solve(const Limits &limits) const;
+  /// conditioning). With `orders`, an exact solve replays a kept order of this structure
+  /// (the same result as choosing it again) and keeps the one it chose.
+  llvm::Expected<Solution> solve(const Limits &limits, OrderCache *orders = nullptr) const;
   llvm::Expected<Solution> solve() const { return solve(Limits()); }
 
   /// What solve() would cost without conditioning: the sum over its eliminations of the
@@ -60,19 +87,29 @@ public:
   /// The total cost of an assignment.
   int64_t evaluate(const std::vector<unsigned> &values) const;
 
+  /// A factor as kept: one or two variables (ascending) and where its table lies in
+  /// tables_ (row-major over the variables).
   struct Factor {
-    std::vector<unsigned> vars; ///< ascending
-    std::vector<int64_t> table; ///< row-major over vars
+    unsigned vars[2];
+    unsigned arity;
+    size_t tableAt;
   };
 
 private:
   /// Variable elimination with tables of at most `tableLimit` entries; a wider table
-  /// conditions when `condition` is set, else fails with `*tooWide` set.
+  /// conditions when `condition` is set, else fails with `*tooWide` set. `order` gives the
+  /// variables to eliminate (EliminationOrder, or a replay of a kept one); `record`, when
+  /// given, receives the eliminations as OrderCache keeps them.
+  template <typename Order>
   llvm::Expected<Solution> solveWith(const Limits &limits, uint64_t tableLimit, bool condition,
-                                     bool *tooWide) const;
+                                     bool *tooWide, Order &order,
+                                     std::vector<unsigned> *record = nullptr) const;
+  /// The key OrderCache keeps this problem's structure under.
+  std::vector<int64_t> structureKey() const;
   std::vector<unsigned> domains_;
   std::vector<int64_t> priority_;
   std::vector<Factor> factors_;
+  std::vector<int64_t> tables_; ///< every factor's table, one after the other
   int64_t constant_ = 0;
 };
 

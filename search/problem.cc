@@ -358,10 +358,26 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
   for (size_t k = 0; k < slots; ++k)
     out[k].assign(configs[k].size(), 0);
   const unsigned lastParts = partsAt(m - 1);
+  // Buffers reused from one call to the next (the search calls this many times).
+  struct Scratch {
+    std::vector<Range> base, ranges;
+    std::vector<std::vector<std::pair<Box, int>>> tiles; // per slot and configuration
+    std::vector<Box> regions;
+    Box produced;
+  };
+  thread_local Scratch scratch;
+  std::vector<Range> &base = scratch.base, &ranges = scratch.ranges;
+  std::vector<std::vector<std::pair<Box, int>>> &tiles = scratch.tiles;
+  std::vector<Box> &regions = scratch.regions;
+  Box &produced = scratch.produced;
+  if (tiles.size() < slots)
+    tiles.resize(slots);
   for (int64_t g = 0; g < (exact ? mult : 1); ++g) {
     // The earlier steps' coordinates of this group (exact: every group; else group 0).
-    std::vector<unsigned> coords = workerCoords(static_cast<unsigned>(g), earlier);
-    std::vector<Range> base = fullRanges(n.shapes);
+    const std::vector<unsigned> coords = workerCoords(static_cast<unsigned>(g), earlier);
+    base.clear();
+    for (int64_t e : n.shapes.vars)
+      base.push_back({0, e});
     int lastVar = -1;
     for (size_t l = 0; l < m; ++l) {
       int v = splitVar(node, l == i ? s : steps[l].node[node]);
@@ -370,30 +386,31 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
       else if (v >= 0)
         base[v] = subRange(base[v], partsAt(l), coords[l]);
     }
-    std::vector<std::vector<std::pair<Box, int>>> tiles(slots);
-    for (size_t k = 0; k < slots; ++k)
-      for (int c : configs[k]) {
+    for (size_t k = 0; k < slots; ++k) {
+      tiles[k].resize(configs[k].size());
+      for (size_t c = 0; c < configs[k].size(); ++c) {
         unsigned t = slotTensor(k);
-        Box box;
+        Box &box = tiles[k][c].first;
+        box.clear();
         for (int64_t e : tensors[t].shape)
           box.push_back({0, e});
         int last = -1;
         for (size_t l = 0; l < m; ++l) {
-          int d = l == i ? c : steps[l].tensor[t];
+          int d = l == i ? configs[k][c] : steps[l].tensor[t];
           if (l + 1 == m)
             last = d;
           else if (d >= 0)
             box[d] = subRange(box[d], partsAt(l), coords[l]);
         }
-        tiles[k].push_back({std::move(box), last});
+        tiles[k][c].second = last;
       }
+    }
     const int64_t weight = exact || buffers ? 1 : mult;
-    Box produced;
     for (unsigned j = 0; j < (buffers ? 1u : lastParts); ++j) {
-      std::vector<Range> ranges = base;
+      ranges = base;
       if (lastVar >= 0)
         ranges[lastVar] = subRange(base[lastVar], lastParts, j);
-      const std::vector<Box> regions = inputRegions(n.table->op, *n.reads, n.shapes, ranges);
+      inputRegions(n.table->op, *n.reads, n.shapes, ranges, regions);
       bool computes = true;
       for (const Range &r : ranges)
         computes &= r.size() > 0;

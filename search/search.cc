@@ -144,7 +144,7 @@ public:
   const std::vector<std::vector<int64_t>> &get(const Problem &p, unsigned n,
                                                const std::vector<StepChoice> &steps, size_t i,
                                                unsigned parts, int s,
-                                               const std::vector<std::vector<int>> &configs,
+                                               const std::vector<const std::vector<int> *> &configs,
                                                bool buffers = false,
                                                const std::vector<double> &weights = {}) {
     const ProblemNode &node = p.nodes[n];
@@ -168,7 +168,7 @@ public:
       for (size_t l = 0; l < m; ++l)
         if (l != i)
           key_.push_back(steps[l].tensor[t]);
-      for (int c : configs[k])
+      for (int c : *configs[k])
         key_.push_back(c);
     }
     auto it = cache_.find(key_);
@@ -177,16 +177,19 @@ public:
     // What the computation costs: a region evaluation per candidate, last-step part and
     // group counted.
     uint64_t candidates = 0;
-    for (const std::vector<int> &c : configs)
-      candidates += c.size();
+    std::vector<std::vector<int>> own;
+    for (const std::vector<int> *c : configs) {
+      candidates += c->size();
+      own.push_back(*c);
+    }
     uint64_t groups = 1;
     for (size_t l = 0; l + 1 < m; ++l)
       groups = std::min<uint64_t>(groups * (l == i ? parts : steps[l].parts),
                                   Problem::kExactGroups);
     evaluations += candidates * groups * (m - 1 == i ? parts : steps[m - 1].parts);
     return cache_
-        .emplace(key_, buffers ? p.stepBuffers(n, steps, i, parts, s, configs)
-                               : p.stepTerms(n, steps, i, parts, s, configs, weights))
+        .emplace(key_, buffers ? p.stepBuffers(n, steps, i, parts, s, own)
+                               : p.stepTerms(n, steps, i, parts, s, own, weights))
         .first->second;
   }
 
@@ -232,23 +235,28 @@ private:
 /// single value (conditioned on it).
 class CostTables {
 public:
-  explicit CostTables(MinSumProblem &msp) : msp_(msp) {}
+  explicit CostTables(MinSumProblem &msp) : msp_(msp), unaryAt_(msp.variables(), kNone) {}
 
   /// Adds cost(x, y) to the cost of X = x, Y = y.
   template <typename Cost> void add(unsigned X, unsigned Y, Cost cost) {
     const unsigned dx = msp_.domain(X), dy = msp_.domain(Y);
     if (X == Y) {
-      auto &u = unary(X);
+      int64_t *u = unary(X);
       for (unsigned x = 0; x < dx; ++x)
         u[x] += cost(x, x);
     } else if (dx == 1 || dy == 1) {
-      auto &u = unary(dy == 1 ? X : Y);
+      int64_t *u = unary(dy == 1 ? X : Y);
       for (unsigned x = 0; x < dx; ++x)
         for (unsigned y = 0; y < dy; ++y)
           u[dy == 1 ? x : y] += cost(x, y);
     } else {
-      auto &tab = pair_[{std::min(X, Y), std::max(X, Y)}];
-      tab.resize(size_t(dx) * dy, 0);
+      const unsigned a = std::min(X, Y), b = std::max(X, Y);
+      auto [at, fresh] = pairAt_.try_emplace(uint64_t(a) << 32 | b, pool_.size());
+      if (fresh) {
+        pairs_.push_back({a, b, pool_.size()});
+        pool_.resize(pool_.size() + size_t(dx) * dy, 0);
+      }
+      int64_t *tab = pool_.data() + at->second;
       for (unsigned x = 0; x < dx; ++x)
         for (unsigned y = 0; y < dy; ++y)
           tab[X < Y ? size_t(x) * dy + y : size_t(y) * dx + x] += cost(x, y);
@@ -257,21 +265,31 @@ public:
 
   /// Hands the sums to the DP.
   void flush() {
-    for (auto &[v, u] : unary_)
-      msp_.addUnary(v, u);
-    for (auto &[k, tab] : pair_)
-      msp_.addPairwise(k.first, k.second, tab);
+    for (unsigned v = 0; v < unaryAt_.size(); ++v)
+      if (unaryAt_[v] != kNone)
+        msp_.addUnary(v, pool_.data() + unaryAt_[v]);
+    for (const Pair &pair : pairs_)
+      msp_.addPairwise(pair.a, pair.b, pool_.data() + pair.at);
   }
 
 private:
-  std::vector<int64_t> &unary(unsigned v) {
-    auto &u = unary_[v];
-    u.resize(msp_.domain(v), 0);
-    return u;
+  static constexpr size_t kNone = SIZE_MAX;
+  int64_t *unary(unsigned v) {
+    if (unaryAt_[v] == kNone) {
+      unaryAt_[v] = pool_.size();
+      pool_.resize(pool_.size() + msp_.domain(v), 0);
+    }
+    return pool_.data() + unaryAt_[v];
   }
+  struct Pair {
+    unsigned a, b; ///< a < b
+    size_t at;     ///< the table's place in pool_
+  };
   MinSumProblem &msp_;
-  std::map<std::pair<unsigned, unsigned>, std::vector<int64_t>> pair_;
-  std::map<unsigned, std::vector<int64_t>> unary_;
+  std::vector<int64_t> pool_;                   ///< every table, one after the other
+  std::vector<Pair> pairs_;                     ///< in the order first added
+  std::unordered_map<uint64_t, size_t> pairAt_; ///< (a << 32 | b) -> place in pool_
+  std::vector<size_t> unaryAt_;                 ///< per variable (kNone: no table)
 };
 
 /// One step's DP: coarse variables over the candidates, and the cost tables.
@@ -373,14 +391,13 @@ StepModel buildStep(const Problem &p, const CoarseSets &co, const std::vector<St
   StepModel m;
   const unsigned N = static_cast<unsigned>(p.nodes.size());
   const unsigned T = static_cast<unsigned>(p.tensors.size());
-  auto labelsOf = [&](unsigned item) {
-    std::vector<int> l;
-    if (item < N)
-      for (int s : cand.node[item])
-        l.push_back(nodeLabel(p, item, s));
-    else
-      l = cand.tensor[item - N];
-    return l;
+  // Per node, the labels of its candidates (in their order).
+  std::vector<std::vector<int>> nodeLabels(N);
+  for (unsigned n = 0; n < N; ++n)
+    for (int s : cand.node[n])
+      nodeLabels[n].push_back(nodeLabel(p, n, s));
+  auto labelsOf = [&](unsigned item) -> const std::vector<int> & {
+    return item < N ? nodeLabels[item] : cand.tensor[item - N];
   };
   m.nodeVar.assign(N, 0);
   m.tensorVar.assign(T, 0);
@@ -398,23 +415,28 @@ StepModel buildStep(const Problem &p, const CoarseSets &co, const std::vector<St
                         continue;
                       }
                       m.nodeVar[item] = v;
+                      // Each label's candidate (the last, should two share one).
+                      const std::vector<int> &own = nodeLabels[item];
                       for (int l : labels) {
                         int s = -1;
-                        for (int c : cand.node[item])
-                          if (nodeLabel(p, item, c) == l)
-                            s = c;
+                        for (size_t q = own.size(); q-- > 0;)
+                          if (own[q] == l) {
+                            s = cand.node[item][q];
+                            break;
+                          }
                         m.nodeChoice[item].push_back(s);
                       }
                     }
                   });
   // Cost tables: per node and slot, strategy x tensor configuration.
   CostTables tables(m.msp);
+  std::vector<const std::vector<int> *> configs;
   for (unsigned n = 0; n < N; ++n) {
     const ProblemNode &node = p.nodes[n];
     const size_t slots = node.inputs.size() + 1;
-    std::vector<std::vector<int>> configs(slots);
+    configs.resize(slots);
     for (size_t i = 0; i < slots; ++i)
-      configs[i] = m.tensorChoice[i < node.inputs.size() ? node.inputs[i] : node.output];
+      configs[i] = &m.tensorChoice[i < node.inputs.size() ? node.inputs[i] : node.output];
     // Communication, and where the node is priced, the memory of its buffers.
     const bool priced = memoryWeight > 0 && n < pricedBuffers.size() && pricedBuffers[n];
     // Per value of the node's variable, its terms (and buffers) in the cache.
@@ -491,7 +513,7 @@ void choiceSequences(const std::vector<StepChoice> &steps, const std::vector<siz
                      std::vector<std::vector<int>> &out) {
   std::vector<int> seq;
   // Whether some sequence continues from step l with extents `state`.
-  std::function<bool(size_t, const State &)> walk = [&](size_t l, const State &state) {
+  auto walk = [&](auto &self, size_t l, const State &state) -> bool {
     if (l == steps.size()) {
       out.push_back(seq);
       return true;
@@ -500,9 +522,9 @@ void choiceSequences(const std::vector<StepChoice> &steps, const std::vector<siz
     if (std::find(S.begin(), S.end(), l) == S.end()) {
       const int c = fixed(l);
       if (c < 0)
-        return walk(l + 1, state);
+        return self(self, l + 1, state);
       State next = state;
-      return cut(next, c, parts) && walk(l + 1, next);
+      return cut(next, c, parts) && self(self, l + 1, next);
     }
     bool any = false;
     for (int c : options) {
@@ -510,17 +532,17 @@ void choiceSequences(const std::vector<StepChoice> &steps, const std::vector<siz
       if (!cut(next, c, parts))
         continue;
       seq.push_back(c);
-      any |= walk(l + 1, next);
+      any |= self(self, l + 1, next);
       seq.pop_back();
     }
     if (!any) {
       seq.push_back(-1);
-      any = walk(l + 1, state);
+      any = self(self, l + 1, state);
       seq.pop_back();
     }
     return any;
   };
-  walk(0, start);
+  walk(walk, 0, start);
 }
 
 /// A joint solve's result: the steps with those of S replaced, and the objective.
@@ -596,37 +618,42 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
     for (unsigned t = 0; t < T; ++t)
       near(tensorSeq[t], steps[S[0]].tensor[t], steps[S[1]].tensor[t]);
   }
-  // A node's sequences as labels (nodeLabel per step), a tensor's as they are.
-  std::vector<std::vector<std::vector<int>>> nodeLabels(N);
-  for (unsigned n = 0; n < N; ++n)
-    for (const std::vector<int> &seq : nodeSeq[n]) {
-      std::vector<int> &l = nodeLabels[n].emplace_back();
-      for (int s : seq)
-        l.push_back(nodeLabel(p, n, s));
-    }
-  auto labelsOf = [&](unsigned item) -> const std::vector<std::vector<int>> & {
-    return item >= N ? tensorSeq[item - N] : nodeLabels[item];
+  // Each sequence's label, one number: a node's sequence by its labels (nodeLabel per
+  // step), a tensor's by its dimensions; equal label sequences get equal numbers.
+  std::unordered_map<std::vector<int64_t>, int64_t, VectorHash> labelIds;
+  std::vector<int64_t> key;
+  auto labelOf = [&](const std::vector<int> &seq, unsigned node) {
+    key.clear();
+    for (int c : seq)
+      key.push_back(node < N ? nodeLabel(p, node, c) : c);
+    return labelIds.emplace(key, int64_t(labelIds.size())).first->second;
   };
+  std::vector<std::vector<int64_t>> labels(N + T);
+  for (unsigned n = 0; n < N; ++n)
+    for (const std::vector<int> &seq : nodeSeq[n])
+      labels[n].push_back(labelOf(seq, n));
+  for (unsigned t = 0; t < T; ++t)
+    for (const std::vector<int> &seq : tensorSeq[t])
+      labels[N + t].push_back(labelOf(seq, N));
+  auto labelsOf = [&](unsigned item) -> const std::vector<int64_t> & { return labels[item]; };
   MinSumProblem msp;
   std::vector<unsigned> nodeVar(N), tensorVar(T);
   // Per node and tensor, per value of its variable, its sequence over S.
   std::vector<std::vector<std::vector<int>>> nodeChoice(N), tensorChoice(T);
   const size_t widest = coarseVariables(
       co, labelsOf,
-      [&](const std::vector<unsigned> &items, const std::vector<std::vector<int>> &dom,
+      [&](const std::vector<unsigned> &items, const std::vector<int64_t> &dom,
           int64_t priority) {
         const unsigned v = msp.addVariable(static_cast<unsigned>(dom.size()), priority);
         for (unsigned item : items) {
-          if (item >= N) {
-            tensorVar[item - N] = v;
-            tensorChoice[item - N] = dom;
-            continue;
-          }
-          nodeVar[item] = v;
-          const std::vector<std::vector<int>> &labels = nodeLabels[item];
-          for (const std::vector<int> &l : dom)
-            nodeChoice[item].push_back(
-                nodeSeq[item][std::find(labels.begin(), labels.end(), l) - labels.begin()]);
+          // The item's sequence of each label (the first, should two share one).
+          const std::vector<int64_t> &own = labels[item];
+          const std::vector<std::vector<int>> &seqs = item >= N ? tensorSeq[item - N] : nodeSeq[item];
+          std::vector<std::vector<int>> &choice =
+              item >= N ? tensorChoice[item - N] : nodeChoice[item];
+          for (int64_t l : dom)
+            choice.push_back(seqs[std::find(own.begin(), own.end(), l) - own.begin()]);
+          (item >= N ? tensorVar[item - N] : nodeVar[item]) = v;
         }
       });
   if (widest > 65535)
@@ -695,9 +722,13 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
         for (const auto &[pre, group] : byPrefix) {
           for (size_t q = 0; q < pre.size(); ++q)
             work[S[q]].tensor[t] = pre[q];
-          std::vector<std::vector<int>> configs(slots);
+          // The group's choices at the last step of S, for this slot only.
+          std::vector<int> finals;
           for (size_t y : group)
-            configs[i].push_back(ys[y].back());
+            finals.push_back(ys[y].back());
+          const std::vector<int> none;
+          std::vector<const std::vector<int> *> configs(slots, &none);
+          configs[i] = &finals;
           const int s = nodeChoice[n][x].back();
           const auto &terms = cache.get(p, n, work, last, lastParts, s, configs, false, weights);
           const std::vector<std::vector<int64_t>> *buffers =
@@ -774,6 +805,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   bool pairsSkipped = false;         // some pair's DP did not fit in what was left
   uint64_t pairWorkLeft = kPairWork; // for every pair solve of this search
   TermCache cache;
+  MinSumProblem::OrderCache orders; // the steps' DPs, solved again after other steps changed
   using Steps = std::vector<StepChoice>;
   auto solveStep = [&](const Steps &steps, size_t i,
                        unsigned parts) -> llvm::Expected<std::pair<StepChoice, int64_t>> {
@@ -782,7 +814,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
                             weights);
     if (i == 0 && plan.variables == 0)
       plan.variables = m.msp.variables();
-    auto sol = m.msp.solve(limits);
+    auto sol = m.msp.solve(limits, &orders);
     if (!sol)
       return sol.takeError();
     if (sol->conditioned > 0) // the graph is wide: later solves skip the large exact tables

@@ -165,6 +165,54 @@ TEST(MinSum, EqualsBruteForceOnRandomProblems) {
   }
 }
 
+TEST(MinSum, KeptOrdersGiveTheSameSolutions) {
+  // Problems of a few structures, each solved many times with other costs: with an order
+  // cache the solutions (values, cost, largest table) are those of a fresh solve, the
+  // repeated structures replay their order, and another structure does not take one.
+  std::mt19937 rng(13);
+  MinSumProblem::OrderCache orders;
+  for (int trial = 0; trial < 60; ++trial) {
+    std::mt19937 shape(trial % 3); // three structures
+    MinSumProblem m;
+    const unsigned n = 4 + shape() % 6;
+    for (unsigned v = 0; v < n; ++v)
+      m.addVariable(1 + shape() % 4, shape() % 3);
+    const unsigned factors = 3 + shape() % 12;
+    for (unsigned f = 0; f < factors; ++f) {
+      unsigned a = shape() % n, b = shape() % n;
+      std::vector<int64_t> t(a == b ? m.domain(a) : m.domain(a) * m.domain(b));
+      for (auto &x : t)
+        x = rng() % 100;
+      if (a == b)
+        m.addUnary(a, t);
+      else
+        m.addPairwise(a, b, t);
+    }
+    auto fresh = m.solve();
+    auto kept = m.solve(MinSumProblem::Limits(), &orders);
+    ASSERT_TRUE(bool(fresh) && bool(kept));
+    EXPECT_EQ(kept->values, fresh->values) << "trial " << trial;
+    EXPECT_EQ(kept->cost, fresh->cost) << "trial " << trial;
+    EXPECT_EQ(kept->largestTable, fresh->largestTable) << "trial " << trial;
+  }
+  EXPECT_EQ(orders.misses, 3u);
+  EXPECT_EQ(orders.hits, 57u);
+  // A replayed order still honours the table limit.
+  MinSumProblem wide;
+  for (int v = 0; v < 6; ++v)
+    wide.addVariable(10);
+  for (unsigned a = 0; a < 6; ++a)
+    for (unsigned b = a + 1; b < 6; ++b)
+      wide.addPairwise(a, b, std::vector<int64_t>(100, 1));
+  ASSERT_TRUE(bool(wide.solve(MinSumProblem::Limits(), &orders)));
+  MinSumProblem::Limits small;
+  small.maxTableEntries = 1000;
+  auto tooWide = wide.solve(small, &orders);
+  EXPECT_EQ(orders.hits, 58u);
+  ASSERT_FALSE(bool(tooWide));
+  EXPECT_NE(llvm::toString(tooWide.takeError()).find("too wide"), std::string::npos);
+}
+
 TEST(MinSum, TableLimitIsAnError) {
   MinSumProblem m;
   for (int v = 0; v < 6; ++v)
