@@ -141,26 +141,30 @@ Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, si
 /// timesteps of an RNN).
 class TermCache {
 public:
-  const std::vector<std::vector<int64_t>> &get(const Problem &p, unsigned n,
-                                               const std::vector<StepChoice> &steps, size_t i,
-                                               unsigned parts, int s,
-                                               const std::vector<const std::vector<int> *> &configs,
-                                               bool buffers = false,
-                                               const std::vector<double> &weights = {}) {
+  using Terms = std::vector<std::vector<int64_t>>;
+
+  /// The terms of node `n` at step `i` of `steps` (of `parts` groups) for each choice `s` of
+  /// the node there, its slots' tensors taking the `configs` choices (per slot): prepare()
+  /// once, then get() per choice. `steps` and `configs` must outlive the gets.
+  void prepare(const Problem &p, unsigned n, const std::vector<StepChoice> &steps, size_t i,
+               unsigned parts, const std::vector<const std::vector<int> *> &configs,
+               const std::vector<double> &weights = {}) {
+    at_ = {&p, n, &steps, i, parts, &configs, &weights};
     const ProblemNode &node = p.nodes[n];
     const size_t m = std::max(steps.size(), i + 1);
     key_.clear();
-    key_.push_back(buffers);
+    key_.push_back(0); // buffers or terms
     key_.push_back(static_cast<int64_t>(weights.size()));
     for (double w : weights)
       key_.push_back(static_cast<int64_t>(std::llround(w * 1e6)));
     key_.push_back(classOf(p, n));
     key_.push_back(static_cast<int64_t>(i));
     key_.push_back(parts);
-    key_.push_back(s);
     for (size_t l = 0; l < m; ++l) {
       key_.push_back(l == i ? parts : steps[l].parts);
-      key_.push_back(l == i ? s : steps[l].node[n]);
+      if (l == i)
+        choiceAt_ = key_.size();
+      key_.push_back(l == i ? -2 : steps[l].node[n]); // step i: the choice, set by get()
     }
     for (size_t k = 0; k <= node.inputs.size(); ++k) {
       unsigned t = k < node.inputs.size() ? node.inputs[k] : node.output;
@@ -171,25 +175,35 @@ public:
       for (int c : *configs[k])
         key_.push_back(c);
     }
+  }
+
+  /// The prepared node's terms (Problem::stepTerms), or its buffers (stepBuffers), for its
+  /// choice `s` at step i.
+  const Terms &get(int s, bool buffers = false) {
+    key_[0] = buffers;
+    key_[choiceAt_] = s;
     auto it = cache_.find(key_);
     if (it != cache_.end())
       return it->second;
+    const Problem &p = *at_.p;
+    const std::vector<StepChoice> &steps = *at_.steps;
+    const size_t i = at_.i, m = std::max(steps.size(), i + 1);
     // What the computation costs: a region evaluation per candidate, last-step part and
     // group counted.
     uint64_t candidates = 0;
-    std::vector<std::vector<int>> own;
-    for (const std::vector<int> *c : configs) {
+    std::vector<std::vector<int>> configs;
+    for (const std::vector<int> *c : *at_.configs) {
       candidates += c->size();
-      own.push_back(*c);
+      configs.push_back(*c);
     }
     uint64_t groups = 1;
     for (size_t l = 0; l + 1 < m; ++l)
-      groups = std::min<uint64_t>(groups * (l == i ? parts : steps[l].parts),
+      groups = std::min<uint64_t>(groups * (l == i ? at_.parts : steps[l].parts),
                                   Problem::kExactGroups);
-    evaluations += candidates * groups * (m - 1 == i ? parts : steps[m - 1].parts);
+    evaluations += candidates * groups * (m - 1 == i ? at_.parts : steps[m - 1].parts);
     return cache_
-        .emplace(key_, buffers ? p.stepBuffers(n, steps, i, parts, s, own)
-                               : p.stepTerms(n, steps, i, parts, s, own, weights))
+        .emplace(key_, buffers ? p.stepBuffers(at_.n, steps, i, at_.parts, s, configs)
+                               : p.stepTerms(at_.n, steps, i, at_.parts, s, configs, *at_.weights))
         .first->second;
   }
 
@@ -226,8 +240,18 @@ private:
 
   std::vector<int64_t> classes_;
   std::unordered_map<std::vector<int64_t>, int64_t, VectorHash> classIds_;
-  std::vector<int64_t> key_;
-  std::unordered_map<std::vector<int64_t>, std::vector<std::vector<int64_t>>, VectorHash> cache_;
+  struct Prepared {
+    const Problem *p;
+    unsigned n;
+    const std::vector<StepChoice> *steps;
+    size_t i;
+    unsigned parts;
+    const std::vector<const std::vector<int> *> *configs;
+    const std::vector<double> *weights;
+  } at_{};
+  std::vector<int64_t> key_; ///< the prepared key (the choice and buffers set by get)
+  size_t choiceAt_ = 0;      ///< where step i's choice lies in key_
+  std::unordered_map<std::vector<int64_t>, Terms, VectorHash> cache_;
 };
 
 /// Sums the (node, tensor) cost tables of a step into the DP's tables: one per pair of
@@ -440,11 +464,12 @@ StepModel buildStep(const Problem &p, const CoarseSets &co, const std::vector<St
     // Communication, and where the node is priced, the memory of its buffers.
     const bool priced = memoryWeight > 0 && n < pricedBuffers.size() && pricedBuffers[n];
     // Per value of the node's variable, its terms (and buffers) in the cache.
-    std::vector<const std::vector<std::vector<int64_t>> *> terms, buffers;
+    std::vector<const TermCache::Terms *> terms, buffers;
+    cache.prepare(p, n, steps, i, parts, configs, weights);
     for (int s : m.nodeChoice[n]) {
-      terms.push_back(&cache.get(p, n, steps, i, parts, s, configs, false, weights));
+      terms.push_back(&cache.get(s));
       if (priced)
-        buffers.push_back(&cache.get(p, n, steps, i, parts, s, configs, true));
+        buffers.push_back(&cache.get(s, true));
     }
     for (size_t i = 0; i < slots; ++i) {
       unsigned t = i < node.inputs.size() ? node.inputs[i] : node.output;
@@ -730,9 +755,9 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
           std::vector<const std::vector<int> *> configs(slots, &none);
           configs[i] = &finals;
           const int s = nodeChoice[n][x].back();
-          const auto &terms = cache.get(p, n, work, last, lastParts, s, configs, false, weights);
-          const std::vector<std::vector<int64_t>> *buffers =
-              priced ? &cache.get(p, n, work, last, lastParts, s, configs, true) : nullptr;
+          cache.prepare(p, n, work, last, lastParts, configs, weights);
+          const TermCache::Terms &terms = cache.get(s);
+          const TermCache::Terms *buffers = priced ? &cache.get(s, true) : nullptr;
           for (size_t q = 0; q < group.size(); ++q)
             tab[x * dy + group[q]] =
                 terms[i][q] + (buffers ? memoryCost(o.memoryWeight, (*buffers)[i][q]) : 0);
