@@ -215,6 +215,23 @@ public:
   /// The scope of the variable pop() gave last.
   const std::vector<unsigned> &neighbours(unsigned) const { return scope_; }
   void eliminate(unsigned) {}
+  /// The whole order's eliminations, scope entries and table entries (the argmins the
+  /// back-substitution keeps), to allocate them once; and its widest table (scope and
+  /// variable).
+  void sizes(const std::vector<unsigned> &domains, size_t &eliminations, size_t &scopes,
+             uint64_t &entries, uint64_t &widest) const {
+    eliminations = scopes = 0;
+    entries = widest = 0;
+    for (size_t at = 0; at < kept_.size(); at += 2 + kept_[at + 1]) {
+      uint64_t size = 1;
+      for (unsigned q = 0; q < kept_[at + 1]; ++q)
+        size *= domains[kept_[at + 2 + q]];
+      ++eliminations;
+      scopes += kept_[at + 1];
+      entries += size;
+      widest = std::max(widest, size * domains[kept_[at]]);
+    }
+  }
 
 private:
   const std::vector<unsigned> &kept_;
@@ -406,6 +423,16 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
   std::vector<Elimination> eliminations;
   std::vector<unsigned> scopes;
   std::vector<uint16_t> argmins;
+  if constexpr (!Order::kConditions) { // a kept order knows its sizes: allocate once
+    size_t e = 0, sc = 0;
+    uint64_t entries = 0, widest = 0;
+    order.sizes(domains_, e, sc, entries, widest);
+    if (widest <= tableLimit) { // (else the solve fails at that table)
+      eliminations.reserve(e);
+      scopes.reserve(sc);
+      argmins.reserve(entries);
+    }
+  }
   Solution sol;
   int64_t constant = constant_;
   uint64_t work = 0;
