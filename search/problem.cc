@@ -617,41 +617,77 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
   };
   std::vector<int64_t> fv(factors.size(), 0);
   std::vector<int64_t> sums(terms.size());
+  // Per level x (the component's first x steps applied to a worker, reused from one point to
+  // the next), the variable ranges and the tiles per slot; and the input regions.
+  std::vector<std::vector<Range>> levelRanges(1);
+  std::vector<std::vector<Box>> levelTiles(1, std::vector<Box>(slots));
+  for (int64_t e : n.shapes.vars)
+    levelRanges[0].push_back({0, e});
+  for (size_t k = 0; k < slots; ++k)
+    for (int64_t e : tensors[slotTensor(k)].shape)
+      levelTiles[0][k].push_back({0, e});
+  std::vector<Box> regions;
+  std::vector<unsigned> mine;
+  std::vector<std::vector<unsigned>> termMine(terms.size());
   for (size_t c = 0; c < components.size(); ++c) {
     const uint64_t mask = components[c];
     std::vector<size_t> members;
     for (size_t l = 0; l < m; ++l)
       if (mask & (uint64_t(1) << l))
         members.push_back(l);
-    bool needRegions = false;
+    // The component's factors, and per term its factors in the component (the points below
+    // evaluate only these).
+    mine.clear();
     for (size_t f = 0; f < factors.size(); ++f)
-      needRegions |= componentOf[f] == int(c) && factors[f].kind != CostFactor::Nonempty &&
+      if (componentOf[f] == int(c))
+        mine.push_back(static_cast<unsigned>(f));
+    for (size_t t = 0; t < terms.size(); ++t) {
+      termMine[t].clear();
+      for (unsigned f : terms[t].factors)
+        if (componentOf[f] == int(c))
+          termMine[t].push_back(f);
+    }
+    bool needRegions = false;
+    for (unsigned f : mine)
+      needRegions |= factors[f].kind != CostFactor::Nonempty &&
                      factors[f].kind != CostFactor::TileLen && factors[f].kind != CostFactor::TileComputed;
     std::fill(sums.begin(), sums.end(), 0);
-    std::vector<unsigned> coord(members.size(), 0);
-    for (;;) {
-      std::vector<Range> ranges = fullRanges(n.shapes);
-      std::vector<Box> tiles(slots);
+    // Per member step: the variable it splits and per slot the dimension it cuts (the same
+    // at every point).
+    const size_t M = members.size();
+    std::vector<int> memberVar(M);
+    std::vector<std::vector<int>> memberDim(M, std::vector<int>(slots));
+    for (size_t x = 0; x < M; ++x) {
+      memberVar[x] = splitVar(node, steps[members[x]].node[node]);
       for (size_t k = 0; k < slots; ++k)
-        for (int64_t e : tensors[slotTensor(k)].shape)
-          tiles[k].push_back({0, e});
-      for (size_t x = 0; x < members.size(); ++x) {
-        const size_t l = members[x];
-        int v = splitVar(node, steps[l].node[node]);
-        if (v >= 0)
-          ranges[v] = subRange(ranges[v], steps[l].parts, coord[x]);
+        memberDim[x][k] = steps[members[x]].tensor[slotTensor(k)];
+    }
+    if (levelRanges.size() < M + 1) {
+      levelRanges.resize(M + 1);
+      levelTiles.resize(M + 1, std::vector<Box>(slots));
+    }
+    // The points in order, the last member's coordinate fastest; levels from `from` on are
+    // recomputed from the one before (most points recompute only the last).
+    std::vector<unsigned> coord(M, 0);
+    size_t from = 0;
+    for (;;) {
+      for (size_t x = from; x < M; ++x) {
+        const unsigned parts = steps[members[x]].parts;
+        levelRanges[x + 1] = levelRanges[x];
+        if (memberVar[x] >= 0)
+          levelRanges[x + 1][memberVar[x]] =
+              subRange(levelRanges[x][memberVar[x]], parts, coord[x]);
         for (size_t k = 0; k < slots; ++k) {
-          int d = steps[l].tensor[slotTensor(k)];
-          if (d >= 0)
-            tiles[k][d] = subRange(tiles[k][d], steps[l].parts, coord[x]);
+          levelTiles[x + 1][k] = levelTiles[x][k];
+          if (const int d = memberDim[x][k]; d >= 0)
+            levelTiles[x + 1][k][d] = subRange(levelTiles[x][k][d], parts, coord[x]);
         }
       }
-      std::vector<Box> regions;
+      const std::vector<Range> &ranges = levelRanges[M];
+      const std::vector<Box> &tiles = levelTiles[M];
       if (needRegions)
-        regions = inputRegions(op, *n.reads, n.shapes, ranges);
-      for (size_t f = 0; f < factors.size(); ++f) {
-        if (componentOf[f] != int(c))
-          continue;
+        inputRegions(op, *n.reads, n.shapes, ranges, regions);
+      for (unsigned f : mine) {
         const CostFactor &x = factors[f];
         switch (x.kind) {
         case CostFactor::Nonempty: fv[f] = ranges[x.a].size() > 0; break;
@@ -668,19 +704,16 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
       }
       for (size_t t = 0; t < terms.size(); ++t) {
         int64_t prod = 1;
-        for (unsigned f : terms[t].factors)
-          if (componentOf[f] == int(c))
-            prod *= fv[f];
+        for (unsigned f : termMine[t])
+          prod *= fv[f];
         sums[t] += prod;
       }
-      size_t x = 0;
-      for (; x < members.size(); ++x) {
-        if (++coord[x] < steps[members[x]].parts)
-          break;
-        coord[x] = 0;
-      }
-      if (x == members.size())
+      size_t x = M;
+      while (x > 0 && ++coord[x - 1] == steps[members[x - 1]].parts)
+        coord[--x] = 0;
+      if (x == 0)
         break;
+      from = x - 1;
     }
     for (size_t t = 0; t < terms.size(); ++t)
       value[t] *= sums[t];
