@@ -742,18 +742,20 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
       for (size_t y = 0; y < dy; ++y)
         byPrefix[std::vector<int>(ys[y].begin(), ys[y].end() - 1)].push_back(y);
       std::vector<int64_t> tab(dx * dy, 0);
+      // The terms' slot configurations: this slot's last-step choices, none elsewhere.
+      const std::vector<int> none;
+      std::vector<int> finals;
+      std::vector<const std::vector<int> *> configs(slots, &none);
+      configs[i] = &finals;
       for (size_t x = 0; x < dx; ++x) {
         setNode(n, nodeChoice[n][x]);
         for (const auto &[pre, group] : byPrefix) {
           for (size_t q = 0; q < pre.size(); ++q)
             work[S[q]].tensor[t] = pre[q];
           // The group's choices at the last step of S, for this slot only.
-          std::vector<int> finals;
+          finals.clear();
           for (size_t y : group)
             finals.push_back(ys[y].back());
-          const std::vector<int> none;
-          std::vector<const std::vector<int> *> configs(slots, &none);
-          configs[i] = &finals;
           const int s = nodeChoice[n][x].back();
           cache.prepare(p, n, work, last, lastParts, configs, weights);
           const TermCache::Terms &terms = cache.get(s);

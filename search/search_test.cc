@@ -165,6 +165,18 @@ TEST(MinSum, EqualsBruteForceOnRandomProblems) {
   }
 }
 
+/// Six variables of domain 10, every pair of them in one table: eliminating any variable
+/// needs a table of 10^6 entries.
+MinSumProblem completeProblem() {
+  MinSumProblem m;
+  for (int v = 0; v < 6; ++v)
+    m.addVariable(10);
+  for (unsigned a = 0; a < 6; ++a)
+    for (unsigned b = a + 1; b < 6; ++b)
+      m.addPairwise(a, b, std::vector<int64_t>(100, 1));
+  return m;
+}
+
 TEST(MinSum, KeptOrdersGiveTheSameSolutions) {
   // Problems of a few structures, each solved many times with other costs: with an order
   // cache the solutions (values, cost, largest table) are those of a fresh solve, the
@@ -198,12 +210,7 @@ TEST(MinSum, KeptOrdersGiveTheSameSolutions) {
   EXPECT_EQ(orders.misses, 3u);
   EXPECT_EQ(orders.hits, 57u);
   // A replayed order still honours the table limit.
-  MinSumProblem wide;
-  for (int v = 0; v < 6; ++v)
-    wide.addVariable(10);
-  for (unsigned a = 0; a < 6; ++a)
-    for (unsigned b = a + 1; b < 6; ++b)
-      wide.addPairwise(a, b, std::vector<int64_t>(100, 1));
+  const MinSumProblem wide = completeProblem();
   ASSERT_TRUE(bool(wide.solve(MinSumProblem::Limits(), &orders)));
   MinSumProblem::Limits small;
   small.maxTableEntries = 1000;
@@ -214,12 +221,7 @@ TEST(MinSum, KeptOrdersGiveTheSameSolutions) {
 }
 
 TEST(MinSum, TableLimitIsAnError) {
-  MinSumProblem m;
-  for (int v = 0; v < 6; ++v)
-    m.addVariable(10);
-  for (unsigned a = 0; a < 6; ++a)
-    for (unsigned b = a + 1; b < 6; ++b)
-      m.addPairwise(a, b, std::vector<int64_t>(100, 1));
+  const MinSumProblem m = completeProblem();
   MinSumProblem::Limits limits;
   limits.maxTableEntries = 1000;
   auto sol = m.solve(limits);
