@@ -392,6 +392,7 @@ Range partOf(int64_t extent, unsigned parts, unsigned w) {
 
 std::vector<Range> fullRanges(const Shapes &shapes) {
   std::vector<Range> out;
+  out.reserve(shapes.vars.size());
   for (int64_t e : shapes.vars)
     out.push_back({0, e});
   return out;

@@ -6,6 +6,7 @@
 #include <deque>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <tuple>
 
 #include "fmt/format.h"
@@ -60,11 +61,50 @@ struct FactorView {
   size_t size;
 };
 
-/// A factor an elimination made (or conditioning sliced).
+/// A factor conditioning sliced.
 struct MadeFactor {
   std::vector<unsigned> vars; ///< ascending
   std::vector<int64_t> table;
-  FactorView view() const { return {vars.data(), vars.size(), table.data(), table.size()}; }
+};
+
+/// Storage for the factors the eliminations make, kept from one solve to the next on the
+/// same thread: blocks that never move (a factor's view points into them), handed out in
+/// order and taken back all at once by reset(), which frees blocks beyond a few to keep.
+template <typename T> class Pool {
+public:
+  /// `n` uninitialised values.
+  T *take(size_t n) {
+    while (block_ < blocks_.size() && used_ + n > blocks_[block_].size) {
+      ++block_;
+      used_ = 0;
+    }
+    if (block_ == blocks_.size()) {
+      const size_t size = std::max(n, kBlock);
+      blocks_.push_back({std::unique_ptr<T[]>(new T[size]), size});
+      used_ = 0;
+    }
+    T *out = blocks_[block_].data.get() + used_;
+    used_ += n;
+    return out;
+  }
+  /// Everything taken back; blocks past kKeep values in all are freed.
+  void reset() {
+    size_t kept = 0, b = 0;
+    for (; b < blocks_.size() && kept + blocks_[b].size <= kKeep; ++b)
+      kept += blocks_[b].size;
+    blocks_.resize(b);
+    block_ = used_ = 0;
+  }
+
+private:
+  static constexpr size_t kBlock = size_t(1) << 16;
+  static constexpr size_t kKeep = size_t(1) << 22;
+  struct Block {
+    std::unique_ptr<T[]> data;
+    size_t size;
+  };
+  std::vector<Block> blocks_;
+  size_t block_ = 0, used_ = 0;
 };
 
 /// Factor `f` with variable `u` fixed to `x`: its other variables and their table.
@@ -315,7 +355,15 @@ struct Rows {
 } // namespace
 
 uint64_t MinSumProblem::eliminationWork(uint64_t stopAbove, uint64_t *largest) const {
-  EliminationOrder order(domains_, priority_, factors_);
+  return eliminationWork({}, stopAbove, largest);
+}
+
+uint64_t MinSumProblem::eliminationWork(const std::vector<std::pair<unsigned, unsigned>> &scopes,
+                                        uint64_t stopAbove, uint64_t *largest) const {
+  std::vector<Factor> factors = factors_;
+  for (const auto &[a, b] : scopes)
+    factors.push_back({{std::min(a, b), std::max(a, b)}, 2, 0}); // the order reads scopes only
+  EliminationOrder order(domains_, priority_, factors);
   uint64_t work = 0;
   while (!order.empty() && work <= stopAbove) {
     const unsigned v = order.pop();
@@ -392,8 +440,12 @@ llvm::Expected<MinSumProblem::Solution>
 MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool condition,
                          bool *tooWide, Order &order, std::vector<unsigned> *record) const {
   const unsigned n = static_cast<unsigned>(domains_.size());
-  // The problem's factors, then those the eliminations make (a deque keeps them in place).
-  std::deque<MadeFactor> made;
+  // The problem's factors, then those the eliminations make (their scopes and tables in
+  // this thread's pools, which keep them in place).
+  thread_local Pool<unsigned> madeVars;
+  thread_local Pool<int64_t> madeTables;
+  madeVars.reset();
+  madeTables.reset();
   std::vector<FactorView> factors;
   factors.reserve(factors_.size() * 2);
   for (size_t f = 0; f < factors_.size(); ++f) {
@@ -402,16 +454,23 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
     factors.push_back({kept.vars, kept.arity, tables_.data() + kept.tableAt, end - kept.tableAt});
   }
   std::vector<char> alive(factors.size(), 1);
-  std::vector<std::vector<unsigned>> ofVar(n);
+  // Per variable, its factors (this thread's lists, kept with their capacity).
+  thread_local std::vector<std::vector<unsigned>> ofVar;
+  if (ofVar.size() < n)
+    ofVar.resize(n);
+  for (unsigned v = 0; v < n; ++v)
+    ofVar[v].clear();
   for (unsigned f = 0; f < factors.size(); ++f)
     for (size_t k = 0; k < factors[f].arity; ++k)
       ofVar[factors[f].vars[k]].push_back(f);
-  auto addFactor = [&](MadeFactor f) {
+  // A made factor over `vars` (ascending) whose table (madeTables) is already written.
+  auto addFactor = [&](const std::vector<unsigned> &vars, const int64_t *table, size_t size) {
     const unsigned id = static_cast<unsigned>(factors.size());
-    made.push_back(std::move(f));
-    factors.push_back(made.back().view());
+    unsigned *own = madeVars.take(vars.size());
+    std::copy(vars.begin(), vars.end(), own);
+    factors.push_back({own, vars.size(), table, size});
     alive.push_back(1);
-    for (unsigned w : made.back().vars)
+    for (unsigned w : vars)
       ofVar[w].push_back(id);
   };
   // Each elimination's variable, its scope (in scopes) and its best value per assignment of
@@ -493,10 +552,13 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
         for (unsigned f : live) {
           alive[f] = 0;
           MadeFactor sliced = sliceOf(factors[f], u, best, domains_);
-          if (sliced.vars.empty())
+          if (sliced.vars.empty()) {
             constant += sliced.table[0];
-          else
-            addFactor(std::move(sliced));
+          } else {
+            int64_t *table = madeTables.take(sliced.table.size());
+            std::copy(sliced.table.begin(), sliced.table.end(), table);
+            addFactor(sliced.vars, table, sliced.table.size());
+          }
         }
         order.condition(u, v);
         eliminations.push_back({u, scopes.size(), 0, argmins.size()});
@@ -532,12 +594,12 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
     eliminations.push_back({v, scopes.size(), ns, argmins.size()});
     scopes.insert(scopes.end(), scope.begin(), scope.end());
     argmins.resize(argmins.size() + size);
-    MadeFactor out{scope, std::vector<int64_t>(size)};
+    int64_t *out = madeTables.take(size);
     scopeDomains.clear();
     for (unsigned u : scope)
       scopeDomains.push_back(domains_[u]);
     Rows rows{size, dv, ns, nf, scopeDomains.data(), stride.data(), base.data(), vStride.data(),
-              out.table.data(), argmins.data() + eliminations.back().argminAt};
+              out, argmins.data() + eliminations.back().argminAt};
     bool inTime;
     switch (dv) { // small domains unrolled
     case 2: inTime = rows.run<2>(limits.deadline, work, scratch); break;
@@ -552,9 +614,9 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
     if (!inTime)
       return stringError("the search ran out of its time budget");
     if (ns == 0)
-      constant += out.table[0];
+      constant += out[0];
     else
-      addFactor(std::move(out));
+      addFactor(scope, out, size);
     order.eliminate(v);
   }
   sol.values.assign(n, 0);

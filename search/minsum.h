@@ -83,6 +83,10 @@ public:
   /// scopes alone (the tables' values are not read). Stops counting past `stopAbove`.
   /// `largest`, when given, receives the entries of the largest table it would build.
   uint64_t eliminationWork(uint64_t stopAbove = UINT64_MAX, uint64_t *largest = nullptr) const;
+  /// The same as if a pairwise factor over each pair of `scopes` had been added too (no
+  /// table is built: what a problem would cost, before its tables are computed).
+  uint64_t eliminationWork(const std::vector<std::pair<unsigned, unsigned>> &scopes,
+                           uint64_t stopAbove = UINT64_MAX, uint64_t *largest = nullptr) const;
 
   /// The total cost of an assignment.
   int64_t evaluate(const std::vector<unsigned> &values) const;

@@ -70,16 +70,18 @@ std::vector<bool> weightLike(const Problem &p) {
 /// The candidates of step `i` of `steps` (appended when i == steps.size()) with `parts`
 /// groups: per node the strategies, per tensor the dimensions, whose whole sequence of
 /// cuts stays valid (every cut piece at least as large as its step's parts); -1 (whole)
-/// where nothing is.
-Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i,
-                      unsigned parts, Algorithm algo) {
-  Candidates c;
+/// where nothing is. Fills `c`, reusing its lists.
+void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i,
+                unsigned parts, Algorithm algo, Candidates &c) {
+  c.node.resize(p.nodes.size());
+  c.tensor.resize(p.tensors.size());
   const size_t m = std::max(steps.size(), i + 1);
   auto partsAt = [&](size_t l) { return l == i ? parts : steps[l].parts; };
   // Per strategy, the extents of the variables the sequence cuts (few: one per step).
   std::vector<std::pair<int, int64_t>> cut;
   for (unsigned n = 0; n < p.nodes.size(); ++n) {
-    std::vector<int> list;
+    std::vector<int> &list = c.node[n];
+    list.clear();
     const auto &strategies = p.nodes[n].table->strategies;
     for (unsigned s = 0; s < strategies.size(); ++s) {
       if (algo == Algorithm::Icml18 && strategies[s].kind == Strategy::Kind::Reduction)
@@ -101,14 +103,14 @@ Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, si
     }
     if (list.empty())
       list.push_back(-1);
-    c.node.push_back(std::move(list));
   }
   std::vector<bool> whole;
   if (algo == Algorithm::DataParallel)
     whole = weightLike(p);
   std::vector<int64_t> ext;
   for (unsigned t = 0; t < p.tensors.size(); ++t) {
-    std::vector<int> list;
+    std::vector<int> &list = c.tensor[t];
+    list.clear();
     const std::vector<int64_t> &shape = p.tensors[t].shape;
     for (unsigned d = 0; d < shape.size(); ++d) {
       ext = shape;
@@ -131,8 +133,13 @@ Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, si
     }
     if (list.empty())
       list.push_back(-1);
-    c.tensor.push_back(std::move(list));
   }
+}
+
+Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i,
+                      unsigned parts, Algorithm algo) {
+  Candidates c;
+  candidates(p, steps, i, parts, algo, c);
   return c;
 }
 
@@ -210,7 +217,6 @@ public:
   /// Region evaluations of the terms computed so far (the misses' work).
   uint64_t evaluations = 0;
 
-private:
   /// Node n's class: nodes of one class (the same analysed op, variable extents, and per
   /// slot the same tensor shape, element size and repeated-input pattern) have the same
   /// terms under the same choices.
@@ -238,6 +244,7 @@ private:
     return classes_[n] = classIds_.emplace(std::move(key), int64_t(classIds_.size())).first->second;
   }
 
+private:
   std::vector<int64_t> classes_;
   std::unordered_map<std::vector<int64_t>, int64_t, VectorHash> classIds_;
   struct Prepared {
@@ -386,17 +393,19 @@ size_t coarseVariables(const CoarseSets &co, LabelsOf labelsOf, Assign assign) {
     return labels.size();
   };
   size_t largest = 0;
+  std::decay_t<decltype(labelsOf(0u))> domain; // reused from set to set
   for (const std::vector<unsigned> &items : co.members) {
     if (items.empty())
       continue;
-    auto domain = labelsOf(items.front());
+    domain = labelsOf(items.front());
     for (size_t i = 1; i < items.size() && !domain.empty(); ++i) {
       const auto &other = labelsOf(items[i]);
-      decltype(domain) keep;
-      for (const auto &l : domain)
-        if (std::find(other.begin(), other.end(), l) != other.end())
-          keep.push_back(l);
-      domain = std::move(keep);
+      domain.erase(std::remove_if(domain.begin(), domain.end(),
+                                  [&](const auto &l) {
+                                    return std::find(other.begin(), other.end(), l) ==
+                                           other.end();
+                                  }),
+                   domain.end());
     }
     if (!domain.empty()) {
       largest = std::max(largest, add(items, domain));
@@ -537,6 +546,10 @@ void choiceSequences(const std::vector<StepChoice> &steps, const std::vector<siz
                      const std::vector<int> &options, const State &start, Cut cut, Fixed fixed,
                      std::vector<std::vector<int>> &out) {
   std::vector<int> seq;
+  // The extents after each step's cut, one buffer per depth (reused, not reallocated).
+  thread_local std::vector<State> after;
+  if (after.size() < steps.size())
+    after.resize(steps.size());
   // Whether some sequence continues from step l with extents `state`.
   auto walk = [&](auto &self, size_t l, const State &state) -> bool {
     if (l == steps.size()) {
@@ -544,16 +557,17 @@ void choiceSequences(const std::vector<StepChoice> &steps, const std::vector<siz
       return true;
     }
     const unsigned parts = steps[l].parts;
+    State &next = after[l];
     if (std::find(S.begin(), S.end(), l) == S.end()) {
       const int c = fixed(l);
       if (c < 0)
         return self(self, l + 1, state);
-      State next = state;
+      next = state;
       return cut(next, c, parts) && self(self, l + 1, next);
     }
     bool any = false;
     for (int c : options) {
-      State next = state;
+      next = state;
       if (!cut(next, c, parts))
         continue;
       seq.push_back(c);
@@ -594,10 +608,43 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
   const unsigned N = static_cast<unsigned>(p.nodes.size());
   const unsigned T = static_cast<unsigned>(p.tensors.size());
   const size_t last = S.back();
-  // Per item, its sequences over S (node: strategies; tensor: dimensions).
-  std::vector<std::vector<std::vector<int>>> nodeSeq(N), tensorSeq(T);
+  // Per item (nodes n, tensors N + t), its sequences over S (node: strategies; tensor:
+  // dimensions). Items that must have the same sequences share them: nodes of one class
+  // (TermCache::classOf) with the same choice at every step, tensors of one shape with the
+  // same dimension at every step; rep[item] is the first such item, which holds them.
+  std::vector<std::vector<std::vector<int>>> seqs(N + T);
+  std::vector<unsigned> rep(N + T);
+  std::unordered_map<std::vector<int64_t>, unsigned, VectorHash> firstOf;
+  std::vector<int64_t> sig;
+  auto shared = [&](unsigned item) {
+    auto [it, fresh] = firstOf.try_emplace(sig, item);
+    rep[item] = it->second;
+    return !fresh;
+  };
+  // Only the moves near the current steps: either step as it is (the other free), both
+  // the same choice (cut twice), or the two steps' choices swapped.
+  auto near = [&](std::vector<std::vector<int>> &seqs, int a, int b) {
+    if (!neighbourhood || S.size() != 2)
+      return;
+    // The current choices are valid even where the generation would not offer them (a
+    // step kept whole because no cut fits with the other step's current choice).
+    if (std::find(seqs.begin(), seqs.end(), std::vector<int>{a, b}) == seqs.end())
+      seqs.push_back({a, b});
+    seqs.erase(std::remove_if(seqs.begin(), seqs.end(),
+                              [&](const std::vector<int> &q) {
+                                return !(q[0] == a || q[1] == b || q[0] == q[1] ||
+                                         (q[0] == b && q[1] == a));
+                              }),
+               seqs.end());
+  };
+  std::vector<int> opts;
   for (unsigned n = 0; n < N; ++n) {
-    std::vector<int> opts(p.nodes[n].table->strategies.size());
+    sig.assign({0, cache.classOf(p, n)});
+    for (const StepChoice &c : steps)
+      sig.push_back(c.node[n]);
+    if (shared(n))
+      continue;
+    opts.resize(p.nodes[n].table->strategies.size());
     std::iota(opts.begin(), opts.end(), 0);
     auto cut = [&](std::vector<Range> &r, int s, unsigned parts) {
       const int v = p.splitVar(n, s);
@@ -609,10 +656,18 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
       return true;
     };
     choiceSequences(steps, S, opts, fullRanges(p.nodes[n].shapes), cut,
-                    [&](size_t l) { return steps[l].node[n]; }, nodeSeq[n]);
+                    [&](size_t l) { return steps[l].node[n]; }, seqs[n]);
+    near(seqs[n], steps[S[0]].node[n], steps[S.back()].node[n]);
   }
   for (unsigned t = 0; t < T; ++t) {
-    std::vector<int> opts(p.tensors[t].shape.size());
+    const std::vector<int64_t> &shape = p.tensors[t].shape;
+    sig.assign({1, int64_t(shape.size())});
+    sig.insert(sig.end(), shape.begin(), shape.end());
+    for (const StepChoice &c : steps)
+      sig.push_back(c.tensor[t]);
+    if (shared(N + t))
+      continue;
+    opts.resize(shape.size());
     std::iota(opts.begin(), opts.end(), 0);
     auto cut = [&](std::vector<int64_t> &ext, int d, unsigned parts) {
       if (ext[d] < int64_t(parts))
@@ -620,28 +675,9 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
       ext[d] = partOf(ext[d], parts, 0).size();
       return true;
     };
-    choiceSequences(steps, S, opts, p.tensors[t].shape, cut,
-                    [&](size_t l) { return steps[l].tensor[t]; }, tensorSeq[t]);
-  }
-  if (neighbourhood && S.size() == 2) {
-    // Only the moves near the current steps: either step as it is (the other free), both
-    // the same choice (cut twice), or the two steps' choices swapped.
-    auto near = [&](std::vector<std::vector<int>> &seqs, int a, int b) {
-      // The current choices are valid even where the generation would not offer them (a
-      // step kept whole because no cut fits with the other step's current choice).
-      if (std::find(seqs.begin(), seqs.end(), std::vector<int>{a, b}) == seqs.end())
-        seqs.push_back({a, b});
-      seqs.erase(std::remove_if(seqs.begin(), seqs.end(),
-                                [&](const std::vector<int> &q) {
-                                  return !(q[0] == a || q[1] == b || q[0] == q[1] ||
-                                           (q[0] == b && q[1] == a));
-                                }),
-                 seqs.end());
-    };
-    for (unsigned n = 0; n < N; ++n)
-      near(nodeSeq[n], steps[S[0]].node[n], steps[S[1]].node[n]);
-    for (unsigned t = 0; t < T; ++t)
-      near(tensorSeq[t], steps[S[0]].tensor[t], steps[S[1]].tensor[t]);
+    choiceSequences(steps, S, opts, shape, cut, [&](size_t l) { return steps[l].tensor[t]; },
+                    seqs[N + t]);
+    near(seqs[N + t], steps[S[0]].tensor[t], steps[S.back()].tensor[t]);
   }
   // Each sequence's label, one number: a node's sequence by its labels (nodeLabel per
   // step), a tensor's by its dimensions; equal label sequences get equal numbers.
@@ -653,14 +689,12 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
       key.push_back(node < N ? nodeLabel(p, node, c) : c);
     return labelIds.emplace(key, int64_t(labelIds.size())).first->second;
   };
-  std::vector<std::vector<int64_t>> labels(N + T);
-  for (unsigned n = 0; n < N; ++n)
-    for (const std::vector<int> &seq : nodeSeq[n])
-      labels[n].push_back(labelOf(seq, n));
-  for (unsigned t = 0; t < T; ++t)
-    for (const std::vector<int> &seq : tensorSeq[t])
-      labels[N + t].push_back(labelOf(seq, N));
-  auto labelsOf = [&](unsigned item) -> const std::vector<int64_t> & { return labels[item]; };
+  std::vector<std::vector<int64_t>> labels(N + T); // per representative item
+  for (unsigned item = 0; item < N + T; ++item)
+    if (rep[item] == item)
+      for (const std::vector<int> &seq : seqs[item])
+        labels[item].push_back(labelOf(seq, std::min(item, N)));
+  auto labelsOf = [&](unsigned item) -> const std::vector<int64_t> & { return labels[rep[item]]; };
   MinSumProblem msp;
   std::vector<unsigned> nodeVar(N), tensorVar(T);
   // Per node and tensor, per value of its variable, its sequence over S.
@@ -672,12 +706,12 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
         const unsigned v = msp.addVariable(static_cast<unsigned>(dom.size()), priority);
         for (unsigned item : items) {
           // The item's sequence of each label (the first, should two share one).
-          const std::vector<int64_t> &own = labels[item];
-          const std::vector<std::vector<int>> &seqs = item >= N ? tensorSeq[item - N] : nodeSeq[item];
+          const std::vector<int64_t> &own = labels[rep[item]];
+          const std::vector<std::vector<int>> &mine = seqs[rep[item]];
           std::vector<std::vector<int>> &choice =
               item >= N ? tensorChoice[item - N] : nodeChoice[item];
           for (int64_t l : dom)
-            choice.push_back(seqs[std::find(own.begin(), own.end(), l) - own.begin()]);
+            choice.push_back(mine[std::find(own.begin(), own.end(), l) - own.begin()]);
           (item >= N ? tensorVar[item - N] : nodeVar[item]) = v;
         }
       });
@@ -686,21 +720,19 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
   // The elimination's work and widest table, from the tables' scopes, before building them
   // (a graph too wide for the limit fails at once, not after its tables are built).
   if (workLeft || limits.conditionTableEntries == 0) {
-    MinSumProblem shape = msp;
-    std::set<std::pair<unsigned, unsigned>> scopes;
+    std::vector<std::pair<unsigned, unsigned>> scopes;
     for (unsigned n = 0; n < N; ++n) {
       const ProblemNode &node = p.nodes[n];
       for (size_t i = 0; i <= node.inputs.size(); ++i) {
         const unsigned X = nodeVar[n];
         const unsigned Y = tensorVar[i < node.inputs.size() ? node.inputs[i] : node.output];
-        if (X != Y && msp.domain(X) > 1 && msp.domain(Y) > 1 &&
-            scopes.insert({std::min(X, Y), std::max(X, Y)}).second)
-          shape.addPairwise(std::min(X, Y), std::max(X, Y),
-                            std::vector<int64_t>(size_t(msp.domain(X)) * msp.domain(Y), 0));
+        if (X != Y && msp.domain(X) > 1 && msp.domain(Y) > 1)
+          scopes.push_back({X, Y});
       }
     }
     uint64_t largest = 0;
-    const uint64_t work = shape.eliminationWork(workLeft ? *workLeft : UINT64_MAX, &largest);
+    const uint64_t work =
+        msp.eliminationWork(scopes, workLeft ? *workLeft : UINT64_MAX, &largest);
     if (workLeft && work > *workLeft)
       return stringError(fmt::format("a joint solve of {} steps would visit more than {} table "
                                      "entries",
@@ -833,10 +865,11 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   uint64_t pairWorkLeft = kPairWork; // for every pair solve of this search
   TermCache cache;
   MinSumProblem::OrderCache orders; // the steps' DPs, solved again after other steps changed
+  Candidates cand;                  // each solve's, refilled
   using Steps = std::vector<StepChoice>;
   auto solveStep = [&](const Steps &steps, size_t i,
                        unsigned parts) -> llvm::Expected<std::pair<StepChoice, int64_t>> {
-    Candidates cand = candidates(p, steps, i, parts, o.algorithm);
+    candidates(p, steps, i, parts, o.algorithm, cand);
     StepModel m = buildStep(p, co, steps, i, parts, cand, cache, o.memoryWeight, o.pricedBuffers,
                             weights);
     if (i == 0 && plan.variables == 0)
