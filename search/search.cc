@@ -2,8 +2,10 @@
 #include "search/search.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <functional>
 #include <numeric>
@@ -15,6 +17,7 @@
 #include "grammar/diagnostics.h"
 #include "nlohmann/json.hpp"
 #include "search/minsum.h"
+#include "search/parallel.h"
 
 namespace tofu {
 namespace {
@@ -143,12 +146,42 @@ Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, si
   return c;
 }
 
+/// Per node, its class: nodes of one class (the same analysed op, variable extents, and
+/// per slot the same tensor shape, element size and repeated-input pattern) have the same
+/// terms under the same choices. Ids are dense, in the order of first appearance.
+std::vector<int64_t> nodeClasses(const Problem &p) {
+  std::unordered_map<std::vector<int64_t>, int64_t, VectorHash> ids;
+  std::vector<int64_t> out;
+  std::vector<int64_t> key;
+  for (const ProblemNode &node : p.nodes) {
+    key.clear();
+    key.push_back(reinterpret_cast<intptr_t>(node.table.get()));
+    for (int64_t v : node.shapes.vars)
+      key.push_back(v);
+    for (size_t k = 0; k <= node.inputs.size(); ++k) {
+      unsigned t = k < node.inputs.size() ? node.inputs[k] : node.output;
+      key.push_back(-1000 - int64_t(k));
+      // Repeated inputs are deduplicated by tensor identity: keep which slot it repeats.
+      for (size_t q = 0; q < k && k < node.inputs.size(); ++q)
+        if (node.inputs[q] == t)
+          key.push_back(-2000 - int64_t(q));
+      for (int64_t d : p.tensors[t].shape)
+        key.push_back(d);
+      key.push_back(p.tensors[t].elementBytes);
+    }
+    out.push_back(ids.emplace(key, int64_t(ids.size())).first->second);
+  }
+  return out;
+}
+
 /// Memoised Problem::stepTerms (and stepBuffers): nodes of one instantiation on tensors of
 /// the same shapes and choices cost the same (the repeated blocks of a ResNet, the
 /// timesteps of an RNN).
 class TermCache {
 public:
   using Terms = std::vector<std::vector<int64_t>>;
+  /// `classes`: nodeClasses, which must outlive the cache.
+  explicit TermCache(const std::vector<int64_t> &classes) : classes_(classes) {}
 
   /// The terms of node `n` at step `i` of `steps` (of `parts` groups) for each choice `s` of
   /// the node there, its slots' tensors taking the `configs` choices (per slot): prepare()
@@ -164,7 +197,7 @@ public:
     key_.push_back(static_cast<int64_t>(weights.size()));
     for (double w : weights)
       key_.push_back(static_cast<int64_t>(std::llround(w * 1e6)));
-    key_.push_back(classOf(p, n));
+    key_.push_back(classes_[n]);
     key_.push_back(static_cast<int64_t>(i));
     key_.push_back(parts);
     for (size_t l = 0; l < m; ++l) {
@@ -217,36 +250,7 @@ public:
   /// Region evaluations of the terms computed so far (the misses' work).
   uint64_t evaluations = 0;
 
-  /// Node n's class: nodes of one class (the same analysed op, variable extents, and per
-  /// slot the same tensor shape, element size and repeated-input pattern) have the same
-  /// terms under the same choices.
-  int64_t classOf(const Problem &p, unsigned n) {
-    if (classes_.size() != p.nodes.size())
-      classes_.assign(p.nodes.size(), -1);
-    if (classes_[n] >= 0)
-      return classes_[n];
-    const ProblemNode &node = p.nodes[n];
-    std::vector<int64_t> key;
-    key.push_back(reinterpret_cast<intptr_t>(node.table.get()));
-    for (int64_t v : node.shapes.vars)
-      key.push_back(v);
-    for (size_t k = 0; k <= node.inputs.size(); ++k) {
-      unsigned t = k < node.inputs.size() ? node.inputs[k] : node.output;
-      key.push_back(-1000 - int64_t(k));
-      // Repeated inputs are deduplicated by tensor identity: keep which slot it repeats.
-      for (size_t q = 0; q < k && k < node.inputs.size(); ++q)
-        if (node.inputs[q] == t)
-          key.push_back(-2000 - int64_t(q));
-      for (int64_t d : p.tensors[t].shape)
-        key.push_back(d);
-      key.push_back(p.tensors[t].elementBytes);
-    }
-    return classes_[n] = classIds_.emplace(std::move(key), int64_t(classIds_.size())).first->second;
-  }
-
 private:
-  std::vector<int64_t> classes_;
-  std::unordered_map<std::vector<int64_t>, int64_t, VectorHash> classIds_;
   struct Prepared {
     const Problem *p;
     unsigned n;
@@ -256,9 +260,44 @@ private:
     const std::vector<const std::vector<int> *> *configs;
     const std::vector<double> *weights;
   } at_{};
+  const std::vector<int64_t> &classes_;
   std::vector<int64_t> key_; ///< the prepared key (the choice and buffers set by get)
   size_t choiceAt_ = 0;      ///< where step i's choice lies in key_
   std::unordered_map<std::vector<int64_t>, Terms, VectorHash> cache_;
+};
+
+/// A search's term caches: one per recursion step and per part of the search's threads. A
+/// node's terms live in the part its class falls in (class id modulo the parts), so nodes
+/// of one class share their entries and one thread alone touches a part's cache while the
+/// nodes of a step are spread over the threads; a step's terms never match another step's.
+class TermCaches {
+public:
+  TermCaches(const Problem &p, size_t steps, unsigned parts)
+      : classes_(nodeClasses(p)), parts_(std::max(1u, parts)) {
+    for (size_t k = 0; k < std::max<size_t>(steps, 1) * parts_; ++k)
+      caches_.emplace_back(classes_);
+  }
+  unsigned parts() const { return parts_; }
+  /// The part node n's terms belong to.
+  unsigned partOf(unsigned n) const { return static_cast<unsigned>(classes_[n] % parts_); }
+  int64_t classOf(unsigned n) const { return classes_[n]; }
+  /// The cache of step i (below the count given) and part `part`.
+  TermCache &at(size_t i, unsigned part) {
+    assert(i * parts_ + part < caches_.size() && "a step beyond the search's");
+    return caches_[i * parts_ + part];
+  }
+  /// Region evaluations of every cache's misses so far.
+  uint64_t evaluations() const {
+    uint64_t sum = 0;
+    for (const TermCache &c : caches_)
+      sum += c.evaluations;
+    return sum;
+  }
+
+private:
+  std::vector<int64_t> classes_;
+  unsigned parts_;
+  std::deque<TermCache> caches_; ///< step-major; a deque: a TermCache does not move
 };
 
 /// Sums the (node, tensor) cost tables of a step into the DP's tables: one per pair of
@@ -417,9 +456,12 @@ size_t coarseVariables(const CoarseSets &co, LabelsOf labelsOf, Assign assign) {
   return largest;
 }
 
+/// Step i's DP. The nodes' terms are looked up (and computed where missing) by `pool`'s
+/// threads, each the nodes of its part of `caches` (none: this thread, every part); the
+/// tables are then summed in node order.
 StepModel buildStep(const Problem &p, const CoarseSets &co, const std::vector<StepChoice> &steps,
-                    size_t i, unsigned parts, const Candidates &cand, TermCache &cache,
-                    double memoryWeight, const std::vector<bool> &pricedBuffers,
+                    size_t i, unsigned parts, const Candidates &cand, TermCaches &caches,
+                    WorkerPool *pool, double memoryWeight, const std::vector<bool> &pricedBuffers,
                     const std::vector<double> &weights) {
   StepModel m;
   const unsigned N = static_cast<unsigned>(p.nodes.size());
@@ -461,29 +503,59 @@ StepModel buildStep(const Problem &p, const CoarseSets &co, const std::vector<St
                       }
                     }
                   });
+  // Per node and value of its variable, its terms (and where the node is priced, its
+  // buffers) in the caches: nodeAt[n] is where its pointers start.
+  std::vector<size_t> nodeAt(N + 1, 0);
+  for (unsigned n = 0; n < N; ++n)
+    nodeAt[n + 1] = nodeAt[n] + m.nodeChoice[n].size();
+  std::vector<const TermCache::Terms *> terms(nodeAt[N]), buffers;
+  auto isPriced = [&](unsigned n) {
+    return memoryWeight > 0 && n < pricedBuffers.size() && pricedBuffers[n];
+  };
+  if (memoryWeight > 0)
+    buffers.resize(nodeAt[N]);
+  auto slotConfigs = [&](unsigned n, std::vector<const std::vector<int> *> &configs) {
+    const ProblemNode &node = p.nodes[n];
+    configs.resize(node.inputs.size() + 1);
+    for (size_t k = 0; k < configs.size(); ++k)
+      configs[k] = &m.tensorChoice[k < node.inputs.size() ? node.inputs[k] : node.output];
+  };
+  // Thread t looks up the nodes of part t (every part when it runs alone).
+  auto lookUp = [&](unsigned t, unsigned threads) {
+    std::vector<const std::vector<int> *> configs;
+    for (unsigned n = 0; n < N; ++n) {
+      const unsigned part = caches.partOf(n);
+      if (threads > 1 && part != t)
+        continue;
+      slotConfigs(n, configs);
+      TermCache &cache = caches.at(i, part);
+      cache.prepare(p, n, steps, i, parts, configs, weights);
+      const bool priced = isPriced(n);
+      for (size_t x = 0; x < m.nodeChoice[n].size(); ++x) {
+        const int s = m.nodeChoice[n][x];
+        terms[nodeAt[n] + x] = &cache.get(s);
+        if (priced)
+          buffers[nodeAt[n] + x] = &cache.get(s, true);
+      }
+    }
+  };
+  if (pool && pool->threads() > 1 && caches.parts() == pool->threads())
+    pool->run([&](unsigned t) { lookUp(t, pool->threads()); });
+  else
+    lookUp(0, 1);
   // Cost tables: per node and slot, strategy x tensor configuration.
   CostTables tables(m.msp);
-  std::vector<const std::vector<int> *> configs;
   for (unsigned n = 0; n < N; ++n) {
     const ProblemNode &node = p.nodes[n];
     const size_t slots = node.inputs.size() + 1;
-    configs.resize(slots);
-    for (size_t i = 0; i < slots; ++i)
-      configs[i] = &m.tensorChoice[i < node.inputs.size() ? node.inputs[i] : node.output];
     // Communication, and where the node is priced, the memory of its buffers.
-    const bool priced = memoryWeight > 0 && n < pricedBuffers.size() && pricedBuffers[n];
-    // Per value of the node's variable, its terms (and buffers) in the cache.
-    std::vector<const TermCache::Terms *> terms, buffers;
-    cache.prepare(p, n, steps, i, parts, configs, weights);
-    for (int s : m.nodeChoice[n]) {
-      terms.push_back(&cache.get(s));
-      if (priced)
-        buffers.push_back(&cache.get(s, true));
-    }
-    for (size_t i = 0; i < slots; ++i) {
-      unsigned t = i < node.inputs.size() ? node.inputs[i] : node.output;
+    const bool priced = isPriced(n);
+    const TermCache::Terms *const *own = terms.data() + nodeAt[n];
+    const TermCache::Terms *const *ownBuffers = priced ? buffers.data() + nodeAt[n] : nullptr;
+    for (size_t k = 0; k < slots; ++k) {
+      unsigned t = k < node.inputs.size() ? node.inputs[k] : node.output;
       tables.add(m.nodeVar[n], m.tensorVar[t], [&](unsigned x, unsigned y) {
-        return (*terms[x])[i][y] + (priced ? memoryCost(memoryWeight, (*buffers[x])[i][y]) : 0);
+        return (*own[x])[k][y] + (priced ? memoryCost(memoryWeight, (*ownBuffers[x])[k][y]) : 0);
       });
     }
   }
@@ -600,7 +672,7 @@ struct JointSolution {
 llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
                                          const std::vector<double> &weights,
                                          const CoarseSets &co, std::vector<StepChoice> steps,
-                                         const std::vector<size_t> &S, TermCache &cache,
+                                         const std::vector<size_t> &S, TermCaches &caches,
                                          const MinSumProblem::Limits &limits,
                                          Clock::time_point deadline,
                                          uint64_t *workLeft = nullptr,
@@ -610,7 +682,7 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
   const size_t last = S.back();
   // Per item (nodes n, tensors N + t), its sequences over S (node: strategies; tensor:
   // dimensions). Items that must have the same sequences share them: nodes of one class
-  // (TermCache::classOf) with the same choice at every step, tensors of one shape with the
+  // (nodeClasses) with the same choice at every step, tensors of one shape with the
   // same dimension at every step; rep[item] is the first such item, which holds them.
   std::vector<std::vector<std::vector<int>>> seqs(N + T);
   std::vector<unsigned> rep(N + T);
@@ -639,7 +711,7 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
   };
   std::vector<int> opts;
   for (unsigned n = 0; n < N; ++n) {
-    sig.assign({0, cache.classOf(p, n)});
+    sig.assign({0, caches.classOf(n)});
     for (const StepChoice &c : steps)
       sig.push_back(c.node[n]);
     if (shared(n))
@@ -748,7 +820,7 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
   // the last are set in `work`, the last varies through stepTerms' candidates.
   const unsigned lastParts = steps[last].parts;
   std::vector<StepChoice> work = steps;
-  const uint64_t evaluations = cache.evaluations;
+  const uint64_t evaluations = caches.evaluations();
   auto setNode = [&](unsigned n, const std::vector<int> &seq) {
     for (size_t q = 0; q + 1 < S.size(); ++q)
       work[S[q]].node[n] = seq[q];
@@ -763,7 +835,7 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
     for (size_t i = 0; i < slots; ++i) {
       if (Clock::now() > deadline)
         return stringError("ran out of its time budget while building its tables");
-      if (workLeft && (cache.evaluations - evaluations) * kEvaluationWork > *workLeft)
+      if (workLeft && (caches.evaluations() - evaluations) * kEvaluationWork > *workLeft)
         return stringError("a joint solve's tables would take more than what is left of its "
                            "work budget");
       const unsigned t = i < node.inputs.size() ? node.inputs[i] : node.output;
@@ -789,6 +861,7 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
           for (size_t y : group)
             finals.push_back(ys[y].back());
           const int s = nodeChoice[n][x].back();
+          TermCache &cache = caches.at(last, caches.partOf(n));
           cache.prepare(p, n, work, last, lastParts, configs, weights);
           const TermCache::Terms &terms = cache.get(s);
           const TermCache::Terms *buffers = priced ? &cache.get(s, true) : nullptr;
@@ -805,7 +878,7 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
     }
   }
   if (workLeft)
-    *workLeft -= std::min(*workLeft, (cache.evaluations - evaluations) * kEvaluationWork);
+    *workLeft -= std::min(*workLeft, (caches.evaluations() - evaluations) * kEvaluationWork);
   if (o.memoryWeight > 0)
     for (unsigned t = 0; t < T; ++t) {
       std::vector<int64_t> u;
@@ -863,15 +936,16 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
                                     : std::vector<double>();
   bool pairsSkipped = false;         // some pair's DP did not fit in what was left
   uint64_t pairWorkLeft = kPairWork; // for every pair solve of this search
-  TermCache cache;
+  WorkerPool pool(o.threads ? o.threads : WorkerPool::defaultThreads());
+  TermCaches caches(p, factors.size(), pool.threads());
   MinSumProblem::OrderCache orders; // the steps' DPs, solved again after other steps changed
   Candidates cand;                  // each solve's, refilled
   using Steps = std::vector<StepChoice>;
   auto solveStep = [&](const Steps &steps, size_t i,
                        unsigned parts) -> llvm::Expected<std::pair<StepChoice, int64_t>> {
     candidates(p, steps, i, parts, o.algorithm, cand);
-    StepModel m = buildStep(p, co, steps, i, parts, cand, cache, o.memoryWeight, o.pricedBuffers,
-                            weights);
+    StepModel m = buildStep(p, co, steps, i, parts, cand, caches, &pool, o.memoryWeight,
+                            o.pricedBuffers, weights);
     if (i == 0 && plan.variables == 0)
       plan.variables = m.msp.variables();
     auto sol = m.msp.solve(limits, &orders);
@@ -920,7 +994,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
       bool improved = false;
       for (size_t a = 0; a < steps.size(); ++a)
         for (size_t b = a + 1; b < steps.size() && (b == a + 1 || steps.size() <= 3); ++b) {
-          auto joint = jointSolve(p, o, weights, co, steps, {a, b}, cache, pairLimits,
+          auto joint = jointSolve(p, o, weights, co, steps, {a, b}, caches, pairLimits,
                                   Clock::time_point::max(), &pairWorkLeft, true);
           if (!joint) { // over what is left: no more joint solves in this search
             llvm::consumeError(joint.takeError());
@@ -1105,12 +1179,12 @@ llvm::Error flatSearch(const Problem &p, const PlanOptions &o, const std::vector
     steps[l].tensor.assign(p.tensors.size(), -1);
     all.push_back(l);
   }
-  TermCache cache;
+  TermCaches caches(p, factors.size(), 1);
   MinSumProblem::Limits limits;
   limits.maxTableEntries = o.maxTableEntries;
   limits.deadline = deadline;
   auto sol = jointSolve(p, o, o.prefixWeights, CoarseSets(p, coarsen(p, o.coarsen, o.coarsen)),
-                        std::move(steps), all, cache, limits, deadline);
+                        std::move(steps), all, caches, limits, deadline);
   if (!sol)
     return stringError("dp-flat: " + llvm::toString(sol.takeError()));
   plan.steps = std::move(sol->steps);
@@ -1124,7 +1198,7 @@ llvm::Error exhaustiveSearch(const Problem &p, const PlanOptions &o,
                              const std::vector<unsigned> &factors, Clock::time_point deadline,
                              PartitionPlan &plan) {
   const CoarseSets co(p, coarsen(p, o.coarsen, o.coarsen));
-  TermCache cache;
+  TermCaches caches(p, factors.size(), 1);
   int64_t best = INT64_MAX;
   std::vector<StepChoice> current;
   llvm::Error err = llvm::Error::success();
@@ -1137,7 +1211,8 @@ llvm::Error exhaustiveSearch(const Problem &p, const PlanOptions &o,
     }
     unsigned parts = factors[current.size()];
     Candidates cand = candidates(p, current, current.size(), parts, Algorithm::Tofu);
-    StepModel m = buildStep(p, co, current, current.size(), parts, cand, cache, 0, {}, {});
+    StepModel m = buildStep(p, co, current, current.size(), parts, cand, caches, nullptr, 0, {},
+                            {});
     if (current.size() + 1 == factors.size()) {
       auto sol = m.msp.solve();
       if (!sol) {

@@ -55,6 +55,10 @@ struct PlanOptions {
   /// tofu: after the single-step sweeps, the moves beyond them (pairs of steps solved
   /// jointly, merged-factor starts; within a work budget). false: the sweeps alone.
   bool jointMoves = true;
+  /// Threads of the search (tofu, icml18, equalchop, allrow, data-parallel): each step's
+  /// terms are looked up and computed by this many threads. 0: the machine's cores, at most
+  /// 8. The plan is the same at any count.
+  unsigned threads = 0;
 };
 
 struct PartitionPlan {

@@ -60,6 +60,11 @@ cl::opt<bool> summary("summary", cl::desc("Print the plan's summary only (no per
 cl::opt<double> budget("budget", cl::desc("Time budget in seconds of dp-flat and exhaustive "
                                           "(default 60)"),
                        cl::init(60), cl::cat(planCategory));
+cl::opt<unsigned> searchThreads(
+    "search-threads",
+    cl::desc("Threads of the search (default 0: the machine's cores, at most 8; the plan is "
+             "the same at any count)"),
+    cl::init(0), cl::value_desc("N"), cl::cat(planCategory));
 cl::opt<std::string> memoryPerWorker(
     "memory-per-worker",
     cl::desc("With --workers: the plan of least communication whose planned peak (the memory "
@@ -203,6 +208,7 @@ int main(int argc, char **argv) {
   pipeline.search.workers = workers;
   pipeline.search.algorithm = *algorithm;
   pipeline.search.budgetSeconds = budget;
+  pipeline.search.threads = searchThreads;
   pipeline.search.coarsen = !noCoarsen;
   auto result = tofu::runPipeline({model, graphFile, onnxFile, batch, dataInputs}, *lib, pipeline);
   if (!result) {
