@@ -74,15 +74,36 @@ std::vector<bool> weightLike(const Problem &p) {
 /// groups: per node the strategies, per tensor the dimensions, whose whole sequence of
 /// cuts stays valid (every cut piece at least as large as its step's parts); -1 (whole)
 /// where nothing is. Fills `c`, reusing its lists.
+///
+/// With `classes` (nodeClasses), a node whose class and choices at the other steps match an
+/// earlier node's takes that node's list (the same strategies cut the same extents), and
+/// likewise a tensor whose shape and choices match.
 void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i,
-                unsigned parts, Algorithm algo, Candidates &c) {
+                unsigned parts, Algorithm algo, Candidates &c,
+                const std::vector<int64_t> *classes = nullptr) {
   c.node.resize(p.nodes.size());
   c.tensor.resize(p.tensors.size());
   const size_t m = std::max(steps.size(), i + 1);
   auto partsAt = [&](size_t l) { return l == i ? parts : steps[l].parts; };
+  // The first item of each signature (shared lists, when `classes` is given).
+  std::unordered_map<std::vector<int64_t>, unsigned, VectorHash> firstOf;
+  std::vector<int64_t> sig;
+  auto copied = [&](std::vector<std::vector<int>> &lists, unsigned item) {
+    auto [it, fresh] = firstOf.try_emplace(sig, item);
+    if (!fresh)
+      lists[item] = lists[it->second];
+    return !fresh;
+  };
   // Per strategy, the extents of the variables the sequence cuts (few: one per step).
   std::vector<std::pair<int, int64_t>> cut;
   for (unsigned n = 0; n < p.nodes.size(); ++n) {
+    if (classes) {
+      sig.assign({0, (*classes)[n]});
+      for (size_t l = 0; l < steps.size(); ++l)
+        sig.push_back(l == i ? -2 : steps[l].node[n]);
+      if (copied(c.node, n))
+        continue;
+    }
     std::vector<int> &list = c.node[n];
     list.clear();
     const auto &strategies = p.nodes[n].table->strategies;
@@ -112,9 +133,17 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
     whole = weightLike(p);
   std::vector<int64_t> ext;
   for (unsigned t = 0; t < p.tensors.size(); ++t) {
+    const std::vector<int64_t> &shape = p.tensors[t].shape;
+    if (classes && algo != Algorithm::DataParallel) { // (data-parallel: by role too)
+      sig.assign({1, int64_t(shape.size())});
+      sig.insert(sig.end(), shape.begin(), shape.end());
+      for (size_t l = 0; l < steps.size(); ++l)
+        sig.push_back(l == i ? -2 : steps[l].tensor[t]);
+      if (copied(c.tensor, t))
+        continue;
+    }
     std::vector<int> &list = c.tensor[t];
     list.clear();
-    const std::vector<int64_t> &shape = p.tensors[t].shape;
     for (unsigned d = 0; d < shape.size(); ++d) {
       ext = shape;
       bool ok = true;
@@ -281,6 +310,7 @@ public:
   /// The part node n's terms belong to.
   unsigned partOf(unsigned n) const { return static_cast<unsigned>(classes_[n] % parts_); }
   int64_t classOf(unsigned n) const { return classes_[n]; }
+  const std::vector<int64_t> &classes() const { return classes_; }
   /// The cache of step i (below the count given) and part `part`.
   TermCache &at(size_t i, unsigned part) {
     assert(i * parts_ + part < caches_.size() && "a step beyond the search's");
@@ -939,11 +969,11 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   WorkerPool pool(o.threads ? o.threads : WorkerPool::defaultThreads());
   TermCaches caches(p, factors.size(), pool.threads());
   MinSumProblem::OrderCache orders; // the steps' DPs, solved again after other steps changed
-  Candidates cand;                  // each solve's, refilled
+  Candidates cand; // each solve's, refilled
   using Steps = std::vector<StepChoice>;
   auto solveStep = [&](const Steps &steps, size_t i,
                        unsigned parts) -> llvm::Expected<std::pair<StepChoice, int64_t>> {
-    candidates(p, steps, i, parts, o.algorithm, cand);
+    candidates(p, steps, i, parts, o.algorithm, cand, &caches.classes());
     StepModel m = buildStep(p, co, steps, i, parts, cand, caches, &pool, o.memoryWeight,
                             o.pricedBuffers, weights);
     if (i == 0 && plan.variables == 0)
@@ -959,7 +989,10 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   };
   // Each step solved again given the others, while that lowers the cost. `fresh[i]`: step
   // i was solved given the others as they are now, so solving it again would give the same
-  // result (skipped; not on wide graphs, whose limits may change between solves).
+  // result (skipped; not on wide graphs, whose limits may change between solves). (Solving
+  // the next steps at the same time and keeping those before the first that lowers the
+  // cost was tried: the first one usually does, so on WResNet-152-10 it was no faster than
+  // the threads' term look-ups within each solve.)
   auto sweepSteps = [&](Steps &steps, int64_t &cost, std::vector<char> fresh) -> llvm::Error {
     fresh.resize(steps.size(), 0);
     for (unsigned sweep = 0; sweep < 8 && steps.size() > 1; ++sweep) {
