@@ -301,10 +301,12 @@ struct Rows {
     std::vector<unsigned> digit;
   };
 
-  /// False when the deadline passed (checked every 2^16 entries of `work`).
-  template <unsigned DV>
+  /// False when the deadline passed (checked every 2^16 entries of `work`). NF: the
+  /// number of factors when fixed at compile time (0: `nf`).
+  template <unsigned DV, unsigned NF = 0>
   bool run(std::chrono::steady_clock::time_point deadline, uint64_t &work, Scratch &s) const {
     const unsigned d = DV ? DV : dv;
+    const size_t nf = NF ? NF : this->nf;
     const size_t inner = ns ? domains[ns - 1] : 1;
     std::vector<int64_t> &off = s.off, &innerStride = s.innerStride;
     off.assign(nf, 0);
@@ -351,6 +353,33 @@ struct Rows {
     return true;
   }
 };
+
+/// Rows::run with small domains and few factors unrolled.
+template <unsigned DV>
+bool runWithDomain(const Rows &rows, std::chrono::steady_clock::time_point deadline,
+                   uint64_t &work, Rows::Scratch &scratch) {
+  switch (rows.nf) {
+  case 1: return rows.run<DV, 1>(deadline, work, scratch);
+  case 2: return rows.run<DV, 2>(deadline, work, scratch);
+  case 3: return rows.run<DV, 3>(deadline, work, scratch);
+  case 4: return rows.run<DV, 4>(deadline, work, scratch);
+  default: return rows.run<DV>(deadline, work, scratch);
+  }
+}
+
+bool runRows(const Rows &rows, std::chrono::steady_clock::time_point deadline, uint64_t &work,
+             Rows::Scratch &scratch) {
+  switch (rows.dv) {
+  case 2: return runWithDomain<2>(rows, deadline, work, scratch);
+  case 3: return runWithDomain<3>(rows, deadline, work, scratch);
+  case 4: return runWithDomain<4>(rows, deadline, work, scratch);
+  case 5: return runWithDomain<5>(rows, deadline, work, scratch);
+  case 6: return runWithDomain<6>(rows, deadline, work, scratch);
+  case 7: return runWithDomain<7>(rows, deadline, work, scratch);
+  case 8: return runWithDomain<8>(rows, deadline, work, scratch);
+  default: return rows.run<0>(deadline, work, scratch);
+  }
+}
 
 } // namespace
 
@@ -479,9 +508,21 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
     unsigned var;
     size_t scopeAt, scopeSize, argminAt;
   };
-  std::vector<Elimination> eliminations;
-  std::vector<unsigned> scopes;
-  std::vector<uint16_t> argmins;
+  // This thread's, kept from one solve to the next (first touching fresh pages costs more
+  // than the eliminations that fill them); those grown past kKeepArgmins are let go after.
+  thread_local std::vector<Elimination> eliminations;
+  thread_local std::vector<unsigned> scopes;
+  thread_local std::vector<uint16_t> argmins;
+  constexpr size_t kKeepArgmins = size_t(1) << 24;
+  eliminations.clear();
+  scopes.clear();
+  argmins.clear();
+  struct LetGo {
+    ~LetGo() {
+      if (argmins.capacity() > kKeepArgmins)
+        std::vector<uint16_t>().swap(argmins);
+    }
+  } letGo;
   if constexpr (!Order::kConditions) { // a kept order knows its sizes: allocate once
     size_t e = 0, sc = 0;
     uint64_t entries = 0, widest = 0;
@@ -600,17 +641,7 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
       scopeDomains.push_back(domains_[u]);
     Rows rows{size, dv, ns, nf, scopeDomains.data(), stride.data(), base.data(), vStride.data(),
               out, argmins.data() + eliminations.back().argminAt};
-    bool inTime;
-    switch (dv) { // small domains unrolled
-    case 2: inTime = rows.run<2>(limits.deadline, work, scratch); break;
-    case 3: inTime = rows.run<3>(limits.deadline, work, scratch); break;
-    case 4: inTime = rows.run<4>(limits.deadline, work, scratch); break;
-    case 5: inTime = rows.run<5>(limits.deadline, work, scratch); break;
-    case 6: inTime = rows.run<6>(limits.deadline, work, scratch); break;
-    case 7: inTime = rows.run<7>(limits.deadline, work, scratch); break;
-    case 8: inTime = rows.run<8>(limits.deadline, work, scratch); break;
-    default: inTime = rows.run<0>(limits.deadline, work, scratch); break;
-    }
+    const bool inTime = runRows(rows, limits.deadline, work, scratch);
     if (!inTime)
       return stringError("the search ran out of its time budget");
     if (ns == 0)

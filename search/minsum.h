@@ -33,6 +33,12 @@ public:
   }
   /// The same from `domain(a) * domain(b)` values in place.
   void addPairwise(unsigned a, unsigned b, const int64_t *table);
+  /// Room for `entries` more table entries in `factors` more factors (to add them without
+  /// moving the earlier ones again and again).
+  void reserveTables(size_t entries, size_t factors) {
+    tables_.reserve(tables_.size() + entries);
+    factors_.reserve(factors_.size() + factors);
+  }
   /// Adds a constant.
   void addConstant(int64_t c) { constant_ += c; }
 

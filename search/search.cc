@@ -296,7 +296,8 @@ private:
 };
 
 /// A search's term caches: one per recursion step and per part of the search's threads. A
-/// node's terms live in the part its class falls in (class id modulo the parts), so nodes
+/// node's terms live in its class's part (classes are spread so that the parts have about
+/// as many nodes each), so nodes
 /// of one class share their entries and one thread alone touches a part's cache while the
 /// nodes of a step are spread over the threads; a step's terms never match another step's.
 class TermCaches {
@@ -305,10 +306,28 @@ public:
       : classes_(nodeClasses(p)), parts_(std::max(1u, parts)) {
     for (size_t k = 0; k < std::max<size_t>(steps, 1) * parts_; ++k)
       caches_.emplace_back(classes_);
+    // Classes to parts, the largest first, each to the part with the fewest nodes so far.
+    std::vector<unsigned> size;
+    for (int64_t c : classes_) {
+      if (size_t(c) >= size.size())
+        size.resize(c + 1, 0);
+      ++size[c];
+    }
+    std::vector<unsigned> byNodes(size.size());
+    std::iota(byNodes.begin(), byNodes.end(), 0);
+    std::stable_sort(byNodes.begin(), byNodes.end(),
+                     [&](unsigned a, unsigned b) { return size[a] > size[b]; });
+    std::vector<uint64_t> load(parts_, 0);
+    partOfClass_.resize(size.size());
+    for (unsigned c : byNodes) {
+      const unsigned least = unsigned(std::min_element(load.begin(), load.end()) - load.begin());
+      partOfClass_[c] = least;
+      load[least] += size[c];
+    }
   }
   unsigned parts() const { return parts_; }
   /// The part node n's terms belong to.
-  unsigned partOf(unsigned n) const { return static_cast<unsigned>(classes_[n] % parts_); }
+  unsigned partOf(unsigned n) const { return partOfClass_[classes_[n]]; }
   int64_t classOf(unsigned n) const { return classes_[n]; }
   const std::vector<int64_t> &classes() const { return classes_; }
   /// The cache of step i (below the count given) and part `part`.
@@ -327,6 +346,7 @@ public:
 private:
   std::vector<int64_t> classes_;
   unsigned parts_;
+  std::vector<unsigned> partOfClass_;
   std::deque<TermCache> caches_; ///< step-major; a deque: a TermCache does not move
 };
 
@@ -335,7 +355,9 @@ private:
 /// single value (conditioned on it).
 class CostTables {
 public:
-  explicit CostTables(MinSumProblem &msp) : msp_(msp), unaryAt_(msp.variables(), kNone) {}
+  explicit CostTables(MinSumProblem &msp) : msp_(msp), unaryAt_(msp.variables(), kNone) {
+    pool_.reserve(lastSize_); // a step's tables are about the size of the previous step's
+  }
 
   /// Adds cost(x, y) to the cost of X = x, Y = y.
   template <typename Cost> void add(unsigned X, unsigned Y, Cost cost) {
@@ -365,6 +387,8 @@ public:
 
   /// Hands the sums to the DP.
   void flush() {
+    lastSize_ = pool_.size();
+    msp_.reserveTables(pool_.size(), unaryAt_.size() + pairs_.size());
     for (unsigned v = 0; v < unaryAt_.size(); ++v)
       if (unaryAt_[v] != kNone)
         msp_.addUnary(v, pool_.data() + unaryAt_[v]);
@@ -390,7 +414,9 @@ private:
   std::vector<Pair> pairs_;                     ///< in the order first added
   std::unordered_map<uint64_t, size_t> pairAt_; ///< (a << 32 | b) -> place in pool_
   std::vector<size_t> unaryAt_;                 ///< per variable (kNone: no table)
+  static thread_local size_t lastSize_;         ///< pool_'s size at the last flush
 };
+thread_local size_t CostTables::lastSize_ = 0;
 
 /// One step's DP: coarse variables over the candidates, and the cost tables.
 struct StepModel {
@@ -799,23 +825,16 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
   auto labelsOf = [&](unsigned item) -> const std::vector<int64_t> & { return labels[rep[item]]; };
   MinSumProblem msp;
   std::vector<unsigned> nodeVar(N), tensorVar(T);
-  // Per node and tensor, per value of its variable, its sequence over S.
-  std::vector<std::vector<std::vector<int>>> nodeChoice(N), tensorChoice(T);
+  // Per variable, the labels of its values.
+  std::vector<std::vector<int64_t>> varLabels;
   const size_t widest = coarseVariables(
       co, labelsOf,
       [&](const std::vector<unsigned> &items, const std::vector<int64_t> &dom,
           int64_t priority) {
         const unsigned v = msp.addVariable(static_cast<unsigned>(dom.size()), priority);
-        for (unsigned item : items) {
-          // The item's sequence of each label (the first, should two share one).
-          const std::vector<int64_t> &own = labels[rep[item]];
-          const std::vector<std::vector<int>> &mine = seqs[rep[item]];
-          std::vector<std::vector<int>> &choice =
-              item >= N ? tensorChoice[item - N] : nodeChoice[item];
-          for (int64_t l : dom)
-            choice.push_back(mine[std::find(own.begin(), own.end(), l) - own.begin()]);
+        varLabels.push_back(dom);
+        for (unsigned item : items)
           (item >= N ? tensorVar[item - N] : nodeVar[item]) = v;
-        }
       });
   if (widest > 65535)
     return stringError("too many tilings for one variable of a joint solve");
@@ -845,6 +864,16 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
                                      limits.maxTableEntries));
     if (workLeft)
       *workLeft -= work;
+  }
+  // Per node and tensor, per value of its variable, its sequence over S (the first of its
+  // sequences with that label, should two share one).
+  std::vector<std::vector<std::vector<int>>> nodeChoice(N), tensorChoice(T);
+  for (unsigned item = 0; item < N + T; ++item) {
+    const std::vector<int64_t> &own = labels[rep[item]];
+    const std::vector<std::vector<int>> &mine = seqs[rep[item]];
+    std::vector<std::vector<int>> &choice = item >= N ? tensorChoice[item - N] : nodeChoice[item];
+    for (int64_t l : varLabels[item >= N ? tensorVar[item - N] : nodeVar[item]])
+      choice.push_back(mine[std::find(own.begin(), own.end(), l) - own.begin()]);
   }
   // Per node and slot, a table over (node sequence, tensor sequence): the steps of S but
   // the last are set in `work`, the last varies through stepTerms' candidates.

@@ -430,6 +430,35 @@ TEST(Search, PlansAreDeterministic) {
   EXPECT_EQ(a.totalBytes, b.totalBytes);
 }
 
+TEST(Search, AnyThreadCountGivesTheSamePlan) {
+  // The threads share a step's term look-ups by node class; with memory priced, the
+  // buffers' look-ups too.
+  for (const char *model : {"rnn-2-64", "gpt-1-64-4-16"}) {
+    Problem p = problemOf(*buildModel(model, 8), true);
+    for (unsigned k : {6u, 8u}) {
+      for (bool priced : {false, true}) {
+        std::vector<PartitionPlan> plans;
+        for (unsigned threads : {1u, 2u, 3u}) {
+          PlanOptions o;
+          o.workers = k;
+          o.threads = threads;
+          if (priced) {
+            o.memoryWeight = 1e-3;
+            o.pricedBuffers.assign(p.nodes.size(), true);
+          }
+          auto r = searchPlan(p, o);
+          ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+          plans.push_back(std::move(*r));
+        }
+        for (size_t q = 1; q < plans.size(); ++q) {
+          EXPECT_TRUE(sameSteps(plans[0], plans[q])) << model << " k=" << k << " priced=" << priced;
+          EXPECT_EQ(plans[0].totalBytes, plans[q].totalBytes);
+        }
+      }
+    }
+  }
+}
+
 TEST(Search, AnyWorkerCountSplitsMemory) {
   Problem p = problemOf(*buildMlp({64, 128, 32}, 24), true);
   int64_t single = p.workerTensorBytes({}, {});
