@@ -5,8 +5,9 @@
 // WResNet-152-10 and RNN-10-8K. Table 3: the memory options (search/memory_fit.h): what
 // planning memory adds to a search, a budget 10% under the unpriced plan's peak, and the
 // smallest count of 80 GiB workers, on training steps with Adam. Table 4: tofu's search
-// time on training steps with Adam at k = 8 (the least of five runs), what the moves beyond
-// the sweeps (pairs, merged-factor starts) and --topology add. Every figure is measured in
+// time on training steps with Adam at k = 8 (the least of five runs), on the machine's
+// threads and on one, what the moves beyond the sweeps (pairs, merged-factor starts) and
+// --topology add. Every figure is measured in
 // this run.
 //
 //   bazel run -c opt //bench:search_bench -- [--budget SECONDS] [--quick]
@@ -29,6 +30,7 @@
 #include "codegen/memory_plan.h"
 #include "search/memory_fit.h"
 #include "search/report.h"
+#include "search/parallel.h"
 #include "search/search.h"
 #include "search/topology.h"
 
@@ -254,13 +256,17 @@ int main(int argc, char **argv) {
   }
 
   std::printf("\nTable 4: search time (the search's own, as tofu-plan's search_seconds), "
-              "training with Adam, k = 8, the least of 5 runs. tofu: the default search; sweeps "
-              "only: without the pair and merged-factor moves (PlanOptions::jointMoves); "
+              "training with Adam, k = 8, the least of 5 runs. tofu: the default search (%u "
+              "threads on this machine: its cores, at most 8); 1 thread: the same search on one "
+              "thread (PlanOptions::threads; the same plan); sweeps only: without the pair and "
+              "merged-factor moves (PlanOptions::jointMoves); "
               "--topology 2x4:12.5GB/s@5us,150GB/s@1us: the whole call, the machine's search and "
               "the plan of least bytes, each one's traffic per level counted from its execution "
-              "plan.\n\n");
-  std::printf("| model | batch | nodes | DP variables | tofu | sweeps only | --topology 2x4 |\n");
-  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+              "plan.\n\n",
+              tofu::WorkerPool::defaultThreads());
+  std::printf("| model | batch | nodes | DP variables | tofu | 1 thread | sweeps only | "
+              "--topology 2x4 |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   std::vector<Model> timed = {{"wresnet-152-10", 8}, {"rnn-10-8K", 512}, {"gpt-12-768-12-1024", 8}};
   auto topology = tofu::parseTopology("2x4:12.5GB/s@5us,150GB/s@1us");
   if (!topology) {
@@ -287,10 +293,11 @@ int main(int argc, char **argv) {
     };
     tofu::PlanOptions o;
     o.workers = 8;
-    auto plain = [&](bool joint) { // the search's own time (searchSeconds)
-      return [&, joint]() -> llvm::Expected<double> {
+    auto plain = [&](bool joint, unsigned threads) { // the search's own time (searchSeconds)
+      return [&, joint, threads]() -> llvm::Expected<double> {
         tofu::PlanOptions q = o;
         q.jointMoves = joint;
+        q.threads = threads;
         auto plan = tofu::searchPlan(*p, q);
         if (!plan)
           return plan.takeError();
@@ -298,7 +305,8 @@ int main(int argc, char **argv) {
         return plan->searchSeconds;
       };
     };
-    const std::string tofuTime = best(plain(true)), sweepsTime = best(plain(false));
+    const std::string tofuTime = best(plain(true, 0)), oneThread = best(plain(true, 1)),
+                      sweepsTime = best(plain(false, 0));
     const std::string topologyTime = best([&]() -> llvm::Expected<double> { // the whole call
       auto start = Clock::now();
       auto plan = tofu::searchForTopology(*p, o, *topology);
@@ -306,9 +314,9 @@ int main(int argc, char **argv) {
         return plan.takeError();
       return since(start);
     });
-    std::printf("| %s | %lld | %zu | %zu | %s | %s | %s |\n", m.name.c_str(), (long long)m.batch,
-                p->nodes.size(), variables, tofuTime.c_str(), sweepsTime.c_str(),
-                topologyTime.c_str());
+    std::printf("| %s | %lld | %zu | %zu | %s | %s | %s | %s |\n", m.name.c_str(),
+                (long long)m.batch, p->nodes.size(), variables, tofuTime.c_str(),
+                oneThread.c_str(), sweepsTime.c_str(), topologyTime.c_str());
     std::fflush(stdout);
   }
   return 0;

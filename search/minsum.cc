@@ -2,6 +2,7 @@
 #include "search/minsum.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <deque>
 #include <iterator>
@@ -37,6 +38,22 @@ void MinSumProblem::addPairwise(unsigned a, unsigned b, const int64_t *table) {
   for (unsigned xa = 0; xa < da; ++xa)
     for (unsigned xb = 0; xb < db; ++xb)
       t[xb * da + xa] = table[xa * db + xb];
+}
+
+void MinSumProblem::adoptTables(std::vector<int64_t> tables) {
+  assert(tables_.empty() && "tables adopted after others were added");
+  tables_ = std::move(tables);
+}
+
+void MinSumProblem::addUnaryAt(unsigned v, size_t at) {
+  assert(at + domains_[v] <= tables_.size() && "a unary table beyond the pool");
+  factors_.push_back({{v, 0}, 1, at});
+}
+
+void MinSumProblem::addPairwiseAt(unsigned a, unsigned b, size_t at) {
+  assert(a < b && at + size_t(domains_[a]) * domains_[b] <= tables_.size() &&
+         "a pairwise table out of order or beyond the pool");
+  factors_.push_back({{a, b}, 2, at});
 }
 
 int64_t MinSumProblem::evaluate(const std::vector<unsigned> &values) const {
@@ -479,8 +496,10 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
   factors.reserve(factors_.size() * 2);
   for (size_t f = 0; f < factors_.size(); ++f) {
     const Factor &kept = factors_[f];
-    const size_t end = f + 1 < factors_.size() ? factors_[f + 1].tableAt : tables_.size();
-    factors.push_back({kept.vars, kept.arity, tables_.data() + kept.tableAt, end - kept.tableAt});
+    size_t size = 1;
+    for (unsigned k = 0; k < kept.arity; ++k)
+      size *= domains_[kept.vars[k]];
+    factors.push_back({kept.vars, kept.arity, tables_.data() + kept.tableAt, size});
   }
   std::vector<char> alive(factors.size(), 1);
   // Per variable, its factors (this thread's lists, kept with their capacity).

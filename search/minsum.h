@@ -33,12 +33,14 @@ public:
   }
   /// The same from `domain(a) * domain(b)` values in place.
   void addPairwise(unsigned a, unsigned b, const int64_t *table);
-  /// Room for `entries` more table entries in `factors` more factors (to add them without
-  /// moving the earlier ones again and again).
-  void reserveTables(size_t entries, size_t factors) {
-    tables_.reserve(tables_.size() + entries);
-    factors_.reserve(factors_.size() + factors);
-  }
+  /// Takes `tables` as the pool of its factors' tables, instead of copying each table in
+  /// (only before any other factor is added); addUnaryAt and addPairwiseAt then say where
+  /// in it each factor's table lies.
+  void adoptTables(std::vector<int64_t> tables);
+  /// A unary factor whose `domain(v)` costs lie at `at` in the adopted pool.
+  void addUnaryAt(unsigned v, size_t at);
+  /// A pairwise factor (a < b) whose table, row-major over (a, b), lies at `at`.
+  void addPairwiseAt(unsigned a, unsigned b, size_t at);
   /// Adds a constant.
   void addConstant(int64_t c) { constant_ += c; }
 

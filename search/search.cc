@@ -77,94 +77,116 @@ std::vector<bool> weightLike(const Problem &p) {
 ///
 /// With `classes` (nodeClasses), a node whose class and choices at the other steps match an
 /// earlier node's takes that node's list (the same strategies cut the same extents), and
-/// likewise a tensor whose shape and choices match.
+/// likewise a tensor whose shape and choices match. With `pool`, the nodes and the tensors
+/// are done by two of its threads.
 void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i,
                 unsigned parts, Algorithm algo, Candidates &c,
-                const std::vector<int64_t> *classes = nullptr) {
+                const std::vector<int64_t> *classes = nullptr, WorkerPool *pool = nullptr) {
   c.node.resize(p.nodes.size());
   c.tensor.resize(p.tensors.size());
   const size_t m = std::max(steps.size(), i + 1);
   auto partsAt = [&](size_t l) { return l == i ? parts : steps[l].parts; };
-  // The first item of each signature (shared lists, when `classes` is given).
-  std::unordered_map<std::vector<int64_t>, unsigned, VectorHash> firstOf;
-  std::vector<int64_t> sig;
-  auto copied = [&](std::vector<std::vector<int>> &lists, unsigned item) {
+  // Whether `item` takes the list of the first item of signature `sig` (when `classes` is
+  // given): `firstOf` maps signatures to first items.
+  using FirstOf = std::unordered_map<std::vector<int64_t>, unsigned, VectorHash>;
+  auto copied = [&](FirstOf &firstOf, const std::vector<int64_t> &sig,
+                    std::vector<std::vector<int>> &lists, unsigned item) {
     auto [it, fresh] = firstOf.try_emplace(sig, item);
     if (!fresh)
       lists[item] = lists[it->second];
     return !fresh;
   };
-  // Per strategy, the extents of the variables the sequence cuts (few: one per step).
-  std::vector<std::pair<int, int64_t>> cut;
-  for (unsigned n = 0; n < p.nodes.size(); ++n) {
-    if (classes) {
-      sig.assign({0, (*classes)[n]});
-      for (size_t l = 0; l < steps.size(); ++l)
-        sig.push_back(l == i ? -2 : steps[l].node[n]);
-      if (copied(c.node, n))
-        continue;
-    }
-    std::vector<int> &list = c.node[n];
-    list.clear();
-    const auto &strategies = p.nodes[n].table->strategies;
-    for (unsigned s = 0; s < strategies.size(); ++s) {
-      if (algo == Algorithm::Icml18 && strategies[s].kind == Strategy::Kind::Reduction)
-        continue;
-      cut.clear();
-      bool ok = true;
-      for (size_t l = 0; l < m && ok; ++l) {
-        int v = p.splitVar(n, l == i ? int(s) : steps[l].node[n]);
-        if (v < 0)
+  auto nodes = [&]() {
+    FirstOf firstOf;
+    std::vector<int64_t> sig;
+    // Per strategy, the extents of the variables the sequence cuts (few: one per step).
+    std::vector<std::pair<int, int64_t>> cut;
+    for (unsigned n = 0; n < p.nodes.size(); ++n) {
+      if (classes) {
+        sig.assign({0, (*classes)[n]});
+        for (size_t l = 0; l < steps.size(); ++l)
+          sig.push_back(l == i ? -2 : steps[l].node[n]);
+        if (copied(firstOf, sig, c.node, n))
           continue;
-        auto at = std::find_if(cut.begin(), cut.end(), [&](const auto &c) { return c.first == v; });
-        if (at == cut.end())
-          at = cut.insert(cut.end(), {v, p.nodes[n].shapes.vars[v]});
-        ok = at->second >= int64_t(partsAt(l));
-        at->second = partOf(at->second, partsAt(l), 0).size();
       }
-      if (ok)
-        list.push_back(static_cast<int>(s));
-    }
-    if (list.empty())
-      list.push_back(-1);
-  }
-  std::vector<bool> whole;
-  if (algo == Algorithm::DataParallel)
-    whole = weightLike(p);
-  std::vector<int64_t> ext;
-  for (unsigned t = 0; t < p.tensors.size(); ++t) {
-    const std::vector<int64_t> &shape = p.tensors[t].shape;
-    if (classes && algo != Algorithm::DataParallel) { // (data-parallel: by role too)
-      sig.assign({1, int64_t(shape.size())});
-      sig.insert(sig.end(), shape.begin(), shape.end());
-      for (size_t l = 0; l < steps.size(); ++l)
-        sig.push_back(l == i ? -2 : steps[l].tensor[t]);
-      if (copied(c.tensor, t))
-        continue;
-    }
-    std::vector<int> &list = c.tensor[t];
-    list.clear();
-    for (unsigned d = 0; d < shape.size(); ++d) {
-      ext = shape;
-      bool ok = true;
-      for (size_t l = 0; l < m && ok; ++l) {
-        int e = l == i ? int(d) : steps[l].tensor[t];
-        if (e < 0)
-          continue;
-        ok = ext[e] >= int64_t(partsAt(l));
-        ext[e] = partOf(ext[e], partsAt(l), 0).size();
-      }
-      if (ok)
-        list.push_back(static_cast<int>(d));
-    }
-    if (algo == Algorithm::AllRow || algo == Algorithm::DataParallel) {
-      bool first = !list.empty() && list.front() == 0;
+      std::vector<int> &list = c.node[n];
       list.clear();
-      if (first && !(algo == Algorithm::DataParallel && whole[t]))
-        list.push_back(0);
+      const auto &strategies = p.nodes[n].table->strategies;
+      for (unsigned s = 0; s < strategies.size(); ++s) {
+        if (algo == Algorithm::Icml18 && strategies[s].kind == Strategy::Kind::Reduction)
+          continue;
+        cut.clear();
+        bool ok = true;
+        for (size_t l = 0; l < m && ok; ++l) {
+          int v = p.splitVar(n, l == i ? int(s) : steps[l].node[n]);
+          if (v < 0)
+            continue;
+          auto at = std::find_if(cut.begin(), cut.end(),
+                                 [&](const auto &c) { return c.first == v; });
+          if (at == cut.end())
+            at = cut.insert(cut.end(), {v, p.nodes[n].shapes.vars[v]});
+          ok = at->second >= int64_t(partsAt(l));
+          at->second = partOf(at->second, partsAt(l), 0).size();
+        }
+        if (ok)
+          list.push_back(static_cast<int>(s));
+      }
+      if (list.empty())
+        list.push_back(-1);
     }
-    if (list.empty())
-      list.push_back(-1);
+  };
+  auto tensors = [&]() {
+    FirstOf firstOf;
+    std::vector<int64_t> sig;
+    std::vector<bool> whole;
+    if (algo == Algorithm::DataParallel)
+      whole = weightLike(p);
+    std::vector<int64_t> ext;
+    for (unsigned t = 0; t < p.tensors.size(); ++t) {
+      const std::vector<int64_t> &shape = p.tensors[t].shape;
+      if (classes && algo != Algorithm::DataParallel) { // (data-parallel: by role too)
+        sig.assign({1, int64_t(shape.size())});
+        sig.insert(sig.end(), shape.begin(), shape.end());
+        for (size_t l = 0; l < steps.size(); ++l)
+          sig.push_back(l == i ? -2 : steps[l].tensor[t]);
+        if (copied(firstOf, sig, c.tensor, t))
+          continue;
+      }
+      std::vector<int> &list = c.tensor[t];
+      list.clear();
+      for (unsigned d = 0; d < shape.size(); ++d) {
+        ext = shape;
+        bool ok = true;
+        for (size_t l = 0; l < m && ok; ++l) {
+          int e = l == i ? int(d) : steps[l].tensor[t];
+          if (e < 0)
+            continue;
+          ok = ext[e] >= int64_t(partsAt(l));
+          ext[e] = partOf(ext[e], partsAt(l), 0).size();
+        }
+        if (ok)
+          list.push_back(static_cast<int>(d));
+      }
+      if (algo == Algorithm::AllRow || algo == Algorithm::DataParallel) {
+        bool first = !list.empty() && list.front() == 0;
+        list.clear();
+        if (first && !(algo == Algorithm::DataParallel && whole[t]))
+          list.push_back(0);
+      }
+      if (list.empty())
+        list.push_back(-1);
+    }
+  };
+  if (pool && pool->threads() > 1) {
+    pool->run([&](unsigned t) {
+      if (t == 0)
+        nodes();
+      else if (t == 1)
+        tensors();
+    });
+  } else {
+    nodes();
+    tensors();
   }
 }
 
@@ -385,15 +407,15 @@ public:
     }
   }
 
-  /// Hands the sums to the DP.
+  /// Hands the sums to the DP, which takes the pool as it is (once, at the end).
   void flush() {
     lastSize_ = pool_.size();
-    msp_.reserveTables(pool_.size(), unaryAt_.size() + pairs_.size());
+    msp_.adoptTables(std::move(pool_));
     for (unsigned v = 0; v < unaryAt_.size(); ++v)
       if (unaryAt_[v] != kNone)
-        msp_.addUnary(v, pool_.data() + unaryAt_[v]);
+        msp_.addUnaryAt(v, unaryAt_[v]);
     for (const Pair &pair : pairs_)
-      msp_.addPairwise(pair.a, pair.b, pool_.data() + pair.at);
+      msp_.addPairwiseAt(pair.a, pair.b, pair.at);
   }
 
 private:
@@ -1002,7 +1024,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   using Steps = std::vector<StepChoice>;
   auto solveStep = [&](const Steps &steps, size_t i,
                        unsigned parts) -> llvm::Expected<std::pair<StepChoice, int64_t>> {
-    candidates(p, steps, i, parts, o.algorithm, cand, &caches.classes());
+    candidates(p, steps, i, parts, o.algorithm, cand, &caches.classes(), &pool);
     StepModel m = buildStep(p, co, steps, i, parts, cand, caches, &pool, o.memoryWeight,
                             o.pricedBuffers, weights);
     if (i == 0 && plan.variables == 0)
