@@ -336,6 +336,7 @@ Result<PipelineOptions> pipelineOptions(const PlanOptions &o) {
   p.search.workers = o.workers;
   p.search.algorithm = *algorithm;
   p.search.budgetSeconds = o.budgetSeconds;
+  p.search.threads = o.searchThreads;
   return p;
 }
 

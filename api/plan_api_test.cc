@@ -158,6 +158,17 @@ TEST(PublicPlan, OptionsChangeThePlan) {
   };
   // The updated weights are step state under both; Adam adds m and v of both weights.
   EXPECT_GE(states(Optimizer::Adam), states(Optimizer::SGD) + 4);
+  // The search's threads do not change the plan.
+  auto cuts = [&](unsigned threads) {
+    o.searchThreads = threads;
+    auto plan = planner().plan(mlp(), o);
+    EXPECT_TRUE(plan.ok()) << plan.error();
+    std::vector<std::vector<int>> out;
+    for (const TensorPlan &t : plan->tensors)
+      out.push_back(t.cut);
+    return std::make_pair(out, plan->communicationBytes);
+  };
+  EXPECT_EQ(cuts(1), cuts(3));
 }
 
 TEST(PublicPlan, ErrorsHaveKinds) {

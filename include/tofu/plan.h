@@ -158,6 +158,9 @@ struct PlanOptions {
   std::string algorithm = "tofu";
   /// Budget of dp-flat and exhaustive, in seconds.
   double budgetSeconds = 60;
+  /// Threads of the search (0: the machine's cores, at most 8). The plan is the same at any
+  /// count.
+  unsigned searchThreads = 0;
   /// Fill Plan::tensors[].tiles and Plan::workerMemory (the execution plan and the memory
   /// planner run for every worker; for thousands of workers on large graphs, turn it off).
   bool perWorker = true;
