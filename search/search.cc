@@ -70,6 +70,36 @@ std::vector<bool> weightLike(const Problem &p) {
   return out;
 }
 
+/// What items share when they agree on it: a node's class (nodeClasses) and its choice at
+/// every step but `skip`, or a tensor's shape and its dimension at every step but `skip`
+/// (SIZE_MAX: every step). Written into `sig`.
+void nodeSignature(const std::vector<int64_t> &classes, const std::vector<StepChoice> &steps,
+                   unsigned n, size_t skip, std::vector<int64_t> &sig) {
+  sig.assign({0, classes[n]});
+  for (size_t l = 0; l < steps.size(); ++l)
+    sig.push_back(l == skip ? -2 : steps[l].node[n]);
+}
+void tensorSignature(const Problem &p, const std::vector<StepChoice> &steps, unsigned t,
+                     size_t skip, std::vector<int64_t> &sig) {
+  const std::vector<int64_t> &shape = p.tensors[t].shape;
+  sig.assign({1, int64_t(shape.size())});
+  sig.insert(sig.end(), shape.begin(), shape.end());
+  for (size_t l = 0; l < steps.size(); ++l)
+    sig.push_back(l == skip ? -2 : steps[l].tensor[t]);
+}
+
+/// The first item seen with each signature.
+class FirstBySignature {
+public:
+  /// The first item with `sig` (`item` itself when none came before).
+  unsigned of(const std::vector<int64_t> &sig, unsigned item) {
+    return first_.try_emplace(sig, item).first->second;
+  }
+
+private:
+  std::unordered_map<std::vector<int64_t>, unsigned, VectorHash> first_;
+};
+
 /// The candidates of step `i` of `steps` (appended when i == steps.size()) with `parts`
 /// groups: per node the strategies, per tensor the dimensions, whose whole sequence of
 /// cuts stays valid (every cut piece at least as large as its step's parts); -1 (whole)
@@ -86,28 +116,18 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
   c.tensor.resize(p.tensors.size());
   const size_t m = std::max(steps.size(), i + 1);
   auto partsAt = [&](size_t l) { return l == i ? parts : steps[l].parts; };
-  // Whether `item` takes the list of the first item of signature `sig` (when `classes` is
-  // given): `firstOf` maps signatures to first items.
-  using FirstOf = std::unordered_map<std::vector<int64_t>, unsigned, VectorHash>;
-  auto copied = [&](FirstOf &firstOf, const std::vector<int64_t> &sig,
-                    std::vector<std::vector<int>> &lists, unsigned item) {
-    auto [it, fresh] = firstOf.try_emplace(sig, item);
-    if (!fresh)
-      lists[item] = lists[it->second];
-    return !fresh;
-  };
   auto nodes = [&]() {
-    FirstOf firstOf;
+    FirstBySignature firsts;
     std::vector<int64_t> sig;
     // Per strategy, the extents of the variables the sequence cuts (few: one per step).
     std::vector<std::pair<int, int64_t>> cut;
     for (unsigned n = 0; n < p.nodes.size(); ++n) {
       if (classes) {
-        sig.assign({0, (*classes)[n]});
-        for (size_t l = 0; l < steps.size(); ++l)
-          sig.push_back(l == i ? -2 : steps[l].node[n]);
-        if (copied(firstOf, sig, c.node, n))
+        nodeSignature(*classes, steps, n, i, sig);
+        if (const unsigned first = firsts.of(sig, n); first != n) {
+          c.node[n] = c.node[first];
           continue;
+        }
       }
       std::vector<int> &list = c.node[n];
       list.clear();
@@ -136,7 +156,7 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
     }
   };
   auto tensors = [&]() {
-    FirstOf firstOf;
+    FirstBySignature firsts;
     std::vector<int64_t> sig;
     std::vector<bool> whole;
     if (algo == Algorithm::DataParallel)
@@ -145,12 +165,11 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
     for (unsigned t = 0; t < p.tensors.size(); ++t) {
       const std::vector<int64_t> &shape = p.tensors[t].shape;
       if (classes && algo != Algorithm::DataParallel) { // (data-parallel: by role too)
-        sig.assign({1, int64_t(shape.size())});
-        sig.insert(sig.end(), shape.begin(), shape.end());
-        for (size_t l = 0; l < steps.size(); ++l)
-          sig.push_back(l == i ? -2 : steps[l].tensor[t]);
-        if (copied(firstOf, sig, c.tensor, t))
+        tensorSignature(p, steps, t, i, sig);
+        if (const unsigned first = firsts.of(sig, t); first != t) {
+          c.tensor[t] = c.tensor[first];
           continue;
+        }
       }
       std::vector<int> &list = c.tensor[t];
       list.clear();
@@ -319,9 +338,9 @@ private:
 
 /// A search's term caches: one per recursion step and per part of the search's threads. A
 /// node's terms live in its class's part (classes are spread so that the parts have about
-/// as many nodes each), so nodes
-/// of one class share their entries and one thread alone touches a part's cache while the
-/// nodes of a step are spread over the threads; a step's terms never match another step's.
+/// as many nodes each), so nodes of one class share their entries and one thread alone
+/// touches a part's cache while the nodes of a step are spread over the threads; a step's
+/// terms never match another step's.
 class TermCaches {
 public:
   TermCaches(const Problem &p, size_t steps, unsigned parts)
@@ -350,7 +369,7 @@ public:
   unsigned parts() const { return parts_; }
   /// The part node n's terms belong to.
   unsigned partOf(unsigned n) const { return partOfClass_[classes_[n]]; }
-  int64_t classOf(unsigned n) const { return classes_[n]; }
+  /// Per node, its class (nodeClasses).
   const std::vector<int64_t> &classes() const { return classes_; }
   /// The cache of step i (below the count given) and part `part`.
   TermCache &at(size_t i, unsigned part) {
@@ -764,13 +783,8 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
   // same dimension at every step; rep[item] is the first such item, which holds them.
   std::vector<std::vector<std::vector<int>>> seqs(N + T);
   std::vector<unsigned> rep(N + T);
-  std::unordered_map<std::vector<int64_t>, unsigned, VectorHash> firstOf;
+  FirstBySignature firsts;
   std::vector<int64_t> sig;
-  auto shared = [&](unsigned item) {
-    auto [it, fresh] = firstOf.try_emplace(sig, item);
-    rep[item] = it->second;
-    return !fresh;
-  };
   // Only the moves near the current steps: either step as it is (the other free), both
   // the same choice (cut twice), or the two steps' choices swapped.
   auto near = [&](std::vector<std::vector<int>> &seqs, int a, int b) {
@@ -789,10 +803,8 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
   };
   std::vector<int> opts;
   for (unsigned n = 0; n < N; ++n) {
-    sig.assign({0, caches.classOf(n)});
-    for (const StepChoice &c : steps)
-      sig.push_back(c.node[n]);
-    if (shared(n))
+    nodeSignature(caches.classes(), steps, n, SIZE_MAX, sig);
+    if ((rep[n] = firsts.of(sig, n)) != n)
       continue;
     opts.resize(p.nodes[n].table->strategies.size());
     std::iota(opts.begin(), opts.end(), 0);
@@ -811,11 +823,8 @@ llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
   }
   for (unsigned t = 0; t < T; ++t) {
     const std::vector<int64_t> &shape = p.tensors[t].shape;
-    sig.assign({1, int64_t(shape.size())});
-    sig.insert(sig.end(), shape.begin(), shape.end());
-    for (const StepChoice &c : steps)
-      sig.push_back(c.tensor[t]);
-    if (shared(N + t))
+    tensorSignature(p, steps, t, SIZE_MAX, sig);
+    if ((rep[N + t] = N + firsts.of(sig, t)) != N + t)
       continue;
     opts.resize(shape.size());
     std::iota(opts.begin(), opts.end(), 0);
