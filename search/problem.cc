@@ -48,6 +48,46 @@ int64_t elementsWith(const Box &b, int d, Range r) {
   return n;
 }
 
+Range overlapOf(Range a, Range b) {
+  Range r{std::max(a.lo, b.lo), std::min(a.hi, b.hi)};
+  if (r.hi < r.lo)
+    r.hi = r.lo;
+  return r;
+}
+
+/// The boundaries of the nonempty cells of [0, extent) cut into `parts[0]` parts, each of
+/// those into `parts[1]`, and so on (a tensor's tiles along one dimension, or the ranges a
+/// variable is computed in): every cell's start, in order, then `extent`.
+std::vector<int64_t> cellBounds(int64_t extent, const std::vector<unsigned> &parts) {
+  std::vector<Range> cells{{0, extent}}, next;
+  for (unsigned p : parts) {
+    next.clear();
+    for (const Range &c : cells)
+      for (unsigned w = 0; w < p; ++w)
+        if (Range r = subRange(c, p, w); r.size() > 0)
+          next.push_back(r);
+    cells.swap(next);
+  }
+  std::vector<int64_t> out;
+  for (const Range &c : cells)
+    if (c.size() > 0)
+      out.push_back(c.lo);
+  out.push_back(extent);
+  return out;
+}
+
+/// How many cells of `bounds` (cellBounds) range `r` overlaps.
+int64_t cellsOver(const std::vector<int64_t> &bounds, Range r) {
+  r.lo = std::max<int64_t>(r.lo, 0);
+  r.hi = std::min(r.hi, bounds.back());
+  if (r.hi <= r.lo || bounds.size() < 2)
+    return 0;
+  auto cellOf = [&](int64_t x) {
+    return std::upper_bound(bounds.begin(), bounds.end(), x) - bounds.begin() - 1;
+  };
+  return cellOf(r.hi - 1) - cellOf(r.lo) + 1;
+}
+
 /// Per input and dimension, the variables the region read along it depends on: those in the
 /// affine coordinates of the input's reads (every variable where a coordinate is more than
 /// arithmetic of variables and constants; none where it is read whole: data, slices).
@@ -237,42 +277,94 @@ int64_t Problem::partials(unsigned node, const std::vector<StepChoice> &steps) c
   return rho;
 }
 
+namespace {
+
+/// The parts of the steps that cut dimension `d` of tensor `t`, in order.
+std::vector<unsigned> tensorCuts(unsigned t, size_t d, const std::vector<StepChoice> &steps) {
+  std::vector<unsigned> out;
+  for (const StepChoice &s : steps)
+    if (s.tensor[t] == int(d))
+      out.push_back(s.parts);
+  return out;
+}
+
+/// The parts of the steps that split variable `v` of node `n`, in order.
+std::vector<unsigned> varCuts(const Problem &p, unsigned n, unsigned v,
+                              const std::vector<StepChoice> &steps) {
+  std::vector<unsigned> out;
+  for (const StepChoice &s : steps)
+    if (p.splitVar(n, s.node[n]) == int(v))
+      out.push_back(s.parts);
+  return out;
+}
+
+} // namespace
+
 int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &steps,
-                                 const std::vector<unsigned> &coords) const {
+                                 const std::vector<unsigned> &coords, size_t cut,
+                                 int64_t *messages) const {
   const ProblemNode &n = nodes[node];
+  cut = std::min(cut, steps.size());
+  const std::vector<StepChoice> unitSteps(steps.begin(), steps.begin() + cut);
   std::vector<Range> ranges = nodeRanges(node, steps, coords);
+  std::vector<Range> unitRanges = nodeRanges(node, unitSteps, coords);
   std::vector<Box> regions = inputRegions(n.table->op, *n.reads, n.shapes, ranges);
-  int64_t bytes = 0;
+  int64_t bytes = 0, fetches = 0;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     if (repeatedRead(n.inputs, regions, i) >= 0)
       continue;
     const ProblemTensor &t = tensors[n.inputs[i]];
-    Box local = tensorTile(n.inputs[i], steps, coords);
-    bytes += (boxElements(regions[i]) - intersectElements(regions[i], local)) * t.elementBytes;
+    Box unit = tensorTile(n.inputs[i], unitSteps, coords);
+    bytes += (boxElements(regions[i]) - intersectElements(regions[i], unit)) * t.elementBytes;
+    if (messages) {
+      int64_t all = 1, inside = 1;
+      for (size_t d = 0; d < unit.size(); ++d) {
+        const std::vector<int64_t> grid = cellBounds(t.shape[d], tensorCuts(n.inputs[i], d, steps));
+        all *= cellsOver(grid, regions[i][d]);
+        inside *= cellsOver(grid, overlapOf(regions[i][d], unit[d]));
+      }
+      fetches += all - inside;
+    }
   }
-  bool computes = true;
-  for (const Range &r : ranges)
-    computes &= r.size() > 0;
+  auto nonempty = [](const std::vector<Range> &rs) {
+    bool all = true;
+    for (const Range &r : rs)
+      all &= r.size() > 0;
+    return all;
+  };
+  const bool computes = nonempty(unitRanges);
   Box produced;
   for (unsigned v : n.table->op.outputVars)
-    produced.push_back(computes ? ranges[v] : Range{0, 0});
+    produced.push_back(computes ? unitRanges[v] : Range{0, 0});
   const ProblemTensor &out = tensors[n.output];
   Box owned = tensorTile(n.output, steps, coords);
-  int64_t have = computes ? intersectElements(owned, produced) : 0;
-  bytes += (partials(node, steps) * boxElements(owned) - have) * out.elementBytes;
+  const int64_t rho = partials(node, steps), inner = rho / partials(node, unitSteps);
+  bytes += (rho * boxElements(owned) - inner * intersectElements(owned, produced)) * out.elementBytes;
+  if (messages) {
+    int64_t all = 1, inside = 1;
+    for (size_t d = 0; d < owned.size(); ++d) {
+      const std::vector<int64_t> grid =
+          cellBounds(n.shapes.vars[n.table->op.outputVars[d]],
+                     varCuts(*this, node, n.table->op.outputVars[d], steps));
+      all *= cellsOver(grid, owned[d]);
+      inside *= cellsOver(grid, overlapOf(owned[d], produced[d]));
+    }
+    fetches += rho * all - inner * inside;
+    *messages += fetches;
+  }
   return bytes;
 }
 
 namespace {
 
-/// The weight of the prefix of j + 1 steps among the first m steps of a plan: its own, and
-/// for the last of them those of the steps to come (they cut finer: their bytes are counted
-/// there for now).
-double prefixWeight(const std::vector<double> &prefixWeights, size_t j, size_t m) {
-  double w = j < prefixWeights.size() ? prefixWeights[j] : 0;
+/// The weight of the units of the first j + 1 steps among the first m steps of a plan: its
+/// own, and for the last of them those of the steps to come (they cut finer: their bytes
+/// are counted there for now).
+double prefixWeight(const std::vector<double> &weights, size_t j, size_t m) {
+  double w = j < weights.size() ? weights[j] : 0;
   if (j + 1 == m)
-    for (size_t q = j + 1; q < prefixWeights.size(); ++q)
-      w += prefixWeights[q];
+    for (size_t q = j + 1; q < weights.size(); ++q)
+      w += weights[q];
   return w;
 }
 
@@ -281,34 +373,24 @@ double prefixWeight(const std::vector<double> &prefixWeights, size_t j, size_t m
 std::vector<std::vector<int64_t>>
 Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
                    int s, const std::vector<std::vector<int>> &configs,
-                   const std::vector<double> &prefixWeights) const {
-  if (prefixWeights.empty())
+                   const PrefixWeights &weights) const {
+  if (weights.empty())
     return terms(node, steps, i, parts, s, configs, false);
   const size_t m = std::max(steps.size(), i + 1);
   std::vector<std::vector<double>> sum(configs.size());
   for (size_t k = 0; k < configs.size(); ++k)
     sum[k].assign(configs[k].size(), 0);
+  std::vector<std::vector<int64_t>> messages;
   for (size_t j = 0; j < m; ++j) {
-    const double w = prefixWeight(prefixWeights, j, m);
-    if (w == 0)
+    const double wb = prefixWeight(weights.bytes, j, m);
+    const double wm = prefixWeight(weights.messages, j, m);
+    if (wb == 0 && wm == 0)
       continue;
-    std::vector<StepChoice> prefix(steps.begin(), steps.begin() + std::min(steps.size(), j + 1));
-    if (j < i) { // the prefix does not hold step i: per slot, the same for every candidate
-      const ProblemNode &n = nodes[node];
-      std::vector<std::vector<int>> own(configs.size());
-      for (size_t k = 0; k < configs.size(); ++k)
-        if (!configs[k].empty())
-          own[k] = {prefix[j].tensor[k < n.inputs.size() ? n.inputs[k] : n.output]};
-      const auto t = terms(node, prefix, j, prefix[j].parts, prefix[j].node[node], own, false);
-      for (size_t k = 0; k < configs.size(); ++k)
-        for (double &v : sum[k])
-          v += w * double(t[k].empty() ? 0 : t[k][0]);
-      continue;
-    }
-    const auto t = terms(node, prefix, i, parts, s, configs, false);
+    const auto t = terms(node, steps, i, parts, s, configs, false, j + 1,
+                         wm != 0 ? &messages : nullptr);
     for (size_t k = 0; k < configs.size(); ++k)
       for (size_t c = 0; c < configs[k].size(); ++c)
-        sum[k][c] += w * double(t[k][c]);
+        sum[k][c] += wb * double(t[k][c]) + (wm != 0 ? wm * double(messages[k][c]) : 0);
   }
   std::vector<std::vector<int64_t>> out(configs.size());
   for (size_t k = 0; k < configs.size(); ++k)
@@ -317,15 +399,31 @@ Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i
   return out;
 }
 
+int64_t Problem::levelCost(const std::vector<StepChoice> &steps, size_t cut,
+                           int64_t *messages) const {
+  if (messages)
+    *messages = 0;
+  int64_t total = 0;
+  if (steps.empty())
+    return 0;
+  for (unsigned n = 0; n < nodes.size(); ++n)
+    total += nodeCostEveryWorker(n, steps, cut, messages);
+  return total;
+}
+
 int64_t Problem::weightedCost(const std::vector<StepChoice> &steps,
-                              const std::vector<double> &prefixWeights) const {
-  if (prefixWeights.empty())
+                              const PrefixWeights &weights) const {
+  if (weights.empty())
     return modelCost(steps);
   double total = 0;
   for (size_t j = 0; j < steps.size(); ++j) {
-    const double w = prefixWeight(prefixWeights, j, steps.size());
-    if (w != 0)
-      total += w * double(modelCost(std::vector<StepChoice>(steps.begin(), steps.begin() + j + 1)));
+    const double wb = prefixWeight(weights.bytes, j, steps.size());
+    const double wm = prefixWeight(weights.messages, j, steps.size());
+    if (wb == 0 && wm == 0)
+      continue;
+    int64_t messages = 0;
+    const int64_t bytes = levelCost(steps, j + 1, wm != 0 ? &messages : nullptr);
+    total += wb * double(bytes) + wm * double(messages);
   }
   return std::llround(total);
 }
@@ -338,32 +436,47 @@ Problem::stepBuffers(unsigned node, const std::vector<StepChoice> &steps, size_t
 
 std::vector<std::vector<int64_t>>
 Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
-               int s, const std::vector<std::vector<int>> &configs, bool buffers) const {
+               int s, const std::vector<std::vector<int>> &configs, bool buffers, size_t cut,
+               std::vector<std::vector<int64_t>> *messages) const {
   const ProblemNode &n = nodes[node];
   const size_t m = std::max(steps.size(), i + 1);
+  cut = buffers ? m : std::min(cut, m); // the steps that cut the units' tiles
+  const bool lastCuts = m <= cut;       // the last step is one of them
   auto partsAt = [&](size_t l) { return l == i ? parts : steps[l].parts; };
+  auto choiceAt = [&](size_t l) { return l == i ? s : steps[l].node[node]; };
   std::vector<unsigned> earlier;
-  int64_t mult = 1, rho = 1;
+  int64_t mult = 1, rho = 1, inner = 1; // inner: the partials computed inside one unit
   for (size_t l = 0; l + 1 < m; ++l) {
     earlier.push_back(partsAt(l));
     mult *= partsAt(l);
   }
   const bool exact = mult <= kExactGroups && !buffers; // buffers: worker 0's only
   for (size_t l = 0; l < m; ++l)
-    if (isReduction(node, l == i ? s : steps[l].node[node]))
+    if (isReduction(node, choiceAt(l))) {
       rho *= partsAt(l);
+      if (l >= cut)
+        inner *= partsAt(l);
+    }
   const size_t slots = n.inputs.size() + 1;
   auto slotTensor = [&](size_t k) { return k < n.inputs.size() ? n.inputs[k] : n.output; };
   std::vector<std::vector<int64_t>> out(slots);
   for (size_t k = 0; k < slots; ++k)
     out[k].assign(configs[k].size(), 0);
+  if (messages) {
+    messages->resize(slots);
+    for (size_t k = 0; k < slots; ++k)
+      (*messages)[k].assign(configs[k].size(), 0);
+  }
   const unsigned lastParts = partsAt(m - 1);
   // Buffers reused from one call to the next (the search calls this many times).
   struct Scratch {
-    std::vector<Range> base, ranges;
+    std::vector<Range> base, ranges, unitBase, unitRanges;
     std::vector<std::vector<std::pair<Box, int>>> tiles; // per slot and configuration
     std::vector<Box> regions;
     Box produced;
+    // For messages: per slot, configuration and dimension, the cells of the tiles (inputs;
+    // the output's: of the ranges its elements are computed in).
+    std::vector<std::vector<std::vector<std::vector<int64_t>>>> cells;
   };
   thread_local Scratch scratch;
   std::vector<Range> &base = scratch.base, &ranges = scratch.ranges;
@@ -372,21 +485,52 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
   Box &produced = scratch.produced;
   if (tiles.size() < slots)
     tiles.resize(slots);
+  if (messages) {
+    auto &cells = scratch.cells;
+    cells.resize(slots);
+    std::vector<unsigned> cuts;
+    for (size_t k = 0; k < slots; ++k) {
+      const unsigned t = slotTensor(k);
+      const bool output = k + 1 == slots;
+      cells[k].resize(configs[k].size());
+      for (size_t c = 0; c < configs[k].size(); ++c) {
+        cells[k][c].resize(tensors[t].shape.size());
+        for (size_t d = 0; d < tensors[t].shape.size(); ++d) {
+          cuts.clear();
+          for (size_t l = 0; l < m; ++l) {
+            if (output ? splitVar(node, choiceAt(l)) == int(n.table->op.outputVars[d])
+                       : (l == i ? configs[k][c] : steps[l].tensor[t]) == int(d))
+              cuts.push_back(partsAt(l));
+          }
+          cells[k][c][d] = cellBounds(output ? n.shapes.vars[n.table->op.outputVars[d]]
+                                             : tensors[t].shape[d],
+                                      cuts);
+        }
+      }
+    }
+  }
   for (int64_t g = 0; g < (exact ? mult : 1); ++g) {
     // The earlier steps' coordinates of this group (exact: every group; else group 0).
     const std::vector<unsigned> coords = workerCoords(static_cast<unsigned>(g), earlier);
     base.clear();
     for (int64_t e : n.shapes.vars)
       base.push_back({0, e});
+    scratch.unitBase = base;
     int lastVar = -1;
     for (size_t l = 0; l < m; ++l) {
-      int v = splitVar(node, l == i ? s : steps[l].node[node]);
-      if (l + 1 == m)
+      int v = splitVar(node, choiceAt(l));
+      if (l + 1 == m) {
         lastVar = v;
-      else if (v >= 0)
+      } else if (v >= 0) {
         base[v] = subRange(base[v], partsAt(l), coords[l]);
+        if (l < cut)
+          scratch.unitBase[v] = subRange(scratch.unitBase[v], partsAt(l), coords[l]);
+      }
     }
     for (size_t k = 0; k < slots; ++k) {
+      // The inputs' tiles are their units' (cut by the first `cut` steps); the output's,
+      // the worker's own.
+      const bool output = k + 1 == slots;
       tiles[k].resize(configs[k].size());
       for (size_t c = 0; c < configs[k].size(); ++c) {
         unsigned t = slotTensor(k);
@@ -398,8 +542,8 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
         for (size_t l = 0; l < m; ++l) {
           int d = l == i ? configs[k][c] : steps[l].tensor[t];
           if (l + 1 == m)
-            last = d;
-          else if (d >= 0)
+            last = output || lastCuts ? d : -1;
+          else if (d >= 0 && (output || l < cut))
             box[d] = subRange(box[d], partsAt(l), coords[l]);
         }
         tiles[k][c].second = last;
@@ -410,13 +554,22 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
       ranges = base;
       if (lastVar >= 0)
         ranges[lastVar] = subRange(base[lastVar], lastParts, j);
+      // The ranges the worker's unit computes.
+      const std::vector<Range> *unit = &ranges;
+      if (cut < m) {
+        scratch.unitRanges = scratch.unitBase;
+        unit = &scratch.unitRanges;
+      }
       inputRegions(n.table->op, *n.reads, n.shapes, ranges, regions);
       bool computes = true;
       for (const Range &r : ranges)
         computes &= r.size() > 0;
+      bool unitComputes = true;
+      for (const Range &r : *unit)
+        unitComputes &= r.size() > 0;
       produced.clear();
       for (unsigned var : n.table->op.outputVars)
-        produced.push_back(computes ? ranges[var] : Range{0, 0});
+        produced.push_back(unitComputes ? (*unit)[var] : Range{0, 0});
       for (size_t k = 0; k < slots; ++k) {
         bool output = k == n.inputs.size();
         unsigned t = slotTensor(k);
@@ -427,7 +580,7 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
           int d = tiles[k][c].second;
           Range r = d >= 0 ? subRange(tile[d], lastParts, j) : Range{};
           int64_t elems = output ? rho * elementsWith(tile, d, r) -
-                                       intersectElements(produced, tile, d, r)
+                                       inner * intersectElements(produced, tile, d, r)
                                  : boxElements(regions[k]) - intersectElements(regions[k], tile, d, r);
           if (buffers) {
             // Whole buffers, where any of it is someone else's: a fetched region, or a
@@ -442,6 +595,19 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
             }
           }
           out[k][c] += elems * tensors[t].elementBytes * weight;
+          if (messages) {
+            // The distinct pieces overlapped: all of them, less those inside the unit.
+            const std::vector<std::vector<int64_t>> &grid = scratch.cells[k][c];
+            const Box &seen = output ? tile : regions[k];
+            int64_t all = 1, inside = 1;
+            for (size_t x = 0; x < seen.size(); ++x) {
+              const Range own = int(x) == d ? r : tile[x];
+              const Range whole = output ? own : seen[x];
+              all *= cellsOver(grid[x], whole);
+              inside *= cellsOver(grid[x], overlapOf(whole, output ? produced[x] : own));
+            }
+            (*messages)[k][c] += ((output ? rho : 1) * all - (output ? inner : 1) * inside) * weight;
+          }
         }
       }
     }
@@ -467,36 +633,46 @@ int64_t Problem::modelCost(const std::vector<StepChoice> &steps,
 
 namespace {
 
-/// One factor of a node's cost terms: a one-dimensional quantity of a worker.
+/// One factor of a node's cost terms: a one-dimensional quantity of a worker. "The unit's":
+/// under the first `cut` steps alone (Problem::levelCost).
 struct CostFactor {
   enum Kind {
-    Nonempty,      ///< var a's range is not empty (0 or 1)
-    RegionLen,     ///< input a's region along dimension d
-    RegionOverlap, ///< ... intersected with the input's tile
-    RegionEqual,   ///< inputs a and b read the same range along dimension d (0 or 1)
-    TileLen,       ///< the output tile along dimension d
-    TileComputed,  ///< ... intersected with the range the worker computes
+    Nonempty,          ///< var a's range is not empty (0 or 1); b = 1: the unit's
+    RegionLen,         ///< input a's region along dimension d
+    RegionOverlap,     ///< ... intersected with the unit's tile of the input
+    RegionEqual,       ///< inputs a and b read the same range along dimension d (0 or 1)
+    TileLen,           ///< the output tile along dimension d
+    TileComputed,      ///< ... intersected with the range the unit computes
+    RegionCells,       ///< the input's tiles' cells that input a's region overlaps along d
+    RegionCellsInside, ///< ... within the unit's tile
+    TileCells,         ///< the computed ranges' cells the output tile overlaps along d
+    TileCellsComputed, ///< ... within the range the unit computes
   } kind;
   unsigned a = 0, b = 0, d = 0;
   uint64_t steps = 0; ///< the steps whose coordinates it depends on (bit l: step l)
 };
 
-/// A product of factors times a coefficient.
+/// A product of factors times a coefficient, counting bytes or messages.
 struct CostTerm {
   int64_t coef = 0;
   std::vector<unsigned> factors;
+  bool message = false;
 };
 
 } // namespace
 
-int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice> &steps) const {
+int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice> &steps,
+                                     size_t cut, int64_t *messages) const {
   const ProblemNode &n = nodes[node];
   const InstOp &op = n.table->op;
   const size_t m = steps.size();
   if (m == 0)
     return 0;
   if (m > 62 || !n.regionVars) // the terms do not factor here: every worker
-    return nodeCostWorkerByWorker(node, steps);
+    return nodeCostWorkerByWorker(node, steps, cut, messages);
+  cut = std::min(cut, m);
+  const uint64_t unitMask = cut >= 64 ? ~uint64_t(0) : (uint64_t(1) << cut) - 1;
+  const bool units = cut < m; // the unit's ranges and tiles differ from the worker's
   const std::vector<std::vector<std::vector<unsigned>>> &regionVars = *n.regionVars;
   const size_t slots = n.inputs.size() + 1;
   auto slotTensor = [&](size_t k) { return k < n.inputs.size() ? n.inputs[k] : n.output; };
@@ -521,14 +697,32 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
       mask |= varSteps[v];
     return mask;
   };
+  // For messages: per slot and dimension, the cells of the tiles (inputs) or of the
+  // computed ranges (the output).
+  std::vector<std::vector<std::vector<int64_t>>> cells;
+  if (messages) {
+    cells.resize(slots);
+    for (size_t k = 0; k < slots; ++k)
+      for (size_t d = 0; d < tensors[slotTensor(k)].shape.size(); ++d)
+        cells[k].push_back(k + 1 < slots
+                               ? cellBounds(tensors[slotTensor(k)].shape[d],
+                                            tensorCuts(slotTensor(k), d, steps))
+                               : cellBounds(n.shapes.vars[op.outputVars[d]],
+                                            varCuts(*this, node, op.outputVars[d], steps)));
+  }
   std::vector<CostFactor> factors;
   auto factor = [&](CostFactor f) {
     factors.push_back(f);
     return static_cast<unsigned>(factors.size() - 1);
   };
-  std::vector<unsigned> nonempty;
+  std::vector<unsigned> nonempty, unitNonempty;
   for (unsigned v = 0; v < op.vars.size(); ++v)
     nonempty.push_back(factor({CostFactor::Nonempty, v, 0, 0, varSteps[v]}));
+  if (units)
+    for (unsigned v = 0; v < op.vars.size(); ++v)
+      unitNonempty.push_back(factor({CostFactor::Nonempty, v, 1, 0, varSteps[v] & unitMask}));
+  else
+    unitNonempty = nonempty;
   std::vector<CostTerm> terms;
   for (unsigned i = 0; i < n.inputs.size(); ++i) {
     const int64_t eb = tensors[n.inputs[i]].elementBytes;
@@ -540,12 +734,16 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
       if (n.inputs[j] == n.inputs[i])
         same.push_back(j);
     if (same.size() > 8)
-      return nodeCostWorkerByWorker(node, steps);
-    std::vector<unsigned> len, overlap;
+      return nodeCostWorkerByWorker(node, steps, cut, messages);
+    std::vector<unsigned> len, overlap, regionCells, insideCells;
     for (unsigned d = 0; d < rank; ++d) {
+      const uint64_t held = regionSteps(i, d) | (dimSteps[i][d] & unitMask);
       len.push_back(factor({CostFactor::RegionLen, i, 0, d, regionSteps(i, d)}));
-      overlap.push_back(factor({CostFactor::RegionOverlap, i, 0, d,
-                                regionSteps(i, d) | dimSteps[i][d]}));
+      overlap.push_back(factor({CostFactor::RegionOverlap, i, 0, d, held}));
+      if (messages) {
+        regionCells.push_back(factor({CostFactor::RegionCells, i, 0, d, regionSteps(i, d)}));
+        insideCells.push_back(factor({CostFactor::RegionCellsInside, i, 0, d, held}));
+      }
     }
     for (uint32_t subset = 0; subset < (uint32_t(1) << same.size()); ++subset) {
       CostTerm base;
@@ -558,29 +756,49 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
             base.factors.push_back(factor({CostFactor::RegionEqual, same[s], i, d,
                                            regionSteps(same[s], d) | regionSteps(i, d)}));
         }
-      CostTerm read = base, held = base;
-      read.coef = sign * eb;
-      read.factors.insert(read.factors.end(), len.begin(), len.end());
-      held.coef = -sign * eb;
-      held.factors.insert(held.factors.end(), overlap.begin(), overlap.end());
-      terms.push_back(std::move(read));
-      terms.push_back(std::move(held));
+      auto add = [&](int64_t coef, const std::vector<unsigned> &fs, bool message) {
+        CostTerm t = base;
+        t.coef = coef;
+        t.message = message;
+        t.factors.insert(t.factors.end(), fs.begin(), fs.end());
+        terms.push_back(std::move(t));
+      };
+      add(sign * eb, len, false);
+      add(-sign * eb, overlap, false);
+      if (messages) {
+        add(sign, regionCells, true);
+        add(-sign, insideCells, true);
+      }
     }
   }
   {
     const size_t k = n.inputs.size();
     const int64_t eb = tensors[n.output].elementBytes;
-    CostTerm owned, computed;
-    owned.coef = partials(node, steps) * eb;
-    computed.coef = -eb;
-    computed.factors = nonempty;
+    const int64_t rho = partials(node, steps);
+    const int64_t inner =
+        rho / partials(node, std::vector<StepChoice>(steps.begin(), steps.begin() + cut));
+    CostTerm owned, computed, ownedCells, computedCells;
+    owned.coef = rho * eb;
+    computed.coef = -inner * eb;
+    computed.factors = computedCells.factors = unitNonempty;
+    ownedCells.coef = rho;
+    computedCells.coef = -inner;
+    ownedCells.message = computedCells.message = true;
     for (unsigned d = 0; d < dimSteps[k].size(); ++d) {
+      const uint64_t made = dimSteps[k][d] | (varSteps[op.outputVars[d]] & unitMask);
       owned.factors.push_back(factor({CostFactor::TileLen, 0, 0, d, dimSteps[k][d]}));
-      computed.factors.push_back(factor({CostFactor::TileComputed, 0, 0, d,
-                                         dimSteps[k][d] | varSteps[op.outputVars[d]]}));
+      computed.factors.push_back(factor({CostFactor::TileComputed, 0, 0, d, made}));
+      if (messages) {
+        ownedCells.factors.push_back(factor({CostFactor::TileCells, 0, 0, d, dimSteps[k][d]}));
+        computedCells.factors.push_back(factor({CostFactor::TileCellsComputed, 0, 0, d, made}));
+      }
     }
     terms.push_back(std::move(owned));
     terms.push_back(std::move(computed));
+    if (messages) {
+      terms.push_back(std::move(ownedCells));
+      terms.push_back(std::move(computedCells));
+    }
   }
   // Connected sets of steps (two steps are connected when one factor depends on both).
   std::vector<uint64_t> components;
@@ -618,14 +836,19 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
   std::vector<int64_t> fv(factors.size(), 0);
   std::vector<int64_t> sums(terms.size());
   // Per level x (the component's first x steps applied to a worker, reused from one point to
-  // the next), the variable ranges and the tiles per slot; and the input regions.
-  std::vector<std::vector<Range>> levelRanges(1);
-  std::vector<std::vector<Box>> levelTiles(1, std::vector<Box>(slots));
+  // the next), the variable ranges and the tiles per slot, the worker's and its unit's; and
+  // the input regions.
+  std::vector<std::vector<Range>> levelRanges(1), unitLevelRanges;
+  std::vector<std::vector<Box>> levelTiles(1, std::vector<Box>(slots)), unitLevelTiles;
   for (int64_t e : n.shapes.vars)
     levelRanges[0].push_back({0, e});
   for (size_t k = 0; k < slots; ++k)
     for (int64_t e : tensors[slotTensor(k)].shape)
       levelTiles[0][k].push_back({0, e});
+  if (units) {
+    unitLevelRanges = levelRanges;
+    unitLevelTiles = levelTiles;
+  }
   std::vector<Box> regions;
   std::vector<unsigned> mine;
   std::vector<std::vector<unsigned>> termMine(terms.size());
@@ -650,7 +873,10 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
     bool needRegions = false;
     for (unsigned f : mine)
       needRegions |= factors[f].kind != CostFactor::Nonempty &&
-                     factors[f].kind != CostFactor::TileLen && factors[f].kind != CostFactor::TileComputed;
+                     factors[f].kind != CostFactor::TileLen &&
+                     factors[f].kind != CostFactor::TileComputed &&
+                     factors[f].kind != CostFactor::TileCells &&
+                     factors[f].kind != CostFactor::TileCellsComputed;
     std::fill(sums.begin(), sums.end(), 0);
     // Per member step: the variable it splits and per slot the dimension it cuts (the same
     // at every point).
@@ -665,6 +891,10 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
     if (levelRanges.size() < M + 1) {
       levelRanges.resize(M + 1);
       levelTiles.resize(M + 1, std::vector<Box>(slots));
+      if (units) {
+        unitLevelRanges.resize(M + 1);
+        unitLevelTiles.resize(M + 1, std::vector<Box>(slots));
+      }
     }
     // The points in order, the last member's coordinate fastest; levels from `from` on are
     // recomputed from the one before (most points recompute only the last).
@@ -682,23 +912,52 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
           if (const int d = memberDim[x][k]; d >= 0)
             levelTiles[x + 1][k][d] = subRange(levelTiles[x][k][d], parts, coord[x]);
         }
+        if (units) { // the unit's: cut by the first `cut` steps only
+          const bool cuts = members[x] < cut;
+          unitLevelRanges[x + 1] = unitLevelRanges[x];
+          if (cuts && memberVar[x] >= 0)
+            unitLevelRanges[x + 1][memberVar[x]] =
+                subRange(unitLevelRanges[x][memberVar[x]], parts, coord[x]);
+          for (size_t k = 0; k < slots; ++k) {
+            unitLevelTiles[x + 1][k] = unitLevelTiles[x][k];
+            if (const int d = memberDim[x][k]; cuts && d >= 0)
+              unitLevelTiles[x + 1][k][d] = subRange(unitLevelTiles[x][k][d], parts, coord[x]);
+          }
+        }
       }
       const std::vector<Range> &ranges = levelRanges[M];
       const std::vector<Box> &tiles = levelTiles[M];
+      const std::vector<Range> &unitRanges = units ? unitLevelRanges[M] : ranges;
+      const std::vector<Box> &unitTiles = units ? unitLevelTiles[M] : tiles;
       if (needRegions)
         inputRegions(op, *n.reads, n.shapes, ranges, regions);
       for (unsigned f : mine) {
         const CostFactor &x = factors[f];
         switch (x.kind) {
-        case CostFactor::Nonempty: fv[f] = ranges[x.a].size() > 0; break;
+        case CostFactor::Nonempty:
+          fv[f] = (x.b ? unitRanges : ranges)[x.a].size() > 0;
+          break;
         case CostFactor::RegionLen: fv[f] = regions[x.a][x.d].size(); break;
         case CostFactor::RegionOverlap:
-          fv[f] = overlap(regions[x.a][x.d], tiles[x.a][x.d]);
+          fv[f] = overlap(regions[x.a][x.d], unitTiles[x.a][x.d]);
           break;
         case CostFactor::RegionEqual: fv[f] = regions[x.a][x.d] == regions[x.b][x.d]; break;
         case CostFactor::TileLen: fv[f] = tiles[slots - 1][x.d].size(); break;
         case CostFactor::TileComputed:
-          fv[f] = overlap(tiles[slots - 1][x.d], ranges[op.outputVars[x.d]]);
+          fv[f] = overlap(tiles[slots - 1][x.d], unitRanges[op.outputVars[x.d]]);
+          break;
+        case CostFactor::RegionCells:
+          fv[f] = cellsOver(cells[x.a][x.d], regions[x.a][x.d]);
+          break;
+        case CostFactor::RegionCellsInside:
+          fv[f] = cellsOver(cells[x.a][x.d], overlapOf(regions[x.a][x.d], unitTiles[x.a][x.d]));
+          break;
+        case CostFactor::TileCells:
+          fv[f] = cellsOver(cells[slots - 1][x.d], tiles[slots - 1][x.d]);
+          break;
+        case CostFactor::TileCellsComputed:
+          fv[f] = cellsOver(cells[slots - 1][x.d],
+                            overlapOf(tiles[slots - 1][x.d], unitRanges[op.outputVars[x.d]]));
           break;
         }
       }
@@ -722,9 +981,11 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
   for (size_t l = 0; l < m; ++l)
     if (!(covered & (uint64_t(1) << l)))
       untouched *= steps[l].parts;
-  int64_t total = 0;
+  int64_t total = 0, fetches = 0;
   for (size_t t = 0; t < terms.size(); ++t)
-    total += terms[t].coef * value[t];
+    (terms[t].message ? fetches : total) += terms[t].coef * value[t];
+  if (messages)
+    *messages += fetches * untouched;
   return total * untouched;
 }
 
@@ -735,7 +996,8 @@ int64_t Problem::exactCost(const std::vector<StepChoice> &steps) const {
   return total;
 }
 
-int64_t Problem::nodeCostWorkerByWorker(unsigned node, const std::vector<StepChoice> &steps) const {
+int64_t Problem::nodeCostWorkerByWorker(unsigned node, const std::vector<StepChoice> &steps,
+                                        size_t cut, int64_t *messages) const {
   if (steps.empty())
     return 0;
   std::vector<unsigned> parts;
@@ -746,7 +1008,7 @@ int64_t Problem::nodeCostWorkerByWorker(unsigned node, const std::vector<StepCho
   }
   int64_t total = 0;
   for (unsigned w = 0; w < k; ++w)
-    total += workerNodeBytes(node, steps, workerCoords(w, parts));
+    total += workerNodeBytes(node, steps, workerCoords(w, parts), cut, messages);
   return total;
 }
 

@@ -53,6 +53,15 @@ struct StepChoice {
   std::vector<int> tensor;
 };
 
+/// The objective over a machine's levels (search/topology.h): per recursion step j, the
+/// weight of the bytes, and of the messages, that cross out of the worker groups the first
+/// j + 1 steps make (Problem::levelCost with `cut` j + 1). Empty: communication alone.
+struct PrefixWeights {
+  std::vector<double> bytes;
+  std::vector<double> messages; ///< empty, or one per step
+  bool empty() const { return bytes.empty() && messages.empty(); }
+};
+
 class Problem {
 public:
   /// Analyses every node of a checked graph (shapes known). Instantiations are analysed
@@ -83,23 +92,33 @@ public:
   /// Bytes the worker at `coords` receives for node `node` under `steps`: input regions it
   /// reads but does not hold, and the partial or whole output elements it owns but did not
   /// compute in full (reductions combine partials: an owner needs every partial but its own).
+  ///
+  /// With `cut` < steps.size(): only what it receives from outside its unit, the workers
+  /// that share its coordinates at the first `cut` steps (a machine's node, when those
+  /// steps are the node level's; see search/topology.h): an input element is in the unit
+  /// where it lies in the tile cut by those steps alone; the unit computes each partial of
+  /// the output elements it computes under those steps (the later steps' partials too).
+  /// `messages`, when given, gets the fetches: one per distinct tile (or produced piece of
+  /// a reduction slice) that the worker's region (or tile) overlaps outside the unit, as the
+  /// execution plan fetches them (codegen/exec_plan.h).
   int64_t workerNodeBytes(unsigned node, const std::vector<StepChoice> &steps,
-                          const std::vector<unsigned> &coords) const;
+                          const std::vector<unsigned> &coords, size_t cut = SIZE_MAX,
+                          int64_t *messages = nullptr) const;
 
   /// Node `node`'s share of the model cost (below) when step `i` of `steps` takes `parts`
   /// groups with the node on strategy `s` and each slot's tensor (the inputs, then the
   /// output) on each candidate configuration in `configs[slot]`; every other choice as in
   /// `steps` (`i == steps.size()` appends a step). Result: per slot, per candidate.
   ///
-  /// With `prefixWeights` (one per step of the finished plan; see search/topology.h) the
-  /// share is Σ_j w_j × the node's cost under the first j + 1 steps alone, rounded: the
-  /// communication time over a machine's levels in units of its fastest level's bytes.
-  /// While steps are still being added, the last prefix takes the weights of the steps to
-  /// come.
+  /// With `weights` (one per step of the finished plan; see search/topology.h) the share is
+  /// Σ_j (bytes_j × the node's bytes + messages_j × its messages that cross out of the
+  /// units of the first j + 1 steps; levelCost), rounded: the communication time over a
+  /// machine's levels in units of its fastest level's bytes. While steps are still being
+  /// added, the last step takes the weights of the steps to come.
   std::vector<std::vector<int64_t>> stepTerms(unsigned node, const std::vector<StepChoice> &steps,
                                               size_t i, unsigned parts, int s,
                                               const std::vector<std::vector<int>> &configs,
-                                              const std::vector<double> &prefixWeights = {}) const;
+                                              const PrefixWeights &weights = {}) const;
   /// The same choices' buffers on worker 0 while the node runs (the memory planner's, see
   /// codegen/memory_plan.h): per input slot, the region it reads where part of it is not
   /// in its own tile (a fetch buffer; a repeated read shares the earlier one's); for the
@@ -121,28 +140,38 @@ public:
   /// sum over all workers is taken per connected set of such steps (a sum-product), so it
   /// costs the product of those steps' parts, not k. Per node when `perNode` is given.
   int64_t modelCost(const std::vector<StepChoice> &steps, std::vector<int64_t> *perNode = nullptr) const;
-  /// Σ_j prefixWeights[j] × modelCost(the first j + 1 steps), rounded; modelCost without
+  /// What every worker receives from outside its unit of the first `cut` steps
+  /// (workerNodeBytes with `cut`), summed over all workers the same way: bytes, and in
+  /// `messages` (when given) the fetches. modelCost at `cut` >= steps.size().
+  int64_t levelCost(const std::vector<StepChoice> &steps, size_t cut,
+                    int64_t *messages = nullptr) const;
+  /// Σ_j (weights.bytes[j] × levelCost(steps, j + 1) + weights.messages[j] × its messages),
+  /// rounded (the last step taking the weights of the steps to come); modelCost without
   /// weights. The objective stepTerms' weighted shares add up to.
-  int64_t weightedCost(const std::vector<StepChoice> &steps,
-                       const std::vector<double> &prefixWeights) const;
+  int64_t weightedCost(const std::vector<StepChoice> &steps, const PrefixWeights &weights) const;
   /// The same sum by brute force, worker by worker (nodes × k region evaluations): the
   /// oracle for modelCost.
   int64_t exactCost(const std::vector<StepChoice> &steps) const;
-  /// Node `node`'s bytes summed over every worker (modelCost's terms).
-  int64_t nodeCostEveryWorker(unsigned node, const std::vector<StepChoice> &steps) const;
+  /// Node `node`'s bytes summed over every worker (modelCost's terms; with `cut` and
+  /// `messages` levelCost's).
+  int64_t nodeCostEveryWorker(unsigned node, const std::vector<StepChoice> &steps,
+                              size_t cut = SIZE_MAX, int64_t *messages = nullptr) const;
   /// The same for one node, worker by worker (exactCost's terms).
-  int64_t nodeCostWorkerByWorker(unsigned node, const std::vector<StepChoice> &steps) const;
+  int64_t nodeCostWorkerByWorker(unsigned node, const std::vector<StepChoice> &steps,
+                                 size_t cut = SIZE_MAX, int64_t *messages = nullptr) const;
 
   /// Bytes of tensor tiles held by the worker at `coords` (replicated tensors whole).
   int64_t workerTensorBytes(const std::vector<StepChoice> &steps,
                             const std::vector<unsigned> &coords) const;
 
 private:
-  /// stepTerms (received bytes, every worker) or stepBuffers (worker 0's buffers).
+  /// stepTerms (received bytes, every worker; from outside the units of the first `cut`
+  /// steps, and the messages in `messages` when given) or stepBuffers (worker 0's buffers).
   std::vector<std::vector<int64_t>> terms(unsigned node, const std::vector<StepChoice> &steps,
                                           size_t i, unsigned parts, int s,
                                           const std::vector<std::vector<int>> &configs,
-                                          bool buffers) const;
+                                          bool buffers, size_t cut = SIZE_MAX,
+                                          std::vector<std::vector<int64_t>> *messages = nullptr) const;
 
 };
 

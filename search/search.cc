@@ -258,15 +258,17 @@ public:
   /// once, then get() per choice. `steps` and `configs` must outlive the gets.
   void prepare(const Problem &p, unsigned n, const std::vector<StepChoice> &steps, size_t i,
                unsigned parts, const std::vector<const std::vector<int> *> &configs,
-               const std::vector<double> &weights = {}) {
+               const PrefixWeights &weights = {}) {
     at_ = {&p, n, &steps, i, parts, &configs, &weights};
     const ProblemNode &node = p.nodes[n];
     const size_t m = std::max(steps.size(), i + 1);
     key_.clear();
     key_.push_back(0); // buffers or terms
-    key_.push_back(static_cast<int64_t>(weights.size()));
-    for (double w : weights)
-      key_.push_back(static_cast<int64_t>(std::llround(w * 1e6)));
+    for (const std::vector<double> *ws : {&weights.bytes, &weights.messages}) {
+      key_.push_back(static_cast<int64_t>(ws->size()));
+      for (double w : *ws)
+        key_.push_back(static_cast<int64_t>(std::llround(w * 1e6)));
+    }
     key_.push_back(classes_[n]);
     key_.push_back(static_cast<int64_t>(i));
     key_.push_back(parts);
@@ -328,7 +330,7 @@ private:
     size_t i;
     unsigned parts;
     const std::vector<const std::vector<int> *> *configs;
-    const std::vector<double> *weights;
+    const PrefixWeights *weights;
   } at_{};
   const std::vector<int64_t> &classes_;
   std::vector<int64_t> key_; ///< the prepared key (the choice and buffers set by get)
@@ -559,7 +561,7 @@ size_t coarseVariables(const CoarseSets &co, LabelsOf labelsOf, Assign assign) {
 StepModel buildStep(const Problem &p, const CoarseSets &co, const std::vector<StepChoice> &steps,
                     size_t i, unsigned parts, const Candidates &cand, TermCaches &caches,
                     WorkerPool *pool, double memoryWeight, const std::vector<bool> &pricedBuffers,
-                    const std::vector<double> &weights) {
+                    const PrefixWeights &weights) {
   StepModel m;
   const unsigned N = static_cast<unsigned>(p.nodes.size());
   const unsigned T = static_cast<unsigned>(p.tensors.size());
@@ -767,7 +769,7 @@ struct JointSolution {
 /// tiling; with S a pair it re-solves two steps of the recursion at once. The objective is
 /// the same as one step's (buildStep): every node's whole cost, plus memory's price.
 llvm::Expected<JointSolution> jointSolve(const Problem &p, const PlanOptions &o,
-                                         const std::vector<double> &weights,
+                                         const PrefixWeights &weights,
                                          const CoarseSets &co, std::vector<StepChoice> steps,
                                          const std::vector<size_t> &S, TermCaches &caches,
                                          const MinSumProblem::Limits &limits,
@@ -1021,9 +1023,9 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   MinSumProblem::Limits pairLimits;
   pairLimits.maxTableEntries = std::min<uint64_t>(o.maxTableEntries, uint64_t(1) << 20);
   // The objective's prefix weights (a machine's levels), remapped for a merged start.
-  std::vector<double> weights = o.algorithm == Algorithm::Tofu || o.algorithm == Algorithm::Icml18
-                                    ? o.prefixWeights
-                                    : std::vector<double>();
+  PrefixWeights weights = o.algorithm == Algorithm::Tofu || o.algorithm == Algorithm::Icml18
+                              ? o.prefixWeights
+                              : PrefixWeights();
   bool pairsSkipped = false;         // some pair's DP did not fit in what was left
   uint64_t pairWorkLeft = kPairWork; // for every pair solve of this search
   WorkerPool pool(o.threads ? o.threads : WorkerPool::defaultThreads());
@@ -1149,15 +1151,18 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
       plan.conditioned > 0 || pairsSkipped)
     return llvm::Error::success();
   int64_t exact = p.weightedCost(plan.steps, weights);
-  const std::vector<double> own = weights;
+  const PrefixWeights own = weights;
   for (size_t l = 0; l + 1 < factors.size() && !pairsSkipped; ++l) {
     std::vector<unsigned> merged = factors;
     merged[l] *= merged[l + 1];
     merged.erase(merged.begin() + l + 1);
     if (!own.empty()) { // the merged step weighs as the two steps did together
       weights = own;
-      weights[l] += weights[l + 1];
-      weights.erase(weights.begin() + l + 1);
+      for (std::vector<double> *ws : {&weights.bytes, &weights.messages})
+        if (!ws->empty()) {
+          (*ws)[l] += (*ws)[l + 1];
+          ws->erase(ws->begin() + l + 1);
+        }
     }
     Steps steps;
     int64_t c = 0;
@@ -1459,9 +1464,10 @@ llvm::Expected<PartitionPlan> searchPlan(const Problem &p, const PlanOptions &o)
   if (o.workers > 1 && product != o.workers)
     return stringError(fmt::format("the recursion's steps make {} parts for {} workers", product,
                                    o.workers));
-  if (!o.prefixWeights.empty() && o.prefixWeights.size() != factors.size())
-    return stringError(fmt::format("{} prefix weights for {} recursion steps",
-                                   o.prefixWeights.size(), factors.size()));
+  for (const std::vector<double> *ws : {&o.prefixWeights.bytes, &o.prefixWeights.messages})
+    if (!ws->empty() && ws->size() != factors.size())
+      return stringError(fmt::format("{} prefix weights for {} recursion steps", ws->size(),
+                                     factors.size()));
   llvm::Error err = llvm::Error::success();
   if (o.workers > 1) {
     switch (o.algorithm) {

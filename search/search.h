@@ -49,9 +49,10 @@ struct PlanOptions {
   /// The recursion's steps, each a factor of `workers` in order (outermost first); empty:
   /// factorWorkers(workers). A machine's levels give them (search/topology.h).
   std::vector<unsigned> factors;
-  /// Per step, the weight of the cost of the plan cut by the steps up to it
-  /// (Problem::stepTerms); empty: communication alone. tofu, icml18 and dp-flat use it.
-  std::vector<double> prefixWeights;
+  /// Per step, the weights of the bytes and messages that cross out of the worker groups of
+  /// the steps up to it (Problem::stepTerms); empty: communication alone. tofu, icml18 and
+  /// dp-flat use it.
+  PrefixWeights prefixWeights;
   /// tofu: after the single-step sweeps, the moves beyond them (pairs of steps solved
   /// jointly, merged-factor starts; within a work budget). false: the sweeps alone.
   bool jointMoves = true;

@@ -255,22 +255,32 @@ std::vector<unsigned> topologyFactors(const Topology &t) {
   return out;
 }
 
-std::vector<double> topologyWeights(const Topology &t) {
-  std::vector<double> out;
+PrefixWeights topologyWeights(const Topology &t) {
+  PrefixWeights out;
   const double inner = t.levels.back().bandwidth;
+  bool latency = false;
   for (size_t i = 0; i < t.levels.size(); ++i) {
-    const double next = i + 1 < t.levels.size() ? 1 / t.levels[i + 1].bandwidth : 0;
-    const double w = (1 / t.levels[i].bandwidth - next) * inner;
+    const bool last = i + 1 == t.levels.size();
+    const double wb = (1 / t.levels[i].bandwidth - (last ? 0 : 1 / t.levels[i + 1].bandwidth)) * inner;
+    const double wm = (t.levels[i].latency - (last ? 0 : t.levels[i + 1].latency)) * inner;
+    latency |= t.levels[i].latency > 0;
     const size_t steps = factorWorkers(t.levels[i].count).size();
     if (steps == 0) { // one unit: its prefix is the level outside's (none moves nothing)
-      if (!out.empty())
-        out.back() += w;
+      if (!out.bytes.empty()) {
+        out.bytes.back() += wb;
+        out.messages.back() += wm;
+      }
       continue;
     }
-    for (size_t s = 0; s + 1 < steps; ++s)
-      out.push_back(0);
-    out.push_back(w);
+    for (size_t s = 0; s + 1 < steps; ++s) {
+      out.bytes.push_back(0);
+      out.messages.push_back(0);
+    }
+    out.bytes.push_back(wb);
+    out.messages.push_back(wm);
   }
+  if (!latency)
+    out.messages.clear();
   return out;
 }
 
@@ -336,7 +346,7 @@ llvm::Expected<TopologyPlan> searchForTopology(const Problem &p, PlanOptions opt
                                    t.workers()));
   TopologyPlan out;
   options.factors.clear();
-  options.prefixWeights.clear();
+  options.prefixWeights = {};
   auto blind = searchPlan(p, options);
   if (!blind)
     return blind.takeError();

@@ -8,13 +8,14 @@
 // L split the workers among that level's units. A received byte crosses the outermost level
 // at which its sender and receiver differ.
 //
-// The search's objective becomes Σ_L C(steps up to level L) × (1/bw_L − 1/bw_{L+1}) in
-// units of the innermost level's bytes: C(prefix) is the communication of the plan cut by
-// only those steps, the model's count of the bytes moved between the units of level L and
-// of the levels outside it, so the sum stands for every byte over the bandwidth of the
-// level it crosses. It is the search's model; the report counts each level's bytes exactly
-// from the execution plan. Latency is not in the objective (it is in the report's
-// estimate).
+// The search's objective becomes the communication time, in units of the innermost level's
+// bytes: Σ_L X_L × (1/bw_L − 1/bw_{L+1}) + M_L × (lat_L − lat_{L+1}), where X_L and M_L are
+// the bytes and messages every worker receives from outside its unit of level L (from any
+// level up to L; Problem::levelCost with the steps up to level L's last) and the innermost
+// level's terms use 1/bw = lat = 0 beyond it: it stands for each byte over the bandwidth of
+// the level it crosses and each message's latency there. X_L and M_L count each worker's
+// fetches as the execution plan makes them (from the nearest holder); the report counts
+// each level's bytes and messages from the execution plan itself.
 #ifndef TOFU_SEARCH_TOPOLOGY_H
 #define TOFU_SEARCH_TOPOLOGY_H
 
@@ -54,9 +55,10 @@ std::string describeTopology(const Topology &t);
 
 /// The recursion's steps: each level's factors (factorWorkers), outermost level first.
 std::vector<unsigned> topologyFactors(const Topology &t);
-/// Per step of topologyFactors, its prefix weight (PlanOptions::prefixWeights): on the last
-/// step of level L, (1/bw_L − 1/bw_{L+1}) × the innermost bandwidth; elsewhere 0.
-std::vector<double> topologyWeights(const Topology &t);
+/// Per step of topologyFactors, its prefix weights (PlanOptions::prefixWeights): on the last
+/// step of level L, bytes (1/bw_L − 1/bw_{L+1}) and messages (lat_L − lat_{L+1}), each times
+/// the innermost bandwidth; elsewhere 0. No message weights where no level has a latency.
+PrefixWeights topologyWeights(const Topology &t);
 
 /// The outermost level at which workers a and b differ (levels.size() when a == b).
 unsigned levelBetween(const Topology &t, unsigned a, unsigned b);
