@@ -339,9 +339,10 @@ int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &s
   const ProblemTensor &out = tensors[n.output];
   Box owned = tensorTile(n.output, steps, coords);
   const int64_t rho = partials(node, steps), inner = rho / partials(node, unitSteps);
-  bytes += (rho * boxElements(owned) - inner * intersectElements(owned, produced)) * out.elementBytes;
+  const int64_t have = computes ? intersectElements(owned, produced) : 0; // (a scalar too)
+  bytes += (rho * boxElements(owned) - inner * have) * out.elementBytes;
   if (messages) {
-    int64_t all = 1, inside = 1;
+    int64_t all = 1, inside = computes;
     for (size_t d = 0; d < owned.size(); ++d) {
       const std::vector<int64_t> grid =
           cellBounds(n.shapes.vars[n.table->op.outputVars[d]],
@@ -580,7 +581,7 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
           int d = tiles[k][c].second;
           Range r = d >= 0 ? subRange(tile[d], lastParts, j) : Range{};
           int64_t elems = output ? rho * elementsWith(tile, d, r) -
-                                       inner * intersectElements(produced, tile, d, r)
+                                       (unitComputes ? inner * intersectElements(produced, tile, d, r) : 0)
                                  : boxElements(regions[k]) - intersectElements(regions[k], tile, d, r);
           if (buffers) {
             // Whole buffers, where any of it is someone else's: a fetched region, or a
@@ -599,7 +600,7 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
             // The distinct pieces overlapped: all of them, less those inside the unit.
             const std::vector<std::vector<int64_t>> &grid = scratch.cells[k][c];
             const Box &seen = output ? tile : regions[k];
-            int64_t all = 1, inside = 1;
+            int64_t all = 1, inside = !output || unitComputes;
             for (size_t x = 0; x < seen.size(); ++x) {
               const Range own = int(x) == d ? r : tile[x];
               const Range whole = output ? own : seen[x];
