@@ -81,7 +81,8 @@ TopologyTraffic topologyTraffic(const Problem &p, const ExecPlan &plan, const To
 /// A plan for a machine: the search with the machine's steps and weights, and the search
 /// without them (the plan of least bytes); each one's traffic counted from its execution
 /// plan; the one whose slowest worker's estimated time is lower is chosen (the weighted
-/// objective is a model: on some graphs the plan of least bytes is also the faster one).
+/// search minimises every worker's time together, and it is a heuristic search, so the
+/// plan of least bytes may still have the faster slowest worker).
 struct TopologyPlan {
   PartitionPlan plan;           ///< the chosen one
   TopologyTraffic traffic;

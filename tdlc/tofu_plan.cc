@@ -82,9 +82,10 @@ cl::opt<std::string> topologySpec(
     "topology",
     cl::desc("The machine's levels, outermost first: COUNTS:BANDWIDTHS such as "
              "2x8:12.5GB/s@5us,150GB/s (2 nodes of 8 GPUs; each bandwidth optionally with a "
-             "latency per message), or a JSON file. The search weighs each byte by the level it "
-             "crosses; the report gives bytes, messages and an estimated time per level, beside "
-             "the plan of least bytes'. Sets --workers"),
+             "latency per message), or a JSON file. The search minimises the estimated "
+             "communication time (each byte over the bandwidth of the level it crosses, plus the "
+             "level's latency per message); the report gives bytes, messages and an estimated "
+             "time per level, beside the plan of least bytes'. Sets --workers"),
     cl::value_desc("SPEC"), cl::cat(planCategory));
 cl::opt<bool> noCoarsen("no-coarsen", cl::desc("Do not merge element-wise chains and coalesced "
                                                "timesteps"),
