@@ -51,7 +51,7 @@ ShareEvaluator compiledEvaluator(CpuKernelLibrary &lib, const KernelCompileOptio
     CpuKernelLibrary::Fn fn = lib.find(k->name);
     if (!fn) {
       if (llvm::Error e = lib.add({*k}, options))
-        return std::move(e);
+        return e;
       fn = lib.find(k->name);
     }
     return runKernel(fn, op, shapes, inputs, ranges, threads);

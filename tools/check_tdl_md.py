@@ -32,7 +32,12 @@ def main():
     tdlc = os.path.abspath(sys.argv[1])
     doc = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
         os.path.dirname(__file__), "..", "..", "shared", "docs", "TDL.md")
-    text = open(doc, encoding="utf-8").read()
+    try:
+        text = open(doc, encoding="utf-8").read()
+    except OSError as e:
+        sys.exit(f"check_tdl_md: cannot read the TDL reference {os.path.normpath(doc)}: "
+                 f"{e.strerror} (give its path as the second argument; by default it is "
+                 f"shared/docs/TDL.md beside the checkout)")
     blocks = sections(text)
     cases = {}
     cases["section4.tdl"] = "\n".join(blocks["4"])
