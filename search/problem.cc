@@ -246,9 +246,9 @@ std::string Problem::strategyName(unsigned node, int strategy) const {
 }
 
 std::vector<Range> Problem::nodeRanges(unsigned node, const std::vector<StepChoice> &steps,
-                                       const std::vector<unsigned> &coords) const {
+                                       const std::vector<unsigned> &coords, size_t cut) const {
   std::vector<Range> ranges = fullRanges(nodes[node].shapes);
-  for (size_t l = 0; l < steps.size(); ++l) {
+  for (size_t l = 0; l < std::min(cut, steps.size()); ++l) {
     int v = splitVar(node, steps[l].node[node]);
     if (v >= 0)
       ranges[v] = subRange(ranges[v], steps[l].parts, coords[l]);
@@ -257,11 +257,11 @@ std::vector<Range> Problem::nodeRanges(unsigned node, const std::vector<StepChoi
 }
 
 Box Problem::tensorTile(unsigned tensor, const std::vector<StepChoice> &steps,
-                        const std::vector<unsigned> &coords) const {
+                        const std::vector<unsigned> &coords, size_t cut) const {
   Box box;
   for (int64_t e : tensors[tensor].shape)
     box.push_back({0, e});
-  for (size_t l = 0; l < steps.size(); ++l) {
+  for (size_t l = 0; l < std::min(cut, steps.size()); ++l) {
     int d = steps[l].tensor[tensor];
     if (d >= 0)
       box[d] = subRange(box[d], steps[l].parts, coords[l]);
@@ -269,11 +269,11 @@ Box Problem::tensorTile(unsigned tensor, const std::vector<StepChoice> &steps,
   return box;
 }
 
-int64_t Problem::partials(unsigned node, const std::vector<StepChoice> &steps) const {
+int64_t Problem::partials(unsigned node, const std::vector<StepChoice> &steps, size_t from) const {
   int64_t rho = 1;
-  for (const StepChoice &s : steps)
-    if (isReduction(node, s.node[node]))
-      rho *= s.parts;
+  for (size_t l = from; l < steps.size(); ++l)
+    if (isReduction(node, steps[l].node[node]))
+      rho *= steps[l].parts;
   return rho;
 }
 
@@ -305,16 +305,15 @@ int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &s
                                  int64_t *messages) const {
   const ProblemNode &n = nodes[node];
   cut = std::min(cut, steps.size());
-  const std::vector<StepChoice> unitSteps(steps.begin(), steps.begin() + cut);
   std::vector<Range> ranges = nodeRanges(node, steps, coords);
-  std::vector<Range> unitRanges = nodeRanges(node, unitSteps, coords);
+  std::vector<Range> unitRanges = nodeRanges(node, steps, coords, cut);
   std::vector<Box> regions = inputRegions(n.table->op, *n.reads, n.shapes, ranges);
   int64_t bytes = 0, fetches = 0;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     if (repeatedRead(n.inputs, regions, i) >= 0)
       continue;
     const ProblemTensor &t = tensors[n.inputs[i]];
-    Box unit = tensorTile(n.inputs[i], unitSteps, coords);
+    Box unit = tensorTile(n.inputs[i], steps, coords, cut);
     bytes += (boxElements(regions[i]) - intersectElements(regions[i], unit)) * t.elementBytes;
     if (messages) {
       int64_t all = 1, inside = 1;
@@ -338,7 +337,7 @@ int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &s
     produced.push_back(computes ? unitRanges[v] : Range{0, 0});
   const ProblemTensor &out = tensors[n.output];
   Box owned = tensorTile(n.output, steps, coords);
-  const int64_t rho = partials(node, steps), inner = rho / partials(node, unitSteps);
+  const int64_t rho = partials(node, steps), inner = partials(node, steps, cut);
   const int64_t have = computes ? intersectElements(owned, produced) : 0; // (a scalar too)
   bytes += (rho * boxElements(owned) - inner * have) * out.elementBytes;
   if (messages) {
@@ -442,7 +441,7 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
   const ProblemNode &n = nodes[node];
   const size_t m = std::max(steps.size(), i + 1);
   cut = buffers ? m : std::min(cut, m); // the steps that cut the units' tiles
-  const bool lastCuts = m <= cut;       // the last step is one of them
+  const bool units = cut < m;           // else the last step is one of them: a worker's own
   auto partsAt = [&](size_t l) { return l == i ? parts : steps[l].parts; };
   auto choiceAt = [&](size_t l) { return l == i ? s : steps[l].node[node]; };
   std::vector<unsigned> earlier;
@@ -471,7 +470,7 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
   const unsigned lastParts = partsAt(m - 1);
   // Buffers reused from one call to the next (the search calls this many times).
   struct Scratch {
-    std::vector<Range> base, ranges, unitBase, unitRanges;
+    std::vector<Range> base, ranges, unit; // unit: the ranges a worker's unit computes
     std::vector<std::vector<std::pair<Box, int>>> tiles; // per slot and configuration
     std::vector<Box> regions;
     Box produced;
@@ -516,7 +515,8 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
     base.clear();
     for (int64_t e : n.shapes.vars)
       base.push_back({0, e});
-    scratch.unitBase = base;
+    if (units)
+      scratch.unit = base;
     int lastVar = -1;
     for (size_t l = 0; l < m; ++l) {
       int v = splitVar(node, choiceAt(l));
@@ -524,10 +524,16 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
         lastVar = v;
       } else if (v >= 0) {
         base[v] = subRange(base[v], partsAt(l), coords[l]);
-        if (l < cut)
-          scratch.unitBase[v] = subRange(scratch.unitBase[v], partsAt(l), coords[l]);
+        if (units && l < cut)
+          scratch.unit[v] = subRange(scratch.unit[v], partsAt(l), coords[l]);
       }
     }
+    // With units, the unit's ranges and whether it computes are the group's (the last
+    // step does not cut them).
+    bool unitComputes = true;
+    if (units)
+      for (const Range &r : scratch.unit)
+        unitComputes &= r.size() > 0;
     for (size_t k = 0; k < slots; ++k) {
       // The inputs' tiles are their units' (cut by the first `cut` steps); the output's,
       // the worker's own.
@@ -543,7 +549,7 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
         for (size_t l = 0; l < m; ++l) {
           int d = l == i ? configs[k][c] : steps[l].tensor[t];
           if (l + 1 == m)
-            last = output || lastCuts ? d : -1;
+            last = output || !units ? d : -1;
           else if (d >= 0 && (output || l < cut))
             box[d] = subRange(box[d], partsAt(l), coords[l]);
         }
@@ -555,22 +561,16 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
       ranges = base;
       if (lastVar >= 0)
         ranges[lastVar] = subRange(base[lastVar], lastParts, j);
-      // The ranges the worker's unit computes.
-      const std::vector<Range> *unit = &ranges;
-      if (cut < m) {
-        scratch.unitRanges = scratch.unitBase;
-        unit = &scratch.unitRanges;
-      }
       inputRegions(n.table->op, *n.reads, n.shapes, ranges, regions);
       bool computes = true;
       for (const Range &r : ranges)
         computes &= r.size() > 0;
-      bool unitComputes = true;
-      for (const Range &r : *unit)
-        unitComputes &= r.size() > 0;
+      if (!units)
+        unitComputes = computes;
+      const std::vector<Range> &unit = units ? scratch.unit : ranges;
       produced.clear();
       for (unsigned var : n.table->op.outputVars)
-        produced.push_back(unitComputes ? (*unit)[var] : Range{0, 0});
+        produced.push_back(unitComputes ? unit[var] : Range{0, 0});
       for (size_t k = 0; k < slots; ++k) {
         bool output = k == n.inputs.size();
         unsigned t = slotTensor(k);
@@ -775,9 +775,7 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
   {
     const size_t k = n.inputs.size();
     const int64_t eb = tensors[n.output].elementBytes;
-    const int64_t rho = partials(node, steps);
-    const int64_t inner =
-        rho / partials(node, std::vector<StepChoice>(steps.begin(), steps.begin() + cut));
+    const int64_t rho = partials(node, steps), inner = partials(node, steps, cut);
     CostTerm owned, computed, ownedCells, computedCells;
     owned.coef = rho * eb;
     computed.coef = -inner * eb;

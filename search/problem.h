@@ -74,15 +74,17 @@ public:
   std::vector<unsigned> order;
 
   /// A node's variable ranges for the worker at `coords` (one coordinate per step) after
-  /// `steps`: each step's chosen variable is split again into that step's parts.
+  /// `steps` (the first `cut` of them): each step's chosen variable is split again into
+  /// that step's parts.
   std::vector<Range> nodeRanges(unsigned node, const std::vector<StepChoice> &steps,
-                                const std::vector<unsigned> &coords) const;
-  /// A tensor's tile for the worker at `coords` after `steps`.
+                                const std::vector<unsigned> &coords, size_t cut = SIZE_MAX) const;
+  /// A tensor's tile for the worker at `coords` after `steps` (the first `cut` of them).
   Box tensorTile(unsigned tensor, const std::vector<StepChoice> &steps,
-                 const std::vector<unsigned> &coords) const;
+                 const std::vector<unsigned> &coords, size_t cut = SIZE_MAX) const;
   /// How many partial results of each output element exist after `steps` (the product of
-  /// the parts of the steps that split a reduction variable of the node).
-  int64_t partials(unsigned node, const std::vector<StepChoice> &steps) const;
+  /// the parts of the steps that split a reduction variable of the node); with `from`, of
+  /// the steps from `from` on only (those a unit of the first `from` steps computes).
+  int64_t partials(unsigned node, const std::vector<StepChoice> &steps, size_t from = 0) const;
   bool isReduction(unsigned node, int strategy) const;
   /// The variable a strategy splits (-1 for -1).
   int splitVar(unsigned node, int strategy) const;

@@ -10,6 +10,7 @@
 #include "api/pipeline.h"
 #include "graph/zoo.h"
 #include "search/minsum.h"
+#include "search/test_problem.h"
 
 namespace tofu {
 namespace {
@@ -297,23 +298,6 @@ TEST(Search, ReportedCostIsTheModelCostOfThePlan) {
       prod *= s.parts;
     EXPECT_EQ(prod, k);
   }
-}
-
-/// Random choices for every node and tensor of every step (any strategy, any dimension,
-/// replication), for the cost model's exactness at any k.
-std::vector<StepChoice> randomSteps(const Problem &p, const std::vector<unsigned> &parts,
-                                    std::mt19937 &rng) {
-  std::vector<StepChoice> steps;
-  for (unsigned k : parts) {
-    StepChoice s;
-    s.parts = k;
-    for (const ProblemNode &n : p.nodes)
-      s.node.push_back(int(rng() % (n.table->strategies.size() + 1)) - 1);
-    for (const ProblemTensor &t : p.tensors)
-      s.tensor.push_back(int(rng() % (t.shape.size() + 1)) - 1);
-    steps.push_back(std::move(s));
-  }
-  return steps;
 }
 
 // The model cost (a sum-product over the steps each term depends on) equals the brute-force

@@ -19,4 +19,34 @@ Problem trainingProblem(llvm::Expected<Graph> g, Optimizer optimizer,
   return std::move(*r->problem);
 }
 
+std::vector<StepChoice> randomSteps(const Problem &p, const std::vector<unsigned> &parts,
+                                    std::mt19937 &rng, bool fitting) {
+  std::vector<StepChoice> steps;
+  // How many parts each node's variables and each tensor's dimensions are cut into so far.
+  std::vector<std::vector<int64_t>> varCut(p.nodes.size()), dimCut(p.tensors.size());
+  for (unsigned n = 0; n < p.nodes.size(); ++n)
+    varCut[n].assign(p.nodes[n].shapes.vars.size(), 1);
+  for (unsigned t = 0; t < p.tensors.size(); ++t)
+    dimCut[t].assign(p.tensors[t].shape.size(), 1);
+  for (unsigned k : parts) {
+    StepChoice s;
+    s.parts = k;
+    for (unsigned n = 0; n < p.nodes.size(); ++n) {
+      int c = int(rng() % (p.nodes[n].table->strategies.size() + 1)) - 1;
+      const int v = p.splitVar(n, c);
+      if (fitting && v >= 0 && (varCut[n][v] *= k) > p.nodes[n].shapes.vars[v])
+        c = -1;
+      s.node.push_back(c);
+    }
+    for (unsigned t = 0; t < p.tensors.size(); ++t) {
+      int d = int(rng() % (p.tensors[t].shape.size() + 1)) - 1;
+      if (fitting && d >= 0 && (dimCut[t][d] *= k) > p.tensors[t].shape[d])
+        d = -1;
+      s.tensor.push_back(d);
+    }
+    steps.push_back(std::move(s));
+  }
+  return steps;
+}
+
 } // namespace tofu

@@ -2,6 +2,7 @@
 #ifndef TOFU_SEARCH_TEST_PROBLEM_H
 #define TOFU_SEARCH_TEST_PROBLEM_H
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,12 @@ namespace tofu {
 /// training graph's outputs.
 Problem trainingProblem(llvm::Expected<Graph> g, Optimizer optimizer = Optimizer::SGD,
                         std::vector<std::string> *outputs = nullptr);
+
+/// Random choices for every node and tensor of every step of `parts` (any strategy, any
+/// dimension, or none). `fitting`: none where a variable or dimension would be cut into
+/// more parts than it has elements (the same draws, so the same plan where none is).
+std::vector<StepChoice> randomSteps(const Problem &p, const std::vector<unsigned> &parts,
+                                    std::mt19937 &rng, bool fitting = false);
 
 } // namespace tofu
 

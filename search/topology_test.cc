@@ -183,39 +183,6 @@ TEST(Topology, OneLevelIsTheBlindSearch) {
   EXPECT_EQ(blind.plan.totalBytes, aware.plan.totalBytes);
 }
 
-// Random choices at every step: a strategy (or none) per node, a dimension (or none) per
-// tensor, none where a variable or dimension would be cut into more parts than it has
-// elements (there some workers compute nothing, and the cost model counts partial results
-// that no one computes, which the execution plan does not fetch).
-std::vector<StepChoice> randomSteps(const Problem &p, const std::vector<unsigned> &parts,
-                                    std::mt19937 &rng) {
-  std::vector<StepChoice> steps;
-  std::vector<std::vector<int64_t>> varCut(p.nodes.size()), dimCut(p.tensors.size());
-  for (unsigned n = 0; n < p.nodes.size(); ++n)
-    varCut[n].assign(p.nodes[n].shapes.vars.size(), 1);
-  for (unsigned t = 0; t < p.tensors.size(); ++t)
-    dimCut[t].assign(p.tensors[t].shape.size(), 1);
-  for (unsigned k : parts) {
-    StepChoice s;
-    s.parts = k;
-    for (unsigned n = 0; n < p.nodes.size(); ++n) {
-      int c = int(rng() % (p.nodes[n].table->strategies.size() + 1)) - 1;
-      const int v = p.splitVar(n, c);
-      if (v >= 0 && (varCut[n][v] *= k) > p.nodes[n].shapes.vars[v])
-        c = -1;
-      s.node.push_back(c);
-    }
-    for (unsigned t = 0; t < p.tensors.size(); ++t) {
-      int d = int(rng() % (p.tensors[t].shape.size() + 1)) - 1;
-      if (d >= 0 && (dimCut[t][d] *= k) > p.tensors[t].shape[d])
-        d = -1;
-      s.tensor.push_back(d);
-    }
-    steps.push_back(std::move(s));
-  }
-  return steps;
-}
-
 // The search's per-level figures are the execution plan's: with one machine level per
 // recursion step, what every worker receives from outside its unit of the first L steps
 // (Problem::levelCost: bytes and messages) is what the execution plan fetches across levels
@@ -253,8 +220,11 @@ TEST(Topology, LevelCostCountsTheExecutionPlansFetches) {
       auto aware = searchPlan(p, o);
       ASSERT_TRUE(bool(aware)) << llvm::toString(aware.takeError());
       plans.push_back(aware->steps);
-      plans.push_back(randomSteps(p, parts, rng));
-      plans.push_back(randomSteps(p, parts, rng));
+      // Random plans with no variable or dimension cut into more parts than it has
+      // elements: where one is, some workers compute nothing, and the cost model's count
+      // and the execution plan's fetches can differ slightly (not investigated).
+      plans.push_back(randomSteps(p, parts, rng, true));
+      plans.push_back(randomSteps(p, parts, rng, true));
       for (size_t q = 0; q < plans.size(); ++q) {
         const std::vector<StepChoice> &steps = plans[q];
         const std::string what = fmt::format("{} k={} plan {}", c.what, k, q);
