@@ -1,14 +1,16 @@
-// Lowering of an instantiated op to a loop nest, and its two printers.
+// Lowering of an instantiated op to loop nests, and its two printers (C++ with OpenMP, and
+// CUDA), both following the op's schedule (codegen/schedule.h).
 //
-// The nest: one loop per output variable (in output order, so the innermost loop writes
-// contiguous elements), and per reduction one loop per reduction variable. A reduction is
-// computed once per value of the variables it depends on: it is placed at the start of the
-// body of the innermost enclosing loop whose variable it uses (a softmax's denominator
-// inside the row loop, a batch norm's statistics inside the channel loop, a reduction that
-// uses no variable once per call), so nested reductions cost what they should. Reads have two
-// forms: checked (zero outside the tensor, NaN outside the region the buffer holds, as the
+// The main nest: one loop per output variable (in output order, so the innermost loop
+// writes contiguous elements). Each reduction is computed where the schedule says: inline
+// at the start of a loop's body (a softmax's denominator inside the row loop), or — C++ —
+// in a temporary that a pass fills before the main nest (a batch norm's per-channel
+// statistics, whose output loops run the batch outside the channel), in the scratch space
+// the caller passes; repeats read the first, counts are products of extents computed once
+// per call, and reductions the schedule fuses share one loop nest. Reads have two forms:
+// checked (zero outside the tensor, NaN outside the region the buffer holds, as the
 // interpreter's poisoned workers see it) and unchecked, used when the caller proved every
-// affine read lies inside its region (`readsInsideRegions`); the nest is printed once for
+// affine read lies inside its region (`readsInsideRegions`); the nests are printed once for
 // each, and the kernel picks at run time.
 #include "codegen/kernel_gen.h"
 
@@ -20,6 +22,7 @@
 
 #include "analysis/index_eval.h"
 #include "analysis/reducer.h"
+#include "codegen/schedule.h"
 #include "fmt/format.h"
 
 namespace tofu {
@@ -29,6 +32,8 @@ using llvm::cast;
 using llvm::dyn_cast;
 
 constexpr const char *kNameToken = "@KERNEL@";
+/// Output elements per block of an interchanged column reduction (a few cache lines).
+constexpr int kRowBlock = 64;
 
 std::string floatLiteral(double v) {
   if (std::isnan(v))
@@ -44,9 +49,16 @@ std::string floatLiteral(double v) {
 /// evalIndex's domain that prints C expressions of type i64.
 struct CodeDomain {
   using Value = std::string;
+  /// Variables printed as others (a fused reduction's, as its group's first).
+  const std::map<unsigned, unsigned> *rename = nullptr;
   std::optional<Value> constant(int64_t c) const { return fmt::format("((i64){})", c); }
   std::optional<Value> attr(unsigned) const { return std::nullopt; }
-  std::optional<Value> var(unsigned v) const { return fmt::format("v{}", v); }
+  std::optional<Value> var(unsigned v) const {
+    if (rename)
+      if (auto it = rename->find(v); it != rename->end())
+        v = it->second;
+    return fmt::format("v{}", v);
+  }
   std::optional<Value> extent(unsigned input, unsigned dim) const {
     return fmt::format("s{}_{}", input, dim);
   }
@@ -144,11 +156,8 @@ public:
   Lowering(const InstOp &op, KernelDialect dialect) : op_(op), dialect_(dialect) {}
 
   llvm::Expected<std::string> print() {
-    std::vector<unsigned> chain(op_.outputVars.begin(), op_.outputVars.end());
-    place(*op_.body, chain);
-    if (!error_.empty())
-      return llvm::createStringError(llvm::inconvertibleErrorCode(), "op '%s': %s",
-                                     op_.name.c_str(), error_.c_str());
+    sched_ = scheduleKernel(op_, dialect_ == KernelDialect::Cpp ? ScheduleTarget::Cpp
+                                                                : ScheduleTarget::Cuda);
     std::string out = dialect_ == KernelDialect::Cpp ? printCpp() : printCuda();
     if (!error_.empty())
       return llvm::createStringError(llvm::inconvertibleErrorCode(), "op '%s': %s",
@@ -156,94 +165,16 @@ public:
     return out;
   }
 
+  const KernelSchedule &schedule() const { return sched_; }
+
 private:
-  struct Red {
-    const ir::Reduce *node = nullptr;
-    unsigned id = 0;
-    int slot = -1; ///< the loop variable it is computed at the start of; -1: once per call
-  };
-
-  /// Assigns each reduction its slot, inner reductions first (post-order), given the
-  /// loop variables enclosing `e` from the outermost.
-  void place(const ir::Expr &e, std::vector<unsigned> &chain) {
-    if (const auto *r = dyn_cast<ir::Reduce>(&e)) {
-      std::vector<unsigned> inner = chain;
-      inner.insert(inner.end(), r->vars.begin(), r->vars.end());
-      place(*r->body, inner);
-      std::set<unsigned> used = freeVars(*r);
-      Red red;
-      red.node = r;
-      red.id = static_cast<unsigned>(reds_.size());
-      for (auto it = chain.rbegin(); it != chain.rend(); ++it)
-        if (used.count(*it)) {
-          red.slot = static_cast<int>(*it);
-          break;
-        }
-      redIndex_[r] = red.id;
-      reds_.push_back(red);
-      return;
-    }
-    forEachChild(e, [&](const ir::Expr &c) { place(c, chain); });
-  }
-
-  static void forEachChild(const ir::Expr &e, const std::function<void(const ir::Expr &)> &fn) {
-    switch (e.kind()) {
-    case ir::ExprKind::Read:
-      for (const ir::Coord &c : cast<ir::Read>(e).coords)
-        if (c.expr)
-          fn(*c.expr);
-      break;
-    case ir::ExprKind::OpaqueCall:
-      for (const ir::ExprPtr &a : cast<ir::OpaqueCall>(e).args)
-        fn(*a);
-      for (const ir::Coord &c : cast<ir::OpaqueCall>(e).coords)
-        if (c.expr)
-          fn(*c.expr);
-      break;
-    case ir::ExprKind::Reduce:
-      fn(*cast<ir::Reduce>(e).body);
-      break;
-    case ir::ExprKind::Apply:
-      for (const ir::ExprPtr &a : cast<ir::Apply>(e).args)
-        fn(*a);
-      break;
-    case ir::ExprKind::Neg:
-      fn(*cast<ir::Neg>(e).operand);
-      break;
-    case ir::ExprKind::Binary:
-      fn(*cast<ir::Binary>(e).lhs);
-      fn(*cast<ir::Binary>(e).rhs);
-      break;
-    case ir::ExprKind::Const:
-    case ir::ExprKind::AttrRef:
-    case ir::ExprKind::ExtentRef:
-    case ir::ExprKind::VarRef:
-    case ir::ExprKind::TensorRef:
-    case ir::ExprKind::OpCall:
-      break;
-    }
-  }
-
-  /// The variables a reduction's value depends on (those it uses and does not bind).
-  static std::set<unsigned> freeVars(const ir::Reduce &r) {
-    std::set<unsigned> used, bound;
-    ir::walk(r, [&](const ir::Expr &e) {
-      if (const auto *v = dyn_cast<ir::VarRef>(&e))
-        used.insert(v->var);
-      else if (const auto *inner = dyn_cast<ir::Reduce>(&e))
-        bound.insert(inner->vars.begin(), inner->vars.end());
-    });
-    std::set<unsigned> out;
-    for (unsigned v : used)
-      if (!bound.count(v))
-        out.insert(v);
-    return out;
-  }
+  using Red = ScheduledReduction;
+  using Placement = ScheduledReduction::Placement;
 
   // --- expressions ---------------------------------------------------------------------
 
   std::string index(const ir::Expr &e) {
-    if (auto s = evalIndex(e, CodeDomain{}))
+    if (auto s = evalIndex(e, CodeDomain{&rename_}))
       return *s;
     fail("an index expression is not integer arithmetic");
     return "0";
@@ -338,7 +269,7 @@ private:
     case ir::ExprKind::Read:
       return read(cast<ir::Read>(e));
     case ir::ExprKind::Reduce:
-      return fmt::format("r{}", redIndex_.at(&cast<ir::Reduce>(e)));
+      return reduction(sched_.of(&cast<ir::Reduce>(e)));
     case ir::ExprKind::Apply: {
       const auto &a = cast<ir::Apply>(e);
       std::string call = std::string(builtinCall(a.fn)) + "(";
@@ -379,6 +310,35 @@ private:
     }
     fail("an expression kind that instantiation removes");
     return "0";
+  }
+
+  /// A reduction's value where it is read.
+  std::string reduction(const Red &r) {
+    switch (r.placement) {
+    case Placement::Inline: return fmt::format("r{}", r.id);
+    case Placement::Temporary: return fmt::format("t{}[{}]", r.id, temporaryOffset(r));
+    case Placement::Alias:
+      for (const Red &o : sched_.reductions)
+        if (o.id == r.aliasOf)
+          return reduction(o);
+      break;
+    case Placement::Count: return fmt::format("k{}", r.id); // emitLocals
+
+    }
+    fail("a reduction without a placement");
+    return "0";
+  }
+
+  /// The element of temporary `r` at the current values of its variables (row-major over
+  /// their ranges, as its pass writes it).
+  static std::string temporaryOffset(const Red &r) {
+    std::string off;
+    for (size_t k = 0; k < r.depends.size(); ++k) {
+      const unsigned v = r.depends[k];
+      off = k == 0 ? fmt::format("(v{0} - lo{0})", v)
+                   : fmt::format("({}) * (hi{} - lo{}) + (v{} - lo{})", off, v, v, v, v);
+    }
+    return off.empty() ? "0" : off;
   }
 
   /// An opaque function's result at the call's coordinates, through its native
@@ -497,15 +457,19 @@ private:
 
   void line(const std::string &s) { out_ += std::string(indent_ * 2, ' ') + s + "\n"; }
 
-  /// The reductions computed at the start of loop `slot`'s body (-1: before every loop).
-  void emitSlot(int slot) {
-    for (const Red &r : reds_)
-      if (r.slot == slot)
+  /// The inline reductions of nest `nest` computed at the start of loop `slot`'s body (-1:
+  /// before the nest's loops).
+  void emitSlot(int nest, int slot) {
+    for (const Red &r : sched_.reductions)
+      if (r.placement == Placement::Inline && r.nest == nest && r.slot == slot && r.fusedWith < 0)
         emitReduction(r);
   }
 
-  /// The reductions computed per output element, outside any other reduction's loop.
+  /// The reductions of the main nest computed per output element, outside any other
+  /// reduction's loop.
   bool outerSlot(const Red &r) const {
+    if (r.placement != Placement::Inline || r.nest != -1)
+      return false;
     if (r.slot < 0)
       return true;
     for (unsigned v : op_.outputVars)
@@ -529,9 +493,8 @@ private:
   size_t slottedPrefix(const std::vector<unsigned> &vars) const {
     size_t n = 0;
     for (size_t k = 0; k < vars.size(); ++k)
-      for (const Red &o : reds_)
-        if (o.slot == static_cast<int>(vars[k]))
-          n = k + 1;
+      if (sched_.hasInlineAt(-1, static_cast<int>(vars[k])))
+        n = k + 1;
     return n;
   }
 
@@ -551,7 +514,7 @@ private:
       const unsigned v = node.vars[k];
       line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", v));
       ++indent_;
-      emitSlot(static_cast<int>(v)); // every thread is here: collective
+      emitSlot(-1, static_cast<int>(v)); // every thread is here: collective
     }
     std::string count;
     for (size_t k = serial; k < node.vars.size(); ++k)
@@ -595,31 +558,37 @@ private:
     collective_ = wasCollective;
   }
 
+  /// A reduction with those fused with it (KernelSchedule::fusedGroup): one loop nest
+  /// over the first one's variables, each member's variables renamed to them.
   void emitSerialReduction(const Red &r) {
+    const std::vector<const Red *> group = sched_.fusedGroup(r.id);
     const ir::Reduce &node = *r.node;
-    line(fmt::format("float r{} = {};", r.id, floatLiteral(reducerIdentity<float>(node.reducer))));
-    bool innermostFree = true; // nothing is placed in the innermost reduction loop
-    for (const Red &o : reds_)
-      if (!node.vars.empty() && o.slot == static_cast<int>(node.vars.back()))
-        innermostFree = false;
+    for (const Red *m : group)
+      line(fmt::format("float r{} = {};", m->id,
+                       floatLiteral(reducerIdentity<float>(m->node->reducer))));
+    // Nothing is computed at the start of the innermost reduction loop.
+    const bool innermostFree =
+        node.vars.empty() || !sched_.hasInlineAt(r.nest, static_cast<int>(node.vars.back()));
     for (size_t k = 0; k < node.vars.size(); ++k) {
       unsigned v = node.vars[k];
-      if (k + 1 == node.vars.size() && innermostFree && dialect_ == KernelDialect::Cpp) {
-        if (node.reducer == ir::Reducer::Sum)
-          line(fmt::format("#pragma omp simd reduction(+:r{})", r.id));
-        else if (node.reducer == ir::Reducer::Prod)
-          line(fmt::format("#pragma omp simd reduction(*:r{})", r.id));
+      if (k + 1 == node.vars.size() && innermostFree && dialect_ == KernelDialect::Cpp &&
+          (node.reducer == ir::Reducer::Sum || node.reducer == ir::Reducer::Prod)) {
+        std::string ids;
+        for (const Red *m : group)
+          ids += fmt::format("{}r{}", ids.empty() ? "" : ", ", m->id);
+        line(fmt::format("#pragma omp simd reduction({}:{})",
+                         node.reducer == ir::Reducer::Sum ? "+" : "*", ids));
       }
       line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", v));
       ++indent_;
-      emitSlot(static_cast<int>(v));
+      emitSlot(r.nest, static_cast<int>(v));
     }
-    std::string x = value(*node.body);
-    switch (node.reducer) {
-    case ir::Reducer::Sum: line(fmt::format("r{} += {};", r.id, x)); break;
-    case ir::Reducer::Prod: line(fmt::format("r{} *= {};", r.id, x)); break;
-    case ir::Reducer::Max: line(fmt::format("r{0} = tofu_max(r{0}, {1});", r.id, x)); break;
-    case ir::Reducer::Min: line(fmt::format("r{0} = tofu_min(r{0}, {1});", r.id, x)); break;
+    for (const Red *m : group) {
+      for (size_t k = 0; k < node.vars.size(); ++k)
+        if (m->node->vars[k] != node.vars[k])
+          rename_[m->node->vars[k]] = node.vars[k];
+      line(combineLine(*m, value(*m->node->body)));
+      rename_.clear();
     }
     for (size_t k = 0; k < node.vars.size(); ++k) {
       --indent_;
@@ -650,6 +619,15 @@ private:
       line(fmt::format("const float *__restrict__ in{0} = {1}in[{0}];", i, args));
     }
     line(fmt::format("float *__restrict__ out = {}out;", args));
+    // Counting sums: the product of their extents, once per call (a value the loops then
+    // read as an invariant, with no branch in them).
+    for (const Red &r : sched_.reductions)
+      if (r.placement == Placement::Count) {
+        std::string n = floatLiteral(r.countScale);
+        for (unsigned v : r.node->vars)
+          n += fmt::format(" * (float)(hi{0} > lo{0} ? hi{0} - lo{0} : 0)", v);
+        line(fmt::format("const float k{} = {};", r.id, n));
+      }
     for (unsigned k = 0; k < op_.outputVars.size(); ++k) {
       unsigned v = op_.outputVars[k];
       line(fmt::format("const i64 n{0} = hi{0} - lo{0};", v));
@@ -695,31 +673,75 @@ private:
     }
   }
 
-  /// The C++ nest: the leading output loops whose bodies hold no reduction are flattened
-  /// into one OpenMP-parallel loop; the innermost loop is a SIMD loop when nothing is
-  /// computed at its start.
+  /// The pass that fills temporary `t`: one parallel loop over the values of its
+  /// variables, each computing the reduction (and what its schedule computes with it) and
+  /// storing it at its row-major offset.
+  void emitTemporaryPass(const Red &t) {
+    const std::vector<const Red *> group = sched_.fusedGroup(t.id);
+    line("{");
+    ++indent_;
+    for (const Red *m : group)
+      emitSlot(m->nest, -1);
+    std::string total;
+    for (unsigned v : t.depends)
+      total += fmt::format("{0}(hi{1} > lo{1} ? hi{1} - lo{1} : 0)", total.empty() ? "" : " * ", v);
+    line("#pragma omp parallel for num_threads(a->threads) schedule(static) if (a->threads > 1)");
+    line(fmt::format("for (i64 f = 0; f < {}; ++f) {{", total));
+    ++indent_;
+    line("i64 rest = f;");
+    for (size_t k = t.depends.size(); k-- > 0;) {
+      const unsigned v = t.depends[k];
+      line(fmt::format("const i64 v{0} = lo{0} + rest % (hi{0} - lo{0});", v));
+      if (k)
+        line(fmt::format("rest /= hi{0} - lo{0};", v));
+    }
+    line("(void)rest;");
+    for (const Red *m : group)
+      for (unsigned v : t.depends)
+        emitSlot(m->nest, static_cast<int>(v));
+    emitSerialReduction(t);
+    for (const Red *m : group)
+      line(fmt::format("t{0}[f] = r{0};", m->id));
+    --indent_;
+    line("}");
+    --indent_;
+    line("}");
+  }
+
+  /// The C++ kernel: the temporaries' passes, then the main nest as the schedule says (its
+  /// leading output loops flattened into one OpenMP-parallel loop, the innermost a SIMD
+  /// loop or the rows of an interchanged contraction).
   void emitCppNest() {
+    for (const Red &r : sched_.reductions)
+      if (r.placement == Placement::Temporary && r.fusedWith < 0)
+        emitTemporaryPass(r);
     const std::vector<unsigned> &ov = op_.outputVars;
     const size_t n = ov.size();
-    emitSlot(-1);
+    emitSlot(-1, -1);
     if (n == 0) {
       line("out[0] = " + value(*op_.body) + ";");
       return;
     }
-    auto slotEmpty = [&](unsigned v) {
-      for (const Red &r : reds_)
-        if (r.slot == static_cast<int>(v))
-          return false;
-      return true;
-    };
-    size_t m = 1; // leading loops flattened
-    while (m + 1 < n && slotEmpty(ov[m - 1]))
-      ++m;
+    if (n == 1 && sched_.interchange) {
+      // A reduction over the rows of a column (a bias or scale gradient): blocks of the
+      // output in parallel, each accumulated row by row.
+      const unsigned v = ov[0];
+      line(fmt::format("const i64 blocks = (n{} + {} - 1) / {};", v, kRowBlock, kRowBlock));
+      line("#pragma omp parallel for num_threads(a->threads) schedule(static) if (a->threads > 1)");
+      line("for (i64 b = 0; b < blocks; ++b) {");
+      ++indent_;
+      line(fmt::format("const i64 rlo = lo{0} + b * {1}, rhi = std::min(hi{0}, rlo + {1});", v,
+                       kRowBlock));
+      emitInterchanged(*op_.topReduce(), "rlo", "rhi");
+      --indent_;
+      line("}");
+      return;
+    }
+    const size_t m = sched_.parallelLoops; // leading loops flattened
     std::string total;
     for (size_t k = 0; k < m; ++k)
       total += fmt::format("{}n{}", k ? " * " : "", ov[k]);
     const unsigned sites = opaqueSites();
-    bool simdOuter = n == 1 && slotEmpty(ov[0]) && sites == 0;
     if (sites > 0) { // each thread its own memos
       line("#pragma omp parallel num_threads(a->threads) if (a->threads > 1)");
       line("{");
@@ -729,7 +751,7 @@ private:
     } else {
       line(fmt::format("#pragma omp parallel for{} num_threads(a->threads) schedule(static) "
                        "if (a->threads > 1)",
-                       simdOuter ? " simd" : ""));
+                       n == 1 && sched_.vectorInnermost ? " simd" : ""));
     }
     line(fmt::format("for (i64 f = 0; f < {}; ++f) {{", total));
     ++indent_;
@@ -744,18 +766,18 @@ private:
       }
     }
     for (size_t k = 0; k < m; ++k)
-      emitSlot(static_cast<int>(ov[k]));
-    const ir::Reduce *top = interchangeable();
-    const size_t plain = top ? n - 1 : n; // loops nested as written
+      emitSlot(-1, static_cast<int>(ov[k]));
+    const bool interchange = sched_.interchange;
+    const size_t plain = interchange ? n - 1 : n; // loops nested as written
     for (size_t k = m; k < plain; ++k) {
-      if (k + 1 == n && slotEmpty(ov[k]))
+      if (k + 1 == n && sched_.vectorInnermost)
         line("#pragma omp simd");
       line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", ov[k]));
       ++indent_;
-      emitSlot(static_cast<int>(ov[k]));
+      emitSlot(-1, static_cast<int>(ov[k]));
     }
-    if (top)
-      emitInterchanged(*top);
+    if (interchange)
+      emitInterchanged(*op_.topReduce());
     else
       line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
     for (size_t k = m; k < plain; ++k) {
@@ -770,21 +792,15 @@ private:
     }
   }
 
-  /// The body is one reduction over terms that need no other reduction, computed per
-  /// element of the innermost output loop (a matrix product, a convolution): its loops can
-  /// go outside that loop, which then runs contiguously over the output row and the inputs
-  /// indexed by it, accumulating in the output (same terms in the same order per element).
-  const ir::Reduce *interchangeable() const {
-    const auto *top = dyn_cast<ir::Reduce>(op_.body.get());
-    const std::vector<unsigned> &ov = op_.outputVars;
-    if (!top || ov.size() < 2 || reds_.size() != 1 || top->vars.empty())
-      return nullptr;
-    return reds_[0].slot == static_cast<int>(ov.back()) ? top : nullptr;
-  }
-
-  void emitInterchanged(const ir::Reduce &top) {
+  /// The interchanged contraction: the output row (of the innermost output variable, from
+  /// `rowLo` to `rowHi`) starts at the identity, then each term of the reduction's loops
+  /// is combined into the whole row, contiguously.
+  void emitInterchanged(const ir::Reduce &top, const std::string &rowLo = "",
+                        const std::string &rowHi = "") {
     unsigned last = op_.outputVars.back();
-    std::string row = fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0})", last);
+    std::string row = fmt::format("for (i64 v{0} = {1}; v{0} < {2}; ++v{0})", last,
+                                  rowLo.empty() ? fmt::format("lo{}", last) : rowLo,
+                                  rowHi.empty() ? fmt::format("hi{}", last) : rowHi);
     std::string at = "out[" + outputOffset() + "]";
     line("#pragma omp simd");
     line(row);
@@ -842,9 +858,9 @@ private:
            "f += (i64)gridDim.x * blockDim.x) {");
       ++indent_;
       decode(ov, "f");
-      emitSlot(-1);
+      emitSlot(-1, -1);
       for (unsigned v : ov)
-        emitSlot(static_cast<int>(v));
+        emitSlot(-1, static_cast<int>(v));
       line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
       --indent_;
       line("}");
@@ -860,7 +876,7 @@ private:
     ++indent_;
     decode(outer, "f");
     collective_ = true; // the per-element reductions: they use only the block's variables
-    for (const Red &r : reds_)
+    for (const Red &r : sched_.reductions)
       if (outerSlot(r))
         emitReduction(r);
     collective_ = false;
@@ -886,10 +902,9 @@ public:
   /// row), in output order.
   std::vector<unsigned> blockOutputVars() const {
     std::set<unsigned> used;
-    for (const Red &r : reds_)
+    for (const Red &r : sched_.reductions)
       if (outerSlot(r))
-        for (unsigned v : freeVars(*r.node))
-          used.insert(v);
+        used.insert(r.depends.begin(), r.depends.end());
     std::vector<unsigned> out;
     for (unsigned v : op_.outputVars)
       if (used.count(v))
@@ -900,7 +915,7 @@ public:
   /// The variables of the reductions a block variant splits (after print()).
   std::vector<std::vector<unsigned>> blockReductions() const {
     std::vector<std::vector<unsigned>> out;
-    for (const Red &r : reds_)
+    for (const Red &r : sched_.reductions)
       if (outerSlot(r))
         out.push_back(r.node->vars);
     return out;
@@ -936,6 +951,13 @@ private:
     line(fmt::format("extern \"C\" void {}(const TofuKernelArgs *a) {{", kNameToken));
     ++indent_;
     emitLocals("a->");
+    std::string prev; // the temporaries, one after another in the scratch space
+    for (const Red &r : sched_.reductions) {
+      if (r.placement != Placement::Temporary)
+        continue;
+      line(fmt::format("float *const t{} = {};", r.id, prev.empty() ? "a->scratch" : prev));
+      prev = fmt::format("t{} + {}", r.id, scratchProduct(r.depends));
+    }
     if (opaqueSites() > 0) // outside the parallel loop (reductions computed once per call)
       line(fmt::format("TofuOpqMemo memo[{}];", opaqueSites()));
     emitVariants(&Lowering::emitCppNest);
@@ -974,6 +996,13 @@ private:
     return out_.substr(0, head) + helpers_ + kernel;
   }
 
+  static std::string scratchProduct(const std::vector<unsigned> &vars) {
+    std::string p;
+    for (unsigned v : vars)
+      p += fmt::format("{0}(hi{1} > lo{1} ? hi{1} - lo{1} : 0)", p.empty() ? "" : " * ", v);
+    return p;
+  }
+
   void fail(const std::string &msg) {
     if (error_.empty())
       error_ = msg;
@@ -981,8 +1010,8 @@ private:
 
   const InstOp &op_;
   KernelDialect dialect_;
-  std::vector<Red> reds_;
-  std::map<const ir::Reduce *, unsigned> redIndex_;
+  KernelSchedule sched_;
+  std::map<unsigned, unsigned> rename_; ///< while printing a fused member's body
   std::map<const ir::OpaqueCall *, unsigned> opaqueSite_;
   std::string helpers_; ///< one function per opaque call site, before the kernel
   std::string out_;
@@ -1089,7 +1118,7 @@ const std::string &kernelPrelude(KernelDialect dialect) {
 #include <vector>
 typedef int64_t i64;
 extern "C" {
-struct TofuKernelArgs { const i64 *ints; const float *const *in; float *out; int32_t fast; int32_t threads; };
+struct TofuKernelArgs { const i64 *ints; const float *const *in; float *out; int32_t fast; int32_t threads; float *scratch; };
 }
 #define TOFU_DEV static inline
 #define TOFU_NAN __builtin_nanf("")
@@ -1146,13 +1175,17 @@ uint64_t stableHash(const std::string &s, uint64_t seed) {
 llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dialect) {
   // The name hashes the C++ lowering, whatever the dialect: the two dialects' kernels of
   // one instantiation share it.
-  auto cpp = Lowering(op, KernelDialect::Cpp).print();
+  Lowering cppLowering(op, KernelDialect::Cpp);
+  auto cpp = cppLowering.print();
   if (!cpp)
     return cpp.takeError();
   KernelSource k;
   k.name = fmt::format("tofu_k_{:016x}", stableHash(*cpp));
   if (dialect == KernelDialect::Cpp) {
     k.code = std::move(*cpp);
+    for (const ScheduledReduction &r : cppLowering.schedule().reductions)
+      if (r.placement == ScheduledReduction::Placement::Temporary)
+        k.temporaries.push_back(r.depends);
   } else {
     Lowering lowering(op, KernelDialect::Cuda);
     auto cuda = lowering.print();
@@ -1168,6 +1201,32 @@ llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dial
 }
 
 std::string blockKernelName(const std::string &kernel) { return kernel + "_blk"; }
+
+namespace {
+int64_t scratchBytes(const std::vector<std::vector<unsigned>> &temporaries,
+                     const std::vector<Range> &ranges) {
+  int64_t floats = 0;
+  for (const std::vector<unsigned> &t : temporaries) {
+    int64_t n = 1;
+    for (unsigned v : t)
+      n *= ranges[v].size();
+    floats += n;
+  }
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+} // namespace
+
+int64_t kernelScratchBytes(const KernelSource &k, const std::vector<Range> &ranges) {
+  return scratchBytes(k.temporaries, ranges);
+}
+
+int64_t kernelScratchBytes(const InstOp &op, const std::vector<Range> &ranges) {
+  std::vector<std::vector<unsigned>> temporaries;
+  for (const ScheduledReduction &r : scheduleKernel(op, ScheduleTarget::Cpp).reductions)
+    if (r.placement == ScheduledReduction::Placement::Temporary)
+      temporaries.push_back(r.depends);
+  return scratchBytes(temporaries, ranges);
+}
 
 std::vector<int64_t> kernelInts(const InstOp &op, const Shapes &shapes,
                                 const std::vector<Range> &ranges, const std::vector<Box> &regions) {

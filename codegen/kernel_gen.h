@@ -26,6 +26,9 @@ struct TofuKernelArgs {
   float *out;             ///< the share, row-major over the output variables' ranges
   int32_t fast;           ///< every affine read lies inside its region: loads go unchecked
   int32_t threads;        ///< OpenMP threads (C++ dialect)
+  /// C++ dialect: kernelScratchBytes() bytes the kernel keeps its temporaries in (may be
+  /// null when it needs none); overwritten by the call.
+  float *scratch;
 };
 }
 
@@ -51,11 +54,19 @@ struct KernelSource {
   /// block's threads share the elements of the other output variables, the reductions
   /// computed once. Empty: one block computes the reductions, then every output.
   std::vector<unsigned> blockOutputVars;
+  /// C++: per temporary of the schedule (codegen/schedule.h), the variables it is indexed
+  /// by; its size is the product of their ranges (kernelScratchBytes).
+  std::vector<std::vector<unsigned>> temporaries;
 };
 
 /// Lowers and prints `op`. Fails, naming the op and the construct, for what the generator
 /// cannot express (an opaque call): such ops run on the interpreter.
 llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dialect);
+
+/// The scratch space (bytes) a C++ kernel call over `ranges` needs for its temporaries.
+int64_t kernelScratchBytes(const KernelSource &k, const std::vector<Range> &ranges);
+/// The same for the C++ kernel of `op` (scheduling it again).
+int64_t kernelScratchBytes(const InstOp &op, const std::vector<Range> &ranges);
 
 /// The name of a CUDA kernel's block-per-output variant (KernelSource::blockReductions).
 std::string blockKernelName(const std::string &kernel);

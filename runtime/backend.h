@@ -29,8 +29,8 @@ struct BackendStats {
   /// Launches with a library form that the library itself declined at preparation (cuDNN
   /// with no algorithm for the views within the workspace limit): they run generated.
   unsigned libraryDeclined = 0;
-  /// Per worker, memory the backend needs beside its arena (library scratch space, a
-  /// transport's staging buffer).
+  /// Per worker, memory the backend needs beside its arena (library scratch space, the
+  /// generated kernels' temporaries, a transport's staging buffer).
   std::vector<int64_t> extraBytes;
   /// Per worker, the arena this process allocated for it (0 where it runs elsewhere).
   std::vector<int64_t> arenaBytes;

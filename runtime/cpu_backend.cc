@@ -86,6 +86,7 @@ public:
             used[st.launch.kernel] = true;
     std::vector<KernelSource> sources;
     std::vector<std::string> kernelName(program.kernels.size());
+    std::vector<KernelSource> kernelTemps(program.kernels.size()); // only .temporaries
     for (size_t i = 0; i < program.kernels.size(); ++i) {
       if (!used[i])
         continue;
@@ -95,6 +96,7 @@ public:
         continue;
       }
       kernelName[i] = src->name;
+      kernelTemps[i].temporaries = src->temporaries;
       sources.push_back(std::move(*src));
     }
     if (llvm::Error e = kernels_.add(sources, options_.compile))
@@ -125,7 +127,11 @@ public:
           ++stats_.library;
           stats_.extraBytes[w] =
               std::max(stats_.extraBytes[w], static_cast<int64_t>(pr.lib->scratchBytes()));
-        } else if (!pr.fn) {
+        } else if (pr.fn) {
+          // The generated kernel's temporaries (codegen/schedule.h) share the same space.
+          stats_.extraBytes[w] =
+              std::max(stats_.extraBytes[w], kernelScratchBytes(kernelTemps[l.kernel], l.ranges));
+        } else {
           ++stats_.interpreted;
         }
       }
@@ -157,7 +163,8 @@ public:
     if (pr.lib) {
       pr.lib->run(pr.in.data(), pr.out, threads_, scratch_[w]);
     } else if (pr.fn) {
-      TofuKernelArgs args{l.ints.data(), pr.in.data(), pr.out, l.fast ? 1 : 0, threads_};
+      TofuKernelArgs args{l.ints.data(), pr.in.data(), pr.out, l.fast ? 1 : 0, threads_,
+                          static_cast<float *>(scratch_[w])};
       pr.fn(&args);
     } else {
       return interpret(w, step);
@@ -224,7 +231,9 @@ private:
   CpuKernelLibrary kernels_;
   std::vector<bool> local_; ///< per worker, whether it runs here (empty: all do)
   std::vector<float *> arenas_; ///< per worker (null for those that run elsewhere)
-  std::vector<void *> scratch_; ///< per worker, the scratch space its library calls share
+  /// Per worker, the scratch space its library calls and generated kernels' temporaries
+  /// share (one launch at a time).
+  std::vector<void *> scratch_;
   std::vector<std::vector<Prepared>> prepared_; ///< per worker, per step
   BackendStats stats_;
 };

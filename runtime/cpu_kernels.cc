@@ -290,9 +290,10 @@ llvm::Expected<Tensor> runKernel(CpuKernelLibrary::Fn fn, const InstOp &op, cons
   return runOnRegions(op, shapes, inputs, ranges,
                       [&](const std::vector<Box> &regions, const float *const *in, float *out) {
                         std::vector<int64_t> ints = kernelInts(op, shapes, ranges, regions);
+                        std::vector<float> scratch(kernelScratchBytes(op, ranges) / sizeof(float));
                         TofuKernelArgs args{ints.data(), in, out,
                                             readsInsideRegions(op, shapes, ranges, regions) ? 1 : 0,
-                                            threads};
+                                            threads, scratch.data()};
                         fn(&args);
                       });
 }

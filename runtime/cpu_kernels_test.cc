@@ -127,7 +127,7 @@ TEST(CpuKernels, ReadOutsideTheRegionIsNaN) {
   std::vector<int64_t> ints = kernelInts(op, *shapes, ranges, regions);
   EXPECT_FALSE(readsInsideRegions(op, *shapes, ranges, regions));
   std::vector<float> out(4, 0.0f);
-  TofuKernelArgs args{ints.data(), in.data(), out.data(), 0, 1};
+  TofuKernelArgs args{ints.data(), in.data(), out.data(), 0, 1, nullptr};
   fn(&args);
   EXPECT_EQ(out[0], 3.0f); // column 0 is there
   EXPECT_TRUE(std::isnan(out[1])); // column 1 is not

@@ -7,6 +7,8 @@
 #include "analysis/report.h"
 #include "analysis/gradcheck.h"
 #include "analysis/verify.h"
+#include "codegen/kernel_gen.h"
+#include "codegen/schedule.h"
 #include "runtime/kernel_verify.h"
 #include "tdlc/stats.h"
 #include "analysis/sema.h"
@@ -40,6 +42,17 @@ cl::opt<bool> verify("verify",
                               "that see only their analysed input regions (the rest NaN) must "
                               "reproduce the unpartitioned result; exit 1 on any failure"),
                      cl::cat(tdlcCategory));
+cl::opt<bool> kernel("kernel",
+                     cl::desc("Print the kernel schedule (where each reduction is computed: "
+                              "inline, in a temporary, shared with an equal one, or counted) "
+                              "and the generated kernel source of every op of FILE (or --op), "
+                              "for --target"),
+                     cl::cat(tdlcCategory));
+enum class Target { Cpp, Cuda };
+cl::opt<Target> target("target", cl::desc("With --kernel: the kernel dialect"),
+                       cl::values(clEnumValN(Target::Cpp, "cpp", "C++ with OpenMP (default)"),
+                                  clEnumValN(Target::Cuda, "cuda", "CUDA C++ for NVRTC")),
+                       cl::init(Target::Cpp), cl::cat(tdlcCategory));
 // Spelled --stats on the command line; libLLVM already owns an option named "stats", so
 // main() renames the argument before parsing (see the overview in --help).
 cl::opt<bool> stats("tdlc-stats", cl::Hidden,
@@ -49,7 +62,7 @@ cl::opt<bool> stats("tdlc-stats", cl::Hidden,
                     cl::cat(tdlcCategory));
 cl::opt<unsigned> seed("seed", cl::desc("With --verify: random seed (default 1)"), cl::init(1),
                        cl::cat(tdlcCategory));
-cl::opt<std::string> opName("op", cl::desc("With --strategies: only the op named NAME"),
+cl::opt<std::string> opName("op", cl::desc("With --strategies or --kernel: only the op named NAME"),
                             cl::value_desc("NAME"), cl::cat(tdlcCategory));
 cl::list<std::string> attrArgs("attr", cl::desc("With --strategies: attribute value (repeatable)"),
                                cl::value_desc("a=v"), cl::cat(tdlcCategory));
@@ -179,6 +192,30 @@ int analyseModule(const tofu::ir::Module &module) {
         mine.inputRanks = example->inst.inputRanks;
       mine = tofu::completeForVerification(*op, std::move(mine), &defaults);
     }
+    if (kernel) {
+      auto inst = tofu::instantiate(*op, mine);
+      if (!inst) {
+        llvm::errs() << op->file << ":" << op->loc.line << ":" << op->loc.col
+                     << ": error: " << llvm::toString(inst.takeError()) << "\n";
+        status = 1;
+        continue;
+      }
+      const bool cuda = target == Target::Cuda;
+      llvm::outs() << "// op " << op->name << ": schedule\n";
+      std::string text = tofu::describeSchedule(
+          *inst, tofu::scheduleKernel(*inst, cuda ? tofu::ScheduleTarget::Cuda
+                                                  : tofu::ScheduleTarget::Cpp));
+      for (llvm::StringRef line : llvm::split(llvm::StringRef(text).rtrim('\n'), '\n'))
+        llvm::outs() << "//   " << line << "\n";
+      auto k = tofu::generateKernel(*inst, cuda ? tofu::KernelDialect::Cuda
+                                                : tofu::KernelDialect::Cpp);
+      if (!k) {
+        llvm::outs() << "// no kernel: " << llvm::toString(k.takeError()) << "\n";
+        continue;
+      }
+      llvm::outs() << k->code << "\n";
+      continue;
+    }
     auto table = tofu::analyzeOp(*op, mine);
     if (!table) {
       llvm::errs() << op->file << ":" << op->loc.line << ":" << op->loc.col
@@ -272,6 +309,8 @@ int main(int argc, char **argv) {
       "                           [--op NAME] [--attr a=v] [--group g=n] [--format=table|json]\n"
       "  tdlc --verify FILE...    check every strategy of the files' ops by execution\n"
       "  tdlc --verify --kernels compiled FILE...   the same on the compiled kernels tofu-run runs\n"
+      "  tdlc --kernel FILE       print each op's kernel schedule and generated source\n"
+      "                           [--op NAME] [--attr a=v] [--group g=n] [--target=cpp|cuda]\n"
       "  tdlc --stats DIR         statistics of an operator library and its ONNX coverage\n\n"
       "Exit status: 0 when every file checks, 1 when a file has an error, 2 on bad usage.\n");
 
@@ -279,9 +318,10 @@ int main(int argc, char **argv) {
     llvm::errs() << "tdlc: --kernels must be interp or compiled\n";
     return 2;
   }
-  if (int(checkMode) + int(dumpIr) + int(strategies) + int(verify) + int(stats) != 1) {
-    llvm::errs() << "tdlc: give exactly one of --check, --dump-ir, --strategies, --verify or "
-                    "--stats (see --help)\n";
+  if (int(checkMode) + int(dumpIr) + int(strategies) + int(verify) + int(stats) + int(kernel) !=
+      1) {
+    llvm::errs() << "tdlc: give exactly one of --check, --dump-ir, --strategies, --verify, "
+                    "--kernel or --stats (see --help)\n";
     return 2;
   }
   if (stats) {
@@ -301,8 +341,12 @@ int main(int argc, char **argv) {
     llvm::errs() << "tdlc: no input files (see --help)\n";
     return 2;
   }
-  if ((dumpIr || strategies) && files.size() != 1) {
-    llvm::errs() << "tdlc: --dump-ir and --strategies take exactly one file\n";
+  if ((dumpIr || strategies || kernel) && files.size() != 1) {
+    llvm::errs() << "tdlc: --dump-ir, --strategies and --kernel take exactly one file\n";
+    return 2;
+  }
+  if (target.getNumOccurrences() > 0 && !kernel) {
+    llvm::errs() << "tdlc: --target applies to --kernel only\n";
     return 2;
   }
   if (format == Format::Json && !strategies) {
@@ -325,7 +369,7 @@ int main(int argc, char **argv) {
     }
     if (dumpIr)
       tofu::printFile(llvm::outs(), *module, module->rootFile);
-    if (strategies || verify)
+    if (strategies || verify || kernel)
       status = std::max(status, analyseModule(*module));
   }
   return status;

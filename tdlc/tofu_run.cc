@@ -720,7 +720,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       most = *std::max_element(all.begin(), all.end());
     }
     if (most > 0)
-      llvm::outs() << fmt::format("library scratch space beside the arenas: {} per worker (at most)\n",
+      llvm::outs() << fmt::format("scratch space beside the arenas (library calls, kernel "
+                                  "temporaries): {} per worker (at most)\n",
                                   tofu::humanBytes(double(most)));
   }
   if (verify)

@@ -1,0 +1,101 @@
+// The kernel scheduler: where each reduction of an instantiated op is computed, and how
+// the loops of a C++ kernel run, decided as data before anything is printed (so the
+// decisions can be tested without a compiler, and both printers follow the same ones).
+//
+// A reduction is computed once per value of the variables it depends on:
+//  - inline, at the start of the body of the innermost enclosing loop whose variable it
+//    uses, when no loop outside that one runs over a variable it does not use (a softmax's
+//    normaliser inside the row loop);
+//  - otherwise in a temporary, a buffer indexed by exactly those variables and filled by a
+//    pass of its own before the kernel's main loops (a batch norm's per-channel statistics,
+//    whose output loops put the batch outside the channel; a layer norm's per-token
+//    statistics nested in the scale gradient's sum over tokens). Temporaries live in the
+//    scratch space the caller passes (TofuKernelArgs::scratch), sized by
+//    kernelScratchBytes;
+//  - not at all when it repeats another (the same reduction up to the names of its bound
+//    variables, as inlined calls write it again and again): it reads the first one;
+//  - as the product of its extents when it counts (`Sum(lambda m, *t: 0 * x[m, c, *t] + 1)`).
+// Reductions computed at the same point over loops of the same extents, none reading
+// another, share one loop nest (C++): a batch norm's sum and sum of squares are one pass
+// over the data.
+#ifndef TOFU_CODEGEN_SCHEDULE_H
+#define TOFU_CODEGEN_SCHEDULE_H
+
+#include <string>
+#include <vector>
+
+#include "analysis/instantiate.h"
+
+namespace tofu {
+
+/// What the scheduler may use. Temporaries need a pass that runs before the main loops
+/// over every value of their variables: the C++ kernels have it; the CUDA kernels do not
+/// yet (a grid-wide pass), so there every reduction is inline.
+enum class ScheduleTarget { Cpp, Cuda };
+
+/// How one reduction of the body is computed.
+struct ScheduledReduction {
+  enum class Placement {
+    Inline,    ///< a scalar at the start of loop `slot`'s body in nest `nest`
+    Temporary, ///< a buffer over `index`, filled by its own pass before the main nest
+    Alias,     ///< the value of reduction `aliasOf` (an equal reduction)
+    Count,     ///< `countScale` times the product of its variables' extents
+  };
+  const ir::Reduce *node = nullptr;
+  unsigned id = 0;
+  Placement placement = Placement::Inline;
+  /// The nest it is computed in: -1 the kernel's main nest, else the id of the temporary
+  /// whose pass computes it (Inline), or that it is itself (Temporary).
+  int nest = -1;
+  /// Inline: the loop variable at the start of whose body it is computed (-1: once, before
+  /// the nest's loops).
+  int slot = -1;
+  /// The variables its value depends on, outermost loop first. A temporary's index.
+  std::vector<unsigned> depends;
+  /// Inline: the loops of its nest around the point where it is computed, outermost
+  /// first. It is computed once per value of the variables it depends on exactly when
+  /// every one of them is in `depends`.
+  std::vector<unsigned> loops;
+  unsigned aliasOf = 0;
+  double countScale = 1;
+  /// Inline or Temporary: the reduction whose loops it shares (it is computed in the same
+  /// nest, its variables standing for that one's, position by position); -1: its own.
+  int fusedWith = -1;
+};
+
+/// Every decision about one kernel.
+struct KernelSchedule {
+  ScheduleTarget target = ScheduleTarget::Cpp;
+  /// In post-order: each after the reductions nested in it. Temporaries are filled in this
+  /// order too, so a temporary's pass may read those before it.
+  std::vector<ScheduledReduction> reductions;
+  /// C++ main nest: the leading output loops flattened into one parallel loop (at least 1
+  /// when there is an output loop).
+  unsigned parallelLoops = 0;
+  /// C++ main nest: the innermost output loop is a SIMD loop.
+  bool vectorInnermost = false;
+  /// C++ main nest: the body is one reduction over a contraction (a product, a
+  /// convolution) whose loops go outside the innermost output loop, which accumulates
+  /// into the output row.
+  bool interchange = false;
+
+  /// The reduction of `node` (every Reduce of the body has one).
+  const ScheduledReduction &of(const ir::Reduce *node) const;
+  /// The ids of the temporaries, in the order their passes run.
+  std::vector<unsigned> temporaries() const;
+  /// Whether an inline reduction of nest `nest` is computed at loop `slot`.
+  bool hasInlineAt(int nest, int slot) const;
+  /// The reductions that share `leader`'s loops, `leader` first.
+  std::vector<const ScheduledReduction *> fusedGroup(unsigned leader) const;
+};
+
+/// Schedules `op` for `target`.
+KernelSchedule scheduleKernel(const InstOp &op, ScheduleTarget target);
+
+/// The schedule as text, one line per reduction and one for the main nest, naming
+/// variables as the op does: what golden tests compare.
+std::string describeSchedule(const InstOp &op, const KernelSchedule &s);
+
+} // namespace tofu
+
+#endif // TOFU_CODEGEN_SCHEDULE_H
