@@ -36,6 +36,12 @@ tofu::Instantiation groups(std::map<std::string, int64_t> g) {
   return i;
 }
 
+tofu::Instantiation attrs(std::map<std::string, int64_t> a) {
+  tofu::Instantiation i;
+  i.attrs = std::move(a);
+  return i;
+}
+
 std::vector<Case> cases() {
   const std::vector<int64_t> act = {32, 32, 16, 16}; // WResNet-50 stage 1 at batch 32
   const std::vector<int64_t> tok = {8, 64, 256};     // GPT-2-256 at batch 8
@@ -46,6 +52,9 @@ std::vector<Case> cases() {
       {"LayerNormalization", {tok, {256}, {256}, {}}, groups({{"p", 2}, {"f", 1}}), "8x64 tokens x 256"},
       {"layer_norm_grad_x", {tok, tok, {256}, {}}, groups({{"p", 2}, {"f", 1}}), "8x64 tokens x 256"},
       {"layer_norm_grad_scale", {tok, tok, {}}, groups({{"p", 2}, {"f", 1}}), "8x64 tokens x 256"},
+      {"maxpool2d_grad", {{32, 16, 16, 16}, {32, 16, 32, 32}, {32, 16, 16, 16}},
+       attrs({{"kh", 3}, {"kw", 3}, {"ph", 1}, {"pw", 1}}), "N32 C16 32x32, 3x3 stride 2"},
+      {"avgpool2d_grad", {{32, 16, 16, 16}}, attrs({{"ih", 32}, {"iw", 32}}), "N32 C16 32x32, 2x2 stride 2"},
       {"Relu", {act}, groups({}), "N32 C32 16x16"},
   };
 }

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "analysis/index_eval.h"
@@ -51,9 +52,13 @@ struct CodeDomain {
   using Value = std::string;
   /// Variables printed as others (a fused reduction's, as its group's first).
   const std::map<unsigned, unsigned> *rename = nullptr;
+  /// A variable printed as 0 (the offset of a strided loop's congruence); -1: none.
+  int zero = -1;
   std::optional<Value> constant(int64_t c) const { return fmt::format("((i64){})", c); }
   std::optional<Value> attr(unsigned) const { return std::nullopt; }
   std::optional<Value> var(unsigned v) const {
+    if (static_cast<int>(v) == zero)
+      return "((i64)0)";
     if (rename)
       if (auto it = rename->find(v); it != rename->end())
         v = it->second;
@@ -66,11 +71,23 @@ struct CodeDomain {
   std::optional<Value> add(const Value &a, const Value &b) const { return "(" + a + " + " + b + ")"; }
   std::optional<Value> mul(const Value &a, const Value &b) const { return "(" + a + " * " + b + ")"; }
   std::optional<Value> div(const Value &a, const Value &b) const {
-    return "tofu_fdiv(" + a + ", " + b + ")";
+    if (exact)
+      for (const auto &[num, den] : *exact)
+        if (a == num && b == den) // a multiple inside its strided loop: C's division is exact
+          return "(" + a + " / " + b + ")";
+    return (positive(b) ? "tofu_fdivp(" : "tofu_fdiv(") + a + ", " + b + ")";
   }
   std::optional<Value> mod(const Value &a, const Value &b) const {
-    return "tofu_imod(" + a + ", " + b + ")";
+    return (positive(b) ? "tofu_imodp(" : "tofu_imod(") + a + ", " + b + ")";
   }
+  /// A positive integer literal (as constant() prints it): division by it needs no sign
+  /// test of the divisor, and the compiler turns it into a multiplication.
+  static bool positive(const Value &b) {
+    return b.size() > 7 && b.compare(0, 6, "((i64)") == 0 && b[6] != '-' && b[6] != '0' &&
+           b.back() == ')';
+  }
+  /// Numerators known to be multiples of their divisors (printed forms).
+  const std::vector<std::pair<std::string, std::string>> *exact = nullptr;
 };
 
 const char *builtinCall(ir::Builtin b) {
@@ -174,7 +191,7 @@ private:
   // --- expressions ---------------------------------------------------------------------
 
   std::string index(const ir::Expr &e) {
-    if (auto s = evalIndex(e, CodeDomain{&rename_}))
+    if (auto s = evalIndex(e, CodeDomain{&rename_, zero_, &exact_}))
       return *s;
     fail("an index expression is not integer arithmetic");
     return "0";
@@ -260,6 +277,8 @@ private:
   }
 
   std::string value(const ir::Expr &e) {
+    if (knownTrue_.count(&e))
+      return "(1.0f)";
     switch (e.kind()) {
     case ir::ExprKind::Const:
       return floatLiteral(cast<ir::Const>(e).value);
@@ -558,6 +577,44 @@ private:
     collective_ = wasCollective;
   }
 
+  /// Opens the loop of reduction variable `v` of `r`: over its range, or, when the schedule
+  /// strides it (StridedVar), from the first solution of its congruence in steps of the
+  /// modulus over the gcd. `pragma` comes right before the `for`.
+  void openReductionLoop(const Red &r, unsigned v, const std::string &pragma) {
+    const StridedVar *sv = nullptr;
+    for (const StridedVar &x : r.strides)
+      if (x.var == v)
+        sv = &x;
+    if (!sv) {
+      if (!pragma.empty())
+        line(pragma); // (a strided loop runs a few window positions: not worth vectors)
+      line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", v));
+      ++indent_;
+      return;
+    }
+    // offset + c * v == 0 (mod s): with g = gcd(c, s), solutions exist when g divides the
+    // offset, and are v == (-offset / g) * inverse(c / g) modulo s / g.
+    const int64_t c = sv->coefficient, s = sv->modulus;
+    int64_t g = std::gcd(c < 0 ? -c : c, s), step = s / g;
+    int64_t cr = ((c / g) % step + step) % step, inv = 0;
+    for (int64_t k = 0; k < step; ++k)
+      if ((cr * k) % step == 1 % step) {
+        inv = k;
+        break;
+      }
+    zero_ = static_cast<int>(v);
+    const std::string offset = index(*sv->offset);
+    zero_ = -1;
+    exact_.emplace_back(index(*sv->offset), fmt::format("((i64){})", s));
+    line(fmt::format("const i64 a{} = {};", v, offset));
+    line(fmt::format("i64 from{0} = hi{0};", v));
+    line(fmt::format("if (tofu_imodp(a{0}, {1}) == 0) from{0} = lo{0} + tofu_imodp("
+                     "tofu_imodp(-(a{0} / {1}) * {2}, {3}) - lo{0}, {3});",
+                     v, g, inv, step));
+    line(fmt::format("for (i64 v{0} = from{0}; v{0} < hi{0}; v{0} += {1}) {{", v, step));
+    ++indent_;
+  }
+
   /// A reduction with those fused with it (KernelSchedule::fusedGroup): one loop nest
   /// over the first one's variables, each member's variables renamed to them.
   void emitSerialReduction(const Red &r) {
@@ -571,18 +628,20 @@ private:
         node.vars.empty() || !sched_.hasInlineAt(r.nest, static_cast<int>(node.vars.back()));
     for (size_t k = 0; k < node.vars.size(); ++k) {
       unsigned v = node.vars[k];
+      std::string pragma;
       if (k + 1 == node.vars.size() && innermostFree && dialect_ == KernelDialect::Cpp &&
           (node.reducer == ir::Reducer::Sum || node.reducer == ir::Reducer::Prod)) {
         std::string ids;
         for (const Red *m : group)
           ids += fmt::format("{}r{}", ids.empty() ? "" : ", ", m->id);
-        line(fmt::format("#pragma omp simd reduction({}:{})",
-                         node.reducer == ir::Reducer::Sum ? "+" : "*", ids));
+        pragma = fmt::format("#pragma omp simd reduction({}:{})",
+                             node.reducer == ir::Reducer::Sum ? "+" : "*", ids);
       }
-      line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", v));
-      ++indent_;
+      openReductionLoop(r, v, pragma);
       emitSlot(r.nest, static_cast<int>(v));
     }
+    for (const StridedVar &sv : r.strides)
+      knownTrue_.insert(sv.guard);
     for (const Red *m : group) {
       for (size_t k = 0; k < node.vars.size(); ++k)
         if (m->node->vars[k] != node.vars[k])
@@ -590,6 +649,8 @@ private:
       line(combineLine(*m, value(*m->node->body)));
       rename_.clear();
     }
+    knownTrue_.clear();
+    exact_.clear();
     for (size_t k = 0; k < node.vars.size(); ++k) {
       --indent_;
       line("}");
@@ -805,13 +866,16 @@ private:
     line("#pragma omp simd");
     line(row);
     line(fmt::format("  {} = {};", at, floatLiteral(reducerIdentity<float>(top.reducer))));
-    for (unsigned v : top.vars) {
-      line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", v));
-      ++indent_;
-    }
+    const Red &sched = sched_.of(&top);
+    for (unsigned v : top.vars)
+      openReductionLoop(sched, v, "");
     line("#pragma omp simd");
     line(row);
+    for (const StridedVar &sv : sched.strides)
+      knownTrue_.insert(sv.guard);
     std::string x = value(*top.body);
+    knownTrue_.clear();
+    exact_.clear();
     switch (top.reducer) {
     case ir::Reducer::Sum: line(fmt::format("  {} += {};", at, x)); break;
     case ir::Reducer::Prod: line(fmt::format("  {} *= {};", at, x)); break;
@@ -1012,6 +1076,10 @@ private:
   KernelDialect dialect_;
   KernelSchedule sched_;
   std::map<unsigned, unsigned> rename_; ///< while printing a fused member's body
+  int zero_ = -1;                       ///< a variable printed as 0 (CodeDomain::zero)
+  /// Inside strided loops: their offsets and moduli (CodeDomain::exact).
+  std::vector<std::pair<std::string, std::string>> exact_;
+  std::set<const ir::Expr *> knownTrue_; ///< guards a strided loop makes true, printed as 1
   std::map<const ir::OpaqueCall *, unsigned> opaqueSite_;
   std::string helpers_; ///< one function per opaque call site, before the kernel
   std::string out_;
@@ -1032,6 +1100,9 @@ void replaceAll(std::string &s, const std::string &from, const std::string &to) 
 const char *kCommonPrelude = R"(
 TOFU_DEV i64 tofu_fdiv(i64 a, i64 b) { i64 q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 TOFU_DEV i64 tofu_imod(i64 a, i64 b) { return a - tofu_fdiv(a, b) * b; }
+// The same for a positive divisor (a literal: the compiler divides by multiplying).
+TOFU_DEV i64 tofu_fdivp(i64 a, i64 b) { i64 q = a / b; return q - (a - q * b < 0); }
+TOFU_DEV i64 tofu_imodp(i64 a, i64 b) { i64 r = a % b; return r + (r < 0 ? b : 0); }
 TOFU_DEV i64 tofu_didx(float v) { return (v == v && v - v == 0.0f) ? (i64)floorf(v) : TOFU_I64_MIN; }
 TOFU_DEV float tofu_rsqrt(float x) { return 1.0f / sqrtf(x); }
 TOFU_DEV float tofu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

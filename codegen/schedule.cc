@@ -168,6 +168,107 @@ std::optional<double> countedConstant(const ir::Reduce &r) {
   return std::nullopt;
 }
 
+/// The coefficient of variable `v` in integer expression `e` when `e` is affine in `v`
+/// with a constant coefficient (other variables and extents may appear anyhow, outside
+/// products with `v`); none otherwise.
+std::optional<int64_t> coefficientOf(const ir::Expr &e, unsigned v) {
+  switch (e.kind()) {
+  case ir::ExprKind::Const: return cast<ir::Const>(e).isInt ? std::optional<int64_t>(0) : std::nullopt;
+  case ir::ExprKind::VarRef: return cast<ir::VarRef>(e).var == v ? 1 : 0;
+  case ir::ExprKind::ExtentRef: return 0;
+  case ir::ExprKind::Neg: {
+    auto c = coefficientOf(*cast<ir::Neg>(e).operand, v);
+    return c ? std::optional<int64_t>(-*c) : std::nullopt;
+  }
+  case ir::ExprKind::Binary: {
+    const auto &b = cast<ir::Binary>(e);
+    auto l = coefficientOf(*b.lhs, v), r = coefficientOf(*b.rhs, v);
+    if (!l || !r)
+      return std::nullopt;
+    switch (b.op) {
+    case ast::BinaryOp::Add: return *l + *r;
+    case ast::BinaryOp::Sub: return *l - *r;
+    case ast::BinaryOp::Mul: {
+      const auto *lc = dyn_cast<ir::Const>(b.lhs.get());
+      const auto *rc = dyn_cast<ir::Const>(b.rhs.get());
+      if (*l == 0 && *r == 0)
+        return 0;
+      if (lc && lc->isInt && *l == 0)
+        return lc->intValue * *r;
+      if (rc && rc->isInt && *r == 0)
+        return rc->intValue * *l;
+      return std::nullopt;
+    }
+    case ast::BinaryOp::Div:
+    case ast::BinaryOp::Mod:
+      return *l == 0 && *r == 0 ? std::optional<int64_t>(0) : std::nullopt;
+    default: return std::nullopt;
+    }
+  }
+  default: return std::nullopt;
+  }
+}
+
+/// The factors of a product (`a * b * c`), left to right.
+void factorsOf(const ir::Expr &e, std::vector<const ir::Expr *> &out) {
+  if (const auto *b = dyn_cast<ir::Binary>(&e); b && b->op == ast::BinaryOp::Mul) {
+    factorsOf(*b->lhs, out);
+    factorsOf(*b->rhs, out);
+    return;
+  }
+  out.push_back(&e);
+}
+
+/// The congruences of a sum's condition that its variables can step through (StridedVar):
+/// the body is `select(cond, v, 0)` and a factor of `cond` is `X % s == 0` with X affine in
+/// one of the sum's variables (constant coefficient) and otherwise only in variables bound
+/// before that one's loop. One per variable, each factor used once.
+std::vector<StridedVar> stridesOf(const ir::Reduce &r) {
+  std::vector<StridedVar> out;
+  const auto *sel = dyn_cast<ir::Apply>(r.body.get());
+  if (r.reducer != ir::Reducer::Sum || !sel || sel->fn != ir::Builtin::Select ||
+      sel->args.size() != 3)
+    return out;
+  const auto *zero = dyn_cast<ir::Const>(sel->args[2].get());
+  if (!zero || zero->value != 0)
+    return out;
+  std::vector<const ir::Expr *> factors;
+  factorsOf(*sel->args[0], factors);
+  for (const ir::Expr *f : factors) {
+    const auto *eq = dyn_cast<ir::Binary>(f);
+    if (!eq || eq->op != ast::BinaryOp::Eq)
+      continue;
+    const auto *mod = dyn_cast<ir::Binary>(eq->lhs.get());
+    const auto *z = dyn_cast<ir::Const>(eq->rhs.get());
+    const auto *s = mod ? dyn_cast<ir::Const>(mod->rhs.get()) : nullptr;
+    if (!mod || mod->op != ast::BinaryOp::Mod || !z || !z->isInt || z->intValue != 0 || !s ||
+        !s->isInt || s->intValue <= 1)
+      continue;
+    std::set<unsigned> used;
+    ir::walk(*mod->lhs, [&](const ir::Expr &e) {
+      if (const auto *v = dyn_cast<ir::VarRef>(&e))
+        used.insert(v->var);
+    });
+    for (size_t k = 0; k < r.vars.size(); ++k) {
+      const unsigned v = r.vars[k];
+      auto c = coefficientOf(*mod->lhs, v);
+      bool taken = false;
+      for (const StridedVar &o : out)
+        taken |= o.var == v;
+      if (!c || *c == 0 || taken)
+        continue;
+      bool inner = false; // uses a variable of a loop inside v's
+      for (size_t j = k + 1; j < r.vars.size(); ++j)
+        inner |= used.count(r.vars[j]) > 0;
+      if (inner)
+        continue;
+      out.push_back({v, f, mod->lhs.get(), *c, s->intValue});
+      break;
+    }
+  }
+  return out;
+}
+
 class Scheduler {
 public:
   Scheduler(const InstOp &op, ScheduleTarget target) : op_(op), key_(op) {
@@ -248,6 +349,7 @@ private:
       inner.assign(chain.begin(), chain.begin() + (pos + 1));
       red.loops = inner;
     }
+    red.strides = stridesOf(*r);
     inner.insert(inner.end(), r->vars.begin(), r->vars.end());
     const unsigned id = red.id;
     const int innerNest = red.nest;
@@ -315,14 +417,15 @@ private:
     std::vector<std::vector<size_t>> groups; // positions, leader first
     for (size_t k = 0; k < rs.size(); ++k) {
       ScheduledReduction &x = rs[k];
-      if ((x.placement != P::Temporary && x.placement != P::Inline) || computesInside(x))
+      if ((x.placement != P::Temporary && x.placement != P::Inline) || computesInside(x) ||
+          !x.strides.empty())
         continue;
       const std::set<unsigned> reads = readsOf(*x.node->body);
       bool joined = false;
       for (std::vector<size_t> &g : groups) {
         const ScheduledReduction &leader = rs[g.front()];
         if (!samePoint(leader, x) || !sameLoops(*leader.node, *x.node) ||
-            leader.node->reducer != x.node->reducer)
+            leader.node->reducer != x.node->reducer || !leader.strides.empty())
           continue;
         bool ok = true;
         for (unsigned id : reads) {
@@ -403,8 +506,14 @@ private:
       unsigned inlineInMain = 0;
       for (const ScheduledReduction &r : s_.reductions)
         inlineInMain += r.placement == ScheduledReduction::Placement::Inline && r.nest == -1;
+      bool rowStride = false; // a stride's start moves with the row: it needs the row outside
+      for (const StridedVar &sv : t.strides)
+        ir::walk(*sv.offset, [&](const ir::Expr &e) {
+          if (const auto *v = dyn_cast<ir::VarRef>(&e))
+            rowStride |= v->var == ov.back();
+        });
       s_.interchange = t.placement == ScheduledReduction::Placement::Inline && t.nest == -1 &&
-                       t.slot == static_cast<int>(ov.back()) && inlineInMain == 1;
+                       t.slot == static_cast<int>(ov.back()) && inlineInMain == 1 && !rowStride;
     }
   }
 
@@ -498,6 +607,8 @@ std::string describeSchedule(const InstOp &op, const KernelSchedule &s) {
     }
     if (r.fusedWith >= 0)
       out += fmt::format(" (loops of r{})", r.fusedWith);
+    for (const StridedVar &sv : r.strides)
+      out += fmt::format("; {} by congruence mod {}", op.vars[sv.var].name, sv.modulus);
     out += "\n";
   }
   if (!op.outputVars.empty() && s.target == ScheduleTarget::Cpp) {

@@ -33,6 +33,19 @@ namespace tofu {
 /// yet (a grid-wide pass), so there every reduction is inline.
 enum class ScheduleTarget { Cpp, Cuda };
 
+/// A reduction variable whose loop visits only the solutions of a congruence that the
+/// body's condition requires: in `Sum(lambda ky: select((h + ph - ky) % sh == 0 * ..., v, 0))`
+/// the terms of every other `ky` are zero, so `ky` steps by `sh` from the one solution
+/// (a window gradient visits only the windows that contain the element; no modulo test
+/// per window position).
+struct StridedVar {
+  unsigned var = 0;
+  const ir::Expr *guard = nullptr;  ///< the factor `X % modulus == 0` the loop makes true
+  const ir::Expr *offset = nullptr; ///< X: affine in `var`, the other variables bound outside
+  int64_t coefficient = 0;          ///< X's coefficient of `var` (nonzero)
+  int64_t modulus = 0;              ///< positive
+};
+
 /// How one reduction of the body is computed.
 struct ScheduledReduction {
   enum class Placement {
@@ -61,6 +74,9 @@ struct ScheduledReduction {
   /// Inline or Temporary: the reduction whose loops it shares (it is computed in the same
   /// nest, its variables standing for that one's, position by position); -1: its own.
   int fusedWith = -1;
+  /// Its variables that step through congruences (serial loops only; a CUDA block that
+  /// splits the reduction across threads tests the condition instead).
+  std::vector<StridedVar> strides;
 };
 
 /// Every decision about one kernel.

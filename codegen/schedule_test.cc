@@ -119,10 +119,24 @@ TEST(Schedule, SoftmaxCrossEntropyNormalisesOncePerRow) {
                      "r0 Sum(n, c) inline once\n");
 }
 
-TEST(Schedule, ContractionsAndWindowsInterchange) {
+TEST(Schedule, ContractionsInterchangeWindowsStride) {
+  // A window gradient visits only the windows that hold the element: each window variable
+  // steps by the stride from the solution of its congruence (so the row cannot go inside).
   EXPECT_EQ(cpp(instance("maxpool2d_grad", {4, 4, 4})),
+            "r0 Sum(ky, kx) inline at w; ky by congruence mod 2; kx by congruence mod 2\n"
+            "main: parallel n, c, h\n");
+  // A stride of 1 is no congruence; a transposed convolution's window strides, its
+  // channel sum does not.
+  Instantiation unit;
+  unit.attrs = {{"sh", 1}, {"sw", 1}};
+  EXPECT_EQ(cpp(*instantiate(*testLibrary().find("maxpool2d_grad"), unit)),
             "r0 Sum(ky, kx) inline at w\n"
             "main: parallel n, c, h; interchanged\n");
+  Instantiation strided;
+  strided.attrs = {{"o", 9}, {"s", 2}};
+  EXPECT_EQ(cpp(*instantiate(*testLibrary().find("ConvTranspose1d"), strided)),
+            "r0 Sum(ci, k) inline at x; k by congruence mod 2\n"
+            "main: parallel n, co\n");
   EXPECT_EQ(cpp(instance("lstm_gates", {2, 2, 2, 2, 1})),
             "r0 Sum(k) inline at q\n"
             "r1 Sum(j) inline at q\n"

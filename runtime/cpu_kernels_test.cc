@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "analysis/verify.h"
 #include "graph/test_library.h"
@@ -105,6 +106,26 @@ TEST(CpuKernels, MaxPoolAndBatchNorm) {
   Instantiation bn;
   bn.inputRanks = {4u, 4u, 1u, 0u};
   compare("batch_norm_grad_x", bn, {{2, 3, 4, 4}, {2, 3, 4, 4}, {3}, {}}, {0.25, 1.0});
+}
+
+TEST(CpuKernels, WindowGradientsStepThroughTheirCongruences) {
+  // Padded 3x3 stride-2 pooling: the windows holding each element, at the borders too.
+  Instantiation pool;
+  pool.attrs = {{"kh", 3}, {"kw", 3}, {"sh", 2}, {"sw", 2}, {"ph", 1}, {"pw", 1}};
+  compare("maxpool2d_grad", pool, {{2, 3, 4, 4}, {2, 3, 7, 7}, {2, 3, 4, 4}});
+  Instantiation avg = pool;
+  avg.attrs.erase("ph"); // no padding: the last rows belong to no window
+  avg.attrs.erase("pw");
+  avg.attrs["ih"] = 8;
+  avg.attrs["iw"] = 7;
+  compare("avgpool2d_grad", avg, {{2, 3, 3, 3}});
+  // Dilated transposed convolutions: coefficient and stride share a factor (every tap of
+  // an even position, none of an odd one), or are coprime (a modular inverse).
+  for (auto [s, d, p] : {std::tuple{2, 2, 1}, {3, 2, 1}, {2, 3, 0}}) {
+    Instantiation t;
+    t.attrs = {{"o", 11}, {"s", s}, {"d", d}, {"p", p}};
+    compare("ConvTranspose1d", t, {{2, 3, 5}, {3, 2, 3}});
+  }
 }
 
 TEST(CpuKernels, DataDependentIndices) {
