@@ -42,6 +42,13 @@ tofu::Instantiation attrs(std::map<std::string, int64_t> a) {
   return i;
 }
 
+tofu::Instantiation both(std::map<std::string, int64_t> a, std::map<std::string, int64_t> g) {
+  tofu::Instantiation i;
+  i.attrs = std::move(a);
+  i.groups = std::move(g);
+  return i;
+}
+
 std::vector<Case> cases() {
   const std::vector<int64_t> act = {32, 32, 16, 16}; // WResNet-50 stage 1 at batch 32
   const std::vector<int64_t> tok = {8, 64, 256};     // GPT-2-256 at batch 8
@@ -55,6 +62,9 @@ std::vector<Case> cases() {
       {"maxpool2d_grad", {{32, 16, 16, 16}, {32, 16, 32, 32}, {32, 16, 16, 16}},
        attrs({{"kh", 3}, {"kw", 3}, {"ph", 1}, {"pw", 1}}), "N32 C16 32x32, 3x3 stride 2"},
       {"avgpool2d_grad", {{32, 16, 16, 16}}, attrs({{"ih", 32}, {"iw", 32}}), "N32 C16 32x32, 2x2 stride 2"},
+      {"ReshapeMerge", {tok}, both({{"n", 64}, {"m", 512}}, {{"pre", 0}, {"post", 1}}), "8x64 tokens x 256"},
+      {"softmax_cross_entropy", {{512, 32000}, {512}}, groups({}), "512 rows x 32000 classes"},
+      {"softmax_cross_entropy_grad", {{}, {512, 32000}, {512}}, groups({}), "512 rows x 32000 classes"},
       {"Relu", {act}, groups({}), "N32 C32 16x16"},
   };
 }

@@ -35,6 +35,8 @@ using llvm::dyn_cast;
 constexpr const char *kNameToken = "@KERNEL@";
 /// Output elements per block of an interchanged column reduction (a few cache lines).
 constexpr int kRowBlock = 64;
+/// At most this many threads share a reduction to a scalar (its partial results' array).
+constexpr int kMaxParts = 64;
 
 std::string floatLiteral(double v) {
   if (std::isnan(v))
@@ -219,7 +221,7 @@ private:
       cs.push_back(coord(c));
     }
     if (cs.empty())
-      return fmt::format("in{}[0]", r.input);
+      return fmt::format("x{}", r.input); // emitLocals
     if (fast_ && affine) {
       std::string off;
       for (size_t d = 0; d < cs.size(); ++d) {
@@ -284,7 +286,9 @@ private:
       return floatLiteral(cast<ir::Const>(e).value);
     case ir::ExprKind::VarRef:
     case ir::ExprKind::ExtentRef:
-      return "((float)" + index(e) + ")";
+      // The fast variant's variables fit in 32 bits (readsInsideRegions): an int converts to
+      // float in vectors (AVX2 has no 64-bit integer conversion).
+      return (fast_ ? "((float)(int)" : "((float)") + index(e) + ")";
     case ir::ExprKind::Read:
       return read(cast<ir::Read>(e));
     case ir::ExprKind::Reduce:
@@ -497,6 +501,18 @@ private:
     return false;
   }
 
+  /// The OpenMP reduction identifier of a reducer (Max and Min: the prelude's declared
+  /// NaN-propagating reductions).
+  static const char *simdReducer(ir::Reducer r) {
+    switch (r) {
+    case ir::Reducer::Sum: return "+";
+    case ir::Reducer::Prod: return "*";
+    case ir::Reducer::Max: return "tofu_maxr";
+    case ir::Reducer::Min: return "tofu_minr";
+    }
+    return "+";
+  }
+
   std::string combineLine(const Red &r, const std::string &x) const {
     switch (r.node->reducer) {
     case ir::Reducer::Sum: return fmt::format("r{} += {};", r.id, x);
@@ -585,10 +601,30 @@ private:
     for (const StridedVar &x : r.strides)
       if (x.var == v)
         sv = &x;
+    for (const PickedVar &p : r.picks)
+      if (p.var == v) {
+        // One position: the value's, when it is an integer in range; the first, when it is
+        // NaN (the condition then gives the sum its NaN); none otherwise.
+        line(fmt::format("const float e{} = {};", v, value(*p.value)));
+        line(fmt::format("i64 from{0} = hi{0}, to{0} = hi{0};", v));
+        line(fmt::format("if (e{0} != e{0}) {{ from{0} = lo{0}; to{0} = lo{0} + 1; }}", v));
+        line(fmt::format("else if (e{0} >= (float)lo{0} && e{0} < (float)hi{0} && "
+                         "(float)(i64)e{0} == e{0}) {{ from{0} = (i64)e{0}; to{0} = from{0} + 1; }}",
+                         v));
+        if (!pragma.empty())
+          line(pragma);
+        line(fmt::format("for (i64 v{0} = from{0}; v{0} < to{0}; ++v{0}) {{", v));
+        ++indent_;
+        return;
+      }
     if (!sv) {
       if (!pragma.empty())
         line(pragma); // (a strided loop runs a few window positions: not worth vectors)
-      line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", v));
+      if (auto b = bounds_.find(v); b != bounds_.end())
+        line(fmt::format("for (i64 v{0} = {1}; v{0} < {2}; ++v{0}) {{", v, b->second.first,
+                         b->second.second));
+      else
+        line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", v));
       ++indent_;
       return;
     }
@@ -629,13 +665,11 @@ private:
     for (size_t k = 0; k < node.vars.size(); ++k) {
       unsigned v = node.vars[k];
       std::string pragma;
-      if (k + 1 == node.vars.size() && innermostFree && dialect_ == KernelDialect::Cpp &&
-          (node.reducer == ir::Reducer::Sum || node.reducer == ir::Reducer::Prod)) {
+      if (k + 1 == node.vars.size() && innermostFree && dialect_ == KernelDialect::Cpp) {
         std::string ids;
         for (const Red *m : group)
           ids += fmt::format("{}r{}", ids.empty() ? "" : ", ", m->id);
-        pragma = fmt::format("#pragma omp simd reduction({}:{})",
-                             node.reducer == ir::Reducer::Sum ? "+" : "*", ids);
+        pragma = fmt::format("#pragma omp simd reduction({}:{})", simdReducer(node.reducer), ids);
       }
       openReductionLoop(r, v, pragma);
       emitSlot(r.nest, static_cast<int>(v));
@@ -678,6 +712,8 @@ private:
         line(d + 1 == rank ? fmt::format("const i64 st{}_{} = 1;", i, d)
                            : fmt::format("const i64 st{0}_{1} = st{0}_{2} * e{0}_{2};", i, d, d + 1));
       line(fmt::format("const float *__restrict__ in{0} = {1}in[{0}];", i, args));
+      if (rank == 0) // a scalar input (a learning rate, a loss's gradient): read once
+        line(fmt::format("const float x{0} = in{0}[0];", i));
     }
     line(fmt::format("float *__restrict__ out = {}out;", args));
     // Counting sums: the product of their extents, once per call (a value the loops then
@@ -769,6 +805,52 @@ private:
     line("}");
   }
 
+  /// Whether the C++ kernel splits reduction `r` across its threads: a sum to a scalar
+  /// output computed once per call (a loss), whose outermost loop is plain.
+  bool splitAcrossThreads(const Red &r) const {
+    if (dialect_ != KernelDialect::Cpp || !op_.outputVars.empty() ||
+        r.placement != Placement::Inline || r.nest != -1 || r.slot != -1 || r.fusedWith >= 0 ||
+        r.node->vars.empty() || sched_.fusedGroup(r.id).size() != 1 || opaqueSites() > 0)
+      return false;
+    const unsigned v = r.node->vars.front();
+    for (const StridedVar &x : r.strides)
+      if (x.var == v)
+        return false;
+    for (const PickedVar &x : r.picks)
+      if (x.var == v)
+        return false;
+    return true;
+  }
+
+  /// `r` split across the threads: each thread its share of the outermost variable's range
+  /// (a fixed partition per thread count), the partial results combined in order, so the
+  /// result is the same from call to call.
+  void emitSplitReduction(const Red &r) {
+    const unsigned v = r.node->vars.front();
+    line(fmt::format("float r{} = {};", r.id, floatLiteral(reducerIdentity<float>(r.node->reducer))));
+    line("{");
+    ++indent_;
+    line(fmt::format("const i64 parts = a->threads > 1 ? (a->threads < {0} ? a->threads : {0}) : 1;",
+                     kMaxParts));
+    line(fmt::format("float part[{}];", kMaxParts));
+    line(fmt::format("const i64 span = hi{0} > lo{0} ? hi{0} - lo{0} : 0;", v));
+    line("#pragma omp parallel for num_threads(a->threads) schedule(static, 1) if (a->threads > 1)");
+    line("for (i64 t = 0; t < parts; ++t) {");
+    ++indent_;
+    line(fmt::format("const i64 plo = lo{0} + span * t / parts, phi = lo{0} + span * (t + 1) / parts;",
+                     v));
+    bounds_[v] = {"plo", "phi"};
+    emitSerialReduction(r);
+    bounds_.clear();
+    line(fmt::format("part[t] = r{};", r.id));
+    --indent_;
+    line("}");
+    line("for (i64 t = 0; t < parts; ++t)");
+    line("  " + combineLine(r, "part[t]"));
+    --indent_;
+    line("}");
+  }
+
   /// The C++ kernel: the temporaries' passes, then the main nest as the schedule says (its
   /// leading output loops flattened into one OpenMP-parallel loop, the innermost a SIMD
   /// loop or the rows of an interchanged contraction).
@@ -778,7 +860,13 @@ private:
         emitTemporaryPass(r);
     const std::vector<unsigned> &ov = op_.outputVars;
     const size_t n = ov.size();
-    emitSlot(-1, -1);
+    for (const Red &r : sched_.reductions)
+      if (r.placement == Placement::Inline && r.nest == -1 && r.slot == -1 && r.fusedWith < 0) {
+        if (splitAcrossThreads(r))
+          emitSplitReduction(r);
+        else
+          emitReduction(r);
+      }
     if (n == 0) {
       line("out[0] = " + value(*op_.body) + ";");
       return;
@@ -1076,6 +1164,8 @@ private:
   KernelDialect dialect_;
   KernelSchedule sched_;
   std::map<unsigned, unsigned> rename_; ///< while printing a fused member's body
+  /// Loops over a part of their range (a split reduction's share): bound expressions.
+  std::map<unsigned, std::pair<std::string, std::string>> bounds_;
   int zero_ = -1;                       ///< a variable printed as 0 (CodeDomain::zero)
   /// Inside strided loops: their offsets and moduli (CodeDomain::exact).
   std::vector<std::pair<std::string, std::string>> exact_;
@@ -1108,17 +1198,19 @@ TOFU_DEV float tofu_rsqrt(float x) { return 1.0f / sqrtf(x); }
 TOFU_DEV float tofu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 TOFU_DEV float tofu_relu(float x) { return x != x ? x : (x > 0.0f ? x : 0.0f); }
 TOFU_DEV float tofu_sign(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
-TOFU_DEV float tofu_min(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (y < x ? y : x); }
-TOFU_DEV float tofu_max(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (y > x ? y : x); }
-TOFU_DEV float tofu_select(float c, float x, float y) { return c != c ? TOFU_NAN : (c != 0.0f ? x : y); }
+// Written without short-circuits (`|`, not `||`; the choice before the NaN test) so that a
+// SIMD loop over them needs no control flow and vectorises.
+TOFU_DEV float tofu_min(float x, float y) { const float r = y < x ? y : x; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
+TOFU_DEV float tofu_max(float x, float y) { const float r = y > x ? y : x; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
+TOFU_DEV float tofu_select(float c, float x, float y) { const float r = c != 0.0f ? x : y; return c != c ? TOFU_NAN : r; }
 TOFU_DEV float tofu_isnan(float x) { return x != x ? 1.0f : 0.0f; }
-TOFU_DEV float tofu_isinf(float x) { return (x == TOFU_INF || x == -TOFU_INF) ? 1.0f : 0.0f; }
-TOFU_DEV float tofu_eq(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x == y); }
-TOFU_DEV float tofu_ne(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x != y); }
-TOFU_DEV float tofu_lt(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x < y); }
-TOFU_DEV float tofu_le(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x <= y); }
-TOFU_DEV float tofu_gt(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x > y); }
-TOFU_DEV float tofu_ge(float x, float y) { return (x != x || y != y) ? TOFU_NAN : (float)(x >= y); }
+TOFU_DEV float tofu_isinf(float x) { return ((x == TOFU_INF) | (x == -TOFU_INF)) ? 1.0f : 0.0f; }
+TOFU_DEV float tofu_eq(float x, float y) { const float r = x == y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
+TOFU_DEV float tofu_ne(float x, float y) { const float r = x != y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
+TOFU_DEV float tofu_lt(float x, float y) { const float r = x < y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
+TOFU_DEV float tofu_le(float x, float y) { const float r = x <= y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
+TOFU_DEV float tofu_gt(float x, float y) { const float r = x > y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
+TOFU_DEV float tofu_ge(float x, float y) { const float r = x >= y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
 // Native opaque functions: one n x n matrix `a` (scratch), the result in `out`.
 TOFU_DEV void tofu_opq_Cholesky(float *a, i64 n, float *out) {
   for (i64 j = 0; j < n; ++j)
@@ -1198,7 +1290,34 @@ struct TofuKernelArgs { const i64 *ints; const float *const *in; float *out; int
 // An opaque call site's memo in one thread of one kernel call: the last argument slice's
 // fixed coordinates and the function's result for it.
 struct TofuOpqMemo { bool have = false; i64 key[10]; std::vector<float> arg, res; };
-)") + kCommonPrelude;
+)") + kCommonPrelude + R"(
+// glibc's vector math (libmvec, linked with the kernels): the SIMD variants of the float
+// functions the kernels call, so that loops over them vectorise (<cmath> declares them only
+// under -ffast-math, which would also drop the NaN tests the semantics need).
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(_OPENMP)
+extern "C" {
+#pragma omp declare simd notinbranch
+float expf(float) noexcept;
+#pragma omp declare simd notinbranch
+float logf(float) noexcept;
+#pragma omp declare simd notinbranch
+float tanhf(float) noexcept;
+#pragma omp declare simd notinbranch
+float sinf(float) noexcept;
+#pragma omp declare simd notinbranch
+float cosf(float) noexcept;
+#pragma omp declare simd notinbranch
+float tanf(float) noexcept;
+#pragma omp declare simd notinbranch
+float erff(float) noexcept;
+#pragma omp declare simd notinbranch
+float powf(float, float) noexcept;
+}
+#endif
+// Max and Min as OpenMP reductions (SIMD loops), NaN-propagating like the combine.
+#pragma omp declare reduction(tofu_maxr : float : omp_out = tofu_max(omp_out, omp_in)) initializer(omp_priv = -TOFU_INF)
+#pragma omp declare reduction(tofu_minr : float : omp_out = tofu_min(omp_out, omp_in)) initializer(omp_priv = TOFU_INF)
+)";
   static const std::string cuda = std::string(R"(// Generated by Tofu's kernel generator (CUDA).
 typedef long long i64;
 #define TOFU_DEV static __device__ __forceinline__
@@ -1318,8 +1437,12 @@ std::vector<int64_t> kernelInts(const InstOp &op, const Shapes &shapes,
 bool readsInsideRegions(const InstOp &op, const Shapes &shapes, const std::vector<Range> &ranges,
                         const std::vector<Box> &regions) {
   for (const Range &r : ranges)
-    if (r.size() == 0)
+    if (r.size() == 0 || r.lo < INT32_MIN || r.hi > INT32_MAX)
       return false;
+  for (const std::vector<int64_t> &s : shapes.inputs)
+    for (int64_t e : s)
+      if (e > INT32_MAX)
+        return false;
   bool inside = true;
   ir::walk(*op.body, [&](const ir::Expr &e) {
     const auto *r = dyn_cast<ir::Read>(&e);

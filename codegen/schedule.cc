@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <set>
 
+#include "analysis/strategy.h"
 #include "fmt/format.h"
 
 namespace tofu {
@@ -209,6 +212,34 @@ std::optional<int64_t> coefficientOf(const ir::Expr &e, unsigned v) {
   }
 }
 
+/// The `select(cond, v, 0)` a sum's terms are, when its terms are zero wherever `cond` is:
+/// the body is the select, or the select times or over a nonzero constant or count (the
+/// mean's `/ Sum(lambda j: 0 * x[j] + 1)`), which keeps a zero term zero.
+const ir::Apply *zeroElseSelect(const ir::Reduce &r) {
+  if (r.reducer != ir::Reducer::Sum)
+    return nullptr;
+  const ir::Expr *body = r.body.get();
+  if (const auto *b = dyn_cast<ir::Binary>(body);
+      b && (b->op == ast::BinaryOp::Div || b->op == ast::BinaryOp::Mul)) {
+    auto safe = [](const ir::Expr &d) {
+      if (const auto *c = dyn_cast<ir::Const>(&d))
+        return c->value != 0 && std::isfinite(c->value);
+      const auto *n = dyn_cast<ir::Reduce>(&d);
+      auto k = n ? countedConstant(*n) : std::nullopt;
+      return k && *k != 0 && std::isfinite(*k);
+    };
+    if (safe(*b->rhs))
+      body = b->lhs.get();
+    else if (b->op == ast::BinaryOp::Mul && safe(*b->lhs))
+      body = b->rhs.get();
+  }
+  const auto *sel = dyn_cast<ir::Apply>(body);
+  if (!sel || sel->fn != ir::Builtin::Select || sel->args.size() != 3)
+    return nullptr;
+  const auto *zero = dyn_cast<ir::Const>(sel->args[2].get());
+  return zero && zero->value == 0 ? sel : nullptr;
+}
+
 /// The factors of a product (`a * b * c`), left to right.
 void factorsOf(const ir::Expr &e, std::vector<const ir::Expr *> &out) {
   if (const auto *b = dyn_cast<ir::Binary>(&e); b && b->op == ast::BinaryOp::Mul) {
@@ -220,17 +251,13 @@ void factorsOf(const ir::Expr &e, std::vector<const ir::Expr *> &out) {
 }
 
 /// The congruences of a sum's condition that its variables can step through (StridedVar):
-/// the body is `select(cond, v, 0)` and a factor of `cond` is `X % s == 0` with X affine in
+/// its terms are `select(cond, v, 0)` (zeroElseSelect) and a factor of `cond` is `X % s == 0` with X affine in
 /// one of the sum's variables (constant coefficient) and otherwise only in variables bound
 /// before that one's loop. One per variable, each factor used once.
 std::vector<StridedVar> stridesOf(const ir::Reduce &r) {
   std::vector<StridedVar> out;
-  const auto *sel = dyn_cast<ir::Apply>(r.body.get());
-  if (r.reducer != ir::Reducer::Sum || !sel || sel->fn != ir::Builtin::Select ||
-      sel->args.size() != 3)
-    return out;
-  const auto *zero = dyn_cast<ir::Const>(sel->args[2].get());
-  if (!zero || zero->value != 0)
+  const ir::Apply *sel = zeroElseSelect(r);
+  if (!sel)
     return out;
   std::vector<const ir::Expr *> factors;
   factorsOf(*sel->args[0], factors);
@@ -263,6 +290,47 @@ std::vector<StridedVar> stridesOf(const ir::Reduce &r) {
       if (inner)
         continue;
       out.push_back({v, f, mod->lhs.get(), *c, s->intValue});
+      break;
+    }
+  }
+  return out;
+}
+
+/// The variables of a sum that its condition pins to one value (PickedVar): its terms are
+/// `select(cond, v, 0)` (zeroElseSelect) and a factor of `cond` is `var == e` or `e == var`, e using no
+/// variable of a loop inside var's (nor var itself).
+std::vector<PickedVar> picksOf(const ir::Reduce &r, const std::vector<StridedVar> &strides) {
+  std::vector<PickedVar> out;
+  const ir::Apply *sel = zeroElseSelect(r);
+  if (!sel)
+    return out;
+  std::vector<const ir::Expr *> factors;
+  factorsOf(*sel->args[0], factors);
+  for (const ir::Expr *f : factors) {
+    const auto *eq = dyn_cast<ir::Binary>(f);
+    if (!eq || eq->op != ast::BinaryOp::Eq)
+      continue;
+    for (auto [side, other] : {std::pair{eq->lhs.get(), eq->rhs.get()}, {eq->rhs.get(), eq->lhs.get()}}) {
+      const auto *v = dyn_cast<ir::VarRef>(side);
+      if (!v)
+        continue;
+      auto at = std::find(r.vars.begin(), r.vars.end(), v->var);
+      bool taken = at == r.vars.end();
+      for (const StridedVar &s : strides)
+        taken |= s.var == v->var;
+      for (const PickedVar &p : out)
+        taken |= p.var == v->var;
+      if (taken)
+        continue;
+      bool inner = false;
+      ir::walk(*other, [&](const ir::Expr &e) {
+        if (const auto *u = dyn_cast<ir::VarRef>(&e))
+          inner |= std::find(at, r.vars.end(), u->var) != r.vars.end();
+        inner |= llvm::isa<ir::Reduce>(e); // a value computed at another loop
+      });
+      if (inner)
+        continue;
+      out.push_back({v->var, other});
       break;
     }
   }
@@ -350,6 +418,7 @@ private:
       red.loops = inner;
     }
     red.strides = stridesOf(*r);
+    red.picks = picksOf(*r, red.strides);
     inner.insert(inner.end(), r->vars.begin(), r->vars.end());
     const unsigned id = red.id;
     const int innerNest = red.nest;
@@ -418,14 +487,15 @@ private:
     for (size_t k = 0; k < rs.size(); ++k) {
       ScheduledReduction &x = rs[k];
       if ((x.placement != P::Temporary && x.placement != P::Inline) || computesInside(x) ||
-          !x.strides.empty())
+          !x.strides.empty() || !x.picks.empty())
         continue;
       const std::set<unsigned> reads = readsOf(*x.node->body);
       bool joined = false;
       for (std::vector<size_t> &g : groups) {
         const ScheduledReduction &leader = rs[g.front()];
         if (!samePoint(leader, x) || !sameLoops(*leader.node, *x.node) ||
-            leader.node->reducer != x.node->reducer || !leader.strides.empty())
+            leader.node->reducer != x.node->reducer || !leader.strides.empty() ||
+            !leader.picks.empty())
           continue;
         bool ok = true;
         for (unsigned id : reads) {
@@ -506,7 +576,7 @@ private:
       unsigned inlineInMain = 0;
       for (const ScheduledReduction &r : s_.reductions)
         inlineInMain += r.placement == ScheduledReduction::Placement::Inline && r.nest == -1;
-      bool rowStride = false; // a stride's start moves with the row: it needs the row outside
+      bool rowStride = !t.picks.empty(); // a stride's start (a pick) moves with the row
       for (const StridedVar &sv : t.strides)
         ir::walk(*sv.offset, [&](const ir::Expr &e) {
           if (const auto *v = dyn_cast<ir::VarRef>(&e))
@@ -582,6 +652,38 @@ KernelSchedule scheduleKernel(const InstOp &op, ScheduleTarget target) {
   return Scheduler(op, target).run();
 }
 
+double scheduledIterations(const InstOp &op, const KernelSchedule &s,
+                           const std::vector<Range> &ranges) {
+  auto extent = [&](unsigned v) { return static_cast<double>(ranges[v].size()); };
+  double total = 1;
+  for (unsigned v : op.outputVars)
+    total *= extent(v);
+  for (const ScheduledReduction &r : s.reductions) {
+    using P = ScheduledReduction::Placement;
+    if (r.placement != P::Inline && r.placement != P::Temporary)
+      continue;
+    double n = 1;
+    for (unsigned v : r.placement == P::Inline ? r.loops : r.depends)
+      if (std::find(r.node->vars.begin(), r.node->vars.end(), v) == r.node->vars.end())
+        n *= extent(v);
+    for (unsigned v : r.node->vars) {
+      double visited = extent(v);
+      for (const PickedVar &pv : r.picks)
+        if (pv.var == v)
+          visited = std::min(visited, 1.0);
+      for (const StridedVar &sv : r.strides)
+        if (sv.var == v) {
+          const int64_t c = sv.coefficient < 0 ? -sv.coefficient : sv.coefficient;
+          visited = visited * static_cast<double>(std::gcd(c, sv.modulus)) /
+                    static_cast<double>(sv.modulus);
+        }
+      n *= visited;
+    }
+    total += n;
+  }
+  return total;
+}
+
 std::string describeSchedule(const InstOp &op, const KernelSchedule &s) {
   auto names = [&](const std::vector<unsigned> &vars) {
     std::string out;
@@ -609,6 +711,8 @@ std::string describeSchedule(const InstOp &op, const KernelSchedule &s) {
       out += fmt::format(" (loops of r{})", r.fusedWith);
     for (const StridedVar &sv : r.strides)
       out += fmt::format("; {} by congruence mod {}", op.vars[sv.var].name, sv.modulus);
+    for (const PickedVar &pv : r.picks)
+      out += fmt::format("; {} picked", op.vars[pv.var].name);
     out += "\n";
   }
   if (!op.outputVars.empty() && s.target == ScheduleTarget::Cpp) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "analysis/instantiate.h"
+#include "analysis/strategy.h"
 
 namespace tofu {
 
@@ -44,6 +45,15 @@ struct StridedVar {
   const ir::Expr *offset = nullptr; ///< X: affine in `var`, the other variables bound outside
   int64_t coefficient = 0;          ///< X's coefficient of `var` (nonzero)
   int64_t modulus = 0;              ///< positive
+};
+
+/// A reduction variable whose loop runs at most once: the body's condition requires
+/// `var == value` (a one-hot pick: `Sum(lambda c: select(c == labels[n], x, 0))`), so the
+/// loop visits only `value` when it is an integer in the variable's range (a NaN value
+/// visits one position, where the condition gives the NaN the whole sum would).
+struct PickedVar {
+  unsigned var = 0;
+  const ir::Expr *value = nullptr; ///< uses no variable of a loop inside var's
 };
 
 /// How one reduction of the body is computed.
@@ -77,6 +87,8 @@ struct ScheduledReduction {
   /// Its variables that step through congruences (serial loops only; a CUDA block that
   /// splits the reduction across threads tests the condition instead).
   std::vector<StridedVar> strides;
+  /// Its variables that a condition pins to one value (serial loops only, as strides).
+  std::vector<PickedVar> picks;
 };
 
 /// Every decision about one kernel.
@@ -107,6 +119,13 @@ struct KernelSchedule {
 
 /// Schedules `op` for `target`.
 KernelSchedule scheduleKernel(const InstOp &op, ScheduleTarget target);
+
+/// The work of the scheduled loops over `ranges` (one range per variable of `op`): how many
+/// times a reduction's body or the output's expression is evaluated, each reduction once
+/// per value of its loops (a strided variable counts the share of its range it visits).
+/// For a contraction it is the multiply-adds; it is what a step's work is measured in.
+double scheduledIterations(const InstOp &op, const KernelSchedule &s,
+                           const std::vector<Range> &ranges);
 
 /// The schedule as text, one line per reduction and one for the main nest, naming
 /// variables as the op does: what golden tests compare.

@@ -110,13 +110,14 @@ TEST(Schedule, BatchNormTrainReadsItsInputOnceForBothStatistics) {
                                                      "main: parallel blocks of q; interchanged\n");
 }
 
-TEST(Schedule, SoftmaxCrossEntropyNormalisesOncePerRow) {
+TEST(Schedule, SoftmaxCrossEntropyNormalisesOncePerRowAndPicksTheLabel) {
+  // The loss reads one logit per row: `select(c == labels[n], ..., 0)` pins c.
   InstOp op = instance("softmax_cross_entropy", {2, 1});
   EXPECT_EQ(cpp(op), "r1 Max(m) inline at n\n"
                      "r3 Max(m_2) alias r1\n"
                      "r2 Sum(k) inline at n\n"
                      "r4 Sum(j) count\n"
-                     "r0 Sum(n, c) inline once\n");
+                     "r0 Sum(n, c) inline once; c picked\n");
 }
 
 TEST(Schedule, ContractionsInterchangeWindowsStride) {

@@ -184,7 +184,8 @@ llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
   for (size_t n = 0; n < parts.size(); ++n) {
     Unit &u = units[n];
     static_cast<KernelUnit &>(u) = std::move(parts[n]);
-    u.key = fmt::format("{:016x}", stableHash(identity + "\n" + options.flags + "\n" + u.source));
+    u.key = fmt::format("{:016x}", stableHash(identity + "\n" + options.flags + "\n" +
+                                               options.libs + "\n" + u.source));
     u.so = dir + "/" + u.key + ".so";
   }
 
@@ -205,8 +206,8 @@ llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
         return;
       }
     }
-    std::string cmd = fmt::format("{} {} -o {} {} 2> {}", compiler, options.flags, quote(tmp),
-                                  quote(src), quote(log));
+    std::string cmd = fmt::format("{} {} -o {} {} {} 2> {}", compiler, options.flags, quote(tmp),
+                                  quote(src), options.libs, quote(log));
     int status = runShell(cmd);
     if (status != 0) {
       u.error = fmt::format("compiling generated kernels failed (exit {}): {}\nsource: {}\n{}",

@@ -24,6 +24,13 @@ struct KernelCompileOptions {
   /// The compiler. Default: $CXX, else c++.
   std::string compiler;
   std::string flags = "-O3 -march=native -fopenmp -fno-math-errno -fPIC -shared -std=c++17 -w";
+  /// Libraries linked after the source: glibc's vector math (libmvec), whose SIMD variants
+  /// of expf, logf, tanhf, ... the prelude declares, so that loops calling them vectorise.
+#if defined(__x86_64__) && defined(__GLIBC__)
+  std::string libs = "-lmvec";
+#else
+  std::string libs;
+#endif
   unsigned jobs = 0;           ///< units compiled at once (default: the machine's cores)
   unsigned kernelsPerUnit = 12;
 };

@@ -128,6 +128,36 @@ TEST(CpuKernels, WindowGradientsStepThroughTheirCongruences) {
   }
 }
 
+TEST(CpuKernels, LossesPickTheirLabelAndSplitAcrossThreads) {
+  compare("softmax_cross_entropy", {}, {{5, 7}, {5}});
+  compare("softmax_cross_entropy_grad", {}, {{}, {5, 7}, {5}});
+  // Labels the pick must treat as the sum over every class would: out of range or not an
+  // integer (no class matches: the row adds 0), NaN (the whole loss is NaN).
+  InstOp op = instance("softmax_cross_entropy", {});
+  auto shapes = concreteShapes(op, {{4, 3}, {4}}, std::nullopt);
+  ASSERT_TRUE(bool(shapes));
+  CpuKernelLibrary lib;
+  CpuKernelLibrary::Fn fn = compile(lib, op);
+  ASSERT_NE(fn, nullptr);
+  Tensor logits({4, 3}), labels({4});
+  for (int64_t k = 0; k < logits.size(); ++k)
+    logits.data[k] = 0.1 * static_cast<double>(k % 5) - 0.2;
+  for (std::vector<double> ls : {std::vector<double>{2, 3, 1.5, -1}, {0, 1, 2, 0},
+                                 {1, std::nan(""), 0, 2}}) {
+    labels.data = ls;
+    auto want = evaluate(op, *shapes, {&logits, &labels}, fullRanges(*shapes));
+    ASSERT_TRUE(bool(want));
+    for (int threads : {1, 2}) {
+      auto got = runKernel(fn, op, *shapes, {&logits, &labels}, fullRanges(*shapes), threads);
+      ASSERT_TRUE(bool(got));
+      if (std::isnan(want->data[0]))
+        EXPECT_TRUE(std::isnan(got->data[0])) << ls[1];
+      else
+        EXPECT_NEAR(got->data[0], want->data[0], 1e-5) << ls[0] << " " << ls[1] << " " << ls[2];
+    }
+  }
+}
+
 TEST(CpuKernels, DataDependentIndices) {
   Instantiation inst;
   inst.groups = {{"pre", 0}, {"q", 1}, {"post", 1}};

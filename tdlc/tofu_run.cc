@@ -23,6 +23,7 @@
 #include "codegen/exec_plan.h"
 #include "codegen/fusion.h"
 #include "codegen/memory_plan.h"
+#include "codegen/schedule.h"
 #include "fmt/format.h"
 #include "graph/graph.h"
 #include "graph/zoo.h"
@@ -294,6 +295,22 @@ std::vector<std::string> backends() {
   out.push_back("nccl");
 #endif
   return out;
+}
+
+/// The work of one training step: the scheduled loops' iterations of every node over its
+/// whole shapes (codegen/schedule.h), whatever the worker count and whichever library
+/// computes a node. Its ratio between two batches is what a step's time should follow.
+double stepIterations(const tofu::Program &program) {
+  std::vector<std::optional<tofu::KernelSchedule>> schedules(program.kernels.size());
+  double total = 0;
+  for (const tofu::ProgramNode &node : program.nodes) {
+    const tofu::InstOp &op = *program.kernels[node.kernel].op;
+    auto &s = schedules[node.kernel];
+    if (!s)
+      s = tofu::scheduleKernel(op, tofu::ScheduleTarget::Cpp);
+    total += tofu::scheduledIterations(op, *s, tofu::fullRanges(node.shapes));
+  }
+  return total;
 }
 
 /// The engine of --backend running `plan`.
@@ -655,6 +672,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     j["single_worker_peak_bytes"] = onePeak;
     j["bytes_moved"] = moved;
     j["predicted_bytes"] = predicted;
+    j["step_iterations"] = stepIterations((*engine)->program());
     j["compile_seconds"] = cs.seconds;
     j["engine_build_seconds"] = buildSeconds;
     j["kernels"] = cs.kernels;

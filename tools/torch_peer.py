@@ -5,7 +5,8 @@ zoo builds them (graph/zoo.cc) with the same shapes, batch, loss and thread coun
 with Debian's python3-torch (/usr/bin/python3). Prints which BLAS torch reaches (install
 libopenblas0-pthread for a fair peer: the default reference BLAS is ~30x slower).
 
-  torch_peer.py --model mlp|wresnet-50-1-i32-c8-k10|gpt-2-32-4-16|rnn-2-256|resnet18 [--batch B]
+  torch_peer.py --model mlp|wresnet-50-1-i32-c8-k10|gpt-2-32-4-16|rnn-2-256|resnet18|resnet18-train
+                [--batch B]
 
 --device cuda times the same step on the GPU (the GPU check, tools/gpu_check.sh, against
 tofu-run --backend cuda): float32 with TF32 off, as the CUDA engine runs by default, each
@@ -154,17 +155,19 @@ class Gpt(nn.Module):
 class Resnet18(nn.Module):
     """torchvision's resnet18, as tests/onnx/resnet18.onnx was exported (224x224 images)."""
 
-    def __init__(self, image=224):
+    def __init__(self, image=224, classes=1000):
         super().__init__()
         import torchvision
-        self.net = torchvision.models.resnet18()
+        self.net = torchvision.models.resnet18(num_classes=classes)
         self.image = image
+        self.classes = classes
 
     def forward(self, x):
         return self.net(x)
 
     def batch(self, b):
-        return torch.rand(b, 3, self.image, self.image) * 2 - 1, torch.randint(0, 1000, (b,))
+        return (torch.rand(b, 3, self.image, self.image) * 2 - 1,
+                torch.randint(0, self.classes, (b,)))
 
 
 def build(name):
@@ -172,6 +175,8 @@ def build(name):
         return Mlp(), F.cross_entropy
     if name == "resnet18":
         return Resnet18(), F.cross_entropy
+    if name == "resnet18-train":  # tests/onnx/resnet18_train.onnx: 10 classes, 32x32 images
+        return Resnet18(image=32, classes=10), F.cross_entropy
     m = re.fullmatch(r"wresnet-(\d+)-(\d+)(?:-i(\d+))?(?:-c(\d+))?(?:-k(\d+))?", name)
     if m:
         g = [int(x) if x else None for x in m.groups()]
