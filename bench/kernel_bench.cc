@@ -56,6 +56,8 @@ std::vector<Case> cases() {
       {"batch_norm_train", {act, {32}, {32}, {}}, groups({{"s", 2}}), "N32 C32 16x16"},
       {"batch_norm_grad_x", {act, act, {32}, {}}, groups({{"s", 2}}), "N32 C32 16x16"},
       {"batch_norm_grad_scale", {act, act, {}}, groups({{"s", 2}}), "N32 C32 16x16"},
+      {"batch_norm_grad_x", {{32, 128, 8, 8}, {32, 128, 8, 8}, {128}, {}}, groups({{"s", 2}}), "N32 C128 8x8"},
+      {"batch_norm_grad_x", {{2, 32, 64, 64}, {2, 32, 64, 64}, {32}, {}}, groups({{"s", 2}}), "N2 C32 64x64"},
       {"LayerNormalization", {tok, {256}, {256}, {}}, groups({{"p", 2}, {"f", 1}}), "8x64 tokens x 256"},
       {"layer_norm_grad_x", {tok, tok, {256}, {}}, groups({{"p", 2}, {"f", 1}}), "8x64 tokens x 256"},
       {"layer_norm_grad_scale", {tok, tok, {}}, groups({{"p", 2}, {"f", 1}}), "8x64 tokens x 256"},

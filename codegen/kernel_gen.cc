@@ -17,8 +17,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "analysis/index_eval.h"
@@ -224,6 +226,24 @@ private:
       return fmt::format("x{}", r.input); // emitLocals
     if (fast_ && affine) {
       std::string off;
+      const size_t last = cs.size() - 1;
+      auto renamed = [&](const ir::Coord &c) -> std::optional<unsigned> {
+        std::optional<unsigned> v = ir::exactVar(c);
+        if (v)
+          if (auto it = rename_.find(*v); it != rename_.end())
+            return it->second;
+        return v;
+      };
+      if (flat_ && last >= 1 && renamed(r.coords[last - 1]) == flat_->outer &&
+          renamed(r.coords[last]) == flat_->inner) {
+        // (a - o) * st + (b - o') with b's range the whole row (flatConditions): the row
+        // start of a's first value, plus the flat index.
+        for (size_t d = 0; d + 1 < last; ++d)
+          off += fmt::format("({} - o{}_{}) * st{}_{} + ", cs[d], r.input, d, r.input, d);
+        off += fmt::format("(lo{} - o{}_{}) * st{}_{} + fl", flat_->outer, r.input, last - 1,
+                           r.input, last - 1);
+        return fmt::format("in{}[{}]", r.input, off);
+      }
       for (size_t d = 0; d < cs.size(); ++d) {
         std::string term = fmt::format("({} - o{}_{})", cs[d], r.input, d);
         if (d + 1 < cs.size())
@@ -651,6 +671,84 @@ private:
     ++indent_;
   }
 
+  /// The reads through which loops `a` (outer) and `b` (inner, adjacent) can run as one
+  /// flat loop over contiguous memory, found in `e`: every use of `a` and `b` is as the
+  /// last two coordinates, exactly, of a read, and nothing computed at either loop (an
+  /// inline reduction there, a temporary indexed by either) stands between. False when
+  /// some use is not.
+  bool flatReads(const ir::Expr &e, unsigned a, unsigned b, int nest,
+                 std::vector<const ir::Read *> &reads) const {
+    if (const auto *r = dyn_cast<ir::Reduce>(&e)) {
+      const Red *s = &sched_.of(r);
+      if (s->placement == Placement::Alias)
+        for (const Red &o : sched_.reductions)
+          if (o.id == s->aliasOf)
+            s = &o;
+      const auto uses = [&](const std::vector<unsigned> &vs) {
+        return std::find(vs.begin(), vs.end(), a) != vs.end() ||
+               std::find(vs.begin(), vs.end(), b) != vs.end();
+      };
+      switch (s->placement) {
+      case Placement::Count: return true;
+      case Placement::Temporary: return !uses(s->depends);
+      case Placement::Inline: return !uses(s->depends) && !uses(s->loops);
+      case Placement::Alias: return false;
+      }
+      return false;
+    }
+    if (const auto *r = dyn_cast<ir::Read>(&e)) {
+      const size_t n = r->coords.size();
+      if (n >= 2 && ir::exactVar(r->coords[n - 2]) == a && ir::exactVar(r->coords[n - 1]) == b) {
+        for (size_t d = 0; d + 2 < n; ++d)
+          if (r->coords[d].expr && !flatReads(*r->coords[d].expr, a, b, nest, reads))
+            return false;
+        reads.push_back(r);
+        return true;
+      }
+    }
+    if (const auto *v = dyn_cast<ir::VarRef>(&e))
+      return v->var != a && v->var != b;
+    if (llvm::isa<ir::OpaqueCall>(e))
+      return false;
+    bool ok = true;
+    forEachChildExpr(e, [&](const ir::Expr &c) { ok = ok && flatReads(c, a, b, nest, reads); });
+    return ok;
+  }
+
+  static void forEachChildExpr(const ir::Expr &e, const std::function<void(const ir::Expr &)> &fn) {
+    switch (e.kind()) {
+    case ir::ExprKind::Read:
+      for (const ir::Coord &c : cast<ir::Read>(e).coords)
+        if (c.expr)
+          fn(*c.expr);
+      break;
+    case ir::ExprKind::Apply:
+      for (const ir::ExprPtr &x : cast<ir::Apply>(e).args)
+        fn(*x);
+      break;
+    case ir::ExprKind::Neg: fn(*cast<ir::Neg>(e).operand); break;
+    case ir::ExprKind::Binary:
+      fn(*cast<ir::Binary>(e).lhs);
+      fn(*cast<ir::Binary>(e).rhs);
+      break;
+    default: break;
+    }
+  }
+
+  /// The run-time test that each read's row is whole (b's range covers its buffer's last
+  /// dimension): then a and b step through contiguous memory.
+  std::string flatConditions(unsigned b, const std::vector<const ir::Read *> &reads) const {
+    std::string c;
+    std::set<unsigned> seen;
+    for (const ir::Read *r : reads) {
+      if (!seen.insert(r->input).second)
+        continue;
+      const size_t d = r->coords.size() - 1;
+      c += fmt::format(" && lo{0} == o{1}_{2} && hi{0} - lo{0} == e{1}_{2}", b, r->input, d);
+    }
+    return "true" + c;
+  }
+
   /// A reduction with those fused with it (KernelSchedule::fusedGroup): one loop nest
   /// over the first one's variables, each member's variables renamed to them.
   void emitSerialReduction(const Red &r) {
@@ -662,32 +760,95 @@ private:
     // Nothing is computed at the start of the innermost reduction loop.
     const bool innermostFree =
         node.vars.empty() || !sched_.hasInlineAt(r.nest, static_cast<int>(node.vars.back()));
+    if (fast_ && !flat_ && dialect_ == KernelDialect::Cpp && node.vars.size() >= 2 &&
+        innermostFree && bounds_.empty()) {
+      // The last two loops as one flat loop when the rows they read are whole (a batch
+      // norm's 8 x 8 maps: one loop of 64, not 8 loops of 8).
+      const unsigned a = node.vars[node.vars.size() - 2], b = node.vars.back();
+      bool ok = !sched_.hasInlineAt(r.nest, static_cast<int>(b)) &&
+                !sched_.hasInlineAt(r.nest, static_cast<int>(a)) && r.strides.empty() &&
+                r.picks.empty();
+      std::vector<const ir::Read *> reads;
+      for (const Red *m : group) {
+        const size_t nv = m->node->vars.size();
+        ok = ok && flatReads(*m->node->body, m->node->vars[nv - 2], m->node->vars[nv - 1],
+                             r.nest, reads);
+      }
+      if (ok && !reads.empty()) {
+        line(fmt::format("if ({}) {{", flatConditions(b, reads)));
+        ++indent_;
+        flat_ = FlatPair{a, b};
+        emitReductionLoops(r, group, node.vars.size() - 2, true);
+        flat_.reset();
+        --indent_;
+        line("} else {");
+        ++indent_;
+        emitReductionLoops(r, group, node.vars.size(), false);
+        --indent_;
+        line("}");
+        knownTrue_.clear();
+        exact_.clear();
+        return;
+      }
+    }
+    emitReductionLoops(r, group, node.vars.size(), false);
+    knownTrue_.clear();
+    exact_.clear();
+  }
+
+  /// The loops of `r`'s group: the first `loops` variables as loops (a flattened pair after
+  /// them when `flat`), then each member's combine.
+  void emitReductionLoops(const Red &r, const std::vector<const Red *> &group, size_t loops,
+                          bool flat) {
+    const ir::Reduce &node = *r.node;
+    const bool innermostFree =
+        node.vars.empty() || !sched_.hasInlineAt(r.nest, static_cast<int>(node.vars.back()));
+    std::string ids;
+    for (const Red *m : group)
+      ids += fmt::format("{}r{}", ids.empty() ? "" : ", ", m->id);
+    if (flat) {
+      for (size_t k = 0; k < loops; ++k) {
+        openReductionLoop(r, node.vars[k], "");
+        emitSlot(r.nest, static_cast<int>(node.vars[k]));
+      }
+      const unsigned a = flat_->outer, b = flat_->inner;
+      line(fmt::format("#pragma omp simd reduction({}:{})", simdReducer(node.reducer), ids));
+      line(fmt::format("for (i64 fl = 0; fl < (hi{0} - lo{0}) * (hi{1} - lo{1}); ++fl) {{", a, b));
+      ++indent_;
+      emitCombines(group, node);
+      --indent_;
+      line("}");
+      for (size_t k = 0; k < loops; ++k) {
+        --indent_;
+        line("}");
+      }
+      return;
+    }
     for (size_t k = 0; k < node.vars.size(); ++k) {
       unsigned v = node.vars[k];
       std::string pragma;
-      if (k + 1 == node.vars.size() && innermostFree && dialect_ == KernelDialect::Cpp) {
-        std::string ids;
-        for (const Red *m : group)
-          ids += fmt::format("{}r{}", ids.empty() ? "" : ", ", m->id);
+      if (k + 1 == node.vars.size() && innermostFree && dialect_ == KernelDialect::Cpp)
         pragma = fmt::format("#pragma omp simd reduction({}:{})", simdReducer(node.reducer), ids);
-      }
       openReductionLoop(r, v, pragma);
       emitSlot(r.nest, static_cast<int>(v));
     }
     for (const StridedVar &sv : r.strides)
       knownTrue_.insert(sv.guard);
+    emitCombines(group, node);
+    for (size_t k = 0; k < node.vars.size(); ++k) {
+      --indent_;
+      line("}");
+    }
+  }
+
+  /// Each member's term combined into it, its variables renamed to the first member's.
+  void emitCombines(const std::vector<const Red *> &group, const ir::Reduce &node) {
     for (const Red *m : group) {
       for (size_t k = 0; k < node.vars.size(); ++k)
         if (m->node->vars[k] != node.vars[k])
           rename_[m->node->vars[k]] = node.vars[k];
       line(combineLine(*m, value(*m->node->body)));
       rename_.clear();
-    }
-    knownTrue_.clear();
-    exact_.clear();
-    for (size_t k = 0; k < node.vars.size(); ++k) {
-      --indent_;
-      line("}");
     }
   }
 
@@ -735,7 +896,17 @@ private:
 
   std::string outputOffset() const {
     std::string off;
-    for (unsigned k = 0; k < op_.outputVars.size(); ++k) {
+    const size_t n = op_.outputVars.size();
+    if (flat_ && n >= 2 && flat_->inner == op_.outputVars.back()) {
+      for (size_t k = 0; k + 2 < n; ++k) {
+        unsigned v = op_.outputVars[k];
+        off = k == 0 ? fmt::format("(v{0} - lo{0})", v)
+                     : fmt::format("({}) * n{} + (v{} - lo{})", off, v, v, v);
+      }
+      const unsigned a = flat_->outer, b = flat_->inner;
+      return off.empty() ? "fl" : fmt::format("({}) * n{} * n{} + fl", off, a, b);
+    }
+    for (unsigned k = 0; k < n; ++k) {
       unsigned v = op_.outputVars[k];
       off = k == 0 ? fmt::format("(v{0} - lo{0})", v)
                    : fmt::format("({}) * n{} + (v{} - lo{})", off, v, v, v);
@@ -886,7 +1057,43 @@ private:
       line("}");
       return;
     }
-    const size_t m = sched_.parallelLoops; // leading loops flattened
+    if (fast_ && n >= 2 && !sched_.interchange && sched_.vectorInnermost && opaqueSites() == 0 &&
+        sched_.parallelLoops + 2 >= n) {
+      // The two innermost output loops as one flat loop when the rows read are whole (an
+      // element-wise op on 8 x 8 maps: one SIMD loop of 64, not 8 of 8).
+      const unsigned a = ov[n - 2], b = ov[n - 1];
+      std::vector<const ir::Read *> reads;
+      if (!sched_.hasInlineAt(-1, static_cast<int>(a)) && flatReads(*op_.body, a, b, -1, reads)) {
+        line(fmt::format("if ({}) {{", flatConditions(b, reads)));
+        ++indent_;
+        flat_ = FlatPair{a, b};
+        emitMainLoops(n - 2);
+        flat_.reset();
+        --indent_;
+        line("} else {");
+        ++indent_;
+        emitMainLoops(sched_.parallelLoops);
+        --indent_;
+        line("}");
+        return;
+      }
+    }
+    emitMainLoops(sched_.parallelLoops);
+  }
+
+  /// The main nest's output loops, the first `m` flattened into the parallel loop (with
+  /// flat_, the last two run as one flat SIMD loop after the others).
+  void emitMainLoops(size_t m) {
+    const std::vector<unsigned> &ov = op_.outputVars;
+    const size_t n = ov.size();
+    const size_t rows = flat_ ? n - 2 : n; // output loops before the flat pair
+    if (flat_ && m == 0) {
+      line(fmt::format("#pragma omp parallel for simd num_threads(a->threads) schedule(static) "
+                       "if (a->threads > 1)"));
+      line(fmt::format("for (i64 fl = 0; fl < n{} * n{}; ++fl)", flat_->outer, flat_->inner));
+      line("  out[" + outputOffset() + "] = " + value(*op_.body) + ";");
+      return;
+    }
     std::string total;
     for (size_t k = 0; k < m; ++k)
       total += fmt::format("{}n{}", k ? " * " : "", ov[k]);
@@ -917,7 +1124,7 @@ private:
     for (size_t k = 0; k < m; ++k)
       emitSlot(-1, static_cast<int>(ov[k]));
     const bool interchange = sched_.interchange;
-    const size_t plain = interchange ? n - 1 : n; // loops nested as written
+    const size_t plain = interchange ? n - 1 : rows; // loops nested as written
     for (size_t k = m; k < plain; ++k) {
       if (k + 1 == n && sched_.vectorInnermost)
         line("#pragma omp simd");
@@ -925,10 +1132,15 @@ private:
       ++indent_;
       emitSlot(-1, static_cast<int>(ov[k]));
     }
-    if (interchange)
+    if (interchange) {
       emitInterchanged(*op_.topReduce());
-    else
+    } else if (flat_) {
+      line("#pragma omp simd");
+      line(fmt::format("for (i64 fl = 0; fl < n{} * n{}; ++fl)", flat_->outer, flat_->inner));
+      line("  out[" + outputOffset() + "] = " + value(*op_.body) + ";");
+    } else {
       line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
+    }
     for (size_t k = m; k < plain; ++k) {
       --indent_;
       line("}");
@@ -1170,6 +1382,11 @@ private:
   /// Inside strided loops: their offsets and moduli (CodeDomain::exact).
   std::vector<std::pair<std::string, std::string>> exact_;
   std::set<const ir::Expr *> knownTrue_; ///< guards a strided loop makes true, printed as 1
+  /// Two adjacent loops run as one flat loop `fl` over contiguous rows (fast variant).
+  struct FlatPair {
+    unsigned outer, inner;
+  };
+  std::optional<FlatPair> flat_;
   std::map<const ir::OpaqueCall *, unsigned> opaqueSite_;
   std::string helpers_; ///< one function per opaque call site, before the kernel
   std::string out_;

@@ -158,6 +158,51 @@ TEST(CpuKernels, LossesPickTheirLabelAndSplitAcrossThreads) {
   }
 }
 
+TEST(CpuKernels, FlatRowsOnlyWhereTheRowsAreWhole) {
+  // The fast nests run the two innermost loops as one when every row read is whole; a share
+  // that takes part of each row of a whole buffer must take the loops as written.
+  for (bool partRows : {false, true}) {
+    InstOp op = instance("batch_norm_grad_x", [] {
+      Instantiation i;
+      i.inputRanks = {4u, 4u, 1u, 0u};
+      return i;
+    }());
+    auto shapes = concreteShapes(op, {{2, 3, 4, 5}, {2, 3, 4, 5}, {3}, {}}, std::nullopt);
+    ASSERT_TRUE(bool(shapes));
+    CpuKernelLibrary lib;
+    CpuKernelLibrary::Fn fn = compile(lib, op);
+    ASSERT_NE(fn, nullptr);
+    std::vector<Tensor> inputs = randomInputs(op, *shapes, 3, {0.25, 1.0});
+    std::vector<Range> ranges = fullRanges(*shapes);
+    if (partRows)
+      ranges[op.outputVars.back()] = {1, 4};
+    std::vector<Box> regions;
+    std::vector<std::vector<float>> buffers;
+    std::vector<const float *> in;
+    for (const Tensor &t : inputs) { // whole tensors
+      regions.push_back(wholeBox(t.shape));
+      buffers.emplace_back(t.data.begin(), t.data.end());
+      if (buffers.back().empty())
+        buffers.back().push_back(0);
+    }
+    for (const auto &b : buffers)
+      in.push_back(b.data());
+    std::vector<const Tensor *> ptrs;
+    for (const Tensor &t : inputs)
+      ptrs.push_back(&t);
+    auto want = evaluate(op, *shapes, ptrs, ranges);
+    ASSERT_TRUE(bool(want));
+    std::vector<float> out(want->size()), scratch(kernelScratchBytes(op, ranges) / 4);
+    std::vector<int64_t> ints = kernelInts(op, *shapes, ranges, regions);
+    ASSERT_TRUE(readsInsideRegions(op, *shapes, ranges, regions));
+    TofuKernelArgs args{ints.data(), in.data(), out.data(), 1, 2, scratch.data()};
+    fn(&args);
+    for (int64_t k = 0; k < want->size(); ++k)
+      ASSERT_NEAR(out[k], want->data[k], 1e-4 * std::max(1.0, std::fabs(want->data[k])))
+          << (partRows ? "part rows" : "whole rows") << " element " << k;
+  }
+}
+
 TEST(CpuKernels, DataDependentIndices) {
   Instantiation inst;
   inst.groups = {{"pre", 0}, {"q", 1}, {"post", 1}};
