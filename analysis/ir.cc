@@ -304,4 +304,8 @@ void walk(const Expr &e, const std::function<void(const Expr &)> &fn) {
 
 void forEachChild(Expr &e, const std::function<void(ExprPtr &)> &fn) { eachChild(e, fn); }
 
+void forEachChildExpr(const Expr &e, const std::function<void(const Expr &)> &fn) {
+  eachChild(e, [&](const ExprPtr &c) { fn(*c); });
+}
+
 } // namespace tofu::ir

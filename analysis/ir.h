@@ -373,6 +373,10 @@ void walk(const Expr &e, const std::function<void(const Expr &)> &fn);
 /// bodies, operands), so a rewrite can change or replace it.
 void forEachChild(Expr &e, const std::function<void(ExprPtr &)> &fn);
 
+/// Calls `fn` on each direct sub-expression of `e`, in walk's order (for passes that decide
+/// per node whether to look further, as walk does not).
+void forEachChildExpr(const Expr &e, const std::function<void(const Expr &)> &fn);
+
 } // namespace tofu::ir
 
 #endif // TOFU_ANALYSIS_IR_H

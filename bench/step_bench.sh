@@ -46,9 +46,26 @@ trap 'rm -rf "$tmp"' EXIT
 cp bazel-bin/tdlc/tofu-run "$tmp/tofu-run"
 threads=$(nproc)
 
+# torchvision's resnet18 (10 classes, 32x32 images) exported in training mode (batch norm
+# with batch statistics) with a symbolic batch, so that --batch sets it (the fixtures in
+# tests/onnx have a fixed one).
+case " $models " in
+  *" resnet18-train "*)
+    /usr/bin/python3 - "$tmp/resnet18_train.onnx" 2>/dev/null <<'PY'
+import sys, torch, torchvision
+m = torchvision.models.resnet18(num_classes=10)
+m.train()
+torch.onnx.export(m, (torch.randn(2, 3, 32, 32),), sys.argv[1], export_params=False,
+                  opset_version=17, input_names=["input"], output_names=["output"],
+                  do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING,
+                  dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+PY
+    ;;
+esac
+
 for m in $models; do
   case "$m" in
-    resnet18-train) src="--onnx tests/onnx/resnet18_train.onnx" ;;
+    resnet18-train) src="--onnx $tmp/resnet18_train.onnx" ;;
     resnet18) src="--onnx tests/onnx/resnet18.onnx" ;;
     *) src="--model $m" ;;
   esac
@@ -57,7 +74,7 @@ for m in $models; do
     case " $skip " in *" $m:$b "*) continue ;; esac
     echo "step_bench: $m batch $b" >&2
     common="$src --batch $b --lr 0.01 --steps $steps --format=json"
-    "$tmp/tofu-run" $src --batch "$b" --steps 1 --format=json >/dev/null # compiles the kernels
+    "$tmp/tofu-run" $src --batch "$b" --workers 1 --steps 1 --format=json >/dev/null # compiles the kernels
     for k in 1 2; do
       "$tmp/tofu-run" $common --workers "$k" >"$tmp/$m.b$b.k$k.json"
     done

@@ -711,28 +711,8 @@ private:
     if (llvm::isa<ir::OpaqueCall>(e))
       return false;
     bool ok = true;
-    forEachChildExpr(e, [&](const ir::Expr &c) { ok = ok && flatReads(c, a, b, nest, reads); });
+    ir::forEachChildExpr(e, [&](const ir::Expr &c) { ok = ok && flatReads(c, a, b, nest, reads); });
     return ok;
-  }
-
-  static void forEachChildExpr(const ir::Expr &e, const std::function<void(const ir::Expr &)> &fn) {
-    switch (e.kind()) {
-    case ir::ExprKind::Read:
-      for (const ir::Coord &c : cast<ir::Read>(e).coords)
-        if (c.expr)
-          fn(*c.expr);
-      break;
-    case ir::ExprKind::Apply:
-      for (const ir::ExprPtr &x : cast<ir::Apply>(e).args)
-        fn(*x);
-      break;
-    case ir::ExprKind::Neg: fn(*cast<ir::Neg>(e).operand); break;
-    case ir::ExprKind::Binary:
-      fn(*cast<ir::Binary>(e).lhs);
-      fn(*cast<ir::Binary>(e).rhs);
-      break;
-    default: break;
-    }
   }
 
   /// The run-time test that each read's row is whole (b's range covers its buffer's last

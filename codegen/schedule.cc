@@ -250,21 +250,29 @@ void factorsOf(const ir::Expr &e, std::vector<const ir::Expr *> &out) {
   out.push_back(&e);
 }
 
+/// The factors `a == b` of the condition of a sum whose terms are `select(cond, v, 0)`
+/// (zeroElseSelect); none for other sums.
+std::vector<const ir::Binary *> equalityFactors(const ir::Reduce &r) {
+  std::vector<const ir::Binary *> out;
+  const ir::Apply *sel = zeroElseSelect(r);
+  if (!sel)
+    return out;
+  std::vector<const ir::Expr *> factors;
+  factorsOf(*sel->args[0], factors);
+  for (const ir::Expr *f : factors)
+    if (const auto *eq = dyn_cast<ir::Binary>(f); eq && eq->op == ast::BinaryOp::Eq)
+      out.push_back(eq);
+  return out;
+}
+
 /// The congruences of a sum's condition that its variables can step through (StridedVar):
 /// its terms are `select(cond, v, 0)` (zeroElseSelect) and a factor of `cond` is `X % s == 0` with X affine in
 /// one of the sum's variables (constant coefficient) and otherwise only in variables bound
 /// before that one's loop. One per variable, each factor used once.
 std::vector<StridedVar> stridesOf(const ir::Reduce &r) {
   std::vector<StridedVar> out;
-  const ir::Apply *sel = zeroElseSelect(r);
-  if (!sel)
-    return out;
-  std::vector<const ir::Expr *> factors;
-  factorsOf(*sel->args[0], factors);
-  for (const ir::Expr *f : factors) {
-    const auto *eq = dyn_cast<ir::Binary>(f);
-    if (!eq || eq->op != ast::BinaryOp::Eq)
-      continue;
+  for (const ir::Binary *eq : equalityFactors(r)) {
+    const ir::Expr *f = eq;
     const auto *mod = dyn_cast<ir::Binary>(eq->lhs.get());
     const auto *z = dyn_cast<ir::Const>(eq->rhs.get());
     const auto *s = mod ? dyn_cast<ir::Const>(mod->rhs.get()) : nullptr;
@@ -301,15 +309,7 @@ std::vector<StridedVar> stridesOf(const ir::Reduce &r) {
 /// variable of a loop inside var's (nor var itself).
 std::vector<PickedVar> picksOf(const ir::Reduce &r, const std::vector<StridedVar> &strides) {
   std::vector<PickedVar> out;
-  const ir::Apply *sel = zeroElseSelect(r);
-  if (!sel)
-    return out;
-  std::vector<const ir::Expr *> factors;
-  factorsOf(*sel->args[0], factors);
-  for (const ir::Expr *f : factors) {
-    const auto *eq = dyn_cast<ir::Binary>(f);
-    if (!eq || eq->op != ast::BinaryOp::Eq)
-      continue;
+  for (const ir::Binary *eq : equalityFactors(r)) {
     for (auto [side, other] : {std::pair{eq->lhs.get(), eq->rhs.get()}, {eq->rhs.get(), eq->lhs.get()}}) {
       const auto *v = dyn_cast<ir::VarRef>(side);
       if (!v)
@@ -363,7 +363,7 @@ private:
   void assign(const ir::Expr &e, const std::vector<unsigned> &chain, int nest) {
     const auto *r = dyn_cast<ir::Reduce>(&e);
     if (!r) {
-      forEachChild(e, [&](const ir::Expr &c) { assign(c, chain, nest); });
+      ir::forEachChildExpr(e, [&](const ir::Expr &c) { assign(c, chain, nest); });
       return;
     }
     ScheduledReduction red;
@@ -438,7 +438,7 @@ private:
         out.insert(s.placement == ScheduledReduction::Placement::Alias ? s.aliasOf : s.id);
         return;
       }
-      forEachChild(x, visit);
+      ir::forEachChildExpr(x, visit);
     };
     visit(e);
     return out;
@@ -518,39 +518,6 @@ private:
       }
       if (!joined)
         groups.push_back({k});
-    }
-  }
-
-  static void forEachChild(const ir::Expr &e, const std::function<void(const ir::Expr &)> &fn) {
-    switch (e.kind()) {
-    case ir::ExprKind::Read:
-      for (const ir::Coord &c : cast<ir::Read>(e).coords)
-        if (c.expr)
-          fn(*c.expr);
-      break;
-    case ir::ExprKind::OpaqueCall:
-      for (const ir::ExprPtr &a : cast<ir::OpaqueCall>(e).args)
-        fn(*a);
-      for (const ir::Coord &c : cast<ir::OpaqueCall>(e).coords)
-        if (c.expr)
-          fn(*c.expr);
-      break;
-    case ir::ExprKind::Reduce: fn(*cast<ir::Reduce>(e).body); break;
-    case ir::ExprKind::Apply:
-      for (const ir::ExprPtr &a : cast<ir::Apply>(e).args)
-        fn(*a);
-      break;
-    case ir::ExprKind::Neg: fn(*cast<ir::Neg>(e).operand); break;
-    case ir::ExprKind::Binary:
-      fn(*cast<ir::Binary>(e).lhs);
-      fn(*cast<ir::Binary>(e).rhs);
-      break;
-    case ir::ExprKind::Const:
-    case ir::ExprKind::AttrRef:
-    case ir::ExprKind::ExtentRef:
-    case ir::ExprKind::VarRef:
-    case ir::ExprKind::TensorRef:
-    case ir::ExprKind::OpCall: break;
     }
   }
 
