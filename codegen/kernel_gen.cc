@@ -1631,6 +1631,35 @@ std::vector<int64_t> kernelInts(const InstOp &op, const Shapes &shapes,
   return ints;
 }
 
+namespace {
+/// The exact range of an index expression of one variable (a reshape's `k - n * (k / n)`,
+/// which intervals widen to beyond the dimension), by evaluating it at each of the
+/// variable's values; none for several variables or more than 65536 values.
+std::optional<std::pair<int64_t, int64_t>> exactValueRange(const ir::Expr &e, const Shapes &shapes,
+                                                          const std::vector<Range> &ranges) {
+  std::set<unsigned> vars;
+  ir::walk(e, [&](const ir::Expr &x) {
+    if (const auto *v = dyn_cast<ir::VarRef>(&x))
+      vars.insert(v->var);
+  });
+  if (vars.size() != 1 || ranges[*vars.begin()].size() > (int64_t(1) << 16))
+    return std::nullopt;
+  const unsigned v = *vars.begin();
+  std::vector<int64_t> env(ranges.size(), 0);
+  PointDomain d{env.data(), &shapes.inputs, nullptr};
+  std::optional<std::pair<int64_t, int64_t>> out;
+  for (int64_t x = ranges[v].lo; x < ranges[v].hi; ++x) {
+    env[v] = x;
+    auto y = evalIndex(e, d);
+    if (!y)
+      return std::nullopt;
+    out = out ? std::make_pair(std::min(out->first, *y), std::max(out->second, *y))
+              : std::make_pair(*y, *y);
+  }
+  return out;
+}
+} // namespace
+
 bool readsInsideRegions(const InstOp &op, const Shapes &shapes, const std::vector<Range> &ranges,
                         const std::vector<Box> &regions) {
   for (const Range &r : ranges)
@@ -1650,6 +1679,8 @@ bool readsInsideRegions(const InstOp &op, const Shapes &shapes, const std::vecto
         continue; // data-dependent coordinates are always checked
       auto span = indexValueRange(*r->coords[d].expr, shapes, ranges);
       const Range &reg = regions[r->input][d];
+      if (span && (span->first < reg.lo || span->second >= reg.hi))
+        span = exactValueRange(*r->coords[d].expr, shapes, ranges); // intervals overshoot
       if (!span || span->first < reg.lo || span->second >= reg.hi)
         inside = false;
     }

@@ -203,6 +203,23 @@ TEST(CpuKernels, FlatRowsOnlyWhereTheRowsAreWhole) {
   }
 }
 
+TEST(CpuKernels, AReshapesReadsAreProvedInsideItsBuffer) {
+  // x[k / n, k - n * (k / n), d]: intervals put the second coordinate outside the row;
+  // its exact range is the row, so the reshape runs the unchecked nest.
+  Instantiation inst;
+  inst.attrs = {{"n", 4}, {"m", 12}};
+  inst.groups = {{"pre", 0}, {"post", 1}};
+  InstOp op = instance("ReshapeMerge", inst);
+  auto shapes = concreteShapes(op, {{3, 4, 5}}, std::nullopt);
+  ASSERT_TRUE(bool(shapes));
+  std::vector<Range> ranges = fullRanges(*shapes);
+  EXPECT_TRUE(readsInsideRegions(op, *shapes, ranges, {wholeBox({3, 4, 5})}));
+  ranges[op.outputVars[0]] = {5, 9}; // rows 1 and 2 of x, in part
+  EXPECT_TRUE(readsInsideRegions(op, *shapes, ranges, inputRegions(op, *shapes, ranges)));
+  EXPECT_FALSE(readsInsideRegions(op, *shapes, ranges, {{{1, 2}, {0, 4}, {0, 5}}}));
+  compare("ReshapeMerge", inst, {{3, 4, 5}});
+}
+
 TEST(CpuKernels, DataDependentIndices) {
   Instantiation inst;
   inst.groups = {{"pre", 0}, {"q", 1}, {"post", 1}};
