@@ -1632,17 +1632,20 @@ std::vector<int64_t> kernelInts(const InstOp &op, const Shapes &shapes,
 }
 
 namespace {
-/// The exact range of an index expression of one variable (a reshape's `k - n * (k / n)`,
-/// which intervals widen to beyond the dimension), by evaluating it at each of the
-/// variable's values; none for several variables or more than 65536 values.
+/// The exact range of an index expression of one variable with a division (a reshape's
+/// `k - n * (k / n)`, which intervals widen to beyond the dimension), by evaluating it at
+/// each of the variable's values; none otherwise or for more than 65536 values.
 std::optional<std::pair<int64_t, int64_t>> exactValueRange(const ir::Expr &e, const Shapes &shapes,
                                                           const std::vector<Range> &ranges) {
   std::set<unsigned> vars;
+  bool divides = false; // an affine coordinate's interval is exact already
   ir::walk(e, [&](const ir::Expr &x) {
     if (const auto *v = dyn_cast<ir::VarRef>(&x))
       vars.insert(v->var);
+    if (const auto *b = dyn_cast<ir::Binary>(&x))
+      divides |= b->op == ast::BinaryOp::Div || b->op == ast::BinaryOp::Mod;
   });
-  if (vars.size() != 1 || ranges[*vars.begin()].size() > (int64_t(1) << 16))
+  if (!divides || vars.size() != 1 || ranges[*vars.begin()].size() > (int64_t(1) << 16))
     return std::nullopt;
   const unsigned v = *vars.begin();
   std::vector<int64_t> env(ranges.size(), 0);
