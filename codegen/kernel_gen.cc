@@ -1589,9 +1589,8 @@ llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dial
 
 std::string blockKernelName(const std::string &kernel) { return kernel + "_blk"; }
 
-namespace {
-int64_t scratchBytes(const std::vector<std::vector<unsigned>> &temporaries,
-                     const std::vector<Range> &ranges) {
+int64_t kernelScratchBytes(const std::vector<std::vector<unsigned>> &temporaries,
+                           const std::vector<Range> &ranges) {
   int64_t floats = 0;
   for (const std::vector<unsigned> &t : temporaries) {
     int64_t n = 1;
@@ -1601,10 +1600,9 @@ int64_t scratchBytes(const std::vector<std::vector<unsigned>> &temporaries,
   }
   return floats * static_cast<int64_t>(sizeof(float));
 }
-} // namespace
 
 int64_t kernelScratchBytes(const KernelSource &k, const std::vector<Range> &ranges) {
-  return scratchBytes(k.temporaries, ranges);
+  return kernelScratchBytes(k.temporaries, ranges);
 }
 
 int64_t kernelScratchBytes(const InstOp &op, const std::vector<Range> &ranges) {
@@ -1612,7 +1610,7 @@ int64_t kernelScratchBytes(const InstOp &op, const std::vector<Range> &ranges) {
   for (const ScheduledReduction &r : scheduleKernel(op, ScheduleTarget::Cpp).reductions)
     if (r.placement == ScheduledReduction::Placement::Temporary)
       temporaries.push_back(r.depends);
-  return scratchBytes(temporaries, ranges);
+  return kernelScratchBytes(temporaries, ranges);
 }
 
 std::vector<int64_t> kernelInts(const InstOp &op, const Shapes &shapes,

@@ -65,6 +65,9 @@ llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dial
 
 /// The scratch space (bytes) a C++ kernel call over `ranges` needs for its temporaries.
 int64_t kernelScratchBytes(const KernelSource &k, const std::vector<Range> &ranges);
+/// The same from a kernel's KernelSource::temporaries alone.
+int64_t kernelScratchBytes(const std::vector<std::vector<unsigned>> &temporaries,
+                           const std::vector<Range> &ranges);
 /// The same for the C++ kernel of `op` (scheduling it again).
 int64_t kernelScratchBytes(const InstOp &op, const std::vector<Range> &ranges);
 

@@ -86,7 +86,7 @@ public:
             used[st.launch.kernel] = true;
     std::vector<KernelSource> sources;
     std::vector<std::string> kernelName(program.kernels.size());
-    std::vector<KernelSource> kernelTemps(program.kernels.size()); // only .temporaries
+    std::vector<std::vector<std::vector<unsigned>>> temporaries(program.kernels.size());
     for (size_t i = 0; i < program.kernels.size(); ++i) {
       if (!used[i])
         continue;
@@ -96,7 +96,7 @@ public:
         continue;
       }
       kernelName[i] = src->name;
-      kernelTemps[i].temporaries = src->temporaries;
+      temporaries[i] = src->temporaries;
       sources.push_back(std::move(*src));
     }
     if (llvm::Error e = kernels_.add(sources, options_.compile))
@@ -129,8 +129,8 @@ public:
               std::max(stats_.extraBytes[w], static_cast<int64_t>(pr.lib->scratchBytes()));
         } else if (pr.fn) {
           // The generated kernel's temporaries (codegen/schedule.h) share the same space.
-          stats_.extraBytes[w] =
-              std::max(stats_.extraBytes[w], kernelScratchBytes(kernelTemps[l.kernel], l.ranges));
+          stats_.extraBytes[w] = std::max(stats_.extraBytes[w],
+                                          kernelScratchBytes(temporaries[l.kernel], l.ranges));
         } else {
           ++stats_.interpreted;
         }

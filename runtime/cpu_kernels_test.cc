@@ -72,12 +72,14 @@ void compare(const std::string &opName, const Instantiation &inst,
     auto got = runKernel(fn, op, *shapes, ptrs, ranges, trial % 2 ? 2 : 1);
     ASSERT_TRUE(bool(got)) << llvm::toString(got.takeError());
     ASSERT_EQ(got->shape, want->shape);
-    for (int64_t k = 0; k < want->size(); ++k)
-      if (std::isnan(want->data[k]))
+    for (int64_t k = 0; k < want->size(); ++k) {
+      if (std::isnan(want->data[k])) {
         ASSERT_TRUE(std::isnan(got->data[k])) << opName << " trial " << trial << " element " << k;
-      else if (got->data[k] != want->data[k]) // infinities are equal, not near
+      } else if (got->data[k] != want->data[k]) { // infinities are equal, not near
         ASSERT_NEAR(got->data[k], want->data[k], 1e-4 * std::max(1.0, std::fabs(want->data[k])))
-          << opName << " trial " << trial << " element " << k;
+            << opName << " trial " << trial << " element " << k;
+      }
+    }
   }
 }
 
@@ -261,7 +263,9 @@ TEST(CpuKernels, ASecondBuildComesFromTheCache) {
 }
 
 TEST(CpuKernels, CompilerErrorsAreReported) {
-  KernelSource bad{"tofu_k_bad", "extern \"C\" void tofu_k_bad(const TofuKernelArgs *a) { syntax error }"};
+  KernelSource bad;
+  bad.name = "tofu_k_bad";
+  bad.code = "extern \"C\" void tofu_k_bad(const TofuKernelArgs *a) { syntax error }";
   CpuKernelLibrary lib;
   KernelCompileOptions o = testOptions();
   llvm::Error e = lib.add({bad}, o);
