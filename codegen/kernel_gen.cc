@@ -360,11 +360,7 @@ private:
     switch (r.placement) {
     case Placement::Inline: return fmt::format("r{}", r.id);
     case Placement::Temporary: return fmt::format("t{}[{}]", r.id, temporaryOffset(r));
-    case Placement::Alias:
-      for (const Red &o : sched_.reductions)
-        if (o.id == r.aliasOf)
-          return reduction(o);
-      break;
+    case Placement::Alias: return reduction(sched_.resolved(r));
     case Placement::Count: return fmt::format("k{}", r.id); // emitLocals
 
     }
@@ -676,14 +672,10 @@ private:
   /// last two coordinates, exactly, of a read, and nothing computed at either loop (an
   /// inline reduction there, a temporary indexed by either) stands between. False when
   /// some use is not.
-  bool flatReads(const ir::Expr &e, unsigned a, unsigned b, int nest,
+  bool flatReads(const ir::Expr &e, unsigned a, unsigned b,
                  std::vector<const ir::Read *> &reads) const {
     if (const auto *r = dyn_cast<ir::Reduce>(&e)) {
-      const Red *s = &sched_.of(r);
-      if (s->placement == Placement::Alias)
-        for (const Red &o : sched_.reductions)
-          if (o.id == s->aliasOf)
-            s = &o;
+      const Red *s = &sched_.resolved(sched_.of(r));
       const auto uses = [&](const std::vector<unsigned> &vs) {
         return std::find(vs.begin(), vs.end(), a) != vs.end() ||
                std::find(vs.begin(), vs.end(), b) != vs.end();
@@ -700,7 +692,7 @@ private:
       const size_t n = r->coords.size();
       if (n >= 2 && ir::exactVar(r->coords[n - 2]) == a && ir::exactVar(r->coords[n - 1]) == b) {
         for (size_t d = 0; d + 2 < n; ++d)
-          if (r->coords[d].expr && !flatReads(*r->coords[d].expr, a, b, nest, reads))
+          if (r->coords[d].expr && !flatReads(*r->coords[d].expr, a, b, reads))
             return false;
         reads.push_back(r);
         return true;
@@ -711,7 +703,7 @@ private:
     if (llvm::isa<ir::OpaqueCall>(e))
       return false;
     bool ok = true;
-    ir::forEachChildExpr(e, [&](const ir::Expr &c) { ok = ok && flatReads(c, a, b, nest, reads); });
+    ir::forEachChildExpr(e, [&](const ir::Expr &c) { ok = ok && flatReads(c, a, b, reads); });
     return ok;
   }
 
@@ -740,38 +732,31 @@ private:
     // Nothing is computed at the start of the innermost reduction loop.
     const bool innermostFree =
         node.vars.empty() || !sched_.hasInlineAt(r.nest, static_cast<int>(node.vars.back()));
-    if (fast_ && !flat_ && dialect_ == KernelDialect::Cpp && node.vars.size() >= 2 &&
-        innermostFree && bounds_.empty()) {
-      // The last two loops as one flat loop when the rows they read are whole (a batch
-      // norm's 8 x 8 maps: one loop of 64, not 8 loops of 8).
-      const unsigned a = node.vars[node.vars.size() - 2], b = node.vars.back();
-      bool ok = !sched_.hasInlineAt(r.nest, static_cast<int>(b)) &&
-                !sched_.hasInlineAt(r.nest, static_cast<int>(a)) && r.strides.empty() &&
-                r.picks.empty();
-      std::vector<const ir::Read *> reads;
-      for (const Red *m : group) {
-        const size_t nv = m->node->vars.size();
-        ok = ok && flatReads(*m->node->body, m->node->vars[nv - 2], m->node->vars[nv - 1],
-                             r.nest, reads);
-      }
-      if (ok && !reads.empty()) {
-        line(fmt::format("if ({}) {{", flatConditions(b, reads)));
-        ++indent_;
-        flat_ = FlatPair{a, b};
-        emitReductionLoops(r, group, node.vars.size() - 2, true);
-        flat_.reset();
-        --indent_;
-        line("} else {");
-        ++indent_;
-        emitReductionLoops(r, group, node.vars.size(), false);
-        --indent_;
-        line("}");
-        knownTrue_.clear();
-        exact_.clear();
-        return;
-      }
+    // The last two loops as one flat loop when the rows they read are whole (a batch norm's
+    // 8 x 8 maps: one loop of 64, not 8 loops of 8).
+    std::vector<const ir::Read *> reads;
+    bool flat = fast_ && !flat_ && dialect_ == KernelDialect::Cpp && node.vars.size() >= 2 &&
+                innermostFree && bounds_.empty() && r.strides.empty() && r.picks.empty() &&
+                !sched_.hasInlineAt(r.nest, static_cast<int>(node.vars[node.vars.size() - 2]));
+    for (const Red *m : group) {
+      const size_t nv = m->node->vars.size();
+      flat = flat && flatReads(*m->node->body, m->node->vars[nv - 2], m->node->vars[nv - 1], reads);
     }
-    emitReductionLoops(r, group, node.vars.size(), false);
+    if (flat && !reads.empty()) {
+      line(fmt::format("if ({}) {{", flatConditions(node.vars.back(), reads)));
+      ++indent_;
+      flat_ = FlatPair{node.vars[node.vars.size() - 2], node.vars.back()};
+      emitReductionLoops(r, group, node.vars.size() - 2, true);
+      flat_.reset();
+      --indent_;
+      line("} else {");
+      ++indent_;
+      emitReductionLoops(r, group, node.vars.size(), false);
+      --indent_;
+      line("}");
+    } else {
+      emitReductionLoops(r, group, node.vars.size(), false);
+    }
     knownTrue_.clear();
     exact_.clear();
   }
@@ -930,11 +915,8 @@ private:
     ++indent_;
     for (const Red *m : group)
       emitSlot(m->nest, -1);
-    std::string total;
-    for (unsigned v : t.depends)
-      total += fmt::format("{0}(hi{1} > lo{1} ? hi{1} - lo{1} : 0)", total.empty() ? "" : " * ", v);
     line("#pragma omp parallel for num_threads(a->threads) schedule(static) if (a->threads > 1)");
-    line(fmt::format("for (i64 f = 0; f < {}; ++f) {{", total));
+    line(fmt::format("for (i64 f = 0; f < {}; ++f) {{", rangeProduct(t.depends)));
     ++indent_;
     line("i64 rest = f;");
     for (size_t k = t.depends.size(); k-- > 0;) {
@@ -1043,7 +1025,7 @@ private:
       // element-wise op on 8 x 8 maps: one SIMD loop of 64, not 8 of 8).
       const unsigned a = ov[n - 2], b = ov[n - 1];
       std::vector<const ir::Read *> reads;
-      if (!sched_.hasInlineAt(-1, static_cast<int>(a)) && flatReads(*op_.body, a, b, -1, reads)) {
+      if (!sched_.hasInlineAt(-1, static_cast<int>(a)) && flatReads(*op_.body, a, b, reads)) {
         line(fmt::format("if ({}) {{", flatConditions(b, reads)));
         ++indent_;
         flat_ = FlatPair{a, b};
@@ -1300,7 +1282,7 @@ private:
       if (r.placement != Placement::Temporary)
         continue;
       line(fmt::format("float *const t{} = {};", r.id, prev.empty() ? "a->scratch" : prev));
-      prev = fmt::format("t{} + {}", r.id, scratchProduct(r.depends));
+      prev = fmt::format("t{} + {}", r.id, rangeProduct(r.depends));
     }
     if (opaqueSites() > 0) // outside the parallel loop (reductions computed once per call)
       line(fmt::format("TofuOpqMemo memo[{}];", opaqueSites()));
@@ -1340,7 +1322,9 @@ private:
     return out_.substr(0, head) + helpers_ + kernel;
   }
 
-  static std::string scratchProduct(const std::vector<unsigned> &vars) {
+  /// The number of values `vars` take together: the product of their ranges (a
+  /// temporary's size, its pass's trip count).
+  static std::string rangeProduct(const std::vector<unsigned> &vars) {
     std::string p;
     for (unsigned v : vars)
       p += fmt::format("{0}(hi{1} > lo{1} ? hi{1} - lo{1} : 0)", p.empty() ? "" : " * ", v);
@@ -1570,9 +1554,7 @@ llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dial
   k.name = fmt::format("tofu_k_{:016x}", stableHash(*cpp));
   if (dialect == KernelDialect::Cpp) {
     k.code = std::move(*cpp);
-    for (const ScheduledReduction &r : cppLowering.schedule().reductions)
-      if (r.placement == ScheduledReduction::Placement::Temporary)
-        k.temporaries.push_back(r.depends);
+    k.temporaries = cppLowering.schedule().temporaries();
   } else {
     Lowering lowering(op, KernelDialect::Cuda);
     auto cuda = lowering.print();
@@ -1606,11 +1588,7 @@ int64_t kernelScratchBytes(const KernelSource &k, const std::vector<Range> &rang
 }
 
 int64_t kernelScratchBytes(const InstOp &op, const std::vector<Range> &ranges) {
-  std::vector<std::vector<unsigned>> temporaries;
-  for (const ScheduledReduction &r : scheduleKernel(op, ScheduleTarget::Cpp).reductions)
-    if (r.placement == ScheduledReduction::Placement::Temporary)
-      temporaries.push_back(r.depends);
-  return kernelScratchBytes(temporaries, ranges);
+  return kernelScratchBytes(scheduleKernel(op, ScheduleTarget::Cpp).temporaries(), ranges);
 }
 
 std::vector<int64_t> kernelInts(const InstOp &op, const Shapes &shapes,

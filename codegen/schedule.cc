@@ -272,7 +272,6 @@ std::vector<const ir::Binary *> equalityFactors(const ir::Reduce &r) {
 std::vector<StridedVar> stridesOf(const ir::Reduce &r) {
   std::vector<StridedVar> out;
   for (const ir::Binary *eq : equalityFactors(r)) {
-    const ir::Expr *f = eq;
     const auto *mod = dyn_cast<ir::Binary>(eq->lhs.get());
     const auto *z = dyn_cast<ir::Const>(eq->rhs.get());
     const auto *s = mod ? dyn_cast<ir::Const>(mod->rhs.get()) : nullptr;
@@ -297,7 +296,7 @@ std::vector<StridedVar> stridesOf(const ir::Reduce &r) {
         inner |= used.count(r.vars[j]) > 0;
       if (inner)
         continue;
-      out.push_back({v, f, mod->lhs.get(), *c, s->intValue});
+      out.push_back({v, eq, mod->lhs.get(), *c, s->intValue});
       break;
     }
   }
@@ -341,11 +340,10 @@ class Scheduler {
 public:
   Scheduler(const InstOp &op, ScheduleTarget target) : op_(op), key_(op) {
     s_.target = target;
-    bool opaque = false;
-    ir::walk(*op.body, [&](const ir::Expr &e) { opaque |= llvm::isa<ir::OpaqueCall>(e); });
+    ir::walk(*op.body, [&](const ir::Expr &e) { opaque_ |= llvm::isa<ir::OpaqueCall>(e); });
     // An opaque call keeps a per-thread memo of its last result, which a temporary's own
     // parallel pass would not have: such ops keep every reduction inline.
-    temporaries_ = target == ScheduleTarget::Cpp && !opaque;
+    temporaries_ = target == ScheduleTarget::Cpp && !opaque_;
   }
 
   KernelSchedule run() {
@@ -434,8 +432,7 @@ private:
     std::set<unsigned> out;
     std::function<void(const ir::Expr &)> visit = [&](const ir::Expr &x) {
       if (const auto *r = dyn_cast<ir::Reduce>(&x)) {
-        const ScheduledReduction &s = s_.of(r);
-        out.insert(s.placement == ScheduledReduction::Placement::Alias ? s.aliasOf : s.id);
+        out.insert(s_.resolved(s_.of(r)).id);
         return;
       }
       ir::forEachChildExpr(x, visit);
@@ -533,10 +530,8 @@ private:
     while (m + 1 < n && !s_.hasInlineAt(-1, static_cast<int>(ov[m - 1])))
       ++m;
     s_.parallelLoops = m;
-    bool opaque = false;
-    ir::walk(*op_.body, [&](const ir::Expr &e) { opaque |= llvm::isa<ir::OpaqueCall>(e); });
     s_.vectorInnermost =
-        !s_.hasInlineAt(-1, static_cast<int>(ov.back())) && (n > 1 || !opaque);
+        !s_.hasInlineAt(-1, static_cast<int>(ov.back())) && (n > 1 || !opaque_);
     const ir::Reduce *top = op_.topReduce();
     if (top && !top->vars.empty() && (n >= 2 || columnReduction(*top))) {
       const ScheduledReduction &t = s_.of(top);
@@ -576,6 +571,7 @@ private:
   const InstOp &op_;
   CanonicalKey key_;
   KernelSchedule s_;
+  bool opaque_ = false;      ///< the body calls an opaque function
   bool temporaries_ = false;
   std::vector<ScheduledReduction> all_; ///< by id, in the order they are met
   std::vector<unsigned> post_;          ///< ids in post-order
@@ -592,12 +588,22 @@ const ScheduledReduction &KernelSchedule::of(const ir::Reduce *node) const {
   return reductions.front();
 }
 
-std::vector<unsigned> KernelSchedule::temporaries() const {
-  std::vector<unsigned> out;
+std::vector<std::vector<unsigned>> KernelSchedule::temporaries() const {
+  std::vector<std::vector<unsigned>> out;
   for (const ScheduledReduction &r : reductions)
     if (r.placement == ScheduledReduction::Placement::Temporary)
-      out.push_back(r.id);
+      out.push_back(r.depends);
   return out;
+}
+
+const ScheduledReduction &KernelSchedule::resolved(const ScheduledReduction &r) const {
+  if (r.placement != ScheduledReduction::Placement::Alias)
+    return r;
+  for (const ScheduledReduction &o : reductions)
+    if (o.id == r.aliasOf)
+      return o;
+  assert(false && "an alias of a reduction the schedule does not know");
+  return r;
 }
 
 std::vector<const ScheduledReduction *> KernelSchedule::fusedGroup(unsigned leader) const {

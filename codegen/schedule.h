@@ -109,8 +109,11 @@ struct KernelSchedule {
 
   /// The reduction of `node` (every Reduce of the body has one).
   const ScheduledReduction &of(const ir::Reduce *node) const;
-  /// The ids of the temporaries, in the order their passes run.
-  std::vector<unsigned> temporaries() const;
+  /// Each temporary's index (its `depends`), in the order their passes run: the kernel
+  /// lays them out one after another in the scratch space in this order.
+  std::vector<std::vector<unsigned>> temporaries() const;
+  /// The reduction whose value `r` is: `r` itself, or the one it repeats (Alias).
+  const ScheduledReduction &resolved(const ScheduledReduction &r) const;
   /// Whether an inline reduction of nest `nest` is computed at loop `slot`.
   bool hasInlineAt(int nest, int slot) const;
   /// The reductions that share `leader`'s loops, `leader` first.

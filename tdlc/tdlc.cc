@@ -192,12 +192,16 @@ int analyseModule(const tofu::ir::Module &module) {
         mine.inputRanks = example->inst.inputRanks;
       mine = tofu::completeForVerification(*op, std::move(mine), &defaults);
     }
+    // An op that cannot be instantiated or analysed: its location, the reason.
+    auto opError = [&](llvm::Error e) {
+      llvm::errs() << op->file << ":" << op->loc.line << ":" << op->loc.col
+                   << ": error: " << llvm::toString(std::move(e)) << "\n";
+      status = 1;
+    };
     if (kernel) {
       auto inst = tofu::instantiate(*op, mine);
       if (!inst) {
-        llvm::errs() << op->file << ":" << op->loc.line << ":" << op->loc.col
-                     << ": error: " << llvm::toString(inst.takeError()) << "\n";
-        status = 1;
+        opError(inst.takeError());
         continue;
       }
       const bool cuda = target == Target::Cuda;
@@ -218,9 +222,7 @@ int analyseModule(const tofu::ir::Module &module) {
     }
     auto table = tofu::analyzeOp(*op, mine);
     if (!table) {
-      llvm::errs() << op->file << ":" << op->loc.line << ":" << op->loc.col
-                   << ": error: " << llvm::toString(table.takeError()) << "\n";
-      status = 1;
+      opError(table.takeError());
       continue;
     }
     if (verify) {
