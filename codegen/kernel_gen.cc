@@ -540,11 +540,11 @@ private:
   }
 
   /// The number of leading variables of `vars` up to the last one at which some
-  /// reduction is placed (0 when none is).
-  size_t slottedPrefix(const std::vector<unsigned> &vars) const {
+  /// reduction of nest `nest` is placed (0 when none is).
+  size_t slottedPrefix(int nest, const std::vector<unsigned> &vars) const {
     size_t n = 0;
     for (size_t k = 0; k < vars.size(); ++k)
-      if (sched_.hasInlineAt(-1, static_cast<int>(vars[k])))
+      if (sched_.hasInlineAt(nest, static_cast<int>(vars[k])))
         n = k + 1;
     return n;
   }
@@ -555,31 +555,43 @@ private:
   /// the block); each thread then takes every blockDim.x-th term of the flattened space of
   /// the remaining variables, and the block combines. (Flattening all the variables would
   /// recompute a nested reduction per term: a softmax's normaliser per class.)
+  /// The first and end values of loop `v` (a part of its range under bounds_).
+  std::string loOf(unsigned v) const {
+    auto b = bounds_.find(v);
+    return b != bounds_.end() ? b->second.first : fmt::format("lo{}", v);
+  }
+  std::string hiOf(unsigned v) const {
+    auto b = bounds_.find(v);
+    return b != bounds_.end() ? b->second.second : fmt::format("hi{}", v);
+  }
+
   void emitBlockReduction(const Red &r) {
     const ir::Reduce &node = *r.node;
     line(fmt::format("float r{} = {};", r.id, floatLiteral(reducerIdentity<float>(node.reducer))));
     line("{");
     ++indent_;
-    const size_t serial = slottedPrefix(node.vars);
+    const size_t serial = slottedPrefix(r.nest, node.vars);
     for (size_t k = 0; k < serial; ++k) {
       const unsigned v = node.vars[k];
-      line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", v));
+      line(fmt::format("for (i64 v{0} = {1}; v{0} < {2}; ++v{0}) {{", v, loOf(v), hiOf(v)));
       ++indent_;
-      emitSlot(-1, static_cast<int>(v)); // every thread is here: collective
+      emitSlot(r.nest, static_cast<int>(v)); // every thread is here: collective
     }
     std::string count;
-    for (size_t k = serial; k < node.vars.size(); ++k)
-      count += fmt::format("{0}(hi{1} > lo{1} ? hi{1} - lo{1} : 0)", count.empty() ? "" : " * ",
-                           node.vars[k]);
+    for (size_t k = serial; k < node.vars.size(); ++k) {
+      const unsigned v = node.vars[k];
+      count += fmt::format("{0}({2} > {1} ? {2} - {1} : 0)", count.empty() ? "" : " * ", loOf(v),
+                           hiOf(v));
+    }
     line(fmt::format("const i64 c{} = {};", r.id, count.empty() ? "1" : count));
-    line(fmt::format("for (i64 t{0} = threadIdx.x; t{0} < c{0}; t{0} += blockDim.x) {{", r.id));
+    line(fmt::format("for (i64 u{0} = threadIdx.x; u{0} < c{0}; u{0} += blockDim.x) {{", r.id));
     ++indent_;
-    line(fmt::format("i64 q{0} = t{0};", r.id));
+    line(fmt::format("i64 q{0} = u{0};", r.id));
     for (size_t k = node.vars.size(); k-- > serial;) {
       const unsigned v = node.vars[k];
-      line(fmt::format("const i64 v{0} = lo{0} + q{1} % (hi{0} - lo{0});", v, r.id));
+      line(fmt::format("const i64 v{0} = {1} + q{2} % ({3} - {1});", v, loOf(v), r.id, hiOf(v)));
       if (k > serial)
-        line(fmt::format("q{} /= hi{} - lo{};", r.id, v, v));
+        line(fmt::format("q{} /= {} - {};", r.id, hiOf(v), loOf(v)));
     }
     const bool outer = collective_;
     collective_ = false; // each thread its own terms: nothing nested is placed here
@@ -1238,6 +1250,13 @@ public:
     return out;
   }
 
+  /// The multi-launch entry points (after print(); KernelSource::passes).
+  const std::vector<CudaTemporaryPass> &passes() const { return passes_; }
+  const std::vector<std::vector<unsigned>> &passesBlockReductions() const {
+    return passesBlockReductions_;
+  }
+  const std::vector<unsigned> &passesBlockOutputVars() const { return passesBlockOutputVars_; }
+
   /// The variables of the reductions a block variant splits (after print()).
   std::vector<std::vector<unsigned>> blockReductions() const {
     std::vector<std::vector<unsigned>> out;
@@ -1292,34 +1311,151 @@ private:
     return head + helpers_ + out_; // the opaque helpers call the loaders
   }
 
+  /// The CUDA kernels: the one-launch entry points (`<name>`, and `<name>_blk` where
+  /// reductions are computed per output), then, where the CudaPasses schedule has
+  /// temporaries, the multi-launch ones: per temporary its pass (`<name>_p<id>`) and the
+  /// combine of its partial results (`<name>_c<id>`), and the main nest reading them
+  /// (`<name>_mp`, and `<name>_mp_blk`).
   std::string printCuda() {
     emitLoaders("static __device__ __forceinline__");
     const size_t head = out_.size();
     line(fmt::format("struct {}_args {{ i64 ints[{}]; const float *in[{}]; float *out; int fast; "
-                     "int threads; }};",
+                     "int threads; float *scratch; i64 parts; }};",
                      kNameToken, std::max(1u, inputBase(static_cast<unsigned>(op_.inputs.size()))),
                      std::max<size_t>(1, op_.inputs.size())));
-    line(fmt::format("extern \"C\" __global__ void {0}(const {0}_args args) {{", kNameToken));
-    ++indent_;
-    line(fmt::format("const {}_args *a = &args;", kNameToken));
-    emitLocals("a->");
-    emitVariants(&Lowering::emitCudaNest);
-    --indent_;
-    line("}");
-    if (!blockReductions().empty()) {
-      line(fmt::format("extern \"C\" __global__ void {0}_blk(const {0}_args args) {{",
-                       kNameToken));
+    emitCudaMain("");
+    KernelSchedule passes = scheduleKernel(op_, ScheduleTarget::CudaPasses);
+    if (!passes.temporaries().empty()) {
+      const KernelSchedule single = std::move(sched_);
+      sched_ = std::move(passes);
+      for (const Red &t : sched_.reductions)
+        if (t.placement == Placement::Temporary) {
+          CudaTemporaryPass pass{t.id, t.depends, t.node->vars, {}};
+          for (const Red &n : sched_.reductions)
+            if (n.placement == Placement::Inline && n.nest == static_cast<int>(t.id))
+              pass.nested.push_back(n.node->vars);
+          passes_.push_back(std::move(pass));
+          emitCudaPass(t);
+          emitCudaCombine(t);
+        }
+      emitCudaMain("_mp");
+      passesBlockReductions_ = blockReductions();
+      passesBlockOutputVars_ = blockOutputVars();
+      sched_ = single;
+    }
+    std::string kernel = out_.substr(head);
+    return out_.substr(0, head) + helpers_ + kernel;
+  }
+
+  /// The main nest's entry points under the current schedule, named `<name><suffix>`: a
+  /// thread per output, and, where reductions are computed per output, `..._blk`.
+  void emitCudaMain(const std::string &suffix) {
+    for (bool block : {false, true}) {
+      if (block && blockReductions().empty())
+        break;
+      line(fmt::format("extern \"C\" __global__ void {0}{1}{2}(const {0}_args args) {{",
+                       kNameToken, suffix, block ? "_blk" : ""));
       ++indent_;
-      line(fmt::format("const {}_args *a = &args;", kNameToken));
-      emitLocals("a->");
-      block_ = true;
+      emitCudaLocals();
+      block_ = block;
       emitVariants(&Lowering::emitCudaNest);
       block_ = false;
       --indent_;
       line("}");
     }
-    std::string kernel = out_.substr(head);
-    return out_.substr(0, head) + helpers_ + kernel;
+  }
+
+  /// An entry point's locals: emitLocals' and the temporaries' pointers into the scratch
+  /// space, one after another in the order of their passes, then the partial results.
+  void emitCudaLocals() {
+    line(fmt::format("const {}_args *a = &args;", kNameToken));
+    emitLocals("a->");
+    std::string prev = "a->scratch";
+    for (const Red &r : sched_.reductions) {
+      if (r.placement != Placement::Temporary)
+        continue;
+      line(fmt::format("float *const t{} = {};", r.id, prev));
+      prev = fmt::format("t{} + {}", r.id, rangeProduct(r.depends));
+    }
+    if (prev != "a->scratch")
+      line(fmt::format("float *const tpart = {}; (void)tpart;", prev));
+  }
+
+  /// The pass of temporary `t` (`<name>_p<id>`): a block per value of its index and part of
+  /// its first variable's range (a->parts parts, a block-stride loop over both), the block
+  /// splitting that part's terms across its threads. One part writes the temporary; more
+  /// write partial results, in `tpart` (value-major), for `<name>_c<id>` to combine.
+  void emitCudaPass(const Red &t) {
+    pass_ = &t;
+    line(fmt::format("extern \"C\" __global__ void {0}_p{1}(const {0}_args args) {{", kNameToken,
+                     t.id));
+    ++indent_;
+    emitCudaLocals();
+    emitVariants(&Lowering::emitCudaPassNest);
+    --indent_;
+    line("}");
+    pass_ = nullptr;
+  }
+
+  void emitCudaPassNest() {
+    const Red &t = *pass_;
+    line("const i64 parts = a->parts > 0 ? a->parts : 1;");
+    line(fmt::format("const i64 count = {};", rangeProduct(t.depends)));
+    line("for (i64 b = blockIdx.x; b < count * parts; b += gridDim.x) {");
+    ++indent_;
+    line("const i64 e = b / parts, p = b % parts;");
+    line("i64 rest = e;");
+    for (size_t k = t.depends.size(); k-- > 0;) {
+      const unsigned v = t.depends[k];
+      line(fmt::format("const i64 v{0} = lo{0} + rest % (hi{0} - lo{0});", v));
+      if (k)
+        line(fmt::format("rest /= hi{0} - lo{0};", v));
+    }
+    line("(void)rest; (void)p;");
+    collective_ = true;
+    block_ = true;
+    emitSlot(t.id, -1);
+    for (unsigned v : t.depends)
+      emitSlot(t.id, static_cast<int>(v));
+    if (!t.node->vars.empty()) {
+      const unsigned v = t.node->vars.front();
+      line(fmt::format("const i64 span{0} = hi{0} > lo{0} ? hi{0} - lo{0} : 0;", v));
+      line(fmt::format("const i64 plo{0} = lo{0} + span{0} * p / parts, "
+                       "phi{0} = lo{0} + span{0} * (p + 1) / parts;", v));
+      bounds_[v] = {fmt::format("plo{}", v), fmt::format("phi{}", v)};
+    }
+    emitReduction(t);
+    bounds_.clear();
+    collective_ = false;
+    block_ = false;
+    line("if (threadIdx.x == 0) {");
+    line(fmt::format("  if (parts == 1) t{0}[e] = r{0};", t.id));
+    line(fmt::format("  else tpart[e * parts + p] = r{};", t.id));
+    line("}");
+    --indent_;
+    line("}");
+  }
+
+  /// The combine of temporary `t`'s partial results (`<name>_c<id>`), a thread per value,
+  /// in part order (the same result from run to run).
+  void emitCudaCombine(const Red &t) {
+    line(fmt::format("extern \"C\" __global__ void {0}_c{1}(const {0}_args args) {{", kNameToken,
+                     t.id));
+    ++indent_;
+    emitCudaLocals();
+    line("const i64 parts = a->parts > 0 ? a->parts : 1;");
+    line(fmt::format("const i64 count = {};", rangeProduct(t.depends)));
+    line("for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < count; "
+         "e += (i64)gridDim.x * blockDim.x) {");
+    ++indent_;
+    line(fmt::format("float r{} = {};", t.id, floatLiteral(reducerIdentity<float>(t.node->reducer))));
+    line("for (i64 p = 0; p < parts; ++p)");
+    line("  " + combineLine(t, "tpart[e * parts + p]"));
+    line(fmt::format("t{0}[e] = r{0};", t.id));
+    --indent_;
+    line("}");
+    --indent_;
+    line("}");
   }
 
   /// The number of values `vars` take together: the product of their ranges (a
@@ -1328,7 +1464,7 @@ private:
     std::string p;
     for (unsigned v : vars)
       p += fmt::format("{0}(hi{1} > lo{1} ? hi{1} - lo{1} : 0)", p.empty() ? "" : " * ", v);
-    return p;
+    return p.empty() ? "1" : p;
   }
 
   void fail(const std::string &msg) {
@@ -1356,6 +1492,11 @@ private:
   std::string out_;
   unsigned indent_ = 0;
   bool fast_ = false;
+  /// The CUDA multi-launch entry points' temporaries and main nest (printCuda).
+  std::vector<CudaTemporaryPass> passes_;
+  std::vector<std::vector<unsigned>> passesBlockReductions_;
+  std::vector<unsigned> passesBlockOutputVars_;
+  const Red *pass_ = nullptr; ///< the temporary whose pass is being printed
   bool block_ = false;       ///< printing the block-per-output CUDA variant
   bool collective_ = false;  ///< block_: every thread of the block runs here alike
   std::string error_;
@@ -1563,6 +1704,9 @@ llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dial
     k.code = std::move(*cuda);
     k.blockReductions = lowering.blockReductions();
     k.blockOutputVars = lowering.blockOutputVars();
+    k.passes = lowering.passes();
+    k.passesBlockReductions = lowering.passesBlockReductions();
+    k.passesBlockOutputVars = lowering.passesBlockOutputVars();
   }
   replaceAll(k.code, kNameToken, k.name);
   k.code = fmt::format("// op {}\n", op.name) + k.code;
@@ -1570,6 +1714,29 @@ llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dial
 }
 
 std::string blockKernelName(const std::string &kernel) { return kernel + "_blk"; }
+std::string passesKernelName(const std::string &kernel) { return kernel + "_mp"; }
+std::string temporaryPassName(const std::string &kernel, unsigned id) {
+  return fmt::format("{}_p{}", kernel, id);
+}
+std::string temporaryCombineName(const std::string &kernel, unsigned id) {
+  return fmt::format("{}_c{}", kernel, id);
+}
+
+std::vector<std::string> cudaEntryPoints(const KernelSource &k) {
+  std::vector<std::string> out{k.name};
+  if (!k.blockReductions.empty())
+    out.push_back(blockKernelName(k.name));
+  if (k.passes.empty())
+    return out;
+  for (const CudaTemporaryPass &t : k.passes) {
+    out.push_back(temporaryPassName(k.name, t.id));
+    out.push_back(temporaryCombineName(k.name, t.id));
+  }
+  out.push_back(passesKernelName(k.name));
+  if (!k.passesBlockReductions.empty())
+    out.push_back(blockKernelName(passesKernelName(k.name)));
+  return out;
+}
 
 int64_t kernelScratchBytes(const std::vector<std::vector<unsigned>> &temporaries,
                            const std::vector<Range> &ranges) {

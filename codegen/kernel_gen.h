@@ -36,6 +36,18 @@ namespace tofu {
 
 enum class KernelDialect { Cpp, Cuda };
 
+/// CUDA: a temporary of the multi-launch variant (KernelSource::passes): the reduction it
+/// holds, the variables it is indexed by (its size is the product of their ranges), the
+/// reduction's variables (the first is the one whose range a pass splits into parts), and
+/// those of the reductions computed inside its loops (a log-sum-exp's, per row of a loss
+/// over rows): a term costs those.
+struct CudaTemporaryPass {
+  unsigned id = 0;
+  std::vector<unsigned> depends;
+  std::vector<unsigned> vars;
+  std::vector<std::vector<unsigned>> nested;
+};
+
 /// A generated kernel. `name` is derived from a hash of the op's lowering, so equal
 /// instantiations (of any op name) share one kernel.
 struct KernelSource {
@@ -57,6 +69,18 @@ struct KernelSource {
   /// C++: per temporary of the schedule (codegen/schedule.h), the variables it is indexed
   /// by; its size is the product of their ranges (kernelScratchBytes).
   std::vector<std::vector<unsigned>> temporaries;
+  /// CUDA: the multi-launch variant, where the op has reductions one launch would compute
+  /// more than once per value, or that depend on no output variable (ScheduleTarget::
+  /// CudaPasses: a batch norm's statistics, a layer norm's per-token statistics in its
+  /// scale gradient, a loss over the batch). Empty when it has none. Per temporary, in
+  /// order: `temporaryPassName(name, id)` fills it (with `parts` > 1, partial results that
+  /// `temporaryCombineName(name, id)` then combines); then `passesKernelName(name)` (and
+  /// its block variant, where passesBlockReductions is not empty) computes the output.
+  /// Temporaries, one after another, then the partial results live in `scratch`
+  /// (cudaPassesScratchBytes).
+  std::vector<CudaTemporaryPass> passes;
+  std::vector<std::vector<unsigned>> passesBlockReductions;
+  std::vector<unsigned> passesBlockOutputVars;
 };
 
 /// Lowers and prints `op`. Fails, naming the op and the construct, for what the generator
@@ -73,6 +97,13 @@ int64_t kernelScratchBytes(const InstOp &op, const std::vector<Range> &ranges);
 
 /// The name of a CUDA kernel's block-per-output variant (KernelSource::blockReductions).
 std::string blockKernelName(const std::string &kernel);
+/// The names of the multi-launch variant's entry points (KernelSource::passes): its main
+/// nest, and per temporary its pass and its combine.
+std::string passesKernelName(const std::string &kernel);
+std::string temporaryPassName(const std::string &kernel, unsigned id);
+std::string temporaryCombineName(const std::string &kernel, unsigned id);
+/// Every entry point a CUDA kernel's code defines.
+std::vector<std::string> cudaEntryPoints(const KernelSource &k);
 
 /// The helpers every kernel of a dialect uses; comes once at the top of a translation unit.
 const std::string &kernelPrelude(KernelDialect dialect);

@@ -343,12 +343,12 @@ public:
     ir::walk(*op.body, [&](const ir::Expr &e) { opaque_ |= llvm::isa<ir::OpaqueCall>(e); });
     // An opaque call keeps a per-thread memo of its last result, which a temporary's own
     // parallel pass would not have: such ops keep every reduction inline.
-    temporaries_ = target == ScheduleTarget::Cpp && !opaque_;
+    temporaries_ = target != ScheduleTarget::Cuda && !opaque_;
   }
 
   KernelSchedule run() {
     std::vector<unsigned> chain(op_.outputVars.begin(), op_.outputVars.end());
-    assign(*op_.body, chain, -1);
+    assign(*op_.body, chain, chain.size(), -1);
     for (unsigned id : post_)
       s_.reductions.push_back(all_[id]);
     if (s_.target == ScheduleTarget::Cpp)
@@ -358,10 +358,13 @@ public:
   }
 
 private:
-  void assign(const ir::Expr &e, const std::vector<unsigned> &chain, int nest) {
+  /// Places the reductions of `e`, computed inside the loops `chain` (outermost first) of
+  /// nest `nest`, whose first `base` are the nest's own (the output variables, or a
+  /// temporary's index) and the rest enclosing reductions' variables.
+  void assign(const ir::Expr &e, const std::vector<unsigned> &chain, size_t base, int nest) {
     const auto *r = dyn_cast<ir::Reduce>(&e);
     if (!r) {
-      ir::forEachChildExpr(e, [&](const ir::Expr &c) { assign(c, chain, nest); });
+      ir::forEachChildExpr(e, [&](const ir::Expr &c) { assign(c, chain, base, nest); });
       return;
     }
     ScheduledReduction red;
@@ -404,16 +407,23 @@ private:
     bool redundant = false; // a loop outside its slot runs over a variable it does not use
     for (int k = 0; k < pos; ++k)
       redundant |= !free.count(chain[k]);
+    // Launches of their own (CudaPasses): a reduction that depends on no loop, and one in a
+    // temporary's nest that uses none of the enclosing reductions' variables.
+    const bool ownLaunch = s_.target == ScheduleTarget::CudaPasses &&
+                           (pos < 0 || (nest != -1 && pos < static_cast<int>(base)));
     std::vector<unsigned> inner;
-    if (redundant && temporaries_) {
+    size_t innerBase = 0;
+    if ((redundant || ownLaunch) && temporaries_) {
       red.placement = ScheduledReduction::Placement::Temporary;
       red.nest = static_cast<int>(red.id);
       inner = red.depends;
+      innerBase = inner.size();
     } else {
       red.placement = ScheduledReduction::Placement::Inline;
       red.slot = pos < 0 ? -1 : static_cast<int>(chain[pos]);
       inner.assign(chain.begin(), chain.begin() + (pos + 1));
       red.loops = inner;
+      innerBase = std::min(base, inner.size());
     }
     red.strides = stridesOf(*r);
     red.picks = picksOf(*r, red.strides);
@@ -422,7 +432,7 @@ private:
     const int innerNest = red.nest;
     // Known before its body (repeats inside see it), listed after it (post-order).
     all_.push_back(std::move(red));
-    assign(*r->body, inner, innerNest);
+    assign(*r->body, inner, innerBase, innerNest);
     post_.push_back(id);
   }
 

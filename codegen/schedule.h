@@ -30,9 +30,18 @@
 namespace tofu {
 
 /// What the scheduler may use. Temporaries need a pass that runs before the main loops
-/// over every value of their variables: the C++ kernels have it; the CUDA kernels do not
-/// yet (a grid-wide pass), so there every reduction is inline.
-enum class ScheduleTarget { Cpp, Cuda };
+/// over every value of their variables.
+///  - Cpp: the C++ kernel, whose passes are parallel loops before the main nest.
+///  - Cuda: the CUDA kernel in one launch (a thread per output, or a block per value of
+///    the variables its reductions depend on): every reduction is inline.
+///  - CudaPasses: the CUDA kernel as several launches, each temporary filled by a launch
+///    of its own (its values' reductions split across blocks, partial results combined by
+///    another launch) before the main one. A reduction is a temporary where the C++ rule
+///    makes it one, and also where one launch would compute it more than once per value:
+///    one that depends on no loop (a loss over the whole batch), and one nested in a
+///    temporary's reduction that uses none of that reduction's variables (each block of
+///    the pass would compute it again).
+enum class ScheduleTarget { Cpp, Cuda, CudaPasses };
 
 /// A reduction variable whose loop visits only the solutions of a congruence that the
 /// body's condition requires: in `Sum(lambda ky: select((h + ph - ky) % sh == 0 * ..., v, 0))`

@@ -31,6 +31,9 @@ std::string cpp(const InstOp &op) {
 std::string cuda(const InstOp &op) {
   return describeSchedule(op, scheduleKernel(op, ScheduleTarget::Cuda));
 }
+std::string cudaPasses(const InstOp &op) {
+  return describeSchedule(op, scheduleKernel(op, ScheduleTarget::CudaPasses));
+}
 
 /// The lines of `text` that contain `word`, joined.
 std::string linesWith(const std::string &text, const std::string &word) {
@@ -67,12 +70,19 @@ TEST(Schedule, BatchNormGradXKeepsItsStatisticsPerChannel) {
   EXPECT_NE(linesWith(s, "r10 ").find("alias r0"), std::string::npos);
   EXPECT_NE(linesWith(s, "r12 ").find("alias r2"), std::string::npos);
   EXPECT_EQ(linesWith(s, "main:"), "main: parallel n, c, s0; vector s1\n");
-  // CUDA has no passes yet: the same sums inline at the channel (the block variant gives a
-  // channel a block).
+  // CUDA in one launch: the same sums inline at the channel (the block variant gives a
+  // channel a block); in several launches, the four temporaries (each its own pass: no
+  // fusion yet), and an element-wise main nest.
   EXPECT_EQ(linesWith(cuda(op), "inline"), "r0 Sum(m, t0, t1) inline at c\n"
                                            "r2 Sum(m_3, t0_3, t1_3) inline at c\n"
                                            "r6 Sum(m_7, t0_7, t1_7) inline at c\n"
                                            "r16 Sum(m_17, t0_17, t1_17) inline at c\n");
+  const std::string passes = cudaPasses(op);
+  EXPECT_EQ(linesWith(passes, "temporary"), "r0 Sum(m, t0, t1) temporary [c]\n"
+                                            "r2 Sum(m_3, t0_3, t1_3) temporary [c]\n"
+                                            "r6 Sum(m_7, t0_7, t1_7) temporary [c]\n"
+                                            "r16 Sum(m_17, t0_17, t1_17) temporary [c]\n");
+  EXPECT_EQ(linesWith(passes, "inline"), "");
 }
 
 TEST(Schedule, LayerNormGradScaleKeepsPerTokenStatistics) {
@@ -118,6 +128,28 @@ TEST(Schedule, SoftmaxCrossEntropyNormalisesOncePerRowAndPicksTheLabel) {
                      "r2 Sum(k) inline at n\n"
                      "r4 Sum(j) count\n"
                      "r0 Sum(n, c) inline once; c picked\n");
+  // On CUDA the loss over the batch depends on no loop: a temporary of its own launches
+  // (split across blocks along n), each row's normaliser computed inside it.
+  EXPECT_EQ(cudaPasses(op), "r1 Max(m) inline in r0's pass at n\n"
+                            "r3 Max(m_2) alias r1\n"
+                            "r2 Sum(k) inline in r0's pass at n\n"
+                            "r4 Sum(j) count\n"
+                            "r0 Sum(n, c) temporary []; c picked\n");
+}
+
+TEST(Schedule, CudaPassesKeepPerTokenStatisticsAndLeaveRowsInline) {
+  // The layer norm's scale gradient: per-token statistics in temporaries, the sum over
+  // tokens per feature in the main nest.
+  InstOp ln = instance("layer_norm_grad_scale", {3, 3, 0}, {{"p", 2}, {"f", 1}});
+  EXPECT_EQ(linesWith(cudaPasses(ln), "temporary"), "r1 Sum(g0) temporary [p0, p1]\n"
+                                                    "r3 Sum(g0_3) temporary [p0, p1]\n");
+  EXPECT_EQ(linesWith(cudaPasses(ln), "inline"), "r0 Sum(p0, p1) inline at f0\n");
+  // A softmax's row statistics are computed once per row in one launch (a block per row):
+  // no temporaries.
+  EXPECT_EQ(linesWith(cudaPasses(instance("Softmax", {2})), "temporary"), "");
+  // A nested reduction that uses none of its temporary's variables is a temporary too
+  // (each block of the pass would compute it again): the variance's mean.
+  EXPECT_EQ(linesWith(cudaPasses(instance("batch_norm_grad_scale", {4, 4, 0})), "inline in"), "");
 }
 
 TEST(Schedule, ContractionsInterchangeWindowsStride) {
@@ -157,17 +189,36 @@ TEST(Schedule, EveryReductionOfTheLibraryIsComputedOncePerValue) {
     if (opaque)
       continue; // keeps its reductions inline (schedule.cc)
     ++ops;
-    KernelSchedule s = scheduleKernel(*op, ScheduleTarget::Cpp);
-    for (const ScheduledReduction &r : s.reductions) {
-      temporaries += r.placement == ScheduledReduction::Placement::Temporary;
-      aliases += r.placement == ScheduledReduction::Placement::Alias;
-      if (r.placement != ScheduledReduction::Placement::Inline)
-        continue;
-      for (unsigned v : r.loops)
-        EXPECT_NE(std::find(r.depends.begin(), r.depends.end(), v), r.depends.end())
-            << name << ": r" << r.id << " is computed inside the loop over " << op->vars[v].name
-            << ", which it does not use\n"
-            << describeSchedule(*op, s);
+    for (ScheduleTarget target : {ScheduleTarget::Cpp, ScheduleTarget::CudaPasses}) {
+      KernelSchedule s = scheduleKernel(*op, target);
+      const bool cpp = target == ScheduleTarget::Cpp;
+      for (const ScheduledReduction &r : s.reductions) {
+        temporaries += cpp && r.placement == ScheduledReduction::Placement::Temporary;
+        aliases += cpp && r.placement == ScheduledReduction::Placement::Alias;
+        if (r.placement != ScheduledReduction::Placement::Inline)
+          continue;
+        for (unsigned v : r.loops)
+          EXPECT_NE(std::find(r.depends.begin(), r.depends.end(), v), r.depends.end())
+              << name << ": r" << r.id << " is computed inside the loop over "
+              << op->vars[v].name << ", which it does not use\n"
+              << describeSchedule(*op, s);
+        // Several launches: nothing is computed once per call inside one launch (each
+        // thread or block would), nor, in a temporary's pass, once per value of its index
+        // (each part would).
+        if (!cpp) {
+          EXPECT_GE(r.slot, 0) << name << ": r" << r.id << " is computed once per call\n"
+                               << describeSchedule(*op, s);
+          if (r.nest >= 0)
+            for (const ScheduledReduction &t : s.reductions)
+              if (static_cast<int>(t.id) == r.nest)
+                EXPECT_NE(std::find(t.node->vars.begin(), t.node->vars.end(),
+                                    static_cast<unsigned>(r.slot)),
+                          t.node->vars.end())
+                    << name << ": r" << r.id << " is computed in r" << t.id
+                    << "'s pass at a variable of its index\n"
+                    << describeSchedule(*op, s);
+        }
+      }
     }
   }
   EXPECT_GT(ops, 300u);

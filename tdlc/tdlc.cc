@@ -205,12 +205,19 @@ int analyseModule(const tofu::ir::Module &module) {
         continue;
       }
       const bool cuda = target == Target::Cuda;
-      llvm::outs() << "// op " << op->name << ": schedule\n";
-      std::string text = tofu::describeSchedule(
-          *inst, tofu::scheduleKernel(*inst, cuda ? tofu::ScheduleTarget::Cuda
-                                                  : tofu::ScheduleTarget::Cpp));
-      for (llvm::StringRef line : llvm::split(llvm::StringRef(text).rtrim('\n'), '\n'))
-        llvm::outs() << "//   " << line << "\n";
+      auto describe = [&](const char *title, tofu::ScheduleTarget t) {
+        llvm::outs() << "// op " << op->name << ": " << title << "\n";
+        std::string text = tofu::describeSchedule(*inst, tofu::scheduleKernel(*inst, t));
+        for (llvm::StringRef line : llvm::split(llvm::StringRef(text).rtrim('\n'), '\n'))
+          llvm::outs() << "//   " << line << "\n";
+      };
+      describe(cuda ? "schedule (one launch)" : "schedule",
+               cuda ? tofu::ScheduleTarget::Cuda : tofu::ScheduleTarget::Cpp);
+      if (cuda && !tofu::scheduleKernel(*inst, tofu::ScheduleTarget::CudaPasses)
+                        .temporaries()
+                        .empty())
+        describe("schedule (several launches: the _p, _c and _mp entry points)",
+                 tofu::ScheduleTarget::CudaPasses);
       auto k = tofu::generateKernel(*inst, cuda ? tofu::KernelDialect::Cuda
                                                 : tofu::KernelDialect::Cpp);
       if (!k) {

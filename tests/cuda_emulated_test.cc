@@ -17,6 +17,7 @@
 #include "analysis/sema.h"
 #include "runtime/cuda/launch_params.h"
 #include "runtime/kernel_verify.h"
+#include "fmt/format.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
@@ -37,23 +38,40 @@ static inline float tofu_block_reduce(float v, int) { return v; } // one thread 
 #endif
 )";
 
-/// The CUDA kernel `k` as a host function `<entry>_emu` taking the argument block, where
-/// `entry` is the kernel or its block variant. (Each is its own source, the kernel renamed
-/// for the block variant's, so that two sources in one unit define distinct symbols.)
-KernelSource emulated(const KernelSource &k, bool block) {
-  KernelSource e;
+/// How an emulated kernel runs: one launch (a thread per output, or the block variant),
+/// or the multi-launch variant (KernelSource::passes: each temporary's pass, its combine,
+/// then the main nest, a thread per output or its block variant).
+enum class Variant { Thread, Block, Passes, PassesBlock };
+
+/// The CUDA kernel `k` as a host function `<name><suffix>_emu` taking the argument block,
+/// running `variant`. Each variant is its own source, the kernel renamed, so that the
+/// sources in one unit define distinct symbols.
+KernelSource emulated(const KernelSource &k, Variant variant) {
+  static const char *suffixes[] = {"", "_blk", "_mp", "_mp_blk"};
+  const char *suffix = suffixes[static_cast<int>(variant)];
   std::string code = k.code, name = k.name;
-  if (block) {
-    name = k.name + "_b";
+  if (variant != Variant::Thread) {
+    name = k.name + "_v" + std::to_string(static_cast<int>(variant));
     for (size_t at = code.find(k.name); at != std::string::npos;
          at = code.find(k.name, at + name.size()))
       code.replace(at, k.name.size(), name);
   }
-  const std::string entry = block ? blockKernelName(name) : name;
-  e.name = (block ? blockKernelName(k.name) : k.name) + "_emu";
+  std::string body = fmt::format("const {0}_args &a = *reinterpret_cast<const {0}_args *>("
+                                 "static_cast<const void *>(block));\n",
+                                 name);
+  if (variant == Variant::Passes || variant == Variant::PassesBlock)
+    for (const CudaTemporaryPass &t : k.passes) {
+      body += temporaryPassName(name, t.id) + "(a);\n";
+      body += "if (a.parts > 1) " + temporaryCombineName(name, t.id) + "(a);\n";
+    }
+  const bool block = variant == Variant::Block || variant == Variant::PassesBlock;
+  const std::string main =
+      variant == Variant::Passes || variant == Variant::PassesBlock ? passesKernelName(name) : name;
+  body += (block ? blockKernelName(main) : main) + "(a);\n";
+  KernelSource e;
+  e.name = k.name + suffix + "_emu";
   e.code = std::string(kEmulation) + code + "extern \"C\" void " + e.name +
-           "(const TofuKernelArgs *block) { " + entry + "(*reinterpret_cast<const " + name +
-           "_args *>(static_cast<const void *>(block))); }\n";
+           "(const TofuKernelArgs *block) {\n" + body + "}\n";
   return e;
 }
 
@@ -69,9 +87,13 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
     auto module = loadModule(file, diags);
     ASSERT_TRUE(static_cast<bool>(module)) << file << ": " << llvm::toString(module.takeError());
     for (KernelSource &k : verificationKernels(*module, file, &notGenerated, KernelDialect::Cuda)) {
-      kernels.push_back(emulated(k, false));
+      kernels.push_back(emulated(k, Variant::Thread));
       if (!k.blockReductions.empty())
-        kernels.push_back(emulated(k, true));
+        kernels.push_back(emulated(k, Variant::Block));
+      if (!k.passes.empty())
+        kernels.push_back(emulated(k, Variant::Passes));
+      if (!k.passes.empty() && !k.passesBlockReductions.empty())
+        kernels.push_back(emulated(k, Variant::PassesBlock));
     }
     modules.push_back(std::move(*module));
   }
@@ -88,7 +110,10 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
               lib.stats().units, lib.stats().seconds);
 
   VerifyOptions verify;
-  unsigned calls = 0, blockCalls = 0;
+  unsigned calls = 0, blockCalls = 0, passCalls = 0;
+  // Each temporary's pass in this many parts (some empty where its first variable's range
+  // is shorter), so the partial results and their combine run too.
+  constexpr int64_t kParts = 3;
   verify.evaluate = [&](const InstOp &op, const Shapes &shapes,
                         const std::vector<const Tensor *> &inputs,
                         const std::vector<Range> &ranges) -> llvm::Expected<Tensor> {
@@ -100,6 +125,16 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "kernel %s was not compiled", k->name.c_str());
     ++calls;
+    // The temporaries and, for kParts parts each, their partial results.
+    int64_t scratchFloats = 0, partials = 0;
+    for (const CudaTemporaryPass &t : k->passes) {
+      int64_t values = 1;
+      for (unsigned v : t.depends)
+        values *= ranges[v].size();
+      scratchFloats += values;
+      partials = std::max(partials, values * kParts);
+    }
+    std::vector<float> scratch(static_cast<size_t>(scratchFloats + partials) + 1, NAN);
     auto run = [&](CpuKernelLibrary::Fn kernel) {
       return runOnRegions(
           op, shapes, inputs, ranges,
@@ -107,7 +142,8 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
             std::vector<const float *> ptrs(in, in + op.inputs.size());
             std::vector<unsigned char> block =
                 cuda::kernelArgBlock(kernelInts(op, shapes, ranges, regions), ptrs, out,
-                                     readsInsideRegions(op, shapes, ranges, regions));
+                                     readsInsideRegions(op, shapes, ranges, regions),
+                                     scratch.data(), kParts);
             kernel(reinterpret_cast<const TofuKernelArgs *>(block.data()));
           });
     };
@@ -127,6 +163,35 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
                                          static_cast<long long>(e), perBlock.data[e],
                                          perThread.data[e]);
     }
+    // The multi-launch variant sums in another order (parts): equal within the float32
+    // tolerance, relative to the share's largest magnitude.
+    for (bool block : {false, true}) {
+      if (k->passes.empty() || (block && k->passesBlockReductions.empty()))
+        continue;
+      const std::string entry = k->name + (block ? "_mp_blk" : "_mp") + "_emu";
+      CpuKernelLibrary::Fn mp = lib.find(entry);
+      if (!mp)
+        return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s was not compiled",
+                                       entry.c_str());
+      ++passCalls;
+      Tensor passes = run(mp);
+      double scale = 0;
+      for (int64_t e = 0; e < perThread.size(); ++e)
+        if (std::isfinite(perThread.data[e]))
+          scale = std::max(scale, std::fabs(static_cast<double>(perThread.data[e])));
+      for (int64_t e = 0; e < perThread.size(); ++e) {
+        const float x = passes.data[e], y = perThread.data[e];
+        const bool same = (std::isnan(x) && std::isnan(y)) || x == y ||
+                          std::fabs(static_cast<double>(x) - y) <=
+                              kFloat32VerifyTolerance * std::max(scale, 1e-30);
+        if (!same)
+          return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                         "the multi-launch variant%s differs at element %lld: "
+                                         "%g vs %g",
+                                         block ? " (block main nest)" : "",
+                                         static_cast<long long>(e), x, y);
+      }
+    }
     return perThread;
   };
   verify.tolerance = kFloat32VerifyTolerance;
@@ -145,9 +210,11 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
       }
     }
   std::printf("verified %u strategies of %u ops on their CUDA kernels (%u shares computed, %u "
-              "also by the block variant); largest relative difference %.3g\n",
-              strategies, ops, calls, blockCalls, worst);
+              "also by the block variant, %u by the multi-launch variants); largest relative "
+              "difference %.3g\n",
+              strategies, ops, calls, blockCalls, passCalls, worst);
   EXPECT_GT(blockCalls, calls / 4); // reductions are common: the variant must be there
+  EXPECT_GT(passCalls, calls / 20); // normalisations and losses have temporaries
   EXPECT_GE(strategies, 900u);
 }
 

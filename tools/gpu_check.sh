@@ -11,19 +11,22 @@
 #
 #   tools/gpu_check.sh [--bundle DIR] [--only tests|verify|bench] [--steps N]
 #                      [--models 'MODEL:BATCH ...' (the benchmark's, default the three above)]
+#                      [--workers 'K ...' (the worker counts, default '1 2 4 8')]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle=gpu-bundle
 only=""
 steps=10
 models="wresnet-50-2:32 gpt-12-768-12-1024:8 rnn-4-2048:128"
+workers="1 2 4 8"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$2"; shift ;;
     --only) only="$2"; shift ;;
     --steps) steps="$2"; shift ;;
     --models) models="$2"; shift ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --workers) workers="$2"; shift ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -91,7 +94,7 @@ if [ -z "$only" ] || [ "$only" = verify ]; then
   for m in "mlp:--model mlp" "wresnet:--model wresnet-50-1-i32-c8-k10" "gpt:--model gpt-2-32-4-16" \
            "rnn:--model rnn-2-256" "resnet18:--onnx tests/onnx/resnet18.onnx"; do
     name="${m%%:*}"; args="${m#*:}"
-    for k in 1 2 4 8; do
+    for k in $workers; do
       label="verify-$name-k$k"
       # shellcheck disable=SC2086
       tofu_json "$label" $args --workers "$k" --steps 3 --verify
@@ -116,7 +119,7 @@ if [ -z "$only" ] || [ "$only" = bench ]; then
     model="${m%%:*}"; b="${m#*:}"
     PYTHONUNBUFFERED=1 timeout 900 python3 tools/torch_peer.py --model "$model" --batch "$b" \
       --device cuda --steps "$steps" --json >"$results/bench-$model-torch.json" 2>"$results/bench-$model-torch.err"
-    for k in 1 2 4 8; do
+    for k in $workers; do
       tofu_json "bench-$model-k$k" --model "$model" --batch "$b" --workers "$k" --steps "$steps" --data fixed --profile 5
     done
     python3 - "$results" "$model" "$b" <<'PY'
@@ -130,12 +133,31 @@ def load(p):
 torch = load(f"bench-{model}-torch.json")
 runs = {k: load(f"bench-{model}-k{k}.json") for k in (1, 2, 4, 8)}
 ms = lambda j: 1e3 * j["median_step_seconds"] if j else float("nan")
+arena = lambda j: f"{max(j['worker_peak_bytes']) / 2**30:.2f}" if j else "-"
 t = ms(torch)
 one = ms(runs[1])
 cells = [f"{ms(runs[k]):.1f}" for k in (2, 4)]
-arenas = " / ".join(f"{max(runs[k]['worker_peak_bytes']) / 2**30:.2f}" if runs[k] else "-" for k in (1, 2, 4, 8))
+arenas = " / ".join(arena(runs[k]) for k in (1, 2, 4, 8))
 print(f"| {model} | {batch} | {t:.1f} | {one:.1f} ({one / t:.2f}x) | {cells[0]} | {cells[1]} | "
       f"{ms(runs[8]):.1f} ({ms(runs[8]) / one:.2f}x) | {arenas} GiB |")
+PY
+  done
+  echo
+  echo "At k=1, the kernels' device time per step by op (the ten largest):"
+  for m in $models; do
+    m="${m%%:*}"
+    python3 - "$results/bench-$m-k1.json" "$m" <<'PY' 2>/dev/null
+import collections, json, sys
+j = json.load(open(sys.argv[1]))
+by = collections.defaultdict(lambda: [0.0, 0])
+for nodes in j.get("profile", []):
+    for n in nodes:
+        by[(n["op"], n["kernel"])][0] += n["compute_seconds"]
+        by[(n["op"], n["kernel"])][1] += 1
+total = sum(v[0] for v in by.values())
+print(f"    {sys.argv[2]}: kernels {1e3 * total:.1f} ms")
+for (op, kernel), (sec, count) in sorted(by.items(), key=lambda kv: -kv[1][0])[:10]:
+    print(f"      {1e3 * sec:9.2f} ms  {count:4d} x  {op} ({kernel})")
 PY
   done
   echo

@@ -100,6 +100,17 @@ struct Prepared {
   cudaKernel_t kernel = nullptr;
   unsigned blocks = 1;
   std::vector<unsigned char> args;
+  /// The multi-launch variant's launches before `kernel`: each temporary's pass, and the
+  /// combine of its partial results where it has parts (KernelSource::passes).
+  struct PassLaunch {
+    cudaKernel_t kernel = nullptr;
+    unsigned blocks = 1;
+    int64_t parts = 1;
+    std::vector<unsigned char> args;
+  };
+  std::vector<PassLaunch> passes;
+  std::vector<int64_t> ints; ///< the arguments, kept to fill in the scratch space's address
+  bool fast = false;
   // Library calls.
   cuda::CublasGemm gemm;
   std::shared_ptr<ConvCall> conv;
@@ -222,8 +233,18 @@ public:
       if (wk.scratchBytes > 0)
         TOFU_CUDA(cudaMalloc(reinterpret_cast<void **>(&wk.scratch),
                              static_cast<size_t>(wk.scratchBytes)),
-                  fmt::format("worker {}: allocating {} bytes of library scratch space", w,
-                              wk.scratchBytes));
+                  fmt::format("worker {}: allocating {} bytes of scratch space (library calls, "
+                              "kernel temporaries)",
+                              w, wk.scratchBytes));
+      // The multi-launch kernels' arguments name the scratch space, known only now.
+      for (Prepared &pr : prepared_[w]) {
+        if (pr.passes.empty())
+          continue;
+        float *scratch = reinterpret_cast<float *>(wk.scratch);
+        pr.args = cuda::kernelArgBlock(pr.ints, pr.in, pr.out, pr.fast, scratch);
+        for (Prepared::PassLaunch &p : pr.passes)
+          p.args = cuda::kernelArgBlock(pr.ints, pr.in, pr.out, pr.fast, scratch, p.parts);
+      }
       wk.marks.assign(6 * wp.steps.size(), nullptr);
     }
     return llvm::Error::success();
@@ -268,6 +289,12 @@ public:
     case Prepared::None:
       return stringError("no kernel was prepared for this launch");
     case Prepared::Generated: {
+      for (Prepared::PassLaunch &p : pr.passes) {
+        void *params[] = {p.args.data()};
+        TOFU_CUDA(cudaLaunchKernel(reinterpret_cast<const void *>(p.kernel), dim3(p.blocks),
+                                   dim3(kThreads), params, 0, wk.stream),
+                  "launching a pass of " + pr.what);
+      }
       void *params[] = {pr.args.data()};
       TOFU_CUDA(cudaLaunchKernel(reinterpret_cast<const void *>(pr.kernel), dim3(pr.blocks),
                                  dim3(kThreads), params, 0, wk.stream),
@@ -397,6 +424,9 @@ private:
     kernelName_.assign(program.kernels.size(), "");
     blockReductions_.assign(program.kernels.size(), {});
     blockOutputVars_.assign(program.kernels.size(), {});
+    passes_.assign(program.kernels.size(), {});
+    passesBlockReductions_.assign(program.kernels.size(), {});
+    passesBlockOutputVars_.assign(program.kernels.size(), {});
     for (size_t i = 0; i < program.kernels.size(); ++i) {
       auto src = generateKernel(*program.kernels[i].op, KernelDialect::Cuda);
       if (!src)
@@ -406,6 +436,9 @@ private:
       kernelName_[i] = src->name;
       blockReductions_[i] = src->blockReductions;
       blockOutputVars_[i] = src->blockOutputVars;
+      passes_[i] = src->passes;
+      passesBlockReductions_[i] = src->passesBlockReductions;
+      passesBlockOutputVars_[i] = src->passesBlockOutputVars;
       sources.push_back(std::move(*src));
     }
     auto cubins = compileCubins(sources, options_.cubins);
@@ -472,34 +505,84 @@ private:
       ++stats_.library;
       return llvm::Error::success();
     }
+    // The multi-launch variant wherever the op has one: its temporaries are computed once
+    // per value, split across blocks, where one launch would compute them per output or
+    // in one block.
+    const std::vector<CudaTemporaryPass> &passes = passes_[l.kernel];
+    const bool multi = !passes.empty();
+    const auto &blockReductions =
+        multi ? passesBlockReductions_[l.kernel] : blockReductions_[l.kernel];
+    const auto &blockOutputVars =
+        multi ? passesBlockOutputVars_[l.kernel] : blockOutputVars_[l.kernel];
     int64_t total = 1, reduced = 0;
     for (unsigned v : op.outputVars)
       total *= l.ranges[v].size();
-    for (const std::vector<unsigned> &vars : blockReductions_[l.kernel]) {
+    for (const std::vector<unsigned> &vars : blockReductions) {
       int64_t n = 1;
       for (unsigned v : vars)
         n *= l.ranges[v].size();
       reduced += n;
     }
     int64_t groups = 1; // the block variant's blocks: values of its blockOutputVars
-    for (unsigned v : blockOutputVars_[l.kernel])
+    for (unsigned v : blockOutputVars)
       groups *= l.ranges[v].size();
     // The block variant where each output sums many terms and there are too few outputs to
     // fill the GPU with one thread each, or the sums are very long, or many outputs share
     // them (a softmax's row: one thread per output would recompute the row's sums).
     const bool perBlock =
         reduced >= 64 && (total < 32768 || reduced >= 2048 || total >= 8 * groups);
-    const std::string name =
-        perBlock ? blockKernelName(kernelName_[l.kernel]) : kernelName_[l.kernel];
-    auto it = kernels_.find(name);
-    if (it == kernels_.end())
-      return stringError(fmt::format("node '{}': kernel {} was not loaded", node.name, name));
+    const std::string base =
+        multi ? passesKernelName(kernelName_[l.kernel]) : kernelName_[l.kernel];
+    const std::string name = perBlock ? blockKernelName(base) : base;
+    auto find = [&](const std::string &entry) -> llvm::Expected<cudaKernel_t> {
+      auto it = kernels_.find(entry);
+      if (it == kernels_.end())
+        return stringError(fmt::format("node '{}': kernel {} was not loaded", node.name, entry));
+      return it->second;
+    };
+    auto main = find(name);
+    if (!main)
+      return main.takeError();
     pr.kind = Prepared::Generated;
-    pr.kernel = it->second;
+    pr.kernel = *main;
     pr.what = !perBlock        ? std::string("generated")
               : groups == total ? fmt::format("generated, a block per output ({} terms)", reduced)
                                 : fmt::format("generated, a block per {} outputs ({} terms)",
                                               total / groups, reduced);
+    std::string split;
+    for (const CudaTemporaryPass &t : passes) {
+      int64_t values = 1;
+      for (unsigned v : t.depends)
+        values *= l.ranges[v].size();
+      const int64_t terms = cuda::temporaryTerms(t, l.ranges);
+      Prepared::PassLaunch p;
+      p.parts = cuda::temporaryParts(t, l.ranges);
+      auto pass = find(temporaryPassName(kernelName_[l.kernel], t.id));
+      if (!pass)
+        return pass.takeError();
+      p.kernel = *pass;
+      p.blocks = static_cast<unsigned>(std::clamp<int64_t>(values * p.parts, 1, 4 * kMaxBlocks));
+      pr.passes.push_back(p);
+      split += fmt::format("{}{} x {}", split.empty() ? "" : ", ", values, terms);
+      if (p.parts > 1) {
+        split += fmt::format(" in {} parts", p.parts);
+        auto combine = find(temporaryCombineName(kernelName_[l.kernel], t.id));
+        if (!combine)
+          return combine.takeError();
+        p.kernel = *combine;
+        p.blocks = static_cast<unsigned>(
+            std::clamp<int64_t>((values + kThreads - 1) / kThreads, 1, kMaxBlocks));
+        pr.passes.push_back(p);
+      }
+    }
+    if (multi) {
+      pr.what += fmt::format(" after {} temporar{} ({})", passes.size(),
+                             passes.size() == 1 ? "y" : "ies", split);
+      stats_.extraBytes[w] =
+          std::max(stats_.extraBytes[w], cuda::cudaPassesScratchBytes(passes, l.ranges));
+    }
+    pr.ints = l.ints;
+    pr.fast = l.fast;
     pr.blocks = static_cast<unsigned>(
         perBlock ? std::clamp<int64_t>(groups, 1, 4 * kMaxBlocks)
                  : std::clamp<int64_t>((total + kThreads - 1) / kThreads, 1, kMaxBlocks));
@@ -686,6 +769,9 @@ private:
   std::vector<std::string> kernelName_; ///< per program kernel
   std::vector<std::vector<std::vector<unsigned>>> blockReductions_; ///< per program kernel
   std::vector<std::vector<unsigned>> blockOutputVars_;              ///< per program kernel
+  std::vector<std::vector<CudaTemporaryPass>> passes_;               ///< per program kernel
+  std::vector<std::vector<std::vector<unsigned>>> passesBlockReductions_;
+  std::vector<std::vector<unsigned>> passesBlockOutputVars_;
   std::vector<std::vector<Prepared>> prepared_;
   BackendStats stats_;
 };

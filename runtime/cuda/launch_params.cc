@@ -116,11 +116,12 @@ void runScatterOnHost(const ScatterPlan &plan, const float *const *in, float *ou
 
 std::vector<unsigned char> kernelArgBlock(const std::vector<int64_t> &ints,
                                           const std::vector<const float *> &inputs, float *out,
-                                          bool fast) {
+                                          bool fast, float *scratch, int64_t parts) {
   const size_t nInts = std::max<size_t>(1, ints.size());
   const size_t nIn = std::max<size_t>(1, inputs.size());
   // i64 ints[nInts]; const float *in[nIn]; float *out; int fast; int threads;
-  std::vector<unsigned char> block(8 * nInts + 8 * nIn + 8 + 4 + 4, 0);
+  // float *scratch; i64 parts;
+  std::vector<unsigned char> block(8 * nInts + 8 * nIn + 8 + 4 + 4 + 8 + 8, 0);
   unsigned char *at = block.data();
   if (!ints.empty())
     std::memcpy(at, ints.data(), 8 * ints.size());
@@ -134,7 +135,54 @@ std::vector<unsigned char> kernelArgBlock(const std::vector<int64_t> &ints,
   const int32_t f = fast ? 1 : 0, threads = 1;
   std::memcpy(at + 8, &f, 4);
   std::memcpy(at + 12, &threads, 4);
+  std::memcpy(at + 16, &scratch, 8);
+  std::memcpy(at + 24, &parts, 8);
   return block;
+}
+
+int64_t temporaryParts(int64_t values, int64_t firstExtent, int64_t terms) {
+  constexpr int64_t kBlocks = 1024, kTermsPerPart = 2048;
+  if (values <= 0 || values >= kBlocks)
+    return 1;
+  const int64_t wanted = (kBlocks + values - 1) / values;
+  const int64_t worth = std::max<int64_t>(1, terms / kTermsPerPart);
+  return std::max<int64_t>(1, std::min({wanted, worth, firstExtent}));
+}
+
+int64_t temporaryTerms(const CudaTemporaryPass &t, const std::vector<Range> &ranges) {
+  auto product = [&](const std::vector<unsigned> &vars) {
+    int64_t n = 1;
+    for (unsigned v : vars)
+      n *= ranges[v].size();
+    return n;
+  };
+  int64_t perTerm = 1;
+  for (const std::vector<unsigned> &n : t.nested)
+    perTerm += product(n);
+  return product(t.vars) * perTerm;
+}
+
+int64_t temporaryParts(const CudaTemporaryPass &t, const std::vector<Range> &ranges) {
+  int64_t values = 1;
+  for (unsigned v : t.depends)
+    values *= ranges[v].size();
+  return temporaryParts(values, t.vars.empty() ? 1 : ranges[t.vars.front()].size(),
+                        temporaryTerms(t, ranges));
+}
+
+int64_t cudaPassesScratchBytes(const std::vector<CudaTemporaryPass> &passes,
+                               const std::vector<Range> &ranges) {
+  int64_t floats = 0, partials = 0;
+  for (const CudaTemporaryPass &t : passes) {
+    int64_t values = 1;
+    for (unsigned v : t.depends)
+      values *= ranges[v].size();
+    floats += values;
+    const int64_t parts = temporaryParts(t, ranges);
+    if (parts > 1)
+      partials = std::max(partials, values * parts);
+  }
+  return (floats + partials) * static_cast<int64_t>(sizeof(float));
 }
 
 } // namespace tofu::cuda

@@ -10,6 +10,7 @@
 
 #include "analysis/ir.h"
 #include "analysis/strategy.h"
+#include "codegen/kernel_gen.h"
 #include "runtime/cuda/device_ops.h"
 #include "runtime/library_plans.h"
 
@@ -39,11 +40,33 @@ BoxCopyParams scatterZeroTerm(const ScatterPlan &plan);
 void runScatterOnHost(const ScatterPlan &plan, const float *const *in, float *out);
 
 /// The argument block a generated CUDA kernel takes by value (codegen/kernel_gen.cc's
-/// `<name>_args`: the integer arguments, the input pointers, the output pointer, `fast`
-/// and `threads`), laid out as the device compiler lays out that struct.
+/// `<name>_args`: the integer arguments, the input pointers, the output pointer, `fast`,
+/// `threads`, the scratch space of the multi-launch variant's temporaries and the parts a
+/// temporary's pass splits its reduction into), laid out as the device compiler lays out
+/// that struct.
 std::vector<unsigned char> kernelArgBlock(const std::vector<int64_t> &ints,
                                           const std::vector<const float *> &inputs, float *out,
-                                          bool fast);
+                                          bool fast, float *scratch = nullptr,
+                                          int64_t parts = 1);
+
+/// How many parts a temporary's pass splits each value's reduction into (its first
+/// variable's range cut evenly; KernelSource::passes): enough blocks to fill a GPU
+/// (about 1024 in all) where the temporary has few values, each part still some 2048
+/// terms long; 1 where the values alone fill the GPU.
+int64_t temporaryParts(int64_t values, int64_t firstExtent, int64_t terms);
+
+/// The terms each value of temporary `t` combines over `ranges`, each term's own nested
+/// reductions counted in: what temporaryParts weighs.
+int64_t temporaryTerms(const CudaTemporaryPass &t, const std::vector<Range> &ranges);
+
+/// The parts temporary `t`'s pass takes over `ranges` (temporaryParts).
+int64_t temporaryParts(const CudaTemporaryPass &t, const std::vector<Range> &ranges);
+
+/// The scratch bytes the multi-launch variant needs: its temporaries (KernelSource::
+/// passes, sized over `ranges`), then the largest of their partial results (values times
+/// parts).
+int64_t cudaPassesScratchBytes(const std::vector<CudaTemporaryPass> &passes,
+                               const std::vector<Range> &ranges);
 
 } // namespace tofu::cuda
 

@@ -91,13 +91,16 @@ struct Declared {
   float *out;
   int fast;
   int threads;
+  float *scratch;
+  long long parts;
 };
 
 TEST(LaunchParams, ArgumentBlockHasTheGeneratedStructLayout) {
   std::vector<int64_t> ints{1, 2, 3, 4, 5, 6, -7};
   float a = 0, b = 0, c = 0;
   std::vector<const float *> in{&a, &b};
-  std::vector<unsigned char> block = kernelArgBlock(ints, in, &c, true);
+  float scratch = 0;
+  std::vector<unsigned char> block = kernelArgBlock(ints, in, &c, true, &scratch, 5);
   ASSERT_EQ(block.size(), sizeof(Declared));
   Declared d;
   std::memcpy(&d, block.data(), sizeof d);
@@ -108,8 +111,33 @@ TEST(LaunchParams, ArgumentBlockHasTheGeneratedStructLayout) {
   EXPECT_EQ(d.out, &c);
   EXPECT_EQ(d.fast, 1);
   EXPECT_EQ(d.threads, 1);
+  EXPECT_EQ(d.scratch, &scratch);
+  EXPECT_EQ(d.parts, 5);
   // No inputs and no integers: the generated struct still has one slot of each.
-  EXPECT_EQ(kernelArgBlock({}, {}, &c, false).size(), 8u + 8u + 8u + 8u);
+  EXPECT_EQ(kernelArgBlock({}, {}, &c, false).size(), 8u + 8u + 8u + 8u + 8u + 8u);
+}
+
+TEST(LaunchParams, TemporaryPartsFillTheGpuWithoutTinyParts) {
+  // A scalar loss over 8192 x 32000 terms: about 1024 blocks, cut along its first variable.
+  EXPECT_EQ(temporaryParts(1, 8192, 8192LL * 32000), 1024);
+  // 64 batch-norm channels of 32 x 112 x 112: the batch variable has only 32 values.
+  EXPECT_EQ(temporaryParts(64, 32, 32 * 112 * 112), 16);
+  EXPECT_EQ(temporaryParts(8, 32, 32 * 112 * 112), 32);
+  // Many values fill the GPU alone; short reductions are not split.
+  EXPECT_EQ(temporaryParts(8192, 768, 768), 1);
+  EXPECT_EQ(temporaryParts(4, 100, 1000), 1);
+  // The scratch space: temporaries, then the largest partial results.
+  std::vector<CudaTemporaryPass> passes{{0, {0}, {1, 2}, {}}, {1, {}, {1}, {}}};
+  std::vector<Range> ranges{{0, 64}, {0, 32}, {0, 12544}};
+  const int64_t p0 = temporaryParts(64, 32, 32 * 12544), p1 = temporaryParts(1, 32, 32);
+  EXPECT_EQ(p1, 1);
+  EXPECT_EQ(cudaPassesScratchBytes(passes, ranges), 4 * (64 + 1 + 64 * p0));
+  // A term's nested reductions count: a loss over 8192 rows of 32000 classes, each row's
+  // log-sum-exp computed inside, is cut into 1024 parts, not 4.
+  CudaTemporaryPass loss{2, {}, {0}, {{1}, {1}}};
+  std::vector<Range> rows{{0, 8192}, {0, 32000}};
+  EXPECT_EQ(temporaryTerms(loss, rows), 8192LL * 64001);
+  EXPECT_EQ(temporaryParts(loss, rows), 1024);
 }
 
 } // namespace

@@ -99,11 +99,9 @@ llvm::Expected<std::vector<Cubin>> compileCubins(const std::vector<KernelSource>
     Cubin c;
     c.path = u.path;
     c.compiled = u.compiled;
-    for (const KernelSource *k : u.kernels) {
-      c.kernels.push_back(k->name);
-      if (!k->blockReductions.empty())
-        c.kernels.push_back(blockKernelName(k->name));
-    }
+    for (const KernelSource *k : u.kernels)
+      for (std::string &name : cudaEntryPoints(*k))
+        c.kernels.push_back(std::move(name));
     out.push_back(std::move(c));
   }
   return out;
