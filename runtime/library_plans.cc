@@ -171,6 +171,8 @@ std::optional<GemmPlan> gemmPlanOf(const InstOp &op, const Contraction &c,
   std::vector<GemmVar> cls[4];
   for (size_t v = 0; v < nv; ++v) {
     GemmVar &g = vars[v];
+    if (!red[v] && !inC[v] && !inA[v] && !inB[v])
+      continue; // another term's variable (a sum of products: AffineGemmPlan)
     g.n = ranges[v].size();
     if (g.n <= 0)
       return std::nullopt;
@@ -771,6 +773,100 @@ std::optional<GemmPlan> gemmPlan(const InstOp &op, const std::vector<Range> &ran
   if (!c || !validRanges(ranges))
     return std::nullopt;
   return gemmPlanOf(op, *c, ranges, held);
+}
+
+namespace {
+/// A sum of products and at most one bias (AffineGemmPlan).
+struct AffineForm {
+  std::vector<Contraction> products;
+  const ir::Read *rest = nullptr;
+};
+
+void addTerms(const ir::Expr &e, std::vector<const ir::Expr *> &out) {
+  if (const auto *b = dyn_cast<ir::Binary>(&e); b && b->op == ir::BinaryOp::Add) {
+    addTerms(*b->lhs, out);
+    addTerms(*b->rhs, out);
+    return;
+  }
+  out.push_back(&e);
+}
+
+/// Whether every coordinate of `r` is a distinct variable of `allowed`.
+bool readsVars(const ir::Read &r, const std::vector<unsigned> &allowed) {
+  std::vector<unsigned> seen;
+  for (const ir::Coord &co : r.coords) {
+    auto v = ir::exactVar(co);
+    if (!v || std::find(allowed.begin(), allowed.end(), *v) == allowed.end() ||
+        std::find(seen.begin(), seen.end(), *v) != seen.end())
+      return false;
+    seen.push_back(*v);
+  }
+  return true;
+}
+
+std::optional<AffineForm> affineForm(const InstOp &op) {
+  if (contraction(op))
+    return std::nullopt; // one product alone: gemmPlan's
+  std::vector<const ir::Expr *> terms;
+  addTerms(*op.body, terms);
+  AffineForm f;
+  for (const ir::Expr *t : terms) {
+    if (const auto *r = dyn_cast<ir::Reduce>(t)) {
+      auto pr = r->reducer == ir::Reducer::Sum ? product(*r->body) : std::nullopt;
+      if (!pr)
+        return std::nullopt;
+      std::vector<unsigned> vars(op.outputVars.begin(), op.outputVars.end());
+      vars.insert(vars.end(), r->vars.begin(), r->vars.end());
+      if (!readsVars(*pr->first, vars) || !readsVars(*pr->second, vars))
+        return std::nullopt;
+      f.products.push_back(Contraction{Scaled{r, -1}, pr->first, pr->second});
+    } else if (const auto *r = dyn_cast<ir::Read>(t); r && !f.rest) {
+      if (!readsVars(*r, op.outputVars))
+        return std::nullopt;
+      f.rest = r;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (f.products.size() + (f.rest ? 1 : 0) < 2 || f.products.empty())
+    return std::nullopt;
+  return f;
+}
+} // namespace
+
+bool hasAffineGemmForm(const InstOp &op) { return affineForm(op).has_value(); }
+
+std::optional<AffineGemmPlan> affineGemmPlan(const InstOp &op, const std::vector<Range> &ranges,
+                                             const std::vector<Box> &held) {
+  auto f = affineForm(op);
+  if (!f || !validRanges(ranges))
+    return std::nullopt;
+  AffineGemmPlan plan;
+  for (const Contraction &c : f->products) {
+    auto g = gemmPlanOf(op, c, ranges, held);
+    if (!g)
+      return std::nullopt;
+    plan.products.push_back(std::move(*g));
+  }
+  for (unsigned v : op.outputVars)
+    plan.outputExtents.push_back(ranges[v].size());
+  if (f->rest) {
+    const ir::Read &r = *f->rest;
+    const Box &box = held[r.input];
+    const std::vector<int64_t> st = rowMajorStrides(box);
+    plan.restInput = static_cast<int>(r.input);
+    plan.restStrides.assign(op.outputVars.size(), 0);
+    for (size_t d = 0; d < r.coords.size(); ++d) {
+      const unsigned v = *ir::exactVar(r.coords[d]);
+      if (ranges[v].lo < box[d].lo || ranges[v].hi > box[d].hi)
+        return std::nullopt; // outside the held region: the checked kernel's
+      plan.restOffset += (ranges[v].lo - box[d].lo) * st[d];
+      for (size_t k = 0; k < op.outputVars.size(); ++k)
+        if (op.outputVars[k] == v)
+          plan.restStrides[k] = st[d];
+    }
+  }
+  return plan;
 }
 
 bool hasConvForm(const InstOp &op) { return convForm(op).has_value(); }

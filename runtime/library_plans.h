@@ -15,7 +15,11 @@
 //     tensor and is padded only where the whole tensor is);
 //   - scatter-adds `[0 * Z[...] +] Sum(lambda q: select(idx[q] == k, dy[.., q, ..], 0))` (a
 //     gather's gradient): each dy row added into the one k it names instead of testing
-//     every k.
+//     every k;
+//   - sums of contractions over one output, plus at most one input read at output
+//     variables only (a bias): `Sum(x[n, k] * W[q, k]) + Sum(h[n, j] * R[q, j]) + b[q]`
+//     (lstm_gates, and the GRU and RNN cells built on it): the bias broadcast into the
+//     output, then each product accumulating into it.
 // A share a form cannot express (checked reads it would need, geometry the form cannot
 // take) gets no plan; the generated kernel computes it.
 #ifndef TOFU_RUNTIME_LIBRARY_PLANS_H
@@ -88,6 +92,23 @@ struct ConvPlan {
 
   size_t spatialDims() const { return strides.size(); }
 };
+
+/// A sum of products over one output (AffineGemmPlan's form): the `rest` input, read at
+/// output variables only, is written first (broadcast along the output variables it does
+/// not use; none: the first product overwrites), then every product accumulates.
+struct AffineGemmPlan {
+  std::vector<GemmPlan> products;
+  int restInput = -1;
+  int64_t restOffset = 0;             ///< the share's first element in the rest's region
+  std::vector<int64_t> restStrides;   ///< per output variable (0: broadcast along it)
+  std::vector<int64_t> outputExtents; ///< per output variable, the share's extent
+};
+
+/// Whether `op`'s body is a sum of two or more contractions, or of one and a bias (and not
+/// one contraction alone: hasGemmForm's).
+bool hasAffineGemmForm(const InstOp &op);
+std::optional<AffineGemmPlan> affineGemmPlan(const InstOp &op, const std::vector<Range> &ranges,
+                                             const std::vector<Box> &held);
 
 bool hasConvForm(const InstOp &op);
 std::optional<ConvPlan> convPlan(const InstOp &op, const Shapes &shapes,

@@ -92,7 +92,7 @@ struct ConvCall {
 
 /// One launch made ready: what runs it and its pointers into the worker's arena.
 struct Prepared {
-  enum Kind { None, Generated, Gemm, Conv, Scatter } kind = None;
+  enum Kind { None, Generated, Gemm, Affine, Conv, Scatter } kind = None;
   std::string what;
   std::vector<const float *> in;
   float *out = nullptr;
@@ -113,6 +113,7 @@ struct Prepared {
   bool fast = false;
   // Library calls.
   cuda::CublasGemm gemm;
+  cuda::CublasAffine affine;
   std::shared_ptr<ConvCall> conv;
   ScatterPlan scatter;
   cuda::ScatterParams scatterParams;
@@ -302,7 +303,16 @@ public:
       return llvm::Error::success();
     }
     case Prepared::Gemm:
-      return runGemm(wk, pr);
+      return runGemm(wk, pr, pr.gemm);
+    case Prepared::Affine:
+      if (pr.affine.hasRest)
+        TOFU_CUDA(cuda::launchBoxCopy(pr.affine.rest, pr.out, pr.in[pr.affine.restInput],
+                                      wk.stream),
+                  "broadcasting the bias of " + pr.what);
+      for (const cuda::CublasGemm &g : pr.affine.products)
+        if (llvm::Error e = runGemm(wk, pr, g))
+          return e;
+      return llvm::Error::success();
     case Prepared::Conv:
       return runConv(wk, pr);
     case Prepared::Scatter:
@@ -492,6 +502,12 @@ private:
             ++stats_.libraryDeclined;
           }
         }
+      } else if (auto a = affineGemmPlan(op, l.ranges, l.inputBoxes)) {
+        if (auto calls = cuda::cublasAffine(*a)) {
+          pr.kind = Prepared::Affine;
+          pr.affine = std::move(*calls);
+          pr.what = pr.affine.describe();
+        }
       } else if (auto sc = scatterPlan(op, l.ranges, l.inputBoxes)) {
         pr.kind = Prepared::Scatter;
         pr.scatter = std::move(*sc);
@@ -678,8 +694,7 @@ private:
     return cc;
   }
 
-  llvm::Error runGemm(Worker &wk, const Prepared &pr) {
-    const cuda::CublasGemm &g = pr.gemm;
+  llvm::Error runGemm(Worker &wk, const Prepared &pr, const cuda::CublasGemm &g) {
     const float *alpha = g.alphaInput >= 0 ? pr.in[g.alphaInput] : wk.constants + 1;
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
     g.forEachCall([&](int64_t offX, int64_t offY, int64_t offC, bool first) {

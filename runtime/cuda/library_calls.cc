@@ -54,6 +54,48 @@ CublasGemm cublasGemm(const GemmPlan &p) {
   return g;
 }
 
+std::optional<CublasAffine> cublasAffine(const AffineGemmPlan &plan) {
+  CublasAffine a;
+  for (size_t i = 0; i < plan.products.size(); ++i) {
+    a.products.push_back(cublasGemm(plan.products[i]));
+    a.products.back().accumulate = i > 0 || plan.restInput >= 0;
+  }
+  if (plan.restInput < 0)
+    return a;
+  const size_t rank = plan.outputExtents.size();
+  if (rank > static_cast<size_t>(kMaxCopyRank))
+    return std::nullopt;
+  a.hasRest = true;
+  a.restInput = static_cast<unsigned>(plan.restInput);
+  a.rest.rank = static_cast<int32_t>(rank);
+  a.rest.combine = kOverwrite;
+  a.rest.srcOffset = plan.restOffset;
+  int64_t stride = 1;
+  for (size_t d = rank; d-- > 0;) {
+    a.rest.extent[d] = plan.outputExtents[d];
+    a.rest.srcStride[d] = plan.restStrides[d];
+    a.rest.dstStride[d] = stride;
+    stride *= plan.outputExtents[d];
+  }
+  a.rest.elements = stride;
+  return a;
+}
+
+std::string CublasAffine::describe() const {
+  std::string out = hasRest ? "bias broadcast" : "";
+  for (const CublasGemm &g : products)
+    out += (out.empty() ? "" : " + ") + g.describe();
+  return out;
+}
+
+void referenceAffine(const CublasAffine &a, const float *const *in, float *out) {
+  if (a.hasRest)
+    for (int64_t e = 0; e < a.rest.elements; ++e)
+      boxCopyElement(a.rest, e, out, in[a.restInput]);
+  for (const CublasGemm &g : a.products)
+    referenceGemm(g, in, out);
+}
+
 void referenceGemm(const CublasGemm &g, const float *const *in, float *out) {
   const float alpha = g.alphaInput >= 0 ? in[g.alphaInput][0] : 1.0f;
   g.forEachCall([&](int64_t offX, int64_t offY, int64_t offC, bool first) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cuda/device_ops.h"
 #include "runtime/library_plans.h"
 
 namespace tofu::cuda {
@@ -28,6 +29,7 @@ struct CublasGemm {
   int64_t batch = 1, strideX = 0, strideY = 0, strideC = 0;
   std::vector<GemmLoop> loops; ///< outer loops beside the batch (sa: X's stride, sb: Y's)
   std::vector<GemmLoop> inner; ///< accumulating loops (sa: X's stride, sb: Y's)
+  bool accumulate = false;     ///< every call adds into C (a term of a sum of products)
 
   int64_t calls() const;
   std::string describe() const;
@@ -42,7 +44,7 @@ struct CublasGemm {
       const GemmOffsets o = gemmLoopOffsets(loops, it);
       for (int64_t r = 0; r < innerCount; ++r) {
         const GemmOffsets q = gemmLoopOffsets(inner, r);
-        if (!fn(offX + o.a + q.a, offY + o.b + q.b, o.c, r == 0))
+        if (!fn(offX + o.a + q.a, offY + o.b + q.b, o.c, r == 0 && !accumulate))
           return;
       }
     }
@@ -50,6 +52,22 @@ struct CublasGemm {
 };
 
 CublasGemm cublasGemm(const GemmPlan &plan);
+
+/// A sum of products (AffineGemmPlan) as library calls: the bias broadcast into the output
+/// by the box-copy kernel (`hasRest`), then each product, the first overwriting where there
+/// is no bias and every other accumulating.
+struct CublasAffine {
+  std::vector<CublasGemm> products;
+  bool hasRest = false;
+  unsigned restInput = 0;
+  BoxCopyParams rest;
+
+  std::string describe() const;
+};
+/// None where the output has more dimensions than a box copy takes.
+std::optional<CublasAffine> cublasAffine(const AffineGemmPlan &plan);
+/// The calls on host buffers, with the libraries' semantics.
+void referenceAffine(const CublasAffine &a, const float *const *in, float *out);
 
 /// Runs `g` on host buffers the way cuBLAS would (column-major, float accumulation in
 /// double): the reference the mapping is tested against.

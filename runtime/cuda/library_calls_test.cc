@@ -55,6 +55,16 @@ ShareEvaluator referenceEvaluator(std::map<std::string, Use> *use,
                             [&](const std::vector<Box> &, const float *const *in, float *out) {
                               referenceConv(*c, in, out);
                             });
+    } else if (hasAffineGemmForm(op)) {
+      std::optional<CublasAffine> a;
+      if (auto plan = affineGemmPlan(op, ranges, held))
+        a = cublasAffine(*plan);
+      ++(a ? (*use)[op.name].taken : (*use)[op.name].declined);
+      if (a)
+        return runOnRegions(op, shapes, inputs, ranges,
+                            [&](const std::vector<Box> &, const float *const *in, float *out) {
+                              referenceAffine(*a, in, out);
+                            });
     } else if (hasScatterForm(op)) {
       auto plan = scatterPlan(op, ranges, held);
       ++(plan ? (*use)[op.name].taken : (*use)[op.name].declined);
@@ -105,7 +115,7 @@ TEST(LibraryCalls, EveryStrategyOfMatrixAndConvolutionOpsThroughTheCallDescripto
   for (const char *op : {"MatMul", "MatMulBcastB", "matmul_nt", "matmul_tn", "matmul_bcast_grad_a",
                          "matmul_bcast_grad_w", "gemm_grad_a_nn", "Conv1d", "Conv2d", "Conv3d",
                          "conv2d_grad_data", "conv2d_grad_filter", "conv1d_grad_data",
-                         "conv1d_grad_filter", "gather_grad"}) {
+                         "conv1d_grad_filter", "gather_grad", "lstm_gates"}) {
     ASSERT_TRUE(use.count(op)) << op << " has no library form";
     EXPECT_GT(use[op].taken, use[op].declined) << op << ": the mapping declines too many shares";
   }
