@@ -606,6 +606,15 @@ private:
     return llvm::Error::success();
   }
 
+  /// A convolution's geometry: what its timed algorithm is remembered by.
+  static std::string convKey(const cuda::CudnnConv &c) {
+    return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", static_cast<int>(c.kind),
+                       fmt::join(c.x.dims, ","), fmt::join(c.x.strides, ","),
+                       fmt::join(c.y.dims, ","), fmt::join(c.y.strides, ","),
+                       fmt::join(c.w.dims, ","), fmt::join(c.pad, ","), fmt::join(c.stride, ","),
+                       fmt::join(c.dilation, ","));
+  }
+
   llvm::Expected<std::shared_ptr<ConvCall>> makeConv(Worker &wk, cuda::CudnnConv call) {
     auto cc = std::make_shared<ConvCall>();
     cc->c = std::move(call);
@@ -646,9 +655,25 @@ private:
     };
     int returned = 0;
     bool found = false;
+    // Timed once per geometry (cuDNN runs each algorithm on scratch buffers of its own),
+    // else by heuristics.
+    const std::string key = convKey(c);
+    if (auto it = timedAlgorithms_.find(key); it != timedAlgorithms_.end()) {
+      found = it->second.first >= 0;
+      cc->algo = it->second.first;
+      cc->workspace = it->second.second;
+    }
+    bool timed = found;
     switch (c.kind) {
     case ConvKind::Forward: {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      if (!timed && options_.timeConvAlgorithms &&
+          cudnnFindConvolutionForwardAlgorithm(wk.dnn, cc->x, cc->w, cc->conv, cc->y,
+                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned,
+                                               perf) == CUDNN_STATUS_SUCCESS)
+        timed = found = pick(perf, returned);
+      if (found)
+        break;
       TOFU_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(wk.dnn, cc->x, cc->w, cc->conv, cc->y,
                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                         &returned, perf),
@@ -658,6 +683,13 @@ private:
     }
     case ConvKind::Data: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      if (!timed && options_.timeConvAlgorithms &&
+          cudnnFindConvolutionBackwardDataAlgorithm(wk.dnn, cc->w, cc->y, cc->conv, cc->x,
+                                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                    &returned, perf) == CUDNN_STATUS_SUCCESS)
+        timed = found = pick(perf, returned);
+      if (found)
+        break;
       TOFU_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
                      wk.dnn, cc->w, cc->y, cc->conv, cc->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
                      &returned, perf),
@@ -667,6 +699,13 @@ private:
     }
     case ConvKind::Filter: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      if (!timed && options_.timeConvAlgorithms &&
+          cudnnFindConvolutionBackwardFilterAlgorithm(wk.dnn, cc->x, cc->y, cc->conv, cc->w,
+                                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                                      &returned, perf) == CUDNN_STATUS_SUCCESS)
+        timed = found = pick(perf, returned);
+      if (found)
+        break;
       TOFU_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
                      wk.dnn, cc->x, cc->y, cc->conv, cc->w,
                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf),
@@ -675,6 +714,8 @@ private:
       break;
     }
     }
+    if (timed)
+      timedAlgorithms_[key] = {cc->algo, cc->workspace};
     if (!found) // e.g. a data gradient into a strided view: cuDNN 9 offers no engine
       return nullptr;
     cc->stagedW = aligned(cc->workspace);
@@ -785,6 +826,8 @@ private:
   std::vector<std::vector<std::vector<unsigned>>> blockReductions_; ///< per program kernel
   std::vector<std::vector<unsigned>> blockOutputVars_;              ///< per program kernel
   std::vector<std::vector<CudaTemporaryPass>> passes_;               ///< per program kernel
+  /// Timed convolution algorithms (and their workspaces) by geometry (convKey).
+  std::map<std::string, std::pair<int, int64_t>> timedAlgorithms_;
   std::vector<std::vector<std::vector<unsigned>>> passesBlockReductions_;
   std::vector<std::vector<unsigned>> passesBlockOutputVars_;
   std::vector<std::vector<Prepared>> prepared_;

@@ -34,6 +34,10 @@ struct CudaBackendOptions {
   std::vector<unsigned> workers;
   /// Largest cuDNN workspace one convolution may use (the fastest algorithm under it).
   int64_t convWorkspaceLimit = int64_t(256) << 20;
+  /// Convolution algorithms by timing each of cuDNN's on the convolution's geometry once
+  /// (cudnnFind*, as PyTorch's cudnn.benchmark), remembered per geometry; off, or where
+  /// timing fails: cuDNN's heuristics.
+  bool timeConvAlgorithms = true;
 };
 
 /// Success when device `device` can be used; else the runtime's reason
