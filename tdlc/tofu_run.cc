@@ -35,6 +35,7 @@
 #include "runtime/training_data.h"
 #ifdef TOFU_CUDA_BACKEND
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/kernel_report.h"
 #endif
 #ifdef TOFU_MPI_BACKEND
 #include <mpi.h>
@@ -145,6 +146,13 @@ cl::opt<unsigned> profileTop("profile", cl::desc("Time every node on every worke
                                                 "worker's compute, copy and waiting time and "
                                                 "worker 0's N slowest nodes (0: off)"),
                              cl::init(0), cl::cat(runCategory));
+cl::opt<bool> kernelReportOpt(
+    "kernel-report",
+    cl::desc("Print the CUDA kernels of one step of worker 0 as the CUDA backend would run "
+             "them (library call or generated variant, grid and block, the longest serial "
+             "chain of one thread, bytes, FLOPs) with a roofline estimate on an H100 against "
+             "its bound; needs no device, runs no step"),
+    cl::cat(runCategory));
 cl::opt<std::string> format("format", cl::desc("table (default) or json"), cl::init("table"),
                             cl::cat(runCategory));
 cl::opt<std::string> planJson("exec-plan", cl::desc("Write the execution plan as JSON"),
@@ -462,6 +470,28 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                         : memory;
   if (std::string bad = tofu::checkMemoryPlan(fusedMemory); !bad.empty())
     return fail("the fused plan's memory plan is unsound: " + bad);
+  if (kernelReportOpt) {
+    auto program = tofu::buildProgram(fused.problem, fused.plan, fusedMemory);
+    if (!program)
+      return fail(name + ": " + llvm::toString(program.takeError()));
+    auto report = tofu::cuda::kernelReport(*program);
+    if (!report)
+      return fail(name + ": " + llvm::toString(report.takeError()));
+    if (format == "json") {
+      nlohmann::json j = nlohmann::json::array();
+      for (const tofu::cuda::KernelEstimate &e : *report)
+        j.push_back({{"node", e.node}, {"op", e.op}, {"how", e.how}, {"library", e.library},
+                     {"launches", e.launches}, {"blocks", e.blocks}, {"threads", e.threads},
+                     {"serial_chain", e.chain}, {"bytes", e.bytes}, {"min_bytes", e.minBytes},
+                     {"flops", e.flops}, {"bound_seconds", e.boundSeconds},
+                     {"estimate_seconds", e.estimateSeconds}});
+      llvm::outs() << j.dump(1) << "\n";
+    } else {
+      llvm::outs() << fmt::format("{} (batch {}), worker 0 of {}:\n", name, batch, workers)
+                   << tofu::cuda::formatKernelReport(*report, tofu::cuda::GpuModel{});
+    }
+    return 0;
+  }
   auto engine = makeEngine(fused.problem, fused.plan, fusedMemory, options);
   if (!engine)
     return fail(name + ": " + llvm::toString(engine.takeError()));

@@ -14,6 +14,27 @@ for args in "--model wresnet-50-1-i32-c4-k10 --workers 4" "--model gpt-1-16-2-4 
   grep -q "^verify: PASSED" "$tmp/out.txt" || { echo "FAILED: no PASSED for $args" >&2; fail=1; }
   grep -q "(the plan predicts [0-9]*: equal)" "$tmp/out.txt" || { echo "FAILED: bytes for $args" >&2; fail=1; }
 done
+# --kernel-report: the CUDA kernels of a step with their roofline estimates, no device, no
+# step run; every launch has a bound no larger than its estimate.
+if ! $run --model wresnet-50-1-i32-c8-k10 --batch 32 --workers 2 --kernel-report >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+  echo "FAILED: tofu-run --kernel-report" >&2; cat "$tmp/err.txt" >&2; fail=1
+else
+  grep -q "^| node | op | how | launches |" "$tmp/out.txt" && grep -q "farthest from its bound" "$tmp/out.txt" &&
+    grep -q "after 4 temporaries" "$tmp/out.txt" ||
+    { echo "FAILED: --kernel-report table" >&2; cat "$tmp/out.txt" >&2; fail=1; }
+fi
+if ! $run --model mlp --workers 1 --kernel-report --format=json >"$tmp/out.json" 2>"$tmp/err.txt"; then
+  echo "FAILED: tofu-run --kernel-report --format=json" >&2; cat "$tmp/err.txt" >&2; fail=1
+else
+  python3 - "$tmp/out.json" <<'PY' || fail=1
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert len(r) > 5, r
+for e in r:
+    assert 0 < e["bound_seconds"] <= e["estimate_seconds"], e
+    assert e["library"] or e["blocks"] > 0, e
+PY
+fi
 # Training on compiled kernels: the loss falls, JSON carries the per-step figures.
 if ! $run --model wresnet-50-1-i32-c4-k10 --workers 2 --steps 3 --format=json >"$tmp/out.json" 2>"$tmp/err.txt"; then
   echo "FAILED: tofu-run --steps 3 --format=json" >&2; cat "$tmp/err.txt" >&2; fail=1

@@ -143,21 +143,34 @@ print(f"| {model} | {batch} | {t:.1f} | {one:.1f} ({one / t:.2f}x) | {cells[0]} 
 PY
   done
   echo
-  echo "At k=1, the kernels' device time per step by op (the ten largest):"
+  echo "At k=1, the kernels' device time per step by op (the ten largest), beside the kernel"
+  echo "report's roofline estimate and bound for an H100 (tofu-run --kernel-report):"
   for m in $models; do
-    m="${m%%:*}"
-    python3 - "$results/bench-$m-k1.json" "$m" <<'PY' 2>/dev/null
+    mb="${m#*:}"; m="${m%%:*}"
+    tofu_json "bench-$m-k1-report" --model "$m" --batch "$mb" --workers 1 --kernel-report
+    python3 - "$results/bench-$m-k1.json" "$m" "$results/bench-$m-k1-report.json" <<'PY' 2>/dev/null
 import collections, json, sys
 j = json.load(open(sys.argv[1]))
-by = collections.defaultdict(lambda: [0.0, 0])
+try:
+    report = {e["node"]: e for e in json.load(open(sys.argv[3]))}
+except Exception:
+    report = {}
+by = collections.defaultdict(lambda: [0.0, 0, 0.0, 0.0])
 for nodes in j.get("profile", []):
     for n in nodes:
-        by[(n["op"], n["kernel"])][0] += n["compute_seconds"]
-        by[(n["op"], n["kernel"])][1] += 1
+        b = by[(n["op"], n["kernel"])]
+        b[0] += n["compute_seconds"]
+        b[1] += 1
+        e = report.get(n["node"])
+        if e:
+            b[2] += e["estimate_seconds"]
+            b[3] += e["bound_seconds"]
 total = sum(v[0] for v in by.values())
-print(f"    {sys.argv[2]}: kernels {1e3 * total:.1f} ms")
-for (op, kernel), (sec, count) in sorted(by.items(), key=lambda kv: -kv[1][0])[:10]:
-    print(f"      {1e3 * sec:9.2f} ms  {count:4d} x  {op} ({kernel})")
+estimate = sum(v[2] for v in by.values())
+print(f"    {sys.argv[2]}: kernels {1e3 * total:.1f} ms measured, {1e3 * estimate:.1f} ms estimated")
+print("      measured ms | estimate ms | bound ms | launches | op (how)")
+for (op, kernel), (sec, count, est, bound) in sorted(by.items(), key=lambda kv: -kv[1][0])[:10]:
+    print(f"      {1e3 * sec:11.2f} | {1e3 * est:11.2f} | {1e3 * bound:8.2f} | {count:8d} | {op} ({kernel})")
 PY
   done
   echo

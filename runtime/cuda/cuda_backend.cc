@@ -50,8 +50,7 @@ llvm::Error cudaFailure(cudaError_t e, const std::string &what) {
       return stringError(fmt::format("{}: {}", what, cudnnGetErrorString(tofu_st_)));          \
   } while (0)
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096; // grid-stride loops cover the rest
+constexpr int kThreads = cuda::kKernelThreads;
 
 /// The device for the calling host thread (runtime state is per thread), set once.
 cudaError_t useDevice(int device) {
@@ -431,30 +430,23 @@ private:
   /// loads them.
   llvm::Error loadKernels(const Program &program) {
     std::vector<KernelSource> sources;
-    kernelName_.assign(program.kernels.size(), "");
-    blockReductions_.assign(program.kernels.size(), {});
-    blockOutputVars_.assign(program.kernels.size(), {});
-    passes_.assign(program.kernels.size(), {});
-    passesBlockReductions_.assign(program.kernels.size(), {});
-    passesBlockOutputVars_.assign(program.kernels.size(), {});
     for (size_t i = 0; i < program.kernels.size(); ++i) {
       auto src = generateKernel(*program.kernels[i].op, KernelDialect::Cuda);
       if (!src)
         return stringError(fmt::format("op '{}' has no CUDA kernel: {}",
                                        program.kernels[i].op->name,
                                        llvm::toString(src.takeError())));
-      kernelName_[i] = src->name;
-      blockReductions_[i] = src->blockReductions;
-      blockOutputVars_[i] = src->blockOutputVars;
-      passes_[i] = src->passes;
-      passesBlockReductions_[i] = src->passesBlockReductions;
-      passesBlockOutputVars_[i] = src->passesBlockOutputVars;
       sources.push_back(std::move(*src));
     }
     auto cubins = compileCubins(sources, options_.cubins);
     if (!cubins)
       return cubins.takeError();
-    stats_.compile.kernels = static_cast<unsigned>(sources.size());
+    for (KernelSource &k : sources) { // what launches are planned from: all but the code
+      k.code.clear();
+      k.code.shrink_to_fit();
+    }
+    kernelInfo_ = std::move(sources);
+    stats_.compile.kernels = static_cast<unsigned>(kernelInfo_.size());
     stats_.compile.units = static_cast<unsigned>(cubins->size());
     for (const Cubin &c : *cubins) {
       stats_.compile.unitsCompiled += c.compiled ? 1 : 0;
@@ -521,87 +513,38 @@ private:
       ++stats_.library;
       return llvm::Error::success();
     }
-    // The multi-launch variant wherever the op has one: its temporaries are computed once
-    // per value, split across blocks, where one launch would compute them per output or
-    // in one block.
-    const std::vector<CudaTemporaryPass> &passes = passes_[l.kernel];
-    const bool multi = !passes.empty();
-    const auto &blockReductions =
-        multi ? passesBlockReductions_[l.kernel] : blockReductions_[l.kernel];
-    const auto &blockOutputVars =
-        multi ? passesBlockOutputVars_[l.kernel] : blockOutputVars_[l.kernel];
-    int64_t total = 1, reduced = 0;
-    for (unsigned v : op.outputVars)
-      total *= l.ranges[v].size();
-    for (const std::vector<unsigned> &vars : blockReductions) {
-      int64_t n = 1;
-      for (unsigned v : vars)
-        n *= l.ranges[v].size();
-      reduced += n;
-    }
-    int64_t groups = 1; // the block variant's blocks: values of its blockOutputVars
-    for (unsigned v : blockOutputVars)
-      groups *= l.ranges[v].size();
-    // The block variant where each output sums many terms and there are too few outputs to
-    // fill the GPU with one thread each, or the sums are very long, or many outputs share
-    // them (a softmax's row: one thread per output would recompute the row's sums).
-    const bool perBlock =
-        reduced >= 64 && (total < 32768 || reduced >= 2048 || total >= 8 * groups);
-    const std::string base =
-        multi ? passesKernelName(kernelName_[l.kernel]) : kernelName_[l.kernel];
-    const std::string name = perBlock ? blockKernelName(base) : base;
+    const cuda::GeneratedLaunch g = cuda::planGeneratedLaunch(kernelInfo_[l.kernel], op, l.ranges);
     auto find = [&](const std::string &entry) -> llvm::Expected<cudaKernel_t> {
       auto it = kernels_.find(entry);
       if (it == kernels_.end())
         return stringError(fmt::format("node '{}': kernel {} was not loaded", node.name, entry));
       return it->second;
     };
-    auto main = find(name);
+    auto main = find(g.entry);
     if (!main)
       return main.takeError();
     pr.kind = Prepared::Generated;
     pr.kernel = *main;
-    pr.what = !perBlock        ? std::string("generated")
-              : groups == total ? fmt::format("generated, a block per output ({} terms)", reduced)
-                                : fmt::format("generated, a block per {} outputs ({} terms)",
-                                              total / groups, reduced);
-    std::string split;
-    for (const CudaTemporaryPass &t : passes) {
-      int64_t values = 1;
-      for (unsigned v : t.depends)
-        values *= l.ranges[v].size();
-      const int64_t terms = cuda::temporaryTerms(t, l.ranges);
-      Prepared::PassLaunch p;
-      p.parts = cuda::temporaryParts(t, l.ranges);
-      auto pass = find(temporaryPassName(kernelName_[l.kernel], t.id));
+    pr.what = g.describe();
+    pr.blocks = g.blocks;
+    const std::string &name = kernelInfo_[l.kernel].name;
+    for (const cuda::GeneratedLaunch::Pass &p : g.passes) {
+      auto pass = find(temporaryPassName(name, p.temporary->id));
       if (!pass)
         return pass.takeError();
-      p.kernel = *pass;
-      p.blocks = static_cast<unsigned>(std::clamp<int64_t>(values * p.parts, 1, 4 * kMaxBlocks));
-      pr.passes.push_back(p);
-      split += fmt::format("{}{} x {}", split.empty() ? "" : ", ", values, terms);
+      pr.passes.push_back({*pass, p.blocks, p.parts, {}});
       if (p.parts > 1) {
-        split += fmt::format(" in {} parts", p.parts);
-        auto combine = find(temporaryCombineName(kernelName_[l.kernel], t.id));
+        auto combine = find(temporaryCombineName(name, p.temporary->id));
         if (!combine)
           return combine.takeError();
-        p.kernel = *combine;
-        p.blocks = static_cast<unsigned>(
-            std::clamp<int64_t>((values + kThreads - 1) / kThreads, 1, kMaxBlocks));
-        pr.passes.push_back(p);
+        pr.passes.push_back({*combine, p.combineBlocks, p.parts, {}});
       }
     }
-    if (multi) {
-      pr.what += fmt::format(" after {} temporar{} ({})", passes.size(),
-                             passes.size() == 1 ? "y" : "ies", split);
-      stats_.extraBytes[w] =
-          std::max(stats_.extraBytes[w], cuda::cudaPassesScratchBytes(passes, l.ranges));
-    }
+    if (g.multi)
+      stats_.extraBytes[w] = std::max(stats_.extraBytes[w],
+                                      cuda::cudaPassesScratchBytes(kernelInfo_[l.kernel].passes, l.ranges));
     pr.ints = l.ints;
     pr.fast = l.fast;
-    pr.blocks = static_cast<unsigned>(
-        perBlock ? std::clamp<int64_t>(groups, 1, 4 * kMaxBlocks)
-                 : std::clamp<int64_t>((total + kThreads - 1) / kThreads, 1, kMaxBlocks));
     pr.args = cuda::kernelArgBlock(l.ints, pr.in, pr.out, l.fast);
     return llvm::Error::success();
   }
@@ -822,14 +765,9 @@ private:
   std::vector<Worker> workers_; ///< per worker of the plan (only local ones made)
   std::vector<cudaLibrary_t> libraries_;
   std::map<std::string, cudaKernel_t> kernels_;
-  std::vector<std::string> kernelName_; ///< per program kernel
-  std::vector<std::vector<std::vector<unsigned>>> blockReductions_; ///< per program kernel
-  std::vector<std::vector<unsigned>> blockOutputVars_;              ///< per program kernel
-  std::vector<std::vector<CudaTemporaryPass>> passes_;               ///< per program kernel
+  std::vector<KernelSource> kernelInfo_; ///< per program kernel, its entry points (no code)
   /// Timed convolution algorithms (and their workspaces) by geometry (convKey).
   std::map<std::string, std::pair<int, int64_t>> timedAlgorithms_;
-  std::vector<std::vector<std::vector<unsigned>>> passesBlockReductions_;
-  std::vector<std::vector<unsigned>> passesBlockOutputVars_;
   std::vector<std::vector<Prepared>> prepared_;
   BackendStats stats_;
 };

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "fmt/format.h"
+
 namespace tofu::cuda {
 
 int32_t copyCombine(const ir::Reducer *reducer) {
@@ -183,6 +185,65 @@ int64_t cudaPassesScratchBytes(const std::vector<CudaTemporaryPass> &passes,
       partials = std::max(partials, values * parts);
   }
   return (floats + partials) * static_cast<int64_t>(sizeof(float));
+}
+
+GeneratedLaunch planGeneratedLaunch(const KernelSource &k, const InstOp &op,
+                                    const std::vector<Range> &ranges) {
+  GeneratedLaunch g;
+  g.multi = !k.passes.empty();
+  const auto &blockReductions = g.multi ? k.passesBlockReductions : k.blockReductions;
+  const auto &blockOutputVars = g.multi ? k.passesBlockOutputVars : k.blockOutputVars;
+  for (unsigned v : op.outputVars)
+    g.outputs *= ranges[v].size();
+  for (const std::vector<unsigned> &vars : blockReductions) {
+    int64_t n = 1;
+    for (unsigned v : vars)
+      n *= ranges[v].size();
+    g.reduced += n;
+  }
+  for (unsigned v : blockOutputVars)
+    g.groups *= ranges[v].size();
+  g.perBlock = g.reduced >= 64 &&
+               (g.outputs < 32768 || g.reduced >= 2048 || g.outputs >= 8 * g.groups);
+  g.blocks = static_cast<unsigned>(
+      g.perBlock ? std::clamp<int64_t>(g.groups, 1, 4 * kKernelMaxBlocks)
+                 : std::clamp<int64_t>((g.outputs + kKernelThreads - 1) / kKernelThreads, 1,
+                                       kKernelMaxBlocks));
+  const std::string base = g.multi ? passesKernelName(k.name) : k.name;
+  g.entry = g.perBlock ? blockKernelName(base) : base;
+  for (const CudaTemporaryPass &t : k.passes) {
+    GeneratedLaunch::Pass p;
+    p.temporary = &t;
+    for (unsigned v : t.depends)
+      p.values *= ranges[v].size();
+    p.terms = temporaryTerms(t, ranges);
+    p.parts = temporaryParts(t, ranges);
+    p.blocks =
+        static_cast<unsigned>(std::clamp<int64_t>(p.values * p.parts, 1, 4 * kKernelMaxBlocks));
+    p.combineBlocks = static_cast<unsigned>(std::clamp<int64_t>(
+        (p.values + kKernelThreads - 1) / kKernelThreads, 1, kKernelMaxBlocks));
+    g.passes.push_back(p);
+  }
+  return g;
+}
+
+std::string GeneratedLaunch::describe() const {
+  std::string out = !perBlock           ? std::string("generated")
+                    : groups == outputs ? fmt::format("generated, a block per output ({} terms)",
+                                                      reduced)
+                                        : fmt::format("generated, a block per {} outputs ({} terms)",
+                                                      outputs / std::max<int64_t>(1, groups),
+                                                      reduced);
+  if (!multi)
+    return out;
+  std::string split;
+  for (const Pass &p : passes) {
+    split += fmt::format("{}{} x {}", split.empty() ? "" : ", ", p.values, p.terms);
+    if (p.parts > 1)
+      split += fmt::format(" in {} parts", p.parts);
+  }
+  return out + fmt::format(" after {} temporar{} ({})", passes.size(),
+                           passes.size() == 1 ? "y" : "ies", split);
 }
 
 } // namespace tofu::cuda

@@ -6,6 +6,7 @@
 #define TOFU_RUNTIME_CUDA_LAUNCH_PARAMS_H
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "analysis/ir.h"
@@ -61,6 +62,37 @@ int64_t temporaryTerms(const CudaTemporaryPass &t, const std::vector<Range> &ran
 
 /// The parts temporary `t`'s pass takes over `ranges` (temporaryParts).
 int64_t temporaryParts(const CudaTemporaryPass &t, const std::vector<Range> &ranges);
+
+/// Threads per block of every generated-kernel launch, and the most blocks a grid-stride
+/// launch is given.
+inline constexpr int kKernelThreads = 256;
+inline constexpr int64_t kKernelMaxBlocks = 4096;
+
+/// How the CUDA backend runs a generated kernel's share (decided on the host, so that the
+/// kernel report shows what the backend does without a device): the multi-launch variant
+/// wherever the kernel has one; then a thread per output, or the block variant where each
+/// output sums many terms and there are too few outputs to fill the GPU with one thread
+/// each, or the sums are very long, or many outputs share them (a softmax's row).
+struct GeneratedLaunch {
+  bool multi = false;      ///< the multi-launch variant (KernelSource::passes)
+  bool perBlock = false;   ///< the main nest's block variant
+  int64_t outputs = 1;     ///< the share's output elements
+  int64_t groups = 1;      ///< the block variant's values (of its blockOutputVars)
+  int64_t reduced = 0;     ///< terms the block variant's reductions sum per value
+  unsigned blocks = 1;     ///< the main launch's grid
+  std::string entry;       ///< the main launch's entry point
+  struct Pass {
+    const CudaTemporaryPass *temporary = nullptr;
+    int64_t values = 1, terms = 1, parts = 1;
+    unsigned blocks = 1, combineBlocks = 1;
+  };
+  std::vector<Pass> passes; ///< before the main launch, in order
+
+  /// "generated[, a block per ...][ after N temporaries (...)]": the profile's name.
+  std::string describe() const;
+};
+GeneratedLaunch planGeneratedLaunch(const KernelSource &k, const InstOp &op,
+                                    const std::vector<Range> &ranges);
 
 /// The scratch bytes the multi-launch variant needs: its temporaries (KernelSource::
 /// passes, sized over `ranges`), then the largest of their partial results (values times
