@@ -930,14 +930,7 @@ private:
     line("#pragma omp parallel for num_threads(a->threads) schedule(static) if (a->threads > 1)");
     line(fmt::format("for (i64 f = 0; f < {}; ++f) {{", rangeProduct(t.depends)));
     ++indent_;
-    line("i64 rest = f;");
-    for (size_t k = t.depends.size(); k-- > 0;) {
-      const unsigned v = t.depends[k];
-      line(fmt::format("const i64 v{0} = lo{0} + rest % (hi{0} - lo{0});", v));
-      if (k)
-        line(fmt::format("rest /= hi{0} - lo{0};", v));
-    }
-    line("(void)rest;");
+    decodeRanges(t.depends, "f");
     for (const Red *m : group)
       for (unsigned v : t.depends)
         emitSlot(m->nest, static_cast<int>(v));
@@ -1160,6 +1153,19 @@ private:
       --indent_;
       line("}");
     }
+  }
+
+  /// Decodes the variables `vars` (row-major over their ranges, the last fastest) from the
+  /// flat index `flat`: a temporary's element.
+  void decodeRanges(const std::vector<unsigned> &vars, const std::string &flat) {
+    line(fmt::format("i64 rest = {};", flat));
+    for (size_t k = vars.size(); k-- > 0;) {
+      const unsigned v = vars[k];
+      line(fmt::format("const i64 v{0} = lo{0} + rest % (hi{0} - lo{0});", v));
+      if (k)
+        line(fmt::format("rest /= hi{0} - lo{0};", v));
+    }
+    line("(void)rest;");
   }
 
   /// Decodes the variables `vars` (row-major, the last fastest) from the flat index `flat`.
@@ -1404,14 +1410,8 @@ private:
     line("for (i64 b = blockIdx.x; b < count * parts; b += gridDim.x) {");
     ++indent_;
     line("const i64 e = b / parts, p = b % parts;");
-    line("i64 rest = e;");
-    for (size_t k = t.depends.size(); k-- > 0;) {
-      const unsigned v = t.depends[k];
-      line(fmt::format("const i64 v{0} = lo{0} + rest % (hi{0} - lo{0});", v));
-      if (k)
-        line(fmt::format("rest /= hi{0} - lo{0};", v));
-    }
-    line("(void)rest; (void)p;");
+    decodeRanges(t.depends, "e");
+    line("(void)p;");
     collective_ = true;
     block_ = true;
     emitSlot(t.id, -1);

@@ -635,6 +635,24 @@ KernelSchedule scheduleKernel(const InstOp &op, ScheduleTarget target) {
   return Scheduler(op, target).run();
 }
 
+double visitedTerms(const ScheduledReduction &r, const std::vector<Range> &ranges) {
+  double n = 1;
+  for (unsigned v : r.node->vars) {
+    double visited = static_cast<double>(std::max<int64_t>(0, ranges[v].size()));
+    for (const PickedVar &pv : r.picks)
+      if (pv.var == v)
+        visited = std::min(visited, 1.0);
+    for (const StridedVar &sv : r.strides)
+      if (sv.var == v) {
+        const int64_t c = sv.coefficient < 0 ? -sv.coefficient : sv.coefficient;
+        visited = visited * static_cast<double>(std::gcd(c, sv.modulus)) /
+                  static_cast<double>(sv.modulus);
+      }
+    n *= visited;
+  }
+  return n;
+}
+
 double scheduledIterations(const InstOp &op, const KernelSchedule &s,
                            const std::vector<Range> &ranges) {
   auto extent = [&](unsigned v) { return static_cast<double>(ranges[v].size()); };
@@ -649,20 +667,7 @@ double scheduledIterations(const InstOp &op, const KernelSchedule &s,
     for (unsigned v : r.placement == P::Inline ? r.loops : r.depends)
       if (std::find(r.node->vars.begin(), r.node->vars.end(), v) == r.node->vars.end())
         n *= extent(v);
-    for (unsigned v : r.node->vars) {
-      double visited = extent(v);
-      for (const PickedVar &pv : r.picks)
-        if (pv.var == v)
-          visited = std::min(visited, 1.0);
-      for (const StridedVar &sv : r.strides)
-        if (sv.var == v) {
-          const int64_t c = sv.coefficient < 0 ? -sv.coefficient : sv.coefficient;
-          visited = visited * static_cast<double>(std::gcd(c, sv.modulus)) /
-                    static_cast<double>(sv.modulus);
-        }
-      n *= visited;
-    }
-    total += n;
+    total += n * visitedTerms(r, ranges);
   }
   return total;
 }

@@ -132,6 +132,11 @@ struct KernelSchedule {
 /// Schedules `op` for `target`.
 KernelSchedule scheduleKernel(const InstOp &op, ScheduleTarget target);
 
+/// The terms one evaluation of reduction `r` visits over `ranges`: the product of its
+/// variables' extents, a picked variable counting one value and a strided one the share of
+/// its range its congruence allows.
+double visitedTerms(const ScheduledReduction &r, const std::vector<Range> &ranges);
+
 /// The work of the scheduled loops over `ranges` (one range per variable of `op`): how many
 /// times a reduction's body or the output's expression is evaluated, each reduction once
 /// per value of its loops (a strided variable counts the share of its range it visits).

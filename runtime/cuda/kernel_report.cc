@@ -22,25 +22,6 @@ double extent(const std::vector<Range> &ranges, unsigned v) {
   return static_cast<double>(std::max<int64_t>(0, ranges[v].size()));
 }
 
-/// The terms a reduction visits per evaluation (a picked variable one value, a strided one
-/// the share of its range its congruence allows).
-double terms(const Red &r, const std::vector<Range> &ranges) {
-  double n = 1;
-  for (unsigned v : r.node->vars) {
-    double x = extent(ranges, v);
-    for (const PickedVar &p : r.picks)
-      if (p.var == v)
-        x = std::min(x, 1.0);
-    for (const StridedVar &s : r.strides)
-      if (s.var == v) {
-        const int64_t c = s.coefficient < 0 ? -s.coefficient : s.coefficient;
-        x = x * static_cast<double>(std::gcd(c, s.modulus)) / static_cast<double>(s.modulus);
-      }
-    n *= x;
-  }
-  return n;
-}
-
 /// How many times an inline reduction is computed per value of `base` (the loops a launch
 /// spreads over threads or blocks): once per value of its other loops.
 double perBase(const Red &r, const std::vector<unsigned> &base, const std::vector<Range> &ranges) {
@@ -57,7 +38,7 @@ double nestWork(const KernelSchedule &s, int nest, const std::vector<unsigned> &
   double w = 0;
   for (const Red &r : s.reductions)
     if (r.placement == Placement::Inline && r.nest == nest)
-      w += perBase(r, base, ranges) * terms(r, ranges);
+      w += perBase(r, base, ranges) * visitedTerms(r, ranges);
   return w;
 }
 
@@ -155,7 +136,7 @@ llvm::Expected<std::vector<KernelEstimate>> kernelReport(const Program &program,
             t = &r;
         if (!t)
           continue;
-        const double perValue = terms(*t, l.ranges) +
+        const double perValue = visitedTerms(*t, l.ranges) +
                                 nestWork(s, static_cast<int>(t->id), t->depends, l.ranges);
         const double parts = static_cast<double>(p.parts);
         chain += ceilDiv(static_cast<double>(p.values) * parts, p.blocks) *
