@@ -94,13 +94,17 @@ llvm::Expected<Graph> readGraph(const GraphSource &source, const OpLibrary &lib,
     OnnxImportOptions options;
     options.batch = source.batch;
     options.dataInputs = source.dataInputs;
+    options.dataInputsExact = source.dataInputsGiven;
     return importOnnx(source.onnxFile, lib, options);
   }
   *name = source.graphFile;
   auto buf = llvm::MemoryBuffer::getFile(source.graphFile);
   if (!buf)
     return stringError("cannot read " + source.graphFile + ": " + buf.getError().message());
-  return graphFromJson((*buf)->getBuffer().str());
+  auto g = graphFromJson((*buf)->getBuffer().str());
+  if (!g)
+    return stringError(source.graphFile + ": " + llvm::toString(g.takeError()));
+  return g;
 }
 
 } // namespace

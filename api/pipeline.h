@@ -26,6 +26,7 @@ struct GraphSource {
   std::string model, graphFile, onnxFile; ///< exactly one set
   int64_t batch = 1;
   unsigned dataInputs = 1; ///< with onnxFile
+  bool dataInputsGiven = false; ///< the user gave dataInputs: it must not exceed the inputs
 };
 
 /// The operator library's directory, wherever the tool runs from: `given` where the user

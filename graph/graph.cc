@@ -1,6 +1,9 @@
 // Graph construction, validation with shape inference, topological order, JSON.
 #include "graph/graph.h"
 
+#include "analysis/checked.h"
+
+#include <algorithm>
 #include <queue>
 
 #include "analysis/instantiate.h"
@@ -203,7 +206,34 @@ llvm::Error inferNode(Graph &g, const Node &n, const OpLibrary &lib) {
   return llvm::Error::success();
 }
 
+namespace {
+/// Every tensor's size, and all of them together, inside kMaxGraphBytes (analysis/checked.h):
+/// later sums of byte counts cannot overflow. Tensors whose shape is not known yet are
+/// skipped.
+llvm::Error checkSizes(const Graph &g) {
+  int64_t total = 0;
+  for (const TensorInfo &t : g.tensors()) {
+    if (!t.shapeKnown)
+      continue;
+    auto elements = checkedProduct(t.shape);
+    auto bytes = elements ? checkedMul(*elements, dtypeSize(t.dtype)) : std::nullopt;
+    if (!bytes || *bytes > kMaxGraphBytes)
+      return stringError(fmt::format("tensor '{}' of shape [{}] holds more than {} bytes (1 PiB), "
+                                     "the most a graph may hold",
+                                     t.name, fmt::join(t.shape, ", "), kMaxGraphBytes));
+    total += *bytes;
+    if (total > kMaxGraphBytes)
+      return stringError(fmt::format("the graph's tensors hold more than {} bytes (1 PiB) "
+                                     "together, the most a graph may hold (at tensor '{}')",
+                                     kMaxGraphBytes, t.name));
+  }
+  return llvm::Error::success();
+}
+} // namespace
+
 llvm::Error checkGraph(Graph &g, const OpLibrary &lib) {
+  if (llvm::Error e = checkSizes(g))
+    return e;
   for (const TensorInfo &t : g.tensors()) {
     const Node *p = g.producer(t.name);
     if (!p && (t.role == TensorRole::Activation || t.role == TensorRole::Gradient))
@@ -226,11 +256,86 @@ llvm::Error checkGraph(Graph &g, const OpLibrary &lib) {
   for (unsigned index : *order)
     if (llvm::Error e = inferNode(g, g.nodes()[index], lib))
       return e;
-  return llvm::Error::success();
+  return checkSizes(g);
 }
 
+namespace {
+using nlohmann::json;
+
+/// A graph JSON value at a path (`nodes[3].inputs`), read with errors that name the path.
+struct JsonAt {
+  const json &v;
+  std::string path;
+
+  JsonAt operator[](const char *key) const { return {v.at(key), path + "." + key}; }
+  JsonAt operator[](size_t i) const { return {v.at(i), fmt::format("{}[{}]", path, i)}; }
+
+  llvm::Error fail(const std::string &what) const {
+    return stringError(fmt::format("graph JSON: {}: {}", path, what));
+  }
+  /// An object whose keys are among `allowed`, having every one of `required`.
+  llvm::Error object(const std::vector<const char *> &allowed,
+                     const std::vector<const char *> &required) const {
+    if (!v.is_object())
+      return fail(fmt::format("must be an object, not {}", v.type_name()));
+    for (auto it = v.begin(); it != v.end(); ++it)
+      if (std::find_if(allowed.begin(), allowed.end(),
+                       [&](const char *a) { return it.key() == a; }) == allowed.end())
+        return fail(fmt::format("unknown key '{}' (one of: {})", it.key(),
+                                fmt::join(allowed, ", ")));
+    for (const char *r : required)
+      if (!v.contains(r))
+        return fail(fmt::format("the key '{}' is missing", r));
+    return llvm::Error::success();
+  }
+  llvm::Expected<std::string> string() const {
+    if (!v.is_string())
+      return fail(fmt::format("must be a string, not {}", v.type_name()));
+    return v.get<std::string>();
+  }
+  llvm::Expected<int64_t> integer() const {
+    if (!v.is_number_integer())
+      return fail(fmt::format("must be an integer, not {}", v.dump()));
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+      return fail(fmt::format("{} is out of range", v.dump()));
+    return v.get<int64_t>();
+  }
+  llvm::Error array() const {
+    if (!v.is_array())
+      return fail(fmt::format("must be an array, not {}", v.type_name()));
+    return llvm::Error::success();
+  }
+  llvm::Expected<std::vector<std::string>> strings() const {
+    if (llvm::Error e = array())
+      return std::move(e);
+    std::vector<std::string> out;
+    for (size_t i = 0; i < v.size(); ++i) {
+      auto s = (*this)[i].string();
+      if (!s)
+        return s.takeError();
+      out.push_back(*s);
+    }
+    return out;
+  }
+  llvm::Expected<std::map<std::string, int64_t>> integers() const {
+    if (!v.is_object())
+      return fail(fmt::format("must be an object, not {}", v.type_name()));
+    std::map<std::string, int64_t> out;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      auto n = JsonAt{it.value(), path + "." + it.key()}.integer();
+      if (!n)
+        return n.takeError();
+      out[it.key()] = *n;
+    }
+    return out;
+  }
+};
+
+const char *const kDtypes[] = {"float32", "float64", "float16", "bfloat16", "int64",
+                               "int32",   "int16",   "int8",    "uint8",    "bool"};
+} // namespace
+
 llvm::Expected<Graph> graphFromJson(const std::string &text) {
-  using nlohmann::json;
   json j;
   try {
     j = json::parse(text);
@@ -238,47 +343,110 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
     return stringError(fmt::format("graph JSON: {}", e.what()));
   }
   Graph g;
-  try {
-    if (!j.is_object())
-      return stringError("graph JSON: the top level must be an object");
-    for (const json &t : j.value("tensors", json::array())) {
-      TensorInfo info;
-      info.name = t.at("name").get<std::string>();
-      if (t.contains("shape")) {
-        info.shape = t["shape"].get<std::vector<int64_t>>();
-        info.shapeKnown = true;
+  const JsonAt top{j, "the top level"};
+  if (llvm::Error e = top.object({"tensors", "nodes", "outputs"}, {"tensors", "nodes"}))
+    return std::move(e);
+  const JsonAt tensors{j.at("tensors"), "tensors"}, nodes{j.at("nodes"), "nodes"};
+  if (llvm::Error e = tensors.array())
+    return std::move(e);
+  if (llvm::Error e = nodes.array())
+    return std::move(e);
+  for (size_t i = 0; i < tensors.v.size(); ++i) {
+    const JsonAt t = tensors[i];
+    if (llvm::Error e = t.object({"name", "shape", "dtype", "role", "group"}, {"name"}))
+      return std::move(e);
+    TensorInfo info;
+    auto name = t["name"].string();
+    if (!name)
+      return name.takeError();
+    info.name = *name;
+    if (t.v.contains("shape")) {
+      const JsonAt shape = t["shape"];
+      if (llvm::Error e = shape.array())
+        return std::move(e);
+      for (size_t d = 0; d < shape.v.size(); ++d) {
+        auto n = shape[d].integer();
+        if (!n)
+          return n.takeError();
+        if (*n <= 0)
+          return shape[d].fail(fmt::format("an extent must be positive, not {}", *n));
+        info.shape.push_back(*n);
       }
-      info.dtype = t.value("dtype", std::string("float32"));
-      info.group = t.value("group", std::string());
-      std::string role = t.value("role", std::string("activation"));
-      auto r = parseRole(role);
+      info.shapeKnown = true;
+    }
+    if (t.v.contains("dtype")) {
+      auto dtype = t["dtype"].string();
+      if (!dtype)
+        return dtype.takeError();
+      if (std::find(std::begin(kDtypes), std::end(kDtypes), *dtype) == std::end(kDtypes))
+        return t["dtype"].fail(fmt::format("unknown dtype '{}' (one of: {})", *dtype,
+                                           fmt::join(kDtypes, ", ")));
+      info.dtype = *dtype;
+    }
+    if (t.v.contains("group")) {
+      auto group = t["group"].string();
+      if (!group)
+        return group.takeError();
+      info.group = *group;
+    }
+    if (t.v.contains("role")) {
+      auto role = t["role"].string();
+      if (!role)
+        return role.takeError();
+      auto r = parseRole(*role);
       if (!r)
-        return stringError(fmt::format("graph JSON: tensor '{}' has unknown role '{}'", info.name, role));
+        return t["role"].fail(fmt::format("tensor '{}' has unknown role '{}'", info.name, *role));
       info.role = *r;
-      if (llvm::Error e = g.addTensor(std::move(info)))
-        return stringError("graph JSON: " + llvm::toString(std::move(e)));
     }
-    for (const json &jn : j.value("nodes", json::array())) {
-      Node n;
-      n.name = jn.at("name").get<std::string>();
-      n.op = jn.at("op").get<std::string>();
-      n.group = jn.value("group", std::string());
-      n.coalesce = jn.value("coalesce", std::string());
-      json attrs = jn.value("attrs", json::object());
-      for (auto it = attrs.begin(); it != attrs.end(); ++it)
-        n.attrs[it.key()] = it.value().get<int64_t>();
-      json groups = jn.value("groups", json::object());
-      for (auto it = groups.begin(); it != groups.end(); ++it)
-        n.groups[it.key()] = it.value().get<int64_t>();
-      n.inputs = jn.value("inputs", std::vector<std::string>{});
-      n.output = jn.at("output").get<std::string>();
-      if (llvm::Error e = g.addNode(std::move(n)))
-        return stringError("graph JSON: " + llvm::toString(std::move(e)));
-    }
-    g.outputs = j.value("outputs", std::vector<std::string>{});
-  } catch (const json::exception &e) {
-    return stringError(fmt::format("graph JSON: {}", e.what()));
+    if (llvm::Error e = g.addTensor(std::move(info)))
+      return t.fail(llvm::toString(std::move(e)));
   }
+  for (size_t i = 0; i < nodes.v.size(); ++i) {
+    const JsonAt jn = nodes[i];
+    if (llvm::Error e = jn.object(
+            {"name", "op", "group", "coalesce", "attrs", "groups", "inputs", "output"},
+            {"name", "op", "output"}))
+      return std::move(e);
+    Node n;
+    for (auto [key, field] : {std::pair<const char *, std::string *>{"name", &n.name},
+                              {"op", &n.op},
+                              {"group", &n.group},
+                              {"coalesce", &n.coalesce},
+                              {"output", &n.output}}) {
+      if (!jn.v.contains(key))
+        continue;
+      auto s = jn[key].string();
+      if (!s)
+        return s.takeError();
+      *field = *s;
+    }
+    for (auto [key, field] : {std::pair<const char *, std::map<std::string, int64_t> *>{
+                                  "attrs", &n.attrs},
+                              {"groups", &n.groups}}) {
+      if (!jn.v.contains(key))
+        continue;
+      auto m = jn[key].integers();
+      if (!m)
+        return m.takeError();
+      *field = std::move(*m);
+    }
+    if (jn.v.contains("inputs")) {
+      auto inputs = jn["inputs"].strings();
+      if (!inputs)
+        return inputs.takeError();
+      n.inputs = std::move(*inputs);
+    }
+    if (llvm::Error e = g.addNode(std::move(n)))
+      return jn.fail(llvm::toString(std::move(e)));
+  }
+  if (j.contains("outputs")) {
+    auto outputs = JsonAt{j.at("outputs"), "outputs"}.strings();
+    if (!outputs)
+      return outputs.takeError();
+    g.outputs = std::move(*outputs);
+  }
+  if (g.nodes().empty())
+    return stringError("graph JSON: the graph has no nodes: nothing to plan");
   return llvm::Expected<Graph>(std::move(g));
 }
 

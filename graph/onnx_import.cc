@@ -2357,6 +2357,11 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     }
     keep(g_.addTensor(std::move(info)));
   }
+  if (options_.dataInputsExact && options_.dataInputs > dataSeen)
+    return stringError(fmt::format("--data-inputs {}: the model has {} graph input{} that {} not "
+                                   "initializers",
+                                   options_.dataInputs, dataSeen, dataSeen == 1 ? "" : "s",
+                                   dataSeen == 1 ? "is" : "are"));
   if (error_)
     return std::move(error_);
   // Every node is tried, so that one import lists every node it cannot translate; nodes

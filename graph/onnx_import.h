@@ -15,6 +15,9 @@ struct OnnxImportOptions {
   /// When weights are exported as graph inputs (export_params=False), the first this many
   /// graph inputs are data and the rest are weights.
   unsigned dataInputs = 1;
+  /// dataInputs was given by the user: more than the model's graph inputs is an error
+  /// (else it means "all of them").
+  bool dataInputsExact = false;
 };
 
 /// Reads the model at `path`, infers shapes with ONNX's shape inference, and translates

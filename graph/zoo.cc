@@ -1,6 +1,8 @@
 // Model zoo builders.
 #include "graph/zoo.h"
 
+#include "analysis/checked.h"
+
 #include <regex>
 
 #include "fmt/format.h"
@@ -249,21 +251,63 @@ llvm::Expected<Graph> buildTransformer(int layers, int64_t hidden, int64_t heads
 }
 
 llvm::Expected<Graph> buildModel(const std::string &name, int64_t batch) {
+  if (batch < 1 || batch > kMaxZooExtent)
+    return stringError(fmt::format("model '{}': a batch of {} is out of range (1 to {})", name,
+                                   batch, kMaxZooExtent));
+  // The numbers of the name, each in its range (`otherwise` where an optional one is absent).
+  struct Field {
+    int64_t lo, hi;
+    const char *what;
+    int64_t otherwise = 0;
+  };
+  auto numbers = [&](const std::smatch &m,
+                     const std::vector<Field> &fields) -> llvm::Expected<std::vector<int64_t>> {
+    std::vector<int64_t> out;
+    for (size_t k = 0; k < fields.size(); ++k) {
+      if (!m[k + 1].matched || m[k + 1].length() == 0) {
+        out.push_back(fields[k].otherwise);
+        continue;
+      }
+      auto v = parseInteger(m[k + 1].str(), fields[k].lo, fields[k].hi, fields[k].what);
+      if (!v)
+        return stringError(fmt::format("model '{}': {}", name, llvm::toString(v.takeError())));
+      out.push_back(*v);
+    }
+    return out;
+  };
   std::smatch m;
   if (name == "mlp")
     return buildMlp({1024, 4096, 4096, 1000}, batch);
   if (std::regex_match(name, m,
-                       std::regex("wresnet-(\\d+)-(\\d+)(?:-i(\\d+))?(?:-c(\\d+))?(?:-k(\\d+))?")))
-    return buildWResNet(std::stoi(m[1]), std::stoll(m[2]), batch,
-                        m[3].length() ? std::stoll(m[3]) : 224, m[4].length() ? std::stoll(m[4]) : 64,
-                        m[5].length() ? std::stoll(m[5]) : 1000);
-  if (std::regex_match(name, m, std::regex("rnn-(\\d+)-(\\d+)([kK]?)"))) {
-    int64_t h = std::stoll(m[2]) * (m[3].length() ? 1024 : 1);
-    return buildRnn(std::stoi(m[1]), h, batch);
+                       std::regex("wresnet-(\\d+)-(\\d+)(?:-i(\\d+))?(?:-c(\\d+))?(?:-k(\\d+))?"))) {
+    auto n = numbers(m, {{1, 1000, "the depth"},
+                         {1, 1 << 10, "the widening factor"},
+                         {1, 1 << 16, "the image size", 224},
+                         {1, 1 << 16, "the stem's width", 64},
+                         {1, 1 << 24, "the class count", 1000}});
+    if (!n)
+      return n.takeError();
+    const std::vector<int64_t> &v = *n;
+    return buildWResNet(static_cast<int>(v[0]), v[1], batch, v[2], v[3], v[4]);
   }
-  if (std::regex_match(name, m, std::regex("gpt-(\\d+)-(\\d+)-(\\d+)-(\\d+)")))
-    return buildTransformer(std::stoi(m[1]), std::stoll(m[2]), std::stoll(m[3]), std::stoll(m[4]),
-                            batch);
+  if (std::regex_match(name, m, std::regex("rnn-(\\d+)-(\\d+)([kK]?)"))) {
+    const bool kilo = m[3].length() > 0;
+    auto n = numbers(m, {{1, 10000, "the layer count"},
+                         {1, kilo ? (1 << 14) : (1 << 24), "the hidden size"}});
+    if (!n)
+      return n.takeError();
+    return buildRnn(static_cast<int>((*n)[0]), (*n)[1] * (kilo ? 1024 : 1), batch);
+  }
+  if (std::regex_match(name, m, std::regex("gpt-(\\d+)-(\\d+)-(\\d+)-(\\d+)"))) {
+    auto n = numbers(m, {{1, 10000, "the layer count"},
+                         {1, 1 << 20, "the hidden size"},
+                         {1, 1 << 16, "the head count"},
+                         {1, 1 << 24, "the sequence length"}});
+    if (!n)
+      return n.takeError();
+    const std::vector<int64_t> &v = *n;
+    return buildTransformer(static_cast<int>(v[0]), v[1], v[2], v[3], batch);
+  }
   return stringError(fmt::format("unknown model '{}'; {}", name, zooHelp()));
 }
 

@@ -41,6 +41,12 @@ llvm::Expected<Graph> buildTransformer(int layers, int64_t hidden, int64_t heads
 /// A zoo model by name: "mlp", "wresnet-<50|101|152>-<W>", "rnn-<L>-<H>" (H may end in K,
 /// e.g. rnn-10-8K), "gpt-<layers>-<hidden>-<heads>-<seq>" (e.g. gpt-12-768-12-1024). Its
 /// graph's single output is the scalar loss.
+/// The largest batch a zoo model takes (each of its tensors' extents stays far inside
+/// int64; checkGraph bounds the bytes).
+inline constexpr int64_t kMaxZooExtent = int64_t(1) << 31;
+
+/// The model `name` names (zooHelp); each number of the name is read with a range check,
+/// and an error names the one out of range.
 llvm::Expected<Graph> buildModel(const std::string &name, int64_t batch);
 
 /// The names buildModel accepts, for help texts.

@@ -1,4 +1,5 @@
 // tdlc: the TDL compiler driver — checks .tdl files and prints their checked IR.
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "runtime/kernel_verify.h"
 #include "tdlc/stats.h"
 #include "analysis/sema.h"
+#include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
@@ -162,6 +164,31 @@ int analyseModule(const tofu::ir::Module &module) {
     }
     examples = std::move(*loaded);
   }
+  // A name given on the command line that no op of the selection has is a mistake (a typo,
+  // the wrong op), not something to ignore.
+  {
+    std::string unused;
+    for (const auto &[name, value] : inst.attrs)
+      if (std::none_of(ops.begin(), ops.end(),
+                       [&](const tofu::ir::OpDef *op) { return op->findAttr(name).has_value(); }))
+        unused += fmt::format(" --attr {}", name);
+    for (const auto &[name, value] : inst.groups)
+      if (std::none_of(ops.begin(), ops.end(), [&](const tofu::ir::OpDef *op) {
+            return std::any_of(op->vars.begin(), op->vars.end(), [&](const tofu::ir::IndexVar &v) {
+              return v.isGroup && v.name == name;
+            });
+          }))
+        unused += fmt::format(" --group {}", name);
+    for (const auto &[name, value] : ranks)
+      if (std::none_of(ops.begin(), ops.end(),
+                       [&](const tofu::ir::OpDef *op) { return op->findInput(name).has_value(); }))
+        unused += fmt::format(" --rank {}", name);
+    if (!unused.empty()) {
+      llvm::errs() << "tdlc: no op " << (opName.empty() ? "of " + module.rootFile : "'" + opName + "'")
+                   << " has what these name:" << unused << "\n";
+      return 2;
+    }
+  }
   for (const tofu::ir::OpDef *op : ops) {
     const tofu::Example *example = nullptr;
     if (auto it = examples.find(op->name); it != examples.end())
@@ -309,7 +336,8 @@ int main(int argc, char **argv) {
   argv = args.data();
   cl::HideUnrelatedOptions(tdlcCategory);
   cl::SetVersionPrinter(printVersion);
-  cl::ParseCommandLineOptions(
+  // Bad usage exits 2, as --help says (llvm's parser would exit 1).
+  const bool parsed = cl::ParseCommandLineOptions(
       argc, argv,
       "tdlc - the Tofu TDL compiler\n\n"
       "  tdlc --check FILE...     check .tdl files (imports included)\n"
@@ -321,7 +349,10 @@ int main(int argc, char **argv) {
       "  tdlc --kernel FILE       print each op's kernel schedule and generated source\n"
       "                           [--op NAME] [--attr a=v] [--group g=n] [--target=cpp|cuda]\n"
       "  tdlc --stats DIR         statistics of an operator library and its ONNX coverage\n\n"
-      "Exit status: 0 when every file checks, 1 when a file has an error, 2 on bad usage.\n");
+      "Exit status: 0 when every file checks, 1 when a file has an error, 2 on bad usage.\n",
+      &llvm::errs());
+  if (!parsed)
+    return 2;
 
   if (kernelsMode != "interp" && kernelsMode != "compiled") {
     llvm::errs() << "tdlc: --kernels must be interp or compiled\n";

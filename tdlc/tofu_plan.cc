@@ -2,8 +2,10 @@
 // step, and searches for its partition across --workers workers.
 #include <chrono>
 #include <fstream>
+#include <cmath>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "fmt/format.h"
 #include "graph/graph.h"
@@ -17,6 +19,7 @@
 #include "search/report.h"
 #include "search/search.h"
 #include "search/topology.h"
+#include "analysis/checked.h"
 #include "api/pipeline.h"
 
 namespace cl = llvm::cl;
@@ -97,7 +100,8 @@ std::string human(double bytes) { return tofu::humanBytes(bytes); }
 
 int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(planCategory);
-  cl::ParseCommandLineOptions(
+  // Bad usage exits 2, as --help says (llvm's parser would exit 1).
+  const bool parsed = cl::ParseCommandLineOptions(
       argc, argv,
       "tofu-plan - build a model's dataflow graph and plan its partitioning\n\n"
       "  tofu-plan --model NAME [--batch B] [--train] --workers K [--algo A] [--format=json]\n"
@@ -111,13 +115,48 @@ int main(int argc, char **argv) {
           "\n\nAlgorithms (--algo): " + tofu::algorithmNames() +
           ".\nThe plan lists, per tensor, how each dimension is cut; per op, its strategy at "
           "each\nrecursion step; the communication per step and in total; per-worker memory; the "
-          "search time.\n");
+          "search time.\n",
+      &llvm::errs());
+  if (!parsed)
+    return 2;
   if (int(!model.empty()) + int(!graphFile.empty()) + int(!onnxFile.empty()) != 1) {
     llvm::errs() << "tofu-plan: give exactly one of --model, --graph or --onnx (see --help)\n";
     return 2;
   }
-  if (workers.getNumOccurrences() && workers == 0) {
-    llvm::errs() << "tofu-plan: --workers must be at least 1\n";
+  if (workers.getNumOccurrences() && (workers == 0 || workers > tofu::kMaxWorkers)) {
+    llvm::errs() << fmt::format("tofu-plan: --workers must be 1 to {} (the search and the "
+                                "execution plans are built for at most {} workers)\n",
+                                tofu::kMaxWorkers, tofu::kMaxWorkers);
+    return 2;
+  }
+  if (maxWorkers.getNumOccurrences() && !fitBytes.getNumOccurrences()) {
+    llvm::errs() << "tofu-plan: --max-workers bounds --fit's search: give it with --fit BYTES\n";
+    return 2;
+  }
+  if (maxWorkers > tofu::kMaxWorkers) {
+    llvm::errs() << fmt::format("tofu-plan: --max-workers must be at most {}\n",
+                                tofu::kMaxWorkers);
+    return 2;
+  }
+  if (!std::isfinite(budget) || budget <= 0 || budget > 1e6) {
+    llvm::errs() << "tofu-plan: --budget must be a number of seconds above 0 and at most "
+                    "1000000\n";
+    return 2;
+  }
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (searchThreads > 4 * cores) {
+    llvm::errs() << fmt::format("tofu-plan: --search-threads {} is more than 4 per core of this "
+                                "machine ({} cores); at most {}\n",
+                                unsigned(searchThreads), cores, 4 * cores);
+    return 2;
+  }
+  if (batch.getNumOccurrences() && !graphFile.empty()) {
+    llvm::errs() << "tofu-plan: --batch applies to --model and --onnx; a graph JSON's shapes "
+                    "are its own\n";
+    return 2;
+  }
+  if (optimizer.getNumOccurrences() && !train) {
+    llvm::errs() << "tofu-plan: --optimizer applies to a training step: give --train\n";
     return 2;
   }
   std::optional<int64_t> budgetBytes;
@@ -211,7 +250,9 @@ int main(int argc, char **argv) {
   pipeline.search.budgetSeconds = budget;
   pipeline.search.threads = searchThreads;
   pipeline.search.coarsen = !noCoarsen;
-  auto result = tofu::runPipeline({model, graphFile, onnxFile, batch, dataInputs}, *lib, pipeline);
+  auto result = tofu::runPipeline(
+      {model, graphFile, onnxFile, batch, dataInputs, dataInputs.getNumOccurrences() > 0}, *lib,
+      pipeline);
   if (!result) {
     llvm::errs() << "tofu-plan: " << llvm::toString(result.takeError()) << "\n";
     return 1;

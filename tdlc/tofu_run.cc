@@ -11,14 +11,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <optional>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <numeric>
-#include <set>
 #include <fstream>
+#include <numeric>
+#include <optional>
+#include <set>
 #include <string>
+#include <thread>
 
 #include "codegen/exec_plan.h"
 #include "codegen/fusion.h"
@@ -48,6 +49,7 @@
 #endif
 #include "search/report.h"
 #include "search/search.h"
+#include "analysis/checked.h"
 #include "api/pipeline.h"
 
 namespace cl = llvm::cl;
@@ -110,6 +112,10 @@ cl::opt<std::string> dataMode(
              "from a fixed random teacher, so the loss falls as the model learns it) or 'fixed' "
              "(one random batch for every step: the model memorises it)"),
     cl::init("teacher"), cl::cat(runCategory));
+/// The most workers the in-process engines (CPU, CUDA) run: each is a thread (or stream)
+/// with its own arena in this process; 1024 take some 20 s and 3 GB to set up for an MLP.
+constexpr unsigned kMaxEngineWorkers = 1024;
+
 cl::opt<double> tolerance("tolerance", cl::desc("Largest relative difference --verify accepts "
                                                 "(default 1e-3 on compiled kernels, float32; "
                                                 "1e-4 with --kernels interp)"),
@@ -814,7 +820,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
 
 int run(int argc, char **argv) {
   cl::HideUnrelatedOptions(runCategory);
-  cl::ParseCommandLineOptions(
+  // Bad usage exits 2, as --help says (llvm's parser would exit 1).
+  const bool parsed = cl::ParseCommandLineOptions(
       argc, argv,
       "tofu-run - train a model partitioned across workers (threads, or processes under mpirun) "
       "on the CPU or CUDA engine, and "
@@ -833,7 +840,10 @@ int run(int argc, char **argv) {
           "\n\nA graph whose output is a prediction gets a loss (softmax cross-entropy for rank-2 "
           "logits, else MSE). Exit status: 0 when every step ran, moved the predicted bytes (and, "
           "with --verify, matched), 1 "
-          "otherwise, 2 on bad usage.\n");
+          "otherwise, 2 on bad usage.\n",
+      &llvm::errs());
+  if (!parsed)
+    return 2;
   if (int(!model.empty()) + int(!graphFile.empty()) + int(!onnxFile.empty()) != 1)
     return fail("give exactly one of --model, --graph or --onnx (see --help)", 2);
   {
@@ -881,6 +891,29 @@ int run(int argc, char **argv) {
     return fail("--mpi-transport is for --backend mpi", 2);
   if (workers == 0)
     return fail("--workers K is required (K >= 1)", 2);
+  if (workers > kMaxEngineWorkers && backend != "mpi" && backend != "nccl")
+    return fail(fmt::format("--workers {}: the {} engine runs every worker in this process (a "
+                            "thread and an arena each) and takes at most {}; more workers run "
+                            "as processes (--backend mpi)",
+                            unsigned(workers), std::string(backend), kMaxEngineWorkers),
+                2);
+  if (workers > tofu::kMaxWorkers)
+    return fail(fmt::format("--workers must be at most {} (the search and the execution plans "
+                            "are built for at most {} workers)",
+                            tofu::kMaxWorkers, tofu::kMaxWorkers),
+                2);
+  {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (threadsPerWorker < 0 || threadsPerWorker > 4 * cores)
+      return fail(fmt::format("--worker-threads must be 0 (cores / workers) to {} (4 per core "
+                              "of this machine)",
+                              4 * cores),
+                  2);
+  }
+  if (tolerance.getNumOccurrences() > 0 && !(tolerance >= 0 && std::isfinite(tolerance)))
+    return fail("--tolerance must be a finite number at least 0", 2);
+  if (tolerance.getNumOccurrences() > 0 && !verify && kernelsMode != "interp")
+    return fail("--tolerance applies to --verify (and to --kernels interp's comparison)", 2);
   if (tf32 && backend != "cuda" && backend != "nccl")
     return fail("--tf32 is for --backend cuda", 2);
   if (backend == "cuda" && kernelsMode == "interp")
@@ -939,7 +972,9 @@ int run(int argc, char **argv) {
       return tofu::stringError("the first process's plan: " + llvm::toString(decoded.takeError()));
     return decoded;
   };
-  auto pipelined = tofu::runPipeline({model, graphFile, onnxFile, batch, dataInputs}, *lib, pipeline);
+  auto pipelined = tofu::runPipeline(
+      {model, graphFile, onnxFile, batch, dataInputs, dataInputs.getNumOccurrences() > 0}, *lib,
+      pipeline);
   if (!pipelined)
     return fail(llvm::toString(pipelined.takeError()));
   const std::string &name = pipelined->name;

@@ -63,7 +63,7 @@ expect_error() { # expected message, args...
     echo "FAILED: for '$*' expected '$msg', got:" >&2; cat "$tmp/err.txt" >&2; fail=1
   fi
 }
-expect_error "--workers must be at least 1" --model mlp --workers 0
+expect_error "--workers must be 1 to 4096" --model mlp --workers 0
 expect_error "unknown --algo 'best'" --model mlp --workers 2 --algo best
 expect_error "--format must be table or json" --model mlp --workers 2 --format xml
 "$plan" --model mlp --batch 16 --train --fit 20MiB --format=json >"$tmp/fit.json" 2>"$tmp/fit.err"
