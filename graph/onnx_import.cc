@@ -236,6 +236,106 @@ std::string badShape(const std::vector<int64_t> &dims) {
   return "";
 }
 
+/// The attributes of window operators (convolutions, pooling) in the ranges they have a
+/// meaning in: strides, dilations and kernel extents at least 1, pads at least 0, group at
+/// least 1. Named by node and attribute.
+llvm::Error checkAttributes(const onnx::GraphProto &graph) {
+  static const std::set<std::string> windowed = {
+      "Conv",    "ConvTranspose", "ConvInteger", "QLinearConv", "MaxPool",
+      "AveragePool", "LpPool",    "MaxUnpool",   "DeformConv"};
+  for (const onnx::NodeProto &n : graph.node()) {
+    if (!windowed.count(n.op_type()))
+      continue;
+    const std::string who = fmt::format("node '{}' ({})", n.name().empty() ? n.output(0) : n.name(),
+                                        n.op_type());
+    for (const onnx::AttributeProto &a : n.attribute()) {
+      int64_t least = -1;
+      if (a.name() == "strides" || a.name() == "dilations" || a.name() == "kernel_shape")
+        least = 1;
+      else if (a.name() == "pads" || a.name() == "output_padding")
+        least = 0;
+      else if (a.name() == "group")
+        least = 1;
+      if (least < 0)
+        continue;
+      std::vector<int64_t> values(a.ints().begin(), a.ints().end());
+      if (a.type() == onnx::AttributeProto::INT)
+        values = {a.i()};
+      for (int64_t v : values)
+        if (v < least)
+          return stringError(fmt::format("{}: attribute {} has {}; each must be at least {}",
+                                         who, a.name(), v, least));
+    }
+  }
+  return llvm::Error::success();
+}
+
+/// Bytes per element of an ONNX element type whose raw data the importer reads, or 0.
+int64_t rawElementBytes(int32_t t) {
+  switch (t) {
+  case onnx::TensorProto::DOUBLE:
+  case onnx::TensorProto::INT64:
+  case onnx::TensorProto::UINT64: return 8;
+  case onnx::TensorProto::FLOAT:
+  case onnx::TensorProto::INT32:
+  case onnx::TensorProto::UINT32: return 4;
+  case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16:
+  case onnx::TensorProto::INT16:
+  case onnx::TensorProto::UINT16: return 2;
+  case onnx::TensorProto::INT8:
+  case onnx::TensorProto::UINT8:
+  case onnx::TensorProto::BOOL: return 1;
+  default: return 0;
+  }
+}
+
+/// Every initializer holds as many values as its shape says (raw bytes, or typed fields).
+llvm::Error checkInitializerSizes(const onnx::GraphProto &graph) {
+  for (const onnx::TensorProto &t : graph.initializer()) {
+    if (t.data_location() == onnx::TensorProto::EXTERNAL)
+      continue; // read from its file
+    int64_t n = 1;
+    bool overflow = false;
+    for (int64_t d : t.dims()) {
+      if (d < 0 || __builtin_mul_overflow(n, d, &n))
+        overflow = true;
+    }
+    if (overflow)
+      return stringError(fmt::format("initializer '{}': its shape [{}] has no valid element count",
+                                     t.name(), fmt::join(t.dims(), ", ")));
+    int64_t have = -1, unit = 1;
+    const char *field = "";
+    if (!t.raw_data().empty()) {
+      unit = rawElementBytes(t.data_type());
+      if (unit == 0)
+        continue;
+      have = static_cast<int64_t>(t.raw_data().size());
+      field = "raw data";
+    } else if (t.float_data_size() > 0) {
+      have = t.float_data_size(), field = "float_data";
+    } else if (t.int64_data_size() > 0) {
+      have = t.int64_data_size(), field = "int64_data";
+    } else if (t.int32_data_size() > 0) {
+      have = t.int32_data_size(), field = "int32_data";
+    } else if (t.double_data_size() > 0) {
+      have = t.double_data_size(), field = "double_data";
+    } else if (n > 0 && t.data_type() != onnx::TensorProto::STRING) {
+      have = 0, field = "data";
+      unit = 1;
+    }
+    if (have >= 0 && have != n * unit)
+      return stringError(fmt::format("initializer '{}' of shape [{}] holds {} {} where its "
+                                     "shape needs {}",
+                                     t.name(), fmt::join(t.dims(), ", "),
+                                     unit > 1 ? fmt::format("{} bytes of", have)
+                                              : std::to_string(have),
+                                     field, unit > 1 ? fmt::format("{} bytes", n * unit)
+                                                     : std::to_string(n)));
+  }
+  return llvm::Error::success();
+}
+
 bool isIntType(int32_t t) {
   return t == onnx::TensorProto::INT64 || t == onnx::TensorProto::INT32 ||
          t == onnx::TensorProto::INT16 || t == onnx::TensorProto::INT8 ||
@@ -326,6 +426,8 @@ private:
   using Handler = llvm::Error (Importer::*)(const onnx::NodeProto &, NodeEnv &);
 
   llvm::Error translate(const onnx::NodeProto &n);
+  /// Constant indices checked against the axis they index (Gather's).
+  llvm::Error checkConstantIndices(const onnx::NodeProto &n);
   /// The rules or the handler of `entry`, into the current graph.
   llvm::Error translateWith(const onnx::NodeProto &n, const onnxrules::Entry &entry);
   llvm::Error applyRule(const onnx::NodeProto &n, const onnxrules::Rule &rule, NodeEnv &env);
@@ -1038,7 +1140,34 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
                         (entry->missing.empty() ? std::string() : " (" + entry->missing + ")"));
   if (foldByInterpreter(n, *entry))
     return llvm::Error::success();
+  if (llvm::Error e = checkConstantIndices(n))
+    return e;
   return translateWith(n, *entry);
+}
+
+llvm::Error Importer::checkConstantIndices(const onnx::NodeProto &n) {
+  // Gather's constant indices lie on the axis ([-extent, extent)): an index outside would
+  // read zeros (TDL's value outside a tensor), not an error.
+  if (n.op_type() != "Gather" || n.input_size() < 2)
+    return llvm::Error::success();
+  auto c = consts_.find(n.input(1));
+  auto data = shapes_.find(n.input(0));
+  if (c == consts_.end() || data == shapes_.end())
+    return llvm::Error::success();
+  const int64_t rank = static_cast<int64_t>(data->second.size());
+  int64_t axis = 0;
+  for (const onnx::AttributeProto &a : n.attribute())
+    if (a.name() == "axis")
+      axis = a.i();
+  if (axis < -rank || axis >= rank)
+    return where(n, fmt::format("axis {} is outside the data's rank {}", axis, rank));
+  const int64_t extent = data->second[static_cast<size_t>(axis < 0 ? axis + rank : axis)];
+  for (double v : c->second.v)
+    if (v < -static_cast<double>(extent) || v >= static_cast<double>(extent))
+      return where(n, fmt::format("index {} is outside axis {} of extent {} (indices lie in "
+                                  "[-{}, {}))",
+                                  static_cast<int64_t>(v), axis, extent, extent, extent));
+  return llvm::Error::success();
 }
 
 llvm::Error Importer::translateWith(const onnx::NodeProto &n, const onnxrules::Entry &entry) {
@@ -2256,6 +2385,12 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   }
   if (graph->output_size() == 0)
     return stringError("not a valid ONNX model: its graph has no outputs");
+  // What ONNX's shape inference divides by, and what the translation needs, checked before
+  // it runs (a zero stride is a division by zero there).
+  if (llvm::Error e = checkAttributes(*graph))
+    return std::move(e);
+  if (llvm::Error e = checkInitializerSizes(*graph))
+    return std::move(e);
   // Opsets newer than this ONNX release knows would be read with older operators' meanings.
   const auto &known = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
   for (const onnx::OperatorSetIdProto &o : model.opset_import()) {

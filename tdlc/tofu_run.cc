@@ -152,6 +152,11 @@ cl::opt<unsigned> profileTop("profile", cl::desc("Time every node on every worke
                                                 "worker's compute, copy and waiting time and "
                                                 "worker 0's N slowest nodes (0: off)"),
                              cl::init(0), cl::cat(runCategory));
+cl::opt<bool> continueNonFinite(
+    "continue-on-nonfinite",
+    cl::desc("Keep training after a step whose loss is not finite (by default training stops "
+             "there with exit status 1, saving nothing)"),
+    cl::cat(runCategory));
 cl::opt<bool> kernelReportOpt(
     "kernel-report",
     cl::desc("Print the CUDA kernels of one step of worker 0 as the CUDA backend would run "
@@ -579,6 +584,16 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       }
     stepSeconds.push_back(r->seconds);
     losses.push_back(scalarOverProcesses(**engine, lossTensor));
+    if (!std::isfinite(losses.back()) && !continueNonFinite) {
+      if (terminal)
+        llvm::outs() << "\n";
+      return fail(fmt::format("{}: step {}: the loss is {} (lr {}): training stopped{}; "
+                              "--continue-on-nonfinite runs the remaining steps",
+                              name, stepsBefore + s + 1, losses.back(), lr,
+                              saveDir.empty() ? ""
+                                              : ", and nothing was saved to " + saveDir +
+                                                    " (what it holds stays as it was)"));
+    }
     if (terminal) {
       llvm::outs() << fmt::format("\rstep {}/{}: loss {:.5f}, {:.3f} s", s + 1, unsigned(steps),
                                   losses.back(), r->seconds);
@@ -926,8 +941,8 @@ int run(int argc, char **argv) {
     return fail("--format must be table or json", 2);
   if (dataMode != "teacher" && dataMode != "fixed")
     return fail("--data must be teacher or fixed", 2);
-  if (learningRate.getNumOccurrences() > 0 && !(learningRate > 0))
-    return fail("--lr must be a positive number", 2);
+  if (learningRate.getNumOccurrences() > 0 && !(learningRate > 0 && std::isfinite(learningRate)))
+    return fail("--lr must be a positive finite number", 2);
   if (steps == 0)
     return fail("--steps must be at least 1", 2);
   if (kernelsMode == "interp" && (!saveDir.empty() || !loadDir.empty()))

@@ -90,8 +90,9 @@ if ! $run --model gpt-1-16-2-4 --batch 2 --workers 2 --kernels interp --verify >
    ! grep -q "^verify: PASSED" "$tmp/out.txt"; then
   echo "FAILED: --kernels interp --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
 fi
-# --verify fails a step that makes NaN or infinity (NaN compares equal to NaN otherwise).
-if $run --model gpt-1-16-2-4 --batch 2 --workers 2 --verify --lr inf >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+# --verify fails a step that makes NaN or infinity (NaN compares equal to NaN otherwise):
+# a learning rate near float32's largest sends a weight to infinity.
+if $run --model gpt-1-16-2-4 --batch 2 --workers 2 --verify --lr 3e38 >"$tmp/out.txt" 2>"$tmp/err.txt" ||
    ! grep -q "^verify: FAILED.*NaN or infinite" "$tmp/out.txt"; then
   echo "FAILED: a NaN step passed --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
 fi
@@ -116,7 +117,7 @@ expect_error "unknown model 'nope'" --model nope --workers 2
 expect_error "--kernels must be compiled, generated or interp" --model mlp --workers 2 --kernels gpu
 expect_error "--kernels interp runs one step" --model mlp --workers 2 --kernels interp --steps 3
 expect_error "--data must be teacher or fixed" --model mlp --workers 2 --data real
-expect_error "--lr must be a positive number" --model mlp --workers 2 --lr -1
+expect_error "--lr must be a positive finite number" --model mlp --workers 2 --lr -1
 expect_error "none: cannot open: No such file or directory" --model mlp --workers 2 --load "$tmp/none"
 expect_error "the checkpoint has no tensor" --model gpt-1-16-2-4 --batch 2 --workers 2 --load "$tmp/ckpt"
 exit $fail

@@ -1,0 +1,73 @@
+"""Writes the bad ONNX models of the bad-input corpus (tests/bad_input/*.onnx): each valid
+enough for ONNX's checker, each with one thing the importer must refuse with a message
+(tests/bad_input/cases.txt says which).
+
+    /usr/bin/python3 tools/make_bad_onnx.py [OUT_DIR]   (default tests/bad_input)
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def save(out, name, nodes, inputs, outputs, initializers=()):
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, os.path.join(out, name + ".onnx"))
+
+
+def window(out, name, op, attrs, x_shape=(1, 2, 8, 8), w_shape=(2, 2, 3, 3), weight=True):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["d%d" % i for i in range(len(x_shape))])
+    inits = []
+    inputs = ["x"]
+    if weight:
+        inits.append(numpy_helper.from_array(np.ones(w_shape, np.float32), "w"))
+        inputs.append("w")
+    node = helper.make_node(op, inputs, ["y"], name=name, **attrs)
+    save(out, name, [node], [x], [y], inits)
+
+
+def gather(out, name, index):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])
+    idx = numpy_helper.from_array(np.array(index, np.int64), "idx")
+    node = helper.make_node("Gather", ["x", "idx"], ["y"], name=name, axis=0)
+    save(out, name, [node], [x], [y], [idx])
+
+
+def short_initializer(out):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    w = TensorProto()
+    w.name = "w"
+    w.data_type = TensorProto.FLOAT
+    w.dims.extend([4, 3])
+    w.raw_data = np.ones(5, np.float32).tobytes()  # 20 bytes where 48 are needed
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="short_initializer")
+    graph = helper.make_graph([node], "short_initializer", [x], [y], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, os.path.join(out, "short_initializer.onnx"))
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "tests/bad_input"
+    os.makedirs(out, exist_ok=True)
+    window(out, "conv_stride0", "Conv", {"strides": [0, 1]})
+    window(out, "conv1d_stride0", "Conv", {"strides": [0]}, (1, 2, 8), (2, 2, 3))
+    window(out, "convtranspose_stride0", "ConvTranspose", {"strides": [0, 1]})
+    window(out, "conv_dilation0", "Conv", {"dilations": [1, 0]})
+    window(out, "conv_group0", "Conv", {"group": 0})
+    window(out, "maxpool_stride0", "MaxPool", {"kernel_shape": [2, 2], "strides": [0, 2]},
+           weight=False)
+    gather(out, "gather_index99", [99])
+    gather(out, "gather_index_minus99", [-99])
+    short_initializer(out)
+
+
+if __name__ == "__main__":
+    main()
