@@ -293,6 +293,16 @@ struct JsonAt {
       return fail(fmt::format("must be a string, not {}", v.type_name()));
     return v.get<std::string>();
   }
+  /// The string at `key` into `*out`, where the object has that key (else `*out` stays).
+  llvm::Error optionalString(const char *key, std::string *out) const {
+    if (!v.contains(key))
+      return llvm::Error::success();
+    auto s = (*this)[key].string();
+    if (!s)
+      return s.takeError();
+    *out = std::move(*s);
+    return llvm::Error::success();
+  }
   llvm::Expected<int64_t> integer() const {
     if (!v.is_number_integer())
       return fail(fmt::format("must be an integer, not {}", v.dump()));
@@ -356,10 +366,13 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
     if (llvm::Error e = t.object({"name", "shape", "dtype", "role", "group"}, {"name"}))
       return std::move(e);
     TensorInfo info;
-    auto name = t["name"].string();
-    if (!name)
-      return name.takeError();
-    info.name = *name;
+    std::string role = roleName(info.role);
+    for (auto [key, field] : {std::pair<const char *, std::string *>{"name", &info.name},
+                              {"dtype", &info.dtype},
+                              {"group", &info.group},
+                              {"role", &role}})
+      if (llvm::Error e = t.optionalString(key, field))
+        return std::move(e);
     if (t.v.contains("shape")) {
       const JsonAt shape = t["shape"];
       if (llvm::Error e = shape.array())
@@ -374,30 +387,13 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
       }
       info.shapeKnown = true;
     }
-    if (t.v.contains("dtype")) {
-      auto dtype = t["dtype"].string();
-      if (!dtype)
-        return dtype.takeError();
-      if (std::find(std::begin(kDtypes), std::end(kDtypes), *dtype) == std::end(kDtypes))
-        return t["dtype"].fail(fmt::format("unknown dtype '{}' (one of: {})", *dtype,
-                                           fmt::join(kDtypes, ", ")));
-      info.dtype = *dtype;
-    }
-    if (t.v.contains("group")) {
-      auto group = t["group"].string();
-      if (!group)
-        return group.takeError();
-      info.group = *group;
-    }
-    if (t.v.contains("role")) {
-      auto role = t["role"].string();
-      if (!role)
-        return role.takeError();
-      auto r = parseRole(*role);
-      if (!r)
-        return t["role"].fail(fmt::format("tensor '{}' has unknown role '{}'", info.name, *role));
-      info.role = *r;
-    }
+    if (std::find(std::begin(kDtypes), std::end(kDtypes), info.dtype) == std::end(kDtypes))
+      return t["dtype"].fail(fmt::format("unknown dtype '{}' (one of: {})", info.dtype,
+                                         fmt::join(kDtypes, ", ")));
+    auto r = parseRole(role);
+    if (!r)
+      return t["role"].fail(fmt::format("tensor '{}' has unknown role '{}'", info.name, role));
+    info.role = *r;
     if (llvm::Error e = g.addTensor(std::move(info)))
       return t.fail(llvm::toString(std::move(e)));
   }
@@ -412,14 +408,9 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
                               {"op", &n.op},
                               {"group", &n.group},
                               {"coalesce", &n.coalesce},
-                              {"output", &n.output}}) {
-      if (!jn.v.contains(key))
-        continue;
-      auto s = jn[key].string();
-      if (!s)
-        return s.takeError();
-      *field = *s;
-    }
+                              {"output", &n.output}})
+      if (llvm::Error e = jn.optionalString(key, field))
+        return std::move(e);
     for (auto [key, field] : {std::pair<const char *, std::map<std::string, int64_t> *>{
                                   "attrs", &n.attrs},
                               {"groups", &n.groups}}) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <tuple>
 
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
@@ -108,7 +109,7 @@ struct Prepared {
     std::vector<unsigned char> args;
   };
   std::vector<PassLaunch> passes;
-  std::vector<int64_t> ints; ///< the arguments, kept to fill in the scratch space's address
+  std::vector<int64_t> ints; ///< the integer arguments (args is made with the scratch space)
   bool fast = false;
   // Library calls.
   cuda::CublasGemm gemm;
@@ -236,11 +237,12 @@ public:
                   fmt::format("worker {}: allocating {} bytes of scratch space (library calls, "
                               "kernel temporaries)",
                               w, wk.scratchBytes));
-      // The multi-launch kernels' arguments name the scratch space, known only now.
+      // The generated kernels' arguments name the scratch space (the multi-launch variant's
+      // temporaries), known only now.
+      float *scratch = reinterpret_cast<float *>(wk.scratch);
       for (Prepared &pr : prepared_[w]) {
-        if (pr.passes.empty())
+        if (pr.kind != Prepared::Generated)
           continue;
-        float *scratch = reinterpret_cast<float *>(wk.scratch);
         pr.args = cuda::kernelArgBlock(pr.ints, pr.in, pr.out, pr.fast, scratch);
         for (Prepared::PassLaunch &p : pr.passes)
           p.args = cuda::kernelArgBlock(pr.ints, pr.in, pr.out, pr.fast, scratch, p.parts);
@@ -543,9 +545,8 @@ private:
     if (g.multi)
       stats_.extraBytes[w] = std::max(stats_.extraBytes[w],
                                       cuda::cudaPassesScratchBytes(kernelInfo_[l.kernel].passes, l.ranges));
-    pr.ints = l.ints;
+    pr.ints = l.ints; // the argument block is made once the scratch space exists
     pr.fast = l.fast;
-    pr.args = cuda::kernelArgBlock(l.ints, pr.in, pr.out, l.fast);
     return llvm::Error::success();
   }
 
@@ -585,80 +586,89 @@ private:
     TOFU_CUDNN(cudnnSetConvolutionMathType(cc->conv, options_.tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
                                                                    : CUDNN_FMA_MATH),
                "cudnnSetConvolutionMathType");
-    // The fastest algorithm by cuDNN's heuristics whose workspace fits the limit.
-    auto pick = [&](auto *perf, int count) -> bool {
-      for (int i = 0; i < count; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS &&
-            static_cast<int64_t>(perf[i].memory) <= options_.convWorkspaceLimit) {
-          cc->algo = static_cast<int>(perf[i].algo);
-          cc->workspace = static_cast<int64_t>(perf[i].memory);
-          return true;
-        }
-      return false;
-    };
-    int returned = 0;
+    // The fastest algorithm whose workspace fits the limit: timed once per geometry (cuDNN
+    // runs each algorithm on scratch buffers of its own) and remembered, else by cuDNN's
+    // heuristics.
     bool found = false;
-    // Timed once per geometry (cuDNN runs each algorithm on scratch buffers of its own),
-    // else by heuristics.
-    const std::string key = convKey(c);
-    if (auto it = timedAlgorithms_.find(key); it != timedAlgorithms_.end()) {
-      found = it->second.first >= 0;
-      cc->algo = it->second.first;
-      cc->workspace = it->second.second;
-    }
-    bool timed = found;
+    auto choose = [&](auto *perf, int count, auto time, auto heuristics,
+                      const char *what) -> llvm::Error {
+      int returned = 0;
+      auto pick = [&]() -> bool {
+        for (int i = 0; i < returned; ++i)
+          if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+              static_cast<int64_t>(perf[i].memory) <= options_.convWorkspaceLimit) {
+            cc->algo = static_cast<int>(perf[i].algo);
+            cc->workspace = static_cast<int64_t>(perf[i].memory);
+            return true;
+          }
+        return false;
+      };
+      const std::string key = convKey(c);
+      if (auto it = timedAlgorithms_.find(key); it != timedAlgorithms_.end()) {
+        std::tie(cc->algo, cc->workspace) = it->second;
+        found = true;
+        return llvm::Error::success();
+      }
+      if (options_.timeConvAlgorithms && time(count, &returned) == CUDNN_STATUS_SUCCESS &&
+          pick()) {
+        timedAlgorithms_[key] = {cc->algo, cc->workspace};
+        found = true;
+        return llvm::Error::success();
+      }
+      TOFU_CUDNN(heuristics(count, &returned), what);
+      found = pick();
+      return llvm::Error::success();
+    };
+    llvm::Error chosen = llvm::Error::success();
     switch (c.kind) {
     case ConvKind::Forward: {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-      if (!timed && options_.timeConvAlgorithms &&
-          cudnnFindConvolutionForwardAlgorithm(wk.dnn, cc->x, cc->w, cc->conv, cc->y,
-                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned,
-                                               perf) == CUDNN_STATUS_SUCCESS)
-        timed = found = pick(perf, returned);
-      if (found)
-        break;
-      TOFU_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(wk.dnn, cc->x, cc->w, cc->conv, cc->y,
-                                                        CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                        &returned, perf),
-                 "choosing a forward convolution algorithm");
-      found = pick(perf, returned);
+      chosen = choose(
+          perf, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+          [&](int n, int *r) {
+            return cudnnFindConvolutionForwardAlgorithm(wk.dnn, cc->x, cc->w, cc->conv, cc->y, n,
+                                                        r, perf);
+          },
+          [&](int n, int *r) {
+            return cudnnGetConvolutionForwardAlgorithm_v7(wk.dnn, cc->x, cc->w, cc->conv, cc->y,
+                                                          n, r, perf);
+          },
+          "choosing a forward convolution algorithm");
       break;
     }
     case ConvKind::Data: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-      if (!timed && options_.timeConvAlgorithms &&
-          cudnnFindConvolutionBackwardDataAlgorithm(wk.dnn, cc->w, cc->y, cc->conv, cc->x,
-                                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                                                    &returned, perf) == CUDNN_STATUS_SUCCESS)
-        timed = found = pick(perf, returned);
-      if (found)
-        break;
-      TOFU_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                     wk.dnn, cc->w, cc->y, cc->conv, cc->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                     &returned, perf),
-                 "choosing a data-gradient convolution algorithm");
-      found = pick(perf, returned);
+      chosen = choose(
+          perf, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+          [&](int n, int *r) {
+            return cudnnFindConvolutionBackwardDataAlgorithm(wk.dnn, cc->w, cc->y, cc->conv,
+                                                             cc->x, n, r, perf);
+          },
+          [&](int n, int *r) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(wk.dnn, cc->w, cc->y, cc->conv,
+                                                               cc->x, n, r, perf);
+          },
+          "choosing a data-gradient convolution algorithm");
       break;
     }
     case ConvKind::Filter: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-      if (!timed && options_.timeConvAlgorithms &&
-          cudnnFindConvolutionBackwardFilterAlgorithm(wk.dnn, cc->x, cc->y, cc->conv, cc->w,
-                                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-                                                      &returned, perf) == CUDNN_STATUS_SUCCESS)
-        timed = found = pick(perf, returned);
-      if (found)
-        break;
-      TOFU_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                     wk.dnn, cc->x, cc->y, cc->conv, cc->w,
-                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf),
-                 "choosing a filter-gradient convolution algorithm");
-      found = pick(perf, returned);
+      chosen = choose(
+          perf, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+          [&](int n, int *r) {
+            return cudnnFindConvolutionBackwardFilterAlgorithm(wk.dnn, cc->x, cc->y, cc->conv,
+                                                               cc->w, n, r, perf);
+          },
+          [&](int n, int *r) {
+            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(wk.dnn, cc->x, cc->y, cc->conv,
+                                                                 cc->w, n, r, perf);
+          },
+          "choosing a filter-gradient convolution algorithm");
       break;
     }
     }
-    if (timed)
-      timedAlgorithms_[key] = {cc->algo, cc->workspace};
+    if (chosen)
+      return std::move(chosen);
     if (!found) // e.g. a data gradient into a strided view: cuDNN 9 offers no engine
       return nullptr;
     cc->stagedW = aligned(cc->workspace);

@@ -142,6 +142,20 @@ std::vector<unsigned char> kernelArgBlock(const std::vector<int64_t> &ints,
   return block;
 }
 
+namespace {
+/// The values `vars` take together over `ranges`.
+int64_t rangeProduct(const std::vector<unsigned> &vars, const std::vector<Range> &ranges) {
+  int64_t n = 1;
+  for (unsigned v : vars)
+    n *= ranges[v].size();
+  return n;
+}
+
+int64_t firstExtent(const CudaTemporaryPass &t, const std::vector<Range> &ranges) {
+  return t.vars.empty() ? 1 : ranges[t.vars.front()].size();
+}
+} // namespace
+
 int64_t temporaryParts(int64_t values, int64_t firstExtent, int64_t terms) {
   constexpr int64_t kBlocks = 1024, kTermsPerPart = 2048;
   if (values <= 0 || values >= kBlocks)
@@ -152,23 +166,14 @@ int64_t temporaryParts(int64_t values, int64_t firstExtent, int64_t terms) {
 }
 
 int64_t temporaryTerms(const CudaTemporaryPass &t, const std::vector<Range> &ranges) {
-  auto product = [&](const std::vector<unsigned> &vars) {
-    int64_t n = 1;
-    for (unsigned v : vars)
-      n *= ranges[v].size();
-    return n;
-  };
   int64_t perTerm = 1;
   for (const std::vector<unsigned> &n : t.nested)
-    perTerm += product(n);
-  return product(t.vars) * perTerm;
+    perTerm += rangeProduct(n, ranges);
+  return rangeProduct(t.vars, ranges) * perTerm;
 }
 
 int64_t temporaryParts(const CudaTemporaryPass &t, const std::vector<Range> &ranges) {
-  int64_t values = 1;
-  for (unsigned v : t.depends)
-    values *= ranges[v].size();
-  return temporaryParts(values, t.vars.empty() ? 1 : ranges[t.vars.front()].size(),
+  return temporaryParts(rangeProduct(t.depends, ranges), firstExtent(t, ranges),
                         temporaryTerms(t, ranges));
 }
 
@@ -176,9 +181,7 @@ int64_t cudaPassesScratchBytes(const std::vector<CudaTemporaryPass> &passes,
                                const std::vector<Range> &ranges) {
   int64_t floats = 0, partials = 0;
   for (const CudaTemporaryPass &t : passes) {
-    int64_t values = 1;
-    for (unsigned v : t.depends)
-      values *= ranges[v].size();
+    const int64_t values = rangeProduct(t.depends, ranges);
     floats += values;
     const int64_t parts = temporaryParts(t, ranges);
     if (parts > 1)
@@ -193,16 +196,10 @@ GeneratedLaunch planGeneratedLaunch(const KernelSource &k, const InstOp &op,
   g.multi = !k.passes.empty();
   const auto &blockReductions = g.multi ? k.passesBlockReductions : k.blockReductions;
   const auto &blockOutputVars = g.multi ? k.passesBlockOutputVars : k.blockOutputVars;
-  for (unsigned v : op.outputVars)
-    g.outputs *= ranges[v].size();
-  for (const std::vector<unsigned> &vars : blockReductions) {
-    int64_t n = 1;
-    for (unsigned v : vars)
-      n *= ranges[v].size();
-    g.reduced += n;
-  }
-  for (unsigned v : blockOutputVars)
-    g.groups *= ranges[v].size();
+  g.outputs = rangeProduct(op.outputVars, ranges);
+  for (const std::vector<unsigned> &vars : blockReductions)
+    g.reduced += rangeProduct(vars, ranges);
+  g.groups = rangeProduct(blockOutputVars, ranges);
   g.perBlock = g.reduced >= 64 &&
                (g.outputs < 32768 || g.reduced >= 2048 || g.outputs >= 8 * g.groups);
   g.blocks = static_cast<unsigned>(
@@ -214,10 +211,9 @@ GeneratedLaunch planGeneratedLaunch(const KernelSource &k, const InstOp &op,
   for (const CudaTemporaryPass &t : k.passes) {
     GeneratedLaunch::Pass p;
     p.temporary = &t;
-    for (unsigned v : t.depends)
-      p.values *= ranges[v].size();
+    p.values = rangeProduct(t.depends, ranges);
     p.terms = temporaryTerms(t, ranges);
-    p.parts = temporaryParts(t, ranges);
+    p.parts = temporaryParts(p.values, firstExtent(t, ranges), p.terms);
     p.blocks =
         static_cast<unsigned>(std::clamp<int64_t>(p.values * p.parts, 1, 4 * kKernelMaxBlocks));
     p.combineBlocks = static_cast<unsigned>(std::clamp<int64_t>(
