@@ -304,6 +304,15 @@ void walk(const Expr &e, const std::function<void(const Expr &)> &fn) {
 
 void forEachChild(Expr &e, const std::function<void(ExprPtr &)> &fn) { eachChild(e, fn); }
 
+void operandsOf(const Expr &e, BinaryOp op, std::vector<const Expr *> &out) {
+  if (const auto *b = llvm::dyn_cast<Binary>(&e); b && b->op == op) {
+    operandsOf(*b->lhs, op, out);
+    operandsOf(*b->rhs, op, out);
+    return;
+  }
+  out.push_back(&e);
+}
+
 void forEachChildExpr(const Expr &e, const std::function<void(const Expr &)> &fn) {
   eachChild(e, [&](const ExprPtr &c) { fn(*c); });
 }

@@ -377,6 +377,10 @@ void forEachChild(Expr &e, const std::function<void(ExprPtr &)> &fn);
 /// per node whether to look further, as walk does not).
 void forEachChildExpr(const Expr &e, const std::function<void(const Expr &)> &fn);
 
+/// The operands of a chain of `op` (`a * b * c` for Mul: a, b, c; `e` itself when it is not
+/// one), left to right, appended to `out`.
+void operandsOf(const Expr &e, BinaryOp op, std::vector<const Expr *> &out);
+
 } // namespace tofu::ir
 
 #endif // TOFU_ANALYSIS_IR_H

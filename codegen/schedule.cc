@@ -240,15 +240,6 @@ const ir::Apply *zeroElseSelect(const ir::Reduce &r) {
   return zero && zero->value == 0 ? sel : nullptr;
 }
 
-/// The factors of a product (`a * b * c`), left to right.
-void factorsOf(const ir::Expr &e, std::vector<const ir::Expr *> &out) {
-  if (const auto *b = dyn_cast<ir::Binary>(&e); b && b->op == ast::BinaryOp::Mul) {
-    factorsOf(*b->lhs, out);
-    factorsOf(*b->rhs, out);
-    return;
-  }
-  out.push_back(&e);
-}
 
 /// The factors `a == b` of the condition of a sum whose terms are `select(cond, v, 0)`
 /// (zeroElseSelect); none for other sums.
@@ -258,7 +249,7 @@ std::vector<const ir::Binary *> equalityFactors(const ir::Reduce &r) {
   if (!sel)
     return out;
   std::vector<const ir::Expr *> factors;
-  factorsOf(*sel->args[0], factors);
+  ir::operandsOf(*sel->args[0], ast::BinaryOp::Mul, factors);
   for (const ir::Expr *f : factors)
     if (const auto *eq = dyn_cast<ir::Binary>(f); eq && eq->op == ast::BinaryOp::Eq)
       out.push_back(eq);

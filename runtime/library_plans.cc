@@ -358,15 +358,6 @@ bool exactCoords(const ir::Read &r, const std::vector<unsigned> &vars) {
   return true;
 }
 
-/// The factors of a product of conditions.
-void factors(const ir::Expr &e, std::vector<const ir::Expr *> &out) {
-  if (const auto *b = dyn_cast<ir::Binary>(&e); b && b->op == ir::BinaryOp::Mul) {
-    factors(*b->lhs, out);
-    factors(*b->rhs, out);
-    return;
-  }
-  out.push_back(&e);
-}
 
 std::optional<ConvForm> convForm(const InstOp &op) {
   auto top = scaledReduce(op);
@@ -477,7 +468,7 @@ std::optional<ConvForm> convForm(const InstOp &op) {
       continue;
     // The condition: a product of `num % s == 0` for strided dims; nothing else.
     std::vector<const ir::Expr *> fs;
-    factors(*sel->args[0], fs);
+    ir::operandsOf(*sel->args[0], ir::BinaryOp::Mul, fs); // a product of conditions
     std::vector<bool> covered(f.sp.size(), false);
     for (const ir::Expr *e : fs) {
       const auto *eq = dyn_cast<ir::Binary>(e);
@@ -782,15 +773,6 @@ struct AffineForm {
   const ir::Read *rest = nullptr;
 };
 
-void addTerms(const ir::Expr &e, std::vector<const ir::Expr *> &out) {
-  if (const auto *b = dyn_cast<ir::Binary>(&e); b && b->op == ir::BinaryOp::Add) {
-    addTerms(*b->lhs, out);
-    addTerms(*b->rhs, out);
-    return;
-  }
-  out.push_back(&e);
-}
-
 /// Whether every coordinate of `r` is a distinct variable of `allowed`.
 bool readsVars(const ir::Read &r, const std::vector<unsigned> &allowed) {
   std::vector<unsigned> seen;
@@ -808,7 +790,7 @@ std::optional<AffineForm> affineForm(const InstOp &op) {
   if (contraction(op))
     return std::nullopt; // one product alone: gemmPlan's
   std::vector<const ir::Expr *> terms;
-  addTerms(*op.body, terms);
+  ir::operandsOf(*op.body, ir::BinaryOp::Add, terms);
   AffineForm f;
   for (const ir::Expr *t : terms) {
     if (const auto *r = dyn_cast<ir::Reduce>(t)) {
