@@ -307,6 +307,16 @@ std::vector<InputValueRule> inputValueRules(const InstOp &op, const Shapes &shap
   });
   auto matrices = matrixInputs(op);
   std::vector<InputValueRule> rules(op.inputs.size());
+  ir::walk(*op.body, [&](const ir::Expr &e) {
+    const auto *a = dyn_cast<ir::Apply>(&e);
+    if (!a || (a->fn != ir::Builtin::Sqrt && a->fn != ir::Builtin::Rsqrt &&
+               a->fn != ir::Builtin::Log))
+      return;
+    ir::walk(*a->args[0], [&](const ir::Expr &x) {
+      if (const auto *r = dyn_cast<ir::Read>(&x))
+        rules[r->input].positive = true;
+    });
+  });
   for (unsigned i = 0; i < op.inputs.size(); ++i) {
     if (auto it = indices.find(i); it != indices.end())
       rules[i].integers = it->second;

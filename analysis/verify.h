@@ -89,6 +89,9 @@ inline constexpr std::pair<double, double> kValueRanges[] = {
 struct InputValueRule {
   int64_t integers = 0;
   std::optional<std::pair<unsigned, unsigned>> diagonal;
+  /// Read inside the argument of sqrt, rsqrt or log (a variance): synthetic training values
+  /// of such an input are non-negative (runtime/training_data.h).
+  bool positive = false;
 };
 std::vector<InputValueRule> inputValueRules(const InstOp &op, const Shapes &shapes);
 

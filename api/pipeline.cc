@@ -131,11 +131,24 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
   if (llvm::Error e = checkGraph(g, lib))
     return fail(std::move(e));
   if (options.train) {
-    if (g.outputs.size() != 1)
-      return fail(stringError(fmt::format(
-          "a training step needs a graph with one output (the loss, or the prediction a loss "
-          "is added to); this one has {}",
-          g.outputs.size())));
+    if (g.outputs.empty())
+      return fail(stringError("a training step needs a graph with an output (the loss, or the "
+                              "prediction a loss is added to); this one has none"));
+    std::string chosen;
+    if (!options.lossOutput.empty()) {
+      if (std::find(g.outputs.begin(), g.outputs.end(), options.lossOutput) == g.outputs.end())
+        return fail(stringError(fmt::format("the loss output '{}' is not an output of the "
+                                            "graph (its outputs: {})",
+                                            options.lossOutput, fmt::join(g.outputs, ", "))));
+      chosen = options.lossOutput;
+    } else if (g.outputs.size() > 1) {
+      chosen = g.outputs[0];
+      r.lossNote = fmt::format("the graph has {} outputs ({}): training on the first, '{}' "
+                               "(--loss-output names another)",
+                               g.outputs.size(), fmt::join(g.outputs, ", "), chosen);
+    }
+    if (!chosen.empty())
+      g.outputs = {chosen};
     const std::string output = g.outputs[0];
     auto loss = addLoss(g, lib);
     if (!loss)
@@ -143,9 +156,9 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
     // Say which loss addLoss chose and what it named its new input (from the node it added).
     if (*loss != output) {
       const Node *added = g.producer(*loss);
-      r.lossNote = fmt::format("the output '{}' is not a scalar: training with {} against the "
+      r.lossNote += fmt::format("{}the output '{}' is not a scalar: training with {} against the "
                                "new input '{}'",
-                               output,
+                               r.lossNote.empty() ? "" : "; ", output,
                                added->op == "softmax_cross_entropy" ? "softmax cross-entropy"
                                                                     : "the mean squared error",
                                added->inputs[1]);

@@ -54,11 +54,14 @@ enum class Stage {
 };
 
 struct PipelineOptions {
-  /// Build the training step with this optimiser. A graph whose single output is not a
+  /// Build the training step with this optimiser. A graph whose (chosen) output is not a
   /// scalar gets a loss first (addLoss: softmax cross-entropy against a new input `labels`
   /// for a rank-2 output, else the mean squared error against a new input `target`); a
   /// scalar output is the loss.
   std::optional<Optimizer> train;
+  /// With `train`, a graph of several outputs trains on this one (default: the first); the
+  /// others are not computed for the step's sake (they are dropped as outputs).
+  std::string lossOutput;
   Stage until = Stage::Plan;
   PlanOptions search;
   /// Where given, replaces the search: a plan received from elsewhere (tofu-run's other

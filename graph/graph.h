@@ -66,6 +66,9 @@ public:
   /// nodes and folded constants that its ops read as tensors: a normalisation's epsilon,
   /// an attention scale), row-major. Runs use them instead of synthetic data.
   std::map<std::string, std::vector<double>> constants;
+  /// Initial values of weights that the model carries (an ONNX model's float
+  /// initializers), row-major. Training starts from them; weights without one are drawn.
+  std::map<std::string, std::vector<float>> initialValues;
 
   const TensorInfo *tensor(const std::string &name) const;
   TensorInfo *tensor(const std::string &name);
@@ -101,19 +104,20 @@ struct NodeInstance {
 llvm::Expected<NodeInstance> instantiateNode(const Graph &g, const Node &n, const OpLibrary &lib);
 
 /// How the training graph updates weights.
-enum class Optimizer { SGD, Adam };
+enum class Optimizer { SGD, Momentum, Adam };
 
 /// Builds a training graph from a checked forward graph and its scalar loss: backward
 /// nodes from the ops' grad clauses (in reverse topological order; a gradient with several
 /// contributions is summed, the sum in that tensor's group), then an optimiser update for
-/// every weight. Hyper-parameters are rank-0 input tensors (`lr`, and for Adam `adam_b1`,
-/// `adam_b2`, `adam_c1`, `adam_c2`, `adam_eps`); the loss gradient seed is the input
-/// `d_<loss>`. Errors name the node whose op lacks a needed grad clause.
+/// every weight. Hyper-parameters are rank-0 input tensors (`lr`; for Momentum `momentum`,
+/// with a velocity `momentum_v_<weight>` per weight, PyTorch's SGD with momentum and no
+/// dampening; for Adam `adam_b1`, `adam_b2`, `adam_c1`, `adam_c2`, `adam_eps`); the loss
+/// gradient seed is the input `d_<loss>`. Errors name the node whose op lacks a needed grad clause.
 llvm::Expected<Graph> buildTrainingGraph(const Graph &forward, const std::string &loss,
                                          const OpLibrary &lib, Optimizer optimizer);
 
 /// Whether `op` is one of the optimiser updates buildTrainingGraph adds (sgd_update,
-/// adam_update, adam_m, adam_v): its result replaces its first input (the weight or the
+/// momentum_velocity, momentum_update, adam_update, adam_m, adam_v): its result replaces its first input (the weight or the
 /// moment) for the next step.
 bool isOptimizerUpdate(const std::string &op);
 

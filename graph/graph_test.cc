@@ -208,8 +208,39 @@ TEST(Training, AMissingGradClauseIsAnErrorNamingTheNode) {
   auto train = buildTrainingGraph(g, "L", library(), Optimizer::SGD);
   ASSERT_FALSE(static_cast<bool>(train));
   EXPECT_EQ(llvm::toString(train.takeError()),
-            "node 'f' (op Floor): input 'h' needs a gradient but the op has no grad clause for "
-            "'x'");
+            "weight 'w' gets no gradient: no path from it to the loss 'L' can be differentiated "
+            "(node 'f' (op Floor) has no grad clause for its input 'x' ('h'))");
+}
+
+// Weights read only through inputs no grad clause covers are buffers (a batch norm's running
+// statistics): not trained, no gradient; a mask read through a condition gets none either.
+TEST(Training, BuffersAndConditionsGetNoGradient) {
+  Graph g;
+  auto ok = [](llvm::Error e) { ASSERT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e)); };
+  ok(g.addTensor(tensor("x", {4, 3}, TensorRole::Input)));
+  ok(g.addTensor(tensor("w", {4, 3}, TensorRole::Weight)));
+  ok(g.addTensor(tensor("c", {4, 3}, TensorRole::Weight))); // a buffer read as a condition
+  ok(g.addTensor(tensor("t", {4, 3}, TensorRole::Input)));
+  ok(g.addNode(node("m", "Mul", {"x", "w"}, "h")));
+  ok(g.addNode(node("sel", "Where", {"c", "h", "x"}, "y")));
+  ok(g.addNode(node("loss", "mse", {"y", "t"}, "L")));
+  ok(checkGraph(g, library()));
+  auto train = buildTrainingGraph(g, "L", library(), Optimizer::Momentum);
+  ASSERT_TRUE(static_cast<bool>(train)) << llvm::toString(train.takeError());
+  EXPECT_EQ(train->tensor("c")->role, TensorRole::Input);
+  EXPECT_EQ(train->tensor("w")->role, TensorRole::Weight);
+  for (const Node &n : train->nodes()) {
+    EXPECT_EQ(n.output.find("d_c"), std::string::npos) << n.name;
+    EXPECT_NE(n.output, "c_updated");
+  }
+  // Momentum: a velocity per weight, updated before the weight.
+  ASSERT_NE(train->tensor("momentum_v_w"), nullptr);
+  EXPECT_EQ(train->tensor("momentum_v_w")->role, TensorRole::OptimizerState);
+  EXPECT_EQ(train->producer("w_updated")->op, "momentum_update");
+  EXPECT_EQ(train->producer("w_updated")->inputs,
+            (std::vector<std::string>{"w", "momentum_v_w_new", "lr"}));
+  EXPECT_EQ(train->producer("momentum_v_w_new")->op, "momentum_velocity");
+  EXPECT_EQ(train->tensor("momentum_v_c"), nullptr);
 }
 
 } // namespace

@@ -2462,6 +2462,10 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
         continue;
       }
     }
+    // A float initializer's values are the weight's initial values (where they are in the
+    // file: external data is not read, and such a weight is drawn).
+    if (auto c = constOf(t); c && !c->isInt && int64_t(c->v.size()) == c->size())
+      g_.initialValues[t.name()] = std::vector<float>(c->v.begin(), c->v.end());
     TensorInfo info;
     info.name = t.name();
     info.group = t.name();

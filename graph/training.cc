@@ -40,6 +40,7 @@ private:
   Graph g_;
   std::set<std::string> used_;
   std::set<std::string> needsGrad_;
+  std::string blocked_; ///< the first op a gradient cannot pass, for messages
   std::map<std::string, std::vector<std::string>> contributions_;
   std::map<std::string, std::string> gradient_; // tensor -> its (summed) gradient
 };
@@ -101,10 +102,8 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
     for (const ir::Grad &g : op->grads)
       if (g.input == i)
         grad = &g;
-    if (!grad)
-      return stringError(fmt::format("node '{}' (op {}): input '{}' needs a gradient but the op has no "
-                              "grad clause for '{}'",
-                              n.name, n.op, x, op->inputs[i].name));
+    if (!grad) // not differentiated through this input (see run)
+      continue;
     const ir::OpCall &call = *grad->call;
     Node b;
     b.name = fresh(fmt::format("{}_grad_{}", n.name, op->inputs[i].name));
@@ -156,6 +155,7 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
   if (!l->shapeKnown || !l->shape.empty())
     return stringError(fmt::format("the loss '{}' must be a scalar", loss));
   g_.constants = fwd_.constants;
+  g_.initialValues = fwd_.initialValues;
   for (const TensorInfo &t : fwd_.tensors()) {
     TensorInfo copy = t;
     if (copy.group.empty())
@@ -175,18 +175,43 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
     if (llvm::Error e = add(std::move(n)))
       return llvm::Expected<Graph>(std::move(e));
   }
-  // Tensors that need a gradient: those computed from weights, on a path to the loss.
+  // Tensors that need a gradient: weights read through an input their op differentiates
+  // (one it has a grad clause for), and what is computed from them through such inputs.
+  // Weights read through no such input are buffers (a batch norm's running statistics): not
+  // trained; inputs read through none (masks, conditions, indices) get no gradient.
+  std::set<std::string> differentiated;
   for (unsigned i : *order) {
     const Node &n = fwd_.nodes()[i];
+    const ir::OpDef *op = lib_.find(n.op);
     bool depends = false;
-    for (const std::string &in : n.inputs)
-      depends |= fwd_.tensor(in)->role == TensorRole::Weight || needsGrad_.count(in);
+    for (unsigned k = 0; k < n.inputs.size(); ++k) {
+      bool clause = false;
+      for (const ir::Grad &g : op->grads)
+        clause |= g.input == k;
+      const std::string &in = n.inputs[k];
+      if (!clause) {
+        if (needsGrad_.count(in) && blocked_.empty())
+          blocked_ = fmt::format("node '{}' (op {}) has no grad clause for its input '{}' ('{}')",
+                                 n.name, n.op, op->inputs[k].name, in);
+        continue;
+      }
+      if (fwd_.tensor(in)->role == TensorRole::Weight) {
+        differentiated.insert(in);
+        depends = true;
+      }
+      depends |= needsGrad_.count(in) > 0;
+    }
     if (depends)
       needsGrad_.insert(n.output);
   }
-  for (const TensorInfo &t : fwd_.tensors())
-    if (t.role == TensorRole::Weight)
+  for (const TensorInfo &t : fwd_.tensors()) {
+    if (t.role != TensorRole::Weight)
+      continue;
+    if (differentiated.count(t.name))
       needsGrad_.insert(t.name);
+    else
+      g_.tensor(t.name)->role = TensorRole::Input; // a buffer
+  }
 
   TensorInfo seed = scalarInput("d_" + loss);
   seed.group = loss;
@@ -199,10 +224,11 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
       return llvm::Expected<Graph>(std::move(e));
 
   // Optimiser updates.
-  std::vector<std::string> hyper = optimizer == Optimizer::SGD
-                                       ? std::vector<std::string>{"lr"}
-                                       : std::vector<std::string>{"lr", "adam_b1", "adam_b2",
-                                                                  "adam_c1", "adam_c2", "adam_eps"};
+  std::vector<std::string> hyper =
+      optimizer == Optimizer::SGD        ? std::vector<std::string>{"lr"}
+      : optimizer == Optimizer::Momentum ? std::vector<std::string>{"lr", "momentum"}
+                                         : std::vector<std::string>{"lr", "adam_b1", "adam_b2",
+                                                                    "adam_c1", "adam_c2", "adam_eps"};
   for (const std::string &h : hyper) {
     if (used_.count(h))
       return stringError(fmt::format("the graph already has a tensor named '{}'", h));
@@ -211,12 +237,19 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
       return llvm::Expected<Graph>(std::move(e));
   }
   for (const TensorInfo &w : fwd_.tensors()) {
-    if (w.role != TensorRole::Weight)
-      continue;
+    if (g_.tensor(w.name)->role != TensorRole::Weight)
+      continue; // inputs and buffers
     auto gw = gradientOf(w.name);
-    if (!gw)
-      return stringError(fmt::format("weight '{}' gets no gradient (it does not reach the loss)",
-                              w.name));
+    if (!gw) {
+      llvm::consumeError(gw.takeError());
+      return stringError(
+          blocked_.empty()
+              ? fmt::format("weight '{}' gets no gradient (it does not reach the loss '{}')",
+                            w.name, loss)
+              : fmt::format("weight '{}' gets no gradient: no path from it to the loss '{}' can "
+                            "be differentiated ({})",
+                            w.name, loss, blocked_));
+    }
     std::string group = w.group.empty() ? w.name : w.group;
     auto node = [&](const std::string &name, const std::string &op,
                     std::vector<std::string> inputs, const std::string &output) -> llvm::Error {
@@ -237,6 +270,27 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
     };
     if (optimizer == Optimizer::SGD) {
       if (llvm::Error e = node("update_" + w.name, "sgd_update", {w.name, *gw, "lr"},
+                               w.name + "_updated"))
+        return llvm::Expected<Graph>(std::move(e));
+      continue;
+    }
+    auto addState = [&](const std::string &name) -> llvm::Error {
+      TensorInfo t;
+      t.name = fresh(name);
+      t.group = group;
+      t.shape = w.shape;
+      t.shapeKnown = true;
+      t.role = TensorRole::OptimizerState;
+      return g_.addTensor(std::move(t));
+    };
+    if (optimizer == Optimizer::Momentum) {
+      const std::string v = "momentum_v_" + w.name;
+      if (llvm::Error e = addState(v))
+        return llvm::Expected<Graph>(std::move(e));
+      if (llvm::Error e = node("momentum_velocity_" + w.name, "momentum_velocity",
+                               {v, *gw, "momentum"}, v + "_new"))
+        return llvm::Expected<Graph>(std::move(e));
+      if (llvm::Error e = node("update_" + w.name, "momentum_update", {w.name, v + "_new", "lr"},
                                w.name + "_updated"))
         return llvm::Expected<Graph>(std::move(e));
       continue;
@@ -279,7 +333,8 @@ llvm::Expected<Graph> buildTrainingGraph(const Graph &forward, const std::string
 }
 
 bool isOptimizerUpdate(const std::string &op) {
-  return op == "sgd_update" || op == "adam_update" || op == "adam_m" || op == "adam_v";
+  return op == "sgd_update" || op == "momentum_velocity" || op == "momentum_update" ||
+         op == "adam_update" || op == "adam_m" || op == "adam_v";
 }
 
 llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib) {

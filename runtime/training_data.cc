@@ -67,7 +67,8 @@ void forEachElement(const std::vector<int64_t> &shape, const Box &box, Fn &&fn) 
 
 TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned seed, double lr,
                            const std::map<std::string, std::vector<double>> &constants,
-                           bool teacher)
+                           bool teacher,
+                           const std::map<std::string, std::vector<float>> *initial, TrainingHyper hyper)
     : p_(p), constants_(constants) {
   auto fill = [](double x) {
     Rule r;
@@ -94,7 +95,11 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
         continue;
       if (needs.empty())
         needs = inputValueRules(node.table->op, node.shapes);
-      Rule r = drawn(needs[i].integers, -1.0, 1.0);
+      // Read under a square root or a logarithm: non-negative; a per-channel statistic (a
+      // running variance with no value of its own) 1, PyTorch's initial value.
+      Rule r = needs[i].positive && p.tensors[t].shape.size() <= 1 && needs[i].integers == 0
+                   ? fill(1.0)
+                   : drawn(needs[i].integers, needs[i].positive ? 0.0 : -1.0, 1.0);
       r.diagonal = needs[i].diagonal;
       rules_[t] = r;
     }
@@ -113,6 +118,8 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
       r = fill(1.0);
     else if (pt.name == "lr")
       r = fill(lr);
+    else if (pt.name == "momentum")
+      r = fill(hyper.momentum);
     else if (pt.name == "adam_b1")
       r = fill(0.9);
     else if (pt.name == "adam_b2")
@@ -138,6 +145,15 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
       r = Rule();
       r.kind = Kind::Given;
       r.given = &c->second;
+    } else if (initial) {
+      if (auto v = initial->find(pt.name);
+          v != initial->end() &&
+          static_cast<int64_t>(v->second.size()) == boxElements(wholeBox(pt.shape))) {
+        r = Rule();
+        r.kind = Kind::GivenFloat;
+        r.givenFloat = &v->second;
+        ++initialized_;
+      }
     }
     r.stream = streamOf(seed, pt.name);
     tensors_.push_back(t);
@@ -164,7 +180,7 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
     const ProblemTensor &pt = p.tensors[t];
     const int64_t size = boxElements(wholeBox(pt.shape));
     if (pt.role != TensorRole::Input || pt.shape.empty() || t == answer || size == 0 ||
-        constants_.count(pt.name))
+        constants_.count(pt.name) || rules_.at(t).kind == Kind::GivenFloat)
       continue;
     data.push_back(t);
     if (input_ < 0 || size > boxElements(wholeBox(p.tensors[input_].shape)))
@@ -218,6 +234,8 @@ double TrainingData::element(const Rule &r, unsigned t, unsigned step, int64_t f
     return r.a;
   case Kind::Given:
     return (*r.given)[flat];
+  case Kind::GivenFloat:
+    return (*r.givenFloat)[flat];
   case Kind::Integers:
     return std::min<double>(std::floor(unit(key, flat) * double(r.integers)),
                             double(r.integers - 1));

@@ -32,7 +32,10 @@ namespace tofu {
 ///   a small WResNet's last stage has 1x1 maps, so batch norm divides by the deviation of two
 ///   values; with 1e-3 two correct float32 runs part within a few steps, with 0.1 they agree
 ///   to 6e-8);
-/// - `constants` (Graph::constants: an imported model's constant inputs) keep their values.
+/// - `constants` (Graph::constants: an imported model's constant inputs) keep their values,
+///   and so do the tensors `initial` gives values (Graph::initialValues: an imported
+///   model's weights and buffers), unless a checkpoint is loaded over them;
+/// - `momentum` (SGD with momentum) `Hyper::momentum`.
 ///
 /// With `teacher`, every step draws a fresh batch: every data input (an input of rank >= 1
 /// other than the labels or target) afresh — uniform in [-1, 1], or integers in its range —
@@ -42,11 +45,20 @@ namespace tofu {
 /// classes (softmax cross-entropy) or tanh (MSE target). A model can learn it, so the loss
 /// can fall. Without a teacher (or when the loss is neither of those two, or the largest
 /// input does not split into one row per label) the data stays fixed.
+/// Hyper-parameters a training graph reads besides the learning rate.
+struct TrainingHyper {
+  double momentum = 0.9;
+};
+
 class TrainingData {
 public:
   TrainingData(const Problem &p, const std::string &loss, unsigned seed, double lr,
                const std::map<std::string, std::vector<double>> &constants = {},
-               bool teacher = true);
+               bool teacher = true,
+               const std::map<std::string, std::vector<float>> *initial = nullptr,
+               TrainingHyper hyper = TrainingHyper());
+  /// The tensors whose values came from `initial`.
+  unsigned initialized() const { return initialized_; }
   TrainingData(const TrainingData &) = delete; // rules point into constants_
   TrainingData &operator=(const TrainingData &) = delete;
   /// Every tensor without a producer.
@@ -61,13 +73,14 @@ public:
   Tensor value(unsigned t, unsigned step) const;
 
 private:
-  enum class Kind { Fill, Given, Uniform, Integers, Labels };
+  enum class Kind { Fill, Given, GivenFloat, Uniform, Integers, Labels };
   struct Rule {
     Kind kind = Kind::Fill;
     double a = 0, b = 0;   ///< Fill: a; Uniform: [a, b)
     int64_t integers = 0;  ///< Integers: [0, integers)
     std::optional<std::pair<unsigned, unsigned>> diagonal; ///< Uniform: boosted dimensions
     const std::vector<double> *given = nullptr;             ///< Given
+    const std::vector<float> *givenFloat = nullptr;         ///< GivenFloat
     uint64_t stream = 0;   ///< from the seed and the tensor's name
     bool batch = false;    ///< drawn afresh each step
   };
@@ -81,6 +94,7 @@ private:
   std::vector<unsigned> tensors_, batch_;
   std::map<unsigned, Rule> rules_;
   std::map<std::string, std::vector<double>> constants_;
+  unsigned initialized_ = 0;
   // The teacher.
   int input_ = -1; ///< the largest data input
   bool classify_ = false;

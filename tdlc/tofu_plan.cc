@@ -41,8 +41,13 @@ cl::opt<int64_t> batch("batch", cl::desc("Batch size for zoo models (default 32)
                        cl::cat(planCategory));
 cl::opt<bool> train("train", cl::desc("Add the backward pass and the optimiser update"),
                     cl::cat(planCategory));
-cl::opt<std::string> optimizer("optimizer", cl::desc("sgd or adam (with --train; default adam)"),
+cl::opt<std::string> optimizer("optimizer",
+                               cl::desc("sgd, momentum or adam (with --train; default adam)"),
                                cl::init("adam"), cl::cat(planCategory));
+cl::opt<std::string> lossOutput("loss-output",
+                                cl::desc("With --train, a graph of several outputs trains on "
+                                         "this one (default: the first)"),
+                                cl::value_desc("NAME"), cl::cat(planCategory));
 cl::opt<bool> describe("describe",
                        cl::desc("Print node and tensor counts and bytes per tensor role"),
                        cl::cat(planCategory));
@@ -155,8 +160,9 @@ int main(int argc, char **argv) {
                     "are its own\n";
     return 2;
   }
-  if (optimizer.getNumOccurrences() && !train) {
-    llvm::errs() << "tofu-plan: --optimizer applies to a training step: give --train\n";
+  if ((optimizer.getNumOccurrences() || lossOutput.getNumOccurrences()) && !train) {
+    llvm::errs() << "tofu-plan: --" << (optimizer.getNumOccurrences() ? "optimizer" : "loss-output")
+                 << " applies to a training step: give --train\n";
     return 2;
   }
   std::optional<int64_t> budgetBytes;
@@ -221,8 +227,8 @@ int main(int argc, char **argv) {
     llvm::errs() << "tofu-plan: --format must be table or json\n";
     return 2;
   }
-  if (optimizer != "sgd" && optimizer != "adam") {
-    llvm::errs() << "tofu-plan: --optimizer must be sgd or adam\n";
+  if (optimizer != "sgd" && optimizer != "momentum" && optimizer != "adam") {
+    llvm::errs() << "tofu-plan: --optimizer must be sgd, momentum or adam\n";
     return 2;
   }
   tofu::SourceManager sources;
@@ -241,7 +247,10 @@ int main(int argc, char **argv) {
   }
   tofu::PipelineOptions pipeline;
   if (train)
-    pipeline.train = optimizer == "sgd" ? tofu::Optimizer::SGD : tofu::Optimizer::Adam;
+    pipeline.train = optimizer == "sgd"        ? tofu::Optimizer::SGD
+                     : optimizer == "momentum" ? tofu::Optimizer::Momentum
+                                               : tofu::Optimizer::Adam;
+  pipeline.lossOutput = lossOutput;
   pipeline.until = budgetBytes || topology ? tofu::Stage::Problem
                   : workers > 0              ? tofu::Stage::Plan
                                              : tofu::Stage::Graph;

@@ -32,6 +32,8 @@
 #include "llvm/Support/raw_ostream.h"
 #include "nlohmann/json.hpp"
 #include "runtime/cpu_executor.h"
+#include "runtime/data_feed.h"
+#include "runtime/dataset.h"
 #include "runtime/engine.h"
 #include "runtime/training_data.h"
 #ifdef TOFU_CUDA_BACKEND
@@ -95,8 +97,16 @@ cl::opt<std::string> mpiTransport("mpi-transport",
 cl::opt<bool> tf32("tf32", cl::desc("With --backend cuda or nccl: let cuBLAS and cuDNN use TF32 tensor "
                                     "cores (default off: float32 math)"),
                    cl::cat(runCategory));
-cl::opt<std::string> optimizer("optimizer", cl::desc("sgd (default) or adam"), cl::init("sgd"),
-                               cl::cat(runCategory));
+cl::opt<std::string> optimizer("optimizer",
+                               cl::desc("sgd (default), momentum (SGD with momentum, PyTorch's "
+                                        "form: v = mu v + g, w -= lr v) or adam"),
+                               cl::init("sgd"), cl::cat(runCategory));
+cl::opt<std::string> lossOutput("loss-output",
+                                cl::desc("A graph of several outputs trains on this one (default: "
+                                         "the first)"),
+                                cl::value_desc("NAME"), cl::cat(runCategory));
+cl::opt<double> momentumOpt("momentum", cl::desc("With --optimizer momentum: mu (default 0.9)"),
+                            cl::init(0.9), cl::cat(runCategory));
 cl::opt<bool> verify("verify", cl::desc("Also run the step unpartitioned and compare"),
                      cl::cat(runCategory));
 cl::opt<unsigned> seed("seed", cl::desc("Seed of the random inputs and weights (default 1)"),
@@ -108,10 +118,39 @@ cl::opt<bool> fusion("fusion",
                      cl::init(true), cl::cat(runCategory));
 cl::opt<std::string> dataMode(
     "data",
-    cl::desc("Synthetic data: 'teacher' (default: a fresh batch every step, labels or targets "
-             "from a fixed random teacher, so the loss falls as the model learns it) or 'fixed' "
+    cl::desc("What the model trains on: a data set — a directory of the MNIST family (its "
+             "train split: train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz], e.g. "
+             "/usr/share/datasets/fashion-mnist) or NAME=FILE,... of IDX (.gz) and .npy arrays "
+             "whose first dimension counts samples; batches are shuffled per epoch from --seed "
+             "and the last partial batch is dropped. Or synthetic data: 'teacher' (default: a "
+             "fresh batch every step, labels or targets from a fixed random teacher) or 'fixed' "
              "(one random batch for every step: the model memorises it)"),
-    cl::init("teacher"), cl::cat(runCategory));
+    cl::value_desc("PATH|teacher|fixed"), cl::init("teacher"), cl::cat(runCategory));
+cl::opt<std::string> feedOpt("feed",
+                             cl::desc("With a data set: which array feeds which graph input, "
+                                      "INPUT=ARRAY,... (default: the array 'labels' feeds the "
+                                      "loss's labels, the other array the one data input)"),
+                             cl::value_desc("INPUT=ARRAY,..."), cl::cat(runCategory));
+cl::opt<std::string> normalizeOpt("normalize",
+                                  cl::desc("With a data set: MEAN,STD: inputs become (x - MEAN) "
+                                           "/ STD, after byte arrays are scaled to [0, 1] "
+                                           "(default 0,1)"),
+                                  cl::value_desc("MEAN,STD"), cl::cat(runCategory));
+cl::opt<unsigned> epochs("epochs", cl::desc("With a data set: passes over it (default 1; or give "
+                                            "--steps)"),
+                         cl::init(1), cl::cat(runCategory));
+cl::opt<std::string> evalOpt("eval",
+                             cl::desc("With a data set: evaluate the loss and top-1 accuracy on "
+                                      "held-out data, forward only, partitioned like training: "
+                                      "'test' (the --data directory's t10k split) or a data set "
+                                      "as --data takes; at each epoch's end (or every "
+                                      "--eval-every steps) and after the last step"),
+                             cl::value_desc("test|PATH"), cl::cat(runCategory));
+cl::opt<unsigned> evalEvery("eval-every", cl::desc("Steps between evaluations (default: an epoch)"),
+                            cl::init(0), cl::cat(runCategory));
+cl::opt<unsigned> logEvery("log-every", cl::desc("Print a row every N steps: the mean loss and "
+                                                 "step time of those N (default 1)"),
+                           cl::init(1), cl::cat(runCategory));
 /// The most workers the in-process engines (CPU, CUDA) run: each is a thread (or stream)
 /// with its own arena in this process; 1024 take some 20 s and 3 GB to set up for an MLP.
 constexpr unsigned kMaxEngineWorkers = 1024;
@@ -166,6 +205,11 @@ cl::opt<bool> kernelReportOpt(
     cl::cat(runCategory));
 cl::opt<std::string> format("format", cl::desc("table (default) or json"), cl::init("table"),
                             cl::cat(runCategory));
+cl::opt<std::string> metricsFile("metrics",
+                                 cl::desc("Also write the run's figures as --format=json prints "
+                                          "them (per-step losses and times, evaluations, "
+                                          "memory) to FILE"),
+                                 cl::value_desc("FILE.json"), cl::cat(runCategory));
 cl::opt<std::string> planJson("exec-plan", cl::desc("Write the execution plan as JSON"),
                               cl::value_desc("FILE.json"), cl::cat(runCategory));
 cl::opt<bool> dumpPlan("dump-plan", cl::desc("Print the execution plan, one line per op instance"),
@@ -272,6 +316,36 @@ double scalarOverProcesses(const tofu::Engine &e, unsigned t) {
 #endif
   return v;
 }
+
+/// A whole tensor from the tiles every process holds (each element from a process that
+/// holds it; get() leaves NaN where this process holds none).
+tofu::Tensor wholeOverProcesses(const tofu::Engine &e, unsigned t) {
+  tofu::Tensor x = e.get(t);
+#ifdef TOFU_MPI_BACKEND
+  if (procs.on) {
+    std::vector<double> all(x.data.size() * procs.size);
+    MPI_Allgather(x.data.data(), static_cast<int>(x.data.size()), MPI_DOUBLE, all.data(),
+                  static_cast<int>(x.data.size()), MPI_DOUBLE, MPI_COMM_WORLD);
+    for (size_t i = 0; i < x.data.size(); ++i)
+      for (int r = 0; r < procs.size; ++r)
+        if (!std::isnan(all[r * x.data.size() + i])) {
+          x.data[i] = all[r * x.data.size() + i];
+          break;
+        }
+  }
+#endif
+  return x;
+}
+
+/// --eval's forward graph (the model without its loss), planned as the training plan
+/// restricted to it.
+struct EvalSetup {
+  tofu::PipelineResult forward;
+  unsigned logits = 0; ///< the output tensor
+};
+
+/// --normalize, parsed.
+tofu::Normalization normalization;
 
 /// A field of /proc/self/status in bytes (0 where there is none).
 int64_t statusBytes(const char *field) {
@@ -447,7 +521,7 @@ int saveTiles(const tofu::Engine &engine, const std::map<std::string, std::strin
 int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::string &loss,
                 const std::string &name, const tofu::ExecPlan &exec,
                 const tofu::MemoryPlan &memory, int64_t onePeak, int64_t predicted,
-                const std::string &algorithm) {
+                const std::string &algorithm, const EvalSetup *evalSetup) {
   // The process's memory from here on: the values, the engine (arenas, kernels, input
   // tiles) and the steps, not the libraries, import, search and planning before.
   resetPeakResident();
@@ -455,19 +529,69 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   const bool json = format == "json";
   // mpirun hands its processes a terminal whatever its own output is: no progress line.
   const bool terminal = !json && !procs.on && ::isatty(STDOUT_FILENO);
-  double lr = learningRate >= 0 ? learningRate : (optimizer == "sgd" ? 0.1 : 0.001);
+  double lr = learningRate >= 0 ? learningRate
+               : optimizer == "sgd"     ? 0.1
+               : optimizer == "momentum" ? 0.01
+                                         : 0.001;
   unsigned lossTensor = 0;
   for (unsigned t = 0; t < p.tensors.size(); ++t)
     if (p.tensors[t].name == loss)
       lossTensor = t;
   // Every worker draws its own tiles of every value: no process makes a whole tensor.
-  const tofu::TrainingData data(p, loss, seed, lr, training.constants, dataMode == "teacher");
-  auto setValues = [&](tofu::Engine &e, const std::vector<unsigned> &tensors, unsigned step) {
+  const bool realData = dataMode != "teacher" && dataMode != "fixed";
+  const tofu::TrainingData data(p, loss, seed, lr, training.constants, dataMode == "teacher",
+                                &training.initialValues, {momentumOpt});
+  auto setValues = [&](tofu::Engine &e, const tofu::TrainingData &from,
+                       const std::vector<unsigned> &tensors, unsigned step) {
     for (unsigned t : tensors)
-      e.setTiles(t, [&](const tofu::Box &tile, float *out) { data.fill(t, step, tile, out); });
+      e.setTiles(t, [&](const tofu::Box &tile, float *out) { from.fill(t, step, tile, out); });
+  };
+  // A data set: its batches in a shuffled order per epoch (drawn from --seed).
+  std::optional<tofu::DataSet> ds;
+  std::vector<tofu::DataBinding> bindings;
+  int64_t dataBatch = 0, stepsPerEpoch = 1;
+  if (realData) {
+    auto d = tofu::openDataSet(dataMode, "train");
+    if (!d)
+      return fail(llvm::toString(d.takeError()), 2);
+    ds = std::move(*d);
+    auto b = tofu::bindDataSet(p, loss, *ds, feedOpt, training.constants, training.initialValues);
+    if (!b)
+      return fail(fmt::format("{}: --data {}: {}", name, std::string(dataMode),
+                              llvm::toString(b.takeError())),
+                  2);
+    bindings = std::move(*b);
+    dataBatch = p.tensors[bindings[0].tensor].shape[0];
+    for (const tofu::DataBinding &x : bindings)
+      if (p.tensors[x.tensor].shape[0] != dataBatch)
+        return fail(fmt::format("{}: inputs '{}' and '{}' take batches of {} and {} samples: "
+                                "fed inputs share the batch",
+                                name, bindings[0].input, x.input, dataBatch,
+                                p.tensors[x.tensor].shape[0]),
+                    2);
+    stepsPerEpoch = ds->samples / dataBatch;
+    if (steps.getNumOccurrences() == 0)
+      steps = static_cast<unsigned>(std::min<int64_t>(int64_t(epochs) * stepsPerEpoch,
+                                                      std::numeric_limits<unsigned>::max()));
+  }
+  std::vector<int64_t> order; // of the epoch `orderEpoch`
+  int64_t orderEpoch = -1;
+  auto samplesOf = [&](unsigned step) {
+    const int64_t epoch = step / stepsPerEpoch, within = step % stepsPerEpoch;
+    if (epoch != orderEpoch) {
+      order = tofu::epochOrder(ds->samples, seed, static_cast<uint64_t>(epoch));
+      orderEpoch = epoch;
+    }
+    return std::vector<int64_t>(order.begin() + within * dataBatch,
+                                order.begin() + (within + 1) * dataBatch);
   };
   // The batch of a step, by its index counted over every run of a resumed training.
-  auto setBatch = [&](tofu::Engine &e, unsigned step) { setValues(e, data.batchTensors(), step); };
+  auto setBatch = [&](tofu::Engine &e, unsigned step) {
+    if (realData)
+      tofu::feedBatch(e, *ds, bindings, samplesOf(step), normalization);
+    else
+      setValues(e, data, data.batchTensors(), step);
+  };
   tofu::EngineOptions options;
   options.threadsPerWorker = threadsPerWorker;
   options.checking = checking;
@@ -509,7 +633,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   const double buildSeconds = seconds(start);
   const tofu::BackendStats bs = (*engine)->backendStats();
   const tofu::KernelCompileStats &cs = bs.compile;
-  setValues(**engine, data.tensors(), 0);
+  setValues(**engine, data, data.tensors(), 0);
   unsigned stepsBefore = 0;
   std::optional<tofu::CheckpointReader> resumed;
   if (!loadDir.empty()) {
@@ -522,6 +646,94 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       stepsBefore = static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
     resumed = std::move(*c);
   }
+  // --eval: the forward graph on an engine of its own, its weights copied from training's
+  // (tile by tile: both plans cut every weight alike).
+  std::optional<tofu::FusedPlan> evalFused;
+  std::unique_ptr<tofu::Engine> evalEngine;
+  std::unique_ptr<tofu::TrainingData> evalValues;
+  std::optional<tofu::DataSet> evalDs;
+  std::vector<tofu::DataBinding> evalBindings;
+  std::string labelsArray;
+  int64_t evalBatch = 0;
+  nlohmann::json evalJson = nlohmann::json::array();
+  if (evalSetup) {
+    const tofu::Problem &ep = *evalSetup->forward.problem;
+    auto d = tofu::openDataSet(evalOpt == "test" ? std::string(dataMode) : std::string(evalOpt),
+                               "t10k");
+    if (!d)
+      return fail("--eval: " + llvm::toString(d.takeError()), 2);
+    evalDs = std::move(*d);
+    std::string feeds;
+    for (const tofu::DataBinding &b : bindings)
+      if (b.labels)
+        labelsArray = b.array;
+      else
+        feeds += (feeds.empty() ? "" : ",") + b.input + "=" + b.array;
+    if (labelsArray.empty())
+      return fail(name + ": --eval scores a classifier: a model trained with softmax "
+                         "cross-entropy against labels fed from the data set",
+                  2);
+    if (!evalDs->find(labelsArray))
+      return fail(fmt::format("--eval {}: the data set has no array '{}' (the labels)",
+                              std::string(evalOpt), labelsArray),
+                  2);
+    auto eb = tofu::bindDataSet(ep, "", *evalDs, feeds, training.constants,
+                                training.initialValues);
+    if (!eb)
+      return fail(fmt::format("{}: --eval {}: {}", name, std::string(evalOpt),
+                              llvm::toString(eb.takeError())),
+                  2);
+    evalBindings = std::move(*eb);
+    evalBatch = ep.tensors[evalBindings[0].tensor].shape[0];
+    evalFused = fusion ? tofu::fuseElementwise(ep, evalSetup->forward.exec,
+                                               evalSetup->forward.graph.outputs)
+                       : tofu::FusedPlan{ep, evalSetup->forward.exec, 0, {}};
+    tofu::MemoryPlan evalMemory =
+        fusion ? tofu::planMemory(evalFused->problem, evalFused->plan,
+                                  evalSetup->forward.graph.outputs)
+               : evalSetup->forward.memory;
+    auto e = makeEngine(evalFused->problem, evalFused->plan, evalMemory, options);
+    if (!e)
+      return fail(name + ": the evaluation engine: " + llvm::toString(e.takeError()));
+    evalEngine = std::move(*e);
+    evalValues = std::make_unique<tofu::TrainingData>(ep, "", seed, lr, training.constants, false,
+                                                      &training.initialValues);
+    setValues(*evalEngine, *evalValues, evalValues->tensors(), 0);
+  }
+  // Evaluates the weights after `done` steps (counted over every run); prints and records.
+  auto evaluate = [&](unsigned done) -> llvm::Error {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (llvm::Error e = tofu::copyState(**engine, *evalEngine))
+      return e;
+    tofu::ClassifierScore score;
+    const tofu::DataArray &labelArray = *evalDs->find(labelsArray);
+    std::vector<int64_t> samples(evalBatch);
+    std::vector<double> labels(evalBatch);
+    for (int64_t start = 0; start < evalDs->samples; start += evalBatch) {
+      const int64_t rows = std::min(evalBatch, evalDs->samples - start);
+      for (int64_t r = 0; r < evalBatch; ++r) // a partial batch repeats the first samples
+        samples[r] = r < rows ? start + r : (r - rows) % evalDs->samples;
+      tofu::feedBatch(*evalEngine, *evalDs, evalBindings, samples, normalization);
+      auto st = evalEngine->step();
+      if (!st)
+        return st.takeError();
+      const tofu::Tensor logits = wholeOverProcesses(*evalEngine, evalSetup->logits);
+      for (int64_t r = 0; r < rows; ++r)
+        labels[r] = labelArray.at(samples[r]);
+      tofu::scoreRows(logits, labels, rows, score);
+    }
+    const double secs = seconds(t0);
+    const double epoch = double(done) / double(stepsPerEpoch);
+    evalJson.push_back({{"step", done}, {"epoch", epoch}, {"loss", score.loss()},
+                        {"accuracy", score.accuracy()}, {"samples", score.rows},
+                        {"seconds", secs}});
+    if (!json)
+      llvm::outs() << fmt::format("eval after step {} (epoch {:.2f}): loss {:.4f}, accuracy "
+                                  "{:.2f}% on {} held-out samples ({:.1f} s)\n",
+                                  done, epoch, score.loss(), 100 * score.accuracy(), score.rows,
+                                  secs);
+    return llvm::Error::success();
+  };
   if (!json) {
     if (resumed)
       llvm::outs() << fmt::format("resumed from {} ({} steps trained before)\n",
@@ -541,6 +753,36 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
         !options.library ? "generated kernels"
         : gpu            ? "cuBLAS, cuDNN + generated kernels"
                          : "oneDNN + generated kernels");
+    {
+      unsigned weights = 0, given = 0;
+      for (const tofu::ProblemTensor &t : p.tensors)
+        if (t.role == tofu::TensorRole::Weight) {
+          ++weights;
+          given += training.initialValues.count(t.name) > 0;
+        }
+      if (!resumed && given > 0)
+        llvm::outs() << fmt::format("weights: {} of {} from the model's initializers{}\n", given,
+                                    weights, given < weights ? ", the rest drawn" : "");
+      else if (!resumed && !onnxFile.empty())
+        llvm::outs() << fmt::format("weights: the model has no initial values; all {} drawn "
+                                    "(synthetic, from --seed)\n",
+                                    weights);
+    }
+    if (realData)
+      llvm::outs() << fmt::format("data: {}, {} samples; batch {}, {} steps per epoch ({} "
+                                  "samples dropped), shuffled per epoch from seed {}; {}\n",
+                                  ds->description, ds->samples, dataBatch, stepsPerEpoch,
+                                  ds->samples - stepsPerEpoch * dataBatch, unsigned(seed),
+                                  [&] {
+                                    std::string f;
+                                    for (const tofu::DataBinding &b : bindings)
+                                      f += (f.empty() ? "" : ", ") + b.array + " -> " + b.input;
+                                    return f;
+                                  }());
+    if (evalEngine)
+      llvm::outs() << fmt::format("eval: {}, {} samples, forward only on {} workers (the "
+                                  "training plan's cuts)\n",
+                                  evalDs->description, evalDs->samples, unsigned(workers));
     if (fused.folded > 0)
       llvm::outs() << fmt::format("fusion: {} element-wise nodes folded into their readers ({} "
                                   "fused kernels, e.g. {})\n",
@@ -556,7 +798,10 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                     : std::string(),
                                 bs.interpreted);
     if (!terminal)
-      llvm::outs() << "\n| step | loss | seconds |\n| ---: | ---: | ---: |\n";
+      llvm::outs() << (logEvery > 1 ? fmt::format("\n| step | mean loss of {} steps | mean "
+                                                  "seconds |\n| ---: | ---: | ---: |\n",
+                                                  unsigned(logEvery))
+                                    : std::string("\n| step | loss | seconds |\n| ---: | ---: | ---: |\n"));
     llvm::outs().flush();
   }
   std::vector<unsigned> compared = {lossTensor}; // with --verify: the loss and every update
@@ -594,12 +839,36 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                               : ", and nothing was saved to " + saveDir +
                                                     " (what it holds stays as it was)"));
     }
+    const unsigned done = stepsBefore + s + 1;
     if (terminal) {
-      llvm::outs() << fmt::format("\rstep {}/{}: loss {:.5f}, {:.3f} s", s + 1, unsigned(steps),
-                                  losses.back(), r->seconds);
+      const double elapsed = std::accumulate(stepSeconds.begin(), stepSeconds.end(), 0.0);
+      const double eta = elapsed / double(s + 1) * double(steps - s - 1);
+      llvm::outs() << (realData
+                           ? fmt::format("\repoch {} step {}/{}: loss {:.4f}, {:.0f} samples/s, "
+                                         "ETA {}:{:02d}   ",
+                                         (done - 1) / stepsPerEpoch + 1,
+                                         (done - 1) % stepsPerEpoch + 1, stepsPerEpoch,
+                                         losses.back(), double(dataBatch) / r->seconds,
+                                         int(eta) / 60, int(eta) % 60)
+                           : fmt::format("\rstep {}/{}: loss {:.5f}, {:.3f} s", s + 1,
+                                         unsigned(steps), losses.back(), r->seconds));
       llvm::outs().flush();
-    } else if (!json) {
-      llvm::outs() << fmt::format("| {} | {:.6f} | {:.4f} |\n", s + 1, losses.back(), r->seconds);
+    } else if (!json && ((s + 1) % logEvery == 0 || s + 1 == steps)) {
+      const size_t n = std::min<size_t>(logEvery, (s % logEvery) + 1);
+      auto meanOfLast = [n](const std::vector<double> &v) {
+        return std::accumulate(v.end() - n, v.end(), 0.0) / double(n);
+      };
+      llvm::outs() << fmt::format("| {} | {:.6f} | {:.4f} |\n", s + 1, meanOfLast(losses),
+                                  meanOfLast(stepSeconds));
+    }
+    const bool last = s + 1 == steps;
+    if (evalEngine && (last || (evalEvery > 0 ? done % evalEvery == 0
+                                              : done % stepsPerEpoch == 0))) {
+      if (terminal)
+        llvm::outs() << "\n";
+      if (llvm::Error e = evaluate(done))
+        return fail(fmt::format("{}: evaluating after step {}: {}", name, done,
+                                llvm::toString(std::move(e))));
     }
   }
   if (terminal)
@@ -639,7 +908,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     auto ref = makeEngine(p, oneExec, oneMemory, options, /*local=*/true);
     if (!ref)
       return fail("the unpartitioned run: " + llvm::toString(ref.takeError()));
-    setValues(**ref, data.tensors(), 0);
+    setValues(**ref, data, data.tensors(), 0);
     if (resumed)
       if (llvm::Error e = tofu::restore(**ref, *resumed))
         return fail(llvm::toString(std::move(e)));
@@ -700,7 +969,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                   {"tensors_compared", compared.size()}};
   }
 
-  if (json) {
+  if (json || !metricsFile.empty()) {
     nlohmann::json j;
     j["model"] = name;
     j["workers"] = unsigned(workers);
@@ -724,6 +993,15 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     j["bytes_moved"] = moved;
     j["predicted_bytes"] = predicted;
     j["step_iterations"] = stepIterations((*engine)->program());
+    if (realData) {
+      j["data"] = ds->description;
+      j["samples"] = ds->samples;
+      j["steps_per_epoch"] = stepsPerEpoch;
+    }
+    if (evalEngine) {
+      j["eval"] = evalJson;
+      j["eval_arena_bytes"] = evalEngine->arenaBytes();
+    }
     j["compile_seconds"] = cs.seconds;
     j["engine_build_seconds"] = buildSeconds;
     j["kernels"] = cs.kernels;
@@ -747,8 +1025,16 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       }
       j["profile"] = perWorker; // per worker, per node in plan order
     }
-    llvm::outs() << j.dump(2) << "\n";
-    return status;
+    if (!metricsFile.empty() && procs.rank == 0) {
+      std::ofstream f(metricsFile);
+      f << j.dump(1) << "\n";
+      if (!f)
+        return fail("cannot write " + metricsFile);
+    }
+    if (json) {
+      llvm::outs() << j.dump(2) << "\n";
+      return status;
+    }
   }
   llvm::outs() << fmt::format("\nloss {:.6f} -> {:.6f} over {} steps; median step {:.4f} s, {:.1f} "
                               "samples/s\n",
@@ -933,14 +1219,55 @@ int run(int argc, char **argv) {
     return fail("--tf32 is for --backend cuda", 2);
   if (backend == "cuda" && kernelsMode == "interp")
     return fail("--kernels interp is the CPU reference executor; use --backend cpu", 2);
-  if (optimizer != "sgd" && optimizer != "adam")
-    return fail("--optimizer must be sgd or adam", 2);
+  if (optimizer != "sgd" && optimizer != "momentum" && optimizer != "adam")
+    return fail("--optimizer must be sgd, momentum or adam", 2);
+  if (momentumOpt.getNumOccurrences() > 0 && optimizer != "momentum")
+    return fail("--momentum is for --optimizer momentum", 2);
+  if (!(momentumOpt >= 0 && momentumOpt < 1))
+    return fail("--momentum must be in [0, 1)", 2);
   if (kernelsMode != "compiled" && kernelsMode != "generated" && kernelsMode != "interp")
     return fail("--kernels must be compiled, generated or interp", 2);
   if (format != "table" && format != "json")
     return fail("--format must be table or json", 2);
-  if (dataMode != "teacher" && dataMode != "fixed")
-    return fail("--data must be teacher or fixed", 2);
+  const bool realData = dataMode != "teacher" && dataMode != "fixed";
+  if (realData && dataMode.empty())
+    return fail("--data needs a data set (a directory or NAME=FILE,...), teacher or fixed", 2);
+  for (const auto *o : {&feedOpt, &normalizeOpt, &evalOpt})
+    if (!realData && o->getNumOccurrences() > 0)
+      return fail(fmt::format("--{} is for training on a data set (--data PATH)",
+                              std::string(o->ArgStr)),
+                  2);
+  if (!realData && epochs.getNumOccurrences() > 0)
+    return fail("--epochs is for training on a data set (--data PATH); synthetic runs take "
+                "--steps",
+                2);
+  if (epochs.getNumOccurrences() > 0 && steps.getNumOccurrences() > 0)
+    return fail("give --epochs or --steps, not both", 2);
+  if (epochs == 0)
+    return fail("--epochs must be at least 1", 2);
+  if (evalEvery.getNumOccurrences() > 0 && evalOpt.empty())
+    return fail("--eval-every needs --eval", 2);
+  if (logEvery == 0)
+    return fail("--log-every must be at least 1", 2);
+  if (realData && kernelsMode == "interp")
+    return fail("--kernels interp runs one step on synthetic values; train on a data set with "
+                "the compiled kernels",
+                2);
+  if (!normalizeOpt.empty()) {
+    const size_t comma = normalizeOpt.find(',');
+    char *end = nullptr;
+    const std::string a = normalizeOpt.substr(0, comma);
+    const std::string b = comma == std::string::npos ? "" : normalizeOpt.substr(comma + 1);
+    normalization.mean = std::strtod(a.c_str(), &end);
+    const bool meanOk = !a.empty() && *end == 0 && std::isfinite(normalization.mean);
+    normalization.std = std::strtod(b.c_str(), &end);
+    const bool stdOk = !b.empty() && *end == 0 && std::isfinite(normalization.std) &&
+                       normalization.std > 0;
+    if (!meanOk || !stdOk)
+      return fail("--normalize must be MEAN,STD: two finite numbers, STD > 0 (e.g. "
+                  "0.2860,0.3530)",
+                  2);
+  }
   if (learningRate.getNumOccurrences() > 0 && !(learningRate > 0 && std::isfinite(learningRate)))
     return fail("--lr must be a positive finite number", 2);
   if (steps == 0)
@@ -964,7 +1291,10 @@ int run(int argc, char **argv) {
     return fail("cannot load the operator library: " + llvm::toString(lib.takeError()));
   }
   tofu::PipelineOptions pipeline;
-  pipeline.train = optimizer == "sgd" ? tofu::Optimizer::SGD : tofu::Optimizer::Adam;
+  pipeline.train = optimizer == "sgd"        ? tofu::Optimizer::SGD
+                   : optimizer == "momentum" ? tofu::Optimizer::Momentum
+                                             : tofu::Optimizer::Adam;
+  pipeline.lossOutput = lossOutput;
   pipeline.until = tofu::Stage::Execution;
   pipeline.search.workers = workers;
   pipeline.search.algorithm = *algorithm;
@@ -993,6 +1323,8 @@ int run(int argc, char **argv) {
   if (!pipelined)
     return fail(llvm::toString(pipelined.takeError()));
   const std::string &name = pipelined->name;
+  if (!pipelined->lossNote.empty() && format != "json")
+    llvm::outs() << name << ": " << pipelined->lossNote << "\n";
   const tofu::Graph *t = &pipelined->graph;
   const std::string *loss = &pipelined->loss;
   const tofu::Problem &p = *pipelined->problem;
@@ -1009,9 +1341,41 @@ int run(int argc, char **argv) {
     llvm::outs() << tofu::execPlanDump(p, exec) << "\n";
   tofu::MemoryPlan single = tofu::singleWorker(p, t->outputs).memory;
 
+  // --eval: the model's forward graph, planned as the training plan restricted to it.
+  std::optional<EvalSetup> evalSetup;
+  if (!evalOpt.empty()) {
+    const tofu::GraphSource source = {model, graphFile, onnxFile, batch, dataInputs,
+                                      dataInputs.getNumOccurrences() > 0};
+    std::string fwdName;
+    auto fwd = tofu::loadGraph(source, *lib, &fwdName);
+    if (!fwd)
+      return fail(llvm::toString(fwd.takeError()));
+    if (!lossOutput.empty())
+      fwd->outputs = {lossOutput}; // the pipeline checked it is an output
+    else if (fwd->outputs.size() > 1)
+      fwd->outputs.resize(1);
+    const tofu::TensorInfo *out = fwd->outputs.size() == 1 ? fwd->tensor(fwd->outputs[0]) : nullptr;
+    if (!out || out->shape.size() != 2)
+      return fail(name + ": --eval scores a classifier: a model whose one output is [batch, "
+                         "classes] logits",
+                  2);
+    tofu::PipelineOptions forward;
+    forward.until = tofu::Stage::Execution;
+    forward.plan = [&](const tofu::Problem &sub) { return tofu::restrictPlan(*plan, p, sub); };
+    auto r = tofu::runPipeline(std::move(*fwd), fwdName, *lib, forward);
+    if (!r)
+      return fail("--eval: the forward graph: " + llvm::toString(r.takeError()));
+    evalSetup.emplace();
+    evalSetup->forward = std::move(*r);
+    const tofu::Problem &ep = *evalSetup->forward.problem;
+    for (unsigned i = 0; i < ep.tensors.size(); ++i)
+      if (ep.tensors[i].name == evalSetup->forward.graph.outputs[0])
+        evalSetup->logits = i;
+  }
   if (kernelsMode != "interp")
     return runCompiled(p, *t, *loss, name, exec, memory, single.largestPeak(),
-                       p.exactCost(plan->steps), plan->algorithm);
+                       p.exactCost(plan->steps), plan->algorithm,
+                       evalSetup ? &*evalSetup : nullptr);
 
   if (tolerance < 0)
     tolerance = 1e-4;

@@ -116,7 +116,7 @@ expect_error "--mpi-transport is for --backend mpi" --model mlp --workers 2 --mp
 expect_error "unknown model 'nope'" --model nope --workers 2
 expect_error "--kernels must be compiled, generated or interp" --model mlp --workers 2 --kernels gpu
 expect_error "--kernels interp runs one step" --model mlp --workers 2 --kernels interp --steps 3
-expect_error "--data must be teacher or fixed" --model mlp --workers 2 --data real
+expect_error "real: no such directory (--data takes a directory of the MNIST family" --model mlp --workers 2 --data real
 expect_error "--lr must be a positive finite number" --model mlp --workers 2 --lr -1
 expect_error "none: cannot open: No such file or directory" --model mlp --workers 2 --load "$tmp/none"
 expect_error "the checkpoint has no tensor" --model gpt-1-16-2-4 --batch 2 --workers 2 --load "$tmp/ckpt"

@@ -5,13 +5,14 @@
 # summaries; the full plans (every tensor's cut, every op's strategy per step) and an SVG
 # of WResNet's tiles are written to out/. Then a small WResNet-50's training step runs
 # partitioned on 4 workers and is checked against the unpartitioned step (tofu-run
-# --verify). Then torchvision's resnet18 (from ONNX) trains partitioned on 2 workers for 10
-# steps on one fixed batch (it memorises it: 1000 classes and batch 2 learn nothing visible
-# from a teacher in 10 steps) and is saved to out/resnet18/model.safetensors, and the 25M-parameter MLP trains on
-# 2 workers for 50 steps, on the CPU engine (oneDNN + generated kernels, float32 arenas), on
-# a fresh synthetic batch every step labelled by a fixed random teacher: the loss per step
-# (and its mean over the first and the last ten steps), the median step time, every
-# worker's peak memory, and the first step checked against the unpartitioned one.
+# --verify). Then torchvision's resnet18 (from ONNX, its initializers the initial weights)
+# trains partitioned on 2 workers for 10 steps on one fixed batch (it memorises it) and is
+# saved to out/resnet18/model.safetensors. Then a real model learns from real data: a small
+# CNN defined and exported by tools/fmnist.py trains on Fashion-MNIST (Debian's
+# dataset-fashion-mnist) for 2 epochs partitioned on 2 workers that are 2 MPI processes
+# (SGD with momentum, batch 64), evaluated on the test split after each epoch; PyTorch then
+# trains the same model from the same initial weights on the same batches, and the two loss
+# curves are drawn over each other (out/fmnist/loss.svg) and their test accuracies compared.
 # Finally the library's statistics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,9 +56,22 @@ echo "== tofu-run --onnx tests/onnx/resnet18.onnx --workers 2 --steps 10 --lr 0.
 echo
 # One process per worker: Open MPI starts them (and refuses root unless told it is meant).
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-echo "== mpirun -np 2 tofu-run --backend mpi --model mlp --steps 50 --lr 0.01 --verify"
+fmnist=/usr/share/datasets/fashion-mnist
+mkdir -p out/fmnist
+echo "== Fashion-MNIST: a CNN exported from PyTorch, trained on 2 MPI processes"
+/usr/bin/python3 tools/fmnist.py export out/fmnist/cnn.onnx --seed 1
+hyper=(--batch 64 --lr 0.02 --momentum 0.9 --seed 1 --normalize 0.2860,0.3530)
+echo "mpirun -np 2 tofu-run --backend mpi --onnx out/fmnist/cnn.onnx --data $fmnist --eval test --epochs 2 --optimizer momentum ${hyper[*]}"
 mpirun --oversubscribe --bind-to none -np 2 "$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" \
-  --backend mpi --model mlp --steps 50 --lr 0.01 --verify | tee out/tofu-run-mlp.txt
+  --backend mpi --onnx out/fmnist/cnn.onnx --data "$fmnist" --eval test --epochs 2 \
+  --optimizer momentum "${hyper[@]}" --log-every 100 --metrics out/fmnist/tofu.json \
+  | tee out/fmnist/tofu.txt
+echo
+echo "== the same in PyTorch (tools/fmnist.py train: same initial weights, batches and updates)"
+/usr/bin/python3 tools/fmnist.py train --onnx out/fmnist/cnn.onnx --data "$fmnist" --epochs 2 \
+  "${hyper[@]}" --log-every 100 --json out/fmnist/torch.json | tee out/fmnist/torch.txt
+/usr/bin/python3 tools/fmnist.py plot out/fmnist/tofu.json out/fmnist/torch.json out/fmnist/loss.svg \
+  --window 100
 echo
 echo "== tdlc --stats ops"
 "$tdlc" --stats ops

@@ -1,0 +1,243 @@
+// Data sets fed to partitioned models; evaluation on the forward graph.
+#include "runtime/data_feed.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "fmt/format.h"
+
+namespace tofu {
+namespace {
+
+llvm::Error fail(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+int findTensor(const Problem &p, const std::string &name) {
+  for (unsigned t = 0; t < p.tensors.size(); ++t)
+    if (p.tensors[t].name == name)
+      return static_cast<int>(t);
+  return -1;
+}
+
+/// The labels input of the loss: softmax_cross_entropy's second input, where it is an input.
+int labelsOf(const Problem &p, const std::string &loss) {
+  const int l = loss.empty() ? -1 : findTensor(p, loss);
+  if (l < 0 || p.tensors[l].producer < 0)
+    return -1;
+  const ProblemNode &n = p.nodes[p.tensors[l].producer];
+  if (n.table->op.def->name != "softmax_cross_entropy" || n.inputs.size() != 2 ||
+      p.tensors[n.inputs[1]].producer >= 0)
+    return -1;
+  return static_cast<int>(n.inputs[1]);
+}
+
+} // namespace
+
+llvm::Expected<std::vector<DataBinding>> bindDataSet(
+    const Problem &p, const std::string &loss, const DataSet &ds, const std::string &feeds,
+    const std::map<std::string, std::vector<double>> &constants,
+    const std::map<std::string, std::vector<float>> &initial) {
+  std::vector<DataBinding> out;
+  const int labels = labelsOf(p, loss);
+  auto bind = [&](int t, const std::string &array) -> llvm::Error {
+    const ProblemTensor &pt = p.tensors[t];
+    const DataArray *a = ds.find(array);
+    if (!a)
+      return fail(fmt::format("the data set has no array '{}'", array));
+    if (pt.producer >= 0 || pt.role == TensorRole::Weight || pt.role == TensorRole::OptimizerState)
+      return fail(fmt::format("'{}' is not an input of the model (it is {}); only inputs are "
+                              "fed from data",
+                              pt.name, pt.producer >= 0 ? "computed by a node" : roleName(pt.role)));
+    if (pt.shape.empty())
+      return fail(fmt::format("input '{}' is a scalar: a batch input's first dimension is the "
+                              "batch",
+                              pt.name));
+    int64_t row = 1;
+    for (size_t d = 1; d < pt.shape.size(); ++d)
+      row *= pt.shape[d];
+    if (row != a->sampleElements())
+      return fail(fmt::format("array '{}' ({}: samples of shape [{}], {} elements) cannot feed "
+                              "input '{}' of shape [{}], whose batch rows have {} elements",
+                              array, a->path,
+                              fmt::join(std::vector<int64_t>(a->shape.begin() + 1, a->shape.end()), ", "),
+                              a->sampleElements(), pt.name, fmt::join(pt.shape, ", "), row));
+    if (pt.shape[0] > ds.samples)
+      return fail(fmt::format("input '{}' takes batches of {} samples; the data set has {}",
+                              pt.name, pt.shape[0], ds.samples));
+    DataBinding b;
+    b.tensor = static_cast<unsigned>(t);
+    b.input = pt.name;
+    b.array = array;
+    b.labels = t == labels;
+    if (b.labels) {
+      if (!a->integral())
+        return fail(fmt::format("array '{}' ({}) feeds the labels of '{}' but holds {} values, "
+                                "not class numbers",
+                                array, a->path, loss, typeName(a->type)));
+      const ProblemNode &n = p.nodes[p.tensors[findTensor(p, loss)].producer];
+      const int64_t classes = p.tensors[n.inputs[0]].shape.back();
+      for (int64_t i = 0; i < a->samples() * a->sampleElements(); ++i) {
+        const double v = a->at(i);
+        if (v < 0 || v >= double(classes))
+          return fail(fmt::format("array '{}' ({}): element {} is class {}, outside the model's "
+                                  "{} classes [0, {})",
+                                  array, a->path, i, v, classes, classes));
+      }
+    }
+    out.push_back(b);
+    return llvm::Error::success();
+  };
+  if (!feeds.empty()) {
+    std::stringstream ss(feeds);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+        return fail(fmt::format("--feed '{}': '{}' is not INPUT=ARRAY", feeds, item));
+      const std::string input = item.substr(0, eq), array = item.substr(eq + 1);
+      const int t = findTensor(p, input);
+      if (t < 0)
+        return fail(fmt::format("--feed '{}': the model has no input '{}'", feeds, input));
+      for (const DataBinding &b : out)
+        if (b.tensor == unsigned(t))
+          return fail(fmt::format("--feed '{}': input '{}' is fed twice", feeds, input));
+      if (llvm::Error e = bind(t, array))
+        return e;
+    }
+    return out;
+  }
+  // The default pairing: labels to the loss's labels, the other array to the data input.
+  std::vector<std::string> rest;
+  for (const auto &[name, a] : ds.arrays)
+    if (!(name == "labels" && labels >= 0))
+      rest.push_back(name);
+  if (labels >= 0) {
+    if (!ds.find("labels"))
+      return fail(fmt::format("the data set has no array 'labels' for the labels of '{}' "
+                              "(name the arrays with --feed INPUT=ARRAY)",
+                              loss));
+    if (llvm::Error e = bind(labels, "labels"))
+      return e;
+  }
+  std::vector<unsigned> inputs;
+  for (unsigned t = 0; t < p.tensors.size(); ++t) {
+    const ProblemTensor &pt = p.tensors[t];
+    if (pt.producer < 0 && pt.role == TensorRole::Input && !pt.shape.empty() &&
+        int(t) != labels && !constants.count(pt.name) && !initial.count(pt.name))
+      inputs.push_back(t);
+  }
+  if (rest.size() != 1 || inputs.size() != 1) {
+    std::string names;
+    for (unsigned t : inputs)
+      names += (names.empty() ? "" : ", ") + p.tensors[t].name;
+    return fail(fmt::format("the model has {} data input{} ({}) and the data set {} array{} "
+                            "besides the labels: say which feeds which with --feed "
+                            "INPUT=ARRAY,...",
+                            inputs.size(), inputs.size() == 1 ? "" : "s", names, rest.size(),
+                            rest.size() == 1 ? "" : "s"));
+  }
+  if (llvm::Error e = bind(static_cast<int>(inputs[0]), rest[0]))
+    return e;
+  return out;
+}
+
+void feedBatch(Engine &engine, const DataSet &ds, const std::vector<DataBinding> &bindings,
+               const std::vector<int64_t> &samples, const Normalization &norm) {
+  for (const DataBinding &b : bindings) {
+    const DataArray &a = *ds.find(b.array);
+    const std::vector<int64_t> &shape = engine.program().tensors[b.tensor].shape;
+    engine.setTiles(b.tensor, [&](const Box &tile, float *out) {
+      fillBatch(a, samples, shape, tile, b.labels, norm, out);
+    });
+  }
+}
+
+llvm::Expected<PartitionPlan> restrictPlan(const PartitionPlan &train, const Problem &full,
+                                           const Problem &sub) {
+  std::map<std::string, unsigned> nodes, tensors;
+  for (unsigned n = 0; n < full.nodes.size(); ++n)
+    nodes[full.nodes[n].name] = n;
+  for (unsigned t = 0; t < full.tensors.size(); ++t)
+    tensors[full.tensors[t].name] = t;
+  PartitionPlan r = train;
+  r.algorithm = train.algorithm + " (restricted)";
+  r.nodeBytes.assign(sub.nodes.size(), 0);
+  for (StepChoice &s : r.steps) {
+    const StepChoice from = s;
+    s.node.assign(sub.nodes.size(), -1);
+    s.tensor.assign(sub.tensors.size(), -1);
+    for (unsigned n = 0; n < sub.nodes.size(); ++n) {
+      auto it = nodes.find(sub.nodes[n].name);
+      if (it == nodes.end())
+        return fail(fmt::format("node '{}' is not in the training graph", sub.nodes[n].name));
+      s.node[n] = from.node[it->second];
+    }
+    for (unsigned t = 0; t < sub.tensors.size(); ++t) {
+      auto it = tensors.find(sub.tensors[t].name);
+      if (it == tensors.end())
+        return fail(fmt::format("tensor '{}' is not in the training graph", sub.tensors[t].name));
+      s.tensor[t] = from.tensor[it->second];
+    }
+  }
+  r.stepBytes.assign(r.steps.size(), 0);
+  r.totalBytes = sub.exactCost(r.steps);
+  return r;
+}
+
+llvm::Error copyState(const Engine &from, Engine &to) {
+  std::map<std::string, unsigned> source;
+  for (unsigned t = 0; t < from.program().tensors.size(); ++t)
+    source[from.program().tensors[t].name] = t;
+  const Program &prog = to.program();
+  for (unsigned t = 0; t < prog.tensors.size(); ++t) {
+    const ProgramTensor &pt = prog.tensors[t];
+    auto it = source.find(pt.name);
+    if (pt.hasProducer || it == source.end())
+      continue;
+    const ProgramTensor &ft = from.program().tensors[it->second];
+    if (ft.hasProducer || (ft.role != TensorRole::Weight && pt.role != TensorRole::Weight))
+      continue; // data, hyper-parameters: set by the caller
+    for (unsigned w : to.localWorkers()) {
+      if (!to.holdsTile(t, w))
+        continue;
+      if (!from.holdsTile(it->second, w) || !(ft.tiles[w] == pt.tiles[w]))
+        return fail(fmt::format("weight '{}': worker {} holds another tile of it in the "
+                                "evaluation plan than in the training plan",
+                                pt.name, w));
+      const std::vector<float> tile = from.readTile(it->second, w);
+      to.writeTile(t, w, tile.data());
+    }
+  }
+  return llvm::Error::success();
+}
+
+void scoreRows(const Tensor &logits, const std::vector<double> &labels, int64_t rows,
+               ClassifierScore &score) {
+  const int64_t classes = logits.shape.size() == 2 ? logits.shape[1] : 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double *x = logits.data.data() + r * classes;
+    double top = -std::numeric_limits<double>::infinity();
+    int64_t arg = -1;
+    bool nan = false;
+    for (int64_t c = 0; c < classes; ++c) {
+      nan |= std::isnan(x[c]);
+      if (x[c] > top) {
+        top = x[c];
+        arg = c;
+      }
+    }
+    const int64_t label = static_cast<int64_t>(labels[r]);
+    double sum = 0;
+    for (int64_t c = 0; c < classes; ++c)
+      sum += std::exp(x[c] - top);
+    score.lossSum += nan ? std::numeric_limits<double>::quiet_NaN()
+                         : std::log(sum) + top - x[label];
+    score.correct += !nan && arg == label;
+    ++score.rows;
+  }
+}
+
+} // namespace tofu

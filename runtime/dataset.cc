@@ -1,0 +1,428 @@
+// Data sets: IDX and .npy arrays, MNIST-family directories, epoch orders, batch tiles.
+#include "runtime/dataset.h"
+
+#include <zlib.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "analysis/checked.h"
+#include "fmt/format.h"
+
+namespace tofu {
+namespace {
+
+llvm::Error fail(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+}
+
+bool endsWith(const std::string &s, const std::string &tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+bool isFile(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool isDirectory(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+llvm::Expected<std::string> readFile(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f)
+    return fail(fmt::format("{}: cannot open it ({})", path, std::strerror(errno)));
+  std::ostringstream s;
+  s << f.rdbuf();
+  if (f.bad())
+    return fail(fmt::format("{}: cannot read it", path));
+  return s.str();
+}
+
+/// Inflates a gzip stream (several members, as gzip -c a b makes, are read one after another).
+llvm::Expected<std::string> gunzip(const std::string &in, const std::string &name) {
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+    return fail(name + ": cannot start zlib");
+  std::string out;
+  z.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  char buf[1 << 16];
+  int status = Z_OK;
+  while (true) {
+    z.next_out = reinterpret_cast<Bytef *>(buf);
+    z.avail_out = sizeof buf;
+    status = inflate(&z, Z_NO_FLUSH);
+    if (status != Z_OK && status != Z_STREAM_END) {
+      const std::string why = z.msg ? z.msg : "corrupt data";
+      inflateEnd(&z);
+      return fail(fmt::format("{}: not a valid gzip file at byte {} ({})", name, z.total_in, why));
+    }
+    out.append(buf, sizeof buf - z.avail_out);
+    if (static_cast<int64_t>(out.size()) > kMaxGraphBytes) {
+      inflateEnd(&z);
+      return fail(fmt::format("{}: inflates to more than {} bytes", name, kMaxGraphBytes));
+    }
+    if (status == Z_STREAM_END) {
+      if (z.avail_in == 0)
+        break;
+      inflateReset(&z); // another gzip member follows
+      continue;
+    }
+    if (z.avail_in == 0 && z.avail_out != 0) {
+      inflateEnd(&z);
+      return fail(fmt::format("{}: the gzip stream ends early (truncated at byte {})", name,
+                              in.size()));
+    }
+  }
+  inflateEnd(&z);
+  return out;
+}
+
+/// shape's element count times `width` bytes, checked.
+llvm::Expected<int64_t> bodyBytes(const std::vector<int64_t> &shape, int width,
+                                  const std::string &name) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0)
+      return fail(fmt::format("{}: negative dimension {}", name, d));
+    auto m = checkedMul(n, d);
+    if (!m)
+      return fail(fmt::format("{}: its shape [{}] overflows", name, fmt::join(shape, ", ")));
+    n = *m;
+  }
+  auto bytes = checkedMul(n, width);
+  if (!bytes || *bytes > kMaxGraphBytes)
+    return fail(fmt::format("{}: its shape [{}] holds more than {} bytes", name,
+                            fmt::join(shape, ", "), kMaxGraphBytes));
+  return *bytes;
+}
+
+} // namespace
+
+int typeSize(DataType t) {
+  switch (t) {
+  case DataType::U8:
+  case DataType::I8: return 1;
+  case DataType::I16: return 2;
+  case DataType::I32:
+  case DataType::F32: return 4;
+  case DataType::I64:
+  case DataType::F64: return 8;
+  }
+  return 1;
+}
+
+const char *typeName(DataType t) {
+  switch (t) {
+  case DataType::U8: return "u8";
+  case DataType::I8: return "i8";
+  case DataType::I16: return "i16";
+  case DataType::I32: return "i32";
+  case DataType::I64: return "i64";
+  case DataType::F32: return "f32";
+  case DataType::F64: return "f64";
+  }
+  return "?";
+}
+
+int64_t DataArray::sampleElements() const {
+  int64_t n = 1;
+  for (size_t d = 1; d < shape.size(); ++d)
+    n *= shape[d];
+  return n;
+}
+
+double DataArray::at(int64_t flat) const {
+  const unsigned char *p = bytes.data() + flat * typeSize(type);
+  switch (type) {
+  case DataType::U8: return *p;
+  case DataType::I8: return static_cast<int8_t>(*p);
+  case DataType::I16: { int16_t v; std::memcpy(&v, p, 2); return v; }
+  case DataType::I32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+  case DataType::I64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+  case DataType::F32: { float v; std::memcpy(&v, p, 4); return v; }
+  case DataType::F64: { double v; std::memcpy(&v, p, 8); return v; }
+  }
+  return 0;
+}
+
+llvm::Expected<DataArray> parseIdx(const std::string &bytes, const std::string &name) {
+  if (bytes.size() < 4 || bytes[0] != 0 || bytes[1] != 0)
+    return fail(fmt::format("{}: not an IDX file (it must start with two zero bytes, a type "
+                            "byte and the rank)",
+                            name));
+  DataArray a;
+  a.path = name;
+  const auto code = static_cast<unsigned char>(bytes[2]);
+  switch (code) {
+  case 0x08: a.type = DataType::U8; break;
+  case 0x09: a.type = DataType::I8; break;
+  case 0x0B: a.type = DataType::I16; break;
+  case 0x0C: a.type = DataType::I32; break;
+  case 0x0D: a.type = DataType::F32; break;
+  case 0x0E: a.type = DataType::F64; break;
+  default:
+    return fail(fmt::format("{}: byte 2: IDX type 0x{:02x} is none of 0x08 (u8), 0x09 (i8), "
+                            "0x0B (i16), 0x0C (i32), 0x0D (f32), 0x0E (f64)",
+                            name, code));
+  }
+  const int rank = static_cast<unsigned char>(bytes[3]);
+  if (rank == 0)
+    return fail(name + ": byte 3: rank 0 (the first dimension counts samples)");
+  const size_t header = 4 + 4 * size_t(rank);
+  if (bytes.size() < header)
+    return fail(fmt::format("{}: truncated in its header ({} bytes; {} dimensions need {})", name,
+                            bytes.size(), rank, header));
+  for (int d = 0; d < rank; ++d) {
+    const auto *p = reinterpret_cast<const unsigned char *>(bytes.data() + 4 + 4 * d);
+    a.shape.push_back((int64_t(p[0]) << 24) | (int64_t(p[1]) << 16) | (int64_t(p[2]) << 8) | p[3]);
+  }
+  auto body = bodyBytes(a.shape, typeSize(a.type), name);
+  if (!body)
+    return body.takeError();
+  if (static_cast<int64_t>(bytes.size() - header) != *body)
+    return fail(fmt::format("{}: shape [{}] of {} needs {} bytes after the header; the file has {}",
+                            name, fmt::join(a.shape, ", "), typeName(a.type), *body,
+                            bytes.size() - header));
+  a.bytes.assign(bytes.begin() + header, bytes.end());
+  const int w = typeSize(a.type);
+  if (w > 1) // big-endian in the file
+    for (size_t i = 0; i < a.bytes.size(); i += w)
+      std::reverse(a.bytes.begin() + i, a.bytes.begin() + i + w);
+  return a;
+}
+
+llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &name) {
+  static const char kMagic[] = "\x93NUMPY";
+  if (bytes.size() < 10 || bytes.compare(0, 6, kMagic, 6) != 0)
+    return fail(name + ": not a .npy file (no \\x93NUMPY magic)");
+  const int major = static_cast<unsigned char>(bytes[6]);
+  size_t start = 0, length = 0;
+  if (major == 1) {
+    length = static_cast<unsigned char>(bytes[8]) | (size_t(static_cast<unsigned char>(bytes[9])) << 8);
+    start = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12)
+      return fail(name + ": truncated in its header");
+    for (int i = 3; i >= 0; --i)
+      length = (length << 8) | static_cast<unsigned char>(bytes[8 + i]);
+    start = 12;
+  } else {
+    return fail(fmt::format("{}: .npy version {} (1 to 3 are read)", name, major));
+  }
+  if (bytes.size() < start + length)
+    return fail(fmt::format("{}: truncated in its header ({} bytes of {})", name,
+                            bytes.size() - start, length));
+  const std::string header = bytes.substr(start, length);
+  // The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+  auto field = [&](const std::string &key) -> std::string {
+    size_t k = header.find("'" + key + "'");
+    if (k == std::string::npos)
+      return "";
+    size_t colon = header.find(':', k);
+    return colon == std::string::npos ? "" : header.substr(colon + 1);
+  };
+  std::string descr = field("descr");
+  {
+    size_t q = descr.find('\'');
+    size_t e = q == std::string::npos ? q : descr.find('\'', q + 1);
+    if (e == std::string::npos)
+      return fail(name + ": its header has no 'descr'");
+    descr = descr.substr(q + 1, e - q - 1);
+  }
+  const std::string order = field("fortran_order");
+  if (order.find("True") != std::string::npos && order.find("True") < order.find(','))
+    return fail(name + ": a Fortran-order array (save it in C order: np.ascontiguousarray)");
+  DataArray a;
+  a.path = name;
+  if (descr == "|u1" || descr == "<u1" || descr == "|b1")
+    a.type = DataType::U8;
+  else if (descr == "|i1" || descr == "<i1")
+    a.type = DataType::I8;
+  else if (descr == "<i2")
+    a.type = DataType::I16;
+  else if (descr == "<i4")
+    a.type = DataType::I32;
+  else if (descr == "<i8")
+    a.type = DataType::I64;
+  else if (descr == "<f4")
+    a.type = DataType::F32;
+  else if (descr == "<f8")
+    a.type = DataType::F64;
+  else
+    return fail(fmt::format("{}: dtype '{}' is not read (u1, i1, i2, i4, i8, f4, f8 or b1, "
+                            "little-endian)",
+                            name, descr));
+  std::string shape = field("shape");
+  size_t open = shape.find('('), close = shape.find(')');
+  if (open == std::string::npos || close == std::string::npos || close < open)
+    return fail(name + ": its header has no 'shape' tuple");
+  std::string dims = shape.substr(open + 1, close - open - 1);
+  std::stringstream ss(dims);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t b = item.find_first_not_of(" \t");
+    if (b == std::string::npos)
+      continue;
+    auto v = parseInteger(llvm::StringRef(item).trim(), 0, kMaxGraphBytes, "a dimension");
+    if (!v)
+      return fail(fmt::format("{}: shape ({}): {}", name, dims, llvm::toString(v.takeError())));
+    a.shape.push_back(*v);
+  }
+  if (a.shape.empty())
+    return fail(name + ": a rank-0 array (the first dimension counts samples)");
+  auto body = bodyBytes(a.shape, typeSize(a.type), name);
+  if (!body)
+    return body.takeError();
+  const size_t data = start + length;
+  if (static_cast<int64_t>(bytes.size() - data) != *body)
+    return fail(fmt::format("{}: shape [{}] of {} needs {} bytes after the header; the file has {}",
+                            name, fmt::join(a.shape, ", "), descr, *body, bytes.size() - data));
+  a.bytes.assign(bytes.begin() + data, bytes.end());
+  return a;
+}
+
+llvm::Expected<DataArray> readDataArray(const std::string &path) {
+  auto bytes = readFile(path);
+  if (!bytes)
+    return bytes.takeError();
+  std::string name = path;
+  if (endsWith(path, ".gz")) {
+    auto inflated = gunzip(*bytes, path);
+    if (!inflated)
+      return inflated.takeError();
+    *bytes = std::move(*inflated);
+    name = path.substr(0, path.size() - 3);
+  }
+  if (endsWith(name, ".npy"))
+    return parseNpy(*bytes, path);
+  return parseIdx(*bytes, path);
+}
+
+const DataArray *DataSet::find(const std::string &name) const {
+  for (const auto &[n, a] : arrays)
+    if (n == name)
+      return &a;
+  return nullptr;
+}
+
+namespace {
+/// `dir`/`base` or `dir`/`base`.gz, whichever exists ("" if neither).
+std::string existing(const std::string &dir, const std::string &base) {
+  for (const char *suffix : {"", ".gz"})
+    if (isFile(dir + "/" + base + suffix))
+      return dir + "/" + base + suffix;
+  return "";
+}
+} // namespace
+
+bool hasMnistSplit(const std::string &dir, const std::string &split) {
+  return isDirectory(dir) && !existing(dir, split + "-images-idx3-ubyte").empty() &&
+         !existing(dir, split + "-labels-idx1-ubyte").empty();
+}
+
+llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &split) {
+  DataSet ds;
+  std::vector<std::pair<std::string, std::string>> files;
+  if (isDirectory(spec)) {
+    for (const char *what : {"images", "labels"}) {
+      const std::string base = fmt::format("{}-{}-idx{}-ubyte", split, what,
+                                           std::string(what) == "images" ? 3 : 1);
+      std::string f = existing(spec, base);
+      if (f.empty())
+        return fail(fmt::format("{}: no {} or {}.gz (a data set directory of the MNIST family "
+                                "holds <split>-images-idx3-ubyte and <split>-labels-idx1-ubyte, "
+                                "split train or t10k)",
+                                spec, base, base));
+      files.emplace_back(what, f);
+    }
+    ds.description = fmt::format("{} ({} split)", spec, split);
+  } else if (spec.find('=') == std::string::npos) {
+    return fail(fmt::format("{}: no such directory (--data takes a directory of the MNIST "
+                            "family, NAME=FILE,... naming each array, teacher or fixed)",
+                            spec));
+  } else {
+    std::stringstream ss(spec);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      size_t eq = item.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+        return fail(fmt::format("--data '{}': '{}' is not NAME=FILE (give a directory of the "
+                                "MNIST family, or NAME=FILE,... naming each array)",
+                                spec, item));
+      files.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+    }
+    if (files.empty())
+      return fail("--data: no arrays given");
+    ds.description = spec;
+  }
+  for (const auto &[name, file] : files) {
+    if (ds.find(name))
+      return fail(fmt::format("--data '{}': the array '{}' is given twice", spec, name));
+    auto a = readDataArray(file);
+    if (!a)
+      return a.takeError();
+    if (!ds.arrays.empty() && a->samples() != ds.samples)
+      return fail(fmt::format("{} has {} samples but {} has {}: the arrays of a data set pair up "
+                              "sample by sample",
+                              file, a->samples(), ds.arrays.front().second.path, ds.samples));
+    ds.samples = a->samples();
+    ds.arrays.emplace_back(name, std::move(*a));
+  }
+  return ds;
+}
+
+std::vector<int64_t> epochOrder(int64_t n, uint64_t seed, uint64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(std::max<int64_t>(0, n)));
+  for (int64_t i = 0; i < n; ++i)
+    order[i] = i;
+  uint64_t state = (seed << 32) + epoch;
+  auto next = [&state] {
+    state += 0x9E3779B97F4A7C15ull;
+    uint64_t x = state;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  };
+  for (int64_t i = n - 1; i >= 1; --i) {
+    const int64_t j = static_cast<int64_t>(next() % uint64_t(i + 1));
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+void fillBatch(const DataArray &array, const std::vector<int64_t> &samples,
+               const std::vector<int64_t> &shape, const Box &box, bool raw,
+               const Normalization &norm, float *out) {
+  // Row-major strides of one batch row of the input.
+  const size_t rank = shape.size();
+  std::vector<int64_t> stride(rank, 1);
+  for (size_t d = rank; d-- > 1;)
+    stride[d - 1] = stride[d] * shape[d];
+  const double scale = !raw && array.type == DataType::U8 ? 1.0 / 255.0 : 1.0;
+  const int64_t per = array.sampleElements();
+  std::vector<int64_t> at(rank);
+  for (size_t d = 0; d < rank; ++d)
+    at[d] = box[d].lo;
+  const int64_t total = boxElements(box);
+  for (int64_t k = 0; k < total; ++k) {
+    int64_t inner = 0;
+    for (size_t d = 1; d < rank; ++d)
+      inner += at[d] * stride[d];
+    const double v = array.at(samples[at[0]] * per + inner);
+    out[k] = static_cast<float>(raw ? v : (v * scale - norm.mean) / norm.std);
+    for (size_t d = rank; d-- > 0;) {
+      if (++at[d] < box[d].hi)
+        break;
+      at[d] = box[d].lo;
+    }
+  }
+}
+
+} // namespace tofu

@@ -1,0 +1,199 @@
+#include "runtime/dataset.h"
+
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace tofu {
+namespace {
+
+std::string idx(unsigned char type, std::vector<uint32_t> dims, const std::string &body) {
+  std::string s = {0, 0, static_cast<char>(type), static_cast<char>(dims.size())};
+  for (uint32_t d : dims)
+    for (int b = 3; b >= 0; --b)
+      s.push_back(static_cast<char>((d >> (8 * b)) & 0xff));
+  return s + body;
+}
+
+std::string tempDir() {
+  char tmpl[] = "/tmp/tofu_dataset_XXXXXX";
+  return ::mkdtemp(tmpl);
+}
+
+void writeFile(const std::string &path, const std::string &bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+void writeGz(const std::string &path, const std::string &bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(f);
+}
+
+TEST(Idx, ReadsBytesAndBigEndianTypes) {
+  auto a = parseIdx(idx(0x08, {2, 2, 3}, std::string("\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\xff", 12)), "x");
+  ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 2, 3}));
+  EXPECT_EQ(a->samples(), 2);
+  EXPECT_EQ(a->sampleElements(), 6);
+  EXPECT_EQ(a->at(5), 5);
+  EXPECT_EQ(a->at(11), 255);
+  // i32, big-endian: -2 and 258.
+  auto b = parseIdx(idx(0x0C, {2}, std::string("\xff\xff\xff\xfe\x00\x00\x01\x02", 8)), "y");
+  ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
+  EXPECT_EQ(b->at(0), -2);
+  EXPECT_EQ(b->at(1), 258);
+}
+
+TEST(Idx, BadFilesNameTheProblem) {
+  auto expectError = [](const std::string &bytes, const std::string &part) {
+    auto a = parseIdx(bytes, "f.idx");
+    ASSERT_FALSE(bool(a));
+    std::string msg = llvm::toString(a.takeError());
+    EXPECT_NE(msg.find("f.idx"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  };
+  expectError("PK\x03\x04", "not an IDX file");
+  expectError(idx(0x07, {1}, "a"), "IDX type 0x07");
+  expectError(idx(0x08, {3, 2}, "abcde"), "needs 6 bytes");
+  expectError(idx(0x08, {3, 2}, "abcdefg"), "needs 6 bytes");
+  expectError(std::string("\x00\x00\x08\x03\x00\x00", 6), "truncated in its header");
+  expectError(std::string("\x00\x00\x08\x00", 4), "rank 0");
+  // 2^31 x 2^31 x 2^31 elements: no overflow, a refusal.
+  expectError(idx(0x0E, {0x80000000u, 0x80000000u, 0x80000000u}, ""), "overflows");
+  expectError(idx(0x0E, {0x80000000u, 0x80000000u}, ""), "more than");
+}
+
+TEST(Npy, ReadsVersionOneHeaders) {
+  auto npy = [](const std::string &dict, const std::string &body) {
+    std::string h = dict;
+    while ((10 + h.size() + 1) % 64 != 0)
+      h += ' ';
+    h += '\n';
+    std::string s = "\x93NUMPY";
+    s += '\x01';
+    s += '\x00';
+    s += static_cast<char>(h.size() & 0xff);
+    s += static_cast<char>(h.size() >> 8);
+    return s + h + body;
+  };
+  float f[3] = {1.5f, -2.0f, 3.25f};
+  auto a = parseNpy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }",
+                        std::string(reinterpret_cast<char *>(f), 12)),
+                    "a.npy");
+  ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{3}));
+  EXPECT_EQ(a->at(1), -2.0);
+  int64_t l[4] = {0, 9, 3, -1};
+  auto b = parseNpy(npy("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }",
+                        std::string(reinterpret_cast<char *>(l), 32)),
+                    "b.npy");
+  ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
+  EXPECT_EQ(b->at(3), -1);
+  EXPECT_TRUE(b->integral());
+  auto fortran = parseNpy(npy("{'descr': '<f4', 'fortran_order': True, 'shape': (3,), }",
+                              std::string(12, '\0')),
+                          "c.npy");
+  ASSERT_FALSE(bool(fortran));
+  EXPECT_NE(llvm::toString(fortran.takeError()).find("Fortran"), std::string::npos);
+  auto big = parseNpy(npy("{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }",
+                          std::string(12, '\0')),
+                      "d.npy");
+  ASSERT_FALSE(bool(big));
+  EXPECT_NE(llvm::toString(big.takeError()).find("'>f4'"), std::string::npos);
+  auto shortBody = parseNpy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }",
+                                std::string(12, '\0')),
+                            "e.npy");
+  ASSERT_FALSE(bool(shortBody));
+  EXPECT_NE(llvm::toString(shortBody.takeError()).find("needs 16 bytes"), std::string::npos);
+}
+
+TEST(DataSet, OpensMnistDirectoriesGzippedOrNot) {
+  const std::string dir = tempDir();
+  std::string pixels;
+  for (int i = 0; i < 3 * 4; ++i)
+    pixels.push_back(static_cast<char>(i * 20));
+  writeGz(dir + "/train-images-idx3-ubyte.gz", idx(0x08, {3, 2, 2}, pixels));
+  writeFile(dir + "/train-labels-idx1-ubyte", idx(0x08, {3}, std::string("\x02\x00\x01", 3)));
+  writeFile(dir + "/t10k-images-idx3-ubyte", idx(0x08, {1, 2, 2}, "abcd"));
+  writeFile(dir + "/t10k-labels-idx1-ubyte", idx(0x08, {2}, "\x01\x01"));
+  EXPECT_TRUE(hasMnistSplit(dir, "train"));
+  EXPECT_FALSE(hasMnistSplit(dir, "valid"));
+  auto ds = openDataSet(dir, "train");
+  ASSERT_TRUE(bool(ds)) << llvm::toString(ds.takeError());
+  EXPECT_EQ(ds->samples, 3);
+  ASSERT_NE(ds->find("images"), nullptr);
+  ASSERT_NE(ds->find("labels"), nullptr);
+  EXPECT_EQ(ds->find("images")->at(5), 100);
+  EXPECT_EQ(ds->find("labels")->at(0), 2);
+  // The test split's arrays disagree on the sample count: an error naming both files.
+  auto test = openDataSet(dir, "t10k");
+  ASSERT_FALSE(bool(test));
+  std::string msg = llvm::toString(test.takeError());
+  EXPECT_NE(msg.find("t10k-labels-idx1-ubyte has 2 samples"), std::string::npos) << msg;
+  // NAME=FILE lists.
+  auto named = openDataSet("x=" + dir + "/train-images-idx3-ubyte.gz,y=" + dir +
+                               "/train-labels-idx1-ubyte",
+                           "");
+  ASSERT_TRUE(bool(named)) << llvm::toString(named.takeError());
+  EXPECT_NE(named->find("x"), nullptr);
+  auto bad = openDataSet(dir + "/nothing", "train");
+  ASSERT_FALSE(bool(bad));
+  // A corrupt gzip stream.
+  writeFile(dir + "/bad.gz", std::string("\x1f\x8b\x08\x00garbage", 11));
+  auto corrupt = readDataArray(dir + "/bad.gz");
+  ASSERT_FALSE(bool(corrupt));
+  EXPECT_NE(llvm::toString(corrupt.takeError()).find("bad.gz"), std::string::npos);
+}
+
+TEST(EpochOrder, IsAPermutationFixedBySeedAndEpoch) {
+  std::vector<int64_t> a = epochOrder(1000, 1, 0), b = epochOrder(1000, 1, 0),
+                       c = epochOrder(1000, 1, 1), d = epochOrder(1000, 2, 0);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(a, d);
+  EXPECT_EQ(std::set<int64_t>(a.begin(), a.end()).size(), 1000u);
+  EXPECT_EQ(*std::max_element(a.begin(), a.end()), 999);
+  // The documented stream (what tools/fmnist.py reimplements): n = 4, seed 1, epoch 0.
+  EXPECT_EQ(epochOrder(4, 1, 0), epochOrder(4, 1, 0));
+  EXPECT_TRUE(epochOrder(0, 1, 0).empty());
+  EXPECT_EQ(epochOrder(1, 1, 0), std::vector<int64_t>{0});
+}
+
+TEST(FillBatch, CopiesATileOfTheBatchNormalised) {
+  // Three samples of 2x2 bytes feeding an input [2, 1, 2, 2]; the batch is samples 2 and 0.
+  DataArray a;
+  a.shape = {3, 2, 2};
+  a.type = DataType::U8;
+  for (int i = 0; i < 12; ++i)
+    a.bytes.push_back(static_cast<unsigned char>(i * 17));
+  const std::vector<int64_t> shape = {2, 1, 2, 2};
+  Normalization norm{0.5, 0.25};
+  // Worker's tile: both rows, channel 0, row 1 of the image, both columns.
+  Box box = {{0, 2}, {0, 1}, {1, 2}, {0, 2}};
+  float out[4];
+  fillBatch(a, {2, 0}, shape, box, false, norm, out);
+  auto expect = [&](int sample, int pixel) {
+    return static_cast<float>((a.bytes[sample * 4 + pixel] / 255.0 - 0.5) / 0.25);
+  };
+  EXPECT_FLOAT_EQ(out[0], expect(2, 2));
+  EXPECT_FLOAT_EQ(out[1], expect(2, 3));
+  EXPECT_FLOAT_EQ(out[2], expect(0, 2));
+  EXPECT_FLOAT_EQ(out[3], expect(0, 3));
+  // Labels as they are.
+  DataArray labels;
+  labels.shape = {3};
+  labels.type = DataType::U8;
+  labels.bytes = {7, 8, 9};
+  float l[1];
+  fillBatch(labels, {2, 0}, {2}, Box{{1, 2}}, true, norm, l);
+  EXPECT_EQ(l[0], 7.0f);
+}
+
+} // namespace
+} // namespace tofu

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# tofu-run on real data (--data, --eval, --optimizer momentum): the CNN of tools/fmnist.py
+# (tests/onnx/fmnist_cnn.onnx, its initializers the initial weights) on a small learnable data
+# set of the MNIST family written here (IDX files, the images gzipped), checked against
+# PyTorch on the same weights, batches and hyper-parameters (tools/fmnist.py train, the
+# independent oracle); evaluation on the test split; a checkpoint resumed mid-epoch continues
+# the uninterrupted run; 2 MPI processes give the run of 2 threads; bad uses exit 2.
+set -uo pipefail
+run="$(realpath "$1")"
+fail=0
+tmp=$(mktemp -d /tmp/tofu-data-test.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export TOFU_KERNEL_CACHE="$tmp/kernels"
+export TMPDIR=/tmp
+if [ "$(id -u)" -eq 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+py=/usr/bin/python3
+
+# 10 classes of 28x28 byte images: a class is a faint bar at its own place (overlapping its
+# neighbours'), in strong noise: learnable, not at once.
+$py - "$tmp/data" <<'PY'
+import gzip, os, struct, sys
+import numpy as np
+d = sys.argv[1]
+os.makedirs(d)
+rng = np.random.default_rng(7)
+def make(n):
+    labels = rng.integers(0, 10, n).astype(np.uint8)
+    images = rng.integers(0, 200, (n, 28, 28)).astype(np.int32)
+    for i, c in enumerate(labels):
+        images[i, 2 + 2 * c:5 + 2 * c, 4:24] += 70
+    images = np.minimum(images, 255).astype(np.uint8)
+    return images, labels
+for split, n in (("train", 640), ("t10k", 200)):
+    images, labels = make(n)
+    with gzip.open(f"{d}/{split}-images-idx3-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">HBB3I", 0, 8, 3, n, 28, 28) + images.tobytes())
+    with open(f"{d}/{split}-labels-idx1-ubyte", "wb") as f:
+        f.write(struct.pack(">HBBI", 0, 8, 1, n) + labels.tobytes())
+PY
+model=tests/onnx/fmnist_cnn.onnx
+common=(--onnx "$model" --batch 32 --data "$tmp/data" --normalize 0.3,0.3 --optimizer momentum
+        --lr 0.02 --momentum 0.9 --seed 3 --format=json)
+
+# Two epochs on 2 workers (threads), evaluated after each.
+if ! "$run" "${common[@]}" --workers 2 --epochs 2 --eval test >"$tmp/threads.json" 2>"$tmp/err.txt"; then
+  echo "FAILED: tofu-run --data --eval" >&2; cat "$tmp/err.txt" >&2; fail=1
+fi
+# The same in PyTorch (tools/fmnist.py: the same initial weights, order and updates).
+if ! $py tools/fmnist.py train --onnx "$model" --data "$tmp/data" --batch 32 --epochs 2 --lr 0.02 \
+     --momentum 0.9 --seed 3 --normalize 0.3,0.3 --log-every 1000 --threads 1 \
+     --json "$tmp/torch.json" >"$tmp/torch.txt" 2>&1; then
+  echo "FAILED: tools/fmnist.py train" >&2; cat "$tmp/torch.txt" >&2; fail=1
+fi
+$py - "$tmp/threads.json" "$tmp/torch.json" <<'PY' || fail=1
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert a["steps_per_epoch"] == 20 and a["samples"] == 640, a
+assert len(a["loss"]) == 40 == len(b["loss"]), (len(a["loss"]), len(b["loss"]))
+assert a["bytes_moved"] == a["predicted_bytes"], a
+# The first steps agree closely (float32 in another order); the whole run within 2%.
+for s in range(10):
+    x, y = a["loss"][s], b["loss"][s]
+    assert abs(x - y) <= 1e-3 * max(1.0, abs(y)), (s, x, y)
+ma, mb = sum(a["loss"]) / 40, sum(b["loss"]) / 40
+assert abs(ma - mb) <= 0.02 * mb, (ma, mb)
+ea, eb = a["eval"], b["eval"]
+assert [e["step"] for e in ea] == [20, 40], ea
+assert all(e["samples"] == 200 for e in ea), ea
+# It learns: the test accuracy after two epochs is far above chance, as PyTorch's.
+assert ea[-1]["accuracy"] >= 0.6, ea
+assert abs(ea[-1]["accuracy"] - eb[-1]["accuracy"]) <= 0.03, (ea, eb)
+assert abs(ea[-1]["loss"] - eb[-1]["loss"]) <= 0.05 * eb[-1]["loss"] + 1e-3, (ea, eb)
+print("data: tofu", [round(e["accuracy"], 3) for e in ea], "pytorch", [round(e["accuracy"], 3) for e in eb])
+PY
+
+# A checkpoint after 26 steps (mid-epoch 2) resumed for 14 gives the straight run's losses.
+if "$run" "${common[@]}" --workers 2 --steps 26 --save "$tmp/ckpt" >"$tmp/first.json" 2>"$tmp/err.txt" &&
+   "$run" "${common[@]}" --workers 1 --steps 14 --load "$tmp/ckpt" >"$tmp/second.json" 2>"$tmp/err.txt"; then
+  $py - "$tmp/threads.json" "$tmp/first.json" "$tmp/second.json" <<'PY' || fail=1
+import json, sys
+straight, first, second = (json.load(open(p))["loss"] for p in sys.argv[1:])
+resumed = first + second
+assert len(resumed) == 40
+for s, (x, y) in enumerate(zip(straight, resumed)):
+    assert abs(x - y) <= 1e-4 * max(1.0, abs(x)), (s, x, y)
+PY
+else
+  echo "FAILED: --save / --load mid-epoch" >&2; cat "$tmp/err.txt" >&2; fail=1
+fi
+
+# Two MPI processes (each writes only its tiles of every batch) give the threads' run.
+if ! mpirun --oversubscribe --bind-to none -np 2 "$run" --backend mpi "${common[@]}" --epochs 2 \
+     --eval test >"$tmp/mpi.json" 2>"$tmp/err.txt"; then
+  echo "FAILED: mpirun tofu-run --data --eval" >&2; cat "$tmp/err.txt" >&2; fail=1
+else
+  $py - "$tmp/threads.json" "$tmp/mpi.json" <<'PY' || fail=1
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert b["processes"] == 2
+for x, y in zip(a["loss"], b["loss"]):
+    assert abs(x - y) <= 1e-4 * max(1.0, abs(x)), (x, y)
+assert [e["accuracy"] for e in a["eval"]] == [e["accuracy"] for e in b["eval"]], (a["eval"], b["eval"])
+PY
+fi
+
+# Bad uses: each exits 2 naming what is wrong.
+expect() { # status, message fragment, arguments...
+  local status="$1" want="$2"
+  shift 2
+  "$run" "$@" >"$tmp/out.txt" 2>"$tmp/err.txt"
+  local got=$?
+  if [ "$got" -ne "$status" ] || ! grep -qF -- "$want" "$tmp/err.txt"; then
+    echo "FAILED: tofu-run $* exited $got (want $status and '$want'):" >&2; cat "$tmp/err.txt" >&2; fail=1
+  fi
+}
+$py - "$tmp/data" <<'PY'
+import struct, sys
+d = sys.argv[1]
+with open(f"{d}/bad-labels", "wb") as f:  # class 12 of a 10-class model
+    f.write(struct.pack(">HBBI", 0, 8, 1, 640) + bytes([12] * 640))
+PY
+expect 2 "element 0 is class 12, outside the model's 10 classes" --onnx "$model" --batch 32 --workers 1 \
+  --data "labels=$tmp/data/bad-labels,images=$tmp/data/train-images-idx3-ubyte.gz"
+expect 2 "the model has no input 'pixels'" --onnx "$model" --batch 32 --workers 1 --data "$tmp/data" --feed pixels=images
+expect 2 "has 200 samples but" --onnx "$model" --batch 32 --workers 1 \
+  --data "labels=$tmp/data/train-labels-idx1-ubyte,images=$tmp/data/t10k-images-idx3-ubyte.gz"
+expect 2 "--epochs is for training on a data set" --onnx "$model" --workers 1 --epochs 2
+expect 2 "give --epochs or --steps" --onnx "$model" --workers 1 --data "$tmp/data" --epochs 2 --steps 3
+expect 2 "--normalize must be MEAN,STD" --onnx "$model" --workers 1 --data "$tmp/data" --normalize 0.5
+expect 2 "--eval-every needs --eval" --onnx "$model" --workers 1 --data "$tmp/data" --eval-every 5
+expect 2 "no t10k-images-idx3-ubyte" --onnx "$model" --batch 32 --workers 1 --data "$tmp/data" --eval "$tmp"
+expect 2 "--momentum is for --optimizer momentum" --onnx "$model" --workers 1 --momentum 0.5
+expect 2 "not an IDX file" --onnx "$model" --batch 32 --workers 1 --data "images=$model,labels=$tmp/data/t10k-labels-idx1-ubyte"
+exit $fail

@@ -1,0 +1,267 @@
+#!/usr/bin/python3
+"""The main job's real model: a small CNN on Fashion-MNIST, and its PyTorch peer.
+
+  fmnist.py export OUT.onnx [--seed S]
+      Defines the CNN in PyTorch (initial weights from torch.manual_seed(S)) and exports it
+      to ONNX with a dynamic batch: the model tofu-run trains (--onnx), its initializers
+      the initial weights.
+  fmnist.py train --onnx M.onnx --data DIR [--epochs E] [--batch B] [--lr LR]
+                  [--momentum MU] [--seed S] [--normalize MEAN,STD] [--log-every N]
+                  [--threads T] --json OUT.json
+      Trains the same model in PyTorch from the ONNX file's initial weights, on the same
+      batches in the same order as tofu-run --data DIR --seed S (runtime/dataset.h:
+      epochOrder, reimplemented below), with SGD with momentum as tofu-run's --optimizer
+      momentum (v = mu v + g, w -= lr v), and evaluates on the test split after each epoch.
+      Writes per-step losses and the evaluations as JSON (tofu-run --format=json's keys).
+  fmnist.py plot TOFU.json TORCH.json OUT.svg
+      Draws both loss curves (means over windows of steps) and the test accuracies in one SVG,
+      and prints the comparison.
+
+Runs under Debian's /usr/bin/python3 (python3-torch 1.13, python3-onnx).
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+
+
+def build_model():
+    import torch.nn as nn
+
+    class Cnn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 16, 5, padding=2)
+            self.conv2 = nn.Conv2d(16, 32, 5, padding=2)
+            self.fc1 = nn.Linear(32 * 7 * 7, 128)
+            self.fc2 = nn.Linear(128, 10)
+            self.pool = nn.MaxPool2d(2)
+            self.relu = nn.ReLU()
+
+        def forward(self, x):
+            x = self.pool(self.relu(self.conv1(x)))
+            x = self.pool(self.relu(self.conv2(x)))
+            x = x.flatten(1)
+            return self.fc2(self.relu(self.fc1(x)))
+
+    return Cnn()
+
+
+def export(args):
+    import torch
+    torch.manual_seed(args.seed)
+    model = build_model().eval()
+    x = torch.zeros(2, 1, 28, 28)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    torch.onnx.export(model, x, args.out, input_names=["image"], output_names=["logits"],
+                      dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
+                      opset_version=13)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"exported the CNN ({params} parameters, seed {args.seed}) to {args.out}")
+
+
+def read_idx(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    zero, kind, rank = struct.unpack(">HBB", data[:4])
+    assert zero == 0 and kind == 0x08, f"{path}: not a u8 IDX file"
+    dims = struct.unpack(">" + "I" * rank, data[4:4 + 4 * rank])
+    return np.frombuffer(data[4 + 4 * rank:], dtype=np.uint8).reshape(dims)
+
+
+def split(data_dir, name):
+    def find(base):
+        for suffix in ("", ".gz"):
+            if os.path.exists(os.path.join(data_dir, base + suffix)):
+                return os.path.join(data_dir, base + suffix)
+        sys.exit(f"fmnist.py: no {base}[.gz] in {data_dir}")
+    return (read_idx(find(f"{name}-images-idx3-ubyte")),
+            read_idx(find(f"{name}-labels-idx1-ubyte")))
+
+
+MASK = (1 << 64) - 1
+
+
+def epoch_order(n, seed, epoch):
+    """runtime/dataset.h's epochOrder: Fisher-Yates driven by SplitMix64."""
+    state = ((seed << 32) + epoch) & MASK
+    order = list(range(n))
+    for i in range(n - 1, 0, -1):
+        state = (state + 0x9E3779B97F4A7C15) & MASK
+        x = state
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
+        x ^= x >> 31
+        j = x % (i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def train(args):
+    import onnx
+    import onnx.numpy_helper
+    import torch
+    torch.set_num_threads(args.threads)
+    model = build_model()
+    init = {t.name: onnx.numpy_helper.to_array(t)
+            for t in onnx.load(args.onnx).graph.initializer}
+    state = model.state_dict()
+    for name in state:
+        if name not in init:
+            sys.exit(f"fmnist.py: {args.onnx} has no initializer '{name}'")
+        state[name] = torch.from_numpy(np.array(init[name], dtype=np.float32))
+    model.load_state_dict(state)
+    mean, std = (float(v) for v in args.normalize.split(","))
+    images, labels = split(args.data, "train")
+    test_images, test_labels = split(args.data, "t10k")
+
+    def prepare(x):
+        return (torch.from_numpy(x.astype(np.float32) / 255.0).unsqueeze(1) - mean) / std
+
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    steps_per_epoch = len(images) // args.batch
+    losses, step_seconds, evals = [], [], []
+
+    def evaluate(done):
+        model.eval()
+        total, correct, n = 0.0, 0, len(test_images)
+        with torch.no_grad():
+            for start in range(0, n, 1000):
+                x = prepare(test_images[start:start + 1000])
+                y = torch.from_numpy(test_labels[start:start + 1000].astype(np.int64))
+                out = model(x)
+                total += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
+                correct += int((out.argmax(1) == y).sum())
+        model.train()
+        evals.append({"step": done, "epoch": done / steps_per_epoch, "loss": total / n,
+                      "accuracy": correct / n, "samples": n})
+        print(f"eval after step {done}: loss {total / n:.4f}, accuracy {100 * correct / n:.2f}%")
+
+    model.train()
+    for epoch in range(args.epochs):
+        order = epoch_order(len(images), args.seed, epoch)
+        for within in range(steps_per_epoch):
+            t0 = time.perf_counter()
+            idx = order[within * args.batch:(within + 1) * args.batch]
+            x = prepare(images[idx])
+            y = torch.from_numpy(labels[idx].astype(np.int64))
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+            step_seconds.append(time.perf_counter() - t0)
+            done = epoch * steps_per_epoch + within + 1
+            if done % args.log_every == 0:
+                window = losses[-args.log_every:]
+                print(f"| {done} | {sum(window) / len(window):.6f} |", flush=True)
+        evaluate((epoch + 1) * steps_per_epoch)
+    med = sorted(step_seconds)[len(step_seconds) // 2]
+    print(f"median step {med:.4f} s, {args.batch / med:.1f} samples/s ({args.threads} threads)")
+    with open(args.json, "w") as f:
+        json.dump({"model": "fmnist-cnn (PyTorch)", "loss": losses, "eval": evals,
+                   "step_seconds": step_seconds, "median_step_seconds": med,
+                   "batch": args.batch, "steps_per_epoch": steps_per_epoch}, f)
+
+
+def windows(values, n):
+    return [sum(values[i:i + n]) / len(values[i:i + n]) for i in range(0, len(values), n)]
+
+
+def plot(args):
+    with open(args.tofu) as f:
+        a = json.load(f)
+    with open(args.torch) as f:
+        b = json.load(f)
+    n = args.window
+    ta, tb = windows(a["loss"], n), windows(b["loss"], n)
+    w, h, left, right, top, bottom = 720, 420, 60, 20, 30, 50
+    hi = max(max(ta), max(tb)) * 1.05
+    count = max(len(ta), len(tb))
+
+    def xy(i, v):
+        x = left + (w - left - right) * (i + 0.5) / count
+        y = top + (h - top - bottom) * (1 - v / hi)
+        return f"{x:.1f},{y:.1f}"
+
+    lines = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+             f'font-family="sans-serif" font-size="12">',
+             f'<rect width="{w}" height="{h}" fill="white"/>',
+             f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="black"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>']
+    for k in range(6):
+        v = hi * k / 5
+        y = top + (h - top - bottom) * (1 - v / hi)
+        lines.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{v:.2f}</text>')
+    steps = len(a["loss"])
+    for k in range(6):
+        s = steps * k // 5
+        x = left + (w - left - right) * s / max(1, steps)
+        lines.append(f'<text x="{x:.1f}" y="{h - bottom + 16}" text-anchor="middle">{s}</text>')
+    lines.append(f'<text x="{w / 2}" y="{h - 10}" text-anchor="middle">step (training loss: '
+                 f'mean of each {n} steps)</text>')
+    for series, colour, label, acc in ((ta, "#1f77b4", "Tofu (2 MPI processes)", a),
+                                       (tb, "#d62728", "PyTorch", b)):
+        pts = " ".join(xy(i, v) for i, v in enumerate(series))
+        lines.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{pts}"/>')
+    legend = [("#1f77b4", "Tofu, 2 MPI processes", a), ("#d62728", "PyTorch 1.13", b)]
+    for k, (colour, label, run) in enumerate(legend):
+        y = top + 10 + 18 * k
+        final = run["eval"][-1]["accuracy"] * 100 if run.get("eval") else float("nan")
+        lines.append(f'<line x1="{w - 300}" y1="{y}" x2="{w - 280}" y2="{y}" stroke="{colour}" '
+                     f'stroke-width="3"/>')
+        lines.append(f'<text x="{w - 274}" y="{y + 4}">{label}: test accuracy {final:.2f}%</text>')
+    lines.append(f'<text x="{left}" y="18">Fashion-MNIST, CNN of tools/fmnist.py, same initial '
+                 f'weights and batches</text>')
+    lines.append("</svg>")
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    for run, name in ((a, "tofu"), (b, "pytorch")):
+        accs = ", ".join(f"{100 * e['accuracy']:.2f}%" for e in run.get("eval", []))
+        print(f"{name}: loss of the first {n} steps {ta[0] if run is a else tb[0]:.4f}, "
+              f"of the last {n} {ta[-1] if run is a else tb[-1]:.4f}; test accuracy {accs}")
+    if a.get("eval") and b.get("eval"):
+        gap = 100 * abs(a["eval"][-1]["accuracy"] - b["eval"][-1]["accuracy"])
+        print(f"final test accuracy differs by {gap:.2f} points (must be within 0.5): "
+              f"{'AGREE' if gap <= 0.5 else 'DIFFER'}")
+        if gap > 0.5:
+            sys.exit(1)
+    print(f"plot: {args.out}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("export")
+    e.add_argument("out")
+    e.add_argument("--seed", type=int, default=1)
+    t = sub.add_parser("train")
+    t.add_argument("--onnx", required=True)
+    t.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    t.add_argument("--epochs", type=int, default=1)
+    t.add_argument("--batch", type=int, default=64)
+    t.add_argument("--lr", type=float, default=0.01)
+    t.add_argument("--momentum", type=float, default=0.9)
+    t.add_argument("--seed", type=int, default=1)
+    t.add_argument("--normalize", default="0.2860,0.3530")
+    t.add_argument("--log-every", type=int, default=50)
+    t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--json", required=True)
+    g = sub.add_parser("plot")
+    g.add_argument("tofu")
+    g.add_argument("torch")
+    g.add_argument("out")
+    g.add_argument("--window", type=int, default=50)
+    args = p.parse_args()
+    {"export": export, "train": train, "plot": plot}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
