@@ -305,6 +305,32 @@ llvm::Expected<DataArray> readDataArray(const std::string &path) {
   return parseIdx(*bytes, path);
 }
 
+llvm::Error writeNpy(const std::string &path, const std::vector<int64_t> &shape,
+                     const std::vector<float> &values) {
+  std::string dims;
+  for (int64_t d : shape)
+    dims += std::to_string(d) + ", ";
+  if (shape.size() > 1)
+    dims.resize(dims.size() - 1); // (2, 3) but (4,)
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       (shape.empty() ? std::string() : dims) + "), }";
+  while ((10 + header.size() + 1) % 64 != 0)
+    header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(reinterpret_cast<const char *>(values.data()), values.size() * sizeof(float));
+  std::ofstream f(path, std::ios::binary);
+  f << out;
+  if (!f)
+    return fail(fmt::format("{}: cannot write it ({})", path, std::strerror(errno)));
+  return llvm::Error::success();
+}
+
 const DataArray *DataSet::find(const std::string &name) const {
   for (const auto &[n, a] : arrays)
     if (n == name)

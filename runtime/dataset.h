@@ -52,6 +52,11 @@ llvm::Expected<DataArray> readDataArray(const std::string &path);
 llvm::Expected<DataArray> parseIdx(const std::string &bytes, const std::string &name);
 llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &name);
 
+/// Writes a float32 array of `shape` as a .npy file (version 1, C order). Errors name the
+/// file.
+llvm::Error writeNpy(const std::string &path, const std::vector<int64_t> &shape,
+                     const std::vector<float> &values);
+
 /// Named arrays with one sample count.
 struct DataSet {
   std::string description; ///< where it came from, for the run's header

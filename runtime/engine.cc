@@ -349,7 +349,7 @@ std::vector<CheckpointTile> trainingTiles(const Engine &engine) {
   return out;
 }
 
-llvm::Error restore(Engine &engine, const CheckpointReader &c) {
+llvm::Error restore(Engine &engine, const CheckpointReader &c, bool forwardOnly) {
   std::set<std::string> used;
   const Program &prog = engine.program();
   std::vector<float> buf;
@@ -377,7 +377,7 @@ llvm::Error restore(Engine &engine, const CheckpointReader &c) {
     used.insert(pt.name);
   }
   for (const auto &[name, shape] : c.shapes())
-    if (!used.count(name))
+    if (!used.count(name) && !forwardOnly)
       return stringError(fmt::format("the checkpoint holds '{}', which is not a weight or "
                                      "optimiser state of this graph (another model, or another "
                                      "optimiser?)",

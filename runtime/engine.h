@@ -124,8 +124,9 @@ Checkpoint checkpointOf(const Engine &engine);
 std::vector<CheckpointTile> trainingTiles(const Engine &engine);
 /// Writes a checkpoint's tensors into the engine at any k, from either form: each local
 /// worker reads only its own tiles' boxes. Every weight and optimiser-state tensor of the
-/// graph must be there with its shape, and nothing else; errors name the tensor.
-llvm::Error restore(Engine &engine, const CheckpointReader &c);
+/// graph must be there with its shape, and nothing else (with `forwardOnly`, a forward
+/// graph's weights: the checkpoint's optimiser state is not read); errors name the tensor.
+llvm::Error restore(Engine &engine, const CheckpointReader &c, bool forwardOnly = false);
 
 /// The largest |a - b| / max(1, |b|) a partitioned float32 step may show against the
 /// unpartitioned one on the same engine: split reductions sum in another order (each

@@ -16,8 +16,10 @@
 #include <cstring>
 #include <fstream>
 #include <numeric>
+#include <filesystem>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -101,6 +103,17 @@ cl::opt<std::string> optimizer("optimizer",
                                cl::desc("sgd (default), momentum (SGD with momentum, PyTorch's "
                                         "form: v = mu v + g, w -= lr v) or adam"),
                                cl::init("sgd"), cl::cat(runCategory));
+cl::opt<bool> infer("infer", cl::desc("Run the model's forward graph once, partitioned, on the "
+                                      "inputs --input gives, and report (--output-dir: write) "
+                                      "every graph output; weights from the model's "
+                                      "initializers, --load, or drawn from --seed"),
+                    cl::cat(runCategory));
+cl::opt<std::string> inputOpt("input", cl::desc("With --infer: NAME=FILE,... (.npy or IDX), one "
+                                                "per data input, of the input's exact shape"),
+                              cl::value_desc("NAME=FILE,..."), cl::cat(runCategory));
+cl::opt<std::string> outputDir("output-dir", cl::desc("With --infer: write each graph output to "
+                                                      "DIR/<name>.npy (float32)"),
+                               cl::value_desc("DIR"), cl::cat(runCategory));
 cl::opt<std::string> lossOutput("loss-output",
                                 cl::desc("A graph of several outputs trains on this one (default: "
                                          "the first)"),
@@ -1119,6 +1132,130 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   return status;
 }
 
+/// --infer: the forward graph once on the given inputs; every output reported and written.
+int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string &name,
+                 const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory) {
+  const bool json = format == "json";
+  tofu::EngineOptions options;
+  options.threadsPerWorker = threadsPerWorker;
+  options.checking = checking;
+  options.library = kernelsMode == "compiled";
+  tofu::FusedPlan fused = fusion ? tofu::fuseElementwise(p, exec, g.outputs)
+                                 : tofu::FusedPlan{p, exec, 0, {}};
+  tofu::MemoryPlan fusedMemory = fusion ? tofu::planMemory(fused.problem, fused.plan, g.outputs)
+                                        : memory;
+  auto engine = makeEngine(fused.problem, fused.plan, fusedMemory, options);
+  if (!engine)
+    return fail(name + ": " + llvm::toString(engine.takeError()));
+  // Weights: the model's initial values, else drawn; then --load over them.
+  const tofu::TrainingData values(p, "", seed, 0.1, g.constants, false, &g.initialValues);
+  for (unsigned t : values.tensors())
+    (*engine)->setTiles(t, [&](const tofu::Box &tile, float *out) { values.fill(t, 0, tile, out); });
+  if (!loadDir.empty()) {
+    auto c = tofu::CheckpointReader::open(loadDir);
+    if (!c)
+      return fail(llvm::toString(c.takeError()));
+    if (llvm::Error e = tofu::restore(**engine, *c, /*forwardOnly=*/true))
+      return fail(c->path() + ": " + llvm::toString(std::move(e)));
+  }
+  // Inputs by name, each of its tensor's exact shape.
+  std::set<std::string> given;
+  std::stringstream list(inputOpt);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+      return fail(fmt::format("--input '{}': '{}' is not NAME=FILE", std::string(inputOpt), item), 2);
+    const std::string input = item.substr(0, eq), file = item.substr(eq + 1);
+    int t = -1;
+    for (unsigned i = 0; i < p.tensors.size(); ++i)
+      if (p.tensors[i].name == input)
+        t = static_cast<int>(i);
+    if (t < 0 || p.tensors[t].producer >= 0 || p.tensors[t].role != tofu::TensorRole::Input)
+      return fail(fmt::format("--input: the model has no input '{}'", input), 2);
+    if (!given.insert(input).second)
+      return fail(fmt::format("--input: '{}' is given twice", input), 2);
+    auto a = tofu::readDataArray(file);
+    if (!a)
+      return fail(llvm::toString(a.takeError()), 2);
+    if (a->shape != p.tensors[t].shape)
+      return fail(fmt::format("--input {}: {} has shape [{}]; the input's is [{}]", input, file,
+                              fmt::join(a->shape, ", "), fmt::join(p.tensors[t].shape, ", ")),
+                  2);
+    const std::vector<int64_t> &shape = p.tensors[t].shape;
+    (*engine)->setTiles(static_cast<unsigned>(t), [&](const tofu::Box &tile, float *out) {
+      std::vector<int64_t> at(shape.size());
+      for (size_t d = 0; d < shape.size(); ++d)
+        at[d] = tile[d].lo;
+      const int64_t n = tofu::boxElements(tile);
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t flat = 0;
+        for (size_t d = 0; d < shape.size(); ++d)
+          flat = flat * shape[d] + at[d];
+        out[k] = static_cast<float>(a->at(flat));
+        for (size_t d = shape.size(); d-- > 0;) {
+          if (++at[d] < tile[d].hi)
+            break;
+          at[d] = tile[d].lo;
+        }
+      }
+    });
+  }
+  std::string missing;
+  for (const tofu::ProblemTensor &t : p.tensors)
+    if (t.producer < 0 && t.role == tofu::TensorRole::Input && !t.shape.empty() &&
+        !given.count(t.name) && !g.constants.count(t.name) && !g.initialValues.count(t.name))
+      missing += (missing.empty() ? "" : ", ") + fmt::format("{} [{}]", t.name, fmt::join(t.shape, ", "));
+  if (!missing.empty())
+    return fail(name + ": --infer needs a value for every data input; --input gives none for " +
+                    missing,
+                2);
+  auto r = (*engine)->step();
+  if (!r)
+    return fail(name + ": " + llvm::toString(r.takeError()));
+  if (!outputDir.empty() && procs.rank == 0)
+    if (std::error_code ec = std::error_code(); !std::filesystem::create_directories(std::string(outputDir), ec) && ec)
+      return fail(fmt::format("--output-dir {}: {}", std::string(outputDir), ec.message()));
+  nlohmann::json j;
+  j["model"] = name;
+  j["workers"] = unsigned(workers);
+  j["seconds"] = r->seconds;
+  j["bytes_moved"] = sumOverProcesses(r->bytesMoved);
+  if (!json)
+    llvm::outs() << fmt::format("{}: forward on {} workers in {:.4f} s\n\n| output | shape | min | "
+                                "max | mean | file |\n| --- | --- | ---: | ---: | ---: | --- |\n",
+                                name, unsigned(workers), r->seconds);
+  for (const std::string &out : g.outputs) {
+    unsigned t = 0;
+    for (unsigned i = 0; i < p.tensors.size(); ++i)
+      if (p.tensors[i].name == out)
+        t = i;
+    const tofu::Tensor x = wholeOverProcesses(**engine, t);
+    std::string file;
+    if (!outputDir.empty()) {
+      std::string safe = out;
+      for (char &c : safe)
+        if (c == '/' || c == '\\' || c == ':')
+          c = '_';
+      file = outputDir + "/" + safe + ".npy";
+      if (procs.rank == 0)
+        if (llvm::Error e = tofu::writeNpy(file, x.shape, std::vector<float>(x.data.begin(), x.data.end())))
+          return fail(llvm::toString(std::move(e)));
+    }
+    double lo = x.data.empty() ? 0 : x.data[0], hi = lo, sum = 0;
+    for (double v : x.data)
+      lo = std::min(lo, v), hi = std::max(hi, v), sum += v;
+    const double mean = x.data.empty() ? 0 : sum / double(x.data.size());
+    j["outputs"][out] = {{"shape", x.shape}, {"file", file}, {"min", lo}, {"max", hi}, {"mean", mean}};
+    if (!json)
+      llvm::outs() << fmt::format("| {} | [{}] | {:.6g} | {:.6g} | {:.6g} | {} |\n", out,
+                                  fmt::join(x.shape, ", "), lo, hi, mean, file);
+  }
+  if (json)
+    llvm::outs() << j.dump(2) << "\n";
+  return 0;
+}
+
 int run(int argc, char **argv) {
   cl::HideUnrelatedOptions(runCategory);
   // Bad usage exits 2, as --help says (llvm's parser would exit 1).
@@ -1229,6 +1366,20 @@ int run(int argc, char **argv) {
     return fail("--kernels must be compiled, generated or interp", 2);
   if (format != "table" && format != "json")
     return fail("--format must be table or json", 2);
+  if (infer) {
+    for (const auto *o : {&verify, &kernelReportOpt})
+      if (o->getNumOccurrences() > 0)
+        return fail(fmt::format("--{} is for training runs, not --infer", std::string(o->ArgStr)), 2);
+    if (!saveDir.empty() || steps.getNumOccurrences() > 0 || dataMode.getNumOccurrences() > 0 ||
+        optimizer.getNumOccurrences() > 0 || learningRate.getNumOccurrences() > 0)
+      return fail("--infer runs the forward graph once: --save, --steps, --data, --optimizer "
+                  "and --lr are for training",
+                  2);
+    if (kernelsMode == "interp")
+      return fail("--infer runs on the engine (--kernels compiled or generated)", 2);
+  } else if (!inputOpt.empty() || !outputDir.empty()) {
+    return fail("--input and --output-dir are for --infer", 2);
+  }
   const bool realData = dataMode != "teacher" && dataMode != "fixed";
   if (realData && dataMode.empty())
     return fail("--data needs a data set (a directory or NAME=FILE,...), teacher or fixed", 2);
@@ -1295,6 +1446,8 @@ int run(int argc, char **argv) {
                    : optimizer == "momentum" ? tofu::Optimizer::Momentum
                                              : tofu::Optimizer::Adam;
   pipeline.lossOutput = lossOutput;
+  if (infer)
+    pipeline.train.reset(); // the forward graph
   pipeline.until = tofu::Stage::Execution;
   pipeline.search.workers = workers;
   pipeline.search.algorithm = *algorithm;
@@ -1323,6 +1476,9 @@ int run(int argc, char **argv) {
   if (!pipelined)
     return fail(llvm::toString(pipelined.takeError()));
   const std::string &name = pipelined->name;
+  if (infer)
+    return runInference(*pipelined->problem, pipelined->graph, name, pipelined->exec,
+                        pipelined->memory);
   if (!pipelined->lossNote.empty() && format != "json")
     llvm::outs() << name << ": " << pipelined->lossNote << "\n";
   const tofu::Graph *t = &pipelined->graph;

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# tofu-run --infer against PyTorch: every small model of tests/onnx with recorded outputs
+# (NAME.ref.json: PyTorch's outputs for given inputs, tools/export_onnx_fixtures.py) runs its
+# forward graph on the engine at k = 1 and 2, on those inputs given as .npy files, with the
+# file's initializers as weights; each output written to --output-dir must match PyTorch's
+# (float32 kernels: relative 1e-3, absolute 1e-4). Then bad uses exit 2.
+set -uo pipefail
+run="$(realpath "$1")"
+fail=0
+tmp=$(mktemp -d /tmp/tofu-infer-test.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export TOFU_KERNEL_CACHE="$tmp/kernels"
+py=/usr/bin/python3
+checked=0
+for ref in tests/onnx/*.ref.json; do
+  name=$(basename "$ref" .ref.json)
+  inputs=$($py - "$ref" "$tmp/$name" <<'PY'
+import json, os, sys
+import numpy as np
+r = json.load(open(sys.argv[1]))
+os.makedirs(sys.argv[2], exist_ok=True)
+given = []
+for k, v in r["inputs"].items():
+    path = os.path.join(sys.argv[2], k.replace("/", "_") + ".npy")
+    np.save(path, np.array(v["values"], dtype=np.float32).reshape(v["shape"]))
+    given.append(f"{k}={path}")
+print(",".join(given))
+PY
+)
+  for k in 1 2; do
+    out="$tmp/$name/out$k"
+    if ! "$run" --onnx "tests/onnx/$name.onnx" --data-inputs "$(echo "$inputs" | tr ',' '\n' | wc -l)" \
+         --workers $k --infer --input "$inputs" --output-dir "$out" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+      echo "FAILED: tofu-run --infer $name at k = $k" >&2; cat "$tmp/err.txt" >&2; fail=1; continue
+    fi
+    $py - "$ref" "$out" "$name" "$k" <<'PY' || fail=1
+import json, os, sys
+import numpy as np
+r = json.load(open(sys.argv[1]))
+for k, v in r["outputs"].items():
+    got = np.load(os.path.join(sys.argv[2], k.replace("/", "_") + ".npy"))
+    want = np.array(v["values"], dtype=np.float64).reshape(v["shape"])
+    assert got.shape == want.shape, (sys.argv[3], k, got.shape, want.shape)
+    worst = float(np.max(np.abs(got - want) - 1e-3 * np.abs(want)))
+    assert worst <= 1e-4, f"{sys.argv[3]} at k = {sys.argv[4]}: output {k} differs from PyTorch's by {worst}"
+PY
+    checked=$((checked + 1))
+  done
+done
+# Under MPI: 2 processes, each writing only its tiles of the input; rank 0 writes the outputs.
+if [ "$(id -u)" -eq 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export TMPDIR=/tmp ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+if ! mpirun --oversubscribe --bind-to none -np 2 "$run" --backend mpi --onnx tests/onnx/small_cnn.onnx \
+     --infer --input "input=$tmp/small_cnn/input.npy" --output-dir "$tmp/mpi" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+  echo "FAILED: mpirun tofu-run --infer" >&2; cat "$tmp/err.txt" >&2; fail=1
+else
+  cmp "$tmp/mpi/output.npy" "$tmp/small_cnn/out2/output.npy" >/dev/null ||
+    $py -c "
+import numpy as np, sys
+a, b = np.load('$tmp/mpi/output.npy'), np.load('$tmp/small_cnn/out2/output.npy')
+assert np.allclose(a, b, rtol=1e-5, atol=1e-6), abs(a - b).max()" || fail=1
+  checked=$((checked + 1))
+fi
+[ "$checked" -ge 20 ] || { echo "FAILED: only $checked runs checked" >&2; fail=1; }
+echo "infer: $checked runs matched PyTorch's outputs"
+
+expect() { # status, message fragment, arguments...
+  local status="$1" want="$2"
+  shift 2
+  "$run" "$@" >"$tmp/out.txt" 2>"$tmp/err.txt"
+  local got=$?
+  if [ "$got" -ne "$status" ] || ! grep -qF -- "$want" "$tmp/err.txt"; then
+    echo "FAILED: tofu-run $* exited $got (want $status and '$want'):" >&2; cat "$tmp/err.txt" >&2; fail=1
+  fi
+}
+$py -c "import numpy as np; np.save('$tmp/x.npy', np.zeros((3, 3), np.float32))"
+expect 2 "--infer needs a value for every data input; --input gives none for input" \
+  --onnx tests/onnx/mlp.onnx --workers 1 --infer
+expect 2 "has shape [3, 3]; the input's is" --onnx tests/onnx/mlp.onnx --workers 1 --infer --input "input=$tmp/x.npy"
+expect 2 "the model has no input 'nope'" --onnx tests/onnx/mlp.onnx --workers 1 --infer --input "nope=$tmp/x.npy"
+expect 2 "--input and --output-dir are for --infer" --onnx tests/onnx/mlp.onnx --workers 1 --input "input=$tmp/x.npy"
+expect 2 "--verify is for training runs" --onnx tests/onnx/mlp.onnx --workers 1 --infer --verify
+exit $fail
