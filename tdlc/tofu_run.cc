@@ -1267,13 +1267,18 @@ int run(int argc, char **argv) {
       "  tofu-run --model NAME [--batch B] --workers K [--steps N] [--verify]\n"
       "  tofu-run --graph FILE.json --workers K [--steps N] [--verify]\n"
       "  tofu-run --onnx FILE.onnx [--batch B] --workers K [--steps N] [--verify]\n"
+      "  tofu-run --onnx FILE.onnx --batch B --workers K --data DIR|NAME=FILE,... [--epochs E] "
+      "[--eval test|PATH] [--optimizer momentum]\n"
+      "  tofu-run --onnx FILE.onnx --workers K --infer --input NAME=FILE.npy,... [--output-dir DIR]\n"
       "  mpirun -np K tofu-run --backend mpi --model NAME [--steps N] [--verify]\n"
       "  mpirun -np K tofu-run --backend nccl --model NAME [--steps N] [--verify]  (a GPU each)\n\n"
       "Kernels are generated from the ops' TDL, compiled by the host C++ compiler ($CXX, else "
       "c++) and cached in $TOFU_KERNEL_CACHE (default ~/.cache/tofu/kernels): a second run "
-      "compiles nothing. Data is synthetic (--data): by default a fresh batch every step, "
-      "labelled by a fixed random teacher (--seed), so the loss falls as the model learns it; "
-      "each worker draws only its own tiles of every value.\n\n" +
+      "compiles nothing. Data comes from a data set (--data DIR or NAME=FILE,...: IDX or .npy "
+      "arrays, shuffled per epoch from --seed) or is synthetic: by default a fresh batch every "
+      "step, labelled by a fixed random teacher (--seed), so the loss falls as the model learns "
+      "it; each worker writes only its own tiles of every value. An ONNX model's initializers "
+      "are its initial weights.\n\n" +
           tofu::zooHelp() +
           "\n\nA graph whose output is a prediction gets a loss (softmax cross-entropy for rank-2 "
           "logits, else MSE). Exit status: 0 when every step ran, moved the predicted bytes (and, "

@@ -11,11 +11,8 @@ fail=0
 tmp=$(mktemp -d /tmp/tofu-data-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export TOFU_KERNEL_CACHE="$tmp/kernels"
-export TMPDIR=/tmp
-if [ "$(id -u)" -eq 0 ]; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+source tests/cli_lib.sh
+mpi_test_env
 py=/usr/bin/python3
 
 # 10 classes of 28x28 byte images: a class is a faint bar at its own place (overlapping its
@@ -107,31 +104,22 @@ PY
 fi
 
 # Bad uses: each exits 2 naming what is wrong.
-expect() { # status, message fragment, arguments...
-  local status="$1" want="$2"
-  shift 2
-  "$run" "$@" >"$tmp/out.txt" 2>"$tmp/err.txt"
-  local got=$?
-  if [ "$got" -ne "$status" ] || ! grep -qF -- "$want" "$tmp/err.txt"; then
-    echo "FAILED: tofu-run $* exited $got (want $status and '$want'):" >&2; cat "$tmp/err.txt" >&2; fail=1
-  fi
-}
 $py - "$tmp/data" <<'PY'
 import struct, sys
 d = sys.argv[1]
 with open(f"{d}/bad-labels", "wb") as f:  # class 12 of a 10-class model
     f.write(struct.pack(">HBBI", 0, 8, 1, 640) + bytes([12] * 640))
 PY
-expect 2 "element 0 is class 12, outside the model's 10 classes" --onnx "$model" --batch 32 --workers 1 \
+expect_exit 2 "element 0 is class 12, outside the model's 10 classes" "$run" --onnx "$model" --batch 32 --workers 1 \
   --data "labels=$tmp/data/bad-labels,images=$tmp/data/train-images-idx3-ubyte.gz"
-expect 2 "the model has no input 'pixels'" --onnx "$model" --batch 32 --workers 1 --data "$tmp/data" --feed pixels=images
-expect 2 "has 200 samples but" --onnx "$model" --batch 32 --workers 1 \
+expect_exit 2 "the model has no input 'pixels'" "$run" --onnx "$model" --batch 32 --workers 1 --data "$tmp/data" --feed pixels=images
+expect_exit 2 "has 200 samples but" "$run" --onnx "$model" --batch 32 --workers 1 \
   --data "labels=$tmp/data/train-labels-idx1-ubyte,images=$tmp/data/t10k-images-idx3-ubyte.gz"
-expect 2 "--epochs is for training on a data set" --onnx "$model" --workers 1 --epochs 2
-expect 2 "give --epochs or --steps" --onnx "$model" --workers 1 --data "$tmp/data" --epochs 2 --steps 3
-expect 2 "--normalize must be MEAN,STD" --onnx "$model" --workers 1 --data "$tmp/data" --normalize 0.5
-expect 2 "--eval-every needs --eval" --onnx "$model" --workers 1 --data "$tmp/data" --eval-every 5
-expect 2 "no t10k-images-idx3-ubyte" --onnx "$model" --batch 32 --workers 1 --data "$tmp/data" --eval "$tmp"
-expect 2 "--momentum is for --optimizer momentum" --onnx "$model" --workers 1 --momentum 0.5
-expect 2 "not an IDX file" --onnx "$model" --batch 32 --workers 1 --data "images=$model,labels=$tmp/data/t10k-labels-idx1-ubyte"
+expect_exit 2 "--epochs is for training on a data set" "$run" --onnx "$model" --workers 1 --epochs 2
+expect_exit 2 "give --epochs or --steps" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --epochs 2 --steps 3
+expect_exit 2 "--normalize must be MEAN,STD" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --normalize 0.5
+expect_exit 2 "--eval-every needs --eval" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --eval-every 5
+expect_exit 2 "no t10k-images-idx3-ubyte" "$run" --onnx "$model" --batch 32 --workers 1 --data "$tmp/data" --eval "$tmp"
+expect_exit 2 "--momentum is for --optimizer momentum" "$run" --onnx "$model" --workers 1 --momentum 0.5
+expect_exit 2 "not an IDX file" "$run" --onnx "$model" --batch 32 --workers 1 --data "images=$model,labels=$tmp/data/t10k-labels-idx1-ubyte"
 exit $fail

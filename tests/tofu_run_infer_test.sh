@@ -10,6 +10,7 @@ fail=0
 tmp=$(mktemp -d /tmp/tofu-infer-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export TOFU_KERNEL_CACHE="$tmp/kernels"
+source tests/cli_lib.sh
 py=/usr/bin/python3
 checked=0
 for ref in tests/onnx/*.ref.json; do
@@ -48,10 +49,7 @@ PY
   done
 done
 # Under MPI: 2 processes, each writing only its tiles of the input; rank 0 writes the outputs.
-if [ "$(id -u)" -eq 0 ]; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
-export TMPDIR=/tmp ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+mpi_test_env
 if ! mpirun --oversubscribe --bind-to none -np 2 "$run" --backend mpi --onnx tests/onnx/small_cnn.onnx \
      --infer --input "input=$tmp/small_cnn/input.npy" --output-dir "$tmp/mpi" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
   echo "FAILED: mpirun tofu-run --infer" >&2; cat "$tmp/err.txt" >&2; fail=1
@@ -66,20 +64,11 @@ fi
 [ "$checked" -ge 20 ] || { echo "FAILED: only $checked runs checked" >&2; fail=1; }
 echo "infer: $checked runs matched PyTorch's outputs"
 
-expect() { # status, message fragment, arguments...
-  local status="$1" want="$2"
-  shift 2
-  "$run" "$@" >"$tmp/out.txt" 2>"$tmp/err.txt"
-  local got=$?
-  if [ "$got" -ne "$status" ] || ! grep -qF -- "$want" "$tmp/err.txt"; then
-    echo "FAILED: tofu-run $* exited $got (want $status and '$want'):" >&2; cat "$tmp/err.txt" >&2; fail=1
-  fi
-}
 $py -c "import numpy as np; np.save('$tmp/x.npy', np.zeros((3, 3), np.float32))"
-expect 2 "--infer needs a value for every data input; --input gives none for input" \
+expect_exit 2 "--infer needs a value for every data input; --input gives none for input" "$run" \
   --onnx tests/onnx/mlp.onnx --workers 1 --infer
-expect 2 "has shape [3, 3]; the input's is" --onnx tests/onnx/mlp.onnx --workers 1 --infer --input "input=$tmp/x.npy"
-expect 2 "the model has no input 'nope'" --onnx tests/onnx/mlp.onnx --workers 1 --infer --input "nope=$tmp/x.npy"
-expect 2 "--input and --output-dir are for --infer" --onnx tests/onnx/mlp.onnx --workers 1 --input "input=$tmp/x.npy"
-expect 2 "--verify is for training runs" --onnx tests/onnx/mlp.onnx --workers 1 --infer --verify
+expect_exit 2 "has shape [3, 3]; the input's is" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer --input "input=$tmp/x.npy"
+expect_exit 2 "the model has no input 'nope'" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer --input "nope=$tmp/x.npy"
+expect_exit 2 "--input and --output-dir are for --infer" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --input "input=$tmp/x.npy"
+expect_exit 2 "--verify is for training runs" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer --verify
 exit $fail

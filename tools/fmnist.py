@@ -207,8 +207,7 @@ def plot(args):
         lines.append(f'<text x="{x:.1f}" y="{h - bottom + 16}" text-anchor="middle">{s}</text>')
     lines.append(f'<text x="{w / 2}" y="{h - 10}" text-anchor="middle">step (training loss: '
                  f'mean of each {n} steps)</text>')
-    for series, colour, label, acc in ((ta, "#1f77b4", "Tofu (2 MPI processes)", a),
-                                       (tb, "#d62728", "PyTorch", b)):
+    for series, colour in ((ta, "#1f77b4"), (tb, "#d62728")):
         pts = " ".join(xy(i, v) for i, v in enumerate(series))
         lines.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{pts}"/>')
     legend = [("#1f77b4", "Tofu, 2 MPI processes", a), ("#d62728", "PyTorch 1.13", b)]
