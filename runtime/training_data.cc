@@ -180,7 +180,8 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
     const ProblemTensor &pt = p.tensors[t];
     const int64_t size = boxElements(wholeBox(pt.shape));
     if (pt.role != TensorRole::Input || pt.shape.empty() || t == answer || size == 0 ||
-        constants_.count(pt.name) || rules_.at(t).kind == Kind::GivenFloat)
+        constants_.count(pt.name) || rules_.at(t).kind == Kind::GivenFloat ||
+        rules_.at(t).kind == Kind::Fill) // a fixed value: a running variance, an unread input
       continue;
     data.push_back(t);
     if (input_ < 0 || size > boxElements(wholeBox(p.tensors[input_].shape)))

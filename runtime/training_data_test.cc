@@ -3,6 +3,7 @@
 // change from step to step and nothing else does, and the values follow their rules.
 #include "runtime/training_data.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -129,6 +130,49 @@ TEST(TrainingData, ValuesFollowTheirRules) {
       seen.insert(x);
     }
   EXPECT_GT(seen.size(), 2u) << "labels vary";
+}
+
+// An eval-mode batch norm's running statistics, with no values of their own, are buffers:
+// the variance (read under rsqrt) is 1, and the teacher does not redraw either of them per
+// step as it does the data (a variance drawn in [-1, 1] made densenet121's first loss NaN).
+TEST(TrainingData, RunningStatisticsAreNotData) {
+  Graph g;
+  auto add = [&](const std::string &name, std::vector<int64_t> shape, TensorRole role) {
+    TensorInfo t;
+    t.name = name;
+    t.shape = std::move(shape);
+    t.shapeKnown = true;
+    t.role = role;
+    ASSERT_FALSE(static_cast<bool>(g.addTensor(t)));
+  };
+  add("x", {4, 3, 2, 2}, TensorRole::Input);
+  for (const char *w : {"scale", "bias", "running_mean", "running_var"})
+    add(w, {3}, TensorRole::Weight);
+  add("bn_eps", {}, TensorRole::Input);
+  Node n;
+  n.name = "bn";
+  n.op = "BatchNormalization";
+  n.inputs = {"x", "scale", "bias", "running_mean", "running_var", "bn_eps"};
+  n.output = "y";
+  ASSERT_FALSE(static_cast<bool>(g.addNode(n)));
+  g.outputs = {"y"};
+  std::vector<std::string> outputs;
+  Problem p = trainingProblem(std::move(g), Optimizer::SGD, &outputs);
+  TrainingData d(p, outputs.at(0), 5, 0.1);
+  unsigned var = 0, x = 0;
+  for (unsigned t = 0; t < p.tensors.size(); ++t) {
+    if (p.tensors[t].name == "running_var")
+      var = t;
+    if (p.tensors[t].name == "x")
+      x = t;
+  }
+  EXPECT_EQ(p.tensors[var].role, TensorRole::Input); // a buffer, not trained
+  const std::vector<unsigned> &batch = d.batchTensors();
+  EXPECT_NE(std::find(batch.begin(), batch.end(), x), batch.end());
+  EXPECT_EQ(std::find(batch.begin(), batch.end(), var), batch.end());
+  for (unsigned step : {0u, 3u})
+    for (double v : d.value(var, step).data)
+      EXPECT_EQ(v, 1.0);
 }
 
 } // namespace
