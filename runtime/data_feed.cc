@@ -7,13 +7,10 @@
 #include <sstream>
 
 #include "fmt/format.h"
+#include "grammar/diagnostics.h"
 
 namespace tofu {
 namespace {
-
-llvm::Error fail(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
 
 int findTensor(const Problem &p, const std::string &name) {
   for (unsigned t = 0; t < p.tensors.size(); ++t)
@@ -46,26 +43,26 @@ llvm::Expected<std::vector<DataBinding>> bindDataSet(
     const ProblemTensor &pt = p.tensors[t];
     const DataArray *a = ds.find(array);
     if (!a)
-      return fail(fmt::format("the data set has no array '{}'", array));
+      return stringError(fmt::format("the data set has no array '{}'", array));
     if (pt.producer >= 0 || pt.role == TensorRole::Weight || pt.role == TensorRole::OptimizerState)
-      return fail(fmt::format("'{}' is not an input of the model (it is {}); only inputs are "
+      return stringError(fmt::format("'{}' is not an input of the model (it is {}); only inputs are "
                               "fed from data",
                               pt.name, pt.producer >= 0 ? "computed by a node" : roleName(pt.role)));
     if (pt.shape.empty())
-      return fail(fmt::format("input '{}' is a scalar: a batch input's first dimension is the "
+      return stringError(fmt::format("input '{}' is a scalar: a batch input's first dimension is the "
                               "batch",
                               pt.name));
     int64_t row = 1;
     for (size_t d = 1; d < pt.shape.size(); ++d)
       row *= pt.shape[d];
     if (row != a->sampleElements())
-      return fail(fmt::format("array '{}' ({}: samples of shape [{}], {} elements) cannot feed "
+      return stringError(fmt::format("array '{}' ({}: samples of shape [{}], {} elements) cannot feed "
                               "input '{}' of shape [{}], whose batch rows have {} elements",
                               array, a->path,
                               fmt::join(std::vector<int64_t>(a->shape.begin() + 1, a->shape.end()), ", "),
                               a->sampleElements(), pt.name, fmt::join(pt.shape, ", "), row));
     if (pt.shape[0] > ds.samples)
-      return fail(fmt::format("input '{}' takes batches of {} samples; the data set has {}",
+      return stringError(fmt::format("input '{}' takes batches of {} samples; the data set has {}",
                               pt.name, pt.shape[0], ds.samples));
     DataBinding b;
     b.tensor = static_cast<unsigned>(t);
@@ -74,7 +71,7 @@ llvm::Expected<std::vector<DataBinding>> bindDataSet(
     b.labels = t == labels;
     if (b.labels) {
       if (!a->integral())
-        return fail(fmt::format("array '{}' ({}) feeds the labels of '{}' but holds {} values, "
+        return stringError(fmt::format("array '{}' ({}) feeds the labels of '{}' but holds {} values, "
                                 "not class numbers",
                                 array, a->path, loss, typeName(a->type)));
       const ProblemNode &n = p.nodes[p.tensors[findTensor(p, loss)].producer];
@@ -82,7 +79,7 @@ llvm::Expected<std::vector<DataBinding>> bindDataSet(
       for (int64_t i = 0; i < a->samples() * a->sampleElements(); ++i) {
         const double v = a->at(i);
         if (v < 0 || v >= double(classes))
-          return fail(fmt::format("array '{}' ({}): element {} is class {}, outside the model's "
+          return stringError(fmt::format("array '{}' ({}): element {} is class {}, outside the model's "
                                   "{} classes [0, {})",
                                   array, a->path, i, v, classes, classes));
       }
@@ -96,14 +93,14 @@ llvm::Expected<std::vector<DataBinding>> bindDataSet(
     while (std::getline(ss, item, ',')) {
       const size_t eq = item.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-        return fail(fmt::format("--feed '{}': '{}' is not INPUT=ARRAY", feeds, item));
+        return stringError(fmt::format("--feed '{}': '{}' is not INPUT=ARRAY", feeds, item));
       const std::string input = item.substr(0, eq), array = item.substr(eq + 1);
       const int t = findTensor(p, input);
       if (t < 0)
-        return fail(fmt::format("--feed '{}': the model has no input '{}'", feeds, input));
+        return stringError(fmt::format("--feed '{}': the model has no input '{}'", feeds, input));
       for (const DataBinding &b : out)
         if (b.tensor == unsigned(t))
-          return fail(fmt::format("--feed '{}': input '{}' is fed twice", feeds, input));
+          return stringError(fmt::format("--feed '{}': input '{}' is fed twice", feeds, input));
       if (llvm::Error e = bind(t, array))
         return e;
     }
@@ -116,7 +113,7 @@ llvm::Expected<std::vector<DataBinding>> bindDataSet(
       rest.push_back(name);
   if (labels >= 0) {
     if (!ds.find("labels"))
-      return fail(fmt::format("the data set has no array 'labels' for the labels of '{}' "
+      return stringError(fmt::format("the data set has no array 'labels' for the labels of '{}' "
                               "(name the arrays with --feed INPUT=ARRAY)",
                               loss));
     if (llvm::Error e = bind(labels, "labels"))
@@ -133,7 +130,7 @@ llvm::Expected<std::vector<DataBinding>> bindDataSet(
     std::string names;
     for (unsigned t : inputs)
       names += (names.empty() ? "" : ", ") + p.tensors[t].name;
-    return fail(fmt::format("the model has {} data input{} ({}) and the data set {} array{} "
+    return stringError(fmt::format("the model has {} data input{} ({}) and the data set {} array{} "
                             "besides the labels: say which feeds which with --feed "
                             "INPUT=ARRAY,...",
                             inputs.size(), inputs.size() == 1 ? "" : "s", names, rest.size(),
@@ -172,13 +169,13 @@ llvm::Expected<PartitionPlan> restrictPlan(const PartitionPlan &train, const Pro
     for (unsigned n = 0; n < sub.nodes.size(); ++n) {
       auto it = nodes.find(sub.nodes[n].name);
       if (it == nodes.end())
-        return fail(fmt::format("node '{}' is not in the training graph", sub.nodes[n].name));
+        return stringError(fmt::format("node '{}' is not in the training graph", sub.nodes[n].name));
       s.node[n] = from.node[it->second];
     }
     for (unsigned t = 0; t < sub.tensors.size(); ++t) {
       auto it = tensors.find(sub.tensors[t].name);
       if (it == tensors.end())
-        return fail(fmt::format("tensor '{}' is not in the training graph", sub.tensors[t].name));
+        return stringError(fmt::format("tensor '{}' is not in the training graph", sub.tensors[t].name));
       s.tensor[t] = from.tensor[it->second];
     }
   }
@@ -204,7 +201,7 @@ llvm::Error copyState(const Engine &from, Engine &to) {
       if (!to.holdsTile(t, w))
         continue;
       if (!from.holdsTile(it->second, w) || !(ft.tiles[w] == pt.tiles[w]))
-        return fail(fmt::format("weight '{}': worker {} holds another tile of it in the "
+        return stringError(fmt::format("weight '{}': worker {} holds another tile of it in the "
                                 "evaluation plan than in the training plan",
                                 pt.name, w));
       const std::vector<float> tile = from.readTile(it->second, w);

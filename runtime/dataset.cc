@@ -11,13 +11,10 @@
 
 #include "analysis/checked.h"
 #include "fmt/format.h"
+#include "grammar/diagnostics.h"
 
 namespace tofu {
 namespace {
-
-llvm::Error fail(const std::string &msg) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
-}
 
 bool endsWith(const std::string &s, const std::string &tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -36,11 +33,11 @@ bool isDirectory(const std::string &path) {
 llvm::Expected<std::string> readFile(const std::string &path) {
   std::ifstream f(path, std::ios::binary);
   if (!f)
-    return fail(fmt::format("{}: cannot open it ({})", path, std::strerror(errno)));
+    return stringError(fmt::format("{}: cannot open it ({})", path, std::strerror(errno)));
   std::ostringstream s;
   s << f.rdbuf();
   if (f.bad())
-    return fail(fmt::format("{}: cannot read it", path));
+    return stringError(fmt::format("{}: cannot read it", path));
   return s.str();
 }
 
@@ -48,7 +45,7 @@ llvm::Expected<std::string> readFile(const std::string &path) {
 llvm::Expected<std::string> gunzip(const std::string &in, const std::string &name) {
   z_stream z{};
   if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
-    return fail(name + ": cannot start zlib");
+    return stringError(name + ": cannot start zlib");
   std::string out;
   z.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(in.data()));
   z.avail_in = static_cast<uInt>(in.size());
@@ -61,12 +58,12 @@ llvm::Expected<std::string> gunzip(const std::string &in, const std::string &nam
     if (status != Z_OK && status != Z_STREAM_END) {
       const std::string why = z.msg ? z.msg : "corrupt data";
       inflateEnd(&z);
-      return fail(fmt::format("{}: not a valid gzip file at byte {} ({})", name, z.total_in, why));
+      return stringError(fmt::format("{}: not a valid gzip file at byte {} ({})", name, z.total_in, why));
     }
     out.append(buf, sizeof buf - z.avail_out);
     if (static_cast<int64_t>(out.size()) > kMaxGraphBytes) {
       inflateEnd(&z);
-      return fail(fmt::format("{}: inflates to more than {} bytes", name, kMaxGraphBytes));
+      return stringError(fmt::format("{}: inflates to more than {} bytes", name, kMaxGraphBytes));
     }
     if (status == Z_STREAM_END) {
       if (z.avail_in == 0)
@@ -76,7 +73,7 @@ llvm::Expected<std::string> gunzip(const std::string &in, const std::string &nam
     }
     if (z.avail_in == 0 && z.avail_out != 0) {
       inflateEnd(&z);
-      return fail(fmt::format("{}: the gzip stream ends early (truncated at byte {})", name,
+      return stringError(fmt::format("{}: the gzip stream ends early (truncated at byte {})", name,
                               in.size()));
     }
   }
@@ -90,15 +87,15 @@ llvm::Expected<int64_t> bodyBytes(const std::vector<int64_t> &shape, int width,
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0)
-      return fail(fmt::format("{}: negative dimension {}", name, d));
+      return stringError(fmt::format("{}: negative dimension {}", name, d));
     auto m = checkedMul(n, d);
     if (!m)
-      return fail(fmt::format("{}: its shape [{}] overflows", name, fmt::join(shape, ", ")));
+      return stringError(fmt::format("{}: its shape [{}] overflows", name, fmt::join(shape, ", ")));
     n = *m;
   }
   auto bytes = checkedMul(n, width);
   if (!bytes || *bytes > kMaxGraphBytes)
-    return fail(fmt::format("{}: its shape [{}] holds more than {} bytes", name,
+    return stringError(fmt::format("{}: its shape [{}] holds more than {} bytes", name,
                             fmt::join(shape, ", "), kMaxGraphBytes));
   return *bytes;
 }
@@ -154,7 +151,7 @@ double DataArray::at(int64_t flat) const {
 
 llvm::Expected<DataArray> parseIdx(const std::string &bytes, const std::string &name) {
   if (bytes.size() < 4 || bytes[0] != 0 || bytes[1] != 0)
-    return fail(fmt::format("{}: not an IDX file (it must start with two zero bytes, a type "
+    return stringError(fmt::format("{}: not an IDX file (it must start with two zero bytes, a type "
                             "byte and the rank)",
                             name));
   DataArray a;
@@ -168,16 +165,16 @@ llvm::Expected<DataArray> parseIdx(const std::string &bytes, const std::string &
   case 0x0D: a.type = DataType::F32; break;
   case 0x0E: a.type = DataType::F64; break;
   default:
-    return fail(fmt::format("{}: byte 2: IDX type 0x{:02x} is none of 0x08 (u8), 0x09 (i8), "
+    return stringError(fmt::format("{}: byte 2: IDX type 0x{:02x} is none of 0x08 (u8), 0x09 (i8), "
                             "0x0B (i16), 0x0C (i32), 0x0D (f32), 0x0E (f64)",
                             name, code));
   }
   const int rank = static_cast<unsigned char>(bytes[3]);
   if (rank == 0)
-    return fail(name + ": byte 3: rank 0 (the first dimension counts samples)");
+    return stringError(name + ": byte 3: rank 0 (the first dimension counts samples)");
   const size_t header = 4 + 4 * size_t(rank);
   if (bytes.size() < header)
-    return fail(fmt::format("{}: truncated in its header ({} bytes; {} dimensions need {})", name,
+    return stringError(fmt::format("{}: truncated in its header ({} bytes; {} dimensions need {})", name,
                             bytes.size(), rank, header));
   for (int d = 0; d < rank; ++d) {
     const auto *p = reinterpret_cast<const unsigned char *>(bytes.data() + 4 + 4 * d);
@@ -187,7 +184,7 @@ llvm::Expected<DataArray> parseIdx(const std::string &bytes, const std::string &
   if (!body)
     return body.takeError();
   if (static_cast<int64_t>(bytes.size() - header) != *body)
-    return fail(fmt::format("{}: shape [{}] of {} needs {} bytes after the header; the file has {}",
+    return stringError(fmt::format("{}: shape [{}] of {} needs {} bytes after the header; the file has {}",
                             name, fmt::join(a.shape, ", "), typeName(a.type), *body,
                             bytes.size() - header));
   a.bytes.assign(bytes.begin() + header, bytes.end());
@@ -201,7 +198,7 @@ llvm::Expected<DataArray> parseIdx(const std::string &bytes, const std::string &
 llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &name) {
   static const char kMagic[] = "\x93NUMPY";
   if (bytes.size() < 10 || bytes.compare(0, 6, kMagic, 6) != 0)
-    return fail(name + ": not a .npy file (no \\x93NUMPY magic)");
+    return stringError(name + ": not a .npy file (no \\x93NUMPY magic)");
   const int major = static_cast<unsigned char>(bytes[6]);
   size_t start = 0, length = 0;
   if (major == 1) {
@@ -209,15 +206,15 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
     start = 10;
   } else if (major == 2 || major == 3) {
     if (bytes.size() < 12)
-      return fail(name + ": truncated in its header");
+      return stringError(name + ": truncated in its header");
     for (int i = 3; i >= 0; --i)
       length = (length << 8) | static_cast<unsigned char>(bytes[8 + i]);
     start = 12;
   } else {
-    return fail(fmt::format("{}: .npy version {} (1 to 3 are read)", name, major));
+    return stringError(fmt::format("{}: .npy version {} (1 to 3 are read)", name, major));
   }
   if (bytes.size() < start + length)
-    return fail(fmt::format("{}: truncated in its header ({} bytes of {})", name,
+    return stringError(fmt::format("{}: truncated in its header ({} bytes of {})", name,
                             bytes.size() - start, length));
   const std::string header = bytes.substr(start, length);
   // The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
@@ -233,12 +230,12 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
     size_t q = descr.find('\'');
     size_t e = q == std::string::npos ? q : descr.find('\'', q + 1);
     if (e == std::string::npos)
-      return fail(name + ": its header has no 'descr'");
+      return stringError(name + ": its header has no 'descr'");
     descr = descr.substr(q + 1, e - q - 1);
   }
   const std::string order = field("fortran_order");
   if (order.find("True") != std::string::npos && order.find("True") < order.find(','))
-    return fail(name + ": a Fortran-order array (save it in C order: np.ascontiguousarray)");
+    return stringError(name + ": a Fortran-order array (save it in C order: np.ascontiguousarray)");
   DataArray a;
   a.path = name;
   if (descr == "|u1" || descr == "<u1" || descr == "|b1")
@@ -256,13 +253,13 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
   else if (descr == "<f8")
     a.type = DataType::F64;
   else
-    return fail(fmt::format("{}: dtype '{}' is not read (u1, i1, i2, i4, i8, f4, f8 or b1, "
+    return stringError(fmt::format("{}: dtype '{}' is not read (u1, i1, i2, i4, i8, f4, f8 or b1, "
                             "little-endian)",
                             name, descr));
   std::string shape = field("shape");
   size_t open = shape.find('('), close = shape.find(')');
   if (open == std::string::npos || close == std::string::npos || close < open)
-    return fail(name + ": its header has no 'shape' tuple");
+    return stringError(name + ": its header has no 'shape' tuple");
   std::string dims = shape.substr(open + 1, close - open - 1);
   std::stringstream ss(dims);
   std::string item;
@@ -272,17 +269,17 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
       continue;
     auto v = parseInteger(llvm::StringRef(item).trim(), 0, kMaxGraphBytes, "a dimension");
     if (!v)
-      return fail(fmt::format("{}: shape ({}): {}", name, dims, llvm::toString(v.takeError())));
+      return stringError(fmt::format("{}: shape ({}): {}", name, dims, llvm::toString(v.takeError())));
     a.shape.push_back(*v);
   }
   if (a.shape.empty())
-    return fail(name + ": a rank-0 array (the first dimension counts samples)");
+    return stringError(name + ": a rank-0 array (the first dimension counts samples)");
   auto body = bodyBytes(a.shape, typeSize(a.type), name);
   if (!body)
     return body.takeError();
   const size_t data = start + length;
   if (static_cast<int64_t>(bytes.size() - data) != *body)
-    return fail(fmt::format("{}: shape [{}] of {} needs {} bytes after the header; the file has {}",
+    return stringError(fmt::format("{}: shape [{}] of {} needs {} bytes after the header; the file has {}",
                             name, fmt::join(a.shape, ", "), descr, *body, bytes.size() - data));
   a.bytes.assign(bytes.begin() + data, bytes.end());
   return a;
@@ -327,7 +324,7 @@ llvm::Error writeNpy(const std::string &path, const std::vector<int64_t> &shape,
   std::ofstream f(path, std::ios::binary);
   f << out;
   if (!f)
-    return fail(fmt::format("{}: cannot write it ({})", path, std::strerror(errno)));
+    return stringError(fmt::format("{}: cannot write it ({})", path, std::strerror(errno)));
   return llvm::Error::success();
 }
 
@@ -362,7 +359,7 @@ llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &
                                            std::string(what) == "images" ? 3 : 1);
       std::string f = existing(spec, base);
       if (f.empty())
-        return fail(fmt::format("{}: no {} or {}.gz (a data set directory of the MNIST family "
+        return stringError(fmt::format("{}: no {} or {}.gz (a data set directory of the MNIST family "
                                 "holds <split>-images-idx3-ubyte and <split>-labels-idx1-ubyte, "
                                 "split train or t10k)",
                                 spec, base, base));
@@ -370,7 +367,7 @@ llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &
     }
     ds.description = fmt::format("{} ({} split)", spec, split);
   } else if (spec.find('=') == std::string::npos) {
-    return fail(fmt::format("{}: no such directory (--data takes a directory of the MNIST "
+    return stringError(fmt::format("{}: no such directory (--data takes a directory of the MNIST "
                             "family, NAME=FILE,... naming each array, teacher or fixed)",
                             spec));
   } else {
@@ -379,23 +376,23 @@ llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &
     while (std::getline(ss, item, ',')) {
       size_t eq = item.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-        return fail(fmt::format("--data '{}': '{}' is not NAME=FILE (give a directory of the "
+        return stringError(fmt::format("--data '{}': '{}' is not NAME=FILE (give a directory of the "
                                 "MNIST family, or NAME=FILE,... naming each array)",
                                 spec, item));
       files.emplace_back(item.substr(0, eq), item.substr(eq + 1));
     }
     if (files.empty())
-      return fail("--data: no arrays given");
+      return stringError("--data: no arrays given");
     ds.description = spec;
   }
   for (const auto &[name, file] : files) {
     if (ds.find(name))
-      return fail(fmt::format("--data '{}': the array '{}' is given twice", spec, name));
+      return stringError(fmt::format("--data '{}': the array '{}' is given twice", spec, name));
     auto a = readDataArray(file);
     if (!a)
       return a.takeError();
     if (!ds.arrays.empty() && a->samples() != ds.samples)
-      return fail(fmt::format("{} has {} samples but {} has {}: the arrays of a data set pair up "
+      return stringError(fmt::format("{} has {} samples but {} has {}: the arrays of a data set pair up "
                               "sample by sample",
                               file, a->samples(), ds.arrays.front().second.path, ds.samples));
     ds.samples = a->samples();

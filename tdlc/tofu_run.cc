@@ -315,21 +315,6 @@ unsigned fromFirstProcess(unsigned x) {
   return x;
 }
 
-/// The value of a rank-0 tensor, from whichever process holds it.
-double scalarOverProcesses(const tofu::Engine &e, unsigned t) {
-  double v = e.get(t).data.at(0);
-#ifdef TOFU_MPI_BACKEND
-  if (procs.on) {
-    std::vector<double> all(procs.size);
-    MPI_Allgather(&v, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
-    for (double x : all)
-      if (!std::isnan(x))
-        return x;
-  }
-#endif
-  return v;
-}
-
 /// A whole tensor from the tiles every process holds (each element from a process that
 /// holds it; get() leaves NaN where this process holds none).
 tofu::Tensor wholeOverProcesses(const tofu::Engine &e, unsigned t) {
@@ -350,6 +335,11 @@ tofu::Tensor wholeOverProcesses(const tofu::Engine &e, unsigned t) {
   return x;
 }
 
+/// The value of a rank-0 tensor, from whichever process holds it.
+double scalarOverProcesses(const tofu::Engine &e, unsigned t) {
+  return wholeOverProcesses(e, t).data.at(0);
+}
+
 /// --eval's forward graph (the model without its loss), planned as the training plan
 /// restricted to it.
 struct EvalSetup {
@@ -359,6 +349,34 @@ struct EvalSetup {
 
 /// --normalize, parsed.
 tofu::Normalization normalization;
+
+/// The engine options the command line gives.
+tofu::EngineOptions engineOptions() {
+  tofu::EngineOptions options;
+  options.threadsPerWorker = threadsPerWorker;
+  options.checking = checking;
+  options.library = kernelsMode == "compiled";
+  options.profile = profileTop > 0;
+  return options;
+}
+
+/// The plan an engine runs: element-wise chains folded (codegen/fusion.h, unless
+/// --fusion=false) and its memory planned again; `memory` is the unfused plan's.
+struct EnginePlan {
+  tofu::FusedPlan fused;
+  tofu::MemoryPlan memory;
+};
+llvm::Expected<EnginePlan> enginePlan(const tofu::Problem &p, const tofu::ExecPlan &exec,
+                                      const tofu::MemoryPlan &memory,
+                                      const std::vector<std::string> &outputs) {
+  EnginePlan r{fusion ? tofu::fuseElementwise(p, exec, outputs) : tofu::FusedPlan{p, exec, 0, {}},
+               memory};
+  if (fusion)
+    r.memory = tofu::planMemory(r.fused.problem, r.fused.plan, outputs);
+  if (std::string bad = tofu::checkMemoryPlan(r.memory); !bad.empty())
+    return tofu::stringError("the fused plan's memory plan is unsound: " + bad);
+  return r;
+}
 
 /// A field of /proc/self/status in bytes (0 where there is none).
 int64_t statusBytes(const char *field) {
@@ -605,19 +623,14 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     else
       setValues(e, data, data.batchTensors(), step);
   };
-  tofu::EngineOptions options;
-  options.threadsPerWorker = threadsPerWorker;
-  options.checking = checking;
-  options.library = kernelsMode == "compiled";
-  options.profile = profileTop > 0;
+  const tofu::EngineOptions options = engineOptions();
   auto start = std::chrono::steady_clock::now();
   // Element-wise chains folded (codegen/fusion.h): the engine runs the fused plan.
-  tofu::FusedPlan fused = fusion ? tofu::fuseElementwise(p, exec, training.outputs)
-                                 : tofu::FusedPlan{p, exec, 0, {}};
-  tofu::MemoryPlan fusedMemory = fusion ? tofu::planMemory(fused.problem, fused.plan, training.outputs)
-                                        : memory;
-  if (std::string bad = tofu::checkMemoryPlan(fusedMemory); !bad.empty())
-    return fail("the fused plan's memory plan is unsound: " + bad);
+  auto planned = enginePlan(p, exec, memory, training.outputs);
+  if (!planned)
+    return fail(llvm::toString(planned.takeError()));
+  const tofu::FusedPlan &fused = planned->fused;
+  const tofu::MemoryPlan &fusedMemory = planned->memory;
   if (kernelReportOpt) {
     auto program = tofu::buildProgram(fused.problem, fused.plan, fusedMemory);
     if (!program)
@@ -661,7 +674,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   }
   // --eval: the forward graph on an engine of its own, its weights copied from training's
   // (tile by tile: both plans cut every weight alike).
-  std::optional<tofu::FusedPlan> evalFused;
+  std::optional<EnginePlan> evalPlan;
   std::unique_ptr<tofu::Engine> evalEngine;
   std::unique_ptr<tofu::TrainingData> evalValues;
   std::optional<tofu::DataSet> evalDs;
@@ -698,14 +711,12 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                   2);
     evalBindings = std::move(*eb);
     evalBatch = ep.tensors[evalBindings[0].tensor].shape[0];
-    evalFused = fusion ? tofu::fuseElementwise(ep, evalSetup->forward.exec,
-                                               evalSetup->forward.graph.outputs)
-                       : tofu::FusedPlan{ep, evalSetup->forward.exec, 0, {}};
-    tofu::MemoryPlan evalMemory =
-        fusion ? tofu::planMemory(evalFused->problem, evalFused->plan,
-                                  evalSetup->forward.graph.outputs)
-               : evalSetup->forward.memory;
-    auto e = makeEngine(evalFused->problem, evalFused->plan, evalMemory, options);
+    auto ef = enginePlan(ep, evalSetup->forward.exec, evalSetup->forward.memory,
+                         evalSetup->forward.graph.outputs);
+    if (!ef)
+      return fail(name + ": the evaluation plan: " + llvm::toString(ef.takeError()));
+    evalPlan = std::move(*ef);
+    auto e = makeEngine(evalPlan->fused.problem, evalPlan->fused.plan, evalPlan->memory, options);
     if (!e)
       return fail(name + ": the evaluation engine: " + llvm::toString(e.takeError()));
     evalEngine = std::move(*e);
@@ -1136,15 +1147,11 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
 int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string &name,
                  const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory) {
   const bool json = format == "json";
-  tofu::EngineOptions options;
-  options.threadsPerWorker = threadsPerWorker;
-  options.checking = checking;
-  options.library = kernelsMode == "compiled";
-  tofu::FusedPlan fused = fusion ? tofu::fuseElementwise(p, exec, g.outputs)
-                                 : tofu::FusedPlan{p, exec, 0, {}};
-  tofu::MemoryPlan fusedMemory = fusion ? tofu::planMemory(fused.problem, fused.plan, g.outputs)
-                                        : memory;
-  auto engine = makeEngine(fused.problem, fused.plan, fusedMemory, options);
+  auto planned = enginePlan(p, exec, memory, g.outputs);
+  if (!planned)
+    return fail(name + ": " + llvm::toString(planned.takeError()));
+  auto engine = makeEngine(planned->fused.problem, planned->fused.plan, planned->memory,
+                           engineOptions());
   if (!engine)
     return fail(name + ": " + llvm::toString(engine.takeError()));
   // Weights: the model's initial values, else drawn; then --load over them.
@@ -1182,23 +1189,11 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
       return fail(fmt::format("--input {}: {} has shape [{}]; the input's is [{}]", input, file,
                               fmt::join(a->shape, ", "), fmt::join(p.tensors[t].shape, ", ")),
                   2);
-    const std::vector<int64_t> &shape = p.tensors[t].shape;
+    // The array as one batch: row r is its sample r, values as they are.
+    std::vector<int64_t> rows(static_cast<size_t>(a->samples()));
+    std::iota(rows.begin(), rows.end(), 0);
     (*engine)->setTiles(static_cast<unsigned>(t), [&](const tofu::Box &tile, float *out) {
-      std::vector<int64_t> at(shape.size());
-      for (size_t d = 0; d < shape.size(); ++d)
-        at[d] = tile[d].lo;
-      const int64_t n = tofu::boxElements(tile);
-      for (int64_t k = 0; k < n; ++k) {
-        int64_t flat = 0;
-        for (size_t d = 0; d < shape.size(); ++d)
-          flat = flat * shape[d] + at[d];
-        out[k] = static_cast<float>(a->at(flat));
-        for (size_t d = shape.size(); d-- > 0;) {
-          if (++at[d] < tile[d].hi)
-            break;
-          at[d] = tile[d].lo;
-        }
-      }
+      tofu::fillBatch(*a, rows, p.tensors[t].shape, tile, /*raw=*/true, {}, out);
     });
   }
   std::string missing;
