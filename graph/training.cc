@@ -17,6 +17,15 @@ TensorInfo scalarInput(const std::string &name) {
   return t;
 }
 
+/// `op`'s grad clause for its input `i` (the last one written), or null.
+const ir::Grad *gradClause(const ir::OpDef &op, unsigned i) {
+  const ir::Grad *grad = nullptr;
+  for (const ir::Grad &g : op.grads)
+    if (g.input == i)
+      grad = &g;
+  return grad;
+}
+
 class TrainingBuilder {
 public:
   TrainingBuilder(const Graph &fwd, const OpLibrary &lib) : fwd_(fwd), lib_(lib) {}
@@ -98,10 +107,7 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
     const std::string &x = n.inputs[i];
     if (!needsGrad_.count(x))
       continue;
-    const ir::Grad *grad = nullptr;
-    for (const ir::Grad &g : op->grads)
-      if (g.input == i)
-        grad = &g;
+    const ir::Grad *grad = gradClause(*op, i);
     if (!grad) // not differentiated through this input (see run)
       continue;
     const ir::OpCall &call = *grad->call;
@@ -185,11 +191,8 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
     const ir::OpDef *op = lib_.find(n.op);
     bool depends = false;
     for (unsigned k = 0; k < n.inputs.size(); ++k) {
-      bool clause = false;
-      for (const ir::Grad &g : op->grads)
-        clause |= g.input == k;
       const std::string &in = n.inputs[k];
-      if (!clause) {
+      if (!gradClause(*op, k)) {
         if (needsGrad_.count(in) && blocked_.empty())
           blocked_ = fmt::format("node '{}' (op {}) has no grad clause for its input '{}' ('{}')",
                                  n.name, n.op, op->inputs[k].name, in);
@@ -295,17 +298,10 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
         return llvm::Expected<Graph>(std::move(e));
       continue;
     }
-    for (const char *state : {"m", "v"}) {
-      TensorInfo t;
-      t.name = fresh(fmt::format("adam_{}_{}", state, w.name));
-      t.group = group;
-      t.shape = w.shape;
-      t.shapeKnown = true;
-      t.role = TensorRole::OptimizerState;
-      if (llvm::Error e = g_.addTensor(std::move(t)))
-        return llvm::Expected<Graph>(std::move(e));
-    }
     std::string m = "adam_m_" + w.name, v = "adam_v_" + w.name;
+    for (const std::string &state : {m, v})
+      if (llvm::Error e = addState(state))
+        return llvm::Expected<Graph>(std::move(e));
     if (llvm::Error e = node("adam_m_update_" + w.name, "adam_m", {m, *gw, "adam_b1"}, m + "_new"))
       return llvm::Expected<Graph>(std::move(e));
     if (llvm::Error e = node("adam_v_update_" + w.name, "adam_v", {v, *gw, "adam_b2"}, v + "_new"))
