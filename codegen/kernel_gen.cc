@@ -25,16 +25,20 @@
 
 #include "analysis/index_eval.h"
 #include "analysis/reducer.h"
+#include "codegen/loop_ir.h"
 #include "codegen/schedule.h"
 #include "fmt/format.h"
 
 namespace tofu {
+
+extern const char kKernelPreludeText[]; // codegen/kernel_prelude.h (codegen/BUILD)
+
 namespace {
 
 using llvm::cast;
 using llvm::dyn_cast;
 
-constexpr const char *kNameToken = "@KERNEL@";
+const char *const kNameToken = "@KERNEL@";
 /// Output elements per block of an interchanged column reduction (a few cache lines).
 constexpr int kRowBlock = 64;
 /// At most this many threads share a reduction to a scalar (its partial results' array).
@@ -492,9 +496,117 @@ private:
     helpers_ += h;
   }
 
-  // --- statements ----------------------------------------------------------------------
+  // --- building the loop IR -------------------------------------------------------------
 
-  void line(const std::string &s) { out_ += std::string(indent_ * 2, ' ') + s + "\n"; }
+  using Node = loops::Node;
+  using LoopKind = loops::LoopKind;
+
+  loops::Block &cur() { return *blocks_.back(); }
+  Node &add(Node n) {
+    cur().push_back(std::move(n));
+    return cur().back();
+  }
+  void decl(const std::string &type, std::vector<std::pair<std::string, std::string>> names) {
+    Node n;
+    n.kind = Node::Kind::Decl;
+    n.type = type;
+    n.decls = std::move(names);
+    add(std::move(n));
+  }
+  void decl(const std::string &type, const std::string &name, const std::string &value) {
+    decl(type, {{name, value}});
+  }
+  void assign(const std::string &target, const std::string &op, const std::string &value) {
+    Node n;
+    n.kind = Node::Kind::Assign;
+    n.target = target;
+    n.op = op;
+    n.value = value;
+    add(std::move(n));
+  }
+  void combine(ir::Reducer reducer, const std::string &acc, const std::string &value) {
+    Node n;
+    n.kind = Node::Kind::Combine;
+    n.reducer = reducer;
+    n.target = acc;
+    n.value = value;
+    add(std::move(n));
+  }
+  void store(const std::string &buffer, const std::string &offset, const std::string &value) {
+    Node n;
+    n.kind = Node::Kind::Store;
+    n.target = buffer;
+    n.offset = offset;
+    n.value = value;
+    add(std::move(n));
+  }
+  void use(const std::string &local) {
+    Node n;
+    n.kind = Node::Kind::Use;
+    n.target = local;
+    add(std::move(n));
+  }
+  void returnIf(const std::string &cond, const std::string &value) {
+    Node n;
+    n.kind = Node::Kind::If;
+    n.cond = cond;
+    n.compact = true;
+    Node r;
+    r.kind = Node::Kind::Return;
+    r.value = value;
+    n.body.push_back(std::move(r));
+    add(std::move(n));
+  }
+  /// Adds a compound statement and makes its body the current block.
+  Node &open(Node n) {
+    Node &at = add(std::move(n));
+    blocks_.push_back(&at.body);
+    open_.push_back(&at);
+    return at;
+  }
+  Node &openLoop(LoopKind kind, const std::string &var, const std::string &from,
+                 const std::string &to, const std::string &step = "", bool compact = false) {
+    Node n;
+    n.kind = Node::Kind::Loop;
+    n.loop = kind;
+    n.var = var;
+    n.from = from;
+    n.to = to;
+    n.step = step;
+    n.compact = compact;
+    return open(std::move(n));
+  }
+  void openIf(const std::string &cond, bool compact = false) {
+    Node n;
+    n.kind = Node::Kind::If;
+    n.cond = cond;
+    n.compact = compact;
+    open(std::move(n));
+  }
+  /// The open If's else branch becomes the current block.
+  void elseBranch() { blocks_.back() = &open_.back()->orElse; }
+  void openScope(Node::Kind kind = Node::Kind::Scope) {
+    Node n;
+    n.kind = kind;
+    open(std::move(n));
+  }
+  void close() {
+    blocks_.pop_back();
+    open_.pop_back();
+  }
+
+  /// How the lowering runs a reduction's loop: serially, or as a SIMD reduction into the
+  /// accumulators of its group.
+  struct Binding {
+    LoopKind kind = LoopKind::Serial;
+    std::vector<std::string> accumulators;
+    ir::Reducer reducer = ir::Reducer::Sum;
+  };
+
+  static std::string accumulator(const Red &r) { return fmt::format("r{}", r.id); }
+  static std::string identity(ir::Reducer r) { return floatLiteral(reducerIdentity<float>(r)); }
+
+  // --- lowering ------------------------------------------------------------------------
 
   /// The inline reductions of nest `nest` computed at the start of loop `slot`'s body (-1:
   /// before the nest's loops).
@@ -517,28 +629,6 @@ private:
     return false;
   }
 
-  /// The OpenMP reduction identifier of a reducer (Max and Min: the prelude's declared
-  /// NaN-propagating reductions).
-  static const char *simdReducer(ir::Reducer r) {
-    switch (r) {
-    case ir::Reducer::Sum: return "+";
-    case ir::Reducer::Prod: return "*";
-    case ir::Reducer::Max: return "tofu_maxr";
-    case ir::Reducer::Min: return "tofu_minr";
-    }
-    return "+";
-  }
-
-  std::string combineLine(const Red &r, const std::string &x) const {
-    switch (r.node->reducer) {
-    case ir::Reducer::Sum: return fmt::format("r{} += {};", r.id, x);
-    case ir::Reducer::Prod: return fmt::format("r{} *= {};", r.id, x);
-    case ir::Reducer::Max: return fmt::format("r{0} = tofu_max(r{0}, {1});", r.id, x);
-    case ir::Reducer::Min: return fmt::format("r{0} = tofu_min(r{0}, {1});", r.id, x);
-    }
-    return "";
-  }
-
   /// The number of leading variables of `vars` up to the last one at which some
   /// reduction of nest `nest` is placed (0 when none is).
   size_t slottedPrefix(int nest, const std::vector<unsigned> &vars) const {
@@ -549,12 +639,6 @@ private:
     return n;
   }
 
-  /// A reduction split across the threads of a block. Its leading variables up to the last
-  /// one at which a nested reduction is placed loop serially in every thread (the nested
-  /// reductions, computed once per value as in the serial nest, are themselves split across
-  /// the block); each thread then takes every blockDim.x-th term of the flattened space of
-  /// the remaining variables, and the block combines. (Flattening all the variables would
-  /// recompute a nested reduction per term: a softmax's normaliser per class.)
   /// The first and end values of loop `v` (a part of its range under bounds_).
   std::string loOf(unsigned v) const {
     auto b = bounds_.find(v);
@@ -565,16 +649,20 @@ private:
     return b != bounds_.end() ? b->second.second : fmt::format("hi{}", v);
   }
 
+  /// A reduction split across the threads of a block. Its leading variables up to the last
+  /// one at which a nested reduction is placed loop serially in every thread (the nested
+  /// reductions, computed once per value as in the serial nest, are themselves split across
+  /// the block); each thread then takes every blockDim.x-th term of the flattened space of
+  /// the remaining variables, and the block combines. (Flattening all the variables would
+  /// recompute a nested reduction per term: a softmax's normaliser per class.)
   void emitBlockReduction(const Red &r) {
     const ir::Reduce &node = *r.node;
-    line(fmt::format("float r{} = {};", r.id, floatLiteral(reducerIdentity<float>(node.reducer))));
-    line("{");
-    ++indent_;
+    decl("float", accumulator(r), identity(node.reducer));
+    openScope();
     const size_t serial = slottedPrefix(r.nest, node.vars);
     for (size_t k = 0; k < serial; ++k) {
       const unsigned v = node.vars[k];
-      line(fmt::format("for (i64 v{0} = {1}; v{0} < {2}; ++v{0}) {{", v, loOf(v), hiOf(v)));
-      ++indent_;
+      openLoop(LoopKind::Serial, fmt::format("v{}", v), loOf(v), hiOf(v));
       emitSlot(r.nest, static_cast<int>(v)); // every thread is here: collective
     }
     std::string count;
@@ -583,33 +671,30 @@ private:
       count += fmt::format("{0}({2} > {1} ? {2} - {1} : 0)", count.empty() ? "" : " * ", loOf(v),
                            hiOf(v));
     }
-    line(fmt::format("const i64 c{} = {};", r.id, count.empty() ? "1" : count));
-    line(fmt::format("for (i64 u{0} = threadIdx.x; u{0} < c{0}; u{0} += blockDim.x) {{", r.id));
-    ++indent_;
-    line(fmt::format("i64 q{0} = u{0};", r.id));
+    const std::string c = fmt::format("c{}", r.id), q = fmt::format("q{}", r.id);
+    decl("const i64", c, count.empty() ? "1" : count);
+    openLoop(LoopKind::BlockThreads, fmt::format("u{}", r.id), "", c);
+    decl("i64", q, fmt::format("u{}", r.id));
     for (size_t k = node.vars.size(); k-- > serial;) {
       const unsigned v = node.vars[k];
-      line(fmt::format("const i64 v{0} = {1} + q{2} % ({3} - {1});", v, loOf(v), r.id, hiOf(v)));
+      decl("const i64", fmt::format("v{}", v),
+           fmt::format("{0} + {2} % ({1} - {0})", loOf(v), hiOf(v), q));
       if (k > serial)
-        line(fmt::format("q{} /= {} - {};", r.id, hiOf(v), loOf(v)));
+        assign(q, "/=", fmt::format("{} - {}", hiOf(v), loOf(v)));
     }
     const bool outer = collective_;
     collective_ = false; // each thread its own terms: nothing nested is placed here
-    line(combineLine(r, value(*node.body)));
+    combine(node.reducer, accumulator(r), value(*node.body));
     collective_ = outer;
-    --indent_;
-    line("}");
-    for (size_t k = 0; k < serial; ++k) {
-      --indent_;
-      line("}");
-    }
-    const int op = node.reducer == ir::Reducer::Sum    ? 0
-                   : node.reducer == ir::Reducer::Prod ? 1
-                   : node.reducer == ir::Reducer::Max  ? 2
-                                                       : 3; // tofu_combine's codes
-    line(fmt::format("r{0} = tofu_block_reduce(r{0}, {1});", r.id, op));
-    --indent_;
-    line("}");
+    close();
+    for (size_t k = 0; k < serial; ++k)
+      close();
+    Node b;
+    b.kind = Node::Kind::BlockCombine;
+    b.target = accumulator(r);
+    b.reducer = node.reducer;
+    add(std::move(b));
+    close();
   }
 
   void emitReduction(const Red &r) {
@@ -623,8 +708,9 @@ private:
 
   /// Opens the loop of reduction variable `v` of `r`: over its range, or, when the schedule
   /// strides it (StridedVar), from the first solution of its congruence in steps of the
-  /// modulus over the gcd. `pragma` comes right before the `for`.
-  void openReductionLoop(const Red &r, unsigned v, const std::string &pragma) {
+  /// modulus over the gcd, or, when it picks it (PickedVar), over the one position.
+  void openReductionLoop(const Red &r, unsigned v, const Binding &how) {
+    const std::string name = fmt::format("v{}", v);
     const StridedVar *sv = nullptr;
     for (const StridedVar &x : r.strides)
       if (x.var == v)
@@ -633,27 +719,27 @@ private:
       if (p.var == v) {
         // One position: the value's, when it is an integer in range; the first, when it is
         // NaN (the condition then gives the sum its NaN); none otherwise.
-        line(fmt::format("const float e{} = {};", v, value(*p.value)));
-        line(fmt::format("i64 from{0} = hi{0}, to{0} = hi{0};", v));
-        line(fmt::format("if (e{0} != e{0}) {{ from{0} = lo{0}; to{0} = lo{0} + 1; }}", v));
-        line(fmt::format("else if (e{0} >= (float)lo{0} && e{0} < (float)hi{0} && "
-                         "(float)(i64)e{0} == e{0}) {{ from{0} = (i64)e{0}; to{0} = from{0} + 1; }}",
-                         v));
-        if (!pragma.empty())
-          line(pragma);
-        line(fmt::format("for (i64 v{0} = from{0}; v{0} < to{0}; ++v{0}) {{", v));
-        ++indent_;
+        const std::string e = fmt::format("e{}", v), from = fmt::format("from{}", v),
+                          to = fmt::format("to{}", v), lo = fmt::format("lo{}", v),
+                          hi = fmt::format("hi{}", v);
+        decl("const float", e, value(*p.value));
+        decl("i64", {{from, hi}, {to, hi}});
+        openIf(fmt::format("{0} != {0}", e));
+        assign(from, "=", lo);
+        assign(to, "=", lo + " + 1");
+        elseBranch();
+        openIf(fmt::format("{0} >= (float){1} && {0} < (float){2} && (float)(i64){0} == {0}", e,
+                           lo, hi));
+        assign(from, "=", "(i64)" + e);
+        assign(to, "=", from + " + 1");
+        close();
+        close();
+        bindLoop(openLoop(how.kind, name, from, to), how);
         return;
       }
     if (!sv) {
-      if (!pragma.empty())
-        line(pragma); // (a strided loop runs a few window positions: not worth vectors)
-      if (auto b = bounds_.find(v); b != bounds_.end())
-        line(fmt::format("for (i64 v{0} = {1}; v{0} < {2}; ++v{0}) {{", v, b->second.first,
-                         b->second.second));
-      else
-        line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", v));
-      ++indent_;
+      // (a strided loop runs a few window positions: not worth vectors)
+      bindLoop(openLoop(how.kind, name, loOf(v), hiOf(v)), how);
       return;
     }
     // offset + c * v == 0 (mod s): with g = gcd(c, s), solutions exist when g divides the
@@ -670,13 +756,20 @@ private:
     const std::string offset = index(*sv->offset);
     zero_ = -1;
     exact_.emplace_back(index(*sv->offset), fmt::format("((i64){})", s));
-    line(fmt::format("const i64 a{} = {};", v, offset));
-    line(fmt::format("i64 from{0} = hi{0};", v));
-    line(fmt::format("if (tofu_imodp(a{0}, {1}) == 0) from{0} = lo{0} + tofu_imodp("
-                     "tofu_imodp(-(a{0} / {1}) * {2}, {3}) - lo{0}, {3});",
-                     v, g, inv, step));
-    line(fmt::format("for (i64 v{0} = from{0}; v{0} < hi{0}; v{0} += {1}) {{", v, step));
-    ++indent_;
+    const std::string a = fmt::format("a{}", v), from = fmt::format("from{}", v);
+    decl("const i64", a, offset);
+    decl("i64", from, fmt::format("hi{}", v));
+    openIf(fmt::format("tofu_imodp({}, {}) == 0", a, g), true);
+    assign(from, "=",
+           fmt::format("lo{0} + tofu_imodp(tofu_imodp(-({1} / {2}) * {3}, {4}) - lo{0}, {4})", v,
+                       a, g, inv, step));
+    close();
+    openLoop(LoopKind::Serial, name, from, fmt::format("hi{}", v), std::to_string(step));
+  }
+
+  static void bindLoop(Node &loop, const Binding &how) {
+    loop.accumulators = how.accumulators;
+    loop.reducer = how.reducer;
   }
 
   /// The reads through which loops `a` (outer) and `b` (inner, adjacent) can run as one
@@ -739,8 +832,7 @@ private:
     const std::vector<const Red *> group = sched_.fusedGroup(r.id);
     const ir::Reduce &node = *r.node;
     for (const Red *m : group)
-      line(fmt::format("float r{} = {};", m->id,
-                       floatLiteral(reducerIdentity<float>(m->node->reducer))));
+      decl("float", accumulator(*m), identity(m->node->reducer));
     // Nothing is computed at the start of the innermost reduction loop.
     const bool innermostFree =
         node.vars.empty() || !sched_.hasInlineAt(r.nest, static_cast<int>(node.vars.back()));
@@ -755,17 +847,13 @@ private:
       flat = flat && flatReads(*m->node->body, m->node->vars[nv - 2], m->node->vars[nv - 1], reads);
     }
     if (flat && !reads.empty()) {
-      line(fmt::format("if ({}) {{", flatConditions(node.vars.back(), reads)));
-      ++indent_;
+      openIf(flatConditions(node.vars.back(), reads));
       flat_ = FlatPair{node.vars[node.vars.size() - 2], node.vars.back()};
       emitReductionLoops(r, group, node.vars.size() - 2, true);
       flat_.reset();
-      --indent_;
-      line("} else {");
-      ++indent_;
+      elseBranch();
       emitReductionLoops(r, group, node.vars.size(), false);
-      --indent_;
-      line("}");
+      close();
     } else {
       emitReductionLoops(r, group, node.vars.size(), false);
     }
@@ -774,48 +862,41 @@ private:
   }
 
   /// The loops of `r`'s group: the first `loops` variables as loops (a flattened pair after
-  /// them when `flat`), then each member's combine.
+  /// them when `flat`), then each member's combine. The innermost loop is a SIMD reduction
+  /// when nothing is computed at its start.
   void emitReductionLoops(const Red &r, const std::vector<const Red *> &group, size_t loops,
                           bool flat) {
     const ir::Reduce &node = *r.node;
     const bool innermostFree =
         node.vars.empty() || !sched_.hasInlineAt(r.nest, static_cast<int>(node.vars.back()));
-    std::string ids;
+    Binding simd{LoopKind::Vector, {}, node.reducer};
     for (const Red *m : group)
-      ids += fmt::format("{}r{}", ids.empty() ? "" : ", ", m->id);
+      simd.accumulators.push_back(accumulator(*m));
     if (flat) {
       for (size_t k = 0; k < loops; ++k) {
-        openReductionLoop(r, node.vars[k], "");
+        openReductionLoop(r, node.vars[k], {});
         emitSlot(r.nest, static_cast<int>(node.vars[k]));
       }
       const unsigned a = flat_->outer, b = flat_->inner;
-      line(fmt::format("#pragma omp simd reduction({}:{})", simdReducer(node.reducer), ids));
-      line(fmt::format("for (i64 fl = 0; fl < (hi{0} - lo{0}) * (hi{1} - lo{1}); ++fl) {{", a, b));
-      ++indent_;
+      bindLoop(openLoop(LoopKind::Vector, "fl", "0",
+                        fmt::format("(hi{0} - lo{0}) * (hi{1} - lo{1})", a, b)),
+               simd);
       emitCombines(group, node);
-      --indent_;
-      line("}");
-      for (size_t k = 0; k < loops; ++k) {
-        --indent_;
-        line("}");
-      }
+      close();
+      for (size_t k = 0; k < loops; ++k)
+        close();
       return;
     }
     for (size_t k = 0; k < node.vars.size(); ++k) {
-      unsigned v = node.vars[k];
-      std::string pragma;
-      if (k + 1 == node.vars.size() && innermostFree && dialect_ == KernelDialect::Cpp)
-        pragma = fmt::format("#pragma omp simd reduction({}:{})", simdReducer(node.reducer), ids);
-      openReductionLoop(r, v, pragma);
+      const unsigned v = node.vars[k];
+      openReductionLoop(r, v, k + 1 == node.vars.size() && innermostFree ? simd : Binding{});
       emitSlot(r.nest, static_cast<int>(v));
     }
     for (const StridedVar &sv : r.strides)
       knownTrue_.insert(sv.guard);
     emitCombines(group, node);
-    for (size_t k = 0; k < node.vars.size(); ++k) {
-      --indent_;
-      line("}");
-    }
+    for (size_t k = 0; k < node.vars.size(); ++k)
+      close();
   }
 
   /// Each member's term combined into it, its variables renamed to the first member's.
@@ -824,7 +905,7 @@ private:
       for (size_t k = 0; k < node.vars.size(); ++k)
         if (m->node->vars[k] != node.vars[k])
           rename_[m->node->vars[k]] = node.vars[k];
-      line(combineLine(*m, value(*m->node->body)));
+      combine(m->node->reducer, accumulator(*m), value(*m->node->body));
       rename_.clear();
     }
   }
@@ -836,24 +917,26 @@ private:
     return base;
   }
 
-  /// Locals every variant uses: ranges, input geometry, pointers, output extents.
-  void emitLocals(const std::string &args) {
-    line(fmt::format("const i64 *I = {}ints;", args));
+  /// Locals every entry point uses: ranges, input geometry, pointers, output extents.
+  void emitLocals() {
+    decl("const i64 *", "I", "a->ints");
     for (unsigned v = 0; v < op_.vars.size(); ++v)
-      line(fmt::format("const i64 lo{0} = I[{1}], hi{0} = I[{2}];", v, 2 * v, 2 * v + 1));
+      decl("const i64", {{fmt::format("lo{}", v), fmt::format("I[{}]", 2 * v)},
+                         {fmt::format("hi{}", v), fmt::format("I[{}]", 2 * v + 1)}});
     for (unsigned i = 0; i < op_.inputs.size(); ++i) {
       unsigned base = inputBase(i), rank = op_.inputs[i].rank;
       for (unsigned d = 0; d < rank; ++d)
-        line(fmt::format("const i64 s{0}_{1} = I[{2}], o{0}_{1} = I[{3}], e{0}_{1} = I[{4}];", i,
-                         d, base + 3 * d, base + 3 * d + 1, base + 3 * d + 2));
+        decl("const i64", {{fmt::format("s{}_{}", i, d), fmt::format("I[{}]", base + 3 * d)},
+                           {fmt::format("o{}_{}", i, d), fmt::format("I[{}]", base + 3 * d + 1)},
+                           {fmt::format("e{}_{}", i, d), fmt::format("I[{}]", base + 3 * d + 2)}});
       for (unsigned d = rank; d-- > 0;)
-        line(d + 1 == rank ? fmt::format("const i64 st{}_{} = 1;", i, d)
-                           : fmt::format("const i64 st{0}_{1} = st{0}_{2} * e{0}_{2};", i, d, d + 1));
-      line(fmt::format("const float *__restrict__ in{0} = {1}in[{0}];", i, args));
+        decl("const i64", fmt::format("st{}_{}", i, d),
+             d + 1 == rank ? std::string("1") : fmt::format("st{0}_{1} * e{0}_{1}", i, d + 1));
+      decl("const float *__restrict__", fmt::format("in{}", i), fmt::format("a->in[{}]", i));
       if (rank == 0) // a scalar input (a learning rate, a loss's gradient): read once
-        line(fmt::format("const float x{0} = in{0}[0];", i));
+        decl("const float", fmt::format("x{}", i), fmt::format("in{}[0]", i));
     }
-    line(fmt::format("float *__restrict__ out = {}out;", args));
+    decl("float *__restrict__", "out", "a->out");
     // Counting sums: the product of their extents, once per call (a value the loops then
     // read as an invariant, with no branch in them).
     for (const Red &r : sched_.reductions)
@@ -861,14 +944,13 @@ private:
         std::string n = floatLiteral(r.countScale);
         for (unsigned v : r.node->vars)
           n += fmt::format(" * (float)(hi{0} > lo{0} ? hi{0} - lo{0} : 0)", v);
-        line(fmt::format("const float k{} = {};", r.id, n));
+        decl("const float", fmt::format("k{}", r.id), n);
       }
-    for (unsigned k = 0; k < op_.outputVars.size(); ++k) {
-      unsigned v = op_.outputVars[k];
-      line(fmt::format("const i64 n{0} = hi{0} - lo{0};", v));
-      line(fmt::format("if (n{} <= 0) return;", v));
+    for (unsigned v : op_.outputVars) {
+      decl("const i64", fmt::format("n{}", v), fmt::format("hi{0} - lo{0}", v));
+      returnIf(fmt::format("n{} <= 0", v), "");
     }
-    line("(void)I;");
+    use("I");
   }
 
   std::string outputOffset() const {
@@ -891,30 +973,41 @@ private:
     return off.empty() ? "0" : off;
   }
 
+  /// Makes a function of the kernel and its body the current block.
+  void beginFunction(loops::Function::Kind kind, const std::string &name,
+                     const std::string &params = "") {
+    loops::Function f;
+    f.kind = kind;
+    f.name = name;
+    f.params = params;
+    kernel_.functions.push_back(std::move(f));
+    blocks_.assign(1, &kernel_.functions.back().body);
+    open_.clear();
+  }
+
   /// The per-input checked loads (zero outside the tensor, NaN outside the region).
-  void emitLoaders(const char *qualifier) {
+  void emitLoaders() {
     for (unsigned i = 0; i < op_.inputs.size(); ++i) {
       unsigned rank = op_.inputs[i].rank;
       if (rank == 0)
         continue;
-      std::string params;
+      std::string params = "const float *p, const i64 *q";
       for (unsigned d = 0; d < rank; ++d)
         params += fmt::format(", i64 c{}", d);
-      line(fmt::format("{} float {}_ld{}(const float *p, const i64 *q{}) {{", qualifier,
-                       kNameToken, i, params));
-      ++indent_;
+      beginFunction(loops::Function::Kind::Helper, fmt::format("{}_ld{}", kNameToken, i), params);
       std::string outside, region, off;
       for (unsigned d = 0; d < rank; ++d) {
         outside += fmt::format("{0}c{1} < 0 || c{1} >= q[{2}]", d ? " || " : "", d, 3 * d);
-        line(fmt::format("const i64 r{0} = c{0} - q[{1}];", d, 3 * d + 1));
+        decl("const i64", fmt::format("r{}", d), fmt::format("c{} - q[{}]", d, 3 * d + 1));
         region += fmt::format("{0}r{1} < 0 || r{1} >= q[{2}]", d ? " || " : "", d, 3 * d + 2);
         off = d == 0 ? "r0" : fmt::format("({}) * q[{}] + r{}", off, 3 * d + 2, d);
       }
-      line("if (" + outside + ") return 0.0f;");
-      line("if (" + region + ") return TOFU_NAN;");
-      line("return p[" + off + "];");
-      --indent_;
-      line("}");
+      returnIf(outside, "0.0f");
+      returnIf(region, "TOFU_NAN");
+      Node r;
+      r.kind = Node::Kind::Return;
+      r.value = "p[" + off + "]";
+      add(std::move(r));
     }
   }
 
@@ -923,24 +1016,19 @@ private:
   /// storing it at its row-major offset.
   void emitTemporaryPass(const Red &t) {
     const std::vector<const Red *> group = sched_.fusedGroup(t.id);
-    line("{");
-    ++indent_;
+    openScope();
     for (const Red *m : group)
       emitSlot(m->nest, -1);
-    line("#pragma omp parallel for num_threads(a->threads) schedule(static) if (a->threads > 1)");
-    line(fmt::format("for (i64 f = 0; f < {}; ++f) {{", rangeProduct(t.depends)));
-    ++indent_;
+    openLoop(LoopKind::Parallel, "f", "0", rangeProduct(t.depends));
     decodeRanges(t.depends, "f");
     for (const Red *m : group)
       for (unsigned v : t.depends)
         emitSlot(m->nest, static_cast<int>(v));
     emitSerialReduction(t);
     for (const Red *m : group)
-      line(fmt::format("t{0}[f] = r{0};", m->id));
-    --indent_;
-    line("}");
-    --indent_;
-    line("}");
+      store(fmt::format("t{}", m->id), "f", accumulator(*m));
+    close();
+    close();
   }
 
   /// Whether the C++ kernel splits reduction `r` across its threads: a sum to a scalar
@@ -965,28 +1053,25 @@ private:
   /// result is the same from call to call.
   void emitSplitReduction(const Red &r) {
     const unsigned v = r.node->vars.front();
-    line(fmt::format("float r{} = {};", r.id, floatLiteral(reducerIdentity<float>(r.node->reducer))));
-    line("{");
-    ++indent_;
-    line(fmt::format("const i64 parts = a->threads > 1 ? (a->threads < {0} ? a->threads : {0}) : 1;",
-                     kMaxParts));
-    line(fmt::format("float part[{}];", kMaxParts));
-    line(fmt::format("const i64 span = hi{0} > lo{0} ? hi{0} - lo{0} : 0;", v));
-    line("#pragma omp parallel for num_threads(a->threads) schedule(static, 1) if (a->threads > 1)");
-    line("for (i64 t = 0; t < parts; ++t) {");
-    ++indent_;
-    line(fmt::format("const i64 plo = lo{0} + span * t / parts, phi = lo{0} + span * (t + 1) / parts;",
-                     v));
+    decl("float", accumulator(r), identity(r.node->reducer));
+    openScope();
+    decl("const i64", "parts",
+         fmt::format("a->threads > 1 ? (a->threads < {0} ? a->threads : {0}) : 1", kMaxParts));
+    decl("float", fmt::format("part[{}]", kMaxParts), "");
+    decl("const i64", "span", fmt::format("hi{0} > lo{0} ? hi{0} - lo{0} : 0", v));
+    Node &parts = openLoop(LoopKind::Parallel, "t", "0", "parts");
+    parts.chunk = 1;
+    decl("const i64", {{"plo", fmt::format("lo{} + span * t / parts", v)},
+                       {"phi", fmt::format("lo{} + span * (t + 1) / parts", v)}});
     bounds_[v] = {"plo", "phi"};
     emitSerialReduction(r);
     bounds_.clear();
-    line(fmt::format("part[t] = r{};", r.id));
-    --indent_;
-    line("}");
-    line("for (i64 t = 0; t < parts; ++t)");
-    line("  " + combineLine(r, "part[t]"));
-    --indent_;
-    line("}");
+    store("part", "t", accumulator(r));
+    close();
+    openLoop(LoopKind::Serial, "t", "0", "parts", "", true);
+    combine(r.node->reducer, accumulator(r), "part[t]");
+    close();
+    close();
   }
 
   /// The C++ kernel: the temporaries' passes, then the main nest as the schedule says (its
@@ -1006,22 +1091,19 @@ private:
           emitReduction(r);
       }
     if (n == 0) {
-      line("out[0] = " + value(*op_.body) + ";");
+      store("out", "0", value(*op_.body));
       return;
     }
     if (n == 1 && sched_.interchange) {
       // A reduction over the rows of a column (a bias or scale gradient): blocks of the
       // output in parallel, each accumulated row by row.
       const unsigned v = ov[0];
-      line(fmt::format("const i64 blocks = (n{} + {} - 1) / {};", v, kRowBlock, kRowBlock));
-      line("#pragma omp parallel for num_threads(a->threads) schedule(static) if (a->threads > 1)");
-      line("for (i64 b = 0; b < blocks; ++b) {");
-      ++indent_;
-      line(fmt::format("const i64 rlo = lo{0} + b * {1}, rhi = std::min(hi{0}, rlo + {1});", v,
-                       kRowBlock));
+      decl("const i64", "blocks", fmt::format("(n{} + {} - 1) / {}", v, kRowBlock, kRowBlock));
+      openLoop(LoopKind::Parallel, "b", "0", "blocks");
+      decl("const i64", {{"rlo", fmt::format("lo{} + b * {}", v, kRowBlock)},
+                         {"rhi", fmt::format("std::min(hi{}, rlo + {})", v, kRowBlock)}});
       emitInterchanged(*op_.topReduce(), "rlo", "rhi");
-      --indent_;
-      line("}");
+      close();
       return;
     }
     if (fast_ && n >= 2 && !sched_.interchange && sched_.vectorInnermost && opaqueSites() == 0 &&
@@ -1031,17 +1113,13 @@ private:
       const unsigned a = ov[n - 2], b = ov[n - 1];
       std::vector<const ir::Read *> reads;
       if (!sched_.hasInlineAt(-1, static_cast<int>(a)) && flatReads(*op_.body, a, b, reads)) {
-        line(fmt::format("if ({}) {{", flatConditions(b, reads)));
-        ++indent_;
+        openIf(flatConditions(b, reads));
         flat_ = FlatPair{a, b};
         emitMainLoops(n - 2);
         flat_.reset();
-        --indent_;
-        line("} else {");
-        ++indent_;
+        elseBranch();
         emitMainLoops(sched_.parallelLoops);
-        --indent_;
-        line("}");
+        close();
         return;
       }
     }
@@ -1055,37 +1133,31 @@ private:
     const size_t n = ov.size();
     const size_t rows = flat_ ? n - 2 : n; // output loops before the flat pair
     if (flat_ && m == 0) {
-      line(fmt::format("#pragma omp parallel for simd num_threads(a->threads) schedule(static) "
-                       "if (a->threads > 1)"));
-      line(fmt::format("for (i64 fl = 0; fl < n{} * n{}; ++fl)", flat_->outer, flat_->inner));
-      line("  out[" + outputOffset() + "] = " + value(*op_.body) + ";");
+      openLoop(LoopKind::ParallelVector, "fl", "0",
+               fmt::format("n{} * n{}", flat_->outer, flat_->inner), "", true);
+      store("out", outputOffset(), value(*op_.body));
+      close();
       return;
     }
     std::string total;
     for (size_t k = 0; k < m; ++k)
       total += fmt::format("{}n{}", k ? " * " : "", ov[k]);
     const unsigned sites = opaqueSites();
+    LoopKind outer = n == 1 && sched_.vectorInnermost ? LoopKind::ParallelVector : LoopKind::Parallel;
     if (sites > 0) { // each thread its own memos
-      line("#pragma omp parallel num_threads(a->threads) if (a->threads > 1)");
-      line("{");
-      ++indent_;
-      line(fmt::format("TofuOpqMemo memo[{}];", sites));
-      line("#pragma omp for schedule(static)");
-    } else {
-      line(fmt::format("#pragma omp parallel for{} num_threads(a->threads) schedule(static) "
-                       "if (a->threads > 1)",
-                       n == 1 && sched_.vectorInnermost ? " simd" : ""));
+      openScope(Node::Kind::Region);
+      decl("TofuOpqMemo", fmt::format("memo[{}]", sites), "");
+      outer = LoopKind::Shared;
     }
-    line(fmt::format("for (i64 f = 0; f < {}; ++f) {{", total));
-    ++indent_;
+    openLoop(outer, "f", "0", total);
     if (m == 1) {
-      line(fmt::format("const i64 v{0} = lo{0} + f;", ov[0]));
+      decl("const i64", fmt::format("v{}", ov[0]), fmt::format("lo{} + f", ov[0]));
     } else {
-      line("i64 rest = f;");
+      decl("i64", "rest", "f");
       for (size_t k = m; k-- > 0;) {
-        line(fmt::format("const i64 v{0} = lo{0} + rest % n{0};", ov[k]));
+        decl("const i64", fmt::format("v{}", ov[k]), fmt::format("lo{0} + rest % n{0}", ov[k]));
         if (k)
-          line(fmt::format("rest /= n{};", ov[k]));
+          assign("rest", "/=", fmt::format("n{}", ov[k]));
       }
     }
     for (size_t k = 0; k < m; ++k)
@@ -1093,31 +1165,25 @@ private:
     const bool interchange = sched_.interchange;
     const size_t plain = interchange ? n - 1 : rows; // loops nested as written
     for (size_t k = m; k < plain; ++k) {
-      if (k + 1 == n && sched_.vectorInnermost)
-        line("#pragma omp simd");
-      line(fmt::format("for (i64 v{0} = lo{0}; v{0} < hi{0}; ++v{0}) {{", ov[k]));
-      ++indent_;
+      openLoop(k + 1 == n && sched_.vectorInnermost ? LoopKind::Vector : LoopKind::Serial,
+               fmt::format("v{}", ov[k]), fmt::format("lo{}", ov[k]), fmt::format("hi{}", ov[k]));
       emitSlot(-1, static_cast<int>(ov[k]));
     }
     if (interchange) {
       emitInterchanged(*op_.topReduce());
     } else if (flat_) {
-      line("#pragma omp simd");
-      line(fmt::format("for (i64 fl = 0; fl < n{} * n{}; ++fl)", flat_->outer, flat_->inner));
-      line("  out[" + outputOffset() + "] = " + value(*op_.body) + ";");
+      openLoop(LoopKind::Vector, "fl", "0", fmt::format("n{} * n{}", flat_->outer, flat_->inner),
+               "", true);
+      store("out", outputOffset(), value(*op_.body));
+      close();
     } else {
-      line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
+      store("out", outputOffset(), value(*op_.body));
     }
-    for (size_t k = m; k < plain; ++k) {
-      --indent_;
-      line("}");
-    }
-    --indent_;
-    line("}");
-    if (sites > 0) {
-      --indent_;
-      line("}");
-    }
+    for (size_t k = m; k < plain; ++k)
+      close();
+    close();
+    if (sites > 0)
+      close();
   }
 
   /// The interchanged contraction: the output row (of the innermost output variable, from
@@ -1125,58 +1191,50 @@ private:
   /// is combined into the whole row, contiguously.
   void emitInterchanged(const ir::Reduce &top, const std::string &rowLo = "",
                         const std::string &rowHi = "") {
-    unsigned last = op_.outputVars.back();
-    std::string row = fmt::format("for (i64 v{0} = {1}; v{0} < {2}; ++v{0})", last,
-                                  rowLo.empty() ? fmt::format("lo{}", last) : rowLo,
-                                  rowHi.empty() ? fmt::format("hi{}", last) : rowHi);
-    std::string at = "out[" + outputOffset() + "]";
-    line("#pragma omp simd");
-    line(row);
-    line(fmt::format("  {} = {};", at, floatLiteral(reducerIdentity<float>(top.reducer))));
+    const unsigned last = op_.outputVars.back();
+    const std::string var = fmt::format("v{}", last),
+                      lo = rowLo.empty() ? fmt::format("lo{}", last) : rowLo,
+                      hi = rowHi.empty() ? fmt::format("hi{}", last) : rowHi;
+    const std::string off = outputOffset();
+    openLoop(LoopKind::Vector, var, lo, hi, "", true);
+    store("out", off, identity(top.reducer));
+    close();
     const Red &sched = sched_.of(&top);
     for (unsigned v : top.vars)
-      openReductionLoop(sched, v, "");
-    line("#pragma omp simd");
-    line(row);
+      openReductionLoop(sched, v, {});
+    openLoop(LoopKind::Vector, var, lo, hi, "", true);
     for (const StridedVar &sv : sched.strides)
       knownTrue_.insert(sv.guard);
-    std::string x = value(*top.body);
+    combine(top.reducer, "out[" + off + "]", value(*top.body));
     knownTrue_.clear();
     exact_.clear();
-    switch (top.reducer) {
-    case ir::Reducer::Sum: line(fmt::format("  {} += {};", at, x)); break;
-    case ir::Reducer::Prod: line(fmt::format("  {} *= {};", at, x)); break;
-    case ir::Reducer::Max: line(fmt::format("  {0} = tofu_max({0}, {1});", at, x)); break;
-    case ir::Reducer::Min: line(fmt::format("  {0} = tofu_min({0}, {1});", at, x)); break;
-    }
-    for (size_t k = 0; k < top.vars.size(); ++k) {
-      --indent_;
-      line("}");
-    }
+    close();
+    for (size_t k = 0; k < top.vars.size(); ++k)
+      close();
   }
 
   /// Decodes the variables `vars` (row-major over their ranges, the last fastest) from the
   /// flat index `flat`: a temporary's element.
   void decodeRanges(const std::vector<unsigned> &vars, const std::string &flat) {
-    line(fmt::format("i64 rest = {};", flat));
+    decl("i64", "rest", flat);
     for (size_t k = vars.size(); k-- > 0;) {
       const unsigned v = vars[k];
-      line(fmt::format("const i64 v{0} = lo{0} + rest % (hi{0} - lo{0});", v));
+      decl("const i64", fmt::format("v{}", v), fmt::format("lo{0} + rest % (hi{0} - lo{0})", v));
       if (k)
-        line(fmt::format("rest /= hi{0} - lo{0};", v));
+        assign("rest", "/=", fmt::format("hi{0} - lo{0}", v));
     }
-    line("(void)rest;");
+    use("rest");
   }
 
   /// Decodes the variables `vars` (row-major, the last fastest) from the flat index `flat`.
   void decode(const std::vector<unsigned> &vars, const std::string &flat) {
     if (vars.empty())
       return;
-    line(fmt::format("i64 rest = {};", flat));
+    decl("i64", "rest", flat);
     for (size_t k = vars.size(); k-- > 0;) {
-      line(fmt::format("const i64 v{0} = lo{0} + rest % n{0};", vars[k]));
+      decl("const i64", fmt::format("v{}", vars[k]), fmt::format("lo{0} + rest % n{0}", vars[k]));
       if (k)
-        line(fmt::format("rest /= n{};", vars[k]));
+        assign("rest", "/=", fmt::format("n{}", vars[k]));
     }
   }
 
@@ -1197,17 +1255,14 @@ private:
   void emitCudaNest() {
     const std::vector<unsigned> &ov = op_.outputVars;
     if (!block_) {
-      line(fmt::format("const i64 total = {};", extentProduct(ov)));
-      line("for (i64 f = (i64)blockIdx.x * blockDim.x + threadIdx.x; f < total; "
-           "f += (i64)gridDim.x * blockDim.x) {");
-      ++indent_;
+      decl("const i64", "total", extentProduct(ov));
+      openLoop(LoopKind::GridThreads, "f", "", "total");
       decode(ov, "f");
       emitSlot(-1, -1);
       for (unsigned v : ov)
         emitSlot(-1, static_cast<int>(v));
-      line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
-      --indent_;
-      line("}");
+      store("out", outputOffset(), value(*op_.body));
+      close();
       return;
     }
     const std::vector<unsigned> outer = blockOutputVars();
@@ -1215,9 +1270,8 @@ private:
     for (unsigned v : ov)
       if (std::find(outer.begin(), outer.end(), v) == outer.end())
         inner.push_back(v);
-    line(fmt::format("const i64 total = {};", extentProduct(outer)));
-    line("for (i64 f = blockIdx.x; f < total; f += gridDim.x) {");
-    ++indent_;
+    decl("const i64", "total", extentProduct(outer));
+    openLoop(LoopKind::GridBlocks, "f", "", "total");
     decode(outer, "f");
     collective_ = true; // the per-element reductions: they use only the block's variables
     for (const Red &r : sched_.reductions)
@@ -1225,19 +1279,18 @@ private:
         emitReduction(r);
     collective_ = false;
     if (inner.empty()) {
-      line("const float value = " + value(*op_.body) + ";");
-      line("if (threadIdx.x == 0) out[" + outputOffset() + "] = value;");
+      decl("const float", "value", value(*op_.body));
+      openIf("threadIdx.x == 0", true);
+      store("out", outputOffset(), "value");
+      close();
     } else {
-      line(fmt::format("const i64 per = {};", extentProduct(inner)));
-      line("for (i64 g = threadIdx.x; g < per; g += blockDim.x) {");
-      ++indent_;
+      decl("const i64", "per", extentProduct(inner));
+      openLoop(LoopKind::BlockThreads, "g", "", "per");
       decode(inner, "g");
-      line("out[" + outputOffset() + "] = " + value(*op_.body) + ";");
-      --indent_;
-      line("}");
+      store("out", outputOffset(), value(*op_.body));
+      close();
     }
-    --indent_;
-    line("}");
+    close();
   }
 
 public:
@@ -1272,19 +1325,20 @@ public:
     return out;
   }
 
+  /// The kernel as loop IR (after print()).
+  const loops::Kernel &kernel() const { return kernel_; }
+
 private:
+  /// The nest twice: unchecked loads when the caller proved every read inside its region
+  /// (a->fast), checked ones otherwise.
   void emitVariants(void (Lowering::*nest)()) {
-    line("if (a->fast) {");
-    ++indent_;
+    openIf("a->fast");
     fast_ = true;
     (this->*nest)();
-    --indent_;
-    line("} else {");
-    ++indent_;
+    elseBranch();
     fast_ = false;
     (this->*nest)();
-    --indent_;
-    line("}");
+    close();
   }
 
   /// How many opaque calls the body makes: each call site has a memo per thread (its last
@@ -1295,26 +1349,39 @@ private:
     return n;
   }
 
+  /// The kernel's translation unit: the loaders, the opaque calls' helpers (which call
+  /// them), the CUDA argument block, then the entry points.
+  std::string printKernel(const std::string &argsDefinition) {
+    const loops::Target target =
+        dialect_ == KernelDialect::Cpp ? loops::Target::Cpp : loops::Target::Cuda;
+    std::string out, error;
+    for (const loops::Function &f : kernel_.functions)
+      if (f.kind == loops::Function::Kind::Helper)
+        loops::printFunction(kernel_, f, target, out, error);
+    out += helpers_ + argsDefinition;
+    for (const loops::Function &f : kernel_.functions)
+      if (f.kind == loops::Function::Kind::Entry)
+        loops::printFunction(kernel_, f, target, out, error);
+    if (!error.empty())
+      fail(error);
+    return out;
+  }
+
   std::string printCpp() {
-    emitLoaders("static inline");
-    std::string head = out_;
-    out_.clear();
-    line(fmt::format("extern \"C\" void {}(const TofuKernelArgs *a) {{", kNameToken));
-    ++indent_;
-    emitLocals("a->");
+    emitLoaders();
+    beginFunction(loops::Function::Kind::Entry, kNameToken);
+    emitLocals();
     std::string prev; // the temporaries, one after another in the scratch space
     for (const Red &r : sched_.reductions) {
       if (r.placement != Placement::Temporary)
         continue;
-      line(fmt::format("float *const t{} = {};", r.id, prev.empty() ? "a->scratch" : prev));
+      decl("float *const", fmt::format("t{}", r.id), prev.empty() ? "a->scratch" : prev);
       prev = fmt::format("t{} + {}", r.id, rangeProduct(r.depends));
     }
     if (opaqueSites() > 0) // outside the parallel loop (reductions computed once per call)
-      line(fmt::format("TofuOpqMemo memo[{}];", opaqueSites()));
+      decl("TofuOpqMemo", fmt::format("memo[{}]", opaqueSites()), "");
     emitVariants(&Lowering::emitCppNest);
-    --indent_;
-    line("}");
-    return head + helpers_ + out_; // the opaque helpers call the loaders
+    return printKernel("");
   }
 
   /// The CUDA kernels: the one-launch entry points (`<name>`, and `<name>_blk` where
@@ -1323,12 +1390,12 @@ private:
   /// combine of its partial results (`<name>_c<id>`), and the main nest reading them
   /// (`<name>_mp`, and `<name>_mp_blk`).
   std::string printCuda() {
-    emitLoaders("static __device__ __forceinline__");
-    const size_t head = out_.size();
-    line(fmt::format("struct {}_args {{ i64 ints[{}]; const float *in[{}]; float *out; int fast; "
-                     "int threads; float *scratch; i64 parts; }};",
-                     kNameToken, std::max(1u, inputBase(static_cast<unsigned>(op_.inputs.size()))),
-                     std::max<size_t>(1, op_.inputs.size())));
+    emitLoaders();
+    kernel_.argsType = std::string(kNameToken) + "_args";
+    const std::string args = fmt::format(
+        "typedef TofuCudaArgs<{}, {}> {};\n",
+        std::max(1u, inputBase(static_cast<unsigned>(op_.inputs.size()))),
+        std::max<size_t>(1, op_.inputs.size()), kernel_.argsType);
     emitCudaMain("");
     KernelSchedule passes = scheduleKernel(op_, ScheduleTarget::CudaPasses);
     if (!passes.temporaries().empty()) {
@@ -1349,8 +1416,7 @@ private:
       passesBlockOutputVars_ = blockOutputVars();
       sched_ = single;
     }
-    std::string kernel = out_.substr(head);
-    return out_.substr(0, head) + helpers_ + kernel;
+    return printKernel(args);
   }
 
   /// The main nest's entry points under the current schedule, named `<name><suffix>`: a
@@ -1359,32 +1425,30 @@ private:
     for (bool block : {false, true}) {
       if (block && blockReductions().empty())
         break;
-      line(fmt::format("extern \"C\" __global__ void {0}{1}{2}(const {0}_args args) {{",
-                       kNameToken, suffix, block ? "_blk" : ""));
-      ++indent_;
+      beginFunction(loops::Function::Kind::Entry,
+                    fmt::format("{}{}{}", kNameToken, suffix, block ? "_blk" : ""));
       emitCudaLocals();
       block_ = block;
       emitVariants(&Lowering::emitCudaNest);
       block_ = false;
-      --indent_;
-      line("}");
     }
   }
 
   /// An entry point's locals: emitLocals' and the temporaries' pointers into the scratch
   /// space, one after another in the order of their passes, then the partial results.
   void emitCudaLocals() {
-    line(fmt::format("const {}_args *a = &args;", kNameToken));
-    emitLocals("a->");
+    emitLocals();
     std::string prev = "a->scratch";
     for (const Red &r : sched_.reductions) {
       if (r.placement != Placement::Temporary)
         continue;
-      line(fmt::format("float *const t{} = {};", r.id, prev));
+      decl("float *const", fmt::format("t{}", r.id), prev);
       prev = fmt::format("t{} + {}", r.id, rangeProduct(r.depends));
     }
-    if (prev != "a->scratch")
-      line(fmt::format("float *const tpart = {}; (void)tpart;", prev));
+    if (prev != "a->scratch") {
+      decl("float *const", "tpart", prev);
+      use("tpart");
+    }
   }
 
   /// The pass of temporary `t` (`<name>_p<id>`): a block per value of its index and part of
@@ -1393,25 +1457,20 @@ private:
   /// write partial results, in `tpart` (value-major), for `<name>_c<id>` to combine.
   void emitCudaPass(const Red &t) {
     pass_ = &t;
-    line(fmt::format("extern \"C\" __global__ void {0}_p{1}(const {0}_args args) {{", kNameToken,
-                     t.id));
-    ++indent_;
+    beginFunction(loops::Function::Kind::Entry, fmt::format("{}_p{}", kNameToken, t.id));
     emitCudaLocals();
     emitVariants(&Lowering::emitCudaPassNest);
-    --indent_;
-    line("}");
     pass_ = nullptr;
   }
 
   void emitCudaPassNest() {
     const Red &t = *pass_;
-    line("const i64 parts = a->parts > 0 ? a->parts : 1;");
-    line(fmt::format("const i64 count = {};", rangeProduct(t.depends)));
-    line("for (i64 b = blockIdx.x; b < count * parts; b += gridDim.x) {");
-    ++indent_;
-    line("const i64 e = b / parts, p = b % parts;");
+    decl("const i64", "parts", "a->parts > 0 ? a->parts : 1");
+    decl("const i64", "count", rangeProduct(t.depends));
+    openLoop(LoopKind::GridBlocks, "b", "", "count * parts");
+    decl("const i64", {{"e", "b / parts"}, {"p", "b % parts"}});
     decodeRanges(t.depends, "e");
-    line("(void)p;");
+    use("p");
     collective_ = true;
     block_ = true;
     emitSlot(t.id, -1);
@@ -1419,43 +1478,39 @@ private:
       emitSlot(t.id, static_cast<int>(v));
     if (!t.node->vars.empty()) {
       const unsigned v = t.node->vars.front();
-      line(fmt::format("const i64 span{0} = hi{0} > lo{0} ? hi{0} - lo{0} : 0;", v));
-      line(fmt::format("const i64 plo{0} = lo{0} + span{0} * p / parts, "
-                       "phi{0} = lo{0} + span{0} * (p + 1) / parts;", v));
+      decl("const i64", fmt::format("span{}", v), fmt::format("hi{0} > lo{0} ? hi{0} - lo{0} : 0", v));
+      decl("const i64", {{fmt::format("plo{}", v), fmt::format("lo{0} + span{0} * p / parts", v)},
+                         {fmt::format("phi{}", v), fmt::format("lo{0} + span{0} * (p + 1) / parts", v)}});
       bounds_[v] = {fmt::format("plo{}", v), fmt::format("phi{}", v)};
     }
     emitReduction(t);
     bounds_.clear();
     collective_ = false;
     block_ = false;
-    line("if (threadIdx.x == 0) {");
-    line(fmt::format("  if (parts == 1) t{0}[e] = r{0};", t.id));
-    line(fmt::format("  else tpart[e * parts + p] = r{};", t.id));
-    line("}");
-    --indent_;
-    line("}");
+    openIf("threadIdx.x == 0");
+    openIf("parts == 1", true);
+    store(fmt::format("t{}", t.id), "e", accumulator(t));
+    elseBranch();
+    store("tpart", "e * parts + p", accumulator(t));
+    close();
+    close();
+    close();
   }
 
   /// The combine of temporary `t`'s partial results (`<name>_c<id>`), a thread per value,
   /// in part order (the same result from run to run).
   void emitCudaCombine(const Red &t) {
-    line(fmt::format("extern \"C\" __global__ void {0}_c{1}(const {0}_args args) {{", kNameToken,
-                     t.id));
-    ++indent_;
+    beginFunction(loops::Function::Kind::Entry, fmt::format("{}_c{}", kNameToken, t.id));
     emitCudaLocals();
-    line("const i64 parts = a->parts > 0 ? a->parts : 1;");
-    line(fmt::format("const i64 count = {};", rangeProduct(t.depends)));
-    line("for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < count; "
-         "e += (i64)gridDim.x * blockDim.x) {");
-    ++indent_;
-    line(fmt::format("float r{} = {};", t.id, floatLiteral(reducerIdentity<float>(t.node->reducer))));
-    line("for (i64 p = 0; p < parts; ++p)");
-    line("  " + combineLine(t, "tpart[e * parts + p]"));
-    line(fmt::format("t{0}[e] = r{0};", t.id));
-    --indent_;
-    line("}");
-    --indent_;
-    line("}");
+    decl("const i64", "parts", "a->parts > 0 ? a->parts : 1");
+    decl("const i64", "count", rangeProduct(t.depends));
+    openLoop(LoopKind::GridThreads, "e", "", "count");
+    decl("float", accumulator(t), identity(t.node->reducer));
+    openLoop(LoopKind::Serial, "p", "0", "parts", "", true);
+    combine(t.node->reducer, accumulator(t), "tpart[e * parts + p]");
+    close();
+    store(fmt::format("t{}", t.id), "e", accumulator(t));
+    close();
   }
 
   /// The number of values `vars` take together: the product of their ranges (a
@@ -1489,8 +1544,10 @@ private:
   std::optional<FlatPair> flat_;
   std::map<const ir::OpaqueCall *, unsigned> opaqueSite_;
   std::string helpers_; ///< one function per opaque call site, before the kernel
-  std::string out_;
-  unsigned indent_ = 0;
+  loops::Kernel kernel_;
+  /// The blocks being built, innermost last, and the compound statements they belong to.
+  std::vector<loops::Block *> blocks_;
+  std::vector<Node *> open_;
   bool fast_ = false;
   /// The CUDA multi-launch entry points' temporaries and main nest (printCuda).
   std::vector<CudaTemporaryPass> passes_;
@@ -1507,171 +1564,15 @@ void replaceAll(std::string &s, const std::string &from, const std::string &to) 
     s.replace(at, from.size(), to);
 }
 
-// The helpers, written once for both dialects: the scalar semantics of the interpreter
-// (NaN-propagating comparisons, min and max; floor division of indices).
-const char *kCommonPrelude = R"(
-TOFU_DEV i64 tofu_fdiv(i64 a, i64 b) { i64 q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
-TOFU_DEV i64 tofu_imod(i64 a, i64 b) { return a - tofu_fdiv(a, b) * b; }
-// The same for a positive divisor (a literal: the compiler divides by multiplying).
-TOFU_DEV i64 tofu_fdivp(i64 a, i64 b) { i64 q = a / b; return q - (a - q * b < 0); }
-TOFU_DEV i64 tofu_imodp(i64 a, i64 b) { i64 r = a % b; return r + (r < 0 ? b : 0); }
-TOFU_DEV i64 tofu_didx(float v) { return (v == v && v - v == 0.0f) ? (i64)floorf(v) : TOFU_I64_MIN; }
-TOFU_DEV float tofu_rsqrt(float x) { return 1.0f / sqrtf(x); }
-TOFU_DEV float tofu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-TOFU_DEV float tofu_relu(float x) { return x != x ? x : (x > 0.0f ? x : 0.0f); }
-TOFU_DEV float tofu_sign(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
-// Written without short-circuits (`|`, not `||`; the choice before the NaN test) so that a
-// SIMD loop over them needs no control flow and vectorises.
-TOFU_DEV float tofu_min(float x, float y) { const float r = y < x ? y : x; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_max(float x, float y) { const float r = y > x ? y : x; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_select(float c, float x, float y) { const float r = c != 0.0f ? x : y; return c != c ? TOFU_NAN : r; }
-TOFU_DEV float tofu_isnan(float x) { return x != x ? 1.0f : 0.0f; }
-TOFU_DEV float tofu_isinf(float x) { return ((x == TOFU_INF) | (x == -TOFU_INF)) ? 1.0f : 0.0f; }
-TOFU_DEV float tofu_eq(float x, float y) { const float r = x == y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_ne(float x, float y) { const float r = x != y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_lt(float x, float y) { const float r = x < y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_le(float x, float y) { const float r = x <= y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_gt(float x, float y) { const float r = x > y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_ge(float x, float y) { const float r = x >= y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-// Native opaque functions: one n x n matrix `a` (scratch), the result in `out`.
-TOFU_DEV void tofu_opq_Cholesky(float *a, i64 n, float *out) {
-  for (i64 j = 0; j < n; ++j)
-    for (i64 i = 0; i < n; ++i) out[i * n + j] = 0.0f;
-  for (i64 j = 0; j < n; ++j) {
-    double d = a[j * n + j];
-    for (i64 k = 0; k < j; ++k) d -= (double)out[j * n + k] * out[j * n + k];
-    out[j * n + j] = (float)sqrt(d); // NaN when the matrix is not positive definite
-    for (i64 i = j + 1; i < n; ++i) {
-      double s = a[i * n + j];
-      for (i64 k = 0; k < j; ++k) s -= (double)out[i * n + k] * out[j * n + k];
-      out[i * n + j] = (float)(s / out[j * n + j]);
-    }
-  }
-}
-TOFU_DEV void tofu_opq_MatrixInverse(float *a, i64 n, float *inv) {
-  for (i64 i = 0; i < n * n; ++i) inv[i] = 0.0f;
-  for (i64 i = 0; i < n; ++i) inv[i * n + i] = 1.0f;
-  for (i64 c = 0; c < n; ++c) {
-    i64 p = c;
-    for (i64 r = c + 1; r < n; ++r)
-      if (fabsf(a[r * n + c]) > fabsf(a[p * n + c])) p = r;
-    if (a[p * n + c] == 0.0f || a[p * n + c] != a[p * n + c]) { // singular
-      for (i64 i = 0; i < n * n; ++i) inv[i] = TOFU_NAN;
-      return;
-    }
-    for (i64 k = 0; k < n; ++k) {
-      float t = a[c * n + k]; a[c * n + k] = a[p * n + k]; a[p * n + k] = t;
-      t = inv[c * n + k]; inv[c * n + k] = inv[p * n + k]; inv[p * n + k] = t;
-    }
-    const float d = a[c * n + c];
-    for (i64 k = 0; k < n; ++k) { a[c * n + k] /= d; inv[c * n + k] /= d; }
-    for (i64 r = 0; r < n; ++r) {
-      if (r == c) continue;
-      const float f = a[r * n + c];
-      for (i64 k = 0; k < n; ++k) { a[r * n + k] -= f * a[c * n + k]; inv[r * n + k] -= f * inv[c * n + k]; }
-    }
-  }
-}
-TOFU_DEV void tofu_opq_Determinant(float *a, i64 n, float *out) {
-  double det = 1.0;
-  for (i64 c = 0; c < n; ++c) { // LU with partial pivoting
-    i64 p = c;
-    for (i64 r = c + 1; r < n; ++r)
-      if (fabsf(a[r * n + c]) > fabsf(a[p * n + c])) p = r;
-    if (a[p * n + c] == 0.0f) { det = 0.0; break; }
-    if (p != c) {
-      for (i64 k = 0; k < n; ++k) { float t = a[c * n + k]; a[c * n + k] = a[p * n + k]; a[p * n + k] = t; }
-      det = -det;
-    }
-    det *= a[c * n + c];
-    for (i64 r = c + 1; r < n; ++r) {
-      const float f = a[r * n + c] / a[c * n + c];
-      for (i64 k = c; k < n; ++k) a[r * n + k] -= f * a[c * n + k];
-    }
-  }
-  out[0] = (float)det;
-}
-)";
-
 } // namespace
 
 const std::string &kernelPrelude(KernelDialect dialect) {
-  static const std::string cpp = std::string(R"(// Generated by Tofu's kernel generator.
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <vector>
-typedef int64_t i64;
-extern "C" {
-struct TofuKernelArgs { const i64 *ints; const float *const *in; float *out; int32_t fast; int32_t threads; float *scratch; };
-}
-#define TOFU_DEV static inline
-#define TOFU_NAN __builtin_nanf("")
-#define TOFU_INF __builtin_inff()
-#define TOFU_I64_MIN INT64_MIN
-// An opaque call site's memo in one thread of one kernel call: the last argument slice's
-// fixed coordinates and the function's result for it.
-struct TofuOpqMemo { bool have = false; i64 key[10]; std::vector<float> arg, res; };
-)") + kCommonPrelude + R"(
-// glibc's vector math (libmvec, linked with the kernels): the SIMD variants of the float
-// functions the kernels call, so that loops over them vectorise (<cmath> declares them only
-// under -ffast-math, which would also drop the NaN tests the semantics need).
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(_OPENMP)
-extern "C" {
-#pragma omp declare simd notinbranch
-float expf(float) noexcept;
-#pragma omp declare simd notinbranch
-float logf(float) noexcept;
-#pragma omp declare simd notinbranch
-float tanhf(float) noexcept;
-#pragma omp declare simd notinbranch
-float sinf(float) noexcept;
-#pragma omp declare simd notinbranch
-float cosf(float) noexcept;
-#pragma omp declare simd notinbranch
-float tanf(float) noexcept;
-#pragma omp declare simd notinbranch
-float erff(float) noexcept;
-#pragma omp declare simd notinbranch
-float powf(float, float) noexcept;
-}
-#endif
-// Max and Min as OpenMP reductions (SIMD loops), NaN-propagating like the combine.
-#pragma omp declare reduction(tofu_maxr : float : omp_out = tofu_max(omp_out, omp_in)) initializer(omp_priv = -TOFU_INF)
-#pragma omp declare reduction(tofu_minr : float : omp_out = tofu_min(omp_out, omp_in)) initializer(omp_priv = TOFU_INF)
-)";
-  static const std::string cuda = std::string(R"(// Generated by Tofu's kernel generator (CUDA).
-typedef long long i64;
-#define TOFU_DEV static __device__ __forceinline__
-#define TOFU_NAN __int_as_float(0x7fffffff)
-#define TOFU_INF __int_as_float(0x7f800000)
-#define TOFU_I64_MIN (-9223372036854775807LL - 1)
-#define TOFU_OPQ_MAX 256 // elements of an opaque function's matrix in a thread's local memory
-)") + kCommonPrelude + R"(
-// A reduction's partial values of every thread of a block combined (op: 0 sum, 1 product,
-// 2 max, 3 min, NaN-propagating) and given to every thread. blockDim.x is a multiple of 32.
-TOFU_DEV float tofu_combine(int op, float a, float b) {
-  return op == 0 ? a + b : op == 1 ? a * b : op == 2 ? tofu_max(a, b) : tofu_min(a, b);
-}
-static __device__ float tofu_block_reduce(float v, int op) {
-  __shared__ float part[32];
-  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  for (int o = 16; o > 0; o >>= 1)
-    v = tofu_combine(op, v, __shfl_down_sync(0xffffffffu, v, o));
-  __syncthreads(); // the previous call's result has been read
-  if (lane == 0)
-    part[warp] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float r = part[0];
-    for (unsigned w = 1; w < (blockDim.x + 31u) / 32u; ++w)
-      r = tofu_combine(op, r, part[w]);
-    part[0] = r;
-  }
-  __syncthreads();
-  return part[0];
-}
-)";
+  static const std::string cpp =
+      std::string("// Generated by Tofu's kernel generator.\n#define TOFU_KERNEL_UNIT 1\n") +
+      kKernelPreludeText;
+  static const std::string cuda =
+      std::string("// Generated by Tofu's kernel generator (CUDA).\n#define TOFU_KERNEL_UNIT 1\n") +
+      kKernelPreludeText;
   return dialect == KernelDialect::Cpp ? cpp : cuda;
 }
 
@@ -1711,6 +1612,16 @@ llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dial
   replaceAll(k.code, kNameToken, k.name);
   k.code = fmt::format("// op {}\n", op.name) + k.code;
   return k;
+}
+
+const char *const kKernelNameToken = kNameToken;
+
+llvm::Expected<loops::Kernel> lowerKernel(const InstOp &op, KernelDialect dialect) {
+  Lowering lowering(op, dialect);
+  auto printed = lowering.print();
+  if (!printed)
+    return printed.takeError();
+  return lowering.kernel();
 }
 
 std::string blockKernelName(const std::string &kernel) { return kernel + "_blk"; }

@@ -14,23 +14,9 @@
 
 #include "analysis/instantiate.h"
 #include "analysis/strategy.h"
+#include "codegen/kernel_prelude.h" // TofuKernelArgs: what a C++ kernel is called with
+#include "codegen/loop_ir.h"
 #include "llvm/Support/Error.h"
-
-extern "C" {
-/// What a generated kernel is called with (the same layout is declared in the prelude of
-/// both dialects). `ints` holds, per variable of the op, its range [lo, hi), then per input
-/// and dimension the tensor's extent, the region's origin and the region's extent.
-struct TofuKernelArgs {
-  const int64_t *ints;
-  const float *const *in; ///< per input, its region, row-major
-  float *out;             ///< the share, row-major over the output variables' ranges
-  int32_t fast;           ///< every affine read lies inside its region: loads go unchecked
-  int32_t threads;        ///< OpenMP threads (C++ dialect)
-  /// C++ dialect: kernelScratchBytes() bytes the kernel keeps its temporaries in (may be
-  /// null when it needs none); overwritten by the call.
-  float *scratch;
-};
-}
 
 namespace tofu {
 
@@ -87,6 +73,13 @@ struct KernelSource {
 /// cannot express (an opaque call): such ops run on the interpreter.
 llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dialect);
 
+/// The loop IR of `op`'s kernel in `dialect` (what generateKernel prints), every entry point
+/// named with the prefix kKernelNameToken where the kernel's name goes. Fails as
+/// generateKernel.
+llvm::Expected<loops::Kernel> lowerKernel(const InstOp &op, KernelDialect dialect);
+/// Where a kernel's name stands in lowerKernel's function names.
+extern const char *const kKernelNameToken;
+
 /// The scratch space (bytes) a C++ kernel call over `ranges` needs for its temporaries.
 int64_t kernelScratchBytes(const KernelSource &k, const std::vector<Range> &ranges);
 /// The same from a kernel's KernelSource::temporaries alone.
@@ -105,7 +98,8 @@ std::string temporaryCombineName(const std::string &kernel, unsigned id);
 /// Every entry point a CUDA kernel's code defines.
 std::vector<std::string> cudaEntryPoints(const KernelSource &k);
 
-/// The helpers every kernel of a dialect uses; comes once at the top of a translation unit.
+/// The helpers every kernel of a dialect uses (codegen/kernel_prelude.h's text); comes once
+/// at the top of a translation unit.
 const std::string &kernelPrelude(KernelDialect dialect);
 
 /// The integer arguments of one call (TofuKernelArgs::ints) for a share over `ranges`

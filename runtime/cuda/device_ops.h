@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "codegen/kernel_prelude.h" // tofu_combine
+
 #ifdef __CUDACC__
 #define TOFU_HD __host__ __device__ __forceinline__
 #else
@@ -32,15 +34,10 @@ struct BoxCopyParams {
   int64_t dstStride[kMaxCopyRank] = {};
 };
 
-/// `a` combined with `b` as the copy says; NaN propagates through Max and Min.
+/// `a` combined with `b` as the copy says: the kernels' reducer combine (CopyCombine's
+/// reducers have tofu_combine's codes), NaN-propagating through Max and Min.
 TOFU_HD float combineValues(int32_t how, float a, float b) {
-  switch (how) {
-  case kSum: return a + b;
-  case kProd: return a * b;
-  case kMax: return a != a || b != b ? a + b : (b > a ? b : a);
-  case kMin: return a != a || b != b ? a + b : (b < a ? b : a);
-  default: return b;
-  }
+  return how == kOverwrite ? b : tofu_combine(how, a, b);
 }
 
 /// Element `e` (row-major over the extents) of the copy.

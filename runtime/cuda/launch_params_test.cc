@@ -84,16 +84,9 @@ TEST(LaunchParams, ContiguousRegionsMergeIntoOneRun) {
   EXPECT_EQ(combineValues(kMax, 1.0f, 3.0f), 3.0f);
 }
 
-// The struct codegen/kernel_gen.cc declares for an op with 7 integer arguments and 2 inputs.
-struct Declared {
-  long long ints[7];
-  const float *in[2];
-  float *out;
-  int fast;
-  int threads;
-  float *scratch;
-  long long parts;
-};
+// The argument block the generated kernels take (codegen/kernel_prelude.h) for an op with 7
+// integer arguments and 2 inputs.
+using Declared = TofuCudaArgs<7, 2>;
 
 TEST(LaunchParams, ArgumentBlockHasTheGeneratedStructLayout) {
   std::vector<int64_t> ints{1, 2, 3, 4, 5, 6, -7};
