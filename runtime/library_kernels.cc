@@ -23,7 +23,10 @@ dnnl::engine &cpuEngine() {
 
 class GemmKernel : public LibraryKernel {
 public:
-  explicit GemmKernel(GemmPlan plan) : g_(std::move(plan)) {}
+  /// `accumulate`: the product adds into the output (a sum of products' later terms)
+  /// instead of overwriting it.
+  explicit GemmKernel(GemmPlan plan, bool accumulate = false)
+      : g_(std::move(plan)), accumulate_(accumulate) {}
 
   void run(const float *const *in, float *out, int threads, void *) const override {
     const float alpha = g_.alphaInput >= 0 ? in[g_.alphaInput][0] : 1.0f;
@@ -34,8 +37,8 @@ public:
       for (int64_t r = 0; r < innerCount; ++r) {
         const GemmOffsets i = gemmLoopOffsets(g_.inner, r);
         dnnl_sgemm(g_.transA ? 'T' : 'N', g_.transB ? 'T' : 'N', g_.M, g_.N, g_.K, alpha,
-                   A + o.a + i.a, g_.lda, B + o.b + i.b, g_.ldb, r == 0 ? 0.0f : 1.0f, out + o.c,
-                   g_.ldc);
+                   A + o.a + i.a, g_.lda, B + o.b + i.b, g_.ldb,
+                   r == 0 && !accumulate_ ? 0.0f : 1.0f, out + o.c, g_.ldc);
       }
     };
     if (outerCount == 1) {
@@ -56,6 +59,57 @@ public:
 
 private:
   GemmPlan g_;
+  bool accumulate_;
+};
+
+/// A sum of products (AffineGemmPlan: lstm_gates, and the GRU and RNN cells): the bias
+/// broadcast into the output, then each product as sgemm calls accumulating into it (the
+/// first overwriting where there is no bias).
+class AffineKernel : public LibraryKernel {
+public:
+  explicit AffineKernel(AffineGemmPlan plan) : p_(std::move(plan)) {
+    for (size_t i = 0; i < p_.products.size(); ++i)
+      products_.emplace_back(p_.products[i], i > 0 || p_.restInput >= 0);
+  }
+
+  void run(const float *const *in, float *out, int threads, void *scratch) const override {
+    if (p_.restInput >= 0) {
+      // Rows of the output (every variable but the last), each a strided read of the bias.
+      const size_t rank = p_.outputExtents.size();
+      const int64_t cols = rank ? p_.outputExtents.back() : 1;
+      const int64_t colStride = rank ? p_.restStrides.back() : 0;
+      int64_t rows = 1;
+      for (size_t d = 0; d + 1 < rank; ++d)
+        rows *= p_.outputExtents[d];
+      const float *rest = in[p_.restInput] + p_.restOffset;
+      if (rank == 0)
+        out[0] = rest[0];
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static) if (rows > 1)
+      for (int64_t r = 0; r < (rank ? rows : 0); ++r) {
+        int64_t left = r, off = 0;
+        for (size_t d = rank - 1; d-- > 0;) {
+          off += (left % p_.outputExtents[d]) * p_.restStrides[d];
+          left /= p_.outputExtents[d];
+        }
+        float *o = out + r * cols;
+        for (int64_t c = 0; c < cols; ++c)
+          o[c] = rest[off + c * colStride];
+      }
+    }
+    for (const GemmKernel &g : products_)
+      g.run(in, out, threads, scratch);
+  }
+
+  std::string describe() const override {
+    std::string out = p_.restInput >= 0 ? "bias broadcast" : "";
+    for (const GemmKernel &g : products_)
+      out += (out.empty() ? "" : " + ") + g.describe();
+    return out;
+  }
+
+private:
+  AffineGemmPlan p_;
+  std::vector<GemmKernel> products_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -328,7 +382,7 @@ private:
 } // namespace
 
 bool hasLibraryForm(const InstOp &op) {
-  return hasGemmForm(op) || hasConvForm(op) || hasScatterForm(op);
+  return hasGemmForm(op) || hasConvForm(op) || hasScatterForm(op) || hasAffineGemmForm(op);
 }
 
 std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &shapes,
@@ -344,6 +398,10 @@ std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &sha
     return nullptr;
   if (auto s = scatterPlan(op, ranges, held))
     return std::make_unique<ScatterKernel>(std::move(*s));
+  if (hasScatterForm(op))
+    return nullptr;
+  if (auto a = affineGemmPlan(op, ranges, held))
+    return std::make_unique<AffineKernel>(std::move(*a));
   return nullptr;
 }
 

@@ -13,7 +13,10 @@
 //     reads (a halo share's window starts inside the tensor and is padded only where the
 //     whole tensor is).
 //   - scatter-adds `Sum(lambda q: select(idx[q] == k, dy[.., q, ..], 0))` (a gather's
-//     gradient) add each dy row into the one k it names instead of testing every k.
+//     gradient) add each dy row into the one k it names instead of testing every k;
+//   - sums of products with at most one bias read at output variables
+//     (`Sum(x[n, k] * W[q, k]) + Sum(h[n, j] * R[q, j]) + b[q]`: lstm_gates, and the GRU and
+//     RNN cells built on it) become the bias broadcast, then sgemm calls accumulating.
 // A share a library call cannot express (checked reads it would need, padding it cannot
 // take) gets no library kernel; the generated kernel computes it.
 #ifndef TOFU_RUNTIME_LIBRARY_KERNELS_H

@@ -1,5 +1,5 @@
 // Every strategy of every op whose body has a library form (matrix products, convolutions
-// and their gradients; runtime/library_kernels.h), with each worker's share computed by its
+// and their gradients, scatter-adds, sums of products with a bias; runtime/library_kernels.h), with each worker's share computed by its
 // oneDNN call wherever one expresses the share, reproduces the interpreter's unpartitioned
 // result. The library must take most shares of the ops it claims, so a matcher that
 // silently declines everything fails here too.
@@ -55,7 +55,7 @@ TEST(VerifyLibrary, EveryStrategyOfLibraryFormOpsOnOneDnn) {
   for (const char *op : {"MatMul", "MatMulBcastB", "matmul_nt", "matmul_tn", "matmul_bcast_grad_a",
                          "matmul_bcast_grad_w", "gemm_grad_a_nn", "Conv1d", "Conv2d", "Conv3d",
                          "conv2d_grad_data", "conv2d_grad_filter", "conv1d_grad_data",
-                         "conv1d_grad_filter", "gather_grad"}) {
+                         "conv1d_grad_filter", "gather_grad", "lstm_gates"}) {
     ASSERT_TRUE(use.count(op)) << op << " has no library form";
     EXPECT_GT(use[op].first, 3 * use[op].second) << op << ": the library declines too many shares";
   }
