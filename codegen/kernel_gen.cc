@@ -175,6 +175,31 @@ const NativeOpaque *nativeOpaque(const std::string &name) {
   return nullptr;
 }
 
+/// Whether an affine coordinate of a read may leave its tensor where the variables range
+/// over the tensor's own extents: a window's (`s*y + k - p`, `(h + p - k) / s`: it uses a
+/// reduction variable beside the output's) or a padded one (`h - p`: it subtracts a
+/// constant). The unchecked variant guards such a read with a test against the tensor's
+/// extent (zero outside, as TDL says) instead of running the checked nest for the whole
+/// share; readsInsideRegions then requires only the part inside the tensor to lie in the
+/// region. Other coordinates (plain variables, a reshape's divisions) read unguarded.
+bool mayLeaveTensor(const InstOp &op, const ir::Coord &c) {
+  if (c.kind != ir::Coord::Kind::Affine || ir::exactVar(c))
+    return false;
+  bool leaves = false;
+  ir::walk(*c.expr, [&](const ir::Expr &e) {
+    if (const auto *v = dyn_cast<ir::VarRef>(&e))
+      leaves |= std::find(op.outputVars.begin(), op.outputVars.end(), v->var) ==
+                op.outputVars.end();
+    if (const auto *k = dyn_cast<ir::Const>(&e))
+      leaves |= k->isInt && k->intValue < 0;
+    if (const auto *b = dyn_cast<ir::Binary>(&e))
+      if (b->op == ast::BinaryOp::Sub)
+        if (const auto *k = dyn_cast<ir::Const>(b->rhs.get()))
+          leaves |= k->isInt && k->intValue > 0;
+  });
+  return leaves;
+}
+
 /// The loop nest of one op: where each reduction is computed.
 class Lowering {
 public:
@@ -246,7 +271,7 @@ private:
           off += fmt::format("({} - o{}_{}) * st{}_{} + ", cs[d], r.input, d, r.input, d);
         off += fmt::format("(lo{} - o{}_{}) * st{}_{} + fl", flat_->outer, r.input, last - 1,
                            r.input, last - 1);
-        return fmt::format("in{}[{}]", r.input, off);
+        return guarded(r, cs, fmt::format("in{}[{}]", r.input, off));
       }
       for (size_t d = 0; d < cs.size(); ++d) {
         std::string term = fmt::format("({} - o{}_{})", cs[d], r.input, d);
@@ -254,13 +279,25 @@ private:
           term += fmt::format(" * st{}_{}", r.input, d);
         off += (d ? " + " : "") + term;
       }
-      return fmt::format("in{}[{}]", r.input, off);
+      return guarded(r, cs, fmt::format("in{}[{}]", r.input, off));
     }
     std::string call = fmt::format("{}_ld{}(in{}, I + {}", kNameToken, r.input, r.input,
                                    inputBase(r.input));
     for (const std::string &c : cs)
       call += ", " + c;
     return call + ")";
+  }
+
+  /// An unchecked load of `r` (at coordinates `cs`), tested against the tensor's extent
+  /// along every coordinate that may leave it (mayLeaveTensor): zero outside.
+  std::string guarded(const ir::Read &r, const std::vector<std::string> &cs,
+                      const std::string &load) const {
+    std::string inside;
+    for (size_t d = 0; d < cs.size(); ++d)
+      if (mayLeaveTensor(op_, r.coords[d]))
+        inside += fmt::format("{}(uint64_t)({}) < (uint64_t)s{}_{}", inside.empty() ? "" : " && ",
+                              cs[d], r.input, d);
+    return inside.empty() ? load : fmt::format("({} ? {} : 0.0f)", inside, load);
   }
 
   /// Whether `e` is integer-valued: index variables, extents, integer constants and their
@@ -1734,11 +1771,23 @@ bool readsInsideRegions(const InstOp &op, const Shapes &shapes, const std::vecto
     for (unsigned d = 0; d < r->coords.size(); ++d) {
       if (r->coords[d].kind != ir::Coord::Kind::Affine)
         continue; // data-dependent coordinates are always checked
-      auto span = indexValueRange(*r->coords[d].expr, shapes, ranges);
+      const bool guard = mayLeaveTensor(op, r->coords[d]);
+      const int64_t extent = shapes.inputs[r->input][d];
+      const auto clip = [&](std::optional<std::pair<int64_t, int64_t>> sp) {
+        if (sp && guard) { // guarded: only the part inside the tensor is read
+          sp->first = std::max<int64_t>(sp->first, 0);
+          sp->second = std::min<int64_t>(sp->second, extent - 1);
+        }
+        return sp;
+      };
       const Range &reg = regions[r->input][d];
-      if (span && (span->first < reg.lo || span->second >= reg.hi))
-        span = exactValueRange(*r->coords[d].expr, shapes, ranges); // intervals overshoot
-      if (!span || span->first < reg.lo || span->second >= reg.hi)
+      const auto outside = [&](const std::pair<int64_t, int64_t> &sp) {
+        return sp.first <= sp.second && (sp.first < reg.lo || sp.second >= reg.hi);
+      };
+      auto span = clip(indexValueRange(*r->coords[d].expr, shapes, ranges));
+      if (span && outside(*span)) // intervals overshoot
+        span = clip(exactValueRange(*r->coords[d].expr, shapes, ranges));
+      if (!span || outside(*span))
         inside = false;
     }
   });

@@ -108,8 +108,10 @@ std::vector<int64_t> kernelInts(const InstOp &op, const Shapes &shapes,
                                 const std::vector<Range> &ranges, const std::vector<Box> &regions);
 
 /// True when every read with affine coordinates stays inside its input's region (and so
-/// inside the tensor) over `ranges`, and every variable and extent fits in 32 bits: the
-/// kernel may then load without checks (and convert indices to float as 32-bit integers).
+/// inside the tensor) over `ranges` — for a coordinate that may leave the tensor (a window's
+/// or a padded one, which the unchecked variant tests against the tensor's extent), the part
+/// inside the tensor — and every variable and extent fits in 32 bits: the kernel may then
+/// load without the region checks (and convert indices to float as 32-bit integers).
 bool readsInsideRegions(const InstOp &op, const Shapes &shapes, const std::vector<Range> &ranges,
                         const std::vector<Box> &regions);
 

@@ -14,6 +14,7 @@
 #if defined(__CUDACC_RTC__)
 typedef long long i64;
 typedef int int32_t;
+typedef unsigned long long uint64_t;
 #define TOFU_DEV static __device__ __forceinline__
 #define TOFU_NAN __int_as_float(0x7fffffff)
 #define TOFU_INF __int_as_float(0x7f800000)

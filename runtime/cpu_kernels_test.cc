@@ -115,6 +115,27 @@ TEST(CpuKernels, WindowGradientsStepThroughTheirCongruences) {
   Instantiation pool;
   pool.attrs = {{"kh", 3}, {"kw", 3}, {"sh", 2}, {"sw", 2}, {"ph", 1}, {"pw", 1}};
   compare("maxpool2d_grad", pool, {{2, 3, 4, 4}, {2, 3, 7, 7}, {2, 3, 4, 4}});
+  // Padded windows take the unchecked variant, their reads tested against the tensor's
+  // extent alone, wherever the part inside the tensor lies in the buffer's region: the
+  // whole tensor, or a share of rows with its halo; not when the halo is cut off.
+  {
+    InstOp fwd = instance("MaxPool2d", pool);
+    auto shapes = concreteShapes(fwd, {{2, 3, 7, 7}}, std::nullopt);
+    ASSERT_TRUE(bool(shapes));
+    std::vector<Range> ranges = fullRanges(*shapes);
+    EXPECT_TRUE(readsInsideRegions(fwd, *shapes, ranges, inputRegions(fwd, *shapes, ranges)));
+    EXPECT_TRUE(readsInsideRegions(fwd, *shapes, ranges, {wholeBox({2, 3, 7, 7})}));
+    ranges[fwd.outputVars[2]] = {1, 3}; // output rows 1 and 2 read input rows 1 to 5
+    EXPECT_TRUE(readsInsideRegions(fwd, *shapes, ranges, inputRegions(fwd, *shapes, ranges)));
+    std::vector<Box> cut = inputRegions(fwd, *shapes, ranges);
+    cut[0][2].hi -= 1;
+    EXPECT_FALSE(readsInsideRegions(fwd, *shapes, ranges, cut));
+    InstOp grad = instance("maxpool2d_grad", pool);
+    auto gs = concreteShapes(grad, {{2, 3, 4, 4}, {2, 3, 7, 7}, {2, 3, 4, 4}}, std::nullopt);
+    ASSERT_TRUE(bool(gs));
+    std::vector<Range> gr = fullRanges(*gs);
+    EXPECT_TRUE(readsInsideRegions(grad, *gs, gr, inputRegions(grad, *gs, gr)));
+  }
   Instantiation avg = pool;
   avg.attrs.erase("ph"); // no padding: the last rows belong to no window
   avg.attrs.erase("pw");
