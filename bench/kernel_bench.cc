@@ -5,6 +5,9 @@
 //
 //   bazel run -c opt //bench:kernel_bench [-- --repeat N] [--op NAME] [--dump DIR]
 //
+// The SIMD loops column is the compiler's vectorisation report on the unchecked nest
+// (vectorizationReport: GCC's -fopt-info-vec-all), loops it could not vectorise named on
+// stderr.
 // --dump writes each kernel's translation unit (the prelude, then the kernel) to
 // DIR/<op>.cc, to read it or compile it by hand (e.g. with -fopt-info-vec-missed).
 #include <algorithm>
@@ -98,8 +101,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::printf("| op | shape | temporaries | median ms | MB in + out | GB/s |\n");
-  std::printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
+  std::printf("| op | shape | temporaries | SIMD loops vectorised | median ms | MB in + out | GB/s |\n");
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Case &c : cases()) {
     if (!only.empty() && c.op != only)
       continue;
@@ -175,8 +178,16 @@ int main(int argc, char **argv) {
     }
     std::sort(times.begin(), times.end());
     const double med = times[times.size() / 2];
-    std::printf("| %s | %s | %zu | %.3f | %.2f | %.1f |\n", c.op.c_str(), c.note.c_str(),
-                src->temporaries.size(), med * 1e3, bytes / 1e6, bytes / med / 1e9);
+    auto vec = tofu::vectorizationReport(*src);
+    if (!vec) {
+      std::fprintf(stderr, "kernel_bench: %s\n", llvm::toString(vec.takeError()).c_str());
+      return 1;
+    }
+    for (const std::string &m : vec->missed)
+      std::fprintf(stderr, "kernel_bench: %s: not vectorised: %s\n", c.op.c_str(), m.c_str());
+    std::printf("| %s | %s | %zu | %u of %u | %.3f | %.2f | %.1f |\n", c.op.c_str(),
+                c.note.c_str(), src->temporaries.size(), vec->vectorized, vec->simdLoops, med * 1e3,
+                bytes / 1e6, bytes / med / 1e9);
   }
   std::printf("\nmedian of %d calls, %d threads, fast loads\n", repeat, threads);
   return 0;

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -149,6 +150,94 @@ CpuKernelLibrary::~CpuKernelLibrary() {
 CpuKernelLibrary::Fn CpuKernelLibrary::find(const std::string &name) const {
   auto it = fns_.find(name);
   return it == fns_.end() ? nullptr : it->second;
+}
+
+llvm::Expected<VectorizationReport> vectorizationReport(const KernelSource &k,
+                                                        const KernelCompileOptions &options) {
+  const std::string source = kernelPrelude(KernelDialect::Cpp) + k.code;
+  const std::string compiler =
+      options.compiler.empty() ? envOr("CXX", "c++") : options.compiler;
+  char dirTemplate[] = "/tmp/tofu-vec-XXXXXX";
+  if (!::mkdtemp(dirTemplate))
+    return stringError(fmt::format("cannot create a temporary directory: {}", std::strerror(errno)));
+  const std::string dir = dirTemplate, src = dir + "/kernel.cc", log = dir + "/remarks.txt";
+  {
+    std::ofstream f(src);
+    f << source;
+  }
+  const std::string cmd = fmt::format("{} {} -c -o /dev/null -fopt-info-vec-all {} 2> {}", compiler,
+                                      options.flags, quote(src), quote(log));
+  const int status = runShell(cmd);
+  const std::string remarks = readFile(log, size_t(64) << 20);
+  std::remove(src.c_str());
+  std::remove(log.c_str());
+  ::rmdir(dir.c_str());
+  if (status != 0)
+    return stringError(fmt::format("compiling for the vectorisation report failed (exit {}): {}\n{}",
+                                   status, cmd, remarks.substr(0, 4000)));
+  // The source's lines (1-based), and per line the remarks about it.
+  std::vector<std::string> lines{""};
+  for (size_t at = 0; at <= source.size();) {
+    size_t end = source.find('\n', at);
+    if (end == std::string::npos)
+      end = source.size();
+    lines.push_back(source.substr(at, end - at));
+    at = end + 1;
+  }
+  std::map<size_t, std::vector<std::string>> about;
+  std::istringstream rs(remarks);
+  for (std::string r; std::getline(rs, r);) {
+    const size_t colon = r.find(".cc:");
+    if (colon == std::string::npos)
+      continue;
+    about[std::strtoul(r.c_str() + colon + 4, nullptr, 10)].push_back(r);
+  }
+  const auto trimmed = [](const std::string &l) {
+    const size_t b = l.find_first_not_of(' ');
+    return b == std::string::npos ? std::string() : l.substr(b);
+  };
+  // The line after which a compound statement opened on line `from` closes.
+  const auto closing = [&](size_t from) {
+    long depth = 0;
+    for (size_t j = from; j < lines.size(); ++j) {
+      depth += std::count(lines[j].begin(), lines[j].end(), '{') -
+               std::count(lines[j].begin(), lines[j].end(), '}');
+      if (depth <= 0 || (j > from && depth == 1 && trimmed(lines[j]) == "} else {"))
+        return j;
+    }
+    return lines.size() - 1;
+  };
+  VectorizationReport report;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    if (trimmed(lines[i]) != "if (a->fast) {")
+      continue;
+    const size_t fastEnd = closing(i);
+    for (size_t p = i + 1; p + 1 < fastEnd; ++p) {
+      const std::string t = trimmed(lines[p]);
+      if (t.rfind("#pragma omp simd", 0) != 0 && t.rfind("#pragma omp parallel for simd", 0) != 0)
+        continue;
+      const size_t loop = p + 1;
+      const size_t end = lines[loop].back() == '{' ? closing(loop) : loop + 1;
+      ++report.simdLoops;
+      bool done = false;
+      std::string why;
+      for (size_t l = loop; l <= end && !done; ++l)
+        for (const std::string &r : about[l]) {
+          done |= r.find("optimized: loop vectorized") != std::string::npos ||
+                  r.find("__builtin_memset") != std::string::npos ||
+                  r.find("__builtin_memcpy") != std::string::npos;
+          if (why.empty() && r.find("not vectorized:") != std::string::npos)
+            why = r.substr(r.find("not vectorized:"));
+        }
+      if (done)
+        ++report.vectorized;
+      else
+        report.missed.push_back(fmt::format("line {}: {}{}", loop, trimmed(lines[loop]),
+                                            why.empty() ? "" : " (" + why + ")"));
+    }
+    i = fastEnd;
+  }
+  return report;
 }
 
 llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,

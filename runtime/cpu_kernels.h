@@ -69,6 +69,21 @@ private:
 /// The default cache directory (see KernelCompileOptions::cacheDir).
 std::string defaultKernelCacheDir();
 
+/// What the compiler made of a C++ kernel's SIMD loops (the loop IR's vector loops, printed
+/// as `omp simd`) in its unchecked nest, the one the engine runs: how many there are, and
+/// which it vectorised or replaced by a library call (a row of zeros becomes a memset).
+struct VectorizationReport {
+  unsigned simdLoops = 0;
+  unsigned vectorized = 0;
+  std::vector<std::string> missed; ///< per loop not vectorised, its `for` line and why
+};
+
+/// Compiles `k` (with the prelude, options' compiler and flags, no output kept) asking for
+/// the compiler's vectorisation remarks (GCC's -fopt-info-vec-all) and matches them to the
+/// kernel's SIMD loops.
+llvm::Expected<VectorizationReport> vectorizationReport(const KernelSource &k,
+                                                        const KernelCompileOptions &options = {});
+
 // --- What the C++ and the NVRTC batch compilers share ------------------------------
 
 /// One translation unit of a batch: its kernels and its source (the dialect's prelude, then
