@@ -832,7 +832,13 @@ private:
     }
     if (const auto *r = dyn_cast<ir::Read>(&e)) {
       const size_t n = r->coords.size();
-      if (n >= 2 && ir::exactVar(r->coords[n - 2]) == a && ir::exactVar(r->coords[n - 1]) == b) {
+      // (A read with a data-dependent coordinate goes through the checked loader, which
+      // takes a and b by name: it cannot be flat.)
+      const bool affine = std::all_of(r->coords.begin(), r->coords.end(), [](const ir::Coord &c) {
+        return c.kind == ir::Coord::Kind::Affine;
+      });
+      if (affine && n >= 2 && ir::exactVar(r->coords[n - 2]) == a &&
+          ir::exactVar(r->coords[n - 1]) == b) {
         for (size_t d = 0; d + 2 < n; ++d)
           if (r->coords[d].expr && !flatReads(*r->coords[d].expr, a, b, reads))
             return false;

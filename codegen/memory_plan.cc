@@ -86,7 +86,7 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<
         start[out] = 3 * int64_t(i);
     }
     for (unsigned t = 0; t < p.tensors.size(); ++t) {
-      int64_t bytes = boxElements(plan.tiles[w][t]) * p.tensors[t].elementBytes;
+      int64_t bytes = boxElements(plan.tiles[w][t]) * kArenaElementBytes;
       if (bytes == 0)
         continue;
       Buffer b;
@@ -114,7 +114,7 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<
         Buffer b;
         b.kind = Buffer::Kind::Fetch;
         b.tensor = f.tensor;
-        b.bytes = boxElements(f.region) * p.tensors[f.tensor].elementBytes;
+        b.bytes = boxElements(f.region) * kArenaElementBytes;
         b.start = at;
         b.end = at + 1;
         b.node = static_cast<int>(i);
@@ -126,7 +126,7 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<
         Buffer b;
         b.kind = Buffer::Kind::Partial;
         b.tensor = out;
-        b.bytes = boxElements(inst.produced) * p.tensors[out].elementBytes;
+        b.bytes = boxElements(inst.produced) * kArenaElementBytes;
         b.start = at;
         b.end = at + 2; // until every owner has assembled its tile
         b.node = static_cast<int>(i);

@@ -14,6 +14,11 @@
 
 namespace tofu {
 
+/// Bytes per element in an arena: the engines hold every tensor as float32 (integers exactly
+/// below 2^24), whatever its dtype, so an int64 index takes 4 bytes there and a boolean mask
+/// 4, not 1. (Communication is still counted at the dtype's size, as the search costs it.)
+inline constexpr int64_t kArenaElementBytes = 4;
+
 struct Buffer {
   enum class Kind { Tile, Fetch, Partial };
   Kind kind = Kind::Tile;

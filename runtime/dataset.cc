@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -12,6 +14,7 @@
 #include "analysis/checked.h"
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
+#include "onnx/onnx_pb.h"
 
 namespace tofu {
 namespace {
@@ -285,6 +288,179 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
   return a;
 }
 
+namespace {
+/// float16's bits as a float.
+float halfToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float v;
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(mant), -24); // zero and subnormals
+  else if (exp == 31)
+    v = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  else
+    v = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+/// A TensorProto of a type DataArray does not hold, widened to one that holds its values
+/// exactly: uint16 to int32, uint32 and uint64 to int64 (uint64 values past int64 refused),
+/// float16 and bfloat16 to float32.
+llvm::Expected<DataArray> widenedTensorProto(const onnx::TensorProto &t, DataArray a, int64_t n,
+                                             const std::string &name) {
+  const int type = t.data_type();
+  const bool u64 = type == onnx::TensorProto::UINT64;
+  const size_t width = type == onnx::TensorProto::UINT32 ? 4 : u64 ? 8 : 2;
+  std::vector<uint64_t> raw(static_cast<size_t>(n));
+  if (!t.raw_data().empty()) {
+    if (t.raw_data().size() != static_cast<size_t>(n) * width)
+      return stringError(fmt::format("{}: shape [{}] needs {} bytes of raw data; it has {}", name,
+                                     fmt::join(a.shape, ", "), static_cast<size_t>(n) * width,
+                                     t.raw_data().size()));
+    for (int64_t k = 0; k < n; ++k) {
+      uint64_t x = 0;
+      std::memcpy(&x, t.raw_data().data() + static_cast<size_t>(k) * width, width);
+      raw[static_cast<size_t>(k)] = x;
+    }
+  } else {
+    // uint64 in uint64_data, uint32 too; 16-bit types in int32_data.
+    const bool wide = u64 || type == onnx::TensorProto::UINT32;
+    const int64_t have = wide ? t.uint64_data_size() : t.int32_data_size();
+    if (have != n)
+      return stringError(fmt::format("{}: shape [{}] needs {} values; the tensor has {}", name,
+                                     fmt::join(a.shape, ", "), n, have));
+    for (int64_t k = 0; k < n; ++k)
+      raw[static_cast<size_t>(k)] = wide ? t.uint64_data(static_cast<int>(k))
+                                         : static_cast<uint32_t>(t.int32_data(static_cast<int>(k)));
+  }
+  if (type == onnx::TensorProto::FLOAT16 || type == onnx::TensorProto::BFLOAT16) {
+    a.type = DataType::F32;
+    a.bytes.resize(static_cast<size_t>(n) * 4);
+    for (int64_t k = 0; k < n; ++k) {
+      const uint16_t bits = static_cast<uint16_t>(raw[static_cast<size_t>(k)]);
+      float v;
+      if (type == onnx::TensorProto::FLOAT16) {
+        v = halfToFloat(bits);
+      } else {
+        const uint32_t wide = uint32_t(bits) << 16;
+        std::memcpy(&v, &wide, 4);
+      }
+      std::memcpy(a.bytes.data() + static_cast<size_t>(k) * 4, &v, 4);
+    }
+    return a;
+  }
+  a.type = type == onnx::TensorProto::UINT16 ? DataType::I32 : DataType::I64;
+  const size_t out = static_cast<size_t>(typeSize(a.type));
+  a.bytes.resize(static_cast<size_t>(n) * out);
+  for (int64_t k = 0; k < n; ++k) {
+    const uint64_t x = raw[static_cast<size_t>(k)];
+    if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return stringError(fmt::format("{}: uint64 value {} is past int64's range", name, x));
+    if (out == 4) {
+      const int32_t v = static_cast<int32_t>(x);
+      std::memcpy(a.bytes.data() + static_cast<size_t>(k) * 4, &v, 4);
+    } else {
+      const int64_t v = static_cast<int64_t>(x);
+      std::memcpy(a.bytes.data() + static_cast<size_t>(k) * 8, &v, 8);
+    }
+  }
+  return a;
+}
+} // namespace
+
+llvm::Expected<DataArray> parseTensorProto(const std::string &bytes, const std::string &name) {
+  onnx::TensorProto t;
+  if (!t.ParseFromString(bytes))
+    return stringError(fmt::format("{}: not an ONNX TensorProto", name));
+  DataArray a;
+  a.path = name;
+  a.shape.assign(t.dims().begin(), t.dims().end());
+  int64_t n = 1;
+  for (int64_t d : a.shape) {
+    if (d < 0)
+      return stringError(fmt::format("{}: negative dimension {} in [{}]", name, d,
+                                     fmt::join(a.shape, ", ")));
+    auto m = checkedMul(n, d);
+    if (!m || *m > kMaxGraphBytes / 8)
+      return stringError(fmt::format("{}: shape [{}] is too large", name, fmt::join(a.shape, ", ")));
+    n = *m;
+  }
+  if (!t.external_data().empty() ||
+      t.data_location() == onnx::TensorProto::EXTERNAL)
+    return stringError(fmt::format("{}: the tensor's data is in an external file; give it inline",
+                                   name));
+  // The element type, and the typed field the values are in when there is no raw data.
+  std::vector<double> typed;
+  switch (t.data_type()) {
+  case onnx::TensorProto::FLOAT:
+    a.type = DataType::F32;
+    typed.assign(t.float_data().begin(), t.float_data().end());
+    break;
+  case onnx::TensorProto::DOUBLE:
+    a.type = DataType::F64;
+    typed.assign(t.double_data().begin(), t.double_data().end());
+    break;
+  case onnx::TensorProto::INT64:
+    a.type = DataType::I64;
+    typed.assign(t.int64_data().begin(), t.int64_data().end());
+    break;
+  case onnx::TensorProto::INT32:
+    a.type = DataType::I32;
+    typed.assign(t.int32_data().begin(), t.int32_data().end());
+    break;
+  case onnx::TensorProto::INT16:
+    a.type = DataType::I16;
+    typed.assign(t.int32_data().begin(), t.int32_data().end());
+    break;
+  case onnx::TensorProto::INT8:
+    a.type = DataType::I8;
+    typed.assign(t.int32_data().begin(), t.int32_data().end());
+    break;
+  case onnx::TensorProto::UINT8:
+  case onnx::TensorProto::BOOL:
+    a.type = DataType::U8;
+    typed.assign(t.int32_data().begin(), t.int32_data().end());
+    break;
+  case onnx::TensorProto::UINT16:
+  case onnx::TensorProto::UINT32:
+  case onnx::TensorProto::UINT64:
+  case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16:
+    return widenedTensorProto(t, std::move(a), n, name);
+  default:
+    return stringError(fmt::format("{}: element type {} is not supported (float, double, "
+                                   "float16, bfloat16, int8 to int64, uint8 to uint64, bool)",
+                                   name, onnx::TensorProto::DataType_Name(
+                                             static_cast<onnx::TensorProto::DataType>(t.data_type()))));
+  }
+  const size_t width = static_cast<size_t>(typeSize(a.type));
+  if (!t.raw_data().empty()) {
+    if (t.raw_data().size() != static_cast<size_t>(n) * width)
+      return stringError(fmt::format("{}: shape [{}] of {} needs {} bytes of raw data; it has {}",
+                                     name, fmt::join(a.shape, ", "), typeName(a.type),
+                                     static_cast<size_t>(n) * width, t.raw_data().size()));
+    a.bytes.assign(t.raw_data().begin(), t.raw_data().end());
+    return a;
+  }
+  if (static_cast<int64_t>(typed.size()) != n)
+    return stringError(fmt::format("{}: shape [{}] needs {} values; the tensor has {}", name,
+                                   fmt::join(a.shape, ", "), n, typed.size()));
+  a.bytes.resize(static_cast<size_t>(n) * width);
+  for (int64_t k = 0; k < n; ++k) {
+    unsigned char *at = a.bytes.data() + static_cast<size_t>(k) * width;
+    const double v = typed[static_cast<size_t>(k)];
+    switch (a.type) {
+    case DataType::F32: { const float x = static_cast<float>(v); std::memcpy(at, &x, 4); break; }
+    case DataType::F64: std::memcpy(at, &v, 8); break;
+    case DataType::I64: { const int64_t x = t.int64_data(static_cast<int>(k)); std::memcpy(at, &x, 8); break; }
+    case DataType::I32: { const int32_t x = static_cast<int32_t>(v); std::memcpy(at, &x, 4); break; }
+    case DataType::I16: { const int16_t x = static_cast<int16_t>(v); std::memcpy(at, &x, 2); break; }
+    case DataType::I8: { const int8_t x = static_cast<int8_t>(v); std::memcpy(at, &x, 1); break; }
+    case DataType::U8: { const uint8_t x = static_cast<uint8_t>(v); std::memcpy(at, &x, 1); break; }
+    }
+  }
+  return a;
+}
+
 llvm::Expected<DataArray> readDataArray(const std::string &path) {
   auto bytes = readFile(path);
   if (!bytes)
@@ -299,6 +475,8 @@ llvm::Expected<DataArray> readDataArray(const std::string &path) {
   }
   if (endsWith(name, ".npy"))
     return parseNpy(*bytes, path);
+  if (endsWith(name, ".pb"))
+    return parseTensorProto(*bytes, path);
   return parseIdx(*bytes, path);
 }
 
@@ -425,10 +603,15 @@ void fillBatch(const DataArray &array, const std::vector<int64_t> &samples,
                const Normalization &norm, float *out) {
   // Row-major strides of one batch row of the input.
   const size_t rank = shape.size();
+  const double scale = !raw && array.type == DataType::U8 ? 1.0 / 255.0 : 1.0;
+  if (rank == 0) { // a scalar: the array's one value
+    const double v = array.at(0);
+    out[0] = static_cast<float>(raw ? v : (v * scale - norm.mean) / norm.std);
+    return;
+  }
   std::vector<int64_t> stride(rank, 1);
   for (size_t d = rank; d-- > 1;)
     stride[d - 1] = stride[d] * shape[d];
-  const double scale = !raw && array.type == DataType::U8 ? 1.0 / 255.0 : 1.0;
   const int64_t per = array.sampleElements();
   std::vector<int64_t> at(rank);
   for (size_t d = 0; d < rank; ++d)

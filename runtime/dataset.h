@@ -7,6 +7,7 @@
 //   and the elements, big-endian. Types u8, i8, i16, i32, f32, f64.
 // - NumPy `.npy` (versions 1 to 3), C order, little-endian or single-byte dtypes
 //   (u1, i1, i2, i4, i8, f4, f8, b1).
+// - ONNX TensorProto (`.pb`), as ONNX's backend tests keep their inputs and outputs.
 //
 // The first dimension of every array counts samples. Arrays are held in memory as read
 // (a byte per pixel for MNIST); batches copy only the elements a worker's tile needs.
@@ -44,13 +45,17 @@ struct DataArray {
 int typeSize(DataType t);
 const char *typeName(DataType t);
 
-/// Reads an IDX file (gzipped when its name ends in .gz) or a .npy file (by its extension).
+/// Reads an IDX file (gzipped when its name ends in .gz), a .npy file or an ONNX TensorProto
+/// (.pb, as ONNX's tests store their inputs and outputs), by its extension.
 /// Errors name the file and what is wrong (a bad magic number, a truncated body, a
 /// Fortran-order or big-endian array, sizes past kMaxGraphBytes).
 llvm::Expected<DataArray> readDataArray(const std::string &path);
 /// The same from bytes already read and inflated (`name` stands for the file in messages).
 llvm::Expected<DataArray> parseIdx(const std::string &bytes, const std::string &name);
 llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &name);
+/// A serialised onnx.TensorProto: float, double, int8 to int64, uint8 and bool elements,
+/// raw or in the typed fields (data held in an external file is refused).
+llvm::Expected<DataArray> parseTensorProto(const std::string &bytes, const std::string &name);
 
 /// Writes a float32 array of `shape` as a .npy file (version 1, C order). Errors name the
 /// file.

@@ -108,7 +108,7 @@ cl::opt<bool> infer("infer", cl::desc("Run the model's forward graph once, parti
                                       "every graph output; weights from the model's "
                                       "initializers, --load, or drawn from --seed"),
                     cl::cat(runCategory));
-cl::opt<std::string> inputOpt("input", cl::desc("With --infer: NAME=FILE,... (.npy or IDX), one "
+cl::opt<std::string> inputOpt("input", cl::desc("With --infer: NAME=FILE,... (.npy, ONNX TensorProto .pb or IDX), one "
                                                 "per data input, of the input's exact shape"),
                               cl::value_desc("NAME=FILE,..."), cl::cat(runCategory));
 cl::opt<std::string> outputDir("output-dir", cl::desc("With --infer: write each graph output to "
@@ -1264,7 +1264,7 @@ int run(int argc, char **argv) {
       "  tofu-run --onnx FILE.onnx [--batch B] --workers K [--steps N] [--verify]\n"
       "  tofu-run --onnx FILE.onnx --batch B --workers K --data DIR|NAME=FILE,... [--epochs E] "
       "[--eval test|PATH] [--optimizer momentum]\n"
-      "  tofu-run --onnx FILE.onnx --workers K --infer --input NAME=FILE.npy,... [--output-dir DIR]\n"
+      "  tofu-run --onnx FILE.onnx --workers K --infer --input NAME=FILE.npy|.pb,... [--output-dir DIR]\n"
       "  mpirun -np K tofu-run --backend mpi --model NAME [--steps N] [--verify]\n"
       "  mpirun -np K tofu-run --backend nccl --model NAME [--steps N] [--verify]  (a GPU each)\n\n"
       "Kernels are generated from the ops' TDL, compiled by the host C++ compiler ($CXX, else "

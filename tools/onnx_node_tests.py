@@ -1,0 +1,232 @@
+#!/usr/bin/python3
+"""ONNX's backend node tests through `tofu-run --infer`.
+
+Every test folder of ONNX's node tests (Debian's libonnx-testdata: one folder per test with
+model.onnx and test_data_set_0/input_*.pb, output_*.pb) runs at each worker count given:
+every graph input without an initializer is data (--data-inputs); tofu-run imports the
+model, partitions it, runs its forward graph on the test's inputs and
+writes every output; each output is compared with ONNX's expected one at the backend
+runner's tolerances (rtol 1e-3, atol 1e-7; integers and booleans exactly). Each test is
+sorted into
+  passed          every output matches at every worker count;
+  refused         the importer refused the model (`tofu-plan --onnx M --describe` exits
+                  nonzero with a message, no signal), grouped by reason;
+  failed          it ran but an output differs, an output is missing, or it crashed (a
+                  signal), hung (past --timeout) or exited otherwise.
+
+  tools/onnx_node_tests.py --tofu-run PATH --tofu-plan PATH [--ops DIR] [--node-dir DIR] [--workers '1 2']
+                           [--jobs N] [--timeout S] [--only SUBSTRING] [--sample N]
+                           [--json FILE] [--known FILE]
+
+It prints the counts, the refusals by reason and every failure. With --known FILE (one
+test name per line, then why it fails; # comments) it exits 1 when a test crashed or hung,
+when a test not in FILE failed, or when a test in FILE no longer fails (the list must
+shrink as fixes land); else 0. --sample N runs every N-th test only (by name order).
+"""
+import argparse
+import collections
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+DEFAULT_NODE_DIR = "/usr/share/libonnx-testdata/data/node"
+
+
+def graph_inputs(model):
+    """The model's data inputs (graph inputs that are not initializers), in order."""
+    inits = {i.name for i in model.graph.initializer}
+    return [i.name for i in model.graph.input if i.name not in inits]
+
+
+def read_pb(path):
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    a = numpy_helper.to_array(t)
+    if t.data_type == onnx.TensorProto.BFLOAT16:  # numpy has no bfloat16: the bits as uint16
+        a = (a.astype(np.uint32) << 16).view(np.float32)
+    return a
+
+
+def reason_of(message):
+    """A refusal's reason without the parts that name one test (paths, names, numbers)."""
+    line = message.strip().splitlines()[-1] if message.strip() else "no message"
+    line = re.sub(r"^tofu-(run|plan): ", "", line)
+    line = re.sub(r"^\S*model\.onnx: ", "", line)
+    line = re.sub(r"^node '[^']*' ", "", line)
+    line = re.sub(r"'[^']*'", "'…'", line)
+    line = re.sub(r"\[[-0-9, ]*\]", "[…]", line)
+    line = re.sub(r"-?\b\d+(\.\d+)?\b", "N", line)
+    return line[:140]
+
+
+def compare(expected, got):
+    """None when `got` matches `expected` at ONNX's tolerances, else what differs."""
+    if tuple(got.shape) != tuple(expected.shape):
+        return f"shape {list(got.shape)}, expected {list(expected.shape)}"
+    if expected.dtype.kind in "biu":
+        e = expected.astype(np.float64)
+        g = got.astype(np.float64)
+        bad = np.nonzero(e != g)[0] if e.ndim == 1 else np.argwhere(e != g)
+        if len(bad):
+            at = tuple(bad[0]) if e.ndim != 1 else (bad[0],)
+            return f"{len(bad)} of {e.size} integers differ (at {list(at)}: {g[at]} vs {e[at]})"
+        return None
+    e = expected.astype(np.float64)
+    g = got.astype(np.float64)
+    same_nan = np.isnan(e) & np.isnan(g)
+    close = np.isclose(g, e, rtol=1e-3, atol=1e-7) | same_nan
+    if close.all():
+        return None
+    bad = np.argwhere(~close)
+    at = tuple(bad[0])
+    return (f"{len(bad)} of {e.size} values differ (at {list(at)}: {g[at]:.7g} vs {e[at]:.7g})")
+
+
+def run_test(args, test):
+    """(status, detail) of one test: 'passed', 'refused' or 'failed'."""
+    folder = os.path.join(args.node_dir, test)
+    model_path = os.path.join(folder, "model.onnx")
+    data = os.path.join(folder, "test_data_set_0")
+    try:
+        model = onnx.load(model_path)
+    except Exception as e:  # a model ONNX itself cannot load
+        return "refused", f"onnx cannot load the model: {e}"
+    names = graph_inputs(model)
+    outputs = [o.name for o in model.graph.output]
+    given = []
+    for i, name in enumerate(names):
+        pb = os.path.join(data, f"input_{i}.pb")
+        if os.path.exists(pb):
+            given.append(f"{name}={pb}")
+    try:
+        imp = subprocess.run([args.tofu_plan, "--ops", args.ops, "--onnx", model_path,
+                              "--data-inputs", str(len(names)), "--describe"],
+                             capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return "failed", f"the import hung (no result in {args.timeout} s)"
+    if imp.returncode < 0 or imp.returncode >= 128:
+        return "failed", f"the import crashed (exit {imp.returncode}): {imp.stderr.strip()[-300:]}"
+    if imp.returncode != 0:
+        return "refused", imp.stderr
+    expected = []
+    for i in range(len(outputs)):
+        pb = os.path.join(data, f"output_{i}.pb")
+        try:
+            expected.append(read_pb(pb) if os.path.exists(pb) else None)
+        except Exception:
+            return "failed", f"imported, but expected output {i} is not a tensor (a sequence?)"
+    for k in args.workers:
+        with tempfile.TemporaryDirectory() as out:
+            cmd = [args.tofu_run, "--ops", args.ops, "--onnx", model_path, "--infer",
+                   "--data-inputs", str(len(names)), "--workers", str(k), "--output-dir", out]
+            if given:
+                cmd += ["--input", ",".join(given)]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                return "failed", f"k={k}: hung (no result in {args.timeout} s)"
+            if p.returncode < 0 or p.returncode >= 128:
+                return "failed", f"k={k}: crashed (exit {p.returncode}): {p.stderr.strip()[-300:]}"
+            if p.returncode != 0:
+                return "failed", f"k={k}: exit {p.returncode}: {p.stderr.strip()[-300:]}"
+            for name, want in zip(outputs, expected):
+                if want is None:
+                    continue
+                safe = re.sub(r"[/\\:]", "_", name)
+                path = os.path.join(out, safe + ".npy")
+                if not os.path.exists(path):
+                    return "failed", f"k={k}: output '{name}' was not written"
+                why = compare(want, np.load(path))
+                if why:
+                    return "failed", f"k={k}: output '{name}': {why}"
+    return "passed", ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tofu-run", required=True)
+    ap.add_argument("--tofu-plan", required=True)
+    ap.add_argument("--ops", default="ops")
+    ap.add_argument("--node-dir", default=DEFAULT_NODE_DIR)
+    ap.add_argument("--workers", default="1 2", help="worker counts, e.g. '1 2'")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--only", default="", help="only tests whose name contains this")
+    ap.add_argument("--json", default="", help="write every test's status and detail here")
+    ap.add_argument("--known", default="", help="the known failures (see above)")
+    ap.add_argument("--sample", type=int, default=1, help="run every N-th test only")
+    args = ap.parse_args()
+    args.workers = [int(w) for w in args.workers.split()]
+    if not os.path.isdir(args.node_dir):
+        print(f"onnx_node_tests: no node tests at {args.node_dir} (install libonnx-testdata)",
+              file=sys.stderr)
+        return 2
+    tests = sorted(t for t in os.listdir(args.node_dir)
+                   if args.only in t and os.path.isdir(os.path.join(args.node_dir, t)))
+    tests = tests[::max(1, args.sample)]
+    results = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = {pool.submit(run_test, args, t): t for t in tests}
+        for done, f in enumerate(concurrent.futures.as_completed(futures), 1):
+            results[futures[f]] = f.result()
+            if sys.stderr.isatty():
+                print(f"\r{done}/{len(tests)}", end="", file=sys.stderr, flush=True)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    counts = collections.Counter(s for s, _ in results.values())
+    workers = " and ".join(str(k) for k in args.workers)
+    print(f"ONNX node tests ({args.node_dir}), k = {workers}: {len(tests)} tests, "
+          f"{counts['passed']} passed, {counts['refused']} refused by the importer, "
+          f"{counts['failed']} failed\n")
+    reasons = collections.Counter(reason_of(d) for s, d in results.values() if s == "refused")
+    if reasons:
+        print("| refused because | tests |\n| --- | ---: |")
+        for r, n in reasons.most_common():
+            print(f"| {r.replace('|', '/')} | {n} |")
+        print()
+    failed = sorted((t, d) for t, (s, d) in results.items() if s == "failed")
+    if failed:
+        print("| failed | why |\n| --- | --- |")
+        for t, d in failed:
+            print(f"| {t} | {d.replace('|', '/').replace(chr(10), ' ')} |")
+        print()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({t: {"status": s, "detail": d} for t, (s, d) in sorted(results.items())},
+                      f, indent=1)
+    if not args.known:
+        return 0
+    known = {}
+    with open(args.known) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                name, _, why = line.partition(" ")
+                known[name] = why.strip()
+    bad = 0
+    for t, d in failed:
+        if "crashed" in d or "hung" in d:
+            print(f"onnx_node_tests: {t} crashed or hung: {d}", file=sys.stderr)
+            bad += 1
+        elif t not in known:
+            print(f"onnx_node_tests: {t} fails and is not a known failure: {d}", file=sys.stderr)
+            bad += 1
+    for t in sorted(known):
+        if t in results and results[t][0] != "failed":
+            print(f"onnx_node_tests: {t} is listed as a known failure but {results[t][0]}: "
+                  f"take it off {args.known}", file=sys.stderr)
+            bad += 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
