@@ -1,5 +1,7 @@
 #include "runtime/dataset.h"
 
+#include "onnx/onnx_pb.h"
+
 #include <unistd.h>
 #include <zlib.h>
 
@@ -111,6 +113,74 @@ TEST(Npy, ReadsVersionOneHeaders) {
                             "e.npy");
   ASSERT_FALSE(bool(shortBody));
   EXPECT_NE(llvm::toString(shortBody.takeError()).find("needs 16 bytes"), std::string::npos);
+}
+
+TEST(TensorProto, ReadsRawTypedWidenedAndScalarTensors) {
+  onnx::TensorProto f;
+  f.set_data_type(onnx::TensorProto::FLOAT);
+  f.add_dims(2);
+  f.add_dims(3);
+  for (int k = 0; k < 6; ++k)
+    f.add_float_data(0.5f * k - 1);
+  auto a = parseTensorProto(f.SerializeAsString(), "f.pb");
+  ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(a->type, DataType::F32);
+  EXPECT_EQ(a->at(5), 1.5);
+  // Raw int64, and a bool mask.
+  onnx::TensorProto i;
+  i.set_data_type(onnx::TensorProto::INT64);
+  i.add_dims(2);
+  const int64_t iv[2] = {-7, 1LL << 40};
+  i.set_raw_data(std::string(reinterpret_cast<const char *>(iv), sizeof iv));
+  auto ia = parseTensorProto(i.SerializeAsString(), "i.pb");
+  ASSERT_TRUE(bool(ia));
+  EXPECT_EQ(ia->at(0), -7);
+  EXPECT_EQ(ia->at(1), double(1LL << 40));
+  onnx::TensorProto b;
+  b.set_data_type(onnx::TensorProto::BOOL);
+  b.add_dims(3);
+  b.set_raw_data(std::string("\x01\x00\x01", 3));
+  auto ba = parseTensorProto(b.SerializeAsString(), "b.pb");
+  ASSERT_TRUE(bool(ba));
+  EXPECT_EQ(ba->at(0) + ba->at(1) + ba->at(2), 2);
+  // float16 (1.0 and -2.5) and uint32 widen; a scalar has rank 0 and one value.
+  onnx::TensorProto h;
+  h.set_data_type(onnx::TensorProto::FLOAT16);
+  h.add_dims(2);
+  h.add_int32_data(0x3c00);
+  h.add_int32_data(0xc100);
+  auto ha = parseTensorProto(h.SerializeAsString(), "h.pb");
+  ASSERT_TRUE(bool(ha)) << llvm::toString(ha.takeError());
+  EXPECT_EQ(ha->at(0), 1.0);
+  EXPECT_EQ(ha->at(1), -2.5);
+  onnx::TensorProto u;
+  u.set_data_type(onnx::TensorProto::UINT32);
+  u.add_uint64_data(4000000000u);
+  auto ua = parseTensorProto(u.SerializeAsString(), "u.pb");
+  ASSERT_TRUE(bool(ua)) << llvm::toString(ua.takeError());
+  EXPECT_TRUE(ua->shape.empty());
+  EXPECT_EQ(ua->at(0), 4e9);
+  float out = 0;
+  fillBatch(*ua, {}, {}, {}, /*raw=*/true, {}, &out);
+  EXPECT_EQ(out, 4e9f);
+  // Errors name the file: short raw data, a count that does not match, strings.
+  onnx::TensorProto bad = f;
+  bad.add_dims(2);
+  EXPECT_NE(llvm::toString(parseTensorProto(bad.SerializeAsString(), "bad.pb").takeError())
+                .find("bad.pb: shape [2, 3, 2] needs 12 values; the tensor has 6"),
+            std::string::npos);
+  onnx::TensorProto shortRaw = i;
+  shortRaw.add_dims(2);
+  EXPECT_NE(llvm::toString(parseTensorProto(shortRaw.SerializeAsString(), "r.pb").takeError())
+                .find("needs 32 bytes of raw data; it has 16"),
+            std::string::npos);
+  onnx::TensorProto str;
+  str.set_data_type(onnx::TensorProto::STRING);
+  EXPECT_NE(llvm::toString(parseTensorProto(str.SerializeAsString(), "s.pb").takeError())
+                .find("s.pb: element type STRING is not supported"),
+            std::string::npos);
+  EXPECT_FALSE(bool(parseTensorProto("\xff\xff\xff", "junk.pb")));
 }
 
 TEST(DataSet, OpensMnistDirectoriesGzippedOrNot) {
