@@ -544,54 +544,24 @@ private:
     return cur().back();
   }
   void decl(const std::string &type, std::vector<std::pair<std::string, std::string>> names) {
-    Node n;
-    n.kind = Node::Kind::Decl;
-    n.type = type;
-    n.decls = std::move(names);
-    add(std::move(n));
+    add(loops::declNode(type, std::move(names)));
   }
   void decl(const std::string &type, const std::string &name, const std::string &value) {
     decl(type, {{name, value}});
   }
   void assign(const std::string &target, const std::string &op, const std::string &value) {
-    Node n;
-    n.kind = Node::Kind::Assign;
-    n.target = target;
-    n.op = op;
-    n.value = value;
-    add(std::move(n));
+    add(loops::assignNode(target, op, value));
   }
   void combine(ir::Reducer reducer, const std::string &acc, const std::string &value) {
-    Node n;
-    n.kind = Node::Kind::Combine;
-    n.reducer = reducer;
-    n.target = acc;
-    n.value = value;
-    add(std::move(n));
+    add(loops::combineNode(reducer, acc, value));
   }
   void store(const std::string &buffer, const std::string &offset, const std::string &value) {
-    Node n;
-    n.kind = Node::Kind::Store;
-    n.target = buffer;
-    n.offset = offset;
-    n.value = value;
-    add(std::move(n));
+    add(loops::storeNode(buffer, offset, value));
   }
-  void use(const std::string &local) {
-    Node n;
-    n.kind = Node::Kind::Use;
-    n.target = local;
-    add(std::move(n));
-  }
+  void use(const std::string &local) { add(loops::useNode(local)); }
   void returnIf(const std::string &cond, const std::string &value) {
-    Node n;
-    n.kind = Node::Kind::If;
-    n.cond = cond;
-    n.compact = true;
-    Node r;
-    r.kind = Node::Kind::Return;
-    r.value = value;
-    n.body.push_back(std::move(r));
+    Node n = loops::ifNode(cond, true);
+    n.body.push_back(loops::returnNode(value));
     add(std::move(n));
   }
   /// Adds a compound statement and makes its body the current block.
@@ -603,23 +573,9 @@ private:
   }
   Node &openLoop(LoopKind kind, const std::string &var, const std::string &from,
                  const std::string &to, const std::string &step = "", bool compact = false) {
-    Node n;
-    n.kind = Node::Kind::Loop;
-    n.loop = kind;
-    n.var = var;
-    n.from = from;
-    n.to = to;
-    n.step = step;
-    n.compact = compact;
-    return open(std::move(n));
+    return open(loops::loopNode(kind, var, from, to, step, compact));
   }
-  void openIf(const std::string &cond, bool compact = false) {
-    Node n;
-    n.kind = Node::Kind::If;
-    n.cond = cond;
-    n.compact = compact;
-    open(std::move(n));
-  }
+  void openIf(const std::string &cond, bool compact = false) { open(loops::ifNode(cond, compact)); }
   /// The open If's else branch becomes the current block.
   void elseBranch() { blocks_.back() = &open_.back()->orElse; }
   void openScope(Node::Kind kind = Node::Kind::Scope) {
@@ -726,11 +682,7 @@ private:
     close();
     for (size_t k = 0; k < serial; ++k)
       close();
-    Node b;
-    b.kind = Node::Kind::BlockCombine;
-    b.target = accumulator(r);
-    b.reducer = node.reducer;
-    add(std::move(b));
+    add(loops::blockCombineNode(node.reducer, accumulator(r)));
     close();
   }
 
@@ -1047,10 +999,7 @@ private:
       }
       returnIf(outside, "0.0f");
       returnIf(region, "TOFU_NAN");
-      Node r;
-      r.kind = Node::Kind::Return;
-      r.value = "p[" + off + "]";
-      add(std::move(r));
+      add(loops::returnNode("p[" + off + "]"));
     }
   }
 

@@ -261,6 +261,79 @@ void outlineInto(const Block &b, unsigned indent, std::string &out) {
 
 } // namespace
 
+Node loopNode(LoopKind kind, std::string var, std::string from, std::string to, std::string step,
+              bool compact) {
+  Node n;
+  n.kind = Node::Kind::Loop;
+  n.loop = kind;
+  n.var = std::move(var);
+  n.from = std::move(from);
+  n.to = std::move(to);
+  n.step = std::move(step);
+  n.compact = compact;
+  return n;
+}
+
+Node declNode(std::string type, std::vector<std::pair<std::string, std::string>> decls) {
+  Node n;
+  n.kind = Node::Kind::Decl;
+  n.type = std::move(type);
+  n.decls = std::move(decls);
+  return n;
+}
+
+Node assignNode(std::string target, std::string op, std::string value) {
+  Node n;
+  n.kind = Node::Kind::Assign;
+  n.target = std::move(target);
+  n.op = std::move(op);
+  n.value = std::move(value);
+  return n;
+}
+
+Node combineNode(ir::Reducer reducer, std::string accumulator, std::string value) {
+  Node n = assignNode(std::move(accumulator), "", std::move(value));
+  n.kind = Node::Kind::Combine;
+  n.reducer = reducer;
+  return n;
+}
+
+Node storeNode(std::string buffer, std::string offset, std::string value) {
+  Node n = assignNode(std::move(buffer), "", std::move(value));
+  n.kind = Node::Kind::Store;
+  n.offset = std::move(offset);
+  return n;
+}
+
+Node ifNode(std::string cond, bool compact) {
+  Node n;
+  n.kind = Node::Kind::If;
+  n.cond = std::move(cond);
+  n.compact = compact;
+  return n;
+}
+
+Node returnNode(std::string value) {
+  Node n;
+  n.kind = Node::Kind::Return;
+  n.value = std::move(value);
+  return n;
+}
+
+Node useNode(std::string local) {
+  Node n;
+  n.kind = Node::Kind::Use;
+  n.target = std::move(local);
+  return n;
+}
+
+Node blockCombineNode(ir::Reducer reducer, std::string accumulator) {
+  Node n = useNode(std::move(accumulator));
+  n.kind = Node::Kind::BlockCombine;
+  n.reducer = reducer;
+  return n;
+}
+
 const char *loopKindName(LoopKind k) {
   switch (k) {
   case LoopKind::Serial: return "serial";

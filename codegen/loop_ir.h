@@ -73,6 +73,18 @@ struct Node {
   Block body, orElse;
 };
 
+// Statements, made whole (fields not named keep their defaults).
+Node loopNode(LoopKind kind, std::string var, std::string from, std::string to,
+              std::string step = "", bool compact = false);
+Node declNode(std::string type, std::vector<std::pair<std::string, std::string>> decls);
+Node assignNode(std::string target, std::string op, std::string value);
+Node combineNode(ir::Reducer reducer, std::string accumulator, std::string value);
+Node storeNode(std::string buffer, std::string offset, std::string value);
+Node ifNode(std::string cond, bool compact = false);
+Node returnNode(std::string value);
+Node useNode(std::string local);
+Node blockCombineNode(ir::Reducer reducer, std::string accumulator);
+
 /// A function of the kernel's translation unit.
 struct Function {
   enum class Kind {

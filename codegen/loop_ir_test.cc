@@ -22,15 +22,7 @@ namespace {
 
 InstOp instance(const std::string &opName, std::vector<unsigned> ranks,
                 std::map<std::string, int64_t> groups = {}) {
-  const ir::OpDef *def = testLibrary().find(opName);
-  EXPECT_NE(def, nullptr) << opName;
-  Instantiation inst;
-  for (unsigned r : ranks)
-    inst.inputRanks.push_back(r);
-  inst.groups = std::move(groups);
-  auto op = instantiate(*def, inst);
-  EXPECT_TRUE(bool(op)) << llvm::toString(op.takeError());
-  return std::move(*op);
+  return testInstance(opName, ranks, std::move(groups));
 }
 
 std::string outlineOf(const InstOp &op, KernelDialect d) {
@@ -238,36 +230,13 @@ TEST(LoopIr, LstmGatesBlockVariantSplitsBothProducts) {
 // target has.
 TEST(LoopIr, TargetsDifferOnlyInLoopBinding) {
   using loops::Node;
-  Node acc;
-  acc.kind = Node::Kind::Decl;
-  acc.type = "float";
-  acc.decls = {{"r0", "(0.0f)"}};
-  Node add;
-  add.kind = Node::Kind::Combine;
-  add.reducer = ir::Reducer::Max;
-  add.target = "r0";
-  add.value = "in0[v1]";
-  Node inner;
-  inner.kind = Node::Kind::Loop;
-  inner.loop = loops::LoopKind::Vector;
-  inner.var = "v1";
-  inner.from = "lo1";
-  inner.to = "hi1";
+  Node inner = loops::loopNode(loops::LoopKind::Vector, "v1", "lo1", "hi1");
   inner.accumulators = {"r0"};
   inner.reducer = ir::Reducer::Max;
-  inner.body.push_back(add);
-  Node st;
-  st.kind = Node::Kind::Store;
-  st.target = "out";
-  st.offset = "v0 - lo0";
-  st.value = "r0";
-  Node outer;
-  outer.kind = Node::Kind::Loop;
-  outer.loop = loops::LoopKind::Serial;
-  outer.var = "v0";
-  outer.from = "lo0";
-  outer.to = "hi0";
-  outer.body = {acc, inner, st};
+  inner.body.push_back(loops::combineNode(ir::Reducer::Max, "r0", "in0[v1]"));
+  Node outer = loops::loopNode(loops::LoopKind::Serial, "v0", "lo0", "hi0");
+  outer.body = {loops::declNode("float", {{"r0", "(0.0f)"}}), inner,
+                loops::storeNode("out", "v0 - lo0", "r0")};
   std::string cpp, cuda, error;
   ASSERT_TRUE(loops::printBlock({outer}, loops::Target::Cpp, 0, cpp, error)) << error;
   ASSERT_TRUE(loops::printBlock({outer}, loops::Target::Cuda, 0, cuda, error)) << error;
@@ -306,9 +275,7 @@ TEST(LoopIr, TargetsDifferOnlyInLoopBinding) {
   EXPECT_FALSE(loops::printBlock({outer}, loops::Target::Cuda, 0, cuda, error));
   EXPECT_EQ(error, "a loop across OpenMP threads in a CUDA kernel");
   // A block's combine exists only on CUDA.
-  Node bc;
-  bc.kind = Node::Kind::BlockCombine;
-  bc.target = "r0";
+  const Node bc = loops::blockCombineNode(ir::Reducer::Sum, "r0");
   cpp.clear();
   error.clear();
   EXPECT_FALSE(loops::printBlock({bc}, loops::Target::Cpp, 0, cpp, error));

@@ -14,15 +14,7 @@ namespace {
 
 InstOp instance(const std::string &opName, std::vector<unsigned> ranks,
                 std::map<std::string, int64_t> groups = {}) {
-  const ir::OpDef *def = testLibrary().find(opName);
-  EXPECT_NE(def, nullptr) << opName;
-  Instantiation inst;
-  for (unsigned r : ranks)
-    inst.inputRanks.push_back(r);
-  inst.groups = std::move(groups);
-  auto op = instantiate(*def, inst);
-  EXPECT_TRUE(bool(op)) << llvm::toString(op.takeError());
-  return std::move(*op);
+  return testInstance(opName, ranks, std::move(groups));
 }
 
 std::string cpp(const InstOp &op) {

@@ -22,6 +22,25 @@ const OpLibrary &testLibrary() {
   return lib;
 }
 
+InstOp testInstance(const std::string &opName, const std::vector<unsigned> &ranks,
+                    std::map<std::string, int64_t> groups) {
+  const ir::OpDef *def = testLibrary().find(opName);
+  if (!def) {
+    llvm::errs() << "testInstance: ops/ has no op '" << opName << "'\n";
+    std::abort();
+  }
+  Instantiation inst;
+  for (unsigned r : ranks)
+    inst.inputRanks.push_back(r);
+  inst.groups = std::move(groups);
+  auto op = instantiate(*def, inst);
+  if (!op) {
+    llvm::errs() << "testInstance: " << opName << ": " << llvm::toString(op.takeError()) << "\n";
+    std::abort();
+  }
+  return std::move(*op);
+}
+
 TensorInfo testTensor(const std::string &name, std::vector<int64_t> shape, TensorRole role) {
   TensorInfo t;
   t.name = name;
