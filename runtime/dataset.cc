@@ -374,16 +374,11 @@ llvm::Expected<DataArray> parseTensorProto(const std::string &bytes, const std::
   DataArray a;
   a.path = name;
   a.shape.assign(t.dims().begin(), t.dims().end());
-  int64_t n = 1;
-  for (int64_t d : a.shape) {
-    if (d < 0)
-      return stringError(fmt::format("{}: negative dimension {} in [{}]", name, d,
-                                     fmt::join(a.shape, ", ")));
-    auto m = checkedMul(n, d);
-    if (!m || *m > kMaxGraphBytes / 8)
-      return stringError(fmt::format("{}: shape [{}] is too large", name, fmt::join(a.shape, ", ")));
-    n = *m;
-  }
+  // Checked at the widest element an array takes (8 bytes), whatever the type.
+  auto widest = bodyBytes(a.shape, 8, name);
+  if (!widest)
+    return widest.takeError();
+  const int64_t n = *widest / 8;
   if (!t.external_data().empty() ||
       t.data_location() == onnx::TensorProto::EXTERNAL)
     return stringError(fmt::format("{}: the tensor's data is in an external file; give it inline",

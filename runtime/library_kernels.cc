@@ -82,12 +82,10 @@ public:
       for (size_t d = 0; d + 1 < rank; ++d)
         rows *= p_.outputExtents[d];
       const float *rest = in[p_.restInput] + p_.restOffset;
-      if (rank == 0)
-        out[0] = rest[0];
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static) if (rows > 1)
-      for (int64_t r = 0; r < (rank ? rows : 0); ++r) {
+      for (int64_t r = 0; r < rows; ++r) {
         int64_t left = r, off = 0;
-        for (size_t d = rank - 1; d-- > 0;) {
+        for (size_t d = rank > 0 ? rank - 1 : 0; d-- > 0;) { // the row's variables
           off += (left % p_.outputExtents[d]) * p_.restStrides[d];
           left /= p_.outputExtents[d];
         }
