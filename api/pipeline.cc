@@ -163,7 +163,7 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
                                                                     : "the mean squared error",
                                added->inputs[1]);
     }
-    auto t = buildTrainingGraph(g, *loss, lib, *options.train);
+    auto t = buildTrainingGraph(g, *loss, lib, *options.train, options.weightDecay);
     if (!t)
       return fail(t.takeError());
     r.loss = *loss;

@@ -59,6 +59,9 @@ struct PipelineOptions {
   /// for a rank-2 output, else the mean squared error against a new input `target`); a
   /// scalar output is the loss.
   std::optional<Optimizer> train;
+  /// With `train`: add an L2 weight decay to the gradients (AdamW always decays, decoupled);
+  /// the graph then reads a rank-0 input `weight_decay`.
+  bool weightDecay = false;
   /// With `train`, a graph of several outputs trains on this one (default: the first); the
   /// others are not computed for the step's sake (they are dropped as outputs).
   std::string lossOutput;

@@ -103,22 +103,36 @@ struct NodeInstance {
 };
 llvm::Expected<NodeInstance> instantiateNode(const Graph &g, const Node &n, const OpLibrary &lib);
 
-/// How the training graph updates weights.
-enum class Optimizer { SGD, Momentum, Adam };
+/// How the training graph updates weights (PyTorch's torch.optim forms): plain SGD, SGD with
+/// momentum (no dampening), SGD with Nesterov momentum, Adam, and AdamW (decoupled decay).
+enum class Optimizer { SGD, Momentum, Nesterov, Adam, AdamW };
+/// Its command-line name ("sgd", "momentum", "nesterov", "adam", "adamw").
+const char *optimizerName(Optimizer o);
+/// The optimiser of that name, if there is one.
+std::optional<Optimizer> optimizerNamed(const std::string &name);
+/// The rank-0 hyper-parameter inputs of a training graph with optimiser `o`, in order:
+/// `lr`; `momentum` (Momentum, Nesterov); `adam_b1`, `adam_b2`, `adam_c1`, `adam_c2`,
+/// `adam_eps` (Adam, AdamW; c1 and c2 are the step's bias corrections 1 - b^t); and
+/// `weight_decay` (AdamW, and any optimiser built with weight decay).
+std::vector<std::string> optimizerHyperParameters(Optimizer o, bool weightDecay);
 
 /// Builds a training graph from a checked forward graph and its scalar loss: backward
 /// nodes from the ops' grad clauses (in reverse topological order; a gradient with several
 /// contributions is summed, the sum in that tensor's group), then an optimiser update for
-/// every weight. Hyper-parameters are rank-0 input tensors (`lr`; for Momentum `momentum`,
-/// with a velocity `momentum_v_<weight>` per weight, PyTorch's SGD with momentum and no
-/// dampening; for Adam `adam_b1`, `adam_b2`, `adam_c1`, `adam_c2`, `adam_eps`); the loss
-/// gradient seed is the input `d_<loss>`. Errors name the node whose op lacks a needed grad clause.
+/// every weight (ops/optim/optim.tdl). Hyper-parameters are rank-0 input tensors
+/// (optimizerHyperParameters); the state is a velocity `momentum_v_<weight>` (Momentum,
+/// Nesterov) or the moments `adam_m_<weight>`, `adam_v_<weight>` (Adam, AdamW). With
+/// `weightDecay`, SGD, Momentum, Nesterov and Adam add `weight_decay * w` to the gradient
+/// (PyTorch's weight_decay); AdamW always decays, decoupled. The loss gradient seed is the
+/// input `d_<loss>`. Errors name the node whose op lacks a needed grad clause.
 llvm::Expected<Graph> buildTrainingGraph(const Graph &forward, const std::string &loss,
-                                         const OpLibrary &lib, Optimizer optimizer);
+                                         const OpLibrary &lib, Optimizer optimizer,
+                                         bool weightDecay = false);
 
 /// Whether `op` is one of the optimiser updates buildTrainingGraph adds (sgd_update,
-/// momentum_velocity, momentum_update, adam_update, adam_m, adam_v): its result replaces its first input (the weight or the
-/// moment) for the next step.
+/// sgd_weight_decay_update, momentum_velocity, momentum_update, nesterov_update, adam_m,
+/// adam_v, adam_update, adamw_update): its result replaces its first input (the weight or
+/// the state) for the next step.
 bool isOptimizerUpdate(const std::string &op);
 
 /// Gives a checked graph whose single output is not a scalar a loss to train against:

@@ -1,6 +1,8 @@
 // Graph IR: shape inference from the library's shape clauses, JSON, and precise errors.
 #include "graph/graph.h"
 
+#include "fmt/format.h"
+
 #include "graph/test_library.h"
 #include "gtest/gtest.h"
 
@@ -241,6 +243,60 @@ TEST(Training, BuffersAndConditionsGetNoGradient) {
             (std::vector<std::string>{"w", "momentum_v_w_new", "lr"}));
   EXPECT_EQ(train->producer("momentum_v_w_new")->op, "momentum_velocity");
   EXPECT_EQ(train->tensor("momentum_v_c"), nullptr);
+}
+
+// Each optimiser's updates, as torch.optim computes them: weight decay an L2 term on the
+// gradient (one node both of Nesterov's updates read), AdamW's decoupled in its update.
+TEST(Training, OptimiserUpdates) {
+  Graph g;
+  auto ok = [](llvm::Error e) { ASSERT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e)); };
+  ok(g.addTensor(tensor("x", {4, 3}, TensorRole::Input)));
+  ok(g.addTensor(tensor("w", {4, 3}, TensorRole::Weight)));
+  ok(g.addTensor(tensor("t", {4, 3}, TensorRole::Input)));
+  ok(g.addNode(node("m", "Mul", {"x", "w"}, "y")));
+  ok(g.addNode(node("loss", "mse", {"y", "t"}, "L")));
+  ok(checkGraph(g, library()));
+  auto build = [&](Optimizer o, bool decay) {
+    auto t = buildTrainingGraph(g, "L", library(), o, decay);
+    EXPECT_TRUE(static_cast<bool>(t)) << llvm::toString(t.takeError());
+    return t ? std::move(*t) : Graph();
+  };
+  auto inputs = [](const Graph &t, const std::string &out) {
+    const Node *n = t.producer(out);
+    return n ? n->op + "(" + fmt::format("{}", fmt::join(n->inputs, ", ")) + ")" : "none";
+  };
+  const Graph sgd = build(Optimizer::SGD, true);
+  EXPECT_EQ(inputs(sgd, "w_updated"), "sgd_weight_decay_update(w, d_w_from_m, lr, weight_decay)");
+  ASSERT_NE(sgd.tensor("weight_decay"), nullptr);
+  EXPECT_EQ(build(Optimizer::SGD, false).tensor("weight_decay"), nullptr);
+
+  const Graph nesterov = build(Optimizer::Nesterov, true);
+  EXPECT_EQ(inputs(nesterov, "d_w_decayed"), "weight_decay_grad(d_w_from_m, w, weight_decay)");
+  EXPECT_EQ(nesterov.tensor("d_w_decayed")->role, TensorRole::Gradient);
+  EXPECT_EQ(inputs(nesterov, "momentum_v_w_new"), "momentum_velocity(momentum_v_w, d_w_decayed, momentum)");
+  EXPECT_EQ(inputs(nesterov, "w_updated"), "nesterov_update(w, d_w_decayed, momentum_v_w_new, lr, momentum)");
+
+  const Graph adam = build(Optimizer::Adam, true);
+  EXPECT_EQ(inputs(adam, "adam_m_w_new"), "adam_m(adam_m_w, d_w_decayed, adam_b1)");
+  EXPECT_EQ(inputs(adam, "w_updated"),
+            "adam_update(w, adam_m_w_new, adam_v_w_new, lr, adam_c1, adam_c2, adam_eps)");
+
+  const Graph adamw = build(Optimizer::AdamW, false);
+  EXPECT_EQ(inputs(adamw, "adam_v_w_new"), "adam_v(adam_v_w, d_w_from_m, adam_b2)");
+  EXPECT_EQ(inputs(adamw, "w_updated"), "adamw_update(w, adam_m_w_new, adam_v_w_new, lr, "
+                                        "adam_c1, adam_c2, adam_eps, weight_decay)");
+  EXPECT_EQ(adamw.tensor("d_w_decayed"), nullptr);
+  for (const Graph *t : {&sgd, &nesterov, &adam, &adamw})
+    for (const Node &n : t->nodes())
+      if (n.output == "w_updated")
+        EXPECT_TRUE(isOptimizerUpdate(n.op)) << n.op;
+  // Names and hyper-parameters.
+  for (Optimizer o : {Optimizer::SGD, Optimizer::Momentum, Optimizer::Nesterov, Optimizer::Adam,
+                      Optimizer::AdamW})
+    EXPECT_EQ(optimizerNamed(optimizerName(o)), o);
+  EXPECT_EQ(optimizerNamed("rmsprop"), std::nullopt);
+  EXPECT_EQ(optimizerHyperParameters(Optimizer::Nesterov, true),
+            (std::vector<std::string>{"lr", "momentum", "weight_decay"}));
 }
 
 } // namespace

@@ -30,7 +30,7 @@ class TrainingBuilder {
 public:
   TrainingBuilder(const Graph &fwd, const OpLibrary &lib) : fwd_(fwd), lib_(lib) {}
 
-  llvm::Expected<Graph> run(const std::string &loss, Optimizer optimizer);
+  llvm::Expected<Graph> run(const std::string &loss, Optimizer optimizer, bool weightDecay);
 
 private:
   llvm::Error backward(const Node &n);
@@ -154,7 +154,8 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
   return llvm::Error::success();
 }
 
-llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer optimizer) {
+llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer optimizer,
+                                           bool weightDecay) {
   const TensorInfo *l = fwd_.tensor(loss);
   if (!l)
     return stringError(fmt::format("the loss '{}' is not a tensor of the graph", loss));
@@ -227,18 +228,14 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
       return llvm::Expected<Graph>(std::move(e));
 
   // Optimiser updates.
-  std::vector<std::string> hyper =
-      optimizer == Optimizer::SGD        ? std::vector<std::string>{"lr"}
-      : optimizer == Optimizer::Momentum ? std::vector<std::string>{"lr", "momentum"}
-                                         : std::vector<std::string>{"lr", "adam_b1", "adam_b2",
-                                                                    "adam_c1", "adam_c2", "adam_eps"};
-  for (const std::string &h : hyper) {
+  for (const std::string &h : optimizerHyperParameters(optimizer, weightDecay)) {
     if (used_.count(h))
       return stringError(fmt::format("the graph already has a tensor named '{}'", h));
     used_.insert(h);
     if (llvm::Error e = g_.addTensor(scalarInput(h)))
       return llvm::Expected<Graph>(std::move(e));
   }
+  const bool adam = optimizer == Optimizer::Adam || optimizer == Optimizer::AdamW;
   for (const TensorInfo &w : fwd_.tensors()) {
     if (g_.tensor(w.name)->role != TensorRole::Weight)
       continue; // inputs and buffers
@@ -254,29 +251,27 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
                             w.name, loss, blocked_));
     }
     std::string group = w.group.empty() ? w.name : w.group;
+    // A node of the update, its result named after `output`; returns the result's name.
     auto node = [&](const std::string &name, const std::string &op,
-                    std::vector<std::string> inputs, const std::string &output) -> llvm::Error {
+                    std::vector<std::string> inputs, const std::string &output,
+                    TensorRole role = TensorRole::OptimizerState) -> llvm::Expected<std::string> {
       TensorInfo t;
       t.name = fresh(output);
       t.group = group;
-      t.role = TensorRole::OptimizerState;
+      t.role = role;
       std::string out = t.name;
       if (llvm::Error e = g_.addTensor(std::move(t)))
-        return e;
+        return llvm::Expected<std::string>(std::move(e));
       Node n;
       n.name = fresh(name);
       n.group = group;
       n.op = op;
       n.inputs = std::move(inputs);
       n.output = out;
-      return add(std::move(n));
+      if (llvm::Error e = add(std::move(n)))
+        return llvm::Expected<std::string>(std::move(e));
+      return out;
     };
-    if (optimizer == Optimizer::SGD) {
-      if (llvm::Error e = node("update_" + w.name, "sgd_update", {w.name, *gw, "lr"},
-                               w.name + "_updated"))
-        return llvm::Expected<Graph>(std::move(e));
-      continue;
-    }
     auto addState = [&](const std::string &name) -> llvm::Error {
       TensorInfo t;
       t.name = fresh(name);
@@ -286,31 +281,58 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
       t.role = TensorRole::OptimizerState;
       return g_.addTensor(std::move(t));
     };
-    if (optimizer == Optimizer::Momentum) {
-      const std::string v = "momentum_v_" + w.name;
-      if (llvm::Error e = addState(v))
-        return llvm::Expected<Graph>(std::move(e));
-      if (llvm::Error e = node("momentum_velocity_" + w.name, "momentum_velocity",
-                               {v, *gw, "momentum"}, v + "_new"))
-        return llvm::Expected<Graph>(std::move(e));
-      if (llvm::Error e = node("update_" + w.name, "momentum_update", {w.name, v + "_new", "lr"},
-                               w.name + "_updated"))
-        return llvm::Expected<Graph>(std::move(e));
-      continue;
-    }
-    std::string m = "adam_m_" + w.name, v = "adam_v_" + w.name;
-    for (const std::string &state : {m, v})
-      if (llvm::Error e = addState(state))
-        return llvm::Expected<Graph>(std::move(e));
-    if (llvm::Error e = node("adam_m_update_" + w.name, "adam_m", {m, *gw, "adam_b1"}, m + "_new"))
-      return llvm::Expected<Graph>(std::move(e));
-    if (llvm::Error e = node("adam_v_update_" + w.name, "adam_v", {v, *gw, "adam_b2"}, v + "_new"))
-      return llvm::Expected<Graph>(std::move(e));
-    if (llvm::Error e = node("update_" + w.name, "adam_update",
-                             {w.name, m + "_new", v + "_new", "lr", "adam_c1", "adam_c2",
-                              "adam_eps"},
-                             w.name + "_updated"))
-      return llvm::Expected<Graph>(std::move(e));
+    llvm::Error err = [&]() -> llvm::Error {
+      if (optimizer == Optimizer::SGD)
+        return weightDecay ? node("update_" + w.name, "sgd_weight_decay_update",
+                                  {w.name, *gw, "lr", "weight_decay"}, w.name + "_updated")
+                                 .takeError()
+                           : node("update_" + w.name, "sgd_update", {w.name, *gw, "lr"},
+                                  w.name + "_updated")
+                                 .takeError();
+      std::string grad = *gw; // with an L2 decay (not AdamW's), g + wd * w
+      if (weightDecay && optimizer != Optimizer::AdamW) {
+        auto d = node("weight_decay_" + w.name, "weight_decay_grad", {*gw, w.name, "weight_decay"},
+                      "d_" + w.name + "_decayed", TensorRole::Gradient);
+        if (!d)
+          return d.takeError();
+        grad = *d;
+      }
+      if (!adam) {
+        const std::string v = "momentum_v_" + w.name;
+        if (llvm::Error e = addState(v))
+          return e;
+        auto vNew = node("momentum_velocity_" + w.name, "momentum_velocity",
+                         {v, grad, "momentum"}, v + "_new");
+        if (!vNew)
+          return vNew.takeError();
+        return optimizer == Optimizer::Nesterov
+                   ? node("update_" + w.name, "nesterov_update",
+                          {w.name, grad, *vNew, "lr", "momentum"}, w.name + "_updated")
+                         .takeError()
+                   : node("update_" + w.name, "momentum_update", {w.name, *vNew, "lr"},
+                          w.name + "_updated")
+                         .takeError();
+      }
+      const std::string m = "adam_m_" + w.name, v = "adam_v_" + w.name;
+      for (const std::string &state : {m, v})
+        if (llvm::Error e = addState(state))
+          return e;
+      auto mNew = node("adam_m_update_" + w.name, "adam_m", {m, grad, "adam_b1"}, m + "_new");
+      if (!mNew)
+        return mNew.takeError();
+      auto vNew = node("adam_v_update_" + w.name, "adam_v", {v, grad, "adam_b2"}, v + "_new");
+      if (!vNew)
+        return vNew.takeError();
+      std::vector<std::string> in = {w.name, *mNew, *vNew, "lr", "adam_c1", "adam_c2", "adam_eps"};
+      if (optimizer == Optimizer::AdamW)
+        in.push_back("weight_decay");
+      return node("update_" + w.name,
+                  optimizer == Optimizer::AdamW ? "adamw_update" : "adam_update", std::move(in),
+                  w.name + "_updated")
+          .takeError();
+    }();
+    if (err)
+      return llvm::Expected<Graph>(std::move(err));
   }
   g_.outputs = fwd_.outputs;
   for (const Node &n : g_.nodes())
@@ -324,13 +346,52 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
 } // namespace
 
 llvm::Expected<Graph> buildTrainingGraph(const Graph &forward, const std::string &loss,
-                                         const OpLibrary &lib, Optimizer optimizer) {
-  return TrainingBuilder(forward, lib).run(loss, optimizer);
+                                         const OpLibrary &lib, Optimizer optimizer,
+                                         bool weightDecay) {
+  return TrainingBuilder(forward, lib).run(loss, optimizer, weightDecay);
+}
+
+const char *optimizerName(Optimizer o) {
+  switch (o) {
+  case Optimizer::SGD:
+    return "sgd";
+  case Optimizer::Momentum:
+    return "momentum";
+  case Optimizer::Nesterov:
+    return "nesterov";
+  case Optimizer::Adam:
+    return "adam";
+  case Optimizer::AdamW:
+    return "adamw";
+  }
+  return "?";
+}
+
+std::optional<Optimizer> optimizerNamed(const std::string &name) {
+  for (Optimizer o : {Optimizer::SGD, Optimizer::Momentum, Optimizer::Nesterov, Optimizer::Adam,
+                      Optimizer::AdamW})
+    if (name == optimizerName(o))
+      return o;
+  return std::nullopt;
+}
+
+std::vector<std::string> optimizerHyperParameters(Optimizer o, bool weightDecay) {
+  std::vector<std::string> h = {"lr"};
+  if (o == Optimizer::Momentum || o == Optimizer::Nesterov)
+    h.push_back("momentum");
+  if (o == Optimizer::Adam || o == Optimizer::AdamW)
+    h.insert(h.end(), {"adam_b1", "adam_b2", "adam_c1", "adam_c2", "adam_eps"});
+  if (weightDecay || o == Optimizer::AdamW)
+    h.push_back("weight_decay");
+  return h;
 }
 
 bool isOptimizerUpdate(const std::string &op) {
-  return op == "sgd_update" || op == "momentum_velocity" || op == "momentum_update" ||
-         op == "adam_update" || op == "adam_m" || op == "adam_v";
+  static const std::set<std::string> updates = {
+      "sgd_update",      "sgd_weight_decay_update", "momentum_velocity",
+      "momentum_update", "nesterov_update",         "adam_m",
+      "adam_v",          "adam_update",             "adamw_update"};
+  return updates.count(op) > 0;
 }
 
 llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib) {

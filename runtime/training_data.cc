@@ -116,18 +116,24 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
       c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (pt.name == "d_" + loss)
       r = fill(1.0);
-    else if (pt.name == "lr")
-      r = fill(lr);
-    else if (pt.name == "momentum")
+    else if (pt.name == "lr" || pt.name == "adam_c1" || pt.name == "adam_c2") {
+      r = Rule();
+      r.kind = Kind::Scheduled;
+      if (pt.name == "lr")
+        r.schedule = [lr, s = hyper.schedule](unsigned step) { return s.at(lr, step); };
+      else
+        r.schedule = [beta = pt.name == "adam_c1" ? 0.9 : 0.999](unsigned step) {
+          return adamBiasCorrection(beta, step);
+        };
+      scheduled_.push_back(t);
+    } else if (pt.name == "momentum")
       r = fill(hyper.momentum);
+    else if (pt.name == "weight_decay")
+      r = fill(hyper.weightDecay);
     else if (pt.name == "adam_b1")
       r = fill(0.9);
     else if (pt.name == "adam_b2")
       r = fill(0.999);
-    else if (pt.name == "adam_c1")
-      r = fill(1.0 / (1.0 - 0.9));
-    else if (pt.name == "adam_c2")
-      r = fill(1.0 / (1.0 - 0.999));
     else if (pt.name == "adam_eps")
       r = fill(1e-8);
     else if (pt.shape.empty() && lower.find("eps") != std::string::npos)
@@ -250,6 +256,8 @@ double TrainingData::element(const Rule &r, unsigned t, unsigned step, int64_t f
     }
     return v;
   }
+  case Kind::Scheduled:
+    return r.schedule(step);
   case Kind::Labels:
     break; // drawn by rows in fill
   }

@@ -8,6 +8,7 @@
 #define TOFU_RUNTIME_TRAINING_DATA_H
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "analysis/interpreter.h"
 #include "analysis/strategy.h"
+#include "runtime/lr_schedule.h"
 #include "search/problem.h"
 
 namespace tofu {
@@ -25,8 +27,9 @@ namespace tofu {
 ///   inputValueRules): uniform in [-1, 1], integers in range for indices, labels and
 ///   conditions, a dominant diagonal for matrices handed to opaque functions; 0.5 for
 ///   tensors nothing reads;
-/// - the loss gradient's seed `d_<loss>` 1, the learning rate `lr` (Adam's moments 0.9 and
-///   0.999 with bias corrections for the first step, epsilon 1e-8), normalisation epsilons
+/// - the loss gradient's seed `d_<loss>` 1, the learning rate `lr` at each step by
+///   `TrainingHyper::schedule`, Adam's moments 0.9 and 0.999 with the bias corrections of
+///   each step (1 - beta^t at the t-th update), epsilon 1e-8, normalisation epsilons
 ///   (rank-0 inputs named *eps) 0.1, matrices and filters uniform in ±1/sqrt(fan-in) and
 ///   optimiser state zero (eps 0.1, not PyTorch's 1e-5: the synthetic runs use batch 2, and
 ///   a small WResNet's last stage has 1x1 maps, so batch norm divides by the deviation of two
@@ -35,7 +38,7 @@ namespace tofu {
 /// - `constants` (Graph::constants: an imported model's constant inputs) keep their values,
 ///   and so do the tensors `initial` gives values (Graph::initialValues: an imported
 ///   model's weights and buffers), unless a checkpoint is loaded over them;
-/// - `momentum` (SGD with momentum) `Hyper::momentum`.
+/// - `momentum` (SGD with momentum, Nesterov) and `weight_decay` from `TrainingHyper`.
 ///
 /// With `teacher`, every step draws a fresh batch: every data input (an input of rank >= 1
 /// other than the labels or target) afresh — uniform in [-1, 1], or integers in its range —
@@ -45,9 +48,11 @@ namespace tofu {
 /// classes (softmax cross-entropy) or tanh (MSE target). A model can learn it, so the loss
 /// can fall. Without a teacher (or when the loss is neither of those two, or the largest
 /// input does not split into one row per label) the data stays fixed.
-/// Hyper-parameters a training graph reads besides the learning rate.
+/// Hyper-parameters a training graph reads besides the base learning rate.
 struct TrainingHyper {
   double momentum = 0.9;
+  double weightDecay = 0;
+  LrSchedule schedule;
 };
 
 class TrainingData {
@@ -65,6 +70,9 @@ public:
   const std::vector<unsigned> &tensors() const { return tensors_; }
   /// The tensors whose values change from step to step (empty without a teacher).
   const std::vector<unsigned> &batchTensors() const { return batch_; }
+  /// The hyper-parameters whose values change from step to step (the learning rate under a
+  /// schedule, Adam's bias corrections): written before every step, with data or without.
+  const std::vector<unsigned> &scheduledTensors() const { return scheduled_; }
   /// Writes `box` of tensor `t` at step `step` (counted from the first step ever trained,
   /// so a resumed run continues the sequence) to `out`, row-major over the box. Tensors
   /// that are not batch tensors have the same value at every step.
@@ -73,7 +81,7 @@ public:
   Tensor value(unsigned t, unsigned step) const;
 
 private:
-  enum class Kind { Fill, Given, GivenFloat, Uniform, Integers, Labels };
+  enum class Kind { Fill, Given, GivenFloat, Uniform, Integers, Labels, Scheduled };
   struct Rule {
     Kind kind = Kind::Fill;
     double a = 0, b = 0;   ///< Fill: a; Uniform: [a, b)
@@ -83,6 +91,7 @@ private:
     const std::vector<float> *givenFloat = nullptr;         ///< GivenFloat
     uint64_t stream = 0;   ///< from the seed and the tensor's name
     bool batch = false;    ///< drawn afresh each step
+    std::function<double(unsigned)> schedule; ///< Scheduled: the value at a step
   };
   /// Element `flat` (at `coords`) of tensor `t` under `rule` at step `step`.
   double element(const Rule &rule, unsigned t, unsigned step, int64_t flat,
@@ -91,7 +100,7 @@ private:
   void teacherScores(unsigned step, int64_t row, std::vector<double> &scores) const;
 
   const Problem &p_;
-  std::vector<unsigned> tensors_, batch_;
+  std::vector<unsigned> tensors_, batch_, scheduled_;
   std::map<unsigned, Rule> rules_;
   std::map<std::string, std::vector<double>> constants_;
   unsigned initialized_ = 0;

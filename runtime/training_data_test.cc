@@ -80,15 +80,18 @@ TEST(TrainingData, BatchesChangeAndNothingElseDoes) {
   TrainingData d(f.p, f.outputs.at(0), 7, 0.01);
   std::set<unsigned> batch(d.batchTensors().begin(), d.batchTensors().end());
   ASSERT_EQ(batch.size(), 2u) << "the data and its labels";
+  // Adam's bias corrections change with the step too (written before every step).
+  const std::set<unsigned> corrections = {f.tensor("adam_c1"), f.tensor("adam_c2")};
   for (unsigned t : d.tensors()) {
     const bool same = d.value(t, 0).data == d.value(t, 1).data;
-    EXPECT_EQ(same, !batch.count(t)) << f.p.tensors[t].name;
+    EXPECT_EQ(same, !batch.count(t) && !corrections.count(t)) << f.p.tensors[t].name;
   }
-  // Without a teacher nothing changes.
+  // Without a teacher nothing changes but the bias corrections.
   TrainingData fixed(f.p, f.outputs.at(0), 7, 0.01, {}, false);
   EXPECT_TRUE(fixed.batchTensors().empty());
   for (unsigned t : fixed.tensors())
-    EXPECT_EQ(fixed.value(t, 0).data, fixed.value(t, 5).data) << f.p.tensors[t].name;
+    EXPECT_EQ(fixed.value(t, 0).data == fixed.value(t, 5).data, !corrections.count(t))
+        << f.p.tensors[t].name;
   // Another seed, other values.
   TrainingData other(f.p, f.outputs.at(0), 8, 0.01);
   EXPECT_NE(other.value(f.tensor("fc1_w"), 0).data, d.value(f.tensor("fc1_w"), 0).data);
@@ -130,6 +133,74 @@ TEST(TrainingData, ValuesFollowTheirRules) {
       seen.insert(x);
     }
   EXPECT_GT(seen.size(), 2u) << "labels vary";
+}
+
+// The rate follows its schedule and Adam's bias corrections the step (1 - beta^t after t
+// updates: the first update divides m = 0.1 g by 0.1); both are scheduled tensors, written
+// before every step, and their value at a step does not depend on the steps before.
+TEST(TrainingData, ScheduledHyperParameters) {
+  Fixture f;
+  TrainingHyper hyper;
+  hyper.schedule = *parseLrSchedule("step:2:0.5");
+  hyper.schedule.warmup = 1;
+  TrainingData d(f.p, f.outputs.at(0), 7, 0.4, {}, true, nullptr, hyper);
+  const std::set<unsigned> scheduled(d.scheduledTensors().begin(), d.scheduledTensors().end());
+  EXPECT_EQ(scheduled, (std::set<unsigned>{f.tensor("lr"), f.tensor("adam_c1"), f.tensor("adam_c2")}));
+  const unsigned lr = f.tensor("lr"), c1 = f.tensor("adam_c1"), c2 = f.tensor("adam_c2");
+  const std::vector<double> rates = {0.2, 0.4, 0.4, 0.2, 0.2, 0.1};
+  for (unsigned step = 0; step < rates.size(); ++step)
+    EXPECT_FLOAT_EQ(d.value(lr, step).data[0], rates[step]) << step;
+  EXPECT_FLOAT_EQ(d.value(c1, 0).data[0], 0.1);
+  EXPECT_FLOAT_EQ(d.value(c1, 1).data[0], 0.19);
+  EXPECT_FLOAT_EQ(d.value(c2, 0).data[0], 0.001);
+  EXPECT_FLOAT_EQ(d.value(c2, 999).data[0], 1 - std::pow(0.999, 1000));
+}
+
+TEST(LrSchedule, FollowsItsFormulas) {
+  auto sched = [](const std::string &text, unsigned warmup = 0) {
+    auto s = parseLrSchedule(text);
+    EXPECT_TRUE(static_cast<bool>(s)) << text;
+    LrSchedule out = s ? *s : LrSchedule();
+    if (!s)
+      llvm::consumeError(s.takeError());
+    out.warmup = warmup;
+    return out;
+  };
+  EXPECT_EQ(sched("constant").at(0.3, 1000), 0.3);
+  const LrSchedule step = sched("step:3");
+  EXPECT_DOUBLE_EQ(step.at(1, 2), 1);
+  EXPECT_DOUBLE_EQ(step.at(1, 3), 0.1);
+  EXPECT_DOUBLE_EQ(step.at(1, 6), 0.01);
+  // Warm-up (t + 1) / (N + 1), then the cosine over the remaining 8 of its 10 steps.
+  const LrSchedule cosine = sched("cosine:10", 2);
+  EXPECT_DOUBLE_EQ(cosine.at(0.9, 0), 0.3);
+  EXPECT_DOUBLE_EQ(cosine.at(0.9, 1), 0.6);
+  EXPECT_DOUBLE_EQ(cosine.at(0.9, 2), 0.9);
+  EXPECT_NEAR(cosine.at(0.9, 6), 0.45, 1e-12);
+  EXPECT_NEAR(cosine.at(0.9, 9), 0.9 * (1 + std::cos(M_PI * 7 / 8)) / 2, 1e-12);
+  EXPECT_EQ(cosine.at(0.9, 10), 0.0);
+  EXPECT_EQ(cosine.at(0.9, 50), 0.0);
+  // The text form reads back.
+  for (const char *text : {"constant", "step:30:0.5", "cosine:1000"})
+    EXPECT_EQ(sched(text).str(), text);
+  // Errors say what is wrong.
+  for (const auto &[text, why] : std::vector<std::pair<std::string, std::string>>{
+           {"step", "step takes EVERY"},
+           {"step:0", "EVERY '0' is not a whole number"},
+           {"step:-3", "EVERY '-3'"},
+           {"step:3:0", "GAMMA '0' is not a number in (0, 1]"},
+           {"step:3:1.5", "GAMMA '1.5'"},
+           {"step:3:x", "GAMMA 'x'"},
+           {"step:3:0.5:1", "step takes EVERY"},
+           {"cosine:0", "HORIZON '0'"},
+           {"cosine:99999999999", "HORIZON '99999999999'"},
+           {"constant:4", "constant takes no parameters"},
+           {"", "unknown schedule ''"},
+           {"exp", "unknown schedule 'exp'"}}) {
+    auto s = parseLrSchedule(text);
+    ASSERT_FALSE(static_cast<bool>(s)) << text;
+    EXPECT_NE(llvm::toString(s.takeError()).find(why), std::string::npos) << text;
+  }
 }
 
 // An eval-mode batch norm's running statistics, with no values of their own, are buffers:

@@ -42,8 +42,13 @@ cl::opt<int64_t> batch("batch", cl::desc("Batch size for zoo models (default 32)
 cl::opt<bool> train("train", cl::desc("Add the backward pass and the optimiser update"),
                     cl::cat(planCategory));
 cl::opt<std::string> optimizer("optimizer",
-                               cl::desc("sgd, momentum or adam (with --train; default adam)"),
+                               cl::desc("sgd, momentum, nesterov, adam or adamw (with --train; "
+                                        "default adam)"),
                                cl::init("adam"), cl::cat(planCategory));
+cl::opt<bool> weightDecay("weight-decay",
+                          cl::desc("With --train: plan the updates with an L2 weight decay "
+                                   "(adamw always decays)"),
+                          cl::cat(planCategory));
 cl::opt<std::string> lossOutput("loss-output",
                                 cl::desc("With --train, a graph of several outputs trains on "
                                          "this one (default: the first)"),
@@ -160,8 +165,11 @@ int main(int argc, char **argv) {
                     "are its own\n";
     return 2;
   }
-  if ((optimizer.getNumOccurrences() || lossOutput.getNumOccurrences()) && !train) {
-    llvm::errs() << "tofu-plan: --" << (optimizer.getNumOccurrences() ? "optimizer" : "loss-output")
+  if ((optimizer.getNumOccurrences() || lossOutput.getNumOccurrences() || weightDecay) && !train) {
+    llvm::errs() << "tofu-plan: --"
+                 << (optimizer.getNumOccurrences() ? "optimizer"
+                     : weightDecay                 ? "weight-decay"
+                                                   : "loss-output")
                  << " applies to a training step: give --train\n";
     return 2;
   }
@@ -227,10 +235,11 @@ int main(int argc, char **argv) {
     llvm::errs() << "tofu-plan: --format must be table or json\n";
     return 2;
   }
-  if (optimizer != "sgd" && optimizer != "momentum" && optimizer != "adam") {
-    llvm::errs() << "tofu-plan: --optimizer must be sgd, momentum or adam\n";
+  if (!tofu::optimizerNamed(optimizer)) {
+    llvm::errs() << "tofu-plan: --optimizer must be sgd, momentum, nesterov, adam or adamw\n";
     return 2;
   }
+
   tofu::SourceManager sources;
   tofu::DiagnosticEngine diags(sources);
   auto ops = tofu::findOpsDir(opsDir, opsDir.getNumOccurrences() > 0);
@@ -247,9 +256,8 @@ int main(int argc, char **argv) {
   }
   tofu::PipelineOptions pipeline;
   if (train)
-    pipeline.train = optimizer == "sgd"        ? tofu::Optimizer::SGD
-                     : optimizer == "momentum" ? tofu::Optimizer::Momentum
-                                               : tofu::Optimizer::Adam;
+    pipeline.train = *tofu::optimizerNamed(optimizer);
+  pipeline.weightDecay = weightDecay;
   pipeline.lossOutput = lossOutput;
   pipeline.until = budgetBytes || topology ? tofu::Stage::Problem
                   : workers > 0              ? tofu::Stage::Plan

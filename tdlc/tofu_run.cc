@@ -101,8 +101,28 @@ cl::opt<bool> tf32("tf32", cl::desc("With --backend cuda or nccl: let cuBLAS and
                    cl::cat(runCategory));
 cl::opt<std::string> optimizer("optimizer",
                                cl::desc("sgd (default), momentum (SGD with momentum, PyTorch's "
-                                        "form: v = mu v + g, w -= lr v) or adam"),
+                                        "form: v = mu v + g, w -= lr v), nesterov (w -= lr (g + "
+                                        "mu v)), adam or adamw (Adam with decoupled weight "
+                                        "decay), each as torch.optim's"),
                                cl::init("sgd"), cl::cat(runCategory));
+cl::opt<double> weightDecayOpt("weight-decay",
+                               cl::desc("Weight decay: with sgd, momentum, nesterov and adam an "
+                                        "L2 term added to the gradient (g + wd w, PyTorch's "
+                                        "weight_decay); with adamw decoupled (w -= lr wd w; "
+                                        "default 0.01 there, else 0)"),
+                               cl::init(-1), cl::cat(runCategory));
+cl::opt<std::string> lrScheduleOpt(
+    "lr-schedule",
+    cl::desc("How the learning rate moves per step: constant (default), step:EVERY[:GAMMA] "
+             "(times GAMMA, default 0.1, every EVERY steps) or cosine[:HORIZON] (to 0 at step "
+             "HORIZON, default the run's last step); after --warmup. Steps count over every "
+             "run, so --load continues the schedule (and takes the checkpoint's when none is "
+             "given)"),
+    cl::value_desc("SCHEDULE"), cl::cat(runCategory));
+cl::opt<unsigned> warmupOpt("warmup",
+                            cl::desc("Steps of linear learning-rate warm-up, lr (t + 1) / "
+                                     "(N + 1) at step t < N, before --lr-schedule (default 0)"),
+                            cl::value_desc("N"), cl::cat(runCategory));
 cl::opt<bool> infer("infer", cl::desc("Run the model's forward graph once, partitioned, on the "
                                       "inputs --input gives, and report (--output-dir: write) "
                                       "every graph output; weights from the model's "
@@ -118,7 +138,7 @@ cl::opt<std::string> lossOutput("loss-output",
                                 cl::desc("A graph of several outputs trains on this one (default: "
                                          "the first)"),
                                 cl::value_desc("NAME"), cl::cat(runCategory));
-cl::opt<double> momentumOpt("momentum", cl::desc("With --optimizer momentum: mu (default 0.9)"),
+cl::opt<double> momentumOpt("momentum", cl::desc("With --optimizer momentum or nesterov: mu (default 0.9)"),
                             cl::init(0.9), cl::cat(runCategory));
 cl::opt<bool> verify("verify", cl::desc("Also run the step unpartitioned and compare"),
                      cl::cat(runCategory));
@@ -181,7 +201,7 @@ cl::opt<std::string> kernelsMode("kernels", cl::desc("compiled (default): oneDNN
                                  cl::init("compiled"), cl::cat(runCategory));
 cl::opt<unsigned> steps("steps", cl::desc("Training steps (default 1)"), cl::init(1),
                         cl::cat(runCategory));
-cl::opt<double> learningRate("lr", cl::desc("Learning rate (default 0.1 for sgd, 0.001 for adam)"),
+cl::opt<double> learningRate("lr", cl::desc("Base learning rate (default 0.1 for sgd, 0.01 for momentum and nesterov, 0.001 for adam and adamw)"),
                              cl::init(-1), cl::cat(runCategory));
 cl::opt<int> threadsPerWorker("worker-threads", cl::desc("OpenMP threads per worker (default: cores / "
                                                   "workers)"),
@@ -560,18 +580,70 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   const bool json = format == "json";
   // mpirun hands its processes a terminal whatever its own output is: no progress line.
   const bool terminal = !json && !procs.on && ::isatty(STDOUT_FILENO);
-  double lr = learningRate >= 0 ? learningRate
-               : optimizer == "sgd"     ? 0.1
-               : optimizer == "momentum" ? 0.01
-                                         : 0.001;
+  // --load: the checkpoint's metadata supplies the steps trained before and the
+  // hyper-parameters this run does not give (a schedule continues where it stopped).
+  unsigned stepsBefore = 0;
+  std::optional<tofu::CheckpointReader> resumed;
+  std::map<std::string, std::string> was; // the checkpoint's metadata
+  if (!loadDir.empty()) {
+    auto c = tofu::CheckpointReader::open(loadDir);
+    if (!c)
+      return fail(llvm::toString(c.takeError()));
+    was = c->metadata();
+    if (auto it = was.find("steps"); it != was.end())
+      stepsBefore = static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
+    if (auto it = was.find("optimizer"); it != was.end() && it->second != optimizer)
+      return fail(fmt::format("{}: the checkpoint was trained with --optimizer {}, this run "
+                              "uses {}: its state does not carry over (give --optimizer {})",
+                              c->path(), it->second, std::string(optimizer), it->second),
+                  2);
+    resumed = std::move(*c);
+  }
+  // A hyper-parameter: the option where given, else the checkpoint's, else `otherwise`.
+  auto hyperOf = [&](const cl::opt<double> &o, const char *key, double otherwise) {
+    if (o.getNumOccurrences() > 0)
+      return double(o);
+    if (auto it = was.find(key); it != was.end())
+      return std::strtod(it->second.c_str(), nullptr);
+    return otherwise;
+  };
+  const tofu::Optimizer kind = *tofu::optimizerNamed(optimizer);
+  const double lr = hyperOf(learningRate, "lr",
+                            kind == tofu::Optimizer::SGD ? 0.1
+                            : kind == tofu::Optimizer::Momentum || kind == tofu::Optimizer::Nesterov
+                                ? 0.01
+                                : 0.001);
+  tofu::TrainingHyper hyper;
+  hyper.momentum = hyperOf(momentumOpt, "momentum", 0.9);
+  hyper.weightDecay =
+      hyperOf(weightDecayOpt, "weight_decay", kind == tofu::Optimizer::AdamW ? 0.01 : 0.0);
+  if (weightDecayOpt.getNumOccurrences() == 0 && hyper.weightDecay > 0 &&
+      kind != tofu::Optimizer::AdamW)
+    return fail(fmt::format("{}: the checkpoint was trained with --weight-decay {}: give it "
+                            "again (it shapes the training graph)",
+                            resumed->path(), hyper.weightDecay),
+                2);
+  {
+    std::string text = lrScheduleOpt;
+    if (text.empty())
+      if (auto it = was.find("lr_schedule"); it != was.end())
+        text = it->second;
+    if (!text.empty()) {
+      auto sc = tofu::parseLrSchedule(text);
+      if (!sc)
+        return fail(llvm::toString(sc.takeError()), 2);
+      hyper.schedule = *sc;
+    }
+    hyper.schedule.warmup = warmupOpt.getNumOccurrences() > 0 ? unsigned(warmupOpt) : 0;
+    if (warmupOpt.getNumOccurrences() == 0)
+      if (auto it = was.find("warmup"); it != was.end())
+        hyper.schedule.warmup = static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
+  }
   unsigned lossTensor = 0;
   for (unsigned t = 0; t < p.tensors.size(); ++t)
     if (p.tensors[t].name == loss)
       lossTensor = t;
-  // Every worker draws its own tiles of every value: no process makes a whole tensor.
   const bool realData = dataMode != "teacher" && dataMode != "fixed";
-  const tofu::TrainingData data(p, loss, seed, lr, training.constants, dataMode == "teacher",
-                                &training.initialValues, {momentumOpt});
   auto setValues = [&](tofu::Engine &e, const tofu::TrainingData &from,
                        const std::vector<unsigned> &tensors, unsigned step) {
     for (unsigned t : tensors)
@@ -605,6 +677,17 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       steps = static_cast<unsigned>(std::min<int64_t>(int64_t(epochs) * stepsPerEpoch,
                                                       std::numeric_limits<unsigned>::max()));
   }
+  // A cosine schedule with no horizon ends at this run's last step.
+  if (hyper.schedule.kind == tofu::LrSchedule::Kind::Cosine && hyper.schedule.horizon == 0)
+    hyper.schedule.horizon = stepsBefore + steps;
+  if (hyper.schedule.kind == tofu::LrSchedule::Kind::Cosine &&
+      hyper.schedule.horizon <= hyper.schedule.warmup)
+    return fail(fmt::format("--lr-schedule {} ends at step {}, within the {} steps of --warmup",
+                            hyper.schedule.str(), hyper.schedule.horizon, hyper.schedule.warmup),
+                2);
+  // Every worker draws its own tiles of every value: no process makes a whole tensor.
+  const tofu::TrainingData data(p, loss, seed, lr, training.constants, dataMode == "teacher",
+                                &training.initialValues, hyper);
   std::vector<int64_t> order; // of the epoch `orderEpoch`
   int64_t orderEpoch = -1;
   auto samplesOf = [&](unsigned step) {
@@ -618,6 +701,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   };
   // The batch of a step, by its index counted over every run of a resumed training.
   auto setBatch = [&](tofu::Engine &e, unsigned step) {
+    setValues(e, data, data.scheduledTensors(), step);
     if (realData)
       tofu::feedBatch(e, *ds, bindings, samplesOf(step), normalization);
     else
@@ -660,18 +744,9 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   const tofu::BackendStats bs = (*engine)->backendStats();
   const tofu::KernelCompileStats &cs = bs.compile;
   setValues(**engine, data, data.tensors(), 0);
-  unsigned stepsBefore = 0;
-  std::optional<tofu::CheckpointReader> resumed;
-  if (!loadDir.empty()) {
-    auto c = tofu::CheckpointReader::open(loadDir);
-    if (!c)
-      return fail(llvm::toString(c.takeError()));
-    if (llvm::Error e = tofu::restore(**engine, *c))
-      return fail(c->path() + ": " + llvm::toString(std::move(e)));
-    if (auto it = c->metadata().find("steps"); it != c->metadata().end())
-      stepsBefore = static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
-    resumed = std::move(*c);
-  }
+  if (resumed)
+    if (llvm::Error e = tofu::restore(**engine, *resumed))
+      return fail(resumed->path() + ": " + llvm::toString(std::move(e)));
   // --eval: the forward graph on an engine of its own, its weights copied from training's
   // (tile by tile: both plans cut every weight alike).
   std::optional<EnginePlan> evalPlan;
@@ -758,6 +833,23 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                   secs);
     return llvm::Error::success();
   };
+  // The optimiser as the header says it: "adamw, lr 0.001 (cosine:100 after 5 warm-up
+  // steps), weight decay 0.01".
+  std::string optimizerText = fmt::format("{}, lr {}", std::string(optimizer), lr);
+  {
+    std::vector<std::string> how;
+    if (hyper.schedule.kind != tofu::LrSchedule::Kind::Constant)
+      how.push_back(hyper.schedule.str());
+    if (hyper.schedule.warmup > 0)
+      how.push_back(fmt::format("{}{} warm-up steps", how.empty() ? "" : "after ",
+                                hyper.schedule.warmup));
+    if (!how.empty())
+      optimizerText += fmt::format(" ({})", fmt::join(how, " "));
+    if (kind == tofu::Optimizer::Momentum || kind == tofu::Optimizer::Nesterov)
+      optimizerText += fmt::format(", momentum {}", hyper.momentum);
+    if (hyper.weightDecay > 0 || kind == tofu::Optimizer::AdamW)
+      optimizerText += fmt::format(", weight decay {}", hyper.weightDecay);
+  }
   if (!json) {
     if (resumed)
       llvm::outs() << fmt::format("resumed from {} ({} steps trained before)\n",
@@ -770,9 +862,9 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                         std::string(mpiTransport))
                           : "CPU";
     llvm::outs() << fmt::format(
-        "{} training ({}, lr {}, batch {}): {} nodes on {} workers, algorithm {}, {} engine "
+        "{} training ({}, batch {}): {} nodes on {} workers, algorithm {}, {} engine "
         "(float32{}, {})\n",
-        name, optimizer, lr, batch, p.nodes.size(), workers, algorithm, engineName,
+        name, optimizerText, batch, p.nodes.size(), workers, algorithm, engineName,
         gpu && tf32 ? " with TF32 products" : "",
         !options.library ? "generated kernels"
         : gpu            ? "cuBLAS, cuDNN + generated kernels"
@@ -899,8 +991,16 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     llvm::outs() << "\n";
   if (!saveDir.empty()) {
     const std::map<std::string, std::string> metadata = {
-        {"format", "tofu"}, {"model", name}, {"optimizer", optimizer},
-        {"steps", std::to_string(stepsBefore + steps)}, {"workers", std::to_string(workers)}};
+        {"format", "tofu"},
+        {"model", name},
+        {"optimizer", optimizer},
+        {"lr", fmt::format("{}", lr)},
+        {"lr_schedule", hyper.schedule.str()},
+        {"warmup", std::to_string(hyper.schedule.warmup)},
+        {"momentum", fmt::format("{}", hyper.momentum)},
+        {"weight_decay", fmt::format("{}", hyper.weightDecay)},
+        {"steps", std::to_string(stepsBefore + steps)},
+        {"workers", std::to_string(workers)}};
     if (int status = procs.on ? saveTiles(**engine, metadata) : saveWhole(**engine, metadata))
       return status;
   }
@@ -998,6 +1098,16 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     j["model"] = name;
     j["workers"] = unsigned(workers);
     j["optimizer"] = std::string(optimizer);
+    j["lr"] = lr;
+    j["lr_schedule"] = hyper.schedule.str();
+    j["warmup"] = hyper.schedule.warmup;
+    j["weight_decay"] = hyper.weightDecay;
+    {
+      std::vector<double> rates; // the learning rate of each step of this run
+      for (unsigned st = 0; st < steps; ++st)
+        rates.push_back(hyper.schedule.at(lr, stepsBefore + st));
+      j["lr_per_step"] = rates;
+    }
     j["batch"] = int64_t(batch);
     j["steps"] = unsigned(steps);
     j["step_seconds"] = stepSeconds;
@@ -1356,12 +1466,22 @@ int run(int argc, char **argv) {
     return fail("--tf32 is for --backend cuda", 2);
   if (backend == "cuda" && kernelsMode == "interp")
     return fail("--kernels interp is the CPU reference executor; use --backend cpu", 2);
-  if (optimizer != "sgd" && optimizer != "momentum" && optimizer != "adam")
-    return fail("--optimizer must be sgd, momentum or adam", 2);
-  if (momentumOpt.getNumOccurrences() > 0 && optimizer != "momentum")
-    return fail("--momentum is for --optimizer momentum", 2);
+  const std::optional<tofu::Optimizer> optimizerKind = tofu::optimizerNamed(optimizer);
+  if (!optimizerKind)
+    return fail("--optimizer must be sgd, momentum, nesterov, adam or adamw", 2);
+  if (momentumOpt.getNumOccurrences() > 0 && *optimizerKind != tofu::Optimizer::Momentum &&
+      *optimizerKind != tofu::Optimizer::Nesterov)
+    return fail("--momentum is for --optimizer momentum or nesterov", 2);
   if (!(momentumOpt >= 0 && momentumOpt < 1))
     return fail("--momentum must be in [0, 1)", 2);
+  if (weightDecayOpt.getNumOccurrences() > 0 &&
+      !(weightDecayOpt >= 0 && weightDecayOpt < 1e6 && std::isfinite(weightDecayOpt)))
+    return fail("--weight-decay must be a finite number at least 0", 2);
+  if (!lrScheduleOpt.empty())
+    if (auto s = tofu::parseLrSchedule(lrScheduleOpt); !s)
+      return fail(llvm::toString(s.takeError()), 2);
+  if (warmupOpt >= (1u << 31))
+    return fail("--warmup must be below 2^31 steps", 2);
   if (kernelsMode != "compiled" && kernelsMode != "generated" && kernelsMode != "interp")
     return fail("--kernels must be compiled, generated or interp", 2);
   if (format != "table" && format != "json")
@@ -1371,9 +1491,11 @@ int run(int argc, char **argv) {
       if (o->getNumOccurrences() > 0)
         return fail(fmt::format("--{} is for training runs, not --infer", std::string(o->ArgStr)), 2);
     if (!saveDir.empty() || steps.getNumOccurrences() > 0 || dataMode.getNumOccurrences() > 0 ||
-        optimizer.getNumOccurrences() > 0 || learningRate.getNumOccurrences() > 0)
-      return fail("--infer runs the forward graph once: --save, --steps, --data, --optimizer "
-                  "and --lr are for training",
+        optimizer.getNumOccurrences() > 0 || learningRate.getNumOccurrences() > 0 ||
+        weightDecayOpt.getNumOccurrences() > 0 || lrScheduleOpt.getNumOccurrences() > 0 ||
+        warmupOpt.getNumOccurrences() > 0 || momentumOpt.getNumOccurrences() > 0)
+      return fail("--infer runs the forward graph once: --save, --steps, --data, --optimizer, "
+                  "--lr, --lr-schedule, --warmup, --momentum and --weight-decay are for training",
                   2);
     if (kernelsMode == "interp")
       return fail("--infer runs on the engine (--kernels compiled or generated)", 2);
@@ -1442,9 +1564,8 @@ int run(int argc, char **argv) {
     return fail("cannot load the operator library: " + llvm::toString(lib.takeError()));
   }
   tofu::PipelineOptions pipeline;
-  pipeline.train = optimizer == "sgd"        ? tofu::Optimizer::SGD
-                   : optimizer == "momentum" ? tofu::Optimizer::Momentum
-                                             : tofu::Optimizer::Adam;
+  pipeline.train = *optimizerKind;
+  pipeline.weightDecay = weightDecayOpt > 0;
   pipeline.lossOutput = lossOutput;
   if (infer)
     pipeline.train.reset(); // the forward graph

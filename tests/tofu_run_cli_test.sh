@@ -119,5 +119,6 @@ expect_error "--kernels interp runs one step" --model mlp --workers 2 --kernels 
 expect_error "real: no such directory (--data takes a directory of the MNIST family" --model mlp --workers 2 --data real
 expect_error "--lr must be a positive finite number" --model mlp --workers 2 --lr -1
 expect_error "none: cannot open: No such file or directory" --model mlp --workers 2 --load "$tmp/none"
-expect_error "the checkpoint has no tensor" --model gpt-1-16-2-4 --batch 2 --workers 2 --load "$tmp/ckpt"
+expect_error "the checkpoint has no tensor" --model gpt-1-16-2-4 --batch 2 --workers 2 --optimizer adam --load "$tmp/ckpt"
+expect_error "the checkpoint was trained with --optimizer adam, this run uses sgd" --onnx tests/onnx/mlp.onnx --workers 2 --load "$tmp/ckpt"
 exit $fail

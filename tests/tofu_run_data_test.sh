@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# tofu-run on real data (--data, --eval, --optimizer momentum): the CNN of tools/fmnist.py
+# tofu-run on real data (--data, --eval, the optimisers and schedules): the CNN of tools/fmnist.py
 # (tests/onnx/fmnist_cnn.onnx, its initializers the initial weights) on a small learnable data
 # set of the MNIST family written here (IDX files, the images gzipped), checked against
 # PyTorch on the same weights, batches and hyper-parameters (tools/fmnist.py train, the
 # independent oracle); evaluation on the test split; a checkpoint resumed mid-epoch continues
-# the uninterrupted run; 2 MPI processes give the run of 2 threads; bad uses exit 2.
+# the uninterrupted run; 2 MPI processes give the run of 2 threads; every optimiser, weight
+# decay and learning-rate schedule against torch.optim's, and a schedule resumed from a
+# checkpoint; bad uses exit 2.
 set -uo pipefail
 run="$(realpath "$1")"
 fail=0
@@ -103,6 +105,65 @@ assert [e["accuracy"] for e in a["eval"]] == [e["accuracy"] for e in b["eval"]],
 PY
 fi
 
+# Each optimiser, with weight decay and a schedule, against torch.optim and its schedulers
+# for 30 steps. Adam's runs compare with PyTorch in float64: its updates normalise away a
+# gradient's size, so float32 rounding in near-zero gradients grows into whole steps (Tofu
+# in float32 stays within 1e-5 of PyTorch in float64; PyTorch in float32 parts from both by
+# 2% of the loss within 25 steps).
+opt_case() { # NAME FLOAT64(0|1) OPTIONS...
+  local name=$1 f64=$2; shift 2
+  local extra=()
+  [ "$f64" = 1 ] && extra=(--float64)
+  if ! "$run" --onnx "$model" --batch 32 --data "$tmp/data" --normalize 0.3,0.3 --seed 3 --format=json \
+       --workers 2 --steps 30 "$@" >"$tmp/$name.json" 2>"$tmp/err.txt"; then
+    echo "FAILED: tofu-run $*" >&2; cat "$tmp/err.txt" >&2; fail=1; return
+  fi
+  if ! $py tools/fmnist.py train --onnx "$model" --data "$tmp/data" --batch 32 --steps 30 --seed 3 \
+       --normalize 0.3,0.3 --log-every 1000 --threads 1 "${extra[@]}" "$@" \
+       --json "$tmp/$name.torch.json" >"$tmp/torch.txt" 2>&1; then
+    echo "FAILED: tools/fmnist.py train $*" >&2; cat "$tmp/torch.txt" >&2; fail=1; return
+  fi
+  $py - "$tmp/$name.json" "$tmp/$name.torch.json" "$name" <<'PY' || fail=1
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert len(a["loss"]) == 30 == len(b["loss"]), (len(a["loss"]), len(b["loss"]))
+for s, (x, y) in enumerate(zip(a["lr_per_step"], b["lr_per_step"])):
+    assert abs(x - y) <= 1e-9 * abs(y) + 1e-15, (sys.argv[3], "lr", s, x, y)
+for s, (x, y) in enumerate(zip(a["loss"], b["loss"])):
+    assert abs(x - y) <= 1e-4 * max(1.0, abs(y)), (sys.argv[3], "loss", s, x, y)
+assert a["loss"][-1] < a["loss"][0], (sys.argv[3], "does not learn", a["loss"])
+print(sys.argv[3], "agrees with torch.optim over 30 steps:", round(a["loss"][0], 4), "->", round(a["loss"][-1], 4))
+PY
+}
+opt_case sgd 0 --optimizer sgd --lr 0.05 --weight-decay 0.05 --warmup 4
+opt_case nesterov 0 --optimizer nesterov --lr 0.02 --momentum 0.8 --weight-decay 0.01 --lr-schedule step:7:0.5
+opt_case adam 1 --optimizer adam --lr 0.002 --weight-decay 0.001 --lr-schedule step:10
+opt_case adamw 1 --optimizer adamw --lr 0.002 --warmup 5 --lr-schedule cosine
+
+# A schedule resumed from a checkpoint: AdamW under warm-up and cosine, 12 steps saved, then
+# 18 with --load and no optimiser options: the checkpoint's rate, schedule, decay and Adam's
+# moments and step count carry the run on as if it had never stopped.
+if "$run" --onnx "$model" --batch 32 --data "$tmp/data" --normalize 0.3,0.3 --seed 3 --format=json \
+     --workers 2 --steps 12 --optimizer adamw --lr 0.002 --warmup 5 --lr-schedule cosine:30 \
+     --save "$tmp/ckpt-adamw" >"$tmp/a1.json" 2>"$tmp/err.txt" &&
+   "$run" --onnx "$model" --batch 32 --data "$tmp/data" --normalize 0.3,0.3 --seed 3 --format=json \
+     --workers 1 --steps 18 --optimizer adamw --load "$tmp/ckpt-adamw" >"$tmp/a2.json" 2>"$tmp/err.txt"; then
+  $py - "$tmp/adamw.json" "$tmp/a1.json" "$tmp/a2.json" <<'PY' || fail=1
+import json, sys
+straight, first, second = (json.load(open(p)) for p in sys.argv[1:])
+assert second["lr_schedule"] == "cosine:30" and second["warmup"] == 5, second["lr_schedule"]
+for key in ("loss", "lr_per_step"):
+    resumed = first[key] + second[key]
+    assert len(resumed) == 30
+    for s, (x, y) in enumerate(zip(straight[key], resumed)):
+        assert abs(x - y) <= 1e-4 * max(1.0, abs(x)), (key, s, x, y)
+PY
+else
+  echo "FAILED: --save / --load under a schedule" >&2; cat "$tmp/err.txt" >&2; fail=1
+fi
+expect_exit 2 "the checkpoint was trained with --optimizer adamw" "$run" --onnx "$model" --batch 32 \
+  --workers 1 --data "$tmp/data" --optimizer adam --load "$tmp/ckpt-adamw"
+
 # Bad uses: each exits 2 naming what is wrong.
 $py - "$tmp/data" <<'PY'
 import struct, sys
@@ -120,6 +181,13 @@ expect_exit 2 "give --epochs or --steps" "$run" --onnx "$model" --workers 1 --da
 expect_exit 2 "--normalize must be MEAN,STD" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --normalize 0.5
 expect_exit 2 "--eval-every needs --eval" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --eval-every 5
 expect_exit 2 "no t10k-images-idx3-ubyte" "$run" --onnx "$model" --batch 32 --workers 1 --data "$tmp/data" --eval "$tmp"
-expect_exit 2 "--momentum is for --optimizer momentum" "$run" --onnx "$model" --workers 1 --momentum 0.5
+expect_exit 2 "--momentum is for --optimizer momentum or nesterov" "$run" --onnx "$model" --workers 1 --momentum 0.5
+expect_exit 2 "--optimizer must be sgd, momentum, nesterov, adam or adamw" "$run" --onnx "$model" --workers 1 --optimizer rmsprop
+expect_exit 2 "--weight-decay must be a finite number at least 0" "$run" --onnx "$model" --workers 1 --weight-decay -1
+expect_exit 2 "--lr-schedule 'step:0': EVERY '0' is not a whole number of steps >= 1" "$run" --onnx "$model" --workers 1 --lr-schedule step:0
+expect_exit 2 "GAMMA '2' is not a number in (0, 1]" "$run" --onnx "$model" --workers 1 --lr-schedule step:5:2
+expect_exit 2 "unknown schedule 'linear'" "$run" --onnx "$model" --workers 1 --lr-schedule linear
+expect_exit 2 "ends at step 4, within the 6 steps of --warmup" "$run" --onnx "$model" --batch 32 --workers 1 \
+  --data "$tmp/data" --steps 4 --warmup 6 --lr-schedule cosine
 expect_exit 2 "not an IDX file" "$run" --onnx "$model" --batch 32 --workers 1 --data "images=$model,labels=$tmp/data/t10k-labels-idx1-ubyte"
 exit $fail

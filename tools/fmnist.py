@@ -5,14 +5,22 @@
       Defines the CNN in PyTorch (initial weights from torch.manual_seed(S)) and exports it
       to ONNX with a dynamic batch: the model tofu-run trains (--onnx), its initializers
       the initial weights.
-  fmnist.py train --onnx M.onnx --data DIR [--epochs E] [--batch B] [--lr LR]
-                  [--momentum MU] [--seed S] [--normalize MEAN,STD] [--log-every N]
-                  [--threads T] --json OUT.json
+  fmnist.py train --onnx M.onnx --data DIR [--epochs E | --steps N] [--batch B] [--lr LR]
+                  [--optimizer sgd|momentum|nesterov|adam|adamw] [--momentum MU]
+                  [--weight-decay WD] [--lr-schedule S] [--warmup N] [--seed S]
+                  [--normalize MEAN,STD] [--log-every N] [--threads T] [--float64]
+                  --json OUT.json
       Trains the same model in PyTorch from the ONNX file's initial weights, on the same
       batches in the same order as tofu-run --data DIR --seed S (runtime/dataset.h:
-      epochOrder, reimplemented below), with SGD with momentum as tofu-run's --optimizer
-      momentum (v = mu v + g, w -= lr v), and evaluates on the test split after each epoch.
-      Writes per-step losses and the evaluations as JSON (tofu-run --format=json's keys).
+      epochOrder, reimplemented below), with torch.optim's optimiser of that name (SGD,
+      SGD(momentum), SGD(nesterov), Adam, AdamW) and torch.optim.lr_scheduler's schedule
+      (StepLR, CosineAnnealingLR, after LinearLR's warm-up under SequentialLR), stepped per
+      step as tofu-run's --optimizer, --lr-schedule and --warmup are, and evaluates on the
+      test split after each epoch (and after the last step). Writes per-step losses, rates
+      and the evaluations as JSON (tofu-run --format=json's keys). --float64 trains in
+      double precision: the exact reference where float32 rounding grows chaotically (Adam's
+      updates normalise away a gradient's size, so rounding noise in a near-zero gradient
+      becomes a full step; two float32 runs then part within a few steps).
   fmnist.py plot TOFU.json TORCH.json OUT.svg
       Draws both loss curves (means over windows of steps) and the test accuracies in one SVG,
       and prints the comparison.
@@ -108,6 +116,9 @@ def train(args):
     import onnx.numpy_helper
     import torch
     torch.set_num_threads(args.threads)
+    real = np.float64 if args.float64 else np.float32
+    if args.float64:
+        torch.set_default_dtype(torch.float64)
     model = build_model()
     init = {t.name: onnx.numpy_helper.to_array(t)
             for t in onnx.load(args.onnx).graph.initializer}
@@ -115,19 +126,31 @@ def train(args):
     for name in state:
         if name not in init:
             sys.exit(f"fmnist.py: {args.onnx} has no initializer '{name}'")
-        state[name] = torch.from_numpy(np.array(init[name], dtype=np.float32))
+        state[name] = torch.from_numpy(np.array(init[name], dtype=real))
     model.load_state_dict(state)
     mean, std = (float(v) for v in args.normalize.split(","))
     images, labels = split(args.data, "train")
     test_images, test_labels = split(args.data, "t10k")
 
     def prepare(x):
-        return (torch.from_numpy(x.astype(np.float32) / 255.0).unsqueeze(1) - mean) / std
+        return (torch.from_numpy(x.astype(real) / 255.0).unsqueeze(1) - mean) / std
 
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    params = model.parameters()
+    if args.optimizer in ("sgd", "momentum", "nesterov"):
+        opt = torch.optim.SGD(params, lr=args.lr,
+                              momentum=0.0 if args.optimizer == "sgd" else args.momentum,
+                              nesterov=args.optimizer == "nesterov",
+                              weight_decay=args.weight_decay or 0.0)
+    elif args.optimizer == "adam":
+        opt = torch.optim.Adam(params, lr=args.lr, weight_decay=args.weight_decay or 0.0)
+    else:
+        opt = torch.optim.AdamW(params, lr=args.lr,
+                                weight_decay=0.01 if args.weight_decay is None else args.weight_decay)
     steps_per_epoch = len(images) // args.batch
-    losses, step_seconds, evals = [], [], []
+    total = args.steps or args.epochs * steps_per_epoch
+    scheduler = make_scheduler(torch, opt, args.lr_schedule, args.warmup, total)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    losses, rates, step_seconds, evals = [], [], [], []
 
     def evaluate(done):
         model.eval()
@@ -145,10 +168,14 @@ def train(args):
         print(f"eval after step {done}: loss {total / n:.4f}, accuracy {100 * correct / n:.2f}%")
 
     model.train()
-    for epoch in range(args.epochs):
+    epochs = -(-total // steps_per_epoch)
+    for epoch in range(epochs):
         order = epoch_order(len(images), args.seed, epoch)
         for within in range(steps_per_epoch):
+            if epoch * steps_per_epoch + within >= total:
+                break
             t0 = time.perf_counter()
+            rates.append(opt.param_groups[0]["lr"])
             idx = order[within * args.batch:(within + 1) * args.batch]
             x = prepare(images[idx])
             y = torch.from_numpy(labels[idx].astype(np.int64))
@@ -156,19 +183,46 @@ def train(args):
             loss = loss_fn(model(x), y)
             loss.backward()
             opt.step()
+            if scheduler is not None:
+                scheduler.step()
             losses.append(float(loss))
             step_seconds.append(time.perf_counter() - t0)
             done = epoch * steps_per_epoch + within + 1
             if done % args.log_every == 0:
                 window = losses[-args.log_every:]
                 print(f"| {done} | {sum(window) / len(window):.6f} |", flush=True)
-        evaluate((epoch + 1) * steps_per_epoch)
+        evaluate(min(total, (epoch + 1) * steps_per_epoch))
     med = sorted(step_seconds)[len(step_seconds) // 2]
     print(f"median step {med:.4f} s, {args.batch / med:.1f} samples/s ({args.threads} threads)")
     with open(args.json, "w") as f:
-        json.dump({"model": "fmnist-cnn (PyTorch)", "loss": losses, "eval": evals,
+        json.dump({"model": "fmnist-cnn (PyTorch)", "loss": losses, "lr_per_step": rates,
+                   "eval": evals,
                    "step_seconds": step_seconds, "median_step_seconds": med,
                    "batch": args.batch, "steps_per_epoch": steps_per_epoch}, f)
+
+
+def make_scheduler(torch, opt, text, warmup, total):
+    """tofu-run's --lr-schedule TEXT --warmup N (runtime/lr_schedule.h) as PyTorch's own
+    schedulers, stepped once per training step; None for a constant rate."""
+    sched = torch.optim.lr_scheduler
+    parts = text.split(":")
+    if parts[0] == "constant":
+        main = None
+    elif parts[0] == "step":
+        main = sched.StepLR(opt, step_size=int(parts[1]),
+                            gamma=float(parts[2]) if len(parts) > 2 else 0.1)
+    elif parts[0] == "cosine":
+        horizon = int(parts[1]) if len(parts) > 1 else total
+        main = sched.CosineAnnealingLR(opt, T_max=horizon - warmup)
+    else:
+        sys.exit(f"fmnist.py: unknown --lr-schedule {text}")
+    if warmup == 0:
+        return main
+    warm = sched.LinearLR(opt, start_factor=1.0 / (warmup + 1), end_factor=1.0,
+                          total_iters=warmup)
+    if main is None:
+        return warm
+    return sched.SequentialLR(opt, [warm, main], milestones=[warmup])
 
 
 def windows(values, n):
@@ -247,11 +301,18 @@ def main():
     t.add_argument("--epochs", type=int, default=1)
     t.add_argument("--batch", type=int, default=64)
     t.add_argument("--lr", type=float, default=0.01)
+    t.add_argument("--steps", type=int, default=0)
+    t.add_argument("--optimizer", default="momentum",
+                   choices=["sgd", "momentum", "nesterov", "adam", "adamw"])
     t.add_argument("--momentum", type=float, default=0.9)
+    t.add_argument("--weight-decay", type=float, default=None)
+    t.add_argument("--lr-schedule", default="constant")
+    t.add_argument("--warmup", type=int, default=0)
     t.add_argument("--seed", type=int, default=1)
     t.add_argument("--normalize", default="0.2860,0.3530")
     t.add_argument("--log-every", type=int, default=50)
     t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--float64", action="store_true")
     t.add_argument("--json", required=True)
     g = sub.add_parser("plot")
     g.add_argument("tofu")
