@@ -80,40 +80,69 @@ std::string entriesOf(const std::string &outline, const std::vector<std::string>
 }
 
 TEST(LoopIr, BatchNormGradXStatisticsArePassesOverTheChannel) {
-  // Two parallel passes over the channel fill the four per-channel statistics (sum and sum of
-  // squares in one nest, then the two gradient sums), each nest's last two loops one SIMD
-  // loop where the maps' rows are whole; the main nest is element-wise, flat and SIMD.
+  // Three parallel passes over the channel fill the per-channel statistics, the variance in
+  // two loops of its own (norm.tdl: the mean, then the squared deviations from it): the mean
+  // of x, then in one nest the squared deviations and the sum of x that xhat's mean reads;
+  // then the sum of dy; then the mean once more and the sum of dy * xhat. Each nest's last two
+  // loops are one SIMD loop where the maps' rows are whole; the main nest is element-wise,
+  // flat and SIMD.
   const InstOp op = instance("batch_norm_grad_x", {4, 4, 1, 0});
   EXPECT_EQ(entriesOf(fastVariants(outlineOf(op, KernelDialect::Cpp)), {"entry"}),
       "entry\n"
       "  parallel f < (hi1 > lo1 ? hi1 - lo1 : 0)\n"
+      "    if true && lo9 == o1_3 && hi9 - lo9 == e1_3\n"
+      "      serial v7 < hi7\n"
+      "        vector fl < (hi8 - lo8) * (hi9 - lo9)\n"
+      "          combine r1 Sum\n"
+      "    else\n"
+      "      serial v7 < hi7\n"
+      "        serial v8 < hi8\n"
+      "          vector v9 < hi9\n"
+      "            combine r1 Sum\n"
       "    if true && lo6 == o1_3 && hi6 - lo6 == e1_3\n"
       "      serial v4 < hi4\n"
       "        vector fl < (hi5 - lo5) * (hi6 - lo6)\n"
       "          combine r0 Sum\n"
-      "          combine r2 Sum\n"
+      "          combine r8 Sum\n"
       "    else\n"
       "      serial v4 < hi4\n"
       "        serial v5 < hi5\n"
       "          vector v6 < hi6\n"
       "            combine r0 Sum\n"
-      "            combine r2 Sum\n"
+      "            combine r8 Sum\n"
       "    store t0\n"
-      "    store t2\n"
+      "    store t8\n"
       "  parallel f < (hi1 > lo1 ? hi1 - lo1 : 0)\n"
-      "    if true && lo24 == o0_3 && hi24 - lo24 == e0_3 && lo24 == o1_3 && hi24 - lo24 == e1_3\n"
+      "    if true && lo24 == o0_3 && hi24 - lo24 == e0_3\n"
       "      serial v22 < hi22\n"
       "        vector fl < (hi23 - lo23) * (hi24 - lo24)\n"
       "          combine r6 Sum\n"
-      "          combine r16 Sum\n"
       "    else\n"
       "      serial v22 < hi22\n"
       "        serial v23 < hi23\n"
       "          vector v24 < hi24\n"
       "            combine r6 Sum\n"
-      "            combine r16 Sum\n"
       "    store t6\n"
-      "    store t16\n"
+      "  parallel f < (hi1 > lo1 ? hi1 - lo1 : 0)\n"
+      "    if true && lo57 == o1_3 && hi57 - lo57 == e1_3\n"
+      "      serial v55 < hi55\n"
+      "        vector fl < (hi56 - lo56) * (hi57 - lo57)\n"
+      "          combine r13 Sum\n"
+      "    else\n"
+      "      serial v55 < hi55\n"
+      "        serial v56 < hi56\n"
+      "          vector v57 < hi57\n"
+      "            combine r13 Sum\n"
+      "    if true && lo54 == o0_3 && hi54 - lo54 == e0_3 && lo54 == o1_3 && hi54 - lo54 == e1_3\n"
+      "      serial v52 < hi52\n"
+      "        vector fl < (hi53 - lo53) * (hi54 - lo54)\n"
+      "          combine r12 Sum\n"
+      "    else\n"
+      "      serial v52 < hi52\n"
+      "        serial v53 < hi53\n"
+      "          vector v54 < hi54\n"
+      "            combine r12 Sum\n"
+      "    store t12\n"
       "  if true && lo3 == o0_3 && hi3 - lo3 == e0_3 && lo3 == o1_3 && hi3 - lo3 == e1_3\n"
       "    parallel f < n0 * n1\n"
       "      vector fl < n2 * n3\n"
@@ -150,16 +179,19 @@ TEST(LoopIr, BatchNormGradXOnCudaInSeveralLaunches) {
 }
 
 TEST(LoopIr, LayerNormGradScaleKeepsPerTokenStatistics) {
-  // Per-token statistics are one pass (a temporary indexed by the tokens); the sum over tokens
-  // then accumulates whole rows of features into the output (interchanged, SIMD).
+  // Per-token statistics are two passes (temporaries indexed by the tokens: the mean, then the
+  // squared deviations from it); the sum over tokens then accumulates whole rows of features
+  // into the output (interchanged, SIMD).
   const InstOp op = instance("layer_norm_grad_scale", {3, 3, 0}, {{"p", 2}, {"f", 1}});
   EXPECT_EQ(entriesOf(fastVariants(outlineOf(op, KernelDialect::Cpp)), {"entry"}),
       "entry\n"
       "  parallel f < (hi1 > lo1 ? hi1 - lo1 : 0) * (hi2 > lo2 ? hi2 - lo2 : 0)\n"
       "    vector v3 < hi3\n"
       "      combine r1 Sum\n"
-      "      combine r3 Sum\n"
       "    store t1\n"
+      "  parallel f < (hi1 > lo1 ? hi1 - lo1 : 0) * (hi2 > lo2 ? hi2 - lo2 : 0)\n"
+      "    vector v5 < hi5\n"
+      "      combine r3 Sum\n"
       "    store t3\n"
       "  parallel b < blocks\n"
       "    vector v0 < rhi\n"

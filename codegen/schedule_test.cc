@@ -44,65 +44,70 @@ std::string linesWith(const std::string &text, const std::string &word) {
 
 TEST(Schedule, BatchNormGradXKeepsItsStatisticsPerChannel) {
   InstOp op = instance("batch_norm_grad_x", {4, 4, 1, 0});
-  // Sum x^2, Sum x, Sum dy and Sum dy * xhat: each a temporary indexed by the channel alone,
-  // filled before the main loops (which run the batch outside the channel); every repeat
-  // of Sum x and Sum x^2 (the inlined xhat writes them again, inside Sum dy * xhat too)
-  // reads the first; the counts are extents.
+  // The variance's squared deviations, Sum dy, Sum x (xhat's mean) and Sum dy * xhat: each a
+  // temporary indexed by the channel alone, filled before the main loops (which run the
+  // batch outside the channel). The variance reads the mean, so that mean is a loop of its
+  // own inside the deviations' pass (inline at the channel), and again inside Sum dy * xhat's;
+  // every repeat of the deviations (the inlined xhat writes them again, inside Sum dy * xhat
+  // too) reads the first; the counts are extents.
   const std::string s = cpp(op);
-  // Two passes: Sum x^2 and Sum x share one loop nest, then Sum dy and Sum dy * xhat
-  // (which reads the first two).
   EXPECT_EQ(linesWith(s, "temporary"), "r0 Sum(m, t0, t1) temporary [c]\n"
-                                       "r2 Sum(m_3, t0_3, t1_3) temporary [c] (loops of r0)\n"
                                        "r6 Sum(m_7, t0_7, t1_7) temporary [c]\n"
-                                       "r16 Sum(m_17, t0_17, t1_17) temporary [c] (loops of r6)\n");
-  EXPECT_EQ(linesWith(s, "inline"), "");
-  EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 27); // 26 reductions and the main nest
+                                       "r8 Sum(m_9, t0_9, t1_9) temporary [c] (loops of r0)\n"
+                                       "r12 Sum(m_17, t0_17, t1_17) temporary [c]\n");
+  EXPECT_EQ(linesWith(s, "inline"), "r1 Sum(m_2, t0_2, t1_2) inline in r0's pass at c\n"
+                                    "r13 Sum(m_18, t0_18, t1_18) inline in r12's pass at c\n");
+  EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 19); // 18 reductions and the main nest
+  // Repeats alias the deviations (r0) or the mean (r1), nothing else.
   EXPECT_EQ(linesWith(s, "alias").size(), linesWith(linesWith(s, "alias"), "alias r0").size() +
-                                              linesWith(linesWith(s, "alias"), "alias r2").size());
+                                              linesWith(linesWith(s, "alias"), "alias r1").size());
+  EXPECT_NE(linesWith(s, "r3 ").find("alias r1"), std::string::npos);
   EXPECT_NE(linesWith(s, "r10 ").find("alias r0"), std::string::npos);
-  EXPECT_NE(linesWith(s, "r12 ").find("alias r2"), std::string::npos);
+  EXPECT_NE(linesWith(s, "r15 ").find("alias r0"), std::string::npos);
   EXPECT_EQ(linesWith(s, "main:"), "main: parallel n, c, s0; vector s1\n");
   // CUDA in one launch: the same sums inline at the channel (the block variant gives a
-  // channel a block); in several launches, the four temporaries (each its own pass: no
-  // fusion yet), and an element-wise main nest.
-  EXPECT_EQ(linesWith(cuda(op), "inline"), "r0 Sum(m, t0, t1) inline at c\n"
-                                           "r2 Sum(m_3, t0_3, t1_3) inline at c\n"
+  // channel a block); in several launches, the temporaries (each its own pass: no fusion
+  // yet), and an element-wise main nest.
+  EXPECT_EQ(linesWith(cuda(op), "inline"), "r1 Sum(m_2, t0_2, t1_2) inline at c\n"
+                                           "r0 Sum(m, t0, t1) inline at c\n"
                                            "r6 Sum(m_7, t0_7, t1_7) inline at c\n"
-                                           "r16 Sum(m_17, t0_17, t1_17) inline at c\n");
+                                           "r12 Sum(m_17, t0_17, t1_17) inline at c\n");
   const std::string passes = cudaPasses(op);
-  EXPECT_EQ(linesWith(passes, "temporary"), "r0 Sum(m, t0, t1) temporary [c]\n"
-                                            "r2 Sum(m_3, t0_3, t1_3) temporary [c]\n"
+  EXPECT_EQ(linesWith(passes, "temporary"), "r1 Sum(m_2, t0_2, t1_2) temporary [c]\n"
+                                            "r0 Sum(m, t0, t1) temporary [c]\n"
                                             "r6 Sum(m_7, t0_7, t1_7) temporary [c]\n"
-                                            "r16 Sum(m_17, t0_17, t1_17) temporary [c]\n");
+                                            "r12 Sum(m_17, t0_17, t1_17) temporary [c]\n");
   EXPECT_EQ(linesWith(passes, "inline"), "");
 }
 
 TEST(Schedule, LayerNormGradScaleKeepsPerTokenStatistics) {
-  // Output f; the sum over the tokens p holds xhat, whose statistics depend on p only: a
-  // pass fills them per token, then blocks of f accumulate token by token (the reads run
-  // along f).
+  // Output f; the sum over the tokens p holds xhat, whose statistics depend on p only: two
+  // passes fill them per token (the mean, then the squared deviations from it, which read
+  // the mean), then blocks of f accumulate token by token (the reads run along f).
   InstOp op = instance("layer_norm_grad_scale", {3, 3, 0}, {{"p", 2}, {"f", 1}});
   EXPECT_EQ(cpp(op), "r1 Sum(g0) temporary [p0, p1]\n"
                      "r2 Sum(g0_2) count\n"
-                     "r3 Sum(g0_3) temporary [p0, p1] (loops of r1)\n"
-                     "r4 Sum(g0_4) count\n"
-                     "r5 Sum(g0_5) alias r1\n"
-                     "r6 Sum(g0_6) count\n"
-                     "r7 Sum(g0_7) alias r1\n"
+                     "r4 Sum(g0_4) alias r1\n"
+                     "r5 Sum(g0_5) count\n"
+                     "r6 Sum(g0_6) alias r1\n"
+                     "r7 Sum(g0_7) count\n"
+                     "r3 Sum(g0_3) temporary [p0, p1]\n"
                      "r8 Sum(g0_8) count\n"
                      "r0 Sum(p0, p1) inline at f0\n"
                      "main: parallel blocks of f0; interchanged\n");
 }
 
-TEST(Schedule, BatchNormTrainReadsItsInputOnceForBothStatistics) {
+TEST(Schedule, BatchNormTrainTakesTheMeanBeforeTheDeviations) {
+  // The mean per channel, then the squared deviations from it (which read it, so a pass of
+  // their own), every later mean reading the first.
   EXPECT_EQ(cpp(instance("batch_norm_train", {4, 1, 1, 0})),
             "r0 Sum(m, t0, t1) temporary [c]\n"
             "r1 Sum(m_2, t0_2, t1_2) count\n"
-            "r2 Sum(m_3, t0_3, t1_3) temporary [c] (loops of r0)\n"
-            "r3 Sum(m_4, t0_4, t1_4) count\n"
-            "r4 Sum(m_5, t0_5, t1_5) alias r0\n"
-            "r5 Sum(m_6, t0_6, t1_6) count\n"
-            "r6 Sum(m_7, t0_7, t1_7) alias r0\n"
+            "r3 Sum(m_4, t0_4, t1_4) alias r0\n"
+            "r4 Sum(m_5, t0_5, t1_5) count\n"
+            "r5 Sum(m_6, t0_6, t1_6) alias r0\n"
+            "r6 Sum(m_7, t0_7, t1_7) count\n"
+            "r2 Sum(m_3, t0_3, t1_3) temporary [c]\n"
             "r7 Sum(m_8, t0_8, t1_8) count\n"
             "main: parallel n, c, s0; vector s1\n");
   // A bias gradient runs along its contiguous reads (no interchange); a column sum does not.

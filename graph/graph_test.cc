@@ -245,6 +245,48 @@ TEST(Training, BuffersAndConditionsGetNoGradient) {
   EXPECT_EQ(train->tensor("momentum_v_c"), nullptr);
 }
 
+// A weight whose every path to the loss stops at a comparison (a causal mask sliced, compared
+// with Equal into a boolean, read as Where's condition: nanoGPT's buffer, exported as a
+// weight) is a buffer; one stopped by an op without a grad clause for a float result (Floor)
+// is an error that names the op.
+TEST(Training, WeightsStoppedAtComparisonsAreBuffers) {
+  auto ok = [](llvm::Error e) { ASSERT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e)); };
+  auto build = [&](bool floorInstead) {
+    Graph g;
+    ok(g.addTensor(tensor("x", {4, 3}, TensorRole::Input)));
+    ok(g.addTensor(tensor("w", {4, 3}, TensorRole::Weight)));
+    ok(g.addTensor(tensor("mask", {4, 3}, TensorRole::Weight)));
+    ok(g.addTensor(tensor("zero", {4, 3}, TensorRole::Input)));
+    ok(g.addTensor(tensor("t", {4, 3}, TensorRole::Input)));
+    ok(g.addNode(node("m", "Mul", {"x", "w"}, "h")));
+    ok(g.addNode(node("scaled", "Mul", {"mask", "x"}, "ms")));
+    if (floorInstead) {
+      ok(g.addNode(node("fl", "Floor", {"ms"}, "keep")));
+      ok(g.addNode(node("use", "Add", {"h", "keep"}, "y")));
+    } else {
+      TensorInfo keep = tensor("keep", {4, 3}, TensorRole::Activation);
+      keep.dtype = "bool";
+      ok(g.addTensor(keep));
+      ok(g.addNode(node("eq", "Equal", {"ms", "zero"}, "keep")));
+      ok(g.addNode(node("sel", "Where", {"keep", "h", "x"}, "y")));
+    }
+    ok(g.addNode(node("loss", "mse", {"y", "t"}, "L")));
+    ok(checkGraph(g, library()));
+    return buildTrainingGraph(g, "L", library(), Optimizer::SGD);
+  };
+  auto train = build(false);
+  ASSERT_TRUE(static_cast<bool>(train)) << llvm::toString(train.takeError());
+  EXPECT_EQ(train->tensor("mask")->role, TensorRole::Input);
+  EXPECT_EQ(train->tensor("w")->role, TensorRole::Weight);
+  EXPECT_EQ(train->producer("mask_updated"), nullptr);
+  ASSERT_NE(train->producer("w_updated"), nullptr);
+  auto floored = build(true);
+  ASSERT_FALSE(static_cast<bool>(floored));
+  EXPECT_EQ(llvm::toString(floored.takeError()),
+            "weight 'mask' gets no gradient: no path from it to the loss 'L' can be "
+            "differentiated (node 'fl' (op Floor) has no grad clause for its input 'x' ('ms'))");
+}
+
 // Each optimiser's updates, as torch.optim computes them: weight decay an L2 term on the
 // gradient (one node both of Nesterov's updates read), AdamW's decoupled in its update.
 TEST(Training, OptimiserUpdates) {

@@ -1,4 +1,5 @@
 // Training graphs: backward nodes from grad clauses, gradient sums, optimiser updates.
+#include <map>
 #include <set>
 
 #include "analysis/instantiate.h"
@@ -49,7 +50,8 @@ private:
   Graph g_;
   std::set<std::string> used_;
   std::set<std::string> needsGrad_;
-  std::string blocked_; ///< the first op a gradient cannot pass, for messages
+  /// Per weight with no differentiable path to the loss: the op a gradient cannot pass.
+  std::map<std::string, std::string> blockedBy_;
   std::map<std::string, std::vector<std::string>> contributions_;
   std::map<std::string, std::string> gradient_; // tensor -> its (summed) gradient
 };
@@ -193,12 +195,8 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
     bool depends = false;
     for (unsigned k = 0; k < n.inputs.size(); ++k) {
       const std::string &in = n.inputs[k];
-      if (!gradClause(*op, k)) {
-        if (needsGrad_.count(in) && blocked_.empty())
-          blocked_ = fmt::format("node '{}' (op {}) has no grad clause for its input '{}' ('{}')",
-                                 n.name, n.op, op->inputs[k].name, in);
+      if (!gradClause(*op, k))
         continue;
-      }
       if (fwd_.tensor(in)->role == TensorRole::Weight) {
         differentiated.insert(in);
         depends = true;
@@ -208,13 +206,69 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
     if (depends)
       needsGrad_.insert(n.output);
   }
+  // Tensors with a differentiable path to the loss: through inputs with a grad clause.
+  std::set<std::string> reach = {loss};
+  for (auto it = order->rbegin(); it != order->rend(); ++it) {
+    const Node &n = fwd_.nodes()[*it];
+    if (!reach.count(n.output))
+      continue;
+    const ir::OpDef *op = lib_.find(n.op);
+    for (unsigned k = 0; k < n.inputs.size(); ++k)
+      if (gradClause(*op, k))
+        reach.insert(n.inputs[k]);
+  }
+  std::map<std::string, std::vector<std::pair<const Node *, unsigned>>> readers;
+  for (const Node &n : fwd_.nodes())
+    for (unsigned k = 0; k < n.inputs.size(); ++k)
+      readers[n.inputs[k]].push_back({&n, k});
+  auto floating = [&](const std::string &tensor) {
+    const std::string &d = fwd_.tensor(tensor)->dtype;
+    return d.rfind("float", 0) == 0 || d == "bfloat16" || d == "double";
+  };
   for (const TensorInfo &t : fwd_.tensors()) {
     if (t.role != TensorRole::Weight)
       continue;
-    if (differentiated.count(t.name))
-      needsGrad_.insert(t.name);
-    else
+    if (!differentiated.count(t.name)) {
       g_.tensor(t.name)->role = TensorRole::Input; // a buffer
+      continue;
+    }
+    if (reach.count(t.name)) {
+      needsGrad_.insert(t.name);
+      continue;
+    }
+    // Read through a differentiable input, yet no differentiable path reaches the loss. A
+    // weight all of whose paths stop at a condition or a comparison (a float tensor read
+    // where the result is an integer or boolean: a causal mask through Equal into Where) is
+    // a buffer; one stopped by an op that lacks a grad clause for a float result keeps the
+    // error below, which names that op.
+    bool natural = false;
+    std::string unnatural;
+    std::set<std::string> seen = {t.name};
+    std::vector<std::string> todo = {t.name};
+    while (!todo.empty()) {
+      const std::string x = todo.back();
+      todo.pop_back();
+      for (const auto &[n, k] : readers[x]) {
+        const ir::OpDef *op = lib_.find(n->op);
+        if (gradClause(*op, k)) {
+          if (seen.insert(n->output).second)
+            todo.push_back(n->output);
+        } else if (!floating(x) || !floating(n->output)) {
+          natural = true;
+        } else if (unnatural.empty()) {
+          unnatural = fmt::format("node '{}' (op {}) has no grad clause for its input '{}' ('{}')",
+                                  n->name, n->op, op->inputs[k].name, x);
+        }
+      }
+    }
+    if (natural && unnatural.empty()) {
+      g_.tensor(t.name)->role = TensorRole::Input; // a buffer
+      for (const std::string &d : seen)
+        needsGrad_.erase(d);
+      continue;
+    }
+    blockedBy_[t.name] = unnatural;
+    needsGrad_.insert(t.name); // the update below reports it
   }
 
   TensorInfo seed = scalarInput("d_" + loss);
@@ -242,13 +296,14 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
     auto gw = gradientOf(w.name);
     if (!gw) {
       llvm::consumeError(gw.takeError());
+      const std::string &blocked = blockedBy_[w.name];
       return stringError(
-          blocked_.empty()
+          blocked.empty()
               ? fmt::format("weight '{}' gets no gradient (it does not reach the loss '{}')",
                             w.name, loss)
               : fmt::format("weight '{}' gets no gradient: no path from it to the loss '{}' can "
                             "be differentiated ({})",
-                            w.name, loss, blocked_));
+                            w.name, loss, blocked));
     }
     std::string group = w.group.empty() ? w.name : w.group;
     // A node of the update, its result named after `output`; returns the result's name.

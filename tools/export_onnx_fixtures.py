@@ -138,10 +138,17 @@ class ConvTranspose1dNet(nn.Module):
 
 
 class GptBlock(nn.Module):
-    """A pre-norm decoder-only block written out: causal attention by matmuls, a GELU MLP."""
+    """A pre-norm decoder-only block written out: causal attention by matmuls, a GELU MLP.
+    With `buffer_mask`, the causal mask is a registered buffer applied by masked_fill (an
+    Equal into a Where's condition, as nanoGPT writes it), with dropout on the attention and
+    the MLP."""
 
-    def __init__(self, d=32, heads=4, seq=8, vocab=50):
+    def __init__(self, d=32, heads=4, seq=8, vocab=50, buffer_mask=False, dropout=0.0):
         super().__init__()
+        self.buffer_mask = buffer_mask
+        if buffer_mask:
+            self.register_buffer("mask", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
+        self.drop = nn.Dropout(dropout)
         self.heads, self.seq = heads, seq
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(torch.zeros(seq, d))
@@ -158,11 +165,15 @@ class GptBlock(nn.Module):
         split = lambda t: t.reshape(b, s, self.heads, -1).transpose(1, 2)
         q, k, v = split(q), split(k), split(v)
         att = q @ k.transpose(-2, -1) / (q.shape[-1] ** 0.5)
-        mask = torch.triu(torch.full((s, s), float("-inf")), diagonal=1)
-        att = torch.softmax(att + mask, dim=-1)
+        if self.buffer_mask:
+            att = self.drop(torch.softmax(
+                att.masked_fill(self.mask[:, :, :s, :s] == 0, float("-inf")), dim=-1))
+        else:
+            mask = torch.triu(torch.full((s, s), float("-inf")), diagonal=1)
+            att = torch.softmax(att + mask, dim=-1)
         y = (att @ v).transpose(1, 2).reshape(b, s, -1)
         x = x + self.proj(y)
-        x = x + self.mlp(self.ln2(x))
+        x = x + self.drop(self.mlp(self.ln2(x)))
         return self.out(self.lnf(x))
 
 
@@ -244,6 +255,8 @@ def corpus():
                       {"verify", "ref"}),
         "einsum_attention": ("transformer", EinsumAttention, [rnd(2, 6, 16)], {"verify", "ref"}),
         "gpt_block": ("transformer", GptBlock, [tokens], {"verify", "ref"}),
+        "gpt_where_train": ("transformer", lambda: GptBlock(buffer_mask=True, dropout=0.1),
+                            [tokens], {"verify", "train"}),
         "encoder_prenorm": ("transformer", lambda: encoder(32, 4, 64, 2), [rnd(2, 6, 32)],
                             {"verify", "ref"}),
         "encoder_prenorm_train": ("transformer", lambda: encoder(32, 4, 64, 1), [rnd(2, 6, 32)],
