@@ -18,6 +18,7 @@
 #include "fmt/ranges.h"
 #include "nlohmann/json.hpp"
 #include "runtime/cpu_kernels.h"
+#include "runtime/safetensors.h"
 
 namespace tofu {
 namespace {
@@ -26,185 +27,24 @@ llvm::Error fail(const std::string &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg.c_str());
 }
 
-float halfToFloat(uint16_t h) {
-  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else { // subnormal: normalise
-      exp = 127 - 15 + 1;
-      while (!(mant & 0x400)) {
-        mant <<= 1;
-        --exp;
-      }
-      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
-    }
-  } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-size_t dtypeWidth(const std::string &dtype) {
-  return dtype == "F32" ? 4 : dtype == "F64" ? 8 : dtype == "F16" || dtype == "BF16" ? 2 : 0;
-}
-
-/// One element of `dtype` at `p`.
-double elementValue(const std::string &dtype, const char *p) {
-  if (dtype == "F32") {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-  if (dtype == "F64") {
-    double d;
-    std::memcpy(&d, p, 8);
-    return d;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  if (dtype == "F16")
-    return halfToFloat(h);
-  uint32_t bits = static_cast<uint32_t>(h) << 16; // BF16
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-/// A tensor of a safetensors file.
-struct StTensor {
-  std::string dtype;
-  size_t width = 0;
-  std::vector<int64_t> shape;
-  uint64_t begin = 0, end = 0; ///< bytes, from the start of the data
-};
-
-/// A safetensors file opened for reading: its header parsed, its data read on demand.
-struct StFile {
-  std::string path;
-  int fd = -1;
-  uint64_t dataStart = 0;
-  std::map<std::string, StTensor> tensors;
-  std::map<std::string, std::string> metadata;
-  ~StFile() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-};
-
-bool readAt(int fd, char *buf, uint64_t bytes, uint64_t offset) {
-  while (bytes > 0) {
-    ssize_t n = ::pread(fd, buf, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return false;
-    buf += n;
-    bytes -= static_cast<uint64_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return true;
-}
-
-/// Opens `path` and checks its header against the file's size.
-llvm::Expected<std::unique_ptr<StFile>> openSafetensors(const std::string &path) {
-  auto f = std::make_unique<StFile>();
-  f->path = path;
-  f->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  struct stat st;
-  if (f->fd < 0 || ::fstat(f->fd, &st) != 0)
-    return fail(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  unsigned char len[8];
-  if (size < 8 || !readAt(f->fd, reinterpret_cast<char *>(len), 8, 0))
-    return fail(fmt::format("{}: not a safetensors file (shorter than its 8-byte header "
-                            "length)",
-                            path));
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i)
-    n |= static_cast<uint64_t>(len[i]) << (8 * i);
-  if (n > size - 8)
-    return fail(fmt::format("{}: the header length {} runs past the end of the file ({} bytes)",
-                            path, n, size));
-  std::string text(n, '\0');
-  if (!readAt(f->fd, text.data(), n, 8))
-    return fail(fmt::format("{}: cannot read the header: {}", path, std::strerror(errno)));
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception &e) {
-    return fail(fmt::format("{}: the header is not JSON: {}", path, e.what()));
-  }
-  if (!header.is_object())
-    return fail(fmt::format("{}: the header is not a JSON object", path));
-  f->dataStart = 8 + n;
-  const uint64_t dataBytes = size - f->dataStart;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string &name = it.key();
-    const nlohmann::json &v = it.value();
-    if (name == "__metadata__") {
-      if (!v.is_object())
-        return fail(fmt::format("{}: __metadata__ is not an object", path));
-      for (auto m = v.begin(); m != v.end(); ++m)
-        if (m.value().is_string())
-          f->metadata[m.key()] = m.value().get<std::string>();
-      continue;
-    }
-    auto where = [&](const std::string &what) {
-      return fail(fmt::format("{}: tensor '{}': {}", path, name, what));
-    };
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-        !v.contains("data_offsets"))
-      return where("needs dtype, shape and data_offsets");
-    if (!v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
-        v["data_offsets"].size() != 2)
-      return where("dtype must be a string, shape an array, data_offsets [begin, end]");
-    StTensor t;
-    t.dtype = v["dtype"].get<std::string>();
-    t.width = dtypeWidth(t.dtype);
-    if (t.width == 0)
-      return where("dtype " + t.dtype +
-                   " is not a floating-point type Tofu loads (F32, F64, F16, BF16)");
-    uint64_t count = 1;
-    for (const nlohmann::json &d : v["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0)
-        return where("a dimension is not a non-negative integer");
-      t.shape.push_back(d.get<int64_t>());
-      const uint64_t e = static_cast<uint64_t>(t.shape.back());
-      if (e != 0 && count > (uint64_t(1) << 62) / e)
-        return where("the shape has more elements than any file holds");
-      count *= e;
-    }
-    const nlohmann::json &off = v["data_offsets"];
-    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      return where("data_offsets are not non-negative integers");
-    t.begin = off[0].get<uint64_t>();
-    t.end = off[1].get<uint64_t>();
-    if (t.begin > t.end || t.end > dataBytes)
-      return where(fmt::format("bytes [{}, {}) lie outside the {} bytes of data", t.begin, t.end,
-                               dataBytes));
-    if (t.end - t.begin != count * t.width)
-      return where(fmt::format("shape and dtype make {} bytes, data_offsets {}", count * t.width,
-                               t.end - t.begin));
-    ranges.push_back({t.begin, t.end});
-    f->tensors.emplace(name, std::move(t));
-  }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].first < ranges[i - 1].second && ranges[i].first != ranges[i].second)
-      return fail(fmt::format("{}: the byte ranges of two tensors overlap", path));
+/// Opens a checkpoint's safetensors file: its tensors are weights and optimiser state, so
+/// floating-point.
+llvm::Expected<std::unique_ptr<SafetensorsFile>> openCheckpointFile(const std::string &path) {
+  auto f = openSafetensors(path);
+  if (!f)
+    return f.takeError();
+  for (const auto &[name, t] : (*f)->tensors)
+    if (!safetensorsFloating(t.dtype))
+      return fail(fmt::format("{}: tensor '{}': dtype {} is not a floating-point type Tofu "
+                              "loads (F32, F64, F16, BF16)",
+                              path, name, t.dtype));
   return f;
 }
 
 /// Copies `region` of tensor `t` of `f` (whose values lie over `stored`) into `out` (laid
 /// over `want`); `region` lies in both boxes. Reads one contiguous run of the file at a time.
 template <typename T>
-llvm::Error readRegion(const StFile &f, const StTensor &t, const Box &stored, const Box &want,
+llvm::Error readRegion(const SafetensorsFile &f, const SafetensorsTensor &t, const Box &stored, const Box &want,
                        const Box &region, T *out) {
   const size_t d = region.size();
   // Dimensions j.. are one contiguous run in both layouts: every one after the first of
@@ -234,12 +74,10 @@ llvm::Error readRegion(const StFile &f, const StTensor &t, const Box &stored, co
       src += (at[a] - stored[a].lo) * sStride[a];
       dst += (at[a] - want[a].lo) * wStride[a];
     }
-    if (!readAt(f.fd, buf.data(), buf.size(),
-                f.dataStart + t.begin + static_cast<uint64_t>(src) * t.width))
-      return fail(fmt::format("{}: cannot read: {}", f.path,
-                              errno ? std::strerror(errno) : "the file is shorter than its header says"));
+    if (llvm::Error e = f.read(buf.data(), buf.size(), t.begin + static_cast<uint64_t>(src) * t.width))
+      return e;
     for (int64_t e = 0; e < run; ++e)
-      out[dst + e] = static_cast<T>(elementValue(t.dtype, buf.data() + e * t.width));
+      out[dst + e] = static_cast<T>(safetensorsElement(t.dtype, buf.data() + e * t.width));
     size_t a = j; // the odometer over the dimensions before the run
     while (a > 0) {
       --a;
@@ -385,7 +223,7 @@ llvm::Error saveCheckpoint(const std::string &dir, const Checkpoint &c) {
 }
 
 llvm::Expected<Checkpoint> loadCheckpoint(const std::string &dir) {
-  auto f = openSafetensors(checkpointFile(dir));
+  auto f = openCheckpointFile(checkpointFile(dir));
   if (!f)
     return f.takeError();
   Checkpoint c;
@@ -538,13 +376,13 @@ llvm::Error writeCheckpointIndex(const std::string &dir, unsigned generation,
 
 struct CheckpointReader::Impl {
   struct Piece {
-    const StFile *file;
-    const StTensor *tensor;
+    const SafetensorsFile *file;
+    const SafetensorsTensor *tensor;
     Box box;
   };
   std::string path;
   bool sharded = false;
-  std::vector<std::unique_ptr<StFile>> files;
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
   std::map<std::string, std::string> metadata;
   std::map<std::string, std::vector<int64_t>> shapes;
   std::map<std::string, std::vector<Piece>> pieces;
@@ -566,7 +404,7 @@ llvm::Expected<CheckpointReader> CheckpointReader::open(const std::string &dir) 
       return fail(fmt::format("{}: holds no checkpoint (neither index.json nor "
                               "model.safetensors)",
                               dir));
-    auto f = openSafetensors(checkpointFile(dir));
+    auto f = openCheckpointFile(checkpointFile(dir));
     if (!f)
       return f.takeError();
     m->path = checkpointFile(dir);
@@ -603,7 +441,7 @@ llvm::Expected<CheckpointReader> CheckpointReader::open(const std::string &dir) 
     for (auto it = index["metadata"].begin(); it != index["metadata"].end(); ++it)
       if (it.value().is_string())
         m->metadata[it.key()] = it.value().get<std::string>();
-  std::map<std::string, const StFile *> opened;
+  std::map<std::string, const SafetensorsFile *> opened;
   for (auto it = index["tensors"].begin(); it != index["tensors"].end(); ++it) {
     const std::string &name = it.key();
     const nlohmann::json &v = it.value();
@@ -624,9 +462,9 @@ llvm::Expected<CheckpointReader> CheckpointReader::open(const std::string &dir) 
       const std::string file = tile["file"].get<std::string>(), key = tile["key"].get<std::string>();
       if (file.empty() || file.find('/') != std::string::npos || file[0] == '.')
         return badTensor("tile file '" + file + "' is not a file name in the checkpoint's directory");
-      const StFile *f = opened[file];
+      const SafetensorsFile *f = opened[file];
       if (!f) {
-        auto o = openSafetensors(dir + "/" + file);
+        auto o = openCheckpointFile(dir + "/" + file);
         if (!o)
           return badTensor(llvm::toString(o.takeError()));
         f = opened[file] = o->get();

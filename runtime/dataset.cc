@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "onnx/onnx_pb.h"
+#include "runtime/safetensors.h"
 
 namespace tofu {
 namespace {
@@ -289,19 +291,6 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
 }
 
 namespace {
-/// float16's bits as a float.
-float halfToFloat(uint16_t h) {
-  const uint32_t sign = uint32_t(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  float v;
-  if (exp == 0)
-    v = std::ldexp(static_cast<float>(mant), -24); // zero and subnormals
-  else if (exp == 31)
-    v = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-  else
-    v = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
-  return sign ? -v : v;
-}
-
 /// A TensorProto of a type DataArray does not hold, widened to one that holds its values
 /// exactly: uint16 to int32, uint32 and uint64 to int64 (uint64 values past int64 refused),
 /// float16 and bfloat16 to float32.
@@ -338,12 +327,7 @@ llvm::Expected<DataArray> widenedTensorProto(const onnx::TensorProto &t, DataArr
     for (int64_t k = 0; k < n; ++k) {
       const uint16_t bits = static_cast<uint16_t>(raw[static_cast<size_t>(k)]);
       float v;
-      if (type == onnx::TensorProto::FLOAT16) {
-        v = halfToFloat(bits);
-      } else {
-        const uint32_t wide = uint32_t(bits) << 16;
-        std::memcpy(&v, &wide, 4);
-      }
+      v = type == onnx::TensorProto::FLOAT16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
       std::memcpy(a.bytes.data() + static_cast<size_t>(k) * 4, &v, 4);
     }
     return a;
@@ -456,7 +440,113 @@ llvm::Expected<DataArray> parseTensorProto(const std::string &bytes, const std::
   return a;
 }
 
+namespace {
+
+/// Tensor `key` of an opened safetensors file as an array: F16 and BF16 widened to F32,
+/// U16 to I32, U32 and U64 to I64 (U64 values past int64 refused), BOOL as U8.
+llvm::Expected<DataArray> safetensorsArray(const SafetensorsFile &f, const std::string &key) {
+  const SafetensorsTensor &t = f.tensors.at(key);
+  const std::string name = f.path + ":" + key;
+  if (t.shape.empty())
+    return stringError(fmt::format("{}: a scalar, not an array of samples (its first dimension "
+                                   "counts them)",
+                                   name));
+  if (t.end - t.begin > static_cast<uint64_t>(kMaxGraphBytes))
+    return stringError(fmt::format("{}: its shape [{}] holds more than {} bytes", name,
+                                   fmt::join(t.shape, ", "), kMaxGraphBytes));
+  std::string raw(t.end - t.begin, '\0');
+  if (llvm::Error e = f.read(raw.data(), raw.size(), t.begin))
+    return llvm::Expected<DataArray>(std::move(e));
+  DataArray a;
+  a.path = name;
+  a.shape = t.shape;
+  const std::string &d = t.dtype;
+  const std::map<std::string, DataType> same = {
+      {"U8", DataType::U8},   {"BOOL", DataType::U8}, {"I8", DataType::I8},
+      {"I16", DataType::I16}, {"I32", DataType::I32}, {"I64", DataType::I64},
+      {"F32", DataType::F32}, {"F64", DataType::F64}};
+  if (auto it = same.find(d); it != same.end()) {
+    a.type = it->second;
+    a.bytes.assign(raw.begin(), raw.end());
+    if (d == "BOOL")
+      for (unsigned char &b : a.bytes)
+        b = b != 0;
+    return a;
+  }
+  a.type = d == "F16" || d == "BF16" ? DataType::F32 : d == "U16" ? DataType::I32 : DataType::I64;
+  const size_t n = raw.size() / t.width, out = static_cast<size_t>(typeSize(a.type));
+  a.bytes.resize(n * out);
+  for (size_t k = 0; k < n; ++k) {
+    const char *p = raw.data() + k * t.width;
+    unsigned char *q = a.bytes.data() + k * out;
+    if (a.type == DataType::F32) {
+      const float v = static_cast<float>(safetensorsElement(d, p));
+      std::memcpy(q, &v, 4);
+    } else if (a.type == DataType::I32) {
+      const int32_t v = static_cast<int32_t>(safetensorsElement(d, p));
+      std::memcpy(q, &v, 4);
+    } else {
+      uint64_t x = 0;
+      std::memcpy(&x, p, t.width);
+      if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return stringError(fmt::format("{}: element {} is {}, past int64's range", name, k, x));
+      const int64_t v = static_cast<int64_t>(x);
+      std::memcpy(q, &v, 8);
+    }
+  }
+  return a;
+}
+
+/// `FILE.safetensors[:KEY]` split into the file and the key (empty when not given).
+std::pair<std::string, std::string> safetensorsPath(const std::string &path) {
+  const std::string ext = ".safetensors";
+  const size_t at = path.rfind(ext + ":");
+  if (at != std::string::npos)
+    return {path.substr(0, at + ext.size()), path.substr(at + ext.size() + 1)};
+  return {path, ""};
+}
+
+bool isSafetensors(const std::string &path) {
+  return endsWith(safetensorsPath(path).first, ".safetensors");
+}
+
+/// Every array of a safetensors file, by its key (sorted).
+llvm::Expected<std::vector<std::pair<std::string, DataArray>>>
+readSafetensorsArrays(const std::string &path) {
+  auto f = openSafetensors(path);
+  if (!f)
+    return f.takeError();
+  if ((*f)->tensors.empty())
+    return stringError(fmt::format("{}: holds no tensors", path));
+  std::vector<std::pair<std::string, DataArray>> out;
+  for (const auto &[key, t] : (*f)->tensors) {
+    auto a = safetensorsArray(**f, key);
+    if (!a)
+      return a.takeError();
+    out.emplace_back(key, std::move(*a));
+  }
+  return out;
+}
+
+} // namespace
+
 llvm::Expected<DataArray> readDataArray(const std::string &path) {
+  if (isSafetensors(path)) {
+    const auto [file, key] = safetensorsPath(path);
+    auto f = openSafetensors(file);
+    if (!f)
+      return f.takeError();
+    std::vector<std::string> keys;
+    for (const auto &[k, t] : (*f)->tensors)
+      keys.push_back(k);
+    if (!key.empty() && !(*f)->tensors.count(key))
+      return stringError(fmt::format("{}: no tensor '{}' (it holds: {})", file, key,
+                                     fmt::join(keys, ", ")));
+    if (key.empty() && keys.size() != 1)
+      return stringError(fmt::format("{}: holds {} tensors ({}); name one as {}:KEY", file,
+                                     keys.size(), fmt::join(keys, ", "), file));
+    return safetensorsArray(**f, key.empty() ? keys[0] : key);
+  }
   auto bytes = readFile(path);
   if (!bytes)
     return bytes.takeError();
@@ -539,9 +629,27 @@ llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &
       files.emplace_back(what, f);
     }
     ds.description = fmt::format("{} ({} split)", spec, split);
+  } else if (spec.find('=') == std::string::npos && isSafetensors(spec) &&
+             safetensorsPath(spec).second.empty()) {
+    // A safetensors file: every tensor an array, by its key.
+    auto arrays = readSafetensorsArrays(spec);
+    if (!arrays)
+      return arrays.takeError();
+    ds.description = spec;
+    for (auto &[name, a] : *arrays) {
+      if (!ds.arrays.empty() && a.samples() != ds.samples)
+        return stringError(fmt::format("{} has {} samples but {} has {}: the arrays of a data set "
+                                       "pair up sample by sample",
+                                       a.path, a.samples(), ds.arrays.front().second.path,
+                                       ds.samples));
+      ds.samples = a.samples();
+      ds.arrays.emplace_back(name, std::move(a));
+    }
+    return ds;
   } else if (spec.find('=') == std::string::npos) {
     return stringError(fmt::format("{}: no such directory (--data takes a directory of the MNIST "
-                            "family, NAME=FILE,... naming each array, teacher or fixed)",
+                            "family, a .safetensors file, NAME=FILE,... naming each array, "
+                            "teacher or fixed)",
                             spec));
   } else {
     std::stringstream ss(spec);

@@ -8,6 +8,8 @@
 // - NumPy `.npy` (versions 1 to 3), C order, little-endian or single-byte dtypes
 //   (u1, i1, i2, i4, i8, f4, f8, b1).
 // - ONNX TensorProto (`.pb`), as ONNX's backend tests keep their inputs and outputs.
+// - safetensors (`.safetensors`): a file of named tensors, each an array (F16, BF16 widened
+//   to F32; U16 to I32; U32, U64 to I64; BOOL as U8). `FILE.safetensors:KEY` names one.
 //
 // The first dimension of every array counts samples. Arrays are held in memory as read
 // (a byte per pixel for MNIST); batches copy only the elements a worker's tile needs.
@@ -45,8 +47,9 @@ struct DataArray {
 int typeSize(DataType t);
 const char *typeName(DataType t);
 
-/// Reads an IDX file (gzipped when its name ends in .gz), a .npy file or an ONNX TensorProto
-/// (.pb, as ONNX's tests store their inputs and outputs), by its extension.
+/// Reads an IDX file (gzipped when its name ends in .gz), a .npy file, an ONNX TensorProto
+/// (.pb, as ONNX's tests store their inputs and outputs) or a tensor of a safetensors file
+/// (`FILE.safetensors:KEY`, or `FILE.safetensors` holding one tensor), by its extension.
 /// Errors name the file and what is wrong (a bad magic number, a truncated body, a
 /// Fortran-order or big-endian array, sizes past kMaxGraphBytes).
 llvm::Expected<DataArray> readDataArray(const std::string &path);
@@ -75,8 +78,10 @@ struct DataSet {
 /// - a directory of the MNIST family: `<split>-images-idx3-ubyte[.gz]` and
 ///   `<split>-labels-idx1-ubyte[.gz]`, as arrays `images` and `labels`; `split` is `train`
 ///   or `t10k` (the test split);
-/// - `NAME=FILE[,NAME=FILE...]`: each file (IDX or .npy) as the array NAME (`split` is
-///   ignored).
+/// - a `.safetensors` file: each of its tensors an array named by its key (`split` is
+///   ignored);
+/// - `NAME=FILE[,NAME=FILE...]`: each file (IDX, .npy, .pb or FILE.safetensors[:KEY]) as the
+///   array NAME (`split` is ignored).
 /// Every array must have the same number of samples (errors name both files).
 llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &split);
 

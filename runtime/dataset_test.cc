@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <set>
+#include <tuple>
 
 #include "gtest/gtest.h"
 
@@ -219,6 +220,93 @@ TEST(DataSet, OpensMnistDirectoriesGzippedOrNot) {
   auto corrupt = readDataArray(dir + "/bad.gz");
   ASSERT_FALSE(bool(corrupt));
   EXPECT_NE(llvm::toString(corrupt.takeError()).find("bad.gz"), std::string::npos);
+}
+
+/// A safetensors file of `tensors`: (key, dtype, shape, little-endian bytes).
+std::string safetensors(
+    const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>, std::string>>
+        &tensors) {
+  std::string header = "{", data;
+  for (const auto &[key, dtype, shape, bytes] : tensors) {
+    std::string dims;
+    for (int64_t d : shape)
+      dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    header += (header.size() > 1 ? "," : "") + std::string("\"") + key + "\":{\"dtype\":\"" +
+              dtype + "\",\"shape\":[" + dims + "],\"data_offsets\":[" +
+              std::to_string(data.size()) + "," + std::to_string(data.size() + bytes.size()) + "]}";
+    data += bytes;
+  }
+  header += "}";
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    out[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return out + header + data;
+}
+
+template <typename T> std::string le(std::vector<T> values) {
+  return std::string(reinterpret_cast<const char *>(values.data()), values.size() * sizeof(T));
+}
+
+TEST(Safetensors, ReadsEveryTensorAsAnArray) {
+  const std::string dir = tempDir();
+  // images u8 [3, 2, 2], labels i64 [3], a float16 [3] (1, -2, 0.5), a bfloat16 [3]
+  // (1, -2, 0.5), a bool [3] (stored 0, 2, 1) and a uint32 [3].
+  std::string pixels;
+  for (int i = 0; i < 12; ++i)
+    pixels.push_back(static_cast<char>(i * 20));
+  writeFile(dir + "/train.safetensors",
+            safetensors({{"images", "U8", {3, 2, 2}, pixels},
+                         {"labels", "I64", {3}, le<int64_t>({2, 0, 1})},
+                         {"half", "F16", {3}, le<uint16_t>({0x3c00, 0xc000, 0x3800})},
+                         {"brain", "BF16", {3}, le<uint16_t>({0x3f80, 0xc000, 0x3f00})},
+                         {"flag", "BOOL", {3}, std::string("\x00\x02\x01", 3)},
+                         {"wide", "U32", {3}, le<uint32_t>({7, 4000000000u, 0})}}));
+  auto ds = openDataSet(dir + "/train.safetensors", "train");
+  ASSERT_TRUE(bool(ds)) << llvm::toString(ds.takeError());
+  EXPECT_EQ(ds->samples, 3);
+  EXPECT_EQ(ds->arrays.size(), 6u);
+  EXPECT_EQ(ds->find("images")->at(5), 100);
+  EXPECT_EQ(ds->find("images")->shape, (std::vector<int64_t>{3, 2, 2}));
+  EXPECT_EQ(ds->find("labels")->at(0), 2);
+  EXPECT_EQ(ds->find("half")->type, DataType::F32);
+  EXPECT_EQ(ds->find("half")->at(1), -2.0);
+  EXPECT_EQ(ds->find("half")->at(2), 0.5);
+  EXPECT_EQ(ds->find("brain")->at(0), 1.0);
+  EXPECT_EQ(ds->find("brain")->at(2), 0.5);
+  EXPECT_EQ(ds->find("flag")->at(1), 1.0);
+  EXPECT_EQ(ds->find("wide")->type, DataType::I64);
+  EXPECT_EQ(ds->find("wide")->at(1), 4000000000.0);
+  // One tensor by key, in NAME=FILE lists and for --input.
+  auto named = openDataSet("x=" + dir + "/train.safetensors:images,y=" + dir +
+                               "/train.safetensors:labels",
+                           "");
+  ASSERT_TRUE(bool(named)) << llvm::toString(named.takeError());
+  EXPECT_EQ(named->find("y")->at(2), 1);
+  auto one = readDataArray(dir + "/train.safetensors:half");
+  ASSERT_TRUE(bool(one)) << llvm::toString(one.takeError());
+  EXPECT_EQ(one->at(0), 1.0);
+  // Errors name the file and what is wrong.
+  auto expectError = [](llvm::Expected<DataArray> a, const std::string &want) {
+    ASSERT_FALSE(bool(a));
+    const std::string msg = llvm::toString(a.takeError());
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  };
+  expectError(readDataArray(dir + "/train.safetensors"),
+              "holds 6 tensors (brain, flag, half, images, labels, wide); name one as");
+  expectError(readDataArray(dir + "/train.safetensors:pixels"), "no tensor 'pixels'");
+  writeFile(dir + "/scalar.safetensors", safetensors({{"s", "F32", {}, le<float>({1})}}));
+  expectError(readDataArray(dir + "/scalar.safetensors"), "a scalar, not an array of samples");
+  writeFile(dir + "/short.safetensors", safetensors({{"s", "F32", {4}, le<float>({1, 2})}}));
+  expectError(readDataArray(dir + "/short.safetensors"), "shape and dtype make 16 bytes");
+  writeFile(dir + "/odd.safetensors", safetensors({{"s", "C64", {1}, std::string(8, 'x')}}));
+  expectError(readDataArray(dir + "/odd.safetensors"), "dtype C64 is not a safetensors type");
+  writeFile(dir + "/huge.safetensors", safetensors({{"s", "U64", {1}, le<uint64_t>({~0ull})}}));
+  expectError(readDataArray(dir + "/huge.safetensors"), "past int64's range");
+  writeFile(dir + "/mixed.safetensors",
+            safetensors({{"a", "U8", {2}, "ab"}, {"b", "U8", {3}, "abc"}}));
+  auto mixed = openDataSet(dir + "/mixed.safetensors", "");
+  ASSERT_FALSE(bool(mixed));
+  EXPECT_NE(llvm::toString(mixed.takeError()).find("has 3 samples but"), std::string::npos);
 }
 
 TEST(EpochOrder, IsAPermutationFixedBySeedAndEpoch) {

@@ -153,7 +153,8 @@ cl::opt<std::string> dataMode(
     "data",
     cl::desc("What the model trains on: a data set — a directory of the MNIST family (its "
              "train split: train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz], e.g. "
-             "/usr/share/datasets/fashion-mnist) or NAME=FILE,... of IDX (.gz) and .npy arrays "
+             "/usr/share/datasets/fashion-mnist), a .safetensors file (each tensor an array, by "
+             "its key) or NAME=FILE,... of IDX (.gz), .npy and FILE.safetensors[:KEY] arrays "
              "whose first dimension counts samples; batches are shuffled per epoch from --seed "
              "and the last partial batch is dropped. Or synthetic data: 'teacher' (default: a "
              "fresh batch every step, labels or targets from a fixed random teacher) or 'fixed' "

@@ -75,6 +75,41 @@ assert abs(ea[-1]["loss"] - eb[-1]["loss"]) <= 0.05 * eb[-1]["loss"] + 1e-3, (ea
 print("data: tofu", [round(e["accuracy"], 3) for e in ea], "pytorch", [round(e["accuracy"], 3) for e in eb])
 PY
 
+# The same data as safetensors files (images U8, labels I64; the test split another file)
+# trains to the same losses and accuracy.
+$py - "$tmp/data" <<'PY'
+import gzip, json, struct, sys
+import numpy as np
+d = sys.argv[1]
+def idx(path):
+    raw = gzip.open(path).read() if path.endswith(".gz") else open(path, "rb").read()
+    rank = raw[3]
+    dims = struct.unpack(">%dI" % rank, raw[4:4 + 4 * rank])
+    return np.frombuffer(raw[4 + 4 * rank:], dtype=np.uint8).reshape(dims)
+for split, out in (("train", "train"), ("t10k", "test")):
+    arrays = {"images": idx(f"{d}/{split}-images-idx3-ubyte.gz"),
+              "labels": idx(f"{d}/{split}-labels-idx1-ubyte").astype(np.int64)}
+    header, data = {}, b""
+    for key, a in arrays.items():
+        header[key] = {"dtype": "U8" if a.dtype == np.uint8 else "I64", "shape": list(a.shape),
+                       "data_offsets": [len(data), len(data) + a.nbytes]}
+        data += a.tobytes()
+    text = json.dumps(header).encode()
+    open(f"{d}/{out}.safetensors", "wb").write(struct.pack("<Q", len(text)) + text + data)
+PY
+if ! "$run" --onnx "$model" --batch 32 --data "$tmp/data/train.safetensors" --normalize 0.3,0.3 \
+     --optimizer momentum --lr 0.02 --momentum 0.9 --seed 3 --format=json --workers 2 --epochs 2 \
+     --eval "$tmp/data/test.safetensors" >"$tmp/st.json" 2>"$tmp/err.txt"; then
+  echo "FAILED: tofu-run --data FILE.safetensors" >&2; cat "$tmp/err.txt" >&2; fail=1
+else
+  $py - "$tmp/threads.json" "$tmp/st.json" <<'PY' || fail=1
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert a["loss"] == b["loss"], "safetensors and IDX data train differently"
+assert [e["accuracy"] for e in a["eval"]] == [e["accuracy"] for e in b["eval"]], (a["eval"], b["eval"])
+PY
+fi
+
 # A checkpoint after 26 steps (mid-epoch 2) resumed for 14 gives the straight run's losses.
 if "$run" "${common[@]}" --workers 2 --steps 26 --save "$tmp/ckpt" >"$tmp/first.json" 2>"$tmp/err.txt" &&
    "$run" "${common[@]}" --workers 1 --steps 14 --load "$tmp/ckpt" >"$tmp/second.json" 2>"$tmp/err.txt"; then
@@ -189,5 +224,7 @@ expect_exit 2 "GAMMA '2' is not a number in (0, 1]" "$run" --onnx "$model" --wor
 expect_exit 2 "unknown schedule 'linear'" "$run" --onnx "$model" --workers 1 --lr-schedule linear
 expect_exit 2 "ends at step 4, within the 6 steps of --warmup" "$run" --onnx "$model" --batch 32 --workers 1 \
   --data "$tmp/data" --steps 4 --warmup 6 --lr-schedule cosine
+expect_exit 2 "holds 2 tensors (images, labels); name one as" "$run" --onnx "$model" --batch 32 --workers 1 \
+  --data "images=$tmp/data/train.safetensors,labels=$tmp/data/train.safetensors:labels"
 expect_exit 2 "not an IDX file" "$run" --onnx "$model" --batch 32 --workers 1 --data "images=$model,labels=$tmp/data/t10k-labels-idx1-ubyte"
 exit $fail

@@ -1,0 +1,224 @@
+// Reading safetensors files (see safetensors.h).
+#include "runtime/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "fmt/format.h"
+#include "nlohmann/json.hpp"
+
+namespace tofu {
+namespace {
+
+llvm::Error fail(const std::string &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s", msg.c_str());
+}
+
+bool readAt(int fd, char *buf, uint64_t bytes, uint64_t offset) {
+  while (bytes > 0) {
+    ssize_t n = ::pread(fd, buf, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    buf += n;
+    bytes -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+template <typename T> T load(const char *p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+} // namespace
+
+float halfToFloat(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else { // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400)) {
+        mant <<= 1;
+        --exp;
+      }
+      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float bfloat16ToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+size_t safetensorsWidth(const std::string &d) {
+  if (d == "BOOL" || d == "U8" || d == "I8")
+    return 1;
+  if (d == "U16" || d == "I16" || d == "F16" || d == "BF16")
+    return 2;
+  if (d == "U32" || d == "I32" || d == "F32")
+    return 4;
+  if (d == "U64" || d == "I64" || d == "F64")
+    return 8;
+  return 0;
+}
+
+bool safetensorsFloating(const std::string &d) {
+  return d == "F16" || d == "BF16" || d == "F32" || d == "F64";
+}
+
+double safetensorsElement(const std::string &d, const char *p) {
+  if (d == "F32")
+    return load<float>(p);
+  if (d == "F64")
+    return load<double>(p);
+  if (d == "F16")
+    return halfToFloat(load<uint16_t>(p));
+  if (d == "BF16")
+    return bfloat16ToFloat(load<uint16_t>(p));
+  if (d == "BOOL")
+    return load<uint8_t>(p) != 0;
+  if (d == "U8")
+    return load<uint8_t>(p);
+  if (d == "I8")
+    return load<int8_t>(p);
+  if (d == "U16")
+    return load<uint16_t>(p);
+  if (d == "I16")
+    return load<int16_t>(p);
+  if (d == "U32")
+    return load<uint32_t>(p);
+  if (d == "I32")
+    return load<int32_t>(p);
+  if (d == "U64")
+    return static_cast<double>(load<uint64_t>(p));
+  if (d == "I64")
+    return static_cast<double>(load<int64_t>(p));
+  return 0;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (fd >= 0)
+    ::close(fd);
+}
+
+llvm::Error SafetensorsFile::read(char *buf, uint64_t bytes, uint64_t offset) const {
+  errno = 0;
+  if (!readAt(fd, buf, bytes, dataStart + offset))
+    return fail(fmt::format("{}: cannot read: {}", path,
+                            errno ? std::strerror(errno)
+                                  : "the file is shorter than its header says"));
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::unique_ptr<SafetensorsFile>> openSafetensors(const std::string &path) {
+  auto f = std::make_unique<SafetensorsFile>();
+  f->path = path;
+  f->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (f->fd < 0 || ::fstat(f->fd, &st) != 0)
+    return fail(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  unsigned char len[8];
+  if (size < 8 || !readAt(f->fd, reinterpret_cast<char *>(len), 8, 0))
+    return fail(fmt::format("{}: not a safetensors file (shorter than its 8-byte header "
+                            "length)",
+                            path));
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(len[i]) << (8 * i);
+  if (n > size - 8)
+    return fail(fmt::format("{}: the header length {} runs past the end of the file ({} bytes)",
+                            path, n, size));
+  std::string text(n, '\0');
+  if (!readAt(f->fd, text.data(), n, 8))
+    return fail(fmt::format("{}: cannot read the header: {}", path, std::strerror(errno)));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception &e) {
+    return fail(fmt::format("{}: the header is not JSON: {}", path, e.what()));
+  }
+  if (!header.is_object())
+    return fail(fmt::format("{}: the header is not a JSON object", path));
+  f->dataStart = 8 + n;
+  const uint64_t dataBytes = size - f->dataStart;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string &name = it.key();
+    const nlohmann::json &v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object())
+        return fail(fmt::format("{}: __metadata__ is not an object", path));
+      for (auto m = v.begin(); m != v.end(); ++m)
+        if (m.value().is_string())
+          f->metadata[m.key()] = m.value().get<std::string>();
+      continue;
+    }
+    auto where = [&](const std::string &what) {
+      return fail(fmt::format("{}: tensor '{}': {}", path, name, what));
+    };
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets"))
+      return where("needs dtype, shape and data_offsets");
+    if (!v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2)
+      return where("dtype must be a string, shape an array, data_offsets [begin, end]");
+    SafetensorsTensor t;
+    t.dtype = v["dtype"].get<std::string>();
+    t.width = safetensorsWidth(t.dtype);
+    if (t.width == 0)
+      return where("dtype " + t.dtype + " is not a safetensors type Tofu reads (F64, F32, F16, "
+                   "BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL)");
+    uint64_t count = 1;
+    for (const nlohmann::json &d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        return where("a dimension is not a non-negative integer");
+      t.shape.push_back(d.get<int64_t>());
+      const uint64_t e = static_cast<uint64_t>(t.shape.back());
+      if (e != 0 && count > (uint64_t(1) << 62) / e)
+        return where("the shape has more elements than any file holds");
+      count *= e;
+    }
+    const nlohmann::json &off = v["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      return where("data_offsets are not non-negative integers");
+    t.begin = off[0].get<uint64_t>();
+    t.end = off[1].get<uint64_t>();
+    if (t.begin > t.end || t.end > dataBytes)
+      return where(fmt::format("bytes [{}, {}) lie outside the {} bytes of data", t.begin, t.end,
+                               dataBytes));
+    if (t.end - t.begin != count * t.width)
+      return where(fmt::format("shape and dtype make {} bytes, data_offsets {}", count * t.width,
+                               t.end - t.begin));
+    ranges.push_back({t.begin, t.end});
+    f->tensors.emplace(name, std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second && ranges[i].first != ranges[i].second)
+      return fail(fmt::format("{}: the byte ranges of two tensors overlap", path));
+  return f;
+}
+
+} // namespace tofu
