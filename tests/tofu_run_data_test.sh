@@ -196,6 +196,21 @@ PY
 else
   echo "FAILED: --save / --load under a schedule" >&2; cat "$tmp/err.txt" >&2; fail=1
 fi
+# The scheduled AdamW run under MPI (2 processes: the rate and Adam's corrections written by
+# each process into its own tiles) gives the threads' run.
+if ! mpirun --oversubscribe --bind-to none -np 2 "$run" --backend mpi --onnx "$model" --batch 32 \
+     --data "$tmp/data" --normalize 0.3,0.3 --seed 3 --format=json --steps 30 --optimizer adamw \
+     --lr 0.002 --warmup 5 --lr-schedule cosine >"$tmp/adamw-mpi.json" 2>"$tmp/err.txt"; then
+  echo "FAILED: mpirun tofu-run --optimizer adamw --lr-schedule cosine" >&2; cat "$tmp/err.txt" >&2; fail=1
+else
+  $py - "$tmp/adamw.json" "$tmp/adamw-mpi.json" <<'PY' || fail=1
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert b["processes"] == 2 and a["lr_per_step"] == b["lr_per_step"]
+for s, (x, y) in enumerate(zip(a["loss"], b["loss"])):
+    assert abs(x - y) <= 1e-4 * max(1.0, abs(x)), (s, x, y)
+PY
+fi
 expect_exit 2 "the checkpoint was trained with --optimizer adamw" "$run" --onnx "$model" --batch 32 \
   --workers 1 --data "$tmp/data" --optimizer adam --load "$tmp/ckpt-adamw"
 
