@@ -1,7 +1,10 @@
 // Data sets fed to partitioned models; evaluation on the forward graph.
 #include "runtime/data_feed.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <future>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -150,6 +153,83 @@ void feedBatch(Engine &engine, const DataSet &ds, const std::vector<DataBinding>
       fillBatch(a, samples, shape, tile, b.labels, norm, out);
     });
   }
+}
+
+std::vector<int64_t> BatchOrder::samplesOf(unsigned step) {
+  const int64_t per = std::max<int64_t>(1, stepsPerEpoch());
+  const int64_t epoch = step / per, within = step % per;
+  if (epoch != epoch_) {
+    order_ = epochOrder(samples_, seed_, static_cast<uint64_t>(epoch));
+    epoch_ = epoch;
+  }
+  return std::vector<int64_t>(order_.begin() + within * batch_,
+                              order_.begin() + (within + 1) * batch_);
+}
+
+struct BatchPrefetcher::Impl {
+  const Engine &engine;
+  const DataSet &ds;
+  std::vector<DataBinding> bindings;
+  Normalization norm;
+  BatchOrder order; ///< used by one thread at a time (feed waits before it starts another)
+  std::future<Staged> ahead;
+};
+
+BatchPrefetcher::BatchPrefetcher(const Engine &engine, const DataSet &ds,
+                                 std::vector<DataBinding> bindings, Normalization norm,
+                                 int64_t batch, uint64_t seed)
+    : impl_(new Impl{engine, ds, std::move(bindings), norm, BatchOrder(ds.samples, batch, seed),
+                     {}}) {}
+
+BatchPrefetcher::~BatchPrefetcher() {
+  if (impl_->ahead.valid())
+    impl_->ahead.wait();
+}
+
+BatchPrefetcher::Staged BatchPrefetcher::assemble(unsigned step) {
+  Impl &m = *impl_;
+  Staged s;
+  s.step = step;
+  const std::vector<int64_t> samples = m.order.samplesOf(step);
+  const Program &prog = m.engine.program();
+  for (const DataBinding &b : m.bindings) {
+    const DataArray &a = *m.ds.find(b.array);
+    const ProgramTensor &pt = prog.tensors[b.tensor];
+    for (unsigned w : m.engine.localWorkers()) {
+      if (!m.engine.holdsTile(b.tensor, w))
+        continue;
+      std::vector<float> tile(static_cast<size_t>(boxElements(pt.tiles[w])));
+      fillBatch(a, samples, pt.shape, pt.tiles[w], b.labels, m.norm, tile.data());
+      s.tiles.push_back(std::move(tile));
+    }
+  }
+  return s;
+}
+
+void BatchPrefetcher::feed(Engine &engine, unsigned step, bool more) {
+  Impl &m = *impl_;
+  Staged s;
+  const auto t0 = std::chrono::steady_clock::now();
+  bool ready = false;
+  if (m.ahead.valid()) {
+    s = m.ahead.get();
+    ready = s.step == step;
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  if (!ready)
+    s = assemble(step);
+  const auto t2 = std::chrono::steady_clock::now();
+  wait_ += std::chrono::duration<double>(t1 - t0).count();
+  assemble_ += std::chrono::duration<double>(t2 - t1).count();
+  size_t next = 0;
+  for (const DataBinding &b : m.bindings) {
+    engine.setTiles(b.tensor, [&](const Box &tile, float *out) {
+      const std::vector<float> &v = s.tiles.at(next++);
+      std::copy(v.begin(), v.begin() + boxElements(tile), out);
+    });
+  }
+  if (more)
+    m.ahead = std::async(std::launch::async, [this, step] { return assemble(step + 1); });
 }
 
 llvm::Expected<PartitionPlan> restrictPlan(const PartitionPlan &train, const Problem &full,

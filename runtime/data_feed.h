@@ -14,6 +14,7 @@
 #ifndef TOFU_RUNTIME_DATA_FEED_H
 #define TOFU_RUNTIME_DATA_FEED_H
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,52 @@ llvm::Expected<std::vector<DataBinding>> bindDataSet(
 /// tiles.
 void feedBatch(Engine &engine, const DataSet &ds, const std::vector<DataBinding> &bindings,
                const std::vector<int64_t> &samples, const Normalization &norm);
+
+/// The samples of training step `step` (counted over every run, so a resumed run continues
+/// the order): batch `step % stepsPerEpoch` of epoch `step / stepsPerEpoch`, taken from
+/// that epoch's epochOrder. Keeps the last epoch's order (one instance per thread).
+class BatchOrder {
+public:
+  BatchOrder(int64_t samples, int64_t batch, uint64_t seed)
+      : samples_(samples), batch_(batch), seed_(seed) {}
+  int64_t stepsPerEpoch() const { return batch_ > 0 ? samples_ / batch_ : 0; }
+  std::vector<int64_t> samplesOf(unsigned step);
+
+private:
+  int64_t samples_, batch_;
+  uint64_t seed_;
+  std::vector<int64_t> order_; ///< of epoch `epoch_`
+  int64_t epoch_ = -1;
+};
+
+/// Feeds a training engine its batches, assembling the next step's tiles on a thread of
+/// its own while the engine runs the current step, so that gathering, converting and
+/// normalising samples overlaps the step: feed() waits for the tiles assembled ahead
+/// (assembling them itself when the step is not the one expected), writes them into the
+/// engine, and starts on the following step unless told it is the last. The data set and
+/// the engine's program must outlive it; only feed() touches the engine.
+class BatchPrefetcher {
+public:
+  BatchPrefetcher(const Engine &engine, const DataSet &ds, std::vector<DataBinding> bindings,
+                  Normalization norm, int64_t batch, uint64_t seed);
+  ~BatchPrefetcher();
+  BatchPrefetcher(const BatchPrefetcher &) = delete;
+  BatchPrefetcher &operator=(const BatchPrefetcher &) = delete;
+  void feed(Engine &engine, unsigned step, bool more);
+  /// Seconds feed() waited for tiles assembled ahead, and spent assembling tiles itself.
+  double waitSeconds() const { return wait_; }
+  double assembleSeconds() const { return assemble_; }
+
+private:
+  struct Staged {
+    unsigned step = 0;
+    std::vector<std::vector<float>> tiles; ///< per binding and local worker holding a tile
+  };
+  Staged assemble(unsigned step);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  double wait_ = 0, assemble_ = 0;
+};
 
 /// `train` restricted to `sub`, whose nodes and tensors are some of `full`'s by name (the
 /// forward graph of a training graph): each keeps its choice at every step. Errors name a

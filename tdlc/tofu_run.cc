@@ -689,22 +689,16 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   // Every worker draws its own tiles of every value: no process makes a whole tensor.
   const tofu::TrainingData data(p, loss, seed, lr, training.constants, dataMode == "teacher",
                                 &training.initialValues, hyper);
-  std::vector<int64_t> order; // of the epoch `orderEpoch`
-  int64_t orderEpoch = -1;
-  auto samplesOf = [&](unsigned step) {
-    const int64_t epoch = step / stepsPerEpoch, within = step % stepsPerEpoch;
-    if (epoch != orderEpoch) {
-      order = tofu::epochOrder(ds->samples, seed, static_cast<uint64_t>(epoch));
-      orderEpoch = epoch;
-    }
-    return std::vector<int64_t>(order.begin() + within * dataBatch,
-                                order.begin() + (within + 1) * dataBatch);
-  };
-  // The batch of a step, by its index counted over every run of a resumed training.
+  // The batch of a step, by its index counted over every run of a resumed training (the
+  // training engine's batches come from a BatchPrefetcher, which assembles the next one
+  // while a step runs; the references of --verify take theirs here).
+  std::optional<tofu::BatchOrder> order;
+  if (realData)
+    order.emplace(ds->samples, dataBatch, seed);
   auto setBatch = [&](tofu::Engine &e, unsigned step) {
     setValues(e, data, data.scheduledTensors(), step);
     if (realData)
-      tofu::feedBatch(e, *ds, bindings, samplesOf(step), normalization);
+      tofu::feedBatch(e, *ds, bindings, order->samplesOf(step), normalization);
     else
       setValues(e, data, data.batchTensors(), step);
   };
@@ -929,8 +923,16 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   int64_t verifyCopyBytes = 0;
   std::vector<double> stepSeconds, losses;
   int64_t moved = 0;
+  std::optional<tofu::BatchPrefetcher> prefetch;
+  if (realData)
+    prefetch.emplace(**engine, *ds, bindings, normalization, dataBatch, seed);
   for (unsigned s = 0; s < steps; ++s) {
-    setBatch(**engine, stepsBefore + s);
+    if (prefetch) {
+      setValues(**engine, data, data.scheduledTensors(), stepsBefore + s);
+      prefetch->feed(**engine, stepsBefore + s, s + 1 < steps);
+    } else {
+      setBatch(**engine, stepsBefore + s);
+    }
     auto r = (*engine)->step();
     if (!r)
       return fail(fmt::format("{}: step {}: {}", name, s + 1, llvm::toString(r.takeError())));
@@ -1181,6 +1183,10 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       j["data"] = ds->description;
       j["samples"] = ds->samples;
       j["steps_per_epoch"] = stepsPerEpoch;
+      // Batches assembled ahead, while the previous step ran: the time the steps still
+      // waited for them, and the time spent assembling a batch that was not ready.
+      j["data_wait_seconds"] = prefetch ? prefetch->waitSeconds() : 0.0;
+      j["data_assemble_seconds"] = prefetch ? prefetch->assembleSeconds() : 0.0;
     }
     if (evalEngine) {
       j["eval"] = evalJson;
