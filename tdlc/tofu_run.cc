@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -591,6 +592,32 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     if (!c)
       return fail(llvm::toString(c.takeError()));
     was = c->metadata();
+    // Every number the run takes from the metadata must be one, in its range: a damaged or
+    // hand-edited checkpoint stops here rather than training at a rate of 0.
+    const struct {
+      const char *key;
+      double lo, hi; ///< [lo, hi)
+      bool whole;
+    } ranges[] = {{"steps", 0, 2147483648.0, true},  {"warmup", 0, 2147483648.0, true},
+                  {"lr", 0, 1e300, false},           {"momentum", 0, 1, false},
+                  {"weight_decay", 0, 1e6, false}};
+    for (const auto &r : ranges) {
+      auto it = was.find(r.key);
+      if (it == was.end())
+        continue;
+      char *end = nullptr;
+      errno = 0;
+      const double v = std::strtod(it->second.c_str(), &end);
+      const bool number = !it->second.empty() && *end == '\0' && errno == 0 && std::isfinite(v);
+      if (!number || v < r.lo || v >= r.hi || (r.whole && v != std::floor(v)) ||
+          (std::string(r.key) == "lr" && v <= 0))
+        return fail(fmt::format("{}: metadata '{}' is '{}', not {} (the checkpoint is damaged)",
+                                c->path(), r.key, it->second,
+                                r.whole ? "a whole number of steps below 2^31"
+                                : std::string(r.key) == "lr" ? "a positive finite rate"
+                                : fmt::format("a number in [{}, {})", r.lo, r.hi)),
+                    2);
+    }
     if (auto it = was.find("steps"); it != was.end())
       stepsBefore = static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
     if (auto it = was.find("optimizer"); it != was.end() && it->second != optimizer)
@@ -632,7 +659,9 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     if (!text.empty()) {
       auto sc = tofu::parseLrSchedule(text);
       if (!sc)
-        return fail(llvm::toString(sc.takeError()), 2);
+        return fail((lrScheduleOpt.empty() ? resumed->path() + ": metadata 'lr_schedule': " : "") +
+                        llvm::toString(sc.takeError()),
+                    2);
       hyper.schedule = *sc;
     }
     hyper.schedule.warmup = warmupOpt.getNumOccurrences() > 0 ? unsigned(warmupOpt) : 0;

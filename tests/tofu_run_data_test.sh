@@ -213,6 +213,23 @@ PY
 fi
 expect_exit 2 "the checkpoint was trained with --optimizer adamw" "$run" --onnx "$model" --batch 32 \
   --workers 1 --data "$tmp/data" --optimizer adam --load "$tmp/ckpt-adamw"
+# A damaged checkpoint's metadata (a rate that is not a number, a schedule that does not
+# parse) stops the run, naming the file and the key.
+for bad in "lr=fast" "lr_schedule=cosine:0" "steps=-4" "momentum=1.5"; do
+  rm -rf "$tmp/ckpt-bad" && cp -r "$tmp/ckpt-adamw" "$tmp/ckpt-bad"
+  $py - "$tmp/ckpt-bad/model.safetensors" "$bad" <<'PY'
+import json, struct, sys
+path, (key, value) = sys.argv[1], sys.argv[2].split("=", 1)
+raw = open(path, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+header["__metadata__"][key] = value
+text = json.dumps(header).encode()
+open(path, "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+  expect_exit 2 "metadata '${bad%%=*}'" "$run" --onnx "$model" --batch 32 --workers 1 \
+    --data "$tmp/data" --optimizer adamw --load "$tmp/ckpt-bad"
+done
 
 # Bad uses: each exits 2 naming what is wrong.
 $py - "$tmp/data" <<'PY'
