@@ -68,6 +68,8 @@ TEST(OnnxCorpus, EveryModelImportsTrainsAndPlans) {
         const TensorInfo *t = g->tensor(o);
         ASSERT_TRUE(t && t->shapeKnown) << o;
       }
+      if (g->outputs.size() > 1) // a graph of several outputs trains on the first, as tofu-run
+        g->outputs.resize(1);
       auto loss = addLoss(*g, testLibrary());
       ASSERT_TRUE(static_cast<bool>(loss)) << llvm::toString(loss.takeError());
       auto tg = buildTrainingGraph(*g, *loss, testLibrary(), Optimizer::SGD);

@@ -121,6 +121,19 @@ expect_error "--lr must be a positive finite number" --model mlp --workers 2 --l
 expect_error "none: cannot open: No such file or directory" --model mlp --workers 2 --load "$tmp/none"
 expect_error "the checkpoint has no tensor" --model gpt-1-16-2-4 --batch 2 --workers 2 --optimizer adam --load "$tmp/ckpt"
 expect_error "the checkpoint was trained with --optimizer adam, this run uses sgd" --onnx tests/onnx/mlp.onnx --workers 2 --load "$tmp/ckpt"
+# nn.LSTM as PyTorch returns it (outputs y, h and c): a training step on the first by
+# default, on another by --loss-output, each partitioned and verified.
+for lo in "" "--loss-output c"; do
+  # shellcheck disable=SC2086
+  if ! "$run" --onnx tests/onnx/lstm_states.onnx --workers 2 --verify $lo >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+     ! grep -q "^verify: PASSED" "$tmp/out.txt"; then
+    echo "FAILED: lstm_states.onnx --verify $lo" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+  fi
+  if [ -z "$lo" ] && ! grep -q "training on the first, 'y' (--loss-output names another)" "$tmp/out.txt" "$tmp/err.txt"; then
+    echo "FAILED: lstm_states.onnx does not say which output it trains on" >&2; fail=1
+  fi
+done
+
 # An ill-conditioned step (training-mode mobilenet_v2 at batch 2 on 32x32 images: its last
 # batch norms normalise 2 values per channel): float32 rounding alone scatters it beyond the
 # tolerance, so --verify says it cannot decide (exit 1) rather than blaming the partition;

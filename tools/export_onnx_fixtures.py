@@ -54,7 +54,8 @@ def export(model, examples, path, opset, input_names, training=False, params=Fal
         model.eval()
         mode = torch.onnx.TrainingMode.EVAL
     torch.onnx.export(model, tuple(examples), path, export_params=params, opset_version=opset,
-                      input_names=input_names, output_names=["output"],
+                      input_names=input_names,
+                      output_names=getattr(model, "output_names", ["output"]),
                       do_constant_folding=False, training=mode)
 
 
@@ -98,6 +99,20 @@ class Recurrent(nn.Module):
     def forward(self, x):
         y, _ = self.rnn(x)
         return self.head(y)
+
+
+class RecurrentStates(nn.Module):
+    """nn.LSTM as PyTorch returns it: the sequence and the final hidden and cell states (a
+    graph of three outputs; a training step picks one with --loss-output)."""
+    output_names = ["y", "h", "c"]
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(8, 16, num_layers=1, batch_first=True)
+
+    def forward(self, x):
+        y, (h, c) = self.rnn(x)
+        return y, h, c
 
 
 class Conv1dNet(nn.Module):
@@ -296,6 +311,8 @@ def corpus():
                    [image(64)], set()),
         "lstm_large": ("rnn", lambda: Recurrent(nn.LSTM, 2, False, inputs=64, hidden=256),
                        [rnd(4, 20, 64)], set()),
+        # Last, so that the examples drawn before it stay as they were.
+        "lstm_states": ("rnn", RecurrentStates, [rnd(2, 5, 8)], {"verify"}),
     }
 
 
