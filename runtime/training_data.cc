@@ -12,6 +12,9 @@ namespace tofu {
 namespace {
 
 constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+/// Adam's moment decays: the rank-0 adam_b1 and adam_b2, and the betas of the per-step bias
+/// corrections adam_c1 and adam_c2 (one pair, so that the two cannot disagree).
+constexpr double kAdamB1 = 0.9, kAdamB2 = 0.999;
 
 /// SplitMix64's output function: a bijection that scrambles every bit into every other.
 uint64_t scramble(uint64_t z) {
@@ -122,7 +125,7 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
       if (pt.name == "lr")
         r.schedule = [lr, s = hyper.schedule](unsigned step) { return s.at(lr, step); };
       else
-        r.schedule = [beta = pt.name == "adam_c1" ? 0.9 : 0.999](unsigned step) {
+        r.schedule = [beta = pt.name == "adam_c1" ? kAdamB1 : kAdamB2](unsigned step) {
           return adamBiasCorrection(beta, step);
         };
       scheduled_.push_back(t);
@@ -131,9 +134,9 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
     else if (pt.name == "weight_decay")
       r = fill(hyper.weightDecay);
     else if (pt.name == "adam_b1")
-      r = fill(0.9);
+      r = fill(kAdamB1);
     else if (pt.name == "adam_b2")
-      r = fill(0.999);
+      r = fill(kAdamB2);
     else if (pt.name == "adam_eps")
       r = fill(1e-8);
     else if (pt.shape.empty() && lower.find("eps") != std::string::npos)
