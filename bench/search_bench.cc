@@ -33,6 +33,7 @@
 #include "search/parallel.h"
 #include "search/search.h"
 #include "search/topology.h"
+#include "support/units.h"
 
 namespace {
 

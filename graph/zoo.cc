@@ -1,10 +1,9 @@
 // Model zoo builders.
 #include "graph/zoo.h"
 
+#include <algorithm>
+
 #include "analysis/checked.h"
-
-#include <regex>
-
 #include "fmt/format.h"
 
 namespace tofu {
@@ -250,65 +249,135 @@ llvm::Expected<Graph> buildTransformer(int layers, int64_t hidden, int64_t heads
   return b.finish("loss_out");
 }
 
-llvm::Expected<Graph> buildModel(const std::string &name, int64_t batch) {
-  if (batch < 1 || batch > kMaxZooExtent)
-    return stringError(fmt::format("model '{}': a batch of {} is out of range (1 to {})", name,
-                                   batch, kMaxZooExtent));
-  // The numbers of the name, each in its range (`otherwise` where an optional one is absent).
-  struct Field {
-    int64_t lo, hi;
-    const char *what;
-    int64_t otherwise = 0;
+llvm::Expected<ModelName> parseModelName(const std::string &name) {
+  // Read by hand, not by std::regex: libstdc++'s matcher recurses once per character, so a
+  // long name overflowed the stack.
+  std::vector<std::string> parts;
+  for (size_t at = 0;;) {
+    size_t dash = name.find('-', at);
+    parts.push_back(name.substr(at, dash == std::string::npos ? std::string::npos : dash - at));
+    if (dash == std::string::npos)
+      break;
+    at = dash + 1;
+  }
+  auto unknown = [&] {
+    return stringError(fmt::format("unknown model '{}'; {}", name, zooHelp()));
   };
-  auto numbers = [&](const std::smatch &m,
-                     const std::vector<Field> &fields) -> llvm::Expected<std::vector<int64_t>> {
-    std::vector<int64_t> out;
-    for (size_t k = 0; k < fields.size(); ++k) {
-      if (!m[k + 1].matched || m[k + 1].length() == 0) {
-        out.push_back(fields[k].otherwise);
-        continue;
-      }
-      auto v = parseInteger(m[k + 1].str(), fields[k].lo, fields[k].hi, fields[k].what);
-      if (!v)
-        return stringError(fmt::format("model '{}': {}", name, llvm::toString(v.takeError())));
-      out.push_back(*v);
-    }
-    return out;
+  auto digits = [](const std::string &s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
-  std::smatch m;
+  // A number of the name, in its range; an error names the model and the field.
+  auto number = [&](const std::string &text, int64_t lo, int64_t hi,
+                    const char *what) -> llvm::Expected<int64_t> {
+    auto v = parseInteger(text, lo, hi, what);
+    if (!v)
+      return stringError(fmt::format("model '{}': {}", name, llvm::toString(v.takeError())));
+    return *v;
+  };
+  ModelName out{ModelName::Mlp, name, {}};
+  auto push = [&](const std::string &text, int64_t lo, int64_t hi,
+                  const char *what) -> llvm::Error {
+    auto v = number(text, lo, hi, what);
+    if (!v)
+      return v.takeError();
+    out.numbers.push_back(*v);
+    return llvm::Error::success();
+  };
   if (name == "mlp")
+    return out;
+  const std::string &family = parts[0];
+  if (family == "wresnet") {
+    // wresnet-D-W[-iN][-cN][-kN], the optional ones in that order.
+    if (parts.size() < 3 || !digits(parts[1]) || !digits(parts[2]))
+      return unknown();
+    out.family = ModelName::WResNet;
+    if (llvm::Error e = push(parts[1], 1, 1000, "the depth"))
+      return std::move(e);
+    if (llvm::Error e = push(parts[2], 1, 1 << 10, "the widening factor"))
+      return std::move(e);
+    struct Optional {
+      char prefix;
+      int64_t hi, otherwise;
+      const char *what;
+    };
+    const Optional optional[] = {{'i', 1 << 16, 224, "the image size"},
+                                 {'c', 1 << 16, 64, "the stem's width"},
+                                 {'k', 1 << 24, 1000, "the class count"}};
+    size_t next = 3;
+    for (const Optional &o : optional) {
+      if (next < parts.size() && !parts[next].empty() && parts[next][0] == o.prefix) {
+        const std::string text = parts[next].substr(1);
+        if (!digits(text))
+          return unknown();
+        if (llvm::Error e = push(text, 1, o.hi, o.what))
+          return std::move(e);
+        ++next;
+      } else {
+        out.numbers.push_back(o.otherwise);
+      }
+    }
+    if (next != parts.size())
+      return unknown();
+    return out;
+  }
+  if (family == "rnn") {
+    // rnn-L-H, H in units of 1024 when it ends in K.
+    if (parts.size() != 3 || !digits(parts[1]))
+      return unknown();
+    std::string hidden = parts[2];
+    const bool kilo = !hidden.empty() && (hidden.back() == 'k' || hidden.back() == 'K');
+    if (kilo)
+      hidden.pop_back();
+    if (!digits(hidden))
+      return unknown();
+    out.family = ModelName::Rnn;
+    if (llvm::Error e = push(parts[1], 1, 10000, "the layer count"))
+      return std::move(e);
+    if (llvm::Error e = push(hidden, 1, kilo ? (1 << 14) : (1 << 24), "the hidden size"))
+      return std::move(e);
+    if (kilo)
+      out.numbers[1] *= 1024;
+    return out;
+  }
+  if (family == "gpt") {
+    if (parts.size() != 5 || !std::all_of(parts.begin() + 1, parts.end(), digits))
+      return unknown();
+    out.family = ModelName::Gpt;
+    const std::pair<int64_t, const char *> fields[] = {{10000, "the layer count"},
+                                                       {1 << 20, "the hidden size"},
+                                                       {1 << 16, "the head count"},
+                                                       {1 << 24, "the sequence length"}};
+    for (size_t k = 0; k < 4; ++k)
+      if (llvm::Error e = push(parts[k + 1], 1, fields[k].first, fields[k].second))
+        return std::move(e);
+    return out;
+  }
+  return unknown();
+}
+
+llvm::Expected<Graph> buildModel(const ModelName &name, int64_t batch) {
+  if (batch < 1 || batch > kMaxZooExtent)
+    return stringError(fmt::format("model '{}': a batch of {} is out of range (1 to {})",
+                                   name.text, batch, kMaxZooExtent));
+  const std::vector<int64_t> &v = name.numbers;
+  switch (name.family) {
+  case ModelName::Mlp:
     return buildMlp({1024, 4096, 4096, 1000}, batch);
-  if (std::regex_match(name, m,
-                       std::regex("wresnet-(\\d+)-(\\d+)(?:-i(\\d+))?(?:-c(\\d+))?(?:-k(\\d+))?"))) {
-    auto n = numbers(m, {{1, 1000, "the depth"},
-                         {1, 1 << 10, "the widening factor"},
-                         {1, 1 << 16, "the image size", 224},
-                         {1, 1 << 16, "the stem's width", 64},
-                         {1, 1 << 24, "the class count", 1000}});
-    if (!n)
-      return n.takeError();
-    const std::vector<int64_t> &v = *n;
+  case ModelName::WResNet:
     return buildWResNet(static_cast<int>(v[0]), v[1], batch, v[2], v[3], v[4]);
-  }
-  if (std::regex_match(name, m, std::regex("rnn-(\\d+)-(\\d+)([kK]?)"))) {
-    const bool kilo = m[3].length() > 0;
-    auto n = numbers(m, {{1, 10000, "the layer count"},
-                         {1, kilo ? (1 << 14) : (1 << 24), "the hidden size"}});
-    if (!n)
-      return n.takeError();
-    return buildRnn(static_cast<int>((*n)[0]), (*n)[1] * (kilo ? 1024 : 1), batch);
-  }
-  if (std::regex_match(name, m, std::regex("gpt-(\\d+)-(\\d+)-(\\d+)-(\\d+)"))) {
-    auto n = numbers(m, {{1, 10000, "the layer count"},
-                         {1, 1 << 20, "the hidden size"},
-                         {1, 1 << 16, "the head count"},
-                         {1, 1 << 24, "the sequence length"}});
-    if (!n)
-      return n.takeError();
-    const std::vector<int64_t> &v = *n;
+  case ModelName::Rnn:
+    return buildRnn(static_cast<int>(v[0]), v[1], batch);
+  case ModelName::Gpt:
     return buildTransformer(static_cast<int>(v[0]), v[1], v[2], v[3], batch);
   }
-  return stringError(fmt::format("unknown model '{}'; {}", name, zooHelp()));
+  return stringError(fmt::format("model '{}': unknown family", name.text));
+}
+
+llvm::Expected<Graph> buildModel(const std::string &name, int64_t batch) {
+  auto parsed = parseModelName(name);
+  if (!parsed)
+    return parsed.takeError();
+  return buildModel(*parsed, batch);
 }
 
 std::string zooHelp() {

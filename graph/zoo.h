@@ -45,8 +45,23 @@ llvm::Expected<Graph> buildTransformer(int layers, int64_t hidden, int64_t heads
 /// int64; checkGraph bounds the bytes).
 inline constexpr int64_t kMaxZooExtent = int64_t(1) << 31;
 
-/// The model `name` names (zooHelp); each number of the name is read with a range check,
-/// and an error names the one out of range.
+/// A zoo model's name, read: which family, and the family's numbers in its order (wresnet:
+/// depth, widening, image, stem width, classes; rnn: layers, hidden size; gpt: layers,
+/// hidden size, heads, sequence length), absent optional ones at their defaults.
+struct ModelName {
+  enum Family { Mlp, WResNet, Rnn, Gpt } family = Mlp;
+  std::string text;
+  std::vector<int64_t> numbers;
+};
+
+/// Reads a name (zooHelp); each number is read with a range check, and an error names the
+/// one out of range. Builds nothing.
+llvm::Expected<ModelName> parseModelName(const std::string &name);
+
+/// The model a parsed name names, at `batch`.
+llvm::Expected<Graph> buildModel(const ModelName &name, int64_t batch);
+
+/// parseModelName, then buildModel.
 llvm::Expected<Graph> buildModel(const std::string &name, int64_t batch);
 
 /// The names buildModel accepts, for help texts.

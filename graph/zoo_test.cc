@@ -101,5 +101,36 @@ TEST(Zoo, UnknownModelsAreErrors) {
   }
 }
 
+std::string nameError(const std::string &name) {
+  auto parsed = parseModelName(name);
+  if (parsed) {
+    ADD_FAILURE() << name << " was read";
+    return "";
+  }
+  return llvm::toString(parsed.takeError());
+}
+
+TEST(Zoo, NamesAreReadExactly) {
+  auto w = parseModelName("wresnet-50-1-i32-k10");
+  ASSERT_TRUE(static_cast<bool>(w)) << llvm::toString(w.takeError());
+  EXPECT_EQ(w->family, ModelName::WResNet);
+  EXPECT_EQ(w->numbers, (std::vector<int64_t>{50, 1, 32, 64, 10}));
+  auto r = parseModelName("rnn-2-8K");
+  ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+  EXPECT_EQ(r->numbers, (std::vector<int64_t>{2, 8192}));
+  auto t = parseModelName("gpt-2-64-4-16");
+  ASSERT_TRUE(static_cast<bool>(t)) << llvm::toString(t.takeError());
+  EXPECT_EQ(t->numbers, (std::vector<int64_t>{2, 64, 4, 16}));
+  // Optional parts out of order, empty parts, signs, trailing dashes: not names.
+  for (const char *bad : {"wresnet-50-1-k10-i32", "wresnet-50--1", "wresnet-50-1-i", "rnn-2-8KK",
+                          "rnn-+2-8", "gpt-1-64-4-16-", "gpt-1-64-4", "-", "", "wresnet-50-1-x3"})
+    EXPECT_NE(nameError(bad).find("unknown model"), std::string::npos) << bad;
+  EXPECT_NE(nameError("rnn-0-8").find("the layer count"), std::string::npos);
+  // A name of 100,000 digits is out of range, not a stack overflow (std::regex recursed per
+  // character and crashed on it).
+  EXPECT_NE(nameError("wresnet-" + std::string(100000, '1') + "-1").find("out of range"),
+            std::string::npos);
+}
+
 } // namespace
 } // namespace tofu

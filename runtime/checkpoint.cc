@@ -17,8 +17,8 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "nlohmann/json.hpp"
-#include "runtime/cpu_kernels.h"
 #include "runtime/safetensors.h"
+#include "support/files.h"
 
 namespace tofu {
 namespace {

@@ -22,6 +22,7 @@
 
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
+#include "support/files.h"
 
 extern char **environ;
 
@@ -86,15 +87,6 @@ const std::string &compilerIdentity(const std::string &compiler) {
 
 } // namespace
 
-bool makeDirs(const std::string &path) {
-  for (size_t at = 1; at <= path.size(); ++at)
-    if (at == path.size() || path[at] == '/') {
-      std::string prefix = path.substr(0, at);
-      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST)
-        return false;
-    }
-  return true;
-}
 
 std::vector<KernelUnit> kernelUnits(const std::vector<const KernelSource *> &kernels,
                                     KernelDialect dialect, unsigned perUnit, size_t minUnits) {

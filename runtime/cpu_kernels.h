@@ -101,8 +101,6 @@ std::vector<KernelUnit> kernelUnits(const std::vector<const KernelSource *> &ker
 /// Calls fn(0) ... fn(n - 1) on `jobs` threads (0: the machine's cores).
 void forEachInParallel(size_t n, unsigned jobs, const std::function<void(size_t)> &fn);
 
-/// mkdir -p; false (errno set) when a directory cannot be made.
-bool makeDirs(const std::string &path);
 
 /// Computes the share of `op` over `ranges` on whole input tensors (doubles) the way a worker
 /// would: each input's region (inputRegions) is copied into a float buffer, `call` computes

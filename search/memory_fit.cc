@@ -9,6 +9,7 @@
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "search/report.h"
+#include "support/units.h"
 
 namespace tofu {
 namespace {
@@ -208,33 +209,5 @@ fitWorkers(const Problem &p, const PlanOptions &options, int64_t limit,
                                  humanBytes(double(closest)), humanBytes(double(closest - limit))));
 }
 
-llvm::Expected<int64_t> parseBytes(const std::string &text) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception &) {
-    return stringError(fmt::format("'{}' is not a number of bytes (e.g. 80GB, 16GiB, 12e9)", text));
-  }
-  std::string unit = text.substr(used);
-  unit.erase(0, unit.find_first_not_of(' '));
-  std::string lower;
-  for (char c : unit)
-    lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  static const std::map<std::string, double> units = {
-      {"", 1},          {"b", 1},
-      {"kb", 1e3},      {"mb", 1e6},
-      {"gb", 1e9},      {"tb", 1e12},
-      {"kib", 1024.0},  {"mib", 1024.0 * 1024},
-      {"gib", 1024.0 * 1024 * 1024}, {"tib", 1024.0 * 1024 * 1024 * 1024}};
-  auto it = units.find(lower);
-  if (it == units.end())
-    return stringError(fmt::format("'{}': unknown unit '{}' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)",
-                                   text, unit));
-  const double bytes = value * it->second;
-  if (!(bytes >= 1) || bytes > 9e18)
-    return stringError(fmt::format("'{}' is not a positive number of bytes", text));
-  return static_cast<int64_t>(bytes);
-}
 
 } // namespace tofu

@@ -69,9 +69,6 @@ fitWorkers(const Problem &p, const PlanOptions &options, int64_t limit,
            const std::vector<std::string> &outputs, unsigned maxWorkers,
            const std::function<void(unsigned k, const MemoryFit &)> &progress = nullptr);
 
-/// "12 GiB", "80GB", "16e9", "1.5TiB", "1048576" as bytes (units: B, KB/MB/GB/TB powers
-/// of 1000, KiB/MiB/GiB/TiB powers of 1024, case-insensitive); errors say what is wrong.
-llvm::Expected<int64_t> parseBytes(const std::string &text);
 
 } // namespace tofu
 

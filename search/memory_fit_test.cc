@@ -9,6 +9,7 @@
 #include "graph/zoo.h"
 #include "gtest/gtest.h"
 #include "search/test_problem.h"
+#include "support/units.h"
 
 namespace tofu {
 namespace {

@@ -6,6 +6,7 @@
 
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
+#include "support/units.h"
 
 namespace tofu {
 namespace {
@@ -75,15 +76,6 @@ std::string stepsString(const PartitionPlan &plan) {
 
 } // namespace
 
-std::string humanBytes(double bytes) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 5) {
-    bytes /= 1024;
-    ++u;
-  }
-  return fmt::format("{:.2f} {}", bytes, units[u]);
-}
 
 std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanReportOptions &o) {
   std::string out;

@@ -31,8 +31,6 @@ std::string planJson(const Problem &p, const PartitionPlan &plan, const PlanRepo
 /// dimensions tiled by owning worker (the paper's Figure 10).
 std::string planSvg(const Problem &p, const PartitionPlan &plan, const std::string &title);
 
-/// Bytes as `12.34 GiB`.
-std::string humanBytes(double bytes);
 
 } // namespace tofu
 

@@ -26,32 +26,9 @@
 #include "codegen/exec_plan.h"
 #include "llvm/Support/Error.h"
 #include "search/problem.h"
+#include "search/topology_spec.h"
 
 namespace tofu {
-
-struct TopologyLevel {
-  std::string name;       ///< e.g. "node", "gpu" (for reports)
-  unsigned count = 1;     ///< units of this level in each unit of the level outside it
-  double bandwidth = 0;   ///< bytes per second a worker receives over this level
-  double latency = 0;     ///< seconds per message over this level
-};
-
-struct Topology {
-  std::vector<TopologyLevel> levels; ///< outermost first
-  unsigned workers() const;
-};
-
-/// `2x8:12.5GB/s,150GB/s` (counts outermost first, then one bandwidth per level, each
-/// optionally `@latency`, e.g. `12.5GB/s@5us`), or a JSON object
-/// `{"levels": [{"name": "node", "count": 2, "bandwidth": "12.5GB/s", "latency": "5us"}, ...]}`
-/// (bandwidth also a number of bytes per second, latency also a number of seconds). An
-/// argument naming a file reads the file. Bandwidths: B/s, KB/s, MB/s, GB/s, TB/s, their
-/// KiB/s... forms, and Gbit/s (also Mbit/s, Tbit/s); latencies: s, ms, us, ns. Levels must
-/// not be faster outside than inside. Errors say what and where.
-llvm::Expected<Topology> parseTopology(const std::string &spec);
-
-/// `2 nodes × 4 gpus: 12.5 GB/s @ 5 µs, 150 GB/s @ 1 µs`.
-std::string describeTopology(const Topology &t);
 
 /// The recursion's steps: each level's factors (factorWorkers), outermost level first.
 std::vector<unsigned> topologyFactors(const Topology &t);
@@ -59,9 +36,6 @@ std::vector<unsigned> topologyFactors(const Topology &t);
 /// step of level L, bytes (1/bw_L − 1/bw_{L+1}) and messages (lat_L − lat_{L+1}), each times
 /// the innermost bandwidth; elsewhere 0. No message weights where no level has a latency.
 PrefixWeights topologyWeights(const Topology &t);
-
-/// The outermost level at which workers a and b differ (levels.size() when a == b).
-unsigned levelBetween(const Topology &t, unsigned a, unsigned b);
 
 struct LevelTraffic {
   int64_t bytes = 0;    ///< received over this level, every worker

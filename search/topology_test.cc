@@ -66,7 +66,19 @@ TEST(Topology, ErrorsSayWhatAndWhere) {
   };
   EXPECT_NE(message("2x4").find("neither a file nor COUNTS:BANDWIDTHS"), std::string::npos);
   EXPECT_NE(message("2x4:12.5GB/s").find("2 levels but 1 bandwidth"), std::string::npos);
-  EXPECT_NE(message("2xq:1GB/s,2GB/s").find("count 'q'"), std::string::npos);
+  EXPECT_NE(message("2xq:1GB/s,2GB/s").find("'q' is not an integer for a level's count"),
+            std::string::npos);
+  EXPECT_NE(message("2x99999999999999999999:1GB/s,2GB/s").find("out of range"), std::string::npos);
+  EXPECT_NE(message("2x4:inf GB/s,2GB/s").find("'inf GB/s' is not a bandwidth"), std::string::npos);
+  EXPECT_NE(message("2x4:1e400GB/s,2GB/s").find("bandwidth '1e400GB/s' is out of range"),
+            std::string::npos);
+  EXPECT_NE(message("{\"levels\": [{\"count\": 4294967296, \"bandwidth\": 1}]}")
+                .find("an integer from 1 to 1000000"),
+            std::string::npos);
+  // A name that is not a string was an uncaught exception.
+  EXPECT_NE(message("{\"levels\": [{\"name\": 3, \"count\": 2, \"bandwidth\": 1}]}")
+                .find("level 1: \"name\" is not a string"),
+            std::string::npos);
   EXPECT_NE(message("2x4:12.5GB,150GB/s").find("level 1: '12.5GB': unknown bandwidth unit"),
             std::string::npos);
   EXPECT_NE(message("2x4:1GB/s@5parsecs,2GB/s").find("unknown latency unit"), std::string::npos);

@@ -21,6 +21,7 @@
 #include "search/topology.h"
 #include "analysis/checked.h"
 #include "api/pipeline.h"
+#include "support/units.h"
 
 namespace cl = llvm::cl;
 

@@ -56,6 +56,7 @@
 #include "search/search.h"
 #include "analysis/checked.h"
 #include "api/pipeline.h"
+#include "support/units.h"
 
 namespace cl = llvm::cl;
 

@@ -15,6 +15,7 @@
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "runtime/cpu_kernels.h"
+#include "support/files.h"
 
 namespace tofu {
 namespace {
