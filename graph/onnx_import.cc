@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -15,6 +16,7 @@
 
 #include "fmt/format.h"
 #include "fmt/ranges.h"
+#include "analysis/checked.h"
 #include "analysis/interpreter.h"
 #include "graph/onnx_rules.h"
 #include "onnx/checker.h"
@@ -290,11 +292,79 @@ int64_t rawElementBytes(int32_t t) {
   }
 }
 
+/// Reads every initializer's external data into its raw bytes. A location must be a relative
+/// path that stays inside `dir` (no `..`, no link out of it); offset and length must lie
+/// inside the file.
+llvm::Error loadExternalData(onnx::GraphProto &graph, const std::string &dir) {
+  for (onnx::TensorProto &t : *graph.mutable_initializer()) {
+    if (t.data_location() != onnx::TensorProto::EXTERNAL)
+      continue;
+    auto fail = [&](const std::string &what) {
+      return stringError(fmt::format("initializer '{}': {}", t.name(), what));
+    };
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const onnx::StringStringEntryProto &kv : t.external_data()) {
+      if (kv.key() == "location") {
+        location = kv.value();
+      } else if (kv.key() == "offset" || kv.key() == "length") {
+        auto v = parseInteger(kv.value(), 0, std::numeric_limits<int64_t>::max(),
+                              "external data's " + kv.key());
+        if (!v)
+          return fail(llvm::toString(v.takeError()));
+        (kv.key() == "offset" ? offset : length) = *v;
+      }
+    }
+    if (location.empty())
+      return fail("its data is external but names no location");
+    if (dir.empty())
+      return fail(fmt::format("its data is in the external file '{}', and a model read from "
+                              "memory has no folder to find it in",
+                              location));
+    const std::filesystem::path rel(location);
+    bool escapes = rel.is_absolute();
+    for (const std::filesystem::path &part : rel)
+      escapes |= part == "..";
+    if (escapes)
+      return fail(fmt::format("its external data '{}' is outside the model's folder (a "
+                              "location is a relative path without '..')",
+                              location));
+    std::error_code ec;
+    const std::filesystem::path base = std::filesystem::canonical(dir, ec);
+    if (ec)
+      return fail(fmt::format("the model's folder '{}': {}", dir, ec.message()));
+    const std::filesystem::path file = std::filesystem::canonical(base / rel, ec);
+    if (ec)
+      return fail(fmt::format("cannot read its external data '{}': {}", (base / rel).string(),
+                              ec.message()));
+    const std::string inside = file.string(), root = base.string() + "/";
+    if (inside.compare(0, root.size(), root) != 0)
+      return fail(fmt::format("its external data '{}' links outside the model's folder (to '{}')",
+                              location, inside));
+    std::ifstream in(file, std::ios::binary | std::ios::ate);
+    if (!in || !std::filesystem::is_regular_file(file))
+      return fail(fmt::format("cannot read its external data '{}'", inside));
+    const int64_t size = static_cast<int64_t>(in.tellg());
+    if (offset > size || (length >= 0 && length > size - offset))
+      return fail(fmt::format("its external data lies at bytes {} to {} of '{}', which has {}",
+                              offset, length >= 0 ? fmt::format("{}", offset + length) : "the end",
+                              location, size));
+    if (length < 0)
+      length = size - offset;
+    std::string bytes(static_cast<size_t>(length), '\0');
+    in.seekg(offset);
+    if (!in.read(bytes.data(), length))
+      return fail(fmt::format("reading its external data '{}' failed", inside));
+    t.set_raw_data(std::move(bytes));
+    t.clear_external_data();
+    t.set_data_location(onnx::TensorProto::DEFAULT);
+  }
+  return llvm::Error::success();
+}
+
 /// Every initializer holds as many values as its shape says (raw bytes, or typed fields).
 llvm::Error checkInitializerSizes(const onnx::GraphProto &graph) {
   for (const onnx::TensorProto &t : graph.initializer()) {
-    if (t.data_location() == onnx::TensorProto::EXTERNAL)
-      continue; // read from its file
     int64_t n = 1;
     bool overflow = false;
     for (int64_t d : t.dims()) {
@@ -2462,8 +2532,7 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
         continue;
       }
     }
-    // A float initializer's values are the weight's initial values (where they are in the
-    // file: external data is not read, and such a weight is drawn).
+    // A float initializer's values are the weight's initial values.
     if (auto c = constOf(t); c && !c->isInt && int64_t(c->v.size()) == c->size())
       g_.initialValues[t.name()] = std::vector<float>(c->v.begin(), c->v.end());
     TensorInfo info;
@@ -2572,6 +2641,8 @@ llvm::Expected<Graph> importOnnxBytes(const std::string &bytes, const std::strin
     return stringError(fmt::format("'{}' is not an ONNX model (protobuf parsing failed)", name));
   if (!model.has_graph())
     return stringError(fmt::format("'{}' has no graph", name));
+  if (llvm::Error e = loadExternalData(*model.mutable_graph(), options.modelDir))
+    return stringError(fmt::format("{}: {}", name, llvm::toString(std::move(e))));
   auto table = tableFor(lib);
   if (!table)
     return table.takeError();
@@ -2588,7 +2659,17 @@ llvm::Expected<Graph> importOnnx(const std::string &path, const OpLibrary &lib,
     return stringError(fmt::format("cannot open '{}'", path));
   std::stringstream bytes;
   bytes << in.rdbuf();
-  return importOnnxBytes(bytes.str(), path, lib, options);
+  OnnxImportOptions withDir = options;
+  if (withDir.modelDir.empty()) {
+    // The folder the model file really is in (a link to a model reads its data beside the
+    // file linked to).
+    std::error_code ec;
+    std::filesystem::path real = std::filesystem::canonical(path, ec);
+    withDir.modelDir = (ec ? std::filesystem::path(path) : real).parent_path().string();
+    if (withDir.modelDir.empty())
+      withDir.modelDir = ".";
+  }
+  return importOnnxBytes(bytes.str(), path, lib, withDir);
 }
 
 } // namespace tofu

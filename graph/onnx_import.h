@@ -18,9 +18,14 @@ struct OnnxImportOptions {
   /// dataInputs was given by the user: more than the model's graph inputs is an error
   /// (else it means "all of them").
   bool dataInputsExact = false;
+  /// The folder an initializer's external data (`location`) is read from, and confined to:
+  /// importOnnx sets it to the folder the model file is in (links
+  /// followed). Empty: a model with external data is refused.
+  std::string modelDir;
 };
 
-/// Reads the model at `path`, infers shapes with ONNX's shape inference, and translates
+/// Reads the model at `path` (with its initializers' external data, from files in the
+/// model's folder and nowhere else), infers shapes with ONNX's shape inference, and translates
 /// its nodes into library ops. An operator the importer does not translate is an error
 /// naming the node, its operator and, from ops/onnx_mapping.json's reasoning, why.
 /// The resulting graph is checked: the library's shape clauses must agree with ONNX's.

@@ -64,6 +64,22 @@ fi
 [ "$checked" -ge 20 ] || { echo "FAILED: only $checked runs checked" >&2; fail=1; }
 echo "infer: $checked runs matched PyTorch's outputs"
 
+# A weight kept in an external file (tests/bad_input/external_ok.onnx: w's bytes at offset 16
+# of external_ok.bin) is read from there, at k = 1 and 2.
+$py -c "import numpy as np; np.save('$tmp/ext_x.npy', np.arange(8, dtype=np.float32).reshape(2, 4))"
+for k in 1 2; do
+  if ! "$run" --onnx tests/bad_input/external_ok.onnx --workers $k --infer --input "x=$tmp/ext_x.npy" \
+       --output-dir "$tmp/ext$k" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+    echo "FAILED: tofu-run --infer external_ok at k = $k" >&2; cat "$tmp/err.txt" >&2; fail=1; continue
+  fi
+  $py -c "
+import numpy as np
+x = np.arange(8, dtype=np.float64).reshape(2, 4)
+w = np.arange(12, dtype=np.float64).reshape(4, 3) / 10
+got = np.load('$tmp/ext$k/y.npy')
+assert np.allclose(got, x @ w, rtol=1e-6, atol=1e-6), (got, x @ w)" || { echo "FAILED: external_ok at k = $k" >&2; fail=1; }
+done
+
 $py -c "import numpy as np; np.save('$tmp/x.npy', np.zeros((3, 3), np.float32))"
 expect_exit 2 "--infer needs a value for every data input; --input gives none for input" "$run" \
   --onnx tests/onnx/mlp.onnx --workers 1 --infer

@@ -54,6 +54,45 @@ def short_initializer(out):
     onnx.save(model, os.path.join(out, "short_initializer.onnx"))
 
 
+def external(out, name, location, offset=None, length=None):
+    """A MatMul whose weight w (4 x 3, values 0.0, 0.1, ... 1.1) keeps its bytes in an external
+    file at `location` (external_ok.bin holds 16 bytes of padding, then w)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    w = TensorProto()
+    w.name = "w"
+    w.data_type = TensorProto.FLOAT
+    w.dims.extend([4, 3])
+    w.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", offset), ("length", length)):
+        if value is not None:
+            entry = w.external_data.add()
+            entry.key = key
+            entry.value = str(value)
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name=name)
+    graph = helper.make_graph([node], name, [x], [y], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with open(os.path.join(out, name + ".onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+
+
+def external_data(out):
+    with open(os.path.join(out, "external_ok.bin"), "wb") as f:
+        f.write(b"\xff" * 16 + (np.arange(12, dtype=np.float32) / 10).tobytes())
+    external(out, "external_ok", "external_ok.bin", 16, 48)
+    external(out, "external_dotdot", "../bad_input/external_ok.bin", 16, 48)
+    external(out, "external_absolute", "/etc/passwd")
+    external(out, "external_missing", "no_such_file.bin")
+    external(out, "external_past_end", "external_ok.bin", 32, 48)
+    # A link inside the folder to a file outside it.
+    link = os.path.join(out, "external_link.bin")
+    if os.path.lexists(link):
+        os.remove(link)
+    os.symlink("../../README.md", link)
+    external(out, "external_link", "external_link.bin")
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/bad_input"
     os.makedirs(out, exist_ok=True)
@@ -67,6 +106,7 @@ def main():
     gather(out, "gather_index99", [99])
     gather(out, "gather_index_minus99", [-99])
     short_initializer(out)
+    external_data(out)
 
 
 if __name__ == "__main__":
