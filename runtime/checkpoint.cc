@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 
+#include "analysis/checked.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "nlohmann/json.hpp"
@@ -292,7 +293,10 @@ std::optional<Box> boxOf(const nlohmann::json &j) {
   for (const nlohmann::json &r : j) {
     if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer())
       return std::nullopt;
-    b.push_back({r[0].get<int64_t>(), r[1].get<int64_t>()});
+    const int64_t lo = r[0].get<int64_t>(), hi = r[1].get<int64_t>();
+    if (lo < 0 || lo > hi)
+      return std::nullopt;
+    b.push_back({lo, hi});
   }
   return b;
 }
@@ -306,6 +310,8 @@ std::optional<std::vector<int64_t>> shapeOf(const nlohmann::json &j) {
       return std::nullopt;
     s.push_back(d.get<int64_t>());
   }
+  if (!checkedProduct(s)) // an element count past int64
+    return std::nullopt;
   return s;
 }
 
@@ -430,7 +436,7 @@ llvm::Expected<CheckpointReader> CheckpointReader::open(const std::string &dir) 
       return bad(std::string("not JSON: ") + e.what());
     }
   }
-  if (!index.is_object() || index.value("format", "") != "tofu sharded checkpoint")
+  if (!index.is_object() || !index.contains("format") || index["format"] != "tofu sharded checkpoint")
     return bad("not the index of a sharded Tofu checkpoint (format \"tofu sharded checkpoint\")");
   if (!index.contains("version") || index["version"] != 1)
     return bad("version " + (index.contains("version") ? index["version"].dump() : "missing") +
@@ -470,6 +476,12 @@ llvm::Expected<CheckpointReader> CheckpointReader::open(const std::string &dir) 
         f = opened[file] = o->get();
         m->files.push_back(std::move(*o));
       }
+      // A tile's name carries its box (writeTileFile): the index must say the same, or the
+      // tile would load into another tile's place.
+      if (key != name + "@" + boxText(*box))
+        return badTensor(fmt::format("tile '{}' is named for another place than its box [{}] "
+                                     "(its name would be '{}@{}')",
+                                     key, boxText(*box), name, boxText(*box)));
       auto t = f->tensors.find(key);
       if (t == f->tensors.end())
         return badTensor(fmt::format("{} has no tile '{}'", f->path, key));

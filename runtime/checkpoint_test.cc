@@ -289,11 +289,40 @@ TEST(ShardedCheckpoint, BadTilingsAndIndexesSayWhatIsWrong) {
   msg = edited("tiles-1-0.safetensors", "../x.safetensors");
   EXPECT_NE(msg.find("is not a file name in the checkpoint's directory"), std::string::npos) << msg;
   msg = edited("\"key\":\"w@0:3,0:8\"", "\"key\":\"w@0:3,0:9\"");
-  EXPECT_NE(msg.find("has no tile 'w@0:3,0:9'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tile 'w@0:3,0:9' is named for another place than its box [0:3,0:8]"),
+            std::string::npos)
+      << msg;
   msg = edited("[[0,3],[0,8]]", "[[0,2],[0,8]]");
-  EXPECT_NE(msg.find("has shape [3, 8], its box [0:2,0:8]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tile 'w@0:3,0:8' is named for another place than its box [0:2,0:8]"),
+            std::string::npos)
+      << msg;
+  msg = edited("[[0,3],[0,8]]", "[[0,3],[0,8,1]]");
+  EXPECT_NE(msg.find("a tile needs a file, a key and a box"), std::string::npos) << msg;
+  msg = edited("[[0,3],[0,8]]", "[[3,0],[0,8]]"); // lo > hi
+  EXPECT_NE(msg.find("a tile needs a file, a key and a box"), std::string::npos) << msg;
+  msg = edited("\"shape\":[6,8]", "\"shape\":[4611686018427387904,8]"); // 2^65 elements
+  EXPECT_NE(msg.find("needs a shape"), std::string::npos) << msg;
+  msg = withIndex("{\"format\": 3}"); // was an uncaught type error
+  EXPECT_NE(msg.find("not the index of a sharded Tofu checkpoint"), std::string::npos) << msg;
   msg = edited("\"shape\":[6,8]", "\"shape\":[6,9]");
   EXPECT_NE(msg.find("tensor 'w': its tiles cover 48 of its 54 elements"), std::string::npos) << msg;
+  // Two tiles of the same shape with their boxes swapped in the index: each tile's name
+  // carries its box, so the swap is refused rather than loading the halves swapped.
+  {
+    const std::string halves = tmpDir("swapped");
+    writeSharded(halves, 1, {{tileOf("w", {{0, 3}, {0, 8}})}, {tileOf("w", {{3, 6}, {0, 8}})}});
+    std::ifstream in(checkpointIndexFile(halves));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string t = ss.str();
+    const size_t a = t.find("[[0,3],[0,8]]"), b = t.find("[[3,6],[0,8]]");
+    ASSERT_TRUE(a != std::string::npos && b != std::string::npos) << t;
+    t.replace(a, 13, "[[3,6],[0,8]]");
+    t.replace(b, 13, "[[0,3],[0,8]]");
+    std::ofstream(checkpointIndexFile(halves), std::ios::trunc) << t;
+    msg = openError(halves);
+    EXPECT_NE(msg.find("is named for another place than its box"), std::string::npos) << msg;
+  }
   // A truncated tile file.
   withIndex(good);
   std::filesystem::resize_file(dir + "/" + tileFileName(1, 1), 100);
