@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "analysis/checked.h"
 #include "analysis/reducer.h"
 #include "analysis/report.h"
 #include "fmt/format.h"
@@ -446,21 +447,50 @@ OpCheck verifyStrategies(const StrategyTable &table, const VerifyOptions &option
   std::map<std::string, size_t> index;
   for (unsigned trial = 0; trial < options.trials; ++trial) {
     unsigned seed = options.seed * 7919 + trial;
-    Shapes shapes = randomShapes(op, seed, options.minExtent, options.maxExtent);
-    std::optional<std::vector<int64_t>> out;
-    if (trial == 0 && options.exampleShapes) {
-      shapes.inputs = *options.exampleShapes; // the output follows the shape clause
-    } else {
-      out.emplace();
+    // Shapes drawn with extents up to `maxExtent`, made consistent.
+    auto draw = [&](int64_t maxExtent) -> llvm::Expected<Shapes> {
+      Shapes shapes = randomShapes(op, seed, options.minExtent, maxExtent);
+      std::optional<std::vector<int64_t>> out;
+      if (trial == 0 && options.exampleShapes) {
+        shapes.inputs = *options.exampleShapes; // the output follows the shape clause
+      } else {
+        out.emplace();
+        for (unsigned v : op.outputVars)
+          out->push_back(shapes.vars[v]);
+      }
+      return concreteShapes(op, shapes.inputs, out);
+    };
+    // The most elements a tensor may have (an op of high rank at 5 per dimension would
+    // need 5^rank): past it the extents are drawn again at the smallest, and an op still
+    // past it is not verified.
+    const int64_t kMaxElements = int64_t(1) << 16;
+    auto largest = [&](const Shapes &shapes) {
+      int64_t most = 0;
+      std::vector<std::vector<int64_t>> all = shapes.inputs;
+      all.emplace_back();
       for (unsigned v : op.outputVars)
-        out->push_back(shapes.vars[v]);
-    }
-    auto checked = concreteShapes(op, shapes.inputs, out);
+        all.back().push_back(shapes.vars[v]);
+      for (const auto &shape : all)
+        most = std::max(most, checkedProduct(shape).value_or(std::numeric_limits<int64_t>::max()));
+      return most;
+    };
+    auto checked = draw(options.maxExtent);
+    if (checked && largest(*checked) > kMaxElements && options.maxExtent > options.minExtent)
+      checked = draw(options.minExtent);
     if (!checked) {
       result.problem = "no consistent shapes: " + llvm::toString(checked.takeError());
       return result;
     }
-    shapes = std::move(*checked);
+    Shapes shapes = std::move(*checked);
+    if (int64_t most = largest(shapes); most > kMaxElements) {
+      result.problem = fmt::format(
+          "too large to verify by execution: at the smallest extents a tensor has {} elements "
+          "(at most {})",
+          most == std::numeric_limits<int64_t>::max() ? std::string("more than 2^63")
+                                                      : std::to_string(most),
+          kMaxElements);
+      return result;
+    }
     std::vector<int64_t> outShape;
     for (unsigned v : op.outputVars)
       outShape.push_back(shapes.vars[v]);

@@ -6,7 +6,8 @@
 #
 #   tools/test.sh                 the suite
 #   tools/test.sh --asan          ... and again under AddressSanitizer + UBSan
-#   tools/test.sh --fuzz SECONDS  ... and fuzz parse+check with libFuzzer (clang 14)
+#   tools/test.sh --fuzz SECONDS  ... and fuzz the readers of untrusted input with libFuzzer
+#                                 (clang 14; tests/fuzz/BUILD), the seconds shared among them
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +17,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --asan) asan=1 ;;
     --fuzz) fuzz="${2:?--fuzz needs a number of seconds}"; shift ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -83,28 +84,45 @@ if [ "$asan" = 1 ]; then
 fi
 
 if [ "$fuzz" != 0 ]; then
-  echo "== fuzzing parse + check for ${fuzz}s (libFuzzer, ASan + UBSan)"
-  if bazel build --config=fuzz //tests/fuzz:tdl_fuzzer >"$log" 2>&1; then
-    bin="$(bazel info --config=fuzz bazel-bin 2>/dev/null)/tests/fuzz/tdl_fuzzer"
-    work=$(mktemp -d)
-    mkdir -p "$work/corpus"
-    # Run from an empty directory: fuzzed imports must not find real files.
-    if (cd "$work" && "$bin" -max_total_time="$fuzz" -max_len=4096 -print_final_stats=1 \
-          -artifact_prefix="$work/" corpus "$OLDPWD/tests/tdl" "$OLDPWD/tests/fuzz/regressions" \
-          >"$work/fuzz.log" 2>&1); then
-      grep -E '^(Done|stat::number_of_executed_units)' "$work/fuzz.log"
-      echo "fuzz: no crash, leak or sanitizer report"
-      passed=$((passed + 1))
-    else
-      tail -40 "$work/fuzz.log"
-      mkdir -p fuzz-artifacts && cp "$work"/crash-* "$work"/leak-* "$work"/timeout-* fuzz-artifacts/ 2>/dev/null
-      echo "fuzz: FAILED (reproducers copied to fuzz-artifacts/)"
-      failed=$((failed + 1))
-    fi
-    rm -rf "$work"
+  # Every fuzzer for its share of the seconds, from its seeds (and every input it once
+  # crashed on), in an empty folder: fuzzed imports must not find real files.
+  fuzzers=(tdl graph_json onnx checkpoint names)
+  share=$(( (fuzz + ${#fuzzers[@]} - 1) / ${#fuzzers[@]} ))
+  echo "== fuzzing ${#fuzzers[*]} readers for ${share}s each (libFuzzer, ASan + UBSan)"
+  if bazel build --config=fuzz //tests/fuzz:all >"$log" 2>&1; then
+    bindir="$(bazel info --config=fuzz bazel-bin 2>/dev/null)/tests/fuzz"
+    root=$PWD
+    node_tests=$(dpkg -L libonnx-testdata 2>/dev/null | grep -m1 '/data/node$')
+    for f in "${fuzzers[@]}"; do
+      work=$(mktemp -d)
+      mkdir -p "$work/corpus"
+      case $f in
+        tdl) seeds=("$root/tests/tdl"); max_len=4096 ;;
+        graph_json) seeds=("$root/tests/fuzz/seeds/graph_json" "$root/tests/bad_input"); max_len=16384 ;;
+        onnx) seeds=("$root/tests/bad_input" ${node_tests:+"$node_tests"}); max_len=16384 ;;
+        checkpoint) seeds=("$root/tests/fuzz/seeds/checkpoint"); max_len=4096 ;;
+        names) seeds=("$root/tests/fuzz/seeds/names"); max_len=256 ;;
+      esac
+      [ -d "$root/tests/fuzz/regressions/$f" ] && seeds+=("$root/tests/fuzz/regressions/$f")
+      if (cd "$work" && TOFU_FUZZ_OPS="$root/ops" "$bindir/${f}_fuzzer" -max_total_time="$share" \
+            -max_len=$max_len -timeout=20 -print_final_stats=1 -artifact_prefix="$work/" \
+            corpus "${seeds[@]}" >"$work/fuzz.log" 2>&1); then
+        echo "fuzz $f: $(grep -m1 -E '^stat::number_of_executed_units' "$work/fuzz.log" |
+          sed 's/.*: *//') inputs, no crash, leak, hang or sanitizer report"
+        passed=$((passed + 1))
+      else
+        tail -40 "$work/fuzz.log"
+        mkdir -p "fuzz-artifacts/$f"
+        cp "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* "fuzz-artifacts/$f/" 2>/dev/null
+        echo "fuzz $f: FAILED (reproducers copied to fuzz-artifacts/$f/; keep each in"
+        echo "  tests/fuzz/regressions/$f/ once fixed)"
+        failed=$((failed + 1))
+      fi
+      rm -rf "$work"
+    done
   else
     tail -30 "$log"
-    echo "fuzz: the fuzzer did not build"
+    echo "fuzz: the fuzzers did not build"
     failed=$((failed + 1))
   fi
 fi
