@@ -349,7 +349,7 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error &e) {
+  } catch (const json::exception &e) { // a syntax error, or a number out of range
     return stringError(fmt::format("graph JSON: {}", e.what()));
   }
   Graph g;

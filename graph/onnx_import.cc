@@ -1,7 +1,11 @@
 // ONNX import through Debian's libonnx: protobuf parsing, shape inference, node translation.
 #include "graph/onnx_import.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -269,6 +273,84 @@ llvm::Error checkAttributes(const onnx::GraphProto &graph) {
                                          who, a.name(), v, least));
     }
   }
+  return llvm::Error::success();
+}
+
+/// ONNX's shape inference, strict: a node whose inputs do not fit its operator (ranks, an
+/// attribute out of range) is an error naming it, not an unknown shape.
+llvm::Error inferShapes(onnx::ModelProto &model) {
+  try {
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(/*check_type=*/true,
+                                                                   /*error_mode=*/1,
+                                                                   /*enable_data_propagation=*/true));
+  } catch (const std::exception &e) {
+    return stringError(std::string("ONNX shape inference failed: ") + e.what());
+  }
+  return llvm::Error::success();
+}
+
+/// inferShapes in a child process. ONNX's inference functions trust their inputs' ranks
+/// (ConvTranspose reads dimensions of its weight that a malformed model does not have:
+/// a segfault), and those ranks are known only as inference reaches each node, so no check
+/// before it can guard them all. The child sends the inferred model back, or the error; a
+/// child killed by a signal is an error naming the signal. Where no child can be made, the
+/// inference runs here.
+llvm::Error inferShapesIsolated(onnx::ModelProto &model) {
+  int fds[2];
+  if (::pipe(fds) != 0)
+    return inferShapes(model);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return inferShapes(model);
+  }
+  if (pid == 0) { // the child: one status byte ('0' the model follows, '1' an error)
+    ::close(fds[0]);
+    std::string out;
+    if (llvm::Error e = inferShapes(model))
+      out = "1" + llvm::toString(std::move(e));
+    else
+      out = "0" + model.SerializeAsString();
+    for (size_t at = 0; at < out.size();) {
+      const ssize_t n = ::write(fds[1], out.data() + at, out.size() - at);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        ::_exit(3);
+      at += static_cast<size_t>(n);
+    }
+    ::_exit(0); // no destructors, no buffered output flushed twice, no leak report
+  }
+  ::close(fds[1]);
+  std::string in;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    in.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status))
+    return stringError(fmt::format("ONNX shape inference crashed on this model ({}): a node's "
+                                   "inputs do not have the ranks its operator needs",
+                                   strsignal(WTERMSIG(status))));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || in.empty())
+    return stringError("ONNX shape inference failed in its process (it sent no result)");
+  if (in[0] == '1')
+    return stringError(in.substr(1));
+  onnx::ModelProto inferred;
+  if (!inferred.ParseFromArray(in.data() + 1, static_cast<int>(in.size() - 1)))
+    return stringError("ONNX shape inference sent back a model that does not parse");
+  // The graph's contents, not the model: the importer holds a pointer to its graph.
+  model.mutable_graph()->Swap(inferred.mutable_graph());
   return llvm::Error::success();
 }
 
@@ -2483,16 +2565,8 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
       for (auto &dim : *v.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim())
         if (!dim.has_dim_value())
           dim.set_dim_value(options_.batch);
-  try {
-    // Strict: a node whose inputs do not fit its operator (ranks, an attribute out of
-    // range) is an error naming it, not an unknown shape.
-    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
-                                       onnx::ShapeInferenceOptions(/*check_type=*/true,
-                                                                   /*error_mode=*/1,
-                                                                   /*enable_data_propagation=*/true));
-  } catch (const std::exception &e) {
-    return stringError(std::string("ONNX shape inference failed: ") + e.what());
-  }
+  if (llvm::Error e = inferShapesIsolated(model))
+    return std::move(e);
   auto record = [&](const onnx::ValueInfoProto &v) {
     if (v.type().has_tensor_type() && v.type().tensor_type().has_elem_type())
       types_[v.name()] = v.type().tensor_type().elem_type();

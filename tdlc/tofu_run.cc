@@ -363,6 +363,25 @@ double scalarOverProcesses(const tofu::Engine &e, unsigned t) {
   return wholeOverProcesses(e, t).data.at(0);
 }
 
+/// The first tensor a step carries into the next (weights, optimiser state) that holds a
+/// value that is not finite, over every process's tiles; empty when all are finite.
+std::string firstNonFiniteCarried(const tofu::Problem &p, const tofu::Engine &e) {
+  const auto &carries = e.carries();
+  int64_t first = static_cast<int64_t>(carries.size()); // an index into carries
+  for (size_t c = 0; c < carries.size() && first == int64_t(carries.size()); ++c)
+    for (unsigned w : e.localWorkers())
+      if (e.holdsTile(carries[c].second, w)) {
+        const std::vector<float> tile = e.readTile(carries[c].second, w);
+        if (!std::all_of(tile.begin(), tile.end(), [](float v) { return std::isfinite(v); })) {
+          first = static_cast<int64_t>(c);
+          break;
+        }
+      }
+  const std::vector<int64_t> all = gatherOverProcesses(first);
+  first = *std::min_element(all.begin(), all.end());
+  return first < int64_t(carries.size()) ? p.tensors[carries[first].second].name : std::string();
+}
+
 /// --eval's forward graph (the model without its loss), planned as the training plan
 /// restricted to it.
 struct EvalSetup {
@@ -981,9 +1000,12 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     if (!std::isfinite(losses.back()) && !continueNonFinite) {
       if (terminal)
         llvm::outs() << "\n";
-      return fail(fmt::format("{}: step {}: the loss is {} (lr {}): training stopped{}; "
+      const std::string bad = firstNonFiniteCarried(p, **engine);
+      return fail(fmt::format("{}: step {}: the loss is {} (lr {}){}: training stopped{}; "
                               "--continue-on-nonfinite runs the remaining steps",
                               name, stepsBefore + s + 1, losses.back(), lr,
+                              bad.empty() ? ", while every weight is finite"
+                                          : ", and its update made '" + bad + "' non-finite",
                               saveDir.empty() ? ""
                                               : ", and nothing was saved to " + saveDir +
                                                     " (what it holds stays as it was)"));
@@ -1022,6 +1044,17 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   }
   if (terminal)
     llvm::outs() << "\n";
+  // The last step's update has no loss after it to show it: the weights themselves are
+  // checked (and a checkpoint of non-finite weights is never written over a good one).
+  if (steps > 0) {
+    if (const std::string bad = firstNonFiniteCarried(p, **engine); !bad.empty())
+      return fail(fmt::format("{}: after step {}, '{}' is not finite (lr {}): {}", name,
+                              stepsBefore + steps, bad, lr,
+                              saveDir.empty()
+                                  ? std::string("the trained weights are not usable")
+                                  : "nothing was saved to " + saveDir +
+                                        " (what it holds stays as it was)"));
+  }
   if (!saveDir.empty()) {
     const std::map<std::string, std::string> metadata = {
         {"format", "tofu"},

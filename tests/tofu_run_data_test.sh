@@ -230,6 +230,28 @@ PY
   expect_exit 2 "metadata '${bad%%=*}'" "$run" --onnx "$model" --batch 32 --workers 1 \
     --data "$tmp/data" --optimizer adamw --load "$tmp/ckpt-bad"
 done
+# Optimiser state that is not finite (Adam's first moment of one weight, NaN): the step's
+# loss is finite, its update is not. Training stops after it, naming a tensor, and the
+# checkpoint already in the --save folder stays as it was.
+rm -rf "$tmp/ckpt-nan" && cp -r "$tmp/ckpt-adamw" "$tmp/ckpt-nan"
+$py - "$tmp/ckpt-nan/model.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+raw = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+name = sorted(k for k in header if k.startswith("adam_m_"))[0]
+begin, end = header[name]["data_offsets"]
+raw[8 + n + begin:8 + n + end] = struct.pack("<f", float("nan")) * ((end - begin) // 4)
+open(path, "wb").write(raw)
+PY
+before=$(md5sum <"$tmp/ckpt-nan/model.safetensors")
+expect_exit 1 "is not finite (lr" "$run" --onnx "$model" --batch 32 --workers 2 --data "$tmp/data" \
+  --optimizer adamw --steps 1 --load "$tmp/ckpt-nan" --save "$tmp/ckpt-nan"
+grep -q "nothing was saved to $tmp/ckpt-nan" "$tmp/err.txt" ||
+  { echo "FAILED: the non-finite stop does not say nothing was saved" >&2; cat "$tmp/err.txt" >&2; fail=1; }
+[ "$(md5sum <"$tmp/ckpt-nan/model.safetensors")" = "$before" ] ||
+  { echo "FAILED: a non-finite update was saved over the checkpoint" >&2; fail=1; }
 
 # Bad uses: each exits 2 naming what is wrong.
 $py - "$tmp/data" <<'PY'

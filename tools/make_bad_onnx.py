@@ -107,6 +107,13 @@ def main():
     gather(out, "gather_index_minus99", [-99])
     short_initializer(out)
     external_data(out)
+    # A weight of rank 2 for a 1-D ConvTranspose: ONNX's own shape inference reads a third
+    # dimension it does not have (a segfault; the fuzzer found it).
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1, 3])
+    w = helper.make_tensor_value_info("W", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 2, 5])
+    node = helper.make_node("ConvTranspose", ["X", "W"], ["Y"], name="convtranspose_weight_rank2")
+    save(out, "convtranspose_weight_rank2", [node], [x, w], [y])
 
 
 if __name__ == "__main__":
