@@ -95,6 +95,7 @@ llvm::Expected<Graph> readGraph(const GraphSource &source, const OpLibrary &lib,
     options.batch = source.batch;
     options.dataInputs = source.dataInputs;
     options.dataInputsExact = source.dataInputsGiven;
+    options.batchExact = source.batchGiven;
     return importOnnx(source.onnxFile, lib, options);
   }
   *name = source.graphFile;

@@ -27,6 +27,7 @@ struct GraphSource {
   int64_t batch = 1;
   unsigned dataInputs = 1; ///< with onnxFile
   bool dataInputsGiven = false; ///< the user gave dataInputs: it must not exceed the inputs
+  bool batchGiven = false; ///< the user gave batch: an ONNX model must have a batch to set
 };
 
 /// The operator library's directory, wherever the tool runs from: `given` where the user

@@ -505,6 +505,16 @@ void convertTo(Const &c, int32_t type) {
 }
 
 /// The graph's name for an ONNX element type.
+/// What an element type Tofu's tensors cannot hold is ("strings"), or null for a number type.
+const char *unholdableType(int32_t t) {
+  switch (t) {
+  case onnx::TensorProto::STRING: return "strings";
+  case onnx::TensorProto::COMPLEX64:
+  case onnx::TensorProto::COMPLEX128: return "complex numbers";
+  default: return nullptr;
+  }
+}
+
 std::string dtypeName(int32_t t) {
   switch (t) {
   case onnx::TensorProto::DOUBLE: return "float64";
@@ -2560,16 +2570,45 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     if (o.domain().empty() || o.domain() == "ai.onnx")
       opset_ = int(o.version());
   // Symbolic dimensions (a dynamic batch) become the batch size.
-  for (onnx::ValueInfoProto &v : *graph->mutable_input())
-    if (v.type().has_tensor_type())
-      for (auto &dim : *v.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim())
-        if (!dim.has_dim_value())
-          dim.set_dim_value(options_.batch);
+  std::set<std::string> initialized;
+  for (const onnx::TensorProto &t : graph->initializer())
+    initialized.insert(t.name());
+  unsigned symbolic = 0;
+  const onnx::ValueInfoProto *firstData = nullptr;
+  for (onnx::ValueInfoProto &v : *graph->mutable_input()) {
+    if (!v.type().has_tensor_type())
+      continue;
+    if (!firstData && !initialized.count(v.name()))
+      firstData = &v;
+    for (auto &dim : *v.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim())
+      if (!dim.has_dim_value()) {
+        dim.set_dim_value(options_.batch);
+        ++symbolic;
+      }
+  }
+  // A batch the user chose must mean something: with no symbolic dimension, it must be the
+  // one the file fixes.
+  if (options_.batchExact && symbolic == 0 && firstData) {
+    const auto &dims = firstData->type().tensor_type().shape().dim();
+    if (dims.empty() || dims[0].dim_value() != options_.batch) {
+      std::vector<int64_t> shape;
+      for (const auto &d : dims)
+        shape.push_back(d.dim_value());
+      return stringError(fmt::format(
+          "--batch {}: the model's inputs have no symbolic dimension to set, and its first "
+          "input '{}' is [{}] (export it with a dynamic batch axis to choose the batch)",
+          options_.batch, firstData->name(), fmt::join(shape, ", ")));
+    }
+  }
   if (llvm::Error e = inferShapesIsolated(model))
     return std::move(e);
   auto record = [&](const onnx::ValueInfoProto &v) {
-    if (v.type().has_tensor_type() && v.type().tensor_type().has_elem_type())
+    if (v.type().has_tensor_type() && v.type().tensor_type().has_elem_type()) {
       types_[v.name()] = v.type().tensor_type().elem_type();
+      if (const char *what = unholdableType(v.type().tensor_type().elem_type()))
+        keep(stringError(fmt::format("tensor '{}' holds {}; Tofu's tensors hold numbers",
+                                     v.name(), what)));
+    }
     if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape())
       return;
     std::vector<int64_t> dims;
@@ -2596,6 +2635,9 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   for (const onnx::TensorProto &t : graph->initializer()) {
     initializers.insert(t.name());
     types_[t.name()] = t.data_type();
+    if (const char *what = unholdableType(t.data_type()))
+      return stringError(fmt::format("initializer '{}' holds {}; Tofu's tensors hold numbers",
+                                     t.name(), what));
     if (std::string bad = badShape({t.dims().begin(), t.dims().end()}); !bad.empty())
       return stringError(fmt::format("initializer '{}': {}", t.name(), bad));
     shapes_[t.name()] = std::vector<int64_t>(t.dims().begin(), t.dims().end());
@@ -2728,9 +2770,12 @@ llvm::Expected<Graph> importOnnxBytes(const std::string &bytes, const std::strin
 
 llvm::Expected<Graph> importOnnx(const std::string &path, const OpLibrary &lib,
                                  const OnnxImportOptions &options) {
+  std::error_code dirError;
+  if (std::filesystem::is_directory(path, dirError))
+    return stringError(fmt::format("'{}' is a directory, not an ONNX model", path));
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    return stringError(fmt::format("cannot open '{}'", path));
+    return stringError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
   std::stringstream bytes;
   bytes << in.rdbuf();
   OnnxImportOptions withDir = options;

@@ -12,6 +12,9 @@ namespace tofu {
 struct OnnxImportOptions {
   /// Substituted for every symbolic dimension (a dynamic batch).
   int64_t batch = 1;
+  /// The user chose `batch`: a model without symbolic dimensions is then an error unless
+  /// its first data input's leading extent is that batch.
+  bool batchExact = false;
   /// When weights are exported as graph inputs (export_params=False), the first this many
   /// graph inputs are data and the rest are weights.
   unsigned dataInputs = 1;

@@ -207,7 +207,7 @@ TEST(OnnxImport, ConstantScatterNDIsFolded) {
 TEST(OnnxImport, BadFilesAreErrors) {
   auto missing = importOnnx("tests/onnx/no_such_file.onnx", library());
   ASSERT_FALSE(static_cast<bool>(missing));
-  EXPECT_EQ(llvm::toString(missing.takeError()), "cannot open 'tests/onnx/no_such_file.onnx'");
+  EXPECT_EQ(llvm::toString(missing.takeError()), "cannot open 'tests/onnx/no_such_file.onnx': No such file or directory");
   std::string junk = testing::TempDir() + "/junk.onnx";
   std::ofstream(junk) << "this is not a protobuf \xff\xfe";
   auto bad = importOnnx(junk, library());

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/checked.h"
 #include "analysis/printer.h"
 #include "analysis/report.h"
 #include "analysis/gradcheck.h"
@@ -103,17 +104,22 @@ void printVersion(llvm::raw_ostream &os) {
 }
 
 /// Parses `name=value` arguments of --attr / --group into `out`; false on a bad one.
-bool parseAssignments(const std::vector<std::string> &args, const char *flag,
-                      std::map<std::string, int64_t> &out) {
+bool parseAssignments(const std::vector<std::string> &args, const char *flag, int64_t lo,
+                      int64_t hi, const char *what, std::map<std::string, int64_t> &out) {
   for (const std::string &a : args) {
     size_t eq = a.find('=');
-    llvm::StringRef value = eq == std::string::npos ? "" : llvm::StringRef(a).substr(eq + 1);
-    long long v = 0;
-    if (eq == std::string::npos || eq == 0 || value.getAsInteger(10, v)) {
+    if (eq == std::string::npos || eq == 0) {
       llvm::errs() << "tdlc: --" << flag << " expects NAME=INTEGER, got '" << a << "'\n";
       return false;
     }
-    out[a.substr(0, eq)] = v;
+    auto v = tofu::parseInteger(llvm::StringRef(a).substr(eq + 1), lo, hi,
+                                fmt::format("{} ({})", what, a.substr(0, eq)));
+    if (!v) {
+      llvm::errs() << "tdlc: --" << flag << " " << a << ": " << llvm::toString(v.takeError())
+                   << "\n";
+      return false;
+    }
+    out[a.substr(0, eq)] = *v;
   }
   return true;
 }
@@ -122,9 +128,11 @@ bool parseAssignments(const std::vector<std::string> &args, const char *flag,
 int analyseModule(const tofu::ir::Module &module) {
   tofu::Instantiation inst;
   std::map<std::string, int64_t> ranks;
-  if (!parseAssignments(attrArgs, "attr", inst.attrs) ||
-      !parseAssignments(groupArgs, "group", inst.groups) ||
-      !parseAssignments(rankArgs, "rank", ranks))
+  // Ranks as far as the analysis goes, group counts and attributes as far as any shape.
+  if (!parseAssignments(attrArgs, "attr", -(int64_t(1) << 31), int64_t(1) << 31,
+                        "an attribute's value", inst.attrs) ||
+      !parseAssignments(groupArgs, "group", 1, int64_t(1) << 20, "a group count", inst.groups) ||
+      !parseAssignments(rankArgs, "rank", 0, 32, "a rank", ranks))
     return 2;
   std::vector<const tofu::ir::OpDef *> ops;
   if (!opName.empty()) {

@@ -269,7 +269,8 @@ int main(int argc, char **argv) {
   pipeline.search.threads = searchThreads;
   pipeline.search.coarsen = !noCoarsen;
   auto result = tofu::runPipeline(
-      {model, graphFile, onnxFile, batch, dataInputs, dataInputs.getNumOccurrences() > 0}, *lib,
+      {model, graphFile, onnxFile, batch, dataInputs, dataInputs.getNumOccurrences() > 0,
+       batch.getNumOccurrences() > 0}, *lib,
       pipeline);
   if (!result) {
     llvm::errs() << "tofu-plan: " << llvm::toString(result.takeError()) << "\n";

@@ -56,6 +56,7 @@
 #include "search/search.h"
 #include "analysis/checked.h"
 #include "api/pipeline.h"
+#include "support/files.h"
 #include "support/units.h"
 
 namespace cl = llvm::cl;
@@ -1046,7 +1047,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     llvm::outs() << "\n";
   // The last step's update has no loss after it to show it: the weights themselves are
   // checked (and a checkpoint of non-finite weights is never written over a good one).
-  if (steps > 0) {
+  // --verify, saving nothing, goes on to its comparison, which fails such a step itself.
+  if (steps > 0 && (!verify || !saveDir.empty())) {
     if (const std::string bad = firstNonFiniteCarried(p, **engine); !bad.empty())
       return fail(fmt::format("{}: after step {}, '{}' is not finite (lr {}): {}", name,
                               stepsBefore + steps, bad, lr,
@@ -1687,6 +1689,22 @@ int run(int argc, char **argv) {
     return fail("--save and --load need the CPU engine (--kernels compiled or generated)", 2);
   if (kernelsMode == "interp" && steps != 1)
     return fail("--kernels interp runs one step (the reference); use compiled kernels to train", 2);
+  // The --save folder must be one this run can write, before any training it would lose.
+  if (!saveDir.empty()) {
+    std::error_code ec;
+    const std::filesystem::path savePath(saveDir.getValue());
+    if (std::filesystem::exists(savePath, ec) && !std::filesystem::is_directory(savePath, ec))
+      return fail(fmt::format("--save {}: it exists and is not a directory", saveDir.getValue()),
+                  2);
+    if (!tofu::makeDirs(saveDir))
+      return fail(fmt::format("--save {}: cannot create the directory: {}", saveDir.getValue(),
+                              std::strerror(errno)),
+                  2);
+    if (::access(saveDir.c_str(), W_OK | X_OK) != 0)
+      return fail(fmt::format("--save {}: cannot write there: {}", saveDir.getValue(),
+                              std::strerror(errno)),
+                  2);
+  }
   auto algorithm = tofu::parseAlgorithm(algo);
   if (!algorithm)
     return fail("unknown --algo '" + algo + "' (one of " + tofu::algorithmNames() + ")", 2);
@@ -1730,7 +1748,8 @@ int run(int argc, char **argv) {
     return decoded;
   };
   auto pipelined = tofu::runPipeline(
-      {model, graphFile, onnxFile, batch, dataInputs, dataInputs.getNumOccurrences() > 0}, *lib,
+      {model, graphFile, onnxFile, batch, dataInputs, dataInputs.getNumOccurrences() > 0,
+       batch.getNumOccurrences() > 0}, *lib,
       pipeline);
   if (!pipelined)
     return fail(llvm::toString(pipelined.takeError()));

@@ -114,6 +114,16 @@ def main():
     y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 2, 5])
     node = helper.make_node("ConvTranspose", ["X", "W"], ["Y"], name="convtranspose_weight_rank2")
     save(out, "convtranspose_weight_rank2", [node], [x, w], [y])
+    # Strings: an input and an initializer (the importer took them for float32 tensors).
+    s_in = helper.make_tensor_value_info("s", TensorProto.STRING, [2])
+    s_out = helper.make_tensor_value_info("t", TensorProto.STRING, [2])
+    save(out, "string_input", [helper.make_node("Identity", ["s"], ["t"], name="string_input")],
+         [s_in], [s_out])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    labels = helper.make_tensor("labels", TensorProto.STRING, [2], [b"cat", b"dog"])
+    save(out, "string_initializer", [helper.make_node("Relu", ["x"], ["y"], name="relu")], [x], [y],
+         [labels])
 
 
 if __name__ == "__main__":
