@@ -549,6 +549,15 @@ onnxrules::Value attrValue(const onnx::AttributeProto &a) {
 }
 
 /// The structural operators the importer translates in C++ (the table names them).
+/// The functions the table's expressions may call beside the built-in ones: what
+/// NodeEnv::call answers.
+const std::set<std::string> &importerFunctions() {
+  static const std::set<std::string> names = {"const", "has",  "in",   "isint", "norm",
+                                              "oshape", "out", "padb", "pade",  "present",
+                                              "rank",  "shape", "used"};
+  return names;
+}
+
 const std::set<std::string> &handlerNames() {
   static const std::set<std::string> names = {"reshape", "slice", "concat",    "transpose", "expand",
                                               "pad",     "tile",  "recurrent", "einsum"};
@@ -565,7 +574,8 @@ llvm::Expected<const onnxrules::Table *> tableFor(const OpLibrary &lib) {
   auto it = tables.find(lib.dir());
   if (it != tables.end())
     return it->second.get();
-  auto t = onnxrules::Table::load(lib.dir() + "/onnx_mapping.json", lib, handlerNames());
+  auto t = onnxrules::Table::load(lib.dir() + "/onnx_mapping.json", lib, handlerNames(),
+                                  importerFunctions());
   if (!t)
     return t.takeError();
   auto owned = std::make_unique<onnxrules::Table>(std::move(*t));

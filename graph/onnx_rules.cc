@@ -502,6 +502,23 @@ llvm::Expected<Value> eval(const Expr &e, Env &env) {
 
 namespace {
 
+/// The importer's functions while Table::load runs (its `functions`): a field calling a
+/// function that is neither one of them nor built in is an error when the table loads, not
+/// when a model first reaches it.
+thread_local const std::set<std::string> *tImporterFunctions = nullptr;
+
+/// The first function `e` calls that nobody provides, or "".
+std::string unknownCall(const Expr &e) {
+  if (e.kind == Expr::Kind::Call && !builtinFunctions().count(e.text) &&
+      !(tImporterFunctions && tImporterFunctions->count(e.text)))
+    return e.text;
+  for (const ExprPtr &a : e.args)
+    if (a)
+      if (std::string bad = unknownCall(*a); !bad.empty())
+        return bad;
+  return "";
+}
+
 llvm::Expected<ExprPtr> parseField(const nlohmann::json &j, const std::string &what) {
   std::string text;
   if (j.is_string())
@@ -513,6 +530,9 @@ llvm::Expected<ExprPtr> parseField(const nlohmann::json &j, const std::string &w
   auto e = parse(text);
   if (!e)
     return error(fmt::format("{}: '{}': {}", what, text, llvm::toString(e.takeError())));
+  if (tImporterFunctions)
+    if (std::string bad = unknownCall(**e); !bad.empty())
+      return error(fmt::format("{}: '{}': unknown function {}()", what, text, bad));
   return e;
 }
 
@@ -724,7 +744,12 @@ llvm::Expected<Rule> parseRule(const nlohmann::json &j, const std::string &what)
 } // namespace
 
 llvm::Expected<Table> Table::load(const std::string &path, const OpLibrary &lib,
-                                  const std::set<std::string> &handlers) {
+                                  const std::set<std::string> &handlers,
+                                  const std::set<std::string> &functions) {
+  struct Scope {
+    explicit Scope(const std::set<std::string> *f) { tImporterFunctions = f; }
+    ~Scope() { tImporterFunctions = nullptr; }
+  } scope(&functions);
   std::ifstream in(path);
   if (!in)
     return error(fmt::format("cannot open the ONNX translation table '{}'", path));

@@ -61,7 +61,7 @@ llvm::Expected<Value> eval(const Expr &e, Env &env);
 
 /// The built-in functions every environment has: len, min, max, sum, prod, floor, ceil,
 /// abs, range(n), take(list, n), drop(list, n), contains(list, x), sorted(list),
-/// int(x), defined(x). Listed so that the table's checker knows them.
+/// int(x), defined(x). Table::load checks the table's calls against them.
 const std::set<std::string> &builtinFunctions();
 
 /// One input of a step: an ONNX input by index, the previous step's result, a step's
@@ -123,10 +123,12 @@ struct Entry {
 
 class Table {
 public:
-  /// Loads and checks the table: expressions parse, steps name ops of `lib` that the
-  /// entry lists under "tdl", handlers are among `handlers`. Errors name the operator.
+  /// Loads and checks the table: expressions parse and call only built-in functions and
+  /// `functions` (the importer's), steps name ops of `lib` that the entry lists under
+  /// "tdl", handlers are among `handlers`. Errors name the operator.
   static llvm::Expected<Table> load(const std::string &path, const OpLibrary &lib,
-                                    const std::set<std::string> &handlers);
+                                    const std::set<std::string> &handlers,
+                                    const std::set<std::string> &functions);
   const Entry *find(const std::string &onnxOp) const;
   const std::map<std::string, Entry> &entries() const { return entries_; }
   int opset() const { return opset_; }

@@ -307,7 +307,7 @@ TEST(OnnxTable, TableErrorsNameTheOperator) {
   auto load = [&](const std::string &text) {
     std::string path = ::testing::TempDir() + "/table.json";
     std::ofstream(path) << text;
-    auto t = onnxrules::Table::load(path, lib, {"reshape"});
+    auto t = onnxrules::Table::load(path, lib, {"reshape"}, {"rank", "padb"});
     return t ? std::string("ok") : llvm::toString(t.takeError());
   };
   EXPECT_EQ(load(R"({"opset": 17, "ops": {"Relu": {"tdl": ["Relu"], "translate": {"op": "Relu"}}}})"), "ok");
@@ -318,6 +318,11 @@ TEST(OnnxTable, TableErrorsNameTheOperator) {
   EXPECT_NE(load(R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"op": "Relu", "attrs": {"a": "1 +"}}}}})").find("column"),
             std::string::npos);
   EXPECT_NE(load(R"({"ops": {"Relu": {"tdl": ["Relu"]}}})").find("neither"), std::string::npos);
+  // A misspelled function fails when the table loads, not when a model first reaches it.
+  EXPECT_EQ(load(R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"when": "rank(0) == 2 && max(padb(0), 1) > 0", "op": "Relu"}}}})"),
+            "ok");
+  EXPECT_NE(load(R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"when": "1 + rnak(0) == 2", "op": "Relu"}}}})").find("unknown function rnak()"),
+            std::string::npos);
   EXPECT_NE(load(R"({"ops": {"Relu": {"handler": "nope"}}})").find("no importer handler 'nope'"),
             std::string::npos);
   EXPECT_NE(load(R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"op": "Relu", "colour": 1}}}})").find("unknown"),

@@ -29,12 +29,12 @@ llvm::Expected<double> quantity(const std::string &text, const std::map<std::str
                                 const char *what, const char *unitList) {
   std::optional<Quantity> q = readQuantity(text);
   if (!q)
-    return stringError(fmt::format("'{}' is not a {} (a number and a unit: {})", text, what,
-                                   unitList));
+    return stringError(
+        fmt::format("'{}' is not a {} (a number and a unit: {})", text, what, unitList));
   auto it = units.find(lowered(q->unit));
   if (it == units.end())
-    return stringError(fmt::format("'{}': unknown {} unit '{}' ({})", text, what, q->unit,
-                                   unitList));
+    return stringError(
+        fmt::format("'{}': unknown {} unit '{}' ({})", text, what, q->unit, unitList));
   const double value = q->value * it->second;
   if (!std::isfinite(value))
     return stringError(fmt::format("{} '{}' is out of range", what, text));
@@ -43,19 +43,21 @@ llvm::Expected<double> quantity(const std::string &text, const std::map<std::str
 
 llvm::Expected<double> bandwidthOf(const std::string &text) {
   static const std::map<std::string, double> units = {
-      {"b/s", 1},         {"kb/s", 1e3},        {"mb/s", 1e6},        {"gb/s", 1e9},
-      {"tb/s", 1e12},     {"kib/s", 1024.0},    {"mib/s", 1048576.0}, {"gib/s", 1073741824.0},
-      {"tib/s", 1099511627776.0}, {"mbit/s", 1e6 / 8}, {"gbit/s", 1e9 / 8}, {"tbit/s", 1e12 / 8}};
-  auto v = quantity(text, units, "bandwidth", "B/s, KB/s, MB/s, GB/s, TB/s, KiB/s ... TiB/s, "
-                                              "Mbit/s, Gbit/s, Tbit/s");
+      {"b/s", 1},           {"kb/s", 1e3},           {"mb/s", 1e6},
+      {"gb/s", 1e9},        {"tb/s", 1e12},          {"kib/s", 1024.0},
+      {"mib/s", 1048576.0}, {"gib/s", 1073741824.0}, {"tib/s", 1099511627776.0},
+      {"mbit/s", 1e6 / 8},  {"gbit/s", 1e9 / 8},     {"tbit/s", 1e12 / 8}};
+  auto v = quantity(text, units, "bandwidth",
+                    "B/s, KB/s, MB/s, GB/s, TB/s, KiB/s ... TiB/s, "
+                    "Mbit/s, Gbit/s, Tbit/s");
   if (v && !(*v > 0))
     return stringError(fmt::format("bandwidth '{}' is not positive", text));
   return v;
 }
 
 llvm::Expected<double> latencyOf(const std::string &text) {
-  static const std::map<std::string, double> units = {
-      {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"µs", 1e-6}, {"ns", 1e-9}, {"", 1}};
+  static const std::map<std::string, double> units = {{"s", 1},     {"ms", 1e-3}, {"us", 1e-6},
+                                                      {"µs", 1e-6}, {"ns", 1e-9}, {"", 1}};
   auto v = quantity(text, units, "latency", "s, ms, us, ns");
   if (v && !(*v >= 0))
     return stringError(fmt::format("latency '{}' is negative", text));
@@ -107,14 +109,15 @@ llvm::Expected<Topology> fromJson(const std::string &text) {
     level.count = l["count"].get<unsigned>();
     if (!l.contains("bandwidth"))
       return where("needs \"bandwidth\" (e.g. \"12.5GB/s\", or bytes per second)");
-    auto bw = jsonQuantity(l["bandwidth"], "bandwidth", bandwidthOf,
-                           [](double v) { return v > 0; }, "is not positive");
+    auto bw = jsonQuantity(
+        l["bandwidth"], "bandwidth", bandwidthOf, [](double v) { return v > 0; },
+        "is not positive");
     if (!bw)
       return where(llvm::toString(bw.takeError()));
     level.bandwidth = *bw;
     if (l.contains("latency")) {
-      auto lat = jsonQuantity(l["latency"], "latency", latencyOf,
-                              [](double v) { return v >= 0; }, "is negative");
+      auto lat = jsonQuantity(
+          l["latency"], "latency", latencyOf, [](double v) { return v >= 0; }, "is negative");
       if (!lat)
         return where(llvm::toString(lat.takeError()));
       level.latency = *lat;
@@ -163,8 +166,8 @@ llvm::Expected<Topology> fromCompact(const std::string &spec) {
     const size_t at = links[i].find('@');
     auto bw = bandwidthOf(links[i].substr(0, at));
     if (!bw)
-      return stringError(fmt::format("topology '{}', level {}: {}", spec, i + 1,
-                                     llvm::toString(bw.takeError())));
+      return stringError(
+          fmt::format("topology '{}', level {}: {}", spec, i + 1, llvm::toString(bw.takeError())));
     t.levels[i].bandwidth = *bw;
     if (at != std::string::npos) {
       auto lat = latencyOf(links[i].substr(at + 1));
@@ -173,7 +176,8 @@ llvm::Expected<Topology> fromCompact(const std::string &spec) {
                                        llvm::toString(lat.takeError())));
       t.levels[i].latency = *lat;
     }
-    t.levels[i].name = t.levels.size() == 2 ? (i == 0 ? "node" : "gpu") : fmt::format("level{}", i + 1);
+    t.levels[i].name =
+        t.levels.size() == 2 ? (i == 0 ? "node" : "gpu") : fmt::format("level{}", i + 1);
   }
   return t;
 }
@@ -227,8 +231,8 @@ llvm::Expected<Topology> parseTopology(const std::string &spec) {
   for (const TopologyLevel &l : t->levels)
     workers *= l.count;
   if (workers > kMaxTopologyWorkers)
-    return stringError(fmt::format("the topology has {} workers (at most {})", workers,
-                                   kMaxTopologyWorkers));
+    return stringError(
+        fmt::format("the topology has {} workers (at most {})", workers, kMaxTopologyWorkers));
   for (size_t i = 0; i + 1 < t->levels.size(); ++i)
     if (t->levels[i].bandwidth > t->levels[i + 1].bandwidth)
       return stringError(fmt::format(

@@ -16,10 +16,10 @@ namespace tofu {
 inline constexpr int64_t kMaxTopologyWorkers = 1000000;
 
 struct TopologyLevel {
-  std::string name;       ///< e.g. "node", "gpu" (for reports)
-  unsigned count = 1;     ///< units of this level in each unit of the level outside it
-  double bandwidth = 0;   ///< bytes per second a worker receives over this level
-  double latency = 0;     ///< seconds per message over this level
+  std::string name;     ///< e.g. "node", "gpu" (for reports)
+  unsigned count = 1;   ///< units of this level in each unit of the level outside it
+  double bandwidth = 0; ///< bytes per second a worker receives over this level
+  double latency = 0;   ///< seconds per message over this level
 };
 
 struct Topology {

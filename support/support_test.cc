@@ -1,8 +1,8 @@
 #include <string>
 
-#include "gtest/gtest.h"
 #include "support/files.h"
 #include "support/units.h"
+#include "gtest/gtest.h"
 
 namespace tofu {
 namespace {

@@ -63,16 +63,20 @@ llvm::Expected<int64_t> parseBytes(const std::string &text) {
   std::string lower;
   for (char c : unit)
     lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  static const std::map<std::string, double> units = {
-      {"", 1},          {"b", 1},
-      {"kb", 1e3},      {"mb", 1e6},
-      {"gb", 1e9},      {"tb", 1e12},
-      {"kib", 1024.0},  {"mib", 1024.0 * 1024},
-      {"gib", 1024.0 * 1024 * 1024}, {"tib", 1024.0 * 1024 * 1024 * 1024}};
+  static const std::map<std::string, double> units = {{"", 1},
+                                                      {"b", 1},
+                                                      {"kb", 1e3},
+                                                      {"mb", 1e6},
+                                                      {"gb", 1e9},
+                                                      {"tb", 1e12},
+                                                      {"kib", 1024.0},
+                                                      {"mib", 1024.0 * 1024},
+                                                      {"gib", 1024.0 * 1024 * 1024},
+                                                      {"tib", 1024.0 * 1024 * 1024 * 1024}};
   auto it = units.find(lower);
   if (it == units.end())
-    return error(fmt::format("'{}': unknown unit '{}' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)",
-                             text, unit));
+    return error(
+        fmt::format("'{}': unknown unit '{}' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", text, unit));
   const double bytes = value * it->second;
   if (!(bytes >= 1) || bytes > 9e18)
     return error(fmt::format("'{}' is not a positive number of bytes (1 B to 9e18 B)", text));

@@ -28,10 +28,14 @@ bool small(const tofu::ModelName &m) {
   for (int64_t n : m.numbers)
     work = std::min<int64_t>(work * std::max<int64_t>(n, 1), int64_t(1) << 40);
   switch (m.family) {
-  case tofu::ModelName::Mlp: return true;
-  case tofu::ModelName::WResNet: return m.numbers[2] <= 32 && m.numbers[3] <= 16 && m.numbers[1] <= 2;
-  case tofu::ModelName::Rnn: return m.numbers[0] <= 4 && m.numbers[1] <= 64;
-  case tofu::ModelName::Gpt: return m.numbers[0] <= 2 && m.numbers[1] <= 64 && m.numbers[3] <= 32;
+  case tofu::ModelName::Mlp:
+    return true;
+  case tofu::ModelName::WResNet:
+    return m.numbers[2] <= 32 && m.numbers[3] <= 16 && m.numbers[1] <= 2;
+  case tofu::ModelName::Rnn:
+    return m.numbers[0] <= 4 && m.numbers[1] <= 64;
+  case tofu::ModelName::Gpt:
+    return m.numbers[0] <= 2 && m.numbers[1] <= 64 && m.numbers[3] <= 32;
   }
   return work < 4096;
 }
