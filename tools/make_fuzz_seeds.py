@@ -1,13 +1,15 @@
-"""Writes the seed corpora of the checkpoint and names fuzzers (tests/fuzz/seeds/): inputs
-each reader accepts, so that the fuzzers start from the formats' structure.
+"""Writes the seed corpora of the checkpoint, data and names fuzzers (tests/fuzz/seeds/):
+inputs each reader accepts, so that the fuzzers start from the formats' structure.
 
     python3 tools/make_fuzz_seeds.py [OUT_DIR]   (default tests/fuzz/seeds)
 
 The checkpoint fuzzer's first byte chooses the file: even, a whole checkpoint's
 model.safetensors; odd, a sharded checkpoint's index.json beside the tile files the harness
 writes (tests/fuzz/checkpoint_fuzz_target.cc). The names fuzzer's first byte chooses the
-reader (0 topology, 1 bytes, 2 zoo name, 3 schedule, 4 integer).
+reader (0 topology, 1 bytes, 2 zoo name, 3 schedule, 4 integer). The data fuzzer's first
+byte chooses the format (0 IDX, 1 .npy, 2 TensorProto, 3 gzipped IDX, 4 safetensors).
 """
+import gzip
 import json
 import os
 import struct
@@ -28,6 +30,34 @@ def safetensors(tensors, metadata=None):
 
 def floats(n, fmt="<f"):
     return b"".join(struct.pack(fmt, i * 0.5) for i in range(n))
+
+
+def idx(type_code, shape, body):
+    return bytes([0, 0, type_code, len(shape)]) + b"".join(struct.pack(">I", d) for d in shape) + body
+
+
+def npy(descr, shape, body):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, "".join("%d, " % d for d in shape))
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + body
+
+
+def varint(n):
+    out = b""
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([byte | 0x80])
+        else:
+            return out + bytes([byte])
+
+
+def tensor_proto(dims, data_type, raw):
+    """onnx.TensorProto: dims (field 1), data_type (2), raw_data (9)."""
+    out = b"".join(b"\x08" + varint(d) for d in dims) + b"\x10" + varint(data_type)
+    return out + b"\x4a" + varint(len(raw)) + raw
 
 
 def main():
@@ -60,6 +90,21 @@ def main():
     write(ckpt, "index", b"\1" + json.dumps(index).encode())
     index["tensors"]["w"]["tiles"].reverse()
     write(ckpt, "index_reversed", b"\3" + json.dumps(index).encode())
+
+    data = os.path.join(out, "data")
+    os.makedirs(data, exist_ok=True)
+    images = idx(0x08, [3, 2, 2], bytes(range(12)))
+    write(data, "idx_images", b"\0" + images)
+    write(data, "idx_labels", b"\0" + idx(0x08, [3], bytes([1, 2, 3])))
+    write(data, "idx_float", b"\0" + idx(0x0D, [2, 2], struct.pack(">4f", 1, 2, 3, 4)))
+    write(data, "npy_f4", b"\1" + npy("<f4", [2, 3], floats(6)))
+    write(data, "npy_i8", b"\1" + npy("<i8", [4], struct.pack("<4q", 1, -2, 3, 4)))
+    write(data, "npy_u1", b"\1" + npy("|u1", [2, 2], bytes([0, 1, 2, 255])))
+    write(data, "pb_float", b"\2" + tensor_proto([2, 2], 1, floats(4)))
+    write(data, "pb_int64", b"\2" + tensor_proto([3], 7, struct.pack("<3q", 5, 6, 7)))
+    write(data, "gz_images", b"\3" + gzip.compress(images, mtime=0))
+    write(data, "safetensors", b"\4" + safetensors(
+        {"images": ("U8", [3, 2, 2], bytes(range(12))), "labels": ("I64", [3], struct.pack("<3q", 0, 1, 2))}))
 
     texts = {
         0: ["2x8:12.5GB/s,150GB/s", "4:100Gbit/s@5us", "2x2x2:1GB/s@1ms,10GB/s,100GB/s@20ns",

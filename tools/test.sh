@@ -86,7 +86,7 @@ fi
 if [ "$fuzz" != 0 ]; then
   # Every fuzzer for its share of the seconds, from its seeds (and every input it once
   # crashed on), in an empty folder: fuzzed imports must not find real files.
-  fuzzers=(tdl graph_json onnx checkpoint names)
+  fuzzers=(tdl graph_json onnx checkpoint data names)
   share=$(( (fuzz + ${#fuzzers[@]} - 1) / ${#fuzzers[@]} ))
   echo "== fuzzing ${#fuzzers[*]} readers for ${share}s each (libFuzzer, ASan + UBSan)"
   if bazel build --config=fuzz //tests/fuzz:all >"$log" 2>&1; then
@@ -101,13 +101,15 @@ if [ "$fuzz" != 0 ]; then
         graph_json) seeds=("$root/tests/fuzz/seeds/graph_json" "$root/tests/bad_input"); max_len=16384 ;;
         onnx) seeds=("$root/tests/bad_input" ${node_tests:+"$node_tests"}); max_len=16384 ;;
         checkpoint) seeds=("$root/tests/fuzz/seeds/checkpoint"); max_len=4096 ;;
+        data) seeds=("$root/tests/fuzz/seeds/data"); max_len=4096 ;;
         names) seeds=("$root/tests/fuzz/seeds/names"); max_len=256 ;;
       esac
       [ -d "$root/tests/fuzz/regressions/$f" ] && seeds+=("$root/tests/fuzz/regressions/$f")
       if (cd "$work" && TOFU_FUZZ_OPS="$root/ops" "$bindir/${f}_fuzzer" -max_total_time="$share" \
             -max_len=$max_len -timeout=20 -print_final_stats=1 -artifact_prefix="$work/" \
-            corpus "${seeds[@]}" >"$work/fuzz.log" 2>&1); then
-        echo "fuzz $f: $(grep -m1 -E '^stat::number_of_executed_units' "$work/fuzz.log" |
+            corpus "${seeds[@]}" >"$work/fuzz.log" 2>&1) &&
+         ! ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* >/dev/null 2>&1; then
+        echo "fuzz $f: $(grep -E '^stat::number_of_executed_units' "$work/fuzz.log" | tail -1 |
           sed 's/.*: *//') inputs, no crash, leak, hang or sanitizer report"
         passed=$((passed + 1))
       else
