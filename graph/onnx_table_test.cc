@@ -232,7 +232,6 @@ TEST(OnnxTable, RefusalsNameTheReason) {
                {"attrs", {{"mode", "reflect"}}}},
        "not affine"},
       {"ReduceSum", {{"inputs", {{2, 3, 4}, {{"value", {0, 2}}, {"int", true}}}}}, "contiguous"},
-      {"ArgMax", {{"inputs", {{2, 3}}}, {"attrs", {{"select_last_index", 1}}}}, "select_last_index"},
       {"Resize", {{"inputs", {{1, 2, 3, 4}, "", {{"value", {1.0, 1.0, 2.0, 2.0}}}}}, {"attrs", {{"mode", "linear"}}}},
        "mode nearest"},
   };
