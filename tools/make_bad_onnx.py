@@ -16,7 +16,9 @@ def save(out, name, nodes, inputs, outputs, initializers=()):
     graph = helper.make_graph(nodes, name, inputs, outputs, list(initializers))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    onnx.save(model, os.path.join(out, name + ".onnx"))
+    # The bytes as they are (onnx.save would resolve external data).
+    with open(os.path.join(out, name + ".onnx"), "wb") as f:
+        f.write(model.SerializeToString())
 
 
 def window(out, name, op, attrs, x_shape=(1, 2, 8, 8), w_shape=(2, 2, 3, 3), weight=True):
@@ -39,42 +41,39 @@ def gather(out, name, index):
     save(out, name, [node], [x], [y], [idx])
 
 
-def short_initializer(out):
+def weight_shell(name, dims):
+    """A float TensorProto with a name and dims and no values yet."""
+    w = TensorProto()
+    w.name = name
+    w.data_type = TensorProto.FLOAT
+    w.dims.extend(dims)
+    return w
+
+
+def matmul(out, name, w):
+    """y = x @ w, x 2 x 4, with the 4 x 3 initializer `w` as given."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
-    w = TensorProto()
-    w.name = "w"
-    w.data_type = TensorProto.FLOAT
-    w.dims.extend([4, 3])
+    save(out, name, [helper.make_node("MatMul", ["x", "w"], ["y"], name=name)], [x], [y], [w])
+
+
+def short_initializer(out):
+    w = weight_shell("w", [4, 3])
     w.raw_data = np.ones(5, np.float32).tobytes()  # 20 bytes where 48 are needed
-    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="short_initializer")
-    graph = helper.make_graph([node], "short_initializer", [x], [y], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, os.path.join(out, "short_initializer.onnx"))
+    matmul(out, "short_initializer", w)
 
 
 def external(out, name, location, offset=None, length=None):
     """A MatMul whose weight w (4 x 3, values 0.0, 0.1, ... 1.1) keeps its bytes in an external
     file at `location` (external_ok.bin holds 16 bytes of padding, then w)."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
-    w = TensorProto()
-    w.name = "w"
-    w.data_type = TensorProto.FLOAT
-    w.dims.extend([4, 3])
+    w = weight_shell("w", [4, 3])
     w.data_location = TensorProto.EXTERNAL
     for key, value in (("location", location), ("offset", offset), ("length", length)):
         if value is not None:
             entry = w.external_data.add()
             entry.key = key
             entry.value = str(value)
-    node = helper.make_node("MatMul", ["x", "w"], ["y"], name=name)
-    graph = helper.make_graph([node], name, [x], [y], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    with open(os.path.join(out, name + ".onnx"), "wb") as f:
-        f.write(model.SerializeToString())
+    matmul(out, name, w)
 
 
 def external_data(out):
