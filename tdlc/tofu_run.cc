@@ -1455,12 +1455,14 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
     return fail(name + ": --infer needs a value for every data input; --input gives none for " +
                     missing,
                 2);
+  // The output folder before the step, so that a step is never run for nothing.
+  if (!outputDir.empty() && procs.rank == 0)
+    if (std::error_code ec = std::error_code();
+        !std::filesystem::create_directories(std::string(outputDir), ec) && ec)
+      return fail(fmt::format("--output-dir {}: {}", std::string(outputDir), ec.message()), 2);
   auto r = (*engine)->step();
   if (!r)
     return fail(name + ": " + llvm::toString(r.takeError()));
-  if (!outputDir.empty() && procs.rank == 0)
-    if (std::error_code ec = std::error_code(); !std::filesystem::create_directories(std::string(outputDir), ec) && ec)
-      return fail(fmt::format("--output-dir {}: {}", std::string(outputDir), ec.message()));
   nlohmann::json j;
   j["model"] = name;
   j["workers"] = unsigned(workers);

@@ -86,5 +86,8 @@ expect_exit 2 "--infer needs a value for every data input; --input gives none fo
 expect_exit 2 "has shape [3, 3]; the input's is" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer --input "input=$tmp/x.npy"
 expect_exit 2 "the model has no input 'nope'" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer --input "nope=$tmp/x.npy"
 expect_exit 2 "--input and --output-dir are for --infer" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --input "input=$tmp/x.npy"
+$py -c "import numpy as np; np.save('$tmp/mlp_in.npy', np.zeros((4, 64), np.float32))"
+expect_exit 2 "--output-dir /etc/passwd: Not a directory" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer \
+  --input "input=$tmp/mlp_in.npy" --output-dir /etc/passwd
 expect_exit 2 "--verify is for training runs" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer --verify
 exit $fail
