@@ -185,6 +185,11 @@ std::string boxText(const Box &b) {
   return s;
 }
 
+/// The name of a tile of `tensor` in its file: `<tensor>@<lo>:<hi>,...`, its box.
+std::string tileKey(const std::string &tensor, const Box &box) {
+  return tensor + "@" + boxText(box);
+}
+
 /// Why `boxes` do not tile a tensor of `shape` exactly ("" when they do).
 std::string coverageProblem(const std::vector<int64_t> &shape, const std::vector<Box> &boxes) {
   int64_t covered = 0;
@@ -265,7 +270,7 @@ llvm::Expected<std::vector<TileEntry>> writeTileFile(const std::string &dir,
     if (static_cast<int64_t>(t.data.size()) != boxElements(t.box))
       return fail(fmt::format("tile [{}] of '{}' has {} values for {} elements", boxText(t.box),
                               t.tensor, t.data.size(), boxElements(t.box)));
-    TileEntry e{t.tensor, t.shape, t.box, file, t.tensor + "@" + boxText(t.box)};
+    TileEntry e{t.tensor, t.shape, t.box, file, tileKey(t.tensor, t.box)};
     items.push_back({e.key, extents, boxElements(t.box), t.data.data(), nullptr});
     entries.push_back(std::move(e));
   }
@@ -478,10 +483,10 @@ llvm::Expected<CheckpointReader> CheckpointReader::open(const std::string &dir) 
       }
       // A tile's name carries its box (writeTileFile): the index must say the same, or the
       // tile would load into another tile's place.
-      if (key != name + "@" + boxText(*box))
+      if (key != tileKey(name, *box))
         return badTensor(fmt::format("tile '{}' is named for another place than its box [{}] "
-                                     "(its name would be '{}@{}')",
-                                     key, boxText(*box), name, boxText(*box)));
+                                     "(its name would be '{}')",
+                                     key, boxText(*box), tileKey(name, *box)));
       auto t = f->tensors.find(key);
       if (t == f->tensors.end())
         return badTensor(fmt::format("{} has no tile '{}'", f->path, key));

@@ -24,9 +24,6 @@ template <typename T> void consume(llvm::Expected<T> v) {
 
 /// Whether building the model is cheap enough for a fuzz iteration.
 bool small(const tofu::ModelName &m) {
-  int64_t work = 1;
-  for (int64_t n : m.numbers)
-    work = std::min<int64_t>(work * std::max<int64_t>(n, 1), int64_t(1) << 40);
   switch (m.family) {
   case tofu::ModelName::Mlp:
     return true;
@@ -37,7 +34,7 @@ bool small(const tofu::ModelName &m) {
   case tofu::ModelName::Gpt:
     return m.numbers[0] <= 2 && m.numbers[1] <= 64 && m.numbers[3] <= 32;
   }
-  return work < 4096;
+  return false;
 }
 
 } // namespace
@@ -75,14 +72,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       consume(tofu::buildModel(*m, 2));
     break;
   }
-  case 3: {
-    auto s = tofu::parseLrSchedule(text);
-    if (!s) {
-      llvm::consumeError(s.takeError());
-      break;
-    }
+  case 3:
+    consume(tofu::parseLrSchedule(text));
     break;
-  }
   case 4:
     consume(tofu::parseInteger(text, -1000, 1000000, "a number"));
     break;
