@@ -96,6 +96,7 @@ llvm::Expected<Graph> readGraph(const GraphSource &source, const OpLibrary &lib,
     options.dataInputs = source.dataInputs;
     options.dataInputsExact = source.dataInputsGiven;
     options.batchExact = source.batchGiven;
+    options.givenInputs = source.givenInputs;
     return importOnnx(source.onnxFile, lib, options);
   }
   *name = source.graphFile;

@@ -10,6 +10,7 @@
 #define TOFU_API_PIPELINE_H
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -28,6 +29,9 @@ struct GraphSource {
   unsigned dataInputs = 1; ///< with onnxFile
   bool dataInputsGiven = false; ///< the user gave dataInputs: it must not exceed the inputs
   bool batchGiven = false; ///< the user gave batch: an ONNX model must have a batch to set
+  /// With onnxFile: inputs given ahead (their shapes, and small integer values that ops
+  /// need as constants).
+  std::map<std::string, OnnxGivenInput> givenInputs;
 };
 
 /// The operator library's directory, wherever the tool runs from: `given` where the user

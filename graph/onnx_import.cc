@@ -54,6 +54,113 @@ std::optional<float> floatAttr(const onnx::NodeProto &n, const std::string &name
   return std::nullopt;
 }
 
+std::string stringAttr(const onnx::NodeProto &n, const std::string &name, std::string dflt) {
+  for (const onnx::AttributeProto &a : n.attribute())
+    if (a.name() == name)
+      return a.s();
+  return dflt;
+}
+
+/// The most entries of a matrix the importer builds to map one axis (Resize, edge and
+/// reflect Pad).
+constexpr int64_t kMaxAxisMap = int64_t(1) << 24;
+
+/// How ONNX Resize interpolates along an axis.
+struct ResizeSpec {
+  std::string mode = "nearest";         ///< nearest, linear or cubic
+  std::string transform = "half_pixel"; ///< coordinate_transformation_mode
+  std::string nearestMode = "round_prefer_floor";
+  double cubicA = -0.75;
+  bool excludeOutside = false;
+};
+
+/// Resize's interpolation along one axis of extent `in` to `out`, as a matrix [out, in]
+/// (row-major), computed as ONNX's reference computes each output (1.12,
+/// onnx/backend/test/case/node/resize.py): output coordinate x maps to x_ori by the
+/// coordinate transformation; the mode's n neighbours of x_ori are the n integers nearest
+/// it (ties to the lower one, among those within ceil(n / 2) of the axis), each clamped onto
+/// the axis (edge padding), weighted by the mode's coefficients at ratio = x_ori -
+/// floor(x_ori) (1 where x_ori is an integer). `scale` is the axis's scale factor.
+std::vector<double> resizeMatrix(int64_t in, int64_t out, double scale, const ResizeSpec &s) {
+  std::vector<double> m(static_cast<size_t>(out * in), 0.0);
+  const double outWidth = scale * double(in);
+  for (int64_t x = 0; x < out; ++x) {
+    double ori;
+    if (s.transform == "align_corners")
+      ori = outWidth == 1 ? 0 : double(x) * double(in - 1) / (outWidth - 1);
+    else if (s.transform == "asymmetric")
+      ori = double(x) / scale;
+    else if (s.transform == "pytorch_half_pixel")
+      ori = outWidth == 1 ? -0.5 : (double(x) + 0.5) / scale - 0.5;
+    else if (s.transform == "tf_half_pixel_for_nn")
+      ori = (double(x) + 0.5) / scale;
+    else // half_pixel
+      ori = (double(x) + 0.5) / scale - 0.5;
+    const double ratio = ori == std::floor(ori) ? 1.0 : ori - std::floor(ori);
+    std::vector<double> c;
+    if (s.mode == "linear") {
+      c = {1 - ratio, ratio};
+    } else if (s.mode == "cubic") {
+      const double a = s.cubicA, r = ratio, q = 1 - ratio;
+      c = {((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+           ((a + 2) * r - (a + 3)) * r * r + 1, ((a + 2) * q - (a + 3)) * q * q + 1,
+           ((a * (q + 1) - 5 * a) * (q + 1) + 8 * a) * (q + 1) - 4 * a};
+    } else if (ratio == 1) {
+      c = {0, 1};
+    } else if (s.nearestMode == "round_prefer_ceil") {
+      c = {double(ratio < 0.5), double(ratio >= 0.5)};
+    } else if (s.nearestMode == "floor") {
+      c = {1, 0};
+    } else if (s.nearestMode == "ceil") {
+      c = {0, 1};
+    } else { // round_prefer_floor
+      c = {double(ratio <= 0.5), double(ratio > 0.5)};
+    }
+    const int64_t n = int64_t(c.size()), pad = (n + 1) / 2;
+    std::vector<int64_t> near;
+    for (int64_t i = -pad; i < in + pad; ++i)
+      near.push_back(i);
+    std::stable_sort(near.begin(), near.end(), [&](int64_t a, int64_t b) {
+      return std::abs(ori - double(a)) < std::abs(ori - double(b));
+    });
+    near.resize(static_cast<size_t>(std::min<int64_t>(n, int64_t(near.size()))));
+    std::sort(near.begin(), near.end());
+    if (s.excludeOutside) {
+      double sum = 0;
+      for (size_t k = 0; k < near.size(); ++k) {
+        if (near[k] < 0 || near[k] >= in)
+          c[k] = 0;
+        sum += c[k];
+      }
+      for (double &v : c)
+        v = sum != 0 ? v / sum : 0;
+    }
+    for (size_t k = 0; k < near.size(); ++k)
+      m[static_cast<size_t>(x * in + std::clamp<int64_t>(near[k], 0, in - 1))] += c[k];
+  }
+  return m;
+}
+
+/// Edge or reflect padding along an axis of extent `in` by `b` before and `e` after (either
+/// negative crops), as a selection matrix [in + b + e, in].
+std::vector<double> padMatrix(int64_t in, int64_t b, int64_t e, const std::string &mode) {
+  const int64_t out = in + b + e;
+  std::vector<double> m(static_cast<size_t>(out * in), 0.0);
+  for (int64_t o = 0; o < out; ++o) {
+    int64_t i = o - b;
+    if (mode == "edge" || in == 1) {
+      i = std::clamp<int64_t>(i, 0, in - 1);
+    } else { // reflect: mirrored about the first and last entries, as often as needed
+      const int64_t period = 2 * (in - 1);
+      i = ((i % period) + period) % period;
+      if (i >= in)
+        i = period - i;
+    }
+    m[static_cast<size_t>(o * in + i)] = 1;
+  }
+  return m;
+}
+
 /// A small constant tensor the importer evaluates itself (shape computations, scalars).
 /// The number of elements of a shape.
 int64_t elementCount(const std::vector<int64_t> &shape) {
@@ -564,8 +671,9 @@ const std::set<std::string> &importerFunctions() {
 }
 
 const std::set<std::string> &handlerNames() {
-  static const std::set<std::string> names = {"reshape", "slice", "concat",    "transpose", "expand",
-                                              "pad",     "tile",  "recurrent", "einsum"};
+  static const std::set<std::string> names = {"reshape", "slice", "concat", "transpose",
+                                              "expand",  "pad",   "tile",   "recurrent",
+                                              "einsum",  "resize"};
   return names;
 }
 
@@ -626,6 +734,11 @@ private:
   llvm::Error expandOp(const onnx::NodeProto &n, NodeEnv &env);
   llvm::Error padOp(const onnx::NodeProto &n, NodeEnv &env);
   llvm::Error tileOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error resizeOp(const onnx::NodeProto &n, NodeEnv &env);
+  /// `x` mapped linearly along `axis` by the constant matrix `m` ([rows, extent of the
+  /// axis], row-major): the library's AxisMap op.
+  std::string axisMap(const std::string &name, const std::string &x, int64_t axis, int64_t rows,
+                      std::vector<double> m, const std::string &out);
   llvm::Error recurrentOp(const onnx::NodeProto &n, NodeEnv &env);
   llvm::Error einsumOp(const onnx::NodeProto &n, NodeEnv &env);
   /// `parts` concatenated along `axis` by a balanced tree of Concat ops.
@@ -689,7 +802,19 @@ private:
     return stringError(fmt::format("node '{}' (ONNX {}): {}", nameOf(n), n.op_type(), msg));
   }
 
+  /// The values of `name`: a constant the importer evaluated, else a graph input given
+  /// ahead with its values (never folded into the graph: only ops that need a constant
+  /// read it). Null when neither.
+  const Const *known(const std::string &name) const {
+    if (auto it = consts_.find(name); it != consts_.end())
+      return &it->second;
+    if (auto it = given_.find(name); it != given_.end())
+      return &it->second;
+    return nullptr;
+  }
+
   std::map<std::string, Const> consts_;
+  std::map<std::string, Const> given_; ///< inputs given ahead with their values
   const OpLibrary &lib_;
   const onnxrules::Table &table_;
   OnnxImportOptions options_;
@@ -833,10 +958,10 @@ public:
                            im_.consumed_.count(n_.output(k)));
     }
     if (fn == "const") {
-      auto it = im_.consts_.find(input(index(0)));
-      if (it == im_.consts_.end())
+      const Const *c = im_.known(input(index(0)));
+      if (!c)
         return Value();
-      return Value::ofList(it->second.v);
+      return Value::ofList(c->v);
     }
     if (fn == "isint") { // input k holds integers (ONNX's element type)
       auto it = im_.types_.find(input(index(0)));
@@ -954,12 +1079,14 @@ llvm::Expected<std::string> Importer::tensorInput(const onnx::NodeProto &n, int 
 
 llvm::Expected<std::vector<int64_t>> Importer::ints(const std::string &tensor,
                                                      const std::string &what) {
-  auto it = consts_.find(tensor);
-  if (it == consts_.end())
-    return stringError(fmt::format("its {} ('{}') must be a constant the importer can evaluate",
+  const Const *c = known(tensor);
+  if (!c)
+    return stringError(fmt::format("its {} ('{}') must be a constant the importer can evaluate "
+                                   "(or, for an input, a value given ahead: tofu-run --infer "
+                                   "--input)",
                                    what, tensor));
   std::vector<int64_t> v;
-  for (double x : it->second.v)
+  for (double x : c->v)
     v.push_back(asInt(x));
   return v;
 }
@@ -1052,12 +1179,14 @@ bool Importer::fold(const onnx::NodeProto &n) {
     consts_[out] = std::move(c);
     return true;
   }
+  // ConstantOfShape's shape may also be an input given ahead: its output is then a constant
+  // too (other ops fold only what the importer evaluated itself).
   for (const std::string &i : in)
-    if (!consts_.count(i))
+    if (!consts_.count(i) && !(op == "ConstantOfShape" && given_.count(i)))
       return false;
   if (in.empty())
     return false;
-  const Const &a = consts_[in[0]];
+  const Const &a = *known(in[0]);
   Const r;
   // Integer shape arithmetic stays here (ONNX's integer semantics: Div truncates); other
   // constant nodes are evaluated through the interpreter (foldByInterpreter).
@@ -1351,11 +1480,11 @@ llvm::Error Importer::translateWith(const onnx::NodeProto &n, const onnxrules::E
   NodeEnv env(*this, n);
   if (!entry.handler.empty()) {
     static const std::map<std::string, Handler> handlers = {
-        {"reshape", &Importer::reshapeOp},     {"slice", &Importer::sliceOp},
-        {"concat", &Importer::concatOp},       {"transpose", &Importer::transposeOp},
-        {"expand", &Importer::expandOp},       {"pad", &Importer::padOp},
-        {"tile", &Importer::tileOp},           {"recurrent", &Importer::recurrentOp},
-        {"einsum", &Importer::einsumOp}};
+        {"reshape", &Importer::reshapeOp}, {"slice", &Importer::sliceOp},
+        {"concat", &Importer::concatOp},   {"transpose", &Importer::transposeOp},
+        {"expand", &Importer::expandOp},   {"pad", &Importer::padOp},
+        {"tile", &Importer::tileOp},       {"recurrent", &Importer::recurrentOp},
+        {"einsum", &Importer::einsumOp},   {"resize", &Importer::resizeOp}};
     return (this->*handlers.at(entry.handler))(n, env);
   }
   for (const auto &[key, e] : entry.lets) {
@@ -1522,7 +1651,10 @@ llvm::Error Importer::runSteps(const onnx::NodeProto &n, const std::vector<onnxr
       last = int(k);
     }
   }
-  if (last >= 0 && defaultOutput >= 0)
+  // The last step without an output of its own produces the default one, unless a step
+  // names it.
+  if (last >= 0 && defaultOutput >= 0 &&
+      std::find(produces.begin(), produces.end(), defaultOutput) == produces.end())
     produces[last] = defaultOutput;
   std::vector<std::string> results(steps.size());
   bool first = true;
@@ -1974,9 +2106,9 @@ llvm::Error Importer::padOp(const onnx::NodeProto &n, NodeEnv &env) {
   for (const onnx::AttributeProto &a : n.attribute())
     if (a.name() == "mode")
       mode = a.s();
-  if (mode != "constant")
-    return where(n, fmt::format("mode '{}' is not translated: it clamps or mirrors the index, "
-                                "which is not affine (only 'constant')", mode));
+  if (mode != "constant" && mode != "edge" && mode != "reflect")
+    return where(n,
+                 fmt::format("mode '{}' is not translated (constant, edge and reflect are)", mode));
   std::vector<int64_t> pads;
   if (env.present(1)) {
     auto p = ints(env.input(1), "pads");
@@ -1994,6 +2126,31 @@ llvm::Error Importer::padOp(const onnx::NodeProto &n, NodeEnv &env) {
   if (int64_t(pads.size()) != 2 * r)
     return where(n, fmt::format("{} pads for an input of rank {}", pads.size(), r));
   std::string name = nameOf(n), out = n.output(0);
+  if (mode != "constant") {
+    // Edge and reflect padding clamp or mirror the index, which is not affine: each padded
+    // axis is a selection by a constant matrix.
+    std::vector<int64_t> axes;
+    for (int64_t d = 0; d < r; ++d)
+      if (pads[d] != 0 || pads[d + r] != 0)
+        axes.push_back(d);
+    std::string x = *in;
+    for (size_t k = 0; k < axes.size(); ++k) {
+      const int64_t d = axes[k], rows = shape[d] + pads[d] + pads[d + r];
+      if (rows <= 0)
+        return where(n, "the padding crops the axis away");
+      if (rows > kMaxAxisMap / shape[d])
+        return where(n, fmt::format("{} padding of axis {} to {}: its selection matrix would "
+                                    "hold more than 2^24 entries",
+                                    mode, d, rows));
+      if (mode == "reflect" && shape[d] == 1 && (pads[d] > 0 || pads[d + r] > 0))
+        return where(n, fmt::format("reflect padding of axis {}, of extent 1", d));
+      x = axisMap(fmt::format("{}_axis{}", name, d), x, d, rows,
+                  padMatrix(shape[d], pads[d], pads[d + r], mode), k + 1 == axes.size() ? out : "");
+    }
+    if (axes.empty())
+      node(name, "Identity", {x}, {}, {}, out);
+    return llvm::Error::success();
+  }
   // The padding value: a constant (or the attribute of opsets before 11), or a tensor.
   std::string value;
   if (env.present(2) && !consts_.count(env.input(2))) {
@@ -2039,6 +2196,127 @@ llvm::Error Importer::padOp(const onnx::NodeProto &n, NodeEnv &env) {
              {{"p", b}, {"n", m + b + e}, {"m", m}}, groups, target);
     shape[d] = m + b + e;
   }
+  return llvm::Error::success();
+}
+
+std::string Importer::axisMap(const std::string &name, const std::string &x, int64_t axis,
+                              int64_t rows, std::vector<double> m, const std::string &out) {
+  const int64_t r = int64_t(shapeOf(x).size()), extent = shapeOf(x)[size_t(axis)];
+  std::string matrix = constant(name + "_map", {rows, extent}, std::move(m), false);
+  return node(name, "AxisMap", {x, matrix}, {}, {{"pre", axis}, {"post", r - axis - 1}}, out);
+}
+
+llvm::Error Importer::resizeOp(const onnx::NodeProto &n, NodeEnv &env) {
+  ResizeSpec spec;
+  spec.mode = stringAttr(n, "mode", "nearest");
+  if (opset_ >= 11) {
+    spec.transform = stringAttr(n, "coordinate_transformation_mode", "half_pixel");
+    spec.nearestMode = stringAttr(n, "nearest_mode", "round_prefer_floor");
+    spec.cubicA = floatAttr(n, "cubic_coeff_a").value_or(-0.75f);
+    spec.excludeOutside = intAttr(n, "exclude_outside").value_or(0) != 0;
+  } else { // Resize-10 is Upsample's interpolation: asymmetric, nearest rounding down
+    spec.transform = "asymmetric";
+    spec.nearestMode = "floor";
+  }
+  if (spec.mode != "nearest" && spec.mode != "linear" && spec.mode != "cubic")
+    return where(n, fmt::format("mode '{}' is not one of nearest, linear and cubic", spec.mode));
+  static const std::set<std::string> transforms = {
+      "half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn"};
+  if (!transforms.count(spec.transform))
+    return where(
+        n, fmt::format("coordinate_transformation_mode '{}' is not translated", spec.transform));
+  static const std::set<std::string> roundings = {"round_prefer_floor", "round_prefer_ceil",
+                                                  "floor", "ceil"};
+  if (spec.mode == "nearest" && !roundings.count(spec.nearestMode))
+    return where(n, fmt::format("nearest_mode '{}' is not one of round_prefer_floor, "
+                                "round_prefer_ceil, floor and ceil",
+                                spec.nearestMode));
+  auto in = tensorInput(n, 0);
+  if (!in)
+    return in.takeError();
+  const std::vector<int64_t> from = shapeOf(*in);
+  const int64_t r = int64_t(from.size());
+  // The scales (opset 10: input 1; later: input 2, else the sizes of input 3).
+  const int scalesAt = opset_ >= 11 ? 2 : 1;
+  std::vector<double> scales;
+  std::vector<int64_t> to;
+  if (env.present(scalesAt)) {
+    const Const *c = known(env.input(scalesAt));
+    if (!c)
+      return where(n, fmt::format("its scales ('{}') must be a constant the importer can "
+                                  "evaluate",
+                                  env.input(scalesAt)));
+    scales = c->v;
+  }
+  if (scales.empty() && opset_ >= 11 && env.present(3)) {
+    auto sizes = ints(env.input(3), "sizes");
+    if (!sizes)
+      return where(n, llvm::toString(sizes.takeError()));
+    to = *sizes;
+    if (int64_t(to.size()) != r)
+      return where(n, fmt::format("{} sizes for an input of rank {}", to.size(), r));
+    for (int64_t d = 0; d < r; ++d)
+      scales.push_back(double(to[size_t(d)]) / double(from[size_t(d)]));
+  } else {
+    if (int64_t(scales.size()) != r)
+      return where(n, fmt::format("{} scales for an input of rank {} (or no scales and no "
+                                  "sizes)",
+                                  scales.size(), r));
+    for (int64_t d = 0; d < r; ++d) {
+      if (!(scales[size_t(d)] > 0) || !std::isfinite(scales[size_t(d)]))
+        return where(
+            n, fmt::format("scale {} of axis {} is not a positive number", scales[size_t(d)], d));
+      to.push_back(int64_t(std::floor(double(from[size_t(d)]) * float(scales[size_t(d)]))));
+    }
+  }
+  for (int64_t d = 0; d < r; ++d)
+    if (to[size_t(d)] <= 0 || to[size_t(d)] > kMaxAxisMap / std::max<int64_t>(from[size_t(d)], 1))
+      return where(n, fmt::format("axis {} resized from {} to {}: {}", d, from[size_t(d)],
+                                  to[size_t(d)],
+                                  to[size_t(d)] <= 0 ? "an empty axis"
+                                                     : "its interpolation matrix would hold more "
+                                                       "than 2^24 entries"));
+  if (auto known = shapes_.find(n.output(0)); known != shapes_.end() && known->second != to)
+    return where(n, fmt::format("resizes to [{}] but ONNX infers [{}]", fmt::join(to, ", "),
+                                fmt::join(known->second, ", ")));
+  // Each axis whose matrix is not the identity is mapped by it.
+  std::vector<int64_t> axes;
+  std::vector<std::vector<double>> maps;
+  for (int64_t d = 0; d < r; ++d) {
+    std::vector<double> m =
+        resizeMatrix(from[size_t(d)], to[size_t(d)], double(float(scales[size_t(d)])), spec);
+    bool identity = to[size_t(d)] == from[size_t(d)];
+    for (int64_t i = 0; identity && i < to[size_t(d)]; ++i)
+      for (int64_t j = 0; identity && j < from[size_t(d)]; ++j)
+        identity = m[size_t(i * from[size_t(d)] + j)] == (i == j ? 1.0 : 0.0);
+    if (!identity) {
+      axes.push_back(d);
+      maps.push_back(std::move(m));
+    }
+  }
+  std::string name = nameOf(n), out = n.output(0), x = *in;
+  if (axes.empty()) {
+    node(name, "Identity", {x}, {}, {}, out);
+    return llvm::Error::success();
+  }
+  // Integer upscaling of the two spatial axes of a rank-4 input, each output reading entry
+  // floor(o / f): the library's ResizeNearest2d (no matrix).
+  auto repeats = [&](size_t k, int64_t d) {
+    const int64_t f = to[size_t(d)] / from[size_t(d)];
+    if (f * from[size_t(d)] != to[size_t(d)])
+      return int64_t(0);
+    for (int64_t o = 0; o < to[size_t(d)]; ++o)
+      if (maps[k][size_t(o * from[size_t(d)] + o / f)] != 1)
+        return int64_t(0);
+    return f;
+  };
+  if (r == 4 && axes == std::vector<int64_t>{2, 3} && repeats(0, 2) && repeats(1, 3)) {
+    node(name, "ResizeNearest2d", {x}, {{"fh", repeats(0, 2)}, {"fw", repeats(1, 3)}}, {}, out);
+    return llvm::Error::success();
+  }
+  for (size_t k = 0; k < axes.size(); ++k)
+    x = axisMap(fmt::format("{}_axis{}", name, axes[k]), x, axes[k], to[size_t(axes[k])],
+                std::move(maps[k]), k + 1 == axes.size() ? out : "");
   return llvm::Error::success();
 }
 
@@ -2588,6 +2866,50 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   std::set<std::string> initialized;
   for (const onnx::TensorProto &t : graph->initializer())
     initialized.insert(t.name());
+  // Inputs given ahead: the shape given replaces the declared one, whose static
+  // dimensions must agree.
+  for (const auto &[name, given] : options_.givenInputs) {
+    onnx::ValueInfoProto *v = nullptr;
+    for (onnx::ValueInfoProto &in : *graph->mutable_input())
+      if (in.name() == name)
+        v = &in;
+    if (!v || initialized.count(name) || !v->type().has_tensor_type())
+      return stringError(fmt::format("a value is given for '{}', which is not one of the model's "
+                                     "data inputs (graph inputs without an initializer)",
+                                     name));
+    onnx::TypeProto_Tensor *type = v->mutable_type()->mutable_tensor_type();
+    if (type->has_shape()) {
+      std::vector<std::string> declared;
+      bool agrees = type->shape().dim_size() == int(given.shape.size());
+      for (int d = 0; d < type->shape().dim_size(); ++d) {
+        const auto &dim = type->shape().dim(d);
+        declared.push_back(dim.has_dim_value()       ? std::to_string(dim.dim_value())
+                           : dim.dim_param().empty() ? "?"
+                                                     : dim.dim_param());
+        if (agrees && dim.has_dim_value() && dim.dim_value() != given.shape[size_t(d)])
+          agrees = false;
+      }
+      if (!agrees)
+        return stringError(fmt::format("the value given for input '{}' has shape [{}]; the model "
+                                       "declares [{}]",
+                                       name, fmt::join(given.shape, ", "),
+                                       fmt::join(declared, ", ")));
+    }
+    type->mutable_shape()->clear_dim();
+    for (int64_t d : given.shape)
+      type->mutable_shape()->add_dim()->set_dim_value(d);
+    if (given.hasValues) {
+      Const c;
+      c.shape = given.shape;
+      c.v = given.values;
+      c.isInt = type->has_elem_type() && isIntType(type->elem_type());
+      if (int64_t(c.v.size()) != c.size())
+        return stringError(
+            fmt::format("the value given for input '{}' has {} values for shape [{}]", name,
+                        c.v.size(), fmt::join(given.shape, ", ")));
+      given_[name] = std::move(c);
+    }
+  }
   unsigned symbolic = 0;
   const onnx::ValueInfoProto *firstData = nullptr;
   for (onnx::ValueInfoProto &v : *graph->mutable_input()) {
@@ -2615,8 +2937,34 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
           options_.batch, firstData->name(), fmt::join(shape, ", ")));
     }
   }
+  // ONNX's shape inference sees the integer values given (a Reshape's shape, a Slice's
+  // starts) as initializers, so that it infers what they determine; they are taken out
+  // again after it. (Float values are not shapes.)
+  const int initializersBefore = graph->initializer_size();
+  for (const auto &[name, c] : given_) {
+    const onnx::ValueInfoProto *v = nullptr;
+    for (const onnx::ValueInfoProto &in : graph->input())
+      if (in.name() == name)
+        v = &in;
+    const int32_t elem = v->type().tensor_type().elem_type();
+    if (elem != onnx::TensorProto::INT64 && elem != onnx::TensorProto::INT32)
+      continue;
+    onnx::TensorProto *t = graph->add_initializer();
+    t->set_name(name);
+    t->set_data_type(elem);
+    for (int64_t d : c.shape)
+      t->add_dims(d);
+    for (double x : c.v) {
+      if (elem == onnx::TensorProto::INT64)
+        t->add_int64_data(asInt(x));
+      else
+        t->add_int32_data(int32_t(asInt(x)));
+    }
+  }
   if (llvm::Error e = inferShapesIsolated(model))
     return std::move(e);
+  while (graph->initializer_size() > initializersBefore)
+    graph->mutable_initializer()->RemoveLast();
   auto record = [&](const onnx::ValueInfoProto &v) {
     if (v.type().has_tensor_type() && v.type().tensor_type().has_elem_type()) {
       types_[v.name()] = v.type().tensor_type().elem_type();
@@ -2679,9 +3027,18 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   for (const onnx::ValueInfoProto &v : graph->input()) {
     if (initializers.count(v.name()))
       continue;
+    if (!v.type().has_tensor_type())
+      return stringError(
+          fmt::format("graph input '{}' is {}, not a tensor; Tofu's values are tensors", v.name(),
+                      v.type().has_sequence_type()   ? "a sequence"
+                      : v.type().has_map_type()      ? "a map"
+                      : v.type().has_optional_type() ? "an optional"
+                                                     : "of no tensor type"));
     auto it = shapes_.find(v.name());
     if (it == shapes_.end())
-      return stringError(fmt::format("graph input '{}' has no static shape", v.name()));
+      return stringError(fmt::format("graph input '{}' has no static shape (give its value "
+                                     "ahead: tofu-run --infer --input)",
+                                     v.name()));
     TensorInfo info;
     info.name = v.name();
     info.group = v.name();
@@ -2750,6 +3107,8 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     materialize(v.name()); // an output the importer evaluated is a constant of the graph
     g_.outputs.push_back(v.name());
   }
+  if (error_) // a constant output the graph cannot hold (an empty one)
+    return std::move(error_);
   // Weights no translated node reads (a training-mode batch norm's running statistics)
   // are not trained.
   std::set<std::string> read;

@@ -2,12 +2,25 @@
 #ifndef TOFU_GRAPH_ONNX_IMPORT_H
 #define TOFU_GRAPH_ONNX_IMPORT_H
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "graph/graph.h"
 #include "llvm/Support/Error.h"
 
 namespace tofu {
+
+/// A graph input's value given ahead of the import (`tofu-run --infer --input`).
+struct OnnxGivenInput {
+  /// Its shape: it replaces the declared one, fixing the input's dynamic dimensions (the
+  /// declared static ones must agree).
+  std::vector<int64_t> shape;
+  /// Its values (row-major), where the caller read them: an op that needs this input as a
+  /// constant (a shape, axes, starts, a diagonal offset) takes them. Empty: not known.
+  std::vector<double> values;
+  bool hasValues = false;
+};
 
 struct OnnxImportOptions {
   /// Substituted for every symbolic dimension (a dynamic batch).
@@ -25,6 +38,9 @@ struct OnnxImportOptions {
   /// importOnnx sets it to the folder the model file is in (links
   /// followed). Empty: a model with external data is refused.
   std::string modelDir;
+  /// Graph inputs given ahead, by name: each must be a graph input that is not an
+  /// initializer.
+  std::map<std::string, OnnxGivenInput> givenInputs;
 };
 
 /// Reads the model at `path` (with its initializers' external data, from files in the

@@ -2,6 +2,7 @@
 // shapes agree with ONNX's shape inference, structure matches torchvision, bad files fail.
 #include "graph/onnx_import.h"
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 
@@ -357,6 +358,61 @@ TEST(OnnxImport, MalformedModelsAreRefusedNamingTheNode) {
     e = fine.error(cut);
     EXPECT_FALSE(e.empty()) << "a model truncated by " << cut << " bytes was accepted";
   }
+}
+
+TEST(OnnxImport, InputsGivenAheadFixShapesAndConstants) {
+  // y = Reshape(x, shape), where shape is a graph input and x's batch is symbolic: the
+  // importer cannot know y's shape until both are given.
+  Bad b({{"x", {0, 6}}, {"shape", {2}}});
+  b.g->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(0)
+      ->set_dim_param("batch");
+  b.g->mutable_input(1)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto::INT64);
+  b.node("r", "Reshape", {"x", "shape"}, {"y"});
+  b.output("y");
+  const std::string bytes = b.m.SerializeAsString();
+  auto import = [&](std::map<std::string, OnnxGivenInput> given) {
+    OnnxImportOptions options;
+    options.dataInputs = 2;
+    options.givenInputs = std::move(given);
+    return importOnnxBytes(bytes, "m.onnx", library(), options);
+  };
+  // Without values, the shape is not a constant: refused, naming it.
+  auto refused = import({});
+  ASSERT_FALSE(static_cast<bool>(refused));
+  const std::string why = llvm::toString(refused.takeError());
+  EXPECT_NE(why.find("its shape ('shape') must be a constant"), std::string::npos) << why;
+  // With x of batch 4 and shape = [-1, 3]: y is [8, 3].
+  auto g = import({{"x", {{4, 6}, {}, false}}, {"shape", {{2}, {-1, 3}, true}}});
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  EXPECT_EQ(g->tensor("x")->shape, (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(g->tensor("y")->shape, (std::vector<int64_t>{8, 3}));
+  // The values are read where an op needs a constant, never folded into the graph: no
+  // node reads the shape input, and it is not a constant of the graph.
+  EXPECT_EQ(g->constants.count("shape"), 0u);
+  for (const Node &n : g->nodes())
+    EXPECT_EQ(std::count(n.inputs.begin(), n.inputs.end(), "shape"), 0) << n.name;
+  // A shape that disagrees with a static dimension, a name that is no data input, and
+  // values that do not fill the shape are errors naming the input.
+  auto wrongShape = import({{"x", {{4, 5}, {}, false}}});
+  ASSERT_FALSE(static_cast<bool>(wrongShape));
+  EXPECT_NE(
+      llvm::toString(wrongShape.takeError())
+          .find("the value given for input 'x' has shape [4, 5]; the model declares [batch, 6]"),
+      std::string::npos);
+  auto unknown = import({{"z", {{1}, {}, false}}});
+  ASSERT_FALSE(static_cast<bool>(unknown));
+  EXPECT_NE(
+      llvm::toString(unknown.takeError()).find("'z', which is not one of the model's data inputs"),
+      std::string::npos);
+  auto short_ = import({{"x", {{4, 6}, {}, false}}, {"shape", {{2}, {-1}, true}}});
+  ASSERT_FALSE(static_cast<bool>(short_));
+  EXPECT_NE(llvm::toString(short_.takeError()).find("has 1 values for shape [2]"),
+            std::string::npos);
 }
 
 } // namespace

@@ -226,14 +226,20 @@ TEST(OnnxTable, RefusalsNameTheReason) {
     std::string reason;
   };
   std::vector<Case> cases = {
-      {"MaxPool", {{"inputs", {{1, 3, 8, 8}}}, {"attrs", {{"kernel_shape", {2, 2}}}}, {"outputs", 2}},
+      {"MaxPool",
+       {{"inputs", {{1, 3, 8, 8}}}, {"attrs", {{"kernel_shape", {2, 2}}}}, {"outputs", 2}},
        "Indices output"},
-      {"Pad", {{"inputs", {{1, 2, 4, 4}, {{"value", {0, 0, 1, 1, 0, 0, 1, 1}}, {"int", true}}}},
-               {"attrs", {{"mode", "reflect"}}}},
-       "not affine"},
+      {"Pad",
+       {{"inputs", {{1, 2, 4, 4}, {{"value", {0, 0, 1, 1, 0, 0, 1, 1}}, {"int", true}}}},
+        {"attrs", {{"mode", "wrap"}}}},
+       "mode 'wrap' is not translated"},
       {"ReduceSum", {{"inputs", {{2, 3, 4}, {{"value", {0, 2}}, {"int", true}}}}}, "contiguous"},
-      {"Resize", {{"inputs", {{1, 2, 3, 4}, "", {{"value", {1.0, 1.0, 2.0, 2.0}}}}}, {"attrs", {{"mode", "linear"}}}},
-       "mode nearest"},
+      {"Resize",
+       {{"inputs", {{1, 2, 3, 4}, "", {{"value", {1.0, 1.0, 2.0, 2.0}}}}},
+        {"attrs", {{"mode", "linear"}, {"coordinate_transformation_mode", "tf_crop_and_resize"}}}},
+       "coordinate_transformation_mode 'tf_crop_and_resize' is not translated"},
+      {"Trilu", json::parse(R"({"inputs": [[4, 5], {"shape": [], "int": true}]})"),
+       "its offset k must be a constant"},
   };
   for (const Case &c : cases) {
     std::string bytes;

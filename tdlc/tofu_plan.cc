@@ -7,21 +7,22 @@
 #include <string>
 #include <thread>
 
+#include "analysis/checked.h"
+#include "api/pipeline.h"
 #include "fmt/format.h"
 #include "graph/graph.h"
 #include "graph/onnx_import.h"
 #include "graph/zoo.h"
-#include "llvm/Support/CommandLine.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/raw_ostream.h"
 #include "nlohmann/json.hpp"
 #include "search/memory_fit.h"
 #include "search/report.h"
 #include "search/search.h"
 #include "search/topology.h"
-#include "analysis/checked.h"
-#include "api/pipeline.h"
 #include "support/units.h"
+#include "tdlc/input_arrays.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
 
@@ -38,6 +39,13 @@ cl::opt<unsigned> dataInputs("data-inputs",
                              cl::desc("With --onnx, when weights are graph inputs: how many "
                                       "leading inputs are data (default 1)"),
                              cl::init(1), cl::cat(planCategory));
+cl::opt<std::string> inputOpt(
+    "input",
+    cl::desc("With --onnx: NAME=FILE,... (.npy, ONNX TensorProto .pb, IDX or "
+             "FILE.safetensors[:KEY]) values of data inputs: each input takes its array's shape "
+             "(fixing dynamic dimensions), and an op that needs an input as a constant (a shape, "
+             "axes, starts) takes its values, as tofu-run --infer --input does"),
+    cl::value_desc("NAME=FILE,..."), cl::cat(planCategory));
 cl::opt<int64_t> batch("batch", cl::desc("Batch size for zoo models (default 32)"), cl::init(32),
                        cl::cat(planCategory));
 cl::opt<bool> train("train", cl::desc("Add the backward pass and the optimiser update"),
@@ -117,13 +125,12 @@ int main(int argc, char **argv) {
       "tofu-plan - build a model's dataflow graph and plan its partitioning\n\n"
       "  tofu-plan --model NAME [--batch B] [--train] --workers K [--algo A] [--format=json]\n"
       "  tofu-plan --graph FILE.json [--train] --workers K\n"
-      "  tofu-plan --onnx FILE.onnx [--batch B] [--train] --workers K\n"
+      "  tofu-plan --onnx FILE.onnx [--batch B] [--input NAME=FILE,...] [--train] --workers K\n"
       "  tofu-plan ... --workers K --memory-per-worker BYTES\n"
       "  tofu-plan ... --fit BYTES [--max-workers N]\n"
       "  tofu-plan ... --topology 2x8:12.5GB/s,150GB/s\n"
       "  tofu-plan (--model|--graph|--onnx) ... --describe | --dump-json\n\n" +
-          tofu::zooHelp() +
-          "\n\nAlgorithms (--algo): " + tofu::algorithmNames() +
+          tofu::zooHelp() + "\n\nAlgorithms (--algo): " + tofu::algorithmNames() +
           ".\nThe plan lists, per tensor, how each dimension is cut; per op, its strategy at "
           "each\nrecursion step; the communication per step and in total; per-worker memory; the "
           "search time.\n",
@@ -159,6 +166,11 @@ int main(int argc, char **argv) {
     llvm::errs() << fmt::format("tofu-plan: --search-threads {} is more than 4 per core of this "
                                 "machine ({} cores); at most {}\n",
                                 unsigned(searchThreads), cores, 4 * cores);
+    return 2;
+  }
+  if (!inputOpt.empty() && onnxFile.empty()) {
+    llvm::errs() << "tofu-plan: --input gives values of an ONNX model's inputs (--onnx); a zoo "
+                    "model's or graph JSON's shapes are its own\n";
     return 2;
   }
   if (batch.getNumOccurrences() && !graphFile.empty()) {
@@ -268,10 +280,23 @@ int main(int argc, char **argv) {
   pipeline.search.budgetSeconds = budget;
   pipeline.search.threads = searchThreads;
   pipeline.search.coarsen = !noCoarsen;
-  auto result = tofu::runPipeline(
-      {model, graphFile, onnxFile, batch, dataInputs, dataInputs.getNumOccurrences() > 0,
-       batch.getNumOccurrences() > 0}, *lib,
-      pipeline);
+  tofu::GraphSource source = {model,
+                              graphFile,
+                              onnxFile,
+                              batch,
+                              dataInputs,
+                              dataInputs.getNumOccurrences() > 0,
+                              batch.getNumOccurrences() > 0,
+                              {}};
+  if (!inputOpt.empty()) {
+    auto inputs = tofu::readInputArrays(inputOpt);
+    if (!inputs) {
+      llvm::errs() << "tofu-plan: " << llvm::toString(inputs.takeError()) << "\n";
+      return 2;
+    }
+    source.givenInputs = inputs->forImport();
+  }
+  auto result = tofu::runPipeline(source, *lib, pipeline);
   if (!result) {
     llvm::errs() << "tofu-plan: " << llvm::toString(result.takeError()) << "\n";
     return 1;

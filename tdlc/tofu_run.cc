@@ -52,12 +52,13 @@
 #define TOFU_NCCL_BACKEND
 #include "runtime/nccl/nccl_backend.h"
 #endif
-#include "search/report.h"
-#include "search/search.h"
 #include "analysis/checked.h"
 #include "api/pipeline.h"
+#include "search/report.h"
+#include "search/search.h"
 #include "support/files.h"
 #include "support/units.h"
+#include "tdlc/input_arrays.h"
 
 namespace cl = llvm::cl;
 
@@ -131,9 +132,16 @@ cl::opt<bool> infer("infer", cl::desc("Run the model's forward graph once, parti
                                       "every graph output; weights from the model's "
                                       "initializers, --load, or drawn from --seed"),
                     cl::cat(runCategory));
-cl::opt<std::string> inputOpt("input", cl::desc("With --infer: NAME=FILE,... (.npy, ONNX TensorProto .pb or IDX), one "
-                                                "per data input, of the input's exact shape"),
-                              cl::value_desc("NAME=FILE,..."), cl::cat(runCategory));
+cl::opt<std::string>
+    inputOpt("input",
+             cl::desc("With --infer: NAME=FILE,... (.npy, ONNX TensorProto .pb, IDX or "
+                      "FILE.safetensors[:KEY]), one per data input. "
+                      "Read before an ONNX model's import: each input "
+                      "takes its array's shape (fixing dynamic "
+                      "dimensions), and an op that needs an input as a "
+                      "constant (a shape, axes, starts) takes the "
+                      "values of an array of at most 4096 elements"),
+             cl::value_desc("NAME=FILE,..."), cl::cat(runCategory));
 cl::opt<std::string> outputDir("output-dir", cl::desc("With --infer: write each graph output to "
                                                       "DIR/<name>.npy (float32)"),
                                cl::value_desc("DIR"), cl::cat(runCategory));
@@ -1395,7 +1403,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
 
 /// --infer: the forward graph once on the given inputs; every output reported and written.
 int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string &name,
-                 const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory) {
+                 const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
+                 const tofu::InputArrays &inputs) {
   const bool json = format == "json";
   auto planned = enginePlan(p, exec, memory, g.outputs);
   if (!planned)
@@ -1417,24 +1426,22 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
   }
   // Inputs by name, each of its tensor's exact shape.
   std::set<std::string> given;
-  std::stringstream list(inputOpt);
-  std::string item;
-  while (std::getline(list, item, ',')) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-      return fail(fmt::format("--input '{}': '{}' is not NAME=FILE", std::string(inputOpt), item), 2);
-    const std::string input = item.substr(0, eq), file = item.substr(eq + 1);
+  for (const auto &[input, array] : inputs.arrays) {
+    const tofu::DataArray *a = &array;
+    const std::string &file = a->path;
     int t = -1;
     for (unsigned i = 0; i < p.tensors.size(); ++i)
       if (p.tensors[i].name == input)
         t = static_cast<int>(i);
+    const tofu::TensorInfo *info = g.tensor(input);
+    if (t < 0 && info && info->role == tofu::TensorRole::Input) {
+      // An input no op reads: the importer took its values as a constant (a shape, axes).
+      given.insert(input);
+      continue;
+    }
     if (t < 0 || p.tensors[t].producer >= 0 || p.tensors[t].role != tofu::TensorRole::Input)
       return fail(fmt::format("--input: the model has no input '{}'", input), 2);
-    if (!given.insert(input).second)
-      return fail(fmt::format("--input: '{}' is given twice", input), 2);
-    auto a = tofu::readDataArray(file);
-    if (!a)
-      return fail(llvm::toString(a.takeError()), 2);
+    given.insert(input);
     if (a->shape != p.tensors[t].shape)
       return fail(fmt::format("--input {}: {} has shape [{}]; the input's is [{}]", input, file,
                               fmt::join(a->shape, ", "), fmt::join(p.tensors[t].shape, ", ")),
@@ -1749,16 +1756,32 @@ int run(int argc, char **argv) {
       return tofu::stringError("the first process's plan: " + llvm::toString(decoded.takeError()));
     return decoded;
   };
-  auto pipelined = tofu::runPipeline(
-      {model, graphFile, onnxFile, batch, dataInputs, dataInputs.getNumOccurrences() > 0,
-       batch.getNumOccurrences() > 0}, *lib,
-      pipeline);
+  // --infer's inputs, read before the import: an ONNX model takes their shapes (fixing its
+  // dynamic dimensions) and the small integer values its ops need as constants.
+  tofu::InputArrays inputArrays;
+  if (infer) {
+    auto read = tofu::readInputArrays(inputOpt);
+    if (!read)
+      return fail(llvm::toString(read.takeError()), 2);
+    inputArrays = std::move(*read);
+  }
+  tofu::GraphSource source = {model,
+                              graphFile,
+                              onnxFile,
+                              batch,
+                              dataInputs,
+                              dataInputs.getNumOccurrences() > 0,
+                              batch.getNumOccurrences() > 0,
+                              {}};
+  if (!onnxFile.empty())
+    source.givenInputs = inputArrays.forImport();
+  auto pipelined = tofu::runPipeline(source, *lib, pipeline);
   if (!pipelined)
     return fail(llvm::toString(pipelined.takeError()));
   const std::string &name = pipelined->name;
   if (infer)
     return runInference(*pipelined->problem, pipelined->graph, name, pipelined->exec,
-                        pipelined->memory);
+                        pipelined->memory, inputArrays);
   if (!pipelined->lossNote.empty() && format != "json")
     llvm::outs() << name << ": " << pipelined->lossNote << "\n";
   const tofu::Graph *t = &pipelined->graph;

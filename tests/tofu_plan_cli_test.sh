@@ -106,4 +106,35 @@ expect_error "--workers 4 but the topology has 8 workers" --model mlp --topology
 expect_error "2 levels but 1 bandwidth" --model mlp --topology 2x4:12.5GB/s
 expect_error "faster than level 2 inside it" --model mlp --topology 2x4:150GB/s,12.5GB/s
 expect_error "is not combined with --fit or --memory-per-worker" --model mlp --topology 2x4:1GB/s,10GB/s --fit 1GB
+# --input: an ONNX model whose Reshape reads its shape from a graph input imports once the
+# input's values are given (as tofu-run --infer takes them), and is refused, naming the
+# input, without them.
+node=/usr/share/libonnx-testdata/data/node/test_reshape_reordered_all_dims
+if [ ! -d "$node" ]; then
+  echo "FAILED: $node is missing: install libonnx-testdata (tools/setup.sh does)" >&2
+  fail=1
+else
+  "$plan" --onnx "$node/model.onnx" --data-inputs 2 --describe >"$tmp/noinput.txt" 2>&1
+  check "a shape input without values: exit 1" test $? -eq 1
+  check "a shape input without values: named" grep -q "its shape ('shape') must be a constant" "$tmp/noinput.txt"
+  "$plan" --onnx "$node/model.onnx" --data-inputs 2 --dump-json \
+    --input "data=$node/test_data_set_0/input_0.pb,shape=$node/test_data_set_0/input_1.pb" >"$tmp/input.json" 2>&1
+  check "--input gives the shape's values ($(tail -2 "$tmp/input.json"))" test $? -eq 0
+  check "--input: the output's shape is the one given" python3 -c '
+import json, sys
+g = json.load(open(sys.argv[1]))
+shapes = {t["name"]: t["shape"] for t in g["tensors"]}
+assert shapes["reshaped"] == [4, 2, 3], shapes' "$tmp/input.json"
+  "$plan" --onnx "$node/model.onnx" --data-inputs 2 --describe --input "data=$node/test_data_set_0/input_1.pb" >"$tmp/badshape.txt" 2>&1
+  check "--input of the wrong shape: exit 1" test $? -eq 1
+  check "--input of the wrong shape: named" grep -q "the value given for input 'data' has shape \[3\]; the model declares \[2, 3, 4\]" "$tmp/badshape.txt"
+  "$plan" --onnx "$node/model.onnx" --describe --input "nosuch=$node/test_data_set_0/input_1.pb" >"$tmp/noname.txt" 2>&1
+  check "--input of no data input: named" grep -q "'nosuch', which is not one of the model's data inputs" "$tmp/noname.txt"
+  "$plan" --model mlp --input "x=$node/test_data_set_0/input_1.pb" >"$tmp/zoo.txt" 2>&1
+  check "--input with a zoo model: exit 2" test $? -eq 2
+  "$plan" --onnx "$node/model.onnx" --describe --input "shape" >"$tmp/item.txt" 2>&1
+  check "--input item without a file: exit 2" test $? -eq 2
+  check "--input item without a file: named" grep -q "'shape' is not NAME=FILE" "$tmp/item.txt"
+fi
+
 exit $fail

@@ -83,8 +83,14 @@ done
 $py -c "import numpy as np; np.save('$tmp/x.npy', np.zeros((3, 3), np.float32))"
 expect_exit 2 "--infer needs a value for every data input; --input gives none for input" "$run" \
   --onnx tests/onnx/mlp.onnx --workers 1 --infer
-expect_exit 2 "has shape [3, 3]; the input's is" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer --input "input=$tmp/x.npy"
-expect_exit 2 "the model has no input 'nope'" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer --input "nope=$tmp/x.npy"
+# An ONNX model's inputs are given to its import: a shape against a static dimension, or a
+# name that is no data input, is refused there, naming the input.
+expect_exit 1 "the value given for input 'input' has shape [3, 3]; the model declares [4, 64]" \
+  "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer --input "input=$tmp/x.npy"
+expect_exit 1 "a value is given for 'nope', which is not one of the model's data inputs" \
+  "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer --input "nope=$tmp/x.npy"
+expect_exit 2 "--input: 'input' is given twice" "$run" --onnx tests/onnx/mlp.onnx --workers 1 \
+  --infer --input "input=$tmp/x.npy,input=$tmp/x.npy"
 expect_exit 2 "--input and --output-dir are for --infer" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --input "input=$tmp/x.npy"
 $py -c "import numpy as np; np.save('$tmp/mlp_in.npy', np.zeros((4, 64), np.float32))"
 expect_exit 2 "--output-dir /etc/passwd: Not a directory" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer \

@@ -4,13 +4,15 @@
 Every test folder of ONNX's node tests (Debian's libonnx-testdata: one folder per test with
 model.onnx and test_data_set_0/input_*.pb, output_*.pb) runs at each worker count given:
 every graph input without an initializer is data (--data-inputs); tofu-run imports the
-model, partitions it, runs its forward graph on the test's inputs and
-writes every output; each output is compared with ONNX's expected one at the backend
+model (given the inputs' shapes and small values, which ops that need a constant take: a
+Reshape's shape, a Slice's starts), partitions it, runs its forward graph on the test's
+inputs and writes every output; each output is compared with ONNX's expected one at the backend
 runner's tolerances (rtol 1e-3, atol 1e-7; integers and booleans exactly). Each test is
 sorted into
   passed          every output matches at every worker count;
-  refused         the importer refused the model (`tofu-plan --onnx M --describe` exits
-                  nonzero with a message, no signal), grouped by reason;
+  refused         tofu-run failed at the first worker count because the importer refuses
+                  the model (`tofu-plan --onnx M --describe --input ...` then exits nonzero
+                  with a message, no signal), grouped by reason;
   failed          it ran but an output differs, an output is missing, or it crashed (a
                   signal), hung (past --timeout) or exited otherwise.
 
@@ -41,9 +43,11 @@ DEFAULT_NODE_DIR = "/usr/share/libonnx-testdata/data/node"
 
 
 def graph_inputs(model):
-    """The model's data inputs (graph inputs that are not initializers), in order."""
+    """The model's data inputs (graph inputs that are not initializers), in order, each
+    with whether it is a tensor (not a sequence, map or optional)."""
     inits = {i.name for i in model.graph.initializer}
-    return [i.name for i in model.graph.input if i.name not in inits]
+    return [(i.name, i.type.HasField("tensor_type")) for i in model.graph.input
+            if i.name not in inits]
 
 
 def read_pb(path):
@@ -61,6 +65,7 @@ def reason_of(message):
     line = message.strip().splitlines()[-1] if message.strip() else "no message"
     line = re.sub(r"^tofu-(run|plan): ", "", line)
     line = re.sub(r"^\S*model\.onnx: ", "", line)
+    line = re.sub(r"^\S*/(input_\d+\.pb): ", r"\1: ", line)
     line = re.sub(r"^node '[^']*' ", "", line)
     line = re.sub(r"'[^']*'", "'…'", line)
     line = re.sub(r"\[[-0-9, ]*\]", "[…]", line)
@@ -100,30 +105,39 @@ def run_test(args, test):
         model = onnx.load(model_path)
     except Exception as e:  # a model ONNX itself cannot load
         return "refused", f"onnx cannot load the model: {e}"
-    names = graph_inputs(model)
+    inputs = graph_inputs(model)
+    names = [name for name, _ in inputs]
     outputs = [o.name for o in model.graph.output]
     given = []
-    for i, name in enumerate(names):
+    for i, (name, tensor) in enumerate(inputs):
         pb = os.path.join(data, f"input_{i}.pb")
-        if os.path.exists(pb):
+        if tensor and os.path.exists(pb):  # the importer refuses sequences by name
             given.append(f"{name}={pb}")
-    try:
-        imp = subprocess.run([args.tofu_plan, "--ops", args.ops, "--onnx", model_path,
-                              "--data-inputs", str(len(names)), "--describe"],
-                             capture_output=True, text=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        return "failed", f"the import hung (no result in {args.timeout} s)"
-    if imp.returncode < 0 or imp.returncode >= 128:
-        return "failed", f"the import crashed (exit {imp.returncode}): {imp.stderr.strip()[-300:]}"
-    if imp.returncode != 0:
-        return "refused", imp.stderr
+    def refusal():
+        """('refused', why) when the importer refuses the model, ('failed', why) when the
+        import crashes or hangs, None when it imports (tofu-plan, given the same inputs)."""
+        cmd = [args.tofu_plan, "--ops", args.ops, "--onnx", model_path,
+               "--data-inputs", str(len(names)), "--describe"]
+        if given:  # the inputs' shapes and small values, as --infer gets them
+            cmd += ["--input", ",".join(given)]
+        try:
+            imp = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            return "failed", f"the import hung (no result in {args.timeout} s)"
+        if imp.returncode < 0 or imp.returncode >= 128:
+            return "failed", f"the import crashed (exit {imp.returncode}): {imp.stderr.strip()[-300:]}"
+        if imp.returncode != 0:
+            return "refused", imp.stderr
+        return None
+
     expected = []
     for i in range(len(outputs)):
         pb = os.path.join(data, f"output_{i}.pb")
         try:
             expected.append(read_pb(pb) if os.path.exists(pb) else None)
         except Exception:
-            return "failed", f"imported, but expected output {i} is not a tensor (a sequence?)"
+            return refusal() or ("failed", f"imported, but expected output {i} is not a tensor "
+                                           "(a sequence?)")
     for k in args.workers:
         with tempfile.TemporaryDirectory() as out:
             cmd = [args.tofu_run, "--ops", args.ops, "--onnx", model_path, "--infer",
@@ -137,7 +151,10 @@ def run_test(args, test):
             if p.returncode < 0 or p.returncode >= 128:
                 return "failed", f"k={k}: crashed (exit {p.returncode}): {p.stderr.strip()[-300:]}"
             if p.returncode != 0:
-                return "failed", f"k={k}: exit {p.returncode}: {p.stderr.strip()[-300:]}"
+                # tofu-run imports first: whether its failure is the importer's refusal is
+                # asked of tofu-plan only now, so that a test that runs imports once per k.
+                return ((k == args.workers[0] and refusal()) or
+                        ("failed", f"k={k}: exit {p.returncode}: {p.stderr.strip()[-300:]}"))
             for name, want in zip(outputs, expected):
                 if want is None:
                     continue

@@ -1,0 +1,38 @@
+// The arrays a tool is given for a model's inputs (`--input NAME=FILE,...`), and what the
+// ONNX importer is told of them ahead of the import.
+#ifndef TOFU_TDLC_INPUT_ARRAYS_H
+#define TOFU_TDLC_INPUT_ARRAYS_H
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/onnx_import.h"
+#include "runtime/dataset.h"
+#include "llvm/Support/Error.h"
+
+namespace tofu {
+
+/// Arrays of at most this many elements are passed to the importer with their values (a
+/// shape, axes, starts, an offset, a Range's bounds); larger ones with their shape only.
+constexpr int64_t kMaxKnownInputValues = 4096;
+
+struct InputArrays {
+  /// By name, in the order given.
+  std::vector<std::pair<std::string, DataArray>> arrays;
+
+  /// What the ONNX importer is told of them: every array's shape, and the values of arrays
+  /// of at most kMaxKnownInputValues elements.
+  std::map<std::string, OnnxGivenInput> forImport() const;
+};
+
+/// Reads `list` (`NAME=FILE[,NAME=FILE...]`, each file as readDataArray reads it). Errors
+/// name `option`: an item that is not NAME=FILE, a name given twice, a file that cannot be
+/// read.
+llvm::Expected<InputArrays> readInputArrays(const std::string &list,
+                                            const std::string &option = "--input");
+
+} // namespace tofu
+
+#endif // TOFU_TDLC_INPUT_ARRAYS_H
