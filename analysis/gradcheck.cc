@@ -54,6 +54,48 @@ std::vector<GradCheck> skippedAll(const ir::OpDef &def, const std::string &why) 
   return out;
 }
 
+/// The result of `g`'s backward op for the forward `f` (its inputs, output and dOut).
+llvm::Expected<Tensor> clauseResult(const ir::Grad &g, const Forward &f,
+                                    const OpaqueRegistry &opaques) {
+  const ir::OpCall &call = *g.call;
+  auto tensorOf = [&](const ir::TensorRef &t) -> const Tensor & {
+    return t.source == ir::TensorRef::Source::Input ? f.inputs[t.input]
+           : t.source == ir::TensorRef::Source::Out ? f.out
+                                                    : f.dOut;
+  };
+  auto calleeInst =
+      gradCallInstantiation(call, *f.op, f.shapes.inputs, [&](const ir::TensorRef &t) {
+        return static_cast<unsigned>(tensorOf(t).shape.size());
+      });
+  if (!calleeInst)
+    return llvm::make_error<llvm::StringError>("the clause cannot be evaluated here: " +
+                                                   llvm::toString(calleeInst.takeError()),
+                                               llvm::inconvertibleErrorCode());
+  std::vector<const Tensor *> args;
+  std::vector<std::vector<int64_t>> argShapes;
+  for (const ir::ExprPtr &arg : call.args) {
+    args.push_back(&tensorOf(llvm::cast<ir::TensorRef>(*arg)));
+    argShapes.push_back(args.back()->shape);
+  }
+  auto grad = instantiate(*call.callee, *calleeInst);
+  if (!grad)
+    return llvm::make_error<llvm::StringError>("the backward op does not instantiate: " +
+                                                   llvm::toString(grad.takeError()),
+                                               llvm::inconvertibleErrorCode());
+  auto gshapes = concreteShapes(*grad, argShapes, f.inputs[g.input].shape);
+  if (!gshapes)
+    return llvm::make_error<llvm::StringError>("the backward op's shapes: " +
+                                                   llvm::toString(gshapes.takeError()),
+                                               llvm::inconvertibleErrorCode());
+  auto analytic = evaluate(*grad, *gshapes, args, fullRanges(*gshapes), opaques);
+  if (!analytic)
+    return analytic.takeError();
+  if (analytic->shape != f.inputs[g.input].shape)
+    return llvm::make_error<llvm::StringError>(
+        "the backward op's result does not have the input's shape", llvm::inconvertibleErrorCode());
+  return analytic;
+}
+
 std::vector<GradCheck> checkOnRange(const ir::OpDef &def, const Forward &base,
                                     std::pair<double, double> range,
                                     const GradCheckOptions &options, const OpaqueRegistry &opaques) {
@@ -82,47 +124,10 @@ std::vector<GradCheck> checkOnRange(const ir::OpDef &def, const Forward &base,
     GradCheck c;
     c.input = def.inputs[g.input].name;
     c.call = g.call->callee->name;
-    const ir::OpCall &call = *g.call;
-    auto tensorOf = [&](const ir::TensorRef &t) -> const Tensor & {
-      return t.source == ir::TensorRef::Source::Input ? f.inputs[t.input]
-             : t.source == ir::TensorRef::Source::Out ? f.out
-                                                      : f.dOut;
-    };
-    auto calleeInst = gradCallInstantiation(call, *f.op, f.shapes.inputs, [&](const ir::TensorRef &t) {
-      return static_cast<unsigned>(tensorOf(t).shape.size());
-    });
-    if (!calleeInst) {
-      c.skipped = true;
-      c.problem = "the clause cannot be evaluated here: " + llvm::toString(calleeInst.takeError());
-      results.push_back(std::move(c));
-      continue;
-    }
-    std::vector<const Tensor *> args;
-    std::vector<std::vector<int64_t>> argShapes;
-    for (const ir::ExprPtr &arg : call.args) {
-      args.push_back(&tensorOf(llvm::cast<ir::TensorRef>(*arg)));
-      argShapes.push_back(args.back()->shape);
-    }
-    auto grad = instantiate(*call.callee, *calleeInst);
-    if (!grad) {
-      c.problem = "the backward op does not instantiate: " + llvm::toString(grad.takeError());
-      results.push_back(std::move(c));
-      continue;
-    }
-    auto gshapes = concreteShapes(*grad, argShapes, f.inputs[g.input].shape);
-    if (!gshapes) {
-      c.problem = "the backward op's shapes: " + llvm::toString(gshapes.takeError());
-      results.push_back(std::move(c));
-      continue;
-    }
-    auto analytic = evaluate(*grad, *gshapes, args, fullRanges(*gshapes), opaques);
+    auto analytic = clauseResult(g, f, opaques);
     if (!analytic) {
       c.problem = llvm::toString(analytic.takeError());
-      results.push_back(std::move(c));
-      continue;
-    }
-    if (analytic->shape != f.inputs[g.input].shape) {
-      c.problem = "the backward op's result does not have the input's shape";
+      c.skipped = c.problem.rfind("the clause cannot be evaluated here", 0) == 0;
       results.push_back(std::move(c));
       continue;
     }
@@ -217,6 +222,53 @@ std::vector<GradCheck> checkGradients(const ir::OpDef &def, const GradCheckOptio
     if (!c.input.empty())
       results.push_back(std::move(c));
   return results;
+}
+
+llvm::Expected<OpValues> evaluateWithGradients(const ir::OpDef &def, const Instantiation &inst,
+                                               std::vector<Tensor> inputs, const Tensor *dOut,
+                                               const OpaqueRegistry &opaques) {
+  auto op = instantiate(def, inst);
+  if (!op)
+    return op.takeError();
+  if (inputs.size() != def.inputs.size())
+    return llvm::make_error<llvm::StringError>(
+        fmt::format("op '{}' has {} inputs; {} given", def.name, def.inputs.size(), inputs.size()),
+        llvm::inconvertibleErrorCode());
+  Forward f;
+  f.op = &*op;
+  std::vector<std::vector<int64_t>> inputShapes;
+  for (const Tensor &t : inputs)
+    inputShapes.push_back(t.shape);
+  std::optional<std::vector<int64_t>> outShape;
+  if (dOut)
+    outShape = dOut->shape;
+  auto shapes = concreteShapes(*f.op, inputShapes, outShape);
+  if (!shapes)
+    return shapes.takeError();
+  f.shapes = std::move(*shapes);
+  f.inputs = std::move(inputs);
+  std::vector<const Tensor *> ptrs;
+  for (const Tensor &t : f.inputs)
+    ptrs.push_back(&t);
+  auto out = evaluate(*f.op, f.shapes, ptrs, fullRanges(f.shapes), opaques);
+  if (!out)
+    return out.takeError();
+  OpValues values;
+  values.out = *out;
+  if (!dOut)
+    return values;
+  f.out = std::move(*out);
+  f.dOut = *dOut;
+  for (const ir::Grad &g : def.grads) {
+    auto r = clauseResult(g, f, opaques);
+    if (!r)
+      return llvm::make_error<llvm::StringError>(
+          fmt::format("grad {} = {}(...): {}", def.inputs[g.input].name, g.call->callee->name,
+                      llvm::toString(r.takeError())),
+          llvm::inconvertibleErrorCode());
+    values.grads[def.inputs[g.input].name] = std::move(*r);
+  }
+  return values;
 }
 
 } // namespace tofu

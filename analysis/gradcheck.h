@@ -3,6 +3,7 @@
 #ifndef TOFU_ANALYSIS_GRADCHECK_H
 #define TOFU_ANALYSIS_GRADCHECK_H
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,21 @@ struct GradCheckOptions {
 /// Checks every grad clause of `op` (instantiated as for verification).
 std::vector<GradCheck> checkGradients(const ir::OpDef &op, const GradCheckOptions &options = {},
                                       const OpaqueRegistry &opaques = OpaqueRegistry::builtin());
+
+/// An op's value and its grad clauses' results on given inputs.
+struct OpValues {
+  Tensor out;
+  std::map<std::string, Tensor> grads; ///< by input name, one per grad clause
+};
+
+/// Evaluates `def` instantiated as `inst` on `inputs` with the interpreter (the output's
+/// shape from `dOut` where given, else from the shape clause) and, with `dOut`, every grad
+/// clause's backward op for that output gradient: what an independent oracle (PyTorch
+/// autograd: tools/torch_op_oracle.py through `tdlc --eval`) is compared with.
+llvm::Expected<OpValues>
+evaluateWithGradients(const ir::OpDef &def, const Instantiation &inst, std::vector<Tensor> inputs,
+                      const Tensor *dOut,
+                      const OpaqueRegistry &opaques = OpaqueRegistry::builtin());
 
 } // namespace tofu
 

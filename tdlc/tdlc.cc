@@ -1,21 +1,27 @@
 // tdlc: the TDL compiler driver — checks .tdl files and prints their checked IR.
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "analysis/checked.h"
+#include "analysis/gradcheck.h"
 #include "analysis/printer.h"
 #include "analysis/report.h"
-#include "analysis/gradcheck.h"
+#include "analysis/sema.h"
 #include "analysis/verify.h"
 #include "codegen/kernel_gen.h"
 #include "codegen/schedule.h"
-#include "runtime/kernel_verify.h"
-#include "tdlc/stats.h"
-#include "analysis/sema.h"
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
+#include "runtime/dataset.h"
+#include "runtime/kernel_verify.h"
+#include "support/files.h"
+#include "tdlc/stats.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/Path.h"
@@ -51,6 +57,20 @@ cl::opt<bool> kernel("kernel",
                               "and the generated kernel source of every op of FILE (or --op), "
                               "for --target"),
                      cl::cat(tdlcCategory));
+cl::opt<bool> evalMode("eval",
+                       cl::desc("Evaluate one op (--op) with the interpreter, in double, on the "
+                                "arrays --input gives (.npy, .pb or IDX; a one-element array "
+                                "stands for a rank-0 input) and, with --dout, each grad clause "
+                                "for that output gradient; write DIR/out.npy and "
+                                "DIR/grad_<input>.npy (--output-dir)"),
+                       cl::cat(tdlcCategory));
+cl::opt<std::string> evalInputs("input",
+                                cl::desc("With --eval: NAME=FILE,... one per input of the op"),
+                                cl::value_desc("NAME=FILE,..."), cl::cat(tdlcCategory));
+cl::opt<std::string> evalDout("dout", cl::desc("With --eval: the output's gradient"),
+                              cl::value_desc("FILE"), cl::cat(tdlcCategory));
+cl::opt<std::string> evalOutDir("output-dir", cl::desc("With --eval: where the results go"),
+                                cl::value_desc("DIR"), cl::cat(tdlcCategory));
 enum class Target { Cpp, Cuda };
 cl::opt<Target> target("target", cl::desc("With --kernel: the kernel dialect"),
                        cl::values(clEnumValN(Target::Cpp, "cpp", "C++ with OpenMP (default)"),
@@ -122,6 +142,109 @@ bool parseAssignments(const std::vector<std::string> &args, const char *flag, in
     out[a.substr(0, eq)] = *v;
   }
   return true;
+}
+
+/// An array read for --eval as an interpreter tensor (`rank0`: a one-element array is a
+/// rank-0 tensor).
+llvm::Expected<tofu::Tensor> readTensor(const std::string &file, bool rank0) {
+  auto a = tofu::readDataArray(file);
+  if (!a)
+    return a.takeError();
+  tofu::Tensor t;
+  int64_t n = 1;
+  for (int64_t d : a->shape)
+    n *= d;
+  if (rank0 && n != 1)
+    return tofu::stringError(
+        fmt::format("{}: the input is a scalar; the array has {} elements", file, n));
+  t.shape = rank0 ? std::vector<int64_t>{} : a->shape;
+  for (int64_t i = 0; i < n; ++i)
+    t.data.push_back(a->at(i));
+  return t;
+}
+
+/// --eval: one op and its grad clauses on given arrays.
+int evaluateOp(const tofu::ir::OpDef &op, tofu::Instantiation given) {
+  std::map<std::string, std::string> files;
+  std::stringstream items(evalInputs);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
+      llvm::errs() << "tdlc: --input '" << item << "' is not NAME=FILE\n";
+      return 2;
+    }
+    if (!op.findInput(item.substr(0, eq))) {
+      llvm::errs() << "tdlc: op '" << op.name << "' has no input '" << item.substr(0, eq) << "'\n";
+      return 2;
+    }
+    files[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  // The arrays' ranks are the inputs' (an op that only passes an input to calls cannot
+  // infer it), except a one-element array's, which may stand for a scalar.
+  given.inputRanks.resize(op.inputs.size());
+  for (unsigned i = 0; i < op.inputs.size(); ++i) {
+    auto f = files.find(op.inputs[i].name);
+    if (f == files.end()) {
+      llvm::errs() << "tdlc: --eval: no --input for '" << op.inputs[i].name << "' of op '"
+                   << op.name << "'\n";
+      return 2;
+    }
+    auto a = tofu::readDataArray(f->second);
+    if (!a) {
+      llvm::errs() << "tdlc: " << llvm::toString(a.takeError()) << "\n";
+      return 2;
+    }
+    if (a->shape.size() != 1 || a->shape[0] != 1)
+      given.inputRanks[i] = static_cast<unsigned>(a->shape.size());
+  }
+  auto inst = tofu::instantiate(op, given);
+  if (!inst) {
+    llvm::errs() << "tdlc: " << op.name << ": " << llvm::toString(inst.takeError()) << "\n";
+    return 1;
+  }
+  std::vector<tofu::Tensor> inputs;
+  for (unsigned i = 0; i < op.inputs.size(); ++i) {
+    auto t = readTensor(files[op.inputs[i].name], inst->inputs[i].rank == 0);
+    if (!t) {
+      llvm::errs() << "tdlc: " << llvm::toString(t.takeError()) << "\n";
+      return 2;
+    }
+    inputs.push_back(std::move(*t));
+  }
+  std::optional<tofu::Tensor> dOut;
+  if (!evalDout.empty()) {
+    auto t = readTensor(evalDout, inst->outputVars.empty());
+    if (!t) {
+      llvm::errs() << "tdlc: " << llvm::toString(t.takeError()) << "\n";
+      return 2;
+    }
+    dOut = std::move(*t);
+  }
+  auto values = tofu::evaluateWithGradients(op, given, std::move(inputs), dOut ? &*dOut : nullptr);
+  if (!values) {
+    llvm::errs() << "tdlc: " << op.name << ": " << llvm::toString(values.takeError()) << "\n";
+    return 1;
+  }
+  if (!tofu::makeDirs(evalOutDir)) {
+    llvm::errs() << "tdlc: --output-dir " << evalOutDir << ": " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  auto write = [&](const std::string &name, const tofu::Tensor &t) {
+    if (llvm::Error e = tofu::writeNpy(evalOutDir + "/" + name + ".npy", t.shape,
+                                       std::vector<float>(t.data.begin(), t.data.end()))) {
+      llvm::errs() << "tdlc: " << llvm::toString(std::move(e)) << "\n";
+      return false;
+    }
+    llvm::outs() << name << " [" << fmt::format("{}", fmt::join(t.shape, ", ")) << "]\n";
+    return true;
+  };
+  if (!write("out", values->out))
+    return 1;
+  for (const auto &[input, g] : values->grads)
+    if (!write("grad_" + input, g))
+      return 1;
+  return 0;
 }
 
 /// --strategies and --verify over one checked module: every op of its root file (or --op).
@@ -198,6 +321,15 @@ int analyseModule(const tofu::ir::Module &module) {
     }
   }
   for (const tofu::ir::OpDef *op : ops) {
+    if (evalMode) {
+      tofu::Instantiation mine = inst;
+      for (const auto &[name, value] : ranks)
+        if (auto i = op->findInput(name)) {
+          mine.inputRanks.resize(op->inputs.size());
+          mine.inputRanks[*i] = static_cast<unsigned>(value);
+        }
+      return evaluateOp(*op, mine);
+    }
     const tofu::Example *example = nullptr;
     if (auto it = examples.find(op->name); it != examples.end())
       example = &it->second;
@@ -353,7 +485,11 @@ int main(int argc, char **argv) {
       "  tdlc --strategies FILE   print every basic partition strategy of FILE's ops\n"
       "                           [--op NAME] [--attr a=v] [--group g=n] [--format=table|json]\n"
       "  tdlc --verify FILE...    check every strategy of the files' ops by execution\n"
-      "  tdlc --verify --kernels compiled FILE...   the same on the compiled kernels tofu-run runs\n"
+      "  tdlc --verify --kernels compiled FILE...   the same on the compiled kernels tofu-run "
+      "runs\n"
+      "  tdlc --eval FILE --op NAME --input x=X.npy,... [--dout D.npy] --output-dir DIR\n"
+      "                           [--attr a=v] [--group g=n]: one op and its grad clauses on\n"
+      "                           given arrays, by the interpreter\n"
       "  tdlc --kernel FILE       print each op's kernel schedule and generated source\n"
       "                           [--op NAME] [--attr a=v] [--group g=n] [--target=cpp|cuda]\n"
       "  tdlc --stats DIR         statistics of an operator library and its ONNX coverage\n\n"
@@ -366,10 +502,19 @@ int main(int argc, char **argv) {
     llvm::errs() << "tdlc: --kernels must be interp or compiled\n";
     return 2;
   }
-  if (int(checkMode) + int(dumpIr) + int(strategies) + int(verify) + int(stats) + int(kernel) !=
+  if (int(checkMode) + int(dumpIr) + int(strategies) + int(verify) + int(stats) + int(kernel) +
+          int(evalMode) !=
       1) {
     llvm::errs() << "tdlc: give exactly one of --check, --dump-ir, --strategies, --verify, "
-                    "--kernel or --stats (see --help)\n";
+                    "--kernel, --eval or --stats (see --help)\n";
+    return 2;
+  }
+  if (evalMode && (opName.empty() || evalOutDir.empty() || files.size() != 1)) {
+    llvm::errs() << "tdlc: --eval takes one file, --op NAME, --input and --output-dir DIR\n";
+    return 2;
+  }
+  if (!evalMode && (!evalInputs.empty() || !evalDout.empty() || !evalOutDir.empty())) {
+    llvm::errs() << "tdlc: --input, --dout and --output-dir are for --eval\n";
     return 2;
   }
   if (stats) {
@@ -417,7 +562,7 @@ int main(int argc, char **argv) {
     }
     if (dumpIr)
       tofu::printFile(llvm::outs(), *module, module->rootFile);
-    if (strategies || verify || kernel)
+    if (strategies || verify || kernel || evalMode)
       status = std::max(status, analyseModule(*module));
   }
   return status;

@@ -39,4 +39,33 @@ if "$tdlc" --strategies --target=cuda ops/nn/norm.tdl >/dev/null 2>"$tmp/err.txt
    ! grep -q "target applies to --kernel only" "$tmp/err.txt"; then
   echo "FAILED: --target without --kernel is not refused" >&2; fail=1
 fi
+# tdlc --eval: one op and its grad clauses on given arrays (tools/torch_op_oracle.py compares
+# them with PyTorch); its usage errors name what is wrong.
+/usr/bin/python3 -c "
+import numpy as np
+np.save('$tmp/x.npy', np.array([[-1.0, 2.0], [3.0, -4.0]]))
+np.save('$tmp/d.npy', np.ones((2, 2)))"
+if "$tdlc" --eval ops/nn/activation.tdl --op Relu --input "x=$tmp/x.npy" --dout "$tmp/d.npy" \
+     --output-dir "$tmp/eval" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+  /usr/bin/python3 -c "
+import numpy as np
+assert (np.load('$tmp/eval/out.npy') == [[0, 2], [3, 0]]).all()
+assert (np.load('$tmp/eval/grad_x.npy') == [[0, 1], [1, 0]]).all()" ||
+    { echo "FAILED: tdlc --eval Relu: wrong values" >&2; fail=1; }
+else
+  echo "FAILED: tdlc --eval Relu" >&2; cat "$tmp/err.txt" >&2; fail=1
+fi
+expect_usage() { # message, arguments...
+  local msg="$1"; shift
+  "$tdlc" "$@" >"$tmp/out.txt" 2>"$tmp/err.txt"
+  local rc=$?
+  if [ $rc -ne 2 ] || ! grep -qF -- "$msg" "$tmp/err.txt"; then
+    echo "FAILED: tdlc $*: exit $rc (want 2 and '$msg'):" >&2; cat "$tmp/err.txt" >&2; fail=1
+  fi
+}
+expect_usage "--eval takes one file, --op NAME" --eval ops/nn/activation.tdl --input "x=$tmp/x.npy" --output-dir "$tmp/e"
+expect_usage "no --input for 'x' of op 'Relu'" --eval ops/nn/activation.tdl --op Relu --output-dir "$tmp/e"
+expect_usage "op 'Relu' has no input 'y'" --eval ops/nn/activation.tdl --op Relu --input "y=$tmp/x.npy" --output-dir "$tmp/e"
+expect_usage "--input, --dout and --output-dir are for --eval" --check ops/nn/activation.tdl --dout "$tmp/d.npy"
+
 exit $fail

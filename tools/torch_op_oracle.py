@@ -1,0 +1,324 @@
+#!/usr/bin/python3
+"""The library's ops and their grad clauses against PyTorch autograd, op by op.
+
+For every op of ops/ with a PyTorch counterpart listed below, at shapes of rank 3 and 4 that
+give every variadic group several axes, this draws inputs (float64), runs the op and each of
+its grad clauses through `tdlc --eval` (the TDL interpreter, in double; results written as
+float32) for a random output gradient, and compares:
+  forward    the op's value with the PyTorch function's,
+  grad X     each grad clause's result with torch.autograd's gradient of that input
+             (the vector-Jacobian product with the same output gradient).
+A value passes when max |tofu - torch| <= 1e-4 * max(1, max |torch|). The finite-difference
+check of `tdlc --verify` stays; this one is independent of TDL's own semantics.
+
+  tools/torch_op_oracle.py --tdlc PATH [--ops DIR] [--only SUBSTRING] [--keep DIR]
+
+Prints a table (op, shapes, what was compared, largest error) and exits 1 on any mismatch,
+any op that cannot be evaluated, or any grad clause that PyTorch has no gradient for.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import zlib
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+TOLERANCE = 1e-4
+
+
+class Case:
+    """One op at one instantiation.
+
+    inputs: (name, shape, kind) per TDL input, in order; kind is 'f' (uniform in [-1, 1]),
+    'pos' (in [0.5, 2]), 'c' and 'cpos' (the same, not differentiated: running statistics,
+    class weights), ('int', n) integers in [0, n), ('value', v) a fixed value, 'cond' (0 or
+    1). PyTorch differentiates the 'f' and 'pos' inputs.
+    fn: the PyTorch function of the inputs as float64 tensors (integers as int64).
+    """
+
+    def __init__(self, op, file, inputs, fn, attrs=None, groups=None, label=None):
+        self.op, self.file, self.inputs, self.fn = op, file, inputs, fn
+        self.attrs, self.groups = attrs or {}, groups or {}
+        self.label = label or op
+
+
+def sc(t):
+    """A rank-0 input's value."""
+    return t.reshape(())
+
+
+A = "nn/activation.tdl"
+U = "math/unary.tdl"
+B = "math/binary.tdl"
+LIN = "nn/linear.tdl"
+CONV = "nn/conv.tdl"
+POOL = "nn/pool.tdl"
+NORM = "nn/norm.tdl"
+SM = "nn/softmax.tdl"
+LOSS = "loss/loss.tdl"
+RED = "reduce/reduce.tdl"
+SH = "tensor/shape.tdl"
+TR = "tensor/transpose.tdl"
+
+X4 = (2, 3, 4, 5)  # rank 4: a group *i of four axes
+CASES = [
+    # Element-wise activations (the group *i of rank 4).
+    Case("Relu", A, [("x", X4, "f")], torch.relu, groups={"i": 4}),
+    Case("Sigmoid", A, [("x", X4, "f")], torch.sigmoid, groups={"i": 4}),
+    Case("Tanh", A, [("x", X4, "f")], torch.tanh, groups={"i": 4}),
+    Case("LeakyRelu", A, [("x", X4, "f"), ("alpha", (1,), ("value", 0.1))],
+         lambda x, a: F.leaky_relu(x, 0.1), groups={"i": 4}),
+    Case("PRelu", A, [("x", X4, "f"), ("slope", X4, "pos")],
+         lambda x, s: torch.where(x >= 0, x, x * s), groups={"i": 4}),
+    Case("Elu", A, [("x", X4, "f"), ("alpha", (1,), ("value", 1.5))],
+         lambda x, a: F.elu(x, 1.5), groups={"i": 4}),
+    Case("Selu", A, [("x", X4, "f"), ("alpha", (1,), ("value", 1.6732632423543772)),
+                     ("gamma", (1,), ("value", 1.0507009873554805))],
+         lambda x, a, g: F.selu(x), groups={"i": 4}),
+    Case("Celu", A, [("x", X4, "f"), ("alpha", (1,), ("value", 0.7))],
+         lambda x, a: F.celu(x, 0.7), groups={"i": 4}),
+    Case("HardSigmoid", A, [("x", X4, "f"), ("alpha", (1,), ("value", 1 / 6)),
+                            ("beta", (1,), ("value", 0.5))],
+         lambda x, a, b: torch.clamp(x / 6 + 0.5, 0, 1), groups={"i": 4}),
+    Case("HardSwish", A, [("x", X4, "f")], F.hardswish, groups={"i": 4}),
+    Case("Softplus", A, [("x", X4, "f")], F.softplus, groups={"i": 4}),
+    Case("Softsign", A, [("x", X4, "f")], F.softsign, groups={"i": 4}),
+    Case("Mish", A, [("x", X4, "f")], F.mish, groups={"i": 4}),
+    Case("Clip", A, [("x", X4, "f"), ("lo", (1,), ("value", -0.5)), ("hi", (1,), ("value", 0.6))],
+         lambda x, lo, hi: torch.clamp(x, -0.5, 0.6), groups={"i": 4}),
+    # Element-wise math.
+    Case("Exp", U, [("x", X4, "f")], torch.exp, groups={"i": 4}),
+    Case("Log", U, [("x", X4, "pos")], torch.log, groups={"i": 4}),
+    Case("Sqrt", U, [("x", X4, "pos")], torch.sqrt, groups={"i": 4}),
+    Case("Abs", U, [("x", X4, "f")], torch.abs, groups={"i": 4}),
+    Case("Neg", U, [("x", X4, "f")], torch.neg, groups={"i": 4}),
+    Case("Reciprocal", U, [("x", X4, "pos")], torch.reciprocal, groups={"i": 4}),
+    Case("Sin", U, [("x", X4, "f")], torch.sin, groups={"i": 4}),
+    Case("Cos", U, [("x", X4, "f")], torch.cos, groups={"i": 4}),
+    Case("Erf", U, [("x", X4, "f")], torch.erf, groups={"i": 4}),
+    Case("Atan", U, [("x", X4, "f")], torch.atan, groups={"i": 4}),
+    Case("Sinh", U, [("x", X4, "f")], torch.sinh, groups={"i": 4}),
+    Case("Add", B, [("a", X4, "f"), ("b", X4, "f")], torch.add, groups={"i": 4}),
+    Case("Sub", B, [("a", X4, "f"), ("b", X4, "f")], torch.sub, groups={"i": 4}),
+    Case("Mul", B, [("a", X4, "f"), ("b", X4, "f")], torch.mul, groups={"i": 4}),
+    Case("Div", B, [("a", X4, "f"), ("b", X4, "pos")], torch.div, groups={"i": 4}),
+    Case("Pow", B, [("a", X4, "pos"), ("b", X4, "f")], torch.pow, groups={"i": 4}),
+    Case("Where", B, [("c", X4, "cond"), ("a", X4, "f"), ("b", X4, "f")],
+         lambda c, a, b: torch.where(c != 0, a, b), groups={"i": 4}),
+    # Products: a batch group *b of two axes.
+    Case("MatMul", LIN, [("A", (2, 3, 4, 5), "f"), ("B", (2, 3, 5, 6), "f")], torch.matmul,
+         groups={"b": 2}),
+    Case("MatMulBcastB", LIN, [("A", (2, 3, 4, 5), "f"), ("W", (5, 6), "f")], torch.matmul,
+         groups={"b": 2}),
+    Case("GemmNT", LIN, [("A", (4, 5), "f"), ("B", (6, 5), "f"), ("C", (4, 6), "f"),
+                         ("alpha", (1,), ("value", 0.5)), ("beta", (1,), ("value", 2.0))],
+         lambda a, b, c, al, be: 0.5 * a @ b.T + 2.0 * c),
+    # Convolutions and pooling (torch's layouts: NCHW data, OIHW filters).
+    Case("Conv1d", CONV, [("data", (2, 3, 9), "f"), ("w", (4, 3, 3), "f")],
+         lambda x, w: F.conv1d(x, w, stride=2, padding=1, dilation=1),
+         attrs={"s": 2, "p": 1, "pe": 1}),
+    Case("Conv2d", CONV, [("data", (2, 3, 7, 6), "f"), ("w", (4, 3, 3, 2), "f")],
+         lambda x, w: F.conv2d(x, w, stride=(2, 1), padding=(1, 1), dilation=(1, 2)),
+         attrs={"sh": 2, "sw": 1, "ph": 1, "pw": 1, "peh": 1, "pew": 1, "dh": 1, "dw": 2}),
+    Case("Conv2dGrouped", CONV, [("data", (2, 4, 6, 6), "f"), ("w", (6, 2, 3, 3), "f")],
+         lambda x, w: F.conv2d(x, w, stride=1, padding=1, groups=2),
+         attrs={"cog": 3, "ph": 1, "pw": 1, "peh": 1, "pew": 1}),
+    Case("ConvTranspose2d", CONV, [("data", (2, 3, 4, 5), "f"), ("w", (3, 2, 3, 3), "f")],
+         lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1),
+         attrs={"oh": 7, "ow": 9, "sh": 2, "sw": 2, "ph": 1, "pw": 1}),
+    Case("MaxPool2d", POOL, [("data", (2, 3, 6, 7), "f")],
+         lambda x: F.max_pool2d(x, (2, 3), stride=(2, 2), padding=(1, 1)),
+         attrs={"kh": 2, "kw": 3, "sh": 2, "sw": 2, "ph": 1, "pw": 1, "peh": 1, "pew": 1}),
+    Case("AveragePool2d", POOL, [("data", (2, 3, 6, 7), "f")],
+         lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=True),
+         attrs={"kh": 3, "kw": 3, "sh": 2, "sw": 2, "ph": 1, "pw": 1, "peh": 1, "pew": 1}),
+    Case("AveragePool2dExcl", POOL, [("data", (2, 3, 6, 7), "f")],
+         lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False),
+         attrs={"kh": 3, "kw": 3, "sh": 2, "sw": 2, "ph": 1, "pw": 1, "peh": 1, "pew": 1}),
+    Case("GlobalAveragePool", POOL, [("x", (2, 3, 4, 5), "f")],
+         lambda x: x.mean(dim=(2, 3), keepdim=True)),
+    # Normalisations (training-mode batch norm: batch statistics).
+    Case("batch_norm_train", NORM, [("x", (4, 3, 2, 5), "f"), ("scale", (3,), "pos"),
+                                    ("B", (3,), "f"), ("eps", (1,), ("value", 1e-5))],
+         lambda x, s, b, e: F.batch_norm(x, None, None, s, b, training=True, eps=1e-5),
+         groups={"s": 2}),
+    Case("BatchNormalization", NORM, [("x", (2, 3, 4, 5), "f"), ("scale", (3,), "pos"),
+                                      ("B", (3,), "f"), ("mean", (3,), "c"),
+                                      ("var", (3,), "cpos"), ("eps", (1,), ("value", 1e-5))],
+         lambda x, s, b, m, v, e: F.batch_norm(x, m, v, s, b, training=False, eps=1e-5),
+         groups={"s": 2}),
+    Case("LayerNormalization", NORM, [("x", (2, 3, 4, 5), "f"), ("scale", (4, 5), "pos"),
+                                      ("B", (4, 5), "f"), ("eps", (1,), ("value", 1e-5))],
+         lambda x, s, b, e: F.layer_norm(x, (4, 5), s, b, eps=1e-5),
+         groups={"p": 2, "f": 2}),
+    Case("InstanceNormalization", NORM, [("x", (2, 3, 4, 5), "f"), ("scale", (3,), "pos"),
+                                         ("B", (3,), "f"), ("eps", (1,), ("value", 1e-5))],
+         lambda x, s, b, e: F.instance_norm(x, weight=s, bias=b, eps=1e-5), groups={"s": 2}),
+    # Softmax over an inner axis: groups before and after it.
+    Case("Softmax", SM, [("x", (2, 3, 4, 5), "f")], lambda x: torch.softmax(x, dim=2),
+         groups={"pre": 2, "post": 1}),
+    Case("LogSoftmax", SM, [("x", (2, 3, 4, 5), "f")], lambda x: torch.log_softmax(x, dim=1),
+         groups={"pre": 1, "post": 2}),
+    # Losses.
+    Case("softmax_cross_entropy", LOSS, [("logits", (6, 5), "f"), ("labels", (6,), ("int", 5))],
+         lambda x, y: F.cross_entropy(x, y)),
+    Case("mse", LOSS, [("pred", (2, 3, 4), "f"), ("target", (2, 3, 4), "f")],
+         lambda p, t: F.mse_loss(p, t), groups={"i": 3}),
+    Case("NegativeLogLikelihoodLoss", LOSS, [("logp", (6, 5), "f"), ("target", (6,), ("int", 5))],
+         lambda x, y: F.nll_loss(x, y)),
+    Case("NllLossMean", LOSS, [("logp", (3, 5, 2, 4), "f"), ("target", (3, 2, 4), ("int", 5)),
+                               ("w", (5,), "cpos")],
+         lambda x, y, w: F.nll_loss(x, y, weight=w, ignore_index=2),
+         attrs={"ignore": 1, "ii": 2}, groups={"d": 2, "e": 2}),
+    Case("NllLossSum", LOSS, [("logp", (3, 5, 4), "f"), ("target", (3, 4), ("int", 5)),
+                              ("w", (5,), "cpos")],
+         lambda x, y, w: F.nll_loss(x, y, weight=w, reduction="sum"), groups={"d": 1}),
+    Case("NllLossNone", LOSS, [("logp", (3, 5, 2, 4), "f"), ("target", (3, 2, 4), ("int", 5)),
+                               ("w", (5,), "cpos")],
+         lambda x, y, w: F.nll_loss(x, y, weight=w, reduction="none", ignore_index=1),
+         attrs={"ignore": 1, "ii": 1}, groups={"d": 2}),
+    # Reductions over a middle group of axes.
+    Case("ReduceSum", RED, [("x", (2, 3, 4, 5), "f")], lambda x: x.sum(dim=(1, 2)),
+         groups={"pre": 1, "r": 2, "post": 1}),
+    Case("ReduceMean", RED, [("x", (2, 3, 4, 5), "f")], lambda x: x.mean(dim=(1, 2)),
+         groups={"pre": 1, "r": 2, "post": 1}),
+    Case("ReduceMax", RED, [("x", (2, 3, 4, 5), "f")], lambda x: x.amax(dim=(2,)),
+         groups={"pre": 2, "r": 1, "post": 1}),
+    Case("ReduceLogSumExp", RED, [("x", (2, 3, 4, 5), "f")], lambda x: torch.logsumexp(x, dim=(1,)),
+         groups={"pre": 1, "r": 1, "post": 2}),
+    Case("ReduceProd", RED, [("x", (2, 3, 4, 5), "pos")], lambda x: x.prod(dim=2),
+         groups={"pre": 2, "r": 1, "post": 1}),
+    Case("CumSum", SH, [("x", (2, 3, 4, 5), "f")], lambda x: torch.cumsum(x, dim=2),
+         groups={"pre": 2, "post": 1}),
+    Case("CumSumExcl", SH, [("x", (2, 3, 4, 5), "f")], lambda x: torch.cumsum(x, dim=1) - x,
+         groups={"pre": 1, "post": 2}),
+    # Layout.
+    Case("Transpose_021", TR, [("x", (3, 4, 5), "f")], lambda x: x.permute(0, 2, 1)),
+    Case("Concat", SH, [("a", (2, 3, 4, 5), "f"), ("b", (2, 3, 2, 5), "f")],
+         lambda a, b: torch.cat([a, b], dim=2), attrs={"n": 4, "m": 6},
+         groups={"pre": 2, "post": 1}),
+    Case("Slice", SH, [("x", (2, 3, 9, 5), "f")], lambda x: x[:, :, 1:8:3, :],
+         attrs={"start": 1, "n": 3, "step": 3, "m": 9}, groups={"pre": 2, "post": 1}),
+    Case("Pad", SH, [("x", (2, 3, 4, 5), "f"), ("v", (1,), ("value", 0.25))],
+         lambda x, v: F.pad(x, (0, 0, 2, 1), value=0.25), attrs={"p": 2, "n": 7, "m": 4},
+         groups={"pre": 2, "post": 1}),
+    Case("Gather", SH, [("data", (2, 6, 3, 4), "f"), ("idx", (5, 2), ("int", 6))],
+         lambda d, i: d[:, i], groups={"pre": 1, "q": 2, "post": 2}),
+    Case("Tile", SH, [("x", (2, 3, 4, 5), "f")], lambda x: x.repeat(1, 3, 1, 1),
+         attrs={"m": 3, "n": 9}, groups={"pre": 1, "post": 2}),
+    Case("ExpandAxis", SH, [("x", (2, 1, 4, 5), "f")], lambda x: x.expand(2, 3, 4, 5),
+         attrs={"n": 3}, groups={"pre": 1, "post": 2}),
+    Case("AxisMap", SH, [("x", (2, 3, 4, 5), "f"), ("m", (6, 4), "f")],
+         lambda x, m: torch.einsum("ok,abkc->aboc", m, x), groups={"pre": 2, "post": 1}),
+    Case("ResizeNearest2d", SH, [("x", (2, 3, 4, 5), "f")],
+         lambda x: F.interpolate(x, scale_factor=(2, 3), mode="nearest"),
+         attrs={"fh": 2, "fw": 3}),
+]
+
+
+def draw(rng, shape, kind):
+    if kind in ("f", "c"):
+        return rng.uniform(-1, 1, shape)
+    if kind in ("pos", "cpos"):
+        return rng.uniform(0.5, 2, shape)
+    if kind == "cond":
+        return rng.integers(0, 2, shape).astype(np.float64)
+    if kind[0] == "int":
+        return rng.integers(0, kind[1], shape).astype(np.int64)
+    if kind[0] == "value":
+        return np.full(shape, kind[1], np.float64)
+    raise ValueError(kind)
+
+
+def error(got, want):
+    want = np.asarray(want, np.float64)
+    got = np.asarray(got, np.float64).reshape(want.shape) if got.size == want.size else got
+    if got.shape != want.shape:
+        return float("inf")
+    return float(np.max(np.abs(got - want), initial=0) / max(1.0, np.max(np.abs(want), initial=0)))
+
+
+def run_case(args, case, folder):
+    """Rows (what, error, problem) of one case."""
+    rng = np.random.default_rng(zlib.crc32(case.label.encode()))
+    arrays = [draw(rng, shape, kind) for _, shape, kind in case.inputs]
+    given = []
+    for (name, _, _), a in zip(case.inputs, arrays):
+        path = os.path.join(folder, f"in_{name}.npy")
+        np.save(path, a)
+        given.append(f"{name}={path}")
+    # PyTorch: float inputs that are not fixed values are differentiated.
+    tensors = []
+    for (name, _, kind), a in zip(case.inputs, arrays):
+        t = torch.tensor(a)
+        if t.dtype == torch.float64 and kind in ("f", "pos"):
+            t.requires_grad_(True)
+        tensors.append(t)
+    fn_args = [sc(t) if kind[0] == "value" else t for (_, _, kind), t in zip(case.inputs, tensors)]
+    out = case.fn(*fn_args)
+    dout = rng.uniform(-1, 1, tuple(out.shape))
+    out.backward(torch.tensor(dout))
+    dpath = os.path.join(folder, "dout.npy")
+    np.save(dpath, dout.reshape(1) if dout.ndim == 0 else dout)
+    outdir = os.path.join(folder, "out")
+    cmd = [args.tdlc, "--eval", os.path.join(args.ops, case.file), "--op", case.op,
+           "--input", ",".join(given), "--dout", dpath, "--output-dir", outdir]
+    for k, v in case.attrs.items():
+        cmd += ["--attr", f"{k}={v}"]
+    for k, v in case.groups.items():
+        cmd += ["--group", f"{k}={v}"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        return [("eval", float("inf"), (p.stderr or p.stdout).strip()[-400:])]
+    rows = [("forward", error(np.load(os.path.join(outdir, "out.npy")), out.detach().numpy()), "")]
+    for (name, _, kind), t in zip(case.inputs, tensors):
+        path = os.path.join(outdir, f"grad_{name}.npy")
+        if not os.path.exists(path):
+            continue  # no grad clause for this input
+        if not t.requires_grad:
+            continue  # an index, condition or fixed value: PyTorch gives it no gradient
+        want = t.grad if t.grad is not None else torch.zeros_like(t)
+        rows.append((f"grad {name}", error(np.load(path), want.numpy()), ""))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tdlc", required=True)
+    ap.add_argument("--ops", default="ops")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--keep", default="", help="keep the arrays here")
+    args = ap.parse_args()
+    torch.set_default_dtype(torch.float64)
+    cases = [c for c in CASES if args.only in c.label]
+    print("| op | input shapes | compared | largest error |")
+    print("| --- | --- | --- | ---: |")
+    bad = []
+    compared = 0
+    for case in cases:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = os.path.join(args.keep, case.label) if args.keep else tmp
+            os.makedirs(folder, exist_ok=True)
+            try:
+                rows = run_case(args, case, folder)
+            except Exception as e:  # a case that PyTorch or this script cannot run
+                rows = [("setup", float("inf"), f"{type(e).__name__}: {e}")]
+        shapes = " ".join("x".join(map(str, s)) for _, s, _ in case.inputs)
+        worst = max(r[1] for r in rows)
+        print(f"| {case.label} | {shapes} | {', '.join(r[0] for r in rows)} | {worst:.2g} |")
+        for what, err, problem in rows:
+            compared += 1
+            if not err <= TOLERANCE:
+                bad.append(f"{case.label}: {what}: error {err:.3g}" + (f": {problem}" if problem else ""))
+    print(f"\n{len(cases)} ops, {compared} values compared with PyTorch, {len(bad)} differ")
+    for b in bad:
+        print("FAILED: " + b, file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
