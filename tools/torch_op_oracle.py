@@ -34,9 +34,10 @@ class Case:
     """One op at one instantiation.
 
     inputs: (name, shape, kind) per TDL input, in order; kind is 'f' (uniform in [-1, 1]),
-    'pos' (in [0.5, 2]), 'c' and 'cpos' (the same, not differentiated: running statistics,
-    class weights), ('int', n) integers in [0, n), ('value', v) a fixed value, 'cond' (0 or
-    1). PyTorch differentiates the 'f' and 'pos' inputs.
+    'pos' (in [0.5, 2]), 'half' (in [-0.9, 0.9]), 'big' (in [1.25, 2]), 'c' and 'cpos' (as
+    'f' and 'pos', not differentiated: running statistics, class weights), ('int', n)
+    integers in [0, n), ('halves', n) quarters in [-n, n], ('value', v) a fixed value, 'cond'
+    (0 or 1). PyTorch differentiates the 'f', 'pos', 'half' and 'big' inputs.
     fn: the PyTorch function of the inputs as float64 tensors (integers as int64).
     """
 
@@ -217,12 +218,166 @@ CASES = [
     Case("ResizeNearest2d", SH, [("x", (2, 3, 4, 5), "f")],
          lambda x: F.interpolate(x, scale_factor=(2, 3), mode="nearest"),
          attrs={"fh": 2, "fw": 3}),
+    # More element-wise ops.
+    Case("Floor", U, [("x", X4, "f")], torch.floor, groups={"i": 4}),
+    Case("Ceil", U, [("x", X4, "f")], torch.ceil, groups={"i": 4}),
+    Case("Round", U, [("x", X4, ("halves", 4))], torch.round, groups={"i": 4}),
+    Case("Sign", U, [("x", X4, "f")], torch.sign, groups={"i": 4}),
+    Case("Tan", U, [("x", X4, "f")], torch.tan, groups={"i": 4}),
+    Case("Asin", U, [("x", X4, "half")], torch.asin, groups={"i": 4}),
+    Case("Acos", U, [("x", X4, "half")], torch.acos, groups={"i": 4}),
+    Case("Atanh", U, [("x", X4, "half")], torch.atanh, groups={"i": 4}),
+    Case("Cosh", U, [("x", X4, "f")], torch.cosh, groups={"i": 4}),
+    Case("Asinh", U, [("x", X4, "f")], torch.asinh, groups={"i": 4}),
+    Case("Acosh", U, [("x", X4, "big")], torch.acosh, groups={"i": 4}),
+    Case("IsNaN", U, [("x", X4, "f")], lambda x: torch.isnan(x).double(), groups={"i": 4}),
+    Case("Not", U, [("x", X4, "cond")], lambda x: (x == 0).double(), groups={"i": 4}),
+    Case("Identity", B, [("x", X4, "f")], lambda x: x * 1, groups={"i": 4}),
+    Case("Mod", B, [("a", X4, "f"), ("b", X4, "pos")], torch.remainder, groups={"i": 4}),
+    Case("Fmod", B, [("a", X4, "f"), ("b", X4, "pos")], torch.fmod, groups={"i": 4}),
+    Case("Max2", B, [("a", X4, "f"), ("b", X4, "f")], torch.maximum, groups={"i": 4}),
+    Case("Min2", B, [("a", X4, "f"), ("b", X4, "f")], torch.minimum, groups={"i": 4}),
+    Case("Sum2", B, [("a", X4, "f"), ("b", X4, "f")], torch.add, groups={"i": 4}),
+    Case("Mean2", B, [("a", X4, "f"), ("b", X4, "f")], lambda a, b: (a + b) / 2, groups={"i": 4}),
+    Case("Equal", B, [("a", X4, ("int", 3)), ("b", X4, ("int", 3))],
+         lambda a, b: (a == b).double(), groups={"i": 4}),
+    Case("Less", B, [("a", X4, "c"), ("b", X4, "c")], lambda a, b: (a < b).double(),
+         groups={"i": 4}),
+    Case("GreaterOrEqual", B, [("a", X4, "c"), ("b", X4, "c")], lambda a, b: (a >= b).double(),
+         groups={"i": 4}),
+    Case("And", B, [("a", X4, "cond"), ("b", X4, "cond")],
+         lambda a, b: torch.logical_and(a != 0, b != 0).double(), groups={"i": 4}),
+    Case("Xor", B, [("a", X4, "cond"), ("b", X4, "cond")],
+         lambda a, b: torch.logical_xor(a != 0, b != 0).double(), groups={"i": 4}),
+    Case("AddBcast", B, [("a", (2, 3, 4, 5), "f"), ("b", (4, 5), "f")], torch.add,
+         groups={"p": 2, "i": 2}),
+    Case("MulBcast", B, [("a", (2, 3, 4, 5), "f"), ("b", (3, 4, 5), "f")], torch.mul,
+         groups={"p": 1, "i": 3}),
+    Case("DivBcast", B, [("a", (2, 3, 4, 5), "f"), ("b", (5,), "pos")], torch.div,
+         groups={"p": 3, "i": 1}),
+    Case("PowBcast", B, [("a", (2, 3, 4, 5), "pos"), ("b", (4, 5), "f")], torch.pow,
+         groups={"p": 2, "i": 2}),
+    Case("ThresholdedRelu", A, [("x", X4, "f"), ("alpha", (1,), ("value", 0.3))],
+         lambda x, a: torch.where(x > 0.3, x, torch.zeros_like(x)), groups={"i": 4}),
+    Case("Shrink", A, [("x", X4, "f"), ("bias", (1,), ("value", 0.4)),
+                       ("lambd", (1,), ("value", 0.4))],
+         lambda x, b, l: F.softshrink(x, 0.4), groups={"i": 4}),
+    Case("GemmNN", LIN, [("A", (4, 5), "f"), ("B", (5, 6), "f"), ("C", (4, 6), "f"),
+                         ("alpha", (1,), ("value", 1.5)), ("beta", (1,), ("value", 0.5))],
+         lambda a, b, c, al, be: 1.5 * a @ b + 0.5 * c),
+    Case("GemmTN", LIN, [("A", (5, 4), "f"), ("B", (5, 6), "f"), ("C", (4, 6), "f"),
+                         ("alpha", (1,), ("value", 1.0)), ("beta", (1,), ("value", 1.0))],
+         lambda a, b, c, al, be: a.T @ b + c),
+    Case("GemmTT", LIN, [("A", (5, 4), "f"), ("B", (6, 5), "f"), ("C", (4, 6), "f"),
+                         ("alpha", (1,), ("value", 0.5)), ("beta", (1,), ("value", 1.0))],
+         lambda a, b, c, al, be: 0.5 * a.T @ b.T + c),
+    Case("Conv3d", CONV, [("data", (2, 2, 5, 4, 5), "f"), ("w", (3, 2, 2, 3, 2), "f")],
+         lambda x, w: F.conv3d(x, w, stride=(1, 2, 1), padding=(1, 1, 0)),
+         attrs={"sh": 2, "pd": 1, "ped": 1, "ph": 1, "peh": 1}),
+    Case("ConvBias", CONV, [("x", (2, 3, 4, 5), "f"), ("b", (3,), "f")],
+         lambda x, b: x + b.reshape(1, 3, 1, 1), groups={"s": 2}),
+    Case("ConvTranspose1d", CONV, [("data", (2, 3, 5), "f"), ("w", (3, 4, 3), "f")],
+         lambda x, w: F.conv_transpose1d(x, w, stride=2, padding=1),
+         attrs={"o": 9, "s": 2, "p": 1}),
+    Case("MaxPool1d", POOL, [("data", (2, 3, 9), "f")],
+         lambda x: F.max_pool1d(x, 3, stride=2, padding=1), attrs={"k": 3, "s": 2, "p": 1, "pe": 1}),
+    Case("MaxPool3d", POOL, [("data", (2, 2, 4, 6, 5), "f")],
+         lambda x: F.max_pool3d(x, 2, stride=2, padding=(0, 1, 1)),
+         attrs={"ph": 1, "pw": 1}),
+    Case("AveragePool1d", POOL, [("data", (2, 3, 9), "f")],
+         lambda x: F.avg_pool1d(x, 3, stride=2), attrs={"k": 3, "s": 2}),
+    Case("LpPool2d", POOL, [("data", (2, 3, 6, 5), "f")],
+         lambda x: F.lp_pool2d(x, 2, (2, 2), stride=(2, 1)), attrs={"sw": 1}),
+    Case("GlobalMaxPool", POOL, [("x", (2, 3, 4, 5), "f")],
+         lambda x: x.amax(dim=(2, 3), keepdim=True)),
+    Case("GlobalLpPool", POOL, [("x", (2, 3, 4, 5), "f")],
+         lambda x: x.abs().pow(2).sum(dim=(2, 3), keepdim=True).sqrt()),
+    Case("LRN", NORM, [("x", (2, 6, 3, 4), "f"), ("alpha", (1,), ("value", 1e-2)),
+                       ("beta", (1,), ("value", 0.75)), ("bias", (1,), ("value", 1.5))],
+         lambda x, a, b, k: F.local_response_norm(x, 3, alpha=1e-2, beta=0.75, k=1.5),
+         attrs={"size": 3}, groups={"s": 2}),
+    Case("Hardmax", SM, [("x", (2, 3, 4, 5), "f")],
+         lambda x: F.one_hot(x.argmax(dim=2), 4).permute(0, 1, 3, 2).double(),
+         groups={"pre": 2, "post": 1}),
+    Case("ReduceMin", RED, [("x", (2, 3, 4, 5), "f")], lambda x: x.amin(dim=(1, 2)),
+         groups={"pre": 1, "r": 2, "post": 1}),
+    Case("ReduceL1", RED, [("x", (2, 3, 4, 5), "f")], lambda x: x.abs().sum(dim=(2,)),
+         groups={"pre": 2, "r": 1, "post": 1}),
+    Case("ReduceL2", RED, [("x", (2, 3, 4, 5), "f")], lambda x: x.pow(2).sum(dim=(1, 2)).sqrt(),
+         groups={"pre": 1, "r": 2, "post": 1}),
+    Case("ReduceSumSquare", RED, [("x", (2, 3, 4, 5), "f")], lambda x: x.pow(2).sum(dim=(1,)),
+         groups={"pre": 1, "r": 1, "post": 2}),
+    Case("ReduceLogSum", RED, [("x", (2, 3, 4, 5), "pos")], lambda x: x.sum(dim=(2,)).log(),
+         groups={"pre": 2, "r": 1, "post": 1}),
+    Case("ReduceSumKeep", RED, [("x", (2, 3, 4, 5), "f")], lambda x: x.sum(dim=2, keepdim=True),
+         groups={"pre": 2, "post": 1}),
+    Case("ReduceMeanKeep", RED, [("x", (2, 3, 4, 5), "f")], lambda x: x.mean(dim=1, keepdim=True),
+         groups={"pre": 1, "post": 2}),
+    Case("ReduceMaxKeep", RED, [("x", (2, 3, 4, 5), "f")], lambda x: x.amax(dim=2, keepdim=True),
+         groups={"pre": 2, "post": 1}),
+    Case("ArgMax", RED, [("x", (2, 3, 4, 5), "f")], lambda x: x.argmax(dim=2).double(),
+         groups={"pre": 2, "post": 1}),
+    Case("ArgMin", RED, [("x", (2, 3, 4, 5), "f")], lambda x: x.argmin(dim=1).double(),
+         groups={"pre": 1, "post": 2}),
+    # More layout ops.
+    Case("Split", SH, [("x", (2, 3, 9, 5), "f")], lambda x: x[:, :, 3:7, :],
+         attrs={"offset": 3, "n": 4, "m": 9}, groups={"pre": 2, "post": 1}),
+    Case("Unsqueeze", SH, [("x", (2, 3, 4), "f")], lambda x: x.unsqueeze(2),
+         groups={"pre": 2, "post": 1}),
+    Case("Squeeze", SH, [("x", (2, 3, 1, 4), "f")], lambda x: x.squeeze(2),
+         groups={"pre": 2, "post": 1}),
+    Case("ReshapeSplit", SH, [("x", (2, 12, 5), "f")], lambda x: x.reshape(2, 3, 4, 5),
+         attrs={"n": 4, "outer": 3}, groups={"pre": 1, "post": 1}),
+    Case("ReshapeMerge", SH, [("x", (2, 3, 4, 5), "f")], lambda x: x.reshape(2, 12, 5),
+         attrs={"n": 4, "m": 12}, groups={"pre": 1, "post": 1}),
+    Case("Flatten4", SH, [("x", (2, 3, 4, 5), "f")], lambda x: x.reshape(2, 60)),
+    Case("ExpandLeading", SH, [("x", (3, 4, 5), "f")], lambda x: x.expand(2, 3, 4, 5),
+         attrs={"n": 2}, groups={"i": 3}),
+    Case("DepthToSpaceCRD", SH, [("x", (2, 8, 3, 4), "f")], lambda x: F.pixel_shuffle(x, 2),
+         attrs={"bs": 2}),
+    Case("SpaceToDepthCRD", SH, [("x", (2, 2, 6, 4), "f")], lambda x: F.pixel_unshuffle(x, 2),
+         attrs={"bs": 2}),
+    Case("ReverseAxis", SH, [("x", (2, 3, 4, 5), "f")], lambda x: x.flip(2), attrs={"m": 4},
+         groups={"pre": 2, "post": 1}),
+    Case("Trilu", SH, [("x", (2, 3, 4, 5), "f")], lambda x: torch.tril(x, -1),
+         attrs={"upper": 0, "k": -1}, groups={"b": 2}),
+    Case("CumSumReverse", SH, [("x", (2, 3, 4, 5), "f")],
+         lambda x: x.flip(2).cumsum(2).flip(2), groups={"pre": 2, "post": 1}),
+    Case("GatherElements", SH, [("data", (2, 5, 3, 4), "f"), ("idx", (2, 6, 3, 4), ("int", 5))],
+         lambda d, i: torch.gather(d, 1, i), groups={"pre": 1, "post": 2}),
+    Case("OneHot", SH, [("idx", (2, 3, 4), ("int", 5)), ("values", (2,), "c")],
+         lambda i, v: F.one_hot(i, 5).double() * (v[1] - v[0]) + v[0],
+         attrs={"depth": 5}, groups={"i": 3}),
+    Case("Det", "math/misc.tdl", [("m", (2, 3, 4, 4), "f")], torch.det, groups={"b": 2}),
+    Case("LpNormalization", "math/misc.tdl", [("x", (2, 3, 4, 5), "f")],
+         lambda x: F.normalize(x, p=2, dim=2), groups={"pre": 2, "post": 1}),
+    Case("TopKValues", "math/misc.tdl", [("x", (2, 3, 6, 5), "f")],
+         lambda x: torch.topk(x, 3, dim=2).values, attrs={"k": 3}, groups={"pre": 2, "post": 1}),
+    Case("EyeLike", "math/misc.tdl", [("x", (4, 5), "c")],
+         lambda x: (torch.arange(5)[None, :] - torch.arange(4)[:, None] == 1).double(),
+         attrs={"k": 1}),
+    Case("GridSample", "math/signal.tdl", [("x", (2, 3, 4, 5), "f"), ("grid", (2, 3, 2, 2), "c")],
+         lambda x, g: F.grid_sample(x, g, mode="bilinear", padding_mode="zeros",
+                                    align_corners=False)),
 ]
+# Every permutation of ranks 2 to 4 the library names (Transpose_<perm>).
+for perm in ["10", "102", "120", "201", "210", "0132", "0213", "0231", "0312", "0321", "1023",
+             "1032", "1203", "1230", "1302", "1320", "2013", "2031", "2103", "2130", "2301",
+             "2310", "3012", "3021", "3102", "3120", "3201", "3210"]:
+    order = [int(c) for c in perm]
+    CASES.append(Case("Transpose_" + perm, TR, [("x", (2, 3, 4, 5)[:len(order)], "f")],
+                      lambda x, order=order: x.permute(*order)))
 
 
 def draw(rng, shape, kind):
     if kind in ("f", "c"):
         return rng.uniform(-1, 1, shape)
+    if kind == "half":
+        return rng.uniform(-0.9, 0.9, shape)
+    if kind == "big":
+        return rng.uniform(1.25, 2, shape)
+    if kind[0] == "halves":  # multiples of 0.5 (ties round to even), and values between
+        return np.round(rng.uniform(-kind[1], kind[1], shape) * 4) / 4
     if kind in ("pos", "cpos"):
         return rng.uniform(0.5, 2, shape)
     if kind == "cond":
@@ -255,13 +410,14 @@ def run_case(args, case, folder):
     tensors = []
     for (name, _, kind), a in zip(case.inputs, arrays):
         t = torch.tensor(a)
-        if t.dtype == torch.float64 and kind in ("f", "pos"):
+        if t.dtype == torch.float64 and kind in ("f", "pos", "half", "big"):
             t.requires_grad_(True)
         tensors.append(t)
     fn_args = [sc(t) if kind[0] == "value" else t for (_, _, kind), t in zip(case.inputs, tensors)]
     out = case.fn(*fn_args)
     dout = rng.uniform(-1, 1, tuple(out.shape))
-    out.backward(torch.tensor(dout))
+    if out.requires_grad:  # else nothing is differentiable: every gradient is zero
+        out.backward(torch.tensor(dout))
     dpath = os.path.join(folder, "dout.npy")
     np.save(dpath, dout.reshape(1) if dout.ndim == 0 else dout)
     outdir = os.path.join(folder, "out")
