@@ -144,22 +144,19 @@ bool parseAssignments(const std::vector<std::string> &args, const char *flag, in
   return true;
 }
 
-/// An array read for --eval as an interpreter tensor (`rank0`: a one-element array is a
+/// An array given to --eval as an interpreter tensor (`rank0`: a one-element array is a
 /// rank-0 tensor).
-llvm::Expected<tofu::Tensor> readTensor(const std::string &file, bool rank0) {
-  auto a = tofu::readDataArray(file);
-  if (!a)
-    return a.takeError();
+llvm::Expected<tofu::Tensor> toTensor(const tofu::DataArray &a, bool rank0) {
   tofu::Tensor t;
   int64_t n = 1;
-  for (int64_t d : a->shape)
+  for (int64_t d : a.shape)
     n *= d;
   if (rank0 && n != 1)
     return tofu::stringError(
-        fmt::format("{}: the input is a scalar; the array has {} elements", file, n));
-  t.shape = rank0 ? std::vector<int64_t>{} : a->shape;
+        fmt::format("{}: the input is a scalar; the array has {} elements", a.path, n));
+  t.shape = rank0 ? std::vector<int64_t>{} : a.shape;
   for (int64_t i = 0; i < n; ++i)
-    t.data.push_back(a->at(i));
+    t.data.push_back(a.at(i));
   return t;
 }
 
@@ -180,8 +177,9 @@ int evaluateOp(const tofu::ir::OpDef &op, tofu::Instantiation given) {
     }
     files[item.substr(0, eq)] = item.substr(eq + 1);
   }
-  // The arrays' ranks are the inputs' (an op that only passes an input to calls cannot
-  // infer it), except a one-element array's, which may stand for a scalar.
+  // Each array read once. Their ranks are the inputs' (an op that only passes an input to
+  // calls cannot infer it), except a one-element array's, which may stand for a scalar.
+  std::vector<tofu::DataArray> arrays;
   given.inputRanks.resize(op.inputs.size());
   for (unsigned i = 0; i < op.inputs.size(); ++i) {
     auto f = files.find(op.inputs[i].name);
@@ -197,6 +195,7 @@ int evaluateOp(const tofu::ir::OpDef &op, tofu::Instantiation given) {
     }
     if (a->shape.size() != 1 || a->shape[0] != 1)
       given.inputRanks[i] = static_cast<unsigned>(a->shape.size());
+    arrays.push_back(std::move(*a));
   }
   auto inst = tofu::instantiate(op, given);
   if (!inst) {
@@ -205,7 +204,7 @@ int evaluateOp(const tofu::ir::OpDef &op, tofu::Instantiation given) {
   }
   std::vector<tofu::Tensor> inputs;
   for (unsigned i = 0; i < op.inputs.size(); ++i) {
-    auto t = readTensor(files[op.inputs[i].name], inst->inputs[i].rank == 0);
+    auto t = toTensor(arrays[i], inst->inputs[i].rank == 0);
     if (!t) {
       llvm::errs() << "tdlc: " << llvm::toString(t.takeError()) << "\n";
       return 2;
@@ -214,7 +213,9 @@ int evaluateOp(const tofu::ir::OpDef &op, tofu::Instantiation given) {
   }
   std::optional<tofu::Tensor> dOut;
   if (!evalDout.empty()) {
-    auto t = readTensor(evalDout, inst->outputVars.empty());
+    auto a = tofu::readDataArray(evalDout);
+    auto t =
+        a ? toTensor(*a, inst->outputVars.empty()) : llvm::Expected<tofu::Tensor>(a.takeError());
     if (!t) {
       llvm::errs() << "tdlc: " << llvm::toString(t.takeError()) << "\n";
       return 2;
