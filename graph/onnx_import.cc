@@ -1261,10 +1261,7 @@ bool Importer::fold(const onnx::NodeProto &n) {
     // A constant tensor written by constant index tuples (Swin's shifted-window mask:
     // slice assignments into zeros); data-dependent scatters are translated instead.
     const Const &idx = consts_[in[1]], &upd = consts_[in[2]];
-    std::string reduction = "none";
-    for (const onnx::AttributeProto &attr : n.attribute())
-      if (attr.name() == "reduction")
-        reduction = attr.s();
+    const std::string reduction = stringAttr(n, "reduction", "none");
     if (idx.shape.empty() || a.shape.empty())
       return false;
     const size_t q = idx.shape.size();
@@ -2102,10 +2099,7 @@ llvm::Error Importer::expandOp(const onnx::NodeProto &n, NodeEnv &env) {
 }
 
 llvm::Error Importer::padOp(const onnx::NodeProto &n, NodeEnv &env) {
-  std::string mode = "constant";
-  for (const onnx::AttributeProto &a : n.attribute())
-    if (a.name() == "mode")
-      mode = a.s();
+  const std::string mode = stringAttr(n, "mode", "constant");
   if (mode != "constant" && mode != "edge" && mode != "reflect")
     return where(n,
                  fmt::format("mode '{}' is not translated (constant, edge and reflect are)", mode));
@@ -2653,10 +2647,7 @@ llvm::Error Importer::recurrentOp(const onnx::NodeProto &n, NodeEnv &env) {
 // permuted to the output's order. Repeated letters (diagonals) and three or more
 // operands are refused.
 llvm::Error Importer::einsumOp(const onnx::NodeProto &n, NodeEnv &env) {
-  std::string eq;
-  for (const onnx::AttributeProto &a : n.attribute())
-    if (a.name() == "equation")
-      eq = a.s();
+  std::string eq = stringAttr(n, "equation", "");
   eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
   const int count = env.inputs();
   if (count < 1 || count > 2)
