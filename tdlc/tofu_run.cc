@@ -8,6 +8,11 @@
 // weights and the loss. --kernels interp runs one step on the reference executor instead
 // (every op in the TDL interpreter, double precision). Built as `tofu-run` (both backends)
 // and `tofu-run-cuda` (the CUDA backend alone: no oneDNN, for the GPU bundle).
+//
+// A driver: it reads the options, runs the pipeline (api/pipeline.h), picks the backend,
+// and prints what the trainer (runtime/trainer.h: values, batches, steps, evaluation,
+// checkpoints, verification) reports. The processes of an MPI run are a ProcessGroup
+// (runtime/process_group.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,6 +52,7 @@
 #include <mpi.h>
 
 #include "runtime/mpi/mpi_backend.h"
+#include "runtime/mpi/mpi_process_group.h"
 #endif
 #if defined(TOFU_MPI_BACKEND) && defined(TOFU_CUDA_BACKEND)
 #define TOFU_NCCL_BACKEND
@@ -54,8 +60,11 @@
 #endif
 #include "analysis/checked.h"
 #include "api/pipeline.h"
+#include "runtime/process_group.h"
+#include "runtime/trainer.h"
 #include "search/report.h"
 #include "search/search.h"
+#include "support/errors.h"
 #include "support/files.h"
 #include "support/units.h"
 #include "tdlc/input_arrays.h"
@@ -262,133 +271,26 @@ cl::opt<bool> dumpPlan("dump-plan", cl::desc("Print the execution plan, one line
 cl::opt<std::string> opsDir("ops", cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: its Bazel runfiles or PREFIX/share/tofu/ops, else ./ops)"), cl::init("ops"),
                             cl::value_desc("DIR"), cl::cat(runCategory));
 
-/// With --backend mpi: this process among those mpirun started.
-struct Processes {
-  bool on = false;
-  int rank = 0, size = 1;
-};
-Processes procs;
+/// The processes of this run: this one alone, or those mpirun started (--backend mpi, nccl).
+tofu::ProcessGroup *group = &tofu::localProcessGroup();
 
 int fail(const std::string &msg, int code = 1) {
-  if (!procs.on) {
+  if (!group->distributed()) {
     llvm::errs() << "tofu-run: " << msg << "\n";
     return code;
   }
-  llvm::errs() << fmt::format("tofu-run: rank {} of {}: {}\n", procs.rank, procs.size, msg);
+  llvm::errs() << fmt::format("tofu-run: rank {} of {}: {}\n", group->rank(), group->size(), msg);
   llvm::errs().flush();
-#ifdef TOFU_MPI_BACKEND
   // The others may be waiting on this process in a collective: end the whole job.
-  MPI_Abort(MPI_COMM_WORLD, code);
-#endif
+  group->abort(code);
   return code;
 }
 
-// Figures over every process (the value itself without MPI).
-int64_t sumOverProcesses(int64_t x) {
-#ifdef TOFU_MPI_BACKEND
-  if (procs.on)
-    MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-#endif
-  return x;
-}
-
-std::vector<int64_t> gatherOverProcesses(int64_t x) {
-  std::vector<int64_t> all(procs.size, x);
-#ifdef TOFU_MPI_BACKEND
-  if (procs.on)
-    MPI_Allgather(&x, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
-#endif
-  return all;
-}
-
-/// Every process's `text`, on the first process (elsewhere: empty).
-std::vector<std::string> gatherTextOnFirst(const std::string &text) {
-  std::vector<std::string> out = {text};
-#ifdef TOFU_MPI_BACKEND
-  if (procs.on) {
-    int n = static_cast<int>(text.size());
-    std::vector<int> sizes(procs.size), starts(procs.size);
-    MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-    std::vector<char> all;
-    if (procs.rank == 0) {
-      for (int r = 1; r < procs.size; ++r)
-        starts[r] = starts[r - 1] + sizes[r - 1];
-      all.resize(static_cast<size_t>(starts.back()) + sizes.back());
-    }
-    MPI_Gatherv(text.data(), n, MPI_CHAR, all.data(), sizes.data(), starts.data(), MPI_CHAR, 0,
-                MPI_COMM_WORLD);
-    out.clear();
-    for (int r = 0; procs.rank == 0 && r < procs.size; ++r)
-      out.emplace_back(all.data() + starts[r], sizes[r]);
-  }
-#endif
-  return out;
-}
-
-/// The first process's `text`, on every process.
-std::string textFromFirst(std::string text) {
-#ifdef TOFU_MPI_BACKEND
-  if (procs.on) {
-    uint64_t n = text.size();
-    MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    text.resize(n);
-    MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD);
-  }
-#endif
-  return text;
-}
-
-/// The first process's `x`, on every process.
-unsigned fromFirstProcess(unsigned x) {
-#ifdef TOFU_MPI_BACKEND
-  if (procs.on)
-    MPI_Bcast(&x, 1, MPI_UNSIGNED, 0, MPI_COMM_WORLD);
-#endif
-  return x;
-}
-
-/// A whole tensor from the tiles every process holds (each element from a process that
-/// holds it; get() leaves NaN where this process holds none).
-tofu::Tensor wholeOverProcesses(const tofu::Engine &e, unsigned t) {
-  tofu::Tensor x = e.get(t);
-#ifdef TOFU_MPI_BACKEND
-  if (procs.on) {
-    std::vector<double> all(x.data.size() * procs.size);
-    MPI_Allgather(x.data.data(), static_cast<int>(x.data.size()), MPI_DOUBLE, all.data(),
-                  static_cast<int>(x.data.size()), MPI_DOUBLE, MPI_COMM_WORLD);
-    for (size_t i = 0; i < x.data.size(); ++i)
-      for (int r = 0; r < procs.size; ++r)
-        if (!std::isnan(all[r * x.data.size() + i])) {
-          x.data[i] = all[r * x.data.size() + i];
-          break;
-        }
-  }
-#endif
-  return x;
-}
-
-/// The value of a rank-0 tensor, from whichever process holds it.
-double scalarOverProcesses(const tofu::Engine &e, unsigned t) {
-  return wholeOverProcesses(e, t).data.at(0);
-}
-
-/// The first tensor a step carries into the next (weights, optimiser state) that holds a
-/// value that is not finite, over every process's tiles; empty when all are finite.
-std::string firstNonFiniteCarried(const tofu::Problem &p, const tofu::Engine &e) {
-  const auto &carries = e.carries();
-  int64_t first = static_cast<int64_t>(carries.size()); // an index into carries
-  for (size_t c = 0; c < carries.size() && first == int64_t(carries.size()); ++c)
-    for (unsigned w : e.localWorkers())
-      if (e.holdsTile(carries[c].second, w)) {
-        const std::vector<float> tile = e.readTile(carries[c].second, w);
-        if (!std::all_of(tile.begin(), tile.end(), [](float v) { return std::isfinite(v); })) {
-          first = static_cast<int64_t>(c);
-          break;
-        }
-      }
-  const std::vector<int64_t> all = gatherOverProcesses(first);
-  first = *std::min_element(all.begin(), all.end());
-  return first < int64_t(carries.size()) ? p.tensors[carries[first].second].name : std::string();
+/// fail() with an error's message and status (2 for bad usage, support/errors.h).
+int fail(llvm::Error e, const std::string &prefix = "") {
+  std::string message;
+  const int status = tofu::exitStatusOf(std::move(e), message);
+  return fail(prefix + message, status);
 }
 
 /// --eval's forward graph (the model without its loss), planned as the training plan
@@ -410,40 +312,6 @@ tofu::EngineOptions engineOptions() {
   options.profile = profileTop > 0;
   return options;
 }
-
-/// The plan an engine runs: element-wise chains folded (codegen/fusion.h, unless
-/// --fusion=false) and its memory planned again; `memory` is the unfused plan's.
-struct EnginePlan {
-  tofu::FusedPlan fused;
-  tofu::MemoryPlan memory;
-};
-llvm::Expected<EnginePlan> enginePlan(const tofu::Problem &p, const tofu::ExecPlan &exec,
-                                      const tofu::MemoryPlan &memory,
-                                      const std::vector<std::string> &outputs) {
-  EnginePlan r{fusion ? tofu::fuseElementwise(p, exec, outputs) : tofu::FusedPlan{p, exec, 0, {}},
-               memory};
-  if (fusion)
-    r.memory = tofu::planMemory(r.fused.problem, r.fused.plan, outputs);
-  if (std::string bad = tofu::checkMemoryPlan(r.memory); !bad.empty())
-    return tofu::stringError("the fused plan's memory plan is unsound: " + bad);
-  return r;
-}
-
-/// A field of /proc/self/status in bytes (0 where there is none).
-int64_t statusBytes(const char *field) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  const size_t n = std::strlen(field);
-  while (std::getline(f, line))
-    if (line.compare(0, n, field) == 0)
-      return std::strtoll(line.c_str() + n, nullptr, 10) * 1024;
-  return 0;
-}
-/// The process's peak resident memory (since the last resetPeakResident), and its current.
-int64_t peakResidentBytes() { return statusBytes("VmHWM:"); }
-int64_t currentResidentBytes() { return statusBytes("VmRSS:"); }
-/// Starts the peak over from the current resident memory (Linux: clear_refs 5).
-void resetPeakResident() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 double seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
@@ -472,22 +340,6 @@ std::vector<std::string> backends() {
   return out;
 }
 
-/// The work of one training step: the scheduled loops' iterations of every node over its
-/// whole shapes (codegen/schedule.h), whatever the worker count and whichever library
-/// computes a node. Its ratio between two batches is what a step's time should follow.
-double stepIterations(const tofu::Program &program) {
-  std::vector<std::optional<tofu::KernelSchedule>> schedules(program.kernels.size());
-  double total = 0;
-  for (const tofu::ProgramNode &node : program.nodes) {
-    const tofu::InstOp &op = *program.kernels[node.kernel].op;
-    auto &s = schedules[node.kernel];
-    if (!s)
-      s = tofu::scheduleKernel(op, tofu::ScheduleTarget::Cpp);
-    total += tofu::scheduledIterations(op, *s, tofu::fullRanges(node.shapes));
-  }
-  return total;
-}
-
 /// The engine of --backend running `plan`.
 /// `local`: the engine runs in this process alone (the unpartitioned reference of --verify).
 llvm::Expected<std::unique_ptr<tofu::Engine>> makeEngine(const tofu::Problem &p,
@@ -496,16 +348,12 @@ llvm::Expected<std::unique_ptr<tofu::Engine>> makeEngine(const tofu::Problem &p,
                                                          const tofu::EngineOptions &options,
                                                          bool local = false) {
 #ifdef TOFU_MPI_BACKEND
-  if (procs.on && !local) {
+  if (group->distributed() && !local) {
     auto program = tofu::buildProgram(p, plan, memory);
     if (!program)
       return program.takeError();
     // Every process imported the model and built the program on its own: they must agree.
-    uint64_t h = std::hash<std::string>()(tofu::programDump(*program));
-    uint64_t lo = h, hi = h;
-    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    if (lo != hi)
+    if (!group->sameOnEvery(std::hash<std::string>()(tofu::programDump(*program))))
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                      "the processes built different programs from the same "
                                      "model (were they given different options or operator "
@@ -548,344 +396,162 @@ llvm::Expected<std::unique_ptr<tofu::Engine>> makeEngine(const tofu::Problem &p,
 #endif
 }
 
-/// --save on one process: every tensor whole, in DIR/model.safetensors.
-int saveWhole(const tofu::Engine &engine, const std::map<std::string, std::string> &metadata) {
-  tofu::Checkpoint c = tofu::checkpointOf(engine);
-  c.metadata = metadata;
-  if (llvm::Error e = tofu::saveCheckpoint(saveDir, c))
-    return fail(llvm::toString(std::move(e)));
-  if (format != "json")
-    llvm::outs() << fmt::format("saved {} tensors ({} steps trained) to {}\n", c.tensors.size(),
-                                metadata.at("steps"), tofu::checkpointFile(saveDir));
+/// --kernel-report: the CUDA kernels' estimates for worker 0's share of every node.
+int kernelReport(const tofu::EnginePlan &planned, const std::string &name) {
+  auto program = tofu::buildProgram(planned.fused.problem, planned.fused.plan, planned.memory);
+  if (!program)
+    return fail(name + ": " + llvm::toString(program.takeError()));
+  auto report = tofu::cuda::kernelReport(*program);
+  if (!report)
+    return fail(name + ": " + llvm::toString(report.takeError()));
+  if (format == "json") {
+    nlohmann::json j = nlohmann::json::array();
+    for (const tofu::cuda::KernelEstimate &e : *report)
+      j.push_back({{"node", e.node},
+                   {"op", e.op},
+                   {"how", e.how},
+                   {"library", e.library},
+                   {"launches", e.launches},
+                   {"blocks", e.blocks},
+                   {"threads", e.threads},
+                   {"serial_chain", e.chain},
+                   {"bytes", e.bytes},
+                   {"min_bytes", e.minBytes},
+                   {"flops", e.flops},
+                   {"bound_seconds", e.boundSeconds},
+                   {"estimate_seconds", e.estimateSeconds}});
+    llvm::outs() << j.dump(1) << "\n";
+  } else {
+    llvm::outs() << fmt::format("{} (batch {}), worker 0 of {}:\n", name, batch, workers)
+                 << tofu::cuda::formatKernelReport(*report, tofu::cuda::GpuModel{});
+  }
   return 0;
 }
 
-/// --save under MPI: each process writes its own tiles, the first the index of them all
-/// once every process's file is complete.
-int saveTiles(const tofu::Engine &engine, const std::map<std::string, std::string> &metadata) {
-  const unsigned generation = fromFirstProcess(tofu::nextCheckpointGeneration(saveDir));
-  const std::vector<tofu::CheckpointTile> tiles = tofu::trainingTiles(engine);
-  auto entries = tofu::writeTileFile(saveDir, tofu::tileFileName(generation, procs.rank), tiles);
-  if (!entries)
-    return fail(llvm::toString(entries.takeError()));
-  int64_t bytes = 0;
-  for (const tofu::CheckpointTile &t : tiles)
-    bytes += static_cast<int64_t>(t.data.size()) * 4;
-  bytes = sumOverProcesses(bytes);
-  std::vector<std::string> parts = gatherTextOnFirst(tofu::encodeTileEntries(*entries));
-  if (procs.rank == 0) {
-    std::vector<tofu::TileEntry> all;
-    for (const std::string &part : parts) {
-      auto decoded = tofu::decodeTileEntries(part);
-      if (!decoded)
-        return fail(llvm::toString(decoded.takeError()));
-      all.insert(all.end(), decoded->begin(), decoded->end());
+/// What the trainer reports, printed as tofu-run prints it: a progress line on a terminal,
+/// else a table row every --log-every steps; each evaluation.
+class Printer : public tofu::TrainerObserver {
+public:
+  Printer(const tofu::Trainer &trainer, bool json, bool terminal)
+      : trainer_(trainer), json_(json), terminal_(terminal) {}
+  void stepped(const tofu::StepRecord &r) override {
+    const unsigned steps = trainer_.steps();
+    const std::vector<double> &losses = trainer_.losses();
+    const std::vector<double> &times = trainer_.stepSeconds();
+    if (terminal_) {
+      const double elapsed = std::accumulate(times.begin(), times.end(), 0.0);
+      const double eta = elapsed / double(r.index + 1) * double(steps - r.index - 1);
+      const int64_t perEpoch = trainer_.stepsPerEpoch();
+      llvm::outs() << (trainer_.dataSet()
+                           ? fmt::format("\repoch {} step {}/{}: loss {:.4f}, {:.0f} samples/s, "
+                                         "ETA {}:{:02d}   ",
+                                         (r.done - 1) / perEpoch + 1, (r.done - 1) % perEpoch + 1,
+                                         perEpoch, r.loss, double(trainer_.dataBatch()) / r.seconds,
+                                         int(eta) / 60, int(eta) % 60)
+                           : fmt::format("\rstep {}/{}: loss {:.5f}, {:.3f} s", r.index + 1, steps,
+                                         r.loss, r.seconds));
+      llvm::outs().flush();
+      open_ = true;
+    } else if (!json_ && ((r.index + 1) % logEvery == 0 || r.index + 1 == steps)) {
+      const size_t n = std::min<size_t>(logEvery, (r.index % logEvery) + 1);
+      auto meanOfLast = [n](const std::vector<double> &v) {
+        return std::accumulate(v.end() - n, v.end(), 0.0) / double(n);
+      };
+      llvm::outs() << fmt::format("| {} | {:.6f} | {:.4f} |\n", r.index + 1, meanOfLast(losses),
+                                  meanOfLast(times));
     }
-    if (llvm::Error e = tofu::writeCheckpointIndex(saveDir, generation, all, metadata))
-      return fail(llvm::toString(std::move(e)));
-    std::set<std::string> tensors;
-    for (const tofu::TileEntry &e : all)
-      tensors.insert(e.tensor);
-    if (format != "json")
-      llvm::outs() << fmt::format("saved {} tensors as {} tiles ({:.2f} MiB, {} steps trained) "
-                                  "from {} processes to {}\n",
-                                  tensors.size(), all.size(), bytes / 1048576.0,
-                                  metadata.at("steps"), procs.size,
-                                  tofu::checkpointIndexFile(saveDir));
   }
-#ifdef TOFU_MPI_BACKEND
-  MPI_Barrier(MPI_COMM_WORLD); // the checkpoint is whole when any process goes on
-#endif
-  return 0;
-}
+  void evaluating() override { closeLine(); }
+  void evaluated(const tofu::EvalRecord &e) override {
+    if (!json_)
+      llvm::outs() << fmt::format("eval after step {} (epoch {:.2f}): loss {:.4f}, accuracy "
+                                  "{:.2f}% on {} held-out samples ({:.1f} s)\n",
+                                  e.step, e.epoch, e.score.loss(), 100 * e.score.accuracy(),
+                                  e.score.rows, e.seconds);
+  }
+  /// Ends the progress line, if one is open.
+  void closeLine() {
+    if (open_)
+      llvm::outs() << "\n";
+    open_ = false;
+  }
+
+private:
+  const tofu::Trainer &trainer_;
+  bool json_, terminal_, open_ = false;
+};
 
 /// Trains on the engine: --steps steps, then the summary (and --verify's comparison).
 int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::string &loss,
-                const std::string &name, const tofu::ExecPlan &exec,
-                const tofu::MemoryPlan &memory, int64_t onePeak, int64_t predicted,
-                const std::string &algorithm, const EvalSetup *evalSetup) {
-  // The process's memory from here on: the values, the engine (arenas, kernels, input
-  // tiles) and the steps, not the libraries, import, search and planning before.
-  resetPeakResident();
-  const int64_t residentBeforeEngine = currentResidentBytes();
+                const std::string &name, const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
+                const tofu::SingleWorker &one, int64_t predicted, const std::string &algorithm,
+                const EvalSetup *evalSetup) {
   const bool json = format == "json";
   // mpirun hands its processes a terminal whatever its own output is: no progress line.
-  const bool terminal = !json && !procs.on && ::isatty(STDOUT_FILENO);
-  // --load: the checkpoint's metadata supplies the steps trained before and the
-  // hyper-parameters this run does not give (a schedule continues where it stopped).
-  unsigned stepsBefore = 0;
-  std::optional<tofu::CheckpointReader> resumed;
-  std::map<std::string, std::string> was; // the checkpoint's metadata
-  if (!loadDir.empty()) {
-    auto c = tofu::CheckpointReader::open(loadDir);
-    if (!c)
-      return fail(llvm::toString(c.takeError()));
-    was = c->metadata();
-    // Every number the run takes from the metadata must be one, in its range: a damaged or
-    // hand-edited checkpoint stops here rather than training at a rate of 0.
-    const struct {
-      const char *key;
-      double lo, hi; ///< [lo, hi)
-      bool whole;
-    } ranges[] = {{"steps", 0, 2147483648.0, true},  {"warmup", 0, 2147483648.0, true},
-                  {"lr", 0, 1e300, false},           {"momentum", 0, 1, false},
-                  {"weight_decay", 0, 1e6, false}};
-    for (const auto &r : ranges) {
-      auto it = was.find(r.key);
-      if (it == was.end())
-        continue;
-      char *end = nullptr;
-      errno = 0;
-      const double v = std::strtod(it->second.c_str(), &end);
-      const bool number = !it->second.empty() && *end == '\0' && errno == 0 && std::isfinite(v);
-      if (!number || v < r.lo || v >= r.hi || (r.whole && v != std::floor(v)) ||
-          (std::string(r.key) == "lr" && v <= 0))
-        return fail(fmt::format("{}: metadata '{}' is '{}', not {} (the checkpoint is damaged)",
-                                c->path(), r.key, it->second,
-                                r.whole ? "a whole number of steps below 2^31"
-                                : std::string(r.key) == "lr" ? "a positive finite rate"
-                                : fmt::format("a number in [{}, {})", r.lo, r.hi)),
-                    2);
-    }
-    if (auto it = was.find("steps"); it != was.end())
-      stepsBefore = static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
-    if (auto it = was.find("optimizer"); it != was.end() && it->second != optimizer)
-      return fail(fmt::format("{}: the checkpoint was trained with --optimizer {}, this run "
-                              "uses {}: its state does not carry over (give --optimizer {})",
-                              c->path(), it->second, std::string(optimizer), it->second),
-                  2);
-    resumed = std::move(*c);
-  }
-  // A hyper-parameter: the option where given, else the checkpoint's, else `otherwise`.
-  auto hyperOf = [&](const cl::opt<double> &o, const char *key, double otherwise) {
-    if (o.getNumOccurrences() > 0)
-      return double(o);
-    if (auto it = was.find(key); it != was.end())
-      return std::strtod(it->second.c_str(), nullptr);
-    return otherwise;
-  };
-  const tofu::Optimizer kind = *tofu::optimizerNamed(optimizer);
-  const double lr = hyperOf(learningRate, "lr",
-                            kind == tofu::Optimizer::SGD ? 0.1
-                            : kind == tofu::Optimizer::Momentum || kind == tofu::Optimizer::Nesterov
-                                ? 0.01
-                                : 0.001);
-  tofu::TrainingHyper hyper;
-  hyper.momentum = hyperOf(momentumOpt, "momentum", 0.9);
-  hyper.weightDecay =
-      hyperOf(weightDecayOpt, "weight_decay", kind == tofu::Optimizer::AdamW ? 0.01 : 0.0);
-  if (weightDecayOpt.getNumOccurrences() == 0 && hyper.weightDecay > 0 &&
-      kind != tofu::Optimizer::AdamW)
-    return fail(fmt::format("{}: the checkpoint was trained with --weight-decay {}: give it "
-                            "again (it shapes the training graph)",
-                            resumed->path(), hyper.weightDecay),
-                2);
-  {
-    std::string text = lrScheduleOpt;
-    if (text.empty())
-      if (auto it = was.find("lr_schedule"); it != was.end())
-        text = it->second;
-    if (!text.empty()) {
-      auto sc = tofu::parseLrSchedule(text);
-      if (!sc)
-        return fail((lrScheduleOpt.empty() ? resumed->path() + ": metadata 'lr_schedule': " : "") +
-                        llvm::toString(sc.takeError()),
-                    2);
-      hyper.schedule = *sc;
-    }
-    hyper.schedule.warmup = warmupOpt.getNumOccurrences() > 0 ? unsigned(warmupOpt) : 0;
-    if (warmupOpt.getNumOccurrences() == 0)
-      if (auto it = was.find("warmup"); it != was.end())
-        hyper.schedule.warmup = static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
-  }
-  unsigned lossTensor = 0;
-  for (unsigned t = 0; t < p.tensors.size(); ++t)
-    if (p.tensors[t].name == loss)
-      lossTensor = t;
-  const bool realData = dataMode != "teacher" && dataMode != "fixed";
-  auto setValues = [&](tofu::Engine &e, const tofu::TrainingData &from,
-                       const std::vector<unsigned> &tensors, unsigned step) {
-    for (unsigned t : tensors)
-      e.setTiles(t, [&](const tofu::Box &tile, float *out) { from.fill(t, step, tile, out); });
-  };
-  // A data set: its batches in a shuffled order per epoch (drawn from --seed).
-  std::optional<tofu::DataSet> ds;
-  std::vector<tofu::DataBinding> bindings;
-  int64_t dataBatch = 0, stepsPerEpoch = 1;
-  if (realData) {
-    auto d = tofu::openDataSet(dataMode, "train");
-    if (!d)
-      return fail(llvm::toString(d.takeError()), 2);
-    ds = std::move(*d);
-    auto b = tofu::bindDataSet(p, loss, *ds, feedOpt, training.constants, training.initialValues);
-    if (!b)
-      return fail(fmt::format("{}: --data {}: {}", name, std::string(dataMode),
-                              llvm::toString(b.takeError())),
-                  2);
-    bindings = std::move(*b);
-    dataBatch = p.tensors[bindings[0].tensor].shape[0];
-    for (const tofu::DataBinding &x : bindings)
-      if (p.tensors[x.tensor].shape[0] != dataBatch)
-        return fail(fmt::format("{}: inputs '{}' and '{}' take batches of {} and {} samples: "
-                                "fed inputs share the batch",
-                                name, bindings[0].input, x.input, dataBatch,
-                                p.tensors[x.tensor].shape[0]),
-                    2);
-    stepsPerEpoch = ds->samples / dataBatch;
-    if (steps.getNumOccurrences() == 0)
-      steps = static_cast<unsigned>(std::min<int64_t>(int64_t(epochs) * stepsPerEpoch,
-                                                      std::numeric_limits<unsigned>::max()));
-  }
-  // A cosine schedule with no horizon ends at this run's last step.
-  if (hyper.schedule.kind == tofu::LrSchedule::Kind::Cosine && hyper.schedule.horizon == 0)
-    hyper.schedule.horizon = stepsBefore + steps;
-  if (hyper.schedule.kind == tofu::LrSchedule::Kind::Cosine &&
-      hyper.schedule.horizon <= hyper.schedule.warmup)
-    return fail(fmt::format("--lr-schedule {} ends at step {}, within the {} steps of --warmup",
-                            hyper.schedule.str(), hyper.schedule.horizon, hyper.schedule.warmup),
-                2);
-  // Every worker draws its own tiles of every value: no process makes a whole tensor.
-  const tofu::TrainingData data(p, loss, seed, lr, training.constants, dataMode == "teacher",
-                                &training.initialValues, hyper);
-  // The batch of a step, by its index counted over every run of a resumed training (the
-  // training engine's batches come from a BatchPrefetcher, which assembles the next one
-  // while a step runs; the references of --verify take theirs here).
-  std::optional<tofu::BatchOrder> order;
-  if (realData)
-    order.emplace(ds->samples, dataBatch, seed);
-  auto setBatch = [&](tofu::Engine &e, unsigned step) {
-    setValues(e, data, data.scheduledTensors(), step);
-    if (realData)
-      tofu::feedBatch(e, *ds, bindings, order->samplesOf(step), normalization);
-    else
-      setValues(e, data, data.batchTensors(), step);
-  };
-  const tofu::EngineOptions options = engineOptions();
-  auto start = std::chrono::steady_clock::now();
+  const bool terminal = !json && !group->distributed() && ::isatty(STDOUT_FILENO);
+  const int64_t onePeak = one.memory.largestPeak();
   // Element-wise chains folded (codegen/fusion.h): the engine runs the fused plan.
-  auto planned = enginePlan(p, exec, memory, training.outputs);
+  auto planned = tofu::planForEngine(p, exec, memory, training.outputs, fusion);
   if (!planned)
     return fail(llvm::toString(planned.takeError()));
   const tofu::FusedPlan &fused = planned->fused;
-  const tofu::MemoryPlan &fusedMemory = planned->memory;
-  if (kernelReportOpt) {
-    auto program = tofu::buildProgram(fused.problem, fused.plan, fusedMemory);
-    if (!program)
-      return fail(name + ": " + llvm::toString(program.takeError()));
-    auto report = tofu::cuda::kernelReport(*program);
-    if (!report)
-      return fail(name + ": " + llvm::toString(report.takeError()));
-    if (format == "json") {
-      nlohmann::json j = nlohmann::json::array();
-      for (const tofu::cuda::KernelEstimate &e : *report)
-        j.push_back({{"node", e.node}, {"op", e.op}, {"how", e.how}, {"library", e.library},
-                     {"launches", e.launches}, {"blocks", e.blocks}, {"threads", e.threads},
-                     {"serial_chain", e.chain}, {"bytes", e.bytes}, {"min_bytes", e.minBytes},
-                     {"flops", e.flops}, {"bound_seconds", e.boundSeconds},
-                     {"estimate_seconds", e.estimateSeconds}});
-      llvm::outs() << j.dump(1) << "\n";
-    } else {
-      llvm::outs() << fmt::format("{} (batch {}), worker 0 of {}:\n", name, batch, workers)
-                   << tofu::cuda::formatKernelReport(*report, tofu::cuda::GpuModel{});
-    }
-    return 0;
-  }
-  auto engine = makeEngine(fused.problem, fused.plan, fusedMemory, options);
-  if (!engine)
-    return fail(name + ": " + llvm::toString(engine.takeError()));
-  const double buildSeconds = seconds(start);
-  const tofu::BackendStats bs = (*engine)->backendStats();
-  const tofu::KernelCompileStats &cs = bs.compile;
-  setValues(**engine, data, data.tensors(), 0);
-  if (resumed)
-    if (llvm::Error e = tofu::restore(**engine, *resumed))
-      return fail(resumed->path() + ": " + llvm::toString(std::move(e)));
-  // --eval: the forward graph on an engine of its own, its weights copied from training's
-  // (tile by tile: both plans cut every weight alike).
-  std::optional<EnginePlan> evalPlan;
-  std::unique_ptr<tofu::Engine> evalEngine;
-  std::unique_ptr<tofu::TrainingData> evalValues;
-  std::optional<tofu::DataSet> evalDs;
-  std::vector<tofu::DataBinding> evalBindings;
-  std::string labelsArray;
-  int64_t evalBatch = 0;
-  nlohmann::json evalJson = nlohmann::json::array();
-  if (evalSetup) {
-    const tofu::Problem &ep = *evalSetup->forward.problem;
-    auto d = tofu::openDataSet(evalOpt == "test" ? std::string(dataMode) : std::string(evalOpt),
-                               "t10k");
-    if (!d)
-      return fail("--eval: " + llvm::toString(d.takeError()), 2);
-    evalDs = std::move(*d);
-    std::string feeds;
-    for (const tofu::DataBinding &b : bindings)
-      if (b.labels)
-        labelsArray = b.array;
-      else
-        feeds += (feeds.empty() ? "" : ",") + b.input + "=" + b.array;
-    if (labelsArray.empty())
-      return fail(name + ": --eval scores a classifier: a model trained with softmax "
-                         "cross-entropy against labels fed from the data set",
-                  2);
-    if (!evalDs->find(labelsArray))
-      return fail(fmt::format("--eval {}: the data set has no array '{}' (the labels)",
-                              std::string(evalOpt), labelsArray),
-                  2);
-    auto eb = tofu::bindDataSet(ep, "", *evalDs, feeds, training.constants,
-                                training.initialValues);
-    if (!eb)
-      return fail(fmt::format("{}: --eval {}: {}", name, std::string(evalOpt),
-                              llvm::toString(eb.takeError())),
-                  2);
-    evalBindings = std::move(*eb);
-    evalBatch = ep.tensors[evalBindings[0].tensor].shape[0];
-    auto ef = enginePlan(ep, evalSetup->forward.exec, evalSetup->forward.memory,
-                         evalSetup->forward.graph.outputs);
-    if (!ef)
-      return fail(name + ": the evaluation plan: " + llvm::toString(ef.takeError()));
-    evalPlan = std::move(*ef);
-    auto e = makeEngine(evalPlan->fused.problem, evalPlan->fused.plan, evalPlan->memory, options);
-    if (!e)
-      return fail(name + ": the evaluation engine: " + llvm::toString(e.takeError()));
-    evalEngine = std::move(*e);
-    evalValues = std::make_unique<tofu::TrainingData>(ep, "", seed, lr, training.constants, false,
-                                                      &training.initialValues);
-    setValues(*evalEngine, *evalValues, evalValues->tensors(), 0);
-  }
-  // Evaluates the weights after `done` steps (counted over every run); prints and records.
-  auto evaluate = [&](unsigned done) -> llvm::Error {
-    const auto t0 = std::chrono::steady_clock::now();
-    if (llvm::Error e = tofu::copyState(**engine, *evalEngine))
-      return e;
-    tofu::ClassifierScore score;
-    const tofu::DataArray &labelArray = *evalDs->find(labelsArray);
-    std::vector<int64_t> samples(evalBatch);
-    std::vector<double> labels(evalBatch);
-    for (int64_t start = 0; start < evalDs->samples; start += evalBatch) {
-      const int64_t rows = std::min(evalBatch, evalDs->samples - start);
-      for (int64_t r = 0; r < evalBatch; ++r) // a partial batch repeats the first samples
-        samples[r] = r < rows ? start + r : (r - rows) % evalDs->samples;
-      tofu::feedBatch(*evalEngine, *evalDs, evalBindings, samples, normalization);
-      auto st = evalEngine->step();
-      if (!st)
-        return st.takeError();
-      const tofu::Tensor logits = wholeOverProcesses(*evalEngine, evalSetup->logits);
-      for (int64_t r = 0; r < rows; ++r)
-        labels[r] = labelArray.at(samples[r]);
-      tofu::scoreRows(logits, labels, rows, score);
-    }
-    const double secs = seconds(t0);
-    const double epoch = double(done) / double(stepsPerEpoch);
-    evalJson.push_back({{"step", done}, {"epoch", epoch}, {"loss", score.loss()},
-                        {"accuracy", score.accuracy()}, {"samples", score.rows},
-                        {"seconds", secs}});
-    if (!json)
-      llvm::outs() << fmt::format("eval after step {} (epoch {:.2f}): loss {:.4f}, accuracy "
-                                  "{:.2f}% on {} held-out samples ({:.1f} s)\n",
-                                  done, epoch, score.loss(), 100 * score.accuracy(), score.rows,
-                                  secs);
-    return llvm::Error::success();
+  if (kernelReportOpt)
+    return kernelReport(*planned, name);
+
+  tofu::TrainerOptions options;
+  options.name = name;
+  options.optimizer = optimizer;
+  auto given = [](const auto &o) {
+    using T = std::decay_t<decltype(o.getValue())>;
+    return o.getNumOccurrences() > 0 ? std::optional<T>(o.getValue()) : std::nullopt;
   };
+  options.lr = given(learningRate);
+  options.momentum = given(momentumOpt);
+  options.weightDecay = given(weightDecayOpt);
+  options.lrSchedule = lrScheduleOpt;
+  options.warmup = given(warmupOpt);
+  options.steps = given(steps);
+  options.epochs = epochs;
+  options.seed = seed;
+  options.data = dataMode;
+  options.feeds = feedOpt;
+  options.normalization = normalization;
+  std::optional<tofu::EvalGraph> evalGraph;
+  if (evalSetup) {
+    evalGraph.emplace();
+    evalGraph->problem = &*evalSetup->forward.problem;
+    evalGraph->exec = &evalSetup->forward.exec;
+    evalGraph->memory = &evalSetup->forward.memory;
+    evalGraph->outputs = evalSetup->forward.graph.outputs;
+    evalGraph->logits = evalSetup->logits;
+    options.eval = evalOpt;
+    options.evalEvery = evalEvery;
+    options.evalGraph = &*evalGraph;
+  }
+  options.loadDir = loadDir;
+  options.saveDir = saveDir;
+  options.continueNonFinite = continueNonFinite;
+  options.verify = verify;
+  options.referenceExec = &one.exec;
+  options.referenceMemory = &one.memory;
+  options.engine = engineOptions();
+  options.workers = static_cast<int>(workers);
+  auto made = tofu::Trainer::create(
+      p, training, loss, *planned, options,
+      [](const tofu::Problem &pp, const tofu::ExecPlan &plan, const tofu::MemoryPlan &m,
+         const tofu::EngineOptions &o, bool local) { return makeEngine(pp, plan, m, o, local); },
+      *group);
+  if (!made)
+    return fail(made.takeError());
+  tofu::Trainer &trainer = **made;
+  tofu::Engine &engine = trainer.engine();
+  const tofu::BackendStats bs = engine.backendStats();
+  const tofu::KernelCompileStats &cs = bs.compile;
+  const tofu::TrainingHyper &hyper = trainer.hyper();
+  const double lr = trainer.lr();
+  const unsigned stepCount = trainer.steps();
+  const tofu::DataSet *ds = trainer.dataSet();
+  const tofu::Optimizer kind = *tofu::optimizerNamed(optimizer);
   // The optimiser as the header says it: "adamw, lr 0.001 (cosine:100 after 5 warm-up
   // steps), weight decay 0.01".
   std::string optimizerText = fmt::format("{}, lr {}", std::string(optimizer), lr);
@@ -904,54 +570,55 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       optimizerText += fmt::format(", weight decay {}", hyper.weightDecay);
   }
   if (!json) {
-    if (resumed)
+    if (trainer.resumed())
       llvm::outs() << fmt::format("resumed from {} ({} steps trained before)\n",
-                                  resumed->path(), stepsBefore);
+                                  trainer.resumed()->path(), trainer.stepsBefore());
     const bool gpu = backend == "cuda" || backend == "nccl";
     const std::string engineName =
-        backend == "nccl" ? fmt::format("NCCL ({} processes, a GPU each) CUDA", procs.size)
-        : gpu             ? "CUDA"
-        : procs.on        ? fmt::format("MPI ({} processes, {} transport) CPU", procs.size,
-                                        std::string(mpiTransport))
-                          : "CPU";
+        backend == "nccl"      ? fmt::format("NCCL ({} processes, a GPU each) CUDA", group->size())
+        : gpu                  ? "CUDA"
+        : group->distributed() ? fmt::format("MPI ({} processes, {} transport) CPU", group->size(),
+                                             std::string(mpiTransport))
+                               : "CPU";
     llvm::outs() << fmt::format(
         "{} training ({}, batch {}): {} nodes on {} workers, algorithm {}, {} engine "
         "(float32{}, {})\n",
         name, optimizerText, batch, p.nodes.size(), workers, algorithm, engineName,
         gpu && tf32 ? " with TF32 products" : "",
-        !options.library ? "generated kernels"
-        : gpu            ? "cuBLAS, cuDNN + generated kernels"
-                         : "oneDNN + generated kernels");
+        !options.engine.library ? "generated kernels"
+        : gpu                   ? "cuBLAS, cuDNN + generated kernels"
+                                : "oneDNN + generated kernels");
     {
-      unsigned weights = 0, given = 0;
+      unsigned weights = 0, fromModel = 0;
       for (const tofu::ProblemTensor &t : p.tensors)
         if (t.role == tofu::TensorRole::Weight) {
           ++weights;
-          given += training.initialValues.count(t.name) > 0;
+          fromModel += training.initialValues.count(t.name) > 0;
         }
-      if (!resumed && given > 0)
-        llvm::outs() << fmt::format("weights: {} of {} from the model's initializers{}\n", given,
-                                    weights, given < weights ? ", the rest drawn" : "");
-      else if (!resumed && !onnxFile.empty())
+      if (!trainer.resumed() && fromModel > 0)
+        llvm::outs() << fmt::format("weights: {} of {} from the model's initializers{}\n",
+                                    fromModel, weights,
+                                    fromModel < weights ? ", the rest drawn" : "");
+      else if (!trainer.resumed() && !onnxFile.empty())
         llvm::outs() << fmt::format("weights: the model has no initial values; all {} drawn "
                                     "(synthetic, from --seed)\n",
                                     weights);
     }
-    if (realData)
-      llvm::outs() << fmt::format("data: {}, {} samples; batch {}, {} steps per epoch ({} "
-                                  "samples dropped), shuffled per epoch from seed {}; {}\n",
-                                  ds->description, ds->samples, dataBatch, stepsPerEpoch,
-                                  ds->samples - stepsPerEpoch * dataBatch, unsigned(seed),
-                                  [&] {
-                                    std::string f;
-                                    for (const tofu::DataBinding &b : bindings)
-                                      f += (f.empty() ? "" : ", ") + b.array + " -> " + b.input;
-                                    return f;
-                                  }());
-    if (evalEngine)
+    if (ds)
+      llvm::outs() << fmt::format(
+          "data: {}, {} samples; batch {}, {} steps per epoch ({} "
+          "samples dropped), shuffled per epoch from seed {}; {}\n",
+          ds->description, ds->samples, trainer.dataBatch(), trainer.stepsPerEpoch(),
+          ds->samples - trainer.stepsPerEpoch() * trainer.dataBatch(), unsigned(seed), [&] {
+            std::string f;
+            for (const tofu::DataBinding &b : trainer.bindings())
+              f += (f.empty() ? "" : ", ") + b.array + " -> " + b.input;
+            return f;
+          }());
+    if (const tofu::DataSet *eds = trainer.evalDataSet())
       llvm::outs() << fmt::format("eval: {}, {} samples, forward only on {} workers (the "
                                   "training plan's cuts)\n",
-                                  evalDs->description, evalDs->samples, unsigned(workers));
+                                  eds->description, eds->samples, unsigned(workers));
     if (fused.folded > 0)
       llvm::outs() << fmt::format("fusion: {} element-wise nodes folded into their readers ({} "
                                   "fused kernels, e.g. {})\n",
@@ -967,254 +634,60 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                     : std::string(),
                                 bs.interpreted);
     if (!terminal)
-      llvm::outs() << (logEvery > 1 ? fmt::format("\n| step | mean loss of {} steps | mean "
-                                                  "seconds |\n| ---: | ---: | ---: |\n",
-                                                  unsigned(logEvery))
-                                    : std::string("\n| step | loss | seconds |\n| ---: | ---: | ---: |\n"));
+      llvm::outs() << (logEvery > 1
+                           ? fmt::format("\n| step | mean loss of {} steps | mean "
+                                         "seconds |\n| ---: | ---: | ---: |\n",
+                                         unsigned(logEvery))
+                           : std::string("\n| step | loss | seconds |\n| ---: | ---: | ---: |\n"));
     llvm::outs().flush();
   }
-  std::vector<unsigned> compared = {lossTensor}; // with --verify: the loss and every update
-  for (auto [upd, tgt] : (*engine)->carries())
-    compared.push_back(tgt);
-  // --verify: per compared tensor, the local workers' tiles after the first step.
-  std::vector<std::vector<std::pair<unsigned, std::vector<float>>>> afterFirst;
-  int64_t verifyCopyBytes = 0;
-  std::vector<double> stepSeconds, losses;
-  int64_t moved = 0;
-  std::optional<tofu::BatchPrefetcher> prefetch;
-  if (realData)
-    prefetch.emplace(**engine, *ds, bindings, normalization, dataBatch, seed);
-  for (unsigned s = 0; s < steps; ++s) {
-    if (prefetch) {
-      setValues(**engine, data, data.scheduledTensors(), stepsBefore + s);
-      prefetch->feed(**engine, stepsBefore + s, s + 1 < steps);
-    } else {
-      setBatch(**engine, stepsBefore + s);
-    }
-    auto r = (*engine)->step();
-    if (!r)
-      return fail(fmt::format("{}: step {}: {}", name, s + 1, llvm::toString(r.takeError())));
-    moved = sumOverProcesses(r->bytesMoved);
-    if (s == 0 && verify) // --verify compares the first step: later steps compound rounding
-      for (unsigned t : compared) {
-        afterFirst.emplace_back();
-        for (unsigned w : (*engine)->localWorkers())
-          if ((*engine)->holdsTile(t, w)) {
-            afterFirst.back().emplace_back(w, (*engine)->readTile(t, w));
-            verifyCopyBytes += static_cast<int64_t>(afterFirst.back().back().second.size()) * 4;
-          }
-      }
-    stepSeconds.push_back(r->seconds);
-    losses.push_back(scalarOverProcesses(**engine, lossTensor));
-    if (!std::isfinite(losses.back()) && !continueNonFinite) {
-      if (terminal)
-        llvm::outs() << "\n";
-      const std::string bad = firstNonFiniteCarried(p, **engine);
-      return fail(fmt::format("{}: step {}: the loss is {} (lr {}){}: training stopped{}; "
-                              "--continue-on-nonfinite runs the remaining steps",
-                              name, stepsBefore + s + 1, losses.back(), lr,
-                              bad.empty() ? ", while every weight is finite"
-                                          : ", and its update made '" + bad + "' non-finite",
-                              saveDir.empty() ? ""
-                                              : ", and nothing was saved to " + saveDir +
-                                                    " (what it holds stays as it was)"));
-    }
-    const unsigned done = stepsBefore + s + 1;
-    if (terminal) {
-      const double elapsed = std::accumulate(stepSeconds.begin(), stepSeconds.end(), 0.0);
-      const double eta = elapsed / double(s + 1) * double(steps - s - 1);
-      llvm::outs() << (realData
-                           ? fmt::format("\repoch {} step {}/{}: loss {:.4f}, {:.0f} samples/s, "
-                                         "ETA {}:{:02d}   ",
-                                         (done - 1) / stepsPerEpoch + 1,
-                                         (done - 1) % stepsPerEpoch + 1, stepsPerEpoch,
-                                         losses.back(), double(dataBatch) / r->seconds,
-                                         int(eta) / 60, int(eta) % 60)
-                           : fmt::format("\rstep {}/{}: loss {:.5f}, {:.3f} s", s + 1,
-                                         unsigned(steps), losses.back(), r->seconds));
-      llvm::outs().flush();
-    } else if (!json && ((s + 1) % logEvery == 0 || s + 1 == steps)) {
-      const size_t n = std::min<size_t>(logEvery, (s % logEvery) + 1);
-      auto meanOfLast = [n](const std::vector<double> &v) {
-        return std::accumulate(v.end() - n, v.end(), 0.0) / double(n);
-      };
-      llvm::outs() << fmt::format("| {} | {:.6f} | {:.4f} |\n", s + 1, meanOfLast(losses),
-                                  meanOfLast(stepSeconds));
-    }
-    const bool last = s + 1 == steps;
-    if (evalEngine && (last || (evalEvery > 0 ? done % evalEvery == 0
-                                              : done % stepsPerEpoch == 0))) {
-      if (terminal)
-        llvm::outs() << "\n";
-      if (llvm::Error e = evaluate(done))
-        return fail(fmt::format("{}: evaluating after step {}: {}", name, done,
-                                llvm::toString(std::move(e))));
-    }
+  Printer printer(trainer, json, terminal);
+  if (llvm::Error e = trainer.train(printer)) {
+    printer.closeLine();
+    return fail(std::move(e));
   }
-  if (terminal)
-    llvm::outs() << "\n";
-  // The last step's update has no loss after it to show it: the weights themselves are
-  // checked (and a checkpoint of non-finite weights is never written over a good one).
-  // --verify, saving nothing, goes on to its comparison, which fails such a step itself.
-  if (steps > 0 && (!verify || !saveDir.empty())) {
-    if (const std::string bad = firstNonFiniteCarried(p, **engine); !bad.empty())
-      return fail(fmt::format("{}: after step {}, '{}' is not finite (lr {}): {}", name,
-                              stepsBefore + steps, bad, lr,
-                              saveDir.empty()
-                                  ? std::string("the trained weights are not usable")
-                                  : "nothing was saved to " + saveDir +
-                                        " (what it holds stays as it was)"));
-  }
+  printer.closeLine();
   if (!saveDir.empty()) {
-    const std::map<std::string, std::string> metadata = {
-        {"format", "tofu"},
-        {"model", name},
-        {"optimizer", optimizer},
-        {"lr", fmt::format("{}", lr)},
-        {"lr_schedule", hyper.schedule.str()},
-        {"warmup", std::to_string(hyper.schedule.warmup)},
-        {"momentum", fmt::format("{}", hyper.momentum)},
-        {"weight_decay", fmt::format("{}", hyper.weightDecay)},
-        {"steps", std::to_string(stepsBefore + steps)},
-        {"workers", std::to_string(workers)}};
-    if (int status = procs.on ? saveTiles(**engine, metadata) : saveWhole(**engine, metadata))
-      return status;
+    auto saved = trainer.save(saveDir);
+    if (!saved)
+      return fail(saved.takeError());
+    if (!json && group->rank() == 0)
+      llvm::outs() << (saved->tiles == 0
+                           ? fmt::format("saved {} tensors ({} steps trained) to {}\n",
+                                         saved->tensors, saved->stepsTrained, saved->path)
+                           : fmt::format("saved {} tensors as {} tiles ({:.2f} MiB, {} steps "
+                                         "trained) from {} processes to {}\n",
+                                         saved->tensors, saved->tiles, saved->bytes / 1048576.0,
+                                         saved->stepsTrained, group->size(), saved->path));
   }
-  std::vector<int64_t> peaks = (*engine)->arenaBytes();
-  // Under MPI: what each process allocated for its worker's arena, and what the engine and
-  // the steps (not --verify's reference, which runs after) added to its resident memory at
-  // their peak: the arena, the kernels, the local tiles of inputs, MPI's buffers.
-  std::vector<int64_t> allocated, residentBefore, residentPeak, verifyCopies;
-  if (procs.on) {
-    verifyCopies = gatherOverProcesses(verifyCopyBytes);
-    allocated = gatherOverProcesses(bs.arenaBytes.at(procs.rank));
-    residentBefore = gatherOverProcesses(residentBeforeEngine);
-    residentPeak = gatherOverProcesses(peakResidentBytes());
-  }
+  const std::vector<double> &losses = trainer.losses();
+  const std::vector<double> &stepSeconds = trainer.stepSeconds();
+  const int64_t moved = trainer.bytesMoved();
+  const std::vector<int64_t> peaks = engine.arenaBytes();
+  const tofu::ProcessMemory pm = trainer.processMemory();
   const double med = median(stepSeconds);
   int status = moved == predicted ? 0 : 1;
 
   // --verify: the first step unpartitioned on the same engine.
   nlohmann::json verifyJson;
-  double worst = 0;
-  std::string worstName;
+  std::optional<tofu::VerifyReport> checked;
   if (verify) {
-    if (tolerance < 0)
-      tolerance = tofu::kFloat32StepTolerance;
-    tofu::SingleWorker one = tofu::singleWorker(p, training.outputs);
-    const tofu::ExecPlan &oneExec = one.exec;
-    const tofu::MemoryPlan &oneMemory = one.memory;
-    // Under MPI every process runs the reference itself and compares the tiles it holds.
-    auto ref = makeEngine(p, oneExec, oneMemory, options, /*local=*/true);
-    if (!ref)
-      return fail("the unpartitioned run: " + llvm::toString(ref.takeError()));
-    setValues(**ref, data, data.tensors(), 0);
-    if (resumed)
-      if (llvm::Error e = tofu::restore(**ref, *resumed))
-        return fail(llvm::toString(std::move(e)));
-    setBatch(**ref, stepsBefore);
-    if (auto r = (*ref)->step(); !r)
-      return fail("the unpartitioned run: " + llvm::toString(r.takeError()));
-    // Per compared tensor: the largest relative difference of the partitioned step's tiles
-    // (this process's) from the reference, and the reference's values.
-    std::string nonFinite;
-    std::vector<double> differs(compared.size(), 0.0);
-    std::vector<std::vector<float>> wanted(compared.size());
-    for (size_t i = 0; i < compared.size(); ++i) {
-      unsigned t = compared[i];
-      const tofu::Tensor expected = (*ref)->get(t);
-      wanted[i].assign(expected.data.begin(), expected.data.end());
-      const std::vector<float> &whole = wanted[i];
-      const tofu::Box all = tofu::wholeBox(expected.shape);
-      double &e = differs[i];
-      for (const auto &[w, got] : afterFirst[i]) { // each tile this process holds
-        const tofu::Box &tile = (*engine)->program().tensors[t].tiles[w];
-        std::vector<float> want(got.size());
-        tofu::copyBox(want.data(), tile, whole.data(), all, tile, nullptr);
-        for (size_t x = 0; x < got.size(); ++x) {
-          // A step that makes NaN or infinity fails, whatever the reference made.
-          if (!std::isfinite(got[x]) && nonFinite.empty())
-            nonFinite = p.tensors[t].name;
-          e = std::isfinite(want[x])
-                  ? std::max(e, double(std::abs(got[x] - want[x])) /
-                                    std::max(1.0, double(std::abs(want[x]))))
-                  : std::numeric_limits<double>::infinity();
-        }
-      }
-    }
-    ref->reset();
-#ifdef TOFU_MPI_BACKEND
-    if (procs.on) { // the worst over the processes, per tensor, and any non-finite tensor
-      MPI_Allreduce(MPI_IN_PLACE, differs.data(), static_cast<int>(differs.size()), MPI_DOUBLE,
-                    MPI_MAX, MPI_COMM_WORLD);
-      char buf[256] = {};
-      std::snprintf(buf, sizeof buf, "%s", nonFinite.c_str());
-      std::vector<char> names(sizeof buf * procs.size);
-      MPI_Allgather(buf, sizeof buf, MPI_CHAR, names.data(), sizeof buf, MPI_CHAR, MPI_COMM_WORLD);
-      for (int r = 0; r < procs.size && nonFinite.empty(); ++r)
-        nonFinite = std::string(names.data() + r * sizeof buf);
-    }
-#endif
-    for (size_t i = 0; i < compared.size(); ++i)
-      if (differs[i] > worst || worstName.empty()) {
-        worst = std::max(worst, differs[i]);
-        worstName = p.tensors[compared[i]].name;
-      }
-    // Beyond the tolerance: is it the partition, or a step so ill-conditioned that float32
-    // rounding alone moves it that far? The same unpartitioned step in another summation
-    // order (library calls for generated kernels, or the reverse) measures that noise per
-    // compared tensor. When rounding alone moves some tensor beyond the tolerance the step
-    // is ill-conditioned: float32 cannot tell a partition's error from its own noise (every
-    // tensor downstream of the ill-conditioned ops scatters), and the verdict is undecided
-    // (the double-precision interpreter decides: --kernels interp --verify). Otherwise the
-    // partition, not rounding, makes the difference.
-    std::vector<double> noise(compared.size(), 0.0);
-    bool noiseMeasured = false;
-    if (worst > tolerance && nonFinite.empty()) {
-      tofu::EngineOptions swapped = options;
-      swapped.library = !options.library;
-      auto again = makeEngine(p, oneExec, oneMemory, swapped, /*local=*/true);
-      if (!again)
-        return fail("the unpartitioned run in another summation order: " +
-                    llvm::toString(again.takeError()));
-      setValues(**again, data, data.tensors(), 0);
-      if (resumed)
-        if (llvm::Error e = tofu::restore(**again, *resumed))
-          return fail(llvm::toString(std::move(e)));
-      setBatch(**again, stepsBefore);
-      if (auto r = (*again)->step(); !r)
-        return fail("the unpartitioned run in another summation order: " +
-                    llvm::toString(r.takeError()));
-      for (size_t i = 0; i < compared.size(); ++i) {
-        const tofu::Tensor alt = (*again)->get(compared[i]);
-        for (size_t x = 0; x < wanted[i].size(); ++x) {
-          const float a = wanted[i][x], b = static_cast<float>(alt.data[x]);
-          noise[i] = std::isfinite(a) && std::isfinite(b)
-                         ? std::max(noise[i], double(std::abs(a - b)) /
-                                                  std::max(1.0, double(std::abs(a))))
-                         : std::numeric_limits<double>::infinity();
-        }
-      }
-      noiseMeasured = true;
-    }
-    bool ok = nonFinite.empty();
-    for (double d : differs)
-      ok &= d <= tolerance;
-    const double worstNoise = *std::max_element(noise.begin(), noise.end());
-    size_t noisy = 0; // tensors that rounding alone moves beyond the tolerance
-    for (double n : noise)
-      noisy += n > tolerance;
-    const bool undecided = noiseMeasured && !ok && worstNoise > tolerance;
-    if (!ok)
+    auto v = trainer.verify(tolerance);
+    if (!v)
+      return fail(v.takeError());
+    checked = std::move(*v);
+    if (!checked->passed)
       status = 1;
-    verifyJson = {{"passed", ok}, {"largest_relative_difference", worst},
-                  {"non_finite_tensor", nonFinite},
-                  {"worst_tensor", worstName}, {"tolerance", double(tolerance)},
-                  {"tensors_compared", compared.size()},
-                  {"verdict", ok ? "passed" : undecided ? "ill-conditioned" : "failed"}};
-    if (noiseMeasured) {
-      verifyJson["float32_noise"] = worstNoise;
-      verifyJson["noisy_tensors"] = noisy;
+    verifyJson = {{"passed", checked->passed},
+                  {"largest_relative_difference", checked->worst},
+                  {"non_finite_tensor", checked->nonFiniteTensor},
+                  {"worst_tensor", checked->worstTensor},
+                  {"tolerance", checked->tolerance},
+                  {"tensors_compared", checked->compared},
+                  {"verdict", checked->verdict}};
+    if (checked->noiseMeasured) {
+      verifyJson["float32_noise"] = checked->noise;
+      verifyJson["noisy_tensors"] = checked->noisy;
     }
   }
 
@@ -1229,44 +702,52 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     j["weight_decay"] = hyper.weightDecay;
     {
       std::vector<double> rates; // the learning rate of each step of this run
-      for (unsigned st = 0; st < steps; ++st)
-        rates.push_back(hyper.schedule.at(lr, stepsBefore + st));
+      for (unsigned st = 0; st < stepCount; ++st)
+        rates.push_back(hyper.schedule.at(lr, trainer.stepsBefore() + st));
       j["lr_per_step"] = rates;
     }
     j["batch"] = int64_t(batch);
-    j["steps"] = unsigned(steps);
+    j["steps"] = stepCount;
     j["step_seconds"] = stepSeconds;
     j["loss"] = losses;
     j["median_step_seconds"] = med;
     j["samples_per_second"] = med > 0 ? double(batch) / med : 0.0;
     j["worker_peak_bytes"] = peaks;
-    if (procs.on) {
-      j["processes"] = procs.size;
+    if (group->distributed()) {
+      j["processes"] = group->size();
       j["mpi_transport"] = std::string(mpiTransport);
-      j["process_arena_bytes"] = allocated;
-      j["process_resident_before_engine_bytes"] = residentBefore;
-      j["process_peak_resident_bytes"] = residentPeak;
-      j["process_verify_copy_bytes"] = verifyCopies; // the tiles --verify keeps from step 1
+      j["process_arena_bytes"] = pm.arena;
+      j["process_resident_before_engine_bytes"] = pm.residentBefore;
+      j["process_peak_resident_bytes"] = pm.residentPeak;
+      j["process_verify_copy_bytes"] = pm.verifyCopies; // the tiles --verify keeps from step 1
     }
     j["single_worker_peak_bytes"] = onePeak;
     j["bytes_moved"] = moved;
     j["predicted_bytes"] = predicted;
-    j["step_iterations"] = stepIterations((*engine)->program());
-    if (realData) {
+    j["step_iterations"] = tofu::stepIterations(engine.program());
+    if (ds) {
       j["data"] = ds->description;
       j["samples"] = ds->samples;
-      j["steps_per_epoch"] = stepsPerEpoch;
+      j["steps_per_epoch"] = trainer.stepsPerEpoch();
       // Batches assembled ahead, while the previous step ran: the time the steps still
       // waited for them, and the time spent assembling a batch that was not ready.
-      j["data_wait_seconds"] = prefetch ? prefetch->waitSeconds() : 0.0;
-      j["data_assemble_seconds"] = prefetch ? prefetch->assembleSeconds() : 0.0;
+      j["data_wait_seconds"] = trainer.dataWaitSeconds();
+      j["data_assemble_seconds"] = trainer.dataAssembleSeconds();
     }
-    if (evalEngine) {
-      j["eval"] = evalJson;
-      j["eval_arena_bytes"] = evalEngine->arenaBytes();
+    if (const tofu::Engine *ee = trainer.evalEngine()) {
+      nlohmann::json evals = nlohmann::json::array();
+      for (const tofu::EvalRecord &e : trainer.evaluations())
+        evals.push_back({{"step", e.step},
+                         {"epoch", e.epoch},
+                         {"loss", e.score.loss()},
+                         {"accuracy", e.score.accuracy()},
+                         {"samples", e.score.rows},
+                         {"seconds", e.seconds}});
+      j["eval"] = evals;
+      j["eval_arena_bytes"] = ee->arenaBytes();
     }
     j["compile_seconds"] = cs.seconds;
-    j["engine_build_seconds"] = buildSeconds;
+    j["engine_build_seconds"] = trainer.buildSeconds();
     j["kernels"] = cs.kernels;
     j["fused_nodes"] = fused.folded;
     j["library_instances"] = bs.library;
@@ -1277,18 +758,20 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       j["verify"] = verifyJson;
     if (profileTop > 0) {
       nlohmann::json perWorker = nlohmann::json::array();
-      for (const std::vector<tofu::NodeTime> &worker : (*engine)->profile()) {
+      for (const std::vector<tofu::NodeTime> &worker : engine.profile()) {
         nlohmann::json nodes = nlohmann::json::array();
         for (const tofu::NodeTime &n : worker)
-          nodes.push_back({{"node", n.node}, {"op", n.op}, {"kernel", n.kernel},
-                           {"compute_seconds", n.computeSeconds / steps},
-                           {"copy_seconds", n.copySeconds / steps},
-                           {"wait_seconds", n.waitSeconds / steps}});
+          nodes.push_back({{"node", n.node},
+                           {"op", n.op},
+                           {"kernel", n.kernel},
+                           {"compute_seconds", n.computeSeconds / stepCount},
+                           {"copy_seconds", n.copySeconds / stepCount},
+                           {"wait_seconds", n.waitSeconds / stepCount}});
         perWorker.push_back(nodes);
       }
       j["profile"] = perWorker; // per worker, per node in plan order
     }
-    if (!metricsFile.empty() && procs.rank == 0) {
+    if (!metricsFile.empty() && group->rank() == 0) {
       std::ofstream f(metricsFile);
       f << j.dump(1) << "\n";
       if (!f)
@@ -1301,7 +784,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   }
   llvm::outs() << fmt::format("\nloss {:.6f} -> {:.6f} over {} steps; median step {:.4f} s, {:.1f} "
                               "samples/s\n",
-                              losses.front(), losses.back(), unsigned(steps), med,
+                              losses.front(), losses.back(), stepCount, med,
                               med > 0 ? double(batch) / med : 0.0);
   if (losses.size() >= 20) { // one batch's loss is noisy: the trend over windows
     auto mean = [](auto from, auto to) { return std::accumulate(from, to, 0.0) / double(to - from); };
@@ -1311,18 +794,17 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   }
   llvm::outs() << fmt::format("bytes moved per step {} (the plan predicts {}: {})\n", moved,
                               predicted, moved == predicted ? "equal" : "DIFFERENT");
-  if (procs.on) {
+  if (group->distributed()) {
     llvm::outs() << "\n| worker (process) | planned arena | allocated by its process | / "
                     "(single-worker peak / k) | process resident: before the engine | peak "
                     "training | growth |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
     for (unsigned w = 0; w < workers; ++w)
-      llvm::outs() << fmt::format("| {} | {} | {} | {:.3f} | {} | {} | {} |\n", w,
-                                  tofu::humanBytes(double(peaks[w])),
-                                  tofu::humanBytes(double(allocated[w])),
-                                  double(peaks[w]) * workers / double(onePeak),
-                                  tofu::humanBytes(double(residentBefore[w])),
-                                  tofu::humanBytes(double(residentPeak[w])),
-                                  tofu::humanBytes(double(residentPeak[w] - residentBefore[w])));
+      llvm::outs() << fmt::format(
+          "| {} | {} | {} | {:.3f} | {} | {} | {} |\n", w, tofu::humanBytes(double(peaks[w])),
+          tofu::humanBytes(double(pm.arena[w])), double(peaks[w]) * workers / double(onePeak),
+          tofu::humanBytes(double(pm.residentBefore[w])),
+          tofu::humanBytes(double(pm.residentPeak[w])),
+          tofu::humanBytes(double(pm.residentPeak[w] - pm.residentBefore[w])));
   } else {
     llvm::outs() << "\n| worker | peak memory (arena) | / (single-worker peak / k) |\n| ---: | ---: | ---: |\n";
     for (unsigned w = 0; w < workers; ++w)
@@ -1333,8 +815,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   {
     const std::vector<int64_t> &scratch = bs.extraBytes;
     int64_t most = scratch.empty() ? 0 : *std::max_element(scratch.begin(), scratch.end());
-    if (procs.on) {
-      const std::vector<int64_t> all = gatherOverProcesses(most);
+    if (group->distributed()) {
+      const std::vector<int64_t> all = group->allGather(most);
       most = *std::max_element(all.begin(), all.end());
     }
     if (most > 0)
@@ -1342,25 +824,28 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                   "temporaries): {} per worker (at most)\n",
                                   tofu::humanBytes(double(most)));
   }
-  if (verify) {
-    const std::string verdict = verifyJson["verdict"].get<std::string>();
-    const std::string nonFinite = verifyJson["non_finite_tensor"].get<std::string>();
+  if (checked) {
+    const tofu::VerifyReport &v = *checked;
     llvm::outs() << fmt::format(
         "\nverify: {} (the first step against the unpartitioned step on the same engine: "
         "largest relative difference {:.3g} over the loss and {} updated weights and optimiser "
         "states, at '{}'; tolerance {:.0e}){}\n",
-        verdict == "passed" ? "PASSED" : verdict == "failed" ? "FAILED" : "UNDECIDED", worst,
-        verifyJson["tensors_compared"].get<size_t>() - 1, worstName, double(tolerance),
-        nonFinite.empty() ? "" : fmt::format("; the step made '{}' NaN or infinite", nonFinite));
-    if (verifyJson.contains("float32_noise")) {
+        v.verdict == "passed"   ? "PASSED"
+        : v.verdict == "failed" ? "FAILED"
+                                : "UNDECIDED",
+        v.worst, v.compared - 1, v.worstTensor, v.tolerance,
+        v.nonFiniteTensor.empty()
+            ? ""
+            : fmt::format("; the step made '{}' NaN or infinite", v.nonFiniteTensor));
+    if (v.noiseMeasured) {
       const std::string how = kernelsMode == "compiled" ? "generated kernels for library calls"
                                                         : "library calls for generated kernels";
-      if (verdict == "failed")
+      if (v.verdict == "failed")
         llvm::outs() << fmt::format(
             "verify: the unpartitioned step in another summation order ({}) reproduces itself "
             "within the tolerance (largest relative difference {:.3g}): the partition, not "
             "rounding, makes the difference\n",
-            how, verifyJson["float32_noise"].get<double>());
+            how, v.noise);
       else
         llvm::outs() << fmt::format(
             "verify: this step is ill-conditioned in float32: the unpartitioned step in another "
@@ -1368,20 +853,18 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
             "so rounding alone moves it beyond the tolerance and float32 cannot decide; "
             "--kernels interp --verify compares the partitioned step exactly, in double "
             "precision\n",
-            how, verifyJson["float32_noise"].get<double>(),
-            verifyJson["noisy_tensors"].get<size_t>(),
-            verifyJson["tensors_compared"].get<size_t>());
+            how, v.noise, v.noisy, v.compared);
     }
   }
   if (profileTop > 0) {
-    const auto &profile = (*engine)->profile();
+    const auto &profile = engine.profile();
     llvm::outs() << "\n| per step | compute s | copies s | waiting s |\n| ---: | ---: | ---: | ---: |\n";
     for (unsigned w = 0; w < profile.size(); ++w) {
       double compute = 0, copy = 0, wait = 0;
       for (const tofu::NodeTime &n : profile[w])
         compute += n.computeSeconds, copy += n.copySeconds, wait += n.waitSeconds;
-      llvm::outs() << fmt::format("| worker {} | {:.4f} | {:.4f} | {:.4f} |\n", w, compute / steps,
-                                  copy / steps, wait / steps);
+      llvm::outs() << fmt::format("| worker {} | {:.4f} | {:.4f} | {:.4f} |\n", w,
+                                  compute / stepCount, copy / stepCount, wait / stepCount);
     }
     std::vector<tofu::NodeTime> nodes = profile[0];
     std::sort(nodes.begin(), nodes.end(), [](const auto &a, const auto &b) {
@@ -1393,10 +876,10 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                                 "---: |\n",
                                 std::min<size_t>(profileTop, nodes.size()));
     for (size_t i = 0; i < nodes.size() && i < profileTop; ++i)
-      llvm::outs() << fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} |\n", nodes[i].node,
-                                  nodes[i].op, nodes[i].kernel, 1e3 * nodes[i].computeSeconds / steps,
-                                  1e3 * nodes[i].copySeconds / steps,
-                                  1e3 * nodes[i].waitSeconds / steps);
+      llvm::outs() << fmt::format(
+          "| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} |\n", nodes[i].node, nodes[i].op,
+          nodes[i].kernel, 1e3 * nodes[i].computeSeconds / stepCount,
+          1e3 * nodes[i].copySeconds / stepCount, 1e3 * nodes[i].waitSeconds / stepCount);
   }
   return status;
 }
@@ -1406,7 +889,7 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
                  const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
                  const tofu::InputArrays &inputs) {
   const bool json = format == "json";
-  auto planned = enginePlan(p, exec, memory, g.outputs);
+  auto planned = tofu::planForEngine(p, exec, memory, g.outputs, fusion);
   if (!planned)
     return fail(name + ": " + llvm::toString(planned.takeError()));
   auto engine = makeEngine(planned->fused.problem, planned->fused.plan, planned->memory,
@@ -1463,7 +946,7 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
                     missing,
                 2);
   // The output folder before the step, so that a step is never run for nothing.
-  if (!outputDir.empty() && procs.rank == 0)
+  if (!outputDir.empty() && group->rank() == 0)
     if (std::error_code ec = std::error_code();
         !std::filesystem::create_directories(std::string(outputDir), ec) && ec)
       return fail(fmt::format("--output-dir {}: {}", std::string(outputDir), ec.message()), 2);
@@ -1474,7 +957,7 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
   j["model"] = name;
   j["workers"] = unsigned(workers);
   j["seconds"] = r->seconds;
-  j["bytes_moved"] = sumOverProcesses(r->bytesMoved);
+  j["bytes_moved"] = group->sum(r->bytesMoved);
   if (!json)
     llvm::outs() << fmt::format("{}: forward on {} workers in {:.4f} s\n\n| output | shape | min | "
                                 "max | mean | file |\n| --- | --- | ---: | ---: | ---: | --- |\n",
@@ -1484,7 +967,7 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
     for (unsigned i = 0; i < p.tensors.size(); ++i)
       if (p.tensors[i].name == out)
         t = i;
-    const tofu::Tensor x = wholeOverProcesses(**engine, t);
+    const tofu::Tensor x = tofu::wholeTensor(**engine, t, *group);
     std::string file;
     if (!outputDir.empty()) {
       std::string safe = out;
@@ -1492,7 +975,7 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
         if (c == '/' || c == '\\' || c == ':')
           c = '_';
       file = outputDir + "/" + safe + ".npy";
-      if (procs.rank == 0)
+      if (group->rank() == 0)
         if (llvm::Error e = tofu::writeNpy(file, x.shape, std::vector<float>(x.data.begin(), x.data.end())))
           return fail(llvm::toString(std::move(e)));
     }
@@ -1554,23 +1037,13 @@ int run(int argc, char **argv) {
   }
 #ifdef TOFU_MPI_BACKEND
   if (backend == "mpi" || backend == "nccl") {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-    procs.on = true;
-    MPI_Comm_rank(MPI_COMM_WORLD, &procs.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &procs.size);
-    std::atexit([] {
-      int finalized = 0;
-      MPI_Finalized(&finalized);
-      if (!finalized)
-        MPI_Finalize();
-    });
+    group = &tofu::mpiProcessGroup(argc, argv);
     if (workers == 0)
-      workers = static_cast<unsigned>(procs.size);
-    if (workers != static_cast<unsigned>(procs.size))
+      workers = static_cast<unsigned>(group->size());
+    if (workers != static_cast<unsigned>(group->size()))
       return fail(fmt::format("--workers {} but mpirun started {} processes: one process runs "
                               "each worker (mpirun -np {})",
-                              unsigned(workers), procs.size, unsigned(workers)),
+                              unsigned(workers), group->size(), unsigned(workers)),
                   2);
     tofu::MpiTransport t;
     if (!tofu::parseMpiTransport(mpiTransport, t))
@@ -1580,8 +1053,8 @@ int run(int argc, char **argv) {
     if (kernelsMode == "interp")
       return fail("--kernels interp is the one-process reference executor; use --backend cpu", 2);
     // One report: the first process prints, the others only their errors.
-    if (procs.rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
-      return fail("cannot silence the standard output of process " + std::to_string(procs.rank));
+    if (group->rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
+      return fail("cannot silence the standard output of process " + std::to_string(group->rank()));
   }
 #endif
   if (mpiTransport.getNumOccurrences() > 0 && backend != "mpi")
@@ -1740,18 +1213,18 @@ int run(int argc, char **argv) {
   // Under MPI the first process searches and hands its plan to the others.
   pipeline.plan = [&](const tofu::Problem &p) -> llvm::Expected<tofu::PartitionPlan> {
     llvm::Expected<tofu::PartitionPlan> plan = tofu::PartitionPlan();
-    if (procs.rank == 0)
+    if (group->rank() == 0)
       plan = tofu::searchPlan(p, pipeline.search);
-    if (!procs.on)
+    if (!group->distributed())
       return plan;
     // A failed search fails rank 0, and fail() ends the job (the others wait in the broadcast).
     std::string text;
-    if (procs.rank == 0) {
+    if (group->rank() == 0) {
       if (!plan)
         return plan;
       text = tofu::encodePlan(*plan);
     }
-    auto decoded = tofu::decodePlan(textFromFirst(text), p);
+    auto decoded = tofu::decodePlan(group->fromFirst(text), p);
     if (!decoded)
       return tofu::stringError("the first process's plan: " + llvm::toString(decoded.takeError()));
     return decoded;
@@ -1798,13 +1271,12 @@ int run(int argc, char **argv) {
   }
   if (dumpPlan)
     llvm::outs() << tofu::execPlanDump(p, exec) << "\n";
-  tofu::MemoryPlan single = tofu::singleWorker(p, t->outputs).memory;
+  const tofu::SingleWorker single = tofu::singleWorker(p, t->outputs);
 
   // --eval: the model's forward graph, planned as the training plan restricted to it.
   std::optional<EvalSetup> evalSetup;
   if (!evalOpt.empty()) {
-    const tofu::GraphSource source = {model, graphFile, onnxFile, batch, dataInputs,
-                                      dataInputs.getNumOccurrences() > 0};
+    // The same source as training's (the same batch and data inputs), without the loss.
     std::string fwdName;
     auto fwd = tofu::loadGraph(source, *lib, &fwdName);
     if (!fwd)
@@ -1832,9 +1304,8 @@ int run(int argc, char **argv) {
         evalSetup->logits = i;
   }
   if (kernelsMode != "interp")
-    return runCompiled(p, *t, *loss, name, exec, memory, single.largestPeak(),
-                       p.exactCost(plan->steps), plan->algorithm,
-                       evalSetup ? &*evalSetup : nullptr);
+    return runCompiled(p, *t, *loss, name, exec, memory, single, p.exactCost(plan->steps),
+                       plan->algorithm, evalSetup ? &*evalSetup : nullptr);
 
   if (tolerance < 0)
     tolerance = 1e-4;
@@ -1854,7 +1325,7 @@ int run(int argc, char **argv) {
                               "{})\n",
                               runSeconds, result->bytesMoved, predicted,
                               result->bytesMoved == predicted ? "equal" : "DIFFERENT");
-  const int64_t onePeak = single.largestPeak();
+  const int64_t onePeak = single.memory.largestPeak();
   llvm::outs() << fmt::format("\n| worker | peak memory | / (single-worker peak / k) | tiles |\n"
                               "| ---: | ---: | ---: | ---: |\n");
   for (unsigned w = 0; w < workers; ++w)

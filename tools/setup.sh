@@ -26,6 +26,7 @@ packages=(
   cmake                  # examples/cmake_consumer (find_package(Tofu) against an install)
   pkgconf                # examples/c_consumer (pkg-config tofu)
   python3-torch          # examples/torch_plan.py, tools/torch_peer.py, ONNX fixtures
+  python3-torchvision    # tools/export_onnx_fixtures.py, which the PyTorch gradient oracle imports
   python3-onnx           # tools/fmnist.py reads a model's initial weights
   libopenblas0-pthread   # PyTorch's float32 products (the peers run ~30x slower without it)
   zlib1g-dev             # gzipped data sets (runtime/dataset)

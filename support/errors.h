@@ -1,0 +1,35 @@
+// Errors that say whose fault they are. A tool exits 2 on bad usage (an option, a file or
+// a setting the user gave that cannot work) and 1 on a failure of the run; a library that
+// finds bad usage deep inside (a checkpoint's metadata, a data set that fits no input)
+// returns a UsageError, and the tool's driver turns any error into its message and status.
+#ifndef TOFU_SUPPORT_ERRORS_H
+#define TOFU_SUPPORT_ERRORS_H
+
+#include <string>
+
+#include "llvm/Support/Error.h"
+
+namespace tofu {
+
+class UsageError : public llvm::ErrorInfo<UsageError> {
+public:
+  static char ID;
+  explicit UsageError(std::string message) : message_(std::move(message)) {}
+  void log(llvm::raw_ostream &os) const override;
+  std::error_code convertToErrorCode() const override;
+  std::string message() const override { return message_; }
+
+private:
+  std::string message_;
+};
+
+/// An error of bad usage (exit status 2).
+llvm::Error usageError(std::string message);
+
+/// The message of `e`, and the status a tool exits with: 2 for a UsageError, else 1.
+/// Consumes `e`, which must hold an error.
+int exitStatusOf(llvm::Error e, std::string &message);
+
+} // namespace tofu
+
+#endif // TOFU_SUPPORT_ERRORS_H
