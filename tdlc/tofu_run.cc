@@ -29,6 +29,8 @@
 #include <string>
 #include <thread>
 
+#include "analysis/checked.h"
+#include "api/pipeline.h"
 #include "codegen/exec_plan.h"
 #include "codegen/fusion.h"
 #include "codegen/memory_plan.h"
@@ -36,38 +38,24 @@
 #include "fmt/format.h"
 #include "graph/graph.h"
 #include "graph/zoo.h"
-#include "llvm/Support/CommandLine.h"
-#include "llvm/Support/raw_ostream.h"
 #include "nlohmann/json.hpp"
+#include "runtime/backend_registry.h"
 #include "runtime/cpu_executor.h"
+#include "runtime/cuda/kernel_report.h"
 #include "runtime/data_feed.h"
 #include "runtime/dataset.h"
 #include "runtime/engine.h"
-#include "runtime/training_data.h"
-#ifdef TOFU_CUDA_BACKEND
-#include "runtime/cuda/cuda_backend.h"
-#include "runtime/cuda/kernel_report.h"
-#endif
-#ifdef TOFU_MPI_BACKEND
-#include <mpi.h>
-
-#include "runtime/mpi/mpi_backend.h"
-#include "runtime/mpi/mpi_process_group.h"
-#endif
-#if defined(TOFU_MPI_BACKEND) && defined(TOFU_CUDA_BACKEND)
-#define TOFU_NCCL_BACKEND
-#include "runtime/nccl/nccl_backend.h"
-#endif
-#include "analysis/checked.h"
-#include "api/pipeline.h"
 #include "runtime/process_group.h"
 #include "runtime/trainer.h"
+#include "runtime/training_data.h"
 #include "search/report.h"
 #include "search/search.h"
 #include "support/errors.h"
 #include "support/files.h"
 #include "support/units.h"
 #include "tdlc/input_arrays.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
 
@@ -89,11 +77,6 @@ cl::opt<unsigned> workers("workers", cl::desc("Workers to partition across (requ
                           cl::value_desc("K"), cl::init(0), cl::cat(runCategory));
 cl::opt<std::string> algo("algo", cl::desc("The search algorithm (default tofu)"), cl::init("tofu"),
                           cl::cat(runCategory));
-#ifdef TOFU_CPU_BACKEND
-constexpr const char *kDefaultBackend = "cpu";
-#else
-constexpr const char *kDefaultBackend = "cuda";
-#endif
 cl::opt<std::string> backend("backend",
                              cl::desc("Executor: cpu (threads over host arenas), cuda (streams "
                                       "over arenas on one GPU; k workers share it), mpi (one "
@@ -101,7 +84,7 @@ cl::opt<std::string> backend("backend",
                                       "kernels) or nccl (one process per worker and GPU under "
                                       "mpirun, regions over NCCL; CUDA kernels); the default "
                                       "is the first this build has"),
-                             cl::init(kDefaultBackend), cl::cat(runCategory));
+                             cl::cat(runCategory));
 cl::opt<std::string> mpiTransport("mpi-transport",
                                   cl::desc("With --backend mpi: how regions cross processes: "
                                            "sendrecv (default: matched sends and receives) or "
@@ -322,78 +305,27 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-/// The backends this build has.
-std::vector<std::string> backends() {
-  std::vector<std::string> out;
-#ifdef TOFU_CPU_BACKEND
-  out.push_back("cpu");
-#endif
-#ifdef TOFU_CUDA_BACKEND
-  out.push_back("cuda");
-#endif
-#ifdef TOFU_MPI_BACKEND
-  out.push_back("mpi");
-#endif
-#ifdef TOFU_NCCL_BACKEND
-  out.push_back("nccl");
-#endif
-  return out;
+/// --tf32 and --mpi-transport, for the backends that read them.
+tofu::BackendSettings backendSettings() {
+  tofu::BackendSettings settings;
+  settings.tf32 = tf32;
+  if (mpiTransport.getNumOccurrences() > 0)
+    settings.mpiTransport = mpiTransport;
+  return settings;
 }
 
-/// The engine of --backend running `plan`.
+/// The engine of --backend running `plan` (runtime/backend_registry.h).
 /// `local`: the engine runs in this process alone (the unpartitioned reference of --verify).
 llvm::Expected<std::unique_ptr<tofu::Engine>> makeEngine(const tofu::Problem &p,
                                                          const tofu::ExecPlan &plan,
                                                          const tofu::MemoryPlan &memory,
                                                          const tofu::EngineOptions &options,
                                                          bool local = false) {
-#ifdef TOFU_MPI_BACKEND
-  if (group->distributed() && !local) {
-    auto program = tofu::buildProgram(p, plan, memory);
-    if (!program)
-      return program.takeError();
-    // Every process imported the model and built the program on its own: they must agree.
-    if (!group->sameOnEvery(std::hash<std::string>()(tofu::programDump(*program))))
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "the processes built different programs from the same "
-                                     "model (were they given different options or operator "
-                                     "libraries?)");
-#ifdef TOFU_NCCL_BACKEND
-    if (backend == "nccl") {
-      tofu::NcclBackendOptions nccl;
-      nccl.cuda.library = options.library;
-      nccl.cuda.tf32 = tf32;
-      return tofu::Engine::create(std::move(*program), tofu::makeNcclBackend(nccl), options);
-    }
-#endif
-    tofu::MpiBackendOptions mpi;
-    mpi.cpu.compile = options.compile;
-    mpi.cpu.threadsPerWorker = options.threadsPerWorker;
-    mpi.cpu.library = options.library;
-    tofu::parseMpiTransport(mpiTransport, mpi.transport);
-    return tofu::Engine::create(std::move(*program), tofu::makeMpiBackend(mpi), options);
-  }
-#endif
-#ifdef TOFU_CUDA_BACKEND
-  if (backend == "cuda" || backend == "nccl") { // nccl's local reference: this process's GPU
-    auto program = tofu::buildProgram(p, plan, memory);
-    if (!program)
-      return program.takeError();
-    tofu::CudaBackendOptions cuda;
-#ifdef TOFU_NCCL_BACKEND
-    if (backend == "nccl")
-      cuda.device = tofu::ncclProcessDevice();
-#endif
-    cuda.library = options.library;
-    cuda.tf32 = tf32;
-    return tofu::Engine::create(std::move(*program), tofu::makeCudaBackend(cuda), options);
-  }
-#endif
-#ifdef TOFU_CPU_BACKEND
-  return tofu::Engine::create(p, plan, memory, options);
-#else
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), "this build has no CPU backend");
-#endif
+  auto program = tofu::buildProgram(p, plan, memory);
+  if (!program)
+    return program.takeError();
+  return tofu::findBackend(backend)->make(std::move(*program), options, backendSettings(), *group,
+                                          local);
 }
 
 /// --kernel-report: the CUDA kernels' estimates for worker 0's share of every node.
@@ -573,7 +505,7 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     if (trainer.resumed())
       llvm::outs() << fmt::format("resumed from {} ({} steps trained before)\n",
                                   trainer.resumed()->path(), trainer.stepsBefore());
-    const bool gpu = backend == "cuda" || backend == "nccl";
+    const bool gpu = tofu::findBackend(backend)->gpu;
     const std::string engineName =
         backend == "nccl"      ? fmt::format("NCCL ({} processes, a GPU each) CUDA", group->size())
         : gpu                  ? "CUDA"
@@ -1026,18 +958,21 @@ int run(int argc, char **argv) {
     return 2;
   if (int(!model.empty()) + int(!graphFile.empty()) + int(!onnxFile.empty()) != 1)
     return fail("give exactly one of --model, --graph or --onnx (see --help)", 2);
-  {
-    const std::vector<std::string> have = backends();
-    if (std::find(have.begin(), have.end(), std::string(backend)) == have.end()) {
-      std::string list;
-      for (const std::string &b : have)
-        list += (list.empty() ? "" : ", ") + b;
-      return fail("--backend " + backend + " is not in this build (it has: " + list + ")", 2);
-    }
+  // The backends this build links (runtime/backend_registry.h); the default is the first.
+  const std::vector<std::string> have = tofu::backendNames();
+  if (have.empty())
+    return fail("this build has no backend", 1);
+  if (backend.empty())
+    backend = have.front();
+  const tofu::BackendEntry *entry = tofu::findBackend(backend);
+  if (!entry) {
+    std::string list;
+    for (const std::string &b : have)
+      list += (list.empty() ? "" : ", ") + b;
+    return fail("--backend " + backend + " is not in this build (it has: " + list + ")", 2);
   }
-#ifdef TOFU_MPI_BACKEND
-  if (backend == "mpi" || backend == "nccl") {
-    group = &tofu::mpiProcessGroup(argc, argv);
+  if (entry->processes) {
+    group = &entry->processes(argc, argv);
     if (workers == 0)
       workers = static_cast<unsigned>(group->size());
     if (workers != static_cast<unsigned>(group->size()))
@@ -1045,23 +980,19 @@ int run(int argc, char **argv) {
                               "each worker (mpirun -np {})",
                               unsigned(workers), group->size(), unsigned(workers)),
                   2);
-    tofu::MpiTransport t;
-    if (!tofu::parseMpiTransport(mpiTransport, t))
-      return fail("--mpi-transport must be get or sendrecv", 2);
-    if (backend == "nccl" && mpiTransport.getNumOccurrences() > 0)
-      return fail("--mpi-transport is for --backend mpi (nccl moves regions with NCCL)", 2);
+  }
+  if (std::string bad = entry->check(backendSettings()); !bad.empty())
+    return fail(bad, 2);
+  if (entry->processes) {
     if (kernelsMode == "interp")
       return fail("--kernels interp is the one-process reference executor; use --backend cpu", 2);
     // One report: the first process prints, the others only their errors.
     if (group->rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
       return fail("cannot silence the standard output of process " + std::to_string(group->rank()));
   }
-#endif
-  if (mpiTransport.getNumOccurrences() > 0 && backend != "mpi")
-    return fail("--mpi-transport is for --backend mpi", 2);
   if (workers == 0)
     return fail("--workers K is required (K >= 1)", 2);
-  if (workers > kMaxEngineWorkers && backend != "mpi" && backend != "nccl")
+  if (workers > kMaxEngineWorkers && !entry->processes)
     return fail(fmt::format("--workers {}: the {} engine runs every worker in this process (a "
                             "thread and an arena each) and takes at most {}; more workers run "
                             "as processes (--backend mpi)",
@@ -1084,9 +1015,9 @@ int run(int argc, char **argv) {
     return fail("--tolerance must be a finite number at least 0", 2);
   if (tolerance.getNumOccurrences() > 0 && !verify && kernelsMode != "interp")
     return fail("--tolerance applies to --verify (and to --kernels interp's comparison)", 2);
-  if (tf32 && backend != "cuda" && backend != "nccl")
+  if (tf32 && !entry->gpu)
     return fail("--tf32 is for --backend cuda", 2);
-  if (backend == "cuda" && kernelsMode == "interp")
+  if (entry->gpu && kernelsMode == "interp")
     return fail("--kernels interp is the CPU reference executor; use --backend cpu", 2);
   const std::optional<tofu::Optimizer> optimizerKind = tofu::optimizerNamed(optimizer);
   if (!optimizerKind)
