@@ -1,6 +1,6 @@
 // The ONNX translation table (ops/onnx_mapping.json): for each ONNX operator, the library
 // ops that implement it and the rules that turn a node into them, with a small expression
-// language for attributes, groups and conditions. The importer (graph/onnx_import.cc)
+// language for attributes, groups and conditions. The importer (graph/onnx_translate.cc)
 // interprets the rules; structural operators (reshapes, slices, recurrences) name a C++
 // handler instead.
 #ifndef TOFU_GRAPH_ONNX_RULES_H

@@ -1,0 +1,476 @@
+// The ONNX importer's parts, shared by its files (not a public header: graph/onnx_import.h
+// is). One Importer translates one model: onnx_import.cc reads the model (external data,
+// shape inference in a child process, the initializers) and runs the nodes in order;
+// onnx_fold.cc evaluates constant nodes (shape arithmetic) and onnx_translate.cc applies
+// the translation table's rules (ops/onnx_mapping.json). The table's handlers, where the
+// mapping is logic, are one file per family: onnx_layout.cc (reshape, slice, concat,
+// transpose, expand, pad, tile, resize), onnx_recurrent.cc (LSTM, GRU and RNN unrolled) and
+// onnx_einsum.cc. onnx_builder.cc adds nodes and constants to the graph being built;
+// onnx_values.cc holds the small constants, attributes and element types they all read.
+#ifndef TOFU_GRAPH_ONNX_IMPORT_INTERNAL_H
+#define TOFU_GRAPH_ONNX_IMPORT_INTERNAL_H
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+#include "graph/onnx_import.h"
+#include "graph/onnx_rules.h"
+#include "onnx/defs/schema.h"
+#include "onnx/onnx_pb.h"
+
+namespace tofu {
+namespace onnximport {
+
+/// The most entries of a matrix the importer builds to map one axis (Resize, edge and
+/// reflect Pad).
+constexpr int64_t kMaxAxisMap = int64_t(1) << 24;
+
+/// How ONNX Resize interpolates along an axis.
+struct ResizeSpec {
+  std::string mode = "nearest";         ///< nearest, linear or cubic
+  std::string transform = "half_pixel"; ///< coordinate_transformation_mode
+  std::string nearestMode = "round_prefer_floor";
+  double cubicA = -0.75;
+  bool excludeOutside = false;
+};
+
+std::vector<int64_t> intsAttr(const onnx::NodeProto &n, const std::string &name,
+                              std::vector<int64_t> dflt);
+
+std::optional<int64_t> intAttr(const onnx::NodeProto &n, const std::string &name);
+
+std::optional<float> floatAttr(const onnx::NodeProto &n, const std::string &name);
+
+std::string stringAttr(const onnx::NodeProto &n, const std::string &name, std::string dflt);
+
+/// The number of elements of a shape.
+int64_t elementCount(const std::vector<int64_t> &shape);
+
+/// A small constant tensor the importer evaluates itself (shape computations, scalars).
+struct Const {
+  std::vector<int64_t> shape;
+  std::vector<double> v; ///< row-major
+  bool isInt = false;
+  int64_t size() const { return elementCount(shape); }
+};
+
+/// The numpy broadcast of two shapes, or nullopt when they do not broadcast.
+std::optional<std::vector<int64_t>> broadcastShape(const std::vector<int64_t> &a,
+                                                   const std::vector<int64_t> &b);
+
+/// Reads a TensorProto's values (float, double, int32, int64, bool; raw or typed fields).
+std::optional<Const> constOf(const onnx::TensorProto &t);
+
+/// Numpy-style broadcast of two constants through `f`.
+std::optional<Const> broadcast(const Const &a, const Const &b,
+                               const std::function<double(double, double)> &f);
+
+/// An ONNX index bound: negative counts from the end; clamped to [0, m].
+int64_t bound(int64_t x, int64_t m);
+
+/// An integer constant held as a double, saturated to int64: INT64_MAX (an open-ended
+/// slice, `x[3:]`) is 2^63 as a double, which a plain conversion overflows.
+int64_t asInt(double x);
+
+/// The shape after ONNX Unsqueeze: `axes` index the output (negative from its end).
+std::vector<int64_t> unsqueezed(std::vector<int64_t> shape, std::vector<int64_t> axes);
+
+/// The shape after ONNX Squeeze: the listed axes go, or every size-1 axis when none is.
+std::vector<int64_t> squeezed(const std::vector<int64_t> &shape, std::vector<int64_t> axes);
+
+/// ONNX Reshape's target for an input of shape `from`: 0 copies the input's dimension
+/// (unless `allowZero`), -1 takes the elements left (0 when the rest is empty).
+std::vector<int64_t> reshapeTarget(const std::vector<int64_t> &from, std::vector<int64_t> to,
+                                   bool allowZero);
+
+/// Why a shape cannot be a tensor's (a negative extent, more elements than 64-bit byte
+/// counts hold), or empty.
+std::string badShape(const std::vector<int64_t> &dims);
+
+bool isIntType(int32_t t);
+
+/// `c` as a constant of ONNX element type `type`: integer types truncate, bool is x != 0.
+void convertTo(Const &c, int32_t type);
+
+/// The graph's name for an ONNX element type.
+/// What an element type Tofu's tensors cannot hold is ("strings"), or null for a number type.
+const char *unholdableType(int32_t t);
+
+std::string dtypeName(int32_t t);
+
+onnxrules::Value attrValue(const onnx::AttributeProto &a);
+
+/// The structural operators the importer translates in C++ (the table names them).
+/// The functions the table's expressions may call beside the built-in ones: what
+/// NodeEnv::call answers.
+const std::set<std::string> &importerFunctions();
+
+const std::set<std::string> &handlerNames();
+
+/// The table of `lib`'s directory, loaded once per directory (libraries are keyed by where
+/// they were loaded from, never by address: a library freed and another loaded at its
+/// address must not find the first one's table).
+llvm::Expected<const onnxrules::Table *> tableFor(const OpLibrary &lib);
+
+/// Resize's interpolation along one axis of extent `in` to `out`, as a matrix [out, in]
+/// (row-major), computed as ONNX's reference computes each output (1.12,
+/// onnx/backend/test/case/node/resize.py): output coordinate x maps to x_ori by the
+/// coordinate transformation; the mode's n neighbours of x_ori are the n integers nearest
+/// it (ties to the lower one, among those within ceil(n / 2) of the axis), each clamped onto
+/// the axis (edge padding), weighted by the mode's coefficients at ratio = x_ori -
+/// floor(x_ori) (1 where x_ori is an integer). `scale` is the axis's scale factor.
+std::vector<double> resizeMatrix(int64_t in, int64_t out, double scale, const ResizeSpec &s);
+
+/// Edge or reflect padding along an axis of extent `in` by `b` before and `e` after (either
+/// negative crops), as a selection matrix [in + b + e, in].
+std::vector<double> padMatrix(int64_t in, int64_t b, int64_t e, const std::string &mode);
+
+/// The attributes of window operators (convolutions, pooling) in the ranges they have a
+/// meaning in: strides, dilations and kernel extents at least 1, pads at least 0, group at
+/// least 1. Named by node and attribute.
+llvm::Error checkAttributes(const onnx::GraphProto &graph);
+
+/// ONNX's shape inference, strict: a node whose inputs do not fit its operator (ranks, an
+/// attribute out of range) is an error naming it, not an unknown shape.
+llvm::Error inferShapes(onnx::ModelProto &model);
+
+/// inferShapes in a child process. ONNX's inference functions trust their inputs' ranks
+/// (ConvTranspose reads dimensions of its weight that a malformed model does not have:
+/// a segfault), and those ranks are known only as inference reaches each node, so no check
+/// before it can guard them all. The child sends the inferred model back, or the error; a
+/// child killed by a signal is an error naming the signal. Where no child can be made, the
+/// inference runs here.
+llvm::Error inferShapesIsolated(onnx::ModelProto &model);
+
+/// Bytes per element of an ONNX element type whose raw data the importer reads, or 0.
+int64_t rawElementBytes(int32_t t);
+
+/// Reads every initializer's external data into its raw bytes. A location must be a relative
+/// path that stays inside `dir` (no `..`, no link out of it); offset and length must lie
+/// inside the file.
+llvm::Error loadExternalData(onnx::GraphProto &graph, const std::string &dir);
+
+/// Every initializer holds as many values as its shape says (raw bytes, or typed fields).
+llvm::Error checkInitializerSizes(const onnx::GraphProto &graph);
+
+class NodeEnv;
+
+class Importer {
+public:
+  Importer(const OpLibrary &lib, const onnxrules::Table &table, const OnnxImportOptions &options)
+      : lib_(lib), table_(table), options_(options) {}
+
+  llvm::Expected<Graph> run(onnx::ModelProto &model);
+
+private:
+  friend class NodeEnv;
+  using Handler = llvm::Error (Importer::*)(const onnx::NodeProto &, NodeEnv &);
+
+  llvm::Error translate(const onnx::NodeProto &n);
+  /// Constant indices checked against the axis they index (Gather's).
+  llvm::Error checkConstantIndices(const onnx::NodeProto &n);
+  /// The rules or the handler of `entry`, into the current graph.
+  llvm::Error translateWith(const onnx::NodeProto &n, const onnxrules::Entry &entry);
+  llvm::Error applyRule(const onnx::NodeProto &n, const onnxrules::Rule &rule, NodeEnv &env);
+  llvm::Error runSteps(const onnx::NodeProto &n, const std::vector<onnxrules::Step> &steps,
+                       NodeEnv &env, int defaultOutput, std::string prev, const std::string &suffix,
+                       std::string *result);
+  llvm::Expected<std::string> resolve(const onnx::NodeProto &n, const onnxrules::InputRef &r,
+                                      NodeEnv &env, const std::string &prev,
+                                      const std::vector<std::string> &results);
+  /// Evaluates `n` through the interpreter when all its inputs are constants: its library
+  /// ops are built in a scratch graph and run. False when it cannot be (the node is then
+  /// translated into the graph).
+  bool foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entry &entry);
+
+  llvm::Error reshapeOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error sliceOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error concatOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error transposeOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error expandOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error padOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error tileOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error resizeOp(const onnx::NodeProto &n, NodeEnv &env);
+  /// `x` mapped linearly along `axis` by the constant matrix `m` ([rows, extent of the
+  /// axis], row-major): the library's AxisMap op.
+  std::string axisMap(const std::string &name, const std::string &x, int64_t axis, int64_t rows,
+                      std::vector<double> m, const std::string &out);
+  llvm::Error recurrentOp(const onnx::NodeProto &n, NodeEnv &env);
+  llvm::Error einsumOp(const onnx::NodeProto &n, NodeEnv &env);
+  /// `parts` concatenated along `axis` by a balanced tree of Concat ops.
+  std::string concatAll(const std::string &name, std::vector<std::string> parts, int64_t axis,
+                        const std::string &out);
+  /// `count` entries of `x` from `start` along `axis`.
+  std::string sliceAxis(const std::string &name, const std::string &x, int64_t axis, int64_t start,
+                        int64_t count);
+  /// `x` reshaped to `to` (itself when it has that shape).
+  std::string reshaped(const std::string &name, const std::string &x,
+                       const std::vector<int64_t> &to);
+
+  std::string node(const std::string &name, const std::string &op, std::vector<std::string> in,
+                   std::map<std::string, int64_t> attrs = {},
+                   std::map<std::string, int64_t> groups = {}, const std::string &output = "");
+  /// A constant tensor of the graph (an input with its values).
+  std::string constant(const std::string &name, std::vector<int64_t> shape,
+                       std::vector<double> values, bool isInt);
+  const std::vector<int64_t> &shapeOf(const std::string &tensor) { return shapes_[tensor]; }
+  void keep(llvm::Error e) {
+    if (e && !error_)
+      error_ = std::move(e);
+    else
+      llvm::consumeError(std::move(e));
+  }
+  /// Evaluates `n` when all its inputs are constants (shape arithmetic); false when it
+  /// is not foldable.
+  bool fold(const onnx::NodeProto &n);
+  /// A constant consumed by a translated node becomes a graph input of its shape.
+  void materialize(const std::string &name);
+  /// Input `k` of `n` as a tensor of the graph, or an error.
+  llvm::Expected<std::string> tensorInput(const onnx::NodeProto &n, int k);
+  /// The values of a constant input, or an error naming what is needed.
+  llvm::Expected<std::vector<int64_t>> ints(const std::string &tensor, const std::string &what);
+  /// The axes of Unsqueeze, Squeeze and reductions: the `axes` attribute (opsets before
+  /// 13/18) or the constant second input.
+  llvm::Expected<std::vector<int64_t>> axesOf(const onnx::NodeProto &n) {
+    if (n.input_size() > 1 && !n.input(1).empty())
+      return ints(n.input(1), "axes");
+    return intsAttr(n, "axes", {});
+  }
+  /// Reshape `x` (of `from`) to `to` (same element count) with split/merge/squeeze ops.
+  std::string reshape(const std::string &name, std::string x, std::vector<int64_t> from,
+                      const std::vector<int64_t> &to, const std::string &out);
+  /// `in` with its axes permuted (output axis d is input axis perm[d]), by the library's
+  /// Transpose_<perm> ops of ranks 2 to 4 on merged axes, or block moves at higher ranks.
+  std::string transpose(const std::string &name, const std::string &in,
+                        const std::vector<int64_t> &perm, const std::string &out);
+  /// `x` broadcast numpy-style to `to` (leading axes added, size-1 axes expanded).
+  std::string broadcastTo(const std::string &name, std::string x, const std::vector<int64_t> &to,
+                          const std::string &out = "");
+  /// The name of `n` in messages and in the graph.
+  std::string nameOf(const onnx::NodeProto &n) {
+    auto it = names_.find(&n);
+    if (it != names_.end())
+      return it->second;
+    std::string name = n.name().empty() ? fmt::format("{}_{}", n.op_type(), counter_++) : n.name();
+    names_[&n] = name;
+    return name;
+  }
+  llvm::Error where(const onnx::NodeProto &n, const std::string &msg) {
+    return stringError(fmt::format("node '{}' (ONNX {}): {}", nameOf(n), n.op_type(), msg));
+  }
+
+  /// The values of `name`: a constant the importer evaluated, else a graph input given
+  /// ahead with its values (never folded into the graph: only ops that need a constant
+  /// read it). Null when neither.
+  const Const *known(const std::string &name) const {
+    if (auto it = consts_.find(name); it != consts_.end())
+      return &it->second;
+    if (auto it = given_.find(name); it != given_.end())
+      return &it->second;
+    return nullptr;
+  }
+
+  std::map<std::string, Const> consts_;
+  std::map<std::string, Const> given_; ///< inputs given ahead with their values
+  const OpLibrary &lib_;
+  const onnxrules::Table &table_;
+  OnnxImportOptions options_;
+  Graph g_;
+  int opset_ = 17;
+  std::map<std::string, std::vector<int64_t>> shapes_;
+  std::map<std::string, int32_t> types_; ///< ONNX element types, where known
+  std::set<std::string> consumed_;       ///< tensors some node or the graph's outputs read
+  std::map<const onnx::NodeProto *, std::string> names_;
+  std::string group_;    // the ONNX node being translated: all its TDL nodes share its group
+  std::string coalesce_; // the coalesce key of the nodes being added (unrolled recurrences)
+  llvm::Error error_ = llvm::Error::success();
+  unsigned counter_ = 0;
+};
+
+/// Names and functions of the table's expressions while node `n` is translated.
+class NodeEnv : public onnxrules::Env {
+public:
+  using Value = onnxrules::Value;
+  NodeEnv(Importer &im, const onnx::NodeProto &n) : im_(im), n_(n) {
+    schema_ = onnx::OpSchemaRegistry::Schema(n.op_type(), im.opset_, "");
+  }
+  std::map<std::string, Value> vars;
+
+  const std::string &input(int k) const {
+    static const std::string none;
+    return k >= 0 && k < n_.input_size() ? n_.input(k) : none;
+  }
+  bool present(int k) const { return !input(k).empty(); }
+  int inputs() const {
+    int c = n_.input_size();
+    while (c > 0 && n_.input(c - 1).empty())
+      --c;
+    return c;
+  }
+
+  Value name(const std::string &id) override {
+    if (auto it = vars.find(id); it != vars.end())
+      return it->second;
+    for (const onnx::AttributeProto &a : n_.attribute())
+      if (a.name() == id)
+        return attrValue(a);
+    if (schema_) {
+      const auto &attrs = schema_->attributes();
+      if (auto it = attrs.find(id); it != attrs.end())
+        return attrValue(it->second.default_value);
+    }
+    if (id == "rank")
+      return rank(0);
+    if (id == "inputs")
+      return Value::number(inputs());
+    if (id == "outputs")
+      return Value::number(n_.output_size());
+    if (id == "opset")
+      return Value::number(im_.opset_);
+    return Value();
+  }
+
+  Value rank(int k) {
+    if (!present(k) || !im_.shapes_.count(input(k)))
+      return Value();
+    return Value::number(double(im_.shapes_[input(k)].size()));
+  }
+  Value shape(const std::string &t) {
+    auto it = im_.shapes_.find(t);
+    if (t.empty() || it == im_.shapes_.end())
+      return Value();
+    return Value::ofList(std::vector<double>(it->second.begin(), it->second.end()));
+  }
+  /// Begin (`end` false) or end padding of spatial axis `d` of a convolution or pooling:
+  /// auto_pad resolved, and the end padding grown to what the inferred output needs (ceil
+  /// mode).
+  llvm::Expected<Value> pad(int d, bool end) {
+    Value x = shape(input(0)), y = shape(n_.output(0));
+    if (!x.defined() || size_t(d + 2) >= x.list.size())
+      return Value();
+    double in = x.list[d + 2];
+    Value ks = name("kernel_shape");
+    double k =
+        ks.defined() && size_t(d) < ks.list.size() ? ks.list[d]
+        : present(1) && shape(input(1)).defined() && size_t(d + 2) < shape(input(1)).list.size()
+            ? shape(input(1)).list[d + 2]
+            : 1;
+    auto at = [&](const std::string &attr, size_t i, double dflt) {
+      Value v = name(attr);
+      return v.defined() && i < v.list.size() ? v.list[i] : dflt;
+    };
+    double s = at("strides", d, 1), dil = at("dilations", d, 1);
+    size_t spatial = x.list.size() - 2;
+    // The output extent: ONNX's inference, else the operator's formula (floor or ceil mode).
+    double out;
+    if (y.defined() && size_t(d + 2) < y.list.size()) {
+      out = y.list[d + 2];
+    } else {
+      double span = in + at("pads", d, 0) + at("pads", d + spatial, 0) - ((k - 1) * dil + 1);
+      Value ceilMode = name("ceil_mode");
+      bool up = ceilMode.kind == Value::Kind::Num && ceilMode.num != 0;
+      out = (up ? std::ceil(span / s) : std::floor(span / s)) + 1;
+    }
+    double needed = std::max(0.0, (out - 1) * s + (k - 1) * dil + 1 - in);
+    Value autoPad = name("auto_pad");
+    std::string mode = autoPad.kind == Value::Kind::Str ? autoPad.str : "NOTSET";
+    double b, e;
+    if (mode == "SAME_UPPER" || mode == "SAME_LOWER") {
+      b = mode == "SAME_UPPER" ? std::floor(needed / 2) : std::ceil(needed / 2);
+      e = needed - b;
+    } else if (mode == "VALID") {
+      b = 0;
+      e = 0;
+    } else {
+      b = at("pads", d, 0);
+      e = std::max(at("pads", d + spatial, 0), needed - b);
+    }
+    return Value::number(end ? e : b);
+  }
+
+  std::optional<llvm::Expected<Value>> call(const std::string &fn,
+                                            const std::vector<Value> &a) override {
+    auto index = [&](size_t i) -> int {
+      return i < a.size() && a[i].kind == Value::Kind::Num ? int(a[i].num) : -1;
+    };
+    if (fn == "rank")
+      return rank(a.empty() ? 0 : index(0));
+    if (fn == "present")
+      return Value::number(present(index(0)));
+    if (fn == "shape")
+      return shape(input(index(0)));
+    if (fn == "oshape")
+      return shape(index(0) >= 0 && index(0) < n_.output_size() ? n_.output(index(0)) : "");
+    if (fn == "in" || fn == "out") {
+      Value s =
+          fn == "in"
+              ? shape(input(index(0)))
+              : shape(index(0) >= 0 && index(0) < n_.output_size() ? n_.output(index(0)) : "");
+      if (!s.defined() || a.size() < 2 || a[1].kind != Value::Kind::Num)
+        return Value();
+      int64_t d = int64_t(a[1].num), r = int64_t(s.list.size());
+      d = d < 0 ? d + r : d;
+      return d >= 0 && d < r ? Value::number(s.list[d]) : Value();
+    }
+    if (fn == "used") {
+      int k = index(0);
+      return Value::number(k >= 0 && k < n_.output_size() && !n_.output(k).empty() &&
+                           im_.consumed_.count(n_.output(k)));
+    }
+    if (fn == "const") {
+      const Const *c = im_.known(input(index(0)));
+      if (!c)
+        return Value();
+      return Value::ofList(c->v);
+    }
+    if (fn == "isint") { // input k holds integers (ONNX's element type)
+      auto it = im_.types_.find(input(index(0)));
+      return Value::number(it != im_.types_.end() && isIntType(it->second));
+    }
+    if (fn == "has") {
+      if (a.size() != 1 || a[0].kind != Value::Kind::Str)
+        return llvm::Expected<Value>(stringError("has() takes an attribute name"));
+      for (const onnx::AttributeProto &attr : n_.attribute())
+        if (attr.name() == a[0].str)
+          return Value::number(1);
+      return Value::number(0);
+    }
+    if (fn == "norm") { // an axis (or list of axes) counted from the end when negative
+      if (a.empty() || !a[0].defined())
+        return Value();
+      Value r = a.size() > 1 ? a[1] : rank(0);
+      if (!r.defined())
+        return Value();
+      auto fix = [&](double x) { return x < 0 ? x + r.num : x; };
+      if (a[0].kind == Value::Kind::Num)
+        return Value::number(fix(a[0].num));
+      Value l = a[0];
+      for (double &x : l.list)
+        x = fix(x);
+      return l;
+    }
+    if (fn == "padb" || fn == "pade") {
+      if (index(0) < 0)
+        return Value();
+      return pad(index(0), fn == "pade");
+    }
+    return std::nullopt;
+  }
+
+private:
+  Importer &im_;
+  const onnx::NodeProto &n_;
+  const onnx::OpSchema *schema_ = nullptr;
+};
+
+} // namespace onnximport
+} // namespace tofu
+
+#endif // TOFU_GRAPH_ONNX_IMPORT_INTERNAL_H

@@ -1,0 +1,374 @@
+// A node through the translation table (ops/onnx_mapping.json): its rules, their steps
+// and the inputs they resolve, or its handler.
+#include "graph/onnx_import_internal.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "analysis/checked.h"
+#include "analysis/interpreter.h"
+#include "fmt/format.h"
+#include "fmt/ranges.h"
+#include "graph/onnx_rules.h"
+#include "onnx/defs/schema.h"
+#include "onnx/onnx_pb.h"
+
+namespace tofu {
+namespace onnximport {
+
+llvm::Error Importer::translate(const onnx::NodeProto &n) {
+  const std::string &op = n.op_type();
+  std::string name = nameOf(n);
+  group_ = name;
+  coalesce_.clear();
+  if (!n.domain().empty() && n.domain() != "ai.onnx")
+    return where(n, fmt::format("operators of domain '{}' are not supported", n.domain()));
+  if (fold(n))
+    return llvm::Error::success();
+  if (n.output_size() < 1)
+    return where(n, "has no output");
+  const onnxrules::Entry *entry = table_.find(op);
+  if (!entry)
+    return where(n, fmt::format("not an operator of ONNX opset {} that the translation table "
+                                "lists",
+                                table_.opset()));
+  if (!entry->notDescribable.empty())
+    return where(n, "TDL cannot describe it (" + entry->notDescribable + ")");
+  if (!entry->folded.empty())
+    return where(n, "its inputs must be static (" + entry->folded + ")");
+  if (entry->rules.empty() && entry->handler.empty())
+    return where(n, "the importer does not translate it yet" +
+                        (entry->missing.empty() ? std::string() : " (" + entry->missing + ")"));
+  if (foldByInterpreter(n, *entry))
+    return llvm::Error::success();
+  if (llvm::Error e = checkConstantIndices(n))
+    return e;
+  return translateWith(n, *entry);
+}
+
+llvm::Error Importer::checkConstantIndices(const onnx::NodeProto &n) {
+  // Gather's constant indices lie on the axis ([-extent, extent)): an index outside would
+  // read zeros (TDL's value outside a tensor), not an error.
+  if (n.op_type() != "Gather" || n.input_size() < 2)
+    return llvm::Error::success();
+  auto c = consts_.find(n.input(1));
+  auto data = shapes_.find(n.input(0));
+  if (c == consts_.end() || data == shapes_.end())
+    return llvm::Error::success();
+  const int64_t rank = static_cast<int64_t>(data->second.size());
+  int64_t axis = 0;
+  for (const onnx::AttributeProto &a : n.attribute())
+    if (a.name() == "axis")
+      axis = a.i();
+  if (axis < -rank || axis >= rank)
+    return where(n, fmt::format("axis {} is outside the data's rank {}", axis, rank));
+  const int64_t extent = data->second[static_cast<size_t>(axis < 0 ? axis + rank : axis)];
+  for (double v : c->second.v)
+    if (v < -static_cast<double>(extent) || v >= static_cast<double>(extent))
+      return where(n, fmt::format("index {} is outside axis {} of extent {} (indices lie in "
+                                  "[-{}, {}))",
+                                  static_cast<int64_t>(v), axis, extent, extent, extent));
+  return llvm::Error::success();
+}
+
+llvm::Error Importer::translateWith(const onnx::NodeProto &n, const onnxrules::Entry &entry) {
+  NodeEnv env(*this, n);
+  if (!entry.handler.empty()) {
+    static const std::map<std::string, Handler> handlers = {
+        {"reshape", &Importer::reshapeOp}, {"slice", &Importer::sliceOp},
+        {"concat", &Importer::concatOp},   {"transpose", &Importer::transposeOp},
+        {"expand", &Importer::expandOp},   {"pad", &Importer::padOp},
+        {"tile", &Importer::tileOp},       {"recurrent", &Importer::recurrentOp},
+        {"einsum", &Importer::einsumOp},   {"resize", &Importer::resizeOp}};
+    return (this->*handlers.at(entry.handler))(n, env);
+  }
+  for (const auto &[key, e] : entry.lets) {
+    auto v = onnxrules::eval(*e, env);
+    if (!v)
+      return where(
+          n, fmt::format("the translation table's '{}': {}", key, llvm::toString(v.takeError())));
+    env.vars[key] = std::move(*v);
+  }
+  for (const onnxrules::Rule &rule : entry.rules) {
+    if (rule.when) {
+      auto w = onnxrules::eval(*rule.when, env);
+      if (!w)
+        return where(n, "the translation table's condition: " + llvm::toString(w.takeError()));
+      if (!(w->kind == onnxrules::Value::Kind::Num && w->num != 0))
+        continue;
+    }
+    return applyRule(n, rule, env);
+  }
+  return where(n, "no rule of the translation table applies to this node (its attributes or "
+                  "input ranks are not translated)");
+}
+
+llvm::Error Importer::applyRule(const onnx::NodeProto &n, const onnxrules::Rule &rule,
+                                NodeEnv &env) {
+  for (const auto &[cond, why] : rule.refuse) {
+    auto v = onnxrules::eval(*cond, env);
+    if (!v)
+      return where(n, "the translation table's condition: " + llvm::toString(v.takeError()));
+    if (v->kind == onnxrules::Value::Kind::Num && v->num != 0)
+      return where(n, why);
+  }
+  if (rule.eachOutput) {
+    for (int o = 0; o < n.output_size(); ++o) {
+      if (n.output(o).empty())
+        continue;
+      env.vars["o"] = onnxrules::Value::number(o);
+      if (auto e = runSteps(n, rule.steps, env, o, "", fmt::format("_out{}", o), nullptr))
+        return e;
+    }
+    return llvm::Error::success();
+  }
+  if (rule.chain) {
+    int count = env.inputs();
+    if (count < 2)
+      return where(n, "needs at least two inputs");
+    auto first = tensorInput(n, 0);
+    if (!first)
+      return first.takeError();
+    std::string acc = *first;
+    for (int k = 1; k < count; ++k) {
+      env.vars["k"] = onnxrules::Value::number(k);
+      if (auto e = runSteps(n, rule.steps, env, k + 1 == count ? 0 : -1, acc,
+                            k == 1 ? "" : fmt::format("_{}", k), &acc))
+        return e;
+    }
+    return llvm::Error::success();
+  }
+  return runSteps(n, rule.steps, env, 0, "", "", nullptr);
+}
+
+llvm::Expected<std::string> Importer::resolve(const onnx::NodeProto &n,
+                                              const onnxrules::InputRef &r, NodeEnv &env,
+                                              const std::string &prev,
+                                              const std::vector<std::string> &results) {
+  using Kind = onnxrules::InputRef::Kind;
+  std::string name = nameOf(n);
+  switch (r.kind) {
+  case Kind::Onnx: {
+    int k = r.index;
+    if (k == -1) // a chain's current input
+      k = int(env.vars["k"].num);
+    if (!env.present(k) && r.orElse)
+      return resolve(n, *r.orElse, env, prev, results);
+    auto t = tensorInput(n, k);
+    if (t && r.frozen)
+      if (TensorInfo *info = g_.tensor(*t);
+          info && !g_.producer(*t) && info->role == TensorRole::Weight)
+        info->role = TensorRole::Input;
+    return t;
+  }
+  case Kind::Prev:
+    if (prev.empty())
+      return where(n, "the translation table's step reads 'prev' before any step ran");
+    return prev;
+  case Kind::Step:
+    if (r.index < 0 || size_t(r.index) >= results.size() || results[r.index].empty())
+      return where(
+          n, fmt::format("the translation table's step reads step {}, which did not run", r.index));
+    return results[r.index];
+  case Kind::NewInput: {
+    std::string t = fmt::format("{}_{}", name, r.label);
+    if (!g_.tensor(t)) {
+      auto shape = onnxrules::eval(*r.shape, env);
+      if (!shape)
+        return shape.takeError();
+      if (shape->kind != onnxrules::Value::Kind::List)
+        return where(n, "the translation table's new input needs a shape");
+      TensorInfo info;
+      info.name = t;
+      info.group = t;
+      info.shape.assign(shape->list.begin(), shape->list.end());
+      info.shapeKnown = true;
+      info.role = TensorRole::Input;
+      shapes_[t] = info.shape;
+      keep(g_.addTensor(std::move(info)));
+    }
+    return t;
+  }
+  case Kind::Scalar:
+  case Kind::Fill: {
+    auto v = onnxrules::eval(*r.value, env);
+    if (!v)
+      return where(n, "the translation table's constant: " + llvm::toString(v.takeError()));
+    if (v->kind != onnxrules::Value::Kind::Num)
+      return where(n,
+                   fmt::format("the translation table's constant is {}, not a number", v->text()));
+    std::vector<int64_t> shape;
+    if (r.kind == Kind::Fill) {
+      auto s = onnxrules::eval(*r.shape, env);
+      if (!s)
+        return s.takeError();
+      if (s->kind != onnxrules::Value::Kind::List)
+        return where(n, fmt::format("the translation table's constant shape is {}", s->text()));
+      shape.assign(s->list.begin(), s->list.end());
+    }
+    std::vector<double> values(size_t(elementCount(shape)), v->num);
+    return constant(fmt::format("{}_c{}", name, counter_++), shape, std::move(values), r.integer);
+  }
+  }
+  return where(n, "bad input reference");
+}
+
+llvm::Error Importer::runSteps(const onnx::NodeProto &n, const std::vector<onnxrules::Step> &steps,
+                               NodeEnv &env, int defaultOutput, std::string prev,
+                               const std::string &suffix, std::string *result) {
+  using onnxrules::Value;
+  std::string name = nameOf(n) + suffix;
+  auto integer = [&](const onnxrules::ExprPtr &e,
+                     const std::string &what) -> llvm::Expected<int64_t> {
+    auto v = onnxrules::eval(*e, env);
+    if (!v)
+      return where(n, fmt::format("{}: {}", what, llvm::toString(v.takeError())));
+    if (v->kind != Value::Kind::Num || v->num != std::floor(v->num))
+      return where(n, fmt::format("{} is {}, not an integer (an attribute the translation "
+                                  "needs is absent or out of range)",
+                                  what, v->text()));
+    return int64_t(v->num);
+  };
+  // Which steps run, and which ONNX output each produces.
+  std::vector<bool> active(steps.size(), true);
+  std::vector<int> produces(steps.size(), -1);
+  int last = -1;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    if (steps[k].cond) {
+      auto c = onnxrules::eval(*steps[k].cond, env);
+      if (!c)
+        return where(n, "the translation table's condition: " + llvm::toString(c.takeError()));
+      active[k] = c->kind == Value::Kind::Num && c->num != 0;
+    }
+    if (!active[k])
+      continue;
+    if (steps[k].output) {
+      auto o = integer(steps[k].output, "the step's output");
+      if (!o)
+        return o.takeError();
+      produces[k] = int(*o);
+    } else {
+      last = int(k);
+    }
+  }
+  // The last step without an output of its own produces the default one, unless a step
+  // names it.
+  if (last >= 0 && defaultOutput >= 0 &&
+      std::find(produces.begin(), produces.end(), defaultOutput) == produces.end())
+    produces[last] = defaultOutput;
+  std::vector<std::string> results(steps.size());
+  bool first = true;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    if (!active[k])
+      continue;
+    const onnxrules::Step &s = steps[k];
+    std::vector<std::string> inputs;
+    for (const onnxrules::InputRef &r : s.inputs) {
+      auto t = resolve(n, r, env, prev, results);
+      if (!t)
+        return t.takeError();
+      inputs.push_back(*t);
+    }
+    std::map<std::string, int64_t> attrs, groups;
+    for (const auto &[key, e] : s.attrs) {
+      auto v = integer(e, fmt::format("attribute {} of {}", key, s.op));
+      if (!v)
+        return v.takeError();
+      attrs[key] = *v;
+    }
+    for (const auto &[key, e] : s.groups) {
+      auto v = integer(e, fmt::format("group {} of {}", key, s.op));
+      if (!v)
+        return v.takeError();
+      if (*v < 0)
+        return where(n, fmt::format("group {} of {} would have length {}", key, s.op, *v));
+      groups[key] = *v;
+    }
+    std::string stepName =
+        first ? name : fmt::format("{}_{}{}", name, s.op.substr(s.op[0] == '@'), k);
+    first = false;
+    std::string out;
+    if (produces[k] >= 0) {
+      if (produces[k] >= n.output_size())
+        return where(n, fmt::format("the translation table's step produces output {}, which the "
+                                    "node does not have",
+                                    produces[k]));
+      out = n.output(produces[k]);
+    }
+    if (s.op == "@reshape") {
+      auto shape = onnxrules::eval(*s.shape, env);
+      if (!shape)
+        return where(n, "the translation table's shape: " + llvm::toString(shape.takeError()));
+      if (shape->kind != Value::Kind::List || inputs.size() != 1)
+        return where(n, fmt::format("the translation table's reshape needs one input and a shape, "
+                                    "not {}",
+                                    shape->text()));
+      std::vector<int64_t> to(shape->list.begin(), shape->list.end());
+      const std::vector<int64_t> &from = shapeOf(inputs[0]);
+      if (elementCount(to) != elementCount(from))
+        return where(n, fmt::format("cannot reshape [{}] to [{}]", fmt::join(from, ", "),
+                                    fmt::join(to, ", ")));
+      results[k] = reshape(stepName, inputs[0], from, to, out);
+      if (error_)
+        return std::move(error_);
+      prev = results[k];
+      continue;
+    }
+    std::string op = s.op;
+    if (!s.broadcast.empty()) {
+      std::vector<int64_t> target;
+      for (int p : s.broadcast) {
+        auto b = broadcastShape(target, shapeOf(inputs[p]));
+        if (!b)
+          return where(n, "its inputs do not broadcast");
+        target = *b;
+      }
+      if (s.broadcastTo) {
+        auto t = onnxrules::eval(*s.broadcastTo, env);
+        if (!t)
+          return where(n,
+                       "the translation table's broadcast shape: " + llvm::toString(t.takeError()));
+        if (t->kind != Value::Kind::List)
+          return where(n, "the translation table's broadcast shape is " + t->text());
+        target.assign(t->list.begin(), t->list.end());
+      }
+      // A second operand that only lacks leading axes: the trailing-aligned op.
+      bool trailing = false;
+      if (!s.trailingOp.empty() && s.broadcast.size() == 2) {
+        std::string &a = inputs[s.broadcast[0]], &b = inputs[s.broadcast[1]];
+        std::vector<int64_t> bs = shapeOf(b);
+        if (shapeOf(a) == target && bs.size() < target.size()) {
+          std::vector<int64_t> suffixShape(target.end() - bs.size(), target.end());
+          b = broadcastTo(stepName + "_b", b, suffixShape);
+          trailing = true;
+          op = s.trailingOp;
+          groups = {{"p", int64_t(target.size() - bs.size())}, {"i", int64_t(bs.size())}};
+        }
+      }
+      if (!trailing)
+        for (int p : s.broadcast)
+          inputs[p] = broadcastTo(fmt::format("{}_in{}", stepName, p), inputs[p], target);
+    }
+    results[k] = node(stepName, op, inputs, attrs, groups, out);
+    if (error_)
+      return std::move(error_);
+    prev = results[k];
+  }
+  if (result)
+    *result = prev;
+  return llvm::Error::success();
+}
+
+} // namespace onnximport
+} // namespace tofu
