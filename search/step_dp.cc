@@ -1,0 +1,337 @@
+// One step of the search: the candidates of every node and tensor, the cached cost terms,
+// and the DP (a min-sum problem over coarse variables) whose solution is the step's choice.
+#include "search/search_internal.h"
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <set>
+#include <unordered_map>
+
+#include "analysis/hash.h"
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+#include "nlohmann/json.hpp"
+#include "search/minsum.h"
+#include "search/parallel.h"
+
+namespace tofu {
+namespace searchimpl {
+
+int nodeLabel(const Problem &p, unsigned n, int s) {
+  if (s < 0)
+    return -1;
+  const Strategy &st = p.nodes[n].table->strategies[s];
+  return st.kind == Strategy::Kind::Output ? static_cast<int>(st.outputDim)
+                                           : 1000 + static_cast<int>(st.var);
+}
+
+std::vector<bool> weightLike(const Problem &p) {
+  std::set<std::string> groups;
+  for (const ProblemTensor &t : p.tensors)
+    if (t.role == TensorRole::Weight)
+      groups.insert(t.group);
+  std::vector<bool> out;
+  for (const ProblemTensor &t : p.tensors)
+    out.push_back(t.role == TensorRole::Weight || t.role == TensorRole::OptimizerState ||
+                  groups.count(t.group));
+  return out;
+}
+
+void nodeSignature(const std::vector<int64_t> &classes, const std::vector<StepChoice> &steps,
+                   unsigned n, size_t skip, std::vector<int64_t> &sig) {
+  sig.assign({0, classes[n]});
+  for (size_t l = 0; l < steps.size(); ++l)
+    sig.push_back(l == skip ? -2 : steps[l].node[n]);
+}
+
+void tensorSignature(const Problem &p, const std::vector<StepChoice> &steps, unsigned t,
+                     size_t skip, std::vector<int64_t> &sig) {
+  const std::vector<int64_t> &shape = p.tensors[t].shape;
+  sig.assign({1, int64_t(shape.size())});
+  sig.insert(sig.end(), shape.begin(), shape.end());
+  for (size_t l = 0; l < steps.size(); ++l)
+    sig.push_back(l == skip ? -2 : steps[l].tensor[t]);
+}
+
+void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
+                Algorithm algo, Candidates &c, const std::vector<int64_t> *classes,
+                WorkerPool *pool) {
+  c.node.resize(p.nodes.size());
+  c.tensor.resize(p.tensors.size());
+  const size_t m = std::max(steps.size(), i + 1);
+  auto partsAt = [&](size_t l) { return l == i ? parts : steps[l].parts; };
+  auto nodes = [&]() {
+    FirstBySignature firsts;
+    std::vector<int64_t> sig;
+    // Per strategy, the extents of the variables the sequence cuts (few: one per step).
+    std::vector<std::pair<int, int64_t>> cut;
+    for (unsigned n = 0; n < p.nodes.size(); ++n) {
+      if (classes) {
+        nodeSignature(*classes, steps, n, i, sig);
+        if (const unsigned first = firsts.of(sig, n); first != n) {
+          c.node[n] = c.node[first];
+          continue;
+        }
+      }
+      std::vector<int> &list = c.node[n];
+      list.clear();
+      const auto &strategies = p.nodes[n].table->strategies;
+      for (unsigned s = 0; s < strategies.size(); ++s) {
+        if (algo == Algorithm::Icml18 && strategies[s].kind == Strategy::Kind::Reduction)
+          continue;
+        cut.clear();
+        bool ok = true;
+        for (size_t l = 0; l < m && ok; ++l) {
+          int v = p.splitVar(n, l == i ? int(s) : steps[l].node[n]);
+          if (v < 0)
+            continue;
+          auto at =
+              std::find_if(cut.begin(), cut.end(), [&](const auto &c) { return c.first == v; });
+          if (at == cut.end())
+            at = cut.insert(cut.end(), {v, p.nodes[n].shapes.vars[v]});
+          ok = at->second >= int64_t(partsAt(l));
+          at->second = partOf(at->second, partsAt(l), 0).size();
+        }
+        if (ok)
+          list.push_back(static_cast<int>(s));
+      }
+      if (list.empty())
+        list.push_back(-1);
+    }
+  };
+  auto tensors = [&]() {
+    FirstBySignature firsts;
+    std::vector<int64_t> sig;
+    std::vector<bool> whole;
+    if (algo == Algorithm::DataParallel)
+      whole = weightLike(p);
+    std::vector<int64_t> ext;
+    for (unsigned t = 0; t < p.tensors.size(); ++t) {
+      const std::vector<int64_t> &shape = p.tensors[t].shape;
+      if (classes && algo != Algorithm::DataParallel) { // (data-parallel: by role too)
+        tensorSignature(p, steps, t, i, sig);
+        if (const unsigned first = firsts.of(sig, t); first != t) {
+          c.tensor[t] = c.tensor[first];
+          continue;
+        }
+      }
+      std::vector<int> &list = c.tensor[t];
+      list.clear();
+      for (unsigned d = 0; d < shape.size(); ++d) {
+        ext = shape;
+        bool ok = true;
+        for (size_t l = 0; l < m && ok; ++l) {
+          int e = l == i ? int(d) : steps[l].tensor[t];
+          if (e < 0)
+            continue;
+          ok = ext[e] >= int64_t(partsAt(l));
+          ext[e] = partOf(ext[e], partsAt(l), 0).size();
+        }
+        if (ok)
+          list.push_back(static_cast<int>(d));
+      }
+      if (algo == Algorithm::AllRow || algo == Algorithm::DataParallel) {
+        bool first = !list.empty() && list.front() == 0;
+        list.clear();
+        if (first && !(algo == Algorithm::DataParallel && whole[t]))
+          list.push_back(0);
+      }
+      if (list.empty())
+        list.push_back(-1);
+    }
+  };
+  if (pool && pool->threads() > 1) {
+    pool->run([&](unsigned t) {
+      if (t == 0)
+        nodes();
+      else if (t == 1)
+        tensors();
+    });
+  } else {
+    nodes();
+    tensors();
+  }
+}
+
+Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i,
+                      unsigned parts, Algorithm algo) {
+  Candidates c;
+  candidates(p, steps, i, parts, algo, c);
+  return c;
+}
+
+std::vector<int64_t> nodeClasses(const Problem &p) {
+  std::unordered_map<std::vector<int64_t>, int64_t, VectorHash> ids;
+  std::vector<int64_t> out;
+  std::vector<int64_t> key;
+  for (const ProblemNode &node : p.nodes) {
+    key.clear();
+    key.push_back(reinterpret_cast<intptr_t>(node.table.get()));
+    for (int64_t v : node.shapes.vars)
+      key.push_back(v);
+    for (size_t k = 0; k <= node.inputs.size(); ++k) {
+      unsigned t = k < node.inputs.size() ? node.inputs[k] : node.output;
+      key.push_back(-1000 - int64_t(k));
+      // Repeated inputs are deduplicated by tensor identity: keep which slot it repeats.
+      for (size_t q = 0; q < k && k < node.inputs.size(); ++q)
+        if (node.inputs[q] == t)
+          key.push_back(-2000 - int64_t(q));
+      for (int64_t d : p.tensors[t].shape)
+        key.push_back(d);
+      key.push_back(p.tensors[t].elementBytes);
+    }
+    out.push_back(ids.emplace(key, int64_t(ids.size())).first->second);
+  }
+  return out;
+}
+
+thread_local size_t CostTables::lastSize_ = 0;
+
+StepModel buildStep(const Problem &p, const CoarseSets &co, const std::vector<StepChoice> &steps,
+                    size_t i, unsigned parts, const Candidates &cand, TermCaches &caches,
+                    WorkerPool *pool, double memoryWeight, const std::vector<bool> &pricedBuffers,
+                    const PrefixWeights &weights) {
+  StepModel m;
+  const unsigned N = static_cast<unsigned>(p.nodes.size());
+  const unsigned T = static_cast<unsigned>(p.tensors.size());
+  // Per node, the labels of its candidates (in their order).
+  std::vector<std::vector<int>> nodeLabels(N);
+  for (unsigned n = 0; n < N; ++n)
+    for (int s : cand.node[n])
+      nodeLabels[n].push_back(nodeLabel(p, n, s));
+  auto labelsOf = [&](unsigned item) -> const std::vector<int> & {
+    return item < N ? nodeLabels[item] : cand.tensor[item - N];
+  };
+  m.nodeVar.assign(N, 0);
+  m.tensorVar.assign(T, 0);
+  m.nodeChoice.assign(N, {});
+  m.tensorChoice.assign(T, {});
+  coarseVariables(
+      co, labelsOf,
+      [&](const std::vector<unsigned> &items, const std::vector<int> &labels, int64_t priority) {
+        const unsigned v = m.msp.addVariable(static_cast<unsigned>(labels.size()), priority);
+        for (unsigned item : items) {
+          if (item >= N) {
+            m.tensorVar[item - N] = v;
+            m.tensorChoice[item - N] = labels;
+            continue;
+          }
+          m.nodeVar[item] = v;
+          // Each label's candidate (the last, should two share one).
+          const std::vector<int> &own = nodeLabels[item];
+          for (int l : labels) {
+            int s = -1;
+            for (size_t q = own.size(); q-- > 0;)
+              if (own[q] == l) {
+                s = cand.node[item][q];
+                break;
+              }
+            m.nodeChoice[item].push_back(s);
+          }
+        }
+      });
+  // Per node and value of its variable, its terms (and where the node is priced, its
+  // buffers) in the caches: nodeAt[n] is where its pointers start.
+  std::vector<size_t> nodeAt(N + 1, 0);
+  for (unsigned n = 0; n < N; ++n)
+    nodeAt[n + 1] = nodeAt[n] + m.nodeChoice[n].size();
+  std::vector<const TermCache::Terms *> terms(nodeAt[N]), buffers;
+  auto isPriced = [&](unsigned n) {
+    return memoryWeight > 0 && n < pricedBuffers.size() && pricedBuffers[n];
+  };
+  if (memoryWeight > 0)
+    buffers.resize(nodeAt[N]);
+  auto slotConfigs = [&](unsigned n, std::vector<const std::vector<int> *> &configs) {
+    const ProblemNode &node = p.nodes[n];
+    configs.resize(node.inputs.size() + 1);
+    for (size_t k = 0; k < configs.size(); ++k)
+      configs[k] = &m.tensorChoice[k < node.inputs.size() ? node.inputs[k] : node.output];
+  };
+  // Thread t looks up the nodes of part t (every part when it runs alone).
+  auto lookUp = [&](unsigned t, unsigned threads) {
+    std::vector<const std::vector<int> *> configs;
+    for (unsigned n = 0; n < N; ++n) {
+      const unsigned part = caches.partOf(n);
+      if (threads > 1 && part != t)
+        continue;
+      slotConfigs(n, configs);
+      TermCache &cache = caches.at(i, part);
+      cache.prepare(p, n, steps, i, parts, configs, weights);
+      const bool priced = isPriced(n);
+      for (size_t x = 0; x < m.nodeChoice[n].size(); ++x) {
+        const int s = m.nodeChoice[n][x];
+        terms[nodeAt[n] + x] = &cache.get(s);
+        if (priced)
+          buffers[nodeAt[n] + x] = &cache.get(s, true);
+      }
+    }
+  };
+  if (pool && pool->threads() > 1 && caches.parts() == pool->threads())
+    pool->run([&](unsigned t) { lookUp(t, pool->threads()); });
+  else
+    lookUp(0, 1);
+  // Cost tables: per node and slot, strategy x tensor configuration.
+  CostTables tables(m.msp);
+  for (unsigned n = 0; n < N; ++n) {
+    const ProblemNode &node = p.nodes[n];
+    const size_t slots = node.inputs.size() + 1;
+    // Communication, and where the node is priced, the memory of its buffers.
+    const bool priced = isPriced(n);
+    const TermCache::Terms *const *own = terms.data() + nodeAt[n];
+    const TermCache::Terms *const *ownBuffers = priced ? buffers.data() + nodeAt[n] : nullptr;
+    for (size_t k = 0; k < slots; ++k) {
+      unsigned t = k < node.inputs.size() ? node.inputs[k] : node.output;
+      tables.add(m.nodeVar[n], m.tensorVar[t], [&](unsigned x, unsigned y) {
+        return (*own[x])[k][y] + (priced ? memoryCost(memoryWeight, (*ownBuffers[x])[k][y]) : 0);
+      });
+    }
+  }
+  if (memoryWeight > 0) {
+    const size_t depth = std::max(steps.size(), i + 1);
+    for (unsigned t = 0; t < T; ++t) {
+      std::vector<int64_t> u;
+      for (int c : m.tensorChoice[t])
+        u.push_back(
+            memoryCost(memoryWeight,
+                       tileBytes(
+                           p, t, depth, [&](size_t l) { return l == i ? c : steps[l].tensor[t]; },
+                           [&](size_t l) { return l == i ? parts : steps[l].parts; })));
+      tables.add(m.tensorVar[t], m.tensorVar[t], [&](unsigned x, unsigned) { return u[x]; });
+    }
+  }
+  tables.flush();
+  return m;
+}
+
+StepChoice choiceOf(const Problem &p, const StepModel &m, unsigned parts,
+                    const std::vector<unsigned> &values) {
+  StepChoice c;
+  c.parts = parts;
+  for (unsigned n = 0; n < p.nodes.size(); ++n)
+    c.node.push_back(m.nodeChoice[n][values[m.nodeVar[n]]]);
+  for (unsigned t = 0; t < p.tensors.size(); ++t)
+    c.tensor.push_back(m.tensorChoice[t][values[m.tensorVar[t]]]);
+  return c;
+}
+
+void finishPlan(const Problem &p, PartitionPlan &plan) {
+  plan.stepBytes.clear();
+  plan.nodeBytes.assign(p.nodes.size(), 0);
+  int64_t before = 0;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    std::vector<StepChoice> prefix(plan.steps.begin(), plan.steps.begin() + i + 1);
+    int64_t c = p.modelCost(prefix, i + 1 == plan.steps.size() ? &plan.nodeBytes : nullptr);
+    plan.stepBytes.push_back(c - before);
+    before = c;
+  }
+  plan.totalBytes = before;
+}
+
+} // namespace searchimpl
+} // namespace tofu
