@@ -24,10 +24,10 @@ while [ $# -gt 0 ]; do
 done
 
 tools/setup.sh
-bazel build -c opt //tdlc:tofu-run >/dev/null 2>&1 || bazel build -c opt //tdlc:tofu-run
+bazel build -c opt //tofu_run:tofu-run >/dev/null 2>&1 || bazel build -c opt //tofu_run:tofu-run
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cp bazel-bin/tdlc/tofu-run "$tmp/tofu-run"
+cp bazel-bin/tofu_run/tofu-run "$tmp/tofu-run"
 run="$tmp/tofu-run"
 if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

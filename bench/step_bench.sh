@@ -40,10 +40,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-bazel build -c opt //tdlc:tofu-run >/dev/null 2>&1 || bazel build -c opt //tdlc:tofu-run
+bazel build -c opt //tofu_run:tofu-run >/dev/null 2>&1 || bazel build -c opt //tofu_run:tofu-run
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cp bazel-bin/tdlc/tofu-run "$tmp/tofu-run"
+cp bazel-bin/tofu_run/tofu-run "$tmp/tofu-run"
 threads=$(nproc)
 
 # torchvision's resnet18 (10 classes, 32x32 images) exported in training mode (batch norm

@@ -12,12 +12,12 @@ cd "$(dirname "$0")/.."
 out="${1:-gpu-bundle}"
 case "$out" in -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 tools/setup.sh >/dev/null
-targets=(//tdlc:tofu-run-cuda //runtime/cuda:cuda_backend_test //runtime/cuda:device_kernels_test)
+targets=(//tofu_run:tofu-run-cuda //runtime/cuda:cuda_backend_test //runtime/cuda:device_kernels_test)
 echo "gpu_bundle: building ${targets[*]} (LLVM Support static, RPATH \$ORIGIN)"
 bazel build --define=llvm_static=1 '--linkopt=-Wl,--disable-new-dtags,-rpath,$ORIGIN' "${targets[@]}"
 rm -rf "$out"
 mkdir -p "$out"
-bins=(bazel-bin/tdlc/tofu-run-cuda bazel-bin/runtime/cuda/cuda_backend_test
+bins=(bazel-bin/tofu_run/tofu-run-cuda bazel-bin/runtime/cuda/cuda_backend_test
       bazel-bin/runtime/cuda/device_kernels_test)
 for b in "${bins[@]}"; do
   install -m 755 "$b" "$out/"

@@ -53,7 +53,7 @@ fi
 version="$major.$minor.$patch"
 
 echo "install.sh: building Tofu $version (bazel -c opt)"
-targets=(//tdlc:tdlc //tdlc:tofu-plan //tdlc:tofu-run //:libtofu_plan.so)
+targets=(//tdlc:tdlc //tofu_plan:tofu-plan //tofu_run:tofu-run //:libtofu_plan.so)
 if ! bazel build -c opt "${targets[@]}" >/tmp/tofu-install-build.$$ 2>&1; then
   tail -40 /tmp/tofu-install-build.$$ >&2
   rm -f /tmp/tofu-install-build.$$
@@ -73,9 +73,9 @@ fi
 echo "install.sh: installing into $prefix"
 install -d "$prefix/bin" "$prefix/lib/pkgconfig" "$prefix/lib/cmake/Tofu" "$prefix/include/tofu" \
   "$prefix/share/tofu"
-for t in tdlc tofu-plan tofu-run; do
-  install -m 755 "$bin/tdlc/$t" "$prefix/bin/$t"
-done
+install -m 755 "$bin/tdlc/tdlc" "$prefix/bin/tdlc"
+install -m 755 "$bin/tofu_plan/tofu-plan" "$prefix/bin/tofu-plan"
+install -m 755 "$bin/tofu_run/tofu-run" "$prefix/bin/tofu-run"
 
 # The library, its SONAME link and the development link; older versions' files go.
 find "$prefix/lib" -maxdepth 1 -name 'libtofu_plan.so*' ! -name "libtofu_plan.so.$version" -delete

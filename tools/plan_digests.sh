@@ -3,7 +3,7 @@
 # worker counts on four zoo models, one line per plan with the md5 of its JSON (timings
 # dropped). Run it with the tofu-plan before and after a change and diff the two outputs.
 #
-#   tools/plan_digests.sh bazel-bin/tdlc/tofu-plan > before.txt
+#   tools/plan_digests.sh bazel-bin/tofu_plan/tofu-plan > before.txt
 set -u  # a plan that fails is digested by its message, not a stop
 if [ $# -ne 1 ] || [ ! -x "$1" ]; then
   echo "usage: tools/plan_digests.sh PATH/TO/tofu-plan" >&2

@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
-if ! bazel build //tdlc //tdlc:tofu-plan //tdlc:tofu-run >/tmp/tofu-main-build.log 2>&1; then
+if ! bazel build //tdlc //tofu_plan:tofu-plan //tofu_run:tofu-run >/tmp/tofu-main-build.log 2>&1; then
   tail -30 /tmp/tofu-main-build.log
   exit 1
 fi
@@ -27,7 +27,7 @@ files=$(find tests/tdl/good ops -name '*.tdl' | sort)
 echo "tdlc --check: $(echo "$files" | wc -l) files OK"
 for f in $files; do "$tdlc" --verify "$f"; done | grep -E '^verify:' \
   | awk '{p += $2; f += $4} END {printf "tdlc --verify: %d checks passed (strategies and gradients), %d failed\n", p, f; exit f > 0}'
-plan="$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-plan"
+plan="$(bazel info bazel-bin 2>/dev/null)/tofu_plan/tofu-plan"
 mkdir -p out
 echo
 echo "== tofu-plan --model wresnet-152-10 --batch 8 --train --workers 8"
@@ -46,12 +46,12 @@ sed -n '/^| tensor /q;p' out/rnn-10-8K.plan.txt
 echo "(the whole plan: out/rnn-10-8K.plan.txt)"
 echo
 echo "== tofu-run --model wresnet-50-1-i32-c4-k10 --workers 4 --verify"
-"$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" --model wresnet-50-1-i32-c4-k10 --workers 4 \
+"$(bazel info bazel-bin 2>/dev/null)/tofu_run/tofu-run" --model wresnet-50-1-i32-c4-k10 --workers 4 \
   --verify >out/tofu-run.txt
 cat out/tofu-run.txt
 echo
 echo "== tofu-run --onnx tests/onnx/resnet18.onnx --workers 2 --steps 10 --lr 0.001 --data fixed --verify --save out/resnet18"
-"$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" --onnx tests/onnx/resnet18.onnx --workers 2 \
+"$(bazel info bazel-bin 2>/dev/null)/tofu_run/tofu-run" --onnx tests/onnx/resnet18.onnx --workers 2 \
   --steps 10 --lr 0.001 --data fixed --verify --save out/resnet18 | tee out/tofu-run-resnet18.txt
 echo
 # One process per worker: Open MPI starts them (and refuses root unless told it is meant).
@@ -62,7 +62,7 @@ echo "== Fashion-MNIST: a CNN exported from PyTorch, trained on 2 MPI processes"
 /usr/bin/python3 tools/fmnist.py export out/fmnist/cnn.onnx --seed 1
 hyper=(--batch 64 --lr 0.02 --momentum 0.9 --seed 1 --normalize 0.2860,0.3530)
 echo "mpirun -np 2 tofu-run --backend mpi --onnx out/fmnist/cnn.onnx --data $fmnist --eval test --epochs 2 --optimizer momentum ${hyper[*]}"
-mpirun --oversubscribe --bind-to none -np 2 "$(bazel info bazel-bin 2>/dev/null)/tdlc/tofu-run" \
+mpirun --oversubscribe --bind-to none -np 2 "$(bazel info bazel-bin 2>/dev/null)/tofu_run/tofu-run" \
   --backend mpi --onnx out/fmnist/cnn.onnx --data "$fmnist" --eval test --epochs 2 \
   --optimizer momentum "${hyper[@]}" --log-every 100 --metrics out/fmnist/tofu.json \
   | tee out/fmnist/tofu.txt

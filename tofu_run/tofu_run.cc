@@ -53,7 +53,7 @@
 #include "support/errors.h"
 #include "support/files.h"
 #include "support/units.h"
-#include "tdlc/input_arrays.h"
+#include "runtime/input_arrays.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
 

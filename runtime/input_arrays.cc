@@ -1,4 +1,4 @@
-#include "tdlc/input_arrays.h"
+#include "runtime/input_arrays.h"
 
 #include <sstream>
 

@@ -19,7 +19,7 @@
 #include "search/search.h"
 #include "search/topology.h"
 #include "support/units.h"
-#include "tdlc/input_arrays.h"
+#include "runtime/input_arrays.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
