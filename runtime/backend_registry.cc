@@ -31,6 +31,13 @@ llvm::Error sameProgramOnEvery(const Program &program, ProcessGroup &group) {
                                  "(were they given different options or operator libraries?)");
 }
 
+std::string checkSettings(const BackendEntry &entry, const BackendSettings &settings) {
+  if (entry.check)
+    return entry.check(settings);
+  return settings.mpiTransport.empty() ? std::string()
+                                       : std::string("--mpi-transport is for --backend mpi");
+}
+
 std::vector<std::string> backendNames() {
   std::vector<const BackendEntry *> all;
   for (const auto &[name, entry] : registry())

@@ -33,7 +33,8 @@ struct BackendEntry {
   bool gpu = false;
   /// The processes the backend's workers run as (nullptr: threads of this process).
   ProcessGroup &(*processes)(int &argc, char **&argv) = nullptr;
-  /// Checks the settings: a message saying what is wrong, or empty.
+  /// Checks the settings: a message saying what is wrong, or empty. Null: the backend
+  /// reads none of the backend-specific settings (checkSettings refuses any given).
   std::function<std::string(const BackendSettings &)> check;
   /// The engine of `program` on this backend. `local`: in this process alone, whatever the
   /// group (the unpartitioned references a run compares with).
@@ -47,6 +48,10 @@ void registerBackend(BackendEntry entry);
 
 /// The entry of `name`; nullptr when this build has none.
 const BackendEntry *findBackend(const std::string &name);
+
+/// What is wrong with `settings` for `entry` (its check, or none given where it has none);
+/// empty when nothing is.
+std::string checkSettings(const BackendEntry &entry, const BackendSettings &settings);
 
 /// Every registered backend's name, in their order.
 std::vector<std::string> backendNames();

@@ -11,11 +11,7 @@ const BackendRegistration cpu({
     0,
     /*gpu=*/false,
     /*processes=*/nullptr,
-    /*check=*/
-    [](const BackendSettings &s) {
-      return s.mpiTransport.empty() ? std::string()
-                                    : std::string("--mpi-transport is for --backend mpi");
-    },
+    /*check=*/nullptr,
     /*make=*/
     [](Program program, const EngineOptions &options, const BackendSettings &, ProcessGroup &,
        bool) -> llvm::Expected<std::unique_ptr<Engine>> {

@@ -11,6 +11,7 @@
 
 #include "codegen/schedule.h"
 #include "fmt/format.h"
+#include "grammar/diagnostics.h"
 #include "support/errors.h"
 
 namespace tofu {
@@ -36,10 +37,6 @@ double secondsSince(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-llvm::Error failure(const std::string &message) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-}
-
 /// Writes every tensor of `tensors` at `step` into `e`'s local tiles.
 void setValues(Engine &e, const TrainingData &from, const std::vector<unsigned> &tensors,
                unsigned step) {
@@ -56,7 +53,7 @@ llvm::Expected<EnginePlan> planForEngine(const Problem &p, const ExecPlan &exec,
   if (fuse)
     r.memory = planMemory(r.fused.problem, r.fused.plan, outputs);
   if (std::string bad = checkMemoryPlan(r.memory); !bad.empty())
-    return failure("the fused plan's memory plan is unsound: " + bad);
+    return stringError("the fused plan's memory plan is unsound: " + bad);
   return r;
 }
 
@@ -302,12 +299,12 @@ llvm::Error Trainer::Impl::makeEval() {
   auto ef = planForEngine(ep, *options.evalGraph->exec, *options.evalGraph->memory,
                           options.evalGraph->outputs, /*fuse=*/true);
   if (!ef)
-    return failure(options.name + ": the evaluation plan: " + llvm::toString(ef.takeError()));
+    return stringError(options.name + ": the evaluation plan: " + llvm::toString(ef.takeError()));
   evalPlan = std::move(*ef);
   auto e = factory(evalPlan->fused.problem, evalPlan->fused.plan, evalPlan->memory, options.engine,
                    /*local=*/false);
   if (!e)
-    return failure(options.name + ": the evaluation engine: " + llvm::toString(e.takeError()));
+    return stringError(options.name + ": the evaluation engine: " + llvm::toString(e.takeError()));
   evalEngine = std::move(*e);
   evalValues = std::make_unique<TrainingData>(ep, "", options.seed, lr, training.constants, false,
                                               &training.initialValues);
@@ -406,13 +403,13 @@ Trainer::create(const Problem &p, const Graph &training, const std::string &loss
   auto engine = m.factory(plan.fused.problem, plan.fused.plan, plan.memory, m.options.engine,
                           /*local=*/false);
   if (!engine)
-    return failure(m.options.name + ": " + llvm::toString(engine.takeError()));
+    return stringError(m.options.name + ": " + llvm::toString(engine.takeError()));
   m.engine = std::move(*engine);
   m.buildSeconds = secondsSince(start);
   setValues(*m.engine, *m.data, m.data->tensors(), 0);
   if (m.resumed)
     if (llvm::Error e = restore(*m.engine, *m.resumed))
-      return failure(m.resumed->path() + ": " + llvm::toString(std::move(e)));
+      return stringError(m.resumed->path() + ": " + llvm::toString(std::move(e)));
   // Evaluation: the forward graph on an engine of its own, its weights copied from
   // training's (tile by tile: both plans cut every weight alike).
   if (llvm::Error e = m.makeEval())
@@ -443,7 +440,8 @@ llvm::Error Trainer::train(TrainerObserver &observer) {
     }
     auto r = engine.step();
     if (!r)
-      return failure(fmt::format("{}: step {}: {}", name, s + 1, llvm::toString(r.takeError())));
+      return stringError(
+          fmt::format("{}: step {}: {}", name, s + 1, llvm::toString(r.takeError())));
     m.moved = m.group.sum(r->bytesMoved);
     if (s == 0 && m.options.verify) // verify() compares the first step: later ones compound
       for (unsigned t : m.compared) {
@@ -458,15 +456,15 @@ llvm::Error Trainer::train(TrainerObserver &observer) {
     m.losses.push_back(wholeTensor(engine, m.lossTensor, m.group).data.at(0));
     if (!std::isfinite(m.losses.back()) && !m.options.continueNonFinite) {
       const std::string bad = m.firstNonFiniteCarried();
-      return failure(fmt::format("{}: step {}: the loss is {} (lr {}){}: training stopped{}; "
-                                 "--continue-on-nonfinite runs the remaining steps",
-                                 name, step + 1, m.losses.back(), m.lr,
-                                 bad.empty() ? ", while every weight is finite"
-                                             : ", and its update made '" + bad + "' non-finite",
-                                 m.options.saveDir.empty()
-                                     ? ""
-                                     : ", and nothing was saved to " + m.options.saveDir +
-                                           " (what it holds stays as it was)"));
+      return stringError(fmt::format("{}: step {}: the loss is {} (lr {}){}: training stopped{}; "
+                                     "--continue-on-nonfinite runs the remaining steps",
+                                     name, step + 1, m.losses.back(), m.lr,
+                                     bad.empty() ? ", while every weight is finite"
+                                                 : ", and its update made '" + bad + "' non-finite",
+                                     m.options.saveDir.empty()
+                                         ? ""
+                                         : ", and nothing was saved to " + m.options.saveDir +
+                                               " (what it holds stays as it was)"));
     }
     const unsigned done = step + 1;
     observer.stepped(StepRecord{s, done, m.losses.back(), r->seconds});
@@ -474,20 +472,20 @@ llvm::Error Trainer::train(TrainerObserver &observer) {
     if (m.evalEngine && (last || (m.options.evalEvery > 0 ? done % m.options.evalEvery == 0
                                                           : done % m.stepsPerEpoch == 0)))
       if (llvm::Error e = m.evaluate(done, observer))
-        return failure(fmt::format("{}: evaluating after step {}: {}", name, done,
-                                   llvm::toString(std::move(e))));
+        return stringError(fmt::format("{}: evaluating after step {}: {}", name, done,
+                                       llvm::toString(std::move(e))));
   }
   // The last step's update has no loss after it to show it: the weights themselves are
   // checked (and a checkpoint of non-finite weights is never written over a good one).
   // A verifying run that saves nothing goes on to its comparison, which fails such a step.
   if (m.steps > 0 && (!m.options.verify || !m.options.saveDir.empty()))
     if (const std::string bad = m.firstNonFiniteCarried(); !bad.empty())
-      return failure(fmt::format("{}: after step {}, '{}' is not finite (lr {}): {}", name,
-                                 m.stepsBefore + m.steps, bad, m.lr,
-                                 m.options.saveDir.empty()
-                                     ? std::string("the trained weights are not usable")
-                                     : "nothing was saved to " + m.options.saveDir +
-                                           " (what it holds stays as it was)"));
+      return stringError(fmt::format("{}: after step {}, '{}' is not finite (lr {}): {}", name,
+                                     m.stepsBefore + m.steps, bad, m.lr,
+                                     m.options.saveDir.empty()
+                                         ? std::string("the trained weights are not usable")
+                                         : "nothing was saved to " + m.options.saveDir +
+                                               " (what it holds stays as it was)"));
   return llvm::Error::success();
 }
 
@@ -551,17 +549,17 @@ llvm::Expected<SaveReport> Trainer::save(const std::string &dir) {
 llvm::Expected<std::unique_ptr<Engine>> Trainer::Impl::referenceStep(const EngineOptions &with,
                                                                      const std::string &what) {
   if (!options.referenceExec || !options.referenceMemory)
-    return failure("verify: no unpartitioned plan (TrainerOptions::referenceExec)");
+    return stringError("verify: no unpartitioned plan (TrainerOptions::referenceExec)");
   auto ref = factory(p, *options.referenceExec, *options.referenceMemory, with, /*local=*/true);
   if (!ref)
-    return failure(what + ": " + llvm::toString(ref.takeError()));
+    return stringError(what + ": " + llvm::toString(ref.takeError()));
   setValues(**ref, *data, data->tensors(), 0);
   if (resumed)
     if (llvm::Error e = restore(**ref, *resumed))
       return std::move(e);
   setBatch(**ref, stepsBefore);
   if (auto r = (*ref)->step(); !r)
-    return failure(what + ": " + llvm::toString(r.takeError()));
+    return stringError(what + ": " + llvm::toString(r.takeError()));
   return ref;
 }
 
@@ -571,7 +569,7 @@ llvm::Expected<VerifyReport> Trainer::verify(double tolerance) {
   v.tolerance = tolerance < 0 ? kFloat32StepTolerance : tolerance;
   v.compared = m.compared.size();
   if (m.afterFirst.size() != m.compared.size())
-    return failure("verify: the first step's results were not kept (TrainerOptions::verify)");
+    return stringError("verify: the first step's results were not kept (TrainerOptions::verify)");
   // Under several processes every process runs the reference itself and compares the tiles
   // it holds.
   auto ref = m.referenceStep(m.options.engine, "the unpartitioned run");

@@ -270,10 +270,10 @@ int fail(const std::string &msg, int code = 1) {
 }
 
 /// fail() with an error's message and status (2 for bad usage, support/errors.h).
-int fail(llvm::Error e, const std::string &prefix = "") {
+int fail(llvm::Error e) {
   std::string message;
   const int status = tofu::exitStatusOf(std::move(e), message);
-  return fail(prefix + message, status);
+  return fail(message, status);
 }
 
 /// --eval's forward graph (the model without its loss), planned as the training plan
@@ -981,7 +981,7 @@ int run(int argc, char **argv) {
                               unsigned(workers), group->size(), unsigned(workers)),
                   2);
   }
-  if (std::string bad = entry->check(backendSettings()); !bad.empty())
+  if (std::string bad = tofu::checkSettings(*entry, backendSettings()); !bad.empty())
     return fail(bad, 2);
   if (entry->processes) {
     if (kernelsMode == "interp")
