@@ -18,7 +18,7 @@
 #include "codegen/memory_plan.h"
 #include "graph/graph.h"
 #include "graph/onnx_import.h"
-#include "search/problem.h"
+#include "partition/problem.h"
 #include "search/search.h"
 
 namespace tofu {

@@ -76,7 +76,7 @@ int main() {
         std::printf("| %s | | %u | %s |\n", m.name.c_str(), k, llvm::toString(run.takeError()).c_str());
         continue;
       }
-      int64_t predicted = p->exactCost(plan->steps);
+      int64_t predicted = tofu::CostModel(*p).bruteForceCost(plan->steps);
       std::printf("| %s | %zu | %u | %.3f | %lld | %lld | %.3f | %.2f |\n", m.name.c_str(),
                   p->nodes.size(), k, double(mem.largestPeak()) * k / double(single),
                   static_cast<long long>(run->bytesMoved), static_cast<long long>(predicted),

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "search/problem.h"
-#include "search/search.h"
+#include "partition/plan.h"
+#include "partition/problem.h"
 
 namespace tofu {
 

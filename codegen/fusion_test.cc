@@ -9,8 +9,7 @@
 
 #include "codegen/memory_plan.h"
 #include "graph/zoo.h"
-#include "search/search.h"
-#include "search/test_problem.h"
+#include "testing/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
@@ -20,10 +19,8 @@ TEST(Fusion, FoldsSoleReadersOnlyMovesNoBytesAndSavesMemory) {
   std::vector<std::string> outputs;
   Problem p = trainingProblem(buildModel("wresnet-50-1-i32-c4-k10", 2), Optimizer::Adam, &outputs);
   for (unsigned k : {1u, 2u, 4u}) {
-    PlanOptions o;
-    o.workers = k;
-    auto plan = searchPlan(p, o);
-    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    auto plan = searchedPlan(p, k);
+    ASSERT_TRUE(plan.has_value());
     ExecPlan exec = buildExecPlan(p, *plan);
     FusedPlan f = fuseElementwise(p, exec, outputs);
     EXPECT_GT(f.folded, 10u) << "k=" << k; // batch-norm and ReLU chains, their gradients
@@ -70,10 +67,8 @@ TEST(Fusion, FoldsSoleReadersOnlyMovesNoBytesAndSavesMemory) {
 TEST(Fusion, FoldedOpReadsTheProducersInputsAfterTheConsumers) {
   std::vector<std::string> outputs;
   Problem p = trainingProblem(buildModel("wresnet-50-1-i32-c4-k10", 2), Optimizer::Adam, &outputs);
-  PlanOptions o;
-  o.workers = 2;
-  auto plan = searchPlan(p, o);
-  ASSERT_TRUE(bool(plan));
+  auto plan = searchedPlan(p, 2);
+  ASSERT_TRUE(plan.has_value());
   FusedPlan f = fuseElementwise(p, buildExecPlan(p, *plan), outputs);
   unsigned checked = 0;
   for (const NodeExec &ne : f.plan.nodes) {

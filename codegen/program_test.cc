@@ -7,8 +7,7 @@
 #include <set>
 
 #include "graph/zoo.h"
-#include "search/search.h"
-#include "search/test_problem.h"
+#include "testing/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
@@ -20,10 +19,7 @@ struct Planned {
 };
 
 Planned plan(const Problem &p, unsigned k) {
-  PlanOptions o;
-  o.workers = k;
-  auto pp = searchPlan(p, o);
-  EXPECT_TRUE(bool(pp)) << llvm::toString(pp.takeError());
+  auto pp = searchedPlan(p, k);
   Planned out;
   out.exec = buildExecPlan(p, *pp);
   out.memory = planMemory(p, out.exec, {});

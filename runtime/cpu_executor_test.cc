@@ -10,17 +10,14 @@
 #include "graph/onnx_import.h"
 #include "graph/test_library.h"
 #include "graph/zoo.h"
-#include "search/test_problem.h"
+#include "testing/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
 
 int64_t singlePeak(const Problem &p, const std::vector<std::string> &outputs) {
-  PlanOptions o;
-  o.workers = 1;
-  auto plan = searchPlan(p, o);
-  EXPECT_TRUE(bool(plan));
+  auto plan = searchedPlan(p, 1);
   MemoryPlan m = planMemory(p, buildExecPlan(p, *plan), outputs);
   EXPECT_EQ(checkMemoryPlan(m), "");
   return m.largestPeak();
@@ -33,13 +30,11 @@ void checkModel(const std::string &what, const Problem &p, std::vector<unsigned>
   auto reference = runReference(p, given);
   ASSERT_TRUE(bool(reference)) << llvm::toString(reference.takeError());
   for (unsigned k : ks) {
-    PlanOptions o;
-    o.workers = k;
-    auto plan = searchPlan(p, o);
-    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    auto plan = searchedPlan(p, k);
+    ASSERT_TRUE(plan.has_value());
     ExecPlan exec = buildExecPlan(p, *plan);
     // The plan moves exactly what the cost model counts.
-    EXPECT_EQ(exec.bytesMoved(p), p.exactCost(plan->steps)) << what << " k=" << k;
+    EXPECT_EQ(exec.bytesMoved(p), predictedBytes(p, *plan)) << what << " k=" << k;
     auto r = runPlan(p, exec, given);
     ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
     EXPECT_EQ(r->bytesMoved, exec.bytesMoved(p)) << what << " k=" << k;
@@ -91,10 +86,8 @@ TEST(CpuExecutor, OnnxTransformerTrainingStep) {
 
 TEST(CpuExecutor, MissingInputsAreErrors) {
   Problem p = trainingProblem(buildMlp({4, 6, 2}, 2));
-  PlanOptions o;
-  o.workers = 2;
-  auto plan = searchPlan(p, o);
-  ASSERT_TRUE(bool(plan));
+  auto plan = searchedPlan(p, 2);
+  ASSERT_TRUE(plan.has_value());
   auto r = runPlan(p, buildExecPlan(p, *plan), {});
   ASSERT_FALSE(bool(r));
   EXPECT_NE(llvm::toString(r.takeError()).find("no value given for tensor"), std::string::npos);

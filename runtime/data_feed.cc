@@ -232,38 +232,6 @@ void BatchPrefetcher::feed(Engine &engine, unsigned step, bool more) {
     m.ahead = std::async(std::launch::async, [this, step] { return assemble(step + 1); });
 }
 
-llvm::Expected<PartitionPlan> restrictPlan(const PartitionPlan &train, const Problem &full,
-                                           const Problem &sub) {
-  std::map<std::string, unsigned> nodes, tensors;
-  for (unsigned n = 0; n < full.nodes.size(); ++n)
-    nodes[full.nodes[n].name] = n;
-  for (unsigned t = 0; t < full.tensors.size(); ++t)
-    tensors[full.tensors[t].name] = t;
-  PartitionPlan r = train;
-  r.algorithm = train.algorithm + " (restricted)";
-  r.nodeBytes.assign(sub.nodes.size(), 0);
-  for (StepChoice &s : r.steps) {
-    const StepChoice from = s;
-    s.node.assign(sub.nodes.size(), -1);
-    s.tensor.assign(sub.tensors.size(), -1);
-    for (unsigned n = 0; n < sub.nodes.size(); ++n) {
-      auto it = nodes.find(sub.nodes[n].name);
-      if (it == nodes.end())
-        return stringError(fmt::format("node '{}' is not in the training graph", sub.nodes[n].name));
-      s.node[n] = from.node[it->second];
-    }
-    for (unsigned t = 0; t < sub.tensors.size(); ++t) {
-      auto it = tensors.find(sub.tensors[t].name);
-      if (it == tensors.end())
-        return stringError(fmt::format("tensor '{}' is not in the training graph", sub.tensors[t].name));
-      s.tensor[t] = from.tensor[it->second];
-    }
-  }
-  r.stepBytes.assign(r.steps.size(), 0);
-  r.totalBytes = sub.exactCost(r.steps);
-  return r;
-}
-
 llvm::Error copyState(const Engine &from, Engine &to) {
   std::map<std::string, unsigned> source;
   for (unsigned t = 0; t < from.program().tensors.size(); ++t)

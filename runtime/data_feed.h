@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "partition/plan.h"
+#include "partition/problem.h"
 #include "runtime/dataset.h"
 #include "runtime/engine.h"
-#include "search/problem.h"
-#include "search/search.h"
 
 namespace tofu {
 
@@ -97,12 +97,6 @@ private:
   std::unique_ptr<Impl> impl_;
   double wait_ = 0, assemble_ = 0;
 };
-
-/// `train` restricted to `sub`, whose nodes and tensors are some of `full`'s by name (the
-/// forward graph of a training graph): each keeps its choice at every step. Errors name a
-/// node or tensor `full` does not have.
-llvm::Expected<PartitionPlan> restrictPlan(const PartitionPlan &train, const Problem &full,
-                                           const Problem &sub);
 
 /// Copies every tensor without a producer that both engines have by name and `to` holds
 /// (weights, buffers) from `from`, tile by tile on each local worker. The tiles must agree

@@ -14,9 +14,9 @@
 #include "graph/zoo.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cpu_executor.h"
-#include "runtime/engine_check.h"
 #include "runtime/training_data.h"
-#include "search/test_problem.h"
+#include "testing/engine_check.h"
+#include "testing/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu {

@@ -10,6 +10,7 @@
 #include "api/pipeline.h"
 #include "graph/test_library.h"
 #include "support/errors.h"
+#include "testing/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
@@ -105,7 +106,7 @@ TEST(Trainer, StepsVerifiesAndResumes) {
     EXPECT_TRUE(std::isfinite(seen.steps[i].loss));
     EXPECT_EQ(seen.steps[i].loss, (*whole)->losses()[i]);
   }
-  EXPECT_EQ((*whole)->bytesMoved(), two->r.problem->exactCost(two->r.plan.steps));
+  EXPECT_EQ((*whole)->bytesMoved(), predictedBytes(*two->r.problem, two->r.plan));
   auto v = (*whole)->verify(-1);
   ASSERT_TRUE(bool(v)) << llvm::toString(v.takeError());
   EXPECT_TRUE(v->passed) << v->worstTensor << " " << v->worst;

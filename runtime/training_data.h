@@ -16,8 +16,8 @@
 
 #include "analysis/interpreter.h"
 #include "analysis/strategy.h"
+#include "partition/problem.h"
 #include "runtime/lr_schedule.h"
-#include "search/problem.h"
 
 namespace tofu {
 

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "graph/zoo.h"
-#include "search/test_problem.h"
+#include "testing/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu {

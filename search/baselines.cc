@@ -37,7 +37,7 @@ void spartanSearch(const Problem &p, unsigned k, PartitionPlan &plan) {
       configs.push_back(cand.tensor[t]);
     configs.push_back(cand.tensor[p.nodes[n].output]);
     for (int s : cand.node[n])
-      terms[n].push_back(p.stepTerms(n, {}, 0, k, s, configs));
+      terms[n].push_back(CostModel(p).stepTerms(n, {}, 0, k, s, configs));
   }
   std::vector<int> decided(p.tensors.size(), -1); // index into cand.tensor, -1 undecided
   auto slotTensor = [&](unsigned n, size_t i) {
@@ -154,7 +154,7 @@ llvm::Error exhaustiveSearch(const Problem &p, const PlanOptions &o,
         return;
       }
       current.push_back(choiceOf(p, m, parts, sol->values));
-      int64_t c = p.modelCost(current);
+      int64_t c = CostModel(p).modelCost(current);
       if (c < best) {
         best = c;
         plan.steps = current;

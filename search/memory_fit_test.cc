@@ -7,9 +7,9 @@
 #include "codegen/exec_plan.h"
 #include "codegen/memory_plan.h"
 #include "graph/zoo.h"
-#include "gtest/gtest.h"
-#include "search/test_problem.h"
 #include "support/units.h"
+#include "testing/test_problem.h"
+#include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
@@ -76,7 +76,7 @@ TEST(MemoryFit, APricedPlanFitsWhereThePlanOfLeastCommunicationDoesNot) {
   EXPECT_EQ(checkMemoryPlan(fit->memory), "");
   // Memory is bought with communication, never the other way round.
   EXPECT_GE(fit->plan.totalBytes, plain->totalBytes);
-  EXPECT_EQ(fit->plan.totalBytes, c.problem.modelCost(fit->plan.steps));
+  EXPECT_EQ(fit->plan.totalBytes, CostModel(c.problem).modelCost(fit->plan.steps));
 }
 
 TEST(MemoryFit, AnImpossibleBudgetReportsTheClosestPlan) {
@@ -115,8 +115,8 @@ TEST(MemoryFit, StepBuffersAreWorkerZerosFetchAndPartialBuffers) {
       for (unsigned t : node.inputs)
         configs.push_back({plan->steps[last].tensor[t]});
       configs.push_back({plan->steps[last].tensor[node.output]});
-      auto terms = p.stepBuffers(n, plan->steps, last, plan->steps[last].parts,
-                                 plan->steps[last].node[n], configs);
+      auto terms = CostModel(p).stepBuffers(n, plan->steps, last, plan->steps[last].parts,
+                                            plan->steps[last].node[n], configs);
       int64_t sum = 0;
       for (const auto &slot : terms)
         sum += slot[0];

@@ -7,9 +7,9 @@
 #include "fmt/format.h"
 #include "graph/test_library.h"
 #include "graph/zoo.h"
-#include "gtest/gtest.h"
 #include "search/search.h"
-#include "search/test_problem.h"
+#include "testing/test_problem.h"
+#include "gtest/gtest.h"
 
 namespace tofu {
 namespace {

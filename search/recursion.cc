@@ -129,7 +129,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
     return llvm::Error::success();
   };
   // Refined from `steps` (`fresh` as in sweepSteps): the single sweeps, then the pairs,
-  // unless the pairs raised the exact cost (beyond Problem::kExactGroups groups the
+  // unless the pairs raised the exact cost (beyond CostModel::kExactGroups groups the
   // objective takes group 0 for all).
   auto refine = [&](Steps &steps, int64_t &cost, std::vector<char> fresh) -> llvm::Error {
     if (llvm::Error e = sweepSteps(steps, cost, std::move(fresh)))
@@ -139,7 +139,8 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
     bool changed = false;
     if (llvm::Error e = sweepPairs(steps, cost, changed))
       return e;
-    if (changed && p.weightedCost(steps, weights) > p.weightedCost(before, weights)) {
+    if (changed &&
+        CostModel(p).weightedCost(steps, weights) > CostModel(p).weightedCost(before, weights)) {
       steps = before;
       cost = beforeCost;
     }
@@ -167,7 +168,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   if (o.algorithm != Algorithm::Tofu || !o.jointMoves || factors.size() < 3 || factors.size() > 4 ||
       plan.conditioned > 0 || pairsSkipped)
     return llvm::Error::success();
-  int64_t exact = p.weightedCost(plan.steps, weights);
+  int64_t exact = CostModel(p).weightedCost(plan.steps, weights);
   const PrefixWeights own = weights;
   for (size_t l = 0; l + 1 < factors.size() && !pairsSkipped; ++l) {
     std::vector<unsigned> merged = factors;
@@ -194,7 +195,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
     c = INT64_MAX; // the first solve of the sweep gives the objective in these steps
     if (llvm::Error e = refine(steps, c, {}))
       return e;
-    const int64_t e = p.weightedCost(steps, weights);
+    const int64_t e = CostModel(p).weightedCost(steps, weights);
     if (e < exact || (e == exact && c < cost)) {
       plan.steps = std::move(steps);
       cost = c;

@@ -92,7 +92,7 @@ std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanRep
   out += fmt::format("communication per step, every worker counted: {} ({} bytes)\n",
                      humanBytes(double(plan.totalBytes)), plan.totalBytes);
   if (o.exact && plan.workers > 1) {
-    int64_t exact = p.exactCost(plan.steps);
+    int64_t exact = CostModel(p).bruteForceCost(plan.steps);
     out += fmt::format("the same, worker by worker (check): {} ({} bytes)\n",
                        humanBytes(double(exact)), exact);
   }
@@ -155,7 +155,7 @@ std::string planJson(const Problem &p, const PartitionPlan &plan, const PlanRepo
   j["search_seconds"] = plan.searchSeconds;
   j["communication_bytes"] = plan.totalBytes;
   if (o.exact && plan.workers > 1)
-    j["communication_bytes_every_worker"] = p.exactCost(plan.steps);
+    j["communication_bytes_every_worker"] = CostModel(p).bruteForceCost(plan.steps);
   j["step_communication_bytes"] = plan.stepBytes;
   Memory m = memory(p, plan);
   j["memory"] = {{"single_worker_bytes", m.single}, {"worker0_bytes", m.worker0}};

@@ -1,7 +1,7 @@
 // Partition search (paper section 5): coarsening, the per-step DP (exact variable
 // elimination on the coarsened graph), recursion over k = k1·k2·…·km, and the baseline
 // algorithms the paper compares with. Every algorithm's plan is costed by one model
-// (search/problem.h).
+// (search/cost_model.h).
 #ifndef TOFU_SEARCH_SEARCH_H
 #define TOFU_SEARCH_SEARCH_H
 
@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "search/problem.h"
+#include "partition/plan.h"
+#include "search/cost_model.h"
 
 namespace tofu {
 
@@ -42,7 +43,7 @@ struct PlanOptions {
   /// data-parallel, dp-flat; not spartan or exhaustive) minimise communication plus this
   /// many times worker 0's bytes of tensor tiles (replicas counted whole) and, for the nodes
   /// `pricedBuffers` marks (not dp-flat), of the buffers it needs while the node runs
-  /// (Problem::stepBuffers). 0: communication alone. The plan's reported figures
+  /// (CostModel::stepBuffers). 0: communication alone. The plan's reported figures
   /// (totalBytes, stepBytes) stay communication only. See search/memory_fit.h.
   double memoryWeight = 0;
   std::vector<bool> pricedBuffers; ///< per node
@@ -50,7 +51,7 @@ struct PlanOptions {
   /// factorWorkers(workers). A machine's levels give them (search/topology.h).
   std::vector<unsigned> factors;
   /// Per step, the weights of the bytes and messages that cross out of the worker groups of
-  /// the steps up to it (Problem::stepTerms); empty: communication alone. tofu, icml18 and
+  /// the steps up to it (CostModel::stepTerms); empty: communication alone. tofu, icml18 and
   /// dp-flat use it.
   PrefixWeights prefixWeights;
   /// tofu: after the single-step sweeps, the moves beyond them (pairs of steps solved
@@ -62,31 +63,9 @@ struct PlanOptions {
   unsigned threads = 0;
 };
 
-struct PartitionPlan {
-  std::string algorithm;
-  unsigned workers = 1;
-  std::vector<StepChoice> steps; ///< one per factor of k (one for the single-step baselines)
-  std::vector<int64_t> stepBytes; ///< communication added by each step (model)
-  int64_t totalBytes = 0;         ///< the model cost (what the search minimises)
-  std::vector<int64_t> nodeBytes; ///< its share per node
-  double searchSeconds = 0;       ///< analysis excluded (Problem::build)
-  uint64_t largestTable = 0;      ///< entries of the largest DP table
-  size_t variables = 0;           ///< DP variables of the first step (after coarsening)
-  /// DP variables fixed by conditioning because an elimination was too wide (tofu only; 0:
-  /// every step's DP was exact).
-  unsigned conditioned = 0;
-};
-
 /// Searches `problem` for a plan on `options.workers` workers with `options.algorithm`.
 /// Errors: zero workers, a DP table over the limit, a time budget exceeded.
 llvm::Expected<PartitionPlan> searchPlan(const Problem &problem, const PlanOptions &options);
-
-/// A plan as text, to hand to processes that did not search (one process searches, the
-/// others receive its plan), and back. Decoding checks the plan against `problem`: a
-/// choice per node and tensor of every step, each a strategy the node has or a dimension
-/// the tensor has; errors say what does not fit.
-std::string encodePlan(const PartitionPlan &plan);
-llvm::Expected<PartitionPlan> decodePlan(const std::string &text, const Problem &problem);
 
 /// The coarsened graph: which nodes and tensors share one choice (union-find roots), for
 /// the documentation, the report and the tests.

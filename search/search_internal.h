@@ -102,7 +102,7 @@ Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, si
 /// terms under the same choices. Ids are dense, in the order of first appearance.
 std::vector<int64_t> nodeClasses(const Problem &p);
 
-/// Memoised Problem::stepTerms (and stepBuffers): nodes of one instantiation on tensors of
+/// Memoised CostModel::stepTerms (and stepBuffers): nodes of one instantiation on tensors of
 /// the same shapes and choices cost the same (the repeated blocks of a ResNet, the
 /// timesteps of an RNN).
 class TermCache {
@@ -147,7 +147,7 @@ public:
     }
   }
 
-  /// The prepared node's terms (Problem::stepTerms), or its buffers (stepBuffers), for its
+  /// The prepared node's terms (CostModel::stepTerms), or its buffers (stepBuffers), for its
   /// choice `s` at step i.
   const Terms &get(int s, bool buffers = false) {
     key_[0] = buffers;
@@ -168,12 +168,13 @@ public:
     }
     uint64_t groups = 1;
     for (size_t l = 0; l + 1 < m; ++l)
-      groups =
-          std::min<uint64_t>(groups * (l == i ? at_.parts : steps[l].parts), Problem::kExactGroups);
+      groups = std::min<uint64_t>(groups * (l == i ? at_.parts : steps[l].parts),
+                                  CostModel::kExactGroups);
     evaluations += candidates * groups * (m - 1 == i ? at_.parts : steps[m - 1].parts);
     return cache_
-        .emplace(key_, buffers ? p.stepBuffers(at_.n, steps, i, at_.parts, s, configs)
-                               : p.stepTerms(at_.n, steps, i, at_.parts, s, configs, *at_.weights))
+        .emplace(key_, buffers ? CostModel(p).stepBuffers(at_.n, steps, i, at_.parts, s, configs)
+                               : CostModel(p).stepTerms(at_.n, steps, i, at_.parts, s, configs,
+                                                        *at_.weights))
         .first->second;
   }
 

@@ -326,7 +326,8 @@ void finishPlan(const Problem &p, PartitionPlan &plan) {
   int64_t before = 0;
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     std::vector<StepChoice> prefix(plan.steps.begin(), plan.steps.begin() + i + 1);
-    int64_t c = p.modelCost(prefix, i + 1 == plan.steps.size() ? &plan.nodeBytes : nullptr);
+    int64_t c =
+        CostModel(p).modelCost(prefix, i + 1 == plan.steps.size() ? &plan.nodeBytes : nullptr);
     plan.stepBytes.push_back(c - before);
     before = c;
   }

@@ -11,7 +11,7 @@
 // The search's objective becomes the communication time, in units of the innermost level's
 // bytes: Σ_L X_L × (1/bw_L − 1/bw_{L+1}) + M_L × (lat_L − lat_{L+1}), where X_L and M_L are
 // the bytes and messages every worker receives from outside its unit of level L (from any
-// level up to L; Problem::levelCost with the steps up to level L's last) and the innermost
+// level up to L; CostModel::levelCost with the steps up to level L's last) and the innermost
 // level's terms use 1/bw = lat = 0 beyond it: it stands for each byte over the bandwidth of
 // the level it crosses and each message's latency there. X_L and M_L count each worker's
 // fetches as the execution plan makes them (from the nearest holder); the report counts
@@ -24,9 +24,10 @@
 #include <vector>
 
 #include "codegen/exec_plan.h"
-#include "llvm/Support/Error.h"
-#include "search/problem.h"
+#include "search/search.h"
+#include "partition/problem.h"
 #include "search/topology_spec.h"
+#include "llvm/Support/Error.h"
 
 namespace tofu {
 

@@ -6,10 +6,10 @@
 #include <random>
 
 #include "fmt/format.h"
-#include "gtest/gtest.h"
 #include "graph/zoo.h"
 #include "search/search.h"
-#include "search/test_problem.h"
+#include "testing/test_problem.h"
+#include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
@@ -165,7 +165,8 @@ TEST(Topology, TheObjectiveIsEveryWorkersEstimatedTime) {
     for (const auto &[plan, traffic] : {std::pair(&r->leastBytes, &r->leastBytesTraffic),
                                         std::pair(&r->weighted, &r->weightedTraffic)}) {
       const double estimate = sum(traffic->workerSeconds) * t->levels.back().bandwidth;
-      EXPECT_NEAR(double(p.weightedCost(plan->steps, w)), estimate, 1 + 1e-9 * estimate) << spec;
+      EXPECT_NEAR(double(CostModel(p).weightedCost(plan->steps, w)), estimate, 1 + 1e-9 * estimate)
+          << spec;
     }
     EXPECT_LE(r->traffic.slowestSeconds, r->weightedTraffic.slowestSeconds) << spec;
     EXPECT_LE(r->traffic.slowestSeconds, r->leastBytesTraffic.slowestSeconds) << spec;
@@ -197,7 +198,7 @@ TEST(Topology, OneLevelIsTheBlindSearch) {
 
 // The search's per-level figures are the execution plan's: with one machine level per
 // recursion step, what every worker receives from outside its unit of the first L steps
-// (Problem::levelCost: bytes and messages) is what the execution plan fetches across levels
+// (CostModel::levelCost: bytes and messages) is what the execution plan fetches across levels
 // 1..L, for searched and random plans, even and uneven splits; worker by worker gives the
 // same; and the search's step terms with prefix weights add up to weightedCost.
 TEST(Topology, LevelCostCountsTheExecutionPlansFetches) {
@@ -249,14 +250,15 @@ TEST(Topology, LevelCostCountsTheExecutionPlansFetches) {
           bytes += traffic.levels[L].bytes;
           messages += traffic.levels[L].messages;
           int64_t modelMessages = -1, oracleMessages = 0, oracleBytes = 0;
-          EXPECT_EQ(p.levelCost(steps, L + 1, &modelMessages), bytes) << what << " level " << L;
+          EXPECT_EQ(CostModel(p).levelCost(steps, L + 1, &modelMessages), bytes)
+              << what << " level " << L;
           EXPECT_EQ(modelMessages, messages) << what << " level " << L;
           for (unsigned n = 0; n < p.nodes.size(); ++n)
-            oracleBytes += p.nodeCostWorkerByWorker(n, steps, L + 1, &oracleMessages);
+            oracleBytes += CostModel(p).nodeBruteForceCost(n, steps, L + 1, &oracleMessages);
           EXPECT_EQ(oracleBytes, bytes) << what << " level " << L;
           EXPECT_EQ(oracleMessages, messages) << what << " level " << L;
         }
-        EXPECT_EQ(bytes, p.modelCost(steps)) << what;
+        EXPECT_EQ(bytes, CostModel(p).modelCost(steps)) << what;
         // Integer weights: the step terms' shares add up to the weighted cost exactly.
         PrefixWeights w;
         for (size_t l = 0; l < parts.size(); ++l) {
@@ -271,11 +273,11 @@ TEST(Topology, LevelCostCountsTheExecutionPlansFetches) {
             for (unsigned in : node.inputs)
               configs.push_back({steps[i].tensor[in]});
             configs.push_back({steps[i].tensor[node.output]});
-            for (const auto &slot : p.stepTerms(n, steps, i, steps[i].parts, steps[i].node[n],
-                                                configs, w))
+            for (const auto &slot :
+                 CostModel(p).stepTerms(n, steps, i, steps[i].parts, steps[i].node[n], configs, w))
               sum += slot[0];
           }
-          EXPECT_EQ(sum, p.weightedCost(steps, w)) << what << " step " << i;
+          EXPECT_EQ(sum, CostModel(p).weightedCost(steps, w)) << what << " step " << i;
         }
       }
     }

@@ -11,8 +11,8 @@
 #include "graph/onnx_import.h"
 #include "graph/test_library.h"
 #include "onnx/onnx_pb.h"
+#include "partition/problem.h"
 #include "runtime/cpu_executor.h"
-#include "search/problem.h"
 #include "search/search.h"
 
 namespace tofu {

@@ -1223,7 +1223,12 @@ int run(int argc, char **argv) {
                   2);
     tofu::PipelineOptions forward;
     forward.until = tofu::Stage::Execution;
-    forward.plan = [&](const tofu::Problem &sub) { return tofu::restrictPlan(*plan, p, sub); };
+    forward.plan = [&](const tofu::Problem &sub) -> llvm::Expected<tofu::PartitionPlan> {
+      auto restricted = tofu::restrictPlan(*plan, p, sub);
+      if (restricted)
+        restricted->totalBytes = tofu::CostModel(sub).bruteForceCost(restricted->steps);
+      return restricted;
+    };
     auto r = tofu::runPipeline(std::move(*fwd), fwdName, *lib, forward);
     if (!r)
       return fail("--eval: the forward graph: " + llvm::toString(r.takeError()));
@@ -1235,8 +1240,9 @@ int run(int argc, char **argv) {
         evalSetup->logits = i;
   }
   if (kernelsMode != "interp")
-    return runCompiled(p, *t, *loss, name, exec, memory, single, p.exactCost(plan->steps),
-                       plan->algorithm, evalSetup ? &*evalSetup : nullptr);
+    return runCompiled(p, *t, *loss, name, exec, memory, single,
+                       tofu::CostModel(p).bruteForceCost(plan->steps), plan->algorithm,
+                       evalSetup ? &*evalSetup : nullptr);
 
   if (tolerance < 0)
     tolerance = 1e-4;
@@ -1247,7 +1253,7 @@ int run(int argc, char **argv) {
   if (!result)
     return fail(name + ": " + llvm::toString(result.takeError()));
   double runSeconds = seconds(start);
-  const int64_t predicted = p.exactCost(plan->steps);
+  const int64_t predicted = tofu::CostModel(p).bruteForceCost(plan->steps);
 
   llvm::outs() << fmt::format("{} training step ({}, batch {}): {} nodes on {} workers, algorithm "
                               "{}, CPU executor\n",

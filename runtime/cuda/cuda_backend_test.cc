@@ -15,8 +15,8 @@
 #include "graph/onnx_import.h"
 #include "graph/test_library.h"
 #include "graph/zoo.h"
-#include "runtime/engine_check.h"
-#include "search/test_problem.h"
+#include "testing/engine_check.h"
+#include "testing/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
@@ -61,8 +61,8 @@ TEST(CudaBackend, WithoutADeviceTheEngineSaysWhy) {
   if (!cudaDeviceUsable()) // a GPU is there: the other tests cover it
     GTEST_SKIP() << "a CUDA device is present";
   Problem p = trainingProblem(buildMlp({8, 8}, 2));
-  auto plan = searchPlan(p, PlanOptions{});
-  ASSERT_TRUE(bool(plan));
+  auto plan = searchedPlan(p, 8);
+  ASSERT_TRUE(plan.has_value());
   ExecPlan exec = buildExecPlan(p, *plan);
   MemoryPlan memory = planMemory(p, exec, {});
   auto program = buildProgram(p, exec, memory);

@@ -9,8 +9,7 @@
 #include <cstdio>
 
 #include "graph/zoo.h"
-#include "search/search.h"
-#include "search/test_problem.h"
+#include "testing/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu::cuda {
@@ -18,10 +17,7 @@ namespace {
 
 std::vector<KernelEstimate> report(const std::string &model, int64_t batch) {
   Problem p = trainingProblem(buildModel(model, batch));
-  PlanOptions o;
-  o.workers = 1;
-  auto plan = searchPlan(p, o);
-  EXPECT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  auto plan = searchedPlan(p, 1);
   ExecPlan exec = buildExecPlan(p, *plan);
   MemoryPlan memory = planMemory(p, exec, {});
   auto program = buildProgram(p, exec, memory);
@@ -75,8 +71,8 @@ TEST(KernelReport, TheTableNamesEveryLaunch) {
   EXPECT_NE(table.find("farthest from its bound"), std::string::npos);
   // A worker the program does not have is an error, not a crash.
   Problem p = trainingProblem(buildModel("mlp", 8));
-  auto plan = searchPlan(p, PlanOptions{});
-  ASSERT_TRUE(bool(plan));
+  auto plan = searchedPlan(p, 8);
+  ASSERT_TRUE(plan.has_value());
   ExecPlan exec = buildExecPlan(p, *plan);
   auto program = buildProgram(p, exec, planMemory(p, exec, {}));
   ASSERT_TRUE(bool(program));

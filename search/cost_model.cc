@@ -1,5 +1,7 @@
-// The partitioning problem: analysed nodes and the per-worker communication cost model.
-#include "search/problem.h"
+// The communication cost model over a partitioning problem (paper section 5 and its
+// appendix): per-worker bytes and messages from the analysis' regions, the search's step
+// terms, and the sum over every worker as a sum-product.
+#include "search/cost_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,11 +13,6 @@
 
 namespace tofu {
 namespace {
-
-Range subRange(Range r, unsigned parts, unsigned w) {
-  Range p = partOf(r.size(), parts, w);
-  return {r.lo + p.lo, r.lo + p.hi};
-}
 
 int64_t intersectElements(const Box &a, const Box &b) {
   int64_t n = 1;
@@ -88,194 +85,7 @@ int64_t cellsOver(const std::vector<int64_t> &bounds, Range r) {
   return cellOf(r.hi - 1) - cellOf(r.lo) + 1;
 }
 
-/// Per input and dimension, the variables the region read along it depends on: those in the
-/// affine coordinates of the input's reads (every variable where a coordinate is more than
-/// arithmetic of variables and constants; none where it is read whole: data, slices).
-std::vector<std::vector<std::vector<unsigned>>> regionVariables(const InstOp &op) {
-  std::vector<std::vector<std::set<unsigned>>> deps(op.inputs.size());
-  for (size_t i = 0; i < op.inputs.size(); ++i)
-    deps[i].resize(op.inputs[i].rank);
-  ir::walk(*op.body, [&](const ir::Expr &e) {
-    const auto *r = llvm::dyn_cast<ir::Read>(&e);
-    if (!r || r->input >= deps.size())
-      return;
-    for (size_t d = 0; d < r->coords.size() && d < deps[r->input].size(); ++d) {
-      const ir::Coord &c = r->coords[d];
-      if (c.kind != ir::Coord::Kind::Affine || !c.expr)
-        continue;
-      bool plain = true;
-      ir::walk(*c.expr, [&](const ir::Expr &x) {
-        if (const auto *v = llvm::dyn_cast<ir::VarRef>(&x))
-          deps[r->input][d].insert(v->var);
-        else if (!llvm::isa<ir::Const>(x) && !llvm::isa<ir::Binary>(x) &&
-                 !llvm::isa<ir::Neg>(x) && !llvm::isa<ir::ExtentRef>(x))
-          plain = false;
-      });
-      if (!plain)
-        for (unsigned v = 0; v < op.vars.size(); ++v)
-          deps[r->input][d].insert(v);
-    }
-  });
-  std::vector<std::vector<std::vector<unsigned>>> out(deps.size());
-  for (size_t i = 0; i < deps.size(); ++i)
-    for (const std::set<unsigned> &vars : deps[i])
-      out[i].emplace_back(vars.begin(), vars.end());
-  return out;
-}
-
-std::string instantiationKey(const Node &n, const std::vector<unsigned> &ranks) {
-  std::string key = n.op;
-  for (const auto &[k, v] : n.attrs)
-    key += fmt::format(" {}={}", k, v);
-  for (const auto &[k, v] : n.groups)
-    key += fmt::format(" {}#{}", k, v);
-  for (unsigned r : ranks)
-    key += fmt::format(" r{}", r);
-  return key;
-}
-
 } // namespace
-
-llvm::Expected<Problem> Problem::build(const Graph &g, const OpLibrary &lib) {
-  Problem p;
-  std::map<std::string, unsigned> tensorIndex;
-  for (unsigned i = 0; i < g.tensors().size(); ++i) {
-    const TensorInfo &t = g.tensors()[i];
-    if (!t.shapeKnown)
-      return stringError(fmt::format("tensor '{}' has no known shape (check the graph first)", t.name));
-    ProblemTensor pt;
-    pt.graphTensor = i;
-    pt.name = t.name;
-    pt.shape = t.shape;
-    pt.elementBytes = static_cast<unsigned>(dtypeSize(t.dtype));
-    pt.role = t.role;
-    pt.group = t.group.empty() ? t.name : t.group;
-    tensorIndex[t.name] = i;
-    p.tensors.push_back(std::move(pt));
-  }
-  std::map<std::string, std::shared_ptr<const StrategyTable>> tables;
-  std::map<const StrategyTable *, std::shared_ptr<const std::vector<std::vector<std::vector<unsigned>>>>>
-      regionVars;
-  std::map<const StrategyTable *, std::shared_ptr<const std::vector<const ir::Read *>>> reads;
-  for (unsigned i = 0; i < g.nodes().size(); ++i) {
-    const Node &n = g.nodes()[i];
-    auto where = [&](const std::string &msg) {
-      return stringError(fmt::format("node '{}' (op {}): {}", n.name, n.op, msg));
-    };
-    const ir::OpDef *op = lib.find(n.op);
-    if (!op)
-      return where(fmt::format("unknown op '{}'", n.op));
-    ProblemNode pn;
-    pn.graphNode = i;
-    pn.name = n.name;
-    pn.coalesce = n.coalesce;
-    pn.group = n.group.empty() ? n.name : n.group;
-    std::vector<std::vector<int64_t>> shapes;
-    std::vector<unsigned> ranks;
-    for (const std::string &in : n.inputs) {
-      auto it = tensorIndex.find(in);
-      if (it == tensorIndex.end())
-        return where(fmt::format("input tensor '{}' does not exist", in));
-      pn.inputs.push_back(it->second);
-      shapes.push_back(p.tensors[it->second].shape);
-      ranks.push_back(static_cast<unsigned>(shapes.back().size()));
-    }
-    auto out = tensorIndex.find(n.output);
-    if (out == tensorIndex.end())
-      return where(fmt::format("output tensor '{}' does not exist", n.output));
-    pn.output = out->second;
-    std::string key = instantiationKey(n, ranks);
-    auto &table = tables[key];
-    if (!table) {
-      Instantiation inst;
-      inst.attrs = n.attrs;
-      inst.groups = n.groups;
-      for (unsigned r : ranks)
-        inst.inputRanks.push_back(r);
-      auto t = analyzeOp(*op, inst);
-      if (!t)
-        return where(llvm::toString(t.takeError()));
-      table = std::make_shared<StrategyTable>(std::move(*t));
-    }
-    pn.table = table;
-    auto &deps = regionVars[table.get()];
-    if (!deps)
-      deps = std::make_shared<const std::vector<std::vector<std::vector<unsigned>>>>(
-          regionVariables(table->op));
-    pn.regionVars = deps;
-    auto &rs = reads[table.get()];
-    if (!rs)
-      rs = std::make_shared<const std::vector<const ir::Read *>>(collectReads(table->op));
-    pn.reads = rs;
-    auto concrete = concreteShapes(table->op, shapes, p.tensors[pn.output].shape);
-    if (!concrete)
-      return where(llvm::toString(concrete.takeError()));
-    pn.shapes = std::move(*concrete);
-    p.tensors[pn.output].producer = static_cast<int>(i);
-    for (unsigned t : pn.inputs)
-      if (std::find(p.tensors[t].consumers.begin(), p.tensors[t].consumers.end(), i) ==
-          p.tensors[t].consumers.end())
-        p.tensors[t].consumers.push_back(i);
-    p.nodes.push_back(std::move(pn));
-  }
-  auto order = g.topologicalOrder();
-  if (!order)
-    return order.takeError();
-  p.order = std::move(*order);
-  return p;
-}
-
-int Problem::splitVar(unsigned node, int strategy) const {
-  if (strategy < 0)
-    return -1;
-  return static_cast<int>(nodes[node].table->strategies[strategy].var);
-}
-
-bool Problem::isReduction(unsigned node, int strategy) const {
-  return strategy >= 0 &&
-         nodes[node].table->strategies[strategy].kind == Strategy::Kind::Reduction;
-}
-
-std::string Problem::strategyName(unsigned node, int strategy) const {
-  if (strategy < 0)
-    return "replicate";
-  const StrategyTable &t = *nodes[node].table;
-  const Strategy &s = t.strategies[strategy];
-  const std::string &var = t.op.vars[s.var].name;
-  return s.kind == Strategy::Kind::Reduction ? "reduce " + var : var;
-}
-
-std::vector<Range> Problem::nodeRanges(unsigned node, const std::vector<StepChoice> &steps,
-                                       const std::vector<unsigned> &coords, size_t cut) const {
-  std::vector<Range> ranges = fullRanges(nodes[node].shapes);
-  for (size_t l = 0; l < std::min(cut, steps.size()); ++l) {
-    int v = splitVar(node, steps[l].node[node]);
-    if (v >= 0)
-      ranges[v] = subRange(ranges[v], steps[l].parts, coords[l]);
-  }
-  return ranges;
-}
-
-Box Problem::tensorTile(unsigned tensor, const std::vector<StepChoice> &steps,
-                        const std::vector<unsigned> &coords, size_t cut) const {
-  Box box;
-  for (int64_t e : tensors[tensor].shape)
-    box.push_back({0, e});
-  for (size_t l = 0; l < std::min(cut, steps.size()); ++l) {
-    int d = steps[l].tensor[tensor];
-    if (d >= 0)
-      box[d] = subRange(box[d], steps[l].parts, coords[l]);
-  }
-  return box;
-}
-
-int64_t Problem::partials(unsigned node, const std::vector<StepChoice> &steps, size_t from) const {
-  int64_t rho = 1;
-  for (size_t l = from; l < steps.size(); ++l)
-    if (isReduction(node, steps[l].node[node]))
-      rho *= steps[l].parts;
-  return rho;
-}
 
 namespace {
 
@@ -300,20 +110,20 @@ std::vector<unsigned> varCuts(const Problem &p, unsigned n, unsigned v,
 
 } // namespace
 
-int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &steps,
-                                 const std::vector<unsigned> &coords, size_t cut,
-                                 int64_t *messages) const {
-  const ProblemNode &n = nodes[node];
+int64_t CostModel::workerNodeBytes(unsigned node, const std::vector<StepChoice> &steps,
+                                   const std::vector<unsigned> &coords, size_t cut,
+                                   int64_t *messages) const {
+  const ProblemNode &n = p_.nodes[node];
   cut = std::min(cut, steps.size());
-  std::vector<Range> ranges = nodeRanges(node, steps, coords);
-  std::vector<Range> unitRanges = nodeRanges(node, steps, coords, cut);
+  std::vector<Range> ranges = p_.nodeRanges(node, steps, coords);
+  std::vector<Range> unitRanges = p_.nodeRanges(node, steps, coords, cut);
   std::vector<Box> regions = inputRegions(n.table->op, *n.reads, n.shapes, ranges);
   int64_t bytes = 0, fetches = 0;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     if (repeatedRead(n.inputs, regions, i) >= 0)
       continue;
-    const ProblemTensor &t = tensors[n.inputs[i]];
-    Box unit = tensorTile(n.inputs[i], steps, coords, cut);
+    const ProblemTensor &t = p_.tensors[n.inputs[i]];
+    Box unit = p_.tensorTile(n.inputs[i], steps, coords, cut);
     bytes += (boxElements(regions[i]) - intersectElements(regions[i], unit)) * t.elementBytes;
     if (messages) {
       int64_t all = 1, inside = 1;
@@ -335,9 +145,9 @@ int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &s
   Box produced;
   for (unsigned v : n.table->op.outputVars)
     produced.push_back(computes ? unitRanges[v] : Range{0, 0});
-  const ProblemTensor &out = tensors[n.output];
-  Box owned = tensorTile(n.output, steps, coords);
-  const int64_t rho = partials(node, steps), inner = partials(node, steps, cut);
+  const ProblemTensor &out = p_.tensors[n.output];
+  Box owned = p_.tensorTile(n.output, steps, coords);
+  const int64_t rho = p_.partials(node, steps), inner = p_.partials(node, steps, cut);
   const int64_t have = computes ? intersectElements(owned, produced) : 0; // (a scalar too)
   bytes += (rho * boxElements(owned) - inner * have) * out.elementBytes;
   if (messages) {
@@ -345,7 +155,7 @@ int64_t Problem::workerNodeBytes(unsigned node, const std::vector<StepChoice> &s
     for (size_t d = 0; d < owned.size(); ++d) {
       const std::vector<int64_t> grid =
           cellBounds(n.shapes.vars[n.table->op.outputVars[d]],
-                     varCuts(*this, node, n.table->op.outputVars[d], steps));
+                     varCuts(p_, node, n.table->op.outputVars[d], steps));
       all *= cellsOver(grid, owned[d]);
       inside *= cellsOver(grid, overlapOf(owned[d], produced[d]));
     }
@@ -370,10 +180,11 @@ double prefixWeight(const std::vector<double> &weights, size_t j, size_t m) {
 
 } // namespace
 
-std::vector<std::vector<int64_t>>
-Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
-                   int s, const std::vector<std::vector<int>> &configs,
-                   const PrefixWeights &weights) const {
+std::vector<std::vector<int64_t>> CostModel::stepTerms(unsigned node,
+                                                       const std::vector<StepChoice> &steps,
+                                                       size_t i, unsigned parts, int s,
+                                                       const std::vector<std::vector<int>> &configs,
+                                                       const PrefixWeights &weights) const {
   if (weights.empty())
     return terms(node, steps, i, parts, s, configs, false);
   const size_t m = std::max(steps.size(), i + 1);
@@ -386,8 +197,8 @@ Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i
     const double wm = prefixWeight(weights.messages, j, m);
     if (wb == 0 && wm == 0)
       continue;
-    const auto t = terms(node, steps, i, parts, s, configs, false, j + 1,
-                         wm != 0 ? &messages : nullptr);
+    const auto t =
+        terms(node, steps, i, parts, s, configs, false, j + 1, wm != 0 ? &messages : nullptr);
     for (size_t k = 0; k < configs.size(); ++k)
       for (size_t c = 0; c < configs[k].size(); ++c)
         sum[k][c] += wb * double(t[k][c]) + (wm != 0 ? wm * double(messages[k][c]) : 0);
@@ -399,20 +210,20 @@ Problem::stepTerms(unsigned node, const std::vector<StepChoice> &steps, size_t i
   return out;
 }
 
-int64_t Problem::levelCost(const std::vector<StepChoice> &steps, size_t cut,
-                           int64_t *messages) const {
+int64_t CostModel::levelCost(const std::vector<StepChoice> &steps, size_t cut,
+                             int64_t *messages) const {
   if (messages)
     *messages = 0;
   int64_t total = 0;
   if (steps.empty())
     return 0;
-  for (unsigned n = 0; n < nodes.size(); ++n)
+  for (unsigned n = 0; n < p_.nodes.size(); ++n)
     total += nodeCostEveryWorker(n, steps, cut, messages);
   return total;
 }
 
-int64_t Problem::weightedCost(const std::vector<StepChoice> &steps,
-                              const PrefixWeights &weights) const {
+int64_t CostModel::weightedCost(const std::vector<StepChoice> &steps,
+                                const PrefixWeights &weights) const {
   if (weights.empty())
     return modelCost(steps);
   double total = 0;
@@ -429,16 +240,16 @@ int64_t Problem::weightedCost(const std::vector<StepChoice> &steps,
 }
 
 std::vector<std::vector<int64_t>>
-Problem::stepBuffers(unsigned node, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
-                     int s, const std::vector<std::vector<int>> &configs) const {
+CostModel::stepBuffers(unsigned node, const std::vector<StepChoice> &steps, size_t i,
+                       unsigned parts, int s, const std::vector<std::vector<int>> &configs) const {
   return terms(node, steps, i, parts, s, configs, true);
 }
 
 std::vector<std::vector<int64_t>>
-Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
-               int s, const std::vector<std::vector<int>> &configs, bool buffers, size_t cut,
-               std::vector<std::vector<int64_t>> *messages) const {
-  const ProblemNode &n = nodes[node];
+CostModel::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
+                 int s, const std::vector<std::vector<int>> &configs, bool buffers, size_t cut,
+                 std::vector<std::vector<int64_t>> *messages) const {
+  const ProblemNode &n = p_.nodes[node];
   const size_t m = std::max(steps.size(), i + 1);
   cut = buffers ? m : std::min(cut, m); // the steps that cut the units' tiles
   const bool units = cut < m;           // else the last step is one of them: a worker's own
@@ -452,7 +263,7 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
   }
   const bool exact = mult <= kExactGroups && !buffers; // buffers: worker 0's only
   for (size_t l = 0; l < m; ++l)
-    if (isReduction(node, choiceAt(l))) {
+    if (p_.isReduction(node, choiceAt(l))) {
       rho *= partsAt(l);
       if (l >= cut)
         inner *= partsAt(l);
@@ -494,17 +305,16 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
       const bool output = k + 1 == slots;
       cells[k].resize(configs[k].size());
       for (size_t c = 0; c < configs[k].size(); ++c) {
-        cells[k][c].resize(tensors[t].shape.size());
-        for (size_t d = 0; d < tensors[t].shape.size(); ++d) {
+        cells[k][c].resize(p_.tensors[t].shape.size());
+        for (size_t d = 0; d < p_.tensors[t].shape.size(); ++d) {
           cuts.clear();
           for (size_t l = 0; l < m; ++l) {
-            if (output ? splitVar(node, choiceAt(l)) == int(n.table->op.outputVars[d])
+            if (output ? p_.splitVar(node, choiceAt(l)) == int(n.table->op.outputVars[d])
                        : (l == i ? configs[k][c] : steps[l].tensor[t]) == int(d))
               cuts.push_back(partsAt(l));
           }
-          cells[k][c][d] = cellBounds(output ? n.shapes.vars[n.table->op.outputVars[d]]
-                                             : tensors[t].shape[d],
-                                      cuts);
+          cells[k][c][d] = cellBounds(
+              output ? n.shapes.vars[n.table->op.outputVars[d]] : p_.tensors[t].shape[d], cuts);
         }
       }
     }
@@ -519,7 +329,7 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
       scratch.unit = base;
     int lastVar = -1;
     for (size_t l = 0; l < m; ++l) {
-      int v = splitVar(node, choiceAt(l));
+      int v = p_.splitVar(node, choiceAt(l));
       if (l + 1 == m) {
         lastVar = v;
       } else if (v >= 0) {
@@ -543,7 +353,7 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
         unsigned t = slotTensor(k);
         Box &box = tiles[k][c].first;
         box.clear();
-        for (int64_t e : tensors[t].shape)
+        for (int64_t e : p_.tensors[t].shape)
           box.push_back({0, e});
         int last = -1;
         for (size_t l = 0; l < m; ++l) {
@@ -580,22 +390,22 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
           const Box &tile = tiles[k][c].first;
           int d = tiles[k][c].second;
           Range r = d >= 0 ? subRange(tile[d], lastParts, j) : Range{};
-          int64_t elems = output ? rho * elementsWith(tile, d, r) -
-                                       (unitComputes ? inner * intersectElements(produced, tile, d, r) : 0)
-                                 : boxElements(regions[k]) - intersectElements(regions[k], tile, d, r);
+          int64_t elems =
+              output ? rho * elementsWith(tile, d, r) -
+                           (unitComputes ? inner * intersectElements(produced, tile, d, r) : 0)
+                     : boxElements(regions[k]) - intersectElements(regions[k], tile, d, r);
           if (buffers) {
             // Whole buffers, where any of it is someone else's: a fetched region, or a
             // partial result that is not exactly the worker's tile.
             if (output) {
-              const bool direct =
-                  rho == 1 && elementsWith(tile, d, r) == boxElements(produced) &&
-                  intersectElements(produced, tile, d, r) == boxElements(produced);
+              const bool direct = rho == 1 && elementsWith(tile, d, r) == boxElements(produced) &&
+                                  intersectElements(produced, tile, d, r) == boxElements(produced);
               elems = computes && !direct ? boxElements(produced) : 0;
             } else {
               elems = elems > 0 ? boxElements(regions[k]) : 0;
             }
           }
-          out[k][c] += elems * tensors[t].elementBytes * weight;
+          out[k][c] += elems * p_.tensors[t].elementBytes * weight;
           if (messages) {
             // The distinct pieces overlapped: all of them, less those inside the unit.
             const std::vector<std::vector<int64_t>> &grid = scratch.cells[k][c];
@@ -607,7 +417,8 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
               all *= cellsOver(grid[x], whole);
               inside *= cellsOver(grid[x], overlapOf(whole, output ? produced[x] : own));
             }
-            (*messages)[k][c] += ((output ? rho : 1) * all - (output ? inner : 1) * inside) * weight;
+            (*messages)[k][c] +=
+                ((output ? rho : 1) * all - (output ? inner : 1) * inside) * weight;
           }
         }
       }
@@ -616,14 +427,14 @@ Problem::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, un
   return out;
 }
 
-int64_t Problem::modelCost(const std::vector<StepChoice> &steps,
-                           std::vector<int64_t> *perNode) const {
+int64_t CostModel::modelCost(const std::vector<StepChoice> &steps,
+                             std::vector<int64_t> *perNode) const {
   if (perNode)
-    perNode->assign(nodes.size(), 0);
+    perNode->assign(p_.nodes.size(), 0);
   if (steps.empty())
     return 0;
   int64_t total = 0;
-  for (unsigned n = 0; n < nodes.size(); ++n) {
+  for (unsigned n = 0; n < p_.nodes.size(); ++n) {
     const int64_t c = nodeCostEveryWorker(n, steps);
     if (perNode)
       (*perNode)[n] = c;
@@ -635,7 +446,7 @@ int64_t Problem::modelCost(const std::vector<StepChoice> &steps,
 namespace {
 
 /// One factor of a node's cost terms: a one-dimensional quantity of a worker. "The unit's":
-/// under the first `cut` steps alone (Problem::levelCost).
+/// under the first `cut` steps alone (CostModel::levelCost).
 struct CostFactor {
   enum Kind {
     Nonempty,          ///< var a's range is not empty (0 or 1); b = 1: the unit's
@@ -662,15 +473,15 @@ struct CostTerm {
 
 } // namespace
 
-int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice> &steps,
-                                     size_t cut, int64_t *messages) const {
-  const ProblemNode &n = nodes[node];
+int64_t CostModel::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice> &steps,
+                                       size_t cut, int64_t *messages) const {
+  const ProblemNode &n = p_.nodes[node];
   const InstOp &op = n.table->op;
   const size_t m = steps.size();
   if (m == 0)
     return 0;
   if (m > 62 || !n.regionVars) // the terms do not factor here: every worker
-    return nodeCostWorkerByWorker(node, steps, cut, messages);
+    return nodeBruteForceCost(node, steps, cut, messages);
   cut = std::min(cut, m);
   const uint64_t unitMask = cut >= 64 ? ~uint64_t(0) : (uint64_t(1) << cut) - 1;
   const bool units = cut < m; // the unit's ranges and tiles differ from the worker's
@@ -681,9 +492,9 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
   std::vector<uint64_t> varSteps(op.vars.size(), 0);
   std::vector<std::vector<uint64_t>> dimSteps(slots);
   for (size_t k = 0; k < slots; ++k)
-    dimSteps[k].assign(tensors[slotTensor(k)].shape.size(), 0);
+    dimSteps[k].assign(p_.tensors[slotTensor(k)].shape.size(), 0);
   for (size_t l = 0; l < m; ++l) {
-    int v = splitVar(node, steps[l].node[node]);
+    int v = p_.splitVar(node, steps[l].node[node]);
     if (v >= 0)
       varSteps[v] |= uint64_t(1) << l;
     for (size_t k = 0; k < slots; ++k) {
@@ -704,12 +515,11 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
   if (messages) {
     cells.resize(slots);
     for (size_t k = 0; k < slots; ++k)
-      for (size_t d = 0; d < tensors[slotTensor(k)].shape.size(); ++d)
-        cells[k].push_back(k + 1 < slots
-                               ? cellBounds(tensors[slotTensor(k)].shape[d],
-                                            tensorCuts(slotTensor(k), d, steps))
-                               : cellBounds(n.shapes.vars[op.outputVars[d]],
-                                            varCuts(*this, node, op.outputVars[d], steps)));
+      for (size_t d = 0; d < p_.tensors[slotTensor(k)].shape.size(); ++d)
+        cells[k].push_back(k + 1 < slots ? cellBounds(p_.tensors[slotTensor(k)].shape[d],
+                                                      tensorCuts(slotTensor(k), d, steps))
+                                         : cellBounds(n.shapes.vars[op.outputVars[d]],
+                                                      varCuts(p_, node, op.outputVars[d], steps)));
   }
   std::vector<CostFactor> factors;
   auto factor = [&](CostFactor f) {
@@ -726,7 +536,7 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
     unitNonempty = nonempty;
   std::vector<CostTerm> terms;
   for (unsigned i = 0; i < n.inputs.size(); ++i) {
-    const int64_t eb = tensors[n.inputs[i]].elementBytes;
+    const int64_t eb = p_.tensors[n.inputs[i]].elementBytes;
     const unsigned rank = static_cast<unsigned>(regionVars[i].size());
     // Not fetched again where an earlier input reads the same tensor over the same region:
     // Π_j (1 - [region j == region i]), expanded over the subsets of those inputs.
@@ -735,7 +545,7 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
       if (n.inputs[j] == n.inputs[i])
         same.push_back(j);
     if (same.size() > 8)
-      return nodeCostWorkerByWorker(node, steps, cut, messages);
+      return nodeBruteForceCost(node, steps, cut, messages);
     std::vector<unsigned> len, overlap, regionCells, insideCells;
     for (unsigned d = 0; d < rank; ++d) {
       const uint64_t held = regionSteps(i, d) | (dimSteps[i][d] & unitMask);
@@ -774,8 +584,8 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
   }
   {
     const size_t k = n.inputs.size();
-    const int64_t eb = tensors[n.output].elementBytes;
-    const int64_t rho = partials(node, steps), inner = partials(node, steps, cut);
+    const int64_t eb = p_.tensors[n.output].elementBytes;
+    const int64_t rho = p_.partials(node, steps), inner = p_.partials(node, steps, cut);
     CostTerm owned, computed, ownedCells, computedCells;
     owned.coef = rho * eb;
     computed.coef = -inner * eb;
@@ -842,7 +652,7 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
   for (int64_t e : n.shapes.vars)
     levelRanges[0].push_back({0, e});
   for (size_t k = 0; k < slots; ++k)
-    for (int64_t e : tensors[slotTensor(k)].shape)
+    for (int64_t e : p_.tensors[slotTensor(k)].shape)
       levelTiles[0][k].push_back({0, e});
   if (units) {
     unitLevelRanges = levelRanges;
@@ -871,11 +681,10 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
     }
     bool needRegions = false;
     for (unsigned f : mine)
-      needRegions |= factors[f].kind != CostFactor::Nonempty &&
-                     factors[f].kind != CostFactor::TileLen &&
-                     factors[f].kind != CostFactor::TileComputed &&
-                     factors[f].kind != CostFactor::TileCells &&
-                     factors[f].kind != CostFactor::TileCellsComputed;
+      needRegions |=
+          factors[f].kind != CostFactor::Nonempty && factors[f].kind != CostFactor::TileLen &&
+          factors[f].kind != CostFactor::TileComputed && factors[f].kind != CostFactor::TileCells &&
+          factors[f].kind != CostFactor::TileCellsComputed;
     std::fill(sums.begin(), sums.end(), 0);
     // Per member step: the variable it splits and per slot the dimension it cuts (the same
     // at every point).
@@ -883,7 +692,7 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
     std::vector<int> memberVar(M);
     std::vector<std::vector<int>> memberDim(M, std::vector<int>(slots));
     for (size_t x = 0; x < M; ++x) {
-      memberVar[x] = splitVar(node, steps[members[x]].node[node]);
+      memberVar[x] = p_.splitVar(node, steps[members[x]].node[node]);
       for (size_t k = 0; k < slots; ++k)
         memberDim[x][k] = steps[members[x]].tensor[slotTensor(k)];
     }
@@ -936,12 +745,18 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
         case CostFactor::Nonempty:
           fv[f] = (x.b ? unitRanges : ranges)[x.a].size() > 0;
           break;
-        case CostFactor::RegionLen: fv[f] = regions[x.a][x.d].size(); break;
+        case CostFactor::RegionLen:
+          fv[f] = regions[x.a][x.d].size();
+          break;
         case CostFactor::RegionOverlap:
           fv[f] = overlap(regions[x.a][x.d], unitTiles[x.a][x.d]);
           break;
-        case CostFactor::RegionEqual: fv[f] = regions[x.a][x.d] == regions[x.b][x.d]; break;
-        case CostFactor::TileLen: fv[f] = tiles[slots - 1][x.d].size(); break;
+        case CostFactor::RegionEqual:
+          fv[f] = regions[x.a][x.d] == regions[x.b][x.d];
+          break;
+        case CostFactor::TileLen:
+          fv[f] = tiles[slots - 1][x.d].size();
+          break;
         case CostFactor::TileComputed:
           fv[f] = overlap(tiles[slots - 1][x.d], unitRanges[op.outputVars[x.d]]);
           break;
@@ -986,66 +801,6 @@ int64_t Problem::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice
   if (messages)
     *messages += fetches * untouched;
   return total * untouched;
-}
-
-int64_t Problem::exactCost(const std::vector<StepChoice> &steps) const {
-  int64_t total = 0;
-  for (unsigned n = 0; n < nodes.size(); ++n)
-    total += nodeCostWorkerByWorker(n, steps);
-  return total;
-}
-
-int64_t Problem::nodeCostWorkerByWorker(unsigned node, const std::vector<StepChoice> &steps,
-                                        size_t cut, int64_t *messages) const {
-  if (steps.empty())
-    return 0;
-  std::vector<unsigned> parts;
-  unsigned k = 1;
-  for (const StepChoice &s : steps) {
-    parts.push_back(s.parts);
-    k *= s.parts;
-  }
-  int64_t total = 0;
-  for (unsigned w = 0; w < k; ++w)
-    total += workerNodeBytes(node, steps, workerCoords(w, parts), cut, messages);
-  return total;
-}
-
-int64_t Problem::workerTensorBytes(const std::vector<StepChoice> &steps,
-                                   const std::vector<unsigned> &coords) const {
-  int64_t bytes = 0;
-  for (unsigned t = 0; t < tensors.size(); ++t)
-    bytes += boxElements(tensorTile(t, steps, coords)) * tensors[t].elementBytes;
-  return bytes;
-}
-
-int repeatedRead(const std::vector<unsigned> &inputs, const std::vector<Box> &regions, size_t i) {
-  for (size_t j = 0; j < i; ++j)
-    if (inputs[j] == inputs[i] && regions[j] == regions[i])
-      return static_cast<int>(j);
-  return -1;
-}
-
-std::vector<unsigned> factorWorkers(unsigned k) {
-  std::vector<unsigned> f;
-  for (unsigned p = 2; p * p <= k; ++p)
-    while (k % p == 0) {
-      f.push_back(p);
-      k /= p;
-    }
-  if (k > 1)
-    f.push_back(k);
-  std::sort(f.rbegin(), f.rend());
-  return f;
-}
-
-std::vector<unsigned> workerCoords(unsigned w, const std::vector<unsigned> &parts) {
-  std::vector<unsigned> c(parts.size(), 0);
-  for (size_t l = parts.size(); l-- > 0;) {
-    c[l] = w % parts[l];
-    w /= parts[l];
-  }
-  return c;
 }
 
 } // namespace tofu

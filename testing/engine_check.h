@@ -3,8 +3,8 @@
 // runs them) started on a fresh backend with given values, and checkModel: the unpartitioned
 // float32 step against the double-precision interpreter, then each partitioned step against
 // it — bytes moved equal to the plan's prediction, arenas of the planned size, no NaN.
-#ifndef TOFU_RUNTIME_ENGINE_CHECK_H
-#define TOFU_RUNTIME_ENGINE_CHECK_H
+#ifndef TOFU_TESTING_ENGINE_CHECK_H
+#define TOFU_TESTING_ENGINE_CHECK_H
 
 #include <functional>
 #include <map>
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "partition/problem.h"
 #include "runtime/engine.h"
-#include "search/search.h"
 
 namespace tofu {
 
@@ -48,4 +48,4 @@ void checkModel(const std::string &what, const Problem &p, const std::vector<uns
 
 } // namespace tofu
 
-#endif // TOFU_RUNTIME_ENGINE_CHECK_H
+#endif // TOFU_TESTING_ENGINE_CHECK_H

@@ -1,13 +1,15 @@
 // Test scaffolding: a model's training step as a search problem.
-#ifndef TOFU_SEARCH_TEST_PROBLEM_H
-#define TOFU_SEARCH_TEST_PROBLEM_H
+#ifndef TOFU_TESTING_TEST_PROBLEM_H
+#define TOFU_TESTING_TEST_PROBLEM_H
 
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "graph/graph.h"
-#include "search/problem.h"
+#include "partition/plan.h"
+#include "partition/problem.h"
 
 namespace tofu {
 
@@ -25,6 +27,14 @@ Problem trainingProblem(llvm::Expected<Graph> g, Optimizer optimizer = Optimizer
 std::vector<StepChoice> randomSteps(const Problem &p, const std::vector<unsigned> &parts,
                                     std::mt19937 &rng, bool fitting = false);
 
+/// The plan tofu's search finds for `k` workers; a search that fails is a test failure
+/// quoting the error, and gives none.
+std::optional<PartitionPlan> searchedPlan(const Problem &p, unsigned k);
+
+/// The bytes `plan` moves by the cost model's brute-force oracle (search/cost_model.h):
+/// what an execution of it must move.
+int64_t predictedBytes(const Problem &p, const PartitionPlan &plan);
+
 } // namespace tofu
 
-#endif // TOFU_SEARCH_TEST_PROBLEM_H
+#endif // TOFU_TESTING_TEST_PROBLEM_H

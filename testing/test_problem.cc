@@ -1,7 +1,8 @@
-#include "search/test_problem.h"
+#include "testing/test_problem.h"
 
 #include "api/pipeline.h"
 #include "graph/test_library.h"
+#include "search/search.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
@@ -47,6 +48,20 @@ std::vector<StepChoice> randomSteps(const Problem &p, const std::vector<unsigned
     steps.push_back(std::move(s));
   }
   return steps;
+}
+
+std::optional<PartitionPlan> searchedPlan(const Problem &p, unsigned k) {
+  PlanOptions o;
+  o.workers = k;
+  auto plan = searchPlan(p, o);
+  EXPECT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  if (!plan)
+    return std::nullopt;
+  return std::move(*plan);
+}
+
+int64_t predictedBytes(const Problem &p, const PartitionPlan &plan) {
+  return CostModel(p).bruteForceCost(plan.steps);
 }
 
 } // namespace tofu

@@ -1,5 +1,5 @@
 // The engine checks shared by the backends' tests.
-#include "runtime/engine_check.h"
+#include "testing/engine_check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +9,7 @@
 #include "codegen/program.h"
 #include "runtime/cpu_executor.h"
 #include "runtime/training_data.h"
+#include "testing/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
@@ -17,13 +18,10 @@ std::unique_ptr<CheckRun> startRun(const Problem &p, unsigned k,
                                    const std::map<unsigned, Tensor> &given,
                                    const BackendFactory &backend, const EngineOptions &options) {
   auto run = std::make_unique<CheckRun>();
-  PlanOptions o;
-  o.workers = k;
-  auto plan = searchPlan(p, o);
-  EXPECT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  auto plan = searchedPlan(p, k);
   if (!plan)
     return nullptr;
-  run->predicted = p.exactCost(plan->steps);
+  run->predicted = predictedBytes(p, *plan);
   // Element-wise chains folded, as tofu-run runs them; fusion moves no bytes.
   FusedPlan fused = fuseElementwise(p, buildExecPlan(p, *plan), {});
   run->folded = fused.folded;
