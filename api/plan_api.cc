@@ -1,4 +1,4 @@
-// libtofu_plan's C++ API (include/tofu/plan.h) over the pipeline (api/pipeline.h).
+// libtofu_plan's C++ API (include/tofu/plan.h) over the pipeline (planner/pipeline.h).
 #include "tofu/plan.h"
 
 #include <dlfcn.h>
@@ -7,13 +7,13 @@
 #include <set>
 
 #include "api/api_internal.h"
-#include "api/pipeline.h"
 #include "grammar/diagnostics.h"
 #include "graph/library.h"
 #include "graph/onnx_import.h"
-#include "llvm/Support/raw_ostream.h"
 #include "nlohmann/json.hpp"
+#include "planner/pipeline.h"
 #include "search/report.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace tofu {
 namespace api {

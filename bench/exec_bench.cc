@@ -14,7 +14,7 @@
 #include "fmt/format.h"
 #include "graph/graph.h"
 #include "graph/zoo.h"
-#include "api/pipeline.h"
+#include "planner/pipeline.h"
 #include "runtime/cpu_executor.h"
 #include "search/search.h"
 

@@ -2,7 +2,7 @@
 // the exact per-step accounting searchPlan does after it) unless a table says otherwise.
 // Table 1: the paper's models at k = 8, every algorithm's
 // search time and communication relative to tofu's. Table 2: tofu from k = 2 to 1024 on
-// WResNet-152-10 and RNN-10-8K. Table 3: the memory options (search/memory_fit.h): what
+// WResNet-152-10 and RNN-10-8K. Table 3: the memory options (planner/memory_fit.h): what
 // planning memory adds to a search, a budget 10% under the unpriced plan's peak, and the
 // smallest count of 80 GiB workers, on training steps with Adam. Table 4: tofu's search
 // time on training steps with Adam at k = 8 (the least of five runs), on the machine's
@@ -22,17 +22,17 @@
 #include <thread>
 #include <vector>
 
+#include "codegen/exec_plan.h"
+#include "codegen/memory_plan.h"
 #include "fmt/format.h"
 #include "graph/graph.h"
 #include "graph/zoo.h"
-#include "api/pipeline.h"
-#include "codegen/exec_plan.h"
-#include "codegen/memory_plan.h"
-#include "search/memory_fit.h"
-#include "search/report.h"
+#include "planner/memory_fit.h"
+#include "planner/pipeline.h"
+#include "planner/topology.h"
 #include "search/parallel.h"
+#include "search/report.h"
 #include "search/search.h"
-#include "search/topology.h"
 #include "support/units.h"
 
 namespace {

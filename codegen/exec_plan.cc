@@ -51,7 +51,7 @@ std::vector<std::pair<Box, std::vector<unsigned>>> distinct(const std::vector<Bo
 /// The parts of `region` for worker `w` from the distinct pieces: its own where it has the
 /// piece, else the nearest holder: the one whose coordinates agree with w's over the most
 /// leading recursion steps (the same group at the outermost steps, which a machine's outer
-/// levels map to; see search/topology.h), the first such in worker order.
+/// levels map to; see planner/topology.h), the first such in worker order.
 std::vector<Fetch> cover(const Box &region, unsigned w,
                          const std::vector<std::pair<Box, std::vector<unsigned>>> &pieces,
                          const std::vector<std::vector<unsigned>> &coords) {

@@ -1,7 +1,8 @@
 // The execution plan as a program each worker runs on its own: op instances with their
 // kernel, concrete shapes and argument values, buffers at the memory plan's offsets of the
 // worker's arena, fetches, reductions and the carries of optimiser updates as region copies.
-// It names no search structure (Problem, StrategyTable), so a backend — threads over CPU
+// It is data alone, naming no partition or search structure (Problem, StrategyTable,
+// ExecPlan; codegen/program_builder.h builds it from them), so a backend — threads over CPU
 // arenas, GPU streams, MPI ranks — runs it through a handful of operations (runtime/backend.h):
 // allocate the arenas, copy a region, launch a kernel, combine partial results, synchronise.
 #ifndef TOFU_CODEGEN_PROGRAM_H
@@ -13,8 +14,8 @@
 #include <vector>
 
 #include "analysis/instantiate.h"
-#include "codegen/exec_plan.h"
-#include "codegen/memory_plan.h"
+#include "analysis/strategy.h"
+#include "graph/graph.h"
 
 namespace tofu {
 
@@ -119,11 +120,6 @@ struct Program {
   /// Bytes the plan moves between workers in one step (fetches and reductions).
   int64_t predictedBytes = 0;
 };
-
-/// Builds every worker's program from a plan and its memory plan. Errors name the node and
-/// worker of an inconsistent plan (an input neither fetched nor held, a result without a
-/// buffer, a misaligned buffer).
-llvm::Expected<Program> buildProgram(const Problem &p, const ExecPlan &plan, const MemoryPlan &memory);
 
 /// A readable listing: per worker its arena, then per step its copies, launch and assembly.
 std::string programDump(const Program &program);

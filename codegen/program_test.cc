@@ -2,7 +2,7 @@
 // copies between workers move exactly the bytes the plan predicts, all workers agree on
 // where they synchronise, element-wise optimiser updates are written in place, and an
 // inconsistent memory plan is an error naming the worker.
-#include "codegen/program.h"
+#include "codegen/program_builder.h"
 
 #include <set>
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "codegen/program.h"
+#include "runtime/kernel_stats.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
-#include "runtime/cpu_kernels.h"
 
 namespace tofu {
 

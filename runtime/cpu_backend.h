@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/cpu_kernels.h"
 
 namespace tofu {
 

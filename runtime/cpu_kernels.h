@@ -13,6 +13,7 @@
 
 #include "analysis/interpreter.h"
 #include "codegen/kernel_gen.h"
+#include "runtime/kernel_stats.h"
 #include "llvm/Support/Error.h"
 
 namespace tofu {
@@ -33,13 +34,6 @@ struct KernelCompileOptions {
 #endif
   unsigned jobs = 0;           ///< units compiled at once (default: the machine's cores)
   unsigned kernelsPerUnit = 12;
-};
-
-struct KernelCompileStats {
-  unsigned kernels = 0;        ///< distinct kernels requested
-  unsigned units = 0;          ///< shared objects they live in
-  unsigned unitsCompiled = 0;  ///< of which compiled now (the others came from the cache)
-  double seconds = 0;          ///< wall time of the batch
 };
 
 /// The loaded kernels of one or more batches, by kernel name.

@@ -15,7 +15,6 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "grammar/diagnostics.h"
-#include "runtime/cpu_executor.h"
 
 namespace tofu {
 namespace {

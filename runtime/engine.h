@@ -19,11 +19,9 @@
 #include <vector>
 
 #include "analysis/interpreter.h"
-#include "codegen/exec_plan.h"
-#include "codegen/memory_plan.h"
 #include "codegen/program.h"
-#include "runtime/checkpoint.h"
 #include "runtime/backend.h"
+#include "runtime/checkpoint.h"
 #include "runtime/cpu_kernels.h"
 
 namespace tofu {
@@ -62,11 +60,6 @@ struct StepStats {
 /// some of the workers here: the engine then walks, writes and reads only theirs.
 class Engine {
 public:
-  /// On the CPU backend: builds every worker's program, compiles the kernels (one batch),
-  /// allocates the arenas.
-  static llvm::Expected<std::unique_ptr<Engine>> create(const Problem &p, const ExecPlan &plan,
-                                                        const MemoryPlan &memory,
-                                                        const EngineOptions &options = {});
   /// On `backend`, which prepares `program` (the engine keeps both).
   static llvm::Expected<std::unique_ptr<Engine>> create(Program program,
                                                         std::unique_ptr<Backend> backend,

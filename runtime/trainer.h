@@ -97,7 +97,7 @@ struct TrainerOptions {
   std::string saveDir;
   bool continueNonFinite = false;
   /// verify() will be called: the first step's results are kept to compare with the step
-  /// run on the unpartitioned plan (one worker: api/pipeline.h's singleWorker).
+  /// run on the unpartitioned plan (one worker: planner/pipeline.h's singleWorker).
   bool verify = false;
   const ExecPlan *referenceExec = nullptr;
   const MemoryPlan *referenceMemory = nullptr;

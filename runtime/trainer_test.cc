@@ -7,8 +7,9 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "api/pipeline.h"
 #include "graph/test_library.h"
+#include "planner/pipeline.h"
+#include "runtime/cpu_engine.h"
 #include "support/errors.h"
 #include "testing/test_problem.h"
 #include "gtest/gtest.h"
@@ -30,9 +31,8 @@ EngineOptions testEngine() {
 }
 
 EngineFactory cpuFactory() {
-  return
-      [](const Problem &p, const ExecPlan &plan, const MemoryPlan &memory,
-         const EngineOptions &options, bool) { return Engine::create(p, plan, memory, options); };
+  return [](const Problem &p, const ExecPlan &plan, const MemoryPlan &memory,
+            const EngineOptions &options, bool) { return makeCpuEngine(p, plan, memory, options); };
 }
 
 /// The zoo's MLP, trained with `optimizer`, planned for `workers` workers.

@@ -17,7 +17,7 @@
 
 namespace tofu {
 
-/// The objective over a machine's levels (search/topology.h): per recursion step j, the
+/// The objective over a machine's levels (planner/topology.h): per recursion step j, the
 /// weight of the bytes, and of the messages, that cross out of the worker groups the first
 /// j + 1 steps make (CostModel::levelCost with `cut` j + 1). Empty: communication alone.
 struct PrefixWeights {
@@ -39,7 +39,7 @@ public:
   ///
   /// With `cut` < steps.size(): only what it receives from outside its unit, the workers
   /// that share its coordinates at the first `cut` steps (a machine's node, when those
-  /// steps are the node level's; see search/topology.h): an input element is in the unit
+  /// steps are the node level's; see planner/topology.h): an input element is in the unit
   /// where it lies in the tile cut by those steps alone; the unit computes each partial of
   /// the output elements it computes under those steps (the later steps' partials too).
   /// `messages`, when given, gets the fetches: one per distinct tile (or produced piece of
@@ -54,7 +54,7 @@ public:
   /// output) on each candidate configuration in `configs[slot]`; every other choice as in
   /// `steps` (`i == steps.size()` appends a step). Result: per slot, per candidate.
   ///
-  /// With `weights` (one per step of the finished plan; see search/topology.h) the share is
+  /// With `weights` (one per step of the finished plan; see planner/topology.h) the share is
   /// Σ_j (bytes_j × the node's bytes + messages_j × its messages that cross out of the
   /// units of the first j + 1 steps; levelCost), rounded: the communication time over a
   /// machine's levels in units of its fastest level's bytes. While steps are still being

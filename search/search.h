@@ -44,11 +44,11 @@ struct PlanOptions {
   /// many times worker 0's bytes of tensor tiles (replicas counted whole) and, for the nodes
   /// `pricedBuffers` marks (not dp-flat), of the buffers it needs while the node runs
   /// (CostModel::stepBuffers). 0: communication alone. The plan's reported figures
-  /// (totalBytes, stepBytes) stay communication only. See search/memory_fit.h.
+  /// (totalBytes, stepBytes) stay communication only. See planner/memory_fit.h.
   double memoryWeight = 0;
   std::vector<bool> pricedBuffers; ///< per node
   /// The recursion's steps, each a factor of `workers` in order (outermost first); empty:
-  /// factorWorkers(workers). A machine's levels give them (search/topology.h).
+  /// factorWorkers(workers). A machine's levels give them (planner/topology.h).
   std::vector<unsigned> factors;
   /// Per step, the weights of the bytes and messages that cross out of the worker groups of
   /// the steps up to it (CostModel::stepTerms); empty: communication alone. tofu, icml18 and

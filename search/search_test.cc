@@ -5,9 +5,9 @@
 #include <map>
 #include <random>
 
-#include "api/pipeline.h"
 #include "graph/test_library.h"
 #include "graph/zoo.h"
+#include "planner/pipeline.h"
 #include "search/minsum.h"
 #include "testing/test_problem.h"
 #include "gtest/gtest.h"

@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "codegen/fusion.h"
-#include "codegen/program.h"
+#include "codegen/program_builder.h"
 #include "runtime/cpu_executor.h"
 #include "runtime/training_data.h"
 #include "testing/test_problem.h"

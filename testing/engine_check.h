@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "codegen/exec_plan.h"
+#include "codegen/memory_plan.h"
 #include "partition/problem.h"
 #include "runtime/engine.h"
 

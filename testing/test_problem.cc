@@ -1,7 +1,7 @@
 #include "testing/test_problem.h"
 
-#include "api/pipeline.h"
 #include "graph/test_library.h"
+#include "planner/pipeline.h"
 #include "search/search.h"
 #include "gtest/gtest.h"
 

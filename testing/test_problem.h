@@ -14,7 +14,7 @@
 namespace tofu {
 
 /// The training step of forward graph `g` as a search problem, through the pipeline
-/// (api/pipeline.h) with testLibrary(): `g` checked, its output the loss (or given one),
+/// (planner/pipeline.h) with testLibrary(): `g` checked, its output the loss (or given one),
 /// `optimizer`'s updates added. A step that fails
 /// is a test failure (gtest EXPECT) quoting the error. `outputs`, when given, receives the
 /// training graph's outputs.

@@ -9,7 +9,7 @@
 // (every op in the TDL interpreter, double precision). Built as `tofu-run` (both backends)
 // and `tofu-run-cuda` (the CUDA backend alone: no oneDNN, for the GPU bundle).
 //
-// A driver: it reads the options, runs the pipeline (api/pipeline.h), picks the backend,
+// A driver: it reads the options, runs the pipeline (planner/pipeline.h), picks the backend,
 // and prints what the trainer (runtime/trainer.h: values, batches, steps, evaluation,
 // checkpoints, verification) reports. The processes of an MPI run are a ProcessGroup
 // (runtime/process_group.h).
@@ -30,21 +30,23 @@
 #include <thread>
 
 #include "analysis/checked.h"
-#include "api/pipeline.h"
 #include "codegen/exec_plan.h"
 #include "codegen/fusion.h"
 #include "codegen/memory_plan.h"
+#include "codegen/program_builder.h"
 #include "codegen/schedule.h"
 #include "fmt/format.h"
 #include "graph/graph.h"
 #include "graph/zoo.h"
 #include "nlohmann/json.hpp"
+#include "planner/pipeline.h"
 #include "runtime/backend_registry.h"
 #include "runtime/cpu_executor.h"
 #include "runtime/cuda/kernel_report.h"
 #include "runtime/data_feed.h"
 #include "runtime/dataset.h"
 #include "runtime/engine.h"
+#include "runtime/input_arrays.h"
 #include "runtime/process_group.h"
 #include "runtime/trainer.h"
 #include "runtime/training_data.h"
@@ -53,7 +55,6 @@
 #include "support/errors.h"
 #include "support/files.h"
 #include "support/units.h"
-#include "runtime/input_arrays.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
 

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "codegen/program.h"
+#include "codegen/program_builder.h"
 #include "graph/onnx_import.h"
 #include "graph/test_library.h"
 #include "graph/zoo.h"

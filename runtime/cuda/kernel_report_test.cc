@@ -4,6 +4,7 @@
 // schedules, the cross-entropy over GPT-12's vocabulary ran in one block (its serial chain
 // alone a thousand times its bound) and the layer-norm scale gradients recomputed per-token
 // statistics per feature; this test would have failed on both.
+#include "codegen/program_builder.h"
 #include "runtime/cuda/kernel_report.h"
 
 #include <cstdio>

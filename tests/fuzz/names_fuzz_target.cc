@@ -11,8 +11,8 @@
 
 #include "analysis/checked.h"
 #include "graph/zoo.h"
+#include "planner/topology_spec.h"
 #include "runtime/lr_schedule.h"
-#include "search/topology_spec.h"
 #include "support/units.h"
 
 namespace {

@@ -16,17 +16,17 @@
 // the level it crosses and each message's latency there. X_L and M_L count each worker's
 // fetches as the execution plan makes them (from the nearest holder); the report counts
 // each level's bytes and messages from the execution plan itself.
-#ifndef TOFU_SEARCH_TOPOLOGY_H
-#define TOFU_SEARCH_TOPOLOGY_H
+#ifndef TOFU_PLANNER_TOPOLOGY_H
+#define TOFU_PLANNER_TOPOLOGY_H
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "codegen/exec_plan.h"
-#include "search/search.h"
 #include "partition/problem.h"
-#include "search/topology_spec.h"
+#include "planner/topology_spec.h"
+#include "search/search.h"
 #include "llvm/Support/Error.h"
 
 namespace tofu {
@@ -73,4 +73,4 @@ llvm::Expected<TopologyPlan> searchForTopology(const Problem &p, PlanOptions opt
 
 } // namespace tofu
 
-#endif // TOFU_SEARCH_TOPOLOGY_H
+#endif // TOFU_PLANNER_TOPOLOGY_H

@@ -1,5 +1,5 @@
 // Reading and printing a topology.
-#include "search/topology_spec.h"
+#include "planner/topology_spec.h"
 
 #include <algorithm>
 #include <cctype>

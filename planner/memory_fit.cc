@@ -1,5 +1,5 @@
 // Searching under a memory budget.
-#include "search/memory_fit.h"
+#include "planner/memory_fit.h"
 
 #include <algorithm>
 #include <chrono>

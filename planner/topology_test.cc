@@ -1,5 +1,5 @@
 // Machine levels: parsing, the search's weights, and plans that keep traffic inside nodes.
-#include "search/topology.h"
+#include "planner/topology.h"
 
 #include <cstdio>
 #include <fstream>

@@ -6,8 +6,8 @@
 //
 // Each stage's errors name the model or file. The internal C++ API for our own tools;
 // frameworks use include/tofu/plan.h or include/tofu/tofu.h, which wrap this.
-#ifndef TOFU_API_PIPELINE_H
-#define TOFU_API_PIPELINE_H
+#ifndef TOFU_PLANNER_PIPELINE_H
+#define TOFU_PLANNER_PIPELINE_H
 
 #include <functional>
 #include <map>
@@ -109,4 +109,4 @@ SingleWorker singleWorker(const Problem &problem, const std::vector<std::string>
 
 } // namespace tofu
 
-#endif // TOFU_API_PIPELINE_H
+#endif // TOFU_PLANNER_PIPELINE_H

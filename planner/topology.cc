@@ -1,5 +1,5 @@
 // Machine levels: the search's prefix weights, traffic per level (reading them: topology_spec).
-#include "search/topology.h"
+#include "planner/topology.h"
 
 #include <algorithm>
 #include <map>

@@ -1,8 +1,8 @@
 // A machine's interconnect as levels, as a user gives it (`--topology 2x8:12.5GB/s,150GB/s`
 // or a JSON file): what it is, how it is read and printed. How the search weighs traffic by
-// level is search/topology.h's.
-#ifndef TOFU_SEARCH_TOPOLOGY_SPEC_H
-#define TOFU_SEARCH_TOPOLOGY_SPEC_H
+// level is planner/topology.h's.
+#ifndef TOFU_PLANNER_TOPOLOGY_SPEC_H
+#define TOFU_PLANNER_TOPOLOGY_SPEC_H
 
 #include <cstdint>
 #include <string>
@@ -44,4 +44,4 @@ unsigned levelBetween(const Topology &t, unsigned a, unsigned b);
 
 } // namespace tofu
 
-#endif // TOFU_SEARCH_TOPOLOGY_SPEC_H
+#endif // TOFU_PLANNER_TOPOLOGY_SPEC_H

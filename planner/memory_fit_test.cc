@@ -1,6 +1,6 @@
 // Tests of the search under a memory budget: every answer checked against the memory
 // planner run independently on the plan returned.
-#include "search/memory_fit.h"
+#include "planner/memory_fit.h"
 
 #include <cstdio>
 

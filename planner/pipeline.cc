@@ -1,5 +1,5 @@
 // The pipeline: model -> checked graph -> training graph -> analysis -> plan -> execution.
-#include "api/pipeline.h"
+#include "planner/pipeline.h"
 
 #include <algorithm>
 #include <chrono>

@@ -10,8 +10,8 @@
 // communication), then the highest (the least memory), then a ladder of prices a factor
 // of 8 apart. Each candidate plan is judged by its real planned peak; the fitting plan of
 // least communication found wins.
-#ifndef TOFU_SEARCH_MEMORY_FIT_H
-#define TOFU_SEARCH_MEMORY_FIT_H
+#ifndef TOFU_PLANNER_MEMORY_FIT_H
+#define TOFU_PLANNER_MEMORY_FIT_H
 
 #include <cstdint>
 #include <functional>
@@ -72,4 +72,4 @@ fitWorkers(const Problem &p, const PlanOptions &options, int64_t limit,
 
 } // namespace tofu
 
-#endif // TOFU_SEARCH_MEMORY_FIT_H
+#endif // TOFU_PLANNER_MEMORY_FIT_H
