@@ -87,9 +87,7 @@ AffineExpr AffineExpr::operator*(const Rational &k) const {
   return r;
 }
 
-AffineExpr AffineExpr::operator/(const Rational &k) const {
-  return *this * (Rational(1) / k);
-}
+AffineExpr AffineExpr::operator/(const Rational &k) const { return *this * (Rational(1) / k); }
 
 Rational AffineExpr::coefficient(unsigned s) const {
   for (const auto &[sym, c] : terms_)
@@ -135,7 +133,8 @@ std::string AffineExpr::str(const std::function<std::string(unsigned)> &name) co
     if (out.empty())
       out = constant_.str();
     else
-      out += (constant_.sign() < 0 ? " - " : " + ") + (constant_.sign() < 0 ? -constant_ : constant_).str();
+      out += (constant_.sign() < 0 ? " - " : " + ") +
+             (constant_.sign() < 0 ? -constant_ : constant_).str();
   }
   return out;
 }

@@ -56,9 +56,7 @@ inline std::optional<int64_t> checkedProduct(const std::vector<int64_t> &extents
 /// ("'99999999999999999999' is out of range for the layer count (1 to 1000)").
 inline llvm::Expected<int64_t> parseInteger(llvm::StringRef text, int64_t lo, int64_t hi,
                                             const std::string &what) {
-  auto range = [&] {
-    return "(" + std::to_string(lo) + " to " + std::to_string(hi) + ")";
-  };
+  auto range = [&] { return "(" + std::to_string(lo) + " to " + std::to_string(hi) + ")"; };
   const std::string s = text.str();
   if (s.empty() || !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9')))
     return llvm::createStringError(llvm::inconvertibleErrorCode(), "'%s' is not an integer for %s",
@@ -70,9 +68,8 @@ inline llvm::Expected<int64_t> parseInteger(llvm::StringRef text, int64_t lo, in
     return llvm::createStringError(llvm::inconvertibleErrorCode(), "'%s' is not an integer for %s",
                                    s.c_str(), what.c_str());
   if (errno == ERANGE || v < lo || v > hi)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "'%s' is out of range for %s %s", s.c_str(), what.c_str(),
-                                   range().c_str());
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "'%s' is out of range for %s %s",
+                                   s.c_str(), what.c_str(), range().c_str());
   return static_cast<int64_t>(v);
 }
 

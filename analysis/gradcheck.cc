@@ -23,8 +23,8 @@ struct Forward {
   Tensor out, dOut;
 };
 
-double lossOf(const Forward &f, const std::vector<Tensor> &inputs,
-              const OpaqueRegistry &opaques, bool &failed) {
+double lossOf(const Forward &f, const std::vector<Tensor> &inputs, const OpaqueRegistry &opaques,
+              bool &failed) {
   std::vector<const Tensor *> ptrs;
   for (const Tensor &t : inputs)
     ptrs.push_back(&t);
@@ -98,7 +98,8 @@ llvm::Expected<Tensor> clauseResult(const ir::Grad &g, const Forward &f,
 
 std::vector<GradCheck> checkOnRange(const ir::OpDef &def, const Forward &base,
                                     std::pair<double, double> range,
-                                    const GradCheckOptions &options, const OpaqueRegistry &opaques) {
+                                    const GradCheckOptions &options,
+                                    const OpaqueRegistry &opaques) {
   std::vector<GradCheck> results;
   auto skipAll = [&](const std::string &why) { return skippedAll(def, why); };
   Forward f = base;
@@ -158,8 +159,7 @@ std::vector<GradCheck> checkOnRange(const ir::OpDef &def, const Forward &base,
                   "in verify_examples.json";
       results.push_back(std::move(c));
       continue;
-    }
-    else if (c.maxError > options.tolerance)
+    } else if (c.maxError > options.tolerance)
       c.problem = fmt::format("analytic and numeric gradients differ by {:.3g}", c.maxError);
     c.ok = c.problem.empty();
     results.push_back(std::move(c));
@@ -174,8 +174,8 @@ std::vector<GradCheck> checkGradients(const ir::OpDef &def, const GradCheckOptio
   std::vector<GradCheck> results;
   if (def.grads.empty())
     return results;
-  Instantiation inst =
-      completeForVerification(def, options.example ? options.example->inst : Instantiation{}, nullptr);
+  Instantiation inst = completeForVerification(
+      def, options.example ? options.example->inst : Instantiation{}, nullptr);
   auto skipAll = [&](const std::string &why) { return skippedAll(def, why); };
   auto op = instantiate(def, inst);
   if (!op)

@@ -14,8 +14,8 @@
 namespace tofu {
 
 struct GradCheck {
-  std::string input;    ///< the input the clause differentiates
-  std::string call;     ///< the backward op called
+  std::string input; ///< the input the clause differentiates
+  std::string call;  ///< the backward op called
   bool ok = false;
   bool skipped = false; ///< the clause could not be evaluated here (reason in `problem`)
   double maxError = 0;  ///< largest |numeric - analytic| / max(1, |numeric|)

@@ -19,9 +19,9 @@ inline int64_t floorDiv(int64_t a, int64_t b) {
 /// Evaluates `e` in domain `D`, which supplies `Value` and, each returning
 /// std::optional<Value> (empty: not representable in the domain), `constant(int64_t)`,
 /// `attr(unsigned)` (an attribute of a checked, not yet instantiated op), `var(unsigned)`,
-/// `extent(unsigned input, unsigned dim)`, `neg`, `add`, `mul`, `div` and `mod`. Anything else (a float, a tensor read, a call) gives no value.
-template <typename D>
-std::optional<typename D::Value> evalIndex(const ir::Expr &e, const D &d) {
+/// `extent(unsigned input, unsigned dim)`, `neg`, `add`, `mul`, `div` and `mod`. Anything else (a
+/// float, a tensor read, a call) gives no value.
+template <typename D> std::optional<typename D::Value> evalIndex(const ir::Expr &e, const D &d) {
   using llvm::cast;
   switch (e.kind()) {
   case ir::ExprKind::Const: {

@@ -41,7 +41,7 @@ struct Frame {
   const ir::OpDef *op = nullptr;
   std::vector<int64_t> attrs;
   std::map<unsigned, int64_t> groupLen;
-  std::map<unsigned, int64_t> groupHints; ///< lengths to use instead of the default
+  std::map<unsigned, int64_t> groupHints;            ///< lengths to use instead of the default
   std::map<unsigned, std::vector<ir::ExprPtr>> vars; ///< var id -> its expressions
   std::vector<Binding> inputs;
 };
@@ -98,7 +98,8 @@ private:
   }
 
   ir::ExprPtr inst(const ir::Expr &e, Frame &f);
-  bool expandCoords(const std::vector<ir::Coord> &coords, Frame &f, std::vector<ir::ExprPtr> &exprs);
+  bool expandCoords(const std::vector<ir::Coord> &coords, Frame &f,
+                    std::vector<ir::ExprPtr> &exprs);
   ir::ExprPtr readInput(Frame &f, unsigned input, std::vector<ir::ExprPtr> coords, SourceLoc loc);
   bool sliceBinding(const ir::Expr &arg, Frame &f, Binding &out);
   bool setupCallee(const ir::OpCall &c, Frame &caller, Frame &callee,
@@ -244,8 +245,8 @@ llvm::Error Instantiator::run(const ir::OpDef &op, const Instantiation &in) {
   for (const ir::Attr &a : op.attrs) {
     auto it = in.attrs.find(a.name);
     if (it == in.attrs.end() && !a.defaultValue)
-      return fail(fmt::format("op '{}': attribute '{}' has no default; give its value", op.name,
-                              a.name));
+      return fail(
+          fmt::format("op '{}': attribute '{}' has no default; give its value", op.name, a.name));
     root.attrs.push_back(it != in.attrs.end() ? it->second : *a.defaultValue);
     out_.attrs.push_back({a.name, root.attrs.back()});
   }
@@ -257,8 +258,8 @@ llvm::Error Instantiator::run(const ir::OpDef &op, const Instantiation &in) {
     if (!var)
       return fail(fmt::format("op '{}' has no variadic group '{}'", op.name, name));
     if (len < 0 || len > 16)
-      return fail(fmt::format("op '{}': group '{}' length {} is out of range [0, 16]", op.name,
-                              name, len));
+      return fail(
+          fmt::format("op '{}': group '{}' length {} is out of range [0, 16]", op.name, name, len));
     root.groupLen[*var] = len;
   }
   for (const auto &[name, len] : in.groupHints)
@@ -426,8 +427,8 @@ ir::ExprPtr Instantiator::readInput(Frame &f, unsigned input, std::vector<ir::Ex
     return inlineCall(*b.call, *b.callFrame, std::move(coords));
   }
   if (coords.size() != b.rank()) {
-    error(fmt::format("op '{}': input '{}' has rank {} but is read with {} coordinates",
-                      f.op->name, f.op->inputs[input].name, b.rank(), coords.size()));
+    error(fmt::format("op '{}': input '{}' has rank {} but is read with {} coordinates", f.op->name,
+                      f.op->inputs[input].name, b.rank(), coords.size()));
     return nullptr;
   }
   auto read = make<ir::Read>(loc);

@@ -73,7 +73,8 @@ struct InstOp {
   /// Variables of the top-level reducer (the reduction-split candidates).
   std::vector<unsigned> topReductionVars() const;
   /// The input extents implied by the shape clause, given the input shapes.
-  std::optional<std::vector<int64_t>> outputShape(const std::vector<std::vector<int64_t>> &inputShapes) const;
+  std::optional<std::vector<int64_t>>
+  outputShape(const std::vector<std::vector<int64_t>> &inputShapes) const;
 };
 
 /// Instantiates `op`. Errors (a missing attribute value, a non-positive explicit extent,

@@ -352,8 +352,8 @@ private:
 
 llvm::Error needMatrix(const std::vector<Tensor> &args, const char *name) {
   if (args.size() != 1 || args[0].shape.size() != 2 || args[0].shape[0] != args[0].shape[1])
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "%s takes one square matrix", name);
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s takes one square matrix",
+                                   name);
   return llvm::Error::success();
 }
 
@@ -491,8 +491,7 @@ const OpaqueRegistry &OpaqueRegistry::builtin() {
 
 llvm::Expected<Tensor> evaluate(const InstOp &op, const Shapes &shapes,
                                 const std::vector<const Tensor *> &inputs,
-                                const std::vector<Range> &ranges,
-                                const OpaqueRegistry &opaques) {
+                                const std::vector<Range> &ranges, const OpaqueRegistry &opaques) {
   if (inputs.size() != op.inputs.size())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "op '%s' takes %zu inputs but %zu were given", op.name.c_str(),

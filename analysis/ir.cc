@@ -15,8 +15,8 @@ std::optional<unsigned> exactVar(const Coord &c) {
 
 const char *builtinName(Builtin b) {
   switch (b) {
-#define TOFU_X(E, S, N)                                                                     \
-  case Builtin::E:                                                                          \
+#define TOFU_X(E, S, N)                                                                            \
+  case Builtin::E:                                                                                 \
     return S;
     TOFU_IR_BUILTINS(TOFU_X)
 #undef TOFU_X
@@ -26,8 +26,8 @@ const char *builtinName(Builtin b) {
 
 unsigned builtinArity(Builtin b) {
   switch (b) {
-#define TOFU_X(E, S, N)                                                                     \
-  case Builtin::E:                                                                          \
+#define TOFU_X(E, S, N)                                                                            \
+  case Builtin::E:                                                                                 \
     return N;
     TOFU_IR_BUILTINS(TOFU_X)
 #undef TOFU_X
@@ -36,8 +36,8 @@ unsigned builtinArity(Builtin b) {
 }
 
 std::optional<Builtin> lookupBuiltin(const std::string &name) {
-#define TOFU_X(E, S, N)                                                                     \
-  if (name == S)                                                                            \
+#define TOFU_X(E, S, N)                                                                            \
+  if (name == S)                                                                                   \
     return Builtin::E;
   TOFU_IR_BUILTINS(TOFU_X)
 #undef TOFU_X
@@ -46,8 +46,8 @@ std::optional<Builtin> lookupBuiltin(const std::string &name) {
 
 const char *reducerName(Reducer r) {
   switch (r) {
-#define TOFU_X(E, S)                                                                        \
-  case Reducer::E:                                                                          \
+#define TOFU_X(E, S)                                                                               \
+  case Reducer::E:                                                                                 \
     return S;
     TOFU_IR_REDUCERS(TOFU_X)
 #undef TOFU_X
@@ -56,8 +56,8 @@ const char *reducerName(Reducer r) {
 }
 
 std::optional<Reducer> lookupReducer(const std::string &name) {
-#define TOFU_X(E, S)                                                                        \
-  if (name == S)                                                                            \
+#define TOFU_X(E, S)                                                                               \
+  if (name == S)                                                                                   \
     return Reducer::E;
   TOFU_IR_REDUCERS(TOFU_X)
 #undef TOFU_X
@@ -138,7 +138,8 @@ bool equalCall(const OpCall &x, const OpCall &y) {
       x.attrs.size() != y.attrs.size() || x.groups.size() != y.groups.size())
     return false;
   for (size_t i = 0; i < x.attrs.size(); ++i)
-    if (x.attrs[i].attr != y.attrs[i].attr || !equalPtr(x.attrs[i].value.get(), y.attrs[i].value.get()))
+    if (x.attrs[i].attr != y.attrs[i].attr ||
+        !equalPtr(x.attrs[i].value.get(), y.attrs[i].value.get()))
       return false;
   for (size_t i = 0; i < x.groups.size(); ++i)
     if (x.groups[i].var != y.groups[i].var || x.groups[i].length != y.groups[i].length)
@@ -178,8 +179,7 @@ bool equal(const Expr &a, const Expr &b) {
   }
   case ExprKind::OpaqueCall: {
     auto &x = llvm::cast<OpaqueCall>(a), &y = llvm::cast<OpaqueCall>(b);
-    return x.function == y.function && equalList(x.args, y.args) &&
-           equalCoords(x.coords, y.coords);
+    return x.function == y.function && equalList(x.args, y.args) && equalCoords(x.coords, y.coords);
   }
   case ExprKind::OpCall:
     return equalCall(llvm::cast<OpCall>(a), llvm::cast<OpCall>(b));
@@ -195,18 +195,16 @@ bool equal(const Expr &a, const Expr &b) {
     return equalPtr(llvm::cast<Neg>(a).operand.get(), llvm::cast<Neg>(b).operand.get());
   case ExprKind::Binary: {
     auto &x = llvm::cast<Binary>(a), &y = llvm::cast<Binary>(b);
-    return x.op == y.op && equalPtr(x.lhs.get(), y.lhs.get()) &&
-           equalPtr(x.rhs.get(), y.rhs.get());
+    return x.op == y.op && equalPtr(x.lhs.get(), y.lhs.get()) && equalPtr(x.rhs.get(), y.rhs.get());
   }
   }
   return false;
 }
 
 bool equal(const OpDef &a, const OpDef &b) {
-  if (a.name != b.name || a.attrs.size() != b.attrs.size() ||
-      a.inputs.size() != b.inputs.size() || a.vars.size() != b.vars.size() ||
-      a.outputVars != b.outputVars || a.grads.size() != b.grads.size() ||
-      a.shape.has_value() != b.shape.has_value())
+  if (a.name != b.name || a.attrs.size() != b.attrs.size() || a.inputs.size() != b.inputs.size() ||
+      a.vars.size() != b.vars.size() || a.outputVars != b.outputVars ||
+      a.grads.size() != b.grads.size() || a.shape.has_value() != b.shape.has_value())
     return false;
   for (size_t i = 0; i < a.attrs.size(); ++i)
     if (a.attrs[i].name != b.attrs[i].name || a.attrs[i].defaultValue != b.attrs[i].defaultValue)
@@ -221,10 +219,10 @@ bool equal(const OpDef &a, const OpDef &b) {
         !equalPtr(x.extent.get(), y.extent.get()) ||
         x.inferred.has_value() != y.inferred.has_value())
       return false;
-    if (x.inferred && (x.inferred->input != y.inferred->input ||
-                       x.inferred->coord != y.inferred->coord ||
-                       x.inferred->groupsBefore != y.inferred->groupsBefore ||
-                       x.inferred->fixedBefore != y.inferred->fixedBefore))
+    if (x.inferred &&
+        (x.inferred->input != y.inferred->input || x.inferred->coord != y.inferred->coord ||
+         x.inferred->groupsBefore != y.inferred->groupsBefore ||
+         x.inferred->fixedBefore != y.inferred->fixedBefore))
       return false;
   }
   if (a.shape) {

@@ -18,39 +18,39 @@ namespace tofu::ir {
 class OpDef;
 
 /// Element-wise builtin functions (TDL.md section 3). They never affect partitioning.
-#define TOFU_IR_BUILTINS(X)                                                                 \
-  X(Exp, "exp", 1)                                                                          \
-  X(Log, "log", 1)                                                                          \
-  X(Sqrt, "sqrt", 1)                                                                        \
-  X(Rsqrt, "rsqrt", 1)                                                                      \
-  X(Tanh, "tanh", 1)                                                                        \
-  X(Sigmoid, "sigmoid", 1)                                                                  \
-  X(Relu, "relu", 1)                                                                        \
-  X(Abs, "abs", 1)                                                                          \
-  X(Sign, "sign", 1)                                                                        \
-  X(Floor, "floor", 1)                                                                      \
-  X(Ceil, "ceil", 1)                                                                        \
-  X(Pow, "pow", 2)                                                                          \
-  X(Min, "min", 2)                                                                          \
-  X(Max, "max", 2)                                                                          \
-  X(Select, "select", 3)                                                                    \
-  X(CastFloat, "cast_float", 1)                                                             \
-  X(CastInt, "cast_int", 1)                                                                 \
-  /* Extensions beyond TDL.md, for the ONNX operator set: */                                \
-  X(Sin, "sin", 1)                                                                          \
-  X(Cos, "cos", 1)                                                                          \
-  X(Tan, "tan", 1)                                                                          \
-  X(Asin, "asin", 1)                                                                        \
-  X(Acos, "acos", 1)                                                                        \
-  X(Atan, "atan", 1)                                                                        \
-  X(Sinh, "sinh", 1)                                                                        \
-  X(Cosh, "cosh", 1)                                                                        \
-  X(Asinh, "asinh", 1)                                                                      \
-  X(Acosh, "acosh", 1)                                                                      \
-  X(Atanh, "atanh", 1)                                                                      \
-  X(Erf, "erf", 1)                                                                          \
-  X(Round, "round", 1)                                                                      \
-  X(IsNan, "isnan", 1)                                                                      \
+#define TOFU_IR_BUILTINS(X)                                                                        \
+  X(Exp, "exp", 1)                                                                                 \
+  X(Log, "log", 1)                                                                                 \
+  X(Sqrt, "sqrt", 1)                                                                               \
+  X(Rsqrt, "rsqrt", 1)                                                                             \
+  X(Tanh, "tanh", 1)                                                                               \
+  X(Sigmoid, "sigmoid", 1)                                                                         \
+  X(Relu, "relu", 1)                                                                               \
+  X(Abs, "abs", 1)                                                                                 \
+  X(Sign, "sign", 1)                                                                               \
+  X(Floor, "floor", 1)                                                                             \
+  X(Ceil, "ceil", 1)                                                                               \
+  X(Pow, "pow", 2)                                                                                 \
+  X(Min, "min", 2)                                                                                 \
+  X(Max, "max", 2)                                                                                 \
+  X(Select, "select", 3)                                                                           \
+  X(CastFloat, "cast_float", 1)                                                                    \
+  X(CastInt, "cast_int", 1)                                                                        \
+  /* Extensions beyond TDL.md, for the ONNX operator set: */                                       \
+  X(Sin, "sin", 1)                                                                                 \
+  X(Cos, "cos", 1)                                                                                 \
+  X(Tan, "tan", 1)                                                                                 \
+  X(Asin, "asin", 1)                                                                               \
+  X(Acos, "acos", 1)                                                                               \
+  X(Atan, "atan", 1)                                                                               \
+  X(Sinh, "sinh", 1)                                                                               \
+  X(Cosh, "cosh", 1)                                                                               \
+  X(Asinh, "asinh", 1)                                                                             \
+  X(Acosh, "acosh", 1)                                                                             \
+  X(Atanh, "atanh", 1)                                                                             \
+  X(Erf, "erf", 1)                                                                                 \
+  X(Round, "round", 1)                                                                             \
+  X(IsNan, "isnan", 1)                                                                             \
   X(IsInf, "isinf", 1)
 
 enum class Builtin {
@@ -67,10 +67,10 @@ unsigned builtinArity(Builtin b);
 std::optional<Builtin> lookupBuiltin(const std::string &name);
 
 /// Reducers: commutative, associative aggregations over reduction variables.
-#define TOFU_IR_REDUCERS(X)                                                                 \
-  X(Sum, "Sum")                                                                             \
-  X(Max, "Max")                                                                             \
-  X(Min, "Min")                                                                             \
+#define TOFU_IR_REDUCERS(X)                                                                        \
+  X(Sum, "Sum")                                                                                    \
+  X(Max, "Max")                                                                                    \
+  X(Min, "Min")                                                                                    \
   X(Prod, "Prod")
 
 enum class Reducer {
@@ -85,18 +85,18 @@ std::optional<Reducer> lookupReducer(const std::string &name);
 using ast::BinaryOp;
 
 /// Every IR expression kind, listed once.
-#define TOFU_IR_EXPR_KINDS(X)                                                               \
-  X(Const)                                                                                  \
-  X(AttrRef)                                                                                \
-  X(ExtentRef)                                                                              \
-  X(VarRef)                                                                                 \
-  X(TensorRef)                                                                              \
-  X(Read)                                                                                   \
-  X(OpaqueCall)                                                                             \
-  X(OpCall)                                                                                 \
-  X(Reduce)                                                                                 \
-  X(Apply)                                                                                  \
-  X(Neg)                                                                                    \
+#define TOFU_IR_EXPR_KINDS(X)                                                                      \
+  X(Const)                                                                                         \
+  X(AttrRef)                                                                                       \
+  X(ExtentRef)                                                                                     \
+  X(VarRef)                                                                                        \
+  X(TensorRef)                                                                                     \
+  X(Read)                                                                                          \
+  X(OpaqueCall)                                                                                    \
+  X(OpCall)                                                                                        \
+  X(Reduce)                                                                                        \
+  X(Apply)                                                                                         \
+  X(Neg)                                                                                           \
   X(Binary)
 
 enum class ExprKind {
@@ -121,7 +121,7 @@ private:
 
 using ExprPtr = std::unique_ptr<Expr>;
 
-#define TOFU_IR_CLASSOF(K)                                                                  \
+#define TOFU_IR_CLASSOF(K)                                                                         \
   static bool classof(const Expr *e) { return e->kind() == ExprKind::K; }
 
 /// A numeric constant: an integer or float literal, `inf` or `nan`.
@@ -264,9 +264,9 @@ struct Binary : Expr {
 /// `coord` plus the lengths of the groups splatted before it (`groupsBefore`).
 struct ExtentSource {
   unsigned input = 0;
-  unsigned coord = 0;                ///< position in the index list
+  unsigned coord = 0;                 ///< position in the index list
   std::vector<unsigned> groupsBefore; ///< groups splatted before that position
-  unsigned fixedBefore = 0;          ///< non-group coordinates before that position
+  unsigned fixedBefore = 0;           ///< non-group coordinates before that position
 };
 
 /// An index variable or variadic group.
@@ -276,7 +276,7 @@ struct IndexVar {
   SourceLoc loc;
   Role role = Role::Output;
   bool isGroup = false;
-  ExprPtr extent;                      ///< explicit `(v : K)`, a constant expression
+  ExprPtr extent;                       ///< explicit `(v : K)`, a constant expression
   std::optional<ExtentSource> inferred; ///< for reduction variables without `extent`
 };
 
@@ -330,9 +330,9 @@ public:
   SourceLoc loc;
   std::vector<Attr> attrs;
   std::vector<Input> inputs;
-  std::vector<IndexVar> vars;      ///< every index variable and group of the op
+  std::vector<IndexVar> vars;       ///< every index variable and group of the op
   std::vector<unsigned> outputVars; ///< the top-level lambda's variables, in order
-  ExprPtr body;                    ///< the top-level lambda's body
+  ExprPtr body;                     ///< the top-level lambda's body
   std::optional<std::vector<ShapeDim>> shape;
   std::vector<Grad> grads;
 

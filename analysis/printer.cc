@@ -192,8 +192,7 @@ public:
     os_ << " =\n    ";
     lambda(op_.outputVars, *op_.body);
     for (size_t i = 0; i < op_.grads.size(); ++i) {
-      os_ << (i ? ",\n    " : "\n    ") << "grad " << op_.inputs[op_.grads[i].input].name
-          << " = ";
+      os_ << (i ? ",\n    " : "\n    ") << "grad " << op_.inputs[op_.grads[i].input].name << " = ";
       expr(*op_.grads[i].call);
     }
     os_ << ";\n";

@@ -3,8 +3,8 @@
 #define TOFU_ANALYSIS_REPORT_H
 
 #include "analysis/strategy.h"
-#include "llvm/Support/raw_ostream.h"
 #include "nlohmann/json.hpp"
+#include "llvm/Support/raw_ostream.h"
 
 namespace tofu {
 

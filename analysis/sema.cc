@@ -3,8 +3,8 @@
 #include "analysis/sema.h"
 
 #include <algorithm>
-#include <map>
 #include <iterator>
+#include <map>
 #include <set>
 
 #include "fmt/format.h"
@@ -18,8 +18,8 @@ namespace {
 
 using llvm::cast;
 using llvm::dyn_cast;
-using llvm::isa;
 using llvm::dyn_cast_or_null;
+using llvm::isa;
 
 /// One file of the module, parsed (or not, when it had syntax errors).
 struct LoadedFile {
@@ -196,9 +196,9 @@ int ModuleChecker::load(const std::string &display, const std::string *text,
       if (fromFile.empty())
         diags_.error(display, {}, fmt::format("cannot read file: {}", buf.getError().message()));
       else
-        diags_.error(fromFile, fromLoc,
-                     fmt::format("cannot read imported file '{}': {}", display,
-                                 buf.getError().message()));
+        diags_.error(
+            fromFile, fromLoc,
+            fmt::format("cannot read imported file '{}': {}", display, buf.getError().message()));
       failed_ = true;
       return -1;
     }
@@ -256,7 +256,8 @@ void ModuleChecker::declare() {
         continue;
       }
       if (std::find(declared.begin(), declared.end(), o.name) != declared.end()) {
-        diags_.error(f.display, o.loc, fmt::format("opaque function '{}' is declared twice", o.name));
+        diags_.error(f.display, o.loc,
+                     fmt::format("opaque function '{}' is declared twice", o.name));
         failed_ = true;
         continue;
       }
@@ -305,8 +306,7 @@ void ModuleChecker::declare() {
   }
 }
 
-const ir::OpDef *ModuleChecker::requireOp(const std::string &name, SourceLoc useLoc,
-                                          bool &failed) {
+const ir::OpDef *ModuleChecker::requireOp(const std::string &name, SourceLoc useLoc, bool &failed) {
   auto it = opIndex_.find(name);
   if (it == opIndex_.end())
     return nullptr;
@@ -410,9 +410,9 @@ bool OpChecker::run() {
   // The body: a lambda over the output coordinates.
   const auto *top = dyn_cast<ast::Lambda>(decl_.body.get());
   if (!top) {
-    error(decl_.body->begin,
-          fmt::format("the body of op '{}' must be a lambda over the output coordinates",
-                      op_.name));
+    error(
+        decl_.body->begin,
+        fmt::format("the body of op '{}' must be a lambda over the output coordinates", op_.name));
     return false;
   }
   for (const ast::LambdaParam &p : top->params)
@@ -487,9 +487,9 @@ bool OpChecker::run() {
   // After an error the op was not read to its end: "never used" could be wrong.
   for (unsigned i = 0; i < op_.inputs.size() && !failed_; ++i)
     if (!used_[i])
-      mc_.diags().warning(op_.file, op_.inputs[i].loc,
-                          fmt::format("input '{}' of op '{}' is never used",
-                                      op_.inputs[i].name, op_.name));
+      mc_.diags().warning(
+          op_.file, op_.inputs[i].loc,
+          fmt::format("input '{}' of op '{}' is never used", op_.inputs[i].name, op_.name));
   return !failed_;
 }
 
@@ -516,8 +516,8 @@ bool OpChecker::bindParams(const std::vector<ast::LambdaParam> &params, ir::Inde
       if (sameLambda)
         error(p.loc, fmt::format("index variable '{}' is bound twice in one lambda", p.name));
       else
-        error(p.loc, fmt::format("index variable '{}' is already bound by an enclosing lambda",
-                                 p.name));
+        error(p.loc,
+              fmt::format("index variable '{}' is already bound by an enclosing lambda", p.name));
       note(op_.vars[*prev].loc, "bound here");
       ok = false;
       continue;
@@ -570,10 +570,9 @@ bool OpChecker::runGrads() {
     }
     const auto *call = dyn_cast<ast::Call>(g.value.get());
     if (!call) {
-      error(g.value->begin,
-            fmt::format("the gradient of '{}' must be a call of an op, like "
-                        "'grad {} = some_op(dOut, ...)'",
-                        g.input, g.input));
+      error(g.value->begin, fmt::format("the gradient of '{}' must be a call of an op, like "
+                                        "'grad {} = some_op(dOut, ...)'",
+                                        g.input, g.input));
       continue;
     }
     if (!mc_.hasOp(call->callee)) {
@@ -598,9 +597,8 @@ bool OpChecker::runGrads() {
     ir::Rank gradRank = callee->outputRank();
     if (in.rank && in.rank->groups.empty() && gradRank.groups.empty() &&
         in.rank->fixed != gradRank.fixed)
-      error(call->calleeLoc,
-            fmt::format("the gradient of '{}' has rank {} but '{}' has rank {}", g.input,
-                        gradRank.fixed, g.input, in.rank->fixed));
+      error(call->calleeLoc, fmt::format("the gradient of '{}' has rank {} but '{}' has rank {}",
+                                         g.input, gradRank.fixed, g.input, in.rank->fixed));
     op_.grads.push_back({*input, g.loc, std::move(irCall)});
   }
   inGrad_ = false;
@@ -789,8 +787,8 @@ ir::ExprPtr OpChecker::constant(const ast::Expr &e, const char *where) {
                                "integer constant",
                                n.name, where));
     else if (op_.findInput(n.name))
-      error(n.loc, fmt::format("input '{}' cannot appear in {}; its extents can, as '{}.0'",
-                               n.name, where, n.name));
+      error(n.loc, fmt::format("input '{}' cannot appear in {}; its extents can, as '{}.0'", n.name,
+                               where, n.name));
     else
       error(n.loc, fmt::format("unknown name '{}' in {}", n.name, where));
     return nullptr;
@@ -808,8 +806,8 @@ ir::ExprPtr OpChecker::constant(const ast::Expr &e, const char *where) {
   case ast::ExprKind::Binary: {
     const auto &b = cast<ast::Binary>(e);
     if (ast::isComparison(b.op)) {
-      error(e.begin, fmt::format("{} must be an integer constant, not the comparison '{}'",
-                                 where, e.text));
+      error(e.begin,
+            fmt::format("{} must be an integer constant, not the comparison '{}'", where, e.text));
       return nullptr;
     }
     auto lhs = constant(*b.lhs, where);
@@ -847,8 +845,8 @@ ir::ExprPtr OpChecker::valueIndex(const ast::Index &ix) {
     if (lookupVar(name->name) || op_.findAttr(name->name))
       error(name->loc, fmt::format("'{}' is not a tensor and cannot be indexed", name->name));
     else if (inGrad_ && (name->name == "dOut" || name->name == "out"))
-      error(name->loc, fmt::format("'{}' cannot be indexed in a grad clause; pass it whole",
-                                   name->name));
+      error(name->loc,
+            fmt::format("'{}' cannot be indexed in a grad clause; pass it whole", name->name));
     else if (mc_.hasOp(name->name) || mc_.isOpaque(name->name))
       error(name->loc, fmt::format("'{}' is a function; call it before indexing, as '{}(...)[...]'",
                                    name->name, name->name));
@@ -1007,7 +1005,8 @@ bool OpChecker::checkAffine(const ast::Expr &e, bool &hasVar) {
         error(b.rhs->begin, fmt::format("index expression '{}' divides by zero", e.text));
         return false;
       }
-      if (const auto *neg = dyn_cast<ast::Neg>(b.rhs.get()); neg && isa<ast::IntLit>(*neg->operand)) {
+      if (const auto *neg = dyn_cast<ast::Neg>(b.rhs.get());
+          neg && isa<ast::IntLit>(*neg->operand)) {
         error(b.rhs->begin, fmt::format("index expression '{}' divides by a negative constant; "
                                         "only division by a positive constant is affine",
                                         e.text));
@@ -1028,8 +1027,8 @@ bool OpChecker::checkAffine(const ast::Expr &e, bool &hasVar) {
     case ast::BinaryOp::Le:
     case ast::BinaryOp::Gt:
     case ast::BinaryOp::Ge:
-      error(e.begin, fmt::format("index expression '{}' is not affine: it is a comparison",
-                                 e.text));
+      error(e.begin,
+            fmt::format("index expression '{}' is not affine: it is a comparison", e.text));
       return false;
     }
     return false;
@@ -1064,9 +1063,9 @@ ir::ExprPtr OpChecker::valueCall(const ast::Call &c, const std::vector<ast::Inde
     }
     unsigned arity = ir::builtinArity(*b);
     if (c.args.size() != arity) {
-      error(c.calleeLoc, fmt::format("builtin '{}' takes {} argument{} but {} {} given", c.callee,
-                                     arity, arity == 1 ? "" : "s", c.args.size(),
-                                     c.args.size() == 1 ? "was" : "were"));
+      error(c.calleeLoc,
+            fmt::format("builtin '{}' takes {} argument{} but {} {} given", c.callee, arity,
+                        arity == 1 ? "" : "s", c.args.size(), c.args.size() == 1 ? "was" : "were"));
       return nullptr;
     }
     auto a = make<ir::Apply>(c.calleeLoc);
@@ -1106,8 +1105,7 @@ ir::ExprPtr OpChecker::valueCall(const ast::Call &c, const std::vector<ast::Inde
       return nullptr;
     }
     if (c.args.empty()) {
-      error(c.calleeLoc, fmt::format("opaque function '{}' needs at least one argument",
-                                     c.callee));
+      error(c.calleeLoc, fmt::format("opaque function '{}' needs at least one argument", c.callee));
       return nullptr;
     }
     auto call = make<ir::OpaqueCall>(c.calleeLoc);
@@ -1148,9 +1146,9 @@ ir::ExprPtr OpChecker::valueCall(const ast::Call &c, const std::vector<ast::Inde
   for (const ir::Coord &co : call->coords)
     anySplat |= co.kind == ir::Coord::Kind::Splat;
   if (want.groups.empty() && !anySplat && call->coords.size() != want.fixed) {
-    error(whole->begin, fmt::format("op '{}' has rank {} but is indexed with {} coordinate{}",
-                                    c.callee, want.fixed, call->coords.size(),
-                                    call->coords.size() == 1 ? "" : "s"));
+    error(whole->begin,
+          fmt::format("op '{}' has rank {} but is indexed with {} coordinate{}", c.callee,
+                      want.fixed, call->coords.size(), call->coords.size() == 1 ? "" : "s"));
     return nullptr;
   }
   return call;
@@ -1304,8 +1302,7 @@ ir::ExprPtr OpChecker::reduce(const ast::Call &c, ir::Reducer r) {
     return nullptr;
   }
   if (lam->params.empty()) {
-    error(lam->begin, fmt::format("reducer '{}' needs at least one reduction variable",
-                                  c.callee));
+    error(lam->begin, fmt::format("reducer '{}' needs at least one reduction variable", c.callee));
     return nullptr;
   }
   size_t mark = scope_.size();

@@ -403,23 +403,24 @@ llvm::Expected<Shapes> concreteShapes(const InstOp &op,
                                       const std::optional<std::vector<int64_t>> &outputShape) {
   if (inputShapes.size() != op.inputs.size())
     return stringError(fmt::format("op '{}' takes {} inputs but {} shapes were given", op.name,
-                            op.inputs.size(), inputShapes.size()));
+                                   op.inputs.size(), inputShapes.size()));
   for (unsigned i = 0; i < op.inputs.size(); ++i) {
     if (inputShapes[i].size() != op.inputs[i].rank)
-      return stringError(fmt::format("op '{}': input '{}' has rank {} but its shape has {} dimensions",
-                              op.name, op.inputs[i].name, op.inputs[i].rank,
-                              inputShapes[i].size()));
+      return stringError(
+          fmt::format("op '{}': input '{}' has rank {} but its shape has {} dimensions", op.name,
+                      op.inputs[i].name, op.inputs[i].rank, inputShapes[i].size()));
     for (int64_t e : inputShapes[i])
       if (e <= 0)
         return stringError(fmt::format("op '{}': input '{}' has a non-positive extent", op.name,
-                                op.inputs[i].name));
+                                       op.inputs[i].name));
   }
   std::optional<std::vector<int64_t>> out = outputShape;
   if (!out)
     out = op.outputShape(inputShapes);
   if (out && out->size() != op.outputVars.size())
-    return stringError(fmt::format("op '{}' has output rank {} but the output shape has {} dimensions",
-                            op.name, op.outputVars.size(), out->size()));
+    return stringError(
+        fmt::format("op '{}' has output rank {} but the output shape has {} dimensions", op.name,
+                    op.outputVars.size(), out->size()));
   Shapes s;
   s.inputs = inputShapes;
   s.vars.assign(op.vars.size(), 0);
@@ -438,12 +439,13 @@ llvm::Expected<Shapes> concreteShapes(const InstOp &op,
     else if (var.extentDim)
       s.vars[v] = inputShapes[var.extentDim->first][var.extentDim->second];
     else
-      return stringError(fmt::format("op '{}': the extent of output coordinate '{}' cannot be inferred "
-                              "from the inputs; give the output shape",
-                              op.name, var.name));
+      return stringError(
+          fmt::format("op '{}': the extent of output coordinate '{}' cannot be inferred "
+                      "from the inputs; give the output shape",
+                      op.name, var.name));
     if (s.vars[v] <= 0)
       return stringError(fmt::format("op '{}': output coordinate '{}' has extent {}", op.name,
-                              var.name, s.vars[v]));
+                                     var.name, s.vars[v]));
   }
   // An input dimension that every read addresses with exactly one variable is that
   // variable's axis: its size must be the variable's extent, where the extent comes from
@@ -547,7 +549,7 @@ void inputRegions(const InstOp &op, const std::vector<const ir::Read *> &reads,
 }
 
 std::optional<std::pair<int64_t, int64_t>> indexValueRange(const ir::Expr &e, const Shapes &shapes,
-                                                          const std::vector<Range> &ranges) {
+                                                           const std::vector<Range> &ranges) {
   ConcreteDomain d(shapes, ranges);
   auto iv = evalIndex(e, d);
   if (!iv)

@@ -35,8 +35,8 @@ struct InputStrategy {
 struct Strategy {
   enum class Kind { Output, Reduction };
   Kind kind = Kind::Output;
-  unsigned var = 0;       ///< the split variable (an InstOp variable)
-  unsigned outputDim = 0; ///< for Kind::Output
+  unsigned var = 0;                       ///< the split variable (an InstOp variable)
+  unsigned outputDim = 0;                 ///< for Kind::Output
   ir::Reducer reducer = ir::Reducer::Sum; ///< for Kind::Reduction: how partials combine
   std::vector<InputStrategy> inputs;
 };
@@ -114,7 +114,7 @@ void inputRegions(const InstOp &op, const std::vector<const ir::Read *> &reads,
 /// The closed range of values an index expression takes when the variables range over
 /// `ranges` (none when it is not affine).
 std::optional<std::pair<int64_t, int64_t>> indexValueRange(const ir::Expr &e, const Shapes &shapes,
-                                                          const std::vector<Range> &ranges);
+                                                           const std::vector<Range> &ranges);
 
 /// The numbers the search's cost model is built on, for one worker.
 struct WorkerCost {

@@ -89,8 +89,8 @@ TEST(Strategies, Conv1dSplitsBatchAndChannelsAndHalosTheWindow) {
                    "data[b, ci, x + dx] * filters[ci, co, dx]);",
                    "conv1d");
   const StrategyTable &t = *a->table;
-  EXPECT_EQ(kinds(t), (std::vector<std::string>{"output b", "output co", "output x",
-                                                "reduction ci", "reduction dx"}));
+  EXPECT_EQ(kinds(t), (std::vector<std::string>{"output b", "output co", "output x", "reduction ci",
+                                                "reduction dx"}));
   checkStrategy(t, "b", "data split full full | filters full full full",
                 {"data[0:B/2, 0:CI, 0:X + DX - 1]", "filters[0:CI, 0:CO, 0:DX]"});
   checkStrategy(t, "co", "data full full full | filters full split full");
@@ -106,10 +106,11 @@ TEST(Strategies, Conv1dSplitsBatchAndChannelsAndHalosTheWindow) {
 }
 
 TEST(Strategies, Conv2dWithStrideAndPadding) {
-  auto a = analyse("op conv2d<sh = 1, sw = 1, ph = 0, pw = 0>(data, w) = lambda n, co, y, x: "
-                   "Sum(lambda ci, ky, kx: data[n, ci, y * sh + ky - ph, x * sw + kx - pw] * "
-                   "w[co, ci, ky, kx]);",
-                   "conv2d", Instantiation{{{"sh", 2}, {"sw", 2}, {"ph", 1}, {"pw", 1}}, {}, {}, {}});
+  auto a =
+      analyse("op conv2d<sh = 1, sw = 1, ph = 0, pw = 0>(data, w) = lambda n, co, y, x: "
+              "Sum(lambda ci, ky, kx: data[n, ci, y * sh + ky - ph, x * sw + kx - pw] * "
+              "w[co, ci, ky, kx]);",
+              "conv2d", Instantiation{{{"sh", 2}, {"sw", 2}, {"ph", 1}, {"pw", 1}}, {}, {}, {}});
   const StrategyTable &t = *a->table;
   // y in [0, Y/2 - 1], ky in [0, KY - 1]: rows 2y + ky - 1 in [-1, Y + KY - 4], i.e. the
   // half-open [-1, Y + KY - 3); worker 1 (y from Y/2) starts at row Y - 1.

@@ -12,8 +12,8 @@
 #include "analysis/reducer.h"
 #include "analysis/report.h"
 #include "fmt/format.h"
-#include "llvm/Support/Path.h"
 #include "nlohmann/json.hpp"
+#include "llvm/Support/Path.h"
 
 namespace tofu {
 namespace {
@@ -52,7 +52,8 @@ void comparedWithIndices(const InstOp &op, const Shapes &shapes, std::map<unsign
     const auto *b = dyn_cast<ir::Binary>(&e);
     if (!b || (b->op != ast::BinaryOp::Eq && b->op != ast::BinaryOp::Ne))
       return;
-    for (auto [x, y] : {std::pair{b->lhs.get(), b->rhs.get()}, std::pair{b->rhs.get(), b->lhs.get()}}) {
+    for (auto [x, y] :
+         {std::pair{b->lhs.get(), b->rhs.get()}, std::pair{b->rhs.get(), b->lhs.get()}}) {
       const auto *r = dyn_cast<ir::Read>(y);
       bool hasVar = false;
       ir::walk(*x, [&](const ir::Expr &s) { hasVar |= isa<ir::VarRef>(s); });
@@ -189,8 +190,8 @@ StrategyCheck checkOne(const StrategyTable &t, const Strategy &s, const Shapes &
   }
   check.ok = check.maxRelError <= options.tolerance;
   if (!check.ok)
-    check.problem = fmt::format("relative error {:.3g} exceeds {:.3g}", check.maxRelError,
-                                options.tolerance);
+    check.problem =
+        fmt::format("relative error {:.3g} exceeds {:.3g}", check.maxRelError, options.tolerance);
   return check;
 }
 
@@ -310,8 +311,8 @@ std::vector<InputValueRule> inputValueRules(const InstOp &op, const Shapes &shap
   std::vector<InputValueRule> rules(op.inputs.size());
   ir::walk(*op.body, [&](const ir::Expr &e) {
     const auto *a = dyn_cast<ir::Apply>(&e);
-    if (!a || (a->fn != ir::Builtin::Sqrt && a->fn != ir::Builtin::Rsqrt &&
-               a->fn != ir::Builtin::Log))
+    if (!a ||
+        (a->fn != ir::Builtin::Sqrt && a->fn != ir::Builtin::Rsqrt && a->fn != ir::Builtin::Log))
       return;
     ir::walk(*a->args[0], [&](const ir::Expr &x) {
       if (const auto *r = dyn_cast<ir::Read>(&x))
@@ -515,8 +516,8 @@ OpCheck verifyStrategies(const StrategyTable &table, const VerifyOptions &option
         result.problem = llvm::toString(r.takeError());
         return result;
       }
-      bool finite = std::all_of(r->data.begin(), r->data.end(),
-                                [](double v) { return std::isfinite(v); });
+      bool finite =
+          std::all_of(r->data.begin(), r->data.end(), [](double v) { return std::isfinite(v); });
       if (finite) {
         reference = std::move(*r);
         break;

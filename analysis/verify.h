@@ -27,8 +27,8 @@ struct StrategyCheck {
 /// The outcome for one op.
 struct OpCheck {
   std::string op;
-  std::string shapes;   ///< the random shapes used, readable
-  std::string problem;  ///< set when the op could not be checked at all
+  std::string shapes;  ///< the random shapes used, readable
+  std::string problem; ///< set when the op could not be checked at all
   std::vector<StrategyCheck> strategies;
   bool ok() const;
 };
@@ -49,16 +49,17 @@ llvm::Expected<std::map<std::string, Example>> loadExamples(const std::string &d
 
 /// Computes one worker's share of an op: the interpreter by default; compiled kernels plug
 /// in here (their inputs are the poisoned whole tensors the interpreter would see).
-using ShareEvaluator = std::function<llvm::Expected<Tensor>(
-    const InstOp &, const Shapes &, const std::vector<const Tensor *> &, const std::vector<Range> &)>;
+using ShareEvaluator = std::function<llvm::Expected<Tensor>(const InstOp &, const Shapes &,
+                                                            const std::vector<const Tensor *> &,
+                                                            const std::vector<Range> &)>;
 
 struct VerifyOptions {
   unsigned seed = 1;
   ShareEvaluator evaluate; ///< unset: the interpreter
   /// When set, the first trial uses these input shapes (an Example's).
   const std::vector<std::vector<int64_t>> *exampleShapes = nullptr;
-  unsigned trials = 2;            ///< random shape draws per op
-  double tolerance = 1e-5;        ///< on |a - b| / max(1, |b|)
+  unsigned trials = 2;     ///< random shape draws per op
+  double tolerance = 1e-5; ///< on |a - b| / max(1, |b|)
   int64_t minExtent = 2, maxExtent = 5;
 };
 

@@ -66,11 +66,11 @@ tofu_status declare(tofu_graph *graph, const char *name, const int64_t *shape, s
                                             : "tofu_graph_add_input: null graph or name");
   std::vector<int64_t> s;
   if (!readShape(shape, rank, &s))
-    return fail(TOFU_ERROR_ARGUMENT, std::string("tensor '") + name + "': null shape of rank " +
-                                         std::to_string(rank));
+    return fail(TOFU_ERROR_ARGUMENT,
+                std::string("tensor '") + name + "': null shape of rank " + std::to_string(rank));
   const std::string type = dtype ? dtype : "float32";
-  tofu::api::Status st = weight ? graph->graph.addWeight(name, s, type)
-                                : graph->graph.addInput(name, s, type);
+  tofu::api::Status st =
+      weight ? graph->graph.addWeight(name, s, type) : graph->graph.addInput(name, s, type);
   return status(st);
 }
 
@@ -177,7 +177,8 @@ tofu_status tofu_graph_add_node(tofu_graph *graph, const char *name, const char 
   if (!graph || !name || !op || !output)
     return fail(TOFU_ERROR_ARGUMENT, "tofu_graph_add_node: null graph, name, op or output");
   if (input_count > 0 && !inputs)
-    return fail(TOFU_ERROR_ARGUMENT, std::string("node '") + name + "': null inputs with a count of " +
+    return fail(TOFU_ERROR_ARGUMENT, std::string("node '") + name +
+                                         "': null inputs with a count of " +
                                          std::to_string(input_count));
   tofu::api::Node n;
   n.name = name;
@@ -201,7 +202,8 @@ tofu_status tofu_graph_set_outputs(tofu_graph *graph, const char *const *names, 
   std::vector<std::string> list;
   for (size_t i = 0; i < count; ++i) {
     if (!names[i])
-      return fail(TOFU_ERROR_ARGUMENT, "tofu_graph_set_outputs: name " + std::to_string(i) + " is null");
+      return fail(TOFU_ERROR_ARGUMENT,
+                  "tofu_graph_set_outputs: name " + std::to_string(i) + " is null");
     list.push_back(names[i]);
   }
   return status(graph->graph.setOutputs(list));

@@ -51,7 +51,8 @@ Status checkDeclared(const std::string &name, const std::vector<int64_t> &shape,
   int64_t bytes = ::tofu::dtypeSize(dtype);
   for (int64_t e : shape) {
     if (e <= 0)
-      return Status::error("tensor '" + name + "' has a non-positive extent in " + shapeText(shape));
+      return Status::error("tensor '" + name + "' has a non-positive extent in " +
+                           shapeText(shape));
     if (bytes > std::numeric_limits<int64_t>::max() / e)
       return Status::error("tensor '" + name + "' of shape " + shapeText(shape) +
                            " has more bytes than a 64-bit count holds");
@@ -324,7 +325,8 @@ Result<PipelineOptions> pipelineOptions(const PlanOptions &o) {
     return Status::error("workers must be at least 1", ErrorKind::Argument);
   auto algorithm = parseAlgorithm(o.algorithm);
   if (!algorithm)
-    return Status::error("unknown algorithm '" + o.algorithm + "' (one of " + algorithmNames() + ")",
+    return Status::error("unknown algorithm '" + o.algorithm + "' (one of " + algorithmNames() +
+                             ")",
                          ErrorKind::Argument);
   if (!(o.budgetSeconds > 0))
     return Status::error("the search budget must be a positive number of seconds",

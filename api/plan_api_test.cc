@@ -4,10 +4,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tofu/plan.h"
 #include "tofu/tofu.h"
+#include "gtest/gtest.h"
 
 namespace {
 
@@ -48,7 +48,8 @@ TEST(PublicGraph, RejectsBadDeclarations) {
   EXPECT_EQ(s.kind(), ErrorKind::Graph);
   EXPECT_NE(s.message().find("non-positive extent in [4, 0]"), std::string::npos) << s.message();
   s = g.addInput("huge", {int64_t(1) << 40, int64_t(1) << 40});
-  EXPECT_NE(s.message().find("more bytes than a 64-bit count holds"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("more bytes than a 64-bit count holds"), std::string::npos)
+      << s.message();
   s = g.addWeight("w", {3}, "float33");
   EXPECT_NE(s.message().find("unknown dtype 'float33'"), std::string::npos) << s.message();
   s = g.addConstant("c", {2, 2}, {1, 2, 3});
@@ -192,14 +193,14 @@ TEST(PublicPlan, ErrorsHaveKinds) {
   EXPECT_TRUE(two.setOutputs({"logits", "h"}).ok());
   r = planner().plan(two, o); // trains on the first output, and says so
   ASSERT_TRUE(r.ok()) << r.error();
-  EXPECT_NE(r->lossNote.find("training on the first, 'logits'"), std::string::npos)
-      << r->lossNote;
+  EXPECT_NE(r->lossNote.find("training on the first, 'logits'"), std::string::npos) << r->lossNote;
   auto lib = Planner::open("/no/such/dir");
   EXPECT_EQ(lib.status().kind(), ErrorKind::Library);
   EXPECT_NE(lib.error().find("/no/such/dir"), std::string::npos) << lib.error();
   auto junk = planner().planOnnx("not protobuf", {}, o, "junk.onnx");
   EXPECT_EQ(junk.status().kind(), ErrorKind::Graph);
-  EXPECT_NE(junk.error().find("'junk.onnx' is not an ONNX model"), std::string::npos) << junk.error();
+  EXPECT_NE(junk.error().find("'junk.onnx' is not an ONNX model"), std::string::npos)
+      << junk.error();
 }
 
 TEST(PublicPlan, PlansOnnxBytes) {

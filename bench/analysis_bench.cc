@@ -83,8 +83,8 @@ int main(int argc, char **argv) {
       ++ops;
       strategies += static_cast<unsigned>(count);
       if (first)
-        std::printf("%-28s %-16s %10zu %12.1f %12.1f\n", shortFile.c_str(), op->name.c_str(),
-                    count, t, check);
+        std::printf("%-28s %-16s %10zu %12.1f %12.1f\n", shortFile.c_str(), op->name.c_str(), count,
+                    t, check);
       else
         std::printf("%-28s %-16s %10zu %12.1f\n", "", op->name.c_str(), count, t);
       first = false;
@@ -97,8 +97,8 @@ int main(int argc, char **argv) {
   std::printf("| file | ops | strategies | analyse (us, all ops) | parse + check file (us) |\n");
   std::printf("| --- | ---: | ---: | ---: | ---: |\n");
   for (const FileRow &r : rows)
-    std::printf("| %s | %u | %u | %.1f | %.1f |\n", r.file.c_str(), r.ops, r.strategies,
-                r.analyse, r.check);
+    std::printf("| %s | %u | %u | %.1f | %.1f |\n", r.file.c_str(), r.ops, r.strategies, r.analyse,
+                r.check);
   std::printf("| total | %u | %u | %.1f | %.1f |\n", ops, strategies, total, totalCheck);
   return 0;
 }

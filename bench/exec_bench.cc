@@ -34,10 +34,12 @@ int main() {
                           {"wresnet-101-1-i32-c4-k10", 4},
                           {"rnn-2-32", 8},
                           {"gpt-2-32-4-16", 2}};
-  std::printf("Small zoo models' SGD training steps on the CPU executor (workers as threads). Peak: "
-              "the largest worker's arena in the static memory plan.\n\n");
-  std::printf("| model | nodes | k | peak / (single peak / k) | bytes moved | predicted | moved / "
-              "predicted | step time (s) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf(
+      "Small zoo models' SGD training steps on the CPU executor (workers as threads). Peak: "
+      "the largest worker's arena in the static memory plan.\n\n");
+  std::printf(
+      "| model | nodes | k | peak / (single peak / k) | bytes moved | predicted | moved / "
+      "predicted | step time (s) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Model &m : models) {
     tofu::GraphSource source;
     source.model = m.name;
@@ -73,7 +75,8 @@ int main() {
       auto run = tofu::runPlan(*p, exec, given);
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (!run) {
-        std::printf("| %s | | %u | %s |\n", m.name.c_str(), k, llvm::toString(run.takeError()).c_str());
+        std::printf("| %s | | %u | %s |\n", m.name.c_str(), k,
+                    llvm::toString(run.takeError()).c_str());
         continue;
       }
       int64_t predicted = tofu::CostModel(*p).bruteForceCost(plan->steps);

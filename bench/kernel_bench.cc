@@ -59,17 +59,40 @@ std::vector<Case> cases() {
       {"batch_norm_train", {act, {32}, {32}, {}}, groups({{"s", 2}}), "N32 C32 16x16"},
       {"batch_norm_grad_x", {act, act, {32}, {}}, groups({{"s", 2}}), "N32 C32 16x16"},
       {"batch_norm_grad_scale", {act, act, {}}, groups({{"s", 2}}), "N32 C32 16x16"},
-      {"batch_norm_grad_x", {{32, 128, 8, 8}, {32, 128, 8, 8}, {128}, {}}, groups({{"s", 2}}), "N32 C128 8x8"},
-      {"batch_norm_grad_x", {{2, 32, 64, 64}, {2, 32, 64, 64}, {32}, {}}, groups({{"s", 2}}), "N2 C32 64x64"},
-      {"LayerNormalization", {tok, {256}, {256}, {}}, groups({{"p", 2}, {"f", 1}}), "8x64 tokens x 256"},
-      {"layer_norm_grad_x", {tok, tok, {256}, {}}, groups({{"p", 2}, {"f", 1}}), "8x64 tokens x 256"},
+      {"batch_norm_grad_x",
+       {{32, 128, 8, 8}, {32, 128, 8, 8}, {128}, {}},
+       groups({{"s", 2}}),
+       "N32 C128 8x8"},
+      {"batch_norm_grad_x",
+       {{2, 32, 64, 64}, {2, 32, 64, 64}, {32}, {}},
+       groups({{"s", 2}}),
+       "N2 C32 64x64"},
+      {"LayerNormalization",
+       {tok, {256}, {256}, {}},
+       groups({{"p", 2}, {"f", 1}}),
+       "8x64 tokens x 256"},
+      {"layer_norm_grad_x",
+       {tok, tok, {256}, {}},
+       groups({{"p", 2}, {"f", 1}}),
+       "8x64 tokens x 256"},
       {"layer_norm_grad_scale", {tok, tok, {}}, groups({{"p", 2}, {"f", 1}}), "8x64 tokens x 256"},
-      {"maxpool2d_grad", {{32, 16, 16, 16}, {32, 16, 32, 32}, {32, 16, 16, 16}},
-       attrs({{"kh", 3}, {"kw", 3}, {"ph", 1}, {"pw", 1}}), "N32 C16 32x32, 3x3 stride 2"},
-      {"avgpool2d_grad", {{32, 16, 16, 16}}, attrs({{"ih", 32}, {"iw", 32}}), "N32 C16 32x32, 2x2 stride 2"},
-      {"ReshapeMerge", {tok}, both({{"n", 64}, {"m", 512}}, {{"pre", 0}, {"post", 1}}), "8x64 tokens x 256"},
+      {"maxpool2d_grad",
+       {{32, 16, 16, 16}, {32, 16, 32, 32}, {32, 16, 16, 16}},
+       attrs({{"kh", 3}, {"kw", 3}, {"ph", 1}, {"pw", 1}}),
+       "N32 C16 32x32, 3x3 stride 2"},
+      {"avgpool2d_grad",
+       {{32, 16, 16, 16}},
+       attrs({{"ih", 32}, {"iw", 32}}),
+       "N32 C16 32x32, 2x2 stride 2"},
+      {"ReshapeMerge",
+       {tok},
+       both({{"n", 64}, {"m", 512}}, {{"pre", 0}, {"post", 1}}),
+       "8x64 tokens x 256"},
       {"softmax_cross_entropy", {{512, 32000}, {512}}, groups({}), "512 rows x 32000 classes"},
-      {"softmax_cross_entropy_grad", {{}, {512, 32000}, {512}}, groups({}), "512 rows x 32000 classes"},
+      {"softmax_cross_entropy_grad",
+       {{}, {512, 32000}, {512}},
+       groups({}),
+       "512 rows x 32000 classes"},
       {"Relu", {act}, groups({}), "N32 C32 16x16"},
   };
 }
@@ -88,7 +111,8 @@ int main(int argc, char **argv) {
     else if (a == "--dump" && i + 1 < argc)
       dump = argv[++i];
     else {
-      std::fprintf(stderr, "kernel_bench: unknown argument '%s' (--repeat N, --op NAME, --dump DIR)\n",
+      std::fprintf(stderr,
+                   "kernel_bench: unknown argument '%s' (--repeat N, --op NAME, --dump DIR)\n",
                    a.c_str());
       return 2;
     }
@@ -101,7 +125,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::printf("| op | shape | temporaries | SIMD loops vectorised | median ms | MB in + out | GB/s |\n");
+  std::printf(
+      "| op | shape | temporaries | SIMD loops vectorised | median ms | MB in + out | GB/s |\n");
   std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Case &c : cases()) {
     if (!only.empty() && c.op != only)
@@ -116,7 +141,8 @@ int main(int argc, char **argv) {
       inst.inputRanks.push_back(static_cast<unsigned>(s.size()));
     auto op = tofu::instantiate(*def, inst);
     if (!op) {
-      std::fprintf(stderr, "kernel_bench: %s: %s\n", c.op.c_str(), llvm::toString(op.takeError()).c_str());
+      std::fprintf(stderr, "kernel_bench: %s: %s\n", c.op.c_str(),
+                   llvm::toString(op.takeError()).c_str());
       return 1;
     }
     auto shapes = tofu::concreteShapes(*op, c.inputs, std::nullopt);
@@ -164,9 +190,10 @@ int main(int argc, char **argv) {
     std::vector<float> out(std::max<int64_t>(1, outElements));
     std::vector<float> scratch(tofu::kernelScratchBytes(*src, ranges) / 4 + 1);
     std::vector<int64_t> ints = tofu::kernelInts(*op, *shapes, ranges, regions);
-    TofuKernelArgs args{ints.data(), ptrs.data(), out.data(),
-                        tofu::readsInsideRegions(*op, *shapes, ranges, regions) ? 1 : 0, threads,
-                        scratch.data()};
+    TofuKernelArgs args{
+        ints.data(), ptrs.data(),
+        out.data(),  tofu::readsInsideRegions(*op, *shapes, ranges, regions) ? 1 : 0,
+        threads,     scratch.data()};
     auto fn = kernels.find(src->name);
     std::vector<double> times;
     for (int r = 0; r < repeat + 3; ++r) {
@@ -185,9 +212,9 @@ int main(int argc, char **argv) {
     }
     for (const std::string &m : vec->missed)
       std::fprintf(stderr, "kernel_bench: %s: not vectorised: %s\n", c.op.c_str(), m.c_str());
-    std::printf("| %s | %s | %zu | %u of %u | %.3f | %.2f | %.1f |\n", c.op.c_str(),
-                c.note.c_str(), src->temporaries.size(), vec->vectorized, vec->simdLoops, med * 1e3,
-                bytes / 1e6, bytes / med / 1e9);
+    std::printf("| %s | %s | %zu | %u of %u | %.3f | %.2f | %.1f |\n", c.op.c_str(), c.note.c_str(),
+                src->temporaries.size(), vec->vectorized, vec->simdLoops, med * 1e3, bytes / 1e6,
+                bytes / med / 1e9);
   }
   std::printf("\nmedian of %d calls, %d threads, fast loads\n", repeat, threads);
   return 0;

@@ -111,9 +111,9 @@ int main(int argc, char **argv) {
       if (!quick || (layers == 10 && std::string(h) == "8K"))
         models.push_back({fmt::format("rnn-{}-{}", layers, h), 512});
 
-  const tofu::Algorithm algos[] = {tofu::Algorithm::Tofu,      tofu::Algorithm::DpFlat,
-                                   tofu::Algorithm::Icml18,    tofu::Algorithm::EqualChop,
-                                   tofu::Algorithm::Spartan,   tofu::Algorithm::AllRow,
+  const tofu::Algorithm algos[] = {tofu::Algorithm::Tofu,        tofu::Algorithm::DpFlat,
+                                   tofu::Algorithm::Icml18,      tofu::Algorithm::EqualChop,
+                                   tofu::Algorithm::Spartan,     tofu::Algorithm::AllRow,
                                    tofu::Algorithm::DataParallel};
   std::printf("Table 1: k = 8. tofu's search time and communication per training step; every other "
               "algorithm as time / communication relative to tofu's.\n\n");
@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
         std::string why = llvm::toString(plan.takeError());
         row += why.find("budget") != std::string::npos ? fmt::format(" > {:.0f} s budget |", budget)
                : why.find("too wide") != std::string::npos ? " table over the 2^24 limit |"
-                                                            : " fails: " + why + " |";
+                                                           : " fails: " + why + " |";
         continue;
       }
       if (a == tofu::Algorithm::Tofu) {
@@ -197,10 +197,10 @@ int main(int argc, char **argv) {
         parts.push_back(s.parts);
       }
       int64_t mem = p->workerTensorBytes(plan->steps, std::vector<unsigned>(parts.size(), 0));
-      std::printf("| %s | %u | %s | %.3f s | %.3f s | %s | %s | %s |\n", m.name.c_str(), k,
-                  factors.c_str(), plan->searchSeconds, secs,
-                  tofu::humanBytes(double(plan->totalBytes)).c_str(),
-                  tofu::humanBytes(double(mem)).c_str(), tofu::humanBytes(double(single) / k).c_str());
+      std::printf(
+          "| %s | %u | %s | %.3f s | %.3f s | %s | %s | %s |\n", m.name.c_str(), k, factors.c_str(),
+          plan->searchSeconds, secs, tofu::humanBytes(double(plan->totalBytes)).c_str(),
+          tofu::humanBytes(double(mem)).c_str(), tofu::humanBytes(double(single) / k).c_str());
       std::fflush(stdout);
     }
   }
@@ -213,7 +213,8 @@ int main(int argc, char **argv) {
               "searches | peak | comm vs unpriced | time | --fit 80GiB | tried | time |\n");
   std::printf("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | "
               "---: |\n");
-  std::vector<Model> budgets = {{"wresnet-152-10", 32}, {"rnn-10-8K", 512}, {"gpt-12-768-12-1024", 8}};
+  std::vector<Model> budgets = {
+      {"wresnet-152-10", 32}, {"rnn-10-8K", 512}, {"gpt-12-768-12-1024", 8}};
   if (!quick)
     budgets.push_back({"gpt-48-8192-64-2048", 8});
   for (const Model &m : budgets) {
@@ -232,7 +233,8 @@ int main(int argc, char **argv) {
       std::printf("| %s | fails: %s |\n", m.name.c_str(), llvm::toString(plan.takeError()).c_str());
       continue;
     }
-    const int64_t peak = tofu::planMemory(*p, tofu::buildExecPlan(*p, *plan), outputs).largestPeak();
+    const int64_t peak =
+        tofu::planMemory(*p, tofu::buildExecPlan(*p, *plan), outputs).largestPeak();
     const double planned = since(start);
     const int64_t limit = peak / 10 * 9;
     start = Clock::now();
@@ -241,11 +243,11 @@ int main(int argc, char **argv) {
     start = Clock::now();
     auto count = tofu::fitWorkers(*p, o, int64_t(80) << 30, outputs, 1024);
     const double countTime = since(start);
-    std::string budgetCells = fit ? fmt::format("{} | {} | {} | {:.3f}x | {:.2f} s", fit->fits ? "yes" : "no",
-                                                fit->searches, tofu::humanBytes(double(fit->peak)),
-                                                double(fit->plan.totalBytes) / double(plan->totalBytes),
-                                                budgetTime)
-                                  : "fails: " + llvm::toString(fit.takeError()) + " | | | |";
+    std::string budgetCells =
+        fit ? fmt::format("{} | {} | {} | {:.3f}x | {:.2f} s", fit->fits ? "yes" : "no",
+                          fit->searches, tofu::humanBytes(double(fit->peak)),
+                          double(fit->plan.totalBytes) / double(plan->totalBytes), budgetTime)
+            : "fails: " + llvm::toString(fit.takeError()) + " | | | |";
     std::string countCells =
         count ? fmt::format("{} | {}-{} | {:.2f} s", count->fit.plan.workers, count->lowerBound,
                             count->fit.plan.workers, countTime)
@@ -316,8 +318,8 @@ int main(int argc, char **argv) {
       return since(start);
     });
     std::printf("| %s | %lld | %zu | %zu | %s | %s | %s | %s |\n", m.name.c_str(),
-                (long long)m.batch, p->nodes.size(), variables, tofuTime.c_str(),
-                oneThread.c_str(), sweepsTime.c_str(), topologyTime.c_str());
+                (long long)m.batch, p->nodes.size(), variables, tofuTime.c_str(), oneThread.c_str(),
+                sweepsTime.c_str(), topologyTime.c_str());
     std::fflush(stdout);
   }
   return 0;

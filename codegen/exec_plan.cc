@@ -23,10 +23,9 @@ std::optional<Box> intersect(const Box &a, const Box &b) {
 
 struct BoxLess {
   bool operator()(const Box &a, const Box &b) const {
-    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
-                                        [](const Range &x, const Range &y) {
-                                          return x.lo != y.lo ? x.lo < y.lo : x.hi < y.hi;
-                                        });
+    return std::lexicographical_compare(
+        a.begin(), a.end(), b.begin(), b.end(),
+        [](const Range &x, const Range &y) { return x.lo != y.lo ? x.lo < y.lo : x.hi < y.hi; });
   }
 };
 
@@ -273,9 +272,10 @@ std::string execPlanDump(const Problem &p, const ExecPlan &plan) {
         unsigned remote = 0;
         for (const Fetch &part : f.parts)
           remote += part.from != w;
-        reads += fmt::format(" {}{}{}", p.tensors[f.tensor].name, boxString(f.region),
-                             remote ? fmt::format(" (fetch {} part{})", remote, remote > 1 ? "s" : "")
-                                    : std::string());
+        reads +=
+            fmt::format(" {}{}{}", p.tensors[f.tensor].name, boxString(f.region),
+                        remote ? fmt::format(" (fetch {} part{})", remote, remote > 1 ? "s" : "")
+                               : std::string());
       }
       out += fmt::format("  w{}: computes {} reading{}\n", w, boxString(inst.produced), reads);
     }
@@ -286,9 +286,9 @@ std::string execPlanDump(const Problem &p, const ExecPlan &plan) {
           ++parts;
           remote += f.from != a.owner;
         }
-      out += fmt::format("  w{} owns {}{}: {} part{}, {} remote{}\n", a.owner, p.tensors[node.output].name,
-                         boxString(a.tile),
-                         parts, parts == 1 ? "" : "s", remote,
+      out += fmt::format("  w{} owns {}{}: {} part{}, {} remote{}\n", a.owner,
+                         p.tensors[node.output].name, boxString(a.tile), parts,
+                         parts == 1 ? "" : "s", remote,
                          a.slices.size() > 1 ? fmt::format(", {} partials {}", a.slices.size(),
                                                            ir::reducerName(ne.reducer))
                                              : std::string());

@@ -110,7 +110,8 @@ bool isMap(const InstOp &op) {
   return ok;
 }
 
-InstOp foldInto(const InstOp &producer, const InstOp &consumer, const std::vector<unsigned> &slots) {
+InstOp foldInto(const InstOp &producer, const InstOp &consumer,
+                const std::vector<unsigned> &slots) {
   InstOp out;
   out.def = consumer.def;
   out.name = producer.name + "+" + consumer.name;
@@ -142,7 +143,8 @@ InstOp foldInto(const InstOp &producer, const InstOp &consumer, const std::vecto
   return out;
 }
 
-FusedPlan fuseElementwise(const Problem &p, const ExecPlan &plan, const std::vector<std::string> &keep) {
+FusedPlan fuseElementwise(const Problem &p, const ExecPlan &plan,
+                          const std::vector<std::string> &keep) {
   FusedPlan f{p, plan, 0, {}};
   Problem &fp = f.problem;
   const unsigned k = plan.workers;

@@ -30,7 +30,8 @@ struct FusedPlan {
 };
 
 /// Folds every chain it can. `keep`: tensors that must stay stored (the graph's outputs).
-FusedPlan fuseElementwise(const Problem &p, const ExecPlan &plan, const std::vector<std::string> &keep);
+FusedPlan fuseElementwise(const Problem &p, const ExecPlan &plan,
+                          const std::vector<std::string> &keep);
 
 /// The op computing `consumer` with its inputs `slots` (each reading the producer's result
 /// at the consumer's output coordinates) replaced by `producer`'s body: the consumer's

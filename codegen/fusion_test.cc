@@ -54,7 +54,8 @@ TEST(Fusion, FoldsSoleReadersOnlyMovesNoBytesAndSavesMemory) {
         EXPECT_TRUE(produced.count(n.output)) << n.name;
       }
     }
-    MemoryPlan before = planMemory(p, exec, outputs), after = planMemory(f.problem, f.plan, outputs);
+    MemoryPlan before = planMemory(p, exec, outputs),
+               after = planMemory(f.problem, f.plan, outputs);
     EXPECT_EQ(checkMemoryPlan(after), "");
     for (unsigned w = 0; w < k; ++w)
       EXPECT_LE(after.workers[w].peak, before.workers[w].peak) << "k=" << k << " worker " << w;

@@ -76,8 +76,12 @@ struct CodeDomain {
     return fmt::format("s{}_{}", input, dim);
   }
   std::optional<Value> neg(const Value &a) const { return "(-" + a + ")"; }
-  std::optional<Value> add(const Value &a, const Value &b) const { return "(" + a + " + " + b + ")"; }
-  std::optional<Value> mul(const Value &a, const Value &b) const { return "(" + a + " * " + b + ")"; }
+  std::optional<Value> add(const Value &a, const Value &b) const {
+    return "(" + a + " + " + b + ")";
+  }
+  std::optional<Value> mul(const Value &a, const Value &b) const {
+    return "(" + a + " * " + b + ")";
+  }
   std::optional<Value> div(const Value &a, const Value &b) const {
     if (exact)
       for (const auto &[num, den] : *exact)
@@ -100,50 +104,88 @@ struct CodeDomain {
 
 const char *builtinCall(ir::Builtin b) {
   switch (b) {
-  case ir::Builtin::Exp: return "expf";
-  case ir::Builtin::Log: return "logf";
-  case ir::Builtin::Sqrt: return "sqrtf";
-  case ir::Builtin::Rsqrt: return "tofu_rsqrt";
-  case ir::Builtin::Tanh: return "tanhf";
-  case ir::Builtin::Sigmoid: return "tofu_sigmoid";
-  case ir::Builtin::Relu: return "tofu_relu";
-  case ir::Builtin::Abs: return "fabsf";
-  case ir::Builtin::Sign: return "tofu_sign";
-  case ir::Builtin::Floor: return "floorf";
-  case ir::Builtin::Ceil: return "ceilf";
-  case ir::Builtin::Pow: return "powf";
-  case ir::Builtin::Min: return "tofu_min";
-  case ir::Builtin::Max: return "tofu_max";
-  case ir::Builtin::Select: return "tofu_select";
-  case ir::Builtin::CastFloat: return "";
-  case ir::Builtin::CastInt: return "truncf";
-  case ir::Builtin::Sin: return "sinf";
-  case ir::Builtin::Cos: return "cosf";
-  case ir::Builtin::Tan: return "tanf";
-  case ir::Builtin::Asin: return "asinf";
-  case ir::Builtin::Acos: return "acosf";
-  case ir::Builtin::Atan: return "atanf";
-  case ir::Builtin::Sinh: return "sinhf";
-  case ir::Builtin::Cosh: return "coshf";
-  case ir::Builtin::Asinh: return "asinhf";
-  case ir::Builtin::Acosh: return "acoshf";
-  case ir::Builtin::Atanh: return "atanhf";
-  case ir::Builtin::Erf: return "erff";
-  case ir::Builtin::Round: return "nearbyintf"; // halves to even, as ONNX
-  case ir::Builtin::IsNan: return "tofu_isnan";
-  case ir::Builtin::IsInf: return "tofu_isinf";
+  case ir::Builtin::Exp:
+    return "expf";
+  case ir::Builtin::Log:
+    return "logf";
+  case ir::Builtin::Sqrt:
+    return "sqrtf";
+  case ir::Builtin::Rsqrt:
+    return "tofu_rsqrt";
+  case ir::Builtin::Tanh:
+    return "tanhf";
+  case ir::Builtin::Sigmoid:
+    return "tofu_sigmoid";
+  case ir::Builtin::Relu:
+    return "tofu_relu";
+  case ir::Builtin::Abs:
+    return "fabsf";
+  case ir::Builtin::Sign:
+    return "tofu_sign";
+  case ir::Builtin::Floor:
+    return "floorf";
+  case ir::Builtin::Ceil:
+    return "ceilf";
+  case ir::Builtin::Pow:
+    return "powf";
+  case ir::Builtin::Min:
+    return "tofu_min";
+  case ir::Builtin::Max:
+    return "tofu_max";
+  case ir::Builtin::Select:
+    return "tofu_select";
+  case ir::Builtin::CastFloat:
+    return "";
+  case ir::Builtin::CastInt:
+    return "truncf";
+  case ir::Builtin::Sin:
+    return "sinf";
+  case ir::Builtin::Cos:
+    return "cosf";
+  case ir::Builtin::Tan:
+    return "tanf";
+  case ir::Builtin::Asin:
+    return "asinf";
+  case ir::Builtin::Acos:
+    return "acosf";
+  case ir::Builtin::Atan:
+    return "atanf";
+  case ir::Builtin::Sinh:
+    return "sinhf";
+  case ir::Builtin::Cosh:
+    return "coshf";
+  case ir::Builtin::Asinh:
+    return "asinhf";
+  case ir::Builtin::Acosh:
+    return "acoshf";
+  case ir::Builtin::Atanh:
+    return "atanhf";
+  case ir::Builtin::Erf:
+    return "erff";
+  case ir::Builtin::Round:
+    return "nearbyintf"; // halves to even, as ONNX
+  case ir::Builtin::IsNan:
+    return "tofu_isnan";
+  case ir::Builtin::IsInf:
+    return "tofu_isinf";
   }
   return "";
 }
 
 const char *compareCall(ast::BinaryOp op) {
   switch (op) {
-  case ast::BinaryOp::Eq: return "tofu_eq";
-  case ast::BinaryOp::Ne: return "tofu_ne";
-  case ast::BinaryOp::Lt: return "tofu_lt";
-  case ast::BinaryOp::Le: return "tofu_le";
-  case ast::BinaryOp::Gt: return "tofu_gt";
-  case ast::BinaryOp::Ge: return "tofu_ge";
+  case ast::BinaryOp::Eq:
+    return "tofu_eq";
+  case ast::BinaryOp::Ne:
+    return "tofu_ne";
+  case ast::BinaryOp::Lt:
+    return "tofu_lt";
+  case ast::BinaryOp::Le:
+    return "tofu_le";
+  case ast::BinaryOp::Gt:
+    return "tofu_gt";
+  case ast::BinaryOp::Ge:
+    return "tofu_ge";
   case ast::BinaryOp::Add:
   case ast::BinaryOp::Sub:
   case ast::BinaryOp::Mul:
@@ -188,8 +230,8 @@ bool mayLeaveTensor(const InstOp &op, const ir::Coord &c) {
   bool leaves = false;
   ir::walk(*c.expr, [&](const ir::Expr &e) {
     if (const auto *v = dyn_cast<ir::VarRef>(&e))
-      leaves |= std::find(op.outputVars.begin(), op.outputVars.end(), v->var) ==
-                op.outputVars.end();
+      leaves |=
+          std::find(op.outputVars.begin(), op.outputVars.end(), v->var) == op.outputVars.end();
     if (const auto *k = dyn_cast<ir::Const>(&e))
       leaves |= k->isInt && k->intValue < 0;
     if (const auto *b = dyn_cast<ir::Binary>(&e))
@@ -281,8 +323,8 @@ private:
       }
       return guarded(r, cs, fmt::format("in{}[{}]", r.input, off));
     }
-    std::string call = fmt::format("{}_ld{}(in{}, I + {}", kNameToken, r.input, r.input,
-                                   inputBase(r.input));
+    std::string call =
+        fmt::format("{}_ld{}(in{}, I + {}", kNameToken, r.input, r.input, inputBase(r.input));
     for (const std::string &c : cs)
       call += ", " + c;
     return call + ")";
@@ -304,38 +346,47 @@ private:
   /// sums, differences, products and remainders by a nonzero integer constant.
   static bool isInt(const ir::Expr &e) {
     switch (e.kind()) {
-    case ir::ExprKind::Const: return cast<ir::Const>(e).isInt;
+    case ir::ExprKind::Const:
+      return cast<ir::Const>(e).isInt;
     case ir::ExprKind::VarRef:
-    case ir::ExprKind::ExtentRef: return true;
-    case ir::ExprKind::Neg: return isInt(*cast<ir::Neg>(e).operand);
+    case ir::ExprKind::ExtentRef:
+      return true;
+    case ir::ExprKind::Neg:
+      return isInt(*cast<ir::Neg>(e).operand);
     case ir::ExprKind::Binary: {
       const auto &b = cast<ir::Binary>(e);
       switch (b.op) {
       case ast::BinaryOp::Add:
       case ast::BinaryOp::Sub:
-      case ast::BinaryOp::Mul: return isInt(*b.lhs) && isInt(*b.rhs);
+      case ast::BinaryOp::Mul:
+        return isInt(*b.lhs) && isInt(*b.rhs);
       case ast::BinaryOp::Mod: {
         const auto *c = llvm::dyn_cast<ir::Const>(b.rhs.get());
         return isInt(*b.lhs) && c && c->isInt && c->intValue != 0;
       }
-      default: return false;
+      default:
+        return false;
       }
     }
-    default: return false;
+    default:
+      return false;
     }
   }
 
   /// An integer-valued expression in i64; `%` truncates as fmod does.
   std::string intText(const ir::Expr &e) {
     switch (e.kind()) {
-    case ir::ExprKind::Const: return fmt::format("((i64){})", cast<ir::Const>(e).intValue);
-    case ir::ExprKind::Neg: return "(-" + intText(*cast<ir::Neg>(e).operand) + ")";
+    case ir::ExprKind::Const:
+      return fmt::format("((i64){})", cast<ir::Const>(e).intValue);
+    case ir::ExprKind::Neg:
+      return "(-" + intText(*cast<ir::Neg>(e).operand) + ")";
     case ir::ExprKind::Binary: {
       const auto &b = cast<ir::Binary>(e);
       return fmt::format("({} {} {})", intText(*b.lhs), ast::binaryOpSpelling(b.op),
                          intText(*b.rhs));
     }
-    default: return "((i64)" + index(e) + ")";
+    default:
+      return "((i64)" + index(e) + ")";
     }
   }
 
@@ -376,12 +427,18 @@ private:
       if (const char *cmp = compareCall(b.op))
         return fmt::format("{}({}, {})", cmp, l, r);
       switch (b.op) {
-      case ast::BinaryOp::Add: return "(" + l + " + " + r + ")";
-      case ast::BinaryOp::Sub: return "(" + l + " - " + r + ")";
-      case ast::BinaryOp::Mul: return "(" + l + " * " + r + ")";
-      case ast::BinaryOp::Div: return "(" + l + " / " + r + ")";
-      case ast::BinaryOp::Mod: return "fmodf(" + l + ", " + r + ")";
-      default: break;
+      case ast::BinaryOp::Add:
+        return "(" + l + " + " + r + ")";
+      case ast::BinaryOp::Sub:
+        return "(" + l + " - " + r + ")";
+      case ast::BinaryOp::Mul:
+        return "(" + l + " * " + r + ")";
+      case ast::BinaryOp::Div:
+        return "(" + l + " / " + r + ")";
+      case ast::BinaryOp::Mod:
+        return "fmodf(" + l + ", " + r + ")";
+      default:
+        break;
       }
       return "0";
     }
@@ -399,11 +456,14 @@ private:
   /// A reduction's value where it is read.
   std::string reduction(const Red &r) {
     switch (r.placement) {
-    case Placement::Inline: return fmt::format("r{}", r.id);
-    case Placement::Temporary: return fmt::format("t{}[{}]", r.id, temporaryOffset(r));
-    case Placement::Alias: return reduction(sched_.resolved(r));
-    case Placement::Count: return fmt::format("k{}", r.id); // emitLocals
-
+    case Placement::Inline:
+      return fmt::format("r{}", r.id);
+    case Placement::Temporary:
+      return fmt::format("t{}[{}]", r.id, temporaryOffset(r));
+    case Placement::Alias:
+      return reduction(sched_.resolved(r));
+    case Placement::Count:
+      return fmt::format("k{}", r.id); // emitLocals
     }
     fail("a reduction without a placement");
     return "0";
@@ -467,9 +527,9 @@ private:
     const unsigned id = it->second;
     if (fresh)
       emitOpaqueHelper(id, *fn, input, coords, freeDims);
-    std::string call = fmt::format("{}_opq{}(in{}, I + {}{}", kNameToken, id, input,
-                                   inputBase(input),
-                                   dialect_ == KernelDialect::Cpp ? fmt::format(", &memo[{}]", id) : "");
+    std::string call =
+        fmt::format("{}_opq{}(in{}, I + {}{}", kNameToken, id, input, inputBase(input),
+                    dialect_ == KernelDialect::Cpp ? fmt::format(", &memo[{}]", id) : "");
     for (const ir::Coord *co : coords)
       if (co)
         call += ", " + coord(*co);
@@ -717,8 +777,8 @@ private:
         assign(from, "=", lo);
         assign(to, "=", lo + " + 1");
         elseBranch();
-        openIf(fmt::format("{0} >= (float){1} && {0} < (float){2} && (float)(i64){0} == {0}", e,
-                           lo, hi));
+        openIf(fmt::format("{0} >= (float){1} && {0} < (float){2} && (float)(i64){0} == {0}", e, lo,
+                           hi));
         assign(from, "=", "(i64)" + e);
         assign(to, "=", from + " + 1");
         close();
@@ -750,8 +810,8 @@ private:
     decl("i64", from, fmt::format("hi{}", v));
     openIf(fmt::format("tofu_imodp({}, {}) == 0", a, g), true);
     assign(from, "=",
-           fmt::format("lo{0} + tofu_imodp(tofu_imodp(-({1} / {2}) * {3}, {4}) - lo{0}, {4})", v,
-                       a, g, inv, step));
+           fmt::format("lo{0} + tofu_imodp(tofu_imodp(-({1} / {2}) * {3}, {4}) - lo{0}, {4})", v, a,
+                       g, inv, step));
     close();
     openLoop(LoopKind::Serial, name, from, fmt::format("hi{}", v), std::to_string(step));
   }
@@ -775,10 +835,14 @@ private:
                std::find(vs.begin(), vs.end(), b) != vs.end();
       };
       switch (s->placement) {
-      case Placement::Count: return true;
-      case Placement::Temporary: return !uses(s->depends);
-      case Placement::Inline: return !uses(s->depends) && !uses(s->loops);
-      case Placement::Alias: return false;
+      case Placement::Count:
+        return true;
+      case Placement::Temporary:
+        return !uses(s->depends);
+      case Placement::Inline:
+        return !uses(s->depends) && !uses(s->loops);
+      case Placement::Alias:
+        return false;
       }
       return false;
     }
@@ -1135,7 +1199,8 @@ private:
     for (size_t k = 0; k < m; ++k)
       total += fmt::format("{}n{}", k ? " * " : "", ov[k]);
     const unsigned sites = opaqueSites();
-    LoopKind outer = n == 1 && sched_.vectorInnermost ? LoopKind::ParallelVector : LoopKind::Parallel;
+    LoopKind outer =
+        n == 1 && sched_.vectorInnermost ? LoopKind::ParallelVector : LoopKind::Parallel;
     if (sites > 0) { // each thread its own memos
       openScope(Node::Kind::Region);
       decl("TofuOpqMemo", fmt::format("memo[{}]", sites), "");
@@ -1384,10 +1449,10 @@ private:
   std::string printCuda() {
     emitLoaders();
     kernel_.argsType = std::string(kNameToken) + "_args";
-    const std::string args = fmt::format(
-        "typedef TofuCudaArgs<{}, {}> {};\n",
-        std::max(1u, inputBase(static_cast<unsigned>(op_.inputs.size()))),
-        std::max<size_t>(1, op_.inputs.size()), kernel_.argsType);
+    const std::string args =
+        fmt::format("typedef TofuCudaArgs<{}, {}> {};\n",
+                    std::max(1u, inputBase(static_cast<unsigned>(op_.inputs.size()))),
+                    std::max<size_t>(1, op_.inputs.size()), kernel_.argsType);
     emitCudaMain("");
     KernelSchedule passes = scheduleKernel(op_, ScheduleTarget::CudaPasses);
     if (!passes.temporaries().empty()) {
@@ -1470,9 +1535,11 @@ private:
       emitSlot(t.id, static_cast<int>(v));
     if (!t.node->vars.empty()) {
       const unsigned v = t.node->vars.front();
-      decl("const i64", fmt::format("span{}", v), fmt::format("hi{0} > lo{0} ? hi{0} - lo{0} : 0", v));
-      decl("const i64", {{fmt::format("plo{}", v), fmt::format("lo{0} + span{0} * p / parts", v)},
-                         {fmt::format("phi{}", v), fmt::format("lo{0} + span{0} * (p + 1) / parts", v)}});
+      decl("const i64", fmt::format("span{}", v),
+           fmt::format("hi{0} > lo{0} ? hi{0} - lo{0} : 0", v));
+      decl("const i64",
+           {{fmt::format("plo{}", v), fmt::format("lo{0} + span{0} * p / parts", v)},
+            {fmt::format("phi{}", v), fmt::format("lo{0} + span{0} * (p + 1) / parts", v)}});
       bounds_[v] = {fmt::format("plo{}", v), fmt::format("phi{}", v)};
     }
     emitReduction(t);
@@ -1525,7 +1592,7 @@ private:
   std::map<unsigned, unsigned> rename_; ///< while printing a fused member's body
   /// Loops over a part of their range (a split reduction's share): bound expressions.
   std::map<unsigned, std::pair<std::string, std::string>> bounds_;
-  int zero_ = -1;                       ///< a variable printed as 0 (CodeDomain::zero)
+  int zero_ = -1; ///< a variable printed as 0 (CodeDomain::zero)
   /// Inside strided loops: their offsets and moduli (CodeDomain::exact).
   std::vector<std::pair<std::string, std::string>> exact_;
   std::set<const ir::Expr *> knownTrue_; ///< guards a strided loop makes true, printed as 1
@@ -1546,8 +1613,8 @@ private:
   std::vector<std::vector<unsigned>> passesBlockReductions_;
   std::vector<unsigned> passesBlockOutputVars_;
   const Red *pass_ = nullptr; ///< the temporary whose pass is being printed
-  bool block_ = false;       ///< printing the block-per-output CUDA variant
-  bool collective_ = false;  ///< block_: every thread of the block runs here alike
+  bool block_ = false;        ///< printing the block-per-output CUDA variant
+  bool collective_ = false;   ///< block_: every thread of the block runs here alike
   std::string error_;
 };
 
@@ -1682,7 +1749,7 @@ namespace {
 /// `k - n * (k / n)`, which intervals widen to beyond the dimension), by evaluating it at
 /// each of the variable's values; none otherwise or for more than 65536 values.
 std::optional<std::pair<int64_t, int64_t>> exactValueRange(const ir::Expr &e, const Shapes &shapes,
-                                                          const std::vector<Range> &ranges) {
+                                                           const std::vector<Range> &ranges) {
   std::set<unsigned> vars;
   bool divides = false; // an affine coordinate's interval is exact already
   ir::walk(e, [&](const ir::Expr &x) {

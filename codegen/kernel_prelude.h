@@ -66,29 +66,67 @@ template <int Ints, int Inputs> struct TofuCudaArgs {
 };
 
 // --- scalar semantics -----------------------------------------------------------------
-TOFU_DEV i64 tofu_fdiv(i64 a, i64 b) { i64 q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+TOFU_DEV i64 tofu_fdiv(i64 a, i64 b) {
+  i64 q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
 TOFU_DEV i64 tofu_imod(i64 a, i64 b) { return a - tofu_fdiv(a, b) * b; }
 // The same for a positive divisor (a literal: the compiler divides by multiplying).
-TOFU_DEV i64 tofu_fdivp(i64 a, i64 b) { i64 q = a / b; return q - (a - q * b < 0); }
-TOFU_DEV i64 tofu_imodp(i64 a, i64 b) { i64 r = a % b; return r + (r < 0 ? b : 0); }
-TOFU_DEV i64 tofu_didx(float v) { return (v == v && v - v == 0.0f) ? (i64)floorf(v) : TOFU_I64_MIN; }
+TOFU_DEV i64 tofu_fdivp(i64 a, i64 b) {
+  i64 q = a / b;
+  return q - (a - q * b < 0);
+}
+TOFU_DEV i64 tofu_imodp(i64 a, i64 b) {
+  i64 r = a % b;
+  return r + (r < 0 ? b : 0);
+}
+TOFU_DEV i64 tofu_didx(float v) {
+  return (v == v && v - v == 0.0f) ? (i64)floorf(v) : TOFU_I64_MIN;
+}
 TOFU_DEV float tofu_rsqrt(float x) { return 1.0f / sqrtf(x); }
 TOFU_DEV float tofu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 TOFU_DEV float tofu_relu(float x) { return x != x ? x : (x > 0.0f ? x : 0.0f); }
 TOFU_DEV float tofu_sign(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
 // Written without short-circuits (`|`, not `||`; the choice before the NaN test) so that a
 // SIMD loop over them needs no control flow and vectorises.
-TOFU_DEV float tofu_min(float x, float y) { const float r = y < x ? y : x; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_max(float x, float y) { const float r = y > x ? y : x; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_select(float c, float x, float y) { const float r = c != 0.0f ? x : y; return c != c ? TOFU_NAN : r; }
+TOFU_DEV float tofu_min(float x, float y) {
+  const float r = y < x ? y : x;
+  return ((x != x) | (y != y)) ? TOFU_NAN : r;
+}
+TOFU_DEV float tofu_max(float x, float y) {
+  const float r = y > x ? y : x;
+  return ((x != x) | (y != y)) ? TOFU_NAN : r;
+}
+TOFU_DEV float tofu_select(float c, float x, float y) {
+  const float r = c != 0.0f ? x : y;
+  return c != c ? TOFU_NAN : r;
+}
 TOFU_DEV float tofu_isnan(float x) { return x != x ? 1.0f : 0.0f; }
 TOFU_DEV float tofu_isinf(float x) { return ((x == TOFU_INF) | (x == -TOFU_INF)) ? 1.0f : 0.0f; }
-TOFU_DEV float tofu_eq(float x, float y) { const float r = x == y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_ne(float x, float y) { const float r = x != y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_lt(float x, float y) { const float r = x < y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_le(float x, float y) { const float r = x <= y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_gt(float x, float y) { const float r = x > y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
-TOFU_DEV float tofu_ge(float x, float y) { const float r = x >= y ? 1.0f : 0.0f; return ((x != x) | (y != y)) ? TOFU_NAN : r; }
+TOFU_DEV float tofu_eq(float x, float y) {
+  const float r = x == y ? 1.0f : 0.0f;
+  return ((x != x) | (y != y)) ? TOFU_NAN : r;
+}
+TOFU_DEV float tofu_ne(float x, float y) {
+  const float r = x != y ? 1.0f : 0.0f;
+  return ((x != x) | (y != y)) ? TOFU_NAN : r;
+}
+TOFU_DEV float tofu_lt(float x, float y) {
+  const float r = x < y ? 1.0f : 0.0f;
+  return ((x != x) | (y != y)) ? TOFU_NAN : r;
+}
+TOFU_DEV float tofu_le(float x, float y) {
+  const float r = x <= y ? 1.0f : 0.0f;
+  return ((x != x) | (y != y)) ? TOFU_NAN : r;
+}
+TOFU_DEV float tofu_gt(float x, float y) {
+  const float r = x > y ? 1.0f : 0.0f;
+  return ((x != x) | (y != y)) ? TOFU_NAN : r;
+}
+TOFU_DEV float tofu_ge(float x, float y) {
+  const float r = x >= y ? 1.0f : 0.0f;
+  return ((x != x) | (y != y)) ? TOFU_NAN : r;
+}
 
 /// The reducers' combine, NaN-propagating (ir::Reducer's order: 0 sum, 1 product, 2 max,
 /// 3 min). Generated loops combine through tofu_max and tofu_min directly; a block's
@@ -101,39 +139,57 @@ TOFU_DEV float tofu_combine(int op, float a, float b) {
 // --- native opaque functions: one n x n matrix `a` (scratch), the result in `out` -----
 TOFU_DEV void tofu_opq_Cholesky(float *a, i64 n, float *out) {
   for (i64 j = 0; j < n; ++j)
-    for (i64 i = 0; i < n; ++i) out[i * n + j] = 0.0f;
+    for (i64 i = 0; i < n; ++i)
+      out[i * n + j] = 0.0f;
   for (i64 j = 0; j < n; ++j) {
     double d = a[j * n + j];
-    for (i64 k = 0; k < j; ++k) d -= (double)out[j * n + k] * out[j * n + k];
+    for (i64 k = 0; k < j; ++k)
+      d -= (double)out[j * n + k] * out[j * n + k];
     out[j * n + j] = (float)sqrt(d); // NaN when the matrix is not positive definite
     for (i64 i = j + 1; i < n; ++i) {
       double s = a[i * n + j];
-      for (i64 k = 0; k < j; ++k) s -= (double)out[i * n + k] * out[j * n + k];
+      for (i64 k = 0; k < j; ++k)
+        s -= (double)out[i * n + k] * out[j * n + k];
       out[i * n + j] = (float)(s / out[j * n + j]);
     }
   }
 }
 TOFU_DEV void tofu_opq_MatrixInverse(float *a, i64 n, float *inv) {
-  for (i64 i = 0; i < n * n; ++i) inv[i] = 0.0f;
-  for (i64 i = 0; i < n; ++i) inv[i * n + i] = 1.0f;
+  for (i64 i = 0; i < n * n; ++i)
+    inv[i] = 0.0f;
+  for (i64 i = 0; i < n; ++i)
+    inv[i * n + i] = 1.0f;
   for (i64 c = 0; c < n; ++c) {
     i64 p = c;
     for (i64 r = c + 1; r < n; ++r)
-      if (fabsf(a[r * n + c]) > fabsf(a[p * n + c])) p = r;
+      if (fabsf(a[r * n + c]) > fabsf(a[p * n + c]))
+        p = r;
     if (a[p * n + c] == 0.0f || a[p * n + c] != a[p * n + c]) { // singular
-      for (i64 i = 0; i < n * n; ++i) inv[i] = TOFU_NAN;
+      for (i64 i = 0; i < n * n; ++i)
+        inv[i] = TOFU_NAN;
       return;
     }
     for (i64 k = 0; k < n; ++k) {
-      float t = a[c * n + k]; a[c * n + k] = a[p * n + k]; a[p * n + k] = t;
-      t = inv[c * n + k]; inv[c * n + k] = inv[p * n + k]; inv[p * n + k] = t;
+      float t = a[c * n + k];
+      a[c * n + k] = a[p * n + k];
+      a[p * n + k] = t;
+      t = inv[c * n + k];
+      inv[c * n + k] = inv[p * n + k];
+      inv[p * n + k] = t;
     }
     const float d = a[c * n + c];
-    for (i64 k = 0; k < n; ++k) { a[c * n + k] /= d; inv[c * n + k] /= d; }
+    for (i64 k = 0; k < n; ++k) {
+      a[c * n + k] /= d;
+      inv[c * n + k] /= d;
+    }
     for (i64 r = 0; r < n; ++r) {
-      if (r == c) continue;
+      if (r == c)
+        continue;
       const float f = a[r * n + c];
-      for (i64 k = 0; k < n; ++k) { a[r * n + k] -= f * a[c * n + k]; inv[r * n + k] -= f * inv[c * n + k]; }
+      for (i64 k = 0; k < n; ++k) {
+        a[r * n + k] -= f * a[c * n + k];
+        inv[r * n + k] -= f * inv[c * n + k];
+      }
     }
   }
 }
@@ -142,16 +198,25 @@ TOFU_DEV void tofu_opq_Determinant(float *a, i64 n, float *out) {
   for (i64 c = 0; c < n; ++c) { // LU with partial pivoting
     i64 p = c;
     for (i64 r = c + 1; r < n; ++r)
-      if (fabsf(a[r * n + c]) > fabsf(a[p * n + c])) p = r;
-    if (a[p * n + c] == 0.0f) { det = 0.0; break; }
+      if (fabsf(a[r * n + c]) > fabsf(a[p * n + c]))
+        p = r;
+    if (a[p * n + c] == 0.0f) {
+      det = 0.0;
+      break;
+    }
     if (p != c) {
-      for (i64 k = 0; k < n; ++k) { float t = a[c * n + k]; a[c * n + k] = a[p * n + k]; a[p * n + k] = t; }
+      for (i64 k = 0; k < n; ++k) {
+        float t = a[c * n + k];
+        a[c * n + k] = a[p * n + k];
+        a[p * n + k] = t;
+      }
       det = -det;
     }
     det *= a[c * n + c];
     for (i64 r = c + 1; r < n; ++r) {
       const float f = a[r * n + c] / a[c * n + c];
-      for (i64 k = c; k < n; ++k) a[r * n + k] -= f * a[c * n + k];
+      for (i64 k = c; k < n; ++k)
+        a[r * n + k] -= f * a[c * n + k];
     }
   }
   out[0] = (float)det;
@@ -161,7 +226,11 @@ TOFU_DEV void tofu_opq_Determinant(float *a, i64 n, float *out) {
 #if defined(TOFU_KERNEL_UNIT) && !defined(__CUDACC_RTC__)
 // An opaque call site's memo in one thread of one kernel call: the last argument slice's
 // fixed coordinates and the function's result for it.
-struct TofuOpqMemo { bool have = false; i64 key[10]; std::vector<float> arg, res; };
+struct TofuOpqMemo {
+  bool have = false;
+  i64 key[10];
+  std::vector<float> arg, res;
+};
 // glibc's vector math (libmvec, linked with the kernels): the SIMD variants of the float
 // functions the kernels call, so that loops over them vectorise (<cmath> declares them only
 // under -ffast-math, which would also drop the NaN tests the semantics need).
@@ -186,8 +255,12 @@ float powf(float, float) noexcept;
 }
 #endif
 // Max and Min as OpenMP reductions (SIMD loops), NaN-propagating like the combine.
-#pragma omp declare reduction(tofu_maxr : float : omp_out = tofu_combine(2, omp_out, omp_in)) initializer(omp_priv = -TOFU_INF)
-#pragma omp declare reduction(tofu_minr : float : omp_out = tofu_combine(3, omp_out, omp_in)) initializer(omp_priv = TOFU_INF)
+#pragma omp declare reduction(tofu_maxr:float                                                      \
+                              : omp_out = tofu_combine(2, omp_out, omp_in))                        \
+    initializer(omp_priv = -TOFU_INF)
+#pragma omp declare reduction(tofu_minr:float                                                      \
+                              : omp_out = tofu_combine(3, omp_out, omp_in))                        \
+    initializer(omp_priv = TOFU_INF)
 #endif
 
 #if defined(TOFU_KERNEL_UNIT) && defined(__CUDACC_RTC__)

@@ -12,10 +12,14 @@ namespace {
 /// NaN-propagating reductions).
 const char *simdReducer(ir::Reducer r) {
   switch (r) {
-  case ir::Reducer::Sum: return "+";
-  case ir::Reducer::Prod: return "*";
-  case ir::Reducer::Max: return "tofu_maxr";
-  case ir::Reducer::Min: return "tofu_minr";
+  case ir::Reducer::Sum:
+    return "+";
+  case ir::Reducer::Prod:
+    return "*";
+  case ir::Reducer::Max:
+    return "tofu_maxr";
+  case ir::Reducer::Min:
+    return "tofu_minr";
   }
   return "+";
 }
@@ -23,20 +27,28 @@ const char *simdReducer(ir::Reducer r) {
 /// tofu_block_reduce's code of a reducer (the prelude's tofu_combine).
 int combineCode(ir::Reducer r) {
   switch (r) {
-  case ir::Reducer::Sum: return 0;
-  case ir::Reducer::Prod: return 1;
-  case ir::Reducer::Max: return 2;
-  case ir::Reducer::Min: return 3;
+  case ir::Reducer::Sum:
+    return 0;
+  case ir::Reducer::Prod:
+    return 1;
+  case ir::Reducer::Max:
+    return 2;
+  case ir::Reducer::Min:
+    return 3;
   }
   return 0;
 }
 
 std::string combineText(ir::Reducer r, const std::string &acc, const std::string &x) {
   switch (r) {
-  case ir::Reducer::Sum: return fmt::format("{} += {};", acc, x);
-  case ir::Reducer::Prod: return fmt::format("{} *= {};", acc, x);
-  case ir::Reducer::Max: return fmt::format("{0} = tofu_max({0}, {1});", acc, x);
-  case ir::Reducer::Min: return fmt::format("{0} = tofu_min({0}, {1});", acc, x);
+  case ir::Reducer::Sum:
+    return fmt::format("{} += {};", acc, x);
+  case ir::Reducer::Prod:
+    return fmt::format("{} *= {};", acc, x);
+  case ir::Reducer::Max:
+    return fmt::format("{0} = tofu_max({0}, {1});", acc, x);
+  case ir::Reducer::Min:
+    return fmt::format("{0} = tofu_min({0}, {1});", acc, x);
   }
   return "";
 }
@@ -80,15 +92,20 @@ private:
   /// A single statement's text (Assign, Combine, Store, BlockCombine, Return, Use).
   std::string simple(const Node &n) {
     switch (n.kind) {
-    case Node::Kind::Assign: return fmt::format("{} {} {};", n.target, n.op, n.value);
-    case Node::Kind::Combine: return combineText(n.reducer, n.target, n.value);
-    case Node::Kind::Store: return fmt::format("{}[{}] = {};", n.target, n.offset, n.value);
+    case Node::Kind::Assign:
+      return fmt::format("{} {} {};", n.target, n.op, n.value);
+    case Node::Kind::Combine:
+      return combineText(n.reducer, n.target, n.value);
+    case Node::Kind::Store:
+      return fmt::format("{}[{}] = {};", n.target, n.offset, n.value);
     case Node::Kind::BlockCombine:
       if (target_ != Target::Cuda)
         fail("a block combine outside CUDA");
       return fmt::format("{0} = tofu_block_reduce({0}, {1});", n.target, combineCode(n.reducer));
-    case Node::Kind::Return: return n.value.empty() ? "return;" : "return " + n.value + ";";
-    case Node::Kind::Use: return fmt::format("(void){};", n.target);
+    case Node::Kind::Return:
+      return n.value.empty() ? "return;" : "return " + n.value + ";";
+    case Node::Kind::Use:
+      return fmt::format("(void){};", n.target);
     case Node::Kind::Decl: {
       std::string s = n.type + (n.type.back() == '*' ? "" : " ");
       for (size_t i = 0; i < n.decls.size(); ++i) {
@@ -98,7 +115,8 @@ private:
       }
       return s + ";";
     }
-    default: break;
+    default:
+      break;
     }
     fail("a compound statement where one statement was expected");
     return "";
@@ -115,7 +133,9 @@ private:
     const std::string sched = n.chunk > 0 ? fmt::format("schedule(static, {})", n.chunk)
                                           : std::string("schedule(static)");
     switch (n.loop) {
-    case LoopKind::Serial: line(indent, serial); return true;
+    case LoopKind::Serial:
+      line(indent, serial);
+      return true;
     case LoopKind::Vector:
       if (cpp) {
         std::string accs;
@@ -151,11 +171,11 @@ private:
                                  "{0} < {1}; {0} += (i64)gridDim.x * blockDim.x)",
                                  n.var, n.to));
       else if (n.loop == LoopKind::GridBlocks)
-        line(indent, fmt::format("for (i64 {0} = blockIdx.x; {0} < {1}; {0} += gridDim.x)", n.var,
-                                 n.to));
+        line(indent,
+             fmt::format("for (i64 {0} = blockIdx.x; {0} < {1}; {0} += gridDim.x)", n.var, n.to));
       else
-        line(indent, fmt::format("for (i64 {0} = threadIdx.x; {0} < {1}; {0} += blockDim.x)",
-                                 n.var, n.to));
+        line(indent,
+             fmt::format("for (i64 {0} = threadIdx.x; {0} < {1}; {0} += blockDim.x)", n.var, n.to));
       return true;
     }
     return false;
@@ -336,14 +356,22 @@ Node blockCombineNode(ir::Reducer reducer, std::string accumulator) {
 
 const char *loopKindName(LoopKind k) {
   switch (k) {
-  case LoopKind::Serial: return "serial";
-  case LoopKind::Vector: return "vector";
-  case LoopKind::Parallel: return "parallel";
-  case LoopKind::ParallelVector: return "parallel-vector";
-  case LoopKind::Shared: return "shared";
-  case LoopKind::GridThreads: return "grid-threads";
-  case LoopKind::GridBlocks: return "grid-blocks";
-  case LoopKind::BlockThreads: return "block-threads";
+  case LoopKind::Serial:
+    return "serial";
+  case LoopKind::Vector:
+    return "vector";
+  case LoopKind::Parallel:
+    return "parallel";
+  case LoopKind::ParallelVector:
+    return "parallel-vector";
+  case LoopKind::Shared:
+    return "shared";
+  case LoopKind::GridThreads:
+    return "grid-threads";
+  case LoopKind::GridBlocks:
+    return "grid-blocks";
+  case LoopKind::BlockThreads:
+    return "block-threads";
   }
   return "?";
 }

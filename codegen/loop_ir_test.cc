@@ -11,9 +11,9 @@
 #include <tuple>
 
 #include "analysis/reducer.h"
+#include "analysis/verify.h"
 #include "codegen/kernel_gen.h"
 #include "codegen/kernel_prelude.h"
-#include "analysis/verify.h"
 #include "graph/test_library.h"
 #include "gtest/gtest.h"
 
@@ -87,7 +87,8 @@ TEST(LoopIr, BatchNormGradXStatisticsArePassesOverTheChannel) {
   // loops are one SIMD loop where the maps' rows are whole; the main nest is element-wise,
   // flat and SIMD.
   const InstOp op = instance("batch_norm_grad_x", {4, 4, 1, 0});
-  EXPECT_EQ(entriesOf(fastVariants(outlineOf(op, KernelDialect::Cpp)), {"entry"}),
+  EXPECT_EQ(
+      entriesOf(fastVariants(outlineOf(op, KernelDialect::Cpp)), {"entry"}),
       "entry\n"
       "  parallel f < (hi1 > lo1 ? hi1 - lo1 : 0)\n"
       "    if true && lo9 == o1_3 && hi9 - lo9 == e1_3\n"
@@ -157,25 +158,26 @@ TEST(LoopIr, BatchNormGradXOnCudaInSeveralLaunches) {
   // A block per channel and part splits each statistic across its threads; a combine launch
   // adds the parts in order; the main launch is a thread per element.
   const InstOp op = instance("batch_norm_grad_x", {4, 4, 1, 0});
-  EXPECT_EQ(entriesOf(fastVariants(outlineOf(op, KernelDialect::Cuda)), {"entry _p0", "entry _c0", "entry _mp"}),
-      "entry _p0\n"
-      "  grid-blocks b < count * parts\n"
-      "    block-threads u0 < c0\n"
-      "      combine r0 Sum\n"
-      "    block-combine r0\n"
-      "    if threadIdx.x == 0\n"
-      "      if parts == 1\n"
-      "        store t0\n"
-      "      else\n"
-      "        store tpart\n"
-      "entry _c0\n"
-      "  grid-threads e < count\n"
-      "    serial p < parts\n"
-      "      combine r0 Sum\n"
-      "    store t0\n"
-      "entry _mp\n"
-      "  grid-threads f < total\n"
-      "    store out\n");
+  EXPECT_EQ(entriesOf(fastVariants(outlineOf(op, KernelDialect::Cuda)),
+                      {"entry _p0", "entry _c0", "entry _mp"}),
+            "entry _p0\n"
+            "  grid-blocks b < count * parts\n"
+            "    block-threads u0 < c0\n"
+            "      combine r0 Sum\n"
+            "    block-combine r0\n"
+            "    if threadIdx.x == 0\n"
+            "      if parts == 1\n"
+            "        store t0\n"
+            "      else\n"
+            "        store tpart\n"
+            "entry _c0\n"
+            "  grid-threads e < count\n"
+            "    serial p < parts\n"
+            "      combine r0 Sum\n"
+            "    store t0\n"
+            "entry _mp\n"
+            "  grid-threads f < total\n"
+            "    store out\n");
 }
 
 TEST(LoopIr, LayerNormGradScaleKeepsPerTokenStatistics) {
@@ -184,22 +186,22 @@ TEST(LoopIr, LayerNormGradScaleKeepsPerTokenStatistics) {
   // into the output (interchanged, SIMD).
   const InstOp op = instance("layer_norm_grad_scale", {3, 3, 0}, {{"p", 2}, {"f", 1}});
   EXPECT_EQ(entriesOf(fastVariants(outlineOf(op, KernelDialect::Cpp)), {"entry"}),
-      "entry\n"
-      "  parallel f < (hi1 > lo1 ? hi1 - lo1 : 0) * (hi2 > lo2 ? hi2 - lo2 : 0)\n"
-      "    vector v3 < hi3\n"
-      "      combine r1 Sum\n"
-      "    store t1\n"
-      "  parallel f < (hi1 > lo1 ? hi1 - lo1 : 0) * (hi2 > lo2 ? hi2 - lo2 : 0)\n"
-      "    vector v5 < hi5\n"
-      "      combine r3 Sum\n"
-      "    store t3\n"
-      "  parallel b < blocks\n"
-      "    vector v0 < rhi\n"
-      "      store out\n"
-      "    serial v1 < hi1\n"
-      "      serial v2 < hi2\n"
-      "        vector v0 < rhi\n"
-      "          combine out[(v0 - lo0)] Sum\n");
+            "entry\n"
+            "  parallel f < (hi1 > lo1 ? hi1 - lo1 : 0) * (hi2 > lo2 ? hi2 - lo2 : 0)\n"
+            "    vector v3 < hi3\n"
+            "      combine r1 Sum\n"
+            "    store t1\n"
+            "  parallel f < (hi1 > lo1 ? hi1 - lo1 : 0) * (hi2 > lo2 ? hi2 - lo2 : 0)\n"
+            "    vector v5 < hi5\n"
+            "      combine r3 Sum\n"
+            "    store t3\n"
+            "  parallel b < blocks\n"
+            "    vector v0 < rhi\n"
+            "      store out\n"
+            "    serial v1 < hi1\n"
+            "      serial v2 < hi2\n"
+            "        vector v0 < rhi\n"
+            "          combine out[(v0 - lo0)] Sum\n");
 }
 
 TEST(LoopIr, SoftmaxCrossEntropySplitsTheBatchAcrossThreads) {
@@ -208,22 +210,22 @@ TEST(LoopIr, SoftmaxCrossEntropySplitsTheBatchAcrossThreads) {
   // in order.
   const InstOp op = instance("softmax_cross_entropy", {2, 1});
   EXPECT_EQ(entriesOf(fastVariants(outlineOf(op, KernelDialect::Cpp)), {"entry"}),
-      "entry\n"
-      "  parallel t < parts\n"
-      "    serial v0 < phi\n"
-      "      vector v2 < hi2\n"
-      "        combine r1 Max\n"
-      "      vector v3 < hi3\n"
-      "        combine r2 Sum\n"
-      "      if e1 != e1\n"
-      "      else\n"
-      "        if e1 >= (float)lo1 && e1 < (float)hi1 && (float)(i64)e1 == e1\n"
-      "      vector v1 < to1\n"
-      "        combine r0 Sum\n"
-      "    store part\n"
-      "  serial t < parts\n"
-      "    combine r0 Sum\n"
-      "  store out\n");
+            "entry\n"
+            "  parallel t < parts\n"
+            "    serial v0 < phi\n"
+            "      vector v2 < hi2\n"
+            "        combine r1 Max\n"
+            "      vector v3 < hi3\n"
+            "        combine r2 Sum\n"
+            "      if e1 != e1\n"
+            "      else\n"
+            "        if e1 >= (float)lo1 && e1 < (float)hi1 && (float)(i64)e1 == e1\n"
+            "      vector v1 < to1\n"
+            "        combine r0 Sum\n"
+            "    store part\n"
+            "  serial t < parts\n"
+            "    combine r0 Sum\n"
+            "  store out\n");
 }
 
 TEST(LoopIr, MaxPoolGradVisitsOnlyTheWindowsThatContainTheElement) {
@@ -231,31 +233,31 @@ TEST(LoopIr, MaxPoolGradVisitsOnlyTheWindowsThatContainTheElement) {
   // per window position.
   const InstOp op = instance("maxpool2d_grad", {4, 4, 4});
   EXPECT_EQ(entriesOf(fastVariants(outlineOf(op, KernelDialect::Cpp)), {"entry"}),
-      "entry\n"
-      "  parallel f < n0 * n1 * n2\n"
-      "    serial v3 < hi3\n"
-      "      if tofu_imodp(a4, 1) == 0\n"
-      "      serial v4 < hi4 step 2\n"
-      "        if tofu_imodp(a5, 1) == 0\n"
-      "        serial v5 < hi5 step 2\n"
-      "          combine r0 Sum\n"
-      "      store out\n");
+            "entry\n"
+            "  parallel f < n0 * n1 * n2\n"
+            "    serial v3 < hi3\n"
+            "      if tofu_imodp(a4, 1) == 0\n"
+            "      serial v4 < hi4 step 2\n"
+            "        if tofu_imodp(a5, 1) == 0\n"
+            "        serial v5 < hi5 step 2\n"
+            "          combine r0 Sum\n"
+            "      store out\n");
 }
 
 TEST(LoopIr, LstmGatesBlockVariantSplitsBothProducts) {
   // The block variant splits both contractions across a block's threads.
   const InstOp op = instance("lstm_gates", {2, 2, 2, 2, 1});
   EXPECT_EQ(entriesOf(fastVariants(outlineOf(op, KernelDialect::Cuda)), {"entry _blk"}),
-      "entry _blk\n"
-      "  grid-blocks f < total\n"
-      "    block-threads u0 < c0\n"
-      "      combine r0 Sum\n"
-      "    block-combine r0\n"
-      "    block-threads u1 < c1\n"
-      "      combine r1 Sum\n"
-      "    block-combine r1\n"
-      "    if threadIdx.x == 0\n"
-      "      store out\n");
+            "entry _blk\n"
+            "  grid-blocks f < total\n"
+            "    block-threads u0 < c0\n"
+            "      combine r0 Sum\n"
+            "    block-combine r0\n"
+            "    block-threads u1 < c1\n"
+            "      combine r1 Sum\n"
+            "    block-combine r1\n"
+            "    if threadIdx.x == 0\n"
+            "      store out\n");
 }
 
 // One tree, both targets: the printers differ only in how loops bind and in what only one
@@ -301,8 +303,9 @@ TEST(LoopIr, TargetsDifferOnlyInLoopBinding) {
   cpp.clear();
   error.clear();
   ASSERT_TRUE(loops::printBlock({outer}, loops::Target::Cpp, 0, cpp, error)) << error;
-  EXPECT_EQ(cpp.substr(0, cpp.find('\n')),
-            "#pragma omp parallel for num_threads(a->threads) schedule(static) if (a->threads > 1)");
+  EXPECT_EQ(
+      cpp.substr(0, cpp.find('\n')),
+      "#pragma omp parallel for num_threads(a->threads) schedule(static) if (a->threads > 1)");
   cuda.clear();
   EXPECT_FALSE(loops::printBlock({outer}, loops::Target::Cuda, 0, cuda, error));
   EXPECT_EQ(error, "a loop across OpenMP threads in a CUDA kernel");
@@ -332,8 +335,8 @@ void checkBinding(const loops::Block &b, std::vector<loops::LoopKind> outer,
       const bool threads = n.loop == K::Parallel || n.loop == K::ParallelVector ||
                            n.loop == K::Shared || n.loop == K::GridThreads ||
                            n.loop == K::GridBlocks;
-      if (threads && has({K::Parallel, K::ParallelVector, K::Shared, K::GridThreads,
-                          K::GridBlocks}))
+      if (threads &&
+          has({K::Parallel, K::ParallelVector, K::Shared, K::GridThreads, K::GridBlocks}))
         breaks.push_back(std::string(loops::loopKindName(n.loop)) + " " + n.var +
                          " inside another loop across threads");
       if (n.loop == K::BlockThreads && (!has({K::GridBlocks}) || has({K::BlockThreads})))

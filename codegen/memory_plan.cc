@@ -55,7 +55,8 @@ int64_t MemoryPlan::largestPeak() const {
   return peak;
 }
 
-MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<std::string> &outputs) {
+MemoryPlan planMemory(const Problem &p, const ExecPlan &plan,
+                      const std::vector<std::string> &outputs) {
   const unsigned k = plan.workers;
   const int64_t forever = 3 * int64_t(plan.nodes.size()) + 3;
   // When each tensor is produced and last read (by any worker), in plan time.
@@ -196,7 +197,8 @@ std::string checkMemoryPlan(const MemoryPlan &m) {
       if (bs[i].offset + bs[i].bytes > m.workers[w].peak)
         return fmt::format("worker {}: buffer {} ends past the peak", w, i);
     }
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bs[a].start < bs[b].start; });
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return bs[a].start < bs[b].start; });
     std::vector<size_t> live;
     for (size_t i : order) {
       live.erase(std::remove_if(live.begin(), live.end(),

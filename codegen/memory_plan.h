@@ -67,7 +67,8 @@ bool writesTileDirectly(const NodeExec &ne, unsigned w, const Box &tile);
 /// fetch from them); a fetch buffer exists only where an input region is not entirely in
 /// the worker's own tile, and only while its op runs; a partial result gets its own buffer
 /// unless it is exactly the worker's tile of the output.
-MemoryPlan planMemory(const Problem &p, const ExecPlan &plan, const std::vector<std::string> &outputs);
+MemoryPlan planMemory(const Problem &p, const ExecPlan &plan,
+                      const std::vector<std::string> &outputs);
 
 /// Checks a plan: every buffer placed, and no two buffers live at the same time overlap.
 /// Returns a description of the first violation, or an empty string.

@@ -38,7 +38,8 @@ std::string programDump(const Program &program) {
       if (st.launches) {
         std::vector<std::string> ins;
         for (size_t q = 0; q < st.launch.inputOffsets.size(); ++q)
-          ins.push_back(fmt::format("@{} {}", st.launch.inputOffsets[q], boxText(st.launch.inputBoxes[q])));
+          ins.push_back(
+              fmt::format("@{} {}", st.launch.inputOffsets[q], boxText(st.launch.inputBoxes[q])));
         s += fmt::format("    launch kernel {} ({}) -> @{} {}\n", st.launch.kernel,
                          fmt::join(ins, ", "), st.launch.outputOffset, boxText(st.launch.produced));
       }

@@ -94,7 +94,7 @@ struct ProgramNode {
   unsigned kernel = 0;
   Shapes shapes;
   ir::Reducer reducer = ir::Reducer::Sum; ///< how partial results combine
-  std::vector<unsigned> inputs;          ///< tensor indices
+  std::vector<unsigned> inputs;           ///< tensor indices
   unsigned output = 0;
 };
 

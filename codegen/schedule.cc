@@ -58,10 +58,15 @@ private:
 
   std::string coord(const ir::Coord &c) {
     switch (c.kind) {
-    case ir::Coord::Kind::Affine: return "a" + expr(*c.expr);
-    case ir::Coord::Kind::DataDependent: return "d" + expr(*c.expr);
-    case ir::Coord::Kind::Slice: return ":";
-    case ir::Coord::Kind::Splat: ok_ = false; return "*";
+    case ir::Coord::Kind::Affine:
+      return "a" + expr(*c.expr);
+    case ir::Coord::Kind::DataDependent:
+      return "d" + expr(*c.expr);
+    case ir::Coord::Kind::Slice:
+      return ":";
+    case ir::Coord::Kind::Splat:
+      ok_ = false;
+      return "*";
     }
     return "?";
   }
@@ -90,7 +95,8 @@ private:
       const auto &x = cast<ir::ExtentRef>(e);
       return fmt::format("x{}.{}", x.input, x.dim);
     }
-    case ir::ExprKind::VarRef: return var(cast<ir::VarRef>(e).var);
+    case ir::ExprKind::VarRef:
+      return var(cast<ir::VarRef>(e).var);
     case ir::ExprKind::Read: {
       const auto &r = cast<ir::Read>(e);
       return fmt::format("in{}[{}]", r.input, coords(r.coords));
@@ -119,7 +125,8 @@ private:
       const auto &a = cast<ir::Apply>(e);
       return fmt::format("A{}({})", static_cast<int>(a.fn), list(a.args));
     }
-    case ir::ExprKind::Neg: return "-(" + expr(*cast<ir::Neg>(e).operand) + ")";
+    case ir::ExprKind::Neg:
+      return "-(" + expr(*cast<ir::Neg>(e).operand) + ")";
     case ir::ExprKind::Binary: {
       const auto &b = cast<ir::Binary>(e);
       return fmt::format("({}{}{})", expr(*b.lhs), ast::binaryOpSpelling(b.op), expr(*b.rhs));
@@ -176,9 +183,12 @@ std::optional<double> countedConstant(const ir::Reduce &r) {
 /// products with `v`); none otherwise.
 std::optional<int64_t> coefficientOf(const ir::Expr &e, unsigned v) {
   switch (e.kind()) {
-  case ir::ExprKind::Const: return cast<ir::Const>(e).isInt ? std::optional<int64_t>(0) : std::nullopt;
-  case ir::ExprKind::VarRef: return cast<ir::VarRef>(e).var == v ? 1 : 0;
-  case ir::ExprKind::ExtentRef: return 0;
+  case ir::ExprKind::Const:
+    return cast<ir::Const>(e).isInt ? std::optional<int64_t>(0) : std::nullopt;
+  case ir::ExprKind::VarRef:
+    return cast<ir::VarRef>(e).var == v ? 1 : 0;
+  case ir::ExprKind::ExtentRef:
+    return 0;
   case ir::ExprKind::Neg: {
     auto c = coefficientOf(*cast<ir::Neg>(e).operand, v);
     return c ? std::optional<int64_t>(-*c) : std::nullopt;
@@ -189,8 +199,10 @@ std::optional<int64_t> coefficientOf(const ir::Expr &e, unsigned v) {
     if (!l || !r)
       return std::nullopt;
     switch (b.op) {
-    case ast::BinaryOp::Add: return *l + *r;
-    case ast::BinaryOp::Sub: return *l - *r;
+    case ast::BinaryOp::Add:
+      return *l + *r;
+    case ast::BinaryOp::Sub:
+      return *l - *r;
     case ast::BinaryOp::Mul: {
       const auto *lc = dyn_cast<ir::Const>(b.lhs.get());
       const auto *rc = dyn_cast<ir::Const>(b.rhs.get());
@@ -205,10 +217,12 @@ std::optional<int64_t> coefficientOf(const ir::Expr &e, unsigned v) {
     case ast::BinaryOp::Div:
     case ast::BinaryOp::Mod:
       return *l == 0 && *r == 0 ? std::optional<int64_t>(0) : std::nullopt;
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
     }
   }
-  default: return std::nullopt;
+  default:
+    return std::nullopt;
   }
 }
 
@@ -240,7 +254,6 @@ const ir::Apply *zeroElseSelect(const ir::Reduce &r) {
   return zero && zero->value == 0 ? sel : nullptr;
 }
 
-
 /// The factors `a == b` of the condition of a sum whose terms are `select(cond, v, 0)`
 /// (zeroElseSelect); none for other sums.
 std::vector<const ir::Binary *> equalityFactors(const ir::Reduce &r) {
@@ -257,9 +270,9 @@ std::vector<const ir::Binary *> equalityFactors(const ir::Reduce &r) {
 }
 
 /// The congruences of a sum's condition that its variables can step through (StridedVar):
-/// its terms are `select(cond, v, 0)` (zeroElseSelect) and a factor of `cond` is `X % s == 0` with X affine in
-/// one of the sum's variables (constant coefficient) and otherwise only in variables bound
-/// before that one's loop. One per variable, each factor used once.
+/// its terms are `select(cond, v, 0)` (zeroElseSelect) and a factor of `cond` is `X % s == 0` with
+/// X affine in one of the sum's variables (constant coefficient) and otherwise only in variables
+/// bound before that one's loop. One per variable, each factor used once.
 std::vector<StridedVar> stridesOf(const ir::Reduce &r) {
   std::vector<StridedVar> out;
   for (const ir::Binary *eq : equalityFactors(r)) {
@@ -295,12 +308,13 @@ std::vector<StridedVar> stridesOf(const ir::Reduce &r) {
 }
 
 /// The variables of a sum that its condition pins to one value (PickedVar): its terms are
-/// `select(cond, v, 0)` (zeroElseSelect) and a factor of `cond` is `var == e` or `e == var`, e using no
-/// variable of a loop inside var's (nor var itself).
+/// `select(cond, v, 0)` (zeroElseSelect) and a factor of `cond` is `var == e` or `e == var`, e
+/// using no variable of a loop inside var's (nor var itself).
 std::vector<PickedVar> picksOf(const ir::Reduce &r, const std::vector<StridedVar> &strides) {
   std::vector<PickedVar> out;
   for (const ir::Binary *eq : equalityFactors(r)) {
-    for (auto [side, other] : {std::pair{eq->lhs.get(), eq->rhs.get()}, {eq->rhs.get(), eq->lhs.get()}}) {
+    for (auto [side, other] :
+         {std::pair{eq->lhs.get(), eq->rhs.get()}, {eq->rhs.get(), eq->lhs.get()}}) {
       const auto *v = dyn_cast<ir::VarRef>(side);
       if (!v)
         continue;
@@ -531,8 +545,7 @@ private:
     while (m + 1 < n && !s_.hasInlineAt(-1, static_cast<int>(ov[m - 1])))
       ++m;
     s_.parallelLoops = m;
-    s_.vectorInnermost =
-        !s_.hasInlineAt(-1, static_cast<int>(ov.back())) && (n > 1 || !opaque_);
+    s_.vectorInnermost = !s_.hasInlineAt(-1, static_cast<int>(ov.back())) && (n > 1 || !opaque_);
     const ir::Reduce *top = op_.topReduce();
     if (top && !top->vars.empty() && (n >= 2 || columnReduction(*top))) {
       const ScheduledReduction &t = s_.of(top);
@@ -572,10 +585,10 @@ private:
   const InstOp &op_;
   CanonicalKey key_;
   KernelSchedule s_;
-  bool opaque_ = false;      ///< the body calls an opaque function
+  bool opaque_ = false; ///< the body calls an opaque function
   bool temporaries_ = false;
-  std::vector<ScheduledReduction> all_; ///< by id, in the order they are met
-  std::vector<unsigned> post_;          ///< ids in post-order
+  std::vector<ScheduledReduction> all_;  ///< by id, in the order they are met
+  std::vector<unsigned> post_;           ///< ids in post-order
   std::map<std::string, unsigned> seen_; ///< canonical key -> the first reduction's id
 };
 
@@ -683,8 +696,12 @@ std::string describeSchedule(const InstOp &op, const KernelSchedule &s) {
     case ScheduledReduction::Placement::Temporary:
       out += "temporary [" + names(r.depends) + "]";
       break;
-    case ScheduledReduction::Placement::Alias: out += fmt::format("alias r{}", r.aliasOf); break;
-    case ScheduledReduction::Placement::Count: out += "count"; break;
+    case ScheduledReduction::Placement::Alias:
+      out += fmt::format("alias r{}", r.aliasOf);
+      break;
+    case ScheduledReduction::Placement::Count:
+      out += "count";
+      break;
     }
     if (r.fusedWith >= 0)
       out += fmt::format(" (loops of r{})", r.fusedWith);
@@ -696,9 +713,8 @@ std::string describeSchedule(const InstOp &op, const KernelSchedule &s) {
   }
   if (!op.outputVars.empty() && s.target == ScheduleTarget::Cpp) {
     std::vector<unsigned> par(op.outputVars.begin(), op.outputVars.begin() + s.parallelLoops);
-    out += "main: parallel " + (op.outputVars.size() == 1 && s.interchange
-                                    ? "blocks of " + names(par)
-                                    : names(par));
+    out += "main: parallel " +
+           (op.outputVars.size() == 1 && s.interchange ? "blocks of " + names(par) : names(par));
     if (s.interchange)
       out += "; interchanged";
     else if (s.vectorInnermost)

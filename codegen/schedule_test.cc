@@ -167,10 +167,9 @@ TEST(Schedule, ContractionsInterchangeWindowsStride) {
   EXPECT_EQ(cpp(*instantiate(*testLibrary().find("ConvTranspose1d"), strided)),
             "r0 Sum(ci, k) inline at x; k by congruence mod 2\n"
             "main: parallel n, co\n");
-  EXPECT_EQ(cpp(instance("lstm_gates", {2, 2, 2, 2, 1})),
-            "r0 Sum(k) inline at q\n"
-            "r1 Sum(j) inline at q\n"
-            "main: parallel n\n");
+  EXPECT_EQ(cpp(instance("lstm_gates", {2, 2, 2, 2, 1})), "r0 Sum(k) inline at q\n"
+                                                          "r1 Sum(j) inline at q\n"
+                                                          "main: parallel n\n");
 }
 
 TEST(Schedule, EveryReductionOfTheLibraryIsComputedOncePerValue) {
@@ -196,8 +195,8 @@ TEST(Schedule, EveryReductionOfTheLibraryIsComputedOncePerValue) {
           continue;
         for (unsigned v : r.loops)
           EXPECT_NE(std::find(r.depends.begin(), r.depends.end(), v), r.depends.end())
-              << name << ": r" << r.id << " is computed inside the loop over "
-              << op->vars[v].name << ", which it does not use\n"
+              << name << ": r" << r.id << " is computed inside the loop over " << op->vars[v].name
+              << ", which it does not use\n"
               << describeSchedule(*op, s);
         // Several launches: nothing is computed once per call inside one launch (each
         // thread or block would), nor, in a temporary's pass, once per value of its index

@@ -5,8 +5,8 @@ namespace tofu::ast {
 
 const char *exprKindName(ExprKind k) {
   switch (k) {
-#define TOFU_X(K)                                                                           \
-  case ExprKind::K:                                                                         \
+#define TOFU_X(K)                                                                                  \
+  case ExprKind::K:                                                                                \
     return #K;
     TOFU_AST_EXPR_KINDS(TOFU_X)
 #undef TOFU_X

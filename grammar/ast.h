@@ -14,15 +14,15 @@
 namespace tofu::ast {
 
 /// Every expression kind, listed once; the enum, names and casting support derive from it.
-#define TOFU_AST_EXPR_KINDS(X)                                                              \
-  X(IntLit)                                                                                 \
-  X(FloatLit)                                                                               \
-  X(Name)                                                                                   \
-  X(ExtentOf)                                                                               \
-  X(Index)                                                                                  \
-  X(Call)                                                                                   \
-  X(Lambda)                                                                                 \
-  X(Neg)                                                                                    \
+#define TOFU_AST_EXPR_KINDS(X)                                                                     \
+  X(IntLit)                                                                                        \
+  X(FloatLit)                                                                                      \
+  X(Name)                                                                                          \
+  X(ExtentOf)                                                                                      \
+  X(Index)                                                                                         \
+  X(Call)                                                                                          \
+  X(Lambda)                                                                                        \
+  X(Neg)                                                                                           \
   X(Binary)
 
 enum class ExprKind {
@@ -61,7 +61,7 @@ private:
 
 using ExprPtr = std::unique_ptr<Expr>;
 
-#define TOFU_AST_CLASSOF(K)                                                                 \
+#define TOFU_AST_CLASSOF(K)                                                                        \
   static bool classof(const Expr *e) { return e->kind() == ExprKind::K; }
 
 /// An integer literal: `42`.

@@ -20,8 +20,7 @@ static const char *severityName(Severity s) {
 std::string Diagnostic::str() const {
   if (!loc.isValid())
     return fmt::format("{}: {}: {}", file, severityName(severity), message);
-  return fmt::format("{}:{}:{}: {}: {}", file, loc.line, loc.col, severityName(severity),
-                     message);
+  return fmt::format("{}:{}:{}: {}: {}", file, loc.line, loc.col, severityName(severity), message);
 }
 
 llvm::Error stringError(const std::string &message) {

@@ -21,9 +21,7 @@ struct SourceLoc {
 
   bool isValid() const { return line != 0; }
   bool operator==(const SourceLoc &o) const { return line == o.line && col == o.col; }
-  bool operator<(const SourceLoc &o) const {
-    return line != o.line ? line < o.line : col < o.col;
-  }
+  bool operator<(const SourceLoc &o) const { return line != o.line ? line < o.line : col < o.col; }
 };
 
 enum class Severity { Error, Warning, Note };

@@ -46,8 +46,7 @@ public:
       : diags_(diags), path_(std::move(path)) {}
 
   void syntaxError(antlr4::Recognizer *, antlr4::Token *offending, size_t line,
-                   size_t charPositionInLine, const std::string &msg,
-                   std::exception_ptr) override {
+                   size_t charPositionInLine, const std::string &msg, std::exception_ptr) override {
     SourceLoc loc{static_cast<uint32_t>(line), static_cast<uint32_t>(charPositionInLine + 1)};
     if (offending && offending->getType() == TdlLexer::UNKNOWN_CHAR) {
       diags_.error(path_, loc, fmt::format("unexpected character '{}'", offending->getText()));
@@ -236,9 +235,11 @@ private:
     for (size_t i = 0; i < ctx->mulOp().size(); ++i) {
       auto *op = ctx->mulOp(i);
       std::string s = op->getText();
-      auto kind = s == "*" ? ast::BinaryOp::Mul : s == "/" ? ast::BinaryOp::Div : ast::BinaryOp::Mod;
-      e = makeBinary(ctx->unaryExpr(0), ctx->unaryExpr(i + 1), op->getStart(), kind,
-                     std::move(e), buildUnaryExpr(ctx->unaryExpr(i + 1)));
+      auto kind = s == "*"   ? ast::BinaryOp::Mul
+                  : s == "/" ? ast::BinaryOp::Div
+                             : ast::BinaryOp::Mod;
+      e = makeBinary(ctx->unaryExpr(0), ctx->unaryExpr(i + 1), op->getStart(), kind, std::move(e),
+                     buildUnaryExpr(ctx->unaryExpr(i + 1)));
     }
     return e;
   }
@@ -484,8 +485,8 @@ bool checkLimits(antlr4::CommonTokenStream &tokens, const std::string &path,
                   fmt::format("declaration is longer than {} tokens", kMaxTokensPerDeclaration));
       return false;
     }
-    bool afterOperand = prevType == TdlLexer::ID || prevType == TdlLexer::INT ||
-                        prevType == TdlLexer::FLOAT;
+    bool afterOperand =
+        prevType == TdlLexer::ID || prevType == TdlLexer::INT || prevType == TdlLexer::FLOAT;
     if (s == "(" || s == "[" || s == "{") {
       lambdasAtLevel.push_back(0);
       minusRun = 0;

@@ -74,8 +74,8 @@ llvm::Error Graph::addTensor(TensorInfo t) {
     return stringError(fmt::format("tensor '{}' is declared twice", t.name));
   for (int64_t e : t.shape)
     if (e <= 0)
-      return stringError(fmt::format("tensor '{}' has a non-positive extent in {}", t.name,
-                              shapeString(t.shape)));
+      return stringError(
+          fmt::format("tensor '{}' has a non-positive extent in {}", t.name, shapeString(t.shape)));
   tensorIndex_[t.name] = static_cast<unsigned>(tensors_.size());
   tensors_.push_back(std::move(t));
   return llvm::Error::success();
@@ -89,8 +89,8 @@ llvm::Error Graph::addNode(Node n) {
   if (n.output.empty())
     return stringError(fmt::format("node '{}' has no output", n.name));
   if (auto it = producerIndex_.find(n.output); it != producerIndex_.end())
-    return stringError(fmt::format("node '{}': tensor '{}' is already produced by node '{}'", n.name,
-                            n.output, nodes_[it->second].name));
+    return stringError(fmt::format("node '{}': tensor '{}' is already produced by node '{}'",
+                                   n.name, n.output, nodes_[it->second].name));
   if (!tensorIndex_.count(n.output)) {
     TensorInfo t;
     t.name = n.output;
@@ -160,8 +160,8 @@ llvm::Expected<NodeInstance> instantiateNode(const Graph &g, const Node &n, cons
   if (!op)
     return where(fmt::format("unknown op '{}'", n.op));
   if (n.inputs.size() != op->inputs.size())
-    return where(fmt::format("op {} takes {} inputs but the node gives {}", n.op,
-                             op->inputs.size(), n.inputs.size()));
+    return where(fmt::format("op {} takes {} inputs but the node gives {}", n.op, op->inputs.size(),
+                             n.inputs.size()));
   Instantiation inst;
   inst.attrs = n.attrs;
   inst.groups = n.groups;
@@ -237,11 +237,11 @@ llvm::Error checkGraph(Graph &g, const OpLibrary &lib) {
   for (const TensorInfo &t : g.tensors()) {
     const Node *p = g.producer(t.name);
     if (!p && (t.role == TensorRole::Activation || t.role == TensorRole::Gradient))
-      return stringError(fmt::format("tensor '{}' ({}) is produced by no node", t.name,
-                              roleName(t.role)));
+      return stringError(
+          fmt::format("tensor '{}' ({}) is produced by no node", t.name, roleName(t.role)));
     if (p && (t.role == TensorRole::Input || t.role == TensorRole::Weight))
       return stringError(fmt::format("tensor '{}' is a {} but node '{}' produces it", t.name,
-                              roleName(t.role), p->name));
+                                     roleName(t.role), p->name));
     if (!p && !t.shapeKnown)
       return stringError(fmt::format("tensor '{}' ({}) needs a shape", t.name, roleName(t.role)));
     if (p && t.shapeKnown && t.role == TensorRole::Gradient)
@@ -281,8 +281,8 @@ struct JsonAt {
     for (auto it = v.begin(); it != v.end(); ++it)
       if (std::find_if(allowed.begin(), allowed.end(),
                        [&](const char *a) { return it.key() == a; }) == allowed.end())
-        return fail(fmt::format("unknown key '{}' (one of: {})", it.key(),
-                                fmt::join(allowed, ", ")));
+        return fail(
+            fmt::format("unknown key '{}' (one of: {})", it.key(), fmt::join(allowed, ", ")));
     for (const char *r : required)
       if (!v.contains(r))
         return fail(fmt::format("the key '{}' is missing", r));
@@ -388,8 +388,8 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
       info.shapeKnown = true;
     }
     if (std::find(std::begin(kDtypes), std::end(kDtypes), info.dtype) == std::end(kDtypes))
-      return t["dtype"].fail(fmt::format("unknown dtype '{}' (one of: {})", info.dtype,
-                                         fmt::join(kDtypes, ", ")));
+      return t["dtype"].fail(
+          fmt::format("unknown dtype '{}' (one of: {})", info.dtype, fmt::join(kDtypes, ", ")));
     auto r = parseRole(role);
     if (!r)
       return t["role"].fail(fmt::format("tensor '{}' has unknown role '{}'", info.name, role));
@@ -399,9 +399,9 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
   }
   for (size_t i = 0; i < nodes.v.size(); ++i) {
     const JsonAt jn = nodes[i];
-    if (llvm::Error e = jn.object(
-            {"name", "op", "group", "coalesce", "attrs", "groups", "inputs", "output"},
-            {"name", "op", "output"}))
+    if (llvm::Error e =
+            jn.object({"name", "op", "group", "coalesce", "attrs", "groups", "inputs", "output"},
+                      {"name", "op", "output"}))
       return std::move(e);
     Node n;
     for (auto [key, field] : {std::pair<const char *, std::string *>{"name", &n.name},
@@ -411,9 +411,9 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
                               {"output", &n.output}})
       if (llvm::Error e = jn.optionalString(key, field))
         return std::move(e);
-    for (auto [key, field] : {std::pair<const char *, std::map<std::string, int64_t> *>{
-                                  "attrs", &n.attrs},
-                              {"groups", &n.groups}}) {
+    for (auto [key, field] :
+         {std::pair<const char *, std::map<std::string, int64_t> *>{"attrs", &n.attrs},
+          {"groups", &n.groups}}) {
       if (!jn.v.contains(key))
         continue;
       auto m = jn[key].integers();

@@ -30,7 +30,9 @@ Node node(std::string name, std::string op, std::vector<std::string> inputs, std
 /// x[8, 32] -> MatMul W1[32, 64] + b1 -> Relu -> MatMul W2[64, 10] + b2 -> softmax CE.
 Graph mlp() {
   Graph g;
-  auto ok = [](llvm::Error e) { EXPECT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e)); };
+  auto ok = [](llvm::Error e) {
+    EXPECT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e));
+  };
   ok(g.addTensor(tensor("x", {8, 32}, TensorRole::Input)));
   ok(g.addTensor(tensor("labels", {8}, TensorRole::Input)));
   ok(g.addTensor(tensor("W1", {32, 64}, TensorRole::Weight)));
@@ -119,7 +121,8 @@ TEST(Graph, BadGraphsGetErrorsNamingTheNode) {
     Graph g;
     ASSERT_FALSE(static_cast<bool>(g.addTensor(tensor("x", {8, 3}, TensorRole::Input))));
     ASSERT_FALSE(static_cast<bool>(g.addNode(node("r", "Relu", {"x", "x"}, "y"))));
-    EXPECT_EQ(errorOf(std::move(g)), "node 'r' (op Relu): op Relu takes 1 inputs but the node gives 2");
+    EXPECT_EQ(errorOf(std::move(g)),
+              "node 'r' (op Relu): op Relu takes 1 inputs but the node gives 2");
   }
   {
     Graph g;
@@ -178,7 +181,9 @@ TEST(Training, EveryWeightGetsAGradientAndAnUpdate) {
 
 TEST(Training, GradientsOfSeveralConsumersAreSummedInTheTensorsGroup) {
   Graph g;
-  auto ok = [](llvm::Error e) { ASSERT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e)); };
+  auto ok = [](llvm::Error e) {
+    ASSERT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e));
+  };
   ok(g.addTensor(tensor("x", {4, 3}, TensorRole::Input)));
   ok(g.addTensor(tensor("w", {4, 3}, TensorRole::Weight)));
   ok(g.addTensor(tensor("t", {4, 3}, TensorRole::Input)));
@@ -218,7 +223,9 @@ TEST(Training, AMissingGradClauseIsAnErrorNamingTheNode) {
 // statistics): not trained, no gradient; a mask read through a condition gets none either.
 TEST(Training, BuffersAndConditionsGetNoGradient) {
   Graph g;
-  auto ok = [](llvm::Error e) { ASSERT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e)); };
+  auto ok = [](llvm::Error e) {
+    ASSERT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e));
+  };
   ok(g.addTensor(tensor("x", {4, 3}, TensorRole::Input)));
   ok(g.addTensor(tensor("w", {4, 3}, TensorRole::Weight)));
   ok(g.addTensor(tensor("c", {4, 3}, TensorRole::Weight))); // a buffer read as a condition
@@ -250,7 +257,9 @@ TEST(Training, BuffersAndConditionsGetNoGradient) {
 // weight) is a buffer; one stopped by an op without a grad clause for a float result (Floor)
 // is an error that names the op.
 TEST(Training, WeightsStoppedAtComparisonsAreBuffers) {
-  auto ok = [](llvm::Error e) { ASSERT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e)); };
+  auto ok = [](llvm::Error e) {
+    ASSERT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e));
+  };
   auto build = [&](bool floorInstead) {
     Graph g;
     ok(g.addTensor(tensor("x", {4, 3}, TensorRole::Input)));
@@ -291,7 +300,9 @@ TEST(Training, WeightsStoppedAtComparisonsAreBuffers) {
 // gradient (one node both of Nesterov's updates read), AdamW's decoupled in its update.
 TEST(Training, OptimiserUpdates) {
   Graph g;
-  auto ok = [](llvm::Error e) { ASSERT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e)); };
+  auto ok = [](llvm::Error e) {
+    ASSERT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e));
+  };
   ok(g.addTensor(tensor("x", {4, 3}, TensorRole::Input)));
   ok(g.addTensor(tensor("w", {4, 3}, TensorRole::Weight)));
   ok(g.addTensor(tensor("t", {4, 3}, TensorRole::Input)));
@@ -315,8 +326,10 @@ TEST(Training, OptimiserUpdates) {
   const Graph nesterov = build(Optimizer::Nesterov, true);
   EXPECT_EQ(inputs(nesterov, "d_w_decayed"), "weight_decay_grad(d_w_from_m, w, weight_decay)");
   EXPECT_EQ(nesterov.tensor("d_w_decayed")->role, TensorRole::Gradient);
-  EXPECT_EQ(inputs(nesterov, "momentum_v_w_new"), "momentum_velocity(momentum_v_w, d_w_decayed, momentum)");
-  EXPECT_EQ(inputs(nesterov, "w_updated"), "nesterov_update(w, d_w_decayed, momentum_v_w_new, lr, momentum)");
+  EXPECT_EQ(inputs(nesterov, "momentum_v_w_new"),
+            "momentum_velocity(momentum_v_w, d_w_decayed, momentum)");
+  EXPECT_EQ(inputs(nesterov, "w_updated"),
+            "nesterov_update(w, d_w_decayed, momentum_v_w_new, lr, momentum)");
 
   const Graph adam = build(Optimizer::Adam, true);
   EXPECT_EQ(inputs(adam, "adam_m_w_new"), "adam_m(adam_m_w, d_w_decayed, adam_b1)");

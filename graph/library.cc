@@ -11,8 +11,8 @@ llvm::Expected<OpLibrary> OpLibrary::load(const std::string &dir, DiagnosticEngi
   lib.dir_ = dir;
   std::vector<std::string> files = findTdlFiles({dir});
   if (files.empty())
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "no .tdl files under '%s'", dir.c_str());
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "no .tdl files under '%s'",
+                                   dir.c_str());
   std::map<std::string, std::string> fileOf;
   for (const std::string &file : files) {
     auto module = loadModule(file, diags);

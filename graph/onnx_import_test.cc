@@ -7,8 +7,8 @@
 #include <functional>
 
 #include "graph/test_library.h"
-#include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
@@ -143,8 +143,8 @@ TEST(OnnxImport, ConstantScatterNDIsFolded) {
       v->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
   };
   tensorInfo(g->add_input(), "x");
-  auto constant = [&](const char *name, onnx::TensorProto::DataType type,
-                      std::vector<int64_t> dims, std::vector<double> values) {
+  auto constant = [&](const char *name, onnx::TensorProto::DataType type, std::vector<int64_t> dims,
+                      std::vector<double> values) {
     onnx::NodeProto *n = g->add_node();
     n->set_op_type("Constant");
     n->add_output(name);
@@ -208,7 +208,8 @@ TEST(OnnxImport, ConstantScatterNDIsFolded) {
 TEST(OnnxImport, BadFilesAreErrors) {
   auto missing = importOnnx("tests/onnx/no_such_file.onnx", library());
   ASSERT_FALSE(static_cast<bool>(missing));
-  EXPECT_EQ(llvm::toString(missing.takeError()), "cannot open 'tests/onnx/no_such_file.onnx': No such file or directory");
+  EXPECT_EQ(llvm::toString(missing.takeError()),
+            "cannot open 'tests/onnx/no_such_file.onnx': No such file or directory");
   std::string junk = testing::TempDir() + "/junk.onnx";
   std::ofstream(junk) << "this is not a protobuf \xff\xfe";
   auto bad = importOnnx(junk, library());
@@ -216,7 +217,6 @@ TEST(OnnxImport, BadFilesAreErrors) {
   std::string msg = llvm::toString(bad.takeError());
   EXPECT_NE(msg.find("is not an ONNX model"), std::string::npos) << msg;
 }
-
 
 /// A model of one opset-17 graph with float inputs of the given shapes.
 struct Bad {
@@ -235,8 +235,8 @@ struct Bad {
         x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
     }
   }
-  onnx::NodeProto *node(const std::string &name, const std::string &op,
-                        std::vector<std::string> in, std::vector<std::string> out) {
+  onnx::NodeProto *node(const std::string &name, const std::string &op, std::vector<std::string> in,
+                        std::vector<std::string> out) {
     onnx::NodeProto *n = g->add_node();
     n->set_name(name);
     n->set_op_type(op);
@@ -276,7 +276,8 @@ TEST(OnnxImport, EveryUntranslatedNodeIsListed) {
   b.node("sum", "Relu", {"x"}, {"y"});
   b.output("y");
   std::string e = b.error();
-  EXPECT_NE(e.find("2 nodes cannot be translated (1 more read their results)"), std::string::npos) << e;
+  EXPECT_NE(e.find("2 nodes cannot be translated (1 more read their results)"), std::string::npos)
+      << e;
   EXPECT_NE(e.find("node 'nz' (ONNX NonZero)"), std::string::npos) << e;
   EXPECT_NE(e.find("node 'u' (ONNX Unique)"), std::string::npos) << e;
   EXPECT_EQ(e.find("node 'cast'"), std::string::npos) << e;
@@ -290,10 +291,18 @@ TEST(OnnxImport, MalformedModelsAreRefusedNamingTheNode) {
   };
   const int64_t big = int64_t(1) << 40;
   std::vector<Case> cases = {
-      {"Add with one input", [](Bad &b) { b.node("add1", "Add", {"x"}, {"y"}); b.output("y"); },
+      {"Add with one input",
+       [](Bad &b) {
+         b.node("add1", "Add", {"x"}, {"y"});
+         b.output("y");
+       },
        {"add1", "input size 1"}},
       {"MatMul with one input",
-       [](Bad &b) { b.node("mm", "MatMul", {"x"}, {"y"}); b.output("y"); }, {"mm", "input size 1"}},
+       [](Bad &b) {
+         b.node("mm", "MatMul", {"x"}, {"y"});
+         b.output("y");
+       },
+       {"mm", "input size 1"}},
       {"Concat axis out of range",
        [](Bad &b) {
          auto *n = b.node("cat", "Concat", {"x", "x"}, {"y"});
@@ -315,7 +324,11 @@ TEST(OnnxImport, MalformedModelsAreRefusedNamingTheNode) {
        },
        {"cat2", "axis"}},
       {"wrong ranks",
-       [](Bad &b) { b.node("conv", "Conv", {"x", "x"}, {"y"}); b.output("y"); }, {"conv"}},
+       [](Bad &b) {
+         b.node("conv", "Conv", {"x", "x"}, {"y"});
+         b.output("y");
+       },
+       {"conv"}},
       {"a cycle",
        [](Bad &b) {
          b.node("a", "Relu", {"z"}, {"y"});
@@ -343,7 +356,9 @@ TEST(OnnxImport, MalformedModelsAreRefusedNamingTheNode) {
   opset.node("r", "Relu", {"x"}, {"y"});
   opset.output("y");
   std::string e = opset.error();
-  EXPECT_NE(e.find("opset 99 of the ONNX domain; this importer knows opsets 1 to"), std::string::npos) << e;
+  EXPECT_NE(e.find("opset 99 of the ONNX domain; this importer knows opsets 1 to"),
+            std::string::npos)
+      << e;
   Bad huge({{"x", {big, big}}});
   huge.node("r", "Relu", {"x"}, {"y"});
   huge.output("y");

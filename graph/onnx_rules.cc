@@ -209,7 +209,8 @@ private:
     }
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t start = pos_;
-      while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
+      while (pos_ < s_.size() &&
+             (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
         ++pos_;
       std::string id = s_.substr(start, pos_ - start);
       if (eat("(")) {
@@ -301,7 +302,10 @@ llvm::Expected<Value> builtin(const std::string &fn, const std::vector<Value> &a
     if (!l)
       return l.takeError();
     for (double &x : *l)
-      x = fn == "floor" ? std::floor(x) : fn == "ceil" ? std::ceil(x) : fn == "abs" ? std::fabs(x) : std::trunc(x);
+      x = fn == "floor"  ? std::floor(x)
+          : fn == "ceil" ? std::ceil(x)
+          : fn == "abs"  ? std::fabs(x)
+                         : std::trunc(x);
     return a[0].kind == Value::Kind::Num ? Value::number((*l)[0]) : Value::ofList(*l);
   }
   if (fn == "range") {
@@ -350,8 +354,8 @@ llvm::Expected<Value> builtin(const std::string &fn, const std::vector<Value> &a
 } // namespace
 
 const std::set<std::string> &builtinFunctions() {
-  static const std::set<std::string> names = {"defined", "len",   "min",  "max",   "sum",
-                                              "prod",    "floor", "ceil", "abs",   "int",
+  static const std::set<std::string> names = {"defined", "len",   "min",  "max",      "sum",
+                                              "prod",    "floor", "ceil", "abs",      "int",
                                               "range",   "take",  "drop", "contains", "sorted"};
   return names;
 }
@@ -459,22 +463,29 @@ llvm::Expected<Value> eval(const Expr &e, Env &env) {
     if (op == "&&" || op == "||")
       return Value::number(truthy(*b));
     if (op == "==" || op == "!=") {
-      bool same = a->kind == b->kind &&
-                  (a->kind == Value::Kind::Str ? a->str == b->str
-                   : a->kind == Value::Kind::Num ? a->num == b->num
-                                                 : a->list == b->list);
+      bool same = a->kind == b->kind && (a->kind == Value::Kind::Str   ? a->str == b->str
+                                         : a->kind == Value::Kind::Num ? a->num == b->num
+                                                                       : a->list == b->list);
       return Value::number(op == "==" ? same : !same);
     }
     // Arithmetic and ordering: numbers, or a list with a number element-wise.
     auto fn = [&](double x, double y) -> double {
-      if (op == "+") return x + y;
-      if (op == "-") return x - y;
-      if (op == "*") return x * y;
-      if (op == "/") return x / y;
-      if (op == "%") return y == 0 ? 0 : x - y * std::floor(x / y);
-      if (op == "<") return x < y;
-      if (op == "<=") return x <= y;
-      if (op == ">") return x > y;
+      if (op == "+")
+        return x + y;
+      if (op == "-")
+        return x - y;
+      if (op == "*")
+        return x * y;
+      if (op == "/")
+        return x / y;
+      if (op == "%")
+        return y == 0 ? 0 : x - y * std::floor(x / y);
+      if (op == "<")
+        return x < y;
+      if (op == "<=")
+        return x <= y;
+      if (op == ">")
+        return x > y;
       return x >= y;
     };
     if (a->kind == Value::Kind::Num && b->kind == Value::Kind::Num)
@@ -526,7 +537,8 @@ llvm::Expected<ExprPtr> parseField(const nlohmann::json &j, const std::string &w
   else if (j.is_number() || j.is_boolean())
     text = j.is_boolean() ? (j.get<bool>() ? "1" : "0") : j.dump();
   else
-    return error(fmt::format("{}: an expression must be a string or a number, not {}", what, j.dump()));
+    return error(
+        fmt::format("{}: an expression must be a string or a number, not {}", what, j.dump()));
   auto e = parse(text);
   if (!e)
     return error(fmt::format("{}: '{}': {}", what, text, llvm::toString(e.takeError())));
@@ -561,7 +573,8 @@ llvm::Expected<InputRef> parseInput(const nlohmann::json &j, const std::string &
       return r;
     }
     return error(fmt::format("{}: unknown input '{}' (an input index, 'prev', 'stepN', 'k', "
-                             "or an object)", what, s));
+                             "or an object)",
+                             what, s));
   }
   if (!j.is_object())
     return error(what + ": an input must be an index, a string or an object");
@@ -615,7 +628,7 @@ llvm::Expected<InputRef> parseInput(const nlohmann::json &j, const std::string &
 }
 
 llvm::Expected<std::vector<std::pair<std::string, ExprPtr>>> parseMap(const nlohmann::json &j,
-                                                                     const std::string &what) {
+                                                                      const std::string &what) {
   std::vector<std::pair<std::string, ExprPtr>> r;
   if (!j.is_object())
     return error(what + " must be an object");
@@ -632,10 +645,9 @@ llvm::Expected<std::vector<std::pair<std::string, ExprPtr>>> parseMap(const nloh
 const std::set<std::string> ruleFields = {"when", "refuse", "steps", "each_output", "chain"};
 
 llvm::Expected<Step> parseStep(const nlohmann::json &j, const std::string &what) {
-  static const std::set<std::string> fields = {"op",     "inputs",    "attrs",
-                                               "groups", "if",        "output",
-                                               "broadcast", "trailing_op", "broadcast_to",
-                                               "shape"};
+  static const std::set<std::string> fields = {"op",           "inputs", "attrs",     "groups",
+                                               "if",           "output", "broadcast", "trailing_op",
+                                               "broadcast_to", "shape"};
   Step s;
   if (!j.is_object())
     return error(what + ": a step must be an object");
@@ -811,13 +823,14 @@ llvm::Expected<Table> Table::load(const std::string &path, const OpLibrary &lib,
             continue;
           if (!lib.find(s.op))
             return error(fmt::format("{}: the rule uses op '{}', which the library does not "
-                                     "describe", what, s.op));
-          if (std::find(entry.tdl.begin(), entry.tdl.end(), s.op) == entry.tdl.end())
-            return error(fmt::format("{}: the rule uses op '{}', which 'tdl' does not list",
+                                     "describe",
                                      what, s.op));
+          if (std::find(entry.tdl.begin(), entry.tdl.end(), s.op) == entry.tdl.end())
+            return error(
+                fmt::format("{}: the rule uses op '{}', which 'tdl' does not list", what, s.op));
           if (!s.trailingOp.empty() && !lib.find(s.trailingOp))
-            return error(fmt::format("{}: trailing_op '{}' is not in the library", what,
-                                     s.trailingOp));
+            return error(
+                fmt::format("{}: trailing_op '{}' is not in the library", what, s.trailingOp));
         }
         entry.rules.push_back(std::move(*r));
       }

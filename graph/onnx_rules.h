@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "graph/library.h"
-#include "llvm/Support/Error.h"
 #include "nlohmann/json.hpp"
+#include "llvm/Support/Error.h"
 
 namespace tofu {
 namespace onnxrules {
@@ -45,7 +45,7 @@ public:
   /// A function the importer provides (rank(k), in(k, d), out(k, d), const(k), ...);
   /// nullopt when `fn` is not one.
   virtual std::optional<llvm::Expected<Value>> call(const std::string &fn,
-                                                     const std::vector<Value> &args) = 0;
+                                                    const std::vector<Value> &args) = 0;
 };
 
 class Expr;
@@ -84,8 +84,8 @@ struct Step {
   ExprPtr shape; ///< @reshape's target
   std::vector<InputRef> inputs;
   std::vector<std::pair<std::string, ExprPtr>> attrs, groups;
-  ExprPtr cond;             ///< the step is skipped when false
-  ExprPtr output;           ///< the ONNX output it produces (default: the last step, output 0)
+  ExprPtr cond;   ///< the step is skipped when false
+  ExprPtr output; ///< the ONNX output it produces (default: the last step, output 0)
   /// Inputs (positions in `inputs`) broadcast numpy-style to `output`'s shape first.
   std::vector<int> broadcast;
   ExprPtr broadcastTo; ///< the shape they broadcast to (default: the broadcast of them all)
@@ -112,11 +112,11 @@ struct Entry {
   std::vector<std::string> tdl; ///< the library ops it may use
   /// Names bound before the rules are tried, in order (each may use the earlier ones).
   std::vector<std::pair<std::string, ExprPtr>> lets;
-  std::vector<Rule> rules;      ///< tried in order
-  std::string handler;          ///< a C++ handler of the importer, for structural operators
-  std::string folded;           ///< the importer evaluates it (static shapes, constants)
-  std::string notDescribable;   ///< why TDL cannot express it
-  std::string missing;          ///< describable, not written yet
+  std::vector<Rule> rules;    ///< tried in order
+  std::string handler;        ///< a C++ handler of the importer, for structural operators
+  std::string folded;         ///< the importer evaluates it (static shapes, constants)
+  std::string notDescribable; ///< why TDL cannot express it
+  std::string missing;        ///< describable, not written yet
   /// Example nodes the tests import (attributes and input shapes), from "tests".
   nlohmann::json tests;
 };

@@ -8,10 +8,10 @@
 #include "graph/onnx_import.h"
 #include "graph/onnx_rules.h"
 #include "graph/test_library.h"
-#include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
+#include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
@@ -91,8 +91,9 @@ onnx::ModelProto oneNode(const std::string &op, const json &test) {
       a->set_type(onnx::AttributeProto::TENSOR);
       onnx::TensorProto *t = a->mutable_t();
       t->set_data_type(type);
-      std::vector<int64_t> shape = spec.contains("shape") ? spec["shape"].get<std::vector<int64_t>>()
-                                                          : std::vector<int64_t>{int64_t(spec["value"].size())};
+      std::vector<int64_t> shape = spec.contains("shape")
+                                       ? spec["shape"].get<std::vector<int64_t>>()
+                                       : std::vector<int64_t>{int64_t(spec["value"].size())};
       for (int64_t d : shape)
         t->add_dims(d);
       for (const json &v : spec["value"]) {
@@ -193,11 +194,15 @@ TEST(OnnxTable, ExamplesTrainWhereTheyAreDifferentiable) {
   // The float examples whose inputs become weights build a training graph: the grad
   // clauses of the ops the rules pick exist (e.g. LayerNormalization, Conv2dGrouped).
   json t = table();
-  for (const std::string op : {"Conv", "ConvTranspose", "LayerNormalization", "Gemm", "MatMul",
-                               "BatchNormalization", "PRelu", "Softmax", "MaxPool",
-                               "AveragePool", "Pad", "Transpose", "Expand", "Where", "Split",
-                               "Clip", "HardSwish", "HardSigmoid", "ReduceMean", "Concat",
-                               "Tile", "LSTM", "GRU", "RNN", "Einsum"}) {
+  for (const std::string op : {"Conv",        "ConvTranspose", "LayerNormalization",
+                               "Gemm",        "MatMul",        "BatchNormalization",
+                               "PRelu",       "Softmax",       "MaxPool",
+                               "AveragePool", "Pad",           "Transpose",
+                               "Expand",      "Where",         "Split",
+                               "Clip",        "HardSwish",     "HardSigmoid",
+                               "ReduceMean",  "Concat",        "Tile",
+                               "LSTM",        "GRU",           "RNN",
+                               "Einsum"}) {
     const json &test = t["ops"][op]["tests"][0];
     onnx::ModelProto m = oneNode(op, test);
     std::string bytes;
@@ -264,8 +269,8 @@ public:
       return onnxrules::Value::string("CRD");
     return {};
   }
-  std::optional<llvm::Expected<onnxrules::Value>> call(const std::string &,
-                                                        const std::vector<onnxrules::Value> &) override {
+  std::optional<llvm::Expected<onnxrules::Value>>
+  call(const std::string &, const std::vector<onnxrules::Value> &) override {
     return std::nullopt;
   }
 };
@@ -315,23 +320,37 @@ TEST(OnnxTable, TableErrorsNameTheOperator) {
     auto t = onnxrules::Table::load(path, lib, {"reshape"}, {"rank", "padb"});
     return t ? std::string("ok") : llvm::toString(t.takeError());
   };
-  EXPECT_EQ(load(R"({"opset": 17, "ops": {"Relu": {"tdl": ["Relu"], "translate": {"op": "Relu"}}}})"), "ok");
-  EXPECT_NE(load(R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"op": "Nope"}}}})").find("Relu: the rule uses op 'Nope'"),
+  EXPECT_EQ(
+      load(R"({"opset": 17, "ops": {"Relu": {"tdl": ["Relu"], "translate": {"op": "Relu"}}}})"),
+      "ok");
+  EXPECT_NE(load(R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"op": "Nope"}}}})")
+                .find("Relu: the rule uses op 'Nope'"),
             std::string::npos);
-  EXPECT_NE(load(R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"op": "Tanh"}}}})").find("which 'tdl' does not list"),
+  EXPECT_NE(load(R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"op": "Tanh"}}}})")
+                .find("which 'tdl' does not list"),
             std::string::npos);
-  EXPECT_NE(load(R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"op": "Relu", "attrs": {"a": "1 +"}}}}})").find("column"),
-            std::string::npos);
+  EXPECT_NE(
+      load(
+          R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"op": "Relu", "attrs": {"a": "1 +"}}}}})")
+          .find("column"),
+      std::string::npos);
   EXPECT_NE(load(R"({"ops": {"Relu": {"tdl": ["Relu"]}}})").find("neither"), std::string::npos);
   // A misspelled function fails when the table loads, not when a model first reaches it.
-  EXPECT_EQ(load(R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"when": "rank(0) == 2 && max(padb(0), 1) > 0", "op": "Relu"}}}})"),
-            "ok");
-  EXPECT_NE(load(R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"when": "1 + rnak(0) == 2", "op": "Relu"}}}})").find("unknown function rnak()"),
-            std::string::npos);
+  EXPECT_EQ(
+      load(
+          R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"when": "rank(0) == 2 && max(padb(0), 1) > 0", "op": "Relu"}}}})"),
+      "ok");
+  EXPECT_NE(
+      load(
+          R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"when": "1 + rnak(0) == 2", "op": "Relu"}}}})")
+          .find("unknown function rnak()"),
+      std::string::npos);
   EXPECT_NE(load(R"({"ops": {"Relu": {"handler": "nope"}}})").find("no importer handler 'nope'"),
             std::string::npos);
-  EXPECT_NE(load(R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"op": "Relu", "colour": 1}}}})").find("unknown"),
-            std::string::npos);
+  EXPECT_NE(
+      load(R"({"ops": {"Relu": {"tdl": ["Relu"], "translate": {"op": "Relu", "colour": 1}}}})")
+          .find("unknown"),
+      std::string::npos);
 }
 
 } // namespace

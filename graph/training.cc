@@ -129,7 +129,7 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
     });
     if (!calleeInst)
       return stringError(fmt::format("node '{}': the grad clause for '{}': {}", n.name,
-                              op->inputs[i].name, llvm::toString(calleeInst.takeError())));
+                                     op->inputs[i].name, llvm::toString(calleeInst.takeError())));
     b.attrs = calleeInst->attrs;
     for (const ir::ExprPtr &arg : call.args)
       b.inputs.push_back(tensorOf(llvm::cast<ir::TensorRef>(*arg)));
@@ -137,7 +137,7 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
     auto calleeOp = instantiate(*call.callee, *calleeInst);
     if (!calleeOp)
       return stringError(fmt::format("node '{}': the grad clause for '{}': {}", n.name,
-                              op->inputs[i].name, llvm::toString(calleeOp.takeError())));
+                                     op->inputs[i].name, llvm::toString(calleeOp.takeError())));
     for (const auto &[name, len] : calleeOp->groups)
       b.groups[name] = len;
     b.output = fresh(fmt::format("d_{}_from_{}", x, n.name));
@@ -307,8 +307,8 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
     }
     std::string group = w.group.empty() ? w.name : w.group;
     // A node of the update, its result named after `output`; returns the result's name.
-    auto node = [&](const std::string &name, const std::string &op,
-                    std::vector<std::string> inputs, const std::string &output,
+    auto node = [&](const std::string &name, const std::string &op, std::vector<std::string> inputs,
+                    const std::string &output,
                     TensorRole role = TensorRole::OptimizerState) -> llvm::Expected<std::string> {
       TensorInfo t;
       t.name = fresh(output);
@@ -356,8 +356,8 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
         const std::string v = "momentum_v_" + w.name;
         if (llvm::Error e = addState(v))
           return e;
-        auto vNew = node("momentum_velocity_" + w.name, "momentum_velocity",
-                         {v, grad, "momentum"}, v + "_new");
+        auto vNew = node("momentum_velocity_" + w.name, "momentum_velocity", {v, grad, "momentum"},
+                         v + "_new");
         if (!vNew)
           return vNew.takeError();
         return optimizer == Optimizer::Nesterov
@@ -442,17 +442,22 @@ std::vector<std::string> optimizerHyperParameters(Optimizer o, bool weightDecay)
 }
 
 bool isOptimizerUpdate(const std::string &op) {
-  static const std::set<std::string> updates = {
-      "sgd_update",      "sgd_weight_decay_update", "momentum_velocity",
-      "momentum_update", "nesterov_update",         "adam_m",
-      "adam_v",          "adam_update",             "adamw_update"};
+  static const std::set<std::string> updates = {"sgd_update",
+                                                "sgd_weight_decay_update",
+                                                "momentum_velocity",
+                                                "momentum_update",
+                                                "nesterov_update",
+                                                "adam_m",
+                                                "adam_v",
+                                                "adam_update",
+                                                "adamw_update"};
   return updates.count(op) > 0;
 }
 
 llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib) {
   if (g.outputs.size() != 1)
-    return stringError(fmt::format("a loss can be added to a graph with one output; this one has {}",
-                                   g.outputs.size()));
+    return stringError(fmt::format(
+        "a loss can be added to a graph with one output; this one has {}", g.outputs.size()));
   const TensorInfo *y = g.tensor(g.outputs[0]);
   if (!y || !y->shapeKnown)
     return stringError("the graph's output has no known shape (check the graph first)");

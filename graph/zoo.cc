@@ -23,8 +23,8 @@ public:
     keep(g.addTensor(std::move(t)));
     return name;
   }
-  std::string node(const std::string &name, const std::string &op,
-                   std::vector<std::string> inputs, std::map<std::string, int64_t> attrs = {},
+  std::string node(const std::string &name, const std::string &op, std::vector<std::string> inputs,
+                   std::map<std::string, int64_t> attrs = {},
                    std::map<std::string, int64_t> groups = {}, const std::string &group = "",
                    const std::string &coalesce = "") {
     Node n;
@@ -106,9 +106,9 @@ llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch, int6
   auto conv = [&](const std::string &name, const std::string &in, int64_t cin, int64_t cout,
                   int64_t k, int64_t stride, int64_t pad) {
     std::string w = b.tensor(name + "_w", {cout, cin, k, k}, TensorRole::Weight);
-    return b.node(name, "Conv2d", {in, w},
-                  {{"sh", stride}, {"sw", stride}, {"ph", pad}, {"pw", pad}, {"peh", pad},
-                   {"pew", pad}});
+    return b.node(
+        name, "Conv2d", {in, w},
+        {{"sh", stride}, {"sw", stride}, {"ph", pad}, {"pw", pad}, {"peh", pad}, {"pew", pad}});
   };
   auto bn = [&](const std::string &name, const std::string &in, int64_t c) {
     std::string scale = b.tensor(name + "_scale", {c}, TensorRole::Weight);
@@ -120,17 +120,18 @@ llvm::Expected<Graph> buildWResNet(int depth, int64_t widen, int64_t batch, int6
   };
   int64_t c = base * widen;
   x = relu("stem_relu", bn("stem_bn", conv("stem_conv", x, 3, c, 7, 2, 3), c));
-  x = b.node("stem_pool", "MaxPool2d", {x},
-             {{"kh", 3}, {"kw", 3}, {"sh", 2}, {"sw", 2}, {"ph", 1}, {"pw", 1}, {"peh", 1},
-              {"pew", 1}});
+  x = b.node(
+      "stem_pool", "MaxPool2d", {x},
+      {{"kh", 3}, {"kw", 3}, {"sh", 2}, {"sw", 2}, {"ph", 1}, {"pw", 1}, {"peh", 1}, {"pew", 1}});
   for (int s = 0; s < 4; ++s) {
     int64_t width = (base << s) * widen, out = (4 * base << s) * widen;
     for (int blk = 0; blk < blocks[s]; ++blk) {
       std::string p = fmt::format("s{}b{}", s + 1, blk + 1);
       int64_t stride = (blk == 0 && s > 0) ? 2 : 1;
-      std::string a = relu(p + "_relu1", bn(p + "_bn1", conv(p + "_conv1", x, c, width, 1, 1, 0), width));
-      std::string m = relu(p + "_relu2",
-                           bn(p + "_bn2", conv(p + "_conv2", a, width, width, 3, stride, 1), width));
+      std::string a =
+          relu(p + "_relu1", bn(p + "_bn1", conv(p + "_conv1", x, c, width, 1, 1, 0), width));
+      std::string m = relu(
+          p + "_relu2", bn(p + "_bn2", conv(p + "_conv2", a, width, width, 3, stride, 1), width));
       std::string e = bn(p + "_bn3", conv(p + "_conv3", m, width, out, 1, 1, 0), out);
       std::string shortcut =
           blk == 0 ? bn(p + "_down_bn", conv(p + "_down", x, c, out, 1, stride, 0), out) : x;
@@ -167,19 +168,18 @@ llvm::Expected<Graph> buildRnn(int layers, int64_t hidden, int64_t batch, int st
     std::string x = b.tensor(fmt::format("x_t{}", t + 1), {batch, h}, TensorRole::Input);
     for (int l = 0; l < layers; ++l) {
       std::string cell = fmt::format("lstm{}_t{}", l + 1, t + 1); // the coarsening group
-      std::string layer = fmt::format("lstm{}", l + 1); // timesteps coalesce per layer
-      std::string gates = b.node(cell + "_gates", "lstm_gates",
-                                 {x, hPrev[l], W[l], R[l], bias[l]}, {}, {}, cell,
-                                 layer + "_gates");
+      std::string layer = fmt::format("lstm{}", l + 1);           // timesteps coalesce per layer
+      std::string gates = b.node(cell + "_gates", "lstm_gates", {x, hPrev[l], W[l], R[l], bias[l]},
+                                 {}, {}, cell, layer + "_gates");
       cPrev[l] = b.node(cell + "_c", "lstm_cell_c", {gates, cPrev[l]}, {}, {}, cell, layer + "_c");
       hPrev[l] = b.node(cell + "_h", "lstm_cell_h", {gates, cPrev[l]}, {}, {}, cell, layer + "_h");
       x = hPrev[l];
     }
     std::string target = b.tensor(fmt::format("target_t{}", t + 1), {batch, h}, TensorRole::Input);
     std::string loss = b.node(fmt::format("loss_t{}", t + 1), "mse", {x, target}, {}, {{"i", 2}});
-    total = total.empty() ? loss
-                          : b.node(fmt::format("loss_sum_t{}", t + 1), "Add", {total, loss}, {},
-                                   {{"i", 0}});
+    total = total.empty()
+                ? loss
+                : b.node(fmt::format("loss_sum_t{}", t + 1), "Add", {total, loss}, {}, {{"i", 0}});
   }
   return b.finish(total);
 }
@@ -189,13 +189,14 @@ llvm::Expected<Graph> buildTransformer(int layers, int64_t hidden, int64_t heads
   if (layers < 1 || hidden < 1 || heads < 1 || seq < 1 || batch < 1 || vocab < 1)
     return stringError("a transformer needs positive sizes");
   if (hidden % heads != 0)
-    return stringError(fmt::format("hidden size {} is not a multiple of the {} heads", hidden, heads));
+    return stringError(
+        fmt::format("hidden size {} is not a multiple of the {} heads", hidden, heads));
   int64_t D = hidden, S = seq, B = batch, dh = hidden / heads;
   Builder b;
   std::string tokens = b.tensor("tokens", {B, S}, TensorRole::Input);
   std::string labels = b.tensor("labels", {B * S}, TensorRole::Input);
   std::string eps = b.tensor("ln_eps", {}, TensorRole::Input);
-  std::string scale = b.tensor("attn_scale", {}, TensorRole::Input);  // 1/sqrt(head size)
+  std::string scale = b.tensor("attn_scale", {}, TensorRole::Input);     // 1/sqrt(head size)
   std::string mask = b.tensor("causal_mask", {S, S}, TensorRole::Input); // 0 or -1e9
   std::string E = b.tensor("tok_emb", {vocab, D}, TensorRole::Weight);
   std::string P = b.tensor("pos_emb", {S, D}, TensorRole::Weight);
@@ -211,8 +212,8 @@ llvm::Expected<Graph> buildTransformer(int layers, int64_t hidden, int64_t heads
     return b.node(name, "MatMulBcastB", {in, w}, {}, {{"b", 1}});
   };
   auto heads4 = [&](const std::string &name, const std::string &in) { // [B,S,D] -> [B,h,S,dh]
-    std::string split = b.node(name + "_split", "ReshapeSplit", {in},
-                               {{"n", dh}, {"outer", heads}}, {{"pre", 2}, {"post", 0}});
+    std::string split = b.node(name + "_split", "ReshapeSplit", {in}, {{"n", dh}, {"outer", heads}},
+                               {{"pre", 2}, {"post", 0}});
     return b.node(name + "_heads", "Transpose_0213", {split});
   };
   for (int l = 1; l <= layers; ++l) {
@@ -264,7 +265,8 @@ llvm::Expected<ModelName> parseModelName(const std::string &name) {
     return stringError(fmt::format("unknown model '{}'; {}", name, zooHelp()));
   };
   auto digits = [](const std::string &s) {
-    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    return !s.empty() &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
   // A number of the name, in its range; an error names the model and the field.
   auto number = [&](const std::string &text, int64_t lo, int64_t hi,
@@ -357,8 +359,8 @@ llvm::Expected<ModelName> parseModelName(const std::string &name) {
 
 llvm::Expected<Graph> buildModel(const ModelName &name, int64_t batch) {
   if (batch < 1 || batch > kMaxZooExtent)
-    return stringError(fmt::format("model '{}': a batch of {} is out of range (1 to {})",
-                                   name.text, batch, kMaxZooExtent));
+    return stringError(fmt::format("model '{}': a batch of {} is out of range (1 to {})", name.text,
+                                   batch, kMaxZooExtent));
   const std::vector<int64_t> &v = name.numbers;
   switch (name.family) {
   case ModelName::Mlp:

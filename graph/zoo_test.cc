@@ -35,7 +35,8 @@ TEST(Zoo, WResNetShapesAndParameterCounts) {
     int depth;
     std::vector<int> blocks;
   };
-  for (const Case &k : {Case{50, {3, 4, 6, 3}}, Case{101, {3, 4, 23, 3}}, Case{152, {3, 8, 36, 3}}}) {
+  for (const Case &k :
+       {Case{50, {3, 4, 6, 3}}, Case{101, {3, 4, 23, 3}}, Case{152, {3, 8, 36, 3}}}) {
     for (int64_t W : {1, 2}) {
       auto g = buildWResNet(k.depth, W, 2);
       ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());

@@ -79,10 +79,11 @@ llvm::Expected<MemoryFit> search(const Problem &p, const PlanOptions &options, i
   auto finish = [&](bool fits) {
     const Trial *pick = nullptr;
     for (const Trial &t : trials)
-      if (!pick || (fits ? t.peak <= limit &&
-                               (pick->peak > limit || t.plan.totalBytes < pick->plan.totalBytes ||
-                                (t.plan.totalBytes == pick->plan.totalBytes && t.weight < pick->weight))
-                         : t.peak < pick->peak))
+      if (!pick ||
+          (fits ? t.peak <= limit &&
+                      (pick->peak > limit || t.plan.totalBytes < pick->plan.totalBytes ||
+                       (t.plan.totalBytes == pick->plan.totalBytes && t.weight < pick->weight))
+                : t.peak < pick->peak))
         pick = &t;
     out.fits = fits;
     out.plan = pick->plan;
@@ -208,6 +209,5 @@ fitWorkers(const Problem &p, const PlanOptions &options, int64_t limit,
                                  maxWorkers, humanBytes(double(limit)), maxWorkers,
                                  humanBytes(double(closest)), humanBytes(double(closest - limit))));
 }
-
 
 } // namespace tofu

@@ -31,9 +31,9 @@ struct MemoryFit {
   PartitionPlan plan;
   ExecPlan exec;
   MemoryPlan memory;
-  int64_t peak = 0;  ///< the plan's largest planned peak over its workers
+  int64_t peak = 0;        ///< the plan's largest planned peak over its workers
   unsigned peakWorker = 0; ///< the first worker with that peak
-  int64_t limit = 0; ///< the budget per worker
+  int64_t limit = 0;       ///< the budget per worker
   double memoryWeight = 0; ///< the price the plan was found with
   unsigned searches = 0;   ///< plans searched and memory-planned
   double seconds = 0;      ///< all of them together
@@ -54,7 +54,7 @@ llvm::Expected<MemoryFit> searchWithinMemory(const Problem &p, const PlanOptions
 int64_t largestLiveBytes(const MemoryPlan &oneWorker);
 
 struct WorkerCountFit {
-  MemoryFit fit;          ///< at the smallest fitting count (fit.plan.workers)
+  MemoryFit fit;           ///< at the smallest fitting count (fit.plan.workers)
   unsigned lowerBound = 1; ///< where the scan started: ceil(largestLiveBytes / limit)
   /// Every count tried, in order, with the smallest planned peak found for it.
   std::vector<std::pair<unsigned, int64_t>> tried;
@@ -68,7 +68,6 @@ llvm::Expected<WorkerCountFit>
 fitWorkers(const Problem &p, const PlanOptions &options, int64_t limit,
            const std::vector<std::string> &outputs, unsigned maxWorkers,
            const std::function<void(unsigned k, const MemoryFit &)> &progress = nullptr);
-
 
 } // namespace tofu
 

@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <vector>
 
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
 #include "graph/onnx_import.h"
 #include "graph/zoo.h"
-#include "grammar/diagnostics.h"
-#include "fmt/format.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 namespace tofu {
@@ -78,13 +78,15 @@ llvm::Expected<std::string> findOpsDir(const std::string &given, bool userGave,
   for (const std::string &l : looked)
     list += "\n  " + l;
   return stringError("cannot find the operator library (.tdl files); give --ops DIR or set "
-                     "TOFU_OPS. Looked in:" + list);
+                     "TOFU_OPS. Looked in:" +
+                     list);
 }
 
 namespace {
 
 /// The graph a source names, not yet checked.
-llvm::Expected<Graph> readGraph(const GraphSource &source, const OpLibrary &lib, std::string *name) {
+llvm::Expected<Graph> readGraph(const GraphSource &source, const OpLibrary &lib,
+                                std::string *name) {
   if (!source.model.empty()) {
     *name = source.model;
     return buildModel(source.model, source.batch);
@@ -111,7 +113,8 @@ llvm::Expected<Graph> readGraph(const GraphSource &source, const OpLibrary &lib,
 
 } // namespace
 
-llvm::Expected<Graph> loadGraph(const GraphSource &source, const OpLibrary &lib, std::string *name) {
+llvm::Expected<Graph> loadGraph(const GraphSource &source, const OpLibrary &lib,
+                                std::string *name) {
   auto g = readGraph(source, lib, name);
   if (!g)
     return g.takeError();
@@ -159,11 +162,11 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
     if (*loss != output) {
       const Node *added = g.producer(*loss);
       r.lossNote += fmt::format("{}the output '{}' is not a scalar: training with {} against the "
-                               "new input '{}'",
-                               r.lossNote.empty() ? "" : "; ", output,
-                               added->op == "softmax_cross_entropy" ? "softmax cross-entropy"
-                                                                    : "the mean squared error",
-                               added->inputs[1]);
+                                "new input '{}'",
+                                r.lossNote.empty() ? "" : "; ", output,
+                                added->op == "softmax_cross_entropy" ? "softmax cross-entropy"
+                                                                     : "the mean squared error",
+                                added->inputs[1]);
     }
     auto t = buildTrainingGraph(g, *loss, lib, *options.train, options.weightDecay);
     if (!t)

@@ -26,9 +26,9 @@ namespace tofu {
 struct GraphSource {
   std::string model, graphFile, onnxFile; ///< exactly one set
   int64_t batch = 1;
-  unsigned dataInputs = 1; ///< with onnxFile
+  unsigned dataInputs = 1;      ///< with onnxFile
   bool dataInputsGiven = false; ///< the user gave dataInputs: it must not exceed the inputs
-  bool batchGiven = false; ///< the user gave batch: an ONNX model must have a batch to set
+  bool batchGiven = false;      ///< the user gave batch: an ONNX model must have a batch to set
   /// With onnxFile: inputs given ahead (their shapes, and small integer values that ops
   /// need as constants).
   std::map<std::string, OnnxGivenInput> givenInputs;

@@ -22,7 +22,8 @@ PrefixWeights topologyWeights(const Topology &t) {
   bool latency = false;
   for (size_t i = 0; i < t.levels.size(); ++i) {
     const bool last = i + 1 == t.levels.size();
-    const double wb = (1 / t.levels[i].bandwidth - (last ? 0 : 1 / t.levels[i + 1].bandwidth)) * inner;
+    const double wb =
+        (1 / t.levels[i].bandwidth - (last ? 0 : 1 / t.levels[i + 1].bandwidth)) * inner;
     const double wm = (t.levels[i].latency - (last ? 0 : t.levels[i + 1].latency)) * inner;
     latency |= t.levels[i].latency > 0;
     const size_t steps = factorWorkers(t.levels[i].count).size();
@@ -91,8 +92,8 @@ TopologyTraffic topologyTraffic(const Problem &p, const ExecPlan &plan, const To
 llvm::Expected<TopologyPlan> searchForTopology(const Problem &p, PlanOptions options,
                                                const Topology &t) {
   if (options.workers != t.workers())
-    return stringError(fmt::format("{} workers but the topology has {}", options.workers,
-                                   t.workers()));
+    return stringError(
+        fmt::format("{} workers but the topology has {}", options.workers, t.workers()));
   TopologyPlan out;
   options.factors.clear();
   options.prefixWeights = {};

@@ -59,12 +59,12 @@ TopologyTraffic topologyTraffic(const Problem &p, const ExecPlan &plan, const To
 /// search minimises every worker's time together, and it is a heuristic search, so the
 /// plan of least bytes may still have the faster slowest worker).
 struct TopologyPlan {
-  PartitionPlan plan;           ///< the chosen one
+  PartitionPlan plan; ///< the chosen one
   TopologyTraffic traffic;
   bool leastBytesChosen = false; ///< the machine's search did not beat the plan of least bytes
-  PartitionPlan weighted;       ///< the machine's search's own plan
+  PartitionPlan weighted;        ///< the machine's search's own plan
   TopologyTraffic weightedTraffic;
-  PartitionPlan leastBytes;     ///< the search without the machine
+  PartitionPlan leastBytes; ///< the search without the machine
   TopologyTraffic leastBytesTraffic;
 };
 /// `options.workers` must be the topology's; its factors and prefix weights are set here.

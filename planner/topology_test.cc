@@ -215,7 +215,8 @@ TEST(Topology, LevelCostCountsTheExecutionPlansFetches) {
   for (const Case &c : cases) {
     const Problem &p = c.p;
     for (const std::vector<unsigned> &parts :
-         {std::vector<unsigned>{2, 2, 2}, std::vector<unsigned>{3, 2}, std::vector<unsigned>{2, 3, 2}}) {
+         {std::vector<unsigned>{2, 2, 2}, std::vector<unsigned>{3, 2},
+          std::vector<unsigned>{2, 3, 2}}) {
       Topology t;
       unsigned k = 1;
       for (size_t l = 0; l < parts.size(); ++l) {

@@ -8,7 +8,7 @@
 namespace tofu {
 
 size_t crossingPhase(size_t step, Backend::Phase phase, size_t steps) {
-  return phase == Backend::Phase::Carry  ? 2 * steps
+  return phase == Backend::Phase::Carry   ? 2 * steps
          : phase == Backend::Phase::Fetch ? 2 * step
                                           : 2 * step + 1;
 }
@@ -43,11 +43,10 @@ llvm::Error forEachCopyFrom(
   return llvm::Error::success();
 }
 
-llvm::Error forEachCopyInto(
-    const Program &program, unsigned me,
-    llvm::function_ref<llvm::Error(size_t phase, const RegionCopy &copy,
-                                   const ir::Reducer *reducer)>
-        fn) {
+llvm::Error forEachCopyInto(const Program &program, unsigned me,
+                            llvm::function_ref<llvm::Error(size_t phase, const RegionCopy &copy,
+                                                           const ir::Reducer *reducer)>
+                                fn) {
   const WorkerProgram &wp = program.worker[me];
   auto each = [&](size_t phase, const std::vector<RegionCopy> &copies,
                   const ir::Reducer *reducer) -> llvm::Error {

@@ -136,11 +136,10 @@ llvm::Error forEachCopyFrom(
 /// Calls `fn(phase, copy, reducer)` for every copy worker `me` makes from another worker's
 /// arena, in program order (`reducer`: the node's, where the copy combines a partial
 /// result); the first error stops it.
-llvm::Error forEachCopyInto(
-    const Program &program, unsigned me,
-    llvm::function_ref<llvm::Error(size_t phase, const RegionCopy &copy,
-                                   const ir::Reducer *reducer)>
-        fn);
+llvm::Error forEachCopyInto(const Program &program, unsigned me,
+                            llvm::function_ref<llvm::Error(size_t phase, const RegionCopy &copy,
+                                                           const ir::Reducer *reducer)>
+                                fn);
 
 /// A reusable barrier for the threads that issue the workers' operations: it spins briefly
 /// (a barrier between two small nodes should cost a microsecond, not a context switch) and

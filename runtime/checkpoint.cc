@@ -45,8 +45,8 @@ llvm::Expected<std::unique_ptr<SafetensorsFile>> openCheckpointFile(const std::s
 /// Copies `region` of tensor `t` of `f` (whose values lie over `stored`) into `out` (laid
 /// over `want`); `region` lies in both boxes. Reads one contiguous run of the file at a time.
 template <typename T>
-llvm::Error readRegion(const SafetensorsFile &f, const SafetensorsTensor &t, const Box &stored, const Box &want,
-                       const Box &region, T *out) {
+llvm::Error readRegion(const SafetensorsFile &f, const SafetensorsTensor &t, const Box &stored,
+                       const Box &want, const Box &region, T *out) {
   const size_t d = region.size();
   // Dimensions j.. are one contiguous run in both layouts: every one after the first of
   // them spans the whole of both boxes.
@@ -75,7 +75,8 @@ llvm::Error readRegion(const SafetensorsFile &f, const SafetensorsTensor &t, con
       src += (at[a] - stored[a].lo) * sStride[a];
       dst += (at[a] - want[a].lo) * wStride[a];
     }
-    if (llvm::Error e = f.read(buf.data(), buf.size(), t.begin + static_cast<uint64_t>(src) * t.width))
+    if (llvm::Error e =
+            f.read(buf.data(), buf.size(), t.begin + static_cast<uint64_t>(src) * t.width))
       return e;
     for (int64_t e = 0; e < run; ++e)
       out[dst + e] = static_cast<T>(safetensorsElement(t.dtype, buf.data() + e * t.width));
@@ -282,8 +283,11 @@ llvm::Expected<std::vector<TileEntry>> writeTileFile(const std::string &dir,
 std::string encodeTileEntries(const std::vector<TileEntry> &entries) {
   nlohmann::json j = nlohmann::json::array();
   for (const TileEntry &e : entries) {
-    j.push_back({{"tensor", e.tensor}, {"shape", e.shape}, {"box", boxJson(e.box)},
-                 {"file", e.file}, {"key", e.key}});
+    j.push_back({{"tensor", e.tensor},
+                 {"shape", e.shape},
+                 {"box", boxJson(e.box)},
+                 {"file", e.file},
+                 {"key", e.key}});
   }
   return j.dump();
 }
@@ -441,7 +445,8 @@ llvm::Expected<CheckpointReader> CheckpointReader::open(const std::string &dir) 
       return bad(std::string("not JSON: ") + e.what());
     }
   }
-  if (!index.is_object() || !index.contains("format") || index["format"] != "tofu sharded checkpoint")
+  if (!index.is_object() || !index.contains("format") ||
+      index["format"] != "tofu sharded checkpoint")
     return bad("not the index of a sharded Tofu checkpoint (format \"tofu sharded checkpoint\")");
   if (!index.contains("version") || index["version"] != 1)
     return bad("version " + (index.contains("version") ? index["version"].dump() : "missing") +
@@ -470,9 +475,11 @@ llvm::Expected<CheckpointReader> CheckpointReader::open(const std::string &dir) 
           !tile.contains("key") || !tile["key"].is_string() ||
           !(box = boxOf(tile.value("box", nlohmann::json()))))
         return badTensor("a tile needs a file, a key and a box [[lo, hi], ...]");
-      const std::string file = tile["file"].get<std::string>(), key = tile["key"].get<std::string>();
+      const std::string file = tile["file"].get<std::string>(),
+                        key = tile["key"].get<std::string>();
       if (file.empty() || file.find('/') != std::string::npos || file[0] == '.')
-        return badTensor("tile file '" + file + "' is not a file name in the checkpoint's directory");
+        return badTensor("tile file '" + file +
+                         "' is not a file name in the checkpoint's directory");
       const SafetensorsFile *f = opened[file];
       if (!f) {
         auto o = openCheckpointFile(dir + "/" + file);

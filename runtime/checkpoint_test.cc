@@ -102,7 +102,8 @@ TEST(Checkpoint, BrokenFilesSayWhatIsWrong) {
   // A header length past the end of the file.
   std::string cmd = "mkdir -p '" + tmpDir("len") + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  std::ofstream(checkpointFile(tmpDir("len")), std::ios::binary) << std::string("\xff\x00\x00\x00\x00\x00\x00\x00{}", 10);
+  std::ofstream(checkpointFile(tmpDir("len")), std::ios::binary)
+      << std::string("\xff\x00\x00\x00\x00\x00\x00\x00{}", 10);
   EXPECT_NE(loadError(tmpDir("len")).find("runs past the end"), std::string::npos);
 }
 
@@ -143,8 +144,8 @@ void writeSharded(const std::string &dir, unsigned generation,
 
 std::vector<std::vector<CheckpointTile>> threeParts() {
   CheckpointTile s{"s", {}, {}, {2.5f}};
-  return {{tileOf("w", {{0, 3}, {0, 8}}), s},                          // the top rows
-          {tileOf("w", {{3, 6}, {0, 5}})},                             // a block
+  return {{tileOf("w", {{0, 3}, {0, 8}}), s},                              // the top rows
+          {tileOf("w", {{3, 6}, {0, 5}})},                                 // a block
           {tileOf("w", {{3, 4}, {5, 8}}), tileOf("w", {{4, 6}, {5, 8}})}}; // two small blocks
 }
 
@@ -252,8 +253,7 @@ TEST(ShardedCheckpoint, BadTilingsAndIndexesSayWhatIsWrong) {
     ASSERT_TRUE(bool(entries)) << llvm::toString(entries.takeError());
     all.insert(all.end(), entries->begin(), entries->end());
   }
-  std::string msg =
-      llvm::toString(writeCheckpointIndex(tmpDir("overlapping"), 1, all, {}));
+  std::string msg = llvm::toString(writeCheckpointIndex(tmpDir("overlapping"), 1, all, {}));
   EXPECT_NE(msg.find("tensor 'w': the tiles [2:6,0:5] and [0:3,0:8] overlap"), std::string::npos)
       << msg;
   all.erase(all.begin() + 2); // the block [2:6, 0:5]
@@ -305,7 +305,8 @@ TEST(ShardedCheckpoint, BadTilingsAndIndexesSayWhatIsWrong) {
   msg = withIndex("{\"format\": 3}"); // was an uncaught type error
   EXPECT_NE(msg.find("not the index of a sharded Tofu checkpoint"), std::string::npos) << msg;
   msg = edited("\"shape\":[6,8]", "\"shape\":[6,9]");
-  EXPECT_NE(msg.find("tensor 'w': its tiles cover 48 of its 54 elements"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tensor 'w': its tiles cover 48 of its 54 elements"), std::string::npos)
+      << msg;
   // Two tiles of the same shape with their boxes swapped in the index: each tile's name
   // carries its box, so the swap is refused rather than loading the halves swapped.
   {

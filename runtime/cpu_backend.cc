@@ -45,16 +45,16 @@ public:
       local_.assign(k, false);
       for (unsigned w : options_.workers) {
         if (w >= k)
-          return stringError(fmt::format("worker {} is not in the plan, which has {} workers", w, k));
+          return stringError(
+              fmt::format("worker {} is not in the plan, which has {} workers", w, k));
         local_[w] = true;
       }
     }
     threads_ = options_.threadsPerWorker > 0
                    ? options_.threadsPerWorker
                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency() / k));
-    const unsigned here = local_.empty()
-                              ? k
-                              : static_cast<unsigned>(std::count(local_.begin(), local_.end(), true));
+    const unsigned here =
+        local_.empty() ? k : static_cast<unsigned>(std::count(local_.begin(), local_.end(), true));
     barrier_ = std::make_unique<SpinBarrier>(
         here, k <= std::max(1u, std::thread::hardware_concurrency()) ? 2000 : 0);
     arenas_.assign(k, nullptr);
@@ -129,8 +129,8 @@ public:
               std::max(stats_.extraBytes[w], static_cast<int64_t>(pr.lib->scratchBytes()));
         } else if (pr.fn) {
           // The generated kernel's temporaries (codegen/schedule.h) share the same space.
-          stats_.extraBytes[w] = std::max(stats_.extraBytes[w],
-                                          kernelScratchBytes(temporaries[l.kernel], l.ranges));
+          stats_.extraBytes[w] =
+              std::max(stats_.extraBytes[w], kernelScratchBytes(temporaries[l.kernel], l.ranges));
         } else {
           ++stats_.interpreted;
         }
@@ -140,7 +140,8 @@ public:
     for (unsigned w = 0; w < k; ++w) {
       if (!runsWorker(w))
         continue;
-      scratch_[w] = std::aligned_alloc(64, static_cast<size_t>((stats_.extraBytes[w] + 64) / 64 * 64));
+      scratch_[w] =
+          std::aligned_alloc(64, static_cast<size_t>((stats_.extraBytes[w] + 64) / 64 * 64));
       if (!scratch_[w])
         return stringError(fmt::format("worker {}: cannot allocate {} bytes of scratch space", w,
                                        stats_.extraBytes[w]));
@@ -163,8 +164,8 @@ public:
     if (pr.lib) {
       pr.lib->run(pr.in.data(), pr.out, threads_, scratch_[w]);
     } else if (pr.fn) {
-      TofuKernelArgs args{l.ints.data(), pr.in.data(), pr.out, l.fast ? 1 : 0, threads_,
-                          static_cast<float *>(scratch_[w])};
+      TofuKernelArgs args{l.ints.data(),  pr.in.data(), pr.out,
+                          l.fast ? 1 : 0, threads_,     static_cast<float *>(scratch_[w])};
       pr.fn(&args);
     } else {
       return interpret(w, step);
@@ -205,7 +206,8 @@ private:
       const Box &held = l.inputBoxes[q];
       Tensor t(node.shapes.inputs[q], std::numeric_limits<double>::quiet_NaN());
       Box all = wholeBox(t.shape);
-      std::vector<float> tmp(std::max<int64_t>(1, t.size()), std::numeric_limits<float>::quiet_NaN());
+      std::vector<float> tmp(std::max<int64_t>(1, t.size()),
+                             std::numeric_limits<float>::quiet_NaN());
       copyBox(tmp.data(), all, arenas_[w] + l.inputOffsets[q] / 4, held, intersectBoxes(held, all),
               nullptr);
       for (int64_t e = 0; e < t.size(); ++e)
@@ -229,7 +231,7 @@ private:
   int threads_ = 1;
   std::unique_ptr<SpinBarrier> barrier_;
   CpuKernelLibrary kernels_;
-  std::vector<bool> local_; ///< per worker, whether it runs here (empty: all do)
+  std::vector<bool> local_;     ///< per worker, whether it runs here (empty: all do)
   std::vector<float *> arenas_; ///< per worker (null for those that run elsewhere)
   /// Per worker, the scratch space its library calls and generated kernels' temporaries
   /// share (one launch at a time).

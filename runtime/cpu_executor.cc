@@ -73,7 +73,8 @@ llvm::Expected<ExecResult> runPlan(const Problem &p, const ExecPlan &plan,
     if (it == given.end())
       return stringError(fmt::format("no value given for tensor '{}'", p.tensors[t].name));
     if (it->second.shape != p.tensors[t].shape)
-      return stringError(fmt::format("the value given for '{}' has the wrong shape", p.tensors[t].name));
+      return stringError(
+          fmt::format("the value given for '{}' has the wrong shape", p.tensors[t].name));
     for (unsigned w = 0; w < k; ++w) {
       const Box &tile = plan.tiles[w][t];
       Tensor &dst = tiles[w][t] = Tensor(extents(tile));

@@ -87,7 +87,6 @@ const std::string &compilerIdentity(const std::string &compiler) {
 
 } // namespace
 
-
 std::vector<KernelUnit> kernelUnits(const std::vector<const KernelSource *> &kernels,
                                     KernelDialect dialect, unsigned perUnit, size_t minUnits) {
   std::map<std::string, const KernelSource *> distinct;
@@ -147,11 +146,11 @@ CpuKernelLibrary::Fn CpuKernelLibrary::find(const std::string &name) const {
 llvm::Expected<VectorizationReport> vectorizationReport(const KernelSource &k,
                                                         const KernelCompileOptions &options) {
   const std::string source = kernelPrelude(KernelDialect::Cpp) + k.code;
-  const std::string compiler =
-      options.compiler.empty() ? envOr("CXX", "c++") : options.compiler;
+  const std::string compiler = options.compiler.empty() ? envOr("CXX", "c++") : options.compiler;
   char dirTemplate[] = "/tmp/tofu-vec-XXXXXX";
   if (!::mkdtemp(dirTemplate))
-    return stringError(fmt::format("cannot create a temporary directory: {}", std::strerror(errno)));
+    return stringError(
+        fmt::format("cannot create a temporary directory: {}", std::strerror(errno)));
   const std::string dir = dirTemplate, src = dir + "/kernel.cc", log = dir + "/remarks.txt";
   {
     std::ofstream f(src);
@@ -165,8 +164,9 @@ llvm::Expected<VectorizationReport> vectorizationReport(const KernelSource &k,
   std::remove(log.c_str());
   ::rmdir(dir.c_str());
   if (status != 0)
-    return stringError(fmt::format("compiling for the vectorisation report failed (exit {}): {}\n{}",
-                                   status, cmd, remarks.substr(0, 4000)));
+    return stringError(
+        fmt::format("compiling for the vectorisation report failed (exit {}): {}\n{}", status, cmd,
+                    remarks.substr(0, 4000)));
   // The source's lines (1-based), and per line the remarks about it.
   std::vector<std::string> lines{""};
   for (size_t at = 0; at <= source.size();) {
@@ -252,8 +252,7 @@ llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
   if (!makeDirs(dir))
     return stringError(fmt::format("cannot create the kernel cache directory '{}': {}", dir,
                                    std::strerror(errno)));
-  const std::string compiler =
-      options.compiler.empty() ? envOr("CXX", "c++") : options.compiler;
+  const std::string compiler = options.compiler.empty() ? envOr("CXX", "c++") : options.compiler;
   const std::string &identity = compilerIdentity(compiler);
 
   struct Unit : KernelUnit {
@@ -266,7 +265,7 @@ llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
     Unit &u = units[n];
     static_cast<KernelUnit &>(u) = std::move(parts[n]);
     u.key = fmt::format("{:016x}", stableHash(identity + "\n" + options.flags + "\n" +
-                                               options.libs + "\n" + u.source));
+                                              options.libs + "\n" + u.source));
     u.so = dir + "/" + u.key + ".so";
   }
 
@@ -326,13 +325,12 @@ llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
     stats_.units += 1;
     stats_.unitsCompiled += u.compiled ? 1 : 0;
   }
-  stats_.seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return llvm::Error::success();
 }
 
-Tensor runOnRegions(const InstOp &op, const Shapes &shapes, const std::vector<const Tensor *> &inputs,
-                    const std::vector<Range> &ranges,
+Tensor runOnRegions(const InstOp &op, const Shapes &shapes,
+                    const std::vector<const Tensor *> &inputs, const std::vector<Range> &ranges,
                     const std::function<void(const std::vector<Box> &regions,
                                              const float *const *in, float *out)> &call) {
   std::vector<Box> regions = inputRegions(op, shapes, ranges);
@@ -373,9 +371,10 @@ llvm::Expected<Tensor> runKernel(CpuKernelLibrary::Fn fn, const InstOp &op, cons
                       [&](const std::vector<Box> &regions, const float *const *in, float *out) {
                         std::vector<int64_t> ints = kernelInts(op, shapes, ranges, regions);
                         std::vector<float> scratch(kernelScratchBytes(op, ranges) / sizeof(float));
-                        TofuKernelArgs args{ints.data(), in, out,
-                                            readsInsideRegions(op, shapes, ranges, regions) ? 1 : 0,
-                                            threads, scratch.data()};
+                        TofuKernelArgs args{
+                            ints.data(), in,
+                            out,         readsInsideRegions(op, shapes, ranges, regions) ? 1 : 0,
+                            threads,     scratch.data()};
                         fn(&args);
                       });
 }

@@ -32,7 +32,7 @@ struct KernelCompileOptions {
 #else
   std::string libs;
 #endif
-  unsigned jobs = 0;           ///< units compiled at once (default: the machine's cores)
+  unsigned jobs = 0; ///< units compiled at once (default: the machine's cores)
   unsigned kernelsPerUnit = 12;
 };
 
@@ -48,7 +48,8 @@ public:
 
   /// Compiles (or finds in the cache) and loads every kernel of `kernels` not loaded yet.
   /// A compiler failure names the unit's source file and quotes the compiler.
-  llvm::Error add(const std::vector<KernelSource> &kernels, const KernelCompileOptions &options = {});
+  llvm::Error add(const std::vector<KernelSource> &kernels,
+                  const KernelCompileOptions &options = {});
   /// The kernel named `name`, or null.
   Fn find(const std::string &name) const;
   /// Totals over every add().
@@ -95,13 +96,12 @@ std::vector<KernelUnit> kernelUnits(const std::vector<const KernelSource *> &ker
 /// Calls fn(0) ... fn(n - 1) on `jobs` threads (0: the machine's cores).
 void forEachInParallel(size_t n, unsigned jobs, const std::function<void(size_t)> &fn);
 
-
 /// Computes the share of `op` over `ranges` on whole input tensors (doubles) the way a worker
 /// would: each input's region (inputRegions) is copied into a float buffer, `call` computes
 /// the share from those buffers into a float output of the share's size, and the result is
 /// returned as doubles. NaN in a region stays NaN.
-Tensor runOnRegions(const InstOp &op, const Shapes &shapes, const std::vector<const Tensor *> &inputs,
-                    const std::vector<Range> &ranges,
+Tensor runOnRegions(const InstOp &op, const Shapes &shapes,
+                    const std::vector<const Tensor *> &inputs, const std::vector<Range> &ranges,
                     const std::function<void(const std::vector<Box> &regions,
                                              const float *const *in, float *out)> &call);
 

@@ -15,7 +15,9 @@
 namespace tofu {
 namespace {
 
-std::string cacheDir() { return std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/kernels"; }
+std::string cacheDir() {
+  return std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/kernels";
+}
 
 KernelCompileOptions testOptions() {
   KernelCompileOptions o;
@@ -43,7 +45,8 @@ CpuKernelLibrary::Fn compile(CpuKernelLibrary &lib, const InstOp &op) {
 
 /// The kernel against the interpreter on the whole op and on random shares.
 void compare(const std::string &opName, const Instantiation &inst,
-             const std::vector<std::vector<int64_t>> &inputShapes, std::pair<double, double> values = {-1.0, 1.0}) {
+             const std::vector<std::vector<int64_t>> &inputShapes,
+             std::pair<double, double> values = {-1.0, 1.0}) {
   InstOp op = instance(opName, inst);
   auto shapes = concreteShapes(op, inputShapes, std::nullopt);
   ASSERT_TRUE(bool(shapes)) << llvm::toString(shapes.takeError());
@@ -91,7 +94,8 @@ TEST(CpuKernels, MatMulSharesAndPartialSums) {
 
 TEST(CpuKernels, PaddedStridedConvolutionWithHalos) {
   Instantiation inst;
-  inst.attrs = {{"sh", 2}, {"sw", 1}, {"ph", 1}, {"pw", 2}, {"peh", 1}, {"pew", 0}, {"dh", 1}, {"dw", 2}};
+  inst.attrs = {{"sh", 2},  {"sw", 1},  {"ph", 1}, {"pw", 2},
+                {"peh", 1}, {"pew", 0}, {"dh", 1}, {"dw", 2}};
   compare("Conv2d", inst, {{2, 3, 9, 8}, {4, 3, 3, 2}});
 }
 
@@ -165,8 +169,8 @@ TEST(CpuKernels, LossesPickTheirLabelAndSplitAcrossThreads) {
   Tensor logits({4, 3}), labels({4});
   for (int64_t k = 0; k < logits.size(); ++k)
     logits.data[k] = 0.1 * static_cast<double>(k % 5) - 0.2;
-  for (std::vector<double> ls : {std::vector<double>{2, 3, 1.5, -1}, {0, 1, 2, 0},
-                                 {1, std::nan(""), 0, 2}}) {
+  for (std::vector<double> ls :
+       {std::vector<double>{2, 3, 1.5, -1}, {0, 1, 2, 0}, {1, std::nan(""), 0, 2}}) {
     labels.data = ls;
     auto want = evaluate(op, *shapes, {&logits, &labels}, fullRanges(*shapes));
     ASSERT_TRUE(bool(want));
@@ -250,7 +254,11 @@ TEST(CpuKernels, DataDependentIndices) {
 }
 
 TEST(CpuKernels, ReadOutsideTheRegionIsNaN) {
-  InstOp op = instance("MatMul", [] { Instantiation i; i.groups = {{"b", 0}}; return i; }());
+  InstOp op = instance("MatMul", [] {
+    Instantiation i;
+    i.groups = {{"b", 0}};
+    return i;
+  }());
   auto shapes = concreteShapes(op, {{2, 3}, {3, 2}}, std::nullopt);
   ASSERT_TRUE(bool(shapes));
   CpuKernelLibrary lib;
@@ -265,7 +273,7 @@ TEST(CpuKernels, ReadOutsideTheRegionIsNaN) {
   std::vector<float> out(4, 0.0f);
   TofuKernelArgs args{ints.data(), in.data(), out.data(), 0, 1, nullptr};
   fn(&args);
-  EXPECT_EQ(out[0], 3.0f); // column 0 is there
+  EXPECT_EQ(out[0], 3.0f);         // column 0 is there
   EXPECT_TRUE(std::isnan(out[1])); // column 1 is not
 }
 
@@ -320,7 +328,11 @@ TEST(CpuKernels, HotSimdLoopsVectorise) {
 }
 
 TEST(CpuKernels, ASecondBuildComesFromTheCache) {
-  InstOp op = instance("Relu", [] { Instantiation i; i.groups = {{"i", 3}}; return i; }());
+  InstOp op = instance("Relu", [] {
+    Instantiation i;
+    i.groups = {{"i", 3}};
+    return i;
+  }());
   auto k = generateKernel(op, KernelDialect::Cpp);
   ASSERT_TRUE(bool(k));
   KernelCompileOptions o = testOptions();
@@ -341,7 +353,8 @@ TEST(CpuKernels, CompilerErrorsAreReported) {
   KernelCompileOptions o = testOptions();
   llvm::Error e = lib.add({bad}, o);
   ASSERT_TRUE(bool(e));
-  EXPECT_NE(llvm::toString(std::move(e)).find("compiling generated kernels failed"), std::string::npos);
+  EXPECT_NE(llvm::toString(std::move(e)).find("compiling generated kernels failed"),
+            std::string::npos);
 }
 
 } // namespace

@@ -36,10 +36,10 @@ int labelsOf(const Problem &p, const std::string &loss) {
 
 } // namespace
 
-llvm::Expected<std::vector<DataBinding>> bindDataSet(
-    const Problem &p, const std::string &loss, const DataSet &ds, const std::string &feeds,
-    const std::map<std::string, std::vector<double>> &constants,
-    const std::map<std::string, std::vector<float>> &initial) {
+llvm::Expected<std::vector<DataBinding>>
+bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const std::string &feeds,
+            const std::map<std::string, std::vector<double>> &constants,
+            const std::map<std::string, std::vector<float>> &initial) {
   std::vector<DataBinding> out;
   const int labels = labelsOf(p, loss);
   auto bind = [&](int t, const std::string &array) -> llvm::Error {
@@ -48,25 +48,28 @@ llvm::Expected<std::vector<DataBinding>> bindDataSet(
     if (!a)
       return stringError(fmt::format("the data set has no array '{}'", array));
     if (pt.producer >= 0 || pt.role == TensorRole::Weight || pt.role == TensorRole::OptimizerState)
-      return stringError(fmt::format("'{}' is not an input of the model (it is {}); only inputs are "
-                              "fed from data",
-                              pt.name, pt.producer >= 0 ? "computed by a node" : roleName(pt.role)));
+      return stringError(
+          fmt::format("'{}' is not an input of the model (it is {}); only inputs are "
+                      "fed from data",
+                      pt.name, pt.producer >= 0 ? "computed by a node" : roleName(pt.role)));
     if (pt.shape.empty())
-      return stringError(fmt::format("input '{}' is a scalar: a batch input's first dimension is the "
-                              "batch",
-                              pt.name));
+      return stringError(
+          fmt::format("input '{}' is a scalar: a batch input's first dimension is the "
+                      "batch",
+                      pt.name));
     int64_t row = 1;
     for (size_t d = 1; d < pt.shape.size(); ++d)
       row *= pt.shape[d];
     if (row != a->sampleElements())
-      return stringError(fmt::format("array '{}' ({}: samples of shape [{}], {} elements) cannot feed "
-                              "input '{}' of shape [{}], whose batch rows have {} elements",
-                              array, a->path,
-                              fmt::join(std::vector<int64_t>(a->shape.begin() + 1, a->shape.end()), ", "),
-                              a->sampleElements(), pt.name, fmt::join(pt.shape, ", "), row));
+      return stringError(
+          fmt::format("array '{}' ({}: samples of shape [{}], {} elements) cannot feed "
+                      "input '{}' of shape [{}], whose batch rows have {} elements",
+                      array, a->path,
+                      fmt::join(std::vector<int64_t>(a->shape.begin() + 1, a->shape.end()), ", "),
+                      a->sampleElements(), pt.name, fmt::join(pt.shape, ", "), row));
     if (pt.shape[0] > ds.samples)
       return stringError(fmt::format("input '{}' takes batches of {} samples; the data set has {}",
-                              pt.name, pt.shape[0], ds.samples));
+                                     pt.name, pt.shape[0], ds.samples));
     DataBinding b;
     b.tensor = static_cast<unsigned>(t);
     b.input = pt.name;
@@ -74,17 +77,19 @@ llvm::Expected<std::vector<DataBinding>> bindDataSet(
     b.labels = t == labels;
     if (b.labels) {
       if (!a->integral())
-        return stringError(fmt::format("array '{}' ({}) feeds the labels of '{}' but holds {} values, "
-                                "not class numbers",
-                                array, a->path, loss, typeName(a->type)));
+        return stringError(
+            fmt::format("array '{}' ({}) feeds the labels of '{}' but holds {} values, "
+                        "not class numbers",
+                        array, a->path, loss, typeName(a->type)));
       const ProblemNode &n = p.nodes[p.tensors[findTensor(p, loss)].producer];
       const int64_t classes = p.tensors[n.inputs[0]].shape.back();
       for (int64_t i = 0; i < a->samples() * a->sampleElements(); ++i) {
         const double v = a->at(i);
         if (v < 0 || v >= double(classes))
-          return stringError(fmt::format("array '{}' ({}): element {} is class {}, outside the model's "
-                                  "{} classes [0, {})",
-                                  array, a->path, i, v, classes, classes));
+          return stringError(
+              fmt::format("array '{}' ({}): element {} is class {}, outside the model's "
+                          "{} classes [0, {})",
+                          array, a->path, i, v, classes, classes));
       }
     }
     out.push_back(b);
@@ -117,16 +122,16 @@ llvm::Expected<std::vector<DataBinding>> bindDataSet(
   if (labels >= 0) {
     if (!ds.find("labels"))
       return stringError(fmt::format("the data set has no array 'labels' for the labels of '{}' "
-                              "(name the arrays with --feed INPUT=ARRAY)",
-                              loss));
+                                     "(name the arrays with --feed INPUT=ARRAY)",
+                                     loss));
     if (llvm::Error e = bind(labels, "labels"))
       return e;
   }
   std::vector<unsigned> inputs;
   for (unsigned t = 0; t < p.tensors.size(); ++t) {
     const ProblemTensor &pt = p.tensors[t];
-    if (pt.producer < 0 && pt.role == TensorRole::Input && !pt.shape.empty() &&
-        int(t) != labels && !constants.count(pt.name) && !initial.count(pt.name))
+    if (pt.producer < 0 && pt.role == TensorRole::Input && !pt.shape.empty() && int(t) != labels &&
+        !constants.count(pt.name) && !initial.count(pt.name))
       inputs.push_back(t);
   }
   if (rest.size() != 1 || inputs.size() != 1) {
@@ -134,10 +139,10 @@ llvm::Expected<std::vector<DataBinding>> bindDataSet(
     for (unsigned t : inputs)
       names += (names.empty() ? "" : ", ") + p.tensors[t].name;
     return stringError(fmt::format("the model has {} data input{} ({}) and the data set {} array{} "
-                            "besides the labels: say which feeds which with --feed "
-                            "INPUT=ARRAY,...",
-                            inputs.size(), inputs.size() == 1 ? "" : "s", names, rest.size(),
-                            rest.size() == 1 ? "" : "s"));
+                                   "besides the labels: say which feeds which with --feed "
+                                   "INPUT=ARRAY,...",
+                                   inputs.size(), inputs.size() == 1 ? "" : "s", names, rest.size(),
+                                   rest.size() == 1 ? "" : "s"));
   }
   if (llvm::Error e = bind(static_cast<int>(inputs[0]), rest[0]))
     return e;
@@ -178,8 +183,8 @@ struct BatchPrefetcher::Impl {
 BatchPrefetcher::BatchPrefetcher(const Engine &engine, const DataSet &ds,
                                  std::vector<DataBinding> bindings, Normalization norm,
                                  int64_t batch, uint64_t seed)
-    : impl_(new Impl{engine, ds, std::move(bindings), norm, BatchOrder(ds.samples, batch, seed),
-                     {}}) {}
+    : impl_(new Impl{
+          engine, ds, std::move(bindings), norm, BatchOrder(ds.samples, batch, seed), {}}) {}
 
 BatchPrefetcher::~BatchPrefetcher() {
   if (impl_->ahead.valid())
@@ -250,8 +255,8 @@ llvm::Error copyState(const Engine &from, Engine &to) {
         continue;
       if (!from.holdsTile(it->second, w) || !(ft.tiles[w] == pt.tiles[w]))
         return stringError(fmt::format("weight '{}': worker {} holds another tile of it in the "
-                                "evaluation plan than in the training plan",
-                                pt.name, w));
+                                       "evaluation plan than in the training plan",
+                                       pt.name, w));
       const std::vector<float> tile = from.readTile(it->second, w);
       to.writeTile(t, w, tile.data());
     }
@@ -278,8 +283,8 @@ void scoreRows(const Tensor &logits, const std::vector<double> &labels, int64_t 
     double sum = 0;
     for (int64_t c = 0; c < classes; ++c)
       sum += std::exp(x[c] - top);
-    score.lossSum += nan ? std::numeric_limits<double>::quiet_NaN()
-                         : std::log(sum) + top - x[label];
+    score.lossSum +=
+        nan ? std::numeric_limits<double>::quiet_NaN() : std::log(sum) + top - x[label];
     score.correct += !nan && arg == label;
     ++score.rows;
   }

@@ -28,8 +28,8 @@ namespace tofu {
 /// A graph input fed from an array of a data set.
 struct DataBinding {
   unsigned tensor = 0;
-  std::string input; ///< the tensor's name
-  std::string array; ///< the array's name in the data set
+  std::string input;   ///< the tensor's name
+  std::string array;   ///< the array's name in the data set
   bool labels = false; ///< integer classes, fed as they are
 };
 
@@ -42,10 +42,10 @@ struct DataBinding {
 /// Each bound input's first dimension is the batch; an array's sample must have as many
 /// elements as one batch row of the input; labels must be integers in [0, classes).
 /// Errors name the input, the array and what does not fit.
-llvm::Expected<std::vector<DataBinding>> bindDataSet(
-    const Problem &p, const std::string &loss, const DataSet &ds, const std::string &feeds,
-    const std::map<std::string, std::vector<double>> &constants,
-    const std::map<std::string, std::vector<float>> &initial);
+llvm::Expected<std::vector<DataBinding>>
+bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const std::string &feeds,
+            const std::map<std::string, std::vector<double>> &constants,
+            const std::map<std::string, std::vector<float>> &initial);
 
 /// Writes the batch of `samples` (one index per batch row) into every bound input's local
 /// tiles.

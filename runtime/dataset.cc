@@ -1,15 +1,15 @@
 // Data sets: IDX and .npy arrays, MNIST-family directories, epoch orders, batch tiles.
 #include "runtime/dataset.h"
 
-#include <zlib.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <map>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <sstream>
 
 #include "analysis/checked.h"
@@ -63,7 +63,8 @@ llvm::Expected<std::string> gunzip(const std::string &in, const std::string &nam
     if (status != Z_OK && status != Z_STREAM_END) {
       const std::string why = z.msg ? z.msg : "corrupt data";
       inflateEnd(&z);
-      return stringError(fmt::format("{}: not a valid gzip file at byte {} ({})", name, z.total_in, why));
+      return stringError(
+          fmt::format("{}: not a valid gzip file at byte {} ({})", name, z.total_in, why));
     }
     out.append(buf, sizeof buf - z.avail_out);
     if (static_cast<int64_t>(out.size()) > kMaxGraphBytes) {
@@ -78,8 +79,8 @@ llvm::Expected<std::string> gunzip(const std::string &in, const std::string &nam
     }
     if (z.avail_in == 0 && z.avail_out != 0) {
       inflateEnd(&z);
-      return stringError(fmt::format("{}: the gzip stream ends early (truncated at byte {})", name,
-                              in.size()));
+      return stringError(
+          fmt::format("{}: the gzip stream ends early (truncated at byte {})", name, in.size()));
     }
   }
   inflateEnd(&z);
@@ -101,7 +102,7 @@ llvm::Expected<int64_t> bodyBytes(const std::vector<int64_t> &shape, int width,
   auto bytes = checkedMul(n, width);
   if (!bytes || *bytes > kMaxGraphBytes)
     return stringError(fmt::format("{}: its shape [{}] holds more than {} bytes", name,
-                            fmt::join(shape, ", "), kMaxGraphBytes));
+                                   fmt::join(shape, ", "), kMaxGraphBytes));
   return *bytes;
 }
 
@@ -110,25 +111,36 @@ llvm::Expected<int64_t> bodyBytes(const std::vector<int64_t> &shape, int width,
 int typeSize(DataType t) {
   switch (t) {
   case DataType::U8:
-  case DataType::I8: return 1;
-  case DataType::I16: return 2;
+  case DataType::I8:
+    return 1;
+  case DataType::I16:
+    return 2;
   case DataType::I32:
-  case DataType::F32: return 4;
+  case DataType::F32:
+    return 4;
   case DataType::I64:
-  case DataType::F64: return 8;
+  case DataType::F64:
+    return 8;
   }
   return 1;
 }
 
 const char *typeName(DataType t) {
   switch (t) {
-  case DataType::U8: return "u8";
-  case DataType::I8: return "i8";
-  case DataType::I16: return "i16";
-  case DataType::I32: return "i32";
-  case DataType::I64: return "i64";
-  case DataType::F32: return "f32";
-  case DataType::F64: return "f64";
+  case DataType::U8:
+    return "u8";
+  case DataType::I8:
+    return "i8";
+  case DataType::I16:
+    return "i16";
+  case DataType::I32:
+    return "i32";
+  case DataType::I64:
+    return "i64";
+  case DataType::F32:
+    return "f32";
+  case DataType::F64:
+    return "f64";
   }
   return "?";
 }
@@ -143,13 +155,35 @@ int64_t DataArray::sampleElements() const {
 double DataArray::at(int64_t flat) const {
   const unsigned char *p = bytes.data() + flat * typeSize(type);
   switch (type) {
-  case DataType::U8: return *p;
-  case DataType::I8: return static_cast<int8_t>(*p);
-  case DataType::I16: { int16_t v; std::memcpy(&v, p, 2); return v; }
-  case DataType::I32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-  case DataType::I64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-  case DataType::F32: { float v; std::memcpy(&v, p, 4); return v; }
-  case DataType::F64: { double v; std::memcpy(&v, p, 8); return v; }
+  case DataType::U8:
+    return *p;
+  case DataType::I8:
+    return static_cast<int8_t>(*p);
+  case DataType::I16: {
+    int16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+  }
+  case DataType::I32: {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  case DataType::I64: {
+    int64_t v;
+    std::memcpy(&v, p, 8);
+    return static_cast<double>(v);
+  }
+  case DataType::F32: {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  case DataType::F64: {
+    double v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
   }
   return 0;
 }
@@ -157,30 +191,42 @@ double DataArray::at(int64_t flat) const {
 llvm::Expected<DataArray> parseIdx(const std::string &bytes, const std::string &name) {
   if (bytes.size() < 4 || bytes[0] != 0 || bytes[1] != 0)
     return stringError(fmt::format("{}: not an IDX file (it must start with two zero bytes, a type "
-                            "byte and the rank)",
-                            name));
+                                   "byte and the rank)",
+                                   name));
   DataArray a;
   a.path = name;
   const auto code = static_cast<unsigned char>(bytes[2]);
   switch (code) {
-  case 0x08: a.type = DataType::U8; break;
-  case 0x09: a.type = DataType::I8; break;
-  case 0x0B: a.type = DataType::I16; break;
-  case 0x0C: a.type = DataType::I32; break;
-  case 0x0D: a.type = DataType::F32; break;
-  case 0x0E: a.type = DataType::F64; break;
+  case 0x08:
+    a.type = DataType::U8;
+    break;
+  case 0x09:
+    a.type = DataType::I8;
+    break;
+  case 0x0B:
+    a.type = DataType::I16;
+    break;
+  case 0x0C:
+    a.type = DataType::I32;
+    break;
+  case 0x0D:
+    a.type = DataType::F32;
+    break;
+  case 0x0E:
+    a.type = DataType::F64;
+    break;
   default:
     return stringError(fmt::format("{}: byte 2: IDX type 0x{:02x} is none of 0x08 (u8), 0x09 (i8), "
-                            "0x0B (i16), 0x0C (i32), 0x0D (f32), 0x0E (f64)",
-                            name, code));
+                                   "0x0B (i16), 0x0C (i32), 0x0D (f32), 0x0E (f64)",
+                                   name, code));
   }
   const int rank = static_cast<unsigned char>(bytes[3]);
   if (rank == 0)
     return stringError(name + ": byte 3: rank 0 (the first dimension counts samples)");
   const size_t header = 4 + 4 * size_t(rank);
   if (bytes.size() < header)
-    return stringError(fmt::format("{}: truncated in its header ({} bytes; {} dimensions need {})", name,
-                            bytes.size(), rank, header));
+    return stringError(fmt::format("{}: truncated in its header ({} bytes; {} dimensions need {})",
+                                   name, bytes.size(), rank, header));
   for (int d = 0; d < rank; ++d) {
     const auto *p = reinterpret_cast<const unsigned char *>(bytes.data() + 4 + 4 * d);
     a.shape.push_back((int64_t(p[0]) << 24) | (int64_t(p[1]) << 16) | (int64_t(p[2]) << 8) | p[3]);
@@ -189,9 +235,9 @@ llvm::Expected<DataArray> parseIdx(const std::string &bytes, const std::string &
   if (!body)
     return body.takeError();
   if (static_cast<int64_t>(bytes.size() - header) != *body)
-    return stringError(fmt::format("{}: shape [{}] of {} needs {} bytes after the header; the file has {}",
-                            name, fmt::join(a.shape, ", "), typeName(a.type), *body,
-                            bytes.size() - header));
+    return stringError(
+        fmt::format("{}: shape [{}] of {} needs {} bytes after the header; the file has {}", name,
+                    fmt::join(a.shape, ", "), typeName(a.type), *body, bytes.size() - header));
   a.bytes.assign(bytes.begin() + header, bytes.end());
   const int w = typeSize(a.type);
   if (w > 1) // big-endian in the file
@@ -207,7 +253,8 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
   const int major = static_cast<unsigned char>(bytes[6]);
   size_t start = 0, length = 0;
   if (major == 1) {
-    length = static_cast<unsigned char>(bytes[8]) | (size_t(static_cast<unsigned char>(bytes[9])) << 8);
+    length =
+        static_cast<unsigned char>(bytes[8]) | (size_t(static_cast<unsigned char>(bytes[9])) << 8);
     start = 10;
   } else if (major == 2 || major == 3) {
     if (bytes.size() < 12)
@@ -220,9 +267,10 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
   }
   if (bytes.size() < start + length)
     return stringError(fmt::format("{}: truncated in its header ({} bytes of {})", name,
-                            bytes.size() - start, length));
+                                   bytes.size() - start, length));
   const std::string header = bytes.substr(start, length);
-  // The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+  // The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3),
+  // }
   auto field = [&](const std::string &key) -> std::string {
     size_t k = header.find("'" + key + "'");
     if (k == std::string::npos)
@@ -259,8 +307,8 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
     a.type = DataType::F64;
   else
     return stringError(fmt::format("{}: dtype '{}' is not read (u1, i1, i2, i4, i8, f4, f8 or b1, "
-                            "little-endian)",
-                            name, descr));
+                                   "little-endian)",
+                                   name, descr));
   std::string shape = field("shape");
   size_t open = shape.find('('), close = shape.find(')');
   if (open == std::string::npos || close == std::string::npos || close < open)
@@ -274,7 +322,8 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
       continue;
     auto v = parseInteger(llvm::StringRef(item).trim(), 0, kMaxGraphBytes, "a dimension");
     if (!v)
-      return stringError(fmt::format("{}: shape ({}): {}", name, dims, llvm::toString(v.takeError())));
+      return stringError(
+          fmt::format("{}: shape ({}): {}", name, dims, llvm::toString(v.takeError())));
     a.shape.push_back(*v);
   }
   if (a.shape.empty())
@@ -284,8 +333,9 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
     return body.takeError();
   const size_t data = start + length;
   if (static_cast<int64_t>(bytes.size() - data) != *body)
-    return stringError(fmt::format("{}: shape [{}] of {} needs {} bytes after the header; the file has {}",
-                            name, fmt::join(a.shape, ", "), descr, *body, bytes.size() - data));
+    return stringError(
+        fmt::format("{}: shape [{}] of {} needs {} bytes after the header; the file has {}", name,
+                    fmt::join(a.shape, ", "), descr, *body, bytes.size() - data));
   a.bytes.assign(bytes.begin() + data, bytes.end());
   return a;
 }
@@ -363,10 +413,9 @@ llvm::Expected<DataArray> parseTensorProto(const std::string &bytes, const std::
   if (!widest)
     return widest.takeError();
   const int64_t n = *widest / 8;
-  if (!t.external_data().empty() ||
-      t.data_location() == onnx::TensorProto::EXTERNAL)
-    return stringError(fmt::format("{}: the tensor's data is in an external file; give it inline",
-                                   name));
+  if (!t.external_data().empty() || t.data_location() == onnx::TensorProto::EXTERNAL)
+    return stringError(
+        fmt::format("{}: the tensor's data is in an external file; give it inline", name));
   // The element type, and the typed field the values are in when there is no raw data.
   std::vector<double> typed;
   switch (t.data_type()) {
@@ -406,10 +455,11 @@ llvm::Expected<DataArray> parseTensorProto(const std::string &bytes, const std::
   case onnx::TensorProto::BFLOAT16:
     return widenedTensorProto(t, std::move(a), n, name);
   default:
-    return stringError(fmt::format("{}: element type {} is not supported (float, double, "
-                                   "float16, bfloat16, int8 to int64, uint8 to uint64, bool)",
-                                   name, onnx::TensorProto::DataType_Name(
-                                             static_cast<onnx::TensorProto::DataType>(t.data_type()))));
+    return stringError(fmt::format(
+        "{}: element type {} is not supported (float, double, "
+        "float16, bfloat16, int8 to int64, uint8 to uint64, bool)",
+        name,
+        onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(t.data_type()))));
   }
   const size_t width = static_cast<size_t>(typeSize(a.type));
   if (!t.raw_data().empty()) {
@@ -428,13 +478,39 @@ llvm::Expected<DataArray> parseTensorProto(const std::string &bytes, const std::
     unsigned char *at = a.bytes.data() + static_cast<size_t>(k) * width;
     const double v = typed[static_cast<size_t>(k)];
     switch (a.type) {
-    case DataType::F32: { const float x = static_cast<float>(v); std::memcpy(at, &x, 4); break; }
-    case DataType::F64: std::memcpy(at, &v, 8); break;
-    case DataType::I64: { const int64_t x = t.int64_data(static_cast<int>(k)); std::memcpy(at, &x, 8); break; }
-    case DataType::I32: { const int32_t x = static_cast<int32_t>(v); std::memcpy(at, &x, 4); break; }
-    case DataType::I16: { const int16_t x = static_cast<int16_t>(v); std::memcpy(at, &x, 2); break; }
-    case DataType::I8: { const int8_t x = static_cast<int8_t>(v); std::memcpy(at, &x, 1); break; }
-    case DataType::U8: { const uint8_t x = static_cast<uint8_t>(v); std::memcpy(at, &x, 1); break; }
+    case DataType::F32: {
+      const float x = static_cast<float>(v);
+      std::memcpy(at, &x, 4);
+      break;
+    }
+    case DataType::F64:
+      std::memcpy(at, &v, 8);
+      break;
+    case DataType::I64: {
+      const int64_t x = t.int64_data(static_cast<int>(k));
+      std::memcpy(at, &x, 8);
+      break;
+    }
+    case DataType::I32: {
+      const int32_t x = static_cast<int32_t>(v);
+      std::memcpy(at, &x, 4);
+      break;
+    }
+    case DataType::I16: {
+      const int16_t x = static_cast<int16_t>(v);
+      std::memcpy(at, &x, 2);
+      break;
+    }
+    case DataType::I8: {
+      const int8_t x = static_cast<int8_t>(v);
+      std::memcpy(at, &x, 1);
+      break;
+    }
+    case DataType::U8: {
+      const uint8_t x = static_cast<uint8_t>(v);
+      std::memcpy(at, &x, 1);
+      break;
+    }
     }
   }
   return a;
@@ -461,10 +537,10 @@ llvm::Expected<DataArray> safetensorsArray(const SafetensorsFile &f, const std::
   a.path = name;
   a.shape = t.shape;
   const std::string &d = t.dtype;
-  const std::map<std::string, DataType> same = {
-      {"U8", DataType::U8},   {"BOOL", DataType::U8}, {"I8", DataType::I8},
-      {"I16", DataType::I16}, {"I32", DataType::I32}, {"I64", DataType::I64},
-      {"F32", DataType::F32}, {"F64", DataType::F64}};
+  const std::map<std::string, DataType> same = {{"U8", DataType::U8},   {"BOOL", DataType::U8},
+                                                {"I8", DataType::I8},   {"I16", DataType::I16},
+                                                {"I32", DataType::I32}, {"I64", DataType::I64},
+                                                {"F32", DataType::F32}, {"F64", DataType::F64}};
   if (auto it = same.find(d); it != same.end()) {
     a.type = it->second;
     a.bytes.assign(raw.begin(), raw.end());
@@ -540,8 +616,8 @@ llvm::Expected<DataArray> readDataArray(const std::string &path) {
     for (const auto &[k, t] : (*f)->tensors)
       keys.push_back(k);
     if (!key.empty() && !(*f)->tensors.count(key))
-      return stringError(fmt::format("{}: no tensor '{}' (it holds: {})", file, key,
-                                     fmt::join(keys, ", ")));
+      return stringError(
+          fmt::format("{}: no tensor '{}' (it holds: {})", file, key, fmt::join(keys, ", ")));
     if (key.empty() && keys.size() != 1)
       return stringError(fmt::format("{}: holds {} tensors ({}); name one as {}:KEY", file,
                                      keys.size(), fmt::join(keys, ", "), file));
@@ -618,14 +694,15 @@ llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &
   std::vector<std::pair<std::string, std::string>> files;
   if (isDirectory(spec)) {
     for (const char *what : {"images", "labels"}) {
-      const std::string base = fmt::format("{}-{}-idx{}-ubyte", split, what,
-                                           std::string(what) == "images" ? 3 : 1);
+      const std::string base =
+          fmt::format("{}-{}-idx{}-ubyte", split, what, std::string(what) == "images" ? 3 : 1);
       std::string f = existing(spec, base);
       if (f.empty())
-        return stringError(fmt::format("{}: no {} or {}.gz (a data set directory of the MNIST family "
-                                "holds <split>-images-idx3-ubyte and <split>-labels-idx1-ubyte, "
-                                "split train or t10k)",
-                                spec, base, base));
+        return stringError(
+            fmt::format("{}: no {} or {}.gz (a data set directory of the MNIST family "
+                        "holds <split>-images-idx3-ubyte and <split>-labels-idx1-ubyte, "
+                        "split train or t10k)",
+                        spec, base, base));
       files.emplace_back(what, f);
     }
     ds.description = fmt::format("{} ({} split)", spec, split);
@@ -648,18 +725,19 @@ llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &
     return ds;
   } else if (spec.find('=') == std::string::npos) {
     return stringError(fmt::format("{}: no such directory (--data takes a directory of the MNIST "
-                            "family, a .safetensors file, NAME=FILE,... naming each array, "
-                            "teacher or fixed)",
-                            spec));
+                                   "family, a .safetensors file, NAME=FILE,... naming each array, "
+                                   "teacher or fixed)",
+                                   spec));
   } else {
     std::stringstream ss(spec);
     std::string item;
     while (std::getline(ss, item, ',')) {
       size_t eq = item.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-        return stringError(fmt::format("--data '{}': '{}' is not NAME=FILE (give a directory of the "
-                                "MNIST family, or NAME=FILE,... naming each array)",
-                                spec, item));
+        return stringError(
+            fmt::format("--data '{}': '{}' is not NAME=FILE (give a directory of the "
+                        "MNIST family, or NAME=FILE,... naming each array)",
+                        spec, item));
       files.emplace_back(item.substr(0, eq), item.substr(eq + 1));
     }
     if (files.empty())
@@ -673,9 +751,10 @@ llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &
     if (!a)
       return a.takeError();
     if (!ds.arrays.empty() && a->samples() != ds.samples)
-      return stringError(fmt::format("{} has {} samples but {} has {}: the arrays of a data set pair up "
-                              "sample by sample",
-                              file, a->samples(), ds.arrays.front().second.path, ds.samples));
+      return stringError(
+          fmt::format("{} has {} samples but {} has {}: the arrays of a data set pair up "
+                      "sample by sample",
+                      file, a->samples(), ds.arrays.front().second.path, ds.samples));
     ds.samples = a->samples();
     ds.arrays.emplace_back(name, std::move(*a));
   }

@@ -39,7 +39,9 @@ void writeGz(const std::string &path, const std::string &bytes) {
 }
 
 TEST(Idx, ReadsBytesAndBigEndianTypes) {
-  auto a = parseIdx(idx(0x08, {2, 2, 3}, std::string("\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\xff", 12)), "x");
+  auto a = parseIdx(
+      idx(0x08, {2, 2, 3}, std::string("\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\xff", 12)),
+      "x");
   ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
   EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 2, 3}));
   EXPECT_EQ(a->samples(), 2);
@@ -99,19 +101,19 @@ TEST(Npy, ReadsVersionOneHeaders) {
   ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
   EXPECT_EQ(b->at(3), -1);
   EXPECT_TRUE(b->integral());
-  auto fortran = parseNpy(npy("{'descr': '<f4', 'fortran_order': True, 'shape': (3,), }",
-                              std::string(12, '\0')),
-                          "c.npy");
+  auto fortran = parseNpy(
+      npy("{'descr': '<f4', 'fortran_order': True, 'shape': (3,), }", std::string(12, '\0')),
+      "c.npy");
   ASSERT_FALSE(bool(fortran));
   EXPECT_NE(llvm::toString(fortran.takeError()).find("Fortran"), std::string::npos);
-  auto big = parseNpy(npy("{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }",
-                          std::string(12, '\0')),
-                      "d.npy");
+  auto big = parseNpy(
+      npy("{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }", std::string(12, '\0')),
+      "d.npy");
   ASSERT_FALSE(bool(big));
   EXPECT_NE(llvm::toString(big.takeError()).find("'>f4'"), std::string::npos);
-  auto shortBody = parseNpy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }",
-                                std::string(12, '\0')),
-                            "e.npy");
+  auto shortBody = parseNpy(
+      npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", std::string(12, '\0')),
+      "e.npy");
   ASSERT_FALSE(bool(shortBody));
   EXPECT_NE(llvm::toString(shortBody.takeError()).find("needs 16 bytes"), std::string::npos);
 }
@@ -208,9 +210,8 @@ TEST(DataSet, OpensMnistDirectoriesGzippedOrNot) {
   std::string msg = llvm::toString(test.takeError());
   EXPECT_NE(msg.find("t10k-labels-idx1-ubyte has 2 samples"), std::string::npos) << msg;
   // NAME=FILE lists.
-  auto named = openDataSet("x=" + dir + "/train-images-idx3-ubyte.gz,y=" + dir +
-                               "/train-labels-idx1-ubyte",
-                           "");
+  auto named = openDataSet(
+      "x=" + dir + "/train-images-idx3-ubyte.gz,y=" + dir + "/train-labels-idx1-ubyte", "");
   ASSERT_TRUE(bool(named)) << llvm::toString(named.takeError());
   EXPECT_NE(named->find("x"), nullptr);
   auto bad = openDataSet(dir + "/nothing", "train");
@@ -277,9 +278,8 @@ TEST(Safetensors, ReadsEveryTensorAsAnArray) {
   EXPECT_EQ(ds->find("wide")->type, DataType::I64);
   EXPECT_EQ(ds->find("wide")->at(1), 4000000000.0);
   // One tensor by key, in NAME=FILE lists and for --input.
-  auto named = openDataSet("x=" + dir + "/train.safetensors:images,y=" + dir +
-                               "/train.safetensors:labels",
-                           "");
+  auto named = openDataSet(
+      "x=" + dir + "/train.safetensors:images,y=" + dir + "/train.safetensors:labels", "");
   ASSERT_TRUE(bool(named)) << llvm::toString(named.takeError());
   EXPECT_EQ(named->find("y")->at(2), 1);
   auto one = readDataArray(dir + "/train.safetensors:half");

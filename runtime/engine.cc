@@ -113,8 +113,8 @@ void Engine::Impl::runWorker(unsigned w) {
     mark(i, Phase::Launch);
     if (st.launches && errors[w].empty())
       if (llvm::Error e = b.launch(w, i))
-        errors[w] = fmt::format("node '{}': {}", program.nodes[st.node].name,
-                                llvm::toString(std::move(e)));
+        errors[w] =
+            fmt::format("node '{}': {}", program.nodes[st.node].name, llvm::toString(std::move(e)));
     if (timing)
       profile[w][i].computeSeconds += since(t0), t0 = Clock::now();
     mark(i, Phase::Wait);
@@ -173,9 +173,8 @@ void Engine::Impl::runWorker(unsigned w) {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
-llvm::Expected<std::unique_ptr<Engine>> Engine::create(Program program,
-                                                       std::unique_ptr<Backend> backend,
-                                                       const EngineOptions &options) {
+llvm::Expected<std::unique_ptr<Engine>>
+Engine::create(Program program, std::unique_ptr<Backend> backend, const EngineOptions &options) {
   auto impl = std::make_unique<Impl>();
   impl->program = std::move(program);
   impl->backend = std::move(backend);
@@ -210,7 +209,8 @@ llvm::Error Engine::set(unsigned tensor, const Tensor &value) {
   std::vector<float> f(value.data.begin(), value.data.end());
   if (f.empty())
     f.push_back(0);
-  setTiles(tensor, [&](const Box &tile, float *out) { copyBox(out, tile, f.data(), all, tile, nullptr); });
+  setTiles(tensor,
+           [&](const Box &tile, float *out) { copyBox(out, tile, f.data(), all, tile, nullptr); });
   return llvm::Error::success();
 }
 
@@ -359,12 +359,13 @@ llvm::Error restore(Engine &engine, const CheckpointReader &c, bool forwardOnly)
     auto it = c.shapes().find(pt.name);
     if (it == c.shapes().end())
       return stringError(fmt::format("the checkpoint has no tensor '{}' ({} of shape [{}])",
-                                     pt.name, pt.role == TensorRole::Weight ? "a weight" : "optimiser state",
+                                     pt.name,
+                                     pt.role == TensorRole::Weight ? "a weight" : "optimiser state",
                                      fmt::join(pt.shape, ", ")));
     if (it->second != pt.shape)
-      return stringError(fmt::format("tensor '{}': the checkpoint's shape [{}] is not the graph's [{}]",
-                                     pt.name, fmt::join(it->second, ", "),
-                                     fmt::join(pt.shape, ", ")));
+      return stringError(
+          fmt::format("tensor '{}': the checkpoint's shape [{}] is not the graph's [{}]", pt.name,
+                      fmt::join(it->second, ", "), fmt::join(pt.shape, ", ")));
     for (unsigned w : engine.localWorkers()) {
       if (!engine.holdsTile(t, w))
         continue;

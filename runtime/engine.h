@@ -43,16 +43,16 @@ struct EngineOptions {
 /// Where a node's time went on one worker, summed over the steps run.
 struct NodeTime {
   std::string node, op;
-  std::string kernel; ///< what computes the worker's share ("generated", a library call, ...)
-  double copySeconds = 0;    ///< fetching inputs and assembling the output
+  std::string kernel;     ///< what computes the worker's share ("generated", a library call, ...)
+  double copySeconds = 0; ///< fetching inputs and assembling the output
   double computeSeconds = 0; ///< the kernel
   double waitSeconds = 0;    ///< at the synchronisations: the other workers' imbalance
 };
 
 struct StepStats {
   double seconds = 0;
-  int64_t bytesMoved = 0;  ///< between workers, by the plan's fetches and reductions
-  int64_t carryBytes = 0;  ///< between workers, carrying updates into the next step
+  int64_t bytesMoved = 0; ///< between workers, by the plan's fetches and reductions
+  int64_t carryBytes = 0; ///< between workers, carrying updates into the next step
 };
 
 /// Runs the workers' programs (codegen/program.h) on a backend (runtime/backend.h), one
@@ -61,9 +61,8 @@ struct StepStats {
 class Engine {
 public:
   /// On `backend`, which prepares `program` (the engine keeps both).
-  static llvm::Expected<std::unique_ptr<Engine>> create(Program program,
-                                                        std::unique_ptr<Backend> backend,
-                                                        const EngineOptions &options = {});
+  static llvm::Expected<std::unique_ptr<Engine>>
+  create(Program program, std::unique_ptr<Backend> backend, const EngineOptions &options = {});
   ~Engine();
 
   /// Writes a whole tensor without a producer (an input, weight or optimiser state) into

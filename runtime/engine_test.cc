@@ -24,7 +24,8 @@ namespace {
 
 EngineOptions testOptions() {
   EngineOptions o;
-  o.compile.cacheDir = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/kernels";
+  o.compile.cacheDir =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/kernels";
   o.checking = true;
   o.threadsPerWorker = 1;
   return o;
@@ -101,7 +102,8 @@ TEST(Engine, TrainsOverManyStepsAndResumesAtAnotherK) {
   auto straight = start(p, 2, given);
   ASSERT_TRUE(straight);
   std::vector<double> all = train(*straight->engine, loss, 20);
-  EXPECT_LT(all.back(), 0.5 * all.front()) << "the loss falls: " << all.front() << " -> " << all.back();
+  EXPECT_LT(all.back(), 0.5 * all.front())
+      << "the loss falls: " << all.front() << " -> " << all.back();
   // ... equal 10 steps at k = 2, then every weight moved to an engine at k = 4 for 10 more.
   auto first = start(p, 2, given);
   std::vector<double> a = train(*first->engine, loss, 10);
@@ -113,7 +115,8 @@ TEST(Engine, TrainsOverManyStepsAndResumesAtAnotherK) {
   std::vector<double> b = train(*second->engine, loss, 10);
   a.insert(a.end(), b.begin(), b.end());
   for (size_t s = 0; s < all.size(); ++s)
-    EXPECT_NEAR(a[s], all[s], kFloat32StepTolerance * std::max(1.0, std::fabs(all[s]))) << "step " << s;
+    EXPECT_NEAR(a[s], all[s], kFloat32StepTolerance * std::max(1.0, std::fabs(all[s])))
+        << "step " << s;
 }
 
 } // namespace

@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "llvm/Support/Path.h"
 #include "runtime/library_kernels.h"
+#include "llvm/Support/Path.h"
 
 namespace tofu {
 
@@ -70,7 +70,8 @@ ShareEvaluator libraryEvaluator(ShareEvaluator fallback, LibraryUse *use, int th
         return runOnRegions(op, shapes, inputs, ranges,
                             [&](const std::vector<Box> &, const float *const *in, float *out) {
                               std::vector<char> scratch(k->scratchBytes() + 64);
-                              char *aligned = scratch.data() +
+                              char *aligned =
+                                  scratch.data() +
                                   (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
                               k->run(in, out, threads, aligned);
                             });

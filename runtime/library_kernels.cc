@@ -162,7 +162,7 @@ class ConvKernel : public LibraryKernel {
 public:
   ConvKind kind = ConvKind::Forward;
   dnnl::primitive prim;
-  dnnl::memory::desc srcD, wD, dstD; ///< src/diff_src, weights/diff_weights, dst/diff_dst
+  dnnl::memory::desc srcD, wD, dstD;    ///< src/diff_src, weights/diff_weights, dst/diff_dst
   int srcIn = -1, wIn = -1, dstIn = -1; ///< which is read from which input (-1: the output)
   int64_t srcOff = 0, wOff = 0, dstOff = 0;
   std::string what;
@@ -214,16 +214,22 @@ public:
     dnnl::memory sp(scratchD, e, space);
     switch (kind) {
     case ConvKind::Forward:
-      prim.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst},
+      prim.execute(stream, {{DNNL_ARG_SRC, src},
+                            {DNNL_ARG_WEIGHTS, w},
+                            {DNNL_ARG_DST, dst},
                             {DNNL_ARG_SCRATCHPAD, sp}});
       break;
     case ConvKind::Filter:
-      prim.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_WEIGHTS, w},
-                            {DNNL_ARG_DIFF_DST, dst}, {DNNL_ARG_SCRATCHPAD, sp}});
+      prim.execute(stream, {{DNNL_ARG_SRC, src},
+                            {DNNL_ARG_DIFF_WEIGHTS, w},
+                            {DNNL_ARG_DIFF_DST, dst},
+                            {DNNL_ARG_SCRATCHPAD, sp}});
       break;
     case ConvKind::Data:
-      prim.execute(stream, {{DNNL_ARG_DIFF_SRC, src}, {DNNL_ARG_WEIGHTS, w},
-                            {DNNL_ARG_DIFF_DST, dst}, {DNNL_ARG_SCRATCHPAD, sp}});
+      prim.execute(stream, {{DNNL_ARG_DIFF_SRC, src},
+                            {DNNL_ARG_WEIGHTS, w},
+                            {DNNL_ARG_DIFF_DST, dst},
+                            {DNNL_ARG_SCRATCHPAD, sp}});
       break;
     }
     stream.wait();
@@ -249,8 +255,7 @@ std::unique_ptr<LibraryKernel> convKernel(const ConvPlan &c, const std::vector<B
       e.push_back(r.size());
     return denseDesc(e);
   };
-  auto input = [&](int in, const Box &box, dnnl::memory::desc &desc, int &which,
-                   int64_t &off) {
+  auto input = [&](int in, const Box &box, dnnl::memory::desc &desc, int &which, int64_t &off) {
     auto v = viewOf(held[static_cast<size_t>(in)], box);
     if (!v)
       return false;
@@ -258,8 +263,8 @@ std::unique_ptr<LibraryKernel> convKernel(const ConvPlan &c, const std::vector<B
     if (!v->dense) {
       ConvKernel::Stage st;
       st.input = which, st.offset = off, st.from = v->desc, st.to = dense(box);
-      st.gather = dnnl::reorder(dnnl::reorder::primitive_desc(cpuEngine(), st.from, cpuEngine(),
-                                                               st.to));
+      st.gather =
+          dnnl::reorder(dnnl::reorder::primitive_desc(cpuEngine(), st.from, cpuEngine(), st.to));
       desc = st.to;
       k->stages.push_back(std::move(st));
     }

@@ -35,8 +35,10 @@ bool linearOf(const ir::Expr &e, int64_t scale, Linear &out) {
     return linearOf(*n->operand, -scale, out);
   if (const auto *b = dyn_cast<ir::Binary>(&e)) {
     switch (b->op) {
-    case ir::BinaryOp::Add: return linearOf(*b->lhs, scale, out) && linearOf(*b->rhs, scale, out);
-    case ir::BinaryOp::Sub: return linearOf(*b->lhs, scale, out) && linearOf(*b->rhs, -scale, out);
+    case ir::BinaryOp::Add:
+      return linearOf(*b->lhs, scale, out) && linearOf(*b->rhs, scale, out);
+    case ir::BinaryOp::Sub:
+      return linearOf(*b->lhs, scale, out) && linearOf(*b->rhs, -scale, out);
     case ir::BinaryOp::Mul: {
       const auto *lc = dyn_cast<ir::Const>(b->lhs.get());
       const auto *rc = dyn_cast<ir::Const>(b->rhs.get());
@@ -46,7 +48,8 @@ bool linearOf(const ir::Expr &e, int64_t scale, Linear &out) {
         return linearOf(*b->lhs, scale * rc->intValue, out);
       return false;
     }
-    default: return false;
+    default:
+      return false;
     }
   }
   return false;
@@ -65,7 +68,6 @@ bool isZero(const ir::Expr &e) {
   const auto *c = dyn_cast<ir::Const>(&e);
   return c && c->value == 0;
 }
-
 
 /// The top of a body `[alpha[] *] Reduce`: the reduction and the rank-0 input scaling it.
 struct Scaled {
@@ -182,7 +184,10 @@ std::optional<GemmPlan> gemmPlanOf(const InstOp &op, const Contraction &c,
       return std::nullopt; // summed in one operand only: not a product of matrices
     if (!red[v] && !inA[v] && !inB[v])
       return std::nullopt; // broadcast along an output variable
-    g.cls = red[v] ? GemmVar::K : inA[v] && inB[v] ? GemmVar::Batch : inA[v] ? GemmVar::M : GemmVar::N;
+    g.cls = red[v]             ? GemmVar::K
+            : inA[v] && inB[v] ? GemmVar::Batch
+            : inA[v]           ? GemmVar::M
+                               : GemmVar::N;
     if (g.n == 1)
       continue; // offsets only
     cls[g.cls].push_back(g);
@@ -358,7 +363,6 @@ bool exactCoords(const ir::Read &r, const std::vector<unsigned> &vars) {
   return true;
 }
 
-
 std::optional<ConvForm> convForm(const InstOp &op) {
   auto top = scaledReduce(op);
   if (!top || top->alphaInput >= 0)
@@ -472,7 +476,8 @@ std::optional<ConvForm> convForm(const InstOp &op) {
     std::vector<bool> covered(f.sp.size(), false);
     for (const ir::Expr *e : fs) {
       const auto *eq = dyn_cast<ir::Binary>(e);
-      const auto *mod = eq && eq->op == ir::BinaryOp::Eq ? dyn_cast<ir::Binary>(eq->lhs.get()) : nullptr;
+      const auto *mod =
+          eq && eq->op == ir::BinaryOp::Eq ? dyn_cast<ir::Binary>(eq->lhs.get()) : nullptr;
       if (!mod || mod->op != ir::BinaryOp::Mod || !isZero(*eq->rhs)) {
         ok = false;
         break;
@@ -584,9 +589,15 @@ std::optional<ConvPlan> convPlanOf(const InstOp &op, const ConvForm &f, const Sh
         return std::nullopt;
   plan.src = std::move(srcBox), plan.weights = std::move(wBox), plan.dst = std::move(dstBox);
   switch (f.kind) {
-  case ConvKind::Forward: plan.srcIn = static_cast<int>(f.data), plan.wIn = static_cast<int>(f.w); break;
-  case ConvKind::Filter: plan.srcIn = static_cast<int>(f.data), plan.dstIn = static_cast<int>(f.dy); break;
-  case ConvKind::Data: plan.dstIn = static_cast<int>(f.dy), plan.wIn = static_cast<int>(f.w); break;
+  case ConvKind::Forward:
+    plan.srcIn = static_cast<int>(f.data), plan.wIn = static_cast<int>(f.w);
+    break;
+  case ConvKind::Filter:
+    plan.srcIn = static_cast<int>(f.data), plan.dstIn = static_cast<int>(f.dy);
+    break;
+  case ConvKind::Data:
+    plan.dstIn = static_cast<int>(f.dy), plan.wIn = static_cast<int>(f.w);
+    break;
   }
   for (int in : {plan.srcIn, plan.wIn, plan.dstIn}) // the views lie inside the held regions
     if (in >= 0) {

@@ -83,8 +83,8 @@ llvm::Expected<LrSchedule> parseLrSchedule(const std::string &text) {
     if (parts.size() < 2 || parts.size() > 3)
       return scheduleError(text, "step takes EVERY and an optional GAMMA");
     if (!parseCount(parts[1], s.every))
-      return scheduleError(text, fmt::format("EVERY '{}' is not a whole number of steps >= 1",
-                                             parts[1]));
+      return scheduleError(text,
+                           fmt::format("EVERY '{}' is not a whole number of steps >= 1", parts[1]));
     if (parts.size() == 3) {
       const std::string &g = parts[2];
       char *end = nullptr;
@@ -100,8 +100,8 @@ llvm::Expected<LrSchedule> parseLrSchedule(const std::string &text) {
     if (parts.size() > 2)
       return scheduleError(text, "cosine takes an optional HORIZON");
     if (parts.size() == 2 && !parseCount(parts[1], s.horizon))
-      return scheduleError(text, fmt::format("HORIZON '{}' is not a whole number of steps >= 1",
-                                             parts[1]));
+      return scheduleError(
+          text, fmt::format("HORIZON '{}' is not a whole number of steps >= 1", parts[1]));
     return s;
   }
   return scheduleError(text, fmt::format("unknown schedule '{}'", parts[0]));

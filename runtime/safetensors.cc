@@ -125,9 +125,9 @@ SafetensorsFile::~SafetensorsFile() {
 llvm::Error SafetensorsFile::read(char *buf, uint64_t bytes, uint64_t offset) const {
   errno = 0;
   if (!readAt(fd, buf, bytes, dataStart + offset))
-    return fail(fmt::format("{}: cannot read: {}", path,
-                            errno ? std::strerror(errno)
-                                  : "the file is shorter than its header says"));
+    return fail(
+        fmt::format("{}: cannot read: {}", path,
+                    errno ? std::strerror(errno) : "the file is shorter than its header says"));
   return llvm::Error::success();
 }
 
@@ -188,7 +188,8 @@ llvm::Expected<std::unique_ptr<SafetensorsFile>> openSafetensors(const std::stri
     t.dtype = v["dtype"].get<std::string>();
     t.width = safetensorsWidth(t.dtype);
     if (t.width == 0)
-      return where("dtype " + t.dtype + " is not a safetensors type Tofu reads (F64, F32, F16, "
+      return where("dtype " + t.dtype +
+                   " is not a safetensors type Tofu reads (F64, F32, F16, "
                    "BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL)");
     uint64_t count = 1;
     for (const nlohmann::json &d : v["shape"]) {

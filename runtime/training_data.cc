@@ -70,8 +70,8 @@ void forEachElement(const std::vector<int64_t> &shape, const Box &box, Fn &&fn) 
 
 TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned seed, double lr,
                            const std::map<std::string, std::vector<double>> &constants,
-                           bool teacher,
-                           const std::map<std::string, std::vector<float>> *initial, TrainingHyper hyper)
+                           bool teacher, const std::map<std::string, std::vector<float>> *initial,
+                           TrainingHyper hyper)
     : p_(p), constants_(constants) {
   auto fill = [](double x) {
     Rule r;
@@ -144,7 +144,8 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
     else if (pt.role == TensorRole::OptimizerState)
       r = fill(0.0);
     else if (pt.role == TensorRole::Weight && pt.shape.size() >= 2) {
-      int64_t fanIn = pt.shape.size() == 2 ? pt.shape[0] : boxElements(wholeBox(pt.shape)) / pt.shape[0];
+      int64_t fanIn =
+          pt.shape.size() == 2 ? pt.shape[0] : boxElements(wholeBox(pt.shape)) / pt.shape[0];
       double bound = 1.0 / std::sqrt(double(std::max<int64_t>(1, fanIn)));
       r = drawn(0, -bound, bound);
     }
@@ -237,8 +238,8 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
 
 double TrainingData::element(const Rule &r, unsigned t, unsigned step, int64_t flat,
                              const int64_t *coords) const {
-  const uint64_t key = r.batch ? scramble(r.stream ^ scramble((uint64_t(step) + 1) * kGolden))
-                               : r.stream;
+  const uint64_t key =
+      r.batch ? scramble(r.stream ^ scramble((uint64_t(step) + 1) * kGolden)) : r.stream;
   switch (r.kind) {
   case Kind::Fill:
     return r.a;
@@ -271,8 +272,8 @@ void TrainingData::teacherScores(unsigned step, int64_t row, std::vector<double>
   const Rule &x = rules_.at(static_cast<unsigned>(input_));
   std::vector<double> folded(features_, 0.0);
   for (int64_t f = 0; f < width_; ++f)
-    folded[f % features_] +=
-        static_cast<float>(element(x, static_cast<unsigned>(input_), step, row * width_ + f, nullptr));
+    folded[f % features_] += static_cast<float>(
+        element(x, static_cast<unsigned>(input_), step, row * width_ + f, nullptr));
   scores.assign(classes_, 0.0);
   for (int64_t c = 0; c < classes_; ++c) {
     double s = 0;
@@ -297,10 +298,10 @@ void TrainingData::fill(unsigned t, unsigned step, const Box &box, float *out) c
     const int64_t row = classify_ ? flat : flat / classes_;
     if (row != last)
       teacherScores(step, row, scores), last = row;
-    out[i] = classify_ ? static_cast<float>(std::max_element(scores.begin(),
-                                                             scores.begin() + picked_) -
-                                            scores.begin())
-                       : static_cast<float>(std::tanh(scores[flat % classes_]));
+    out[i] = classify_
+                 ? static_cast<float>(std::max_element(scores.begin(), scores.begin() + picked_) -
+                                      scores.begin())
+                 : static_cast<float>(std::tanh(scores[flat % classes_]));
   });
 }
 
@@ -323,9 +324,9 @@ void applyConstants(const Problem &p, const std::map<std::string, std::vector<do
   }
 }
 
-std::map<unsigned, Tensor> trainingValues(const Problem &p, const std::string &loss, unsigned seed,
-                                          double lr,
-                                          const std::map<std::string, std::vector<double>> &constants) {
+std::map<unsigned, Tensor>
+trainingValues(const Problem &p, const std::string &loss, unsigned seed, double lr,
+               const std::map<std::string, std::vector<double>> &constants) {
   TrainingData d(p, loss, seed, lr, constants, false);
   std::map<unsigned, Tensor> out;
   for (unsigned t : d.tensors())

@@ -84,14 +84,14 @@ private:
   enum class Kind { Fill, Given, GivenFloat, Uniform, Integers, Labels, Scheduled };
   struct Rule {
     Kind kind = Kind::Fill;
-    double a = 0, b = 0;   ///< Fill: a; Uniform: [a, b)
-    int64_t integers = 0;  ///< Integers: [0, integers)
+    double a = 0, b = 0;                                   ///< Fill: a; Uniform: [a, b)
+    int64_t integers = 0;                                  ///< Integers: [0, integers)
     std::optional<std::pair<unsigned, unsigned>> diagonal; ///< Uniform: boosted dimensions
-    const std::vector<double> *given = nullptr;             ///< Given
-    const std::vector<float> *givenFloat = nullptr;         ///< GivenFloat
-    uint64_t stream = 0;   ///< from the seed and the tensor's name
-    bool batch = false;    ///< drawn afresh each step
-    std::function<double(unsigned)> schedule; ///< Scheduled: the value at a step
+    const std::vector<double> *given = nullptr;            ///< Given
+    const std::vector<float> *givenFloat = nullptr;        ///< GivenFloat
+    uint64_t stream = 0;                                   ///< from the seed and the tensor's name
+    bool batch = false;                                    ///< drawn afresh each step
+    std::function<double(unsigned)> schedule;              ///< Scheduled: the value at a step
   };
   /// Element `flat` (at `coords`) of tensor `t` under `rule` at step `step`.
   double element(const Rule &rule, unsigned t, unsigned step, int64_t flat,
@@ -112,9 +112,9 @@ private:
 };
 
 /// Every tensor without a producer, whole, at step 0 (see TrainingData).
-std::map<unsigned, Tensor> trainingValues(
-    const Problem &p, const std::string &loss, unsigned seed, double lr,
-    const std::map<std::string, std::vector<double>> &constants = {});
+std::map<unsigned, Tensor>
+trainingValues(const Problem &p, const std::string &loss, unsigned seed, double lr,
+               const std::map<std::string, std::vector<double>> &constants = {});
 
 /// Sets the tensors of `values` that `constants` names (by graph name) to their values.
 void applyConstants(const Problem &p, const std::map<std::string, std::vector<double>> &constants,

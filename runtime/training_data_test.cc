@@ -64,7 +64,8 @@ TEST(TrainingData, AnyBoxDrawsTheWholeValuesBox) {
       // Halves, thirds and an off-centre block along every dimension.
       for (size_t dim = 0; dim < shape.size(); ++dim)
         for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, shape[dim] / 2},
-                              {shape[dim] / 3, shape[dim]}, {1, shape[dim] - 1}}) {
+                              {shape[dim] / 3, shape[dim]},
+                              {1, shape[dim] - 1}}) {
           Box box = wholeBox(shape);
           box[dim] = {lo, std::max(lo, hi)};
           std::vector<float> got(std::max<int64_t>(1, boxElements(box)), -7.0f);
@@ -145,7 +146,8 @@ TEST(TrainingData, ScheduledHyperParameters) {
   hyper.schedule.warmup = 1;
   TrainingData d(f.p, f.outputs.at(0), 7, 0.4, {}, true, nullptr, hyper);
   const std::set<unsigned> scheduled(d.scheduledTensors().begin(), d.scheduledTensors().end());
-  EXPECT_EQ(scheduled, (std::set<unsigned>{f.tensor("lr"), f.tensor("adam_c1"), f.tensor("adam_c2")}));
+  EXPECT_EQ(scheduled,
+            (std::set<unsigned>{f.tensor("lr"), f.tensor("adam_c1"), f.tensor("adam_c2")}));
   const unsigned lr = f.tensor("lr"), c1 = f.tensor("adam_c1"), c2 = f.tensor("adam_c2");
   const std::vector<double> rates = {0.2, 0.4, 0.4, 0.2, 0.2, 0.1};
   for (unsigned step = 0; step < rates.size(); ++step)

@@ -373,28 +373,41 @@ struct Rows {
 
 /// Rows::run with small domains and few factors unrolled.
 template <unsigned DV>
-bool runWithDomain(const Rows &rows, std::chrono::steady_clock::time_point deadline,
-                   uint64_t &work, Rows::Scratch &scratch) {
+bool runWithDomain(const Rows &rows, std::chrono::steady_clock::time_point deadline, uint64_t &work,
+                   Rows::Scratch &scratch) {
   switch (rows.nf) {
-  case 1: return rows.run<DV, 1>(deadline, work, scratch);
-  case 2: return rows.run<DV, 2>(deadline, work, scratch);
-  case 3: return rows.run<DV, 3>(deadline, work, scratch);
-  case 4: return rows.run<DV, 4>(deadline, work, scratch);
-  default: return rows.run<DV>(deadline, work, scratch);
+  case 1:
+    return rows.run<DV, 1>(deadline, work, scratch);
+  case 2:
+    return rows.run<DV, 2>(deadline, work, scratch);
+  case 3:
+    return rows.run<DV, 3>(deadline, work, scratch);
+  case 4:
+    return rows.run<DV, 4>(deadline, work, scratch);
+  default:
+    return rows.run<DV>(deadline, work, scratch);
   }
 }
 
 bool runRows(const Rows &rows, std::chrono::steady_clock::time_point deadline, uint64_t &work,
              Rows::Scratch &scratch) {
   switch (rows.dv) {
-  case 2: return runWithDomain<2>(rows, deadline, work, scratch);
-  case 3: return runWithDomain<3>(rows, deadline, work, scratch);
-  case 4: return runWithDomain<4>(rows, deadline, work, scratch);
-  case 5: return runWithDomain<5>(rows, deadline, work, scratch);
-  case 6: return runWithDomain<6>(rows, deadline, work, scratch);
-  case 7: return runWithDomain<7>(rows, deadline, work, scratch);
-  case 8: return runWithDomain<8>(rows, deadline, work, scratch);
-  default: return rows.run<0>(deadline, work, scratch);
+  case 2:
+    return runWithDomain<2>(rows, deadline, work, scratch);
+  case 3:
+    return runWithDomain<3>(rows, deadline, work, scratch);
+  case 4:
+    return runWithDomain<4>(rows, deadline, work, scratch);
+  case 5:
+    return runWithDomain<5>(rows, deadline, work, scratch);
+  case 6:
+    return runWithDomain<6>(rows, deadline, work, scratch);
+  case 7:
+    return runWithDomain<7>(rows, deadline, work, scratch);
+  case 8:
+    return runWithDomain<8>(rows, deadline, work, scratch);
+  default:
+    return rows.run<0>(deadline, work, scratch);
   }
 }
 
@@ -483,8 +496,8 @@ llvm::Expected<MinSumProblem::Solution> MinSumProblem::solve(const Limits &limit
 
 template <typename Order>
 llvm::Expected<MinSumProblem::Solution>
-MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool condition,
-                         bool *tooWide, Order &order, std::vector<unsigned> *record) const {
+MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool condition, bool *tooWide,
+                         Order &order, std::vector<unsigned> *record) const {
   const unsigned n = static_cast<unsigned>(domains_.size());
   // The problem's factors, then those the eliminations make (their scopes and tables in
   // this thread's pools, which keep them in place).
@@ -643,7 +656,8 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
       int64_t s = 1;
       for (size_t q = f.arity; q-- > 0;) {
         unsigned u = f.vars[q];
-        size_t pos = u == v ? ns : size_t(std::lower_bound(scope.begin(), scope.end(), u) - scope.begin());
+        size_t pos =
+            u == v ? ns : size_t(std::lower_bound(scope.begin(), scope.end(), u) - scope.begin());
         stride[k * (ns + 1) + pos] = s;
         s *= domains_[u];
       }
@@ -658,8 +672,16 @@ MinSumProblem::solveWith(const Limits &limits, uint64_t tableLimit, bool conditi
     scopeDomains.clear();
     for (unsigned u : scope)
       scopeDomains.push_back(domains_[u]);
-    Rows rows{size, dv, ns, nf, scopeDomains.data(), stride.data(), base.data(), vStride.data(),
-              out, argmins.data() + eliminations.back().argminAt};
+    Rows rows{size,
+              dv,
+              ns,
+              nf,
+              scopeDomains.data(),
+              stride.data(),
+              base.data(),
+              vStride.data(),
+              out,
+              argmins.data() + eliminations.back().argminAt};
     const bool inTime = runRows(rows, limits.deadline, work, scratch);
     if (!inTime)
       return stringError("the search ran out of its time budget");

@@ -19,9 +19,7 @@ namespace {
 /// widths, on a random batch, with residual additions where an earlier activation has the
 /// same shape, and forks (two layers from one input, added).
 llvm::Expected<Graph> randomGraph(std::mt19937 &rng) {
-  auto pick = [&](std::initializer_list<int64_t> xs) {
-    return *(xs.begin() + rng() % xs.size());
-  };
+  auto pick = [&](std::initializer_list<int64_t> xs) { return *(xs.begin() + rng() % xs.size()); };
   Graph g;
   llvm::Error error = llvm::Error::success();
   auto keep = [&](llvm::Error e) {
@@ -116,7 +114,8 @@ TEST(Quality, TofuWithinOnePercentOfDpFlatOnRandomTrainingGraphs) {
   int over = 0, better = 0, cases = 0;
   double worst = 0;
   for (int graph = 0; graph < 100; ++graph) {
-    Problem p = trainingProblem(randomGraph(rng), graph % 3 == 2 ? Optimizer::Adam : Optimizer::SGD);
+    Problem p =
+        trainingProblem(randomGraph(rng), graph % 3 == 2 ? Optimizer::Adam : Optimizer::SGD);
     for (unsigned k : {4u, 6u, 8u}) {
       const PartitionPlan t = search(p, k, Algorithm::Tofu);
       const PartitionPlan f = search(p, k, Algorithm::DpFlat);
@@ -125,9 +124,9 @@ TEST(Quality, TofuWithinOnePercentOfDpFlatOnRandomTrainingGraphs) {
       worst = std::max(worst, gap(t, f));
       if (gap(t, f) > 0.01) {
         ++over;
-        ADD_FAILURE() << fmt::format("graph {} ({} nodes) k={}: tofu {} bytes, dp-flat {} ({:+.2f}%)",
-                                     graph, p.nodes.size(), k, t.totalBytes, f.totalBytes,
-                                     100 * gap(t, f));
+        ADD_FAILURE() << fmt::format(
+            "graph {} ({} nodes) k={}: tofu {} bytes, dp-flat {} ({:+.2f}%)", graph, p.nodes.size(),
+            k, t.totalBytes, f.totalBytes, 100 * gap(t, f));
       }
     }
   }
@@ -166,8 +165,8 @@ TEST(Quality, TofuWithinOnePercentOfDpFlatOnSmallZooModels) {
         continue;
       }
       EXPECT_TRUE(expected) << c.model << " k=" << k << ": dp-flat finished";
-      EXPECT_LE(gap(t, *f), 0.01) << fmt::format("{} k={}: tofu {} bytes, dp-flat {}", c.model,
-                                                 k, t.totalBytes, f->totalBytes);
+      EXPECT_LE(gap(t, *f), 0.01) << fmt::format("{} k={}: tofu {} bytes, dp-flat {}", c.model, k,
+                                                 t.totalBytes, f->totalBytes);
       std::printf("%s k=%u: tofu %lld bytes, dp-flat %lld (%+.2f%%)\n", c.model, k,
                   static_cast<long long>(t.totalBytes), static_cast<long long>(f->totalBytes),
                   100 * gap(t, *f));

@@ -76,7 +76,6 @@ std::string stepsString(const PartitionPlan &plan) {
 
 } // namespace
 
-
 std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanReportOptions &o) {
   std::string out;
   out += fmt::format("plan: {} on {} workers ({}), algorithm {}\n", o.title, plan.workers,
@@ -97,21 +96,22 @@ std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanRep
                        humanBytes(double(exact)), exact);
   }
   Memory m = memory(p, plan);
-  out += fmt::format("tensor memory: single worker {}; worker 0 {}{} (1/k of single: {})\n",
-                     humanBytes(double(m.single)), humanBytes(double(m.worker0)),
-                     m.allWorkers ? fmt::format(", largest worker {}", humanBytes(double(m.largest)))
-                                  : std::string(),
-                     humanBytes(double(m.single) / plan.workers));
+  out +=
+      fmt::format("tensor memory: single worker {}; worker 0 {}{} (1/k of single: {})\n",
+                  humanBytes(double(m.single)), humanBytes(double(m.worker0)),
+                  m.allWorkers ? fmt::format(", largest worker {}", humanBytes(double(m.largest)))
+                               : std::string(),
+                  humanBytes(double(m.single) / plan.workers));
   if (o.plannedPeak >= 0) {
-    out += fmt::format("planned peak (memory planner: tiles, fetch buffers, partial results, "
-                       "with lifetimes): {} on worker {}{}\n",
-                       humanBytes(double(o.plannedPeak)), o.plannedPeakWorker,
-                       o.memoryLimit > 0
-                           ? fmt::format("; budget {} per worker ({} {})",
-                                         humanBytes(double(o.memoryLimit)),
-                                         humanBytes(double(std::abs(o.memoryLimit - o.plannedPeak))),
-                                         o.memoryLimit >= o.plannedPeak ? "spare" : "over")
-                           : std::string());
+    out += fmt::format(
+        "planned peak (memory planner: tiles, fetch buffers, partial results, "
+        "with lifetimes): {} on worker {}{}\n",
+        humanBytes(double(o.plannedPeak)), o.plannedPeakWorker,
+        o.memoryLimit > 0
+            ? fmt::format("; budget {} per worker ({} {})", humanBytes(double(o.memoryLimit)),
+                          humanBytes(double(std::abs(o.memoryLimit - o.plannedPeak))),
+                          o.memoryLimit >= o.plannedPeak ? "spare" : "over")
+            : std::string());
     out += fmt::format("  live at its most: tiles {}, fetched inputs {}, partial results {}\n",
                        humanBytes(double(o.liveTiles)), humanBytes(double(o.liveFetches)),
                        humanBytes(double(o.livePartials)));
@@ -125,11 +125,12 @@ std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanRep
   }
   std::vector<unsigned> zeros(plan.steps.size(), 0);
   if (o.listTensors) {
-    out += "\n| tensor | role | shape | cut per dimension | worker 0's tile |\n| --- | --- | --- | --- | --- |\n";
+    out += "\n| tensor | role | shape | cut per dimension | worker 0's tile |\n| --- | --- | --- | "
+           "--- | --- |\n";
     for (unsigned t = 0; t < p.tensors.size(); ++t)
       out += fmt::format("| {} | {} | {} | {} | {} |\n", p.tensors[t].name,
-                         roleName(p.tensors[t].role), dims(p.tensors[t].shape), dims(grid(p, plan, t)),
-                         tileShape(p.tensorTile(t, plan.steps, zeros)));
+                         roleName(p.tensors[t].role), dims(p.tensors[t].shape),
+                         dims(grid(p, plan, t)), tileShape(p.tensorTile(t, plan.steps, zeros)));
   }
   if (o.listOps) {
     const std::vector<int64_t> &perNode = plan.nodeBytes;
@@ -164,9 +165,8 @@ std::string planJson(const Problem &p, const PartitionPlan &plan, const PlanRepo
   if (o.plannedPeak >= 0) {
     j["memory"]["planned_peak_bytes"] = o.plannedPeak;
     j["memory"]["planned_peak_worker"] = o.plannedPeakWorker;
-    j["memory"]["live_at_most"] = {{"tiles", o.liveTiles},
-                                   {"fetches", o.liveFetches},
-                                   {"partials", o.livePartials}};
+    j["memory"]["live_at_most"] = {
+        {"tiles", o.liveTiles}, {"fetches", o.liveFetches}, {"partials", o.livePartials}};
   }
   if (o.memoryLimit > 0)
     j["memory"]["budget_bytes"] = o.memoryLimit;
@@ -222,14 +222,17 @@ std::string planSvg(const Problem &p, const PartitionPlan &plan, const std::stri
   }
   const int cell = 64, gap = 22, perRow = 16, margin = 20;
   auto rowsOf = [&](size_t n) { return int((n + perRow - 1) / perRow); };
-  int height = margin * 2 + 40 + (rowsOf(weights.size()) + rowsOf(activations.size())) * (cell + gap) + 40;
+  int height =
+      margin * 2 + 40 + (rowsOf(weights.size()) + rowsOf(activations.size())) * (cell + gap) + 40;
   int width = margin * 2 + perRow * (cell + gap);
-  std::string s = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
-      "font-size=\"9\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      "<text x=\"{}\" y=\"{}\" font-size=\"13\">{} on {} workers ({}): tiles coloured by owning worker; "
-      "rows = dimension 0, columns = dimension 1</text>\n",
-      width, height, margin, margin + 4, title, plan.workers, plan.algorithm);
+  std::string s =
+      fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+                  "font-family=\"sans-serif\" "
+                  "font-size=\"9\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+                  "<text x=\"{}\" y=\"{}\" font-size=\"13\">{} on {} workers ({}): tiles coloured "
+                  "by owning worker; "
+                  "rows = dimension 0, columns = dimension 1</text>\n",
+                  width, height, margin, margin + 4, title, plan.workers, plan.algorithm);
   std::vector<unsigned> parts = partsOf(plan);
   int y = margin + 24;
   auto section = [&](const std::vector<unsigned> &list, const char *label) {
@@ -249,7 +252,8 @@ std::string planSvg(const Problem &p, const PartitionPlan &plan, const std::stri
         s += fmt::format("<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" "
                          "fill=\"hsl({},70%,60%)\" stroke=\"black\" "
                          "stroke-width=\"0.3\"><title>{} worker {}</title></rect>\n",
-                         x, yy, wdt, hgt, 360 * w / std::max(1u, plan.workers), p.tensors[t].name, w);
+                         x, yy, wdt, hgt, 360 * w / std::max(1u, plan.workers), p.tensors[t].name,
+                         w);
       }
       s += fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", x0, y0 + cell + 10,
                        p.tensors[t].name.substr(0, 14));

@@ -10,8 +10,8 @@
 namespace tofu {
 
 struct PlanReportOptions {
-  std::string title;     ///< the model or file the graph came from
-  bool exact = true;     ///< also count the communication over every worker (k region sweeps)
+  std::string title; ///< the model or file the graph came from
+  bool exact = true; ///< also count the communication over every worker (k region sweeps)
   bool listTensors = true;
   bool listOps = true;
   /// The memory planner's result, where the caller planned memory: the largest worker's
@@ -30,7 +30,6 @@ std::string planJson(const Problem &p, const PartitionPlan &plan, const PlanRepo
 /// The weights, and the activations that weight-using ops read, drawn as their first two
 /// dimensions tiled by owning worker (the paper's Figure 10).
 std::string planSvg(const Problem &p, const PartitionPlan &plan, const std::string &title);
-
 
 } // namespace tofu
 

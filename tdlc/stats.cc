@@ -73,8 +73,8 @@ llvm::Expected<LibraryStats> computeStats(const std::string &dir, int opset) {
       bool ok = true;
       for (const auto &t : e["tdl"])
         if (!t.is_string() || !opNames.count(t.get<std::string>())) {
-          s.problems.push_back(fmt::format("{}: maps to '{}', which {} does not describe", name,
-                                           t.dump(), dir));
+          s.problems.push_back(
+              fmt::format("{}: maps to '{}', which {} does not describe", name, t.dump(), dir));
           ok = false;
         }
       if (ok)

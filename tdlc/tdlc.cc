@@ -103,13 +103,14 @@ cl::opt<Format> format("format", cl::desc("With --strategies: output format"),
                        cl::init(Format::Table), cl::cat(tdlcCategory));
 cl::opt<bool> quiet("quiet", cl::desc("With --check, do not print warnings"),
                     cl::cat(tdlcCategory));
-cl::opt<std::string> kernelsMode("kernels",
-                                 cl::desc("With --verify: what computes each worker's share: interp "
-                                          "(default; the TDL interpreter, double) or compiled "
-                                          "(oneDNN where a library call expresses the share, else "
-                                          "the op's generated C++ kernel, float32, as tofu-run "
-                                          "runs them)"),
-                                 cl::init("interp"), cl::cat(tdlcCategory));
+cl::opt<std::string>
+    kernelsMode("kernels",
+                cl::desc("With --verify: what computes each worker's share: interp "
+                         "(default; the TDL interpreter, double) or compiled "
+                         "(oneDNN where a library call expresses the share, else "
+                         "the op's generated C++ kernel, float32, as tofu-run "
+                         "runs them)"),
+                cl::init("interp"), cl::cat(tdlcCategory));
 unsigned verifyPassed = 0, verifyFailed = 0;
 /// With --kernels compiled: the kernels, compiled once per file in one batch.
 std::unique_ptr<tofu::CpuKernelLibrary> kernelLibrary;
@@ -316,7 +317,8 @@ int analyseModule(const tofu::ir::Module &module) {
                        [&](const tofu::ir::OpDef *op) { return op->findInput(name).has_value(); }))
         unused += fmt::format(" --rank {}", name);
     if (!unused.empty()) {
-      llvm::errs() << "tdlc: no op " << (opName.empty() ? "of " + module.rootFile : "'" + opName + "'")
+      llvm::errs() << "tdlc: no op "
+                   << (opName.empty() ? "of " + module.rootFile : "'" + opName + "'")
                    << " has what these name:" << unused << "\n";
       return 2;
     }
@@ -381,13 +383,12 @@ int analyseModule(const tofu::ir::Module &module) {
       };
       describe(cuda ? "schedule (one launch)" : "schedule",
                cuda ? tofu::ScheduleTarget::Cuda : tofu::ScheduleTarget::Cpp);
-      if (cuda && !tofu::scheduleKernel(*inst, tofu::ScheduleTarget::CudaPasses)
-                        .temporaries()
-                        .empty())
+      if (cuda &&
+          !tofu::scheduleKernel(*inst, tofu::ScheduleTarget::CudaPasses).temporaries().empty())
         describe("schedule (several launches: the _p, _c and _mp entry points)",
                  tofu::ScheduleTarget::CudaPasses);
-      auto k = tofu::generateKernel(*inst, cuda ? tofu::KernelDialect::Cuda
-                                                : tofu::KernelDialect::Cpp);
+      auto k =
+          tofu::generateKernel(*inst, cuda ? tofu::KernelDialect::Cuda : tofu::KernelDialect::Cpp);
       if (!k) {
         llvm::outs() << "// no kernel: " << llvm::toString(k.takeError()) << "\n";
         continue;
@@ -435,8 +436,11 @@ int analyseModule(const tofu::ir::Module &module) {
       gradOptions.seed = seed;
       gradOptions.example = example;
       for (const tofu::GradCheck &g : tofu::checkGradients(*op, gradOptions)) {
-        llvm::outs() << "  " << (g.ok ? "OK  " : g.skipped ? "SKIP" : "FAIL") << "  grad "
-                     << g.input << " = " << g.call << "(...)";
+        llvm::outs() << "  "
+                     << (g.ok        ? "OK  "
+                         : g.skipped ? "SKIP"
+                                     : "FAIL")
+                     << "  grad " << g.input << " = " << g.call << "(...)";
         if (g.ok)
           llvm::outs() << llvm::format("  max err %.2g vs finite differences", g.maxError);
         else

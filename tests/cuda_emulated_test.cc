@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "analysis/sema.h"
+#include "fmt/format.h"
 #include "runtime/cuda/launch_params.h"
 #include "runtime/kernel_verify.h"
-#include "fmt/format.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
@@ -100,8 +100,8 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
   for (const std::string &why : notGenerated)
     ADD_FAILURE() << "no CUDA kernel: " << why;
   KernelCompileOptions options;
-  options.cacheDir = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
-                     "/emulated";
+  options.cacheDir =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/emulated";
   options.flags = "-O1 -fno-math-errno -fPIC -shared -std=c++17 -w";
   CpuKernelLibrary lib;
   llvm::Error e = lib.add(kernels, options);
@@ -122,8 +122,8 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
       return k.takeError();
     CpuKernelLibrary::Fn fn = lib.find(k->name + "_emu");
     if (!fn)
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "kernel %s was not compiled", k->name.c_str());
+      return llvm::createStringError(llvm::inconvertibleErrorCode(), "kernel %s was not compiled",
+                                     k->name.c_str());
     ++calls;
     // The temporaries and, for kParts parts each, their partial results.
     int64_t scratchFloats = 0, partials = 0;
@@ -136,16 +136,15 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
     }
     std::vector<float> scratch(static_cast<size_t>(scratchFloats + partials) + 1, NAN);
     auto run = [&](CpuKernelLibrary::Fn kernel) {
-      return runOnRegions(
-          op, shapes, inputs, ranges,
-          [&](const std::vector<Box> &regions, const float *const *in, float *out) {
-            std::vector<const float *> ptrs(in, in + op.inputs.size());
-            std::vector<unsigned char> block =
-                cuda::kernelArgBlock(kernelInts(op, shapes, ranges, regions), ptrs, out,
-                                     readsInsideRegions(op, shapes, ranges, regions),
-                                     scratch.data(), kParts);
-            kernel(reinterpret_cast<const TofuKernelArgs *>(block.data()));
-          });
+      return runOnRegions(op, shapes, inputs, ranges,
+                          [&](const std::vector<Box> &regions, const float *const *in, float *out) {
+                            std::vector<const float *> ptrs(in, in + op.inputs.size());
+                            std::vector<unsigned char> block = cuda::kernelArgBlock(
+                                kernelInts(op, shapes, ranges, regions), ptrs, out,
+                                readsInsideRegions(op, shapes, ranges, regions), scratch.data(),
+                                kParts);
+                            kernel(reinterpret_cast<const TofuKernelArgs *>(block.data()));
+                          });
     };
     Tensor perThread = run(fn);
     if (!k->blockReductions.empty()) {
@@ -158,10 +157,9 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
       for (int64_t e = 0; e < perThread.size(); ++e)
         if (!(perThread.data[e] == perBlock.data[e]) &&
             !(std::isnan(perThread.data[e]) && std::isnan(perBlock.data[e])))
-          return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                         "the block variant differs at element %lld: %g vs %g",
-                                         static_cast<long long>(e), perBlock.data[e],
-                                         perThread.data[e]);
+          return llvm::createStringError(
+              llvm::inconvertibleErrorCode(), "the block variant differs at element %lld: %g vs %g",
+              static_cast<long long>(e), perBlock.data[e], perThread.data[e]);
     }
     // The multi-launch variant sums in another order (parts): equal within the float32
     // tolerance, relative to the share's largest magnitude.

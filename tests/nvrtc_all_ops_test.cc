@@ -6,8 +6,8 @@
 
 #include "analysis/sema.h"
 #include "analysis/verify.h"
-#include "llvm/Support/Path.h"
 #include "runtime/cuda/nvrtc_kernels.h"
+#include "llvm/Support/Path.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
@@ -39,7 +39,8 @@ TEST(Nvrtc, EveryOpsCudaKernelCompiles) {
     }
   }
   CubinOptions options;
-  options.cacheDir = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/cubins";
+  options.cacheDir =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/cubins";
   auto cubins = compileCubins(kernels, options);
   ASSERT_TRUE(bool(cubins)) << llvm::toString(cubins.takeError());
   size_t named = 0;
@@ -53,7 +54,7 @@ TEST(Nvrtc, EveryOpsCudaKernelCompiles) {
   std::printf("%u ops: %zu CUDA kernels (%zu distinct) compiled by NVRTC into %zu cubins\n", ops,
               kernels.size(), named, cubins->size());
   EXPECT_EQ(kernels.size(), ops); // every op has a kernel (opaque functions too)
-  EXPECT_GE(named, 300u);                  // (equal lowerings share one)
+  EXPECT_GE(named, 300u);         // (equal lowerings share one)
 }
 
 } // namespace

@@ -128,7 +128,8 @@ TEST(OnnxCorpus, SmallModelsComputePyTorchsOutputs) {
     // initializers, the constants from the import.
     std::map<std::string, std::pair<std::vector<int64_t>, std::vector<double>>> byName;
     for (const auto &[input, v] : ref["inputs"].items())
-      byName[input] = {v["shape"].get<std::vector<int64_t>>(), v["values"].get<std::vector<double>>()};
+      byName[input] = {v["shape"].get<std::vector<int64_t>>(),
+                       v["values"].get<std::vector<double>>()};
     onnx::ModelProto model;
     {
       std::ifstream in(path, std::ios::binary);

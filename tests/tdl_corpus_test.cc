@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "analysis/sema.h"
-#include "gtest/gtest.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+#include "gtest/gtest.h"
 
 namespace tofu {
 namespace {

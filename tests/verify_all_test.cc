@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "analysis/sema.h"
 #include "analysis/gradcheck.h"
+#include "analysis/sema.h"
 #include "analysis/verify.h"
 #include "llvm/Support/Path.h"
 #include "gtest/gtest.h"
@@ -28,16 +28,16 @@ TEST(VerifyAll, EveryStrategyOfEveryOpReproducesTheUnpartitionedResult) {
     for (const ir::OpDef *op : module->opsInFile(file)) {
       // The library's ops state their output shapes, so graphs can infer shapes from TDL.
       if (llvm::StringRef(file).startswith("ops/")) {
-        EXPECT_TRUE(op->shape.has_value()) << file << ": op " << op->name
-                                           << " has no output-shape clause";
+        EXPECT_TRUE(op->shape.has_value())
+            << file << ": op " << op->name << " has no output-shape clause";
       }
       GradCheckOptions options;
       if (auto it = examples->find(op->name); it != examples->end())
         options.example = &it->second;
       for (const GradCheck &g : checkGradients(*op, options)) {
         ++grads;
-        EXPECT_TRUE(g.ok) << (g.skipped ? "(not checked) " : "") << file << ": " << op->name << ": grad " << g.input << " = " << g.call
-                          << ": " << g.problem;
+        EXPECT_TRUE(g.ok) << (g.skipped ? "(not checked) " : "") << file << ": " << op->name
+                          << ": grad " << g.input << " = " << g.call << ": " << g.problem;
       }
     }
     for (const OpCheck &c : verifyFile(*module, file)) {
@@ -45,8 +45,8 @@ TEST(VerifyAll, EveryStrategyOfEveryOpReproducesTheUnpartitionedResult) {
       EXPECT_TRUE(c.problem.empty()) << file << ": " << c.op << ": " << c.problem;
       for (const StrategyCheck &s : c.strategies) {
         ++strategies;
-        EXPECT_TRUE(s.ok) << file << ": " << c.op << " split " << s.strategy << ": "
-                          << s.problem << " (shapes " << c.shapes << ")";
+        EXPECT_TRUE(s.ok) << file << ": " << c.op << " split " << s.strategy << ": " << s.problem
+                          << " (shapes " << c.shapes << ")";
       }
     }
   }

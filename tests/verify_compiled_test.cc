@@ -31,13 +31,13 @@ TEST(VerifyCompiled, EveryStrategyOfEveryOpOnCompiledKernels) {
     modules.push_back(std::move(*module));
   }
   KernelCompileOptions options;
-  options.cacheDir = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
-                     "/kernels";
+  options.cacheDir =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/kernels";
   CpuKernelLibrary lib;
   llvm::Error e = lib.add(kernels, options); // one batch, as a graph's kernels are built
   ASSERT_FALSE(bool(e)) << llvm::toString(std::move(e));
-  std::printf("compiled %u kernels in %u units in %.1f s\n", lib.stats().kernels,
-              lib.stats().units, lib.stats().seconds);
+  std::printf("compiled %u kernels in %u units in %.1f s\n", lib.stats().kernels, lib.stats().units,
+              lib.stats().seconds);
   for (const std::string &why : notCompiled)
     ADD_FAILURE() << "no generated kernel: " << why;
 

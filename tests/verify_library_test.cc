@@ -1,8 +1,8 @@
 // Every strategy of every op whose body has a library form (matrix products, convolutions
-// and their gradients, scatter-adds, sums of products with a bias; runtime/library_kernels.h), with each worker's share computed by its
-// oneDNN call wherever one expresses the share, reproduces the interpreter's unpartitioned
-// result. The library must take most shares of the ops it claims, so a matcher that
-// silently declines everything fails here too.
+// and their gradients, scatter-adds, sums of products with a bias; runtime/library_kernels.h), with
+// each worker's share computed by its oneDNN call wherever one expresses the share, reproduces the
+// interpreter's unpartitioned result. The library must take most shares of the ops it claims, so a
+// matcher that silently declines everything fails here too.
 #include <algorithm>
 #include <cstdio>
 #include <string>

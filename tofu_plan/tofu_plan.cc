@@ -1,8 +1,8 @@
 // tofu-plan: builds a dataflow graph (zoo model, JSON or ONNX), optionally its training
 // step, and searches for its partition across --workers workers.
 #include <chrono>
-#include <fstream>
 #include <cmath>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -65,8 +65,11 @@ cl::opt<std::string> lossOutput("loss-output",
 cl::opt<bool> describe("describe",
                        cl::desc("Print node and tensor counts and bytes per tensor role"),
                        cl::cat(planCategory));
-cl::opt<std::string> opsDir("ops", cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: its Bazel runfiles or PREFIX/share/tofu/ops, else ./ops)"),
-                            cl::init("ops"), cl::value_desc("DIR"), cl::cat(planCategory));
+cl::opt<std::string>
+    opsDir("ops",
+           cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: "
+                    "its Bazel runfiles or PREFIX/share/tofu/ops, else ./ops)"),
+           cl::init("ops"), cl::value_desc("DIR"), cl::cat(planCategory));
 cl::opt<bool> dumpJson("dump-json", cl::desc("Print the graph as JSON"), cl::cat(planCategory));
 cl::opt<unsigned> workers("workers", cl::desc("Search a partition for K workers (any K >= 1)"),
                           cl::value_desc("K"), cl::init(0), cl::cat(planCategory));
@@ -76,11 +79,13 @@ cl::opt<std::string> format("format", cl::desc("Plan output: table (default) or 
                             cl::init("table"), cl::cat(planCategory));
 cl::opt<std::string> svgFile("svg", cl::desc("Also draw the plan's weight and activation tiles"),
                              cl::value_desc("FILE.svg"), cl::cat(planCategory));
-cl::opt<bool> summary("summary", cl::desc("Print the plan's summary only (no per-tensor and "
-                                          "per-op tables)"),
+cl::opt<bool> summary("summary",
+                      cl::desc("Print the plan's summary only (no per-tensor and "
+                               "per-op tables)"),
                       cl::cat(planCategory));
-cl::opt<double> budget("budget", cl::desc("Time budget in seconds of dp-flat and exhaustive "
-                                          "(default 60)"),
+cl::opt<double> budget("budget",
+                       cl::desc("Time budget in seconds of dp-flat and exhaustive "
+                                "(default 60)"),
                        cl::init(60), cl::cat(planCategory));
 cl::opt<unsigned> searchThreads(
     "search-threads",
@@ -93,10 +98,11 @@ cl::opt<std::string> memoryPerWorker(
              "planner's, on every worker) fits in BYTES, or fail saying by how much the closest "
              "plan misses (e.g. 80GB, 16GiB)"),
     cl::value_desc("BYTES"), cl::cat(planCategory));
-cl::opt<std::string> fitBytes(
-    "fit", cl::desc("Find the smallest number of workers (any count) with a plan whose planned "
-                    "peak fits in BYTES per worker, and print that plan"),
-    cl::value_desc("BYTES"), cl::cat(planCategory));
+cl::opt<std::string>
+    fitBytes("fit",
+             cl::desc("Find the smallest number of workers (any count) with a plan whose planned "
+                      "peak fits in BYTES per worker, and print that plan"),
+             cl::value_desc("BYTES"), cl::cat(planCategory));
 cl::opt<unsigned> maxWorkers("max-workers",
                              cl::desc("With --fit: the most workers to try (default 1024)"),
                              cl::value_desc("K"), cl::init(1024), cl::cat(planCategory));
@@ -109,8 +115,9 @@ cl::opt<std::string> topologySpec(
              "level's latency per message); the report gives bytes, messages and an estimated "
              "time per level, beside the plan of least bytes'. Sets --workers"),
     cl::value_desc("SPEC"), cl::cat(planCategory));
-cl::opt<bool> noCoarsen("no-coarsen", cl::desc("Do not merge element-wise chains and coalesced "
-                                               "timesteps"),
+cl::opt<bool> noCoarsen("no-coarsen",
+                        cl::desc("Do not merge element-wise chains and coalesced "
+                                 "timesteps"),
                         cl::cat(planCategory));
 
 std::string human(double bytes) { return tofu::humanBytes(bytes); }
@@ -152,8 +159,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (maxWorkers > tofu::kMaxWorkers) {
-    llvm::errs() << fmt::format("tofu-plan: --max-workers must be at most {}\n",
-                                tofu::kMaxWorkers);
+    llvm::errs() << fmt::format("tofu-plan: --max-workers must be at most {}\n", tofu::kMaxWorkers);
     return 2;
   }
   if (!std::isfinite(budget) || budget <= 0 || budget > 1e6) {
@@ -240,8 +246,8 @@ int main(int argc, char **argv) {
   }
   auto algorithm = tofu::parseAlgorithm(algo);
   if (!algorithm) {
-    llvm::errs() << "tofu-plan: unknown --algo '" << algo << "' (one of "
-                 << tofu::algorithmNames() << ")\n";
+    llvm::errs() << "tofu-plan: unknown --algo '" << algo << "' (one of " << tofu::algorithmNames()
+                 << ")\n";
     return 2;
   }
   if (format != "table" && format != "json") {
@@ -273,8 +279,8 @@ int main(int argc, char **argv) {
   pipeline.weightDecay = weightDecay;
   pipeline.lossOutput = lossOutput;
   pipeline.until = budgetBytes || topology ? tofu::Stage::Problem
-                  : workers > 0              ? tofu::Stage::Plan
-                                             : tofu::Stage::Graph;
+                   : workers > 0           ? tofu::Stage::Plan
+                                           : tofu::Stage::Graph;
   pipeline.search.workers = workers;
   pipeline.search.algorithm = *algorithm;
   pipeline.search.budgetSeconds = budget;
@@ -326,15 +332,14 @@ int main(int argc, char **argv) {
         auto found = tofu::fitWorkers(
             *problem, pipeline.search, *budgetBytes, g->outputs, maxWorkers,
             [&](unsigned k, const tofu::MemoryFit &f) {
-              llvm::errs() << fmt::format("tofu-plan: {} workers: {} ({} plan{} searched, "
-                                          "{:.1f} s)\n",
-                                          k,
-                                          f.fits ? fmt::format("fits, planned peak {}",
-                                                               human(double(f.peak)))
-                                                 : fmt::format("closest plan's peak {}, {} over",
-                                                               human(double(f.peak)),
-                                                               human(double(f.peak - f.limit))),
-                                          f.searches, f.searches == 1 ? "" : "s", f.seconds);
+              llvm::errs() << fmt::format(
+                  "tofu-plan: {} workers: {} ({} plan{} searched, "
+                  "{:.1f} s)\n",
+                  k,
+                  f.fits ? fmt::format("fits, planned peak {}", human(double(f.peak)))
+                         : fmt::format("closest plan's peak {}, {} over", human(double(f.peak)),
+                                       human(double(f.peak - f.limit))),
+                  f.searches, f.searches == 1 ? "" : "s", f.seconds);
             });
         if (!found) {
           llvm::errs() << "tofu-plan: --fit " << fitBytes << ": "
@@ -364,23 +369,24 @@ int main(int argc, char **argv) {
               "tofu-plan: no plan found for {} workers fits in {} per worker: the closest "
               "({}) has a planned peak of {} on worker {}, {} over ({} plans searched); "
               "--fit {} finds how many workers it needs\n",
-              workers, limit, found->plan.algorithm, human(double(found->peak)),
-              found->peakWorker,
+              workers, limit, found->plan.algorithm, human(double(found->peak)), found->peakWorker,
               human(double(found->peak - found->limit)), found->searches,
               std::string(memoryPerWorker));
           return 1;
         }
         memoryFit = std::move(*found);
       }
-      memoryLine += fmt::format("memory budget {} per worker: {} plan{} searched and memory-planned "
-                                "in {:.3f} s; the one chosen has memory priced at {:.3g} per byte\n",
-                                limit, memoryFit.searches, memoryFit.searches == 1 ? "" : "s",
-                                memoryFit.seconds, memoryFit.memoryWeight);
+      memoryLine +=
+          fmt::format("memory budget {} per worker: {} plan{} searched and memory-planned "
+                      "in {:.3f} s; the one chosen has memory priced at {:.3g} per byte\n",
+                      limit, memoryFit.searches, memoryFit.searches == 1 ? "" : "s",
+                      memoryFit.seconds, memoryFit.memoryWeight);
       plan = &memoryFit.plan;
       report.plannedPeak = memoryFit.peak;
       report.memoryLimit = *budgetBytes;
       report.plannedPeakWorker = memoryFit.peakWorker;
-      const tofu::LiveAtMost live = tofu::liveAtMost(memoryFit.memory.workers[memoryFit.peakWorker]);
+      const tofu::LiveAtMost live =
+          tofu::liveAtMost(memoryFit.memory.workers[memoryFit.peakWorker]);
       report.liveTiles = live.tiles;
       report.liveFetches = live.fetches;
       report.livePartials = live.partials;
@@ -416,17 +422,15 @@ int main(int argc, char **argv) {
         machineText += fmt::format("| between {}s{} | {} | {} | {} | {} |\n", level.name,
                                    l == 0 ? "" : " of one " + topology->levels[l - 1].name,
                                    human(double(mine.levels[l].bytes)), mine.levels[l].messages,
-                                   human(double(other.levels[l].bytes)),
-                                   other.levels[l].messages);
-        machineJson["levels"].push_back(
-            {{"name", level.name},
-             {"count", level.count},
-             {"bandwidth_bytes_per_second", level.bandwidth},
-             {"latency_seconds", level.latency},
-             {"bytes", mine.levels[l].bytes},
-             {"messages", mine.levels[l].messages},
-             {"least_bytes_plan_bytes", other.levels[l].bytes},
-             {"least_bytes_plan_messages", other.levels[l].messages}});
+                                   human(double(other.levels[l].bytes)), other.levels[l].messages);
+        machineJson["levels"].push_back({{"name", level.name},
+                                         {"count", level.count},
+                                         {"bandwidth_bytes_per_second", level.bandwidth},
+                                         {"latency_seconds", level.latency},
+                                         {"bytes", mine.levels[l].bytes},
+                                         {"messages", mine.levels[l].messages},
+                                         {"least_bytes_plan_bytes", other.levels[l].bytes},
+                                         {"least_bytes_plan_messages", other.levels[l].messages}});
       }
       machineText += fmt::format(
           "estimated communication time per step (an estimate: the slowest worker's received "
@@ -480,7 +484,8 @@ int main(int argc, char **argv) {
   }
   llvm::outs() << fmt::format("{}{} (batch {})\n", name, train ? " training step" : "",
                               model.empty() ? "from the file" : std::to_string(batch));
-  llvm::outs() << fmt::format("| | count | bytes (every tensor, no buffer reuse) |\n| --- | ---: | ---: |\n");
+  llvm::outs() << fmt::format(
+      "| | count | bytes (every tensor, no buffer reuse) |\n| --- | ---: | ---: |\n");
   llvm::outs() << fmt::format("| nodes | {} | |\n", g->nodes().size());
   llvm::outs() << fmt::format("| tensors | {} | |\n", g->tensors().size());
   for (auto r : {tofu::TensorRole::Weight, tofu::TensorRole::Input, tofu::TensorRole::Activation,

@@ -20,9 +20,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
-#include <filesystem>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -63,19 +63,22 @@ namespace cl = llvm::cl;
 namespace {
 
 cl::OptionCategory runCategory("tofu-run options");
-cl::opt<std::string> model("model", cl::desc("A zoo model (see --help)"),
-                           cl::value_desc("NAME"), cl::cat(runCategory));
+cl::opt<std::string> model("model", cl::desc("A zoo model (see --help)"), cl::value_desc("NAME"),
+                           cl::cat(runCategory));
 cl::opt<std::string> graphFile("graph", cl::desc("A graph in JSON"), cl::value_desc("FILE.json"),
                                cl::cat(runCategory));
 cl::opt<std::string> onnxFile("onnx", cl::desc("An ONNX model"), cl::value_desc("FILE.onnx"),
                               cl::cat(runCategory));
-cl::opt<unsigned> dataInputs("data-inputs", cl::desc("With --onnx: leading graph inputs that are "
-                                                     "data (default 1)"),
+cl::opt<unsigned> dataInputs("data-inputs",
+                             cl::desc("With --onnx: leading graph inputs that are "
+                                      "data (default 1)"),
                              cl::init(1), cl::cat(runCategory));
 cl::opt<int64_t> batch("batch", cl::desc("Batch size for zoo and ONNX models (default 2)"),
                        cl::init(2), cl::cat(runCategory));
-cl::opt<unsigned> workers("workers", cl::desc("Workers to partition across (required; under mpirun, the process count)"),
-                          cl::value_desc("K"), cl::init(0), cl::cat(runCategory));
+cl::opt<unsigned>
+    workers("workers",
+            cl::desc("Workers to partition across (required; under mpirun, the process count)"),
+            cl::value_desc("K"), cl::init(0), cl::cat(runCategory));
 cl::opt<std::string> algo("algo", cl::desc("The search algorithm (default tofu)"), cl::init("tofu"),
                           cl::cat(runCategory));
 cl::opt<std::string> backend("backend",
@@ -93,8 +96,9 @@ cl::opt<std::string> mpiTransport("mpi-transport",
                                            "window, with a barrier at every synchronisation "
                                            "point)"),
                                   cl::init("sendrecv"), cl::cat(runCategory));
-cl::opt<bool> tf32("tf32", cl::desc("With --backend cuda or nccl: let cuBLAS and cuDNN use TF32 tensor "
-                                    "cores (default off: float32 math)"),
+cl::opt<bool> tf32("tf32",
+                   cl::desc("With --backend cuda or nccl: let cuBLAS and cuDNN use TF32 tensor "
+                            "cores (default off: float32 math)"),
                    cl::cat(runCategory));
 cl::opt<std::string> optimizer("optimizer",
                                cl::desc("sgd (default), momentum (SGD with momentum, PyTorch's "
@@ -120,10 +124,11 @@ cl::opt<unsigned> warmupOpt("warmup",
                             cl::desc("Steps of linear learning-rate warm-up, lr (t + 1) / "
                                      "(N + 1) at step t < N, before --lr-schedule (default 0)"),
                             cl::value_desc("N"), cl::cat(runCategory));
-cl::opt<bool> infer("infer", cl::desc("Run the model's forward graph once, partitioned, on the "
-                                      "inputs --input gives, and report (--output-dir: write) "
-                                      "every graph output; weights from the model's "
-                                      "initializers, --load, or drawn from --seed"),
+cl::opt<bool> infer("infer",
+                    cl::desc("Run the model's forward graph once, partitioned, on the "
+                             "inputs --input gives, and report (--output-dir: write) "
+                             "every graph output; weights from the model's "
+                             "initializers, --load, or drawn from --seed"),
                     cl::cat(runCategory));
 cl::opt<std::string>
     inputOpt("input",
@@ -135,14 +140,16 @@ cl::opt<std::string>
                       "constant (a shape, axes, starts) takes the "
                       "values of an array of at most 4096 elements"),
              cl::value_desc("NAME=FILE,..."), cl::cat(runCategory));
-cl::opt<std::string> outputDir("output-dir", cl::desc("With --infer: write each graph output to "
-                                                      "DIR/<name>.npy (float32)"),
+cl::opt<std::string> outputDir("output-dir",
+                               cl::desc("With --infer: write each graph output to "
+                                        "DIR/<name>.npy (float32)"),
                                cl::value_desc("DIR"), cl::cat(runCategory));
 cl::opt<std::string> lossOutput("loss-output",
                                 cl::desc("A graph of several outputs trains on this one (default: "
                                          "the first)"),
                                 cl::value_desc("NAME"), cl::cat(runCategory));
-cl::opt<double> momentumOpt("momentum", cl::desc("With --optimizer momentum or nesterov: mu (default 0.9)"),
+cl::opt<double> momentumOpt("momentum",
+                            cl::desc("With --optimizer momentum or nesterov: mu (default 0.9)"),
                             cl::init(0.9), cl::cat(runCategory));
 cl::opt<bool> verify("verify", cl::desc("Also run the step unpartitioned and compare"),
                      cl::cat(runCategory));
@@ -174,8 +181,9 @@ cl::opt<std::string> normalizeOpt("normalize",
                                            "/ STD, after byte arrays are scaled to [0, 1] "
                                            "(default 0,1)"),
                                   cl::value_desc("MEAN,STD"), cl::cat(runCategory));
-cl::opt<unsigned> epochs("epochs", cl::desc("With a data set: passes over it (default 1; or give "
-                                            "--steps)"),
+cl::opt<unsigned> epochs("epochs",
+                         cl::desc("With a data set: passes over it (default 1; or give "
+                                  "--steps)"),
                          cl::init(1), cl::cat(runCategory));
 cl::opt<std::string> evalOpt("eval",
                              cl::desc("With a data set: evaluate the loss and top-1 accuracy on "
@@ -186,48 +194,58 @@ cl::opt<std::string> evalOpt("eval",
                              cl::value_desc("test|PATH"), cl::cat(runCategory));
 cl::opt<unsigned> evalEvery("eval-every", cl::desc("Steps between evaluations (default: an epoch)"),
                             cl::init(0), cl::cat(runCategory));
-cl::opt<unsigned> logEvery("log-every", cl::desc("Print a row every N steps: the mean loss and "
-                                                 "step time of those N (default 1)"),
+cl::opt<unsigned> logEvery("log-every",
+                           cl::desc("Print a row every N steps: the mean loss and "
+                                    "step time of those N (default 1)"),
                            cl::init(1), cl::cat(runCategory));
 /// The most workers the in-process engines (CPU, CUDA) run: each is a thread (or stream)
 /// with its own arena in this process; 1024 take some 20 s and 3 GB to set up for an MLP.
 constexpr unsigned kMaxEngineWorkers = 1024;
 
-cl::opt<double> tolerance("tolerance", cl::desc("Largest relative difference --verify accepts "
-                                                "(default 1e-3 on compiled kernels, float32; "
-                                                "1e-4 with --kernels interp)"),
+cl::opt<double> tolerance("tolerance",
+                          cl::desc("Largest relative difference --verify accepts "
+                                   "(default 1e-3 on compiled kernels, float32; "
+                                   "1e-4 with --kernels interp)"),
                           cl::init(-1), cl::cat(runCategory));
-cl::opt<std::string> kernelsMode("kernels", cl::desc("compiled (default): oneDNN for matrix "
-                                                     "products and convolutions, generated C++ "
-                                                     "kernels for the rest, on float32 arenas; "
-                                                     "generated: generated kernels only; interp: "
-                                                     "one step with every op in the TDL "
-                                                     "interpreter (double)"),
+cl::opt<std::string> kernelsMode("kernels",
+                                 cl::desc("compiled (default): oneDNN for matrix "
+                                          "products and convolutions, generated C++ "
+                                          "kernels for the rest, on float32 arenas; "
+                                          "generated: generated kernels only; interp: "
+                                          "one step with every op in the TDL "
+                                          "interpreter (double)"),
                                  cl::init("compiled"), cl::cat(runCategory));
 cl::opt<unsigned> steps("steps", cl::desc("Training steps (default 1)"), cl::init(1),
                         cl::cat(runCategory));
-cl::opt<double> learningRate("lr", cl::desc("Base learning rate (default 0.1 for sgd, 0.01 for momentum and nesterov, 0.001 for adam and adamw)"),
+cl::opt<double> learningRate("lr",
+                             cl::desc("Base learning rate (default 0.1 for sgd, 0.01 for momentum "
+                                      "and nesterov, 0.001 for adam and adamw)"),
                              cl::init(-1), cl::cat(runCategory));
-cl::opt<int> threadsPerWorker("worker-threads", cl::desc("OpenMP threads per worker (default: cores / "
-                                                  "workers)"),
+cl::opt<int> threadsPerWorker("worker-threads",
+                              cl::desc("OpenMP threads per worker (default: cores / "
+                                       "workers)"),
                               cl::init(0), cl::cat(runCategory));
-cl::opt<bool> checking("check", cl::desc("Poison every buffer a step has not written with NaN "
-                                         "(catches kernels or plans that read what they were "
-                                         "not given)"),
+cl::opt<bool> checking("check",
+                       cl::desc("Poison every buffer a step has not written with NaN "
+                                "(catches kernels or plans that read what they were "
+                                "not given)"),
                        cl::cat(runCategory));
-cl::opt<std::string> saveDir("save", cl::desc("After the last step, write every weight and "
-                                              "optimiser-state tensor to DIR/model.safetensors "
-                                              "(with --backend mpi or nccl: each process its own tiles "
-                                              "to DIR/tiles-G-R.safetensors, and an index "
-                                              "DIR/index.json)"),
+cl::opt<std::string> saveDir("save",
+                             cl::desc("After the last step, write every weight and "
+                                      "optimiser-state tensor to DIR/model.safetensors "
+                                      "(with --backend mpi or nccl: each process its own tiles "
+                                      "to DIR/tiles-G-R.safetensors, and an index "
+                                      "DIR/index.json)"),
                              cl::value_desc("DIR"), cl::cat(runCategory));
-cl::opt<std::string> loadDir("load", cl::desc("Start from the checkpoint in DIR (written by --save, "
-                                              "at any worker count, by threads or processes; each "
-                                              "worker reads only its own tiles)"),
+cl::opt<std::string> loadDir("load",
+                             cl::desc("Start from the checkpoint in DIR (written by --save, "
+                                      "at any worker count, by threads or processes; each "
+                                      "worker reads only its own tiles)"),
                              cl::value_desc("DIR"), cl::cat(runCategory));
-cl::opt<unsigned> profileTop("profile", cl::desc("Time every node on every worker; print each "
-                                                "worker's compute, copy and waiting time and "
-                                                "worker 0's N slowest nodes (0: off)"),
+cl::opt<unsigned> profileTop("profile",
+                             cl::desc("Time every node on every worker; print each "
+                                      "worker's compute, copy and waiting time and "
+                                      "worker 0's N slowest nodes (0: off)"),
                              cl::init(0), cl::cat(runCategory));
 cl::opt<bool> continueNonFinite(
     "continue-on-nonfinite",
@@ -252,8 +270,11 @@ cl::opt<std::string> planJson("exec-plan", cl::desc("Write the execution plan as
                               cl::value_desc("FILE.json"), cl::cat(runCategory));
 cl::opt<bool> dumpPlan("dump-plan", cl::desc("Print the execution plan, one line per op instance"),
                        cl::cat(runCategory));
-cl::opt<std::string> opsDir("ops", cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: its Bazel runfiles or PREFIX/share/tofu/ops, else ./ops)"), cl::init("ops"),
-                            cl::value_desc("DIR"), cl::cat(runCategory));
+cl::opt<std::string>
+    opsDir("ops",
+           cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: "
+                    "its Bazel runfiles or PREFIX/share/tofu/ops, else ./ops)"),
+           cl::init("ops"), cl::value_desc("DIR"), cl::cat(runCategory));
 
 /// The processes of this run: this one alone, or those mpirun started (--backend mpi, nccl).
 tofu::ProcessGroup *group = &tofu::localProcessGroup();
@@ -317,11 +338,9 @@ tofu::BackendSettings backendSettings() {
 
 /// The engine of --backend running `plan` (runtime/backend_registry.h).
 /// `local`: the engine runs in this process alone (the unpartitioned reference of --verify).
-llvm::Expected<std::unique_ptr<tofu::Engine>> makeEngine(const tofu::Problem &p,
-                                                         const tofu::ExecPlan &plan,
-                                                         const tofu::MemoryPlan &memory,
-                                                         const tofu::EngineOptions &options,
-                                                         bool local = false) {
+llvm::Expected<std::unique_ptr<tofu::Engine>>
+makeEngine(const tofu::Problem &p, const tofu::ExecPlan &plan, const tofu::MemoryPlan &memory,
+           const tofu::EngineOptions &options, bool local = false) {
   auto program = tofu::buildProgram(p, plan, memory);
   if (!program)
     return program.takeError();
@@ -493,8 +512,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
     if (hyper.schedule.kind != tofu::LrSchedule::Kind::Constant)
       how.push_back(hyper.schedule.str());
     if (hyper.schedule.warmup > 0)
-      how.push_back(fmt::format("{}{} warm-up steps", how.empty() ? "" : "after ",
-                                hyper.schedule.warmup));
+      how.push_back(
+          fmt::format("{}{} warm-up steps", how.empty() ? "" : "after ", hyper.schedule.warmup));
     if (!how.empty())
       optimizerText += fmt::format(" ({})", fmt::join(how, " "));
     if (kind == tofu::Optimizer::Momentum || kind == tofu::Optimizer::Nesterov)
@@ -556,16 +575,15 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       llvm::outs() << fmt::format("fusion: {} element-wise nodes folded into their readers ({} "
                                   "fused kernels, e.g. {})\n",
                                   fused.folded, fused.chains.size(), fused.chains.front());
-    llvm::outs() << fmt::format("kernels: {} ({} units, {} compiled now, {} from the cache) in "
-                                "{:.2f} s; {} op instances on library calls{}, {} on the "
-                                "interpreter\n",
-                                cs.kernels, cs.units, cs.unitsCompiled,
-                                cs.units - cs.unitsCompiled, cs.seconds, bs.library,
-                                bs.libraryDeclined > 0
-                                    ? fmt::format(" ({} more the library declined: generated)",
-                                                  bs.libraryDeclined)
-                                    : std::string(),
-                                bs.interpreted);
+    llvm::outs() << fmt::format(
+        "kernels: {} ({} units, {} compiled now, {} from the cache) in "
+        "{:.2f} s; {} op instances on library calls{}, {} on the "
+        "interpreter\n",
+        cs.kernels, cs.units, cs.unitsCompiled, cs.units - cs.unitsCompiled, cs.seconds, bs.library,
+        bs.libraryDeclined > 0
+            ? fmt::format(" ({} more the library declined: generated)", bs.libraryDeclined)
+            : std::string(),
+        bs.interpreted);
     if (!terminal)
       llvm::outs() << (logEvery > 1
                            ? fmt::format("\n| step | mean loss of {} steps | mean "
@@ -720,7 +738,9 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
                               losses.front(), losses.back(), stepCount, med,
                               med > 0 ? double(batch) / med : 0.0);
   if (losses.size() >= 20) { // one batch's loss is noisy: the trend over windows
-    auto mean = [](auto from, auto to) { return std::accumulate(from, to, 0.0) / double(to - from); };
+    auto mean = [](auto from, auto to) {
+      return std::accumulate(from, to, 0.0) / double(to - from);
+    };
     llvm::outs() << fmt::format("mean loss of the first 10 steps {:.4f}, of the last 10 {:.4f}\n",
                                 mean(losses.begin(), losses.begin() + 10),
                                 mean(losses.end() - 10, losses.end()));
@@ -739,7 +759,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
           tofu::humanBytes(double(pm.residentPeak[w])),
           tofu::humanBytes(double(pm.residentPeak[w] - pm.residentBefore[w])));
   } else {
-    llvm::outs() << "\n| worker | peak memory (arena) | / (single-worker peak / k) |\n| ---: | ---: | ---: |\n";
+    llvm::outs() << "\n| worker | peak memory (arena) | / (single-worker peak / k) |\n| ---: | "
+                    "---: | ---: |\n";
     for (unsigned w = 0; w < workers; ++w)
       llvm::outs() << fmt::format("| {} | {} | {:.3f} |\n", w, tofu::humanBytes(double(peaks[w])),
                                   double(peaks[w]) * workers / double(onePeak));
@@ -791,7 +812,8 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
   }
   if (profileTop > 0) {
     const auto &profile = engine.profile();
-    llvm::outs() << "\n| per step | compute s | copies s | waiting s |\n| ---: | ---: | ---: | ---: |\n";
+    llvm::outs()
+        << "\n| per step | compute s | copies s | waiting s |\n| ---: | ---: | ---: | ---: |\n";
     for (unsigned w = 0; w < profile.size(); ++w) {
       double compute = 0, copy = 0, wait = 0;
       for (const tofu::NodeTime &n : profile[w])
@@ -804,10 +826,11 @@ int runCompiled(const tofu::Problem &p, const tofu::Graph &training, const std::
       return a.computeSeconds + a.copySeconds + a.waitSeconds >
              b.computeSeconds + b.copySeconds + b.waitSeconds;
     });
-    llvm::outs() << fmt::format("\nworker 0's {} slowest nodes, per step:\n\n| node | op | kernel | "
-                                "compute ms | copy ms | wait ms |\n| --- | --- | --- | ---: | ---: | "
-                                "---: |\n",
-                                std::min<size_t>(profileTop, nodes.size()));
+    llvm::outs() << fmt::format(
+        "\nworker 0's {} slowest nodes, per step:\n\n| node | op | kernel | "
+        "compute ms | copy ms | wait ms |\n| --- | --- | --- | ---: | ---: | "
+        "---: |\n",
+        std::min<size_t>(profileTop, nodes.size()));
     for (size_t i = 0; i < nodes.size() && i < profileTop; ++i)
       llvm::outs() << fmt::format(
           "| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} |\n", nodes[i].node, nodes[i].op,
@@ -825,14 +848,15 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
   auto planned = tofu::planForEngine(p, exec, memory, g.outputs, fusion);
   if (!planned)
     return fail(name + ": " + llvm::toString(planned.takeError()));
-  auto engine = makeEngine(planned->fused.problem, planned->fused.plan, planned->memory,
-                           engineOptions());
+  auto engine =
+      makeEngine(planned->fused.problem, planned->fused.plan, planned->memory, engineOptions());
   if (!engine)
     return fail(name + ": " + llvm::toString(engine.takeError()));
   // Weights: the model's initial values, else drawn; then --load over them.
   const tofu::TrainingData values(p, "", seed, 0.1, g.constants, false, &g.initialValues);
   for (unsigned t : values.tensors())
-    (*engine)->setTiles(t, [&](const tofu::Box &tile, float *out) { values.fill(t, 0, tile, out); });
+    (*engine)->setTiles(t,
+                        [&](const tofu::Box &tile, float *out) { values.fill(t, 0, tile, out); });
   if (!loadDir.empty()) {
     auto c = tofu::CheckpointReader::open(loadDir);
     if (!c)
@@ -873,7 +897,8 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
   for (const tofu::ProblemTensor &t : p.tensors)
     if (t.producer < 0 && t.role == tofu::TensorRole::Input && !t.shape.empty() &&
         !given.count(t.name) && !g.constants.count(t.name) && !g.initialValues.count(t.name))
-      missing += (missing.empty() ? "" : ", ") + fmt::format("{} [{}]", t.name, fmt::join(t.shape, ", "));
+      missing +=
+          (missing.empty() ? "" : ", ") + fmt::format("{} [{}]", t.name, fmt::join(t.shape, ", "));
   if (!missing.empty())
     return fail(name + ": --infer needs a value for every data input; --input gives none for " +
                     missing,
@@ -909,14 +934,16 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
           c = '_';
       file = outputDir + "/" + safe + ".npy";
       if (group->rank() == 0)
-        if (llvm::Error e = tofu::writeNpy(file, x.shape, std::vector<float>(x.data.begin(), x.data.end())))
+        if (llvm::Error e =
+                tofu::writeNpy(file, x.shape, std::vector<float>(x.data.begin(), x.data.end())))
           return fail(llvm::toString(std::move(e)));
     }
     double lo = x.data.empty() ? 0 : x.data[0], hi = lo, sum = 0;
     for (double v : x.data)
       lo = std::min(lo, v), hi = std::max(hi, v), sum += v;
     const double mean = x.data.empty() ? 0 : sum / double(x.data.size());
-    j["outputs"][out] = {{"shape", x.shape}, {"file", file}, {"min", lo}, {"max", hi}, {"mean", mean}};
+    j["outputs"][out] = {
+        {"shape", x.shape}, {"file", file}, {"min", lo}, {"max", hi}, {"mean", mean}};
     if (!json)
       llvm::outs() << fmt::format("| {} | [{}] | {:.6g} | {:.6g} | {:.6g} | {} |\n", out,
                                   fmt::join(x.shape, ", "), lo, hi, mean, file);
@@ -939,7 +966,8 @@ int run(int argc, char **argv) {
       "  tofu-run --onnx FILE.onnx [--batch B] --workers K [--steps N] [--verify]\n"
       "  tofu-run --onnx FILE.onnx --batch B --workers K --data DIR|NAME=FILE,... [--epochs E] "
       "[--eval test|PATH] [--optimizer momentum]\n"
-      "  tofu-run --onnx FILE.onnx --workers K --infer --input NAME=FILE.npy|.pb,... [--output-dir DIR]\n"
+      "  tofu-run --onnx FILE.onnx --workers K --infer --input NAME=FILE.npy|.pb,... [--output-dir "
+      "DIR]\n"
       "  mpirun -np K tofu-run --backend mpi --model NAME [--steps N] [--verify]\n"
       "  mpirun -np K tofu-run --backend nccl --model NAME [--steps N] [--verify]  (a GPU each)\n\n"
       "Kernels are generated from the ops' TDL, compiled by the host C++ compiler ($CXX, else "
@@ -1043,7 +1071,8 @@ int run(int argc, char **argv) {
   if (infer) {
     for (const auto *o : {&verify, &kernelReportOpt})
       if (o->getNumOccurrences() > 0)
-        return fail(fmt::format("--{} is for training runs, not --infer", std::string(o->ArgStr)), 2);
+        return fail(fmt::format("--{} is for training runs, not --infer", std::string(o->ArgStr)),
+                    2);
     if (!saveDir.empty() || steps.getNumOccurrences() > 0 || dataMode.getNumOccurrences() > 0 ||
         optimizer.getNumOccurrences() > 0 || learningRate.getNumOccurrences() > 0 ||
         weightDecayOpt.getNumOccurrences() > 0 || lrScheduleOpt.getNumOccurrences() > 0 ||
@@ -1061,9 +1090,9 @@ int run(int argc, char **argv) {
     return fail("--data needs a data set (a directory or NAME=FILE,...), teacher or fixed", 2);
   for (const auto *o : {&feedOpt, &normalizeOpt, &evalOpt})
     if (!realData && o->getNumOccurrences() > 0)
-      return fail(fmt::format("--{} is for training on a data set (--data PATH)",
-                              std::string(o->ArgStr)),
-                  2);
+      return fail(
+          fmt::format("--{} is for training on a data set (--data PATH)", std::string(o->ArgStr)),
+          2);
   if (!realData && epochs.getNumOccurrences() > 0)
     return fail("--epochs is for training on a data set (--data PATH); synthetic runs take "
                 "--steps",
@@ -1088,8 +1117,8 @@ int run(int argc, char **argv) {
     normalization.mean = std::strtod(a.c_str(), &end);
     const bool meanOk = !a.empty() && *end == 0 && std::isfinite(normalization.mean);
     normalization.std = std::strtod(b.c_str(), &end);
-    const bool stdOk = !b.empty() && *end == 0 && std::isfinite(normalization.std) &&
-                       normalization.std > 0;
+    const bool stdOk =
+        !b.empty() && *end == 0 && std::isfinite(normalization.std) && normalization.std > 0;
     if (!meanOk || !stdOk)
       return fail("--normalize must be MEAN,STD: two finite numbers, STD > 0 (e.g. "
                   "0.2860,0.3530)",

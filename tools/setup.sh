@@ -10,6 +10,7 @@ packages=(
   libantlr4-runtime-dev  # ANTLR C++ runtime 4.9
   llvm-14-dev            # ADT, Support: Error/Expected, cl::opt, raw_ostream
   clang-14               # libFuzzer builds
+  clang-format-14        # tools/check_format.sh: the sources follow .clang-format
   libclang-rt-14-dev     # sanitizer and libFuzzer runtimes
   libfmt-dev
   nlohmann-json3-dev

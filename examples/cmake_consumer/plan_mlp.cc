@@ -68,6 +68,7 @@ int main(int argc, char **argv) {
   bad.addNode({"oops", "NoSuchOp", {"logits"}, "y", {}, {}});
   bad.setOutputs({"y"});
   auto failed = planner->plan(bad, options);
-  std::printf("a graph with an unknown op: %s\n", failed ? "planned (wrong)" : failed.error().c_str());
+  std::printf("a graph with an unknown op: %s\n",
+              failed ? "planned (wrong)" : failed.error().c_str());
   return failed ? 1 : 0;
 }

@@ -220,8 +220,8 @@ struct Plan {
   std::string algorithm; ///< the search that made it
   unsigned workers = 1;
   std::vector<StepPlan> steps;
-  std::vector<TensorPlan> tensors; ///< every tensor of the planned (training) graph
-  std::vector<NodePlan> nodes;     ///< in a topological order
+  std::vector<TensorPlan> tensors;        ///< every tensor of the planned (training) graph
+  std::vector<NodePlan> nodes;            ///< in a topological order
   std::vector<WorkerMemory> workerMemory; ///< per worker (PlanOptions::perWorker)
   int64_t communicationBytes = 0; ///< per training step, summed over workers (the cost model)
   int64_t singleWorkerBytes = 0;  ///< every tensor once (one worker's tiles)

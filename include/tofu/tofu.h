@@ -52,13 +52,13 @@ typedef struct tofu_plan tofu_plan;
 typedef enum tofu_optimizer { TOFU_SGD = 0, TOFU_ADAM = 1 } tofu_optimizer;
 
 typedef struct tofu_plan_options {
-  unsigned workers;        /* any k >= 1 (default 8) */
-  int train;               /* nonzero: plan the training step (default 1) */
-  tofu_optimizer optimizer;/* default TOFU_ADAM */
-  const char *algorithm;   /* "tofu" (default, also NULL), "dp-flat", "data-parallel", ... */
-  double budget_seconds;   /* dp-flat and exhaustive (default 60) */
-  int per_worker;          /* nonzero: each worker's tiles and memory in the JSON (default 1) */
-  int64_t onnx_batch;      /* ONNX: the size of symbolic dimensions (default 1) */
+  unsigned workers;          /* any k >= 1 (default 8) */
+  int train;                 /* nonzero: plan the training step (default 1) */
+  tofu_optimizer optimizer;  /* default TOFU_ADAM */
+  const char *algorithm;     /* "tofu" (default, also NULL), "dp-flat", "data-parallel", ... */
+  double budget_seconds;     /* dp-flat and exhaustive (default 60) */
+  int per_worker;            /* nonzero: each worker's tiles and memory in the JSON (default 1) */
+  int64_t onnx_batch;        /* ONNX: the size of symbolic dimensions (default 1) */
   unsigned onnx_data_inputs; /* ONNX with weights as graph inputs: data inputs first (default 1) */
 } tofu_plan_options;
 
@@ -88,11 +88,10 @@ tofu_status tofu_graph_add_weight(tofu_graph *graph, const char *name, const int
 /* A node `output = op<attributes>{groups}(inputs)`: attribute and group names with their
  * values (arrays of the given counts; NULL when the count is 0). */
 tofu_status tofu_graph_add_node(tofu_graph *graph, const char *name, const char *op,
-                                const char *const *inputs, size_t input_count,
-                                const char *output, const char *const *attribute_names,
-                                const int64_t *attribute_values, size_t attribute_count,
-                                const char *const *group_names, const int64_t *group_values,
-                                size_t group_count);
+                                const char *const *inputs, size_t input_count, const char *output,
+                                const char *const *attribute_names, const int64_t *attribute_values,
+                                size_t attribute_count, const char *const *group_names,
+                                const int64_t *group_values, size_t group_count);
 tofu_status tofu_graph_set_outputs(tofu_graph *graph, const char *const *names, size_t count);
 /* Reads DESIGN.md's graph JSON into a new graph. */
 tofu_status tofu_graph_from_json(const char *json, tofu_graph **graph);

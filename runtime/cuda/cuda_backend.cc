@@ -30,25 +30,25 @@ llvm::Error cudaFailure(cudaError_t e, const std::string &what) {
   return stringError(fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e)));
 }
 
-#define TOFU_CUDA(expr, what)                                                                   \
-  do {                                                                                          \
-    cudaError_t tofu_err_ = (expr);                                                             \
-    if (tofu_err_ != cudaSuccess)                                                               \
-      return cudaFailure(tofu_err_, what);                                                      \
+#define TOFU_CUDA(expr, what)                                                                      \
+  do {                                                                                             \
+    cudaError_t tofu_err_ = (expr);                                                                \
+    if (tofu_err_ != cudaSuccess)                                                                  \
+      return cudaFailure(tofu_err_, what);                                                         \
   } while (0)
 
-#define TOFU_CUBLAS(expr, what)                                                                 \
-  do {                                                                                          \
-    cublasStatus_t tofu_st_ = (expr);                                                           \
-    if (tofu_st_ != CUBLAS_STATUS_SUCCESS)                                                      \
-      return stringError(fmt::format("{}: {}", what, cublasGetStatusString(tofu_st_)));        \
+#define TOFU_CUBLAS(expr, what)                                                                    \
+  do {                                                                                             \
+    cublasStatus_t tofu_st_ = (expr);                                                              \
+    if (tofu_st_ != CUBLAS_STATUS_SUCCESS)                                                         \
+      return stringError(fmt::format("{}: {}", what, cublasGetStatusString(tofu_st_)));            \
   } while (0)
 
-#define TOFU_CUDNN(expr, what)                                                                  \
-  do {                                                                                          \
-    cudnnStatus_t tofu_st_ = (expr);                                                            \
-    if (tofu_st_ != CUDNN_STATUS_SUCCESS)                                                       \
-      return stringError(fmt::format("{}: {}", what, cudnnGetErrorString(tofu_st_)));          \
+#define TOFU_CUDNN(expr, what)                                                                     \
+  do {                                                                                             \
+    cudnnStatus_t tofu_st_ = (expr);                                                               \
+    if (tofu_st_ != CUDNN_STATUS_SUCCESS)                                                          \
+      return stringError(fmt::format("{}: {}", what, cudnnGetErrorString(tofu_st_)));              \
   } while (0)
 
 constexpr int kThreads = cuda::kKernelThreads;
@@ -255,9 +255,8 @@ public:
   void copy(unsigned w, const RegionCopy &c, const ir::Reducer *reducer) override {
     Worker &wk = workers_[w];
     note(w, useDevice(options_.device), "selecting the device");
-    const BoxCopyParams p =
-        cuda::boxCopyParams(c.dstBox, c.dstOffset / 4, c.srcBox, c.srcOffset / 4, c.box,
-                            cuda::copyCombine(reducer));
+    const BoxCopyParams p = cuda::boxCopyParams(c.dstBox, c.dstOffset / 4, c.srcBox,
+                                                c.srcOffset / 4, c.box, cuda::copyCombine(reducer));
     float *dst = reinterpret_cast<float *>(wk.arena);
     const float *src = reinterpret_cast<const float *>(workers_[c.from].arena);
     cudaError_t e = cudaSuccess;
@@ -265,8 +264,8 @@ public:
       return;
     if (cuda::isContiguousCopy(p))
       e = cudaMemcpyAsync(dst + p.dstOffset, src + p.srcOffset,
-                          static_cast<size_t>(p.elements) * sizeof(float),
-                          cudaMemcpyDeviceToDevice, wk.stream);
+                          static_cast<size_t>(p.elements) * sizeof(float), cudaMemcpyDeviceToDevice,
+                          wk.stream);
     else
       e = cuda::launchBoxCopy(p, dst, src, wk.stream);
     note(w, e, "a region copy");
@@ -276,10 +275,9 @@ public:
     Worker &wk = workers_[w];
     note(w, useDevice(options_.device), "selecting the device");
     cudaError_t e =
-        value == 0.0f
-            ? cudaMemsetAsync(wk.arena + offset, 0, static_cast<size_t>(bytes), wk.stream)
-            : cuda::launchFill(reinterpret_cast<float *>(wk.arena + offset), bytes / 4, value,
-                               wk.stream);
+        value == 0.0f ? cudaMemsetAsync(wk.arena + offset, 0, static_cast<size_t>(bytes), wk.stream)
+                      : cuda::launchFill(reinterpret_cast<float *>(wk.arena + offset), bytes / 4,
+                                         value, wk.stream);
     note(w, e, "a fill");
   }
 
@@ -307,9 +305,9 @@ public:
       return runGemm(wk, pr, pr.gemm);
     case Prepared::Affine:
       if (pr.affine.hasRest)
-        TOFU_CUDA(cuda::launchBoxCopy(pr.affine.rest, pr.out, pr.in[pr.affine.restInput],
-                                      wk.stream),
-                  "broadcasting the bias of " + pr.what);
+        TOFU_CUDA(
+            cuda::launchBoxCopy(pr.affine.rest, pr.out, pr.in[pr.affine.restInput], wk.stream),
+            "broadcasting the bias of " + pr.what);
       for (const cuda::CublasGemm &g : pr.affine.products)
         if (llvm::Error e = runGemm(wk, pr, g))
           return e;
@@ -346,13 +344,14 @@ public:
     std::vector<float> stage(static_cast<size_t>(std::max<int64_t>(1, boxElements(held))));
     const size_t bytes = static_cast<size_t>(boxElements(held)) * sizeof(float);
     if (box != held) // part of the buffer: keep the rest
-      note(w, cudaMemcpyAsync(stage.data(), wk.arena + offset, bytes, cudaMemcpyDeviceToHost,
-                              wk.stream),
+      note(w,
+           cudaMemcpyAsync(stage.data(), wk.arena + offset, bytes, cudaMemcpyDeviceToHost,
+                           wk.stream),
            "reading a buffer");
     note(w, cudaStreamSynchronize(wk.stream), "reading a buffer");
     copyBox(stage.data(), held, host, hostBox, box, nullptr);
-    note(w, cudaMemcpyAsync(wk.arena + offset, stage.data(), bytes, cudaMemcpyHostToDevice,
-                            wk.stream),
+    note(w,
+         cudaMemcpyAsync(wk.arena + offset, stage.data(), bytes, cudaMemcpyHostToDevice, wk.stream),
          "writing a buffer");
     note(w, cudaStreamSynchronize(wk.stream), "writing a buffer");
   }
@@ -383,7 +382,8 @@ public:
     note(w, useDevice(options_.device), "selecting the device");
     cudaError_t e = cudaStreamSynchronize(wk.stream);
     if (wk.error.empty() && e != cudaSuccess)
-      wk.error = fmt::format("running the step: {} ({})", cudaGetErrorName(e), cudaGetErrorString(e));
+      wk.error =
+          fmt::format("running the step: {} ({})", cudaGetErrorName(e), cudaGetErrorString(e));
     if (!wk.error.empty()) {
       std::string error = std::move(wk.error);
       wk.error.clear();
@@ -415,8 +415,8 @@ public:
     };
     for (size_t s = 0; s < out.size(); ++s) {
       const size_t b = 6 * s;
-      out[s][0] = between(b, b + 1) + between(b + 3, b + 4); // fetch, assembly
-      out[s][1] = between(b + 1, b + 2);                     // the kernel
+      out[s][0] = between(b, b + 1) + between(b + 3, b + 4);     // fetch, assembly
+      out[s][1] = between(b + 1, b + 2);                         // the kernel
       out[s][2] = between(b + 2, b + 3) + between(b + 4, b + 5); // the waits
     }
     return out;
@@ -425,7 +425,8 @@ public:
 private:
   void note(unsigned w, cudaError_t e, const char *what) {
     if (e != cudaSuccess && workers_[w].error.empty())
-      workers_[w].error = fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
+      workers_[w].error =
+          fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
   }
 
   /// Generates every kernel's CUDA source, compiles the cubins (or finds them cached) and
@@ -453,9 +454,9 @@ private:
     for (const Cubin &c : *cubins) {
       stats_.compile.unitsCompiled += c.compiled ? 1 : 0;
       cudaLibrary_t lib = nullptr;
-      TOFU_CUDA(cudaLibraryLoadFromFile(&lib, c.path.c_str(), nullptr, nullptr, 0, nullptr,
-                                        nullptr, 0),
-                "loading " + c.path);
+      TOFU_CUDA(
+          cudaLibraryLoadFromFile(&lib, c.path.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+          "loading " + c.path);
       libraries_.push_back(lib);
       for (const std::string &name : c.kernels) {
         cudaKernel_t fn = nullptr;
@@ -543,8 +544,9 @@ private:
       }
     }
     if (g.multi)
-      stats_.extraBytes[w] = std::max(stats_.extraBytes[w],
-                                      cuda::cudaPassesScratchBytes(kernelInfo_[l.kernel].passes, l.ranges));
+      stats_.extraBytes[w] =
+          std::max(stats_.extraBytes[w],
+                   cuda::cudaPassesScratchBytes(kernelInfo_[l.kernel].passes, l.ranges));
     pr.ints = l.ints; // the argument block is made once the scratch space exists
     pr.fast = l.fast;
     return llvm::Error::success();
@@ -576,15 +578,16 @@ private:
     TOFU_CUDNN(cudnnSetTensorNdDescriptor(cc->y, CUDNN_DATA_FLOAT, nb, c.y.dims.data(),
                                           c.y.strides.data()),
                "the convolution's y descriptor");
-    TOFU_CUDNN(cudnnSetFilterNdDescriptor(cc->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nb,
-                                          c.w.dims.data()),
-               "the convolution's filter descriptor");
+    TOFU_CUDNN(
+        cudnnSetFilterNdDescriptor(cc->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nb, c.w.dims.data()),
+        "the convolution's filter descriptor");
     TOFU_CUDNN(cudnnSetConvolutionNdDescriptor(cc->conv, nb - 2, c.pad.data(), c.stride.data(),
                                                c.dilation.data(), CUDNN_CROSS_CORRELATION,
                                                CUDNN_DATA_FLOAT),
                "the convolution descriptor");
-    TOFU_CUDNN(cudnnSetConvolutionMathType(cc->conv, options_.tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
-                                                                   : CUDNN_FMA_MATH),
+    TOFU_CUDNN(cudnnSetConvolutionMathType(cc->conv, options_.tf32
+                                                         ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                                                         : CUDNN_FMA_MATH),
                "cudnnSetConvolutionMathType");
     // The fastest algorithm whose workspace fits the limit: timed once per geometry (cuDNN
     // runs each algorithm on scratch buffers of its own) and remembered, else by cuDNN's
@@ -609,8 +612,7 @@ private:
         found = true;
         return llvm::Error::success();
       }
-      if (options_.timeConvAlgorithms && time(count, &returned) == CUDNN_STATUS_SUCCESS &&
-          pick()) {
+      if (options_.timeConvAlgorithms && time(count, &returned) == CUDNN_STATUS_SUCCESS && pick()) {
         timedAlgorithms_[key] = {cc->algo, cc->workspace};
         found = true;
         return llvm::Error::success();
@@ -626,12 +628,12 @@ private:
       chosen = choose(
           perf, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
           [&](int n, int *r) {
-            return cudnnFindConvolutionForwardAlgorithm(wk.dnn, cc->x, cc->w, cc->conv, cc->y, n,
-                                                        r, perf);
+            return cudnnFindConvolutionForwardAlgorithm(wk.dnn, cc->x, cc->w, cc->conv, cc->y, n, r,
+                                                        perf);
           },
           [&](int n, int *r) {
-            return cudnnGetConvolutionForwardAlgorithm_v7(wk.dnn, cc->x, cc->w, cc->conv, cc->y,
-                                                          n, r, perf);
+            return cudnnGetConvolutionForwardAlgorithm_v7(wk.dnn, cc->x, cc->w, cc->conv, cc->y, n,
+                                                          r, perf);
           },
           "choosing a forward convolution algorithm");
       break;
@@ -641,8 +643,8 @@ private:
       chosen = choose(
           perf, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
           [&](int n, int *r) {
-            return cudnnFindConvolutionBackwardDataAlgorithm(wk.dnn, cc->w, cc->y, cc->conv,
-                                                             cc->x, n, r, perf);
+            return cudnnFindConvolutionBackwardDataAlgorithm(wk.dnn, cc->w, cc->y, cc->conv, cc->x,
+                                                             n, r, perf);
           },
           [&](int n, int *r) {
             return cudnnGetConvolutionBackwardDataAlgorithm_v7(wk.dnn, cc->w, cc->y, cc->conv,
@@ -742,11 +744,11 @@ private:
                  pr.what);
       break;
     case ConvKind::Filter:
-      TOFU_CUDNN(cudnnConvolutionBackwardFilter(
-                     wk.dnn, &one, cc.x, x, cc.y, y, cc.conv,
-                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(cc.algo), ws, wsBytes, &zero,
-                     cc.w, w),
-                 pr.what);
+      TOFU_CUDNN(
+          cudnnConvolutionBackwardFilter(wk.dnn, &one, cc.x, x, cc.y, y, cc.conv,
+                                         static_cast<cudnnConvolutionBwdFilterAlgo_t>(cc.algo), ws,
+                                         wsBytes, &zero, cc.w, w),
+          pr.what);
       break;
     }
     if (c.stageOutput)
@@ -762,9 +764,9 @@ private:
     if (p.zeroIn >= 0)
       TOFU_CUDA(cuda::launchBoxCopy(pr.scatterZero, pr.out, pr.in[p.zeroIn], wk.stream),
                 "a scatter's zero term");
-    TOFU_CUDA(cuda::launchScatter(pr.scatterParams, pr.out, pr.in[p.idxIn], pr.in[p.dyIn],
-                                  wk.stream),
-              "a scatter-add");
+    TOFU_CUDA(
+        cuda::launchScatter(pr.scatterParams, pr.out, pr.in[p.idxIn], pr.in[p.dyIn], wk.stream),
+        "a scatter-add");
     return llvm::Error::success();
   }
 
@@ -788,8 +790,8 @@ llvm::Error cudaDeviceUsable(int device) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess)
-    return stringError(fmt::format("no usable CUDA device: {} ({})", cudaGetErrorName(e),
-                                   cudaGetErrorString(e)));
+    return stringError(
+        fmt::format("no usable CUDA device: {} ({})", cudaGetErrorName(e), cudaGetErrorString(e)));
   if (device < 0 || device >= count)
     return stringError(fmt::format("no CUDA device {} ({} present)", device, count));
   return llvm::Error::success();

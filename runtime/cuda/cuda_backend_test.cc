@@ -22,10 +22,10 @@
 namespace tofu {
 namespace {
 
-#define TOFU_REQUIRE_GPU()                                                                  \
-  do {                                                                                      \
-    if (llvm::Error e = cudaDeviceUsable())                                                 \
-      GTEST_SKIP() << "SKIPPED: " << llvm::toString(std::move(e));                          \
+#define TOFU_REQUIRE_GPU()                                                                         \
+  do {                                                                                             \
+    if (llvm::Error e = cudaDeviceUsable())                                                        \
+      GTEST_SKIP() << "SKIPPED: " << llvm::toString(std::move(e));                                 \
   } while (0)
 
 std::string tmp(const std::string &leaf) {

@@ -12,13 +12,13 @@
 namespace tofu::cuda {
 namespace {
 
-#define TOFU_REQUIRE_GPU()                                                                  \
-  do {                                                                                      \
-    int count = 0;                                                                          \
-    cudaError_t err = cudaGetDeviceCount(&count);                                           \
-    if (err != cudaSuccess || count == 0)                                                   \
-      GTEST_SKIP() << "SKIPPED: no usable CUDA device ("                                    \
-                   << (err != cudaSuccess ? cudaGetErrorName(err) : "0 devices") << ")";    \
+#define TOFU_REQUIRE_GPU()                                                                         \
+  do {                                                                                             \
+    int count = 0;                                                                                 \
+    cudaError_t err = cudaGetDeviceCount(&count);                                                  \
+    if (err != cudaSuccess || count == 0)                                                          \
+      GTEST_SKIP() << "SKIPPED: no usable CUDA device ("                                           \
+                   << (err != cudaSuccess ? cudaGetErrorName(err) : "0 devices") << ")";           \
   } while (0)
 
 TEST(DeviceKernels, RejectBadParametersWithoutLaunching) {
@@ -74,7 +74,8 @@ TEST(DeviceKernels, BoxCopiesAndCombinesMatchTheHostRunner) {
   // combined with every reducer.
   const Box srcHeld{{0, 4}, {0, 6}, {0, 33}, {0, 17}}, dstHeld{{1, 4}, {0, 6}, {14, 34}, {2, 14}};
   const Box box{{1, 3}, {0, 6}, {15, 33}, {3, 14}};
-  const std::vector<float> src = randomFloats(4 * 6 * 33 * 17, 1), dst0 = randomFloats(3 * 6 * 20 * 12, 2);
+  const std::vector<float> src = randomFloats(4 * 6 * 33 * 17, 1),
+                           dst0 = randomFloats(3 * 6 * 20 * 12, 2);
   for (int32_t combine : {kOverwrite, kSum, kProd, kMax, kMin}) {
     const BoxCopyParams p = boxCopyParams(dstHeld, 0, srcHeld, 0, box, combine);
     std::vector<float> want = dst0;

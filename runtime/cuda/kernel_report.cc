@@ -125,8 +125,7 @@ llvm::Expected<std::vector<KernelEstimate>> kernelReport(const Program &program,
           g.perBlock
               ? ceilDiv(static_cast<double>(g.groups), g.blocks) *
                     (std::max(1.0, reductions / threads) +
-                     ceilDiv(outputs / std::max<double>(1, static_cast<double>(g.groups)),
-                             threads))
+                     ceilDiv(outputs / std::max<double>(1, static_cast<double>(g.groups)), threads))
               : ceilDiv(outputs, g.blocks * threads) * (1 + reductions);
       double temporaries = 0;
       for (const GeneratedLaunch::Pass &p : g.passes) {
@@ -136,8 +135,8 @@ llvm::Expected<std::vector<KernelEstimate>> kernelReport(const Program &program,
             t = &r;
         if (!t)
           continue;
-        const double perValue = visitedTerms(*t, l.ranges) +
-                                nestWork(s, static_cast<int>(t->id), t->depends, l.ranges);
+        const double perValue =
+            visitedTerms(*t, l.ranges) + nestWork(s, static_cast<int>(t->id), t->depends, l.ranges);
         const double parts = static_cast<double>(p.parts);
         chain += ceilDiv(static_cast<double>(p.values) * parts, p.blocks) *
                      std::max(1.0, perValue / parts / threads) +
@@ -160,12 +159,11 @@ llvm::Expected<std::vector<KernelEstimate>> kernelReport(const Program &program,
       e.bytes = inputBytes * (static_cast<double>(g.passes.size()) + sweeps) + 4 * outputs +
                 8 * temporaries;
     }
-    e.boundSeconds = std::max({e.minBytes / gpu.bandwidth,
-                               std::min(minFlops, e.flops) / gpu.fp32, gpu.launch});
-    e.estimateSeconds =
-        e.library ? std::max(e.boundSeconds, e.launches * gpu.launch)
-                  : std::max({e.bytes / gpu.bandwidth, e.flops / gpu.fp32, e.chain / gpu.clock,
-                              e.launches * gpu.launch});
+    e.boundSeconds =
+        std::max({e.minBytes / gpu.bandwidth, std::min(minFlops, e.flops) / gpu.fp32, gpu.launch});
+    e.estimateSeconds = e.library ? std::max(e.boundSeconds, e.launches * gpu.launch)
+                                  : std::max({e.bytes / gpu.bandwidth, e.flops / gpu.fp32,
+                                              e.chain / gpu.clock, e.launches * gpu.launch});
     out.push_back(std::move(e));
   }
   return out;
@@ -182,13 +180,12 @@ std::string formatKernelReport(const std::vector<KernelEstimate> &report, const 
   double bound = 0, estimate = 0, generatedBound = 0, generatedEstimate = 0;
   const KernelEstimate *worst = nullptr;
   for (const KernelEstimate &e : report) {
-    out += fmt::format("| {} | {} | {} | {} | {} | {:.0f} | {:.2f} | {:.3f} | {:.1f} | {:.1f} | "
-                       "{:.2f} |\n",
-                       e.node, e.op, e.how, e.launches,
-                       e.library ? std::string("library")
-                                 : fmt::format("{} x {}", e.blocks, e.threads),
-                       e.chain, e.bytes / 1e6, e.flops / 1e9, 1e6 * e.boundSeconds,
-                       1e6 * e.estimateSeconds, e.ratio());
+    out += fmt::format(
+        "| {} | {} | {} | {} | {} | {:.0f} | {:.2f} | {:.3f} | {:.1f} | {:.1f} | "
+        "{:.2f} |\n",
+        e.node, e.op, e.how, e.launches,
+        e.library ? std::string("library") : fmt::format("{} x {}", e.blocks, e.threads), e.chain,
+        e.bytes / 1e6, e.flops / 1e9, 1e6 * e.boundSeconds, 1e6 * e.estimateSeconds, e.ratio());
     bound += e.boundSeconds;
     estimate += e.estimateSeconds;
     if (!e.library) {

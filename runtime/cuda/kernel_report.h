@@ -57,9 +57,8 @@ struct KernelEstimate {
 
 /// The estimate of every launch of worker `worker`'s step, in program order. Fails for an
 /// op with no CUDA kernel.
-llvm::Expected<std::vector<KernelEstimate>> kernelReport(const Program &program,
-                                                         unsigned worker = 0,
-                                                         const GpuModel &gpu = {});
+llvm::Expected<std::vector<KernelEstimate>>
+kernelReport(const Program &program, unsigned worker = 0, const GpuModel &gpu = {});
 
 /// The report as a markdown table, with the totals and the largest ratio.
 std::string formatKernelReport(const std::vector<KernelEstimate> &report, const GpuModel &gpu);

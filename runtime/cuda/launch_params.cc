@@ -12,10 +12,14 @@ int32_t copyCombine(const ir::Reducer *reducer) {
   if (!reducer)
     return kOverwrite;
   switch (*reducer) {
-  case ir::Reducer::Sum: return kSum;
-  case ir::Reducer::Prod: return kProd;
-  case ir::Reducer::Max: return kMax;
-  case ir::Reducer::Min: return kMin;
+  case ir::Reducer::Sum:
+    return kSum;
+  case ir::Reducer::Prod:
+    return kProd;
+  case ir::Reducer::Max:
+    return kMax;
+  case ir::Reducer::Min:
+    return kMin;
   }
   return kOverwrite;
 }
@@ -200,8 +204,8 @@ GeneratedLaunch planGeneratedLaunch(const KernelSource &k, const InstOp &op,
   for (const std::vector<unsigned> &vars : blockReductions)
     g.reduced += rangeProduct(vars, ranges);
   g.groups = rangeProduct(blockOutputVars, ranges);
-  g.perBlock = g.reduced >= 64 &&
-               (g.outputs < 32768 || g.reduced >= 2048 || g.outputs >= 8 * g.groups);
+  g.perBlock =
+      g.reduced >= 64 && (g.outputs < 32768 || g.reduced >= 2048 || g.outputs >= 8 * g.groups);
   g.blocks = static_cast<unsigned>(
       g.perBlock ? std::clamp<int64_t>(g.groups, 1, 4 * kKernelMaxBlocks)
                  : std::clamp<int64_t>((g.outputs + kKernelThreads - 1) / kKernelThreads, 1,
@@ -216,20 +220,19 @@ GeneratedLaunch planGeneratedLaunch(const KernelSource &k, const InstOp &op,
     p.parts = temporaryParts(p.values, firstExtent(t, ranges), p.terms);
     p.blocks =
         static_cast<unsigned>(std::clamp<int64_t>(p.values * p.parts, 1, 4 * kKernelMaxBlocks));
-    p.combineBlocks = static_cast<unsigned>(std::clamp<int64_t>(
-        (p.values + kKernelThreads - 1) / kKernelThreads, 1, kKernelMaxBlocks));
+    p.combineBlocks = static_cast<unsigned>(
+        std::clamp<int64_t>((p.values + kKernelThreads - 1) / kKernelThreads, 1, kKernelMaxBlocks));
     g.passes.push_back(p);
   }
   return g;
 }
 
 std::string GeneratedLaunch::describe() const {
-  std::string out = !perBlock           ? std::string("generated")
-                    : groups == outputs ? fmt::format("generated, a block per output ({} terms)",
-                                                      reduced)
-                                        : fmt::format("generated, a block per {} outputs ({} terms)",
-                                                      outputs / std::max<int64_t>(1, groups),
-                                                      reduced);
+  std::string out = !perBlock ? std::string("generated")
+                    : groups == outputs
+                        ? fmt::format("generated, a block per output ({} terms)", reduced)
+                        : fmt::format("generated, a block per {} outputs ({} terms)",
+                                      outputs / std::max<int64_t>(1, groups), reduced);
   if (!multi)
     return out;
   std::string split;

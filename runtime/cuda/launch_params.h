@@ -47,8 +47,7 @@ void runScatterOnHost(const ScatterPlan &plan, const float *const *in, float *ou
 /// that struct.
 std::vector<unsigned char> kernelArgBlock(const std::vector<int64_t> &ints,
                                           const std::vector<const float *> &inputs, float *out,
-                                          bool fast, float *scratch = nullptr,
-                                          int64_t parts = 1);
+                                          bool fast, float *scratch = nullptr, int64_t parts = 1);
 
 /// How many parts a temporary's pass splits each value's reduction into (its first
 /// variable's range cut evenly; KernelSource::passes): enough blocks to fill a GPU
@@ -74,13 +73,13 @@ inline constexpr int64_t kKernelMaxBlocks = 4096;
 /// output sums many terms and there are too few outputs to fill the GPU with one thread
 /// each, or the sums are very long, or many outputs share them (a softmax's row).
 struct GeneratedLaunch {
-  bool multi = false;      ///< the multi-launch variant (KernelSource::passes)
-  bool perBlock = false;   ///< the main nest's block variant
-  int64_t outputs = 1;     ///< the share's output elements
-  int64_t groups = 1;      ///< the block variant's values (of its blockOutputVars)
-  int64_t reduced = 0;     ///< terms the block variant's reductions sum per value
-  unsigned blocks = 1;     ///< the main launch's grid
-  std::string entry;       ///< the main launch's entry point
+  bool multi = false;    ///< the multi-launch variant (KernelSource::passes)
+  bool perBlock = false; ///< the main nest's block variant
+  int64_t outputs = 1;   ///< the share's output elements
+  int64_t groups = 1;    ///< the block variant's values (of its blockOutputVars)
+  int64_t reduced = 0;   ///< terms the block variant's reductions sum per value
+  unsigned blocks = 1;   ///< the main launch's grid
+  std::string entry;     ///< the main launch's entry point
   struct Pass {
     const CudaTemporaryPass *temporary = nullptr;
     int64_t values = 1, terms = 1, parts = 1;

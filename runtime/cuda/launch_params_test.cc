@@ -38,7 +38,8 @@ TEST(LaunchParams, BoxCopiesMatchTheHostCopyForEveryCombine) {
     const Box srcHeld = randomBox(rng, shape), dstHeld = randomBox(rng, shape);
     Box common;
     for (size_t d = 0; d < rank; ++d)
-      common.push_back({std::max(srcHeld[d].lo, dstHeld[d].lo), std::min(srcHeld[d].hi, dstHeld[d].hi)});
+      common.push_back(
+          {std::max(srcHeld[d].lo, dstHeld[d].lo), std::min(srcHeld[d].hi, dstHeld[d].hi)});
     bool empty = false;
     for (const Range &r : common)
       empty = empty || r.size() <= 0;

@@ -170,7 +170,8 @@ std::optional<CudnnConv> cudnnConv(const ConvPlan &plan, const std::vector<Box> 
       // Data gradient: pad evenly by the smaller padding and compute the rows the rest
       // stands for (they receive gradient from the same dy rows; they are dropped).
       p = std::min(plan.padBefore[d], plan.padAfter[d]);
-      src[2 + d] = {src[2 + d].lo - (plan.padBefore[d] - p), src[2 + d].hi + (plan.padAfter[d] - p)};
+      src[2 + d] = {src[2 + d].lo - (plan.padBefore[d] - p),
+                    src[2 + d].hi + (plan.padAfter[d] - p)};
       lead[2 + d] = static_cast<int>(plan.padBefore[d] - p);
       c.stageOutput = true;
     }
@@ -243,7 +244,7 @@ void referenceConv(const CudnnConv &c, const float *const *in, float *out) {
     return (v.input >= 0 ? in[v.input] : out) + v.offset;
   };
   const float *X = base(c.x), *W = base(c.w), *Y = base(c.y);
-  const TensorView &result = c.kind == ConvKind::Forward ? c.y
+  const TensorView &result = c.kind == ConvKind::Forward  ? c.y
                              : c.kind == ConvKind::Filter ? c.w
                                                           : c.x;
   std::vector<double> acc(static_cast<size_t>(result.elements()), 0.0);

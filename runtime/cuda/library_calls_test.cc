@@ -4,8 +4,8 @@
 // shares; the scatter-add's parameters through the device's own element function) in a
 // host reference with the library's semantics, reproduces the interpreter's result. The
 // mapping must take most shares of the ops it claims.
-#include "runtime/cuda/library_calls.h"
 #include "runtime/cuda/launch_params.h"
+#include "runtime/cuda/library_calls.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -185,12 +185,14 @@ TEST(LibraryCalls, PaddingBecomesSymmetricOnlyWhereTheOutputSizeAgrees) {
   // The share of output rows 2..3 of a stride-1 3x3 convolution padded 1, over an 4-row
   // input: it reads rows 1..4 of which row 4 is padding (0 before, 1 after).
   ConvPlan q = p;
-  q.strides = {1, 1}, q.src = {{0, 2}, {0, 3}, {1, 4}, {0, 4}}, q.dst = {{0, 2}, {0, 4}, {2, 4}, {0, 4}};
+  q.strides = {1, 1}, q.src = {{0, 2}, {0, 3}, {1, 4}, {0, 4}},
+  q.dst = {{0, 2}, {0, 4}, {2, 4}, {0, 4}};
   q.padBefore = {0, 1}, q.padAfter = {1, 1};
   held = {{{0, 2}, {0, 3}, {0, 4}, {0, 4}}, p.weights};
   std::string why;
   EXPECT_FALSE(cudnnConv(q, held, &why).has_value());
-  EXPECT_NE(why.find("uneven padding (0 before, 1 after) in spatial dimension 0"), std::string::npos)
+  EXPECT_NE(why.find("uneven padding (0 before, 1 after) in spatial dimension 0"),
+            std::string::npos)
       << why;
   // A weights view that is a slice of the held filter (a split over input channels held
   // whole) is gathered into dense scratch first.

@@ -65,8 +65,7 @@ llvm::Expected<std::vector<Cubin>> compileCubins(const std::vector<KernelSource>
   std::vector<const KernelSource *> all;
   for (const KernelSource &k : kernels)
     all.push_back(&k);
-  std::vector<KernelUnit> parts =
-      kernelUnits(all, KernelDialect::Cuda, options.kernelsPerUnit, 1);
+  std::vector<KernelUnit> parts = kernelUnits(all, KernelDialect::Cuda, options.kernelsPerUnit, 1);
   std::vector<Cubin> out;
   if (parts.empty())
     return out;
@@ -78,9 +77,9 @@ llvm::Expected<std::vector<Cubin>> compileCubins(const std::vector<KernelSource>
   for (size_t n = 0; n < parts.size(); ++n) {
     Unit &u = units[n];
     static_cast<KernelUnit &>(u) = std::move(parts[n]);
-    u.path = fmt::format("{}/{:016x}.cubin", dir,
-                         stableHash(fmt::format("nvrtc {}.{} {}\n{}", major, minor, options.arch,
-                                                u.source)));
+    u.path = fmt::format(
+        "{}/{:016x}.cubin", dir,
+        stableHash(fmt::format("nvrtc {}.{} {}\n{}", major, minor, options.arch, u.source)));
   }
   forEachInParallel(units.size(), options.jobs, [&](size_t n) {
     Unit &u = units[n];

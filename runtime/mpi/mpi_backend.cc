@@ -23,9 +23,7 @@ bool parseMpiTransport(const std::string &name, MpiTransport &out) {
   return true;
 }
 
-const char *mpiTransportName(MpiTransport t) {
-  return t == MpiTransport::Get ? "get" : "sendrecv";
-}
+const char *mpiTransportName(MpiTransport t) { return t == MpiTransport::Get ? "get" : "sendrecv"; }
 
 namespace {
 
@@ -149,8 +147,8 @@ public:
       staging_ = static_cast<float *>(
           std::aligned_alloc(64, static_cast<size_t>((stagingElements * 4 + 63) / 64 * 64)));
       if (!staging_)
-        return stringError(fmt::format("cannot allocate a staging buffer of {} bytes",
-                                       stagingElements * 4));
+        return stringError(
+            fmt::format("cannot allocate a staging buffer of {} bytes", stagingElements * 4));
     }
     stagingBytes_ = stagingElements * 4;
 
@@ -277,8 +275,8 @@ private:
       void *base = nullptr;
       if (MPI_Win_allocate(static_cast<MPI_Aint>(rounded + kAlign), 1, MPI_INFO_NULL, comm_, &base,
                            &window_) != MPI_SUCCESS)
-        return stringError(fmt::format("cannot allocate the arena of {} bytes as an MPI window",
-                                       bytes));
+        return stringError(
+            fmt::format("cannot allocate the arena of {} bytes as an MPI window", bytes));
       const uintptr_t p = reinterpret_cast<uintptr_t>(base);
       myShift = static_cast<int64_t>((kAlign - p % kAlign) % kAlign);
       arena_ = reinterpret_cast<float *>(p + static_cast<uintptr_t>(myShift));

@@ -149,8 +149,8 @@ public:
     const int64_t most = *std::max_element(slotElements.begin(), slotElements.end());
     stagingBytes_ = most * 4;
     if (most > 0)
-      if (cudaError_t e = cudaMalloc(reinterpret_cast<void **>(&staging_),
-                                     static_cast<size_t>(stagingBytes_));
+      if (cudaError_t e =
+              cudaMalloc(reinterpret_cast<void **>(&staging_), static_cast<size_t>(stagingBytes_));
           e != cudaSuccess)
         return cudaError(e, fmt::format("allocating {} bytes of NCCL staging", stagingBytes_));
     return llvm::Error::success();
@@ -166,13 +166,13 @@ public:
     noteNccl(ncclGroupStart(), "ncclGroupStart");
     for (const Transfer &t : sends_[slot])
       noteNccl(ncclSend(t.direct ? arena_ + t.arenaOffset : staging_ + t.stagingOffset,
-                        static_cast<size_t>(t.elements), ncclFloat, static_cast<int>(t.peer),
-                        comm_, stream_),
+                        static_cast<size_t>(t.elements), ncclFloat, static_cast<int>(t.peer), comm_,
+                        stream_),
                "ncclSend");
     for (const Transfer &t : receives_[slot])
       noteNccl(ncclRecv(t.direct ? arena_ + t.arenaOffset : staging_ + t.stagingOffset,
-                        static_cast<size_t>(t.elements), ncclFloat, static_cast<int>(t.peer),
-                        comm_, stream_),
+                        static_cast<size_t>(t.elements), ncclFloat, static_cast<int>(t.peer), comm_,
+                        stream_),
                "ncclRecv");
     noteNccl(ncclGroupEnd(), "ncclGroupEnd");
   }
@@ -217,7 +217,8 @@ public:
 
 private:
   static llvm::Error cudaError(cudaError_t e, const std::string &what) {
-    return stringError(fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e)));
+    return stringError(
+        fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e)));
   }
   static llvm::Error ncclError(ncclResult_t r, const std::string &what) {
     return stringError(fmt::format("{}: {}", what, ncclGetErrorString(r)));

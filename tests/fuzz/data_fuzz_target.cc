@@ -20,8 +20,8 @@ namespace {
 /// A temporary file name with `suffix`, made once per process.
 std::string scratch(const char *suffix) {
   const char *tmp = std::getenv("TMPDIR");
-  return std::string(tmp && *tmp ? tmp : "/tmp") + "/tofu-fuzz-data-" +
-         std::to_string(::getpid()) + suffix;
+  return std::string(tmp && *tmp ? tmp : "/tmp") + "/tofu-fuzz-data-" + std::to_string(::getpid()) +
+         suffix;
 }
 
 void touch(llvm::Expected<tofu::DataArray> a) {
