@@ -24,39 +24,45 @@ namespace tofu {
 
 using namespace searchimpl;
 
+const std::vector<AlgorithmInfo> &algorithms() {
+  static const std::vector<AlgorithmInfo> all = {
+      {Algorithm::Tofu, "tofu",
+       "Tofu's recursion: one exact DP per factor of k, largest factor first (default)"},
+      {Algorithm::DpFlat, "dp-flat",
+       "one DP over every multi-dimensional tiling at once (within a time budget)"},
+      {Algorithm::Icml18, "icml18", "Tofu's recursion without output-reduction strategies"},
+      {Algorithm::EqualChop, "equalchop",
+       "one DP, each tensor and op cut along one dimension into k parts"},
+      {Algorithm::Spartan, "spartan", "greedy, largest tensor first, one dimension into k parts"},
+      {Algorithm::AllRow, "allrow",
+       "every tensor cut along its first dimension; ops choose greedily"},
+      {Algorithm::DataParallel, "data-parallel",
+       "activations cut by batch, weights and their state replicated"},
+      {Algorithm::Exhaustive, "exhaustive",
+       "every sequence of basic plans (small graphs: the tests' oracle)"},
+  };
+  return all;
+}
+
 const char *algorithmName(Algorithm a) {
-  switch (a) {
-  case Algorithm::Tofu:
-    return "tofu";
-  case Algorithm::DpFlat:
-    return "dp-flat";
-  case Algorithm::Icml18:
-    return "icml18";
-  case Algorithm::EqualChop:
-    return "equalchop";
-  case Algorithm::Spartan:
-    return "spartan";
-  case Algorithm::AllRow:
-    return "allrow";
-  case Algorithm::DataParallel:
-    return "data-parallel";
-  case Algorithm::Exhaustive:
-    return "exhaustive";
-  }
+  for (const AlgorithmInfo &info : algorithms())
+    if (info.algorithm == a)
+      return info.name;
   return "?";
 }
 
 std::optional<Algorithm> parseAlgorithm(const std::string &name) {
-  for (Algorithm a :
-       {Algorithm::Tofu, Algorithm::DpFlat, Algorithm::Icml18, Algorithm::EqualChop,
-        Algorithm::Spartan, Algorithm::AllRow, Algorithm::DataParallel, Algorithm::Exhaustive})
-    if (name == algorithmName(a))
-      return a;
+  for (const AlgorithmInfo &info : algorithms())
+    if (name == info.name)
+      return info.algorithm;
   return std::nullopt;
 }
 
 std::string algorithmNames() {
-  return "tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, exhaustive";
+  std::string names;
+  for (const AlgorithmInfo &info : algorithms())
+    names += (names.empty() ? "" : ", ") + std::string(info.name);
+  return names;
 }
 
 /// Element-wise for coarsening: one output strategy per output dimension, nothing else,

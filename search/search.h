@@ -25,6 +25,13 @@ enum class Algorithm {
   DataParallel, ///< activations cut by batch, weights and their state replicated
   Exhaustive,   ///< every sequence of basic plans (small graphs: the test oracle)
 };
+/// An algorithm's name (`--algo`) and what it does: every algorithm, listed once here.
+struct AlgorithmInfo {
+  Algorithm algorithm;
+  const char *name;
+  const char *help;
+};
+const std::vector<AlgorithmInfo> &algorithms();
 const char *algorithmName(Algorithm a);
 std::optional<Algorithm> parseAlgorithm(const std::string &name);
 /// "tofu, dp-flat, ..." for help texts.

@@ -16,6 +16,12 @@ llvm::Error usageError(std::string message) {
   return llvm::make_error<UsageError>(std::move(message));
 }
 
+llvm::ExitOnError exitOnError(const std::string &tool) {
+  llvm::ExitOnError e(tool + ": ");
+  e.setExitCodeMapper([](const llvm::Error &err) { return err.isA<UsageError>() ? 2 : 1; });
+  return e;
+}
+
 int exitStatusOf(llvm::Error e, std::string &message) {
   int status = 1;
   message.clear();

@@ -26,6 +26,17 @@ private:
 /// An error of bad usage (exit status 2).
 llvm::Error usageError(std::string message);
 
+/// `value`, or its error made bad usage (the same message): for what reads the user's input.
+template <class T> llvm::Expected<T> asUsage(llvm::Expected<T> value) {
+  if (!value)
+    return usageError(llvm::toString(value.takeError()));
+  return value;
+}
+
+/// A tool's llvm::ExitOnError: prints "TOOL: message" and exits with the error's status (2
+/// for a UsageError, else 1).
+llvm::ExitOnError exitOnError(const std::string &tool);
+
 /// The message of `e`, and the status a tool exits with: 2 for a UsageError, else 1.
 /// Consumes `e`, which must hold an error.
 int exitStatusOf(llvm::Error e, std::string &message);

@@ -20,6 +20,8 @@
 #include "grammar/diagnostics.h"
 #include "runtime/dataset.h"
 #include "runtime/kernel_verify.h"
+#include "support/cl_choice.h"
+#include "support/errors.h"
 #include "support/files.h"
 #include "tdlc/stats.h"
 #include "llvm/Support/CommandLine.h"
@@ -103,14 +105,14 @@ cl::opt<Format> format("format", cl::desc("With --strategies: output format"),
                        cl::init(Format::Table), cl::cat(tdlcCategory));
 cl::opt<bool> quiet("quiet", cl::desc("With --check, do not print warnings"),
                     cl::cat(tdlcCategory));
-cl::opt<std::string>
-    kernelsMode("kernels",
-                cl::desc("With --verify: what computes each worker's share: interp "
-                         "(default; the TDL interpreter, double) or compiled "
-                         "(oneDNN where a library call expresses the share, else "
-                         "the op's generated C++ kernel, float32, as tofu-run "
-                         "runs them)"),
-                cl::init("interp"), cl::cat(tdlcCategory));
+enum class Kernels { Interp, Compiled };
+cl::opt<Kernels, false, tofu::ChoiceParser<Kernels>> kernelsMode(
+    "kernels", cl::desc("With --verify: what computes each worker's share:"),
+    cl::values(clEnumValN(Kernels::Interp, "interp", "the TDL interpreter, double (default)"),
+               clEnumValN(Kernels::Compiled, "compiled",
+                          "oneDNN where a library call expresses the share, else the op's "
+                          "generated C++ kernel, float32, as tofu-run runs them")),
+    cl::init(Kernels::Interp), cl::cat(tdlcCategory));
 unsigned verifyPassed = 0, verifyFailed = 0;
 /// With --kernels compiled: the kernels, compiled once per file in one batch.
 std::unique_ptr<tofu::CpuKernelLibrary> kernelLibrary;
@@ -273,7 +275,7 @@ int analyseModule(const tofu::ir::Module &module) {
   int status = 0;
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
   std::map<std::string, tofu::Example> examples;
-  if (verify && kernelsMode == "compiled") {
+  if (verify && kernelsMode == Kernels::Compiled) {
     std::vector<std::string> notCompiled;
     std::vector<tofu::KernelSource> kernels =
         tofu::verificationKernels(module, module.rootFile, &notCompiled);
@@ -503,10 +505,6 @@ int main(int argc, char **argv) {
   if (!parsed)
     return 2;
 
-  if (kernelsMode != "interp" && kernelsMode != "compiled") {
-    llvm::errs() << "tdlc: --kernels must be interp or compiled\n";
-    return 2;
-  }
   if (int(checkMode) + int(dumpIr) + int(strategies) + int(verify) + int(stats) + int(kernel) +
           int(evalMode) !=
       1) {
@@ -527,13 +525,9 @@ int main(int argc, char **argv) {
       llvm::errs() << "tdlc: --stats takes one directory\n";
       return 2;
     }
-    auto s = tofu::computeStats(files.front());
-    if (!s) {
-      llvm::errs() << "tdlc: " << llvm::toString(s.takeError()) << "\n";
-      return 1;
-    }
-    tofu::printStats(llvm::outs(), *s);
-    return s->problems.empty() ? 0 : 1;
+    const tofu::LibraryStats s = tofu::exitOnError("tdlc")(tofu::computeStats(files.front()));
+    tofu::printStats(llvm::outs(), s);
+    return s.problems.empty() ? 0 : 1;
   }
   if (files.empty()) {
     llvm::errs() << "tdlc: no input files (see --help)\n";

@@ -64,8 +64,8 @@ expect_error() { # expected message, args...
   fi
 }
 expect_error "--workers must be 1 to 4096" --model mlp --workers 0
-expect_error "unknown --algo 'best'" --model mlp --workers 2 --algo best
-expect_error "--format must be table or json" --model mlp --workers 2 --format xml
+expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel or exhaustive, not 'best'" --model mlp --workers 2 --algo best
+expect_error "for the --format option: must be table or json, not 'xml'" --model mlp --workers 2 --format xml
 "$plan" --model mlp --batch 16 --train --fit 20MiB --format=json >"$tmp/fit.json" 2>"$tmp/fit.err"
 check "--fit exit status" test $? -eq 0
 check "--fit reports each count on stderr" grep -q "^tofu-plan: [0-9]* workers: fits, planned peak" "$tmp/fit.err"

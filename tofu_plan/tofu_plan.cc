@@ -19,6 +19,8 @@
 #include "runtime/input_arrays.h"
 #include "search/report.h"
 #include "search/search.h"
+#include "support/cl_choice.h"
+#include "support/errors.h"
 #include "support/units.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -73,10 +75,16 @@ cl::opt<std::string>
 cl::opt<bool> dumpJson("dump-json", cl::desc("Print the graph as JSON"), cl::cat(planCategory));
 cl::opt<unsigned> workers("workers", cl::desc("Search a partition for K workers (any K >= 1)"),
                           cl::value_desc("K"), cl::init(0), cl::cat(planCategory));
-cl::opt<std::string> algo("algo", cl::desc("The search algorithm (default tofu)"),
-                          cl::value_desc("NAME"), cl::init("tofu"), cl::cat(planCategory));
-cl::opt<std::string> format("format", cl::desc("Plan output: table (default) or json"),
-                            cl::init("table"), cl::cat(planCategory));
+/// The search algorithm; its values are search/search.h's algorithms(), added in main.
+cl::opt<tofu::Algorithm, false, tofu::ChoiceParser<tofu::Algorithm>>
+    algo("algo", cl::desc("The search algorithm:"), cl::init(tofu::Algorithm::Tofu),
+         cl::cat(planCategory));
+enum class Format { Table, Json };
+cl::opt<Format, false, tofu::ChoiceParser<Format>>
+    format("format", cl::desc("Plan output:"),
+           cl::values(clEnumValN(Format::Table, "table", "tables (default)"),
+                      clEnumValN(Format::Json, "json", "one JSON object")),
+           cl::init(Format::Table), cl::cat(planCategory));
 cl::opt<std::string> svgFile("svg", cl::desc("Also draw the plan's weight and activation tiles"),
                              cl::value_desc("FILE.svg"), cl::cat(planCategory));
 cl::opt<bool> summary("summary",
@@ -126,6 +134,8 @@ std::string human(double bytes) { return tofu::humanBytes(bytes); }
 
 int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(planCategory);
+  for (const tofu::AlgorithmInfo &a : tofu::algorithms())
+    algo.getParser().addLiteralOption(a.name, a.algorithm, a.help);
   // Bad usage exits 2, as --help says (llvm's parser would exit 1).
   const bool parsed = cl::ParseCommandLineOptions(
       argc, argv,
@@ -137,8 +147,8 @@ int main(int argc, char **argv) {
       "  tofu-plan ... --fit BYTES [--max-workers N]\n"
       "  tofu-plan ... --topology 2x8:12.5GB/s,150GB/s\n"
       "  tofu-plan (--model|--graph|--onnx) ... --describe | --dump-json\n\n" +
-          tofu::zooHelp() + "\n\nAlgorithms (--algo): " + tofu::algorithmNames() +
-          ".\nThe plan lists, per tensor, how each dimension is cut; per op, its strategy at "
+          tofu::zooHelp() +
+          "\n\nThe plan lists, per tensor, how each dimension is cut; per op, its strategy at "
           "each\nrecursion step; the communication per step and in total; per-worker memory; the "
           "search time.\n",
       &llvm::errs());
@@ -244,29 +254,17 @@ int main(int argc, char **argv) {
                     "--dump-json\n";
     return 2;
   }
-  auto algorithm = tofu::parseAlgorithm(algo);
-  if (!algorithm) {
-    llvm::errs() << "tofu-plan: unknown --algo '" << algo << "' (one of " << tofu::algorithmNames()
-                 << ")\n";
-    return 2;
-  }
-  if (format != "table" && format != "json") {
-    llvm::errs() << "tofu-plan: --format must be table or json\n";
-    return 2;
-  }
   if (!tofu::optimizerNamed(optimizer)) {
     llvm::errs() << "tofu-plan: --optimizer must be sgd, momentum, nesterov, adam or adamw\n";
     return 2;
   }
 
+  llvm::ExitOnError exitOnErr = tofu::exitOnError("tofu-plan");
   tofu::SourceManager sources;
   tofu::DiagnosticEngine diags(sources);
-  auto ops = tofu::findOpsDir(opsDir, opsDir.getNumOccurrences() > 0);
-  if (!ops) {
-    llvm::errs() << "tofu-plan: " << llvm::toString(ops.takeError()) << "\n";
-    return 2;
-  }
-  auto lib = tofu::OpLibrary::load(*ops, diags);
+  const std::string ops =
+      exitOnErr(tofu::asUsage(tofu::findOpsDir(opsDir, opsDir.getNumOccurrences() > 0)));
+  auto lib = tofu::OpLibrary::load(ops, diags);
   if (!lib) {
     diags.print(llvm::errs());
     llvm::errs() << "tofu-plan: cannot load the operator library: "
@@ -282,7 +280,7 @@ int main(int argc, char **argv) {
                    : workers > 0           ? tofu::Stage::Plan
                                            : tofu::Stage::Graph;
   pipeline.search.workers = workers;
-  pipeline.search.algorithm = *algorithm;
+  pipeline.search.algorithm = algo;
   pipeline.search.budgetSeconds = budget;
   pipeline.search.threads = searchThreads;
   pipeline.search.coarsen = !noCoarsen;
@@ -294,31 +292,21 @@ int main(int argc, char **argv) {
                               dataInputs.getNumOccurrences() > 0,
                               batch.getNumOccurrences() > 0,
                               {}};
-  if (!inputOpt.empty()) {
-    auto inputs = tofu::readInputArrays(inputOpt);
-    if (!inputs) {
-      llvm::errs() << "tofu-plan: " << llvm::toString(inputs.takeError()) << "\n";
-      return 2;
-    }
-    source.givenInputs = inputs->forImport();
-  }
-  auto result = tofu::runPipeline(source, *lib, pipeline);
-  if (!result) {
-    llvm::errs() << "tofu-plan: " << llvm::toString(result.takeError()) << "\n";
-    return 1;
-  }
-  if (!result->lossNote.empty())
-    llvm::errs() << "tofu-plan: " << result->lossNote << "\n";
-  const std::string &name = result->name;
-  const tofu::Graph *g = &result->graph;
+  if (!inputOpt.empty())
+    source.givenInputs = exitOnErr(tofu::asUsage(tofu::readInputArrays(inputOpt))).forImport();
+  auto result = exitOnErr(tofu::runPipeline(source, *lib, pipeline));
+  if (!result.lossNote.empty())
+    llvm::errs() << "tofu-plan: " << result.lossNote << "\n";
+  const std::string &name = result.name;
+  const tofu::Graph *g = &result.graph;
   if (dumpJson) {
     llvm::outs() << tofu::graphToJson(*g);
     return 0;
   }
   if (workers > 0 || fit) {
-    const tofu::Problem *problem = &*result->problem;
-    const tofu::PartitionPlan *plan = &result->plan;
-    double analysis = result->analysisSeconds;
+    const tofu::Problem *problem = &*result.problem;
+    const tofu::PartitionPlan *plan = &result.plan;
+    double analysis = result.analysisSeconds;
     tofu::PlanReportOptions report;
     report.title = name + (train ? " training step" : "") +
                    (model.empty() ? std::string() : fmt::format(" (batch {})", batch));
@@ -359,22 +347,19 @@ int main(int argc, char **argv) {
             limit, memoryFit.plan.workers, found->lowerBound, memoryFit.plan.workers,
             found->lowerBound);
       } else {
-        auto found = tofu::searchWithinMemory(*problem, pipeline.search, *budgetBytes, g->outputs);
-        if (!found) {
-          llvm::errs() << "tofu-plan: " << llvm::toString(found.takeError()) << "\n";
-          return 1;
-        }
-        if (!found->fits) {
+        auto found = exitOnErr(
+            tofu::searchWithinMemory(*problem, pipeline.search, *budgetBytes, g->outputs));
+        if (!found.fits) {
           llvm::errs() << fmt::format(
               "tofu-plan: no plan found for {} workers fits in {} per worker: the closest "
               "({}) has a planned peak of {} on worker {}, {} over ({} plans searched); "
               "--fit {} finds how many workers it needs\n",
-              workers, limit, found->plan.algorithm, human(double(found->peak)), found->peakWorker,
-              human(double(found->peak - found->limit)), found->searches,
+              workers, limit, found.plan.algorithm, human(double(found.peak)), found.peakWorker,
+              human(double(found.peak - found.limit)), found.searches,
               std::string(memoryPerWorker));
           return 1;
         }
-        memoryFit = std::move(*found);
+        memoryFit = std::move(found);
       }
       memoryLine +=
           fmt::format("memory budget {} per worker: {} plan{} searched and memory-planned "
@@ -396,12 +381,7 @@ int main(int argc, char **argv) {
     nlohmann::ordered_json machineJson;
     tofu::TopologyPlan machine;
     if (topology) {
-      auto found = tofu::searchForTopology(*problem, pipeline.search, *topology);
-      if (!found) {
-        llvm::errs() << "tofu-plan: " << llvm::toString(found.takeError()) << "\n";
-        return 1;
-      }
-      machine = std::move(*found);
+      machine = exitOnErr(tofu::searchForTopology(*problem, pipeline.search, *topology));
       plan = &machine.plan;
       const tofu::TopologyTraffic &mine = machine.traffic;
       const tofu::TopologyTraffic &other = machine.leastBytesTraffic;
@@ -449,7 +429,7 @@ int main(int argc, char **argv) {
                                 "message, on the slowest worker";
       report.exact = plan->workers <= 64;
     }
-    if (format == "json") {
+    if (format == Format::Json) {
       std::string json = tofu::planJson(*problem, *plan, report);
       if (fit || topology) {
         auto j = nlohmann::ordered_json::parse(json);

@@ -1,0 +1,75 @@
+// The parts of tofu-run's driver (tofu_run.cc) that its run modes share: the process group
+// and fail(), the engine of --backend, and the three ways a run ends (training on the
+// engine, inference, one step on the reference executor).
+#ifndef TOFU_TOFU_RUN_DRIVER_H
+#define TOFU_TOFU_RUN_DRIVER_H
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codegen/exec_plan.h"
+#include "codegen/memory_plan.h"
+#include "graph/graph.h"
+#include "partition/plan.h"
+#include "planner/pipeline.h"
+#include "runtime/backend_registry.h"
+#include "runtime/engine.h"
+#include "runtime/input_arrays.h"
+#include "runtime/process_group.h"
+#include "runtime/training_data.h"
+
+namespace tofurun {
+
+/// The processes of this run: this one alone, or those mpirun started (--backend mpi, nccl).
+extern tofu::ProcessGroup *group;
+
+/// Prints `msg` (with this process's rank under mpirun, and then ends the whole job) and
+/// returns `code`.
+int fail(const std::string &msg, int code = 1);
+/// fail() with an error's message and status (2 for bad usage, support/errors.h).
+int fail(llvm::Error e);
+
+/// --eval's forward graph (the model without its loss), planned as the training plan
+/// restricted to it.
+struct EvalSetup {
+  tofu::PipelineResult forward;
+  unsigned logits = 0; ///< the output tensor
+};
+
+/// The engine options the command line gives.
+tofu::EngineOptions engineOptions();
+/// --tf32 and --mpi-transport, for the backends that read them.
+tofu::BackendSettings backendSettings();
+/// The engine of --backend running `plan` (runtime/backend_registry.h).
+/// `local`: the engine runs in this process alone (the unpartitioned reference of --verify).
+llvm::Expected<std::unique_ptr<tofu::Engine>>
+makeEngine(const tofu::Problem &p, const tofu::ExecPlan &plan, const tofu::MemoryPlan &memory,
+           const tofu::EngineOptions &options, bool local = false);
+
+double seconds(std::chrono::steady_clock::time_point since);
+double median(std::vector<double> v);
+
+/// Trains on the engine (train.cc): --steps steps, then the summary (and --verify's
+/// comparison). `predicted`: the bytes the plan moves per step.
+int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::string &loss,
+                const std::string &name, const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
+                const tofu::SingleWorker &one, int64_t predicted, const std::string &algorithm,
+                const EvalSetup *evalSetup);
+
+/// --infer (infer.cc): the forward graph once on the given inputs; every output reported
+/// and written.
+int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string &name,
+                 const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
+                 const tofu::InputArrays &inputs);
+
+/// --kernels interp (reference_run.cc): one step on the reference executor (every op in the
+/// interpreter, double precision), and with --verify the unpartitioned step compared.
+int runOnExecutor(const tofu::Problem &p, const tofu::Graph &training, const std::string &name,
+                  const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
+                  const tofu::SingleWorker &single, const tofu::PartitionPlan &plan);
+
+} // namespace tofurun
+
+#endif // TOFU_TOFU_RUN_DRIVER_H

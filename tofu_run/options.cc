@@ -1,0 +1,375 @@
+// tofu-run's options and their checks.
+#include "tofu_run/options.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "analysis/checked.h"
+#include "fmt/format.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/training_data.h"
+#include "search/search.h"
+#include "support/errors.h"
+#include "support/files.h"
+
+namespace tofurun {
+
+cl::OptionCategory runCategory("tofu-run options");
+
+void addAlgorithmChoices() {
+  for (const tofu::AlgorithmInfo &a : tofu::algorithms())
+    algo.getParser().addLiteralOption(a.name, a.algorithm, a.help);
+}
+cl::opt<std::string> model("model", cl::desc("A zoo model (see --help)"), cl::value_desc("NAME"),
+                           cl::cat(runCategory));
+cl::opt<std::string> graphFile("graph", cl::desc("A graph in JSON"), cl::value_desc("FILE.json"),
+                               cl::cat(runCategory));
+cl::opt<std::string> onnxFile("onnx", cl::desc("An ONNX model"), cl::value_desc("FILE.onnx"),
+                              cl::cat(runCategory));
+cl::opt<unsigned> dataInputs("data-inputs",
+                             cl::desc("With --onnx: leading graph inputs that are "
+                                      "data (default 1)"),
+                             cl::init(1), cl::cat(runCategory));
+cl::opt<int64_t> batch("batch", cl::desc("Batch size for zoo and ONNX models (default 2)"),
+                       cl::init(2), cl::cat(runCategory));
+cl::opt<unsigned>
+    workers("workers",
+            cl::desc("Workers to partition across (required; under mpirun, the process count)"),
+            cl::value_desc("K"), cl::init(0), cl::cat(runCategory));
+cl::opt<tofu::Algorithm, false, tofu::ChoiceParser<tofu::Algorithm>>
+    algo("algo", cl::desc("The search algorithm:"), cl::init(tofu::Algorithm::Tofu),
+         cl::cat(runCategory));
+cl::opt<std::string> backend("backend",
+                             cl::desc("Executor: cpu (threads over host arenas), cuda (streams "
+                                      "over arenas on one GPU; k workers share it), mpi (one "
+                                      "process per worker, started by mpirun -np K; CPU "
+                                      "kernels) or nccl (one process per worker and GPU under "
+                                      "mpirun, regions over NCCL; CUDA kernels); the default "
+                                      "is the first this build has"),
+                             cl::cat(runCategory));
+cl::opt<std::string> mpiTransport("mpi-transport",
+                                  cl::desc("With --backend mpi: how regions cross processes: "
+                                           "sendrecv (default: matched sends and receives) or "
+                                           "get (one-sided reads of the owner's arena, an RMA "
+                                           "window, with a barrier at every synchronisation "
+                                           "point)"),
+                                  cl::init("sendrecv"), cl::cat(runCategory));
+cl::opt<bool> tf32("tf32",
+                   cl::desc("With --backend cuda or nccl: let cuBLAS and cuDNN use TF32 tensor "
+                            "cores (default off: float32 math)"),
+                   cl::cat(runCategory));
+cl::opt<std::string> optimizer("optimizer",
+                               cl::desc("sgd (default), momentum (SGD with momentum, PyTorch's "
+                                        "form: v = mu v + g, w -= lr v), nesterov (w -= lr (g + "
+                                        "mu v)), adam or adamw (Adam with decoupled weight "
+                                        "decay), each as torch.optim's"),
+                               cl::init("sgd"), cl::cat(runCategory));
+cl::opt<double> weightDecayOpt("weight-decay",
+                               cl::desc("Weight decay: with sgd, momentum, nesterov and adam an "
+                                        "L2 term added to the gradient (g + wd w, PyTorch's "
+                                        "weight_decay); with adamw decoupled (w -= lr wd w; "
+                                        "default 0.01 there, else 0)"),
+                               cl::init(-1), cl::cat(runCategory));
+cl::opt<std::string> lrScheduleOpt(
+    "lr-schedule",
+    cl::desc("How the learning rate moves per step: constant (default), step:EVERY[:GAMMA] "
+             "(times GAMMA, default 0.1, every EVERY steps) or cosine[:HORIZON] (to 0 at step "
+             "HORIZON, default the run's last step); after --warmup. Steps count over every "
+             "run, so --load continues the schedule (and takes the checkpoint's when none is "
+             "given)"),
+    cl::value_desc("SCHEDULE"), cl::cat(runCategory));
+cl::opt<unsigned> warmupOpt("warmup",
+                            cl::desc("Steps of linear learning-rate warm-up, lr (t + 1) / "
+                                     "(N + 1) at step t < N, before --lr-schedule (default 0)"),
+                            cl::value_desc("N"), cl::cat(runCategory));
+cl::opt<bool> infer("infer",
+                    cl::desc("Run the model's forward graph once, partitioned, on the "
+                             "inputs --input gives, and report (--output-dir: write) "
+                             "every graph output; weights from the model's "
+                             "initializers, --load, or drawn from --seed"),
+                    cl::cat(runCategory));
+cl::opt<std::string>
+    inputOpt("input",
+             cl::desc("With --infer: NAME=FILE,... (.npy, ONNX TensorProto .pb, IDX or "
+                      "FILE.safetensors[:KEY]), one per data input. "
+                      "Read before an ONNX model's import: each input "
+                      "takes its array's shape (fixing dynamic "
+                      "dimensions), and an op that needs an input as a "
+                      "constant (a shape, axes, starts) takes the "
+                      "values of an array of at most 4096 elements"),
+             cl::value_desc("NAME=FILE,..."), cl::cat(runCategory));
+cl::opt<std::string> outputDir("output-dir",
+                               cl::desc("With --infer: write each graph output to "
+                                        "DIR/<name>.npy (float32)"),
+                               cl::value_desc("DIR"), cl::cat(runCategory));
+cl::opt<std::string> lossOutput("loss-output",
+                                cl::desc("A graph of several outputs trains on this one (default: "
+                                         "the first)"),
+                                cl::value_desc("NAME"), cl::cat(runCategory));
+cl::opt<double> momentumOpt("momentum",
+                            cl::desc("With --optimizer momentum or nesterov: mu (default 0.9)"),
+                            cl::init(0.9), cl::cat(runCategory));
+cl::opt<bool> verify("verify", cl::desc("Also run the step unpartitioned and compare"),
+                     cl::cat(runCategory));
+cl::opt<unsigned> seed("seed", cl::desc("Seed of the random inputs and weights (default 1)"),
+                       cl::init(1), cl::cat(runCategory));
+cl::opt<bool> fusion("fusion",
+                     cl::desc("Fold element-wise nodes into their one reader, so one kernel "
+                              "computes both and the intermediate is never stored (default on; "
+                              "--fusion=false turns it off)"),
+                     cl::init(true), cl::cat(runCategory));
+cl::opt<std::string> dataMode(
+    "data",
+    cl::desc("What the model trains on: a data set — a directory of the MNIST family (its "
+             "train split: train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz], e.g. "
+             "/usr/share/datasets/fashion-mnist), a .safetensors file (each tensor an array, by "
+             "its key) or NAME=FILE,... of IDX (.gz), .npy and FILE.safetensors[:KEY] arrays "
+             "whose first dimension counts samples; batches are shuffled per epoch from --seed "
+             "and the last partial batch is dropped. Or synthetic data: 'teacher' (default: a "
+             "fresh batch every step, labels or targets from a fixed random teacher) or 'fixed' "
+             "(one random batch for every step: the model memorises it)"),
+    cl::value_desc("PATH|teacher|fixed"), cl::init("teacher"), cl::cat(runCategory));
+cl::opt<std::string> feedOpt("feed",
+                             cl::desc("With a data set: which array feeds which graph input, "
+                                      "INPUT=ARRAY,... (default: the array 'labels' feeds the "
+                                      "loss's labels, the other array the one data input)"),
+                             cl::value_desc("INPUT=ARRAY,..."), cl::cat(runCategory));
+cl::opt<std::string> normalizeOpt("normalize",
+                                  cl::desc("With a data set: MEAN,STD: inputs become (x - MEAN) "
+                                           "/ STD, after byte arrays are scaled to [0, 1] "
+                                           "(default 0,1)"),
+                                  cl::value_desc("MEAN,STD"), cl::cat(runCategory));
+cl::opt<unsigned> epochs("epochs",
+                         cl::desc("With a data set: passes over it (default 1; or give "
+                                  "--steps)"),
+                         cl::init(1), cl::cat(runCategory));
+cl::opt<std::string> evalOpt("eval",
+                             cl::desc("With a data set: evaluate the loss and top-1 accuracy on "
+                                      "held-out data, forward only, partitioned like training: "
+                                      "'test' (the --data directory's t10k split) or a data set "
+                                      "as --data takes; at each epoch's end (or every "
+                                      "--eval-every steps) and after the last step"),
+                             cl::value_desc("test|PATH"), cl::cat(runCategory));
+cl::opt<unsigned> evalEvery("eval-every", cl::desc("Steps between evaluations (default: an epoch)"),
+                            cl::init(0), cl::cat(runCategory));
+cl::opt<unsigned> logEvery("log-every",
+                           cl::desc("Print a row every N steps: the mean loss and "
+                                    "step time of those N (default 1)"),
+                           cl::init(1), cl::cat(runCategory));
+
+cl::opt<double> tolerance("tolerance",
+                          cl::desc("Largest relative difference --verify accepts "
+                                   "(default 1e-3 on compiled kernels, float32; "
+                                   "1e-4 with --kernels interp)"),
+                          cl::init(-1), cl::cat(runCategory));
+cl::opt<Kernels, false, tofu::ChoiceParser<Kernels>> kernelsMode(
+    "kernels", cl::desc("What computes each op's share:"),
+    cl::values(clEnumValN(Kernels::Compiled, "compiled",
+                          "oneDNN for matrix products and convolutions, generated C++ kernels for "
+                          "the rest, on float32 arenas (default)"),
+               clEnumValN(Kernels::Generated, "generated", "generated kernels only"),
+               clEnumValN(Kernels::Interp, "interp",
+                          "one step with every op in the TDL interpreter (double)")),
+    cl::init(Kernels::Compiled), cl::cat(runCategory));
+cl::opt<unsigned> steps("steps", cl::desc("Training steps (default 1)"), cl::init(1),
+                        cl::cat(runCategory));
+cl::opt<double> learningRate("lr",
+                             cl::desc("Base learning rate (default 0.1 for sgd, 0.01 for momentum "
+                                      "and nesterov, 0.001 for adam and adamw)"),
+                             cl::init(-1), cl::cat(runCategory));
+cl::opt<int> threadsPerWorker("worker-threads",
+                              cl::desc("OpenMP threads per worker (default: cores / "
+                                       "workers)"),
+                              cl::init(0), cl::cat(runCategory));
+cl::opt<bool> checking("check",
+                       cl::desc("Poison every buffer a step has not written with NaN "
+                                "(catches kernels or plans that read what they were "
+                                "not given)"),
+                       cl::cat(runCategory));
+cl::opt<std::string> saveDir("save",
+                             cl::desc("After the last step, write every weight and "
+                                      "optimiser-state tensor to DIR/model.safetensors "
+                                      "(with --backend mpi or nccl: each process its own tiles "
+                                      "to DIR/tiles-G-R.safetensors, and an index "
+                                      "DIR/index.json)"),
+                             cl::value_desc("DIR"), cl::cat(runCategory));
+cl::opt<std::string> loadDir("load",
+                             cl::desc("Start from the checkpoint in DIR (written by --save, "
+                                      "at any worker count, by threads or processes; each "
+                                      "worker reads only its own tiles)"),
+                             cl::value_desc("DIR"), cl::cat(runCategory));
+cl::opt<unsigned> profileTop("profile",
+                             cl::desc("Time every node on every worker; print each "
+                                      "worker's compute, copy and waiting time and "
+                                      "worker 0's N slowest nodes (0: off)"),
+                             cl::init(0), cl::cat(runCategory));
+cl::opt<bool> continueNonFinite(
+    "continue-on-nonfinite",
+    cl::desc("Keep training after a step whose loss is not finite (by default training stops "
+             "there with exit status 1, saving nothing)"),
+    cl::cat(runCategory));
+cl::opt<bool> kernelReportOpt(
+    "kernel-report",
+    cl::desc("Print the CUDA kernels of one step of worker 0 as the CUDA backend would run "
+             "them (library call or generated variant, grid and block, the longest serial "
+             "chain of one thread, bytes, FLOPs) with a roofline estimate on an H100 against "
+             "its bound; needs no device, runs no step"),
+    cl::cat(runCategory));
+cl::opt<Format, false, tofu::ChoiceParser<Format>>
+    format("format", cl::desc("How the results are printed:"),
+           cl::values(clEnumValN(Format::Table, "table", "tables (default)"),
+                      clEnumValN(Format::Json, "json", "one JSON object")),
+           cl::init(Format::Table), cl::cat(runCategory));
+cl::opt<std::string> metricsFile("metrics",
+                                 cl::desc("Also write the run's figures as --format=json prints "
+                                          "them (per-step losses and times, evaluations, "
+                                          "memory) to FILE"),
+                                 cl::value_desc("FILE.json"), cl::cat(runCategory));
+cl::opt<std::string> planJson("exec-plan", cl::desc("Write the execution plan as JSON"),
+                              cl::value_desc("FILE.json"), cl::cat(runCategory));
+cl::opt<bool> dumpPlan("dump-plan", cl::desc("Print the execution plan, one line per op instance"),
+                       cl::cat(runCategory));
+cl::opt<std::string>
+    opsDir("ops",
+           cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: "
+                    "its Bazel runfiles or PREFIX/share/tofu/ops, else ./ops)"),
+           cl::init("ops"), cl::value_desc("DIR"), cl::cat(runCategory));
+
+tofu::Normalization normalization;
+
+llvm::Error checkOptions(const tofu::BackendEntry &entry) {
+  if (workers == 0)
+    return tofu::usageError("--workers K is required (K >= 1)");
+  if (workers > kMaxEngineWorkers && !entry.processes)
+    return tofu::usageError(
+        fmt::format("--workers {}: the {} engine runs every worker in this process (a "
+                    "thread and an arena each) and takes at most {}; more workers run "
+                    "as processes (--backend mpi)",
+                    unsigned(workers), std::string(backend), kMaxEngineWorkers));
+  if (workers > tofu::kMaxWorkers)
+    return tofu::usageError(
+        fmt::format("--workers must be at most {} (the search and the execution plans "
+                    "are built for at most {} workers)",
+                    tofu::kMaxWorkers, tofu::kMaxWorkers));
+  {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (threadsPerWorker < 0 || threadsPerWorker > 4 * cores)
+      return tofu::usageError(
+          fmt::format("--worker-threads must be 0 (cores / workers) to {} (4 per core "
+                      "of this machine)",
+                      4 * cores));
+  }
+  if (tolerance.getNumOccurrences() > 0 && !(tolerance >= 0 && std::isfinite(tolerance)))
+    return tofu::usageError("--tolerance must be a finite number at least 0");
+  if (tolerance.getNumOccurrences() > 0 && !verify && kernelsMode != Kernels::Interp)
+    return tofu::usageError(
+        "--tolerance applies to --verify (and to --kernels interp's comparison)");
+  if (tf32 && !entry.gpu)
+    return tofu::usageError("--tf32 is for --backend cuda");
+  if (entry.gpu && kernelsMode == Kernels::Interp)
+    return tofu::usageError("--kernels interp is the CPU reference executor; use --backend cpu");
+  const std::optional<tofu::Optimizer> optimizerKind = tofu::optimizerNamed(optimizer);
+  if (!optimizerKind)
+    return tofu::usageError("--optimizer must be sgd, momentum, nesterov, adam or adamw");
+  if (momentumOpt.getNumOccurrences() > 0 && *optimizerKind != tofu::Optimizer::Momentum &&
+      *optimizerKind != tofu::Optimizer::Nesterov)
+    return tofu::usageError("--momentum is for --optimizer momentum or nesterov");
+  if (!(momentumOpt >= 0 && momentumOpt < 1))
+    return tofu::usageError("--momentum must be in [0, 1)");
+  if (weightDecayOpt.getNumOccurrences() > 0 &&
+      !(weightDecayOpt >= 0 && weightDecayOpt < 1e6 && std::isfinite(weightDecayOpt)))
+    return tofu::usageError("--weight-decay must be a finite number at least 0");
+  if (!lrScheduleOpt.empty())
+    if (auto s = tofu::parseLrSchedule(lrScheduleOpt); !s)
+      return tofu::usageError(llvm::toString(s.takeError()));
+  if (warmupOpt >= (1u << 31))
+    return tofu::usageError("--warmup must be below 2^31 steps");
+  if (infer) {
+    for (const auto *o : {&verify, &kernelReportOpt})
+      if (o->getNumOccurrences() > 0)
+        return tofu::usageError(
+            fmt::format("--{} is for training runs, not --infer", std::string(o->ArgStr)));
+    if (!saveDir.empty() || steps.getNumOccurrences() > 0 || dataMode.getNumOccurrences() > 0 ||
+        optimizer.getNumOccurrences() > 0 || learningRate.getNumOccurrences() > 0 ||
+        weightDecayOpt.getNumOccurrences() > 0 || lrScheduleOpt.getNumOccurrences() > 0 ||
+        warmupOpt.getNumOccurrences() > 0 || momentumOpt.getNumOccurrences() > 0)
+      return tofu::usageError(
+          "--infer runs the forward graph once: --save, --steps, --data, --optimizer, "
+          "--lr, --lr-schedule, --warmup, --momentum and --weight-decay are for training");
+    if (kernelsMode == Kernels::Interp)
+      return tofu::usageError("--infer runs on the engine (--kernels compiled or generated)");
+  } else if (!inputOpt.empty() || !outputDir.empty()) {
+    return tofu::usageError("--input and --output-dir are for --infer");
+  }
+  const bool realData = dataMode != "teacher" && dataMode != "fixed";
+  if (realData && dataMode.empty())
+    return tofu::usageError(
+        "--data needs a data set (a directory or NAME=FILE,...), teacher or fixed");
+  for (const auto *o : {&feedOpt, &normalizeOpt, &evalOpt})
+    if (!realData && o->getNumOccurrences() > 0)
+      return tofu::usageError(
+          fmt::format("--{} is for training on a data set (--data PATH)", std::string(o->ArgStr)));
+  if (!realData && epochs.getNumOccurrences() > 0)
+    return tofu::usageError(
+        "--epochs is for training on a data set (--data PATH); synthetic runs take "
+        "--steps");
+  if (epochs.getNumOccurrences() > 0 && steps.getNumOccurrences() > 0)
+    return tofu::usageError("give --epochs or --steps, not both");
+  if (epochs == 0)
+    return tofu::usageError("--epochs must be at least 1");
+  if (evalEvery.getNumOccurrences() > 0 && evalOpt.empty())
+    return tofu::usageError("--eval-every needs --eval");
+  if (logEvery == 0)
+    return tofu::usageError("--log-every must be at least 1");
+  if (realData && kernelsMode == Kernels::Interp)
+    return tofu::usageError(
+        "--kernels interp runs one step on synthetic values; train on a data set with "
+        "the compiled kernels");
+  if (!normalizeOpt.empty()) {
+    const size_t comma = normalizeOpt.find(',');
+    char *end = nullptr;
+    const std::string a = normalizeOpt.substr(0, comma);
+    const std::string b = comma == std::string::npos ? "" : normalizeOpt.substr(comma + 1);
+    normalization.mean = std::strtod(a.c_str(), &end);
+    const bool meanOk = !a.empty() && *end == 0 && std::isfinite(normalization.mean);
+    normalization.std = std::strtod(b.c_str(), &end);
+    const bool stdOk =
+        !b.empty() && *end == 0 && std::isfinite(normalization.std) && normalization.std > 0;
+    if (!meanOk || !stdOk)
+      return tofu::usageError("--normalize must be MEAN,STD: two finite numbers, STD > 0 (e.g. "
+                              "0.2860,0.3530)");
+  }
+  if (learningRate.getNumOccurrences() > 0 && !(learningRate > 0 && std::isfinite(learningRate)))
+    return tofu::usageError("--lr must be a positive finite number");
+  if (steps == 0)
+    return tofu::usageError("--steps must be at least 1");
+  if (kernelsMode == Kernels::Interp && (!saveDir.empty() || !loadDir.empty()))
+    return tofu::usageError(
+        "--save and --load need the CPU engine (--kernels compiled or generated)");
+  if (kernelsMode == Kernels::Interp && steps != 1)
+    return tofu::usageError(
+        "--kernels interp runs one step (the reference); use compiled kernels to train");
+  // The --save folder must be one this run can write, before any training it would lose.
+  if (!saveDir.empty()) {
+    std::error_code ec;
+    const std::filesystem::path savePath(saveDir.getValue());
+    if (std::filesystem::exists(savePath, ec) && !std::filesystem::is_directory(savePath, ec))
+      return tofu::usageError(
+          fmt::format("--save {}: it exists and is not a directory", saveDir.getValue()));
+    if (!tofu::makeDirs(saveDir))
+      return tofu::usageError(fmt::format("--save {}: cannot create the directory: {}",
+                                          saveDir.getValue(), std::strerror(errno)));
+    if (::access(saveDir.c_str(), W_OK | X_OK) != 0)
+      return tofu::usageError(fmt::format("--save {}: cannot write there: {}", saveDir.getValue(),
+                                          std::strerror(errno)));
+  }
+  return llvm::Error::success();
+}
+
+} // namespace tofurun

@@ -1,0 +1,88 @@
+// tofu-run's command-line options (llvm::cl), shared by the driver's files, and the checks
+// of their values and combinations that need no model.
+#ifndef TOFU_TOFU_RUN_OPTIONS_H
+#define TOFU_TOFU_RUN_OPTIONS_H
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/backend_registry.h"
+#include "runtime/dataset.h"
+#include "search/search.h"
+#include "support/cl_choice.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Error.h"
+
+namespace tofurun {
+
+namespace cl = llvm::cl;
+
+extern cl::OptionCategory runCategory;
+
+/// --kernels: what computes each op's share.
+enum class Kernels { Compiled, Generated, Interp };
+/// --format.
+enum class Format { Table, Json };
+
+extern cl::opt<std::string> model;
+extern cl::opt<std::string> graphFile;
+extern cl::opt<std::string> onnxFile;
+extern cl::opt<unsigned> dataInputs;
+extern cl::opt<int64_t> batch;
+extern cl::opt<unsigned> workers;
+extern cl::opt<tofu::Algorithm, false, tofu::ChoiceParser<tofu::Algorithm>> algo;
+/// Gives --algo its values (search/search.h: algorithms()); before the command line is parsed.
+void addAlgorithmChoices();
+extern cl::opt<std::string> backend;
+extern cl::opt<std::string> mpiTransport;
+extern cl::opt<bool> tf32;
+extern cl::opt<std::string> optimizer;
+extern cl::opt<double> weightDecayOpt;
+extern cl::opt<std::string> lrScheduleOpt;
+extern cl::opt<unsigned> warmupOpt;
+extern cl::opt<bool> infer;
+extern cl::opt<std::string> inputOpt;
+extern cl::opt<std::string> outputDir;
+extern cl::opt<std::string> lossOutput;
+extern cl::opt<double> momentumOpt;
+extern cl::opt<bool> verify;
+extern cl::opt<unsigned> seed;
+extern cl::opt<bool> fusion;
+extern cl::opt<std::string> dataMode;
+extern cl::opt<std::string> feedOpt;
+extern cl::opt<std::string> normalizeOpt;
+extern cl::opt<unsigned> epochs;
+extern cl::opt<std::string> evalOpt;
+extern cl::opt<unsigned> evalEvery;
+extern cl::opt<unsigned> logEvery;
+extern cl::opt<double> tolerance;
+extern cl::opt<Kernels, false, tofu::ChoiceParser<Kernels>> kernelsMode;
+extern cl::opt<unsigned> steps;
+extern cl::opt<double> learningRate;
+extern cl::opt<int> threadsPerWorker;
+extern cl::opt<bool> checking;
+extern cl::opt<std::string> saveDir;
+extern cl::opt<std::string> loadDir;
+extern cl::opt<unsigned> profileTop;
+extern cl::opt<bool> continueNonFinite;
+extern cl::opt<bool> kernelReportOpt;
+extern cl::opt<Format, false, tofu::ChoiceParser<Format>> format;
+extern cl::opt<std::string> metricsFile;
+extern cl::opt<std::string> planJson;
+extern cl::opt<bool> dumpPlan;
+extern cl::opt<std::string> opsDir;
+
+/// The most workers the in-process engines (CPU, CUDA) run: each is a thread (or stream)
+/// with its own arena in this process; 1024 take some 20 s and 3 GB to set up for an MLP.
+constexpr unsigned kMaxEngineWorkers = 1024;
+
+/// --normalize, parsed by checkOptions.
+extern tofu::Normalization normalization;
+
+/// Checks the options' values and combinations for the backend `entry` (what needs no model): a
+/// UsageError naming the option otherwise. Parses --normalize into `normalization`.
+llvm::Error checkOptions(const tofu::BackendEntry &entry);
+
+} // namespace tofurun
+
+#endif // TOFU_TOFU_RUN_OPTIONS_H
