@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite. Installs missing Debian packages, builds everything (the CUDA
 # kernels included: nvcc compiles them even without a GPU), runs every Bazel test, checks
-# every example of shared/docs/TDL.md with tdlc and the sources against .clang-format
-# (tools/check_format.sh), and installs Tofu into a temporary prefix to build and run the
-# CMake, C and Python consumers against it.
+# every example of shared/docs/TDL.md with tdlc, every command the docs show, and the
+# sources against .clang-format, and installs Tofu into a temporary prefix to build and run
+# the CMake, C and Python consumers against it.
 #
 #   tools/test.sh                 the suite
 #   tools/test.sh --asan          ... and again under AddressSanitizer + UBSan
@@ -75,6 +75,13 @@ if bazel build //tdlc >/dev/null 2>&1; then
   fi
 else
   echo "test.sh: cannot build //tdlc for the TDL.md check"
+  failed=$((failed + 1))
+fi
+
+echo "== tools/check_docs.py: every command the README and docs/ show"
+if python3 tools/check_docs.py "$(bazel info bazel-bin 2>/dev/null)"; then
+  passed=$((passed + 1))
+else
   failed=$((failed + 1))
 fi
 
