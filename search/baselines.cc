@@ -27,7 +27,7 @@ namespace searchimpl {
 /// least given the choices made so far (undecided tensors assumed at their best); then
 /// every op takes its best strategy.
 void spartanSearch(const Problem &p, unsigned k, PartitionPlan &plan) {
-  Candidates cand = candidates(p, {}, 0, k, Algorithm::Spartan);
+  Candidates cand = candidates(p, {}, 0, k, policyOf(Algorithm::Spartan));
   const unsigned N = static_cast<unsigned>(p.nodes.size());
   // terms[n][si][slot][ci]
   std::vector<std::vector<std::vector<std::vector<int64_t>>>> terms(N);
@@ -117,7 +117,9 @@ llvm::Error flatSearch(const Problem &p, const PlanOptions &o, const std::vector
   MinSumProblem::Limits limits;
   limits.maxTableEntries = o.maxTableEntries;
   limits.deadline = deadline;
-  auto sol = jointSolve(p, o, o.prefixWeights, CoarseSets(p, coarsen(p, o.coarsen, o.coarsen)),
+  const PrefixWeights weights =
+      policyOf(o.algorithm).machineWeights ? o.prefixWeights : PrefixWeights();
+  auto sol = jointSolve(p, o, weights, CoarseSets(p, coarsen(p, o.coarsen, o.coarsen)),
                         std::move(steps), all, caches, limits, deadline);
   if (!sol)
     return stringError("dp-flat: " + llvm::toString(sol.takeError()));
@@ -144,7 +146,7 @@ llvm::Error exhaustiveSearch(const Problem &p, const PlanOptions &o,
       return;
     }
     unsigned parts = factors[current.size()];
-    Candidates cand = candidates(p, current, current.size(), parts, Algorithm::Tofu);
+    Candidates cand = candidates(p, current, current.size(), parts, policyOf(Algorithm::Tofu));
     StepModel m =
         buildStep(p, co, current, current.size(), parts, cand, caches, nullptr, 0, {}, {});
     if (current.size() + 1 == factors.size()) {

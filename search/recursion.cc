@@ -41,9 +41,8 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   MinSumProblem::Limits pairLimits;
   pairLimits.maxTableEntries = std::min<uint64_t>(o.maxTableEntries, uint64_t(1) << 20);
   // The objective's prefix weights (a machine's levels), remapped for a merged start.
-  PrefixWeights weights = o.algorithm == Algorithm::Tofu || o.algorithm == Algorithm::Icml18
-                              ? o.prefixWeights
-                              : PrefixWeights();
+  const SearchPolicy policy = policyOf(o.algorithm);
+  PrefixWeights weights = policy.machineWeights ? o.prefixWeights : PrefixWeights();
   bool pairsSkipped = false;         // some pair's DP did not fit in what was left
   uint64_t pairWorkLeft = kPairWork; // for every pair solve of this search
   WorkerPool pool(o.threads ? o.threads : WorkerPool::defaultThreads());
@@ -53,7 +52,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   using Steps = std::vector<StepChoice>;
   auto solveStep = [&](const Steps &steps, size_t i,
                        unsigned parts) -> llvm::Expected<std::pair<StepChoice, int64_t>> {
-    candidates(p, steps, i, parts, o.algorithm, cand, &caches.classes(), &pool);
+    candidates(p, steps, i, parts, policy, cand, &caches.classes(), &pool);
     StepModel m = buildStep(p, co, steps, i, parts, cand, caches, &pool, o.memoryWeight,
                             o.pricedBuffers, weights);
     if (i == 0 && plan.variables == 0)
@@ -101,7 +100,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
   // another's at the same time), each round followed by the single sweeps. A pair whose DP
   // would be too wide is left as it is; a graph that needed conditioning skips this.
   auto sweepPairs = [&](Steps &steps, int64_t &cost, bool &changed) -> llvm::Error {
-    if (o.algorithm != Algorithm::Tofu || !o.jointMoves || plan.conditioned > 0 || pairsSkipped)
+    if (!policy.jointMoves || !o.jointMoves || plan.conditioned > 0 || pairsSkipped)
       return llvm::Error::success();
     for (unsigned round = 0; round < 4 && steps.size() > 1; ++round) {
       bool improved = false;
@@ -165,7 +164,7 @@ llvm::Error recursiveSearch(const Problem &p, const PlanOptions &o,
     return e;
   // The merged-factor starts: with up to four factors (their number grows with the number
   // of factors, and each start searches again), while the pairs' budget lasts.
-  if (o.algorithm != Algorithm::Tofu || !o.jointMoves || factors.size() < 3 || factors.size() > 4 ||
+  if (!policy.jointMoves || !o.jointMoves || factors.size() < 3 || factors.size() > 4 ||
       plan.conditioned > 0 || pairsSkipped)
     return llvm::Error::success();
   int64_t exact = CostModel(p).weightedCost(plan.steps, weights);

@@ -44,6 +44,43 @@ const std::vector<AlgorithmInfo> &algorithms() {
   return all;
 }
 
+SearchPolicy searchimpl::policyOf(Algorithm a) {
+  using D = SearchPolicy::Driver;
+  using Cuts = SearchPolicy::TensorCuts;
+  SearchPolicy p;
+  switch (a) {
+  case Algorithm::Tofu:
+    p.machineWeights = p.jointMoves = true;
+    break;
+  case Algorithm::Icml18:
+    p.reductionStrategies = false;
+    p.machineWeights = true;
+    break;
+  case Algorithm::EqualChop:
+    p.driver = D::OneStep;
+    break;
+  case Algorithm::AllRow:
+    p.driver = D::OneStep;
+    p.tensorCuts = Cuts::FirstOnly;
+    break;
+  case Algorithm::DataParallel:
+    p.driver = D::OneStep;
+    p.tensorCuts = Cuts::Batch;
+    break;
+  case Algorithm::Spartan:
+    p.driver = D::Greedy;
+    break;
+  case Algorithm::DpFlat:
+    p.driver = D::Flat;
+    p.machineWeights = true;
+    break;
+  case Algorithm::Exhaustive:
+    p.driver = D::Exhaustive;
+    break;
+  }
+  return p;
+}
+
 const char *algorithmName(Algorithm a) {
   for (const AlgorithmInfo &info : algorithms())
     if (info.algorithm == a)
@@ -159,23 +196,20 @@ llvm::Expected<PartitionPlan> searchPlan(const Problem &p, const PlanOptions &o)
           fmt::format("{} prefix weights for {} recursion steps", ws->size(), factors.size()));
   llvm::Error err = llvm::Error::success();
   if (o.workers > 1) {
-    switch (o.algorithm) {
-    case Algorithm::Tofu:
-    case Algorithm::Icml18:
+    switch (policyOf(o.algorithm).driver) {
+    case SearchPolicy::Driver::Recursion:
       err = recursiveSearch(p, o, factors, plan);
       break;
-    case Algorithm::EqualChop:
-    case Algorithm::AllRow:
-    case Algorithm::DataParallel:
+    case SearchPolicy::Driver::OneStep:
       err = recursiveSearch(p, o, {o.workers}, plan);
       break;
-    case Algorithm::Spartan:
+    case SearchPolicy::Driver::Greedy:
       spartanSearch(p, o.workers, plan);
       break;
-    case Algorithm::DpFlat:
+    case SearchPolicy::Driver::Flat:
       err = flatSearch(p, o, factors, deadline, plan);
       break;
-    case Algorithm::Exhaustive:
+    case SearchPolicy::Driver::Exhaustive:
       err = exhaustiveSearch(p, o, factors, deadline, plan);
       break;
     }

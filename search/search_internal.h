@@ -51,6 +51,29 @@ struct UnionFind {
 /// (so element-wise ops and tensors agree), a reduction by its variable, -1 for replicate.
 int nodeLabel(const Problem &p, unsigned n, int s);
 
+/// What sets one algorithm apart from Tofu's search, as data: the baselines' special cases
+/// are read from here (policyOf), never tested against the algorithm itself.
+struct SearchPolicy {
+  enum class Driver {
+    Recursion,  ///< one DP per factor of k, largest first (tofu, icml18)
+    OneStep,    ///< one DP of k parts at once (equalchop, allrow, data-parallel)
+    Greedy,     ///< largest tensor first (spartan)
+    Flat,       ///< one DP over every multi-dimensional tiling (dp-flat)
+    Exhaustive, ///< every sequence of basic plans
+  };
+  enum class TensorCuts {
+    Any,       ///< any dimension
+    FirstOnly, ///< the first dimension, else whole (allrow)
+    Batch,     ///< the first dimension, but weights and their state whole (data-parallel)
+  };
+  Driver driver = Driver::Recursion;
+  bool reductionStrategies = true; ///< ops may split a reduction variable (not icml18)
+  TensorCuts tensorCuts = TensorCuts::Any;
+  bool machineWeights = false; ///< the objective takes PlanOptions::prefixWeights
+  bool jointMoves = false;     ///< pairs of steps and merged-factor starts after the sweeps
+};
+SearchPolicy policyOf(Algorithm a);
+
 /// The candidates of one step: per node its strategies (or -1), per tensor its dimensions
 /// (or -1) that can be split into `parts` given the earlier steps.
 struct Candidates {
@@ -91,11 +114,11 @@ private:
 /// likewise a tensor whose shape and choices match. With `pool`, the nodes and the tensors
 /// are done by two of its threads.
 void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
-                Algorithm algo, Candidates &c, const std::vector<int64_t> *classes = nullptr,
-                WorkerPool *pool = nullptr);
+                const SearchPolicy &policy, Candidates &c,
+                const std::vector<int64_t> *classes = nullptr, WorkerPool *pool = nullptr);
 
 Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i,
-                      unsigned parts, Algorithm algo);
+                      unsigned parts, const SearchPolicy &policy);
 
 /// Per node, its class: nodes of one class (the same analysed op, variable extents, and
 /// per slot the same tensor shape, element size and repeated-input pattern) have the same

@@ -60,8 +60,9 @@ void tensorSignature(const Problem &p, const std::vector<StepChoice> &steps, uns
 }
 
 void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i, unsigned parts,
-                Algorithm algo, Candidates &c, const std::vector<int64_t> *classes,
+                const SearchPolicy &policy, Candidates &c, const std::vector<int64_t> *classes,
                 WorkerPool *pool) {
+  using Cuts = SearchPolicy::TensorCuts;
   c.node.resize(p.nodes.size());
   c.tensor.resize(p.tensors.size());
   const size_t m = std::max(steps.size(), i + 1);
@@ -83,7 +84,7 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
       list.clear();
       const auto &strategies = p.nodes[n].table->strategies;
       for (unsigned s = 0; s < strategies.size(); ++s) {
-        if (algo == Algorithm::Icml18 && strategies[s].kind == Strategy::Kind::Reduction)
+        if (!policy.reductionStrategies && strategies[s].kind == Strategy::Kind::Reduction)
           continue;
         cut.clear();
         bool ok = true;
@@ -109,12 +110,12 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
     FirstBySignature firsts;
     std::vector<int64_t> sig;
     std::vector<bool> whole;
-    if (algo == Algorithm::DataParallel)
+    if (policy.tensorCuts == Cuts::Batch)
       whole = weightLike(p);
     std::vector<int64_t> ext;
     for (unsigned t = 0; t < p.tensors.size(); ++t) {
       const std::vector<int64_t> &shape = p.tensors[t].shape;
-      if (classes && algo != Algorithm::DataParallel) { // (data-parallel: by role too)
+      if (classes && policy.tensorCuts != Cuts::Batch) { // (batch cuts: by role too)
         tensorSignature(p, steps, t, i, sig);
         if (const unsigned first = firsts.of(sig, t); first != t) {
           c.tensor[t] = c.tensor[first];
@@ -136,10 +137,10 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
         if (ok)
           list.push_back(static_cast<int>(d));
       }
-      if (algo == Algorithm::AllRow || algo == Algorithm::DataParallel) {
+      if (policy.tensorCuts != Cuts::Any) {
         bool first = !list.empty() && list.front() == 0;
         list.clear();
-        if (first && !(algo == Algorithm::DataParallel && whole[t]))
+        if (first && !(policy.tensorCuts == Cuts::Batch && whole[t]))
           list.push_back(0);
       }
       if (list.empty())
@@ -160,9 +161,9 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
 }
 
 Candidates candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i,
-                      unsigned parts, Algorithm algo) {
+                      unsigned parts, const SearchPolicy &policy) {
   Candidates c;
-  candidates(p, steps, i, parts, algo, c);
+  candidates(p, steps, i, parts, policy, c);
   return c;
 }
 
