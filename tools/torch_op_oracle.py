@@ -239,6 +239,8 @@ CASES = [
     Case("Min2", B, [("a", X4, "f"), ("b", X4, "f")], torch.minimum, groups={"i": 4}),
     Case("Sum2", B, [("a", X4, "f"), ("b", X4, "f")], torch.add, groups={"i": 4}),
     Case("Mean2", B, [("a", X4, "f"), ("b", X4, "f")], lambda a, b: (a + b) / 2, groups={"i": 4}),
+    Case("RunningMean2", B, [("a", X4, "f"), ("b", X4, "f"), ("n", (1,), ("value", 3.0))],
+         lambda a, b, n: a + (b - a) / sc(n), groups={"i": 4}),
     Case("Equal", B, [("a", X4, ("int", 3)), ("b", X4, ("int", 3))],
          lambda a, b: (a == b).double(), groups={"i": 4}),
     Case("Less", B, [("a", X4, "c"), ("b", X4, "c")], lambda a, b: (a < b).double(),
