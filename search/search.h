@@ -32,6 +32,12 @@ struct AlgorithmInfo {
   const char *help;
 };
 const std::vector<AlgorithmInfo> &algorithms();
+/// Gives an llvm::cl option over Algorithm (its parser `p`) every algorithm of algorithms()
+/// as a value, with its help: the tools' --algo.
+template <class Parser> void addAlgorithmChoices(Parser &p) {
+  for (const AlgorithmInfo &a : algorithms())
+    p.addLiteralOption(a.name, a.algorithm, a.help);
+}
 const char *algorithmName(Algorithm a);
 std::optional<Algorithm> parseAlgorithm(const std::string &name);
 /// "tofu, dp-flat, ..." for help texts.

@@ -134,8 +134,7 @@ std::string human(double bytes) { return tofu::humanBytes(bytes); }
 
 int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(planCategory);
-  for (const tofu::AlgorithmInfo &a : tofu::algorithms())
-    algo.getParser().addLiteralOption(a.name, a.algorithm, a.help);
+  tofu::addAlgorithmChoices(algo.getParser());
   // Bad usage exits 2, as --help says (llvm's parser would exit 1).
   const bool parsed = cl::ParseCommandLineOptions(
       argc, argv,

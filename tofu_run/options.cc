@@ -22,10 +22,6 @@ namespace tofurun {
 
 cl::OptionCategory runCategory("tofu-run options");
 
-void addAlgorithmChoices() {
-  for (const tofu::AlgorithmInfo &a : tofu::algorithms())
-    algo.getParser().addLiteralOption(a.name, a.algorithm, a.help);
-}
 cl::opt<std::string> model("model", cl::desc("A zoo model (see --help)"), cl::value_desc("NAME"),
                            cl::cat(runCategory));
 cl::opt<std::string> graphFile("graph", cl::desc("A graph in JSON"), cl::value_desc("FILE.json"),

@@ -30,9 +30,8 @@ extern cl::opt<std::string> onnxFile;
 extern cl::opt<unsigned> dataInputs;
 extern cl::opt<int64_t> batch;
 extern cl::opt<unsigned> workers;
+/// Its values are search/search.h's algorithms(), added before the command line is parsed.
 extern cl::opt<tofu::Algorithm, false, tofu::ChoiceParser<tofu::Algorithm>> algo;
-/// Gives --algo its values (search/search.h: algorithms()); before the command line is parsed.
-void addAlgorithmChoices();
 extern cl::opt<std::string> backend;
 extern cl::opt<std::string> mpiTransport;
 extern cl::opt<bool> tf32;

@@ -38,7 +38,7 @@ namespace {
 
 int run(int argc, char **argv) {
   cl::HideUnrelatedOptions(runCategory);
-  addAlgorithmChoices();
+  tofu::addAlgorithmChoices(algo.getParser());
   // Bad usage exits 2, as --help says (llvm's parser would exit 1).
   const bool parsed = cl::ParseCommandLineOptions(
       argc, argv,
