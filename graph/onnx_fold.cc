@@ -1,5 +1,7 @@
-// Constant nodes evaluated at import: shape arithmetic in C++, and any node the table maps
-// to library ops through the interpreter.
+// Constants at import. One evaluator computes them: the interpreter runs the library ops the
+// translation table maps a node to, when every input is a constant (foldConstant). What
+// precedes it are the values the importer holds without computing anything (readConstant):
+// a Constant's value, the Shape and Size of a static shape, and ConstantOfShape's fill.
 #include "graph/onnx_import_internal.h"
 
 #include <algorithm>
@@ -27,7 +29,7 @@
 namespace tofu {
 namespace onnximport {
 
-bool Importer::fold(const onnx::NodeProto &n) {
+llvm::Expected<bool> Importer::readConstant(const onnx::NodeProto &n) {
   const std::string &op = n.op_type();
   if (n.output_size() != 1)
     return false;
@@ -91,132 +93,13 @@ bool Importer::fold(const onnx::NodeProto &n) {
     consts_[out] = std::move(c);
     return true;
   }
-  // ConstantOfShape's shape may also be an input given ahead: its output is then a constant
-  // too (other ops fold only what the importer evaluated itself).
-  for (const std::string &i : in)
-    if (!consts_.count(i) && !(op == "ConstantOfShape" && given_.count(i)))
+  if (op == "ConstantOfShape" && in.size() == 1) {
+    // The shape may be a constant or an input given ahead: either way it fixes the output's
+    // shape, so the output is a constant too.
+    const Const *shape = known(in[0]);
+    if (!shape)
       return false;
-  if (in.empty())
-    return false;
-  const Const &a = *known(in[0]);
-  Const r;
-  // Integer shape arithmetic stays here (ONNX's integer semantics: Div truncates); other
-  // constant nodes are evaluated through the interpreter (foldByInterpreter).
-  static const std::map<std::string, std::function<double(double, double)>> binary = {
-      {"Add", [](double x, double y) { return x + y; }},
-      {"Sub", [](double x, double y) { return x - y; }},
-      {"Mul", [](double x, double y) { return x * y; }},
-      {"Equal", [](double x, double y) { return double(x == y); }}};
-  if (auto it = binary.find(op);
-      it != binary.end() && in.size() == 2 && a.isInt && consts_[in[1]].isInt) {
-    auto b = broadcast(a, consts_[in[1]], it->second);
-    if (!b)
-      return false;
-    r = *b;
-  } else if (op == "Div" && in.size() == 2 && a.isInt && consts_[in[1]].isInt) {
-    auto b = broadcast(a, consts_[in[1]],
-                       [](double x, double y) { return y == 0 ? 0.0 : std::trunc(x / y); });
-    if (!b)
-      return false;
-    r = *b;
-  } else if ((op == "Identity" || op == "Cast") && in.size() == 1) {
-    r = a;
-    if (op == "Cast")
-      convertTo(r, int32_t(intAttr(n, "to").value_or(onnx::TensorProto::FLOAT)));
-  } else if (op == "Unsqueeze" || op == "Squeeze") {
-    std::vector<int64_t> axes = intsAttr(n, "axes", {});
-    if (in.size() > 1)
-      for (double x : consts_[in[1]].v)
-        axes.push_back(asInt(x));
-    r = a;
-    r.shape = op == "Unsqueeze" ? unsqueezed(a.shape, axes) : squeezed(a.shape, axes);
-  } else if (op == "Concat" && a.shape.size() == 1) {
-    r.isInt = a.isInt;
-    for (const std::string &i : in) {
-      if (consts_[i].shape.size() != 1)
-        return false;
-      r.v.insert(r.v.end(), consts_[i].v.begin(), consts_[i].v.end());
-    }
-    r.shape = {int64_t(r.v.size())};
-  } else if (op == "Gather" && in.size() == 2 && intAttr(n, "axis").value_or(0) == 0 &&
-             a.shape.size() == 1) {
-    const Const &idx = consts_[in[1]];
-    r.isInt = a.isInt;
-    r.shape = idx.shape;
-    for (double x : idx.v) {
-      int64_t k = asInt(x) < 0 ? asInt(x) + a.shape[0] : asInt(x);
-      if (k < 0 || k >= a.shape[0])
-        return false;
-      r.v.push_back(a.v[k]);
-    }
-  } else if (op == "Slice" && a.shape.size() == 1 && in.size() >= 3) {
-    int64_t m = a.shape[0];
-    int64_t start = asInt(consts_[in[1]].v.at(0)), end = asInt(consts_[in[2]].v.at(0));
-    int64_t step = in.size() > 4 ? asInt(consts_[in[4]].v.at(0)) : 1;
-    if (step <= 0)
-      return false;
-    start = bound(start, m);
-    end = bound(end, m);
-    r.isInt = a.isInt;
-    for (int64_t k = start; k < end; k += step)
-      r.v.push_back(a.v[k]);
-    r.shape = {int64_t(r.v.size())};
-  } else if (op == "Reshape" && in.size() == 2) {
-    r = a;
-    std::vector<int64_t> to;
-    for (double x : consts_[in[1]].v)
-      to.push_back(asInt(x));
-    r.shape = reshapeTarget(a.shape, to, false);
-    if (r.size() != a.size())
-      return false;
-  } else if (op == "ScatterND" && in.size() == 3) {
-    // A constant tensor written by constant index tuples (Swin's shifted-window mask:
-    // slice assignments into zeros); data-dependent scatters are translated instead.
-    const Const &idx = consts_[in[1]], &upd = consts_[in[2]];
-    const std::string reduction = stringAttr(n, "reduction", "none");
-    if (idx.shape.empty() || a.shape.empty())
-      return false;
-    const size_t q = idx.shape.size();
-    const int64_t k = idx.shape.back();
-    if (k < 1 || k > int64_t(a.shape.size()))
-      return false;
-    int64_t tuples = 1, slice = 1;
-    for (size_t d = 0; d + 1 < q; ++d)
-      tuples *= idx.shape[d];
-    for (size_t d = size_t(k); d < a.shape.size(); ++d)
-      slice *= a.shape[d];
-    if (upd.size() != tuples * slice)
-      return false;
-    r = a;
-    for (int64_t t = 0; t < tuples; ++t) {
-      int64_t at = 0;
-      for (int64_t d = 0; d < k; ++d) {
-        int64_t i = asInt(idx.v[size_t(t * k + d)]);
-        if (i < 0)
-          i += a.shape[size_t(d)];
-        if (i < 0 || i >= a.shape[size_t(d)])
-          return false; // out of range: left to the translation, which reports it
-        at = at * a.shape[size_t(d)] + i;
-      }
-      for (int64_t e = 0; e < slice; ++e) {
-        double &x = r.v[size_t(at * slice + e)];
-        const double u = upd.v[size_t(t * slice + e)];
-        if (reduction == "none")
-          x = u;
-        else if (reduction == "add")
-          x += u;
-        else if (reduction == "mul")
-          x *= u;
-        else if (reduction == "max")
-          x = std::max(x, u);
-        else if (reduction == "min")
-          x = std::min(x, u);
-        else
-          return false;
-      }
-    }
-  } else if (op == "ConstantOfShape" && in.size() == 1) {
-    r.isInt = false;
+    Const r;
     double value = 0;
     for (const onnx::AttributeProto &attr : n.attribute())
       if (attr.name() == "value")
@@ -224,25 +107,32 @@ bool Importer::fold(const onnx::NodeProto &n) {
           value = v->v[0];
           r.isInt = v->isInt;
         }
-    for (double x : a.v)
+    for (double x : shape->v)
       r.shape.push_back(asInt(x));
+    if (std::string bad = badShape(r.shape); !bad.empty())
+      return where(n, "its shape input: " + bad);
     if (r.size() > (1 << 20))
-      return false; // a large constant: leave it to the graph
+      return false; // a large constant: the graph computes it
     r.v.assign(size_t(r.size()), value);
-  } else {
-    return false;
+    shapes_[out] = r.shape;
+    consts_[out] = std::move(r);
+    return true;
   }
-  shapes_[out] = r.shape;
-  consts_[out] = std::move(r);
-  return true;
+  return false;
 }
 
-bool Importer::foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entry &entry) {
+bool Importer::foldConstant(const onnx::NodeProto &n, const onnxrules::Entry &entry) {
   if (n.input_size() == 0)
     return false;
-  for (const std::string &i : n.input())
-    if (!i.empty() && !consts_.count(i))
+  bool allInt = true;
+  for (const std::string &i : n.input()) {
+    if (i.empty())
+      continue;
+    auto c = consts_.find(i);
+    if (c == consts_.end())
       return false;
+    allInt = allInt && c->second.isInt;
+  }
   // Small results only: a large constant stays a computation of the graph. (An output whose
   // shape ONNX did not infer is measured once evaluated.)
   constexpr int64_t kLargest = int64_t(1) << 22;
@@ -252,6 +142,26 @@ bool Importer::foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entr
       elements += elementCount(it->second);
   if (elements > kLargest)
     return false;
+  // An empty result needs no evaluation (and the library's tensors cannot be empty): shape
+  // arithmetic slices empty lists, as `x.shape[:0]`.
+  bool empty = true;
+  for (const std::string &o : n.output()) {
+    auto it = shapes_.find(o);
+    empty = empty && !o.empty() && it != shapes_.end() && elementCount(it->second) == 0;
+  }
+  if (empty) {
+    for (const std::string &o : n.output()) {
+      Const c;
+      c.shape = shapes_[o];
+      auto type = types_.find(o);
+      c.isInt = type != types_.end() ? isIntType(type->second) : allInt;
+      consts_[o] = std::move(c);
+    }
+    return true;
+  }
+  // The scratch translation's names are thrown away with it: the graph's own names are
+  // numbered as if it never ran.
+  const unsigned counter = counter_;
   Graph scratch;
   std::swap(g_, scratch);
   llvm::Error saved = std::move(error_);
@@ -262,6 +172,10 @@ bool Importer::foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entr
   llvm::consumeError(std::move(error_));
   std::map<std::string, Tensor> values;
   for (const auto &[name, v] : g_.constants) {
+    if (!g_.tensor(name)) { // a constant the graph refused (an empty one)
+      ok = false;
+      break;
+    }
     Tensor t(g_.tensor(name)->shape);
     t.data = v;
     values[name] = std::move(t);
@@ -316,12 +230,17 @@ bool Importer::foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entr
     Const c;
     c.shape = it->second.shape;
     c.v = it->second.data;
+    // ONNX's element type of the output: integer types truncate (integer Div, Cast), bool is
+    // x != 0. Where ONNX inferred none, integers in give integers out.
     if (auto type = types_.find(o); type != types_.end())
       convertTo(c, type->second);
+    else if (allInt)
+      convertTo(c, onnx::TensorProto::INT64);
     results[o] = std::move(c);
   }
   std::swap(g_, scratch);
   error_ = std::move(saved);
+  counter_ = counter;
   if (!ok)
     return false;
   for (auto &[name, c] : results) {

@@ -1,7 +1,7 @@
 // The ONNX importer's parts, shared by its files (not a public header: graph/onnx_import.h
 // is). One Importer translates one model: onnx_import.cc reads the model (external data,
 // shape inference in a child process, the initializers) and runs the nodes in order;
-// onnx_fold.cc evaluates constant nodes (shape arithmetic) and onnx_translate.cc applies
+// onnx_fold.cc evaluates constant nodes (through the interpreter) and onnx_translate.cc applies
 // the translation table's rules (ops/onnx_mapping.json). The table's handlers, where the
 // mapping is logic, are one file per family: onnx_layout.cc (reshape, slice, concat,
 // transpose, expand, pad, tile, resize), onnx_recurrent.cc (LSTM, GRU and RNN unrolled) and
@@ -107,12 +107,13 @@ std::string dtypeName(int32_t t);
 
 onnxrules::Value attrValue(const onnx::AttributeProto &a);
 
-/// The structural operators the importer translates in C++ (the table names them).
 /// The functions the table's expressions may call beside the built-in ones: what
 /// NodeEnv::call answers.
 const std::set<std::string> &importerFunctions();
 
-const std::set<std::string> &handlerNames();
+/// The names of the translations written in C++ (Importer::handlers), which the table's
+/// "handler" fields must name.
+std::set<std::string> handlerNames();
 
 /// The table of `lib`'s directory, loaded once per directory (libraries are keyed by where
 /// they were loaded from, never by address: a library freed and another loaded at its
@@ -169,9 +170,12 @@ public:
 
   llvm::Expected<Graph> run(onnx::ModelProto &model);
 
+  /// The translations written in C++, by the name the table's "handler" gives.
+  using Handler = llvm::Error (Importer::*)(const onnx::NodeProto &, NodeEnv &);
+  static const std::map<std::string, Handler> &handlers();
+
 private:
   friend class NodeEnv;
-  using Handler = llvm::Error (Importer::*)(const onnx::NodeProto &, NodeEnv &);
 
   llvm::Error translate(const onnx::NodeProto &n);
   /// Constant indices checked against the axis they index (Gather's).
@@ -185,10 +189,12 @@ private:
   llvm::Expected<std::string> resolve(const onnx::NodeProto &n, const onnxrules::InputRef &r,
                                       NodeEnv &env, const std::string &prev,
                                       const std::vector<std::string> &results);
-  /// Evaluates `n` through the interpreter when all its inputs are constants: its library
-  /// ops are built in a scratch graph and run. False when it cannot be (the node is then
-  /// translated into the graph).
-  bool foldByInterpreter(const onnx::NodeProto &n, const onnxrules::Entry &entry);
+  /// The one evaluator of constants: when all inputs of `n` are constants, the library ops
+  /// its entry translates it to are built in a scratch graph and run by the interpreter, and
+  /// the outputs take ONNX's element types (integers truncate). False when it cannot be (a
+  /// large result, an op the interpreter cannot run): the node is then translated into the
+  /// graph.
+  bool foldConstant(const onnx::NodeProto &n, const onnxrules::Entry &entry);
 
   llvm::Error reshapeOp(const onnx::NodeProto &n, NodeEnv &env);
   llvm::Error sliceOp(const onnx::NodeProto &n, NodeEnv &env);
@@ -198,6 +204,10 @@ private:
   llvm::Error padOp(const onnx::NodeProto &n, NodeEnv &env);
   llvm::Error tileOp(const onnx::NodeProto &n, NodeEnv &env);
   llvm::Error resizeOp(const onnx::NodeProto &n, NodeEnv &env);
+  /// ScatterND of any index depth: the data's indexed axes flattened into one, each index
+  /// tuple made a flat index (ScatterFlatIndex, negative components wrapped), then the
+  /// depth-1 scatter of the reduction.
+  llvm::Error scatterOp(const onnx::NodeProto &n, NodeEnv &env);
   /// `x` mapped linearly along `axis` by the constant matrix `m` ([rows, extent of the
   /// axis], row-major): the library's AxisMap op.
   std::string axisMap(const std::string &name, const std::string &x, int64_t axis, int64_t rows,
@@ -227,9 +237,10 @@ private:
     else
       llvm::consumeError(std::move(e));
   }
-  /// Evaluates `n` when all its inputs are constants (shape arithmetic); false when it
-  /// is not foldable.
-  bool fold(const onnx::NodeProto &n);
+  /// The value of `n` when the importer holds it without computing: a Constant's value, the
+  /// Shape or Size of a tensor of static shape, ConstantOfShape of a known shape (a constant
+  /// or an input given ahead). False for any other node.
+  llvm::Expected<bool> readConstant(const onnx::NodeProto &n);
   /// A constant consumed by a translated node becomes a graph input of its shape.
   void materialize(const std::string &name);
   /// Input `k` of `n` as a tensor of the graph, or an error.

@@ -223,11 +223,14 @@ llvm::Error Importer::sliceOp(const onnx::NodeProto &n, NodeEnv &env) {
 llvm::Error Importer::concatOp(const onnx::NodeProto &n, NodeEnv &env) {
   std::vector<std::string> in;
   for (int k = 0; k < env.inputs(); ++k) {
+    // Empty inputs add nothing (and are never made tensors of the graph).
+    if (auto it = shapes_.find(env.input(k));
+        it != shapes_.end() && (it->second.empty() || elementCount(it->second) == 0))
+      continue;
     auto t = tensorInput(n, k);
     if (!t)
       return t.takeError();
-    if (!shapeOf(*t).empty() && std::count(shapeOf(*t).begin(), shapeOf(*t).end(), 0) == 0)
-      in.push_back(*t); // empty inputs add nothing
+    in.push_back(*t);
   }
   if (in.empty())
     return where(n, "every input is empty");
@@ -526,6 +529,89 @@ llvm::Error Importer::tileOp(const onnx::NodeProto &n, NodeEnv &env) {
              {{"m", shape[d]}, {"n", shape[d] * (*reps)[d]}}, {{"pre", d}, {"post", r - d - 1}},
              k + 1 == axes.size() ? out : "");
   }
+  return llvm::Error::success();
+}
+
+llvm::Error Importer::scatterOp(const onnx::NodeProto &n, NodeEnv &env) {
+  static const std::map<std::string, std::string> byReduction = {{"none", "ScatterND1"},
+                                                                 {"add", "ScatterND1Add"},
+                                                                 {"mul", "ScatterND1Mul"},
+                                                                 {"max", "ScatterND1Max"},
+                                                                 {"min", "ScatterND1Min"}};
+  const std::string reduction = stringAttr(n, "reduction", "none");
+  auto op = byReduction.find(reduction);
+  if (op == byReduction.end())
+    return where(n,
+                 fmt::format("reduction '{}': it must be none, add, mul, max or min", reduction));
+  auto data = tensorInput(n, 0), idx = tensorInput(n, 1), upd = tensorInput(n, 2);
+  if (!data)
+    return data.takeError();
+  if (!idx)
+    return idx.takeError();
+  if (!upd)
+    return upd.takeError();
+  const std::vector<int64_t> shape = shapeOf(*data), ishape = shapeOf(*idx), ushape = shapeOf(*upd);
+  if (ishape.empty())
+    return where(n, "its indices must have a rank of at least 1");
+  const int64_t depth = ishape.back();
+  if (depth < 1 || depth > int64_t(shape.size()))
+    return where(
+        n, fmt::format("index tuples of {} components for data of rank {}", depth, shape.size()));
+  // Updates: the indices' leading axes, then the axes of the data the tuples do not index.
+  std::vector<int64_t> tuples(ishape.begin(), ishape.end() - 1),
+      rest(shape.begin() + depth, shape.end());
+  std::vector<int64_t> wanted = tuples;
+  wanted.insert(wanted.end(), rest.begin(), rest.end());
+  if (ushape != wanted)
+    return where(n, fmt::format("its updates have shape [{}], not [{}] (the indices' leading axes, "
+                                "then the data's axes from {})",
+                                fmt::join(ushape, ", "), fmt::join(wanted, ", "), depth));
+  const int64_t count = elementCount(tuples);
+  int64_t leading = 1;
+  std::vector<double> extents, strides(static_cast<size_t>(depth));
+  for (int64_t d = 0; d < depth; ++d) {
+    leading *= shape[size_t(d)];
+    extents.push_back(double(shape[size_t(d)]));
+  }
+  for (int64_t d = depth - 1, s = 1; d >= 0; --d) {
+    strides[size_t(d)] = double(s);
+    s *= shape[size_t(d)];
+  }
+  // Constant tuples are checked here: TDL's scatter would skip one off the data silently.
+  // Any other indices (an input's, even one given ahead) are wrapped by the graph.
+  bool wrapped = depth > 1;
+  if (auto c = consts_.find(*idx); c != consts_.end()) {
+    for (size_t k = 0; k < c->second.v.size(); ++k) {
+      const int64_t d = int64_t(k) % depth, extent = shape[size_t(d)], i = asInt(c->second.v[k]);
+      if (i < -extent || i >= extent)
+        return where(n, fmt::format("index {} is outside axis {} of extent {} (indices lie in "
+                                    "[-{}, {}))",
+                                    i, d, extent, extent, extent));
+      wrapped = wrapped || i < 0;
+    }
+  } else {
+    wrapped = true;
+  }
+  const std::string name = nameOf(n);
+  std::vector<int64_t> flatShape{leading};
+  flatShape.insert(flatShape.end(), rest.begin(), rest.end());
+  std::vector<int64_t> updShape{count};
+  updShape.insert(updShape.end(), rest.begin(), rest.end());
+  std::string x = reshaped(name + "_data", *data, flatShape);
+  std::string u = reshaped(name + "_upd", *upd, updShape);
+  std::string i = reshaped(name + "_idx", *idx, {count, depth});
+  if (wrapped) { // flat indices into the leading axes, negative components wrapped
+    std::string ext = constant(name + "_extents", {depth}, extents, true);
+    std::string stride = constant(name + "_strides", {depth}, strides, true);
+    i = node(name + "_flat", "ScatterFlatIndex", {i, ext, stride});
+    i = reshaped(name + "_flat", i, {count, 1});
+  }
+  const bool same = flatShape == shape;
+  std::string y =
+      node(name, op->second, {x, i, u}, {}, {{"r", int64_t(rest.size())}}, same ? n.output(0) : "");
+  if (!same)
+    reshape(name + "_out", y, flatShape, shape, n.output(0));
+  (void)env;
   return llvm::Error::success();
 }
 

@@ -34,7 +34,10 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
   coalesce_.clear();
   if (!n.domain().empty() && n.domain() != "ai.onnx")
     return where(n, fmt::format("operators of domain '{}' are not supported", n.domain()));
-  if (fold(n))
+  auto read = readConstant(n);
+  if (!read)
+    return read.takeError();
+  if (*read)
     return llvm::Error::success();
   if (n.output_size() < 1)
     return where(n, "has no output");
@@ -50,10 +53,11 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
   if (entry->rules.empty() && entry->handler.empty())
     return where(n, "the importer does not translate it yet" +
                         (entry->missing.empty() ? std::string() : " (" + entry->missing + ")"));
-  if (foldByInterpreter(n, *entry))
-    return llvm::Error::success();
+  // Checked before folding too: the interpreter reads zeros outside a tensor, as TDL does.
   if (llvm::Error e = checkConstantIndices(n))
     return e;
+  if (foldConstant(n, *entry))
+    return llvm::Error::success();
   return translateWith(n, *entry);
 }
 
@@ -82,16 +86,21 @@ llvm::Error Importer::checkConstantIndices(const onnx::NodeProto &n) {
   return llvm::Error::success();
 }
 
+const std::map<std::string, Importer::Handler> &Importer::handlers() {
+  static const std::map<std::string, Handler> table = {
+      {"reshape", &Importer::reshapeOp},  {"slice", &Importer::sliceOp},
+      {"concat", &Importer::concatOp},    {"transpose", &Importer::transposeOp},
+      {"expand", &Importer::expandOp},    {"pad", &Importer::padOp},
+      {"tile", &Importer::tileOp},        {"recurrent", &Importer::recurrentOp},
+      {"einsum", &Importer::einsumOp},    {"resize", &Importer::resizeOp},
+      {"scatternd", &Importer::scatterOp}};
+  return table;
+}
+
 llvm::Error Importer::translateWith(const onnx::NodeProto &n, const onnxrules::Entry &entry) {
   NodeEnv env(*this, n);
   if (!entry.handler.empty()) {
-    static const std::map<std::string, Handler> handlers = {
-        {"reshape", &Importer::reshapeOp}, {"slice", &Importer::sliceOp},
-        {"concat", &Importer::concatOp},   {"transpose", &Importer::transposeOp},
-        {"expand", &Importer::expandOp},   {"pad", &Importer::padOp},
-        {"tile", &Importer::tileOp},       {"recurrent", &Importer::recurrentOp},
-        {"einsum", &Importer::einsumOp},   {"resize", &Importer::resizeOp}};
-    return (this->*handlers.at(entry.handler))(n, env);
+    return (this->*handlers().at(entry.handler))(n, env);
   }
   for (const auto &[key, e] : entry.lets) {
     auto v = onnxrules::eval(*e, env);

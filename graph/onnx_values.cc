@@ -334,10 +334,10 @@ const std::set<std::string> &importerFunctions() {
   return names;
 }
 
-const std::set<std::string> &handlerNames() {
-  static const std::set<std::string> names = {"reshape", "slice", "concat", "transpose",
-                                              "expand",  "pad",   "tile",   "recurrent",
-                                              "einsum",  "resize"};
+std::set<std::string> handlerNames() {
+  std::set<std::string> names;
+  for (const auto &entry : Importer::handlers())
+    names.insert(entry.first);
   return names;
 }
 

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 import zlib
 
 import numpy as np
@@ -28,6 +29,8 @@ import torch
 import torch.nn.functional as F
 
 TOLERANCE = 1e-4
+# Tensor.index_reduce (the scatter reductions' oracle) warns that it is in beta.
+warnings.filterwarnings("ignore", message="index_reduce")
 
 
 class Case:
@@ -347,6 +350,20 @@ CASES = [
          lambda x: x.flip(2).cumsum(2).flip(2), groups={"pre": 2, "post": 1}),
     Case("GatherElements", SH, [("data", (2, 5, 3, 4), "f"), ("idx", (2, 6, 3, 4), ("int", 5))],
          lambda d, i: torch.gather(d, 1, i), groups={"pre": 1, "post": 2}),
+    # ScatterND at index depth 1 (ONNX's deeper tuples are made flat indices first):
+    # duplicate indices are defined for the reductions.
+    Case("ScatterND1Add", SH, [("data", (6, 3, 4), "f"), ("idx", (5, 1), ("int", 6)),
+                               ("upd", (5, 3, 4), "f")],
+         lambda d, i, u: d.index_add(0, i[:, 0], u), groups={"r": 2}),
+    Case("ScatterND1Max", SH, [("data", (6, 3, 4), "f"), ("idx", (5, 1), ("int", 6)),
+                               ("upd", (5, 3, 4), "f")],
+         lambda d, i, u: d.index_reduce(0, i[:, 0], u, "amax"), groups={"r": 2}),
+    Case("ScatterND1Min", SH, [("data", (6, 3, 4), "f"), ("idx", (5, 1), ("int", 6)),
+                               ("upd", (5, 3, 4), "f")],
+         lambda d, i, u: d.index_reduce(0, i[:, 0], u, "amin"), groups={"r": 2}),
+    Case("ScatterFlatIndex", SH, [("idx", (5, 3), ("int", 4)), ("ext", (3,), ("int", 5)),
+                                  ("stride", (3,), ("int", 5))],
+         lambda i, e, s: ((i + (i < 0) * e) * s).sum(1).double()),
     Case("OneHot", SH, [("idx", (2, 3, 4), ("int", 5)), ("values", (2,), "c")],
          lambda i, v: F.one_hot(i, 5).double() * (v[1] - v[0]) + v[0],
          attrs={"depth": 5}, groups={"i": 3}),
