@@ -1,5 +1,6 @@
-// Adding nodes and constants to the graph being built, and the layout helpers every
-// translation uses: reshape, transpose, broadcast, concatenation, slices, axis maps.
+// The graph an import builds (GraphBuilder): nodes and constants added one at a time, each
+// returning its error, and the layout helpers every translation uses: reshape, transpose,
+// broadcast, concatenation, slices, axis maps. Also the importer's reads of its inputs.
 #include "graph/onnx_import_internal.h"
 
 #include <algorithm>
@@ -27,58 +28,63 @@
 namespace tofu {
 namespace onnximport {
 
-std::string Importer::node(const std::string &name, const std::string &op,
-                           std::vector<std::string> in, std::map<std::string, int64_t> attrs,
-                           std::map<std::string, int64_t> groups, const std::string &output) {
+llvm::Expected<std::string> GraphBuilder::node(const std::string &name, const std::string &op,
+                                               std::vector<std::string> in,
+                                               std::map<std::string, int64_t> attrs,
+                                               std::map<std::string, int64_t> groups,
+                                               const std::string &output) {
   Node n;
   n.name = name;
-  n.group = group_;
-  n.coalesce = coalesce_;
+  n.group = group;
+  n.coalesce = coalesce;
   n.op = op;
   n.inputs = std::move(in);
   n.attrs = std::move(attrs);
   n.groups = std::move(groups);
-  n.output = output.empty() ? fmt::format("{}__{}", name, counter_++) : output;
+  n.output = output.empty() ? fmt::format("{}__{}", name, counter++) : output;
   std::string out = n.output;
   if (!g_.tensor(out)) {
     TensorInfo t;
     t.name = out;
     t.group = out;
     // Declared with ONNX's inferred shape when it has one: checkGraph compares.
-    if (auto it = shapes_.find(out); it != shapes_.end()) {
+    if (auto it = facts_.shapes.find(out); it != facts_.shapes.end()) {
       t.shape = it->second;
       t.shapeKnown = true;
     }
-    if (auto it = types_.find(out); it != types_.end())
+    if (auto it = facts_.types.find(out); it != facts_.types.end())
       t.dtype = dtypeName(it->second);
-    keep(g_.addTensor(std::move(t)));
+    if (llvm::Error e = g_.addTensor(std::move(t)))
+      return std::move(e);
   }
-  keep(g_.addNode(std::move(n)));
+  if (llvm::Error e = g_.addNode(std::move(n)))
+    return std::move(e);
   // Infer the output's shape now: later nodes (reshapes, slices) read it.
-  if (!error_) {
-    keep(inferNode(g_, g_.nodes().back(), lib_));
-    if (const TensorInfo *t = g_.tensor(out); t && t->shapeKnown)
-      shapes_[out] = t->shape;
-  }
+  if (llvm::Error e = inferNode(g_, g_.nodes().back(), lib_))
+    return std::move(e);
+  if (const TensorInfo *t = g_.tensor(out); t && t->shapeKnown)
+    facts_.shapes[out] = t->shape;
   return out;
 }
 
-std::string Importer::constant(const std::string &name, std::vector<int64_t> shape,
-                               std::vector<double> values, bool isInt) {
+llvm::Expected<std::string> GraphBuilder::constant(const std::string &name,
+                                                   std::vector<int64_t> shape,
+                                                   std::vector<double> values, bool isInt) {
   Const c;
   c.shape = std::move(shape);
   c.v = std::move(values);
   c.isInt = isInt;
-  shapes_[name] = c.shape;
-  consts_[name] = std::move(c);
-  materialize(name);
+  facts_.shapes[name] = c.shape;
+  facts_.consts[name] = std::move(c);
+  if (llvm::Error e = materialize(name))
+    return std::move(e);
   return name;
 }
 
-void Importer::materialize(const std::string &name) {
-  auto it = consts_.find(name);
-  if (it == consts_.end() || g_.tensor(name))
-    return;
+llvm::Error GraphBuilder::materialize(const std::string &name) {
+  auto it = facts_.consts.find(name);
+  if (it == facts_.consts.end() || g_.tensor(name))
+    return llvm::Error::success();
   TensorInfo t;
   t.name = name;
   t.group = name;
@@ -86,17 +92,18 @@ void Importer::materialize(const std::string &name) {
   t.shapeKnown = true;
   t.dtype = it->second.isInt ? "int64" : "float32";
   t.role = TensorRole::Input;
-  shapes_[name] = t.shape;
+  facts_.shapes[name] = t.shape;
   g_.constants[name] = it->second.v;
-  keep(g_.addTensor(std::move(t)));
+  return g_.addTensor(std::move(t));
 }
 
 llvm::Expected<std::string> Importer::tensorInput(const onnx::NodeProto &n, int k) {
   if (k < 0 || k >= n.input_size() || n.input(k).empty())
     return where(n, fmt::format("its input {} is needed but absent", k));
   const std::string &t = n.input(k);
-  materialize(t);
-  if (!g_.tensor(t))
+  if (llvm::Error e = b_->materialize(t))
+    return std::move(e);
+  if (!b_->graph().tensor(t))
     return where(n, fmt::format("input '{}' is not produced before it", t));
   return t;
 }
@@ -115,32 +122,38 @@ llvm::Expected<std::vector<int64_t>> Importer::ints(const std::string &tensor,
   return v;
 }
 
-std::string Importer::broadcastTo(const std::string &name, std::string x,
-                                  const std::vector<int64_t> &to, const std::string &out) {
+llvm::Expected<std::string> GraphBuilder::broadcastTo(const std::string &name, std::string x,
+                                                      const std::vector<int64_t> &to,
+                                                      const std::string &out) {
   std::vector<int64_t> from = shapeOf(x);
   if (from.size() < to.size()) {
     std::vector<int64_t> lifted(to.size() - from.size(), 1);
     lifted.insert(lifted.end(), from.begin(), from.end());
-    x = reshape(name + "_lift", x, from, lifted, "");
+    TOFU_TRY(x, reshape(name + "_lift", x, from, lifted, ""));
     from = lifted;
   }
   std::vector<size_t> axes;
   for (size_t d = 0; d < to.size(); ++d)
     if (from[d] == 1 && to[d] != 1)
       axes.push_back(d);
-  if (axes.empty())
-    return out.empty() ? x : node(name, "Identity", {x}, {}, {}, out);
+  if (axes.empty()) {
+    if (out.empty())
+      return x;
+    return node(name, "Identity", {x}, {}, {}, out);
+  }
   for (size_t k = 0; k < axes.size(); ++k) {
     size_t d = axes[k];
-    x = node(fmt::format("{}_expand{}", name, d), "ExpandAxis", {x}, {{"n", to[d]}},
-             {{"pre", int64_t(d)}, {"post", int64_t(to.size() - d - 1)}},
-             k + 1 == axes.size() ? out : "");
+    TOFU_TRY(x, node(fmt::format("{}_expand{}", name, d), "ExpandAxis", {x}, {{"n", to[d]}},
+                     {{"pre", int64_t(d)}, {"post", int64_t(to.size() - d - 1)}},
+                     k + 1 == axes.size() ? out : ""));
   }
   return x;
 }
 
-std::string Importer::reshape(const std::string &name, std::string x, std::vector<int64_t> from,
-                              const std::vector<int64_t> &to, const std::string &out) {
+llvm::Expected<std::string> GraphBuilder::reshape(const std::string &name, std::string x,
+                                                  std::vector<int64_t> from,
+                                                  const std::vector<int64_t> &to,
+                                                  const std::string &out) {
   // Size-1 axes first leave (Squeeze) and finally come back (Unsqueeze); in between, the
   // axes are grouped where the two shapes' running products meet, and each group of
   // source axes is merged into one and split into the group's target axes.
@@ -203,8 +216,8 @@ std::string Importer::reshape(const std::string &name, std::string x, std::vecto
   if (steps.empty())
     return node(name, "Identity", {x}, {}, {}, out);
   for (size_t k = 0; k < steps.size(); ++k)
-    x = node(fmt::format("{}_{}{}", name, steps[k].op, k), steps[k].op, {x}, steps[k].attrs,
-             steps[k].groups, k + 1 == steps.size() ? out : "");
+    TOFU_TRY(x, node(fmt::format("{}_{}{}", name, steps[k].op, k), steps[k].op, {x}, steps[k].attrs,
+                     steps[k].groups, k + 1 == steps.size() ? out : ""));
   return x;
 }
 
@@ -216,8 +229,9 @@ std::vector<int64_t> permutedOf(const std::vector<int64_t> &shape,
   return r;
 }
 
-std::string Importer::transpose(const std::string &name, const std::string &in,
-                                const std::vector<int64_t> &perm, const std::string &out) {
+llvm::Expected<std::string> GraphBuilder::transpose(const std::string &name, const std::string &in,
+                                                    const std::vector<int64_t> &perm,
+                                                    const std::string &out) {
   std::vector<int64_t> from = shapeOf(in);
   // Size-1 axes and runs of source axes that stay adjacent move together: the permutation
   // of the merged axes is usually of a rank the library has (2 to 4).
@@ -260,7 +274,7 @@ std::string Importer::transpose(const std::string &name, const std::string &in,
   std::string opName = opFor(newPerm);
   std::string x = in;
   if (merged != from)
-    x = reshape(name + "_merge", x, from, merged, "");
+    TOFU_TRY(x, reshape(name + "_merge", x, from, merged, ""));
   if (!lib_.find(opName)) {
     // Higher ranks: one axis at a time moves to its place, each move a block swap
     // [A, B, C, D] -> [A, C, B, D] of merged axes (Transpose_0213 or a smaller one).
@@ -290,8 +304,8 @@ std::string Importer::transpose(const std::string &name, const std::string &in,
       for (size_t q = 0; q < blocks.size(); ++q)
         blockPerm.push_back(q == b ? int64_t(b + 1) : q == b + 1 ? int64_t(b) : int64_t(q));
       std::string tag = fmt::format("{}_move{}", name, i);
-      x = reshape(tag + "_in", x, curShape, blocks, "");
-      x = node(tag, opFor(blockPerm), {x});
+      TOFU_TRY(x, reshape(tag + "_in", x, curShape, blocks, ""));
+      TOFU_TRY(x, node(tag, opFor(blockPerm), {x}));
       int64_t moved = cur[j];
       cur.erase(cur.begin() + j);
       cur.insert(cur.begin() + i, moved);
@@ -300,7 +314,7 @@ std::string Importer::transpose(const std::string &name, const std::string &in,
         nextShape.push_back(merged[a]);
       std::vector<int64_t> swapped = blocks;
       std::swap(swapped[b], swapped[b + 1]);
-      x = reshape(tag + "_out", x, swapped, nextShape, "");
+      TOFU_TRY(x, reshape(tag + "_out", x, swapped, nextShape, ""));
     }
     return reshape(name, x, permutedOf(merged, newPerm), to, out);
   }
@@ -309,31 +323,39 @@ std::string Importer::transpose(const std::string &name, const std::string &in,
     permuted.push_back(merged[p]);
   if (permuted == to)
     return node(name, opName, {x}, {}, {}, out);
-  x = node(name, opName, {x});
+  TOFU_TRY(x, node(name, opName, {x}));
   return reshape(name + "_split", x, permuted, to, out);
 }
 
-std::string Importer::axisMap(const std::string &name, const std::string &x, int64_t axis,
-                              int64_t rows, std::vector<double> m, const std::string &out) {
+llvm::Expected<std::string> GraphBuilder::axisMap(const std::string &name, const std::string &x,
+                                                  int64_t axis, int64_t rows, std::vector<double> m,
+                                                  const std::string &out) {
   const int64_t r = int64_t(shapeOf(x).size()), extent = shapeOf(x)[size_t(axis)];
-  std::string matrix = constant(name + "_map", {rows, extent}, std::move(m), false);
+  std::string matrix;
+  TOFU_TRY(matrix, constant(name + "_map", {rows, extent}, std::move(m), false));
   return node(name, "AxisMap", {x, matrix}, {}, {{"pre", axis}, {"post", r - axis - 1}}, out);
 }
 
 /// Balanced concatenation of `parts` along `axis` (all of one rank): log-depth, so a
 /// long sequence is not copied once per element.
-std::string Importer::concatAll(const std::string &name, std::vector<std::string> parts,
-                                int64_t axis, const std::string &out) {
-  if (parts.size() == 1)
-    return out.empty() ? parts[0] : node(name, "Identity", {parts[0]}, {}, {}, out);
+llvm::Expected<std::string> GraphBuilder::concatAll(const std::string &name,
+                                                    std::vector<std::string> parts, int64_t axis,
+                                                    const std::string &out) {
+  if (parts.size() == 1) {
+    if (out.empty())
+      return parts[0];
+    return node(name, "Identity", {parts[0]}, {}, {}, out);
+  }
   for (unsigned round = 0; parts.size() > 1; ++round) {
     std::vector<std::string> next;
     for (size_t k = 0; k + 1 < parts.size(); k += 2) {
       const std::vector<int64_t> &a = shapeOf(parts[k]), &b = shapeOf(parts[k + 1]);
       int64_t r = int64_t(a.size());
-      next.push_back(node(fmt::format("{}_cat{}_{}", name, round, k / 2), "Concat",
-                          {parts[k], parts[k + 1]}, {{"n", a[axis]}, {"m", a[axis] + b[axis]}},
-                          {{"pre", axis}, {"post", r - axis - 1}}, parts.size() == 2 ? out : ""));
+      std::string joined;
+      TOFU_TRY(joined, node(fmt::format("{}_cat{}_{}", name, round, k / 2), "Concat",
+                            {parts[k], parts[k + 1]}, {{"n", a[axis]}, {"m", a[axis] + b[axis]}},
+                            {{"pre", axis}, {"post", r - axis - 1}}, parts.size() == 2 ? out : ""));
+      next.push_back(joined);
     }
     if (parts.size() % 2)
       next.push_back(parts.back());
@@ -342,16 +364,16 @@ std::string Importer::concatAll(const std::string &name, std::vector<std::string
   return parts[0];
 }
 
-std::string Importer::sliceAxis(const std::string &name, const std::string &x, int64_t axis,
-                                int64_t start, int64_t count) {
+llvm::Expected<std::string> GraphBuilder::sliceAxis(const std::string &name, const std::string &x,
+                                                    int64_t axis, int64_t start, int64_t count) {
   const std::vector<int64_t> &shape = shapeOf(x);
   int64_t r = int64_t(shape.size());
   return node(name, "Slice", {x}, {{"start", start}, {"n", count}, {"step", 1}, {"m", shape[axis]}},
               {{"pre", axis}, {"post", r - axis - 1}});
 }
 
-std::string Importer::reshaped(const std::string &name, const std::string &x,
-                               const std::vector<int64_t> &to) {
+llvm::Expected<std::string> GraphBuilder::reshaped(const std::string &name, const std::string &x,
+                                                   const std::vector<int64_t> &to) {
   if (shapeOf(x) == to)
     return x;
   return reshape(name, x, shapeOf(x), to, "");

@@ -144,22 +144,24 @@ llvm::Error Importer::einsumOp(const onnx::NodeProto &n, NodeEnv &env) {
       if (has(outTerm, c) || (count == 2 && has(terms[1 - k], c)))
         continue;
       int64_t r = int64_t(terms[k].size());
-      in[k] = node(fmt::format("{}_sum{}_{}", name, k, c), "ReduceSum", {in[k]}, {},
-                   {{"pre", int64_t(d)}, {"r", 1}, {"post", r - int64_t(d) - 1}});
+      TOFU_TRY(in[k], b_->node(fmt::format("{}_sum{}_{}", name, k, c), "ReduceSum", {in[k]}, {},
+                               {{"pre", int64_t(d)}, {"r", 1}, {"post", r - int64_t(d) - 1}}));
       terms[k].erase(d, 1);
     }
   }
   auto permuteTo = [&](const std::string &tag, const std::string &x, const std::string &from,
-                       const std::string &to, const std::string &o) {
+                       const std::string &to, const std::string &o) -> llvm::Expected<std::string> {
     std::vector<int64_t> perm;
     for (char c : to)
       perm.push_back(int64_t(from.find(c)));
     bool identity = true;
     for (size_t d = 0; d < perm.size(); ++d)
       identity &= perm[d] == int64_t(d);
+    if (identity && o.empty())
+      return x;
     if (identity)
-      return o.empty() ? x : node(tag, "Identity", {x}, {}, {}, o);
-    return transpose(tag, x, perm, o);
+      return b_->node(tag, "Identity", {x}, {}, {}, o);
+    return b_->transpose(tag, x, perm, o);
   };
   auto dims = [&](const std::string &letters) {
     std::vector<int64_t> v;
@@ -174,8 +176,7 @@ llvm::Error Importer::einsumOp(const onnx::NodeProto &n, NodeEnv &env) {
     return p;
   };
   if (count == 1) {
-    permuteTo(name, in[0], terms[0], outTerm, out);
-    return llvm::Error::success();
+    return permuteTo(name, in[0], terms[0], outTerm, out).takeError();
   }
   std::string batch, left, right, summed;
   for (char c : terms[0]) {
@@ -187,26 +188,27 @@ llvm::Error Importer::einsumOp(const onnx::NodeProto &n, NodeEnv &env) {
   for (char c : terms[1])
     if (!has(terms[0], c))
       right += c;
-  std::string a = permuteTo(name + "_a", in[0], terms[0], batch + left + summed, "");
-  std::string b = permuteTo(name + "_b", in[1], terms[1], batch + summed + right, "");
+  std::string a, b;
+  TOFU_TRY(a, permuteTo(name + "_a", in[0], terms[0], batch + left + summed, ""));
+  TOFU_TRY(b, permuteTo(name + "_b", in[1], terms[1], batch + summed + right, ""));
   std::vector<int64_t> a3 = {product(left), product(summed)},
                        b3 = {product(summed), product(right)};
   if (!batch.empty()) {
     a3.insert(a3.begin(), product(batch));
     b3.insert(b3.begin(), product(batch));
   }
-  a = reshaped(name + "_a3", a, a3);
-  b = reshaped(name + "_b3", b, b3);
-  std::string y = node(name + "_matmul", "MatMul", {a, b}, {}, {{"b", batch.empty() ? 0 : 1}});
+  TOFU_TRY(a, b_->reshaped(name + "_a3", a, a3));
+  TOFU_TRY(b, b_->reshaped(name + "_b3", b, b3));
+  std::string y;
+  TOFU_TRY(y, b_->node(name + "_matmul", "MatMul", {a, b}, {}, {{"b", batch.empty() ? 0 : 1}}));
   std::string produced = batch + left + right;
   std::vector<int64_t> full = dims(produced);
   if (produced == outTerm) {
-    reshape(name + "_split", y, shapeOf(y), full, out);
+    TOFU_CHECK(b_->reshape(name + "_split", y, shapeOf(y), full, out));
     return llvm::Error::success();
   }
-  y = reshaped(name + "_split", y, full);
-  permuteTo(name, y, produced, outTerm, out);
-  return llvm::Error::success();
+  TOFU_TRY(y, b_->reshaped(name + "_split", y, full));
+  return permuteTo(name, y, produced, outTerm, out).takeError();
 }
 
 } // namespace onnximport

@@ -60,15 +60,15 @@ llvm::Expected<bool> Importer::readConstant(const onnx::NodeProto &n) {
       } else {
         continue;
       }
-      shapes_[out] = c.shape;
-      consts_[out] = std::move(c);
+      facts_.shapes[out] = c.shape;
+      facts_.consts[out] = std::move(c);
       return true;
     }
     return false;
   }
   if ((op == "Shape" || op == "Size") && in.size() == 1) {
-    auto it = shapes_.find(in[0]);
-    if (it == shapes_.end() || (!g_.tensor(in[0]) && !consts_.count(in[0])))
+    auto it = facts_.shapes.find(in[0]);
+    if (it == facts_.shapes.end() || (!b_->graph().tensor(in[0]) && !facts_.consts.count(in[0])))
       return false;
     Const c;
     c.isInt = true;
@@ -77,8 +77,8 @@ llvm::Expected<bool> Importer::readConstant(const onnx::NodeProto &n) {
       for (int64_t d : it->second)
         count *= d;
       c.v = {double(count)};
-      shapes_[out] = c.shape;
-      consts_[out] = std::move(c);
+      facts_.shapes[out] = c.shape;
+      facts_.consts[out] = std::move(c);
       return true;
     }
     for (int64_t d : it->second)
@@ -89,8 +89,8 @@ llvm::Expected<bool> Importer::readConstant(const onnx::NodeProto &n) {
     end = bound(end, rank);
     c.v = std::vector<double>(c.v.begin() + start, c.v.begin() + std::max(start, end));
     c.shape = {int64_t(c.v.size())};
-    shapes_[out] = c.shape;
-    consts_[out] = std::move(c);
+    facts_.shapes[out] = c.shape;
+    facts_.consts[out] = std::move(c);
     return true;
   }
   if (op == "ConstantOfShape" && in.size() == 1) {
@@ -114,8 +114,8 @@ llvm::Expected<bool> Importer::readConstant(const onnx::NodeProto &n) {
     if (r.size() > (1 << 20))
       return false; // a large constant: the graph computes it
     r.v.assign(size_t(r.size()), value);
-    shapes_[out] = r.shape;
-    consts_[out] = std::move(r);
+    facts_.shapes[out] = r.shape;
+    facts_.consts[out] = std::move(r);
     return true;
   }
   return false;
@@ -128,8 +128,8 @@ bool Importer::foldConstant(const onnx::NodeProto &n, const onnxrules::Entry &en
   for (const std::string &i : n.input()) {
     if (i.empty())
       continue;
-    auto c = consts_.find(i);
-    if (c == consts_.end())
+    auto c = facts_.consts.find(i);
+    if (c == facts_.consts.end())
       return false;
     allInt = allInt && c->second.isInt;
   }
@@ -138,7 +138,7 @@ bool Importer::foldConstant(const onnx::NodeProto &n, const onnxrules::Entry &en
   constexpr int64_t kLargest = int64_t(1) << 22;
   int64_t elements = 0;
   for (const std::string &o : n.output())
-    if (auto it = shapes_.find(o); !o.empty() && it != shapes_.end())
+    if (auto it = facts_.shapes.find(o); !o.empty() && it != facts_.shapes.end())
       elements += elementCount(it->second);
   if (elements > kLargest)
     return false;
@@ -146,75 +146,64 @@ bool Importer::foldConstant(const onnx::NodeProto &n, const onnxrules::Entry &en
   // arithmetic slices empty lists, as `x.shape[:0]`.
   bool empty = true;
   for (const std::string &o : n.output()) {
-    auto it = shapes_.find(o);
-    empty = empty && !o.empty() && it != shapes_.end() && elementCount(it->second) == 0;
+    auto it = facts_.shapes.find(o);
+    empty = empty && !o.empty() && it != facts_.shapes.end() && elementCount(it->second) == 0;
   }
   if (empty) {
     for (const std::string &o : n.output()) {
       Const c;
-      c.shape = shapes_[o];
-      auto type = types_.find(o);
-      c.isInt = type != types_.end() ? isIntType(type->second) : allInt;
-      consts_[o] = std::move(c);
+      c.shape = facts_.shapes[o];
+      auto type = facts_.types.find(o);
+      c.isInt = type != facts_.types.end() ? isIntType(type->second) : allInt;
+      facts_.consts[o] = std::move(c);
     }
     return true;
   }
-  // The scratch translation's names are thrown away with it: the graph's own names are
-  // numbered as if it never ran.
-  const unsigned counter = counter_;
-  Graph scratch;
-  std::swap(g_, scratch);
-  llvm::Error saved = std::move(error_);
-  error_ = llvm::Error::success();
-  llvm::Error e = translateWith(n, entry);
-  bool ok = !e && !error_;
-  llvm::consumeError(std::move(e));
-  llvm::consumeError(std::move(error_));
+  // The node's library ops, built in a scratch graph of their own. Its names are thrown away
+  // with it: the model's graph is numbered as if it never ran.
+  GraphBuilder scratch(lib_, facts_, b_->counter);
+  scratch.group = b_->group;
+  GraphBuilder *const model = b_;
+  b_ = &scratch;
+  llvm::Error translated = translateWith(n, entry);
+  b_ = model;
+  if (translated) { // not foldable: the node is translated into the model's graph instead
+    llvm::consumeError(std::move(translated));
+    return false;
+  }
+  const Graph &g = scratch.graph();
   std::map<std::string, Tensor> values;
-  for (const auto &[name, v] : g_.constants) {
-    if (!g_.tensor(name)) { // a constant the graph refused (an empty one)
-      ok = false;
-      break;
-    }
-    Tensor t(g_.tensor(name)->shape);
+  for (const auto &[name, v] : g.constants) {
+    Tensor t(g.tensor(name)->shape);
     t.data = v;
     values[name] = std::move(t);
   }
   // The scratch graph's nodes in order (each was checked and shape-inferred as it was added).
-  for (size_t k = 0; ok && k < g_.nodes().size(); ++k) {
-    const Node &node = g_.nodes()[k];
+  // Any step that fails leaves the node to the graph.
+  for (const Node &node : g.nodes()) {
     std::vector<const Tensor *> ptrs;
     for (const std::string &i : node.inputs) {
       auto it = values.find(i);
-      if (it == values.end()) {
-        ok = false;
-        break;
-      }
+      if (it == values.end())
+        return false;
       ptrs.push_back(&it->second);
     }
-    if (!ok)
-      break;
-    auto inst = instantiateNode(g_, node, lib_);
+    if (elementCount(g.tensor(node.output)->shape) > kLargest)
+      return false;
+    auto inst = instantiateNode(g, node, lib_);
     if (!inst) {
       llvm::consumeError(inst.takeError());
-      ok = false;
-      break;
+      return false;
     }
-    auto sh = concreteShapes(inst->op, inst->inputShapes, g_.tensor(node.output)->shape);
+    auto sh = concreteShapes(inst->op, inst->inputShapes, g.tensor(node.output)->shape);
     if (!sh) {
       llvm::consumeError(sh.takeError());
-      ok = false;
-      break;
-    }
-    if (elementCount(g_.tensor(node.output)->shape) > kLargest) {
-      ok = false;
-      break;
+      return false;
     }
     auto r = evaluate(inst->op, *sh, ptrs, fullRanges(*sh));
     if (!r) {
       llvm::consumeError(r.takeError());
-      ok = false;
-      break;
+      return false;
     }
     values[node.output] = std::move(*r);
   }
@@ -223,29 +212,22 @@ bool Importer::foldConstant(const onnx::NodeProto &n, const onnxrules::Entry &en
     if (o.empty())
       continue;
     auto it = values.find(o);
-    if (!ok || it == values.end()) {
-      ok = false;
-      break;
-    }
+    if (it == values.end())
+      return false;
     Const c;
     c.shape = it->second.shape;
     c.v = it->second.data;
     // ONNX's element type of the output: integer types truncate (integer Div, Cast), bool is
     // x != 0. Where ONNX inferred none, integers in give integers out.
-    if (auto type = types_.find(o); type != types_.end())
+    if (auto type = facts_.types.find(o); type != facts_.types.end())
       convertTo(c, type->second);
     else if (allInt)
       convertTo(c, onnx::TensorProto::INT64);
     results[o] = std::move(c);
   }
-  std::swap(g_, scratch);
-  error_ = std::move(saved);
-  counter_ = counter;
-  if (!ok)
-    return false;
   for (auto &[name, c] : results) {
-    shapes_[name] = c.shape;
-    consts_[name] = std::move(c);
+    facts_.shapes[name] = c.shape;
+    facts_.consts[name] = std::move(c);
   }
   return true;
 }

@@ -431,31 +431,30 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     return std::move(e);
   while (graph->initializer_size() > initializersBefore)
     graph->mutable_initializer()->RemoveLast();
-  auto record = [&](const onnx::ValueInfoProto &v) {
+  auto record = [&](const onnx::ValueInfoProto &v) -> llvm::Error {
     if (v.type().has_tensor_type() && v.type().tensor_type().has_elem_type()) {
-      types_[v.name()] = v.type().tensor_type().elem_type();
+      facts_.types[v.name()] = v.type().tensor_type().elem_type();
       if (const char *what = unholdableType(v.type().tensor_type().elem_type()))
-        keep(stringError(
-            fmt::format("tensor '{}' holds {}; Tofu's tensors hold numbers", v.name(), what)));
+        return stringError(
+            fmt::format("tensor '{}' holds {}; Tofu's tensors hold numbers", v.name(), what));
     }
     if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape())
-      return;
+      return llvm::Error::success();
     std::vector<int64_t> dims;
     for (const auto &d : v.type().tensor_type().shape().dim()) {
       if (!d.has_dim_value())
-        return;
+        return llvm::Error::success();
       dims.push_back(d.dim_value());
     }
     if (std::string bad = badShape(dims); !bad.empty())
-      keep(stringError(fmt::format("tensor '{}': {}", v.name(), bad)));
-    shapes_[v.name()] = dims;
+      return stringError(fmt::format("tensor '{}': {}", v.name(), bad));
+    facts_.shapes[v.name()] = dims;
+    return llvm::Error::success();
   };
-  for (const auto &v : graph->input())
-    record(v);
-  for (const auto &v : graph->value_info())
-    record(v);
-  for (const auto &v : graph->output())
-    record(v);
+  for (const auto *values : {&graph->input(), &graph->value_info(), &graph->output()})
+    for (const onnx::ValueInfoProto &v : *values)
+      if (llvm::Error e = record(v))
+        return std::move(e);
   for (const onnx::NodeProto &n : graph->node())
     consumed_.insert(n.input().begin(), n.input().end());
   for (const auto &v : graph->output())
@@ -463,31 +462,32 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   std::set<std::string> initializers;
   for (const onnx::TensorProto &t : graph->initializer()) {
     initializers.insert(t.name());
-    types_[t.name()] = t.data_type();
+    facts_.types[t.name()] = t.data_type();
     if (const char *what = unholdableType(t.data_type()))
       return stringError(
           fmt::format("initializer '{}' holds {}; Tofu's tensors hold numbers", t.name(), what));
     if (std::string bad = badShape({t.dims().begin(), t.dims().end()}); !bad.empty())
       return stringError(fmt::format("initializer '{}': {}", t.name(), bad));
-    shapes_[t.name()] = std::vector<int64_t>(t.dims().begin(), t.dims().end());
+    facts_.shapes[t.name()] = std::vector<int64_t>(t.dims().begin(), t.dims().end());
     // Integer initializers are constants (shapes, axes, indices); float ones are weights.
     if (isIntType(t.data_type())) {
       if (auto c = constOf(t)) {
-        consts_[t.name()] = std::move(*c);
+        facts_.consts[t.name()] = std::move(*c);
         continue;
       }
     }
     // A float initializer's values are the weight's initial values.
     if (auto c = constOf(t); c && !c->isInt && int64_t(c->v.size()) == c->size())
-      g_.initialValues[t.name()] = std::vector<float>(c->v.begin(), c->v.end());
+      b_->graph().initialValues[t.name()] = std::vector<float>(c->v.begin(), c->v.end());
     TensorInfo info;
     info.name = t.name();
     info.group = t.name();
-    info.shape = shapes_[t.name()];
+    info.shape = facts_.shapes[t.name()];
     info.shapeKnown = true;
     info.role = TensorRole::Weight;
     info.dtype = dtypeName(t.data_type());
-    keep(g_.addTensor(std::move(info)));
+    if (llvm::Error e = b_->addTensor(std::move(info)))
+      return std::move(e);
   }
   unsigned dataSeen = 0;
   for (const onnx::ValueInfoProto &v : graph->input()) {
@@ -500,8 +500,8 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
                       : v.type().has_map_type()      ? "a map"
                       : v.type().has_optional_type() ? "an optional"
                                                      : "of no tensor type"));
-    auto it = shapes_.find(v.name());
-    if (it == shapes_.end())
+    auto it = facts_.shapes.find(v.name());
+    if (it == facts_.shapes.end())
       return stringError(fmt::format("graph input '{}' has no static shape (give its value "
                                      "ahead: tofu-run --infer --input)",
                                      v.name()));
@@ -511,21 +511,20 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     info.shape = it->second;
     info.shapeKnown = true;
     info.role = dataSeen++ < options_.dataInputs ? TensorRole::Input : TensorRole::Weight;
-    if (auto type = types_.find(v.name()); type != types_.end()) {
+    if (auto type = facts_.types.find(v.name()); type != facts_.types.end()) {
       info.dtype = dtypeName(type->second);
       // An integer buffer exported as an input (an index table) is read, never trained.
       if (isIntType(type->second))
         info.role = TensorRole::Input;
     }
-    keep(g_.addTensor(std::move(info)));
+    if (llvm::Error e = b_->addTensor(std::move(info)))
+      return std::move(e);
   }
   if (options_.dataInputsExact && options_.dataInputs > dataSeen)
     return stringError(fmt::format("--data-inputs {}: the model has {} graph input{} that {} not "
                                    "initializers",
                                    options_.dataInputs, dataSeen, dataSeen == 1 ? "" : "s",
                                    dataSeen == 1 ? "is" : "are"));
-  if (error_)
-    return std::move(error_);
   // Every node is tried, so that one import lists every node it cannot translate; nodes
   // that read what an untranslated node would have produced are skipped (and counted).
   std::vector<std::string> untranslated;
@@ -549,12 +548,6 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
         return where(n, fmt::format("cannot translate it: {}", x.what()));
       }
     }();
-    if (error_) { // a tensor or node the translation added was refused
-      if (e)
-        llvm::consumeError(std::move(error_));
-      else
-        e = std::move(error_);
-    }
     if (e) {
       untranslated.push_back(llvm::toString(std::move(e)));
       lost.insert(n.output().begin(), n.output().end());
@@ -569,23 +562,25 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     return stringError(fmt::format("{} nodes cannot be translated ({} more read their results):{}",
                                    untranslated.size(), skipped, list));
   }
+  Graph &g = main_.graph();
   for (const onnx::ValueInfoProto &v : graph->output()) {
-    materialize(v.name()); // an output the importer evaluated is a constant of the graph
-    g_.outputs.push_back(v.name());
+    // An output the importer evaluated is a constant of the graph (it cannot hold an empty
+    // one).
+    if (llvm::Error e = main_.materialize(v.name()))
+      return std::move(e);
+    g.outputs.push_back(v.name());
   }
-  if (error_) // a constant output the graph cannot hold (an empty one)
-    return std::move(error_);
   // Weights no translated node reads (a training-mode batch norm's running statistics)
   // are not trained.
   std::set<std::string> read;
-  for (const Node &node : g_.nodes())
+  for (const Node &node : g.nodes())
     read.insert(node.inputs.begin(), node.inputs.end());
-  for (const TensorInfo &t : g_.tensors())
+  for (const TensorInfo &t : g.tensors())
     if (t.role == TensorRole::Weight && !read.count(t.name))
-      g_.tensor(t.name)->role = TensorRole::Input;
-  if (llvm::Error e = checkGraph(g_, lib_))
+      g.tensor(t.name)->role = TensorRole::Input;
+  if (llvm::Error e = checkGraph(g, lib_))
     return stringError("the imported graph does not check: " + llvm::toString(std::move(e)));
-  return llvm::Expected<Graph>(std::move(g_));
+  return llvm::Expected<Graph>(std::move(g));
 }
 
 } // namespace onnximport

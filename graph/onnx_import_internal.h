@@ -1,12 +1,16 @@
-// The ONNX importer's parts, shared by its files (not a public header: graph/onnx_import.h
-// is). One Importer translates one model: onnx_import.cc reads the model (external data,
-// shape inference in a child process, the initializers) and runs the nodes in order;
-// onnx_fold.cc evaluates constant nodes (through the interpreter) and onnx_translate.cc applies
-// the translation table's rules (ops/onnx_mapping.json). The table's handlers, where the
-// mapping is logic, are one file per family: onnx_layout.cc (reshape, slice, concat,
-// transpose, expand, pad, tile, resize), onnx_recurrent.cc (LSTM, GRU and RNN unrolled) and
-// onnx_einsum.cc. onnx_builder.cc adds nodes and constants to the graph being built;
-// onnx_values.cc holds the small constants, attributes and element types they all read.
+// The ONNX importer's parts, shared by its files (users include graph/onnx_import.h; the
+// importer's tests include this one too). One Importer translates one model:
+// - onnx_import.cc reads the model (external data, shape inference in a child process, the
+//   initializers) and runs the nodes in order;
+// - onnx_fold.cc evaluates constant nodes, all one way: the interpreter runs the library ops
+//   a node translates to;
+// - onnx_translate.cc applies the translation table's rules (ops/onnx_mapping.json);
+// - the table's handlers, where the mapping is logic, are one file per family:
+//   onnx_layout.cc (reshape, slice, concat, transpose, expand, pad, tile, resize, scatter),
+//   onnx_recurrent.cc (LSTM, GRU and RNN unrolled) and onnx_einsum.cc;
+// - onnx_builder.cc is the GraphBuilder every translation adds through: each addition returns
+//   its error;
+// - onnx_values.cc holds the small constants, attributes and element types they all read.
 #ifndef TOFU_GRAPH_ONNX_IMPORT_INTERNAL_H
 #define TOFU_GRAPH_ONNX_IMPORT_INTERNAL_H
 
@@ -161,6 +165,96 @@ llvm::Error loadExternalData(onnx::GraphProto &graph, const std::string &dir);
 /// Every initializer holds as many values as its shape says (raw bytes, or typed fields).
 llvm::Error checkInitializerSizes(const onnx::GraphProto &graph);
 
+/// Sets `lhs` to the value of `expr` (an llvm::Expected), or returns its error from the
+/// enclosing function (which returns an llvm::Error or an llvm::Expected).
+#define TOFU_TRY(lhs, expr)                                                                        \
+  do {                                                                                             \
+    auto tofuTry_ = (expr);                                                                        \
+    if (!tofuTry_)                                                                                 \
+      return tofuTry_.takeError();                                                                 \
+    lhs = std::move(*tofuTry_);                                                                    \
+  } while (false)
+
+/// Returns the error of `expr` (an llvm::Expected whose value is not needed) from the
+/// enclosing function.
+#define TOFU_CHECK(expr)                                                                           \
+  do {                                                                                             \
+    if (llvm::Error tofuError_ = (expr).takeError())                                               \
+      return tofuError_;                                                                           \
+  } while (false)
+
+/// What the translation knows of each ONNX value, shared by the importer and its builders:
+/// shapes (ONNX's inference, then each added node's), element types, and the constants the
+/// importer evaluated.
+struct ImportFacts {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::map<std::string, int32_t> types; ///< ONNX element types, where known
+  std::map<std::string, Const> consts;
+};
+
+/// The graph an import builds. Each tensor and node is checked as it is added and the
+/// node's output shape inferred (and recorded in the facts: later translations read it);
+/// every addition returns its error, and a builder that returned one is not used again.
+/// The layout helpers compose library ops (reshapes, transposes, broadcasts, slices,
+/// concatenations, axis maps) from the same additions.
+class GraphBuilder {
+public:
+  GraphBuilder(const OpLibrary &lib, ImportFacts &facts, unsigned counter = 0)
+      : lib_(lib), facts_(facts), counter(counter) {}
+
+  Graph &graph() { return g_; }
+  const std::vector<int64_t> &shapeOf(const std::string &tensor) { return facts_.shapes[tensor]; }
+
+  std::string group;    ///< the ONNX node being translated: all its TDL nodes share its group
+  std::string coalesce; ///< the coalesce key of the nodes being added (unrolled recurrences)
+  unsigned counter;     ///< numbers the names of added tensors
+
+  /// Node `name` of library op `op` on `in`, its output `output` (a fresh name when empty).
+  llvm::Expected<std::string> node(const std::string &name, const std::string &op,
+                                   std::vector<std::string> in,
+                                   std::map<std::string, int64_t> attrs = {},
+                                   std::map<std::string, int64_t> groups = {},
+                                   const std::string &output = "");
+  /// A constant tensor of the graph (an input with its values).
+  llvm::Expected<std::string> constant(const std::string &name, std::vector<int64_t> shape,
+                                       std::vector<double> values, bool isInt);
+  /// A constant of the facts becomes a graph input of its shape and values (once).
+  llvm::Error materialize(const std::string &name);
+  /// A tensor of the graph, as declared.
+  llvm::Error addTensor(TensorInfo t) { return g_.addTensor(std::move(t)); }
+
+  /// Reshape `x` (of `from`) to `to` (same element count) with split/merge/squeeze ops.
+  llvm::Expected<std::string> reshape(const std::string &name, std::string x,
+                                      std::vector<int64_t> from, const std::vector<int64_t> &to,
+                                      const std::string &out);
+  /// `x` reshaped to `to` (itself when it has that shape).
+  llvm::Expected<std::string> reshaped(const std::string &name, const std::string &x,
+                                       const std::vector<int64_t> &to);
+  /// `in` with its axes permuted (output axis d is input axis perm[d]), by the library's
+  /// Transpose_<perm> ops of ranks 2 to 4 on merged axes, or block moves at higher ranks.
+  llvm::Expected<std::string> transpose(const std::string &name, const std::string &in,
+                                        const std::vector<int64_t> &perm, const std::string &out);
+  /// `x` broadcast numpy-style to `to` (leading axes added, size-1 axes expanded).
+  llvm::Expected<std::string> broadcastTo(const std::string &name, std::string x,
+                                          const std::vector<int64_t> &to,
+                                          const std::string &out = "");
+  /// `x` mapped linearly along `axis` by the constant matrix `m` ([rows, extent of the
+  /// axis], row-major): the library's AxisMap op.
+  llvm::Expected<std::string> axisMap(const std::string &name, const std::string &x, int64_t axis,
+                                      int64_t rows, std::vector<double> m, const std::string &out);
+  /// `parts` concatenated along `axis` by a balanced tree of Concat ops.
+  llvm::Expected<std::string> concatAll(const std::string &name, std::vector<std::string> parts,
+                                        int64_t axis, const std::string &out);
+  /// `count` entries of `x` from `start` along `axis`.
+  llvm::Expected<std::string> sliceAxis(const std::string &name, const std::string &x, int64_t axis,
+                                        int64_t start, int64_t count);
+
+private:
+  const OpLibrary &lib_;
+  ImportFacts &facts_;
+  Graph g_;
+};
+
 class NodeEnv;
 
 class Importer {
@@ -208,41 +302,14 @@ private:
   /// tuple made a flat index (ScatterFlatIndex, negative components wrapped), then the
   /// depth-1 scatter of the reduction.
   llvm::Error scatterOp(const onnx::NodeProto &n, NodeEnv &env);
-  /// `x` mapped linearly along `axis` by the constant matrix `m` ([rows, extent of the
-  /// axis], row-major): the library's AxisMap op.
-  std::string axisMap(const std::string &name, const std::string &x, int64_t axis, int64_t rows,
-                      std::vector<double> m, const std::string &out);
   llvm::Error recurrentOp(const onnx::NodeProto &n, NodeEnv &env);
   llvm::Error einsumOp(const onnx::NodeProto &n, NodeEnv &env);
-  /// `parts` concatenated along `axis` by a balanced tree of Concat ops.
-  std::string concatAll(const std::string &name, std::vector<std::string> parts, int64_t axis,
-                        const std::string &out);
-  /// `count` entries of `x` from `start` along `axis`.
-  std::string sliceAxis(const std::string &name, const std::string &x, int64_t axis, int64_t start,
-                        int64_t count);
-  /// `x` reshaped to `to` (itself when it has that shape).
-  std::string reshaped(const std::string &name, const std::string &x,
-                       const std::vector<int64_t> &to);
 
-  std::string node(const std::string &name, const std::string &op, std::vector<std::string> in,
-                   std::map<std::string, int64_t> attrs = {},
-                   std::map<std::string, int64_t> groups = {}, const std::string &output = "");
-  /// A constant tensor of the graph (an input with its values).
-  std::string constant(const std::string &name, std::vector<int64_t> shape,
-                       std::vector<double> values, bool isInt);
-  const std::vector<int64_t> &shapeOf(const std::string &tensor) { return shapes_[tensor]; }
-  void keep(llvm::Error e) {
-    if (e && !error_)
-      error_ = std::move(e);
-    else
-      llvm::consumeError(std::move(e));
-  }
+  const std::vector<int64_t> &shapeOf(const std::string &tensor) { return facts_.shapes[tensor]; }
   /// The value of `n` when the importer holds it without computing: a Constant's value, the
   /// Shape or Size of a tensor of static shape, ConstantOfShape of a known shape (a constant
   /// or an input given ahead). False for any other node.
   llvm::Expected<bool> readConstant(const onnx::NodeProto &n);
-  /// A constant consumed by a translated node becomes a graph input of its shape.
-  void materialize(const std::string &name);
   /// Input `k` of `n` as a tensor of the graph, or an error.
   llvm::Expected<std::string> tensorInput(const onnx::NodeProto &n, int k);
   /// The values of a constant input, or an error naming what is needed.
@@ -254,22 +321,13 @@ private:
       return ints(n.input(1), "axes");
     return intsAttr(n, "axes", {});
   }
-  /// Reshape `x` (of `from`) to `to` (same element count) with split/merge/squeeze ops.
-  std::string reshape(const std::string &name, std::string x, std::vector<int64_t> from,
-                      const std::vector<int64_t> &to, const std::string &out);
-  /// `in` with its axes permuted (output axis d is input axis perm[d]), by the library's
-  /// Transpose_<perm> ops of ranks 2 to 4 on merged axes, or block moves at higher ranks.
-  std::string transpose(const std::string &name, const std::string &in,
-                        const std::vector<int64_t> &perm, const std::string &out);
-  /// `x` broadcast numpy-style to `to` (leading axes added, size-1 axes expanded).
-  std::string broadcastTo(const std::string &name, std::string x, const std::vector<int64_t> &to,
-                          const std::string &out = "");
   /// The name of `n` in messages and in the graph.
   std::string nameOf(const onnx::NodeProto &n) {
     auto it = names_.find(&n);
     if (it != names_.end())
       return it->second;
-    std::string name = n.name().empty() ? fmt::format("{}_{}", n.op_type(), counter_++) : n.name();
+    std::string name =
+        n.name().empty() ? fmt::format("{}_{}", n.op_type(), b_->counter++) : n.name();
     names_[&n] = name;
     return name;
   }
@@ -281,28 +339,23 @@ private:
   /// ahead with its values (never folded into the graph: only ops that need a constant
   /// read it). Null when neither.
   const Const *known(const std::string &name) const {
-    if (auto it = consts_.find(name); it != consts_.end())
+    if (auto it = facts_.consts.find(name); it != facts_.consts.end())
       return &it->second;
     if (auto it = given_.find(name); it != given_.end())
       return &it->second;
     return nullptr;
   }
 
-  std::map<std::string, Const> consts_;
   std::map<std::string, Const> given_; ///< inputs given ahead with their values
   const OpLibrary &lib_;
   const onnxrules::Table &table_;
   OnnxImportOptions options_;
-  Graph g_;
   int opset_ = 17;
-  std::map<std::string, std::vector<int64_t>> shapes_;
-  std::map<std::string, int32_t> types_; ///< ONNX element types, where known
-  std::set<std::string> consumed_;       ///< tensors some node or the graph's outputs read
+  ImportFacts facts_;
+  GraphBuilder main_{lib_, facts_}; ///< the model's graph
+  GraphBuilder *b_ = &main_;        ///< where translations add: the graph, or a fold's scratch
+  std::set<std::string> consumed_;  ///< tensors some node or the graph's outputs read
   std::map<const onnx::NodeProto *, std::string> names_;
-  std::string group_;    // the ONNX node being translated: all its TDL nodes share its group
-  std::string coalesce_; // the coalesce key of the nodes being added (unrolled recurrences)
-  llvm::Error error_ = llvm::Error::success();
-  unsigned counter_ = 0;
 };
 
 /// Names and functions of the table's expressions while node `n` is translated.
@@ -349,13 +402,13 @@ public:
   }
 
   Value rank(int k) {
-    if (!present(k) || !im_.shapes_.count(input(k)))
+    if (!present(k) || !im_.facts_.shapes.count(input(k)))
       return Value();
-    return Value::number(double(im_.shapes_[input(k)].size()));
+    return Value::number(double(im_.facts_.shapes[input(k)].size()));
   }
   Value shape(const std::string &t) {
-    auto it = im_.shapes_.find(t);
-    if (t.empty() || it == im_.shapes_.end())
+    auto it = im_.facts_.shapes.find(t);
+    if (t.empty() || it == im_.facts_.shapes.end())
       return Value();
     return Value::ofList(std::vector<double>(it->second.begin(), it->second.end()));
   }
@@ -442,8 +495,8 @@ public:
       return Value::ofList(c->v);
     }
     if (fn == "isint") { // input k holds integers (ONNX's element type)
-      auto it = im_.types_.find(input(index(0)));
-      return Value::number(it != im_.types_.end() && isIntType(it->second));
+      auto it = im_.facts_.types.find(input(index(0)));
+      return Value::number(it != im_.facts_.types.end() && isIntType(it->second));
     }
     if (fn == "has") {
       if (a.size() != 1 || a[0].kind != Value::Kind::Str)

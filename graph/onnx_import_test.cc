@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 
+#include "graph/onnx_import_internal.h"
 #include "graph/test_library.h"
 #include "onnx/onnx_pb.h"
 #include "gtest/gtest.h"
@@ -126,6 +127,45 @@ TEST(OnnxImport, UntranslatedNodesAreNamed) {
                      "on the data)"),
             std::string::npos)
       << msg;
+}
+
+// The importer's graph builder returns the error of each addition (no error kept aside for
+// later), and records the shape of each node it adds for the translations after it.
+TEST(OnnxImport, GraphBuilderReturnsEachError) {
+  onnximport::ImportFacts facts;
+  onnximport::GraphBuilder b(library(), facts);
+  TensorInfo x;
+  x.name = x.group = "x";
+  x.shape = {2, 3};
+  x.shapeKnown = true;
+  x.role = TensorRole::Input;
+  ASSERT_FALSE(static_cast<bool>(b.addTensor(x)));
+  facts.shapes["x"] = {2, 3};
+  auto y = b.node("relu", "Relu", {"x"});
+  ASSERT_TRUE(static_cast<bool>(y)) << llvm::toString(y.takeError());
+  EXPECT_EQ(facts.shapes[*y], (std::vector<int64_t>{2, 3}));
+  auto r = b.reshape("r", *y, {2, 3}, {3, 1, 2}, "");
+  ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+  EXPECT_EQ(facts.shapes[*r], (std::vector<int64_t>{3, 1, 2}));
+  auto t = b.transpose("t", *r, {2, 0, 1}, "out");
+  ASSERT_TRUE(static_cast<bool>(t)) << llvm::toString(t.takeError());
+  EXPECT_EQ(*t, "out");
+  EXPECT_EQ(facts.shapes["out"], (std::vector<int64_t>{2, 3, 1}));
+
+  auto unknownInput = b.node("lost", "Relu", {"nowhere"});
+  ASSERT_FALSE(static_cast<bool>(unknownInput));
+  EXPECT_NE(llvm::toString(unknownInput.takeError()).find("nowhere"), std::string::npos);
+  auto unknownOp = b.node("odd", "NoSuchOp", {"x"});
+  ASSERT_FALSE(static_cast<bool>(unknownOp));
+  EXPECT_NE(llvm::toString(unknownOp.takeError()).find("NoSuchOp"), std::string::npos);
+  auto empty = b.constant("empty", {2, 0}, {}, false);
+  ASSERT_FALSE(static_cast<bool>(empty));
+  EXPECT_NE(llvm::toString(empty.takeError()).find("empty"), std::string::npos);
+  const size_t nodes = b.graph().nodes().size();
+  auto slice = b.sliceAxis("s", "x", 1, 1, 2);
+  ASSERT_TRUE(static_cast<bool>(slice)) << llvm::toString(slice.takeError());
+  EXPECT_EQ(facts.shapes[*slice], (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(b.graph().nodes().size(), nodes + 1);
 }
 
 // A constant written at constant index tuples (Swin's shifted-window mask: slice assignments

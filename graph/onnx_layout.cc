@@ -139,7 +139,7 @@ llvm::Error Importer::reshapeOp(const onnx::NodeProto &n, NodeEnv &env) {
       return where(n, fmt::format("axis {} is out of range for rank {}", axis, rank));
     // The common forms keep their own ops (fused kernels, fewer nodes).
     if (axis == 1 && rank == 4) {
-      node(nameOf(n), "Flatten4", {*x}, {}, {}, n.output(0));
+      TOFU_CHECK(b_->node(nameOf(n), "Flatten4", {*x}, {}, {}, n.output(0)));
       return llvm::Error::success();
     }
     int64_t outer = 1, inner = 1;
@@ -152,7 +152,7 @@ llvm::Error Importer::reshapeOp(const onnx::NodeProto &n, NodeEnv &env) {
       return where(n, llvm::toString(axes.takeError()));
     to = op == "Unsqueeze" ? unsqueezed(from, *axes) : squeezed(from, *axes);
   }
-  reshape(nameOf(n), *x, from, to, n.output(0));
+  TOFU_CHECK(b_->reshape(nameOf(n), *x, from, to, n.output(0)));
   return llvm::Error::success();
 }
 
@@ -210,13 +210,13 @@ llvm::Error Importer::sliceOp(const onnx::NodeProto &n, NodeEnv &env) {
       return where(n, "an empty slice is not translated");
     if (b == 0 && count == m && step == 1)
       continue;
-    x = node(fmt::format("{}_axis{}", name, axis), "Slice", {x},
-             {{"start", b}, {"n", count}, {"step", step}, {"m", m}},
-             {{"pre", axis}, {"post", r - axis - 1}}, k + 1 == axes.size() ? out : "");
+    TOFU_TRY(x, b_->node(fmt::format("{}_axis{}", name, axis), "Slice", {x},
+                         {{"start", b}, {"n", count}, {"step", step}, {"m", m}},
+                         {{"pre", axis}, {"post", r - axis - 1}}, k + 1 == axes.size() ? out : ""));
     shape[axis] = count;
   }
   if (x != out)
-    node(name, "Identity", {x}, {}, {}, out);
+    TOFU_CHECK(b_->node(name, "Identity", {x}, {}, {}, out));
   return llvm::Error::success();
 }
 
@@ -224,8 +224,8 @@ llvm::Error Importer::concatOp(const onnx::NodeProto &n, NodeEnv &env) {
   std::vector<std::string> in;
   for (int k = 0; k < env.inputs(); ++k) {
     // Empty inputs add nothing (and are never made tensors of the graph).
-    if (auto it = shapes_.find(env.input(k));
-        it != shapes_.end() && (it->second.empty() || elementCount(it->second) == 0))
+    if (auto it = facts_.shapes.find(env.input(k));
+        it != facts_.shapes.end() && (it->second.empty() || elementCount(it->second) == 0))
       continue;
     auto t = tensorInput(n, k);
     if (!t)
@@ -241,15 +241,16 @@ llvm::Error Importer::concatOp(const onnx::NodeProto &n, NodeEnv &env) {
   if (axis < 0 || axis >= r)
     return where(n, fmt::format("axis {} is out of range for rank {}", axis, r));
   if (in.size() == 1) {
-    node(name, "Identity", {in[0]}, {}, {}, out);
+    TOFU_CHECK(b_->node(name, "Identity", {in[0]}, {}, {}, out));
     return llvm::Error::success();
   }
   std::string x = in[0];
   int64_t have = shapeOf(in[0]).at(axis);
   for (size_t k = 1; k < in.size(); ++k) {
     int64_t more = shapeOf(in[k]).at(axis);
-    x = node(fmt::format("{}_{}", name, k), "Concat", {x, in[k]}, {{"n", have}, {"m", have + more}},
-             {{"pre", axis}, {"post", r - axis - 1}}, k + 1 == in.size() ? out : "");
+    TOFU_TRY(x, b_->node(fmt::format("{}_{}", name, k), "Concat", {x, in[k]},
+                         {{"n", have}, {"m", have + more}}, {{"pre", axis}, {"post", r - axis - 1}},
+                         k + 1 == in.size() ? out : ""));
     have += more;
   }
   return llvm::Error::success();
@@ -271,7 +272,7 @@ llvm::Error Importer::transposeOp(const onnx::NodeProto &n, NodeEnv &) {
   for (int64_t k = 0; k < rank; ++k)
     if (sorted[k] != k)
       return where(n, "perm is not a permutation of the input's axes");
-  transpose(nameOf(n), *in, perm, n.output(0));
+  TOFU_CHECK(b_->transpose(nameOf(n), *in, perm, n.output(0)));
   return llvm::Error::success();
 }
 
@@ -286,7 +287,7 @@ llvm::Error Importer::expandOp(const onnx::NodeProto &n, NodeEnv &env) {
   if (!target)
     return where(n, fmt::format("shape [{}] does not broadcast with the input's [{}]",
                                 fmt::join(*shape, ", "), fmt::join(shapeOf(*x), ", ")));
-  broadcastTo(nameOf(n), *x, *target, n.output(0));
+  TOFU_CHECK(b_->broadcastTo(nameOf(n), *x, *target, n.output(0)));
   return llvm::Error::success();
 }
 
@@ -330,16 +331,17 @@ llvm::Error Importer::padOp(const onnx::NodeProto &n, NodeEnv &env) {
                                     mode, d, rows));
       if (mode == "reflect" && shape[d] == 1 && (pads[d] > 0 || pads[d + r] > 0))
         return where(n, fmt::format("reflect padding of axis {}, of extent 1", d));
-      x = axisMap(fmt::format("{}_axis{}", name, d), x, d, rows,
-                  padMatrix(shape[d], pads[d], pads[d + r], mode), k + 1 == axes.size() ? out : "");
+      TOFU_TRY(x, b_->axisMap(fmt::format("{}_axis{}", name, d), x, d, rows,
+                              padMatrix(shape[d], pads[d], pads[d + r], mode),
+                              k + 1 == axes.size() ? out : ""));
     }
     if (axes.empty())
-      node(name, "Identity", {x}, {}, {}, out);
+      TOFU_CHECK(b_->node(name, "Identity", {x}, {}, {}, out));
     return llvm::Error::success();
   }
   // The padding value: a constant (or the attribute of opsets before 11), or a tensor.
   std::string value;
-  if (env.present(2) && !consts_.count(env.input(2))) {
+  if (env.present(2) && !facts_.consts.count(env.input(2))) {
     auto v = tensorInput(n, 2);
     if (!v)
       return v.takeError();
@@ -347,8 +349,8 @@ llvm::Error Importer::padOp(const onnx::NodeProto &n, NodeEnv &env) {
   } else {
     double v = floatAttr(n, "value").value_or(0);
     if (env.present(2))
-      v = consts_[env.input(2)].v.empty() ? 0 : consts_[env.input(2)].v[0];
-    value = constant(fmt::format("{}_value", name), {}, {v}, false);
+      v = facts_.consts[env.input(2)].v.empty() ? 0 : facts_.consts[env.input(2)].v[0];
+    TOFU_TRY(value, b_->constant(fmt::format("{}_value", name), {}, {v}, false));
   }
   std::string x = *in;
   std::vector<int> axes;
@@ -356,7 +358,7 @@ llvm::Error Importer::padOp(const onnx::NodeProto &n, NodeEnv &env) {
     if (pads[d] != 0 || pads[d + r] != 0)
       axes.push_back(int(d));
   if (axes.empty()) {
-    node(name, "Identity", {x}, {}, {}, out);
+    TOFU_CHECK(b_->node(name, "Identity", {x}, {}, {}, out));
     return llvm::Error::success();
   }
   for (size_t k = 0; k < axes.size(); ++k) {
@@ -368,9 +370,9 @@ llvm::Error Importer::padOp(const onnx::NodeProto &n, NodeEnv &env) {
       if (count <= 0)
         return where(n, "the padding crops the axis away");
       bool grows = b > 0 || e > 0;
-      x = node(fmt::format("{}_crop{}", name, d), "Slice", {x},
-               {{"start", start}, {"n", count}, {"step", 1}, {"m", m}}, groups,
-               grows ? "" : target);
+      TOFU_TRY(x, b_->node(fmt::format("{}_crop{}", name, d), "Slice", {x},
+                           {{"start", start}, {"n", count}, {"step", 1}, {"m", m}}, groups,
+                           grows ? "" : target));
       m = count;
       b = std::max<int64_t>(b, 0);
       e = std::max<int64_t>(e, 0);
@@ -379,8 +381,8 @@ llvm::Error Importer::padOp(const onnx::NodeProto &n, NodeEnv &env) {
         continue;
       }
     }
-    x = node(fmt::format("{}_axis{}", name, d), "Pad", {x, value},
-             {{"p", b}, {"n", m + b + e}, {"m", m}}, groups, target);
+    TOFU_TRY(x, b_->node(fmt::format("{}_axis{}", name, d), "Pad", {x, value},
+                         {{"p", b}, {"n", m + b + e}, {"m", m}}, groups, target));
     shape[d] = m + b + e;
   }
   return llvm::Error::success();
@@ -456,7 +458,8 @@ llvm::Error Importer::resizeOp(const onnx::NodeProto &n, NodeEnv &env) {
                                   to[size_t(d)] <= 0 ? "an empty axis"
                                                      : "its interpolation matrix would hold more "
                                                        "than 2^24 entries"));
-  if (auto known = shapes_.find(n.output(0)); known != shapes_.end() && known->second != to)
+  if (auto known = facts_.shapes.find(n.output(0));
+      known != facts_.shapes.end() && known->second != to)
     return where(n, fmt::format("resizes to [{}] but ONNX infers [{}]", fmt::join(to, ", "),
                                 fmt::join(known->second, ", ")));
   // Each axis whose matrix is not the identity is mapped by it.
@@ -476,7 +479,7 @@ llvm::Error Importer::resizeOp(const onnx::NodeProto &n, NodeEnv &env) {
   }
   std::string name = nameOf(n), out = n.output(0), x = *in;
   if (axes.empty()) {
-    node(name, "Identity", {x}, {}, {}, out);
+    TOFU_CHECK(b_->node(name, "Identity", {x}, {}, {}, out));
     return llvm::Error::success();
   }
   // Integer upscaling of the two spatial axes of a rank-4 input, each output reading entry
@@ -491,12 +494,14 @@ llvm::Error Importer::resizeOp(const onnx::NodeProto &n, NodeEnv &env) {
     return f;
   };
   if (r == 4 && axes == std::vector<int64_t>{2, 3} && repeats(0, 2) && repeats(1, 3)) {
-    node(name, "ResizeNearest2d", {x}, {{"fh", repeats(0, 2)}, {"fw", repeats(1, 3)}}, {}, out);
+    TOFU_CHECK(b_->node(name, "ResizeNearest2d", {x},
+                        {{"fh", repeats(0, 2)}, {"fw", repeats(1, 3)}}, {}, out));
     return llvm::Error::success();
   }
   for (size_t k = 0; k < axes.size(); ++k)
-    x = axisMap(fmt::format("{}_axis{}", name, axes[k]), x, axes[k], to[size_t(axes[k])],
-                std::move(maps[k]), k + 1 == axes.size() ? out : "");
+    TOFU_TRY(x,
+             b_->axisMap(fmt::format("{}_axis{}", name, axes[k]), x, axes[k], to[size_t(axes[k])],
+                         std::move(maps[k]), k + 1 == axes.size() ? out : ""));
   return llvm::Error::success();
 }
 
@@ -520,14 +525,14 @@ llvm::Error Importer::tileOp(const onnx::NodeProto &n, NodeEnv &env) {
       axes.push_back(d);
   }
   if (axes.empty()) {
-    node(name, "Identity", {x}, {}, {}, out);
+    TOFU_CHECK(b_->node(name, "Identity", {x}, {}, {}, out));
     return llvm::Error::success();
   }
   for (size_t k = 0; k < axes.size(); ++k) {
     int64_t d = axes[k];
-    x = node(fmt::format("{}_axis{}", name, d), "Tile", {x},
-             {{"m", shape[d]}, {"n", shape[d] * (*reps)[d]}}, {{"pre", d}, {"post", r - d - 1}},
-             k + 1 == axes.size() ? out : "");
+    TOFU_TRY(x, b_->node(fmt::format("{}_axis{}", name, d), "Tile", {x},
+                         {{"m", shape[d]}, {"n", shape[d] * (*reps)[d]}},
+                         {{"pre", d}, {"post", r - d - 1}}, k + 1 == axes.size() ? out : ""));
   }
   return llvm::Error::success();
 }
@@ -580,7 +585,7 @@ llvm::Error Importer::scatterOp(const onnx::NodeProto &n, NodeEnv &env) {
   // Constant tuples are checked here: TDL's scatter would skip one off the data silently.
   // Any other indices (an input's, even one given ahead) are wrapped by the graph.
   bool wrapped = depth > 1;
-  if (auto c = consts_.find(*idx); c != consts_.end()) {
+  if (auto c = facts_.consts.find(*idx); c != facts_.consts.end()) {
     for (size_t k = 0; k < c->second.v.size(); ++k) {
       const int64_t d = int64_t(k) % depth, extent = shape[size_t(d)], i = asInt(c->second.v[k]);
       if (i < -extent || i >= extent)
@@ -597,20 +602,23 @@ llvm::Error Importer::scatterOp(const onnx::NodeProto &n, NodeEnv &env) {
   flatShape.insert(flatShape.end(), rest.begin(), rest.end());
   std::vector<int64_t> updShape{count};
   updShape.insert(updShape.end(), rest.begin(), rest.end());
-  std::string x = reshaped(name + "_data", *data, flatShape);
-  std::string u = reshaped(name + "_upd", *upd, updShape);
-  std::string i = reshaped(name + "_idx", *idx, {count, depth});
+  std::string x, u, i;
+  TOFU_TRY(x, b_->reshaped(name + "_data", *data, flatShape));
+  TOFU_TRY(u, b_->reshaped(name + "_upd", *upd, updShape));
+  TOFU_TRY(i, b_->reshaped(name + "_idx", *idx, {count, depth}));
   if (wrapped) { // flat indices into the leading axes, negative components wrapped
-    std::string ext = constant(name + "_extents", {depth}, extents, true);
-    std::string stride = constant(name + "_strides", {depth}, strides, true);
-    i = node(name + "_flat", "ScatterFlatIndex", {i, ext, stride});
-    i = reshaped(name + "_flat", i, {count, 1});
+    std::string ext, stride;
+    TOFU_TRY(ext, b_->constant(name + "_extents", {depth}, extents, true));
+    TOFU_TRY(stride, b_->constant(name + "_strides", {depth}, strides, true));
+    TOFU_TRY(i, b_->node(name + "_flat", "ScatterFlatIndex", {i, ext, stride}));
+    TOFU_TRY(i, b_->reshaped(name + "_flat", i, {count, 1}));
   }
   const bool same = flatShape == shape;
-  std::string y =
-      node(name, op->second, {x, i, u}, {}, {{"r", int64_t(rest.size())}}, same ? n.output(0) : "");
+  std::string y;
+  TOFU_TRY(y, b_->node(name, op->second, {x, i, u}, {}, {{"r", int64_t(rest.size())}},
+                       same ? n.output(0) : ""));
   if (!same)
-    reshape(name + "_out", y, flatShape, shape, n.output(0));
+    TOFU_CHECK(b_->reshape(name + "_out", y, flatShape, shape, n.output(0)));
   (void)env;
   return llvm::Error::success();
 }

@@ -131,131 +131,160 @@ llvm::Error Importer::recurrentOp(const onnx::NodeProto &n, NodeEnv &env) {
   std::vector<std::string> xt(T);
   const int64_t seqAxis = layout == 0 ? 0 : 1;
   for (int64_t t = 0; t < T; ++t) {
-    group_ = fmt::format("{}_t{}", name, t + 1);
-    coalesce_ = name + "/x";
-    xt[t] = sliceAxis(fmt::format("{}_x_t{}", name, t + 1), *X, seqAxis, t, 1);
-    coalesce_.clear(); // a reshape may be several ops: not keyed
-    xt[t] = reshaped(fmt::format("{}_x_t{}_flat", name, t + 1), xt[t], {B, I});
+    b_->group = fmt::format("{}_t{}", name, t + 1);
+    b_->coalesce = name + "/x";
+    TOFU_TRY(xt[t], b_->sliceAxis(fmt::format("{}_x_t{}", name, t + 1), *X, seqAxis, t, 1));
+    b_->coalesce.clear(); // a reshape may be several ops: not keyed
+    TOFU_TRY(xt[t], b_->reshaped(fmt::format("{}_x_t{}_flat", name, t + 1), xt[t], {B, I}));
   }
-  coalesce_.clear();
-  group_ = name;
+  b_->coalesce.clear();
+  b_->group = name;
   // The state of direction d from an initial state tensor, [B, H].
-  auto initial = [&](const std::optional<std::string> &s, int64_t d, const std::string &what) {
+  auto initial = [&](const std::optional<std::string> &s, int64_t d,
+                     const std::string &what) -> llvm::Expected<std::string> {
     std::string tag = fmt::format("{}_d{}_{}0", name, d, what);
     if (!s)
-      return constant(tag, {B, H}, std::vector<double>(size_t(B * H), 0.0), false);
-    return reshaped(tag + "_flat", sliceAxis(tag, *s, layout == 0 ? 0 : 1, d, 1), {B, H});
+      return b_->constant(tag, {B, H}, std::vector<double>(size_t(B * H), 0.0), false);
+    std::string slice;
+    TOFU_TRY(slice, b_->sliceAxis(tag, *s, layout == 0 ? 0 : 1, d, 1));
+    return b_->reshaped(tag + "_flat", slice, {B, H});
+  };
+  // Entry d of axis 0 of `x`, flattened to `to`.
+  auto entry = [&](const std::string &tag, const std::string &x, int64_t d,
+                   const std::vector<int64_t> &to) -> llvm::Expected<std::string> {
+    std::string slice;
+    TOFU_TRY(slice, b_->sliceAxis(tag, x, 0, d, 1));
+    return b_->reshaped(tag + "_flat", slice, to);
   };
   std::vector<std::vector<std::string>> hs(dirs, std::vector<std::string>(T)); // h per t
   std::vector<std::string> hLast(dirs), cLast(dirs);
   for (int64_t d = 0; d < dirs; ++d) {
     const std::string dn = fmt::format("{}_d{}", name, d);
     // Direction d's weights: W [G, I], R [G, H], biases Wb, Rb [G] (zeros when B is absent).
-    std::string Wd = reshaped(dn + "_W_flat", sliceAxis(dn + "_W", *W, 0, d, 1), {G, I});
-    std::string Rd = reshaped(dn + "_R_flat", sliceAxis(dn + "_R", *R, 0, d, 1), {G, H});
-    std::string Wb, Rb;
+    std::string Wd, Rd, Wb, Rb;
+    TOFU_TRY(Wd, entry(dn + "_W", *W, d, {G, I}));
+    TOFU_TRY(Rd, entry(dn + "_R", *R, d, {G, H}));
     if (B8) {
-      std::string Bd = reshaped(dn + "_B_flat", sliceAxis(dn + "_B", *B8, 0, d, 1), {2 * G});
-      Wb = sliceAxis(dn + "_Wb", Bd, 0, 0, G);
-      Rb = sliceAxis(dn + "_Rb", Bd, 0, G, G);
+      std::string Bd;
+      TOFU_TRY(Bd, entry(dn + "_B", *B8, d, {2 * G}));
+      TOFU_TRY(Wb, b_->sliceAxis(dn + "_Wb", Bd, 0, 0, G));
+      TOFU_TRY(Rb, b_->sliceAxis(dn + "_Rb", Bd, 0, G, G));
     }
     auto zeros = [&](const std::string &tag, int64_t size) {
-      return constant(dn + "_" + tag, {size}, std::vector<double>(size_t(size), 0.0), false);
+      return b_->constant(dn + "_" + tag, {size}, std::vector<double>(size_t(size), 0.0), false);
     };
-    auto biasSum = [&](const std::string &tag, int64_t start, int64_t count) {
+    auto biasSum = [&](const std::string &tag, int64_t start,
+                       int64_t count) -> llvm::Expected<std::string> {
       if (!B8)
         return zeros(tag, count);
-      std::string a = count == G ? Wb : sliceAxis(dn + "_Wb_" + tag, Wb, 0, start, count);
-      std::string b = count == G ? Rb : sliceAxis(dn + "_Rb_" + tag, Rb, 0, start, count);
-      return node(dn + "_" + tag, "Add", {a, b});
+      std::string a = Wb, b = Rb;
+      if (count != G) {
+        TOFU_TRY(a, b_->sliceAxis(dn + "_Wb_" + tag, Wb, 0, start, count));
+        TOFU_TRY(b, b_->sliceAxis(dn + "_Rb_" + tag, Rb, 0, start, count));
+      }
+      return b_->node(dn + "_" + tag, "Add", {a, b});
     };
     // ONNX orders LSTM gates [i, o, f, c]; lstm_cell_c/h read [i, f, o, g]: the middle
     // two blocks swap (on W, R and the bias, once per direction, not per step).
-    auto lstmOrder = [&](const std::string &tag, const std::string &x) {
+    auto lstmOrder = [&](const std::string &tag,
+                         const std::string &x) -> llvm::Expected<std::string> {
       std::vector<std::string> blocks;
-      for (int64_t q : {0, 2, 1, 3})
-        blocks.push_back(sliceAxis(fmt::format("{}_{}_gate{}", dn, tag, q), x, 0, q * H, H));
-      return concatAll(dn + "_" + tag + "_ifog", blocks, 0, "");
+      for (int64_t q : {0, 2, 1, 3}) {
+        std::string block;
+        TOFU_TRY(block, b_->sliceAxis(fmt::format("{}_{}_gate{}", dn, tag, q), x, 0, q * H, H));
+        blocks.push_back(block);
+      }
+      return b_->concatAll(dn + "_" + tag + "_ifog", blocks, 0, "");
     };
-    std::string h = initial(H0, d, "h"), c;
+    std::string h, c;
+    TOFU_TRY(h, initial(H0, d, "h"));
     std::string Wg, Rg, bg, Wh, Rh, bh, Wbh, Rbh, one;
     const bool lbr = op == "GRU" && intAttr(n, "linear_before_reset").value_or(0) != 0;
     if (op == "LSTM") {
-      c = initial(C0, d, "c");
-      Wg = lstmOrder("W", Wd);
-      Rg = lstmOrder("R", Rd);
-      bg = lstmOrder("b", biasSum("b", 0, G));
+      TOFU_TRY(c, initial(C0, d, "c"));
+      TOFU_TRY(Wg, lstmOrder("W", Wd));
+      TOFU_TRY(Rg, lstmOrder("R", Rd));
+      std::string bias;
+      TOFU_TRY(bias, biasSum("b", 0, G));
+      TOFU_TRY(bg, lstmOrder("b", bias));
     } else if (op == "GRU") { // gates [z, r, h]: z and r together, the candidate apart
-      Wg = sliceAxis(dn + "_Wzr", Wd, 0, 0, 2 * H);
-      Rg = sliceAxis(dn + "_Rzr", Rd, 0, 0, 2 * H);
-      bg = biasSum("bzr", 0, 2 * H);
-      Wh = sliceAxis(dn + "_Wh", Wd, 0, 2 * H, H);
-      Rh = sliceAxis(dn + "_Rh", Rd, 0, 2 * H, H);
+      TOFU_TRY(Wg, b_->sliceAxis(dn + "_Wzr", Wd, 0, 0, 2 * H));
+      TOFU_TRY(Rg, b_->sliceAxis(dn + "_Rzr", Rd, 0, 0, 2 * H));
+      TOFU_TRY(bg, biasSum("bzr", 0, 2 * H));
+      TOFU_TRY(Wh, b_->sliceAxis(dn + "_Wh", Wd, 0, 2 * H, H));
+      TOFU_TRY(Rh, b_->sliceAxis(dn + "_Rh", Rd, 0, 2 * H, H));
       if (lbr) { // h~ = tanh(x Wh^T + Wbh + r * (h Rh^T + Rbh)): two products with biases
-        auto bias = [&](const std::string &tag, const std::string &b) {
-          std::string v = B8 ? sliceAxis(dn + "_" + tag, b, 0, 2 * H, H) : zeros(tag, H);
-          return broadcastTo(dn + "_" + tag + "_rows", v, {B, H});
+        auto bias = [&](const std::string &tag,
+                        const std::string &b) -> llvm::Expected<std::string> {
+          std::string v;
+          if (B8)
+            TOFU_TRY(v, b_->sliceAxis(dn + "_" + tag, b, 0, 2 * H, H));
+          else
+            TOFU_TRY(v, zeros(tag, H));
+          return b_->broadcastTo(dn + "_" + tag + "_rows", v, {B, H});
         };
-        Wbh = bias("Wbh", Wb);
-        Rbh = bias("Rbh", Rb);
-        one = constant(dn + "_one", {}, {1.0}, false);
+        TOFU_TRY(Wbh, bias("Wbh", Wb));
+        TOFU_TRY(Rbh, bias("Rbh", Rb));
+        TOFU_TRY(one, b_->constant(dn + "_one", {}, {1.0}, false));
       } else {
-        bh = biasSum("bh", 2 * H, H);
+        TOFU_TRY(bh, biasSum("bh", 2 * H, H));
       }
     } else {
       Wg = Wd;
       Rg = Rd;
-      bg = biasSum("b", 0, G);
+      TOFU_TRY(bg, biasSum("b", 0, G));
     }
     for (int64_t s = 0; s < T; ++s) {
       const int64_t t = d == 0 && direction != "reverse" ? s : T - 1 - s;
-      group_ = fmt::format("{}_t{}", dn, t + 1);
+      b_->group = fmt::format("{}_t{}", dn, t + 1);
       const std::string cell = fmt::format("{}_t{}", dn, t + 1);
-      auto keyed = [&](const std::string &role, const std::string &nodeName, const std::string &o,
-                       std::vector<std::string> in, std::map<std::string, int64_t> attrs = {},
+      // A node of the cell, keyed by its role: the same role at every step coalesces.
+      auto keyed = [&](const std::string &role, const std::string &o, std::vector<std::string> in,
+                       std::map<std::string, int64_t> attrs = {},
                        std::map<std::string, int64_t> groups = {}) {
-        coalesce_ = dn + "/" + role;
-        std::string r = node(nodeName, o, std::move(in), std::move(attrs), std::move(groups));
-        coalesce_.clear();
+        b_->coalesce = dn + "/" + role;
+        auto r = b_->node(cell + "_" + role, o, std::move(in), std::move(attrs), std::move(groups));
+        b_->coalesce.clear();
         return r;
       };
       const std::string &x = xt[t];
       if (op == "LSTM") {
-        std::string gates = keyed("gates", cell + "_gates", "lstm_gates", {x, h, Wg, Rg, bg});
-        c = keyed("c", cell + "_c", "lstm_cell_c", {gates, c});
-        h = keyed("h", cell + "_h", "lstm_cell_h", {gates, c});
+        std::string gates;
+        TOFU_TRY(gates, keyed("gates", "lstm_gates", {x, h, Wg, Rg, bg}));
+        TOFU_TRY(c, keyed("c", "lstm_cell_c", {gates, c}));
+        TOFU_TRY(h, keyed("h", "lstm_cell_h", {gates, c}));
       } else if (op == "GRU") {
-        std::string zr =
-            keyed("zr", cell + "_zr", "Sigmoid",
-                  {keyed("zr_pre", cell + "_zr_pre", "lstm_gates", {x, h, Wg, Rg, bg})});
-        std::string z =
-            keyed("z", cell + "_z", "Slice", {zr},
-                  {{"start", 0}, {"n", H}, {"step", 1}, {"m", 2 * H}}, {{"pre", 1}, {"post", 0}});
-        std::string r =
-            keyed("r", cell + "_r", "Slice", {zr},
-                  {{"start", H}, {"n", H}, {"step", 1}, {"m", 2 * H}}, {{"pre", 1}, {"post", 0}});
-        std::string pre;
+        std::string zrPre, zr, z, r, pre, cand, diff, zdiff;
+        TOFU_TRY(zrPre, keyed("zr_pre", "lstm_gates", {x, h, Wg, Rg, bg}));
+        TOFU_TRY(zr, keyed("zr", "Sigmoid", {zrPre}));
+        TOFU_TRY(z, keyed("z", "Slice", {zr}, {{"start", 0}, {"n", H}, {"step", 1}, {"m", 2 * H}},
+                          {{"pre", 1}, {"post", 0}}));
+        TOFU_TRY(r, keyed("r", "Slice", {zr}, {{"start", H}, {"n", H}, {"step", 1}, {"m", 2 * H}},
+                          {{"pre", 1}, {"post", 0}}));
         if (lbr) {
-          std::string xh = keyed("xh", cell + "_xh", "GemmNT", {x, Wh, Wbh, one, one});
-          std::string hh = keyed("hh", cell + "_hh", "GemmNT", {h, Rh, Rbh, one, one});
-          pre = keyed("cand_pre", cell + "_cand_pre", "Add",
-                      {xh, keyed("rhh", cell + "_rhh", "Mul", {r, hh})});
+          std::string xh, hh, rhh;
+          TOFU_TRY(xh, keyed("xh", "GemmNT", {x, Wh, Wbh, one, one}));
+          TOFU_TRY(hh, keyed("hh", "GemmNT", {h, Rh, Rbh, one, one}));
+          TOFU_TRY(rhh, keyed("rhh", "Mul", {r, hh}));
+          TOFU_TRY(pre, keyed("cand_pre", "Add", {xh, rhh}));
         } else {
-          std::string rh = keyed("rh", cell + "_rh", "Mul", {r, h});
-          pre = keyed("cand_pre", cell + "_cand_pre", "lstm_gates", {x, rh, Wh, Rh, bh});
+          std::string rh;
+          TOFU_TRY(rh, keyed("rh", "Mul", {r, h}));
+          TOFU_TRY(pre, keyed("cand_pre", "lstm_gates", {x, rh, Wh, Rh, bh}));
         }
-        std::string cand = keyed("cand", cell + "_cand", "Tanh", {pre});
+        TOFU_TRY(cand, keyed("cand", "Tanh", {pre}));
         // h' = (1 - z) h~ + z h = h~ + z (h - h~)
-        std::string diff = keyed("diff", cell + "_diff", "Sub", {h, cand});
-        h = keyed("h", cell + "_h", "Add",
-                  {cand, keyed("zdiff", cell + "_zdiff", "Mul", {z, diff})});
+        TOFU_TRY(diff, keyed("diff", "Sub", {h, cand}));
+        TOFU_TRY(zdiff, keyed("zdiff", "Mul", {z, diff}));
+        TOFU_TRY(h, keyed("h", "Add", {cand, zdiff}));
       } else {
-        h = keyed("h", cell + "_h", act[d],
-                  {keyed("pre", cell + "_pre", "lstm_gates", {x, h, Wg, Rg, bg})});
+        std::string pre;
+        TOFU_TRY(pre, keyed("pre", "lstm_gates", {x, h, Wg, Rg, bg}));
+        TOFU_TRY(h, keyed("h", act[d], {pre}));
       }
       hs[d][t] = h;
     }
-    group_ = name;
+    b_->group = name;
     hLast[d] = h;
     cLast[d] = c;
   }
@@ -266,28 +295,32 @@ llvm::Error Importer::recurrentOp(const onnx::NodeProto &n, NodeEnv &env) {
   if (used(0)) {
     std::vector<std::string> steps;
     for (int64_t t = 0; t < T; ++t) {
-      std::vector<std::string> perDir;
+      std::vector<std::string> perDir(dirs);
       for (int64_t d = 0; d < dirs; ++d)
-        perDir.push_back(reshaped(fmt::format("{}_y_t{}_d{}", name, t + 1, d), hs[d][t],
-                                  layout == 0 ? std::vector<int64_t>{1, 1, B, H}
-                                              : std::vector<int64_t>{B, 1, 1, H}));
-      steps.push_back(dirs == 1 ? perDir[0]
-                                : concatAll(fmt::format("{}_y_t{}", name, t + 1), perDir,
-                                            layout == 0 ? 1 : 2, ""));
+        TOFU_TRY(perDir[d], b_->reshaped(fmt::format("{}_y_t{}_d{}", name, t + 1, d), hs[d][t],
+                                         layout == 0 ? std::vector<int64_t>{1, 1, B, H}
+                                                     : std::vector<int64_t>{B, 1, 1, H}));
+      std::string y = perDir[0];
+      if (dirs > 1)
+        TOFU_TRY(y, b_->concatAll(fmt::format("{}_y_t{}", name, t + 1), perDir, layout == 0 ? 1 : 2,
+                                  ""));
+      steps.push_back(y);
     }
-    concatAll(name + "_y", steps, layout == 0 ? 0 : 1, n.output(0));
+    TOFU_CHECK(b_->concatAll(name + "_y", steps, layout == 0 ? 0 : 1, n.output(0)));
   }
   for (int k : {1, 2}) {
     if (!used(k))
       continue;
     if (k == 2 && op != "LSTM")
       return where(n, "has no output 2");
-    std::vector<std::string> parts;
+    std::vector<std::string> parts(dirs);
     for (int64_t d = 0; d < dirs; ++d)
-      parts.push_back(
-          reshaped(fmt::format("{}_last{}_d{}", name, k, d), k == 1 ? hLast[d] : cLast[d],
-                   layout == 0 ? std::vector<int64_t>{1, B, H} : std::vector<int64_t>{B, 1, H}));
-    concatAll(fmt::format("{}_last{}", name, k), parts, layout == 0 ? 0 : 1, n.output(k));
+      TOFU_TRY(parts[d],
+               b_->reshaped(fmt::format("{}_last{}_d{}", name, k, d), k == 1 ? hLast[d] : cLast[d],
+                            layout == 0 ? std::vector<int64_t>{1, B, H}
+                                        : std::vector<int64_t>{B, 1, H}));
+    TOFU_CHECK(
+        b_->concatAll(fmt::format("{}_last{}", name, k), parts, layout == 0 ? 0 : 1, n.output(k)));
   }
   return llvm::Error::success();
 }

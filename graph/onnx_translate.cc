@@ -30,8 +30,8 @@ namespace onnximport {
 llvm::Error Importer::translate(const onnx::NodeProto &n) {
   const std::string &op = n.op_type();
   std::string name = nameOf(n);
-  group_ = name;
-  coalesce_.clear();
+  b_->group = name;
+  b_->coalesce.clear();
   if (!n.domain().empty() && n.domain() != "ai.onnx")
     return where(n, fmt::format("operators of domain '{}' are not supported", n.domain()));
   auto read = readConstant(n);
@@ -66,9 +66,9 @@ llvm::Error Importer::checkConstantIndices(const onnx::NodeProto &n) {
   // read zeros (TDL's value outside a tensor), not an error.
   if (n.op_type() != "Gather" || n.input_size() < 2)
     return llvm::Error::success();
-  auto c = consts_.find(n.input(1));
-  auto data = shapes_.find(n.input(0));
-  if (c == consts_.end() || data == shapes_.end())
+  auto c = facts_.consts.find(n.input(1));
+  auto data = facts_.shapes.find(n.input(0));
+  if (c == facts_.consts.end() || data == facts_.shapes.end())
     return llvm::Error::success();
   const int64_t rank = static_cast<int64_t>(data->second.size());
   int64_t axis = 0;
@@ -176,8 +176,8 @@ llvm::Expected<std::string> Importer::resolve(const onnx::NodeProto &n,
       return resolve(n, *r.orElse, env, prev, results);
     auto t = tensorInput(n, k);
     if (t && r.frozen)
-      if (TensorInfo *info = g_.tensor(*t);
-          info && !g_.producer(*t) && info->role == TensorRole::Weight)
+      if (TensorInfo *info = b_->graph().tensor(*t);
+          info && !b_->graph().producer(*t) && info->role == TensorRole::Weight)
         info->role = TensorRole::Input;
     return t;
   }
@@ -192,7 +192,7 @@ llvm::Expected<std::string> Importer::resolve(const onnx::NodeProto &n,
     return results[r.index];
   case Kind::NewInput: {
     std::string t = fmt::format("{}_{}", name, r.label);
-    if (!g_.tensor(t)) {
+    if (!b_->graph().tensor(t)) {
       auto shape = onnxrules::eval(*r.shape, env);
       if (!shape)
         return shape.takeError();
@@ -204,8 +204,9 @@ llvm::Expected<std::string> Importer::resolve(const onnx::NodeProto &n,
       info.shape.assign(shape->list.begin(), shape->list.end());
       info.shapeKnown = true;
       info.role = TensorRole::Input;
-      shapes_[t] = info.shape;
-      keep(g_.addTensor(std::move(info)));
+      facts_.shapes[t] = info.shape;
+      if (llvm::Error e = b_->addTensor(std::move(info)))
+        return std::move(e);
     }
     return t;
   }
@@ -227,7 +228,8 @@ llvm::Expected<std::string> Importer::resolve(const onnx::NodeProto &n,
       shape.assign(s->list.begin(), s->list.end());
     }
     std::vector<double> values(size_t(elementCount(shape)), v->num);
-    return constant(fmt::format("{}_c{}", name, counter_++), shape, std::move(values), r.integer);
+    return b_->constant(fmt::format("{}_c{}", name, b_->counter++), shape, std::move(values),
+                        r.integer);
   }
   }
   return where(n, "bad input reference");
@@ -328,9 +330,7 @@ llvm::Error Importer::runSteps(const onnx::NodeProto &n, const std::vector<onnxr
       if (elementCount(to) != elementCount(from))
         return where(n, fmt::format("cannot reshape [{}] to [{}]", fmt::join(from, ", "),
                                     fmt::join(to, ", ")));
-      results[k] = reshape(stepName, inputs[0], from, to, out);
-      if (error_)
-        return std::move(error_);
+      TOFU_TRY(results[k], b_->reshape(stepName, inputs[0], from, to, out));
       prev = results[k];
       continue;
     }
@@ -359,7 +359,7 @@ llvm::Error Importer::runSteps(const onnx::NodeProto &n, const std::vector<onnxr
         std::vector<int64_t> bs = shapeOf(b);
         if (shapeOf(a) == target && bs.size() < target.size()) {
           std::vector<int64_t> suffixShape(target.end() - bs.size(), target.end());
-          b = broadcastTo(stepName + "_b", b, suffixShape);
+          TOFU_TRY(b, b_->broadcastTo(stepName + "_b", b, suffixShape));
           trailing = true;
           op = s.trailingOp;
           groups = {{"p", int64_t(target.size() - bs.size())}, {"i", int64_t(bs.size())}};
@@ -367,11 +367,10 @@ llvm::Error Importer::runSteps(const onnx::NodeProto &n, const std::vector<onnxr
       }
       if (!trailing)
         for (int p : s.broadcast)
-          inputs[p] = broadcastTo(fmt::format("{}_in{}", stepName, p), inputs[p], target);
+          TOFU_TRY(inputs[p],
+                   b_->broadcastTo(fmt::format("{}_in{}", stepName, p), inputs[p], target));
     }
-    results[k] = node(stepName, op, inputs, attrs, groups, out);
-    if (error_)
-      return std::move(error_);
+    TOFU_TRY(results[k], b_->node(stepName, op, inputs, attrs, groups, out));
     prev = results[k];
   }
   if (result)
