@@ -358,7 +358,9 @@ private:
   std::map<const onnx::NodeProto *, std::string> names_;
 };
 
-/// Names and functions of the table's expressions while node `n` is translated.
+/// Names and functions of the table's expressions while node `n` is translated: its
+/// attributes (with the schema's defaults), the table's `let` variables, and the importer's
+/// functions (importerFunctions: shapes, ranks, constants, convolution padding).
 class NodeEnv : public onnxrules::Env {
 public:
   using Value = onnxrules::Value;
@@ -372,6 +374,7 @@ public:
     return k >= 0 && k < n_.input_size() ? n_.input(k) : none;
   }
   bool present(int k) const { return !input(k).empty(); }
+  /// The number of inputs, absent trailing ones not counted.
   int inputs() const {
     int c = n_.input_size();
     while (c > 0 && n_.input(c - 1).empty())
@@ -379,154 +382,17 @@ public:
     return c;
   }
 
-  Value name(const std::string &id) override {
-    if (auto it = vars.find(id); it != vars.end())
-      return it->second;
-    for (const onnx::AttributeProto &a : n_.attribute())
-      if (a.name() == id)
-        return attrValue(a);
-    if (schema_) {
-      const auto &attrs = schema_->attributes();
-      if (auto it = attrs.find(id); it != attrs.end())
-        return attrValue(it->second.default_value);
-    }
-    if (id == "rank")
-      return rank(0);
-    if (id == "inputs")
-      return Value::number(inputs());
-    if (id == "outputs")
-      return Value::number(n_.output_size());
-    if (id == "opset")
-      return Value::number(im_.opset_);
-    return Value();
-  }
-
-  Value rank(int k) {
-    if (!present(k) || !im_.facts_.shapes.count(input(k)))
-      return Value();
-    return Value::number(double(im_.facts_.shapes[input(k)].size()));
-  }
-  Value shape(const std::string &t) {
-    auto it = im_.facts_.shapes.find(t);
-    if (t.empty() || it == im_.facts_.shapes.end())
-      return Value();
-    return Value::ofList(std::vector<double>(it->second.begin(), it->second.end()));
-  }
+  Value name(const std::string &id) override;
+  std::optional<llvm::Expected<Value>> call(const std::string &fn,
+                                            const std::vector<Value> &a) override;
+  /// The rank of input k (undefined when absent or of unknown shape).
+  Value rank(int k);
+  /// The shape of tensor `t` as a list (undefined when unknown).
+  Value shape(const std::string &t);
   /// Begin (`end` false) or end padding of spatial axis `d` of a convolution or pooling:
   /// auto_pad resolved, and the end padding grown to what the inferred output needs (ceil
   /// mode).
-  llvm::Expected<Value> pad(int d, bool end) {
-    Value x = shape(input(0)), y = shape(n_.output(0));
-    if (!x.defined() || size_t(d + 2) >= x.list.size())
-      return Value();
-    double in = x.list[d + 2];
-    Value ks = name("kernel_shape");
-    double k =
-        ks.defined() && size_t(d) < ks.list.size() ? ks.list[d]
-        : present(1) && shape(input(1)).defined() && size_t(d + 2) < shape(input(1)).list.size()
-            ? shape(input(1)).list[d + 2]
-            : 1;
-    auto at = [&](const std::string &attr, size_t i, double dflt) {
-      Value v = name(attr);
-      return v.defined() && i < v.list.size() ? v.list[i] : dflt;
-    };
-    double s = at("strides", d, 1), dil = at("dilations", d, 1);
-    size_t spatial = x.list.size() - 2;
-    // The output extent: ONNX's inference, else the operator's formula (floor or ceil mode).
-    double out;
-    if (y.defined() && size_t(d + 2) < y.list.size()) {
-      out = y.list[d + 2];
-    } else {
-      double span = in + at("pads", d, 0) + at("pads", d + spatial, 0) - ((k - 1) * dil + 1);
-      Value ceilMode = name("ceil_mode");
-      bool up = ceilMode.kind == Value::Kind::Num && ceilMode.num != 0;
-      out = (up ? std::ceil(span / s) : std::floor(span / s)) + 1;
-    }
-    double needed = std::max(0.0, (out - 1) * s + (k - 1) * dil + 1 - in);
-    Value autoPad = name("auto_pad");
-    std::string mode = autoPad.kind == Value::Kind::Str ? autoPad.str : "NOTSET";
-    double b, e;
-    if (mode == "SAME_UPPER" || mode == "SAME_LOWER") {
-      b = mode == "SAME_UPPER" ? std::floor(needed / 2) : std::ceil(needed / 2);
-      e = needed - b;
-    } else if (mode == "VALID") {
-      b = 0;
-      e = 0;
-    } else {
-      b = at("pads", d, 0);
-      e = std::max(at("pads", d + spatial, 0), needed - b);
-    }
-    return Value::number(end ? e : b);
-  }
-
-  std::optional<llvm::Expected<Value>> call(const std::string &fn,
-                                            const std::vector<Value> &a) override {
-    auto index = [&](size_t i) -> int {
-      return i < a.size() && a[i].kind == Value::Kind::Num ? int(a[i].num) : -1;
-    };
-    if (fn == "rank")
-      return rank(a.empty() ? 0 : index(0));
-    if (fn == "present")
-      return Value::number(present(index(0)));
-    if (fn == "shape")
-      return shape(input(index(0)));
-    if (fn == "oshape")
-      return shape(index(0) >= 0 && index(0) < n_.output_size() ? n_.output(index(0)) : "");
-    if (fn == "in" || fn == "out") {
-      Value s =
-          fn == "in"
-              ? shape(input(index(0)))
-              : shape(index(0) >= 0 && index(0) < n_.output_size() ? n_.output(index(0)) : "");
-      if (!s.defined() || a.size() < 2 || a[1].kind != Value::Kind::Num)
-        return Value();
-      int64_t d = int64_t(a[1].num), r = int64_t(s.list.size());
-      d = d < 0 ? d + r : d;
-      return d >= 0 && d < r ? Value::number(s.list[d]) : Value();
-    }
-    if (fn == "used") {
-      int k = index(0);
-      return Value::number(k >= 0 && k < n_.output_size() && !n_.output(k).empty() &&
-                           im_.consumed_.count(n_.output(k)));
-    }
-    if (fn == "const") {
-      const Const *c = im_.known(input(index(0)));
-      if (!c)
-        return Value();
-      return Value::ofList(c->v);
-    }
-    if (fn == "isint") { // input k holds integers (ONNX's element type)
-      auto it = im_.facts_.types.find(input(index(0)));
-      return Value::number(it != im_.facts_.types.end() && isIntType(it->second));
-    }
-    if (fn == "has") {
-      if (a.size() != 1 || a[0].kind != Value::Kind::Str)
-        return llvm::Expected<Value>(stringError("has() takes an attribute name"));
-      for (const onnx::AttributeProto &attr : n_.attribute())
-        if (attr.name() == a[0].str)
-          return Value::number(1);
-      return Value::number(0);
-    }
-    if (fn == "norm") { // an axis (or list of axes) counted from the end when negative
-      if (a.empty() || !a[0].defined())
-        return Value();
-      Value r = a.size() > 1 ? a[1] : rank(0);
-      if (!r.defined())
-        return Value();
-      auto fix = [&](double x) { return x < 0 ? x + r.num : x; };
-      if (a[0].kind == Value::Kind::Num)
-        return Value::number(fix(a[0].num));
-      Value l = a[0];
-      for (double &x : l.list)
-        x = fix(x);
-      return l;
-    }
-    if (fn == "padb" || fn == "pade") {
-      if (index(0) < 0)
-        return Value();
-      return pad(index(0), fn == "pade");
-    }
-    return std::nullopt;
-  }
+  llvm::Expected<Value> pad(int d, bool end);
 
 private:
   Importer &im_;
