@@ -100,6 +100,9 @@ std::string badShape(const std::vector<int64_t> &dims);
 
 bool isIntType(int32_t t);
 
+/// The bits of an ONNX integer element type (8 to 64), or 0 for any other type.
+int integerBits(int32_t t);
+
 /// `c` as a constant of ONNX element type `type`: integer types truncate, bool is x != 0.
 void convertTo(Const &c, int32_t type);
 
@@ -200,7 +203,7 @@ struct ImportFacts {
 class GraphBuilder {
 public:
   GraphBuilder(const OpLibrary &lib, ImportFacts &facts, unsigned counter = 0)
-      : lib_(lib), facts_(facts), counter(counter) {}
+      : counter(counter), lib_(lib), facts_(facts) {}
 
   Graph &graph() { return g_; }
   const std::vector<int64_t> &shapeOf(const std::string &tensor) { return facts_.shapes[tensor]; }
@@ -299,9 +302,18 @@ private:
   llvm::Error tileOp(const onnx::NodeProto &n, NodeEnv &env);
   llvm::Error resizeOp(const onnx::NodeProto &n, NodeEnv &env);
   /// ScatterND of any index depth: the data's indexed axes flattened into one, each index
-  /// tuple made a flat index (ScatterFlatIndex, negative components wrapped), then the
-  /// depth-1 scatter of the reduction.
+  /// tuple made a flat index (flatIndices), then the depth-1 scatter of the reduction.
   llvm::Error scatterOp(const onnx::NodeProto &n, NodeEnv &env);
+  /// GatherND of any index depth and batch_dims: the batch and indexed axes flattened into
+  /// one, each index tuple made a flat index into its batch's block, then GatherND1.
+  llvm::Error gatherNDOp(const onnx::NodeProto &n, NodeEnv &env);
+  /// The index tuples `idx` ([..., depth]) of ScatterND and GatherND as flat indices
+  /// [tuples, 1] into axes of extents `axes`, row-major, behind `batches` equal batches of
+  /// tuples (batch b's offset by b blocks of the axes). Constant tuples are checked against
+  /// the axes; any others are wrapped in the graph (FlatIndex counts negative components
+  /// from the axis's end).
+  llvm::Expected<std::string> flatIndices(const onnx::NodeProto &n, const std::string &idx,
+                                          const std::vector<int64_t> &axes, int64_t batches);
   llvm::Error recurrentOp(const onnx::NodeProto &n, NodeEnv &env);
   llvm::Error einsumOp(const onnx::NodeProto &n, NodeEnv &env);
 

@@ -537,7 +537,54 @@ llvm::Error Importer::tileOp(const onnx::NodeProto &n, NodeEnv &env) {
   return llvm::Error::success();
 }
 
-llvm::Error Importer::scatterOp(const onnx::NodeProto &n, NodeEnv &env) {
+llvm::Expected<std::string> Importer::flatIndices(const onnx::NodeProto &n, const std::string &idx,
+                                                  const std::vector<int64_t> &axes,
+                                                  int64_t batches) {
+  const std::vector<int64_t> ishape = shapeOf(idx);
+  const int64_t depth = int64_t(axes.size()),
+                count = elementCount(std::vector<int64_t>(ishape.begin(), ishape.end() - 1));
+  const std::string name = nameOf(n);
+  // Constant tuples are checked here: TDL reads zeros, or skips an update, off the data
+  // silently. Any other indices (an input's, even one given ahead) are wrapped by the graph.
+  bool wrapped = depth > 1 || batches > 1;
+  if (auto c = facts_.consts.find(idx); c != facts_.consts.end()) {
+    for (size_t k = 0; k < c->second.v.size(); ++k) {
+      const int64_t d = int64_t(k) % depth, extent = axes[size_t(d)], i = asInt(c->second.v[k]);
+      if (i < -extent || i >= extent)
+        return where(n, fmt::format("index {} is outside axis {} of extent {} (indices lie in "
+                                    "[-{}, {}))",
+                                    i, d, extent, extent, extent));
+      wrapped = wrapped || i < 0;
+    }
+  } else {
+    wrapped = true;
+  }
+  std::string i;
+  TOFU_TRY(i, b_->reshaped(name + "_idx", idx, {count, depth}));
+  if (!wrapped)
+    return i;
+  std::vector<double> extents(axes.begin(), axes.end()), strides(static_cast<size_t>(depth));
+  for (int64_t d = depth - 1, s = 1; d >= 0; --d) {
+    strides[size_t(d)] = double(s);
+    s *= axes[size_t(d)];
+  }
+  std::string ext, stride;
+  TOFU_TRY(ext, b_->constant(name + "_extents", {depth}, extents, true));
+  TOFU_TRY(stride, b_->constant(name + "_strides", {depth}, strides, true));
+  TOFU_TRY(i, b_->node(name + "_flat", "FlatIndex", {i, ext, stride}));
+  if (batches > 1) { // batch b's tuples index its own block of the flattened data
+    std::vector<double> offsets(static_cast<size_t>(count));
+    const int64_t block = elementCount(axes), perBatch = count / batches;
+    for (int64_t j = 0; j < count; ++j)
+      offsets[size_t(j)] = double(j / perBatch * block);
+    std::string offset;
+    TOFU_TRY(offset, b_->constant(name + "_batch_offsets", {count}, offsets, true));
+    TOFU_TRY(i, b_->node(name + "_batched", "Add", {i, offset}));
+  }
+  return b_->reshaped(name + "_flat", i, {count, 1});
+}
+
+llvm::Error Importer::scatterOp(const onnx::NodeProto &n, NodeEnv &) {
   static const std::map<std::string, std::string> byReduction = {{"none", "ScatterND1"},
                                                                  {"add", "ScatterND1Add"},
                                                                  {"mul", "ScatterND1Mul"},
@@ -571,55 +618,65 @@ llvm::Error Importer::scatterOp(const onnx::NodeProto &n, NodeEnv &env) {
     return where(n, fmt::format("its updates have shape [{}], not [{}] (the indices' leading axes, "
                                 "then the data's axes from {})",
                                 fmt::join(ushape, ", "), fmt::join(wanted, ", "), depth));
-  const int64_t count = elementCount(tuples);
-  int64_t leading = 1;
-  std::vector<double> extents, strides(static_cast<size_t>(depth));
-  for (int64_t d = 0; d < depth; ++d) {
-    leading *= shape[size_t(d)];
-    extents.push_back(double(shape[size_t(d)]));
-  }
-  for (int64_t d = depth - 1, s = 1; d >= 0; --d) {
-    strides[size_t(d)] = double(s);
-    s *= shape[size_t(d)];
-  }
-  // Constant tuples are checked here: TDL's scatter would skip one off the data silently.
-  // Any other indices (an input's, even one given ahead) are wrapped by the graph.
-  bool wrapped = depth > 1;
-  if (auto c = facts_.consts.find(*idx); c != facts_.consts.end()) {
-    for (size_t k = 0; k < c->second.v.size(); ++k) {
-      const int64_t d = int64_t(k) % depth, extent = shape[size_t(d)], i = asInt(c->second.v[k]);
-      if (i < -extent || i >= extent)
-        return where(n, fmt::format("index {} is outside axis {} of extent {} (indices lie in "
-                                    "[-{}, {}))",
-                                    i, d, extent, extent, extent));
-      wrapped = wrapped || i < 0;
-    }
-  } else {
-    wrapped = true;
-  }
+  const std::vector<int64_t> axes(shape.begin(), shape.begin() + depth);
   const std::string name = nameOf(n);
-  std::vector<int64_t> flatShape{leading};
+  std::vector<int64_t> flatShape{elementCount(axes)}, updShape{elementCount(tuples)};
   flatShape.insert(flatShape.end(), rest.begin(), rest.end());
-  std::vector<int64_t> updShape{count};
   updShape.insert(updShape.end(), rest.begin(), rest.end());
   std::string x, u, i;
+  TOFU_TRY(i, flatIndices(n, *idx, axes, 1));
   TOFU_TRY(x, b_->reshaped(name + "_data", *data, flatShape));
   TOFU_TRY(u, b_->reshaped(name + "_upd", *upd, updShape));
-  TOFU_TRY(i, b_->reshaped(name + "_idx", *idx, {count, depth}));
-  if (wrapped) { // flat indices into the leading axes, negative components wrapped
-    std::string ext, stride;
-    TOFU_TRY(ext, b_->constant(name + "_extents", {depth}, extents, true));
-    TOFU_TRY(stride, b_->constant(name + "_strides", {depth}, strides, true));
-    TOFU_TRY(i, b_->node(name + "_flat", "ScatterFlatIndex", {i, ext, stride}));
-    TOFU_TRY(i, b_->reshaped(name + "_flat", i, {count, 1}));
-  }
   const bool same = flatShape == shape;
   std::string y;
   TOFU_TRY(y, b_->node(name, op->second, {x, i, u}, {}, {{"r", int64_t(rest.size())}},
                        same ? n.output(0) : ""));
   if (!same)
     TOFU_CHECK(b_->reshape(name + "_out", y, flatShape, shape, n.output(0)));
-  (void)env;
+  return llvm::Error::success();
+}
+
+llvm::Error Importer::gatherNDOp(const onnx::NodeProto &n, NodeEnv &) {
+  auto data = tensorInput(n, 0), idx = tensorInput(n, 1);
+  if (!data)
+    return data.takeError();
+  if (!idx)
+    return idx.takeError();
+  const std::vector<int64_t> shape = shapeOf(*data), ishape = shapeOf(*idx);
+  const int64_t batchDims = intAttr(n, "batch_dims").value_or(0);
+  if (ishape.empty())
+    return where(n, "its indices must have a rank of at least 1");
+  const int64_t depth = ishape.back(), rank = int64_t(shape.size());
+  if (batchDims < 0 || batchDims >= std::min<int64_t>(rank, int64_t(ishape.size())))
+    return where(n, fmt::format("batch_dims {} for data of rank {} and indices of rank {}",
+                                batchDims, rank, ishape.size()));
+  if (depth < 1 || batchDims + depth > rank)
+    return where(n, fmt::format("index tuples of {} components after {} batch axes, for data of "
+                                "rank {}",
+                                depth, batchDims, rank));
+  const std::vector<int64_t> batch(shape.begin(), shape.begin() + batchDims),
+      axes(shape.begin() + batchDims, shape.begin() + batchDims + depth),
+      rest(shape.begin() + batchDims + depth, shape.end());
+  if (!std::equal(batch.begin(), batch.end(), ishape.begin()))
+    return where(n, fmt::format("the indices' batch axes [{}] are not the data's [{}]",
+                                fmt::join(ishape.begin(), ishape.begin() + batchDims, ", "),
+                                fmt::join(batch, ", ")));
+  // The output: the indices' axes but the last, then the axes the tuples do not index.
+  std::vector<int64_t> out(ishape.begin(), ishape.end() - 1);
+  out.insert(out.end(), rest.begin(), rest.end());
+  const int64_t count = elementCount(std::vector<int64_t>(ishape.begin(), ishape.end() - 1));
+  std::vector<int64_t> flatShape{elementCount(batch) * elementCount(axes)}, gathered{count};
+  flatShape.insert(flatShape.end(), rest.begin(), rest.end());
+  gathered.insert(gathered.end(), rest.begin(), rest.end());
+  const std::string name = nameOf(n);
+  std::string x, i, y;
+  TOFU_TRY(i, flatIndices(n, *idx, axes, elementCount(batch)));
+  TOFU_TRY(x, b_->reshaped(name + "_data", *data, flatShape));
+  const bool same = gathered == out;
+  TOFU_TRY(y, b_->node(name, "GatherND1", {x, i}, {}, {{"r", int64_t(rest.size())}},
+                       same ? n.output(0) : ""));
+  if (!same)
+    TOFU_CHECK(b_->reshape(name + "_out", y, gathered, out, n.output(0)));
   return llvm::Error::success();
 }
 

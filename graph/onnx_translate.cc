@@ -144,6 +144,15 @@ std::optional<llvm::Expected<NodeEnv::Value>> NodeEnv::call(const std::string &f
     auto it = im_.facts_.types.find(input(index(0)));
     return Value::number(it != im_.facts_.types.end() && isIntType(it->second));
   }
+  if (fn == "bits") { // the bits of input k's integer element type (undefined otherwise)
+    auto it = im_.facts_.types.find(input(index(0)));
+    const int bits = it == im_.facts_.types.end() ? 0 : integerBits(it->second);
+    return bits ? Value::number(bits) : Value();
+  }
+  if (fn == "elemtype") { // ONNX's element type of input k (undefined when unknown)
+    auto it = im_.facts_.types.find(input(index(0)));
+    return it == im_.facts_.types.end() ? Value() : Value::number(it->second);
+  }
   if (fn == "has") {
     if (a.size() != 1 || a[0].kind != Value::Kind::Str)
       return llvm::Expected<Value>(stringError("has() takes an attribute name"));
@@ -235,12 +244,12 @@ llvm::Error Importer::checkConstantIndices(const onnx::NodeProto &n) {
 
 const std::map<std::string, Importer::Handler> &Importer::handlers() {
   static const std::map<std::string, Handler> table = {
-      {"reshape", &Importer::reshapeOp},  {"slice", &Importer::sliceOp},
-      {"concat", &Importer::concatOp},    {"transpose", &Importer::transposeOp},
-      {"expand", &Importer::expandOp},    {"pad", &Importer::padOp},
-      {"tile", &Importer::tileOp},        {"recurrent", &Importer::recurrentOp},
-      {"einsum", &Importer::einsumOp},    {"resize", &Importer::resizeOp},
-      {"scatternd", &Importer::scatterOp}};
+      {"reshape", &Importer::reshapeOp},   {"slice", &Importer::sliceOp},
+      {"concat", &Importer::concatOp},     {"transpose", &Importer::transposeOp},
+      {"expand", &Importer::expandOp},     {"pad", &Importer::padOp},
+      {"tile", &Importer::tileOp},         {"recurrent", &Importer::recurrentOp},
+      {"einsum", &Importer::einsumOp},     {"resize", &Importer::resizeOp},
+      {"scatternd", &Importer::scatterOp}, {"gathernd", &Importer::gatherNDOp}};
   return table;
 }
 

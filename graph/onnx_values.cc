@@ -267,6 +267,25 @@ void convertTo(Const &c, int32_t type) {
       x = type == onnx::TensorProto::BOOL ? double(x != 0) : std::trunc(x);
 }
 
+int integerBits(int32_t t) {
+  switch (t) {
+  case onnx::TensorProto::INT8:
+  case onnx::TensorProto::UINT8:
+    return 8;
+  case onnx::TensorProto::INT16:
+  case onnx::TensorProto::UINT16:
+    return 16;
+  case onnx::TensorProto::INT32:
+  case onnx::TensorProto::UINT32:
+    return 32;
+  case onnx::TensorProto::INT64:
+  case onnx::TensorProto::UINT64:
+    return 64;
+  default:
+    return 0;
+  }
+}
+
 /// The graph's name for an ONNX element type.
 /// What an element type Tofu's tensors cannot hold is ("strings"), or null for a number type.
 const char *unholdableType(int32_t t) {
@@ -328,9 +347,9 @@ onnxrules::Value attrValue(const onnx::AttributeProto &a) {
 /// The functions the table's expressions may call beside the built-in ones: what
 /// NodeEnv::call answers.
 const std::set<std::string> &importerFunctions() {
-  static const std::set<std::string> names = {"const",  "has",   "in",   "isint", "norm",
-                                              "oshape", "out",   "padb", "pade",  "present",
-                                              "rank",   "shape", "used"};
+  static const std::set<std::string> names = {"bits",  "const",   "elemtype", "has",   "in",
+                                              "isint", "norm",    "oshape",   "out",   "padb",
+                                              "pade",  "present", "rank",     "shape", "used"};
   return names;
 }
 

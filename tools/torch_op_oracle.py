@@ -137,6 +137,11 @@ CASES = [
     Case("MaxPool2d", POOL, [("data", (2, 3, 6, 7), "f")],
          lambda x: F.max_pool2d(x, (2, 3), stride=(2, 2), padding=(1, 1)),
          attrs={"kh": 2, "kw": 3, "sh": 2, "sw": 2, "ph": 1, "pw": 1, "peh": 1, "pew": 1}),
+    # torch's indices count within each image (H * W); ONNX's over the whole tensor.
+    Case("MaxPool2dIndices", POOL, [("data", (2, 3, 6, 7), "f")],
+         lambda x: (F.max_pool2d(x, (2, 3), stride=(2, 2), padding=(1, 1), return_indices=True)[1]
+                    + (torch.arange(6).reshape(2, 3, 1, 1) * 42)).double(),
+         attrs={"kh": 2, "kw": 3, "sh": 2, "sw": 2, "ph": 1, "pw": 1, "peh": 1, "pew": 1}),
     Case("AveragePool2d", POOL, [("data", (2, 3, 6, 7), "f")],
          lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=True),
          attrs={"kh": 3, "kw": 3, "sh": 2, "sw": 2, "ph": 1, "pw": 1, "peh": 1, "pew": 1}),
@@ -238,6 +243,12 @@ CASES = [
     Case("Identity", B, [("x", X4, "f")], lambda x: x * 1, groups={"i": 4}),
     Case("Mod", B, [("a", X4, "f"), ("b", X4, "pos")], torch.remainder, groups={"i": 4}),
     Case("Fmod", B, [("a", X4, "f"), ("b", X4, "pos")], torch.fmod, groups={"i": 4}),
+    # uint8 shifts: a left shift drops the bits past the eighth.
+    Case("BitShiftLeft", B, [("x", X4, ("int", 256)), ("y", X4, ("int", 8))],
+         lambda x, y: (torch.bitwise_left_shift(x, y) % 256).double(), attrs={"bits": 8},
+         groups={"i": 4}),
+    Case("BitShiftRight", B, [("x", X4, ("int", 256)), ("y", X4, ("int", 8))],
+         lambda x, y: torch.bitwise_right_shift(x, y).double(), groups={"i": 4}),
     Case("Max2", B, [("a", X4, "f"), ("b", X4, "f")], torch.maximum, groups={"i": 4}),
     Case("Min2", B, [("a", X4, "f"), ("b", X4, "f")], torch.minimum, groups={"i": 4}),
     Case("Sum2", B, [("a", X4, "f"), ("b", X4, "f")], torch.add, groups={"i": 4}),
@@ -361,12 +372,20 @@ CASES = [
     Case("ScatterND1Min", SH, [("data", (6, 3, 4), "f"), ("idx", (5, 1), ("int", 6)),
                                ("upd", (5, 3, 4), "f")],
          lambda d, i, u: d.index_reduce(0, i[:, 0], u, "amin"), groups={"r": 2}),
-    Case("ScatterFlatIndex", SH, [("idx", (5, 3), ("int", 4)), ("ext", (3,), ("int", 5)),
+    Case("FlatIndex", SH, [("idx", (5, 3), ("int", 4)), ("ext", (3,), ("int", 5)),
                                   ("stride", (3,), ("int", 5))],
          lambda i, e, s: ((i + (i < 0) * e) * s).sum(1).double()),
     Case("OneHot", SH, [("idx", (2, 3, 4), ("int", 5)), ("values", (2,), "c")],
          lambda i, v: F.one_hot(i, 5).double() * (v[1] - v[0]) + v[0],
          attrs={"depth": 5}, groups={"i": 3}),
+    # Quantisation per entry of axis 2 (torch.round rounds halves to even, as ONNX does).
+    Case("QuantizeLinearAxis", "math/misc.tdl",
+         [("x", (2, 3, 4, 5), "f"), ("scale", (4,), "pos"), ("zp", (4,), ("int", 10))],
+         lambda x, s, z: torch.clamp(torch.round(x / s[:, None]) + z[:, None], -128, 127),
+         attrs={"lo": -128, "hi": 127}, groups={"pre": 2, "post": 1}),
+    Case("DequantizeLinearAxis", "math/misc.tdl",
+         [("x", (2, 3, 4, 5), ("int", 256)), ("scale", (4,), "c"), ("zp", (4,), ("int", 256))],
+         lambda x, s, z: (x - z[:, None]) * s[:, None], groups={"pre": 2, "post": 1}),
     Case("Det", "math/misc.tdl", [("m", (2, 3, 4, 4), "f")], torch.det, groups={"b": 2}),
     Case("LpNormalization", "math/misc.tdl", [("x", (2, 3, 4, 5), "f")],
          lambda x: F.normalize(x, p=2, dim=2), groups={"pre": 2, "post": 1}),
@@ -375,10 +394,41 @@ CASES = [
     Case("EyeLike", "math/misc.tdl", [("x", (4, 5), "c")],
          lambda x: (torch.arange(5)[None, :] - torch.arange(4)[:, None] == 1).double(),
          attrs={"k": 1}),
-    Case("GridSample", "math/signal.tdl", [("x", (2, 3, 4, 5), "f"), ("grid", (2, 3, 2, 2), "c")],
-         lambda x, g: F.grid_sample(x, g, mode="bilinear", padding_mode="zeros",
-                                    align_corners=False)),
 ]
+# DFT of real and complex signals along a middle axis (pre 1, post 1), forward, inverse and
+# onesided with zero padding; complex results as [real, imaginary] last.
+def dft_oracle(x, n, inverse=False, onesided=False):
+    z = torch.complex(x[..., 0], x[..., 1]) if x.shape[-1] == 2 else x[..., 0]
+    if onesided:
+        y = torch.fft.rfft(z, n=n, dim=1)
+    else:
+        y = (torch.fft.ifft if inverse else torch.fft.fft)(z, n=n, dim=1)
+    return torch.stack([y.real, y.imag], dim=-1)
+
+
+CASES += [
+    Case("DFT", "math/signal.tdl", [("x", (2, 8, 3, 1), "f")], lambda x: dft_oracle(x, 8),
+         attrs={"len": 8, "n": 8}, groups={"pre": 1, "post": 1}, label="DFT real"),
+    Case("DFT", "math/signal.tdl", [("x", (2, 6, 3, 2), "f")],
+         lambda x: dft_oracle(x, 6, inverse=True), attrs={"len": 6, "n": 6, "inverse": 1},
+         groups={"pre": 1, "post": 1}, label="DFT complex inverse"),
+    Case("DFT", "math/signal.tdl", [("x", (2, 7, 3, 1), "f")],
+         lambda x: dft_oracle(x, 10, onesided=True), attrs={"len": 10, "n": 6},
+         groups={"pre": 1, "post": 1}, label="DFT onesided, padded to 10"),
+]
+# GridSample in every mode, padding mode and corner alignment; the grid (quarters in
+# [-2, 2]) reaches past [-1, 1], so that every padding mode is exercised.
+for gs_op, gs_mode in [("GridSampleLinear", "bilinear"), ("GridSampleNearest", "nearest"),
+                       ("GridSampleCubic", "bicubic")]:
+    for gs_pad, gs_padding in enumerate(["zeros", "border", "reflection"]):
+        for gs_align in (0, 1):
+            CASES.append(Case(
+                gs_op, "math/signal.tdl",
+                [("x", (2, 3, 4, 5), "f"), ("grid", (2, 3, 2, 2), ("halves", 2))],
+                lambda x, g, m=gs_mode, p=gs_padding, a=gs_align: F.grid_sample(
+                    x, g, mode=m, padding_mode=p, align_corners=bool(a)),
+                attrs={"align": gs_align, "pad": gs_pad, "h": 4, "w": 5},
+                label=f"{gs_op} {gs_padding}{' aligned' if gs_align else ''}"))
 # Every permutation of ranks 2 to 4 the library names (Transpose_<perm>).
 for perm in ["10", "102", "120", "201", "210", "0132", "0213", "0231", "0312", "0321", "1023",
              "1032", "1203", "1230", "1302", "1320", "2013", "2031", "2103", "2130", "2301",
