@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,9 @@ public:
   /// Initial values of weights that the model carries (an ONNX model's float
   /// initializers), row-major. Training starts from them; weights without one are drawn.
   std::map<std::string, std::vector<float>> initialValues;
+  /// Inputs of an imported model given ahead whose values the import took whole (empty
+  /// ones, such as a reduction's empty axes): no tensor of the graph holds them.
+  std::set<std::string> inputsTakenWhole;
 
   const TensorInfo *tensor(const std::string &name) const;
   TensorInfo *tensor(const std::string &name);

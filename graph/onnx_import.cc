@@ -505,12 +505,20 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
       return stringError(fmt::format("graph input '{}' has no static shape (give its value "
                                      "ahead: tofu-run --infer --input)",
                                      v.name()));
+    const TensorRole role =
+        dataSeen++ < options_.dataInputs ? TensorRole::Input : TensorRole::Weight;
+    // An empty input given ahead (a reduction's empty axes) is known whole: the ops that
+    // read it take it as a constant, and the graph holds no empty tensor.
+    if (given_.count(v.name()) && elementCount(it->second) == 0) {
+      b_->graph().inputsTakenWhole.insert(v.name());
+      continue;
+    }
     TensorInfo info;
     info.name = v.name();
     info.group = v.name();
     info.shape = it->second;
     info.shapeKnown = true;
-    info.role = dataSeen++ < options_.dataInputs ? TensorRole::Input : TensorRole::Weight;
+    info.role = role;
     if (auto type = facts_.types.find(v.name()); type != facts_.types.end()) {
       info.dtype = dtypeName(type->second);
       // An integer buffer exported as an input (an index table) is read, never trained.

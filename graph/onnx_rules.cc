@@ -339,6 +339,19 @@ llvm::Expected<Value> builtin(const std::string &fn, const std::vector<Value> &a
       return error(l ? llvm::toString(x.takeError()) : llvm::toString(l.takeError()));
     return Value::number(std::count(l->begin(), l->end(), *x) > 0);
   }
+  if (fn == "without") { // the entries of a list that a second list does not hold, in order
+    if (auto e = arity(2))
+      return e;
+    auto l = numbers(a[0], "without()");
+    auto drop = numbers(a[1], "without()");
+    if (!l || !drop)
+      return error(l ? llvm::toString(drop.takeError()) : llvm::toString(l.takeError()));
+    std::vector<double> r;
+    for (double x : *l)
+      if (std::count(drop->begin(), drop->end(), x) == 0)
+        r.push_back(x);
+    return Value::ofList(r);
+  }
   if (fn == "sorted") {
     if (auto e = arity(1))
       return e;
@@ -354,9 +367,9 @@ llvm::Expected<Value> builtin(const std::string &fn, const std::vector<Value> &a
 } // namespace
 
 const std::set<std::string> &builtinFunctions() {
-  static const std::set<std::string> names = {"defined", "len",   "min",  "max",      "sum",
-                                              "prod",    "floor", "ceil", "abs",      "int",
-                                              "range",   "take",  "drop", "contains", "sorted"};
+  static const std::set<std::string> names = {
+      "defined", "len", "min",   "max",  "sum",  "prod",     "floor",  "ceil",
+      "abs",     "int", "range", "take", "drop", "contains", "sorted", "without"};
   return names;
 }
 
@@ -647,7 +660,7 @@ const std::set<std::string> ruleFields = {"when", "refuse", "steps", "each_outpu
 llvm::Expected<Step> parseStep(const nlohmann::json &j, const std::string &what) {
   static const std::set<std::string> fields = {"op",           "inputs", "attrs",     "groups",
                                                "if",           "output", "broadcast", "trailing_op",
-                                               "broadcast_to", "shape"};
+                                               "broadcast_to", "shape",  "perm"};
   Step s;
   if (!j.is_object())
     return error(what + ": a step must be an object");
@@ -678,16 +691,22 @@ llvm::Expected<Step> parseStep(const nlohmann::json &j, const std::string &what)
         return m.takeError();
       (std::string(key) == "attrs" ? s.attrs : s.groups) = std::move(*m);
     }
-  for (const char *key : {"if", "output", "broadcast_to", "shape"})
+  for (const char *key : {"if", "output", "broadcast_to", "shape", "perm"})
     if (j.contains(key)) {
       auto e = parseField(j[key], here + "." + key);
       if (!e)
         return e.takeError();
       std::string k = key;
-      (k == "if" ? s.cond : k == "output" ? s.output : k == "shape" ? s.shape : s.broadcastTo) = *e;
+      (k == "if"       ? s.cond
+       : k == "output" ? s.output
+       : k == "shape"  ? s.shape
+       : k == "perm"   ? s.perm
+                       : s.broadcastTo) = *e;
     }
   if ((s.op == "@reshape") != bool(s.shape))
     return error(here + ": 'shape' goes with the op \"@reshape\" and it needs one");
+  if ((s.op == "@transpose") != bool(s.perm))
+    return error(here + ": 'perm' goes with the op \"@transpose\" and it needs one");
   if (j.contains("broadcast")) {
     if (!j["broadcast"].is_array())
       return error(here + ": 'broadcast' must be a list of input positions");
@@ -819,7 +838,7 @@ llvm::Expected<Table> Table::load(const std::string &path, const OpLibrary &lib,
         if (!r)
           return r.takeError();
         for (const Step &s : r->steps) {
-          if (s.op == "@reshape")
+          if (s.op == "@reshape" || s.op == "@transpose")
             continue;
           if (!lib.find(s.op))
             return error(fmt::format("{}: the rule uses op '{}', which the library does not "

@@ -79,9 +79,12 @@ struct InputRef {
 
 /// One library op of a translation.
 struct Step {
-  /// A library op, or "@reshape": `inputs[0]` reshaped to `shape` (splits, merges, unit axes).
+  /// A library op, "@reshape": `inputs[0]` reshaped to `shape` (splits, merges, unit axes),
+  /// or "@transpose": `inputs[0]` with its axes permuted by `perm` (output axis d is input
+  /// axis perm[d]).
   std::string op;
   ExprPtr shape; ///< @reshape's target
+  ExprPtr perm;  ///< @transpose's permutation
   std::vector<InputRef> inputs;
   std::vector<std::pair<std::string, ExprPtr>> attrs, groups;
   ExprPtr cond;   ///< the step is skipped when false

@@ -51,7 +51,8 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
       if (p.tensors[i].name == input)
         t = static_cast<int>(i);
     const tofu::TensorInfo *info = g.tensor(input);
-    if (t < 0 && info && info->role == tofu::TensorRole::Input) {
+    if ((t < 0 && info && info->role == tofu::TensorRole::Input) ||
+        g.inputsTakenWhole.count(input)) {
       // An input no op reads: the importer took its values as a constant (a shape, axes).
       given.insert(input);
       continue;
