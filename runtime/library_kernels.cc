@@ -1,4 +1,4 @@
-// Library kernels on oneDNN: the plans of runtime/library_plans.h as sgemm calls,
+// Library kernels on oneDNN: the plans of codegen/library_plans.h as sgemm calls,
 // convolution primitives and a scatter-add loop.
 #include "runtime/library_kernels.h"
 
@@ -6,9 +6,9 @@
 
 #include <algorithm>
 
+#include "codegen/library_plans.h"
 #include "fmt/format.h"
 #include "oneapi/dnnl/dnnl.hpp"
-#include "runtime/library_plans.h"
 
 namespace tofu {
 namespace {

@@ -14,12 +14,12 @@
 #include <optional>
 #include <tuple>
 
+#include "codegen/library_plans.h"
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "runtime/cuda/device_kernels.h"
 #include "runtime/cuda/launch_params.h"
 #include "runtime/cuda/library_calls.h"
-#include "runtime/library_plans.h"
 
 namespace tofu {
 namespace {

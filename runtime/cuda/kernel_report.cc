@@ -6,11 +6,11 @@
 #include <optional>
 
 #include "codegen/kernel_gen.h"
+#include "codegen/library_plans.h"
 #include "codegen/schedule.h"
 #include "fmt/format.h"
 #include "runtime/cuda/launch_params.h"
 #include "runtime/cuda/library_calls.h"
-#include "runtime/library_plans.h"
 
 namespace tofu::cuda {
 namespace {

@@ -12,8 +12,8 @@
 #include "analysis/ir.h"
 #include "analysis/strategy.h"
 #include "codegen/kernel_gen.h"
+#include "codegen/library_plans.h"
 #include "runtime/cuda/device_ops.h"
-#include "runtime/library_plans.h"
 
 namespace tofu::cuda {
 

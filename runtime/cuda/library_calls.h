@@ -1,4 +1,4 @@
-// The library plans of runtime/library_plans.h as cuBLAS and cuDNN calls: every size,
+// The library plans of codegen/library_plans.h as cuBLAS and cuDNN calls: every size,
 // leading dimension, stride, offset and padding fixed on the host, so the mapping is
 // unit-tested without a GPU (reference implementations with the libraries' semantics run
 // the descriptors on host buffers). The CUDA backend makes the calls (cuda_backend.cc).
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "codegen/library_plans.h"
 #include "runtime/cuda/device_ops.h"
-#include "runtime/library_plans.h"
 
 namespace tofu::cuda {
 

@@ -22,8 +22,8 @@
 //     output, then each product accumulating into it.
 // A share a form cannot express (checked reads it would need, geometry the form cannot
 // take) gets no plan; the generated kernel computes it.
-#ifndef TOFU_RUNTIME_LIBRARY_PLANS_H
-#define TOFU_RUNTIME_LIBRARY_PLANS_H
+#ifndef TOFU_CODEGEN_LIBRARY_PLANS_H
+#define TOFU_CODEGEN_LIBRARY_PLANS_H
 
 #include <cstdint>
 #include <optional>
@@ -137,4 +137,4 @@ std::optional<ScatterPlan> scatterPlan(const InstOp &op, const std::vector<Range
 
 } // namespace tofu
 
-#endif // TOFU_RUNTIME_LIBRARY_PLANS_H
+#endif // TOFU_CODEGEN_LIBRARY_PLANS_H

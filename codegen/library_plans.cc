@@ -1,5 +1,5 @@
 // Library forms: contraction, convolution and scatter-add matching and share geometry.
-#include "runtime/library_plans.h"
+#include "codegen/library_plans.h"
 
 #include <algorithm>
 #include <map>
