@@ -103,6 +103,9 @@ llvm::Expected<std::string> Importer::tensorInput(const onnx::NodeProto &n, int 
   const std::string &t = n.input(k);
   if (llvm::Error e = b_->materialize(t))
     return std::move(e);
+  if (main_.graph().inputsTakenWhole.count(t))
+    return where(n, fmt::format("its input '{}' is empty ([{}]); Tofu's tensors are not", t,
+                                fmt::join(shapeOf(t), ", ")));
   if (!b_->graph().tensor(t))
     return where(n, fmt::format("input '{}' is not produced before it", t));
   return t;
