@@ -15,7 +15,6 @@
 #define TOFU_GRAPH_ONNX_IMPORT_INTERNAL_H
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -72,10 +71,6 @@ std::optional<std::vector<int64_t>> broadcastShape(const std::vector<int64_t> &a
 /// Reads a TensorProto's values (float, double, int32, int64, bool; raw or typed fields).
 std::optional<Const> constOf(const onnx::TensorProto &t);
 
-/// Numpy-style broadcast of two constants through `f`.
-std::optional<Const> broadcast(const Const &a, const Const &b,
-                               const std::function<double(double, double)> &f);
-
 /// An ONNX index bound: negative counts from the end; clamped to [0, m].
 int64_t bound(int64_t x, int64_t m);
 
@@ -100,8 +95,11 @@ std::string badShape(const std::vector<int64_t> &dims);
 
 bool isIntType(int32_t t);
 
-/// The bits of an ONNX integer element type (8 to 64), or 0 for any other type.
+/// The bits of an ONNX integer element type (8 to 64), or 0 for any other type (bool too).
 int integerBits(int32_t t);
+
+/// Whether `perm` lists each of the axes 0 .. rank - 1 once.
+bool isPermutation(std::vector<int64_t> perm, size_t rank);
 
 /// `c` as a constant of ONNX element type `type`: integer types truncate, bool is x != 0.
 void convertTo(Const &c, int32_t type);

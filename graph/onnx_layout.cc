@@ -267,11 +267,8 @@ llvm::Error Importer::transposeOp(const onnx::NodeProto &n, NodeEnv &) {
       perm.push_back(k);
   if (int64_t(perm.size()) != rank)
     return where(n, fmt::format("perm has {} entries for an input of rank {}", perm.size(), rank));
-  std::vector<int64_t> sorted = perm;
-  std::sort(sorted.begin(), sorted.end());
-  for (int64_t k = 0; k < rank; ++k)
-    if (sorted[k] != k)
-      return where(n, "perm is not a permutation of the input's axes");
+  if (!isPermutation(perm, size_t(rank)))
+    return where(n, "perm is not a permutation of the input's axes");
   TOFU_CHECK(b_->transpose(nameOf(n), *in, perm, n.output(0)));
   return llvm::Error::success();
 }

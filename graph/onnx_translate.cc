@@ -494,13 +494,9 @@ llvm::Error Importer::runSteps(const onnx::NodeProto &n, const std::vector<onnxr
       auto perm = onnxrules::eval(*s.perm, env);
       if (!perm)
         return where(n, "the translation table's perm: " + llvm::toString(perm.takeError()));
-      std::vector<int64_t> p(perm->list.begin(), perm->list.end()), sorted = p;
-      std::sort(sorted.begin(), sorted.end());
-      bool permutation = perm->kind == Value::Kind::List && inputs.size() == 1 &&
-                         sorted.size() == shapeOf(inputs[0]).size();
-      for (size_t d = 0; permutation && d < sorted.size(); ++d)
-        permutation = sorted[d] == int64_t(d);
-      if (!permutation)
+      const std::vector<int64_t> p(perm->list.begin(), perm->list.end());
+      if (perm->kind != Value::Kind::List || inputs.size() != 1 ||
+          !isPermutation(p, shapeOf(inputs[0]).size()))
         return where(n, fmt::format("the translation table's transpose needs one input and a "
                                     "permutation of its axes, not {}",
                                     perm->text()));

@@ -151,35 +151,6 @@ std::optional<Const> constOf(const onnx::TensorProto &t) {
   return c;
 }
 
-/// Numpy-style broadcast of two constants through `f`.
-std::optional<Const> broadcast(const Const &a, const Const &b,
-                               const std::function<double(double, double)> &f) {
-  auto shape = broadcastShape(a.shape, b.shape);
-  if (!shape)
-    return std::nullopt;
-  const size_t rank = shape->size();
-  Const out;
-  out.isInt = a.isInt && b.isInt;
-  out.shape = *shape;
-  auto index = [&](const Const &c, const std::vector<int64_t> &at) {
-    int64_t k = 0;
-    size_t off = rank - c.shape.size();
-    for (size_t d = off; d < rank; ++d)
-      k = k * c.shape[d - off] + (c.shape[d - off] == 1 ? 0 : at[d]);
-    return k;
-  };
-  std::vector<int64_t> at(rank, 0);
-  for (int64_t k = 0; k < out.size(); ++k) {
-    int64_t r = k;
-    for (size_t d = rank; d-- > 0;) {
-      at[d] = r % out.shape[d];
-      r /= out.shape[d];
-    }
-    out.v.push_back(f(a.v[index(a, at)], b.v[index(b, at)]));
-  }
-  return out;
-}
-
 /// An ONNX index bound: negative counts from the end; clamped to [0, m].
 int64_t bound(int64_t x, int64_t m) { return std::clamp(x < 0 ? x + m : x, int64_t(0), m); }
 
@@ -268,22 +239,17 @@ void convertTo(Const &c, int32_t type) {
 }
 
 int integerBits(int32_t t) {
-  switch (t) {
-  case onnx::TensorProto::INT8:
-  case onnx::TensorProto::UINT8:
-    return 8;
-  case onnx::TensorProto::INT16:
-  case onnx::TensorProto::UINT16:
-    return 16;
-  case onnx::TensorProto::INT32:
-  case onnx::TensorProto::UINT32:
-    return 32;
-  case onnx::TensorProto::INT64:
-  case onnx::TensorProto::UINT64:
-    return 64;
-  default:
-    return 0;
-  }
+  return isIntType(t) && t != onnx::TensorProto::BOOL ? 8 * int(rawElementBytes(t)) : 0;
+}
+
+bool isPermutation(std::vector<int64_t> perm, size_t rank) {
+  if (perm.size() != rank)
+    return false;
+  std::sort(perm.begin(), perm.end());
+  for (size_t d = 0; d < rank; ++d)
+    if (perm[d] != int64_t(d))
+      return false;
+  return true;
 }
 
 /// The graph's name for an ONNX element type.
