@@ -156,7 +156,7 @@ FusedPlan fuseElementwise(const Problem &p, const ExecPlan &plan,
       kept.insert(t);
   }
   for (const ProblemNode &n : p.nodes) // optimiser updates and the tensors they replace
-    if (isOptimizerUpdate(n.table->op.def->name)) {
+    if (p.carriesState(n)) {
       kept.insert(n.output);
       kept.insert(n.inputs[0]);
     }

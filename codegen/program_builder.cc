@@ -246,7 +246,7 @@ bool Builder::updateInPlace(unsigned upd, unsigned tgt) {
 
 void Builder::buildCarries() {
   for (const ProblemNode &n : p.nodes)
-    if (isOptimizerUpdate(n.table->op.def->name))
+    if (p.carriesState(n))
       out.carries.push_back({n.output, n.inputs[0]});
   for (auto [upd, tgt] : out.carries) {
     if (updateInPlace(upd, tgt))

@@ -7,7 +7,8 @@
 // - onnx_translate.cc applies the translation table's rules (ops/onnx_mapping.json);
 // - the table's handlers, where the mapping is logic, are one file per family:
 //   onnx_layout.cc (reshape, slice, concat, transpose, expand, pad, tile, resize, scatter),
-//   onnx_recurrent.cc (LSTM, GRU and RNN unrolled) and onnx_einsum.cc;
+//   onnx_recurrent.cc (LSTM, GRU and RNN unrolled), onnx_einsum.cc and onnx_optimizers.cc
+//   (the training-preview domain's optimisers);
 // - onnx_builder.cc is the GraphBuilder every translation adds through: each addition returns
 //   its error;
 // - onnx_values.cc holds the small constants, attributes and element types they all read.
@@ -314,6 +315,8 @@ private:
                                           const std::vector<int64_t> &axes, int64_t batches);
   llvm::Error recurrentOp(const onnx::NodeProto &n, NodeEnv &env);
   llvm::Error einsumOp(const onnx::NodeProto &n, NodeEnv &env);
+  /// Adagrad, Momentum and Adam of the training-preview domain (onnx_optimizers.cc).
+  llvm::Error optimizerOp(const onnx::NodeProto &n, NodeEnv &env);
 
   const std::vector<int64_t> &shapeOf(const std::string &tensor) { return facts_.shapes[tensor]; }
   /// The value of `n` when the importer holds it without computing: a Constant's value, the

@@ -388,12 +388,14 @@ llvm::Error Importer::padOp(const onnx::NodeProto &n, NodeEnv &env) {
 llvm::Error Importer::resizeOp(const onnx::NodeProto &n, NodeEnv &env) {
   ResizeSpec spec;
   spec.mode = stringAttr(n, "mode", "nearest");
-  if (opset_ >= 11) {
+  // Upsample (opsets 7 to 9) interpolates as Resize-10 does.
+  const bool upsample = n.op_type() == "Upsample";
+  if (!upsample && opset_ >= 11) {
     spec.transform = stringAttr(n, "coordinate_transformation_mode", "half_pixel");
     spec.nearestMode = stringAttr(n, "nearest_mode", "round_prefer_floor");
     spec.cubicA = floatAttr(n, "cubic_coeff_a").value_or(-0.75f);
     spec.excludeOutside = intAttr(n, "exclude_outside").value_or(0) != 0;
-  } else { // Resize-10 is Upsample's interpolation: asymmetric, nearest rounding down
+  } else { // Resize-10 and Upsample: asymmetric, nearest rounding down
     spec.transform = "asymmetric";
     spec.nearestMode = "floor";
   }
@@ -415,9 +417,15 @@ llvm::Error Importer::resizeOp(const onnx::NodeProto &n, NodeEnv &env) {
     return in.takeError();
   const std::vector<int64_t> from = shapeOf(*in);
   const int64_t r = int64_t(from.size());
-  // The scales (opset 10: input 1; later: input 2, else the sizes of input 3).
-  const int scalesAt = opset_ >= 11 ? 2 : 1;
+  // The scales (Upsample-7: an attribute; Upsample-9 and Resize-10: input 1; later: input 2,
+  // else the sizes of input 3).
+  const bool modern = !upsample && opset_ >= 11;
+  const int scalesAt = modern ? 2 : 1;
   std::vector<double> scales;
+  if (upsample)
+    for (const onnx::AttributeProto &a : n.attribute())
+      if (a.name() == "scales")
+        scales.assign(a.floats().begin(), a.floats().end());
   std::vector<int64_t> to;
   if (env.present(scalesAt)) {
     const Const *c = known(env.input(scalesAt));
@@ -427,7 +435,7 @@ llvm::Error Importer::resizeOp(const onnx::NodeProto &n, NodeEnv &env) {
                                   env.input(scalesAt)));
     scales = c->v;
   }
-  if (scales.empty() && opset_ >= 11 && env.present(3)) {
+  if (scales.empty() && modern && env.present(3)) {
     auto sizes = ints(env.input(3), "sizes");
     if (!sizes)
       return where(n, llvm::toString(sizes.takeError()));

@@ -810,6 +810,7 @@ llvm::Expected<Table> Table::load(const std::string &path, const OpLibrary &lib,
       }
     }
     entry.handler = e.value("handler", "");
+    entry.domain = e.value("domain", "");
     entry.folded = e.value("importer", "");
     entry.notDescribable = e.value("not_describable", "");
     entry.missing = e.value("missing", "");

@@ -112,6 +112,9 @@ struct Rule {
 
 struct Entry {
   std::string onnxOp;
+  /// The operator's domain: empty for ONNX's own (ai.onnx), else e.g.
+  /// "ai.onnx.preview.training".
+  std::string domain;
   std::vector<std::string> tdl; ///< the library ops it may use
   /// Names bound before the rules are tried, in order (each may use the earlier ones).
   std::vector<std::pair<std::string, ExprPtr>> lets;

@@ -63,10 +63,17 @@ int32_t elemType(const json &spec) {
 /// A model of one `op` node from a table example: {"inputs": [shape | {"shape", type} |
 /// {"value", "shape"?, type} | "" (absent)], "attrs": {...}, "outputs": n,
 /// "graph_outputs": [indices]}. Values become Constant nodes; shapes become graph inputs.
-onnx::ModelProto oneNode(const std::string &op, const json &test) {
+/// `domain` is the operator's (empty: ONNX's own), `opset` the model's.
+onnx::ModelProto oneNode(const std::string &op, const json &test, const std::string &domain = "",
+                         int opset = 17) {
   onnx::ModelProto m;
   m.set_ir_version(8);
-  m.add_opset_import()->set_version(17);
+  m.add_opset_import()->set_version(opset);
+  if (!domain.empty()) {
+    onnx::OperatorSetIdProto *o = m.add_opset_import();
+    o->set_domain(domain);
+    o->set_version(1);
+  }
   onnx::GraphProto *g = m.mutable_graph();
   g->set_name(op);
   onnx::NodeProto *n = nullptr;
@@ -117,6 +124,7 @@ onnx::ModelProto oneNode(const std::string &op, const json &test) {
   }
   n = g->add_node();
   n->set_op_type(op);
+  n->set_domain(domain);
   n->set_name("n");
   for (const std::string &i : inputs)
     n->add_input(i);
@@ -169,7 +177,7 @@ TEST(OnnxTable, EveryDescribedOperatorImportsItsExamples) {
         << op << ": a described operator needs an example under \"tests\"";
     for (const json &test : entry["tests"]) {
       ++examples;
-      onnx::ModelProto m = oneNode(op, test);
+      onnx::ModelProto m = oneNode(op, test, entry.value("domain", ""), entry.value("opset", 17));
       std::string bytes;
       ASSERT_TRUE(m.SerializeToString(&bytes));
       OnnxImportOptions options;

@@ -188,8 +188,13 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
   std::string name = nameOf(n);
   b_->group = name;
   b_->coalesce.clear();
-  if (!n.domain().empty() && n.domain() != "ai.onnx")
-    return where(n, fmt::format("operators of domain '{}' are not supported", n.domain()));
+  // The table lists ONNX's own operators, and a few of other domains, named by "domain".
+  const onnxrules::Entry *entry = table_.find(op);
+  const std::string domain = n.domain() == "ai.onnx" ? "" : n.domain();
+  if (!domain.empty() && !(entry && entry->domain == domain))
+    return where(n, fmt::format("operators of domain '{}' are not supported", domain));
+  if (entry && entry->domain != domain)
+    entry = nullptr;
   auto read = readConstant(n);
   if (!read)
     return read.takeError();
@@ -197,7 +202,6 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
     return llvm::Error::success();
   if (n.output_size() < 1)
     return where(n, "has no output");
-  const onnxrules::Entry *entry = table_.find(op);
   if (!entry)
     return where(n, fmt::format("not an operator of ONNX opset {} that the translation table "
                                 "lists",
@@ -249,7 +253,8 @@ const std::map<std::string, Importer::Handler> &Importer::handlers() {
       {"expand", &Importer::expandOp},     {"pad", &Importer::padOp},
       {"tile", &Importer::tileOp},         {"recurrent", &Importer::recurrentOp},
       {"einsum", &Importer::einsumOp},     {"resize", &Importer::resizeOp},
-      {"scatternd", &Importer::scatterOp}, {"gathernd", &Importer::gatherNDOp}};
+      {"scatternd", &Importer::scatterOp}, {"gathernd", &Importer::gatherNDOp},
+      {"optimizer", &Importer::optimizerOp}};
   return table;
 }
 

@@ -87,6 +87,16 @@ public:
   /// A short human name: `b` (output dimension variable), `reduce ci`, `replicate`.
   std::string strategyName(unsigned node, int strategy) const;
 
+  /// Whether node `n` carries state across steps: an optimiser update (isOptimizerUpdate)
+  /// of a weight or an optimiser state, whose result replaces that first input for the next
+  /// step. The same ops on data inputs (an imported ONNX Momentum or Adam) are ordinary ops.
+  bool carriesState(const ProblemNode &n) const {
+    if (!isOptimizerUpdate(n.table->op.def->name))
+      return false;
+    const TensorRole r = tensors[n.inputs[0]].role;
+    return r == TensorRole::Weight || r == TensorRole::OptimizerState;
+  }
+
   /// Bytes of tensor tiles held by the worker at `coords` (replicated tensors whole).
   int64_t workerTensorBytes(const std::vector<StepChoice> &steps,
                             const std::vector<unsigned> &coords) const;
