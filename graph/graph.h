@@ -73,6 +73,9 @@ public:
   /// Inputs of an imported model given ahead whose values the import took whole (empty
   /// ones, such as a reduction's empty axes): no tensor of the graph holds them.
   std::set<std::string> inputsTakenWhole;
+  /// Inputs the import made for random masks (training-mode Dropout), by the probability of
+  /// a 1: runs draw each afresh at every step, 1 with that probability and 0 otherwise.
+  std::map<std::string, double> randomMasks;
 
   const TensorInfo *tensor(const std::string &name) const;
   TensorInfo *tensor(const std::string &name);

@@ -18,7 +18,10 @@ llvm::Error Importer::optimizerOp(const onnx::NodeProto &n, NodeEnv &env) {
   const int count = env.inputs() - 2;
   if (count < per || count % per != 0)
     return where(n, fmt::format("{} inputs after R and T; {} takes X, G and {} per tensor updated",
-                                count, op, op == "Adam" ? "V and H" : op == "Adagrad" ? "H" : "V"));
+                                count, op,
+                                op == "Adam"      ? "V and H"
+                                : op == "Adagrad" ? "H"
+                                                  : "V"));
   const int tensors = count / per;
   if (n.output_size() != tensors * (1 + histories))
     return where(n, fmt::format("{} outputs for {} tensors updated; {} gives {} per tensor",

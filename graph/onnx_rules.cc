@@ -593,7 +593,7 @@ llvm::Expected<InputRef> parseInput(const nlohmann::json &j, const std::string &
     return error(what + ": an input must be an index, a string or an object");
   for (const auto &[key, value] : j.items())
     if (key != "input" && key != "else" && key != "scalar" && key != "fill" && key != "shape" &&
-        key != "int" && key != "frozen" && key != "new_input")
+        key != "int" && key != "frozen" && key != "new_input" && key != "keep")
       return error(fmt::format("{}: unknown input field '{}'", what, key));
   r.integer = j.value("int", false);
   r.frozen = j.value("frozen", false);
@@ -606,6 +606,12 @@ llvm::Expected<InputRef> parseInput(const nlohmann::json &j, const std::string &
     if (!s)
       return s.takeError();
     r.shape = *s;
+    if (j.contains("keep")) {
+      auto k = parseField(j["keep"], what);
+      if (!k)
+        return k.takeError();
+      r.keep = *k;
+    }
     return r;
   }
   if (j.contains("input")) {

@@ -368,6 +368,14 @@ llvm::Expected<std::string> Importer::resolve(const onnx::NodeProto &n,
       facts_.shapes[t] = info.shape;
       if (llvm::Error e = b_->addTensor(std::move(info)))
         return std::move(e);
+      if (r.keep) {
+        auto keep = onnxrules::eval(*r.keep, env);
+        if (!keep)
+          return keep.takeError();
+        if (keep->kind != onnxrules::Value::Kind::Num || !(keep->num >= 0 && keep->num <= 1))
+          return where(n, "the probability of keeping an element must be a number in [0, 1]");
+        b_->graph().randomMasks[t] = keep->num;
+      }
     }
     return t;
   }

@@ -71,7 +71,7 @@ void forEachElement(const std::vector<int64_t> &shape, const Box &box, Fn &&fn) 
 TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned seed, double lr,
                            const std::map<std::string, std::vector<double>> &constants,
                            bool teacher, const std::map<std::string, std::vector<float>> *initial,
-                           TrainingHyper hyper)
+                           TrainingHyper hyper, const std::map<std::string, double> *masks)
     : p_(p), constants_(constants) {
   auto fill = [](double x) {
     Rule r;
@@ -165,6 +165,14 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
         ++initialized_;
       }
     }
+    if (auto m = masks ? masks->find(pt.name) : std::map<std::string, double>::const_iterator();
+        masks && m != masks->end()) {
+      r = Rule();
+      r.kind = Kind::Mask;
+      r.a = m->second;
+      r.batch = true;
+      scheduled_.push_back(t);
+    }
     r.stream = streamOf(seed, pt.name);
     tensors_.push_back(t);
   }
@@ -191,7 +199,8 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
     const int64_t size = boxElements(wholeBox(pt.shape));
     if (pt.role != TensorRole::Input || pt.shape.empty() || t == answer || size == 0 ||
         constants_.count(pt.name) || rules_.at(t).kind == Kind::GivenFloat ||
-        rules_.at(t).kind == Kind::Fill) // a fixed value: a running variance, an unread input
+        rules_.at(t).kind == Kind::Fill || // a fixed value: a running variance, an unread input
+        rules_.at(t).kind == Kind::Mask)
       continue;
     data.push_back(t);
     if (input_ < 0 || size > boxElements(wholeBox(p.tensors[input_].shape)))
@@ -262,6 +271,8 @@ double TrainingData::element(const Rule &r, unsigned t, unsigned step, int64_t f
   }
   case Kind::Scheduled:
     return r.schedule(step);
+  case Kind::Mask:
+    return unit(key, flat) < r.a ? 1.0 : 0.0;
   case Kind::Labels:
     break; // drawn by rows in fill
   }

@@ -38,7 +38,9 @@ namespace tofu {
 /// - `constants` (Graph::constants: an imported model's constant inputs) keep their values,
 ///   and so do the tensors `initial` gives values (Graph::initialValues: an imported
 ///   model's weights and buffers), unless a checkpoint is loaded over them;
-/// - `momentum` (SGD with momentum, Nesterov) and `weight_decay` from `TrainingHyper`.
+/// - `momentum` (SGD with momentum, Nesterov) and `weight_decay` from `TrainingHyper`;
+/// - the random masks `masks` names (Graph::randomMasks: a training-mode Dropout's) drawn
+///   afresh at every step, 1 with the probability given and 0 otherwise.
 ///
 /// With `teacher`, every step draws a fresh batch: every data input (an input of rank >= 1
 /// other than the labels or target) afresh — uniform in [-1, 1], or integers in its range —
@@ -61,7 +63,8 @@ public:
                const std::map<std::string, std::vector<double>> &constants = {},
                bool teacher = true,
                const std::map<std::string, std::vector<float>> *initial = nullptr,
-               TrainingHyper hyper = TrainingHyper());
+               TrainingHyper hyper = TrainingHyper(),
+               const std::map<std::string, double> *masks = nullptr);
   /// The tensors whose values came from `initial`.
   unsigned initialized() const { return initialized_; }
   TrainingData(const TrainingData &) = delete; // rules point into constants_
@@ -70,8 +73,9 @@ public:
   const std::vector<unsigned> &tensors() const { return tensors_; }
   /// The tensors whose values change from step to step (empty without a teacher).
   const std::vector<unsigned> &batchTensors() const { return batch_; }
-  /// The hyper-parameters whose values change from step to step (the learning rate under a
-  /// schedule, Adam's bias corrections): written before every step, with data or without.
+  /// The tensors written before every step, with data or without: the hyper-parameters
+  /// whose values change from step to step (the learning rate under a schedule, Adam's bias
+  /// corrections) and the random masks.
   const std::vector<unsigned> &scheduledTensors() const { return scheduled_; }
   /// Writes `box` of tensor `t` at step `step` (counted from the first step ever trained,
   /// so a resumed run continues the sequence) to `out`, row-major over the box. Tensors
@@ -81,10 +85,10 @@ public:
   Tensor value(unsigned t, unsigned step) const;
 
 private:
-  enum class Kind { Fill, Given, GivenFloat, Uniform, Integers, Labels, Scheduled };
+  enum class Kind { Fill, Given, GivenFloat, Uniform, Integers, Labels, Scheduled, Mask };
   struct Rule {
     Kind kind = Kind::Fill;
-    double a = 0, b = 0;                                   ///< Fill: a; Uniform: [a, b)
+    double a = 0, b = 0; ///< Fill: a; Uniform: [a, b); Mask: the probability of a 1
     int64_t integers = 0;                                  ///< Integers: [0, integers)
     std::optional<std::pair<unsigned, unsigned>> diagonal; ///< Uniform: boosted dimensions
     const std::vector<double> *given = nullptr;            ///< Given

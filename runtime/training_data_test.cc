@@ -248,5 +248,53 @@ TEST(TrainingData, RunningStatisticsAreNotData) {
       EXPECT_EQ(v, 1.0);
 }
 
+// A training-mode Dropout's mask (Graph::randomMasks) is drawn afresh at every step, with a
+// teacher or without: 0 or 1, 1 with the probability given, not data the teacher redraws.
+TEST(TrainingData, RandomMasksAreDrawnEveryStep) {
+  Graph g;
+  auto add = [&](const std::string &name, std::vector<int64_t> shape) {
+    TensorInfo t;
+    t.name = name;
+    t.shape = std::move(shape);
+    t.shapeKnown = true;
+    t.role = TensorRole::Input;
+    ASSERT_FALSE(static_cast<bool>(g.addTensor(t)));
+  };
+  add("x", {40, 50});
+  add("mask", {40, 50});
+  add("scale", {});
+  Node n;
+  n.name = "drop";
+  n.op = "Dropout";
+  n.inputs = {"x", "mask", "scale"};
+  n.output = "y";
+  ASSERT_FALSE(static_cast<bool>(g.addNode(n)));
+  g.outputs = {"y"};
+  const std::map<std::string, double> masks = {{"mask", 0.7}};
+  std::vector<std::string> outputs;
+  Problem p = trainingProblem(std::move(g), Optimizer::SGD, &outputs);
+  unsigned mask = 0;
+  for (unsigned t = 0; t < p.tensors.size(); ++t)
+    if (p.tensors[t].name == "mask")
+      mask = t;
+  for (bool teacher : {true, false}) {
+    TrainingData d(p, outputs.at(0), 5, 0.1, {}, teacher, nullptr, TrainingHyper(), &masks);
+    const std::vector<unsigned> &each = d.scheduledTensors(), &batch = d.batchTensors();
+    EXPECT_NE(std::find(each.begin(), each.end(), mask), each.end());
+    EXPECT_EQ(std::find(batch.begin(), batch.end(), mask), batch.end());
+    const Tensor m0 = d.value(mask, 0), m1 = d.value(mask, 1);
+    EXPECT_NE(m0.data, m1.data);
+    for (const Tensor *m : {&m0, &m1}) {
+      double ones = 0;
+      for (double v : m->data) {
+        EXPECT_TRUE(v == 0.0 || v == 1.0) << v;
+        ones += v;
+      }
+      // 2000 draws: the standard deviation of the fraction is 0.01.
+      EXPECT_NEAR(ones / double(m->size()), 0.7, 0.05);
+    }
+  }
+}
+
 } // namespace
 } // namespace tofu

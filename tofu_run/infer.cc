@@ -29,8 +29,10 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
       makeEngine(planned->fused.problem, planned->fused.plan, planned->memory, engineOptions());
   if (!engine)
     return fail(name + ": " + llvm::toString(engine.takeError()));
-  // Weights: the model's initial values, else drawn; then --load over them.
-  const tofu::TrainingData values(p, "", seed, 0.1, g.constants, false, &g.initialValues);
+  // Weights: the model's initial values, else drawn; then --load over them. Random masks
+  // (training-mode Dropout) are drawn from --seed unless --input gives them.
+  const tofu::TrainingData values(p, "", seed, 0.1, g.constants, false, &g.initialValues, {},
+                                  &g.randomMasks);
   for (unsigned t : values.tensors())
     (*engine)->setTiles(t,
                         [&](const tofu::Box &tile, float *out) { values.fill(t, 0, tile, out); });
@@ -74,7 +76,8 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
   std::string missing;
   for (const tofu::ProblemTensor &t : p.tensors)
     if (t.producer < 0 && t.role == tofu::TensorRole::Input && !t.shape.empty() &&
-        !given.count(t.name) && !g.constants.count(t.name) && !g.initialValues.count(t.name))
+        !given.count(t.name) && !g.constants.count(t.name) && !g.initialValues.count(t.name) &&
+        !g.randomMasks.count(t.name))
       missing +=
           (missing.empty() ? "" : ", ") + fmt::format("{} [{}]", t.name, fmt::join(t.shape, ", "));
   if (!missing.empty())
