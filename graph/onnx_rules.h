@@ -70,7 +70,7 @@ const std::set<std::string> &builtinFunctions();
 struct InputRef {
   enum class Kind { Onnx, Prev, Step, Scalar, Fill, NewInput } kind = Kind::Onnx;
   int index = 0;
-  ExprPtr value, shape;             ///< Scalar: value; Fill: value and shape; NewInput: shape
+  ExprPtr value, shape; ///< Scalar: value; Fill: value and shape; NewInput: shape
   ExprPtr keep; ///< NewInput: a random 0/1 mask, 1 with this probability (Graph::randomMasks)
   std::shared_ptr<InputRef> orElse; ///< Onnx: what stands in when the input is absent
   bool integer = false;             ///< Scalar/Fill: an int64 constant

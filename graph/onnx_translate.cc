@@ -248,12 +248,12 @@ llvm::Error Importer::checkConstantIndices(const onnx::NodeProto &n) {
 
 const std::map<std::string, Importer::Handler> &Importer::handlers() {
   static const std::map<std::string, Handler> table = {
-      {"reshape", &Importer::reshapeOp},   {"slice", &Importer::sliceOp},
-      {"concat", &Importer::concatOp},     {"transpose", &Importer::transposeOp},
-      {"expand", &Importer::expandOp},     {"pad", &Importer::padOp},
-      {"tile", &Importer::tileOp},         {"recurrent", &Importer::recurrentOp},
-      {"einsum", &Importer::einsumOp},     {"resize", &Importer::resizeOp},
-      {"scatternd", &Importer::scatterOp}, {"gathernd", &Importer::gatherNDOp},
+      {"reshape", &Importer::reshapeOp},    {"slice", &Importer::sliceOp},
+      {"concat", &Importer::concatOp},      {"transpose", &Importer::transposeOp},
+      {"expand", &Importer::expandOp},      {"pad", &Importer::padOp},
+      {"tile", &Importer::tileOp},          {"recurrent", &Importer::recurrentOp},
+      {"einsum", &Importer::einsumOp},      {"resize", &Importer::resizeOp},
+      {"scatternd", &Importer::scatterOp},  {"gathernd", &Importer::gatherNDOp},
       {"optimizer", &Importer::optimizerOp}};
   return table;
 }

@@ -396,10 +396,9 @@ Trainer::create(const Problem &p, const Graph &training, const std::string &loss
                                   "--warmup",
                                   schedule.str(), schedule.horizon, schedule.warmup));
   // Every worker draws its own tiles of every value: no process makes a whole tensor.
-  m.data =
-      std::make_unique<TrainingData>(p, loss, m.options.seed, m.lr, training.constants,
-                                     m.options.data == "teacher", &training.initialValues, m.hyper,
-                                     &training.randomMasks);
+  m.data = std::make_unique<TrainingData>(p, loss, m.options.seed, m.lr, training.constants,
+                                          m.options.data == "teacher", &training.initialValues,
+                                          m.hyper, &training.randomMasks);
   const auto start = std::chrono::steady_clock::now();
   auto engine = m.factory(plan.fused.problem, plan.fused.plan, plan.memory, m.options.engine,
                           /*local=*/false);

@@ -88,8 +88,8 @@ private:
   enum class Kind { Fill, Given, GivenFloat, Uniform, Integers, Labels, Scheduled, Mask };
   struct Rule {
     Kind kind = Kind::Fill;
-    double a = 0, b = 0; ///< Fill: a; Uniform: [a, b); Mask: the probability of a 1
-    int64_t integers = 0;                                  ///< Integers: [0, integers)
+    double a = 0, b = 0;  ///< Fill: a; Uniform: [a, b); Mask: the probability of a 1
+    int64_t integers = 0; ///< Integers: [0, integers)
     std::optional<std::pair<unsigned, unsigned>> diagonal; ///< Uniform: boosted dimensions
     const std::vector<double> *given = nullptr;            ///< Given
     const std::vector<float> *givenFloat = nullptr;        ///< GivenFloat
