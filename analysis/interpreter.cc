@@ -1,6 +1,7 @@
 // A tree-walking evaluator of instantiated TDL, in double precision, propagating NaN.
 #include "analysis/interpreter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -18,6 +19,20 @@ namespace {
 using llvm::cast;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+/// `x` rounded to the nearest value (halves to even) of a narrower floating-point format of
+/// `bits` significant bits, normal exponents from `emin` and largest finite value `max`
+/// (round_bf16, round_f16; the kernels' tofu_round_narrow computes the same).
+float roundNarrow(float x, int bits, int emin, float max) {
+  if (std::isnan(x) || x == 0.0f || std::isinf(x))
+    return x;
+  const int e = std::max(std::ilogb(x), emin);
+  const float q = std::ldexp(1.0f, e - (bits - 1));
+  const float r = std::nearbyint(x / q) * q;
+  return r > max    ? std::numeric_limits<float>::infinity()
+         : r < -max ? -std::numeric_limits<float>::infinity()
+                    : r;
+}
 
 class Evaluator {
 public:
@@ -274,6 +289,10 @@ private:
       return std::isnan(x) ? 1 : 0;
     case ir::Builtin::IsInf:
       return std::isinf(x) ? 1 : 0;
+    case ir::Builtin::RoundBf16:
+      return roundNarrow(static_cast<float>(x), 8, -126, 3.3895313892515355e38f);
+    case ir::Builtin::RoundF16:
+      return roundNarrow(static_cast<float>(x), 11, -14, 65504.0f);
     case ir::Builtin::Select:
       break;
     }

@@ -51,7 +51,9 @@ class OpDef;
   X(Erf, "erf", 1)                                                                                 \
   X(Round, "round", 1)                                                                             \
   X(IsNan, "isnan", 1)                                                                             \
-  X(IsInf, "isinf", 1)
+  X(IsInf, "isinf", 1)                                                                             \
+  X(RoundBf16, "round_bf16", 1)                                                                    \
+  X(RoundF16, "round_f16", 1)
 
 enum class Builtin {
 #define TOFU_X(E, S, N) E,

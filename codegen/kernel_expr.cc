@@ -95,6 +95,10 @@ const char *builtinCall(ir::Builtin b) {
     return "tofu_isnan";
   case ir::Builtin::IsInf:
     return "tofu_isinf";
+  case ir::Builtin::RoundBf16:
+    return "tofu_round_bf16";
+  case ir::Builtin::RoundF16:
+    return "tofu_round_f16";
   }
   return "";
 }

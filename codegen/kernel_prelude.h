@@ -103,6 +103,26 @@ TOFU_DEV float tofu_select(float c, float x, float y) {
 }
 TOFU_DEV float tofu_isnan(float x) { return x != x ? 1.0f : 0.0f; }
 TOFU_DEV float tofu_isinf(float x) { return ((x == TOFU_INF) | (x == -TOFU_INF)) ? 1.0f : 0.0f; }
+// x rounded to the nearest value of a narrower floating-point format (halves to even, as
+// IEEE 754 and PyTorch round), `bits` significant bits, normal exponents from `emin`,
+// largest finite value `max`: the quantum at x's exponent is a power of two, so the
+// division and the product are exact and nearbyintf does the rounding. Past `max` (by half
+// a quantum or more, which the rounding shows) it is infinite; NaN and infinities stay.
+TOFU_DEV float tofu_round_narrow(float x, int bits, int emin, float max) {
+  if (x != x || x == 0.0f || x == TOFU_INF || x == -TOFU_INF)
+    return x;
+  int e = ilogbf(x);
+  e = e < emin ? emin : e;
+  const float q = ldexpf(1.0f, e - (bits - 1));
+  const float r = nearbyintf(x / q) * q;
+  return r > max ? TOFU_INF : r < -max ? -TOFU_INF : r;
+}
+/// bfloat16: float32's exponents, 8 significant bits.
+TOFU_DEV float tofu_round_bf16(float x) {
+  return tofu_round_narrow(x, 8, -126, 3.3895313892515355e38f);
+}
+/// float16 (IEEE binary16): 11 significant bits, normal from 2^-14, at most 65504.
+TOFU_DEV float tofu_round_f16(float x) { return tofu_round_narrow(x, 11, -14, 65504.0f); }
 TOFU_DEV float tofu_eq(float x, float y) {
   const float r = x == y ? 1.0f : 0.0f;
   return ((x != x) | (y != y)) ? TOFU_NAN : r;

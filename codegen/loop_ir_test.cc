@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -443,6 +444,46 @@ TEST(KernelPrelude, ComparisonsAndSelectPropagateNaN) {
   EXPECT_EQ(tofu_select(0.0f, 1.0f, 2.0f), 2.0f);
   EXPECT_EQ(tofu_relu(-3.0f), 0.0f);
   EXPECT_TRUE(std::isnan(tofu_relu(nan)));
+}
+
+// Rounding to bfloat16 and float16 against the formats' own conversions: bfloat16 by its
+// bits (the upper half of float32's, rounded to nearest even), float16 by the compiler's
+// _Float16 (IEEE binary16), over values of every magnitude, halfway cases, overflow and
+// subnormals.
+TEST(KernelPrelude, NarrowFloatsRoundToNearestEven) {
+  auto bf16 = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if (x != x)
+      return x;
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    float r;
+    std::memcpy(&r, &u, 4);
+    return r;
+  };
+  std::vector<float> xs = {0.0f,     -0.0f,     1.0f,       1.00390625f, 1.01171875f,
+                           65504.0f, 65519.0f,  65520.0f,   -65520.0f,   6.0e-8f,
+                           3.0e-8f,  1.0e-9f,   3.3895e38f, 3.4e38f,     -3.4e38f,
+                           1.0e-40f, -2.5e-39f, TOFU_INF,   -TOFU_INF,   0.478925466f};
+  uint64_t z = 12345;
+  for (int i = 0; i < 20000; ++i) { // random bit patterns: every exponent
+    z = z * 6364136223846793005ull + 1442695040888963407ull;
+    const uint32_t u = static_cast<uint32_t>(z >> 32);
+    float x;
+    std::memcpy(&x, &u, 4);
+    if (x == x)
+      xs.push_back(x);
+  }
+  for (float x : xs) {
+    EXPECT_EQ(tofu_round_bf16(x), bf16(x)) << x;
+#ifdef __FLT16_MAX__
+    EXPECT_EQ(tofu_round_f16(x), static_cast<float>(static_cast<_Float16>(x))) << x;
+#endif
+  }
+  EXPECT_TRUE(std::isnan(tofu_round_bf16(TOFU_NAN)));
+  EXPECT_TRUE(std::isnan(tofu_round_f16(TOFU_NAN)));
+  EXPECT_EQ(tofu_round_f16(65520.0f), TOFU_INF);
+  EXPECT_EQ(tofu_round_f16(65519.0f), 65504.0f);
 }
 
 } // namespace

@@ -401,12 +401,24 @@ llvm::Expected<DataArray> widenedTensorProto(const onnx::TensorProto &t, DataArr
 }
 } // namespace
 
+void bfloat16FromBits(DataArray &a) {
+  const int64_t n = static_cast<int64_t>(a.bytes.size()) / typeSize(a.type);
+  std::vector<unsigned char> out(static_cast<size_t>(n) * 4);
+  for (int64_t k = 0; k < n; ++k) {
+    const float v = bfloat16ToFloat(static_cast<uint16_t>(a.at(k)));
+    std::memcpy(out.data() + static_cast<size_t>(k) * 4, &v, 4);
+  }
+  a.type = DataType::F32;
+  a.bytes = std::move(out);
+}
+
 llvm::Expected<DataArray> parseTensorProto(const std::string &bytes, const std::string &name) {
   onnx::TensorProto t;
   if (!t.ParseFromString(bytes))
     return stringError(fmt::format("{}: not an ONNX TensorProto", name));
   DataArray a;
   a.path = name;
+  a.onnxType = t.data_type();
   a.shape.assign(t.dims().begin(), t.dims().end());
   // Checked at the widest element an array takes (8 bytes), whatever the type.
   auto widest = bodyBytes(a.shape, 8, name);

@@ -34,6 +34,9 @@ struct DataArray {
   std::vector<int64_t> shape; ///< shape[0] samples; rank >= 1
   DataType type = DataType::U8;
   std::vector<unsigned char> bytes; ///< native byte order
+  /// An ONNX TensorProto's element type (ONNX's number) when the array came from a .pb
+  /// file, else 0.
+  int onnxType = 0;
 
   int64_t samples() const { return shape.empty() ? 0 : shape[0]; }
   /// Elements of one sample (the product of shape[1:]).
@@ -46,6 +49,11 @@ struct DataArray {
 /// Bytes per element of `t`.
 int typeSize(DataType t);
 const char *typeName(DataType t);
+
+/// The uint16 values of `a` (an ONNX .pb file's, which DataArray holds as int32) read as
+/// bfloat16 bit patterns, to float32: ONNX before 1.14 wrote bfloat16 arrays as uint16
+/// (numpy has no bfloat16), so a test's input for a bfloat16 input is stored so.
+void bfloat16FromBits(DataArray &a);
 
 /// Reads an IDX file (gzipped when its name ends in .gz), a .npy file, an ONNX TensorProto
 /// (.pb, as ONNX's tests store their inputs and outputs) or a tensor of a safetensors file

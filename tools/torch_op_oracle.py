@@ -230,6 +230,12 @@ CASES = [
     Case("Floor", U, [("x", X4, "f")], torch.floor, groups={"i": 4}),
     Case("Ceil", U, [("x", X4, "f")], torch.ceil, groups={"i": 4}),
     Case("Round", U, [("x", X4, ("halves", 4))], torch.round, groups={"i": 4}),
+    # Casts to the narrow floats: PyTorch's rounding forward; the grad clause passes dOut
+    # through (a straight-through cast: PyTorch's own would round dOut to the narrow type).
+    Case("CastBfloat16", U, [("x", X4, "f")],
+         lambda x: x + (x.float().to(torch.bfloat16).double() - x).detach(), groups={"i": 4}),
+    Case("CastFloat16", U, [("x", X4, "f")],
+         lambda x: x + (x.float().to(torch.float16).double() - x).detach(), groups={"i": 4}),
     Case("Sign", U, [("x", X4, "f")], torch.sign, groups={"i": 4}),
     Case("Tan", U, [("x", X4, "f")], torch.tan, groups={"i": 4}),
     Case("Asin", U, [("x", X4, "half")], torch.asin, groups={"i": 4}),
