@@ -55,6 +55,17 @@ def sc(t):
     return t.reshape(())
 
 
+def reverse_sequences(x, lens, time_first):
+    """ONNX ReverseSequence: batch b's first lens[b] steps reversed (PyTorch's flip)."""
+    y = x.clone()
+    for b, n in enumerate(lens.tolist()):
+        if time_first:
+            y[:n, b] = x[:n, b].flip(0)
+        else:
+            y[b, :n] = x[b, :n].flip(0)
+    return y
+
+
 A = "nn/activation.tdl"
 U = "math/unary.tdl"
 B = "math/binary.tdl"
@@ -223,6 +234,10 @@ CASES = [
          attrs={"n": 3}, groups={"pre": 1, "post": 2}),
     Case("AxisMap", SH, [("x", (2, 3, 4, 5), "f"), ("m", (6, 4), "f")],
          lambda x, m: torch.einsum("ok,abkc->aboc", m, x), groups={"pre": 2, "post": 1}),
+    Case("ReverseSequenceTime", SH, [("x", (5, 3, 2, 2), "f"), ("lens", (3,), ("int", 6))],
+         lambda x, n: reverse_sequences(x, n, True)),
+    Case("ReverseSequenceBatch", SH, [("x", (3, 5, 2, 2), "f"), ("lens", (3,), ("int", 6))],
+         lambda x, n: reverse_sequences(x, n, False)),
     Case("ResizeNearest2d", SH, [("x", (2, 3, 4, 5), "f")],
          lambda x: F.interpolate(x, scale_factor=(2, 3), mode="nearest"),
          attrs={"fh": 2, "fw": 3}),
