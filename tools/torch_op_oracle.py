@@ -145,6 +145,12 @@ CASES = [
     Case("ConvTranspose2d", CONV, [("data", (2, 3, 4, 5), "f"), ("w", (3, 2, 3, 3), "f")],
          lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1),
          attrs={"oh": 7, "ow": 9, "sh": 2, "sw": 2, "ph": 1, "pw": 1}),
+    # Depth: stride 2, padding 1, output padding 1, dilation 2 (od = (3 - 1) * 2 - 2 +
+    # 2 * (2 - 1) + 1 + 1 = 6); columns padded by 1 (ow = 1).
+    Case("ConvTranspose3d", CONV, [("data", (2, 3, 3, 4, 2), "f"), ("w", (3, 2, 2, 3, 2), "f")],
+         lambda x, w: F.conv_transpose3d(x, w, stride=(2, 1, 1), padding=(1, 0, 1),
+                                         output_padding=(1, 0, 0), dilation=(2, 1, 1)),
+         attrs={"od": 6, "oh": 6, "ow": 1, "sd": 2, "pd": 1, "pw": 1, "dd": 2}),
     Case("MaxPool2d", POOL, [("data", (2, 3, 6, 7), "f")],
          lambda x: F.max_pool2d(x, (2, 3), stride=(2, 2), padding=(1, 1)),
          attrs={"kh": 2, "kw": 3, "sh": 2, "sw": 2, "ph": 1, "pw": 1, "peh": 1, "pew": 1}),
