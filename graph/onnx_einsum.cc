@@ -1,8 +1,8 @@
 // Einsum of one or two operands: letters only one operand has and the output lacks are
 // summed first; then (two operands) the operands are permuted to [batch, kept, summed]
 // and [batch, summed, kept], merged to three axes, multiplied by MatMul, split and
-// permuted to the output's order. Repeated letters (diagonals) and three or more
-// operands are refused.
+// permuted to the output's order. A letter repeated in one operand takes its diagonal
+// first. Three or more operands are refused.
 #include "graph/onnx_import_internal.h"
 
 #include <algorithm>
@@ -101,11 +101,6 @@ llvm::Error Importer::einsumOp(const onnx::NodeProto &n, NodeEnv &env) {
       if (!std::isalpha(static_cast<unsigned char>(c)) &&
           !std::isdigit(static_cast<unsigned char>(c)))
         return where(n, fmt::format("equation '{}': '{}' is not a letter", eq, c));
-      if (std::count(terms[k].begin(), terms[k].end(), c) > 1)
-        return where(n,
-                     fmt::format("equation '{}': letter '{}' repeats in operand {} (diagonals are "
-                                 "not translated)",
-                                 eq, c, k));
       auto [it, fresh] = extent.emplace(c, shape[d]);
       if (!fresh && it->second != shape[d])
         return where(
@@ -114,13 +109,43 @@ llvm::Error Importer::einsumOp(const onnx::NodeProto &n, NodeEnv &env) {
                            eq, c, it->second, shape[d]));
     }
   }
+  // A letter repeated in one operand takes that operand's diagonal: the two axes moved last,
+  // then DiagonalLast, until no letter repeats. The implicit output counts the letters as
+  // written (a repeated letter is summed: 'ii' is the trace).
+  const std::vector<std::string> written = terms;
+  for (int k = 0; k < count; ++k)
+    for (;;) {
+      std::string &t = terms[k];
+      size_t a = 0, b = std::string::npos;
+      for (; a < t.size() && b == std::string::npos; ++a)
+        b = t.find(t[a], a + 1);
+      if (b == std::string::npos)
+        break;
+      --a;
+      const char c = t[a];
+      std::vector<int64_t> perm;
+      std::string rest;
+      for (size_t d = 0; d < t.size(); ++d)
+        if (d != a && d != b) {
+          perm.push_back(int64_t(d));
+          rest += t[d];
+        }
+      perm.push_back(int64_t(a));
+      perm.push_back(int64_t(b));
+      const std::string part = fmt::format("{}_diag{}{}", nameOf(n), k, c);
+      std::string moved = in[k];
+      if (a + 2 != t.size() || b + 1 != t.size())
+        TOFU_TRY(moved, b_->transpose(part + "_move", in[k], perm, ""));
+      TOFU_TRY(in[k], b_->node(part, "DiagonalLast", {moved}));
+      t = rest + c;
+    }
   std::string outTerm;
   if (arrow == std::string::npos) { // implicit: broadcast axes, then letters seen once, sorted
     outTerm = placeholders();
     std::string once;
     for (auto [c, e] : extent) {
       int seen = 0;
-      for (const std::string &t : terms)
+      for (const std::string &t : written)
         seen += int(std::count(t.begin(), t.end(), c));
       if (seen == 1 && std::isalpha(static_cast<unsigned char>(c)))
         once += c;

@@ -240,6 +240,8 @@ CASES = [
          attrs={"n": 3}, groups={"pre": 1, "post": 2}),
     Case("AxisMap", SH, [("x", (2, 3, 4, 5), "f"), ("m", (6, 4), "f")],
          lambda x, m: torch.einsum("ok,abkc->aboc", m, x), groups={"pre": 2, "post": 1}),
+    Case("DiagonalLast", SH, [("x", (2, 3, 4, 4), "f")],
+         lambda x: torch.diagonal(x, dim1=-2, dim2=-1)),
     Case("ReverseSequenceTime", SH, [("x", (5, 3, 2, 2), "f"), ("lens", (3,), ("int", 6))],
          lambda x, n: reverse_sequences(x, n, True)),
     Case("ReverseSequenceBatch", SH, [("x", (3, 5, 2, 2), "f"), ("lens", (3,), ("int", 6))],
