@@ -340,6 +340,12 @@ llvm::Expected<std::string> Importer::resolve(const onnx::NodeProto &n,
       if (TensorInfo *info = b_->graph().tensor(*t);
           info && !b_->graph().producer(*t) && info->role == TensorRole::Weight)
         info->role = TensorRole::Input;
+    if (t && r.asScalar && !shapeOf(*t).empty()) {
+      if (elementCount(shapeOf(*t)) != 1)
+        return where(n, fmt::format("input {} ('{}') has shape [{}]; one value is expected", k, *t,
+                                    fmt::join(shapeOf(*t), ", ")));
+      return b_->reshaped(fmt::format("{}_scalar{}", name, k), *t, {});
+    }
     return t;
   }
   case Kind::Prev:
