@@ -76,7 +76,7 @@ struct InputRef {
   bool integer = false;             ///< Scalar/Fill: an int64 constant
   bool frozen = false;              ///< Onnx: a weight read here is not trained (running stats)
   bool asScalar = false; ///< Onnx: a one-element tensor (shape [1], [1, 1]) read as rank 0
-  std::string label;                ///< NewInput: the new tensor is `<node>_<label>`
+  std::string label;     ///< NewInput: the new tensor is `<node>_<label>`
 };
 
 /// One library op of a translation.
