@@ -113,7 +113,7 @@ llvm::Expected<std::string> Importer::tensorInput(const onnx::NodeProto &n, int 
 
 llvm::Expected<std::vector<int64_t>> Importer::ints(const std::string &tensor,
                                                     const std::string &what) {
-  const Const *c = known(tensor);
+  const Const *c = valueOf(tensor);
   if (!c)
     return stringError(fmt::format("its {} ('{}') must be a constant the importer can evaluate "
                                    "(or, for an input, a value given ahead: tofu-run --infer "

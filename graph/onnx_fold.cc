@@ -96,7 +96,7 @@ llvm::Expected<bool> Importer::readConstant(const onnx::NodeProto &n) {
   if (op == "ConstantOfShape" && in.size() == 1) {
     // The shape may be a constant or an input given ahead: either way it fixes the output's
     // shape, so the output is a constant too.
-    const Const *shape = known(in[0]);
+    const Const *shape = valueOf(in[0]);
     if (!shape)
       return false;
     Const r;
@@ -119,6 +119,50 @@ llvm::Expected<bool> Importer::readConstant(const onnx::NodeProto &n) {
     return true;
   }
   return false;
+}
+
+const Const *Importer::valueOf(const std::string &name, int depth) {
+  if (const Const *c = known(name))
+    return c;
+  auto p = producers_.find(name);
+  if (name.empty() || depth > 64 || underivable_.count(name) || p == producers_.end())
+    return nullptr;
+  const onnx::NodeProto &n = *p->second;
+  const onnxrules::Entry *entry = table_.find(n.op_type());
+  bool derivable =
+      entry && entry->domain.empty() && (!entry->rules.empty() || !entry->handler.empty());
+  for (const std::string &o : n.output()) {
+    auto s = facts_.shapes.find(o);
+    derivable = derivable &&
+                (o.empty() || (s != facts_.shapes.end() && elementCount(s->second) <= kMaxDerived));
+  }
+  // The inputs' values stand as constants while the producer is evaluated, then go.
+  std::vector<std::string> lent;
+  for (const std::string &i : n.input()) {
+    if (!derivable || i.empty() || facts_.consts.count(i))
+      continue;
+    const Const *c = valueOf(i, depth + 1);
+    if (!c) {
+      derivable = false;
+      break;
+    }
+    Const copy = *c;
+    facts_.consts[i] = std::move(copy);
+    lent.push_back(i);
+  }
+  const bool folded = derivable && foldConstant(n, *entry);
+  for (const std::string &i : lent)
+    facts_.consts.erase(i);
+  if (folded)
+    for (const std::string &o : n.output())
+      if (auto c = facts_.consts.find(o); !o.empty() && c != facts_.consts.end()) {
+        derived_[o] = std::move(c->second);
+        facts_.consts.erase(c);
+      }
+  if (auto d = derived_.find(name); d != derived_.end())
+    return &d->second;
+  underivable_.insert(name);
+  return nullptr;
 }
 
 bool Importer::foldConstant(const onnx::NodeProto &n, const onnxrules::Entry &entry) {

@@ -538,6 +538,9 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   std::vector<std::string> untranslated;
   std::set<std::string> lost;
   unsigned skipped = 0;
+  for (const onnx::NodeProto &n : graph->node())
+    for (const std::string &o : n.output())
+      producers_[o] = &n;
   for (const onnx::NodeProto &n : graph->node()) {
     bool reachesLost = false;
     for (const std::string &in : n.input())

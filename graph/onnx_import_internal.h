@@ -356,10 +356,23 @@ private:
       return &it->second;
     if (auto it = given_.find(name); it != given_.end())
       return &it->second;
+    if (auto it = derived_.find(name); it != derived_.end())
+      return &it->second;
     return nullptr;
   }
+  /// The values of `name` as known() has them, else computed from inputs given ahead where
+  /// an op needs them as a constant (a Range's bounds from a window's size): its producer is
+  /// evaluated as foldConstant evaluates a node (its inputs' values derived the same way,
+  /// every result at most kMaxDerived elements) and the values kept in derived_, which only
+  /// ops that need a constant read: the producer itself stays a computation of the graph.
+  /// Null when they cannot be.
+  const Const *valueOf(const std::string &name, int depth = 0);
+  static constexpr int64_t kMaxDerived = 4096;
 
-  std::map<std::string, Const> given_; ///< inputs given ahead with their values
+  std::map<std::string, Const> given_;   ///< inputs given ahead with their values
+  std::map<std::string, Const> derived_; ///< values computed from them (valueOf)
+  std::set<std::string> underivable_;    ///< tensors valueOf could not compute
+  std::map<std::string, const onnx::NodeProto *> producers_; ///< by ONNX output
   const OpLibrary &lib_;
   const onnxrules::Table &table_;
   OnnxImportOptions options_;

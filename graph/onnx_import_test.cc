@@ -470,5 +470,50 @@ TEST(OnnxImport, InputsGivenAheadFixShapesAndConstants) {
             std::string::npos);
 }
 
+TEST(OnnxImport, ConstantsAreDerivedFromInputsGivenAhead) {
+  // y = Range(0, n + 2, 1): the limit is computed from the input n (as ONNX's expanded
+  // window functions compute theirs), so Range's length is known once n is given.
+  Bad b({{"n", std::vector<int64_t>{}}});
+  b.g->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto::INT64);
+  b.g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape(); // rank 0
+  auto constant = [&](const std::string &name, int64_t v) {
+    onnx::NodeProto *c = b.node("c_" + name, "Constant", {}, {name});
+    onnx::AttributeProto *a = c->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+    a->mutable_t()->add_int64_data(v);
+  };
+  constant("zero", 0);
+  constant("two", 2);
+  constant("one", 1);
+  b.node("add", "Add", {"n", "two"}, {"limit"});
+  b.node("range", "Range", {"zero", "limit", "one"}, {"y"});
+  onnx::ValueInfoProto *y = b.g->add_output();
+  y->set_name("y");
+  y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+  y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param("len");
+  const std::string bytes = b.m.SerializeAsString();
+  auto import = [&](std::map<std::string, OnnxGivenInput> given) {
+    OnnxImportOptions options;
+    options.dataInputs = 1;
+    options.givenInputs = std::move(given);
+    return importOnnxBytes(bytes, "m.onnx", library(), options);
+  };
+  auto refused = import({});
+  ASSERT_FALSE(static_cast<bool>(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("start, limit and delta must be constants"),
+            std::string::npos);
+  auto g = import({{"n", {{}, {5}, true}}});
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  EXPECT_EQ(g->tensor("y")->shape, (std::vector<int64_t>{7}));
+  // The limit's producer stays a computation of the graph; only Range read its value.
+  bool added = false;
+  for (const Node &n : g->nodes())
+    added |= n.output == "limit";
+  EXPECT_TRUE(added);
+}
+
 } // namespace
 } // namespace tofu

@@ -428,7 +428,7 @@ llvm::Error Importer::resizeOp(const onnx::NodeProto &n, NodeEnv &env) {
         scales.assign(a.floats().begin(), a.floats().end());
   std::vector<int64_t> to;
   if (env.present(scalesAt)) {
-    const Const *c = known(env.input(scalesAt));
+    const Const *c = valueOf(env.input(scalesAt));
     if (!c)
       return where(n, fmt::format("its scales ('{}') must be a constant the importer can "
                                   "evaluate",

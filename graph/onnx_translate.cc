@@ -135,7 +135,7 @@ std::optional<llvm::Expected<NodeEnv::Value>> NodeEnv::call(const std::string &f
                          im_.consumed_.count(n_.output(k)));
   }
   if (fn == "const") {
-    const Const *c = im_.known(input(index(0)));
+    const Const *c = im_.valueOf(input(index(0)));
     if (!c)
       return Value();
     return Value::ofList(c->v);
