@@ -248,7 +248,8 @@ llvm::Error Trainer::Impl::bindData() {
   if (!d)
     return usageError(llvm::toString(d.takeError()));
   ds = std::move(*d);
-  auto b = bindDataSet(p, loss, *ds, options.feeds, training.constants, training.initialValues);
+  auto b = bindDataSet(p, loss, *ds, options.feeds, training.constants, training.initialValues,
+                       training.randomMasks);
   if (!b)
     return usageError(fmt::format("{}: --data {}: {}", options.name, options.data,
                                   llvm::toString(b.takeError())));
@@ -290,7 +291,8 @@ llvm::Error Trainer::Impl::makeEval() {
   if (!evalDs->find(labelsArray))
     return usageError(fmt::format("--eval {}: the data set has no array '{}' (the labels)",
                                   options.eval, labelsArray));
-  auto eb = bindDataSet(ep, "", *evalDs, feeds, training.constants, training.initialValues);
+  auto eb = bindDataSet(ep, "", *evalDs, feeds, training.constants, training.initialValues,
+                        training.randomMasks);
   if (!eb)
     return usageError(fmt::format("{}: --eval {}: {}", options.name, options.eval,
                                   llvm::toString(eb.takeError())));
@@ -306,7 +308,13 @@ llvm::Error Trainer::Impl::makeEval() {
   if (!e)
     return stringError(options.name + ": the evaluation engine: " + llvm::toString(e.takeError()));
   evalEngine = std::move(*e);
-  evalValues = std::make_unique<TrainingData>(ep, "", options.seed, lr, training.constants, false,
+  // Evaluation is inference: a training-mode Dropout's mask is its expectation (the keep
+  // probability), so that x * mask / keep is x.
+  std::map<std::string, std::vector<double>> evalConstants = training.constants;
+  for (const ProblemTensor &t : ep.tensors)
+    if (auto m = training.randomMasks.find(t.name); m != training.randomMasks.end())
+      evalConstants[t.name].assign(size_t(boxElements(wholeBox(t.shape))), m->second);
+  evalValues = std::make_unique<TrainingData>(ep, "", options.seed, lr, evalConstants, false,
                                               &training.initialValues);
   setValues(*evalEngine, *evalValues, evalValues->tensors(), 0);
   return llvm::Error::success();

@@ -6,7 +6,7 @@
 # independent oracle); evaluation on the test split; a checkpoint resumed mid-epoch continues
 # the uninterrupted run; 2 MPI processes give the run of 2 threads; every optimiser, weight
 # decay and learning-rate schedule against torch.optim's, and a schedule resumed from a
-# checkpoint; bad uses exit 2.
+# checkpoint; a model with a training-mode Dropout learns; bad uses exit 2.
 set -uo pipefail
 run="$(realpath "$1")"
 fail=0
@@ -252,6 +252,50 @@ grep -q "nothing was saved to $tmp/ckpt-nan" "$tmp/err.txt" ||
   { echo "FAILED: the non-finite stop does not say nothing was saved" >&2; cat "$tmp/err.txt" >&2; fail=1; }
 [ "$(md5sum <"$tmp/ckpt-nan/model.safetensors")" = "$before" ] ||
   { echo "FAILED: a non-finite update was saved over the checkpoint" >&2; fail=1; }
+
+# A training-mode Dropout (ratio 0.5) between two layers: its mask is drawn at every step, so
+# the data set's one array still pairs with the one data input; it learns, and evaluation
+# (inference: each mask its expectation, the keep probability) scores well above chance.
+$py - "$tmp/drop.onnx" <<'PY'
+import sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto
+rng = np.random.default_rng(0)
+def init(name, a):
+    return numpy_helper.from_array(np.asarray(a), name)
+inits = [init("W1", (rng.standard_normal((784, 64)) * 0.05).astype(np.float32)),
+         init("B1", np.zeros(64, np.float32)),
+         init("W2", (rng.standard_normal((64, 10)) * 0.05).astype(np.float32)),
+         init("B2", np.zeros(10, np.float32)),
+         init("ratio", np.array(0.5, np.float32)), init("training", np.array(True))]
+nodes = [helper.make_node("Flatten", ["x"], ["flat"]),
+         helper.make_node("Gemm", ["flat", "W1", "B1"], ["h"]),
+         helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("Dropout", ["r", "ratio", "training"], ["d"]),
+         helper.make_node("Gemm", ["d", "W2", "B2"], ["logits"])]
+g = helper.make_graph(nodes, "dropout_mlp",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 28, 28])],
+                      [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
+                      inits)
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+PY
+if ! "$run" --onnx "$tmp/drop.onnx" --batch 32 --data "$tmp/data" --normalize 0.3,0.3 \
+     --optimizer momentum --lr 0.02 --momentum 0.9 --seed 3 --format=json --workers 2 --epochs 3 \
+     --eval test >"$tmp/drop.json" 2>"$tmp/err.txt"; then
+  echo "FAILED: tofu-run on a model with a training-mode Dropout" >&2; cat "$tmp/err.txt" >&2
+  fail=1
+else
+  $py - "$tmp/drop.json" <<'PY' || fail=1
+import json, sys
+a = json.load(open(sys.argv[1]))
+loss = a["loss"]
+assert len(loss) == 60, len(loss)
+assert sum(loss[-10:]) < 0.8 * sum(loss[:10]), loss
+assert a["eval"][-1]["accuracy"] >= 0.6, a["eval"]
+print("dropout: accuracy", [round(e["accuracy"], 3) for e in a["eval"]])
+PY
+fi
 
 # Bad uses: each exits 2 naming what is wrong.
 $py - "$tmp/data" <<'PY'
