@@ -60,8 +60,6 @@ llvm::Error Importer::recurrentOp(const onnx::NodeProto &n, NodeEnv &env) {
   const int64_t dirs = direction == "bidirectional" ? 2 : 1;
   if (intAttr(n, "input_forget").value_or(0) != 0)
     return where(n, "coupled input and forget gates (input_forget) are not translated");
-  if (op == "LSTM" && env.present(7))
-    return where(n, "peephole connections (input P) are not translated");
   // The activations, per direction: the defaults, or RNN's Tanh/Relu/Sigmoid.
   std::vector<std::string> defaults = op == "LSTM"
                                           ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
@@ -105,10 +103,10 @@ llvm::Error Importer::recurrentOp(const onnx::NodeProto &n, NodeEnv &env) {
                                     "sequence lengths are not translated",
                                     l, T));
   }
-  std::optional<std::string> B8, H0, C0;
+  std::optional<std::string> B8, H0, C0, P;
   for (auto [k, slot] :
-       {std::pair<int, std::optional<std::string> *>{3, &B8}, {5, &H0}, {6, &C0}}) {
-    if (k == 6 && op != "LSTM")
+       {std::pair<int, std::optional<std::string> *>{3, &B8}, {5, &H0}, {6, &C0}, {7, &P}}) {
+    if (k >= 6 && op != "LSTM")
       continue;
     if (!env.present(k))
       continue;
@@ -121,6 +119,8 @@ llvm::Error Importer::recurrentOp(const onnx::NodeProto &n, NodeEnv &env) {
       layout == 0 ? std::vector<int64_t>{dirs, B, H} : std::vector<int64_t>{B, dirs, H};
   if (B8 && shapeOf(*B8) != std::vector<int64_t>{dirs, 2 * gatesPer * H})
     return where(n, fmt::format("B must be [{}, {}]", dirs, 2 * gatesPer * H));
+  if (P && shapeOf(*P) != std::vector<int64_t>{dirs, 3 * H})
+    return where(n, fmt::format("P must be [{}, {}]", dirs, 3 * H));
   for (const auto *s : {&H0, &C0})
     if (*s && shapeOf(**s) != stateShape)
       return where(n, fmt::format("initial states must be [{}, {}, {}]", stateShape[0],
@@ -198,7 +198,18 @@ llvm::Error Importer::recurrentOp(const onnx::NodeProto &n, NodeEnv &env) {
     };
     std::string h, c;
     TOFU_TRY(h, initial(H0, d, "h"));
-    std::string Wg, Rg, bg, Wh, Rh, bh, Wbh, Rbh, one;
+    std::string Wg, Rg, bg, Wh, Rh, bh, Wbh, Rbh, one, peep;
+    if (P) { // the peepholes [i, o, f] to lstm_peephole's [i, f, o]
+      std::string Pd;
+      TOFU_TRY(Pd, entry(dn + "_P", *P, d, {3 * H}));
+      std::vector<std::string> blocks;
+      for (int64_t q : {0, 2, 1}) {
+        std::string block;
+        TOFU_TRY(block, b_->sliceAxis(fmt::format("{}_P_gate{}", dn, q), Pd, 0, q * H, H));
+        blocks.push_back(block);
+      }
+      TOFU_TRY(peep, b_->concatAll(dn + "_P_ifo", blocks, 0, ""));
+    }
     const bool lbr = op == "GRU" && intAttr(n, "linear_before_reset").value_or(0) != 0;
     if (op == "LSTM") {
       TOFU_TRY(c, initial(C0, d, "c"));
@@ -251,7 +262,11 @@ llvm::Error Importer::recurrentOp(const onnx::NodeProto &n, NodeEnv &env) {
       if (op == "LSTM") {
         std::string gates;
         TOFU_TRY(gates, keyed("gates", "lstm_gates", {x, h, Wg, Rg, bg}));
+        if (P)
+          TOFU_TRY(gates, keyed("peep_if", "lstm_peephole_if", {gates, c, peep}));
         TOFU_TRY(c, keyed("c", "lstm_cell_c", {gates, c}));
+        if (P)
+          TOFU_TRY(gates, keyed("peep_o", "lstm_peephole_o", {gates, c, peep}));
         TOFU_TRY(h, keyed("h", "lstm_cell_h", {gates, c}));
       } else if (op == "GRU") {
         std::string zrPre, zr, z, r, pre, cand, diff, zdiff;
