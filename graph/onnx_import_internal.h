@@ -43,6 +43,8 @@ struct ResizeSpec {
   std::string nearestMode = "round_prefer_floor";
   double cubicA = -0.75;
   bool excludeOutside = false;
+  /// tf_crop_and_resize: the axis's region of interest, as fractions of its extent - 1.
+  double roiStart = 0, roiEnd = 1;
 };
 
 std::vector<int64_t> intsAttr(const onnx::NodeProto &n, const std::string &name,
@@ -132,7 +134,9 @@ llvm::Expected<const onnxrules::Table *> tableFor(const OpLibrary &lib);
 /// coordinate transformation; the mode's n neighbours of x_ori are the n integers nearest
 /// it (ties to the lower one, among those within ceil(n / 2) of the axis), each clamped onto
 /// the axis (edge padding), weighted by the mode's coefficients at ratio = x_ori -
-/// floor(x_ori) (1 where x_ori is an integer). `scale` is the axis's scale factor.
+/// floor(x_ori) (1 where x_ori is an integer). `scale` is the axis's scale factor. Under
+/// tf_crop_and_resize an output whose x_ori lies outside [0, in - 1] takes the
+/// extrapolation value: its row is zero.
 std::vector<double> resizeMatrix(int64_t in, int64_t out, double scale, const ResizeSpec &s);
 
 /// Edge or reflect padding along an axis of extent `in` by `b` before and `e` after (either

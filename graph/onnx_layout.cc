@@ -39,7 +39,13 @@ std::vector<double> resizeMatrix(int64_t in, int64_t out, double scale, const Re
   const double outWidth = scale * double(in);
   for (int64_t x = 0; x < out; ++x) {
     double ori;
-    if (s.transform == "align_corners")
+    if (s.transform == "tf_crop_and_resize") {
+      ori = out > 1 ? s.roiStart * double(in - 1) +
+                          double(x) * (s.roiEnd - s.roiStart) * double(in - 1) / double(out - 1)
+                    : 0.5 * (s.roiStart + s.roiEnd) * double(in - 1);
+      if (ori < 0 || ori > double(in - 1))
+        continue;
+    } else if (s.transform == "align_corners")
       ori = outWidth == 1 ? 0 : double(x) * double(in - 1) / (outWidth - 1);
     else if (s.transform == "asymmetric")
       ori = double(x) / scale;
@@ -401,8 +407,9 @@ llvm::Error Importer::resizeOp(const onnx::NodeProto &n, NodeEnv &env) {
   }
   if (spec.mode != "nearest" && spec.mode != "linear" && spec.mode != "cubic")
     return where(n, fmt::format("mode '{}' is not one of nearest, linear and cubic", spec.mode));
-  static const std::set<std::string> transforms = {
-      "half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn"};
+  static const std::set<std::string> transforms = {"half_pixel",           "pytorch_half_pixel",
+                                                   "align_corners",        "asymmetric",
+                                                   "tf_half_pixel_for_nn", "tf_crop_and_resize"};
   if (!transforms.count(spec.transform))
     return where(
         n, fmt::format("coordinate_transformation_mode '{}' is not translated", spec.transform));
@@ -467,12 +474,36 @@ llvm::Error Importer::resizeOp(const onnx::NodeProto &n, NodeEnv &env) {
       known != facts_.shapes.end() && known->second != to)
     return where(n, fmt::format("resizes to [{}] but ONNX infers [{}]", fmt::join(to, ", "),
                                 fmt::join(known->second, ", ")));
+  // tf_crop_and_resize: the region of interest (input 1: every axis's start, then every
+  // axis's end), and outputs outside it take extrapolation_value.
+  std::vector<double> roi;
+  const bool crop = spec.transform == "tf_crop_and_resize";
+  if (crop) {
+    const Const *c = env.present(1) ? valueOf(env.input(1)) : nullptr;
+    if (!c || int64_t(c->v.size()) != 2 * r)
+      return where(n, fmt::format("tf_crop_and_resize needs a constant roi of {} values (each "
+                                  "axis's start, then each axis's end)",
+                                  2 * r));
+    roi = c->v;
+  }
   // Each axis whose matrix is not the identity is mapped by it.
   std::vector<int64_t> axes;
   std::vector<std::vector<double>> maps;
+  std::vector<std::vector<double>> inside(
+      static_cast<size_t>(r)); // per axis, output: in the region
   for (int64_t d = 0; d < r; ++d) {
+    if (crop) {
+      spec.roiStart = roi[size_t(d)];
+      spec.roiEnd = roi[size_t(r + d)];
+    }
     std::vector<double> m =
         resizeMatrix(from[size_t(d)], to[size_t(d)], double(float(scales[size_t(d)])), spec);
+    for (int64_t i = 0; i < to[size_t(d)]; ++i) {
+      double row = 0;
+      for (int64_t j = 0; j < from[size_t(d)]; ++j)
+        row += std::abs(m[size_t(i * from[size_t(d)] + j)]);
+      inside[size_t(d)].push_back(row != 0 ? 1.0 : 0.0);
+    }
     bool identity = to[size_t(d)] == from[size_t(d)];
     for (int64_t i = 0; identity && i < to[size_t(d)]; ++i)
       for (int64_t j = 0; identity && j < from[size_t(d)]; ++j)
@@ -503,10 +534,33 @@ llvm::Error Importer::resizeOp(const onnx::NodeProto &n, NodeEnv &env) {
                         {{"fh", repeats(0, 2)}, {"fw", repeats(1, 3)}}, {}, out));
     return llvm::Error::success();
   }
+  // Outputs outside the region (any axis's) are extrapolation_value: the maps give them 0,
+  // and a constant adds the value there.
+  const double extrapolation = floatAttr(n, "extrapolation_value").value_or(0.0f);
+  std::vector<double> outside;
+  if (crop && extrapolation != 0) {
+    outside.assign(size_t(elementCount(to)), 0.0);
+    for (int64_t i = 0; i < elementCount(to); ++i) {
+      int64_t rest = i;
+      double within = 1;
+      for (int64_t d = r - 1; d >= 0; --d) {
+        within *= inside[size_t(d)][size_t(rest % to[size_t(d)])];
+        rest /= to[size_t(d)];
+      }
+      outside[size_t(i)] = (1 - within) * extrapolation;
+    }
+    if (std::all_of(outside.begin(), outside.end(), [](double v) { return v == 0; }))
+      outside.clear();
+  }
   for (size_t k = 0; k < axes.size(); ++k)
     TOFU_TRY(x,
              b_->axisMap(fmt::format("{}_axis{}", name, axes[k]), x, axes[k], to[size_t(axes[k])],
-                         std::move(maps[k]), k + 1 == axes.size() ? out : ""));
+                         std::move(maps[k]), k + 1 == axes.size() && outside.empty() ? out : ""));
+  if (!outside.empty()) {
+    std::string fill;
+    TOFU_TRY(fill, b_->constant(name + "_extrapolated", to, std::move(outside), false));
+    TOFU_CHECK(b_->node(name + "_extrapolate", "Add", {x, fill}, {}, {}, out));
+  }
   return llvm::Error::success();
 }
 
