@@ -36,6 +36,16 @@ struct TensorInfo {
   int64_t bytes() const; ///< elements times the dtype's size
 };
 
+/// How the values of a random input are drawn (Graph::randomInputs).
+struct RandomInput {
+  enum class Kind {
+    Mask,    ///< 1 with probability a, else 0 (a dropout mask; evaluation uses a itself)
+    Uniform, ///< uniform in [a, b)
+    Normal,  ///< normal of mean a and standard deviation b
+  } kind = Kind::Uniform;
+  double a = 0, b = 1;
+};
+
 /// One op instantiation: `output = op<attrs>{groups}(inputs)`.
 struct Node {
   std::string name;
@@ -73,9 +83,9 @@ public:
   /// Inputs of an imported model given ahead whose values the import took whole (empty
   /// ones, such as a reduction's empty axes): no tensor of the graph holds them.
   std::set<std::string> inputsTakenWhole;
-  /// Inputs the import made for random masks (training-mode Dropout), by the probability of
-  /// a 1: runs draw each afresh at every step, 1 with that probability and 0 otherwise.
-  std::map<std::string, double> randomMasks;
+  /// Inputs the import made for random values (a training-mode Dropout's mask, ONNX's random
+  /// generators): runs draw each afresh at every step.
+  std::map<std::string, RandomInput> randomInputs;
 
   const TensorInfo *tensor(const std::string &name) const;
   TensorInfo *tensor(const std::string &name);

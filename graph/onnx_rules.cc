@@ -594,7 +594,7 @@ llvm::Expected<InputRef> parseInput(const nlohmann::json &j, const std::string &
   for (const auto &[key, value] : j.items())
     if (key != "input" && key != "else" && key != "scalar" && key != "fill" && key != "shape" &&
         key != "int" && key != "frozen" && key != "new_input" && key != "keep" &&
-        key != "as_scalar")
+        key != "uniform" && key != "normal" && key != "as_scalar")
       return error(fmt::format("{}: unknown input field '{}'", what, key));
   r.integer = j.value("int", false);
   r.frozen = j.value("frozen", false);
@@ -612,7 +612,21 @@ llvm::Expected<InputRef> parseInput(const nlohmann::json &j, const std::string &
       auto k = parseField(j["keep"], what);
       if (!k)
         return k.takeError();
-      r.keep = *k;
+      r.random = "mask";
+      r.randomA = *k;
+    }
+    for (const char *kind : {"uniform", "normal"}) {
+      if (!j.contains(kind))
+        continue;
+      if (!r.random.empty() || !j[kind].is_array() || j[kind].size() != 2)
+        return error(
+            fmt::format("{}: '{}' needs two expressions (and no other distribution)", what, kind));
+      auto a = parseField(j[kind][0], what), b = parseField(j[kind][1], what);
+      if (!a || !b)
+        return a ? b.takeError() : a.takeError();
+      r.random = kind;
+      r.randomA = *a;
+      r.randomB = *b;
     }
     return r;
   }

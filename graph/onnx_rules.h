@@ -71,7 +71,11 @@ struct InputRef {
   enum class Kind { Onnx, Prev, Step, Scalar, Fill, NewInput } kind = Kind::Onnx;
   int index = 0;
   ExprPtr value, shape; ///< Scalar: value; Fill: value and shape; NewInput: shape
-  ExprPtr keep; ///< NewInput: a random 0/1 mask, 1 with this probability (Graph::randomMasks)
+  /// NewInput: random values (Graph::randomInputs) of this kind ("mask", "uniform",
+  /// "normal"; empty: none), with parameters a and b (a mask's probability of a 1; a uniform
+  /// range [a, b); a normal's mean and deviation).
+  std::string random;
+  ExprPtr randomA, randomB;
   std::shared_ptr<InputRef> orElse; ///< Onnx: what stands in when the input is absent
   bool integer = false;             ///< Scalar/Fill: an int64 constant
   bool frozen = false;              ///< Onnx: a weight read here is not trained (running stats)

@@ -374,13 +374,29 @@ llvm::Expected<std::string> Importer::resolve(const onnx::NodeProto &n,
       facts_.shapes[t] = info.shape;
       if (llvm::Error e = b_->addTensor(std::move(info)))
         return std::move(e);
-      if (r.keep) {
-        auto keep = onnxrules::eval(*r.keep, env);
-        if (!keep)
-          return keep.takeError();
-        if (keep->kind != onnxrules::Value::Kind::Num || !(keep->num >= 0 && keep->num <= 1))
+      if (!r.random.empty()) {
+        RandomInput random;
+        random.kind = r.random == "mask"      ? RandomInput::Kind::Mask
+                      : r.random == "uniform" ? RandomInput::Kind::Uniform
+                                              : RandomInput::Kind::Normal;
+        for (auto [e, out] :
+             {std::pair{r.randomA.get(), &random.a}, {r.randomB.get(), &random.b}}) {
+          if (!e)
+            continue;
+          auto v = onnxrules::eval(*e, env);
+          if (!v)
+            return v.takeError();
+          if (v->kind != onnxrules::Value::Kind::Num || !std::isfinite(v->num))
+            return where(n, "the translation table's random distribution needs numbers");
+          *out = v->num;
+        }
+        if (random.kind == RandomInput::Kind::Mask && !(random.a >= 0 && random.a <= 1))
           return where(n, "the probability of keeping an element must be a number in [0, 1]");
-        b_->graph().randomMasks[t] = keep->num;
+        if (random.kind == RandomInput::Kind::Uniform && !(random.a <= random.b))
+          return where(n, fmt::format("the uniform range [{}, {}) is empty", random.a, random.b));
+        if (random.kind == RandomInput::Kind::Normal && !(random.b >= 0))
+          return where(n, fmt::format("a normal's deviation {} is negative", random.b));
+        b_->graph().randomInputs[t] = random;
       }
     }
     return t;

@@ -165,7 +165,7 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
     return stringError(fmt::format("the loss '{}' must be a scalar", loss));
   g_.constants = fwd_.constants;
   g_.initialValues = fwd_.initialValues;
-  g_.randomMasks = fwd_.randomMasks;
+  g_.randomInputs = fwd_.randomInputs;
   for (const TensorInfo &t : fwd_.tensors()) {
     TensorInfo copy = t;
     if (copy.group.empty())

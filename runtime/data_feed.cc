@@ -40,7 +40,7 @@ llvm::Expected<std::vector<DataBinding>>
 bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const std::string &feeds,
             const std::map<std::string, std::vector<double>> &constants,
             const std::map<std::string, std::vector<float>> &initial,
-            const std::map<std::string, double> &masks) {
+            const std::map<std::string, RandomInput> &random) {
   std::vector<DataBinding> out;
   const int labels = labelsOf(p, loss);
   auto bind = [&](int t, const std::string &array) -> llvm::Error {
@@ -132,7 +132,7 @@ bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const 
   for (unsigned t = 0; t < p.tensors.size(); ++t) {
     const ProblemTensor &pt = p.tensors[t];
     if (pt.producer < 0 && pt.role == TensorRole::Input && !pt.shape.empty() && int(t) != labels &&
-        !constants.count(pt.name) && !initial.count(pt.name) && !masks.count(pt.name))
+        !constants.count(pt.name) && !initial.count(pt.name) && !random.count(pt.name))
       inputs.push_back(t);
   }
   if (rest.size() != 1 || inputs.size() != 1) {

@@ -38,8 +38,8 @@ struct DataBinding {
 /// - otherwise an array `labels` feeds the loss's labels (the second input of
 ///   softmax_cross_entropy, `loss` naming its output; none when `loss` is empty), and the
 ///   one other array feeds the one data input (an input of rank >= 1 that is not the labels
-///   and has no value of its own: a constant, a model's initial value or, by `masks`, a
-///   random mask drawn at every step).
+///   and has no value of its own: a constant, a model's initial value or, by `random`, a
+///   random input drawn at every step).
 /// Each bound input's first dimension is the batch; an array's sample must have as many
 /// elements as one batch row of the input; labels must be integers in [0, classes).
 /// Errors name the input, the array and what does not fit.
@@ -47,7 +47,7 @@ llvm::Expected<std::vector<DataBinding>>
 bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const std::string &feeds,
             const std::map<std::string, std::vector<double>> &constants,
             const std::map<std::string, std::vector<float>> &initial,
-            const std::map<std::string, double> &masks = {});
+            const std::map<std::string, RandomInput> &random = {});
 
 /// Writes the batch of `samples` (one index per batch row) into every bound input's local
 /// tiles.

@@ -249,7 +249,7 @@ llvm::Error Trainer::Impl::bindData() {
     return usageError(llvm::toString(d.takeError()));
   ds = std::move(*d);
   auto b = bindDataSet(p, loss, *ds, options.feeds, training.constants, training.initialValues,
-                       training.randomMasks);
+                       training.randomInputs);
   if (!b)
     return usageError(fmt::format("{}: --data {}: {}", options.name, options.data,
                                   llvm::toString(b.takeError())));
@@ -292,7 +292,7 @@ llvm::Error Trainer::Impl::makeEval() {
     return usageError(fmt::format("--eval {}: the data set has no array '{}' (the labels)",
                                   options.eval, labelsArray));
   auto eb = bindDataSet(ep, "", *evalDs, feeds, training.constants, training.initialValues,
-                        training.randomMasks);
+                        training.randomInputs);
   if (!eb)
     return usageError(fmt::format("{}: --eval {}: {}", options.name, options.eval,
                                   llvm::toString(eb.takeError())));
@@ -309,13 +309,15 @@ llvm::Error Trainer::Impl::makeEval() {
     return stringError(options.name + ": the evaluation engine: " + llvm::toString(e.takeError()));
   evalEngine = std::move(*e);
   // Evaluation is inference: a training-mode Dropout's mask is its expectation (the keep
-  // probability), so that x * mask / keep is x.
+  // probability), so that x * mask / keep is x; other random inputs are drawn.
   std::map<std::string, std::vector<double>> evalConstants = training.constants;
   for (const ProblemTensor &t : ep.tensors)
-    if (auto m = training.randomMasks.find(t.name); m != training.randomMasks.end())
-      evalConstants[t.name].assign(size_t(boxElements(wholeBox(t.shape))), m->second);
+    if (auto m = training.randomInputs.find(t.name);
+        m != training.randomInputs.end() && m->second.kind == RandomInput::Kind::Mask)
+      evalConstants[t.name].assign(size_t(boxElements(wholeBox(t.shape))), m->second.a);
   evalValues = std::make_unique<TrainingData>(ep, "", options.seed, lr, evalConstants, false,
-                                              &training.initialValues);
+                                              &training.initialValues, TrainingHyper(),
+                                              &training.randomInputs);
   setValues(*evalEngine, *evalValues, evalValues->tensors(), 0);
   return llvm::Error::success();
 }
@@ -406,7 +408,7 @@ Trainer::create(const Problem &p, const Graph &training, const std::string &loss
   // Every worker draws its own tiles of every value: no process makes a whole tensor.
   m.data = std::make_unique<TrainingData>(p, loss, m.options.seed, m.lr, training.constants,
                                           m.options.data == "teacher", &training.initialValues,
-                                          m.hyper, &training.randomMasks);
+                                          m.hyper, &training.randomInputs);
   const auto start = std::chrono::steady_clock::now();
   auto engine = m.factory(plan.fused.problem, plan.fused.plan, plan.memory, m.options.engine,
                           /*local=*/false);

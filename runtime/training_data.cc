@@ -71,7 +71,7 @@ void forEachElement(const std::vector<int64_t> &shape, const Box &box, Fn &&fn) 
 TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned seed, double lr,
                            const std::map<std::string, std::vector<double>> &constants,
                            bool teacher, const std::map<std::string, std::vector<float>> *initial,
-                           TrainingHyper hyper, const std::map<std::string, double> *masks)
+                           TrainingHyper hyper, const std::map<std::string, RandomInput> *random)
     : p_(p), constants_(constants) {
   auto fill = [](double x) {
     Rule r;
@@ -165,11 +165,14 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
         ++initialized_;
       }
     }
-    if (auto m = masks ? masks->find(pt.name) : std::map<std::string, double>::const_iterator();
-        masks && m != masks->end()) {
+    if (auto m =
+            random ? random->find(pt.name) : std::map<std::string, RandomInput>::const_iterator();
+        random && m != random->end()) {
       r = Rule();
-      r.kind = Kind::Mask;
-      r.a = m->second;
+      r.kind = Kind::Random;
+      r.random = m->second.kind;
+      r.a = m->second.a;
+      r.b = m->second.b;
       r.batch = true;
       scheduled_.push_back(t);
     }
@@ -200,7 +203,7 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
     if (pt.role != TensorRole::Input || pt.shape.empty() || t == answer || size == 0 ||
         constants_.count(pt.name) || rules_.at(t).kind == Kind::GivenFloat ||
         rules_.at(t).kind == Kind::Fill || // a fixed value: a running variance, an unread input
-        rules_.at(t).kind == Kind::Mask)
+        rules_.at(t).kind == Kind::Random)
       continue;
     data.push_back(t);
     if (input_ < 0 || size > boxElements(wholeBox(p.tensors[input_].shape)))
@@ -271,8 +274,18 @@ double TrainingData::element(const Rule &r, unsigned t, unsigned step, int64_t f
   }
   case Kind::Scheduled:
     return r.schedule(step);
-  case Kind::Mask:
-    return unit(key, flat) < r.a ? 1.0 : 0.0;
+  case Kind::Random:
+    switch (r.random) {
+    case RandomInput::Kind::Mask:
+      return unit(key, flat) < r.a ? 1.0 : 0.0;
+    case RandomInput::Kind::Uniform:
+      return r.a + (r.b - r.a) * unit(key, flat);
+    case RandomInput::Kind::Normal: { // Box-Muller over two draws of the element's own
+      const double u1 = unit(key, 2 * flat), u2 = unit(key, 2 * flat + 1);
+      return r.a + r.b * std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(2.0 * M_PI * u2);
+    }
+    }
+    return 0;
   case Kind::Labels:
     break; // drawn by rows in fill
   }

@@ -39,8 +39,8 @@ namespace tofu {
 ///   and so do the tensors `initial` gives values (Graph::initialValues: an imported
 ///   model's weights and buffers), unless a checkpoint is loaded over them;
 /// - `momentum` (SGD with momentum, Nesterov) and `weight_decay` from `TrainingHyper`;
-/// - the random masks `masks` names (Graph::randomMasks: a training-mode Dropout's) drawn
-///   afresh at every step, 1 with the probability given and 0 otherwise.
+/// - the random inputs `random` names (Graph::randomInputs: a training-mode Dropout's mask,
+///   ONNX's random generators) drawn afresh at every step from their distributions.
 ///
 /// With `teacher`, every step draws a fresh batch: every data input (an input of rank >= 1
 /// other than the labels or target) afresh — uniform in [-1, 1], or integers in its range —
@@ -64,7 +64,7 @@ public:
                bool teacher = true,
                const std::map<std::string, std::vector<float>> *initial = nullptr,
                TrainingHyper hyper = TrainingHyper(),
-               const std::map<std::string, double> *masks = nullptr);
+               const std::map<std::string, RandomInput> *random = nullptr);
   /// The tensors whose values came from `initial`.
   unsigned initialized() const { return initialized_; }
   TrainingData(const TrainingData &) = delete; // rules point into constants_
@@ -75,7 +75,7 @@ public:
   const std::vector<unsigned> &batchTensors() const { return batch_; }
   /// The tensors written before every step, with data or without: the hyper-parameters
   /// whose values change from step to step (the learning rate under a schedule, Adam's bias
-  /// corrections) and the random masks.
+  /// corrections) and the random inputs.
   const std::vector<unsigned> &scheduledTensors() const { return scheduled_; }
   /// Writes `box` of tensor `t` at step `step` (counted from the first step ever trained,
   /// so a resumed run continues the sequence) to `out`, row-major over the box. Tensors
@@ -85,15 +85,16 @@ public:
   Tensor value(unsigned t, unsigned step) const;
 
 private:
-  enum class Kind { Fill, Given, GivenFloat, Uniform, Integers, Labels, Scheduled, Mask };
+  enum class Kind { Fill, Given, GivenFloat, Uniform, Integers, Labels, Scheduled, Random };
   struct Rule {
     Kind kind = Kind::Fill;
-    double a = 0, b = 0;  ///< Fill: a; Uniform: [a, b); Mask: the probability of a 1
+    double a = 0, b = 0;  ///< Fill: a; Uniform: [a, b); Random: the distribution's a, b
     int64_t integers = 0; ///< Integers: [0, integers)
     std::optional<std::pair<unsigned, unsigned>> diagonal; ///< Uniform: boosted dimensions
     const std::vector<double> *given = nullptr;            ///< Given
     const std::vector<float> *givenFloat = nullptr;        ///< GivenFloat
     uint64_t stream = 0;                                   ///< from the seed and the tensor's name
+    RandomInput::Kind random = RandomInput::Kind::Uniform; ///< Random: the distribution
     bool batch = false;                                    ///< drawn afresh each step
     std::function<double(unsigned)> schedule;              ///< Scheduled: the value at a step
   };

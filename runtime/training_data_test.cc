@@ -248,8 +248,9 @@ TEST(TrainingData, RunningStatisticsAreNotData) {
       EXPECT_EQ(v, 1.0);
 }
 
-// A training-mode Dropout's mask (Graph::randomMasks) is drawn afresh at every step, with a
-// teacher or without: 0 or 1, 1 with the probability given, not data the teacher redraws.
+// Random inputs (Graph::randomInputs) are drawn afresh at every step, with a teacher or
+// without, and are not data the teacher redraws: a mask is 0 or 1, 1 with the probability
+// given; a uniform one lies in its range; a normal one has its mean and deviation.
 TEST(TrainingData, RandomMasksAreDrawnEveryStep) {
   Graph g;
   auto add = [&](const std::string &name, std::vector<int64_t> shape) {
@@ -270,15 +271,18 @@ TEST(TrainingData, RandomMasksAreDrawnEveryStep) {
   n.output = "y";
   ASSERT_FALSE(static_cast<bool>(g.addNode(n)));
   g.outputs = {"y"};
-  const std::map<std::string, double> masks = {{"mask", 0.7}};
+  std::map<std::string, RandomInput> random;
+  random["mask"] = {RandomInput::Kind::Mask, 0.7, 0};
+  random["x"] = {RandomInput::Kind::Normal, 2.0, 0.5};
+  random["scale"] = {RandomInput::Kind::Uniform, -3.0, -1.0};
   std::vector<std::string> outputs;
   Problem p = trainingProblem(std::move(g), Optimizer::SGD, &outputs);
-  unsigned mask = 0;
+  std::map<std::string, unsigned> index;
   for (unsigned t = 0; t < p.tensors.size(); ++t)
-    if (p.tensors[t].name == "mask")
-      mask = t;
+    index[p.tensors[t].name] = t;
+  const unsigned mask = index.at("mask"), x = index.at("x"), scale = index.at("scale");
   for (bool teacher : {true, false}) {
-    TrainingData d(p, outputs.at(0), 5, 0.1, {}, teacher, nullptr, TrainingHyper(), &masks);
+    TrainingData d(p, outputs.at(0), 5, 0.1, {}, teacher, nullptr, TrainingHyper(), &random);
     const std::vector<unsigned> &each = d.scheduledTensors(), &batch = d.batchTensors();
     EXPECT_NE(std::find(each.begin(), each.end(), mask), each.end());
     EXPECT_EQ(std::find(batch.begin(), batch.end(), mask), batch.end());
@@ -293,6 +297,19 @@ TEST(TrainingData, RandomMasksAreDrawnEveryStep) {
       // 2000 draws: the standard deviation of the fraction is 0.01.
       EXPECT_NEAR(ones / double(m->size()), 0.7, 0.05);
     }
+    const Tensor n0 = d.value(x, 0), n1 = d.value(x, 1);
+    EXPECT_NE(n0.data, n1.data);
+    double sum = 0, squares = 0;
+    for (double v : n0.data) {
+      sum += v;
+      squares += v * v;
+    }
+    const double mean = sum / double(n0.size());
+    EXPECT_NEAR(mean, 2.0, 0.05);
+    EXPECT_NEAR(std::sqrt(squares / double(n0.size()) - mean * mean), 0.5, 0.05);
+    const double u = d.value(scale, 3).data.at(0);
+    EXPECT_TRUE(u >= -3.0 && u < -1.0) << u;
+    EXPECT_NE(u, d.value(scale, 4).data.at(0));
   }
 }
 

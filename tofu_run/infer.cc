@@ -30,9 +30,10 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
   if (!engine)
     return fail(name + ": " + llvm::toString(engine.takeError()));
   // Weights: the model's initial values, else drawn; then --load over them. Random masks
-  // (training-mode Dropout) are drawn from --seed unless --input gives them.
+  // and other random inputs (a training-mode Dropout's, ONNX's random generators) are drawn
+  // from --seed unless --input gives them.
   const tofu::TrainingData values(p, "", seed, 0.1, g.constants, false, &g.initialValues, {},
-                                  &g.randomMasks);
+                                  &g.randomInputs);
   for (unsigned t : values.tensors())
     (*engine)->setTiles(t,
                         [&](const tofu::Box &tile, float *out) { values.fill(t, 0, tile, out); });
@@ -84,7 +85,7 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
   for (const tofu::ProblemTensor &t : p.tensors)
     if (t.producer < 0 && t.role == tofu::TensorRole::Input && !t.shape.empty() &&
         !given.count(t.name) && !g.constants.count(t.name) && !g.initialValues.count(t.name) &&
-        !g.randomMasks.count(t.name))
+        !g.randomInputs.count(t.name))
       missing +=
           (missing.empty() ? "" : ", ") + fmt::format("{} [{}]", t.name, fmt::join(t.shape, ", "));
   if (!missing.empty())

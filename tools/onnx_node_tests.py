@@ -10,7 +10,8 @@ inputs and writes every output; each output is compared with ONNX's expected one
 runner's tolerances (rtol 1e-3, atol 1e-7; integers and booleans exactly). Each test is
 sorted into
   passed          every output matches at every worker count (random outputs, a training-
-                  mode Dropout's, obey their law instead: see dropout_law);
+                  mode Dropout's or Bernoulli's, obey their law instead: see dropout_law and
+                  bernoulli_law);
   refused         tofu-run failed at the first worker count because the importer refuses
                   the model (`tofu-plan --onnx M --describe --input ...` then exits nonzero
                   with a message, no signal), grouped by reason;
@@ -100,8 +101,32 @@ def dropout_law(model, data):
             "y": n.output[0], "mask": n.output[1] if len(n.output) > 1 else None}
 
 
+def bernoulli_law(model, data):
+    """What a Bernoulli test's output must obey, or None for any other test: ONNX Bernoulli
+    of the graph's input (or its expansion, RandomUniformLike then Greater) draws each
+    output 1 with the input's probability: every output is 0 or 1, 0 where the probability
+    is 0 and 1 where it is 1, and the number of ones within 5 standard deviations of the
+    probabilities' sum."""
+    ops = [n.op_type for n in model.graph.node]
+    if ops != ["Bernoulli"] and ops[:2] != ["RandomUniformLike", "Greater"]:
+        return None
+    return {"bernoulli": read_pb(os.path.join(data, "input_0.pb")).astype(np.float64),
+            "y": model.graph.output[0].name}
+
+
 def check_law(law, got):
-    """None when the outputs `got` (by name) obey `law` (dropout_law), else what breaks it."""
+    """None when the outputs `got` (by name) obey `law` (dropout_law or bernoulli_law), else
+    what breaks it."""
+    if "bernoulli" in law:
+        p = law["bernoulli"]
+        y = got[law["y"]].astype(np.float64)
+        if y.shape != p.shape or not np.isin(y, (0, 1)).all():
+            return "the output is not 0s and 1s of the input's shape"
+        if (y[p == 0] != 0).any() or (y[p == 1] != 1).any():
+            return "an output disagrees with a probability of 0 or 1"
+        if abs(y.sum() - p.sum()) > 5 * np.sqrt((p * (1 - p)).sum()) + 1:
+            return f"{int(y.sum())} ones; the probabilities sum to {p.sum():.2f}"
+        return None
     x, ratio = law["x"], law["ratio"]
     y = got[law["y"]].astype(np.float64)
     scale = 1 / (1 - ratio)
@@ -194,7 +219,7 @@ def run_test(args, test):
         except Exception:
             return refusal() or ("failed", f"imported, but expected output {i} is not a tensor "
                                            "(a sequence?)")
-    law = dropout_law(model, data)
+    law = dropout_law(model, data) or bernoulli_law(model, data)
     for k in args.workers:
         with tempfile.TemporaryDirectory() as out:
             cmd = [args.tofu_run, "--ops", args.ops, "--onnx", model_path, "--infer",
@@ -268,10 +293,11 @@ def main():
           f"{counts['failed']} failed\n")
     random = sorted(t for t, (s, d) in results.items() if s == "passed" and d)
     if random:
-        print(f"Of the passed, {len(random)} have random outputs (training-mode Dropout: "
-              f"{', '.join(random)}); ONNX's expected values come from numpy's generator, so "
-              "they are checked by their law: y = x * mask / (1 - ratio), mask 0 or 1, the "
-              "fraction dropped near the ratio.\n")
+        print(f"Of the passed, {len(random)} have random outputs (training-mode Dropout and "
+              f"Bernoulli: {', '.join(random)}); ONNX's expected values come from numpy's "
+              "generator, so they are checked by their law: Dropout's y = x * mask / "
+              "(1 - ratio) with mask 0 or 1 and the fraction dropped near the ratio; "
+              "Bernoulli's 0s and 1s, as many ones as the probabilities make likely.\n")
     reasons = collections.Counter(reason_of(d) for s, d in results.values() if s == "refused")
     if reasons:
         print("| refused because | tests |\n| --- | ---: |")
