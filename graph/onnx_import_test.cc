@@ -124,7 +124,7 @@ TEST(OnnxImport, UntranslatedNodesAreNamed) {
   ASSERT_FALSE(static_cast<bool>(r));
   std::string msg = llvm::toString(r.takeError());
   EXPECT_NE(msg.find("node 'nz' (ONNX NonZero): TDL cannot describe it (the output shape depends "
-                     "on the data)"),
+                     "on the data;"),
             std::string::npos)
       << msg;
 }
@@ -468,6 +468,33 @@ TEST(OnnxImport, InputsGivenAheadFixShapesAndConstants) {
   ASSERT_FALSE(static_cast<bool>(short_));
   EXPECT_NE(llvm::toString(short_.takeError()).find("has 1 values for shape [2]"),
             std::string::npos);
+}
+
+TEST(OnnxImport, DataShapedOpsAreEvaluatedWhereTheirInputsAreKnown) {
+  // y = NonZero(x): refused while x's values are unknown; with x given, y is a constant of
+  // the graph holding numpy's nonzero of it.
+  Bad b({{"x", {2, 3}}});
+  b.node("nz", "NonZero", {"x"}, {"y"});
+  onnx::ValueInfoProto *y = b.g->add_output();
+  y->set_name("y");
+  y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+  for (const char *d : {"r", "count"})
+    y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param(d);
+  const std::string bytes = b.m.SerializeAsString();
+  auto import = [&](std::map<std::string, OnnxGivenInput> given) {
+    OnnxImportOptions options;
+    options.dataInputs = 1;
+    options.givenInputs = std::move(given);
+    return importOnnxBytes(bytes, "m.onnx", library(), options);
+  };
+  auto refused = import({});
+  ASSERT_FALSE(static_cast<bool>(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("the output shape depends on the data"),
+            std::string::npos);
+  auto g = import({{"x", {{2, 3}, {0, 5, 0, -1, 0, 2}, true}}});
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  EXPECT_EQ(g->tensor("y")->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(g->constants.at("y"), (std::vector<double>{0, 1, 1, 1, 0, 2}));
 }
 
 TEST(OnnxImport, ConstantsAreDerivedFromInputsGivenAhead) {

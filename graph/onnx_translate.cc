@@ -206,8 +206,14 @@ llvm::Error Importer::translate(const onnx::NodeProto &n) {
     return where(n, fmt::format("not an operator of ONNX opset {} that the translation table "
                                 "lists",
                                 table_.opset()));
-  if (!entry->notDescribable.empty())
+  if (!entry->notDescribable.empty()) {
+    auto evaluated = evaluateDataShaped(n);
+    if (!evaluated)
+      return evaluated.takeError();
+    if (*evaluated)
+      return llvm::Error::success();
     return where(n, "TDL cannot describe it (" + entry->notDescribable + ")");
+  }
   if (!entry->folded.empty())
     return where(n, "its inputs must be static (" + entry->folded + ")");
   if (entry->rules.empty() && entry->handler.empty())

@@ -1,0 +1,193 @@
+// Operators whose output shapes depend on their inputs' values: NonZero, Compress and Unique.
+// TDL cannot describe them (a TDL op's output shape follows its input shapes), but where
+// every input's values are known at import (constants, or values given ahead to tofu-run
+// --infer and what they determine: Importer::valueOf), the importer evaluates them as it
+// folds constants, following ONNX's reference (numpy's nonzero, compress and unique).
+#include "graph/onnx_import_internal.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "fmt/format.h"
+#include "fmt/ranges.h"
+
+namespace tofu {
+namespace onnximport {
+
+namespace {
+
+/// The row-major strides of `shape`.
+std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;)
+    s[d - 1] = s[d] * shape[d];
+  return s;
+}
+
+/// `x` as [outer, extent of `axis`, inner] slices: slice i along the axis, flattened.
+std::vector<std::vector<double>> slicesAlong(const Const &x, int64_t axis) {
+  const int64_t extent = x.shape[size_t(axis)];
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= x.shape[size_t(d)];
+  for (size_t d = size_t(axis) + 1; d < x.shape.size(); ++d)
+    inner *= x.shape[d];
+  std::vector<std::vector<double>> slices(static_cast<size_t>(extent));
+  for (int64_t i = 0; i < extent; ++i)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < inner; ++k)
+        slices[size_t(i)].push_back(x.v[size_t((o * extent + i) * inner + k)]);
+  return slices;
+}
+
+/// The slices put back together along `axis` of a tensor shaped like `like` otherwise.
+Const joinAlong(const std::vector<std::vector<double>> &slices, std::vector<int64_t> like,
+                int64_t axis, bool isInt) {
+  Const out;
+  like[size_t(axis)] = int64_t(slices.size());
+  out.shape = like;
+  out.isInt = isInt;
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= like[size_t(d)];
+  const int64_t extent = int64_t(slices.size());
+  const int64_t inner = extent == 0 ? 0 : int64_t(slices[0].size()) / std::max<int64_t>(outer, 1);
+  out.v.assign(size_t(elementCount(like)), 0.0);
+  for (int64_t i = 0; i < extent; ++i)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < inner; ++k)
+        out.v[size_t((o * extent + i) * inner + k)] = slices[size_t(i)][size_t(o * inner + k)];
+  return out;
+}
+
+Const integers(std::vector<int64_t> shape, const std::vector<int64_t> &values) {
+  Const c;
+  c.shape = std::move(shape);
+  c.isInt = true;
+  c.v.assign(values.begin(), values.end());
+  return c;
+}
+
+} // namespace
+
+llvm::Expected<bool> Importer::evaluateDataShaped(const onnx::NodeProto &n) {
+  const std::string &op = n.op_type();
+  if (op != "NonZero" && op != "Compress" && op != "Unique")
+    return false;
+  std::vector<const Const *> in;
+  for (const std::string &i : n.input()) {
+    const Const *c = i.empty() ? nullptr : valueOf(i);
+    if (!i.empty() && !c)
+      return false; // an input's values are unknown: TDL's refusal stands
+    in.push_back(c);
+  }
+  if (in.empty() || !in[0])
+    return false;
+  const Const &x = *in[0];
+  const int64_t rank = int64_t(x.shape.size());
+  auto normAxis = [&](int64_t a) -> llvm::Expected<int64_t> {
+    if (a < -rank || a >= rank)
+      return where(n, fmt::format("axis {} is outside the input's rank {}", a, rank));
+    return a < 0 ? a + rank : a;
+  };
+  std::vector<Const> outs;
+  if (op == "NonZero") {
+    if (rank == 0)
+      return false;
+    const std::vector<int64_t> strides = stridesOf(x.shape);
+    std::vector<int64_t> flat;
+    for (int64_t i = 0; i < x.size(); ++i)
+      if (x.v[size_t(i)] != 0)
+        flat.push_back(i);
+    std::vector<int64_t> coords;
+    for (int64_t d = 0; d < rank; ++d)
+      for (int64_t i : flat)
+        coords.push_back(i / strides[size_t(d)] % x.shape[size_t(d)]);
+    outs.push_back(integers({rank, int64_t(flat.size())}, coords));
+  } else if (op == "Compress") {
+    if (in.size() < 2 || !in[1])
+      return false;
+    const std::vector<double> &cond = in[1]->v;
+    std::optional<int64_t> axis = intAttr(n, "axis");
+    Const flat = x;
+    int64_t a = 0;
+    if (axis) {
+      TOFU_TRY(a, normAxis(*axis));
+    } else {
+      flat.shape = {x.size()};
+    }
+    if (int64_t(cond.size()) > flat.shape[size_t(a)])
+      return where(n, fmt::format("condition has {} entries for an axis of {}", cond.size(),
+                                  flat.shape[size_t(a)]));
+    std::vector<std::vector<double>> slices = slicesAlong(flat, a), kept;
+    for (size_t i = 0; i < cond.size(); ++i)
+      if (cond[i] != 0)
+        kept.push_back(slices[i]);
+    outs.push_back(joinAlong(kept, flat.shape, a, x.isInt));
+  } else { // Unique
+    std::optional<int64_t> axis = intAttr(n, "axis");
+    const bool sorted = intAttr(n, "sorted").value_or(1) != 0;
+    Const flat = x;
+    int64_t a = 0;
+    if (axis) {
+      TOFU_TRY(a, normAxis(*axis));
+    } else {
+      flat.shape = {x.size()};
+    }
+    const std::vector<std::vector<double>> slices = slicesAlong(flat, a);
+    // The distinct slices in order of first appearance, then sorted if asked (numpy's
+    // lexicographic order of the flattened slices).
+    std::vector<int64_t> first, inverse(slices.size()), counts;
+    for (size_t i = 0; i < slices.size(); ++i) {
+      size_t u = 0;
+      while (u < first.size() && slices[size_t(first[u])] != slices[i])
+        ++u;
+      if (u == first.size()) {
+        first.push_back(int64_t(i));
+        counts.push_back(0);
+      }
+      inverse[i] = int64_t(u);
+      ++counts[u];
+    }
+    std::vector<int64_t> order(first.size());
+    std::iota(order.begin(), order.end(), 0);
+    if (sorted)
+      std::sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
+        return slices[size_t(first[size_t(p)])] < slices[size_t(first[size_t(q)])];
+      });
+    std::vector<int64_t> rankOf(order.size());
+    for (size_t r = 0; r < order.size(); ++r)
+      rankOf[size_t(order[r])] = int64_t(r);
+    std::vector<std::vector<double>> ys;
+    std::vector<int64_t> indices, counted;
+    for (int64_t u : order) {
+      ys.push_back(slices[size_t(first[size_t(u)])]);
+      indices.push_back(first[size_t(u)]);
+      counted.push_back(counts[size_t(u)]);
+    }
+    for (int64_t &v : inverse)
+      v = rankOf[size_t(v)];
+    const int64_t distinct = int64_t(order.size());
+    outs.push_back(joinAlong(ys, flat.shape, a, x.isInt));
+    outs.push_back(integers({distinct}, indices));
+    outs.push_back(integers({int64_t(inverse.size())}, inverse));
+    outs.push_back(integers({distinct}, counted));
+  }
+  for (size_t k = 0; k < outs.size() && k < size_t(n.output_size()); ++k) {
+    const std::string &o = n.output(int(k));
+    if (o.empty())
+      continue;
+    if (auto known = facts_.shapes.find(o);
+        known != facts_.shapes.end() && known->second != outs[k].shape)
+      return where(n,
+                   fmt::format("its output '{}' is [{}] for the inputs' values, but the model "
+                               "declares [{}]",
+                               o, fmt::join(outs[k].shape, ", "), fmt::join(known->second, ", ")));
+    facts_.shapes[o] = outs[k].shape;
+    facts_.consts[o] = std::move(outs[k]);
+  }
+  return true;
+}
+
+} // namespace onnximport
+} // namespace tofu
