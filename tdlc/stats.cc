@@ -93,9 +93,17 @@ llvm::Expected<LibraryStats> computeStats(const std::string &dir, int opset) {
       s.missing.push_back(name);
     }
   }
-  for (const auto &[name, entry] : ops.items())
-    if (!known.count(name))
+  for (const auto &[name, entry] : ops.items()) {
+    if (known.count(name))
+      continue;
+    if (entry.contains("domain") && entry["domain"].is_string())
+      s.beyond.push_back(fmt::format("{} ({})", name, entry["domain"].get<std::string>()));
+    else if (entry.contains("opset") && entry["opset"].is_number_integer() &&
+             entry["opset"].get<int>() < opset)
+      s.beyond.push_back(fmt::format("{} (opset {})", name, entry["opset"].get<int>()));
+    else
       s.problems.push_back(fmt::format("{}: not an ONNX operator at opset {}", name, opset));
+  }
   return s;
 }
 
@@ -116,6 +124,12 @@ void printStats(llvm::raw_ostream &os, const LibraryStats &s) {
                     s.folded.size());
   os << fmt::format("| not describable | {} |\n", s.notDescribable.size());
   os << fmt::format("| missing (describable, not written yet) | {} |\n", s.missing.size());
+  if (!s.beyond.empty()) {
+    std::string list;
+    for (const std::string &n : s.beyond)
+      list += (list.empty() ? "" : ", ") + n;
+    os << "\nTranslated beyond the default domain at opset 17: " << list << "\n";
+  }
   std::map<std::string, std::vector<std::string>> byReason;
   for (const auto &[name, reason] : s.notDescribable)
     byReason[reason].push_back(name);

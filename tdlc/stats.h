@@ -19,6 +19,9 @@ struct LibraryStats {
   unsigned onnxTotal = 0;
   std::vector<std::string> described, folded, missing;
   std::map<std::string, std::string> notDescribable; ///< operator -> reason
+  /// Translated operators beyond the default domain's at the opset: other domains' (the
+  /// entry's "domain") and older opsets' (its "opset"), each with where it is from.
+  std::vector<std::string> beyond;
   std::vector<std::string> problems; ///< mapping entries naming ops the library lacks, ...
 };
 
