@@ -10,14 +10,19 @@ it prints. `bazel build` commands are not run: the suite has built every target.
 Every relative link (`[text](page.md#anchor)`, images too) must name a file that exists
 and, with an anchor, a heading of that page.
 
+docs/models.md's list of the ONNX operators the importer translates must be the one the
+translation table (ops/onnx_mapping.json) gives; `--operators` rewrites it from the table.
+
 A block whose commands cannot run here (an install prefix, a GPU, files the reader makes)
 is preceded by a line `<!-- not checked: REASON -->`; the check lists each such block with
 its reason, so none is skipped silently.
 
 usage: check_docs.py BAZEL_BIN [FILE.md ...]   (default: README.md and docs/*.md)
        check_docs.py --list [FILE.md ...]       the commands, without running them
+       check_docs.py --operators                rewrite docs/models.md's operator list
 """
 import glob
+import json
 import os
 import re
 import subprocess
@@ -105,8 +110,48 @@ def broken_links(path):
     return out
 
 
+MODELS = os.path.join(ROOT, "docs", "models.md")
+
+
+def operator_list():
+    """docs/models.md's operator list, from the translation table: every operator the
+    library describes, with its library ops (six at most) and how it is translated."""
+    with open(os.path.join(ROOT, "ops", "onnx_mapping.json")) as f:
+        ops = json.load(f)["ops"]
+    rows = []
+    for name in sorted(ops):
+        e = ops[name]
+        if "tdl" not in e:
+            continue
+        how = f"C++ ({e['handler']})" if "handler" in e else "table rules"
+        shown = f"{name} ({e['domain']})" if e.get("domain") else name
+        tdl = [f"`{t}`" for t in e["tdl"]]
+        if len(tdl) > 6:
+            tdl = tdl[:6] + ["…"]
+        rows.append(f"| {shown} | {', '.join(tdl)} | {how} |")
+    return (f"<details><summary>The {len(rows)} ONNX operators the importer translates (from "
+            "<code>ops/onnx_mapping.json</code>)</summary>\n\n| ONNX operator | library ops | "
+            "translated by |\n| --- | --- | --- |\n" + "\n".join(rows) + "\n\n")
+
+
+def operator_block(text):
+    """(start, end) of the operator list in docs/models.md's text, or None."""
+    start = text.find("<details><summary>The ")
+    end = text.find("</details>", start)
+    return None if start < 0 or end < 0 else (start, end)
+
+
 def main():
     args = sys.argv[1:]
+    if args == ["--operators"]:
+        with open(MODELS) as f:
+            text = f.read()
+        at = operator_block(text)
+        if not at:
+            sys.exit("check_docs: docs/models.md has no operator list (<details><summary>The ...)")
+        with open(MODELS, "w") as f:
+            f.write(text[:at[0]] + operator_list() + text[at[1]:])
+        return 0
     listing = bool(args) and args[0] == "--list"
     if listing:
         args = args[1:]
@@ -133,6 +178,14 @@ def main():
     links = [b for f in files for b in broken_links(f)]
     for b in links:
         print("FAIL " + b)
+    if MODELS in [os.path.abspath(f) for f in files]:
+        with open(MODELS) as f:
+            text = f.read()
+        at = operator_block(text)
+        if not at or text[at[0]:at[1]] != operator_list():
+            failed += 1
+            print("FAIL docs/models.md: its operator list is not the translation table's "
+                  "(tools/check_docs.py --operators rewrites it)")
     for c in every:
         if re.match(r"\s*bazel (build|run)\b", c.text):
             continue
