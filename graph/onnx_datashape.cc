@@ -1,11 +1,15 @@
-// Operators whose output shapes depend on their inputs' values: NonZero, Compress and Unique.
+// Operators whose output shapes depend on their inputs' values: NonZero, Compress, Unique and
+// NonMaxSuppression.
 // TDL cannot describe them (a TDL op's output shape follows its input shapes), but where
 // every input's values are known at import (constants, or values given ahead to tofu-run
 // --infer and what they determine: Importer::valueOf), the importer evaluates them as it
-// folds constants, following ONNX's reference (numpy's nonzero, compress and unique).
+// folds constants, following ONNX's reference (numpy's nonzero, compress and unique) and
+// the operator's definition (NonMaxSuppression: greedy selection by descending score, as
+// ONNX Runtime computes it).
 #include "graph/onnx_import_internal.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include "fmt/format.h"
@@ -72,7 +76,7 @@ Const integers(std::vector<int64_t> shape, const std::vector<int64_t> &values) {
 
 llvm::Expected<bool> Importer::evaluateDataShaped(const onnx::NodeProto &n) {
   const std::string &op = n.op_type();
-  if (op != "NonZero" && op != "Compress" && op != "Unique")
+  if (op != "NonZero" && op != "Compress" && op != "Unique" && op != "NonMaxSuppression")
     return false;
   std::vector<const Const *> in;
   for (const std::string &i : n.input()) {
@@ -124,6 +128,60 @@ llvm::Expected<bool> Importer::evaluateDataShaped(const onnx::NodeProto &n) {
       if (cond[i] != 0)
         kept.push_back(slices[i]);
     outs.push_back(joinAlong(kept, flat.shape, a, x.isInt));
+  } else if (op == "NonMaxSuppression") {
+    if (in.size() < 2 || !in[1] || x.shape.size() != 3 || x.shape[2] != 4 ||
+        in[1]->shape.size() != 3 || in[1]->shape[0] != x.shape[0] || in[1]->shape[2] != x.shape[1])
+      return where(n, "boxes must be [batches, boxes, 4] and scores [batches, classes, boxes]");
+    const Const &scores = *in[1];
+    auto scalar = [&](size_t k, double dflt) {
+      return k < in.size() && in[k] && !in[k]->v.empty() ? in[k]->v[0] : dflt;
+    };
+    const int64_t most = asInt(scalar(2, 0));
+    const double iouThreshold = scalar(3, 0);
+    const bool filter = in.size() > 4 && in[4];
+    const double scoreThreshold = scalar(4, 0);
+    const bool centers = intAttr(n, "center_point_box").value_or(0) != 0;
+    const int64_t batches = x.shape[0], count = x.shape[1], classes = scores.shape[1];
+    // Box b of batch `batch` as [y1, x1, y2, x2] with y1 <= y2 and x1 <= x2.
+    auto corners = [&](int64_t batch, int64_t b) {
+      const double *v = &x.v[size_t((batch * count + b) * 4)];
+      if (centers) // [x_center, y_center, width, height]
+        return std::array<double, 4>{v[1] - v[3] / 2, v[0] - v[2] / 2, v[1] + v[3] / 2,
+                                     v[0] + v[2] / 2};
+      return std::array<double, 4>{std::min(v[0], v[2]), std::min(v[1], v[3]), std::max(v[0], v[2]),
+                                   std::max(v[1], v[3])};
+    };
+    auto iou = [&](const std::array<double, 4> &a, const std::array<double, 4> &b) {
+      const double h = std::max(0.0, std::min(a[2], b[2]) - std::max(a[0], b[0]));
+      const double w = std::max(0.0, std::min(a[3], b[3]) - std::max(a[1], b[1]));
+      const double inter = h * w, areaA = (a[2] - a[0]) * (a[3] - a[1]),
+                   areaB = (b[2] - b[0]) * (b[3] - b[1]);
+      return areaA <= 0 || areaB <= 0 ? 0.0 : inter / (areaA + areaB - inter);
+    };
+    std::vector<int64_t> selected;
+    for (int64_t batch = 0; batch < batches; ++batch)
+      for (int64_t c = 0; c < classes; ++c) {
+        const double *s = &scores.v[size_t((batch * classes + c) * count)];
+        std::vector<int64_t> order;
+        for (int64_t b = 0; b < count; ++b)
+          if (!filter || s[b] > scoreThreshold)
+            order.push_back(b);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int64_t p, int64_t q) { return s[p] > s[q]; });
+        std::vector<int64_t> kept;
+        for (int64_t b : order) {
+          if (int64_t(kept.size()) >= most)
+            break;
+          bool overlaps = false;
+          for (int64_t k : kept)
+            overlaps = overlaps || iou(corners(batch, k), corners(batch, b)) > iouThreshold;
+          if (!overlaps)
+            kept.push_back(b);
+        }
+        for (int64_t b : kept)
+          selected.insert(selected.end(), {batch, c, b});
+      }
+    outs.push_back(integers({int64_t(selected.size() / 3), 3}, selected));
   } else { // Unique
     std::optional<int64_t> axis = intAttr(n, "axis");
     const bool sorted = intAttr(n, "sorted").value_or(1) != 0;
