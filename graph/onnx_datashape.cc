@@ -1,11 +1,13 @@
-// Operators whose output shapes depend on their inputs' values: NonZero, Compress, Unique and
-// NonMaxSuppression.
+// Operators TDL cannot describe, evaluated at import where their inputs are known: those
+// whose output shapes depend on their inputs' values (NonZero, Compress, Unique,
+// NonMaxSuppression) and TfIdfVectorizer (n-gram matching).
 // TDL cannot describe them (a TDL op's output shape follows its input shapes), but where
 // every input's values are known at import (constants, or values given ahead to tofu-run
 // --infer and what they determine: Importer::valueOf), the importer evaluates them as it
 // folds constants, following ONNX's reference (numpy's nonzero, compress and unique) and
-// the operator's definition (NonMaxSuppression: greedy selection by descending score, as
-// ONNX Runtime computes it).
+// the operators' definitions (NonMaxSuppression: greedy selection by descending score;
+// TfIdfVectorizer: n-grams counted at every skip, unigrams once; as ONNX Runtime computes
+// them).
 #include "graph/onnx_import_internal.h"
 
 #include <algorithm>
@@ -76,7 +78,8 @@ Const integers(std::vector<int64_t> shape, const std::vector<int64_t> &values) {
 
 llvm::Expected<bool> Importer::evaluateDataShaped(const onnx::NodeProto &n) {
   const std::string &op = n.op_type();
-  if (op != "NonZero" && op != "Compress" && op != "Unique" && op != "NonMaxSuppression")
+  if (op != "NonZero" && op != "Compress" && op != "Unique" && op != "NonMaxSuppression" &&
+      op != "TfIdfVectorizer")
     return false;
   std::vector<const Const *> in;
   for (const std::string &i : n.input()) {
@@ -182,6 +185,65 @@ llvm::Expected<bool> Importer::evaluateDataShaped(const onnx::NodeProto &n) {
           selected.insert(selected.end(), {batch, c, b});
       }
     outs.push_back(integers({int64_t(selected.size() / 3), 3}, selected));
+  } else if (op == "TfIdfVectorizer") {
+    if (rank != 1 && rank != 2)
+      return where(n, fmt::format("the input has rank {}; TfIdfVectorizer takes 1 or 2", rank));
+    const int64_t minN = intAttr(n, "min_gram_length").value_or(1),
+                  maxN = intAttr(n, "max_gram_length").value_or(1),
+                  skips = intAttr(n, "max_skip_count").value_or(0);
+    const std::string mode = stringAttr(n, "mode", "TF");
+    const std::vector<int64_t> pool = intsAttr(n, "pool_int64s", {}),
+                               starts = intsAttr(n, "ngram_counts", {}),
+                               columns = intsAttr(n, "ngram_indexes", {});
+    std::vector<double> weights;
+    for (const onnx::AttributeProto &a : n.attribute())
+      if (a.name() == "weights")
+        weights.assign(a.floats().begin(), a.floats().end());
+    if (pool.empty() || minN < 1 || maxN < minN || skips < 0 ||
+        (mode != "TF" && mode != "IDF" && mode != "TFIDF"))
+      return where(n, "needs pool_int64s, 1 <= min_gram_length <= max_gram_length, "
+                      "max_skip_count >= 0 and mode TF, IDF or TFIDF");
+    // The pool's n-grams: those of length k + 1 from starts[k] to the next start.
+    std::map<std::vector<int64_t>, int64_t> column; // n-gram -> output column
+    std::map<int64_t, double> weightOf;             // output column -> its n-gram's weight
+    int64_t entry = 0, width = 0;
+    for (size_t k = 0; k < starts.size(); ++k) {
+      const int64_t len = int64_t(k) + 1,
+                    end = k + 1 < starts.size() ? starts[k + 1] : int64_t(pool.size());
+      if (starts[k] < 0 || end > int64_t(pool.size()) || (end - starts[k]) % len != 0)
+        return where(n, "ngram_counts does not split pool_int64s into whole n-grams");
+      for (int64_t at = starts[k]; at < end; at += len, ++entry) {
+        if (entry >= int64_t(columns.size()))
+          return where(n, "ngram_indexes has fewer entries than the pool has n-grams");
+        column[std::vector<int64_t>(pool.begin() + at, pool.begin() + at + len)] =
+            columns[size_t(entry)];
+        if (!weights.empty() && entry >= int64_t(weights.size()))
+          return where(n, "weights has fewer entries than the pool has n-grams");
+        weightOf[columns[size_t(entry)]] = weights.empty() ? 1.0 : weights[size_t(entry)];
+        width = std::max(width, columns[size_t(entry)] + 1);
+      }
+    }
+    const int64_t rows = rank == 2 ? x.shape[0] : 1, length = x.shape[size_t(rank - 1)];
+    std::vector<double> counts(size_t(rows * width), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t len = minN; len <= maxN; ++len)
+        for (int64_t skip = 0; skip <= (len == 1 ? 0 : skips); ++skip)
+          for (int64_t i = 0; i + (len - 1) * (skip + 1) < length; ++i) {
+            std::vector<int64_t> gram;
+            for (int64_t j = 0; j < len; ++j)
+              gram.push_back(asInt(x.v[size_t(r * length + i + j * (skip + 1))]));
+            if (auto c = column.find(gram); c != column.end())
+              counts[size_t(r * width + c->second)] += 1;
+          }
+    for (int64_t k = 0; k < int64_t(counts.size()); ++k) {
+      const double w = weightOf.count(k % width) ? weightOf[k % width] : 1.0;
+      double &v = counts[size_t(k)];
+      v = mode == "TF" ? v : mode == "IDF" ? (v > 0 ? w : 0) : v * w;
+    }
+    Const y;
+    y.shape = rank == 2 ? std::vector<int64_t>{rows, width} : std::vector<int64_t>{width};
+    y.v = std::move(counts);
+    outs.push_back(std::move(y));
   } else { // Unique
     std::optional<int64_t> axis = intAttr(n, "axis");
     const bool sorted = intAttr(n, "sorted").value_or(1) != 0;

@@ -9,8 +9,8 @@
 //   onnx_layout.cc (reshape, slice, concat, transpose, expand, pad, tile, resize, scatter),
 //   onnx_recurrent.cc (LSTM, GRU and RNN unrolled), onnx_einsum.cc and onnx_optimizers.cc
 //   (the training-preview domain's optimisers);
-// - onnx_datashape.cc evaluates the ops whose output shapes depend on values (NonZero,
-//   Compress, Unique, NonMaxSuppression) where their inputs are known;
+// - onnx_datashape.cc evaluates ops TDL cannot describe (NonZero, Compress, Unique,
+//   NonMaxSuppression, TfIdfVectorizer) where their inputs are known;
 // - onnx_builder.cc is the GraphBuilder every translation adds through: each addition returns
 //   its error;
 // - onnx_values.cc holds the small constants, attributes and element types they all read.
@@ -321,9 +321,9 @@ private:
                                           const std::vector<int64_t> &axes, int64_t batches);
   llvm::Error recurrentOp(const onnx::NodeProto &n, NodeEnv &env);
   llvm::Error einsumOp(const onnx::NodeProto &n, NodeEnv &env);
-  /// NonZero, Compress, Unique and NonMaxSuppression evaluated by the importer where every
-  /// input's values are known (valueOf): their outputs become constants. False when they are
-  /// not known (or for another op), an error when the values contradict the model
+  /// NonZero, Compress, Unique, NonMaxSuppression and TfIdfVectorizer evaluated by the
+  /// importer where every input's values are known (valueOf): their outputs become constants. False
+  /// when they are not known (or for another op), an error when the values contradict the model
   /// (onnx_datashape.cc).
   llvm::Expected<bool> evaluateDataShaped(const onnx::NodeProto &n);
   /// Adagrad, Momentum and Adam of the training-preview domain (onnx_optimizers.cc).
