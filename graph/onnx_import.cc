@@ -427,6 +427,17 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
         t->add_int32_data(int32_t(asInt(x)));
     }
   }
+  // ONNX 1.12's STFT inference ignores onesided (it infers the whole spectrum): the declared
+  // extents of STFT outputs are set aside for it, and the library's STFT op infers them.
+  std::set<std::string> ownInference;
+  for (const onnx::NodeProto &n : graph->node())
+    if (n.op_type() == "STFT" && (n.domain().empty() || n.domain() == "ai.onnx"))
+      ownInference.insert(n.output().begin(), n.output().end());
+  for (auto *values : {graph->mutable_value_info(), graph->mutable_output()})
+    for (onnx::ValueInfoProto &v : *values)
+      if (ownInference.count(v.name()) && v.type().tensor_type().has_shape())
+        for (auto &d : *v.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim())
+          d.set_dim_param(v.name() + "_extent");
   if (llvm::Error e = inferShapesIsolated(model))
     return std::move(e);
   while (graph->initializer_size() > initializersBefore)
@@ -455,6 +466,8 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     for (const onnx::ValueInfoProto &v : *values)
       if (llvm::Error e = record(v))
         return std::move(e);
+  for (const std::string &o : ownInference)
+    facts_.shapes.erase(o);
   for (const onnx::NodeProto &n : graph->node())
     consumed_.insert(n.input().begin(), n.input().end());
   for (const auto &v : graph->output())

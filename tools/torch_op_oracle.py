@@ -453,6 +453,11 @@ CASES += [
     Case("DFT", "math/signal.tdl", [("x", (2, 7, 3, 1), "f")],
          lambda x: dft_oracle(x, 10, onesided=True), attrs={"len": 10, "n": 6},
          groups={"pre": 1, "post": 1}, label="DFT onesided, padded to 10"),
+    # torch.stft gives [batch, bins, frames] complex: permuted to [batch, frames, bins, 2].
+    Case("STFT", "math/signal.tdl", [("x", (2, 20, 1), "f"), ("window", (8,), "f")],
+         lambda x, w: torch.view_as_real(torch.stft(
+             x[:, :, 0], 8, hop_length=3, window=w, center=False, onesided=True,
+             return_complex=True)).permute(0, 2, 1, 3), attrs={"step": 3}),
 ]
 # GridSample in every mode, padding mode and corner alignment; the grid (quarters in
 # [-2, 2]) reaches past [-1, 1], so that every padding mode is exercised.
