@@ -97,6 +97,15 @@ llvm::Expected<bool> Importer::evaluateDataShaped(const onnx::NodeProto &n) {
       return where(n, fmt::format("axis {} is outside the input's rank {}", a, rank));
     return a < 0 ? a + rank : a;
   };
+  // The input and the axis an `axis` attribute names; without one, the input flattened and
+  // axis 0 (Compress's and Unique's reading).
+  auto alongAxis = [&](Const &flat) -> llvm::Expected<int64_t> {
+    flat = x;
+    if (std::optional<int64_t> axis = intAttr(n, "axis"))
+      return normAxis(*axis);
+    flat.shape = {x.size()};
+    return 0;
+  };
   std::vector<Const> outs;
   if (op == "NonZero") {
     if (rank == 0)
@@ -115,14 +124,9 @@ llvm::Expected<bool> Importer::evaluateDataShaped(const onnx::NodeProto &n) {
     if (in.size() < 2 || !in[1])
       return false;
     const std::vector<double> &cond = in[1]->v;
-    std::optional<int64_t> axis = intAttr(n, "axis");
-    Const flat = x;
+    Const flat;
     int64_t a = 0;
-    if (axis) {
-      TOFU_TRY(a, normAxis(*axis));
-    } else {
-      flat.shape = {x.size()};
-    }
+    TOFU_TRY(a, alongAxis(flat));
     if (int64_t(cond.size()) > flat.shape[size_t(a)])
       return where(n, fmt::format("condition has {} entries for an axis of {}", cond.size(),
                                   flat.shape[size_t(a)]));
@@ -245,15 +249,10 @@ llvm::Expected<bool> Importer::evaluateDataShaped(const onnx::NodeProto &n) {
     y.v = std::move(counts);
     outs.push_back(std::move(y));
   } else { // Unique
-    std::optional<int64_t> axis = intAttr(n, "axis");
     const bool sorted = intAttr(n, "sorted").value_or(1) != 0;
-    Const flat = x;
+    Const flat;
     int64_t a = 0;
-    if (axis) {
-      TOFU_TRY(a, normAxis(*axis));
-    } else {
-      flat.shape = {x.size()};
-    }
+    TOFU_TRY(a, alongAxis(flat));
     const std::vector<std::vector<double>> slices = slicesAlong(flat, a);
     // The distinct slices in order of first appearance, then sorted if asked (numpy's
     // lexicographic order of the flattened slices).

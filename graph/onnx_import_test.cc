@@ -286,12 +286,25 @@ struct Bad {
       n->add_output(o);
     return n;
   }
-  void output(const std::string &name) {
+  /// The model imported with `dataInputs` data inputs and the values `given` ahead.
+  llvm::Expected<Graph> importGiven(unsigned dataInputs,
+                                    std::map<std::string, OnnxGivenInput> given) const {
+    OnnxImportOptions options;
+    options.dataInputs = dataInputs;
+    options.givenInputs = std::move(given);
+    return importOnnxBytes(m.SerializeAsString(), "m.onnx", library(), options);
+  }
+  /// A graph output of element type `type` whose extents (one per name) are unknown.
+  void output(const std::string &name, int32_t type, const std::vector<std::string> &dims) {
     onnx::ValueInfoProto *y = g->add_output();
     y->set_name(name);
-    y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-    for (const char *d : {"d0", "d1"}) // unknown extents: the checker wants a shape
-      y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param(d);
+    y->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+    auto *shape = y->mutable_type()->mutable_tensor_type()->mutable_shape();
+    for (const std::string &d : dims)
+      shape->add_dim()->set_dim_param(d);
+  }
+  void output(const std::string &name) { // unknown extents: the checker wants a shape
+    output(name, onnx::TensorProto::FLOAT, {"d0", "d1"});
   }
   /// The importer's error for the model (empty when it imports).
   std::string error(size_t truncate = 0) const {
@@ -429,12 +442,8 @@ TEST(OnnxImport, InputsGivenAheadFixShapesAndConstants) {
       onnx::TensorProto::INT64);
   b.node("r", "Reshape", {"x", "shape"}, {"y"});
   b.output("y");
-  const std::string bytes = b.m.SerializeAsString();
   auto import = [&](std::map<std::string, OnnxGivenInput> given) {
-    OnnxImportOptions options;
-    options.dataInputs = 2;
-    options.givenInputs = std::move(given);
-    return importOnnxBytes(bytes, "m.onnx", library(), options);
+    return b.importGiven(2, std::move(given));
   };
   // Without values, the shape is not a constant: refused, naming it.
   auto refused = import({});
@@ -475,17 +484,9 @@ TEST(OnnxImport, DataShapedOpsAreEvaluatedWhereTheirInputsAreKnown) {
   // the graph holding numpy's nonzero of it.
   Bad b({{"x", {2, 3}}});
   b.node("nz", "NonZero", {"x"}, {"y"});
-  onnx::ValueInfoProto *y = b.g->add_output();
-  y->set_name("y");
-  y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
-  for (const char *d : {"r", "count"})
-    y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param(d);
-  const std::string bytes = b.m.SerializeAsString();
+  b.output("y", onnx::TensorProto::INT64, {"r", "count"});
   auto import = [&](std::map<std::string, OnnxGivenInput> given) {
-    OnnxImportOptions options;
-    options.dataInputs = 1;
-    options.givenInputs = std::move(given);
-    return importOnnxBytes(bytes, "m.onnx", library(), options);
+    return b.importGiven(1, std::move(given));
   };
   auto refused = import({});
   ASSERT_FALSE(static_cast<bool>(refused));
@@ -517,16 +518,9 @@ TEST(OnnxImport, ConstantsAreDerivedFromInputsGivenAhead) {
   constant("one", 1);
   b.node("add", "Add", {"n", "two"}, {"limit"});
   b.node("range", "Range", {"zero", "limit", "one"}, {"y"});
-  onnx::ValueInfoProto *y = b.g->add_output();
-  y->set_name("y");
-  y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
-  y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param("len");
-  const std::string bytes = b.m.SerializeAsString();
+  b.output("y", onnx::TensorProto::INT64, {"len"});
   auto import = [&](std::map<std::string, OnnxGivenInput> given) {
-    OnnxImportOptions options;
-    options.dataInputs = 1;
-    options.givenInputs = std::move(given);
-    return importOnnxBytes(bytes, "m.onnx", library(), options);
+    return b.importGiven(1, std::move(given));
   };
   auto refused = import({});
   ASSERT_FALSE(static_cast<bool>(refused));
