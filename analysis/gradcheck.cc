@@ -174,6 +174,9 @@ std::vector<GradCheck> checkGradients(const ir::OpDef &def, const GradCheckOptio
   std::vector<GradCheck> results;
   if (def.grads.empty())
     return results;
+  if (options.example && !options.example->straightThrough.empty())
+    return skippedAll(def, "straight through a rounding (" + options.example->straightThrough +
+                               "): not checked by finite differences");
   Instantiation inst = completeForVerification(
       def, options.example ? options.example->inst : Instantiation{}, nullptr);
   auto skipAll = [&](const std::string &why) { return skippedAll(def, why); };

@@ -246,6 +246,7 @@ llvm::Expected<std::map<std::string, Example>> loadExamples(const std::string &d
           ex.inst.groups[g.key()] = g.value().get<int64_t>();
       for (const auto &shape : e.at("inputs"))
         ex.inputShapes.push_back(shape.get<std::vector<int64_t>>());
+      ex.straightThrough = e.value("straight_through", "");
       const std::string &name = it.key();
       for (const auto &shape : ex.inputShapes)
         ex.inst.inputRanks.push_back(static_cast<unsigned>(shape.size()));

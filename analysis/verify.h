@@ -41,6 +41,10 @@ struct OpCheck {
 struct Example {
   Instantiation inst;
   std::vector<std::vector<int64_t>> inputShapes;
+  /// Why the op's grad clauses pass the gradient straight through a rounding (its
+  /// "straight_through"): finite differences of a step function say nothing of them, so they
+  /// are not checked so (the PyTorch oracle checks them against PyTorch's straight-through).
+  std::string straightThrough;
 };
 
 /// The examples of `dir/verify_examples.json` (none when the file does not exist); errors
