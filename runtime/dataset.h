@@ -51,7 +51,7 @@ int typeSize(DataType t);
 const char *typeName(DataType t);
 
 /// The uint16 values of `a` (an ONNX .pb file's, which DataArray holds as int32) read as
-/// bfloat16 bit patterns, to float32: ONNX before 1.14 wrote bfloat16 arrays as uint16
+/// bfloat16 bit patterns, to float32: ONNX 1.12 wrote bfloat16 arrays as uint16
 /// (numpy has no bfloat16), so a test's input for a bfloat16 input is stored so.
 void bfloat16FromBits(DataArray &a);
 

@@ -63,7 +63,7 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
     if (t < 0 || p.tensors[t].producer >= 0 || p.tensors[t].role != tofu::TensorRole::Input)
       return fail(fmt::format("--input: the model has no input '{}'", input), 2);
     given.insert(input);
-    // A bfloat16 input stored as its uint16 bits (ONNX's files before 1.14).
+    // A bfloat16 input stored as its uint16 bits (as ONNX 1.12's test files store them).
     tofu::DataArray bits;
     if (a->onnxType == 4 /* UINT16 */ && info && info->dtype == "bfloat16") {
       bits = *a;

@@ -211,7 +211,7 @@ def run_test(args, test):
         pb = os.path.join(data, f"output_{i}.pb")
         try:
             want = read_pb(pb) if os.path.exists(pb) else None
-            # A bfloat16 output stored as its uint16 bits (ONNX's files before 1.14).
+            # A bfloat16 output stored as its uint16 bits (as ONNX 1.12's test files store them).
             if (want is not None and want.dtype == np.uint16 and
                     model.graph.output[i].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16):
                 want = (want.astype(np.uint32) << 16).view(np.float32)
