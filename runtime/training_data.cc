@@ -165,9 +165,10 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
         ++initialized_;
       }
     }
+    // A random input draws its values unless `constants` gives it some (evaluation's masks).
     if (auto m =
             random ? random->find(pt.name) : std::map<std::string, RandomInput>::const_iterator();
-        random && m != random->end()) {
+        random && m != random->end() && r.kind != Kind::Given) {
       r = Rule();
       r.kind = Kind::Random;
       r.random = m->second.kind;

@@ -40,7 +40,8 @@ namespace tofu {
 ///   model's weights and buffers), unless a checkpoint is loaded over them;
 /// - `momentum` (SGD with momentum, Nesterov) and `weight_decay` from `TrainingHyper`;
 /// - the random inputs `random` names (Graph::randomInputs: a training-mode Dropout's mask,
-///   ONNX's random generators) drawn afresh at every step from their distributions.
+///   ONNX's random generators) drawn afresh at every step from their distributions, unless
+///   `constants` gives them values (evaluation gives a mask its expectation).
 ///
 /// With `teacher`, every step draws a fresh batch: every data input (an input of rank >= 1
 /// other than the labels or target) afresh — uniform in [-1, 1], or integers in its range —

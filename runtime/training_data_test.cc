@@ -311,6 +311,15 @@ TEST(TrainingData, RandomMasksAreDrawnEveryStep) {
     EXPECT_TRUE(u >= -3.0 && u < -1.0) << u;
     EXPECT_NE(u, d.value(scale, 4).data.at(0));
   }
+  // A value given for a random input wins (evaluation fills a mask with its expectation).
+  const std::map<std::string, std::vector<double>> given = {
+      {"mask", std::vector<double>(2000, 0.7)}};
+  TrainingData evaluation(p, outputs.at(0), 5, 0.1, given, false, nullptr, TrainingHyper(),
+                          &random);
+  for (unsigned step : {0u, 1u}) // values pass through float32
+    EXPECT_EQ(evaluation.value(mask, step).data, std::vector<double>(2000, double(0.7f)));
+  const std::vector<unsigned> &each = evaluation.scheduledTensors();
+  EXPECT_EQ(std::find(each.begin(), each.end(), mask), each.end());
 }
 
 } // namespace
