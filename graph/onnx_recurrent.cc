@@ -184,31 +184,28 @@ llvm::Error Importer::recurrentOp(const onnx::NodeProto &n, NodeEnv &env) {
       }
       return b_->node(dn + "_" + tag, "Add", {a, b});
     };
-    // ONNX orders LSTM gates [i, o, f, c]; lstm_cell_c/h read [i, f, o, g]: the middle
-    // two blocks swap (on W, R and the bias, once per direction, not per step).
-    auto lstmOrder = [&](const std::string &tag,
-                         const std::string &x) -> llvm::Expected<std::string> {
+    // ONNX orders LSTM gates [i, o, f, c] and peepholes [i, o, f]; lstm_cell_c/h read
+    // [i, f, o, g] and lstm_peephole_* [i, f, o]: the second and third blocks swap (on W, R,
+    // the bias and P, once per direction, not per step). `gates` is 4, or 3 for P.
+    auto lstmOrder = [&](const std::string &tag, const std::string &x,
+                         size_t gates = 4) -> llvm::Expected<std::string> {
       std::vector<std::string> blocks;
-      for (int64_t q : {0, 2, 1, 3}) {
+      for (int64_t q : std::vector<int64_t>{0, 2, 1, 3}) {
+        if (blocks.size() == gates)
+          break;
         std::string block;
         TOFU_TRY(block, b_->sliceAxis(fmt::format("{}_{}_gate{}", dn, tag, q), x, 0, q * H, H));
         blocks.push_back(block);
       }
-      return b_->concatAll(dn + "_" + tag + "_ifog", blocks, 0, "");
+      return b_->concatAll(dn + "_" + tag + "_" + std::string("ifog", gates), blocks, 0, "");
     };
     std::string h, c;
     TOFU_TRY(h, initial(H0, d, "h"));
     std::string Wg, Rg, bg, Wh, Rh, bh, Wbh, Rbh, one, peep;
-    if (P) { // the peepholes [i, o, f] to lstm_peephole's [i, f, o]
+    if (P) {
       std::string Pd;
       TOFU_TRY(Pd, entry(dn + "_P", *P, d, {3 * H}));
-      std::vector<std::string> blocks;
-      for (int64_t q : {0, 2, 1}) {
-        std::string block;
-        TOFU_TRY(block, b_->sliceAxis(fmt::format("{}_P_gate{}", dn, q), Pd, 0, q * H, H));
-        blocks.push_back(block);
-      }
-      TOFU_TRY(peep, b_->concatAll(dn + "_P_ifo", blocks, 0, ""));
+      TOFU_TRY(peep, lstmOrder("P", Pd, 3));
     }
     const bool lbr = op == "GRU" && intAttr(n, "linear_before_reset").value_or(0) != 0;
     if (op == "LSTM") {

@@ -52,13 +52,18 @@ def graph_inputs(model):
             if i.name not in inits]
 
 
+def from_bfloat16_bits(a):
+    """uint16 bfloat16 bit patterns as float32 (numpy has no bfloat16)."""
+    return (a.astype(np.uint32) << 16).view(np.float32)
+
+
 def read_pb(path):
     t = onnx.TensorProto()
     with open(path, "rb") as f:
         t.ParseFromString(f.read())
     a = numpy_helper.to_array(t)
     if t.data_type == onnx.TensorProto.BFLOAT16:  # numpy has no bfloat16: the bits as uint16
-        a = (a.astype(np.uint32) << 16).view(np.float32)
+        a = from_bfloat16_bits(a)
     return a
 
 
@@ -214,7 +219,7 @@ def run_test(args, test):
             # A bfloat16 output stored as its uint16 bits (as ONNX 1.12's test files store them).
             if (want is not None and want.dtype == np.uint16 and
                     model.graph.output[i].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16):
-                want = (want.astype(np.uint32) << 16).view(np.float32)
+                want = from_bfloat16_bits(want)
             expected.append(want)
         except Exception:
             return refusal() or ("failed", f"imported, but expected output {i} is not a tensor "
