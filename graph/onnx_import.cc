@@ -554,13 +554,34 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   for (const onnx::NodeProto &n : graph->node())
     for (const std::string &o : n.output())
       producers_[o] = &n;
+  // Values of control-flow nodes expanded after this pass, and what reads them.
+  std::set<std::string> deferred;
+  int index = -1;
   for (const onnx::NodeProto &n : graph->node()) {
-    bool reachesLost = false;
-    for (const std::string &in : n.input())
+    ++index;
+    bool reachesLost = false, reachesDeferred = false;
+    for (const std::string &in : n.input()) {
       reachesLost |= lost.count(in) > 0;
+      reachesDeferred |= deferred.count(in) > 0;
+    }
+    if (reachesDeferred) {
+      deferred.insert(n.output().begin(), n.output().end());
+      continue;
+    }
     if (reachesLost) {
       ++skipped;
       lost.insert(n.output().begin(), n.output().end());
+      continue;
+    }
+    if (isControlFlow(n)) {
+      llvm::Expected<Expansion> e = controlFlowDecision(n, index);
+      if (!e) {
+        untranslated.push_back(llvm::toString(e.takeError()));
+        lost.insert(n.output().begin(), n.output().end());
+      } else {
+        expansions_.push_back(std::move(*e));
+        deferred.insert(n.output().begin(), n.output().end());
+      }
       continue;
     }
     // The checks above should leave nothing that throws; should a translation still meet
@@ -577,6 +598,10 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
       lost.insert(n.output().begin(), n.output().end());
     }
   }
+  if (!untranslated.empty())
+    expansions_.clear();
+  if (!expansions_.empty())
+    return stringError("control flow to expand before the import goes on");
   if (untranslated.size() == 1 && skipped == 0)
     return stringError(untranslated[0]);
   if (!untranslated.empty()) {
@@ -610,6 +635,7 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
 } // namespace onnximport
 
 using onnximport::Importer;
+using onnximport::importExpanded;
 using onnximport::loadExternalData;
 using onnximport::tableFor;
 
@@ -625,7 +651,7 @@ llvm::Expected<Graph> importOnnxBytes(const std::string &bytes, const std::strin
   auto table = tableFor(lib);
   if (!table)
     return table.takeError();
-  auto g = Importer(lib, **table, options).run(model);
+  auto g = importExpanded(model, lib, **table, options);
   if (!g)
     return stringError(fmt::format("{}: {}", name, llvm::toString(g.takeError())));
   return g;

@@ -9,6 +9,8 @@
 //   onnx_layout.cc (reshape, slice, concat, transpose, expand, pad, tile, resize, scatter),
 //   onnx_recurrent.cc (LSTM, GRU and RNN unrolled), onnx_einsum.cc and onnx_optimizers.cc
 //   (the training-preview domain's optimisers);
+// - onnx_control.cc expands control flow (If, Loop, Scan) where the import knows how it
+//   goes, and imports the expanded model again;
 // - onnx_datashape.cc evaluates ops TDL cannot describe (NonZero, Compress, Unique,
 //   NonMaxSuppression, TfIdfVectorizer) where their inputs are known;
 // - onnx_builder.cc is the GraphBuilder every translation adds through: each addition returns
@@ -263,6 +265,23 @@ private:
   Graph g_;
 };
 
+/// How the import runs one control-flow node (If, Loop, Scan): onnx_control.cc.
+struct Expansion {
+  int node = 0;                   ///< its index among the graph's nodes
+  bool thenBranch = false;        ///< If: the branch it takes
+  int64_t iterations = 0;         ///< Loop and Scan: how many times the body runs
+  int64_t batch = 0;              ///< Scan of opset 8: its batch entries, each scanned alone
+  std::vector<int64_t> inputAxes; ///< Scan: each scan input's axis, as the node gives it
+};
+
+/// Whether `n` is an If, a Loop or a Scan of the default domain.
+bool isControlFlow(const onnx::NodeProto &n);
+
+/// The model with each control-flow node `expansions` names replaced by the nodes it runs:
+/// an If's branch, a Loop's or Scan's body once per iteration (names made unique, scan
+/// inputs sliced by Gather, scan outputs stacked by Unsqueeze and Concat).
+llvm::Error expandControlFlow(onnx::ModelProto &model, const std::vector<Expansion> &expansions);
+
 class NodeEnv;
 
 class Importer {
@@ -271,6 +290,11 @@ public:
       : lib_(lib), table_(table), options_(options) {}
 
   llvm::Expected<Graph> run(onnx::ModelProto &model);
+
+  /// The control-flow nodes the last run() met and decided how to run: when there are any,
+  /// run() returned an error, and the model is to be expanded (expandControlFlow) and
+  /// imported again (importExpanded).
+  const std::vector<Expansion> &expansions() const { return expansions_; }
 
   /// The translations written in C++, by the name the table's "handler" gives.
   using Handler = llvm::Error (Importer::*)(const onnx::NodeProto &, NodeEnv &);
@@ -326,6 +350,10 @@ private:
   /// when they are not known (or for another op), an error when the values contradict the model
   /// (onnx_datashape.cc).
   llvm::Expected<bool> evaluateDataShaped(const onnx::NodeProto &n);
+  /// How control-flow node `n` (the graph's node `index`) runs: an If's branch from its
+  /// condition, a Loop's iterations from its trip count and condition (valueOf), a Scan's
+  /// from its scan inputs' shapes. An error saying why where they are not known.
+  llvm::Expected<Expansion> controlFlowDecision(const onnx::NodeProto &n, int index);
   /// Adagrad, Momentum and Adam of the training-preview domain (onnx_optimizers.cc).
   llvm::Error optimizerOp(const onnx::NodeProto &n, NodeEnv &env);
 
@@ -393,7 +421,15 @@ private:
   GraphBuilder *b_ = &main_;        ///< where translations add: the graph, or a fold's scratch
   std::set<std::string> consumed_;  ///< tensors some node or the graph's outputs read
   std::map<const onnx::NodeProto *, std::string> names_;
+  std::vector<Expansion> expansions_;
 };
+
+/// Imports `model`, its control flow expanded: each pass imports the model until the
+/// control-flow nodes it can decide, which are then expanded (nested ones come to the top
+/// level) and the model imported again; a model without control flow is imported once.
+llvm::Expected<Graph> importExpanded(onnx::ModelProto &model, const OpLibrary &lib,
+                                     const onnxrules::Table &table,
+                                     const OnnxImportOptions &options);
 
 /// Names and functions of the table's expressions while node `n` is translated: its
 /// attributes (with the schema's defaults), the table's `let` variables, and the importer's

@@ -536,5 +536,146 @@ TEST(OnnxImport, ConstantsAreDerivedFromInputsGivenAhead) {
   EXPECT_TRUE(added);
 }
 
+/// A body graph for If branches and Loop bodies: `nodes` built by `build`, the given
+/// inputs and outputs (float, or as typed).
+onnx::GraphProto subgraph(const std::string &name,
+                          std::vector<std::pair<std::string, int32_t>> inputs,
+                          std::vector<std::pair<std::string, int32_t>> outputs,
+                          const std::function<void(onnx::GraphProto &)> &build) {
+  onnx::GraphProto g;
+  g.set_name(name);
+  for (const auto &[n, type] : inputs) {
+    onnx::ValueInfoProto *v = g.add_input();
+    v->set_name(n);
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+  }
+  build(g);
+  for (const auto &[n, type] : outputs) {
+    onnx::ValueInfoProto *v = g.add_output();
+    v->set_name(n);
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+  }
+  return g;
+}
+
+onnx::NodeProto *addNode(onnx::GraphProto &g, const std::string &op, std::vector<std::string> in,
+                         std::vector<std::string> out) {
+  onnx::NodeProto *n = g.add_node();
+  n->set_op_type(op);
+  for (const std::string &i : in)
+    n->add_input(i);
+  for (const std::string &o : out)
+    n->add_output(o);
+  return n;
+}
+
+void graphAttribute(onnx::NodeProto *n, const std::string &name, onnx::GraphProto g) {
+  onnx::AttributeProto *a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::GRAPH);
+  *a->mutable_g() = std::move(g);
+}
+
+TEST(OnnxImport, ControlFlowIsRefusedWhereItsCourseIsNotKnown) {
+  const int32_t kFloat = onnx::TensorProto::FLOAT, kBool = onnx::TensorProto::BOOL,
+                kInt = onnx::TensorProto::INT64;
+  auto branch = [&](const std::string &name, const std::string &op) {
+    return subgraph(name, {}, {{name + "_y", kFloat}},
+                    [&](onnx::GraphProto &g) { addNode(g, op, {"x"}, {name + "_y"}); });
+  };
+  {
+    // If on a condition computed from x's values: not known at import.
+    Bad b({{"x", {2, 3}}});
+    b.node("sum", "ReduceSum", {"x"}, {"s"});
+    b.node("zero", "Constant", {}, {"z"});
+    auto *a = b.g->mutable_node(1)->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(kFloat);
+    a->mutable_t()->add_float_data(0);
+    b.node("positive", "Greater", {"s", "z"}, {"c"});
+    onnx::NodeProto *n = b.node("branch", "If", {"c"}, {"y"});
+    graphAttribute(n, "then_branch", branch("then", "Relu"));
+    graphAttribute(n, "else_branch", branch("else", "Neg"));
+    b.output("y");
+    std::string e = b.error();
+    EXPECT_NE(e.find("node 'branch' (ONNX If): its condition 'c' is not known at import"),
+              std::string::npos)
+        << e;
+  }
+  auto loop = [&](Bad &b, std::vector<std::string> in, bool computedCondition) {
+    onnx::NodeProto *n = b.node("loop", "Loop", std::move(in), {"y"});
+    graphAttribute(n, "body",
+                   subgraph("body", {{"i", kInt}, {"cond_in", kBool}, {"s_in", kFloat}},
+                            {{"cond_out", kBool}, {"s_out", kFloat}}, [&](onnx::GraphProto &g) {
+                              addNode(g, "Relu", {"s_in"}, {"s_out"});
+                              if (computedCondition) {
+                                addNode(g, "ReduceMax", {"s_out"}, {"m"});
+                                addNode(g, "Less", {"m", "x"}, {"cond_out"});
+                              } else {
+                                addNode(g, "Identity", {"cond_in"}, {"cond_out"});
+                              }
+                            }));
+    b.output("y");
+  };
+  auto intConstant = [](Bad &b, const std::string &name, int32_t type, int64_t v) {
+    onnx::NodeProto *c = b.node("c_" + name, "Constant", {}, {name});
+    onnx::AttributeProto *a = c->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(type);
+    if (type == onnx::TensorProto::INT64)
+      a->mutable_t()->add_int64_data(v);
+    else
+      a->mutable_t()->add_int32_data(int32_t(v));
+  };
+  {
+    // A while loop: no trip count.
+    Bad b({{"x", {2, 3}}});
+    intConstant(b, "go", kBool, 1);
+    loop(b, {"", "go", "x"}, false);
+    std::string e = b.error();
+    EXPECT_NE(e.find("node 'loop' (ONNX Loop): it has no trip count (a while loop)"),
+              std::string::npos)
+        << e;
+  }
+  {
+    // A body that computes the condition from the data.
+    Bad b({{"x", {2, 3}}});
+    intConstant(b, "n", kInt, 3);
+    loop(b, {"n", "", "x"}, true);
+    std::string e = b.error();
+    EXPECT_NE(e.find("its body computes the loop's condition ('cond_out')"), std::string::npos)
+        << e;
+  }
+  {
+    // Too many iterations to unroll.
+    Bad b({{"x", {2, 3}}});
+    intConstant(b, "n", kInt, 1000000);
+    loop(b, {"n", "", "x"}, false);
+    std::string e = b.error();
+    EXPECT_NE(e.find("Tofu unrolls at most 4096 iterations"), std::string::npos) << e;
+  }
+  {
+    // The trip count as a data input: refused without its value, unrolled with it (3
+    // Relu copies, the last one writing y).
+    Bad b({{"x", {2, 3}}, {"n", {}}});
+    b.g->mutable_input(1)->mutable_type()->mutable_tensor_type()->set_elem_type(kInt);
+    b.g->mutable_input(1)->mutable_type()->mutable_tensor_type()->mutable_shape(); // rank 0
+    loop(b, {"n", "", "x"}, false);
+    auto refused = b.importGiven(2, {});
+    ASSERT_FALSE(static_cast<bool>(refused));
+    std::string e = llvm::toString(refused.takeError());
+    EXPECT_NE(e.find("its trip count 'n' is not known at import"), std::string::npos) << e;
+    auto g = b.importGiven(2, {{"n", {{}, {3}, true}}});
+    ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+    unsigned relus = 0;
+    for (const Node &node : g->nodes())
+      relus += node.op == "Relu";
+    EXPECT_EQ(relus, 3u);
+    EXPECT_EQ(g->tensor("y")->shape, (std::vector<int64_t>{2, 3}));
+  }
+}
+
 } // namespace
 } // namespace tofu

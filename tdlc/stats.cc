@@ -120,7 +120,8 @@ void printStats(llvm::raw_ostream &os, const LibraryStats &s) {
   os << fmt::format("| ONNX operators (default domain, opset 17) | {} |\n| --- | ---: |\n",
                     s.onnxTotal);
   os << fmt::format("| described in TDL | {} |\n", s.described.size());
-  os << fmt::format("| folded by the importer (static shapes, constants) | {} |\n",
+  os << fmt::format("| folded or expanded by the importer (static shapes, constants, control "
+                    "flow) | {} |\n",
                     s.folded.size());
   os << fmt::format("| not describable | {} |\n", s.notDescribable.size());
   os << fmt::format("| missing (describable, not written yet) | {} |\n", s.missing.size());

@@ -46,7 +46,13 @@ def randomize(model, seed):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
 
 
-def export(model, examples, path, opset, input_names, training=False, params=False):
+def export(model, examples, path, opset, input_names, training=False, params=False,
+           script=False):
+    dynamic = None
+    if script:  # TorchScript keeps Python control flow; every input axis but the last is free
+        model = torch.jit.script(model)
+        dynamic = {name: {d: "%s_%d" % (name, d) for d in range(x.dim() - 1)}
+                   for name, x in zip(input_names, examples)}
     if training:
         model.train()
         mode = torch.onnx.TrainingMode.TRAINING
@@ -56,7 +62,7 @@ def export(model, examples, path, opset, input_names, training=False, params=Fal
     torch.onnx.export(model, tuple(examples), path, export_params=params, opset_version=opset,
                       input_names=input_names,
                       output_names=getattr(model, "output_names", ["output"]),
-                      do_constant_folding=False, training=mode)
+                      do_constant_folding=False, training=mode, dynamic_axes=dynamic)
 
 
 # --- Small models written here --------------------------------------------------------------
@@ -113,6 +119,29 @@ class RecurrentStates(nn.Module):
     def forward(self, x):
         y, (h, c) = self.rnn(x)
         return y, h, c
+
+
+class ScriptedControl(nn.Module):
+    """A recurrence written as a Python loop and a branch on the input's length, exported from
+    TorchScript with dynamic batch and time axes: an ONNX Loop whose trip count is the input's
+    time extent (Shape, Gather) and an If whose condition compares it (Greater), as scripted
+    models export control flow. The import unrolls and inlines them once shapes are known."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 16)
+        self.cell = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.zeros(x.size(0), 16)
+        for t in range(x.size(1)):
+            h = torch.tanh(self.proj(x[:, t]) + self.cell(h))
+        if x.size(1) > 3:
+            h = h * 2.0
+        else:
+            h = h - 1.0
+        return self.head(h)
 
 
 class Conv1dNet(nn.Module):
@@ -246,7 +275,8 @@ def tv(name, **kw):
 
 # --- The corpus --------------------------------------------------------------------------------
 # name: (family, builder, example inputs, options). Options: 'verify' (tofu-run --verify at
-# k = 2 and 4 in CI), 'ref' (PyTorch's outputs recorded), 'train' (a training-mode export).
+# k = 2 and 4 in CI), 'ref' (PyTorch's outputs recorded), 'train' (a training-mode export),
+# 'script' (exported from TorchScript, its control flow kept, its input axes dynamic).
 
 def corpus():
     g = torch.Generator().manual_seed(7)
@@ -311,8 +341,9 @@ def corpus():
                    [image(64)], set()),
         "lstm_large": ("rnn", lambda: Recurrent(nn.LSTM, 2, False, inputs=64, hidden=256),
                        [rnd(4, 20, 64)], set()),
-        # Last, so that the examples drawn before it stay as they were.
+        # Last, so that the examples drawn before them stay as they were.
         "lstm_states": ("rnn", RecurrentStates, [rnd(2, 5, 8)], {"verify"}),
+        "scripted_control": ("rnn", ScriptedControl, [rnd(2, 5, 8)], {"verify", "ref", "script"}),
     }
 
 
@@ -365,7 +396,7 @@ def main():
         inputs = ["input"] if len(examples) == 1 else ["input%d" % k for k in range(len(examples))]
         try:
             export(model, examples, path, OPSET, inputs, training="train" in opts,
-                   params="ref" in opts)
+                   params="ref" in opts, script="script" in opts)
         except Exception as e:  # the others still export; the run fails at the end
             print("%s: not exported: %s" % (name, str(e).splitlines()[0]), file=sys.stderr)
             failed.append(name)

@@ -20,12 +20,14 @@ sorted into
 
   tools/onnx_node_tests.py --tofu-run PATH --tofu-plan PATH [--ops DIR] [--node-dir DIR] [--workers '1 2']
                            [--jobs N] [--timeout S] [--only SUBSTRING] [--sample N]
-                           [--json FILE] [--known FILE]
+                           [--json FILE] [--known FILE] [--all-pass]
 
 It prints the counts, the refusals by reason and every failure. With --known FILE (one
 test name per line, then why it fails; # comments) it exits 1 when a test crashed or hung,
 when a test not in FILE failed, or when a test in FILE no longer fails (the list must
-shrink as fixes land); else 0. --sample N runs every N-th test only (by name order).
+shrink as fixes land); else 0. With --all-pass it exits 1 unless every test passed (a
+folder of cases written for Tofu, such as tests/onnx_control, where a refusal is a failure
+too). --sample N runs every N-th test only (by name order).
 """
 import argparse
 import collections
@@ -273,6 +275,8 @@ def main():
     ap.add_argument("--json", default="", help="write every test's status and detail here")
     ap.add_argument("--known", default="", help="the known failures (see above)")
     ap.add_argument("--sample", type=int, default=1, help="run every N-th test only")
+    ap.add_argument("--all-pass", action="store_true",
+                    help="exit 1 unless every test passed (refusals included)")
     args = ap.parse_args()
     args.workers = [int(w) for w in args.workers.split()]
     if not os.path.isdir(args.node_dir):
@@ -319,6 +323,10 @@ def main():
         with open(args.json, "w") as f:
             json.dump({t: {"status": s, "detail": d} for t, (s, d) in sorted(results.items())},
                       f, indent=1)
+    if args.all_pass and counts["passed"] != len(tests):
+        print(f"onnx_node_tests: {len(tests) - counts['passed']} of {len(tests)} tests did not "
+              "pass (--all-pass)", file=sys.stderr)
+        return 1
     if not args.known:
         return 0
     known = {}
