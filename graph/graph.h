@@ -83,6 +83,10 @@ public:
   /// Inputs of an imported model given ahead whose values the import took whole (empty
   /// ones, such as a reduction's empty axes): no tensor of the graph holds them.
   std::set<std::string> inputsTakenWhole;
+  /// Outputs of an imported model that hold no element (an extent is 0), by name with their
+  /// shapes: known whole at import, they are not tensors of the graph (nor in `outputs`).
+  /// `tofu-run --infer` writes them.
+  std::map<std::string, std::vector<int64_t>> emptyOutputs;
   /// Inputs the import made for random values (a training-mode Dropout's mask, ONNX's random
   /// generators): runs draw each afresh at every step.
   std::map<std::string, RandomInput> randomInputs;

@@ -381,13 +381,25 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   for (onnx::ValueInfoProto &v : *graph->mutable_input()) {
     if (!v.type().has_tensor_type())
       continue;
-    if (!firstData && !initialized.count(v.name()))
+    const bool first = !firstData && !initialized.count(v.name());
+    if (first)
       firstData = &v;
-    for (auto &dim : *v.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim())
+    // The data that will feed the input fixes its dynamic axes after the batch axis.
+    const std::vector<int64_t> *sample = nullptr;
+    if (auto it = options_.sampleShapes.find(v.name()); it != options_.sampleShapes.end())
+      sample = &it->second;
+    else if (auto it = options_.sampleShapes.find(""); first && it != options_.sampleShapes.end())
+      sample = &it->second;
+    auto *dims = v.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim();
+    if (sample && size_t(dims->size()) != sample->size() + 1)
+      sample = nullptr;
+    for (int d = 0; d < dims->size(); ++d) {
+      auto &dim = (*dims)[d];
       if (!dim.has_dim_value()) {
-        dim.set_dim_value(options_.batch);
+        dim.set_dim_value(d > 0 && sample ? (*sample)[size_t(d - 1)] : options_.batch);
         ++symbolic;
       }
+    }
   }
   // A batch the user chose must mean something: with no symbolic dimension, it must be the
   // one the file fixes.
@@ -573,6 +585,19 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
       lost.insert(n.output().begin(), n.output().end());
       continue;
     }
+    // A node whose every output holds no element computes nothing: its outputs are known
+    // whole, as empty constants.
+    if (producesOnlyEmpty(n)) {
+      for (const std::string &o : n.output())
+        if (!o.empty()) {
+          Const empty;
+          empty.shape = facts_.shapes[o];
+          auto type = facts_.types.find(o);
+          empty.isInt = type != facts_.types.end() && isIntType(type->second);
+          facts_.consts[o] = std::move(empty);
+        }
+      continue;
+    }
     if (isControlFlow(n)) {
       llvm::Expected<Expansion> e = controlFlowDecision(n, index);
       if (!e) {
@@ -613,8 +638,12 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   }
   Graph &g = main_.graph();
   for (const onnx::ValueInfoProto &v : graph->output()) {
-    // An output the importer evaluated is a constant of the graph (it cannot hold an empty
-    // one).
+    // An output that holds no element is known whole; the graph cannot hold it.
+    if (const Const *c = this->known(v.name()); c && c->size() == 0) {
+      g.emptyOutputs[v.name()] = c->shape;
+      continue;
+    }
+    // An output the importer evaluated is a constant of the graph.
     if (llvm::Error e = main_.materialize(v.name()))
       return std::move(e);
     g.outputs.push_back(v.name());

@@ -41,6 +41,11 @@ struct OnnxImportOptions {
   /// Graph inputs given ahead, by name: each must be a graph input that is not an
   /// initializer.
   std::map<std::string, OnnxGivenInput> givenInputs;
+  /// The shape of one sample of the data that will feed a graph input, by input name ("":
+  /// the first data input): the input's dynamic dimensions after the first (a sequence's
+  /// length) take the sample's extents where the ranks agree (the input's rank is the
+  /// sample's plus the batch axis). Other dynamic dimensions are `batch`.
+  std::map<std::string, std::vector<int64_t>> sampleShapes;
 };
 
 /// Reads the model at `path` (with its initializers' external data, from files in the

@@ -362,6 +362,19 @@ private:
   /// Shape or Size of a tensor of static shape, ConstantOfShape of a known shape (a constant
   /// or an input given ahead). False for any other node.
   llvm::Expected<bool> readConstant(const onnx::NodeProto &n);
+  /// Whether every output of `n` is known (ONNX's inference) to hold no element.
+  bool producesOnlyEmpty(const onnx::NodeProto &n) {
+    bool any = false;
+    for (const std::string &o : n.output()) {
+      if (o.empty())
+        continue;
+      auto s = facts_.shapes.find(o);
+      if (s == facts_.shapes.end() || elementCount(s->second) != 0)
+        return false;
+      any = true;
+    }
+    return any;
+  }
   /// Input `k` of `n` as a tensor of the graph, or an error.
   llvm::Expected<std::string> tensorInput(const onnx::NodeProto &n, int k);
   /// The values of a constant input, or an error naming what is needed.

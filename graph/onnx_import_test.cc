@@ -677,5 +677,66 @@ TEST(OnnxImport, ControlFlowIsRefusedWhereItsCourseIsNotKnown) {
   }
 }
 
+TEST(OnnxImport, DataSamplesFixDynamicAxesAfterTheBatch) {
+  // scripted_control's input is [batch, time, 8], both dynamic; its Loop runs `time` times.
+  // Without a sample shape every dynamic axis is the batch; with one, the time axis is the
+  // sample's (and the loop unrolls that many times). A sample of another rank is ignored.
+  auto tanhs = [](const Graph &g) {
+    unsigned n = 0;
+    for (const Node &node : g.nodes())
+      n += node.op == "Tanh";
+    return n;
+  };
+  OnnxImportOptions options;
+  options.batch = 3;
+  auto plain = importOnnx("tests/onnx/scripted_control.onnx", library(), options);
+  ASSERT_TRUE(static_cast<bool>(plain)) << llvm::toString(plain.takeError());
+  EXPECT_EQ(plain->tensor("input")->shape, (std::vector<int64_t>{3, 3, 8}));
+  EXPECT_EQ(tanhs(*plain), 3u);
+  options.sampleShapes[""] = {7, 8};
+  auto fed = importOnnx("tests/onnx/scripted_control.onnx", library(), options);
+  ASSERT_TRUE(static_cast<bool>(fed)) << llvm::toString(fed.takeError());
+  EXPECT_EQ(fed->tensor("input")->shape, (std::vector<int64_t>{3, 7, 8}));
+  EXPECT_EQ(tanhs(*fed), 7u);
+  options.sampleShapes = {{"input", {56}}};
+  auto other = importOnnx("tests/onnx/scripted_control.onnx", library(), options);
+  ASSERT_TRUE(static_cast<bool>(other)) << llvm::toString(other.takeError());
+  EXPECT_EQ(other->tensor("input")->shape, (std::vector<int64_t>{3, 3, 8}));
+}
+
+TEST(OnnxImport, EmptyValuesAreKnownWhole) {
+  // e = x[:, 5:] is empty ([2, 0]); z = Concat(x, e) drops it; e is an empty output of the
+  // graph, known whole (Graph::emptyOutputs), and z an ordinary one.
+  Bad b({{"x", {2, 3}}});
+  auto ints = [&](const std::string &name, std::vector<int64_t> v) {
+    onnx::NodeProto *c = b.node("c_" + name, "Constant", {}, {name});
+    onnx::AttributeProto *a = c->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+    a->mutable_t()->add_dims(int64_t(v.size()));
+    for (int64_t x : v)
+      a->mutable_t()->add_int64_data(x);
+  };
+  ints("starts", {5});
+  ints("ends", {9});
+  ints("axes", {1});
+  b.node("slice", "Slice", {"x", "starts", "ends", "axes"}, {"e"});
+  onnx::NodeProto *concat = b.node("concat", "Concat", {"x", "e"}, {"z"});
+  onnx::AttributeProto *axis = concat->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(1);
+  b.output("e");
+  b.output("z");
+  auto g = b.importGiven(1, {});
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  EXPECT_EQ(g->outputs, (std::vector<std::string>{"z"}));
+  EXPECT_EQ(g->tensor("z")->shape, (std::vector<int64_t>{2, 3}));
+  ASSERT_EQ(g->emptyOutputs.size(), 1u);
+  EXPECT_EQ(g->emptyOutputs.at("e"), (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(g->tensor("e"), nullptr);
+}
+
 } // namespace
 } // namespace tofu

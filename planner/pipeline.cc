@@ -99,6 +99,7 @@ llvm::Expected<Graph> readGraph(const GraphSource &source, const OpLibrary &lib,
     options.dataInputsExact = source.dataInputsGiven;
     options.batchExact = source.batchGiven;
     options.givenInputs = source.givenInputs;
+    options.sampleShapes = source.sampleShapes;
     return importOnnx(source.onnxFile, lib, options);
   }
   *name = source.graphFile;

@@ -32,6 +32,9 @@ struct GraphSource {
   /// With onnxFile: inputs given ahead (their shapes, and small integer values that ops
   /// need as constants).
   std::map<std::string, OnnxGivenInput> givenInputs;
+  /// With onnxFile: the sample shapes of the data that will feed its inputs
+  /// (OnnxImportOptions::sampleShapes).
+  std::map<std::string, std::vector<int64_t>> sampleShapes;
 };
 
 /// The operator library's directory, wherever the tool runs from: `given` where the user

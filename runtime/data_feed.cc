@@ -150,6 +150,36 @@ bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const 
   return out;
 }
 
+std::map<std::string, std::vector<int64_t>> sampleShapesFed(const DataSet &ds,
+                                                            const std::string &feeds) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  auto sampleOf = [](const DataArray &a) {
+    return std::vector<int64_t>(a.shape.begin() + (a.shape.empty() ? 0 : 1), a.shape.end());
+  };
+  if (!feeds.empty()) {
+    std::stringstream ss(feeds);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos || eq == 0)
+        continue;
+      if (const DataArray *a = ds.find(item.substr(eq + 1)))
+        shapes[item.substr(0, eq)] = sampleOf(*a);
+    }
+    return shapes;
+  }
+  const DataArray *only = nullptr;
+  unsigned others = 0;
+  for (const auto &[name, a] : ds.arrays)
+    if (name != "labels") {
+      only = &a;
+      ++others;
+    }
+  if (others == 1)
+    shapes[""] = sampleOf(*only);
+  return shapes;
+}
+
 void feedBatch(Engine &engine, const DataSet &ds, const std::vector<DataBinding> &bindings,
                const std::vector<int64_t> &samples, const Normalization &norm) {
   for (const DataBinding &b : bindings) {

@@ -49,6 +49,13 @@ bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const 
             const std::map<std::string, std::vector<float>> &initial,
             const std::map<std::string, RandomInput> &random = {});
 
+/// The sample shape of each array of `ds` that will feed a named input, by the input's name
+/// (`feeds` as bindDataSet reads it; items it would refuse are left out for it to report),
+/// or without `feeds`, of the one array besides `labels`, under "" (the one data input).
+/// An ONNX import fixes its inputs' dynamic axes by them (OnnxImportOptions::sampleShapes).
+std::map<std::string, std::vector<int64_t>> sampleShapesFed(const DataSet &ds,
+                                                            const std::string &feeds);
+
 /// Writes the batch of `samples` (one index per batch row) into every bound input's local
 /// tiles.
 void feedBatch(Engine &engine, const DataSet &ds, const std::vector<DataBinding> &bindings,

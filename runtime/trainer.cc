@@ -107,7 +107,7 @@ struct Trainer::Impl {
   TrainingHyper hyper;
   unsigned lossTensor = 0;
   bool realData = false;
-  std::optional<DataSet> ds;
+  std::shared_ptr<const DataSet> ds;
   std::vector<DataBinding> bindings;
   int64_t dataBatch = 0, stepsPerEpoch = 1;
   std::unique_ptr<TrainingData> data;
@@ -244,10 +244,14 @@ llvm::Error Trainer::Impl::bindData() {
   if (!realData)
     return llvm::Error::success();
   // A data set: its batches in a shuffled order per epoch (drawn from the seed).
-  auto d = openDataSet(options.data, "train");
-  if (!d)
-    return usageError(llvm::toString(d.takeError()));
-  ds = std::move(*d);
+  if (options.dataSet) {
+    ds = options.dataSet;
+  } else {
+    auto d = openDataSet(options.data, "train");
+    if (!d)
+      return usageError(llvm::toString(d.takeError()));
+    ds = std::make_shared<const DataSet>(std::move(*d));
+  }
   auto b = bindDataSet(p, loss, *ds, options.feeds, training.constants, training.initialValues,
                        training.randomInputs);
   if (!b)

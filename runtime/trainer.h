@@ -85,6 +85,9 @@ struct TrainerOptions {
   /// teacher (fresh synthetic batches a random teacher labels), fixed (one synthetic batch),
   /// or a data set (openDataSet's path) fed through `feeds` (bindDataSet's) and normalised.
   std::string data = "teacher";
+  /// The data set `data` names, where the caller opened it already (tofu-run does, before
+  /// an ONNX import, whose dynamic axes the samples fix); else the trainer opens it.
+  std::shared_ptr<const DataSet> dataSet;
   std::string feeds;
   Normalization normalization;
   /// Evaluation: `eval` is "test" (the data set's test split) or a data set's path; every

@@ -15,6 +15,7 @@
 #include "partition/plan.h"
 #include "planner/pipeline.h"
 #include "runtime/backend_registry.h"
+#include "runtime/dataset.h"
 #include "runtime/engine.h"
 #include "runtime/input_arrays.h"
 #include "runtime/process_group.h"
@@ -52,17 +53,22 @@ double seconds(std::chrono::steady_clock::time_point since);
 double median(std::vector<double> v);
 
 /// Trains on the engine (train.cc): --steps steps, then the summary (and --verify's
-/// comparison). `predicted`: the bytes the plan moves per step.
+/// comparison). `predicted`: the bytes the plan moves per step. `dataSet`: --data's data
+/// set where it was opened before the import (null: the trainer opens it).
 int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::string &loss,
                 const std::string &name, const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
                 const tofu::SingleWorker &one, int64_t predicted, const std::string &algorithm,
-                const EvalSetup *evalSetup);
+                const EvalSetup *evalSetup, std::shared_ptr<const tofu::DataSet> dataSet);
 
 /// --infer (infer.cc): the forward graph once on the given inputs; every output reported
 /// and written.
 int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string &name,
                  const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
                  const tofu::InputArrays &inputs);
+
+/// --infer of a model whose every output holds no element (Graph::emptyOutputs): nothing
+/// to compute; each output reported and written.
+int inferEmptyOutputs(const tofu::Graph &g, const std::string &name);
 
 /// --kernels interp (reference_run.cc): one step on the reference executor (every op in the
 /// interpreter, double precision), and with --verify the unpartitioned step compared.

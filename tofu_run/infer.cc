@@ -12,11 +12,73 @@
 #include "runtime/data_feed.h"
 #include "runtime/dataset.h"
 #include "runtime/trainer.h"
+#include "support/errors.h"
 #include "tofu_run/driver.h"
 #include "tofu_run/options.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace tofurun {
+
+namespace {
+
+/// The path --output-dir gives output `out` ("" without --output-dir).
+std::string outputFile(const std::string &out) {
+  if (outputDir.empty())
+    return "";
+  std::string safe = out;
+  for (char &c : safe)
+    if (c == '/' || c == '\\' || c == ':')
+      c = '_';
+  return outputDir + "/" + safe + ".npy";
+}
+
+/// The output folder, made before any step, so that a step is never run for nothing.
+llvm::Error makeOutputDir() {
+  if (!outputDir.empty() && group->rank() == 0)
+    if (std::error_code ec = std::error_code();
+        !std::filesystem::create_directories(std::string(outputDir), ec) && ec)
+      return tofu::stringError(
+          fmt::format("--output-dir {}: {}", std::string(outputDir), ec.message()));
+  return llvm::Error::success();
+}
+
+/// The outputs that hold no element: written (empty) and reported like the others.
+llvm::Error reportEmptyOutputs(const tofu::Graph &g, nlohmann::json &j, bool json) {
+  for (const auto &[out, shape] : g.emptyOutputs) {
+    const std::string file = outputFile(out);
+    if (!file.empty() && group->rank() == 0)
+      if (llvm::Error e = tofu::writeNpy(file, shape, {}))
+        return e;
+    j["outputs"][out] = {{"shape", shape}, {"file", file}, {"min", 0}, {"max", 0}, {"mean", 0}};
+    if (!json)
+      llvm::outs() << fmt::format("| {} | [{}] | (empty) | | | {} |\n", out, fmt::join(shape, ", "),
+                                  file);
+  }
+  return llvm::Error::success();
+}
+
+} // namespace
+
+int inferEmptyOutputs(const tofu::Graph &g, const std::string &name) {
+  const bool json = format == Format::Json;
+  if (llvm::Error e = makeOutputDir())
+    return fail(llvm::toString(std::move(e)), 2);
+  nlohmann::json j;
+  j["model"] = name;
+  j["workers"] = unsigned(workers);
+  j["seconds"] = 0;
+  j["bytes_moved"] = 0;
+  if (!json)
+    llvm::outs() << fmt::format("{}: every output holds no element: nothing to compute\n\n| "
+                                "output | shape | min | max | mean | file |\n| --- | --- | ---: | "
+                                "---: | ---: | --- |\n",
+                                name);
+  if (llvm::Error e = reportEmptyOutputs(g, j, json))
+    return fail(llvm::toString(std::move(e)));
+  if (json)
+    llvm::outs() << j.dump(2) << "\n";
+  return 0;
+}
 
 int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string &name,
                  const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
@@ -92,11 +154,8 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
     return fail(name + ": --infer needs a value for every data input; --input gives none for " +
                     missing,
                 2);
-  // The output folder before the step, so that a step is never run for nothing.
-  if (!outputDir.empty() && group->rank() == 0)
-    if (std::error_code ec = std::error_code();
-        !std::filesystem::create_directories(std::string(outputDir), ec) && ec)
-      return fail(fmt::format("--output-dir {}: {}", std::string(outputDir), ec.message()), 2);
+  if (llvm::Error e = makeOutputDir())
+    return fail(llvm::toString(std::move(e)), 2);
   auto r = (*engine)->step();
   if (!r)
     return fail(name + ": " + llvm::toString(r.takeError()));
@@ -115,18 +174,11 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
       if (p.tensors[i].name == out)
         t = i;
     const tofu::Tensor x = tofu::wholeTensor(**engine, t, *group);
-    std::string file;
-    if (!outputDir.empty()) {
-      std::string safe = out;
-      for (char &c : safe)
-        if (c == '/' || c == '\\' || c == ':')
-          c = '_';
-      file = outputDir + "/" + safe + ".npy";
-      if (group->rank() == 0)
-        if (llvm::Error e =
-                tofu::writeNpy(file, x.shape, std::vector<float>(x.data.begin(), x.data.end())))
-          return fail(llvm::toString(std::move(e)));
-    }
+    const std::string file = outputFile(out);
+    if (!file.empty() && group->rank() == 0)
+      if (llvm::Error e =
+              tofu::writeNpy(file, x.shape, std::vector<float>(x.data.begin(), x.data.end())))
+        return fail(llvm::toString(std::move(e)));
     double lo = x.data.empty() ? 0 : x.data[0], hi = lo, sum = 0;
     for (double v : x.data)
       lo = std::min(lo, v), hi = std::max(hi, v), sum += v;
@@ -137,6 +189,8 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
       llvm::outs() << fmt::format("| {} | [{}] | {:.6g} | {:.6g} | {:.6g} | {} |\n", out,
                                   fmt::join(x.shape, ", "), lo, hi, mean, file);
   }
+  if (llvm::Error e = reportEmptyOutputs(g, j, json))
+    return fail(llvm::toString(std::move(e)));
   if (json)
     llvm::outs() << j.dump(2) << "\n";
   return 0;

@@ -127,7 +127,9 @@ cl::opt<std::string> dataMode(
              "/usr/share/datasets/fashion-mnist), a .safetensors file (each tensor an array, by "
              "its key) or NAME=FILE,... of IDX (.gz), .npy and FILE.safetensors[:KEY] arrays "
              "whose first dimension counts samples; batches are shuffled per epoch from --seed "
-             "and the last partial batch is dropped. Or synthetic data: 'teacher' (default: a "
+             "and the last partial batch is dropped. An ONNX input's dynamic axes after the "
+             "batch take the extents of the samples that feed it. Or synthetic data: 'teacher' "
+             "(default: a "
              "fresh batch every step, labels or targets from a fixed random teacher) or 'fixed' "
              "(one random batch for every step: the model memorises it)"),
     cl::value_desc("PATH|teacher|fixed"), cl::init("teacher"), cl::cat(runCategory));

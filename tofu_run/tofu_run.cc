@@ -23,6 +23,7 @@
 #include "graph/zoo.h"
 #include "planner/pipeline.h"
 #include "runtime/backend_registry.h"
+#include "runtime/data_feed.h"
 #include "runtime/input_arrays.h"
 #include "runtime/training_data.h"
 #include "search/cost_model.h"
@@ -164,7 +165,30 @@ int run(int argc, char **argv) {
                               {}};
   if (!onnxFile.empty())
     source.givenInputs = inputArrays.forImport();
-  auto pipelined = tofu::runPipeline(source, *lib, pipeline);
+  // Training on a data set: it is opened before an ONNX import, whose dynamic axes after
+  // the batch (a sequence's length) its samples fix; the trainer takes it as opened.
+  std::shared_ptr<const tofu::DataSet> dataSet;
+  if (!infer && !onnxFile.empty() && dataMode != "teacher" && dataMode != "fixed" &&
+      !dataMode.empty()) {
+    auto opened = tofu::openDataSet(dataMode, "train");
+    if (!opened)
+      return fail(llvm::toString(opened.takeError()), 2);
+    dataSet = std::make_shared<const tofu::DataSet>(std::move(*opened));
+    source.sampleShapes = tofu::sampleShapesFed(*dataSet, feedOpt);
+  }
+  // --infer of a model whose every output is empty: nothing to plan or run.
+  llvm::Expected<tofu::PipelineResult> pipelined = tofu::PipelineResult();
+  if (infer) {
+    std::string loaded;
+    auto g = tofu::loadGraph(source, *lib, &loaded);
+    if (!g)
+      return fail(llvm::toString(g.takeError()));
+    if (g->outputs.empty() && !g->emptyOutputs.empty())
+      return inferEmptyOutputs(*g, loaded);
+    pipelined = tofu::runPipeline(std::move(*g), loaded, *lib, pipeline);
+  } else {
+    pipelined = tofu::runPipeline(source, *lib, pipeline);
+  }
   if (!pipelined)
     return fail(llvm::toString(pipelined.takeError()));
   const std::string &name = pipelined->name;
@@ -227,7 +251,7 @@ int run(int argc, char **argv) {
   if (kernelsMode != Kernels::Interp)
     return runTraining(p, *t, *loss, name, exec, memory, single,
                        tofu::CostModel(p).bruteForceCost(plan->steps), plan->algorithm,
-                       evalSetup ? &*evalSetup : nullptr);
+                       evalSetup ? &*evalSetup : nullptr, std::move(dataSet));
 
   return runOnExecutor(p, *t, name, exec, memory, single, *plan);
 }

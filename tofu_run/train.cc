@@ -113,7 +113,7 @@ private:
 int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::string &loss,
                 const std::string &name, const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
                 const tofu::SingleWorker &one, int64_t predicted, const std::string &algorithm,
-                const EvalSetup *evalSetup) {
+                const EvalSetup *evalSetup, std::shared_ptr<const tofu::DataSet> dataSet) {
   const bool json = format == Format::Json;
   // mpirun hands its processes a terminal whatever its own output is: no progress line.
   const bool terminal = !json && !group->distributed() && ::isatty(STDOUT_FILENO);
@@ -142,6 +142,7 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
   options.epochs = epochs;
   options.seed = seed;
   options.data = dataMode;
+  options.dataSet = std::move(dataSet);
   options.feeds = feedOpt;
   options.normalization = normalization;
   std::optional<tofu::EvalGraph> evalGraph;
