@@ -653,14 +653,17 @@ llvm::Expected<DataArray> readDataArray(const std::string &path) {
   return parseIdx(*bytes, path);
 }
 
-llvm::Error writeNpy(const std::string &path, const std::vector<int64_t> &shape,
-                     const std::vector<float> &values) {
+namespace {
+
+/// A .npy file (version 1, C order) of numpy type `descr` holding `body`.
+llvm::Error writeNpyBytes(const std::string &path, const std::vector<int64_t> &shape,
+                          const std::string &descr, const std::string &body) {
   std::string dims;
   for (int64_t d : shape)
     dims += std::to_string(d) + ", ";
   if (shape.size() > 1)
     dims.resize(dims.size() - 1); // (2, 3) but (4,)
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" +
                        (shape.empty() ? std::string() : dims) + "), }";
   while ((10 + header.size() + 1) % 64 != 0)
     header += ' ';
@@ -671,12 +674,67 @@ llvm::Error writeNpy(const std::string &path, const std::vector<int64_t> &shape,
   out += static_cast<char>(header.size() & 0xff);
   out += static_cast<char>(header.size() >> 8);
   out += header;
-  out.append(reinterpret_cast<const char *>(values.data()), values.size() * sizeof(float));
+  out += body;
   std::ofstream f(path, std::ios::binary);
   f << out;
   if (!f)
     return stringError(fmt::format("{}: cannot write it ({})", path, std::strerror(errno)));
   return llvm::Error::success();
+}
+
+/// `values` as little-endian integers of `bytes` bytes in [lo, hi], each rounded.
+std::string integerBytes(const std::vector<double> &values, int bytes, double lo, double hi) {
+  std::string body;
+  body.reserve(values.size() * size_t(bytes));
+  for (double v : values) {
+    const double r = std::isnan(v) ? 0 : std::min(hi, std::max(lo, std::nearbyint(v)));
+    // 2^63 (INT64_MAX as a double) saturates rather than overflows.
+    const uint64_t bits = r >= 9223372036854775807.0 ? uint64_t(INT64_MAX)
+                          : r < 0                    ? uint64_t(int64_t(r))
+                                                     : uint64_t(r);
+    for (int b = 0; b < bytes; ++b)
+      body += static_cast<char>((bits >> (8 * b)) & 0xff);
+  }
+  return body;
+}
+
+} // namespace
+
+llvm::Error writeNpy(const std::string &path, const std::vector<int64_t> &shape,
+                     const std::vector<float> &values) {
+  return writeNpyBytes(
+      path, shape, "<f4",
+      std::string(reinterpret_cast<const char *>(values.data()), values.size() * sizeof(float)));
+}
+
+llvm::Error writeNpyAs(const std::string &path, const std::vector<int64_t> &shape,
+                       const std::vector<double> &values, const std::string &dtype) {
+  struct Int {
+    const char *name, *descr;
+    int bytes;
+    double lo, hi;
+  };
+  static const Int ints[] = {
+      {"int64", "<i8", 8, -9223372036854775808.0, 9223372036854775807.0},
+      {"int32", "<i4", 4, -2147483648.0, 2147483647.0},
+      {"int16", "<i2", 2, -32768.0, 32767.0},
+      {"int8", "|i1", 1, -128.0, 127.0},
+      {"uint8", "|u1", 1, 0.0, 255.0},
+  };
+  for (const Int &i : ints)
+    if (dtype == i.name)
+      return writeNpyBytes(path, shape, i.descr, integerBytes(values, i.bytes, i.lo, i.hi));
+  if (dtype == "bool") {
+    std::string body;
+    for (double v : values)
+      body += static_cast<char>(v != 0 ? 1 : 0);
+    return writeNpyBytes(path, shape, "|b1", body);
+  }
+  if (dtype == "float64")
+    return writeNpyBytes(
+        path, shape, "<f8",
+        std::string(reinterpret_cast<const char *>(values.data()), values.size() * sizeof(double)));
+  return writeNpy(path, shape, std::vector<float>(values.begin(), values.end()));
 }
 
 const DataArray *DataSet::find(const std::string &name) const {

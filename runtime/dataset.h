@@ -73,6 +73,13 @@ llvm::Expected<DataArray> parseTensorProto(const std::string &bytes, const std::
 llvm::Error writeNpy(const std::string &path, const std::vector<int64_t> &shape,
                      const std::vector<float> &values);
 
+/// Writes `values` as a .npy array of the graph's element type `dtype`: int8 to int64 and
+/// uint8 as those integers (each value rounded to the nearest, saturated to the type),
+/// bool as numpy's bool (nonzero is true), float64 as doubles, and any other type
+/// (float32, float16, bfloat16) as float32. Errors name the file.
+llvm::Error writeNpyAs(const std::string &path, const std::vector<int64_t> &shape,
+                       const std::vector<double> &values, const std::string &dtype);
+
 /// Named arrays with one sample count.
 struct DataSet {
   std::string description; ///< where it came from, for the run's header

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # tofu-run --infer against PyTorch: every small model of tests/onnx with recorded outputs
 # (NAME.ref.json: PyTorch's outputs for given inputs, tools/export_onnx_fixtures.py) runs its
-# forward graph on the engine at k = 1 and 2, on those inputs given as .npy files, with the
-# file's initializers as weights; each output written to --output-dir must match PyTorch's
-# (float32 kernels: relative 1e-3, absolute 1e-4). Then bad uses exit 2.
+# forward graph on the engine at k = 1 and 2 and on the interpreter (--kernels interp) at
+# k = 2, on those inputs given as .npy files, with the file's initializers as weights; each
+# output written to --output-dir must match PyTorch's (relative 1e-3, absolute 1e-4). Then
+# integer outputs: written as integers, exact on the interpreter past 2^24, where the engine
+# warns. Then bad uses exit 2.
 set -uo pipefail
 run="$(realpath "$1")"
 fail=0
@@ -28,10 +30,14 @@ for k, v in r["inputs"].items():
 print(",".join(given))
 PY
 )
-  for k in 1 2; do
+  # k = 1 and 2 on the engine, and k = 2 on the interpreter (--kernels interp, double).
+  for k in 1 2 2i; do
     out="$tmp/$name/out$k"
+    kernels=compiled
+    [ "$k" = 2i ] && kernels=interp
     if ! "$run" --onnx "tests/onnx/$name.onnx" --data-inputs "$(echo "$inputs" | tr ',' '\n' | wc -l)" \
-         --workers $k --infer --input "$inputs" --output-dir "$out" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+         --workers "${k%i}" --kernels $kernels --infer --input "$inputs" --output-dir "$out" \
+         >"$tmp/out.txt" 2>"$tmp/err.txt"; then
       echo "FAILED: tofu-run --infer $name at k = $k" >&2; cat "$tmp/err.txt" >&2; fail=1; continue
     fi
     $py - "$ref" "$out" "$name" "$k" <<'PY' || fail=1
@@ -61,7 +67,7 @@ a, b = np.load('$tmp/mpi/output.npy'), np.load('$tmp/small_cnn/out2/output.npy')
 assert np.allclose(a, b, rtol=1e-5, atol=1e-6), abs(a - b).max()" || fail=1
   checked=$((checked + 1))
 fi
-[ "$checked" -ge 20 ] || { echo "FAILED: only $checked runs checked" >&2; fail=1; }
+[ "$checked" -ge 42 ] || { echo "FAILED: only $checked runs checked" >&2; fail=1; }
 echo "infer: $checked runs matched PyTorch's outputs"
 
 # A weight kept in an external file (tests/bad_input/external_ok.onnx: w's bytes at offset 16
@@ -78,6 +84,49 @@ x = np.arange(8, dtype=np.float64).reshape(2, 4)
 w = np.arange(12, dtype=np.float64).reshape(4, 3) / 10
 got = np.load('$tmp/ext$k/y.npy')
 assert np.allclose(got, x @ w, rtol=1e-6, atol=1e-6), (got, x @ w)" || { echo "FAILED: external_ok at k = $k" >&2; fail=1; }
+done
+
+# Integers: written in their own type. Past 2^24 the engine (float32) warns; --kernels interp
+# (double) keeps them exact: y = x + 1 and b = x > 1 on int64 values past 2^40.
+$py - "$tmp" <<'PY'
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+tmp = sys.argv[1]
+one = numpy_helper.from_array(np.array([1], np.int64))
+g = helper.make_graph(
+    [helper.make_node("Constant", [], ["c"], value=one), helper.make_node("Add", ["x", "c"], ["y"]),
+     helper.make_node("Greater", ["x", "c"], ["b"])], "ints",
+    [helper.make_tensor_value_info("x", TensorProto.INT64, [3])],
+    [helper.make_tensor_value_info("y", TensorProto.INT64, [3]),
+     helper.make_tensor_value_info("b", TensorProto.BOOL, [3])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+m.ir_version = 8
+onnx.save(m, tmp + "/ints.onnx")
+np.save(tmp + "/ints_x.npy", np.array([2**40 + 1, 5, -2**35 - 3], np.int64))
+PY
+for k in compiled interp; do
+  if ! "$run" --onnx "$tmp/ints.onnx" --workers 2 --infer --kernels $k --input "x=$tmp/ints_x.npy"        --output-dir "$tmp/ints_$k" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+    echo "FAILED: tofu-run --infer --kernels $k on int64 values" >&2; cat "$tmp/err.txt" >&2
+    fail=1; continue
+  fi
+  $py - "$tmp/ints_$k" "$k" "$tmp/err.txt" <<'PY' || fail=1
+import sys
+import numpy as np
+d, kernels, err = sys.argv[1:4]
+y, b = np.load(d + "/y.npy"), np.load(d + "/b.npy")
+assert y.dtype == np.int64 and b.dtype == np.bool_, (y.dtype, b.dtype)
+assert b.tolist() == [True, True, False], b
+warned = "past 2^24: the engine's float32 does not hold every integer" in open(err).read()
+if kernels == "interp":
+    assert y.tolist() == [2**40 + 2, 6, -2**35 - 2], y
+    assert not warned
+else:
+    assert warned, "no warning about integers past 2^24"
+    assert y[1] == 6, y
+print(f"ints ({kernels}): {y.tolist()}")
+PY
 done
 
 $py -c "import numpy as np; np.save('$tmp/x.npy', np.zeros((3, 3), np.float32))"

@@ -1,7 +1,11 @@
 // tofu-run --infer: the forward graph once on the engine, on the inputs the user gives; every
 // output reported, and written as .npy under --output-dir.
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -9,6 +13,7 @@
 #include "fmt/ranges.h"
 #include "nlohmann/json.hpp"
 #include "runtime/checkpoint.h"
+#include "runtime/cpu_executor.h"
 #include "runtime/data_feed.h"
 #include "runtime/dataset.h"
 #include "runtime/trainer.h"
@@ -80,10 +85,184 @@ int inferEmptyOutputs(const tofu::Graph &g, const std::string &name) {
   return 0;
 }
 
+namespace {
+
+/// An input given by --input, bound to its tensor.
+struct BoundInput {
+  unsigned tensor;
+  tofu::DataArray array; ///< bfloat16 bits already decoded
+};
+
+/// The --input arrays bound to the problem's inputs, each of its tensor's exact shape; an
+/// input the importer took whole is skipped. Every data input must have a value (given, a
+/// constant, an initial value or a random input). Errors say what does not fit (exit 2).
+llvm::Expected<std::vector<BoundInput>> bindInputs(const tofu::Problem &p, const tofu::Graph &g,
+                                                   const std::string &name,
+                                                   const tofu::InputArrays &inputs) {
+  std::vector<BoundInput> bound;
+  std::set<std::string> given;
+  for (const auto &[input, array] : inputs.arrays) {
+    int t = -1;
+    for (unsigned i = 0; i < p.tensors.size(); ++i)
+      if (p.tensors[i].name == input)
+        t = static_cast<int>(i);
+    const tofu::TensorInfo *info = g.tensor(input);
+    if ((t < 0 && info && info->role == tofu::TensorRole::Input) ||
+        g.inputsTakenWhole.count(input)) {
+      // An input no op reads: the importer took its values as a constant (a shape, axes).
+      given.insert(input);
+      continue;
+    }
+    if (t < 0 || p.tensors[t].producer >= 0 || p.tensors[t].role != tofu::TensorRole::Input)
+      return tofu::usageError(fmt::format("--input: the model has no input '{}'", input));
+    given.insert(input);
+    BoundInput b{static_cast<unsigned>(t), array};
+    // A bfloat16 input stored as its uint16 bits (as ONNX 1.12's test files store them).
+    if (b.array.onnxType == 4 /* UINT16 */ && info && info->dtype == "bfloat16")
+      tofu::bfloat16FromBits(b.array);
+    if (b.array.shape != p.tensors[t].shape)
+      return tofu::usageError(fmt::format("--input {}: {} has shape [{}]; the input's is [{}]",
+                                          input, array.path, fmt::join(array.shape, ", "),
+                                          fmt::join(p.tensors[t].shape, ", ")));
+    bound.push_back(std::move(b));
+  }
+  std::string missing;
+  for (const tofu::ProblemTensor &t : p.tensors)
+    if (t.producer < 0 && t.role == tofu::TensorRole::Input && !t.shape.empty() &&
+        !given.count(t.name) && !g.constants.count(t.name) && !g.initialValues.count(t.name) &&
+        !g.randomInputs.count(t.name))
+      missing +=
+          (missing.empty() ? "" : ", ") + fmt::format("{} [{}]", t.name, fmt::join(t.shape, ", "));
+  if (!missing.empty())
+    return tofu::usageError(name +
+                            ": --infer needs a value for every data input; --input gives "
+                            "none for " +
+                            missing);
+  return bound;
+}
+
+bool isInteger(const std::string &dtype) {
+  return dtype.rfind("int", 0) == 0 || dtype.rfind("uint", 0) == 0 || dtype == "bool";
+}
+
+/// The largest integer the run's arithmetic holds exactly: 2^24 in the engines' float32,
+/// 2^53 in the interpreter's double.
+double exactLimit() { return kernelsMode == Kernels::Interp ? 9007199254740992.0 : 16777216.0; }
+
+/// Says on stderr where an integer tensor holds a value past what the run holds exactly.
+void warnInexact(const char *what, const std::string &tensor, const std::string &dtype,
+                 const std::vector<double> &values) {
+  if (!isInteger(dtype))
+    return;
+  const double limit = exactLimit();
+  for (double v : values)
+    if (std::fabs(v) > limit) {
+      llvm::errs() << fmt::format(
+          "tofu-run: warning: {} '{}' ({}) holds {:.0f}, past 2^{}: the {} does not hold every "
+          "integer that large exactly{}\n",
+          what, tensor, dtype, v, limit > 1e9 ? 53 : 24,
+          limit > 1e9 ? "interpreter's double" : "engine's float32",
+          limit > 1e9 ? "" : " (--kernels interp computes in double, exact to 2^53)");
+      return;
+    }
+}
+
+/// Reports and writes the outputs (`tensorOf` gives each whole), then the empty ones.
+int reportOutputs(const tofu::Problem &p, const tofu::Graph &g, const std::string &name,
+                  double seconds, int64_t bytesMoved,
+                  const std::function<tofu::Tensor(unsigned)> &tensorOf) {
+  const bool json = format == Format::Json;
+  nlohmann::json j;
+  j["model"] = name;
+  j["workers"] = unsigned(workers);
+  j["seconds"] = seconds;
+  j["bytes_moved"] = bytesMoved;
+  if (!json)
+    llvm::outs() << fmt::format("{}: forward on {} workers{} in {:.4f} s\n\n| output | shape | "
+                                "min | max | mean | file |\n| --- | --- | ---: | ---: | ---: | "
+                                "--- |\n",
+                                name, unsigned(workers),
+                                kernelsMode == Kernels::Interp ? " (interpreter, double)" : "",
+                                seconds);
+  for (const std::string &out : g.outputs) {
+    unsigned t = 0;
+    for (unsigned i = 0; i < p.tensors.size(); ++i)
+      if (p.tensors[i].name == out)
+        t = i;
+    const tofu::Tensor x = tensorOf(t);
+    const tofu::TensorInfo *info = g.tensor(out);
+    const std::string dtype = info ? info->dtype : "float32";
+    warnInexact("output", out, dtype, x.data);
+    const std::string file = outputFile(out);
+    if (!file.empty() && group->rank() == 0)
+      if (llvm::Error e = tofu::writeNpyAs(file, x.shape, x.data, dtype))
+        return fail(llvm::toString(std::move(e)));
+    double lo = x.data.empty() ? 0 : x.data[0], hi = lo, sum = 0;
+    for (double v : x.data)
+      lo = std::min(lo, v), hi = std::max(hi, v), sum += v;
+    const double mean = x.data.empty() ? 0 : sum / double(x.data.size());
+    j["outputs"][out] = {{"shape", x.shape}, {"dtype", dtype}, {"file", file},
+                         {"min", lo},        {"max", hi},      {"mean", mean}};
+    if (!json)
+      llvm::outs() << fmt::format("| {} | [{}] | {:.6g} | {:.6g} | {:.6g} | {} |\n", out,
+                                  fmt::join(x.shape, ", "), lo, hi, mean, file);
+  }
+  if (llvm::Error e = reportEmptyOutputs(g, j, json))
+    return fail(llvm::toString(std::move(e)));
+  if (json)
+    llvm::outs() << j.dump(2) << "\n";
+  return 0;
+}
+
+/// --infer --kernels interp: the plan on the reference executor, in double precision.
+int inferOnInterpreter(const tofu::Problem &p, const tofu::Graph &g, const std::string &name,
+                       const tofu::ExecPlan &exec, const std::vector<BoundInput> &bound) {
+  // Weights, constants and random inputs as the engine gets them; constants and the given
+  // inputs then in double precision.
+  std::map<unsigned, tofu::Tensor> values;
+  const tofu::TrainingData data(p, "", seed, 0.1, g.constants, false, &g.initialValues, {},
+                                &g.randomInputs);
+  for (unsigned t : data.tensors()) {
+    tofu::Tensor x(p.tensors[t].shape);
+    std::vector<float> buffer(x.data.size());
+    data.fill(t, 0, tofu::wholeBox(x.shape), buffer.data());
+    x.data.assign(buffer.begin(), buffer.end());
+    values[t] = std::move(x);
+  }
+  tofu::applyConstants(p, g.constants, values);
+  for (const BoundInput &b : bound) {
+    tofu::Tensor x(p.tensors[b.tensor].shape);
+    for (int64_t i = 0; i < x.size(); ++i)
+      x.data[size_t(i)] = b.array.at(i);
+    values[b.tensor] = std::move(x);
+  }
+  if (llvm::Error e = makeOutputDir())
+    return fail(llvm::toString(std::move(e)), 2);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = tofu::runPlan(p, exec, values);
+  if (!r)
+    return fail(name + ": " + llvm::toString(r.takeError()));
+  return reportOutputs(p, g, name, seconds(start), r->bytesMoved,
+                       [&](unsigned t) { return r->tensors[t]; });
+}
+
+} // namespace
+
 int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string &name,
                  const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
                  const tofu::InputArrays &inputs) {
-  const bool json = format == Format::Json;
+  auto bound = bindInputs(p, g, name, inputs);
+  if (!bound)
+    return fail(llvm::toString(bound.takeError()), 2);
+  for (const BoundInput &b : *bound) {
+    const tofu::TensorInfo *info = g.tensor(p.tensors[b.tensor].name);
+    std::vector<double> v(b.array.bytes.size() / size_t(tofu::typeSize(b.array.type)));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = b.array.at(int64_t(i));
+    warnInexact("input", p.tensors[b.tensor].name, info ? info->dtype : "float32", v);
+  }
+  if (kernelsMode == Kernels::Interp)
+    return inferOnInterpreter(p, g, name, exec, *bound);
   auto planned = tofu::planForEngine(p, exec, memory, g.outputs, fusion);
   if (!planned)
     return fail(name + ": " + llvm::toString(planned.takeError()));
@@ -106,94 +285,22 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
     if (llvm::Error e = tofu::restore(**engine, *c, /*forwardOnly=*/true))
       return fail(c->path() + ": " + llvm::toString(std::move(e)));
   }
-  // Inputs by name, each of its tensor's exact shape.
-  std::set<std::string> given;
-  for (const auto &[input, array] : inputs.arrays) {
-    const tofu::DataArray *a = &array;
-    const std::string &file = a->path;
-    int t = -1;
-    for (unsigned i = 0; i < p.tensors.size(); ++i)
-      if (p.tensors[i].name == input)
-        t = static_cast<int>(i);
-    const tofu::TensorInfo *info = g.tensor(input);
-    if ((t < 0 && info && info->role == tofu::TensorRole::Input) ||
-        g.inputsTakenWhole.count(input)) {
-      // An input no op reads: the importer took its values as a constant (a shape, axes).
-      given.insert(input);
-      continue;
-    }
-    if (t < 0 || p.tensors[t].producer >= 0 || p.tensors[t].role != tofu::TensorRole::Input)
-      return fail(fmt::format("--input: the model has no input '{}'", input), 2);
-    given.insert(input);
-    // A bfloat16 input stored as its uint16 bits (as ONNX 1.12's test files store them).
-    tofu::DataArray bits;
-    if (a->onnxType == 4 /* UINT16 */ && info && info->dtype == "bfloat16") {
-      bits = *a;
-      tofu::bfloat16FromBits(bits);
-      a = &bits;
-    }
-    if (a->shape != p.tensors[t].shape)
-      return fail(fmt::format("--input {}: {} has shape [{}]; the input's is [{}]", input, file,
-                              fmt::join(a->shape, ", "), fmt::join(p.tensors[t].shape, ", ")),
-                  2);
+  for (const BoundInput &b : *bound) {
     // The array as one batch: row r is its sample r, values as they are.
-    std::vector<int64_t> rows(static_cast<size_t>(a->samples()));
+    std::vector<int64_t> rows(static_cast<size_t>(b.array.samples()));
     std::iota(rows.begin(), rows.end(), 0);
-    (*engine)->setTiles(static_cast<unsigned>(t), [&](const tofu::Box &tile, float *out) {
-      tofu::fillBatch(*a, rows, p.tensors[t].shape, tile, /*raw=*/true, {}, out);
+    const std::vector<int64_t> &shape = p.tensors[b.tensor].shape;
+    (*engine)->setTiles(b.tensor, [&](const tofu::Box &tile, float *out) {
+      tofu::fillBatch(b.array, rows, shape, tile, /*raw=*/true, {}, out);
     });
   }
-  std::string missing;
-  for (const tofu::ProblemTensor &t : p.tensors)
-    if (t.producer < 0 && t.role == tofu::TensorRole::Input && !t.shape.empty() &&
-        !given.count(t.name) && !g.constants.count(t.name) && !g.initialValues.count(t.name) &&
-        !g.randomInputs.count(t.name))
-      missing +=
-          (missing.empty() ? "" : ", ") + fmt::format("{} [{}]", t.name, fmt::join(t.shape, ", "));
-  if (!missing.empty())
-    return fail(name + ": --infer needs a value for every data input; --input gives none for " +
-                    missing,
-                2);
   if (llvm::Error e = makeOutputDir())
     return fail(llvm::toString(std::move(e)), 2);
   auto r = (*engine)->step();
   if (!r)
     return fail(name + ": " + llvm::toString(r.takeError()));
-  nlohmann::json j;
-  j["model"] = name;
-  j["workers"] = unsigned(workers);
-  j["seconds"] = r->seconds;
-  j["bytes_moved"] = group->sum(r->bytesMoved);
-  if (!json)
-    llvm::outs() << fmt::format("{}: forward on {} workers in {:.4f} s\n\n| output | shape | min | "
-                                "max | mean | file |\n| --- | --- | ---: | ---: | ---: | --- |\n",
-                                name, unsigned(workers), r->seconds);
-  for (const std::string &out : g.outputs) {
-    unsigned t = 0;
-    for (unsigned i = 0; i < p.tensors.size(); ++i)
-      if (p.tensors[i].name == out)
-        t = i;
-    const tofu::Tensor x = tofu::wholeTensor(**engine, t, *group);
-    const std::string file = outputFile(out);
-    if (!file.empty() && group->rank() == 0)
-      if (llvm::Error e =
-              tofu::writeNpy(file, x.shape, std::vector<float>(x.data.begin(), x.data.end())))
-        return fail(llvm::toString(std::move(e)));
-    double lo = x.data.empty() ? 0 : x.data[0], hi = lo, sum = 0;
-    for (double v : x.data)
-      lo = std::min(lo, v), hi = std::max(hi, v), sum += v;
-    const double mean = x.data.empty() ? 0 : sum / double(x.data.size());
-    j["outputs"][out] = {
-        {"shape", x.shape}, {"file", file}, {"min", lo}, {"max", hi}, {"mean", mean}};
-    if (!json)
-      llvm::outs() << fmt::format("| {} | [{}] | {:.6g} | {:.6g} | {:.6g} | {} |\n", out,
-                                  fmt::join(x.shape, ", "), lo, hi, mean, file);
-  }
-  if (llvm::Error e = reportEmptyOutputs(g, j, json))
-    return fail(llvm::toString(std::move(e)));
-  if (json)
-    llvm::outs() << j.dump(2) << "\n";
-  return 0;
+  return reportOutputs(p, g, name, r->seconds, group->sum(r->bytesMoved),
+                       [&](unsigned t) { return tofu::wholeTensor(**engine, t, *group); });
 }
 
 } // namespace tofurun

@@ -173,7 +173,9 @@ cl::opt<Kernels, false, tofu::ChoiceParser<Kernels>> kernelsMode(
                           "the rest, on float32 arenas (default)"),
                clEnumValN(Kernels::Generated, "generated", "generated kernels only"),
                clEnumValN(Kernels::Interp, "interp",
-                          "one step with every op in the TDL interpreter (double)")),
+                          "one step with every op in the TDL interpreter (double); with "
+                          "--infer, the forward graph in double precision, integers exact to "
+                          "2^53 (the engines' float32 holds them to 2^24)")),
     cl::init(Kernels::Compiled), cl::cat(runCategory));
 cl::opt<unsigned> steps("steps", cl::desc("Training steps (default 1)"), cl::init(1),
                         cl::cat(runCategory));
@@ -300,8 +302,6 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
       return tofu::usageError(
           "--infer runs the forward graph once: --save, --steps, --data, --optimizer, "
           "--lr, --lr-schedule, --warmup, --momentum and --weight-decay are for training");
-    if (kernelsMode == Kernels::Interp)
-      return tofu::usageError("--infer runs on the engine (--kernels compiled or generated)");
   } else if (!inputOpt.empty() || !outputDir.empty()) {
     return tofu::usageError("--input and --output-dir are for --infer");
   }
