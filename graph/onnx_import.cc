@@ -598,6 +598,15 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
         }
       continue;
     }
+    if (isSequenceOp(n) || (n.op_type() == "Identity" && n.input_size() == 1 &&
+                            (sequences_.count(n.input(0)) || optionals_.count(n.input(0))))) {
+      llvm::Error e = isSequenceOp(n) ? sequenceOp(n) : aliasValue(n, n.input(0), n.output(0));
+      if (e) {
+        untranslated.push_back(llvm::toString(std::move(e)));
+        lost.insert(n.output().begin(), n.output().end());
+      }
+      continue;
+    }
     if (isControlFlow(n)) {
       llvm::Expected<Expansion> e = controlFlowDecision(n, index);
       if (!e) {
@@ -638,6 +647,11 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   }
   Graph &g = main_.graph();
   for (const onnx::ValueInfoProto &v : graph->output()) {
+    if (sequences_.count(v.name()) || optionals_.count(v.name()))
+      return stringError(fmt::format("graph output '{}' is {}, not a tensor; Tofu's values are "
+                                     "tensors",
+                                     v.name(),
+                                     sequences_.count(v.name()) ? "a sequence" : "an optional"));
     // An output that holds no element is known whole; the graph cannot hold it.
     if (const Const *c = this->known(v.name()); c && c->size() == 0) {
       g.emptyOutputs[v.name()] = c->shape;

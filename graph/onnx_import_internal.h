@@ -277,6 +277,9 @@ struct Expansion {
 /// Whether `n` is an If, a Loop or a Scan of the default domain.
 bool isControlFlow(const onnx::NodeProto &n);
 
+/// Whether `n` builds or reads a sequence or an optional (onnx_sequences.cc).
+bool isSequenceOp(const onnx::NodeProto &n);
+
 /// The model with each control-flow node `expansions` names replaced by the nodes it runs:
 /// an If's branch, a Loop's or Scan's body once per iteration (names made unique, scan
 /// inputs sliced by Gather, scan outputs stacked by Unsqueeze and Concat).
@@ -354,6 +357,16 @@ private:
   /// condition, a Loop's iterations from its trip count and condition (valueOf), a Scan's
   /// from its scan inputs' shapes. An error saying why where they are not known.
   llvm::Expected<Expansion> controlFlowDecision(const onnx::NodeProto &n, int index);
+  /// The sequence and optional operators, on the lists and values the importer holds
+  /// (onnx_sequences.cc).
+  llvm::Error sequenceOp(const onnx::NodeProto &n);
+  /// `to` stands for the value `from` (a constant, a sequence, an optional, or a tensor of
+  /// the graph through an Identity node).
+  llvm::Error aliasValue(const onnx::NodeProto &n, const std::string &from, const std::string &to);
+  /// Input `k` of `n` as a position in a sequence of `length` (`dflt` when absent; negative
+  /// counts from the end; `inclusive`: `length` itself is allowed, an insertion at the end).
+  llvm::Expected<int64_t> position(const onnx::NodeProto &n, int k, int64_t length, int64_t dflt,
+                                   bool inclusive);
   /// Adagrad, Momentum and Adam of the training-preview domain (onnx_optimizers.cc).
   llvm::Error optimizerOp(const onnx::NodeProto &n, NodeEnv &env);
 
@@ -435,6 +448,10 @@ private:
   std::set<std::string> consumed_;  ///< tensors some node or the graph's outputs read
   std::map<const onnx::NodeProto *, std::string> names_;
   std::vector<Expansion> expansions_;
+  /// Sequences the importer holds, as the names of their elements.
+  std::map<std::string, std::vector<std::string>> sequences_;
+  /// Optionals the importer holds: the value's name, or "" for none.
+  std::map<std::string, std::string> optionals_;
 };
 
 /// Imports `model`, its control flow expanded: each pass imports the model until the

@@ -738,5 +738,47 @@ TEST(OnnxImport, EmptyValuesAreKnownWhole) {
   EXPECT_EQ(g->tensor("e"), nullptr);
 }
 
+TEST(OnnxImport, SequencesAreHeldWhereTheirPositionsAreKnown) {
+  {
+    // A sequence as a graph output: refused, naming it.
+    Bad b({{"x", {2, 3}}});
+    b.node("pack", "SequenceConstruct", {"x", "x"}, {"s"});
+    onnx::ValueInfoProto *y = b.g->add_output();
+    y->set_name("s");
+    y->mutable_type()
+        ->mutable_sequence_type()
+        ->mutable_elem_type()
+        ->mutable_tensor_type()
+        ->set_elem_type(onnx::TensorProto::FLOAT);
+    std::string e = b.error();
+    EXPECT_NE(e.find("graph output 's' is a sequence, not a tensor"), std::string::npos) << e;
+  }
+  {
+    // A position computed from data: not known at import.
+    Bad b({{"x", {2, 3}}, {"p", {}}});
+    b.g->mutable_input(1)->mutable_type()->mutable_tensor_type()->set_elem_type(
+        onnx::TensorProto::INT64);
+    b.g->mutable_input(1)->mutable_type()->mutable_tensor_type()->mutable_shape(); // rank 0
+    b.node("pack", "SequenceConstruct", {"x", "x"}, {"s"});
+    b.node("at", "SequenceAt", {"s", "p"}, {"y"});
+    b.output("y");
+    auto refused = b.importGiven(2, {});
+    ASSERT_FALSE(static_cast<bool>(refused));
+    std::string e = llvm::toString(refused.takeError());
+    EXPECT_NE(e.find("node 'at' (ONNX SequenceAt): its position 'p' is not known at import"),
+              std::string::npos)
+        << e;
+    // Given, it is: y is x through an Identity. Out of range, it is refused.
+    auto g = b.importGiven(2, {{"p", {{}, {-1}, true}}});
+    ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+    EXPECT_EQ(g->producer("y")->op, "Identity");
+    EXPECT_EQ(g->producer("y")->inputs, (std::vector<std::string>{"x"}));
+    auto outside = b.importGiven(2, {{"p", {{}, {2}, true}}});
+    ASSERT_FALSE(static_cast<bool>(outside));
+    e = llvm::toString(outside.takeError());
+    EXPECT_NE(e.find("position 2 is outside a sequence of length 2"), std::string::npos) << e;
+  }
+}
+
 } // namespace
 } // namespace tofu

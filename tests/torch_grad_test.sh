@@ -8,7 +8,8 @@
 # this checks every grad clause these models use (attention, LayerNorm, GELU, embeddings,
 # LSTM/GRU/RNN cells, 1-d convolutions and their transposes, pooling, softmax
 # cross-entropy, MSE; scripted_control's Loop and If, unrolled and inlined at import, its
-# time axis fixed by the data's samples) against autograd rather than against Tofu itself.
+# time axis fixed by the data's samples; scripted_list's sequences, held by the importer)
+# against autograd rather than against Tofu itself.
 # small_cnn is left out: its export folded batch norm into the convolutions' weights, so
 # PyTorch's model cannot be rebuilt from the file.
 set -uo pipefail
@@ -20,7 +21,7 @@ export TOFU_KERNEL_CACHE="$tmp/kernels"
 source tests/cli_lib.sh
 py=/usr/bin/python3
 models="attention conv1d conv_transpose1d decoder_causal einsum_attention encoder_prenorm
-        gpt_block gru lstm lstm_bidirectional rnn_relu scripted_control unet"
+        gpt_block gru lstm lstm_bidirectional rnn_relu scripted_control scripted_list unet"
 for m in $models; do
   d="$tmp/$m"
   if ! $py tools/torch_grad_oracle.py prepare "$m" "$d" >"$tmp/py.txt" 2>&1; then

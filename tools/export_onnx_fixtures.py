@@ -21,6 +21,7 @@ become another layer's bias), which default initialisations (ones, zeros) trigge
 import json
 import os
 import sys
+from typing import List
 
 import torch
 import torchvision
@@ -142,6 +143,28 @@ class ScriptedControl(nn.Module):
         else:
             h = h - 1.0
         return self.head(h)
+
+
+class ScriptedList(nn.Module):
+    """A recurrence that appends each step's state to a Python list, stacks it and splits it
+    again, exported from TorchScript: a Loop carrying a sequence (SequenceEmpty,
+    SequenceInsert), ConcatFromSequence, SplitToSequence and SequenceAt. The import unrolls
+    the loop and holds the sequences as lists of tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        outs: List[torch.Tensor] = []
+        h = x[:, 0]
+        for t in range(x.size(1)):
+            h = torch.tanh(self.cell(h) + x[:, t])
+            outs.append(h)
+        y = torch.stack(outs, 1)
+        parts = torch.split(y, 2, dim=1)
+        return self.head(parts[0].sum(1) + parts[-1].sum(1))
 
 
 class Conv1dNet(nn.Module):
@@ -344,6 +367,7 @@ def corpus():
         # Last, so that the examples drawn before them stay as they were.
         "lstm_states": ("rnn", RecurrentStates, [rnd(2, 5, 8)], {"verify"}),
         "scripted_control": ("rnn", ScriptedControl, [rnd(2, 5, 8)], {"verify", "ref", "script"}),
+        "scripted_list": ("rnn", ScriptedList, [rnd(2, 5, 8)], {"verify", "ref", "script"}),
     }
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Writes tests/onnx_control/: control-flow cases (If, Loop, Scan) laid out as ONNX's node
 tests are (CASE/model.onnx, CASE/test_data_set_0/input_K.pb and output_K.pb), so that
-tools/onnx_node_tests.py runs them (//tests:onnx_control_test).
+tools/onnx_node_tests.py runs them (//tests:onnx_control_test). With them, the sequence and
+optional operators the importer holds (graph/onnx_sequences.cc).
 
 ONNX 1.12's own node tests have one If, one Loop and two Scans over tensors. These add what
 they leave out: conditions computed from shapes, branches whose outputs differ in shape,
@@ -242,8 +243,36 @@ def scan8_batched(rng):
     return graph, 8, [s0, x], [np.stack(finals), np.stack(prods)]
 
 
+def sequence_ops(rng):
+    """Sequences and optionals held by the importer: split into rows, one erased, a row
+    inserted at the front, read back by position, counted, stacked and concatenated; an
+    optional wrapping a value."""
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    extra = rng.standard_normal(3).astype(np.float32)
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["rows"], axis=0, keepdims=0),
+             const("one", np.int64(1)), const("front", np.int64(0)), const("last", np.int64(-1)),
+             const("extra", extra),
+             helper.make_node("SequenceErase", ["rows", "one"], ["erased"]),
+             helper.make_node("SequenceInsert", ["erased", "extra", "front"], ["inserted"]),
+             helper.make_node("SequenceAt", ["inserted", "last"], ["lastrow"]),
+             helper.make_node("SequenceLength", ["inserted"], ["n"]),
+             helper.make_node("ConcatFromSequence", ["inserted"], ["stacked"], axis=1, new_axis=1),
+             helper.make_node("ConcatFromSequence", ["inserted"], ["joined"], axis=0),
+             helper.make_node("Optional", ["lastrow"], ["maybe"]),
+             helper.make_node("OptionalHasElement", ["maybe"], ["has"]),
+             helper.make_node("OptionalGetElement", ["maybe"], ["got"]),
+             helper.make_node("Mul", ["got", "lastrow"], ["squared"])]
+    graph = helper.make_graph(
+        nodes, "sequence_ops", [vi("x", F, [4, 3])],
+        [vi("n", I64, []), vi("stacked", F, [3, 4]), vi("joined", F, [12]), vi("has", B, []),
+         vi("squared", F, [3])])
+    rows = [extra, x[0], x[2], x[3]]
+    return graph, 17, [x], [np.int64(4), np.stack(rows, axis=1), np.concatenate(rows),
+                            np.bool_(True), x[3] * x[3]]
+
+
 CASES = [if_from_shape, loop_states_and_scans, loop_zero_trips, if_in_loop, scan_in_loop,
-         scan_axes_directions, scan8_batched]
+         scan_axes_directions, scan8_batched, sequence_ops]
 
 
 def main():
