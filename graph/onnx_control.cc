@@ -347,6 +347,39 @@ void expandNode(const onnx::NodeProto &n, const Expansion &e, Expander &x, int o
       x.fresh((n.name().empty() ? n.op_type() + "_" + n.output(0) : n.name()) + "/");
   x.setPrefix(prefix);
   std::vector<std::string> outputs(n.output().begin(), n.output().end());
+  if (n.op_type() == "SequenceMap") {
+    const onnx::GraphProto &body = *graphAttr(n, "body");
+    std::vector<std::vector<std::string>> parts(size_t(body.output_size()));
+    for (int64_t i = 0; i < e.iterations; ++i) {
+      const std::string it = x.fresh(fmt::format("{}{}_", prefix, i));
+      x.setPrefix(it);
+      std::map<std::string, std::string> bind;
+      for (int k = 0; k < n.input_size() && k < body.input_size(); ++k) {
+        std::string value = n.input(k);
+        if (size_t(k) < e.sequenceInputs.size() && e.sequenceInputs[size_t(k)]) {
+          value = x.fresh(it + "element");
+          x.add("SequenceAt", {n.input(k), x.constant({i}, false)}, {value});
+        }
+        bind[body.input(k).name()] = value;
+      }
+      std::vector<std::string> outs = x.inlineGraph(body, bind, it, {});
+      for (size_t k = 0; k < parts.size(); ++k)
+        parts[k].push_back(outs[k]);
+    }
+    x.setPrefix(prefix);
+    for (size_t k = 0; k < parts.size(); ++k) {
+      if (outputs[k].empty())
+        continue;
+      if (parts[k].empty()) {
+        onnx::NodeProto &empty = x.add("SequenceEmpty", {}, {outputs[k]});
+        Expander::intAttribute(empty, "dtype",
+                               body.output(int(k)).type().tensor_type().elem_type());
+      } else {
+        x.add("SequenceConstruct", parts[k], {outputs[k]});
+      }
+    }
+    return;
+  }
   if (n.op_type() == "If") {
     const onnx::GraphProto *branch = graphAttr(n, e.thenBranch ? "then_branch" : "else_branch");
     x.inlineGraph(*branch, {}, prefix, outputs);
@@ -448,7 +481,8 @@ void expandNode(const onnx::NodeProto &n, const Expansion &e, Expander &x, int o
 
 bool isControlFlow(const onnx::NodeProto &n) {
   return (n.domain().empty() || n.domain() == "ai.onnx") &&
-         (n.op_type() == "If" || n.op_type() == "Loop" || n.op_type() == "Scan");
+         (n.op_type() == "If" || n.op_type() == "Loop" || n.op_type() == "Scan" ||
+          n.op_type() == "SequenceMap");
 }
 
 llvm::Expected<Expansion> Importer::controlFlowDecision(const onnx::NodeProto &n, int index) {
@@ -471,7 +505,26 @@ llvm::Expected<Expansion> Importer::controlFlowDecision(const onnx::NodeProto &n
   const onnx::GraphProto *body = graphAttr(n, "body");
   if (!body)
     return where(n, "it has no body");
-  if (n.op_type() == "Loop") {
+  if (n.op_type() == "SequenceMap") {
+    // Its length is its first input's, a sequence the importer holds; the other inputs are
+    // sequences of that length or tensors every iteration reads whole.
+    int64_t length = -1;
+    for (int k = 0; k < n.input_size(); ++k) {
+      auto s = sequences_.find(n.input(k));
+      e.sequenceInputs.push_back(s != sequences_.end());
+      if (s == sequences_.end()) {
+        if (k == 0)
+          return where(
+              n, fmt::format("its input '{}' is not a sequence the importer holds", n.input(0)));
+        continue;
+      }
+      if (length >= 0 && int64_t(s->second.size()) != length)
+        return where(n, fmt::format("its sequences have lengths {} and {}; they must agree", length,
+                                    s->second.size()));
+      length = int64_t(s->second.size());
+    }
+    e.iterations = length;
+  } else if (n.op_type() == "Loop") {
     if (n.input(0).empty())
       return where(n, "it has no trip count (a while loop); a Loop is unrolled where its trip "
                       "count is known at import and its condition stays as given");

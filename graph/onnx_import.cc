@@ -333,8 +333,17 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   for (const onnx::TensorProto &t : graph->initializer())
     initialized.insert(t.name());
   // Inputs given ahead: the shape given replaces the declared one, whose static
-  // dimensions must agree.
+  // dimensions must agree. A sequence input's elements are given as NAME[0], NAME[1], ...
+  std::map<std::string, std::map<int64_t, const OnnxGivenInput *>> givenElements;
   for (const auto &[name, given] : options_.givenInputs) {
+    if (std::string base; sequenceElementName(name, &base)) {
+      for (const onnx::ValueInfoProto &in : graph->input())
+        if (in.name() == base && (in.type().has_sequence_type() || in.type().has_optional_type()) &&
+            !initialized.count(base))
+          givenElements[base][asInt(std::stod(name.substr(base.size() + 1)))] = &given;
+      if (givenElements.count(base))
+        continue;
+    }
     onnx::ValueInfoProto *v = nullptr;
     for (onnx::ValueInfoProto &in : *graph->mutable_input())
       if (in.name() == name)
@@ -374,6 +383,45 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
             fmt::format("the value given for input '{}' has {} values for shape [{}]", name,
                         c.v.size(), fmt::join(given.shape, ", ")));
       given_[name] = std::move(c);
+    }
+  }
+  // Each given sequence: elements 0 to n - 1, their values known like a tensor's. An
+  // optional holding a tensor is given as its element 0; one holding a sequence, as the
+  // sequence's elements.
+  std::map<std::string, std::vector<std::string>> elementNames;
+  for (const auto &[base, elements] : givenElements) {
+    std::vector<std::string> names;
+    for (const auto &[i, given] : elements) {
+      if (i != int64_t(names.size()))
+        return stringError(fmt::format("the elements given for sequence input '{}' are not "
+                                       "{}[0] to {}[{}]",
+                                       base, base, base, elements.size() - 1));
+      names.push_back(fmt::format("{}[{}]", base, i));
+      if (given->hasValues) {
+        Const c;
+        c.shape = given->shape;
+        c.v = given->values;
+        if (int64_t(c.v.size()) != c.size())
+          return stringError(fmt::format("the value given for '{}' has {} values for shape [{}]",
+                                         names.back(), c.v.size(), fmt::join(given->shape, ", ")));
+        elementValues_[names.back()] = std::move(c);
+      }
+    }
+    elementNames[base] = names;
+    const onnx::TypeProto *type = nullptr;
+    for (const onnx::ValueInfoProto &in : graph->input())
+      if (in.name() == base)
+        type = &in.type();
+    if (type->has_sequence_type()) {
+      sequences_[base] = names;
+    } else if (type->optional_type().elem_type().has_sequence_type()) {
+      sequences_[base + "[]"] = names;
+      optionals_[base] = base + "[]";
+    } else if (names.size() == 1) {
+      optionals_[base] = names[0];
+    } else {
+      return stringError(
+          fmt::format("optional input '{}' holds one tensor; {} are given", base, names.size()));
     }
   }
   unsigned symbolic = 0;
@@ -518,6 +566,40 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   for (const onnx::ValueInfoProto &v : graph->input()) {
     if (initializers.count(v.name()))
       continue;
+    // A sequence given element by element: each element a data input of the graph.
+    if (auto s = givenElements.find(v.name()); s != givenElements.end()) {
+      const onnx::TypeProto &held =
+          v.type().has_sequence_type() ? v.type().sequence_type().elem_type()
+          : v.type().optional_type().elem_type().has_sequence_type()
+              ? v.type().optional_type().elem_type().sequence_type().elem_type()
+              : v.type().optional_type().elem_type();
+      const int32_t elem = held.tensor_type().elem_type();
+      for (const auto &[i, given] : s->second) {
+        const std::string name = elementNames[v.name()][size_t(i)];
+        facts_.shapes[name] = given->shape;
+        facts_.types[name] = elem;
+        if (elementCount(given->shape) == 0) {
+          Const empty;
+          empty.shape = given->shape;
+          empty.isInt = isIntType(elem);
+          facts_.consts[name] = std::move(empty);
+          continue;
+        }
+        if (auto c = elementValues_.find(name); c != elementValues_.end())
+          given_[name] = c->second;
+        TensorInfo info;
+        info.name = name;
+        info.group = name;
+        info.shape = given->shape;
+        info.shapeKnown = true;
+        info.role = TensorRole::Input;
+        info.dtype = dtypeName(elem);
+        if (llvm::Error e = b_->addTensor(std::move(info)))
+          return std::move(e);
+      }
+      ++dataSeen;
+      continue;
+    }
     if (!v.type().has_tensor_type())
       return stringError(
           fmt::format("graph input '{}' is {}, not a tensor; Tofu's values are tensors", v.name(),
@@ -647,11 +729,24 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   }
   Graph &g = main_.graph();
   for (const onnx::ValueInfoProto &v : graph->output()) {
-    if (sequences_.count(v.name()) || optionals_.count(v.name()))
-      return stringError(fmt::format("graph output '{}' is {}, not a tensor; Tofu's values are "
-                                     "tensors",
-                                     v.name(),
-                                     sequences_.count(v.name()) ? "a sequence" : "an optional"));
+    // A sequence output: its elements are the outputs NAME.0, NAME.1, ...; an optional
+    // output, its value under the optional's name, or nothing.
+    if (sequences_.count(v.name()) || optionals_.count(v.name())) {
+      std::vector<std::pair<std::string, std::string>> parts; // (value, output name)
+      std::string held = v.name();
+      if (auto o = optionals_.find(held); o != optionals_.end()) {
+        held = o->second;
+        if (!held.empty() && !sequences_.count(held))
+          parts.push_back({held, v.name()});
+      }
+      if (auto s = sequences_.find(held); s != sequences_.end())
+        for (size_t i = 0; i < s->second.size(); ++i)
+          parts.push_back({s->second[i], fmt::format("{}.{}", v.name(), i)});
+      for (const auto &[value, out] : parts)
+        if (llvm::Error e = outputValue(value, out))
+          return std::move(e);
+      continue;
+    }
     // An output that holds no element is known whole; the graph cannot hold it.
     if (const Const *c = this->known(v.name()); c && c->size() == 0) {
       g.emptyOutputs[v.name()] = c->shape;

@@ -267,11 +267,12 @@ private:
 
 /// How the import runs one control-flow node (If, Loop, Scan): onnx_control.cc.
 struct Expansion {
-  int node = 0;                   ///< its index among the graph's nodes
-  bool thenBranch = false;        ///< If: the branch it takes
-  int64_t iterations = 0;         ///< Loop and Scan: how many times the body runs
-  int64_t batch = 0;              ///< Scan of opset 8: its batch entries, each scanned alone
-  std::vector<int64_t> inputAxes; ///< Scan: each scan input's axis, as the node gives it
+  int node = 0;                     ///< its index among the graph's nodes
+  bool thenBranch = false;          ///< If: the branch it takes
+  int64_t iterations = 0;           ///< Loop and Scan: how many times the body runs
+  int64_t batch = 0;                ///< Scan of opset 8: its batch entries, each scanned alone
+  std::vector<int64_t> inputAxes;   ///< Scan: each scan input's axis, as the node gives it
+  std::vector<bool> sequenceInputs; ///< SequenceMap: which inputs are sequences
 };
 
 /// Whether `n` is an If, a Loop or a Scan of the default domain.
@@ -279,6 +280,10 @@ bool isControlFlow(const onnx::NodeProto &n);
 
 /// Whether `n` builds or reads a sequence or an optional (onnx_sequences.cc).
 bool isSequenceOp(const onnx::NodeProto &n);
+
+/// Whether `name` is NAME[i], an element of a sequence input as `--input` gives it (then
+/// `base` is NAME).
+bool sequenceElementName(const std::string &name, std::string *base);
 
 /// The model with each control-flow node `expansions` names replaced by the nodes it runs:
 /// an If's branch, a Loop's or Scan's body once per iteration (names made unique, scan
@@ -452,6 +457,12 @@ private:
   std::map<std::string, std::vector<std::string>> sequences_;
   /// Optionals the importer holds: the value's name, or "" for none.
   std::map<std::string, std::string> optionals_;
+  /// Values given for elements of sequence inputs (NAME[i]).
+  std::map<std::string, Const> elementValues_;
+  /// Value `value` as the graph output `out` (a sequence's element, an optional's value):
+  /// a tensor through an Identity node, a constant materialised, an empty one among the
+  /// empty outputs.
+  llvm::Error outputValue(const std::string &value, const std::string &out);
 };
 
 /// Imports `model`, its control flow expanded: each pass imports the model until the

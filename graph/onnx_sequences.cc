@@ -11,7 +11,11 @@
 // - Optional wraps a value or none, OptionalHasElement is a constant and OptionalGetElement
 //   the value.
 // Sequences that loops build (a list appended at each iteration) come here unrolled
-// (onnx_control.cc). A graph input or output that is a sequence or an optional is refused.
+// (onnx_control.cc), and so does SequenceMap. A sequence input is given element by element
+// (`--input NAME[0]=FILE,NAME[1]=FILE`): each element a data input of the graph; an optional
+// input holding a tensor is given as NAME[0]. A sequence output's elements are the graph's
+// outputs NAME.0, NAME.1, ...; an optional output's value is the output NAME (none: no
+// output).
 #include "graph/onnx_import_internal.h"
 
 #include <algorithm>
@@ -36,6 +40,46 @@ bool isSequenceOp(const onnx::NodeProto &n) {
       "SequenceAt",    "SequenceLength",     "ConcatFromSequence", "SplitToSequence",
       "Optional",      "OptionalHasElement", "OptionalGetElement"};
   return defaultDomain(n) && ops.count(n.op_type()) > 0;
+}
+
+bool sequenceElementName(const std::string &name, std::string *base) {
+  const size_t open = name.rfind('[');
+  if (open == std::string::npos || open == 0 || name.back() != ']' || open + 2 >= name.size() ||
+      name.size() - open > 12)
+    return false;
+  for (size_t i = open + 1; i + 1 < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9')
+      return false;
+  *base = name.substr(0, open);
+  return true;
+}
+
+llvm::Error Importer::outputValue(const std::string &value, const std::string &out) {
+  Graph &g = main_.graph();
+  if (g.tensor(out) || facts_.consts.count(out))
+    return stringError(fmt::format("the output '{}' a sequence or optional output needs is "
+                                   "already a value of the model",
+                                   out));
+  if (const Const *c = known(value)) {
+    if (c->size() == 0) {
+      g.emptyOutputs[out] = c->shape;
+      return llvm::Error::success();
+    }
+    Const copy = *c;
+    facts_.consts[out] = std::move(copy);
+    if (auto t = facts_.types.find(value); t != facts_.types.end())
+      facts_.types[out] = t->second;
+    if (llvm::Error e = main_.materialize(out))
+      return e;
+  } else {
+    if (llvm::Error e = main_.materialize(value))
+      return e;
+    if (!g.tensor(value))
+      return stringError(fmt::format("the value '{}' of output '{}' is not a tensor", value, out));
+    TOFU_CHECK(main_.node("output_" + out, "Identity", {value}, {}, {}, out));
+  }
+  g.outputs.push_back(out);
+  return llvm::Error::success();
 }
 
 llvm::Error Importer::aliasValue(const onnx::NodeProto &n, const std::string &from,

@@ -6,7 +6,9 @@ model.onnx and test_data_set_0/input_*.pb, output_*.pb) runs at each worker coun
 every graph input without an initializer is data (--data-inputs); tofu-run imports the
 model (given the inputs' shapes and small values, which ops that need a constant take: a
 Reshape's shape, a Slice's starts), partitions it, runs its forward graph on the test's
-inputs and writes every output; each output is compared with ONNX's expected one at the backend
+inputs and writes every output (a sequence input is given element by element, NAME[i]; an
+optional holding a value as NAME[0]; a sequence output comes back as NAME.0, NAME.1, ...;
+an optional output as its value, or nothing); each output is compared with ONNX's expected one at the backend
 runner's tolerances (rtol 1e-3, atol 1e-7; integers and booleans exactly). Each test is
 sorted into
   passed          every output matches at every worker count (random outputs, a training-
@@ -52,6 +54,77 @@ def graph_inputs(model):
     inits = {i.name for i in model.graph.initializer}
     return [(i.name, i.type.HasField("tensor_type")) for i in model.graph.input
             if i.name not in inits]
+
+
+def read_value(path, type_proto):
+    """A test's .pb value, read as the model declares it (`type_proto`): a tensor as
+    ("tensor", TensorProto), a sequence of tensors as ("sequence", [TensorProto, ...]), an
+    optional as ("optional", one of those or None); None for anything else (a map, a
+    sequence of sequences)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    kind = type_proto.WhichOneof("value")
+    if kind == "tensor_type":
+        t = onnx.TensorProto()
+        t.ParseFromString(data)
+        return "tensor", t
+    if kind == "sequence_type":
+        p = onnx.SequenceProto()
+        p.ParseFromString(data)
+        if p.elem_type == onnx.SequenceProto.TENSOR or not p.sequence_values:
+            return "sequence", list(p.tensor_values)
+        return None
+    if kind == "optional_type":
+        p = onnx.OptionalProto()
+        p.ParseFromString(data)
+        if p.HasField("tensor_value"):
+            return "optional", ("tensor", p.tensor_value)
+        if p.HasField("sequence_value"):
+            return "optional", ("sequence", list(p.sequence_value.tensor_values))
+        return "optional", None
+    return None
+
+
+def pb_of(tensor, scratch, k):
+    """A TensorProto written to a file of its own in `scratch` (input k's)."""
+    path = os.path.join(scratch, f"input_{k}.pb")
+    with open(path, "wb") as f:
+        f.write(tensor.SerializeToString())
+    return path
+
+
+def given_inputs(model, data, scratch):
+    """The --input items of a test's inputs (sequences element by element, NAME[i]; an
+    optional's value under its name), or a reason the test cannot give them."""
+    inits = {i.name for i in model.graph.initializer}
+    given = []
+    for k, v in enumerate(i for i in model.graph.input if i.name not in inits):
+        pb = os.path.join(data, f"input_{k}.pb")
+        if not os.path.exists(pb):
+            continue
+        if v.type.HasField("tensor_type"):
+            given.append(f"{v.name}={pb}")
+            continue
+        value = read_value(pb, v.type)
+        kind = v.type.WhichOneof("value")
+        if kind == "optional_type" and value and value[0] == "optional":
+            value = value[1]
+            if value is None:
+                return None, f"graph input '{v.name}' is an optional that holds nothing"
+        if kind in ("sequence_type", "optional_type") and value and value[0] == "sequence":
+            if not value[1]:
+                return None, f"graph input '{v.name}' is an empty sequence"
+            for i, t in enumerate(value[1]):
+                path = os.path.join(scratch, f"input_{k}_{i}.pb")
+                with open(path, "wb") as f:
+                    f.write(t.SerializeToString())
+                given.append(f"{v.name}[{i}]={path}")
+            continue
+        if kind == "optional_type" and value and value[0] == "tensor":
+            given.append(f"{v.name}[0]={pb_of(value[1], scratch, k)}")
+            continue
+        return None, f"graph input '{v.name}' is a {kind.replace('_type', '')} Tofu cannot take"
+    return given, None
 
 
 def from_bfloat16_bits(a):
@@ -191,11 +264,10 @@ def run_test(args, test):
     inputs = graph_inputs(model)
     names = [name for name, _ in inputs]
     outputs = [o.name for o in model.graph.output]
-    given = []
-    for i, (name, tensor) in enumerate(inputs):
-        pb = os.path.join(data, f"input_{i}.pb")
-        if tensor and os.path.exists(pb):  # the importer refuses sequences by name
-            given.append(f"{name}={pb}")
+    scratch = tempfile.TemporaryDirectory()
+    given, why = given_inputs(model, data, scratch.name)
+    if why:
+        return "refused", why
     def refusal():
         """('refused', why) when the importer refuses the model, ('failed', why) when the
         import crashes or hangs, None when it imports (tofu-plan, given the same inputs)."""
@@ -213,19 +285,36 @@ def run_test(args, test):
             return "refused", imp.stderr
         return None
 
-    expected = []
-    for i in range(len(outputs)):
+    # Expected outputs by the name tofu-run writes each under: a tensor under its own, a
+    # sequence's elements under NAME.0, NAME.1, ... (their count checked too), an optional's
+    # value under its name (nothing for none).
+    expected, counts = {}, {}
+    for i, name in enumerate(outputs):
         pb = os.path.join(data, f"output_{i}.pb")
-        try:
-            want = read_pb(pb) if os.path.exists(pb) else None
-            # A bfloat16 output stored as its uint16 bits (as ONNX 1.12's test files store them).
-            if (want is not None and want.dtype == np.uint16 and
-                    model.graph.output[i].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16):
-                want = from_bfloat16_bits(want)
-            expected.append(want)
-        except Exception:
-            return refusal() or ("failed", f"imported, but expected output {i} is not a tensor "
-                                           "(a sequence?)")
+        if not os.path.exists(pb):
+            continue
+        value = read_value(pb, model.graph.output[i].type)
+        if value and value[0] == "optional":
+            value = value[1]
+            if value is None:
+                counts[name] = 0
+                continue
+        if value is None:
+            return refusal() or ("failed", f"imported, but expected output {i} is neither a "
+                                           "tensor, a sequence nor an optional")
+        if value[0] == "sequence":
+            counts[name] = len(value[1])
+            for j, t in enumerate(value[1]):
+                expected[f"{name}.{j}"] = numpy_helper.to_array(t)
+            continue
+        want = numpy_helper.to_array(value[1])
+        if value[1].data_type == onnx.TensorProto.BFLOAT16:  # the bits as uint16
+            want = from_bfloat16_bits(want)
+        # A bfloat16 output stored as its uint16 bits (as ONNX 1.12's test files store them).
+        elif (want.dtype == np.uint16 and
+              model.graph.output[i].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16):
+            want = from_bfloat16_bits(want)
+        expected[name] = want
     law = dropout_law(model, data) or bernoulli_law(model, data)
     for k in args.workers:
         with tempfile.TemporaryDirectory() as out:
@@ -245,9 +334,13 @@ def run_test(args, test):
                 return ((k == args.workers[0] and refusal()) or
                         ("failed", f"k={k}: exit {p.returncode}: {p.stderr.strip()[-300:]}"))
             got = {}
-            for name, want in zip(outputs, expected):
-                if want is None:
-                    continue
+            for name, count in counts.items():
+                written = [f for f in os.listdir(out) if f.startswith(
+                    re.sub(r"[/\\:]", "_", name) + ".") and f.endswith(".npy")]
+                if len(written) != count:
+                    return "failed", (f"k={k}: output '{name}' has {len(written)} elements; "
+                                      f"expected {count}")
+            for name, want in expected.items():
                 safe = re.sub(r"[/\\:]", "_", name)
                 path = os.path.join(out, safe + ".npy")
                 if not os.path.exists(path):
