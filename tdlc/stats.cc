@@ -121,7 +121,7 @@ void printStats(llvm::raw_ostream &os, const LibraryStats &s) {
                     s.onnxTotal);
   os << fmt::format("| described in TDL | {} |\n", s.described.size());
   os << fmt::format("| folded or expanded by the importer (static shapes, constants, control "
-                    "flow) | {} |\n",
+                    "flow, sequences) | {} |\n",
                     s.folded.size());
   os << fmt::format("| not describable | {} |\n", s.notDescribable.size());
   os << fmt::format("| missing (describable, not written yet) | {} |\n", s.missing.size());

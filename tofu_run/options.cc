@@ -98,7 +98,10 @@ cl::opt<std::string>
                       "takes its array's shape (fixing dynamic "
                       "dimensions), and an op that needs an input as a "
                       "constant (a shape, axes, starts) takes the "
-                      "values of an array of at most 4096 elements"),
+                      "values of an array of at most 4096 elements. A "
+                      "sequence input is given element by element, "
+                      "NAME[0]=FILE,NAME[1]=FILE,...; an optional "
+                      "holding a tensor as NAME[0]=FILE"),
              cl::value_desc("NAME=FILE,..."), cl::cat(runCategory));
 cl::opt<std::string> outputDir("output-dir",
                                cl::desc("With --infer: write each graph output to "
