@@ -259,6 +259,18 @@ TEST(OnnxImport, BadFilesAreErrors) {
 }
 
 /// A model of one opset-17 graph with float inputs of the given shapes.
+/// A node of op `op` reading `in` and writing `out`, added to `g`.
+onnx::NodeProto *addNode(onnx::GraphProto &g, const std::string &op, std::vector<std::string> in,
+                         std::vector<std::string> out) {
+  onnx::NodeProto *n = g.add_node();
+  n->set_op_type(op);
+  for (const std::string &i : in)
+    n->add_input(i);
+  for (const std::string &o : out)
+    n->add_output(o);
+  return n;
+}
+
 struct Bad {
   onnx::ModelProto m;
   onnx::GraphProto *g;
@@ -277,13 +289,8 @@ struct Bad {
   }
   onnx::NodeProto *node(const std::string &name, const std::string &op, std::vector<std::string> in,
                         std::vector<std::string> out) {
-    onnx::NodeProto *n = g->add_node();
+    onnx::NodeProto *n = addNode(*g, op, std::move(in), std::move(out));
     n->set_name(name);
-    n->set_op_type(op);
-    for (const std::string &i : in)
-      n->add_input(i);
-    for (const std::string &o : out)
-      n->add_output(o);
     return n;
   }
   /// The model imported with `dataInputs` data inputs and the values `given` ahead.
@@ -556,17 +563,6 @@ onnx::GraphProto subgraph(const std::string &name,
     v->mutable_type()->mutable_tensor_type()->set_elem_type(type);
   }
   return g;
-}
-
-onnx::NodeProto *addNode(onnx::GraphProto &g, const std::string &op, std::vector<std::string> in,
-                         std::vector<std::string> out) {
-  onnx::NodeProto *n = g.add_node();
-  n->set_op_type(op);
-  for (const std::string &i : in)
-    n->add_input(i);
-  for (const std::string &o : out)
-    n->add_output(o);
-  return n;
 }
 
 void graphAttribute(onnx::NodeProto *n, const std::string &name, onnx::GraphProto g) {

@@ -32,6 +32,16 @@ bool defaultDomain(const onnx::NodeProto &n) {
   return n.domain().empty() || n.domain() == "ai.onnx";
 }
 
+/// A scalar constant of ONNX element type `type` (integer or bool) named `name`.
+void scalarFact(ImportFacts &facts, const std::string &name, double value, int32_t type) {
+  Const c;
+  c.v = {value};
+  c.isInt = true;
+  facts.consts[name] = std::move(c);
+  facts.shapes[name] = {};
+  facts.types[name] = type;
+}
+
 } // namespace
 
 bool isSequenceOp(const onnx::NodeProto &n) {
@@ -172,12 +182,7 @@ llvm::Error Importer::sequenceOp(const onnx::NodeProto &n) {
   if (op == "SequenceLength") {
     std::vector<std::string> s;
     TOFU_TRY(s, seq(0));
-    Const c;
-    c.v = {double(s.size())};
-    c.isInt = true;
-    facts_.consts[out] = std::move(c);
-    facts_.shapes[out] = {};
-    facts_.types[out] = onnx::TensorProto::INT64;
+    scalarFact(facts_, out, double(s.size()), onnx::TensorProto::INT64);
     return llvm::Error::success();
   }
   if (op == "ConcatFromSequence") {
@@ -284,12 +289,7 @@ llvm::Error Importer::sequenceOp(const onnx::NodeProto &n) {
     else if (!in.empty() && (known(in) || sequences_.count(in) || b_->graph().tensor(in)))
       held = in; // a plain value (opset 18 allows it): present
     if (op == "OptionalHasElement") {
-      Const c;
-      c.v = {held && !held->empty() ? 1.0 : 0.0};
-      c.isInt = true;
-      facts_.consts[out] = std::move(c);
-      facts_.shapes[out] = {};
-      facts_.types[out] = onnx::TensorProto::BOOL;
+      scalarFact(facts_, out, held && !held->empty() ? 1.0 : 0.0, onnx::TensorProto::BOOL);
       return llvm::Error::success();
     }
     if (!held)
