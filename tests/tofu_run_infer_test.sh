@@ -86,8 +86,9 @@ got = np.load('$tmp/ext$k/y.npy')
 assert np.allclose(got, x @ w, rtol=1e-6, atol=1e-6), (got, x @ w)" || { echo "FAILED: external_ok at k = $k" >&2; fail=1; }
 done
 
-# Integers: written in their own type. Past 2^24 the engine (float32) warns; --kernels interp
-# (double) keeps them exact: y = x + 1 and b = x > 1 on int64 values past 2^40.
+# Integers: written in their own type, and exact: y = x + 1 and b = x > 1 on int64 values.
+# Past 2^24 (float32's exact range), in an input or an output, the run goes to the
+# interpreter (double, exact to 2^53); --kernels interp runs there from the start.
 $py - "$tmp" <<'PY'
 import sys
 import numpy as np
@@ -105,27 +106,35 @@ m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 m.ir_version = 8
 onnx.save(m, tmp + "/ints.onnx")
 np.save(tmp + "/ints_x.npy", np.array([2**40 + 1, 5, -2**35 - 3], np.int64))
+np.save(tmp + "/ints_edge.npy", np.array([2**24 - 1, 5, -7], np.int64))  # only y reaches 2^24
+np.save(tmp + "/ints_small.npy", np.array([2**20, 5, -7], np.int64))  # nothing does
 PY
-for k in compiled interp; do
-  if ! "$run" --onnx "$tmp/ints.onnx" --workers 2 --infer --kernels $k --input "x=$tmp/ints_x.npy"        --output-dir "$tmp/ints_$k" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
-    echo "FAILED: tofu-run --infer --kernels $k on int64 values" >&2; cat "$tmp/err.txt" >&2
+for k in compiled interp edge small; do
+  x=x kernels=$k
+  case $k in edge | small) x=$k kernels=compiled ;; esac
+  if ! "$run" --onnx "$tmp/ints.onnx" --workers 2 --infer --kernels $kernels \
+       --input "x=$tmp/ints_$x.npy" --output-dir "$tmp/ints_$k" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+    echo "FAILED: tofu-run --infer --kernels $kernels on int64 values ($k)" >&2; cat "$tmp/err.txt" >&2
     fail=1; continue
   fi
-  $py - "$tmp/ints_$k" "$k" "$tmp/err.txt" <<'PY' || fail=1
+  $py - "$tmp/ints_$k" "$k" "$tmp/err.txt" "$tmp/out.txt" <<'PY' || fail=1
 import sys
 import numpy as np
-d, kernels, err = sys.argv[1:4]
+d, case, err, out = sys.argv[1:5]
 y, b = np.load(d + "/y.npy"), np.load(d + "/b.npy")
 assert y.dtype == np.int64 and b.dtype == np.bool_, (y.dtype, b.dtype)
-assert b.tolist() == [True, True, False], b
-warned = "past 2^24: the engine's float32 does not hold every integer" in open(err).read()
-if kernels == "interp":
-    assert y.tolist() == [2**40 + 2, 6, -2**35 - 2], y
-    assert not warned
-else:
-    assert warned, "no warning about integers past 2^24"
-    assert y[1] == 6, y
-print(f"ints ({kernels}): {y.tolist()}")
+err, out = open(err).read(), open(out).read()
+x = {"compiled": [2**40 + 1, 5, -2**35 - 3], "interp": [2**40 + 1, 5, -2**35 - 3],
+     "edge": [2**24 - 1, 5, -7], "small": [2**20, 5, -7]}[case]
+assert y.tolist() == [v + 1 for v in x], (case, y)
+assert b.tolist() == [v > 1 for v in x], (case, b)
+switched = {"compiled": "input 'x' (int64) holds 1099511627777, at or past 2^24",
+            "edge": "output 'y' (int64) holds 16777216, at or past 2^24"}.get(case)
+if switched:
+    assert switched in err and "running" in err and "on the interpreter" in err, (case, err)
+on_interp = "(interpreter, double)" in out
+assert on_interp == (case != "small"), (case, out)
+print(f"ints ({case}): {y.tolist()}")
 PY
 done
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "fmt/format.h"
@@ -145,31 +146,32 @@ bool isInteger(const std::string &dtype) {
   return dtype.rfind("int", 0) == 0 || dtype.rfind("uint", 0) == 0 || dtype == "bool";
 }
 
-/// The largest integer the run's arithmetic holds exactly: 2^24 in the engines' float32,
-/// 2^53 in the interpreter's double.
-double exactLimit() { return kernelsMode == Kernels::Interp ? 9007199254740992.0 : 16777216.0; }
+/// The largest integers the engines' float32 and the interpreter's double hold exactly.
+constexpr double kFloatExact = 16777216.0, kDoubleExact = 9007199254740992.0;
 
-/// Says on stderr where an integer tensor holds a value past what the run holds exactly.
-void warnInexact(const char *what, const std::string &tensor, const std::string &dtype,
-                 const std::vector<double> &values) {
-  if (!isInteger(dtype))
-    return;
-  const double limit = exactLimit();
-  for (double v : values)
-    if (std::fabs(v) > limit) {
-      llvm::errs() << fmt::format(
-          "tofu-run: warning: {} '{}' ({}) holds {:.0f}, past 2^{}: the {} does not hold every "
-          "integer that large exactly{}\n",
-          what, tensor, dtype, v, limit > 1e9 ? 53 : 24,
-          limit > 1e9 ? "interpreter's double" : "engine's float32",
-          limit > 1e9 ? "" : " (--kernels interp computes in double, exact to 2^53)");
-      return;
-    }
+/// The first value of an integer tensor at or past `limit` in magnitude, if any (at it, it
+/// may be a rounded neighbour).
+std::optional<double> pastLimit(const std::string &dtype, const std::vector<double> &values,
+                                double limit) {
+  if (isInteger(dtype))
+    for (double v : values)
+      if (std::fabs(v) >= limit)
+        return v;
+  return std::nullopt;
+}
+
+/// What an integer tensor past the arithmetic's exact range is told as.
+std::string inexact(const char *what, const std::string &tensor, const std::string &dtype, double v,
+                    bool interp) {
+  return fmt::format("{} '{}' ({}) holds {:.0f}, at or past 2^{}, beyond which the {} does not "
+                     "hold every integer exactly",
+                     what, tensor, dtype, v, interp ? 53 : 24,
+                     interp ? "interpreter's double" : "engine's float32");
 }
 
 /// Reports and writes the outputs (`tensorOf` gives each whole), then the empty ones.
 int reportOutputs(const tofu::Problem &p, const tofu::Graph &g, const std::string &name,
-                  double seconds, int64_t bytesMoved,
+                  double seconds, int64_t bytesMoved, bool interp,
                   const std::function<tofu::Tensor(unsigned)> &tensorOf) {
   const bool json = format == Format::Json;
   nlohmann::json j;
@@ -181,8 +183,7 @@ int reportOutputs(const tofu::Problem &p, const tofu::Graph &g, const std::strin
     llvm::outs() << fmt::format("{}: forward on {} workers{} in {:.4f} s\n\n| output | shape | "
                                 "min | max | mean | file |\n| --- | --- | ---: | ---: | ---: | "
                                 "--- |\n",
-                                name, unsigned(workers),
-                                kernelsMode == Kernels::Interp ? " (interpreter, double)" : "",
+                                name, unsigned(workers), interp ? " (interpreter, double)" : "",
                                 seconds);
   for (const std::string &out : g.outputs) {
     unsigned t = 0;
@@ -192,7 +193,8 @@ int reportOutputs(const tofu::Problem &p, const tofu::Graph &g, const std::strin
     const tofu::Tensor x = tensorOf(t);
     const tofu::TensorInfo *info = g.tensor(out);
     const std::string dtype = info ? info->dtype : "float32";
-    warnInexact("output", out, dtype, x.data);
+    if (auto v = pastLimit(dtype, x.data, interp ? kDoubleExact : kFloatExact))
+      llvm::errs() << "tofu-run: warning: " << inexact("output", out, dtype, *v, interp) << "\n";
     const std::string file = outputFile(out);
     if (!file.empty() && group->rank() == 0)
       if (llvm::Error e = tofu::writeNpyAs(file, x.shape, x.data, dtype))
@@ -242,7 +244,7 @@ int inferOnInterpreter(const tofu::Problem &p, const tofu::Graph &g, const std::
   auto r = tofu::runPlan(p, exec, values);
   if (!r)
     return fail(name + ": " + llvm::toString(r.takeError()));
-  return reportOutputs(p, g, name, seconds(start), r->bytesMoved,
+  return reportOutputs(p, g, name, seconds(start), r->bytesMoved, /*interp=*/true,
                        [&](unsigned t) { return r->tensors[t]; });
 }
 
@@ -254,14 +256,31 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
   auto bound = bindInputs(p, g, name, inputs);
   if (!bound)
     return fail(llvm::toString(bound.takeError()), 2);
+  // Integers past float32's exact range: the run goes to the interpreter (double) where it
+  // can (one process, no --load), else it warns.
+  const bool canSwitch = !group->distributed() && loadDir.empty();
+  auto dtypeOf = [&](const std::string &tensor) {
+    const tofu::TensorInfo *info = g.tensor(tensor);
+    return info ? info->dtype : std::string("float32");
+  };
+  bool interp = kernelsMode == Kernels::Interp;
   for (const BoundInput &b : *bound) {
-    const tofu::TensorInfo *info = g.tensor(p.tensors[b.tensor].name);
     std::vector<double> v(b.array.bytes.size() / size_t(tofu::typeSize(b.array.type)));
     for (size_t i = 0; i < v.size(); ++i)
       v[i] = b.array.at(int64_t(i));
-    warnInexact("input", p.tensors[b.tensor].name, info ? info->dtype : "float32", v);
+    const std::string &input = p.tensors[b.tensor].name;
+    if (auto past = pastLimit(dtypeOf(input), v, interp ? kDoubleExact : kFloatExact)) {
+      const std::string what = inexact("input", input, dtypeOf(input), *past, interp);
+      if (!interp && canSwitch) {
+        llvm::errs() << "tofu-run: " << what << ": running on the interpreter (double, exact to "
+                     << "2^53)\n";
+        interp = true;
+      } else {
+        llvm::errs() << "tofu-run: warning: " << what << "\n";
+      }
+    }
   }
-  if (kernelsMode == Kernels::Interp)
+  if (interp)
     return inferOnInterpreter(p, g, name, exec, *bound);
   auto planned = tofu::planForEngine(p, exec, memory, g.outputs, fusion);
   if (!planned)
@@ -299,8 +318,21 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
   auto r = (*engine)->step();
   if (!r)
     return fail(name + ": " + llvm::toString(r.takeError()));
-  return reportOutputs(p, g, name, r->seconds, group->sum(r->bytesMoved),
-                       [&](unsigned t) { return tofu::wholeTensor(**engine, t, *group); });
+  // The outputs, whole; an integer one past float32's exact range sends the run to the
+  // interpreter where it can go.
+  std::map<unsigned, tofu::Tensor> outputs;
+  for (const std::string &out : g.outputs)
+    for (unsigned t = 0; t < p.tensors.size(); ++t)
+      if (p.tensors[t].name == out && !outputs.count(t)) {
+        outputs[t] = tofu::wholeTensor(**engine, t, *group);
+        if (auto past = pastLimit(dtypeOf(out), outputs[t].data, kFloatExact); past && canSwitch) {
+          llvm::errs() << "tofu-run: " << inexact("output", out, dtypeOf(out), *past, false)
+                       << ": running again on the interpreter (double, exact to 2^53)\n";
+          return inferOnInterpreter(p, g, name, exec, *bound);
+        }
+      }
+  return reportOutputs(p, g, name, r->seconds, group->sum(r->bytesMoved), /*interp=*/false,
+                       [&](unsigned t) { return outputs.at(t); });
 }
 
 } // namespace tofurun
