@@ -400,8 +400,17 @@ void expandNode(const onnx::NodeProto &n, const Expansion &e, Expander &x, int o
         bind[body.input(0).name()] = x.constant({i}, false);
       if (!body.input(1).name().empty())
         bind[body.input(1).name()] = cond;
-      for (size_t j = 0; j < nState; ++j)
-        bind[body.input(int(2 + j)).name()] = states[j];
+      for (size_t j = 0; j < nState; ++j) {
+        // A state the body declares optional but produces plain (a sequence it builds) is
+        // wrapped again for the next iteration, as the Loop carries it.
+        std::string state = states[j];
+        if (i > 0 && body.input(int(2 + j)).type().has_optional_type() &&
+            !body.output(int(1 + j)).type().has_optional_type()) {
+          state = x.fresh(it + "optional");
+          x.add("Optional", {states[j]}, {state});
+        }
+        bind[body.input(int(2 + j)).name()] = state;
+      }
       std::vector<std::string> finals;
       if (i + 1 == e.iterations) {
         finals.push_back("");

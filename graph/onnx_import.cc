@@ -337,10 +337,14 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   std::map<std::string, std::map<int64_t, const OnnxGivenInput *>> givenElements;
   for (const auto &[name, given] : options_.givenInputs) {
     if (std::string base; sequenceElementName(name, &base)) {
+      const bool none = name.size() == base.size() + 2; // NAME[]: no element
       for (const onnx::ValueInfoProto &in : graph->input())
         if (in.name() == base && (in.type().has_sequence_type() || in.type().has_optional_type()) &&
-            !initialized.count(base))
-          givenElements[base][asInt(std::stod(name.substr(base.size() + 1)))] = &given;
+            !initialized.count(base)) {
+          auto &elements = givenElements[base];
+          if (!none)
+            elements[asInt(std::stod(name.substr(base.size() + 1)))] = &given;
+        }
       if (givenElements.count(base))
         continue;
     }
@@ -417,8 +421,8 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     } else if (type->optional_type().elem_type().has_sequence_type()) {
       sequences_[base + "[]"] = names;
       optionals_[base] = base + "[]";
-    } else if (names.size() == 1) {
-      optionals_[base] = names[0];
+    } else if (names.size() <= 1) {
+      optionals_[base] = names.empty() ? "" : names[0];
     } else {
       return stringError(
           fmt::format("optional input '{}' holds one tensor; {} are given", base, names.size()));

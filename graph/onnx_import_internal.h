@@ -281,8 +281,8 @@ bool isControlFlow(const onnx::NodeProto &n);
 /// Whether `n` builds or reads a sequence or an optional (onnx_sequences.cc).
 bool isSequenceOp(const onnx::NodeProto &n);
 
-/// Whether `name` is NAME[i], an element of a sequence input as `--input` gives it (then
-/// `base` is NAME).
+/// Whether `name` is NAME[i], an element of a sequence input as `--input` gives it, or
+/// NAME[], an empty sequence or an optional holding nothing (then `base` is NAME).
 bool sequenceElementName(const std::string &name, std::string *base);
 
 /// The model with each control-flow node `expansions` names replaced by the nodes it runs:

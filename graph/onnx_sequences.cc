@@ -54,7 +54,7 @@ bool isSequenceOp(const onnx::NodeProto &n) {
 
 bool sequenceElementName(const std::string &name, std::string *base) {
   const size_t open = name.rfind('[');
-  if (open == std::string::npos || open == 0 || name.back() != ']' || open + 2 >= name.size() ||
+  if (open == std::string::npos || open == 0 || name.back() != ']' || open + 1 >= name.size() ||
       name.size() - open > 12)
     return false;
   for (size_t i = open + 1; i + 1 < name.size(); ++i)

@@ -1,5 +1,6 @@
 #include "runtime/input_arrays.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "fmt/format.h"
@@ -22,6 +23,8 @@ std::map<std::string, OnnxGivenInput> InputArrays::forImport() const {
       g.hasValues = true;
     }
   }
+  for (const std::string &name : empty)
+    given[name + "[]"] = OnnxGivenInput();
   return given;
 }
 
@@ -30,6 +33,15 @@ llvm::Expected<InputArrays> readInputArrays(const std::string &list, const std::
   std::stringstream items(list);
   std::string item;
   while (std::getline(items, item, ',')) {
+    // NAME[]: an empty sequence, or an optional holding nothing.
+    if (item.size() > 2 && item.compare(item.size() - 2, 2, "[]") == 0 &&
+        item.find('=') == std::string::npos) {
+      const std::string name = item.substr(0, item.size() - 2);
+      if (std::find(r.empty.begin(), r.empty.end(), name) != r.empty.end())
+        return stringError(fmt::format("{}: '{}' is given twice", option, item));
+      r.empty.push_back(name);
+      continue;
+    }
     const size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
       return stringError(fmt::format("{} '{}': '{}' is not NAME=FILE", option, list, item));

@@ -21,13 +21,16 @@ constexpr int64_t kMaxKnownInputValues = 4096;
 struct InputArrays {
   /// By name, in the order given.
   std::vector<std::pair<std::string, DataArray>> arrays;
+  /// Inputs given as NAME[]: empty sequences, or optionals holding nothing.
+  std::vector<std::string> empty;
 
   /// What the ONNX importer is told of them: every array's shape, and the values of arrays
-  /// of at most kMaxKnownInputValues elements.
+  /// of at most kMaxKnownInputValues elements; each empty one as NAME[] (no element).
   std::map<std::string, OnnxGivenInput> forImport() const;
 };
 
-/// Reads `list` (`NAME=FILE[,NAME=FILE...]`, each file as readDataArray reads it). Errors
+/// Reads `list` (`NAME=FILE[,NAME=FILE...]`, each file as readDataArray reads it; an item
+/// NAME[] gives an empty sequence or an optional holding nothing). Errors
 /// name `option`: an item that is not NAME=FILE, a name given twice, a file that cannot be
 /// read.
 llvm::Expected<InputArrays> readInputArrays(const std::string &list,

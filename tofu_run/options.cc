@@ -101,7 +101,8 @@ cl::opt<std::string>
                       "values of an array of at most 4096 elements. A "
                       "sequence input is given element by element, "
                       "NAME[0]=FILE,NAME[1]=FILE,...; an optional "
-                      "holding a tensor as NAME[0]=FILE"),
+                      "holding a tensor as NAME[0]=FILE; an empty "
+                      "sequence, or an optional holding nothing, as NAME[]"),
              cl::value_desc("NAME=FILE,..."), cl::cat(runCategory));
 cl::opt<std::string> outputDir("output-dir",
                                cl::desc("With --infer: write each graph output to "

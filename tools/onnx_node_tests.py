@@ -7,7 +7,8 @@ every graph input without an initializer is data (--data-inputs); tofu-run impor
 model (given the inputs' shapes and small values, which ops that need a constant take: a
 Reshape's shape, a Slice's starts), partitions it, runs its forward graph on the test's
 inputs and writes every output (a sequence input is given element by element, NAME[i]; an
-optional holding a value as NAME[0]; a sequence output comes back as NAME.0, NAME.1, ...;
+optional holding a value as NAME[0]; an empty sequence or an optional holding nothing as
+NAME[]; a sequence output comes back as NAME.0, NAME.1, ...;
 an optional output as its value, or nothing); each output is compared with ONNX's expected one at the backend
 runner's tolerances (rtol 1e-3, atol 1e-7; integers and booleans exactly). Each test is
 sorted into
@@ -109,11 +110,13 @@ def given_inputs(model, data, scratch):
         kind = v.type.WhichOneof("value")
         if kind == "optional_type" and value and value[0] == "optional":
             value = value[1]
-            if value is None:
-                return None, f"graph input '{v.name}' is an optional that holds nothing"
+            if value is None:  # an optional holding nothing
+                given.append(f"{v.name}[]")
+                continue
         if kind in ("sequence_type", "optional_type") and value and value[0] == "sequence":
             if not value[1]:
-                return None, f"graph input '{v.name}' is an empty sequence"
+                given.append(f"{v.name}[]")
+                continue
             for i, t in enumerate(value[1]):
                 path = os.path.join(scratch, f"input_{k}_{i}.pb")
                 with open(path, "wb") as f:
