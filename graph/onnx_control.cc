@@ -220,7 +220,8 @@ public:
   }
 
   /// The nodes of `body` once, each of its values renamed under `prefix` (unique), its inputs
-  /// bound to the values `bind` names and its initializers made Constant nodes. Output i
+  /// bound to the values `bind` names and its initializers made constants (integer ones
+  /// initializers, the others Constant nodes). Output i
   /// becomes `finals[i]` where that is not empty. Returns the names of its outputs.
   std::vector<std::string> inlineGraph(const onnx::GraphProto &body,
                                        const std::map<std::string, std::string> &bind,
@@ -308,8 +309,7 @@ public:
     ScanRun r;
     r.scans.resize(size_t(body.output_size()) - nState);
     for (int64_t t = 0; t < length; ++t) {
-      const std::string it = fresh(fmt::format("{}{}_", prefix, t));
-      prefix_ = it;
+      const std::string it = enter(fmt::format("{}{}_", prefix, t));
       std::map<std::string, std::string> bind;
       for (size_t j = 0; j < nState; ++j)
         bind[body.input(int(j)).name()] = states[j];
@@ -334,6 +334,12 @@ public:
   }
 
   void setPrefix(const std::string &p) { prefix_ = p; }
+  /// Names what is added next under a fresh prefix from `base` (an iteration's), which it
+  /// returns.
+  std::string enter(const std::string &base) {
+    prefix_ = fresh(base);
+    return prefix_;
+  }
 
 private:
   std::set<std::string> &names_;
@@ -344,15 +350,13 @@ private:
 /// The nodes that replace control-flow node `n` as `e` decided.
 void expandNode(const onnx::NodeProto &n, const Expansion &e, Expander &x, int opset) {
   const std::string prefix =
-      x.fresh((n.name().empty() ? n.op_type() + "_" + n.output(0) : n.name()) + "/");
-  x.setPrefix(prefix);
+      x.enter((n.name().empty() ? n.op_type() + "_" + n.output(0) : n.name()) + "/");
   std::vector<std::string> outputs(n.output().begin(), n.output().end());
   if (n.op_type() == "SequenceMap") {
     const onnx::GraphProto &body = *graphAttr(n, "body");
     std::vector<std::vector<std::string>> parts(size_t(body.output_size()));
     for (int64_t i = 0; i < e.iterations; ++i) {
-      const std::string it = x.fresh(fmt::format("{}{}_", prefix, i));
-      x.setPrefix(it);
+      const std::string it = x.enter(fmt::format("{}{}_", prefix, i));
       std::map<std::string, std::string> bind;
       for (int k = 0; k < n.input_size() && k < body.input_size(); ++k) {
         std::string value = n.input(k);
@@ -393,8 +397,7 @@ void expandNode(const onnx::NodeProto &n, const Expansion &e, Expander &x, int o
         n.input(1).empty() ? x.constant({1}, false, onnx::TensorProto::BOOL) : n.input(1);
     std::vector<std::vector<std::string>> scans(size_t(body.output_size()) - 1 - nState);
     for (int64_t i = 0; i < e.iterations; ++i) {
-      const std::string it = x.fresh(fmt::format("{}{}_", prefix, i));
-      x.setPrefix(it);
+      const std::string it = x.enter(fmt::format("{}{}_", prefix, i));
       std::map<std::string, std::string> bind;
       if (!body.input(0).name().empty())
         bind[body.input(0).name()] = x.constant({i}, false);
@@ -459,8 +462,7 @@ void expandNode(const onnx::NodeProto &n, const Expansion &e, Expander &x, int o
   // results stacked along the batch axis.
   std::vector<std::vector<std::string>> finalStates(nState), scanOuts(nScanOut);
   for (int64_t b = 0; b < e.batch; ++b) {
-    const std::string bp = x.fresh(fmt::format("{}b{}_", prefix, b));
-    x.setPrefix(bp);
+    const std::string bp = x.enter(fmt::format("{}b{}_", prefix, b));
     std::vector<std::string> s, in;
     for (const std::string &st : states)
       s.push_back(x.entry(st, b, 0));
@@ -489,9 +491,8 @@ void expandNode(const onnx::NodeProto &n, const Expansion &e, Expander &x, int o
 } // namespace
 
 bool isControlFlow(const onnx::NodeProto &n) {
-  return (n.domain().empty() || n.domain() == "ai.onnx") &&
-         (n.op_type() == "If" || n.op_type() == "Loop" || n.op_type() == "Scan" ||
-          n.op_type() == "SequenceMap");
+  return isDefaultDomain(n.domain()) && (n.op_type() == "If" || n.op_type() == "Loop" ||
+                                         n.op_type() == "Scan" || n.op_type() == "SequenceMap");
 }
 
 llvm::Expected<Expansion> Importer::controlFlowDecision(const onnx::NodeProto &n, int index) {
@@ -627,10 +628,7 @@ llvm::Expected<Expansion> Importer::controlFlowDecision(const onnx::NodeProto &n
 }
 
 llvm::Error expandControlFlow(onnx::ModelProto &model, const std::vector<Expansion> &expansions) {
-  int opset = 17;
-  for (const onnx::OperatorSetIdProto &o : model.opset_import())
-    if (o.domain().empty() || o.domain() == "ai.onnx")
-      opset = int(o.version());
+  const int opset = defaultOpset(model);
   onnx::GraphProto *graph = model.mutable_graph();
   std::set<std::string> names;
   collectNames(*graph, names);

@@ -325,9 +325,7 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
           o.version(), domain.empty() ? "ONNX" : "'" + domain + "'", it->second.first,
           it->second.second));
   }
-  for (const onnx::OperatorSetIdProto &o : model.opset_import())
-    if (o.domain().empty() || o.domain() == "ai.onnx")
-      opset_ = int(o.version());
+  opset_ = defaultOpset(model);
   // Symbolic dimensions (a dynamic batch) become the batch size.
   std::set<std::string> initialized;
   for (const onnx::TensorProto &t : graph->initializer())
@@ -495,7 +493,7 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   // extents of STFT outputs are set aside for it, and the library's STFT op infers them.
   std::set<std::string> ownInference;
   for (const onnx::NodeProto &n : graph->node())
-    if (n.op_type() == "STFT" && (n.domain().empty() || n.domain() == "ai.onnx"))
+    if (n.op_type() == "STFT" && isDefaultDomain(n.domain()))
       ownInference.insert(n.output().begin(), n.output().end());
   for (auto *values : {graph->mutable_value_info(), graph->mutable_output()})
     for (onnx::ValueInfoProto &v : *values)

@@ -102,6 +102,12 @@ std::string badShape(const std::vector<int64_t> &dims);
 
 bool isIntType(int32_t t);
 
+/// Whether `domain` names ONNX's default operator domain ("" or "ai.onnx").
+bool isDefaultDomain(const std::string &domain);
+
+/// The model's opset of the default domain (17 when it imports none).
+int defaultOpset(const onnx::ModelProto &model);
+
 /// The bits of an ONNX integer element type (8 to 64), or 0 for any other type (bool too).
 int integerBits(int32_t t);
 

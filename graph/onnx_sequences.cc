@@ -28,10 +28,6 @@ namespace onnximport {
 
 namespace {
 
-bool defaultDomain(const onnx::NodeProto &n) {
-  return n.domain().empty() || n.domain() == "ai.onnx";
-}
-
 /// A scalar constant of ONNX element type `type` (integer or bool) named `name`.
 void scalarFact(ImportFacts &facts, const std::string &name, double value, int32_t type) {
   Const c;
@@ -49,7 +45,7 @@ bool isSequenceOp(const onnx::NodeProto &n) {
       "SequenceEmpty", "SequenceConstruct",  "SequenceInsert",     "SequenceErase",
       "SequenceAt",    "SequenceLength",     "ConcatFromSequence", "SplitToSequence",
       "Optional",      "OptionalHasElement", "OptionalGetElement"};
-  return defaultDomain(n) && ops.count(n.op_type()) > 0;
+  return isDefaultDomain(n.domain()) && ops.count(n.op_type()) > 0;
 }
 
 bool sequenceElementName(const std::string &name, std::string *base) {
@@ -137,13 +133,18 @@ llvm::Expected<int64_t> Importer::position(const onnx::NodeProto &n, int k, int6
 
 llvm::Error Importer::sequenceOp(const onnx::NodeProto &n) {
   const std::string &op = n.op_type();
-  auto seq = [&](int k) -> llvm::Expected<std::vector<std::string>> {
-    if (k >= n.input_size() || !sequences_.count(n.input(k)))
-      return where(n, fmt::format("its input '{}' is not a sequence the importer holds",
-                                  k < n.input_size() ? n.input(k) : ""));
-    return sequences_[n.input(k)];
-  };
   const std::string &out = n.output(0);
+  // The operators that read a sequence read it as their first input.
+  static const std::set<std::string> readers = {"SequenceInsert", "SequenceErase", "SequenceAt",
+                                                "SequenceLength", "ConcatFromSequence"};
+  std::vector<std::string> s;
+  if (readers.count(op)) {
+    const std::string in = n.input_size() > 0 ? n.input(0) : "";
+    auto held = sequences_.find(in);
+    if (held == sequences_.end())
+      return where(n, fmt::format("its input '{}' is not a sequence the importer holds", in));
+    s = held->second;
+  }
   if (op == "SequenceEmpty") {
     sequences_[out] = {};
     return llvm::Error::success();
@@ -153,8 +154,6 @@ llvm::Error Importer::sequenceOp(const onnx::NodeProto &n) {
     return llvm::Error::success();
   }
   if (op == "SequenceInsert") {
-    std::vector<std::string> s;
-    TOFU_TRY(s, seq(0));
     int64_t p;
     TOFU_TRY(p, position(n, 2, int64_t(s.size()), int64_t(s.size()), true));
     s.insert(s.begin() + long(p), n.input(1));
@@ -162,8 +161,6 @@ llvm::Error Importer::sequenceOp(const onnx::NodeProto &n) {
     return llvm::Error::success();
   }
   if (op == "SequenceErase") {
-    std::vector<std::string> s;
-    TOFU_TRY(s, seq(0));
     if (s.empty())
       return where(n, "it erases from an empty sequence");
     int64_t p;
@@ -173,21 +170,15 @@ llvm::Error Importer::sequenceOp(const onnx::NodeProto &n) {
     return llvm::Error::success();
   }
   if (op == "SequenceAt") {
-    std::vector<std::string> s;
-    TOFU_TRY(s, seq(0));
     int64_t p;
     TOFU_TRY(p, position(n, 1, int64_t(s.size()), 0, false));
     return aliasValue(n, s[size_t(p)], out);
   }
   if (op == "SequenceLength") {
-    std::vector<std::string> s;
-    TOFU_TRY(s, seq(0));
     scalarFact(facts_, out, double(s.size()), onnx::TensorProto::INT64);
     return llvm::Error::success();
   }
   if (op == "ConcatFromSequence") {
-    std::vector<std::string> s;
-    TOFU_TRY(s, seq(0));
     if (s.empty())
       return where(n, "it concatenates an empty sequence");
     const bool newAxis = intAttr(n, "new_axis").value_or(0) != 0;

@@ -222,6 +222,16 @@ std::string badShape(const std::vector<int64_t> &dims) {
   return "";
 }
 
+bool isDefaultDomain(const std::string &domain) { return domain.empty() || domain == "ai.onnx"; }
+
+int defaultOpset(const onnx::ModelProto &model) {
+  int opset = 17;
+  for (const onnx::OperatorSetIdProto &o : model.opset_import())
+    if (isDefaultDomain(o.domain()))
+      opset = int(o.version());
+  return opset;
+}
+
 bool isIntType(int32_t t) {
   return t == onnx::TensorProto::INT64 || t == onnx::TensorProto::INT32 ||
          t == onnx::TensorProto::INT16 || t == onnx::TensorProto::INT8 ||

@@ -13,13 +13,29 @@
 #include "grammar/diagnostics.h"
 
 namespace tofu {
-namespace {
 
 int findTensor(const Problem &p, const std::string &name) {
   for (unsigned t = 0; t < p.tensors.size(); ++t)
     if (p.tensors[t].name == name)
       return static_cast<int>(t);
   return -1;
+}
+
+namespace {
+
+/// `--feed`'s INPUT=ARRAY pairs, in order; an item that is not one is an error.
+llvm::Expected<std::vector<std::pair<std::string, std::string>>>
+parseFeeds(const std::string &feeds) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::stringstream ss(feeds);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+      return stringError(fmt::format("--feed '{}': '{}' is not INPUT=ARRAY", feeds, item));
+    pairs.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+  }
+  return pairs;
 }
 
 /// The labels input of the loss: softmax_cross_entropy's second input, where it is an input.
@@ -97,13 +113,10 @@ bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const 
     return llvm::Error::success();
   };
   if (!feeds.empty()) {
-    std::stringstream ss(feeds);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      const size_t eq = item.find('=');
-      if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-        return stringError(fmt::format("--feed '{}': '{}' is not INPUT=ARRAY", feeds, item));
-      const std::string input = item.substr(0, eq), array = item.substr(eq + 1);
+    auto pairs = parseFeeds(feeds);
+    if (!pairs)
+      return pairs.takeError();
+    for (const auto &[input, array] : *pairs) {
       const int t = findTensor(p, input);
       if (t < 0)
         return stringError(fmt::format("--feed '{}': the model has no input '{}'", feeds, input));
@@ -157,15 +170,14 @@ std::map<std::string, std::vector<int64_t>> sampleShapesFed(const DataSet &ds,
     return std::vector<int64_t>(a.shape.begin() + (a.shape.empty() ? 0 : 1), a.shape.end());
   };
   if (!feeds.empty()) {
-    std::stringstream ss(feeds);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      const size_t eq = item.find('=');
-      if (eq == std::string::npos || eq == 0)
-        continue;
-      if (const DataArray *a = ds.find(item.substr(eq + 1)))
-        shapes[item.substr(0, eq)] = sampleOf(*a);
+    auto pairs = parseFeeds(feeds);
+    if (!pairs) {
+      llvm::consumeError(pairs.takeError()); // bindDataSet reports it
+      return shapes;
     }
+    for (const auto &[input, array] : *pairs)
+      if (const DataArray *a = ds.find(array))
+        shapes[input] = sampleOf(*a);
     return shapes;
   }
   const DataArray *only = nullptr;

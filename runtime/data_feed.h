@@ -49,8 +49,11 @@ bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const 
             const std::map<std::string, std::vector<float>> &initial,
             const std::map<std::string, RandomInput> &random = {});
 
+/// The index of the tensor named `name` in `p`, or -1.
+int findTensor(const Problem &p, const std::string &name);
+
 /// The sample shape of each array of `ds` that will feed a named input, by the input's name
-/// (`feeds` as bindDataSet reads it; items it would refuse are left out for it to report),
+/// (`feeds` as bindDataSet reads it; when it would refuse them, none, for it to report),
 /// or without `feeds`, of the one array besides `labels`, under "" (the one data input).
 /// An ONNX import fixes its inputs' dynamic axes by them (OnnxImportOptions::sampleShapes).
 std::map<std::string, std::vector<int64_t>> sampleShapesFed(const DataSet &ds,

@@ -63,31 +63,6 @@ llvm::Error reportEmptyOutputs(const tofu::Graph &g, nlohmann::json &j, bool jso
   return llvm::Error::success();
 }
 
-} // namespace
-
-int inferEmptyOutputs(const tofu::Graph &g, const std::string &name) {
-  const bool json = format == Format::Json;
-  if (llvm::Error e = makeOutputDir())
-    return fail(llvm::toString(std::move(e)), 2);
-  nlohmann::json j;
-  j["model"] = name;
-  j["workers"] = unsigned(workers);
-  j["seconds"] = 0;
-  j["bytes_moved"] = 0;
-  if (!json)
-    llvm::outs() << fmt::format("{}: every output holds no element: nothing to compute\n\n| "
-                                "output | shape | min | max | mean | file |\n| --- | --- | ---: | "
-                                "---: | ---: | --- |\n",
-                                name);
-  if (llvm::Error e = reportEmptyOutputs(g, j, json))
-    return fail(llvm::toString(std::move(e)));
-  if (json)
-    llvm::outs() << j.dump(2) << "\n";
-  return 0;
-}
-
-namespace {
-
 /// An input given by --input, bound to its tensor.
 struct BoundInput {
   unsigned tensor;
@@ -103,10 +78,7 @@ llvm::Expected<std::vector<BoundInput>> bindInputs(const tofu::Problem &p, const
   std::vector<BoundInput> bound;
   std::set<std::string> given;
   for (const auto &[input, array] : inputs.arrays) {
-    int t = -1;
-    for (unsigned i = 0; i < p.tensors.size(); ++i)
-      if (p.tensors[i].name == input)
-        t = static_cast<int>(i);
+    const int t = tofu::findTensor(p, input);
     const tofu::TensorInfo *info = g.tensor(input);
     if ((t < 0 && info && info->role == tofu::TensorRole::Input) ||
         g.inputsTakenWhole.count(input)) {
@@ -142,6 +114,12 @@ llvm::Expected<std::vector<BoundInput>> bindInputs(const tofu::Problem &p, const
   return bound;
 }
 
+/// The element type of graph tensor `name` (float32 when the graph does not say).
+std::string dtypeOf(const tofu::Graph &g, const std::string &name) {
+  const tofu::TensorInfo *info = g.tensor(name);
+  return info ? info->dtype : std::string("float32");
+}
+
 bool isInteger(const std::string &dtype) {
   return dtype.rfind("int", 0) == 0 || dtype.rfind("uint", 0) == 0 || dtype == "bool";
 }
@@ -169,10 +147,11 @@ std::string inexact(const char *what, const std::string &tensor, const std::stri
                      interp ? "interpreter's double" : "engine's float32");
 }
 
-/// Reports and writes the outputs (`tensorOf` gives each whole), then the empty ones.
-int reportOutputs(const tofu::Problem &p, const tofu::Graph &g, const std::string &name,
+/// Reports and writes the outputs (`tensorOf` gives each whole, by name), then the empty
+/// ones, under `headline` (what ran).
+int reportOutputs(const tofu::Graph &g, const std::string &name, const std::string &headline,
                   double seconds, int64_t bytesMoved, bool interp,
-                  const std::function<tofu::Tensor(unsigned)> &tensorOf) {
+                  const std::function<tofu::Tensor(const std::string &)> &tensorOf) {
   const bool json = format == Format::Json;
   nlohmann::json j;
   j["model"] = name;
@@ -180,19 +159,12 @@ int reportOutputs(const tofu::Problem &p, const tofu::Graph &g, const std::strin
   j["seconds"] = seconds;
   j["bytes_moved"] = bytesMoved;
   if (!json)
-    llvm::outs() << fmt::format("{}: forward on {} workers{} in {:.4f} s\n\n| output | shape | "
-                                "min | max | mean | file |\n| --- | --- | ---: | ---: | ---: | "
-                                "--- |\n",
-                                name, unsigned(workers), interp ? " (interpreter, double)" : "",
-                                seconds);
+    llvm::outs() << fmt::format("{}: {}\n\n| output | shape | min | max | mean | file |\n| --- | "
+                                "--- | ---: | ---: | ---: | --- |\n",
+                                name, headline);
   for (const std::string &out : g.outputs) {
-    unsigned t = 0;
-    for (unsigned i = 0; i < p.tensors.size(); ++i)
-      if (p.tensors[i].name == out)
-        t = i;
-    const tofu::Tensor x = tensorOf(t);
-    const tofu::TensorInfo *info = g.tensor(out);
-    const std::string dtype = info ? info->dtype : "float32";
+    const tofu::Tensor x = tensorOf(out);
+    const std::string dtype = dtypeOf(g, out);
     if (auto v = pastLimit(dtype, x.data, interp ? kDoubleExact : kFloatExact))
       llvm::errs() << "tofu-run: warning: " << inexact("output", out, dtype, *v, interp) << "\n";
     const std::string file = outputFile(out);
@@ -244,11 +216,23 @@ int inferOnInterpreter(const tofu::Problem &p, const tofu::Graph &g, const std::
   auto r = tofu::runPlan(p, exec, values);
   if (!r)
     return fail(name + ": " + llvm::toString(r.takeError()));
-  return reportOutputs(p, g, name, seconds(start), r->bytesMoved, /*interp=*/true,
-                       [&](unsigned t) { return r->tensors[t]; });
+  const double took = seconds(start);
+  return reportOutputs(g, name,
+                       fmt::format("forward on {} workers (interpreter, double) in {:.4f} s",
+                                   unsigned(workers), took),
+                       took, r->bytesMoved, /*interp=*/true, [&](const std::string &out) {
+                         return r->tensors[size_t(tofu::findTensor(p, out))];
+                       });
 }
 
 } // namespace
+
+int inferEmptyOutputs(const tofu::Graph &g, const std::string &name) {
+  if (llvm::Error e = makeOutputDir())
+    return fail(llvm::toString(std::move(e)), 2);
+  return reportOutputs(g, name, "every output holds no element: nothing to compute", 0, 0,
+                       /*interp=*/false, [](const std::string &) { return tofu::Tensor(); });
+}
 
 int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string &name,
                  const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
@@ -259,18 +243,17 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
   // Integers past float32's exact range: the run goes to the interpreter (double) where it
   // can (one process, no --load), else it warns.
   const bool canSwitch = !group->distributed() && loadDir.empty();
-  auto dtypeOf = [&](const std::string &tensor) {
-    const tofu::TensorInfo *info = g.tensor(tensor);
-    return info ? info->dtype : std::string("float32");
-  };
   bool interp = kernelsMode == Kernels::Interp;
   for (const BoundInput &b : *bound) {
+    const std::string &input = p.tensors[b.tensor].name;
+    const std::string dtype = dtypeOf(g, input);
+    if (!isInteger(dtype))
+      continue;
     std::vector<double> v(b.array.bytes.size() / size_t(tofu::typeSize(b.array.type)));
     for (size_t i = 0; i < v.size(); ++i)
       v[i] = b.array.at(int64_t(i));
-    const std::string &input = p.tensors[b.tensor].name;
-    if (auto past = pastLimit(dtypeOf(input), v, interp ? kDoubleExact : kFloatExact)) {
-      const std::string what = inexact("input", input, dtypeOf(input), *past, interp);
+    if (auto past = pastLimit(dtype, v, interp ? kDoubleExact : kFloatExact)) {
+      const std::string what = inexact("input", input, dtype, *past, interp);
       if (!interp && canSwitch) {
         llvm::errs() << "tofu-run: " << what << ": running on the interpreter (double, exact to "
                      << "2^53)\n";
@@ -320,19 +303,22 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
     return fail(name + ": " + llvm::toString(r.takeError()));
   // The outputs, whole; an integer one past float32's exact range sends the run to the
   // interpreter where it can go.
-  std::map<unsigned, tofu::Tensor> outputs;
-  for (const std::string &out : g.outputs)
-    for (unsigned t = 0; t < p.tensors.size(); ++t)
-      if (p.tensors[t].name == out && !outputs.count(t)) {
-        outputs[t] = tofu::wholeTensor(**engine, t, *group);
-        if (auto past = pastLimit(dtypeOf(out), outputs[t].data, kFloatExact); past && canSwitch) {
-          llvm::errs() << "tofu-run: " << inexact("output", out, dtypeOf(out), *past, false)
-                       << ": running again on the interpreter (double, exact to 2^53)\n";
-          return inferOnInterpreter(p, g, name, exec, *bound);
-        }
-      }
-  return reportOutputs(p, g, name, r->seconds, group->sum(r->bytesMoved), /*interp=*/false,
-                       [&](unsigned t) { return outputs.at(t); });
+  std::map<std::string, tofu::Tensor> outputs;
+  for (const std::string &out : g.outputs) {
+    if (outputs.count(out))
+      continue;
+    const tofu::Tensor &x = outputs[out] =
+        tofu::wholeTensor(**engine, unsigned(tofu::findTensor(p, out)), *group);
+    if (auto past = pastLimit(dtypeOf(g, out), x.data, kFloatExact); past && canSwitch) {
+      llvm::errs() << "tofu-run: " << inexact("output", out, dtypeOf(g, out), *past, false)
+                   << ": running again on the interpreter (double, exact to 2^53)\n";
+      return inferOnInterpreter(p, g, name, exec, *bound);
+    }
+  }
+  return reportOutputs(
+      g, name, fmt::format("forward on {} workers in {:.4f} s", unsigned(workers), r->seconds),
+      r->seconds, group->sum(r->bytesMoved), /*interp=*/false,
+      [&](const std::string &out) { return outputs.at(out); });
 }
 
 } // namespace tofurun
