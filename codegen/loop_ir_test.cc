@@ -231,7 +231,8 @@ TEST(LoopIr, SoftmaxCrossEntropySplitsTheBatchAcrossThreads) {
 
 TEST(LoopIr, MaxPoolGradVisitsOnlyTheWindowsThatContainTheElement) {
   // The window loops step by the stride from the congruence's first solution: no modulo test
-  // per window position.
+  // per window position. Inside, the window's first maximum (Min over its positions) decides
+  // whether the element takes the window's gradient.
   const InstOp op = instance("maxpool2d_grad", {4, 4, 4});
   EXPECT_EQ(entriesOf(fastVariants(outlineOf(op, KernelDialect::Cpp)), {"entry"}),
             "entry\n"
@@ -241,6 +242,9 @@ TEST(LoopIr, MaxPoolGradVisitsOnlyTheWindowsThatContainTheElement) {
             "      serial v4 < hi4 step 2\n"
             "        if tofu_imodp(a5, 1) == 0\n"
             "        serial v5 < hi5 step 2\n"
+            "          serial v6 < hi6\n"
+            "            vector v7 < hi7\n"
+            "              combine r1 Min\n"
             "          combine r0 Sum\n"
             "      store out\n");
 }

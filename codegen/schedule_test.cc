@@ -152,14 +152,16 @@ TEST(Schedule, CudaPassesKeepPerTokenStatisticsAndLeaveRowsInline) {
 TEST(Schedule, ContractionsInterchangeWindowsStride) {
   // A window gradient visits only the windows that hold the element: each window variable
   // steps by the stride from the solution of its congruence (so the row cannot go inside).
+  // (Max pooling's: inside, the first maximum of the window, a Min over its positions.)
   EXPECT_EQ(cpp(instance("maxpool2d_grad", {4, 4, 4})),
+            "r1 Min(jy, jx) inline at kx\n"
             "r0 Sum(ky, kx) inline at w; ky by congruence mod 2; kx by congruence mod 2\n"
             "main: parallel n, c, h\n");
   // A stride of 1 is no congruence; a transposed convolution's window strides, its
   // channel sum does not.
   Instantiation unit;
   unit.attrs = {{"sh", 1}, {"sw", 1}};
-  EXPECT_EQ(cpp(*instantiate(*testLibrary().find("maxpool2d_grad"), unit)),
+  EXPECT_EQ(cpp(*instantiate(*testLibrary().find("lppool2d_grad"), unit)),
             "r0 Sum(ky, kx) inline at w\n"
             "main: parallel n, c, h; interchanged\n");
   Instantiation strided;

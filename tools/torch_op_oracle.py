@@ -40,7 +40,9 @@ class Case:
     'pos' (in [0.5, 2]), 'half' (in [-0.9, 0.9]), 'big' (in [1.25, 2]), 'c' and 'cpos' (as
     'f' and 'pos', not differentiated: running statistics, class weights), ('int', n)
     integers in [0, n), ('halves', n) quarters in [-n, n], ('value', v) a fixed value, 'cond'
-    (0 or 1). PyTorch differentiates the 'f', 'pos', 'half' and 'big' inputs.
+    (0 or 1), 'ties' (quarters in [-1, 1]: many equal values, for max pooling's gradient,
+    which the first maximum of a window takes). PyTorch differentiates the 'f', 'pos',
+    'half', 'big' and 'ties' inputs.
     fn: the PyTorch function of the inputs as float64 tensors (integers as int64).
     """
 
@@ -338,6 +340,23 @@ CASES = [
     Case("MaxPool3d", POOL, [("data", (2, 2, 4, 6, 5), "f")],
          lambda x: F.max_pool3d(x, 2, stride=2, padding=(0, 1, 1)),
          attrs={"ph": 1, "pw": 1}),
+    # Ties: the first maximum of each window takes its gradient, as in PyTorch.
+    Case("MaxPool2d", POOL, [("data", (2, 3, 6, 7), "ties")],
+         lambda x: F.max_pool2d(x, (2, 3), stride=(2, 2), padding=(1, 1)),
+         attrs={"kh": 2, "kw": 3, "sh": 2, "sw": 2, "ph": 1, "pw": 1, "peh": 1, "pew": 1},
+         label="MaxPool2d (ties)"),
+    Case("MaxPool2d", POOL, [("data", (2, 2, 7, 7), "ties")],
+         lambda x: F.max_pool2d(x, 3, stride=1, padding=1, dilation=2),
+         attrs={"kh": 3, "kw": 3, "sh": 1, "sw": 1, "ph": 1, "pw": 1, "peh": 1, "pew": 1,
+                "dh": 2, "dw": 2}, label="MaxPool2d (ties, dilated, overlapping)"),
+    Case("MaxPool1d", POOL, [("data", (2, 3, 9), "ties")],
+         lambda x: F.max_pool1d(x, 3, stride=2, padding=1), attrs={"k": 3, "s": 2, "p": 1, "pe": 1},
+         label="MaxPool1d (ties)"),
+    Case("MaxPool3d", POOL, [("data", (2, 2, 4, 6, 5), "ties")],
+         lambda x: F.max_pool3d(x, 2, stride=2, padding=(0, 1, 1)),
+         attrs={"ph": 1, "pw": 1}, label="MaxPool3d (ties)"),
+    Case("GlobalMaxPool", POOL, [("x", (2, 3, 4, 5), "ties")],
+         lambda x: F.adaptive_max_pool2d(x, 1), label="GlobalMaxPool (ties)"),
     Case("AveragePool1d", POOL, [("data", (2, 3, 9), "f")],
          lambda x: F.avg_pool1d(x, 3, stride=2), attrs={"k": 3, "s": 2}),
     Case("LpPool2d", POOL, [("data", (2, 3, 6, 5), "f")],
@@ -488,6 +507,8 @@ def draw(rng, shape, kind):
         return rng.uniform(-0.9, 0.9, shape)
     if kind == "big":
         return rng.uniform(1.25, 2, shape)
+    if kind == "ties":  # quarters in [-1, 1]: equal values in most pooling windows
+        return np.round(rng.uniform(-1, 1, shape) * 4) / 4
     if kind[0] == "halves":  # multiples of 0.5 (ties round to even), and values between
         return np.round(rng.uniform(-kind[1], kind[1], shape) * 4) / 4
     if kind in ("pos", "cpos"):
@@ -522,7 +543,7 @@ def run_case(args, case, folder):
     tensors = []
     for (name, _, kind), a in zip(case.inputs, arrays):
         t = torch.tensor(a)
-        if t.dtype == torch.float64 and kind in ("f", "pos", "half", "big"):
+        if t.dtype == torch.float64 and kind in ("f", "pos", "half", "big", "ties"):
             t.requires_grad_(True)
         tensors.append(t)
     fn_args = [sc(t) if kind[0] == "value" else t for (_, _, kind), t in zip(case.inputs, tensors)]
