@@ -12,7 +12,10 @@
 # dataset-fashion-mnist) for 2 epochs partitioned on 2 workers that are 2 MPI processes
 # (SGD with momentum, batch 64), evaluated on the test split after each epoch; PyTorch then
 # trains the same model from the same initial weights on the same batches, and the two loss
-# curves are drawn over each other (out/fmnist/loss.svg) and their test accuracies compared.
+# curves are drawn over each other (out/fmnist/loss.svg). PyTorch runs 3 times more, every
+# gradient element off by up to one float32 step at every step: how far rounding alone moves
+# it. Tofu's first 15 losses and its final test accuracy are judged against that spread
+# (fmnist.py plot --spread prints how each tolerance is derived).
 # Finally the library's statistics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,8 +73,18 @@ echo
 echo "== the same in PyTorch (tools/fmnist.py train: same initial weights, batches and updates)"
 /usr/bin/python3 tools/fmnist.py train --onnx out/fmnist/cnn.onnx --data "$fmnist" --epochs 2 \
   "${hyper[@]}" --log-every 100 --json out/fmnist/torch.json | tee out/fmnist/torch.txt
+echo
+echo "== PyTorch's own spread: the same run 3 times more, every gradient off by up to one float32 step at every step"
+spread=()
+for k in 1 2 3; do
+  /usr/bin/python3 tools/fmnist.py train --onnx out/fmnist/cnn.onnx --data "$fmnist" --epochs 2 \
+    "${hyper[@]}" --log-every 100000 --perturb $k --json out/fmnist/torch-perturb$k.json | grep '^eval' | tail -1 \
+    | sed "s/^/perturbed run $k: /"
+  spread+=(out/fmnist/torch-perturb$k.json)
+done
+echo
 /usr/bin/python3 tools/fmnist.py plot out/fmnist/tofu.json out/fmnist/torch.json out/fmnist/loss.svg \
-  --window 100
+  --window 100 --spread "${spread[@]}" --steps 15
 echo
 echo "== tdlc --stats ops"
 "$tdlc" --stats ops
