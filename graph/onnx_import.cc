@@ -614,8 +614,11 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
       return stringError(fmt::format("graph input '{}' has no static shape (give its value "
                                      "ahead: tofu-run --infer --input)",
                                      v.name()));
+    // The first dataInputs graph inputs are data, and so is every input given ahead by name
+    // (tofu-run --infer --input NAME=FILE), wherever it stands.
+    const bool named = options_.givenInputs.count(v.name()) > 0;
     const TensorRole role =
-        dataSeen++ < options_.dataInputs ? TensorRole::Input : TensorRole::Weight;
+        dataSeen++ < options_.dataInputs || named ? TensorRole::Input : TensorRole::Weight;
     // An empty input given ahead (a reduction's empty axes) is known whole: the ops that
     // read it take it as a constant, and the graph holds no empty tensor.
     if (given_.count(v.name()) && elementCount(it->second) == 0) {

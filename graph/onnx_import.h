@@ -39,7 +39,7 @@ struct OnnxImportOptions {
   /// followed). Empty: a model with external data is refused.
   std::string modelDir;
   /// Graph inputs given ahead, by name: each must be a graph input that is not an
-  /// initializer.
+  /// initializer, and is a data input whatever dataInputs says.
   std::map<std::string, OnnxGivenInput> givenInputs;
   /// The shape of one sample of the data that will feed a graph input, by input name ("":
   /// the first data input): the input's dynamic dimensions after the first (a sequence's

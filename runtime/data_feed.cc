@@ -207,7 +207,13 @@ std::vector<int64_t> BatchOrder::samplesOf(unsigned step) {
   const int64_t per = std::max<int64_t>(1, stepsPerEpoch());
   const int64_t epoch = step / per, within = step % per;
   if (epoch != epoch_) {
-    order_ = epochOrder(samples_, seed_, static_cast<uint64_t>(epoch));
+    if (shuffle_) {
+      order_ = epochOrder(samples_, seed_, static_cast<uint64_t>(epoch));
+    } else {
+      order_.resize(static_cast<size_t>(samples_));
+      for (int64_t i = 0; i < samples_; ++i)
+        order_[static_cast<size_t>(i)] = i;
+    }
     epoch_ = epoch;
   }
   return std::vector<int64_t>(order_.begin() + within * batch_,
@@ -225,9 +231,13 @@ struct BatchPrefetcher::Impl {
 
 BatchPrefetcher::BatchPrefetcher(const Engine &engine, const DataSet &ds,
                                  std::vector<DataBinding> bindings, Normalization norm,
-                                 int64_t batch, uint64_t seed)
-    : impl_(new Impl{
-          engine, ds, std::move(bindings), norm, BatchOrder(ds.samples, batch, seed), {}}) {}
+                                 int64_t batch, uint64_t seed, bool shuffle)
+    : impl_(new Impl{engine,
+                     ds,
+                     std::move(bindings),
+                     norm,
+                     BatchOrder(ds.samples, batch, seed, shuffle),
+                     {}}) {}
 
 BatchPrefetcher::~BatchPrefetcher() {
   if (impl_->ahead.valid())

@@ -69,14 +69,17 @@ void feedBatch(Engine &engine, const DataSet &ds, const std::vector<DataBinding>
 /// that epoch's epochOrder. Keeps the last epoch's order (one instance per thread).
 class BatchOrder {
 public:
-  BatchOrder(int64_t samples, int64_t batch, uint64_t seed)
-      : samples_(samples), batch_(batch), seed_(seed) {}
+  /// With `shuffle` false every epoch takes the samples in file order (PyTorch's
+  /// shuffle=False), else epochOrder(samples, seed, epoch).
+  BatchOrder(int64_t samples, int64_t batch, uint64_t seed, bool shuffle = true)
+      : samples_(samples), batch_(batch), seed_(seed), shuffle_(shuffle) {}
   int64_t stepsPerEpoch() const { return batch_ > 0 ? samples_ / batch_ : 0; }
   std::vector<int64_t> samplesOf(unsigned step);
 
 private:
   int64_t samples_, batch_;
   uint64_t seed_;
+  bool shuffle_;
   std::vector<int64_t> order_; ///< of epoch `epoch_`
   int64_t epoch_ = -1;
 };
@@ -90,7 +93,7 @@ private:
 class BatchPrefetcher {
 public:
   BatchPrefetcher(const Engine &engine, const DataSet &ds, std::vector<DataBinding> bindings,
-                  Normalization norm, int64_t batch, uint64_t seed);
+                  Normalization norm, int64_t batch, uint64_t seed, bool shuffle = true);
   ~BatchPrefetcher();
   BatchPrefetcher(const BatchPrefetcher &) = delete;
   BatchPrefetcher &operator=(const BatchPrefetcher &) = delete;

@@ -291,7 +291,20 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
     return stringError(name + ": a Fortran-order array (save it in C order: np.ascontiguousarray)");
   DataArray a;
   a.path = name;
-  if (descr == "|u1" || descr == "<u1" || descr == "|b1")
+  // Types DataArray does not hold are widened to one that holds their values exactly, as
+  // the TensorProto reader widens them: float16 to float32, uint16 to int32, uint32 and
+  // uint64 to int64 (uint64 values past int64 refused).
+  int widen = 0; ///< the stored element's bytes, where it is widened
+  bool half = false;
+  if (descr == "<f2")
+    widen = 2, half = true, a.type = DataType::F32;
+  else if (descr == "<u2")
+    widen = 2, a.type = DataType::I32;
+  else if (descr == "<u4")
+    widen = 4, a.type = DataType::I64;
+  else if (descr == "<u8")
+    widen = 8, a.type = DataType::I64;
+  else if (descr == "|u1" || descr == "<u1" || descr == "|b1")
     a.type = DataType::U8;
   else if (descr == "|i1" || descr == "<i1")
     a.type = DataType::I8;
@@ -305,9 +318,9 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
     a.type = DataType::F32;
   else if (descr == "<f8")
     a.type = DataType::F64;
-  else
-    return stringError(fmt::format("{}: dtype '{}' is not read (u1, i1, i2, i4, i8, f4, f8 or b1, "
-                                   "little-endian)",
+  else if (widen == 0)
+    return stringError(fmt::format("{}: dtype '{}' is not read (u1, u2, u4, u8, i1, i2, i4, i8, "
+                                   "f2, f4, f8 or b1, little-endian)",
                                    name, descr));
   std::string shape = field("shape");
   size_t open = shape.find('('), close = shape.find(')');
@@ -326,9 +339,7 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
           fmt::format("{}: shape ({}): {}", name, dims, llvm::toString(v.takeError())));
     a.shape.push_back(*v);
   }
-  if (a.shape.empty())
-    return stringError(name + ": a rank-0 array (the first dimension counts samples)");
-  auto body = bodyBytes(a.shape, typeSize(a.type), name);
+  auto body = bodyBytes(a.shape, widen ? widen : typeSize(a.type), name);
   if (!body)
     return body.takeError();
   const size_t data = start + length;
@@ -336,7 +347,30 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
     return stringError(
         fmt::format("{}: shape [{}] of {} needs {} bytes after the header; the file has {}", name,
                     fmt::join(a.shape, ", "), descr, *body, bytes.size() - data));
-  a.bytes.assign(bytes.begin() + data, bytes.end());
+  if (widen == 0) {
+    a.bytes.assign(bytes.begin() + data, bytes.end());
+    return a;
+  }
+  const int64_t n = *body / widen;
+  const size_t out = static_cast<size_t>(typeSize(a.type));
+  a.bytes.resize(static_cast<size_t>(n) * out);
+  for (int64_t k = 0; k < n; ++k) {
+    uint64_t x = 0;
+    std::memcpy(&x, bytes.data() + data + static_cast<size_t>(k) * widen, widen);
+    unsigned char *to = a.bytes.data() + static_cast<size_t>(k) * out;
+    if (half) {
+      const float v = halfToFloat(static_cast<uint16_t>(x));
+      std::memcpy(to, &v, 4);
+    } else if (out == 4) {
+      const int32_t v = static_cast<int32_t>(x);
+      std::memcpy(to, &v, 4);
+    } else {
+      if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return stringError(fmt::format("{}: uint64 value {} is past int64's range", name, x));
+      const int64_t v = static_cast<int64_t>(x);
+      std::memcpy(to, &v, 8);
+    }
+  }
   return a;
 }
 
@@ -820,6 +854,8 @@ llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &
     auto a = readDataArray(file);
     if (!a)
       return a.takeError();
+    if (a->shape.empty())
+      return stringError(file + ": a rank-0 array (the first dimension counts samples)");
     if (!ds.arrays.empty() && a->samples() != ds.samples)
       return stringError(
           fmt::format("{} has {} samples but {} has {}: the arrays of a data set pair up "

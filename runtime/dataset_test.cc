@@ -116,6 +116,35 @@ TEST(Npy, ReadsVersionOneHeaders) {
       "e.npy");
   ASSERT_FALSE(bool(shortBody));
   EXPECT_NE(llvm::toString(shortBody.takeError()).find("needs 16 bytes"), std::string::npos);
+  // float16 and the unsigned types widen as the TensorProto reader widens them; a rank-0
+  // array is one value (an inference input; a data set refuses it).
+  uint16_t h[2] = {0x3c00, 0xc100}; // 1.0 and -2.5
+  auto f16 = parseNpy(npy("{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }",
+                          std::string(reinterpret_cast<char *>(h), 4)),
+                      "f.npy");
+  ASSERT_TRUE(bool(f16)) << llvm::toString(f16.takeError());
+  EXPECT_EQ(f16->at(0), 1.0);
+  EXPECT_EQ(f16->at(1), -2.5);
+  uint16_t u[2] = {65535, 7};
+  auto u16 = parseNpy(npy("{'descr': '<u2', 'fortran_order': False, 'shape': (2,), }",
+                          std::string(reinterpret_cast<char *>(u), 4)),
+                      "g.npy");
+  ASSERT_TRUE(bool(u16)) << llvm::toString(u16.takeError());
+  EXPECT_EQ(u16->at(0), 65535);
+  EXPECT_TRUE(u16->integral());
+  uint64_t huge = ~uint64_t(0);
+  auto u64 = parseNpy(npy("{'descr': '<u8', 'fortran_order': False, 'shape': (), }",
+                          std::string(reinterpret_cast<char *>(&huge), 8)),
+                      "h.npy");
+  ASSERT_FALSE(bool(u64));
+  EXPECT_NE(llvm::toString(u64.takeError()).find("past int64's range"), std::string::npos);
+  float one = 4.5f;
+  auto scalar = parseNpy(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (), }",
+                             std::string(reinterpret_cast<char *>(&one), 4)),
+                         "i.npy");
+  ASSERT_TRUE(bool(scalar)) << llvm::toString(scalar.takeError());
+  EXPECT_TRUE(scalar->shape.empty());
+  EXPECT_EQ(scalar->at(0), 4.5);
 }
 
 TEST(TensorProto, ReadsRawTypedWidenedAndScalarTensors) {

@@ -44,6 +44,37 @@ void setValues(Engine &e, const TrainingData &from, const std::vector<unsigned> 
     e.setTiles(t, [&](const Box &tile, float *out) { from.fill(t, step, tile, out); });
 }
 
+/// Moves each element of every weight `e` holds to the neighbouring float32 above or below
+/// it with probability 1/2 each way (a fixed SplitMix64 draw per element): the weights as a
+/// different rounding would have left them. Where a step is chaotic (a ReLU or clip whose
+/// input lies within rounding of its threshold, a normalisation over a few values), such a
+/// change moves the step as far as any other float32 summation order may.
+void nudgeWeights(Engine &e, const Problem &p) {
+  uint64_t state = 0x7f4a7c159e3779b9ull;
+  auto next = [&state] {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (unsigned t = 0; t < p.tensors.size(); ++t) {
+    if (p.tensors[t].role != TensorRole::Weight)
+      continue;
+    for (unsigned w : e.localWorkers()) {
+      if (!e.holdsTile(t, w))
+        continue;
+      std::vector<float> v = e.readTile(t, w);
+      for (float &x : v) {
+        const uint64_t r = next();
+        if (r & 1)
+          x = std::nextafter(x, (r & 2) ? std::numeric_limits<float>::infinity()
+                                        : -std::numeric_limits<float>::infinity());
+      }
+      e.writeTile(t, w, v.data());
+    }
+  }
+}
+
 } // namespace
 
 llvm::Expected<EnginePlan> planForEngine(const Problem &p, const ExecPlan &exec,
@@ -144,8 +175,11 @@ struct Trainer::Impl {
   llvm::Error evaluate(unsigned done, TrainerObserver &observer);
   std::string firstNonFiniteCarried();
   /// A reference engine (this process alone) after the first step, on `options`.
-  llvm::Expected<std::unique_ptr<Engine>> referenceStep(const EngineOptions &options,
-                                                        const std::string &what);
+  /// The first step unpartitioned on an engine of its own. With `nudged`, every weight
+  /// first moves to a neighbouring float32 with probability 1/2 (a fixed draw): the step
+  /// as another rounding of its inputs gives it.
+  llvm::Expected<std::unique_ptr<Engine>>
+  referenceStep(const EngineOptions &options, const std::string &what, bool nudged = false);
 };
 
 llvm::Error Trainer::Impl::resume() {
@@ -269,7 +303,7 @@ llvm::Error Trainer::Impl::bindData() {
   if (!options.steps)
     steps = static_cast<unsigned>(std::min<int64_t>(int64_t(options.epochs) * stepsPerEpoch,
                                                     std::numeric_limits<unsigned>::max()));
-  order.emplace(ds->samples, dataBatch, options.seed);
+  order.emplace(ds->samples, dataBatch, options.seed, options.shuffle);
   return llvm::Error::success();
 }
 
@@ -443,7 +477,7 @@ llvm::Error Trainer::train(TrainerObserver &observer) {
   const std::string &name = m.options.name;
   if (m.realData)
     m.prefetch.emplace(engine, *m.ds, m.bindings, m.options.normalization, m.dataBatch,
-                       m.options.seed);
+                       m.options.seed, m.options.shuffle);
   for (unsigned s = 0; s < m.steps; ++s) {
     const unsigned step = m.stepsBefore + s; // counted over every run
     if (m.prefetch) {
@@ -560,8 +594,8 @@ llvm::Expected<SaveReport> Trainer::save(const std::string &dir) {
   return report;
 }
 
-llvm::Expected<std::unique_ptr<Engine>> Trainer::Impl::referenceStep(const EngineOptions &with,
-                                                                     const std::string &what) {
+llvm::Expected<std::unique_ptr<Engine>>
+Trainer::Impl::referenceStep(const EngineOptions &with, const std::string &what, bool nudged) {
   if (!options.referenceExec || !options.referenceMemory)
     return stringError("verify: no unpartitioned plan (TrainerOptions::referenceExec)");
   auto ref = factory(p, *options.referenceExec, *options.referenceMemory, with, /*local=*/true);
@@ -572,6 +606,8 @@ llvm::Expected<std::unique_ptr<Engine>> Trainer::Impl::referenceStep(const Engin
     if (llvm::Error e = restore(**ref, *resumed))
       return std::move(e);
   setBatch(**ref, stepsBefore);
+  if (nudged)
+    nudgeWeights(**ref, p);
   if (auto r = (*ref)->step(); !r)
     return stringError(what + ": " + llvm::toString(r.takeError()));
   return ref;
@@ -628,9 +664,14 @@ llvm::Expected<VerifyReport> Trainer::verify(double tolerance) {
     }
   // Beyond the tolerance: is it the partition, or a step so ill-conditioned that float32
   // rounding alone moves it that far? The same unpartitioned step in another summation
-  // order (library calls for generated kernels, or the reverse) measures that noise per
-  // compared tensor. When rounding alone moves some tensor beyond the tolerance the step
-  // is ill-conditioned: float32 cannot tell a partition's error from its own noise (every
+  // order (library calls for generated kernels, or the reverse), from weights moved by at
+  // most one float32 step (nudgeWeights), measures that noise per compared tensor. The
+  // order alone is not enough: it leaves the generated kernels' own sums (a normalisation's
+  // statistics) as they were, and a chaotic step (training-mode mobilenet_v2 at 64x64,
+  // batch 2: a ReLU6 whose input lies within rounding of 0 or 6 passes or stops a
+  // gradient that the batch norms behind it amplify) then looked exact to it while any
+  // other rounding moved it by 0.7. When rounding alone moves some tensor beyond the tolerance the
+  // step is ill-conditioned: float32 cannot tell a partition's error from its own noise (every
   // tensor downstream of the ill-conditioned ops scatters), and the verdict is undecided
   // (the double-precision interpreter decides). Otherwise the partition, not rounding,
   // makes the difference.
@@ -638,7 +679,8 @@ llvm::Expected<VerifyReport> Trainer::verify(double tolerance) {
   if (v.worst > v.tolerance && v.nonFiniteTensor.empty()) {
     EngineOptions swapped = m.options.engine;
     swapped.library = !swapped.library;
-    auto again = m.referenceStep(swapped, "the unpartitioned run in another summation order");
+    auto again = m.referenceStep(swapped, "the unpartitioned run in another summation order",
+                                 /*nudged=*/true);
     if (!again)
       return again.takeError();
     for (size_t i = 0; i < m.compared.size(); ++i) {

@@ -82,6 +82,9 @@ struct TrainerOptions {
   std::optional<unsigned> steps; ///< default 1, or `epochs` over a data set
   unsigned epochs = 1;
   unsigned seed = 1;
+  /// Over a data set: each epoch in its own order drawn from `seed` (epochOrder), or, when
+  /// false, in file order.
+  bool shuffle = true;
   /// teacher (fresh synthetic batches a random teacher labels), fixed (one synthetic batch),
   /// or a data set (openDataSet's path) fed through `feeds` (bindDataSet's) and normalised.
   std::string data = "teacher";

@@ -12,7 +12,8 @@ run="$(realpath "$1")"
 fail=0
 tmp=$(mktemp -d /tmp/tofu-data-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-export TOFU_KERNEL_CACHE="$tmp/kernels"
+# One kernel cache for the whole run where tools/test.sh gives one (kernels compiled once).
+export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
 source tests/cli_lib.sh
 mpi_test_env
 py=/usr/bin/python3
@@ -174,6 +175,9 @@ opt_case sgd 0 --optimizer sgd --lr 0.05 --weight-decay 0.05 --warmup 4
 opt_case nesterov 0 --optimizer nesterov --lr 0.02 --momentum 0.8 --weight-decay 0.01 --lr-schedule step:7:0.5
 opt_case adam 1 --optimizer adam --lr 0.002 --weight-decay 0.001 --lr-schedule step:10
 opt_case adamw 1 --optimizer adamw --lr 0.002 --warmup 5 --lr-schedule cosine
+# --shuffle off: the samples in file order (PyTorch's shuffle=False), as fmnist.py takes them
+# (the sgd case above, in file order).
+opt_case ordered 0 --optimizer sgd --lr 0.05 --weight-decay 0.05 --warmup 4 --shuffle off
 
 # A schedule resumed from a checkpoint: AdamW under warm-up and cosine, 12 steps saved, then
 # 18 with --load and no optimiser options: the checkpoint's rate, schedule, decay and Adam's

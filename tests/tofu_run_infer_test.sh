@@ -11,7 +11,8 @@ run="$(realpath "$1")"
 fail=0
 tmp=$(mktemp -d /tmp/tofu-infer-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-export TOFU_KERNEL_CACHE="$tmp/kernels"
+# One kernel cache for the whole run where tools/test.sh gives one (kernels compiled once).
+export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
 source tests/cli_lib.sh
 py=/usr/bin/python3
 checked=0
@@ -69,6 +70,41 @@ assert np.allclose(a, b, rtol=1e-5, atol=1e-6), abs(a - b).max()" || fail=1
 fi
 [ "$checked" -ge 42 ] || { echo "FAILED: only $checked runs checked" >&2; fail=1; }
 echo "infer: $checked runs matched PyTorch's outputs"
+
+# As a new user gives inputs (issue 56): --input repeated, no --workers (inference takes 1)
+# and no --data-inputs (every input --input names is data); a float16 .npy and a rank-0
+# .npy: y = x * s with x float16 [2, 3] and s a scalar, on a model built here.
+if ! "$run" --onnx tests/onnx/attention.onnx --infer --input "input0=$tmp/attention/input0.npy" \
+     --input "input1=$tmp/attention/input1.npy" --output-dir "$tmp/repeat" >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+   ! cmp -s "$tmp/repeat/output.npy" "$tmp/attention/out1/output.npy"; then
+  echo "FAILED: --input repeated, without --workers and --data-inputs" >&2; cat "$tmp/err.txt" >&2; fail=1
+fi
+$py - "$tmp" <<'PY'
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+tmp = sys.argv[1]
+g = helper.make_graph([helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+                       helper.make_node("Mul", ["xf", "s"], ["y"])], "scale",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 3]),
+                       helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+m.ir_version = 8
+onnx.save(m, tmp + "/scale.onnx")
+np.save(tmp + "/scale_x.npy", np.array([[1, -2.5, 0.125], [3, 4, 65504]], np.float16))
+np.save(tmp + "/scale_s.npy", np.array(0.5, np.float32))
+PY
+if ! "$run" --onnx "$tmp/scale.onnx" --infer --input "x=$tmp/scale_x.npy" --input "s=$tmp/scale_s.npy" \
+     --output-dir "$tmp/scale" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+  echo "FAILED: --infer on a float16 .npy and a rank-0 .npy" >&2; cat "$tmp/err.txt" >&2; fail=1
+else
+  $py -c "
+import numpy as np
+got = np.load('$tmp/scale/y.npy')
+assert got.tolist() == [[0.5, -1.25, 0.0625], [1.5, 2.0, 32752.0]], got" || fail=1
+fi
 
 # A weight kept in an external file (tests/bad_input/external_ok.onnx: w's bytes at offset 16
 # of external_ok.bin) is read from there, at k = 1 and 2.

@@ -36,7 +36,8 @@ cl::opt<int64_t> batch("batch", cl::desc("Batch size for zoo and ONNX models (de
                        cl::init(2), cl::cat(runCategory));
 cl::opt<unsigned>
     workers("workers",
-            cl::desc("Workers to partition across (required; under mpirun, the process count)"),
+            cl::desc("Workers to partition across (required to train; --infer defaults to 1; "
+                     "under mpirun, the process count)"),
             cl::value_desc("K"), cl::init(0), cl::cat(runCategory));
 cl::opt<tofu::Algorithm, false, tofu::ChoiceParser<tofu::Algorithm>>
     algo("algo", cl::desc("The search algorithm:"), cl::init(tofu::Algorithm::Tofu),
@@ -90,7 +91,7 @@ cl::opt<bool> infer("infer",
                              "every graph output; weights from the model's "
                              "initializers, --load, or drawn from --seed"),
                     cl::cat(runCategory));
-cl::opt<std::string>
+cl::list<std::string>
     inputOpt("input",
              cl::desc("With --infer: NAME=FILE,... (.npy, ONNX TensorProto .pb, IDX or "
                       "FILE.safetensors[:KEY]), one per data input. "
@@ -102,8 +103,16 @@ cl::opt<std::string>
                       "sequence input is given element by element, "
                       "NAME[0]=FILE,NAME[1]=FILE,...; an optional "
                       "holding a tensor as NAME[0]=FILE; an empty "
-                      "sequence, or an optional holding nothing, as NAME[]"),
-             cl::value_desc("NAME=FILE,..."), cl::cat(runCategory));
+                      "sequence, or an optional holding nothing, as NAME[]. "
+                      "May repeat: --input x=a.npy --input y=b.npy"),
+             cl::value_desc("NAME=FILE,..."), cl::ZeroOrMore, cl::cat(runCategory));
+
+std::string inputItems() {
+  std::string all;
+  for (const std::string &item : inputOpt)
+    all += (all.empty() || item.empty() ? "" : ",") + item;
+  return all;
+}
 cl::opt<std::string> outputDir("output-dir",
                                cl::desc("With --infer: write each graph output to "
                                         "DIR/<name>.npy (float32)"),
@@ -147,6 +156,11 @@ cl::opt<std::string> normalizeOpt("normalize",
                                            "/ STD, after byte arrays are scaled to [0, 1] "
                                            "(default 0,1)"),
                                   cl::value_desc("MEAN,STD"), cl::cat(runCategory));
+cl::opt<std::string> shuffleOpt("shuffle",
+                                cl::desc("Over a data set: on (default) takes each epoch in its "
+                                         "own order, drawn from --seed; off takes the samples "
+                                         "in file order every epoch (PyTorch's shuffle=False)"),
+                                cl::value_desc("on|off"), cl::init("on"), cl::cat(runCategory));
 cl::opt<unsigned> epochs("epochs",
                          cl::desc("With a data set: passes over it (default 1; or give "
                                   "--steps)"),
@@ -248,6 +262,8 @@ cl::opt<std::string>
 tofu::Normalization normalization;
 
 llvm::Error checkOptions(const tofu::BackendEntry &entry) {
+  if (workers == 0 && infer && !entry.processes)
+    workers = 1; // inference on one worker unless asked for more
   if (workers == 0)
     return tofu::usageError("--workers K is required (K >= 1)");
   if (workers > kMaxEngineWorkers && !entry.processes)
@@ -313,7 +329,9 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
   if (realData && dataMode.empty())
     return tofu::usageError(
         "--data needs a data set (a directory or NAME=FILE,...), teacher or fixed");
-  for (const auto *o : {&feedOpt, &normalizeOpt, &evalOpt})
+  if (shuffleOpt != "on" && shuffleOpt != "off")
+    return tofu::usageError("--shuffle must be on or off");
+  for (const auto *o : {&feedOpt, &normalizeOpt, &evalOpt, &shuffleOpt})
     if (!realData && o->getNumOccurrences() > 0)
       return tofu::usageError(
           fmt::format("--{} is for training on a data set (--data PATH)", std::string(o->ArgStr)));

@@ -40,7 +40,10 @@ extern cl::opt<double> weightDecayOpt;
 extern cl::opt<std::string> lrScheduleOpt;
 extern cl::opt<unsigned> warmupOpt;
 extern cl::opt<bool> infer;
-extern cl::opt<std::string> inputOpt;
+extern cl::list<std::string> inputOpt;
+extern cl::opt<std::string> shuffleOpt;
+/// Every --input's items, joined by commas (the option may repeat).
+std::string inputItems();
 extern cl::opt<std::string> outputDir;
 extern cl::opt<std::string> lossOutput;
 extern cl::opt<double> momentumOpt;

@@ -141,6 +141,7 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
   options.steps = given(steps);
   options.epochs = epochs;
   options.seed = seed;
+  options.shuffle = shuffleOpt == "on";
   options.data = dataMode;
   options.dataSet = std::move(dataSet);
   options.feeds = feedOpt;
@@ -470,8 +471,10 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
             : fmt::format("; the step made '{}' NaN or infinite", v.nonFiniteTensor));
     if (v.noiseMeasured) {
       const std::string how = kernelsMode == Kernels::Compiled
-                                  ? "generated kernels for library calls"
-                                  : "library calls for generated kernels";
+                                  ? "generated kernels for library calls, weights moved by at "
+                                    "most one float32 step"
+                                  : "library calls for generated kernels, weights moved by at "
+                                    "most one float32 step";
       if (v.verdict == "failed")
         llvm::outs() << fmt::format(
             "verify: the unpartitioned step in another summation order ({}) reproduces itself "

@@ -368,7 +368,16 @@ def corpus():
         "lstm_states": ("rnn", RecurrentStates, [rnd(2, 5, 8)], {"verify"}),
         "scripted_control": ("rnn", ScriptedControl, [rnd(2, 5, 8)], {"verify", "ref", "script"}),
         "scripted_list": ("rnn", ScriptedList, [rnd(2, 5, 8)], {"verify", "ref", "script"}),
+        # Training mode at 64x64 (issue 56): its last batch norms normalise 8 values per
+        # channel, and its step is chaotic in float32 all the same (a ReLU6 input within
+        # rounding of 0 or 6 passes or stops a gradient): tests/tofu_run_cli_test.sh.
+        "mobilenet_v2_train64": ("cnn", lambda: tv("mobilenet_v2", num_classes=10), [image(64)],
+                                 {"train"}),
     }
+
+
+# Models added after the corpus's seeds were fixed: they take the seeds after the others'.
+ADDED_LATER = ["mobilenet_v2_train64"]
 
 
 def reference(model, examples, onnx_path, path):
@@ -411,7 +420,12 @@ def main():
     if os.path.exists(manifest_path):
         with open(manifest_path) as f:
             manifest = json.load(f).get("models", {})
-    for seed, (name, (family, build, examples, opts)) in enumerate(sorted(corpus().items())):
+    models = corpus()
+    # Each model's seed is its place in name order; models added later come after, so
+    # that the earlier ones keep their seeds (and their recorded values).
+    order = sorted(n for n in models if n not in ADDED_LATER) + ADDED_LATER
+    for seed, name in enumerate(order):
+        family, build, examples, opts = models[name]
         if wanted and name not in wanted:
             continue
         model = build()
