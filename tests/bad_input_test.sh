@@ -6,7 +6,8 @@ declare -A tool=([tdlc]="$1" [tofu-plan]="$2" [tofu-run]="$3")
 cases="${4:-tests/bad_input/cases.txt}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-export TOFU_KERNEL_CACHE="$tmp/kernels"
+# One kernel cache for the whole run where tools/test.sh gives one (kernels compiled once).
+export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
 fail=0 n=0
 while IFS='|' read -r name status fragment args; do
   case "$name" in ''|'#'*) continue ;; esac

@@ -7,6 +7,7 @@ run="$(realpath "$1")"
 plan="$(realpath "$2")"
 tmp=$(mktemp -d /tmp/tofu-control-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-export TOFU_KERNEL_CACHE="$tmp/kernels"
+# One kernel cache for the whole run where tools/test.sh gives one (kernels compiled once).
+export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
 /usr/bin/python3 tools/onnx_node_tests.py --tofu-run "$run" --tofu-plan "$plan" --ops ops \
   --node-dir tests/onnx_control --workers "1 2" --jobs 2 --timeout 300 --all-pass

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# ONNX's backend node tests (Debian's libonnx-testdata) through tofu-run --infer at k = 1 and
-# 2 (tools/onnx_node_tests.py): no test crashes or hangs, every test the importer accepts
+# ONNX's backend node tests (Debian's libonnx-testdata) through tofu-run --infer, every test
+# at k = 1 and a third of them at k = 2 (all of them with TOFU_FULL=1: tools/test.sh --full;
+# tools/onnx_node_tests.py): no test crashes or hangs, every test the importer accepts
 # matches ONNX's expected outputs except the known failures (tests/onnx_node_known_failures.txt),
 # and none of those passes unnoticed. Under ASan (slower by several times) every 14th test.
+# Samples start at an offset that rotates with the commit (TOFU_SAMPLE_OFFSET, set by
+# tools/test.sh), so that successive commits cover every test.
 set -uo pipefail
 run="$(realpath "$1")"
 plan="$(realpath "$2")"
 tmp=$(mktemp -d /tmp/tofu-node-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-export TOFU_KERNEL_CACHE="$tmp/kernels"
+# One kernel cache for the whole run where tools/test.sh gives one (kernels compiled once).
+export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
 node=/usr/share/libonnx-testdata/data/node
 if [ ! -d "$node" ]; then
   echo "onnx_node_test: $node is missing: install libonnx-testdata (tools/setup.sh does)" >&2
@@ -16,6 +20,11 @@ if [ ! -d "$node" ]; then
 fi
 sample=1
 [ -n "${ASAN_OPTIONS:-}" ] && sample=14
+# Every test at k = 1, and every 3rd at k = 2 (every one with TOFU_FULL=1: tools/test.sh
+# --full). tools/test.sh draws the offset from the commit: successive commits sample every
+# test at k = 2.
+thin=2:3
+[ "${TOFU_FULL:-0}" = 1 ] && thin=""
 /usr/bin/python3 tools/onnx_node_tests.py --tofu-run "$run" --tofu-plan "$plan" --ops ops \
-  --node-dir "$node" --workers "1 2" --jobs 2 --timeout 300 --sample "$sample" \
-  --known tests/onnx_node_known_failures.txt
+  --node-dir "$node" --workers "1 2" --jobs 2 --timeout 300 --sample "$sample" --thin "$thin" \
+  --sample-offset "${TOFU_SAMPLE_OFFSET:-0}" --known tests/onnx_node_known_failures.txt

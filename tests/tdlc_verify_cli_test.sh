@@ -6,7 +6,8 @@ tdlc="$1"
 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-export TOFU_KERNEL_CACHE="$tmp/kernels"
+# One kernel cache for the whole run where tools/test.sh gives one (kernels compiled once).
+export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
 for f in tests/tdl/good/tdl_md_examples.tdl ops/nn/conv.tdl; do
   if ! "$tdlc" --verify --kernels compiled "$f" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
     echo "FAILED: tdlc --verify --kernels compiled $f" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1; continue

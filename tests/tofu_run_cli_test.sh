@@ -5,7 +5,8 @@ run="$1"
 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-export TOFU_KERNEL_CACHE="$tmp/kernels"
+# One kernel cache for the whole run where tools/test.sh gives one (kernels compiled once).
+export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
 for args in "--model wresnet-50-1-i32-c4-k10 --workers 4" "--model gpt-1-16-2-4 --batch 2 --workers 3" \
             "--onnx tests/onnx/mlp.onnx --workers 2 --optimizer adam"; do
   if ! $run $args --verify >"$tmp/out.txt" 2>"$tmp/err.txt"; then
@@ -110,7 +111,7 @@ if "$run" --model mlp --workers 2 --backend cuda --verify >"$tmp/out.txt" 2>"$tm
 else
   grep -q "no usable CUDA device: cuda" "$tmp/err.txt" || { echo "FAILED: --backend cuda" >&2; cat "$tmp/err.txt" >&2; fail=1; }
 fi
-expect_error "--backend tpu is not in this build (it has: cpu, cuda, mpi, nccl)" --model mlp --workers 2 --backend tpu
+expect_error "--backend tpu is not in this build (it has: cpu, mpi; cuda and nccl run in tofu-run-gpu)" --model mlp --workers 2 --backend tpu
 expect_error "--tf32 is for --backend cuda" --model mlp --workers 2 --tf32
 expect_error "--mpi-transport is for --backend mpi" --model mlp --workers 2 --mpi-transport get
 expect_error "unknown model 'nope'" --model nope --workers 2
@@ -150,6 +151,27 @@ if ! ldd "$run" | grep -q libasan; then # the interpreter is minutes under ASan
   if ! "$run" --onnx tests/onnx/mobilenet_v2_train.onnx --workers 2 --verify --kernels interp >"$tmp/out.txt" 2>"$tmp/err.txt" ||
      ! grep -q "^verify: PASSED" "$tmp/out.txt"; then
     echo "FAILED: mobilenet_v2_train --kernels interp --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+  fi
+fi
+
+# Training-mode mobilenet_v2 at 64x64 (issue 56): 8 values per channel in its last batch
+# norms, yet its step is chaotic in float32 all the same: a ReLU6 input within rounding of 0
+# or 6 passes or stops a gradient that the batch norms behind it amplify, so any change of
+# rounding moves the updates by up to 0.7. --verify must not blame the partition for that:
+# its noise reference (the unpartitioned step in another summation order, from weights
+# moved by at most one float32 step) moves as far, and the verdict is UNDECIDED, never
+# FAILED, at k = 2 and 3; the double-precision interpreter shows the partitioned step exact.
+for k in 2 3; do
+  "$run" --onnx tests/onnx/mobilenet_v2_train64.onnx --workers $k --verify >"$tmp/out.txt" 2>"$tmp/err.txt"
+  if grep -q "^verify: FAILED" "$tmp/out.txt" || ! grep -qE "^verify: (PASSED|UNDECIDED)" "$tmp/out.txt"; then
+    echo "FAILED: mobilenet_v2_train64 --workers $k --verify blames the partition" >&2
+    cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+  fi
+done
+if ! ldd "$run" | grep -q libasan; then
+  if ! "$run" --onnx tests/onnx/mobilenet_v2_train64.onnx --workers 2 --verify --kernels interp >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+     ! grep -q "^verify: PASSED" "$tmp/out.txt"; then
+    echo "FAILED: mobilenet_v2_train64 --kernels interp --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
   fi
 fi
 exit $fail

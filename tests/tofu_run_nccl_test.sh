@@ -10,7 +10,8 @@ run="$(realpath "$1")"
 fail=0
 tmp=$(mktemp -d /tmp/tofu-nccl-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-export TOFU_KERNEL_CACHE="$tmp/kernels"
+# One kernel cache for the whole run where tools/test.sh gives one (kernels compiled once).
+export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
 export TMPDIR=/tmp # Open MPI's socket names do not fit under Bazel's long TMPDIR
 if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -17,7 +17,8 @@ run="$(realpath "$1")"
 fail=0
 tmp=$(mktemp -d /tmp/tofu-grad-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-export TOFU_KERNEL_CACHE="$tmp/kernels"
+# One kernel cache for the whole run where tools/test.sh gives one (kernels compiled once).
+export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
 source tests/cli_lib.sh
 py=/usr/bin/python3
 models="attention conv1d conv_transpose1d decoder_causal einsum_attention encoder_prenorm

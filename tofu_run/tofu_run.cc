@@ -6,14 +6,21 @@
 // C++); --backend cuda as streams over device arenas on one GPU (cuBLAS, cuDNN + NVRTC
 // kernels). --verify runs the same steps unpartitioned on the same backend and compares the
 // weights and the loss. --kernels interp runs one step on the reference executor instead
-// (every op in the TDL interpreter, double precision). Built as `tofu-run` (both backends)
-// and `tofu-run-cuda` (the CUDA backend alone: no oneDNN, for the GPU bundle).
+// (every op in the TDL interpreter, double precision). Built as `tofu-run` (the CPU
+// backends: cpu and mpi; it runs `tofu-run-gpu` in its place for cuda and nccl, so that a
+// CPU run does not load the CUDA libraries), `tofu-run-gpu` (every backend) and
+// `tofu-run-cuda` (the CUDA backend alone: no oneDNN, for the GPU bundle).
 //
 // A driver: it reads the options, runs the pipeline (planner/pipeline.h), picks the backend,
 // and prints what the trainer (runtime/trainer.h: values, batches, steps, evaluation,
 // checkpoints, verification) reports. The processes of an MPI run are a ProcessGroup
 // (runtime/process_group.h).
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -36,6 +43,30 @@
 
 namespace tofurun {
 namespace {
+
+/// --backend cuda or nccl in the CPU build: replaces this process by tofu-run-gpu, the
+/// build with every backend, from this binary's folder, with the same arguments (under
+/// mpirun each process does so before MPI starts). Returns only when it cannot.
+int runGpuBuild(char **argv) {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec)
+    return fail("--backend " + backend +
+                    ": cannot find this binary's folder (/proc/self/exe: " + ec.message() + ")",
+                1);
+  const std::string gpu = (self.parent_path() / "tofu-run-gpu").string();
+  if (::access(gpu.c_str(), X_OK) != 0)
+    return fail(fmt::format("--backend {} runs in tofu-run-gpu, the build with the CUDA "
+                            "backends, which is not beside this tofu-run ({}: {}); build "
+                            "//tofu_run:tofu-run-gpu or install it there",
+                            std::string(backend), gpu, std::strerror(errno)),
+                1);
+  std::fflush(nullptr);
+  ::execv(gpu.c_str(), argv);
+  return fail(fmt::format("--backend {}: cannot run {}: {}", std::string(backend), gpu,
+                          std::strerror(errno)),
+              1);
+}
 
 int run(int argc, char **argv) {
   cl::HideUnrelatedOptions(runCategory);
@@ -79,10 +110,14 @@ int run(int argc, char **argv) {
   if (backend.empty())
     backend = have.front();
   const tofu::BackendEntry *entry = tofu::findBackend(backend);
+  if (!entry && (backend == "cuda" || backend == "nccl"))
+    return runGpuBuild(argv);
   if (!entry) {
     std::string list;
     for (const std::string &b : have)
       list += (list.empty() ? "" : ", ") + b;
+    if (!tofu::findBackend("cuda"))
+      list += "; cuda and nccl run in tofu-run-gpu";
     return fail("--backend " + backend + " is not in this build (it has: " + list + ")", 2);
   }
   if (entry->processes) {
@@ -150,7 +185,7 @@ int run(int argc, char **argv) {
   // dynamic dimensions) and the small integer values its ops need as constants.
   tofu::InputArrays inputArrays;
   if (infer) {
-    auto read = tofu::readInputArrays(inputOpt);
+    auto read = tofu::readInputArrays(inputItems());
     if (!read)
       return fail(llvm::toString(read.takeError()), 2);
     inputArrays = std::move(*read);

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds Tofu optimised (bazel -c opt) and installs it under PREFIX:
+# Builds Tofu (optimised: .bazelrc builds everything at -O2, its assertions kept, so that
+# what is installed is what the suite tested, with no second build) and installs it under
+# PREFIX:
 #
-#   PREFIX/bin/           tdlc, tofu-plan, tofu-run
+#   PREFIX/bin/           tdlc, tofu-plan, tofu-run, tofu-run-gpu (the CUDA backends, which
+#                         tofu-run runs for --backend cuda and nccl)
 #   PREFIX/lib/           libtofu_plan.so.X.Y.Z, .so.X (its SONAME) and .so
 #   PREFIX/include/tofu/  plan.h (C++ API), tofu.h (C API)
 #   PREFIX/share/tofu/ops/  the operator library (.tdl files, onnx_mapping.json)
@@ -52,16 +55,16 @@ if [ -z "$major" ] || [ -z "$minor" ] || [ -z "$patch" ]; then
 fi
 version="$major.$minor.$patch"
 
-echo "install.sh: building Tofu $version (bazel -c opt)"
+echo "install.sh: building Tofu $version"
 targets=(//tdlc:tdlc //tofu_plan:tofu-plan //tofu_run:tofu-run //:libtofu_plan.so)
-if ! bazel build -c opt "${targets[@]}" >/tmp/tofu-install-build.$$ 2>&1; then
+if ! bazel build "${targets[@]}" >/tmp/tofu-install-build.$$ 2>&1; then
   tail -40 /tmp/tofu-install-build.$$ >&2
   rm -f /tmp/tofu-install-build.$$
   echo "install.sh: the build failed (above)" >&2
   exit 1
 fi
 rm -f /tmp/tofu-install-build.$$
-bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+bin=$(bazel info bazel-bin 2>/dev/null)
 
 soname=$(readelf -d "$bin/libtofu_plan.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 if [ "$soname" != "libtofu_plan.so.$major" ]; then
@@ -76,6 +79,8 @@ install -d "$prefix/bin" "$prefix/lib/pkgconfig" "$prefix/lib/cmake/Tofu" "$pref
 install -m 755 "$bin/tdlc/tdlc" "$prefix/bin/tdlc"
 install -m 755 "$bin/tofu_plan/tofu-plan" "$prefix/bin/tofu-plan"
 install -m 755 "$bin/tofu_run/tofu-run" "$prefix/bin/tofu-run"
+# The build with the CUDA backends, which tofu-run runs for --backend cuda and nccl.
+install -m 755 "$bin/tofu_run/tofu-run-gpu" "$prefix/bin/tofu-run-gpu"
 
 # The library, its SONAME link and the development link; older versions' files go.
 find "$prefix/lib" -maxdepth 1 -name 'libtofu_plan.so*' ! -name "libtofu_plan.so.$version" -delete

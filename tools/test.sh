@@ -3,35 +3,70 @@
 # kernels included: nvcc compiles them even without a GPU), runs every Bazel test, checks
 # every example of shared/docs/TDL.md with tdlc, every command the docs show, and the
 # sources against .clang-format, and installs Tofu into a temporary prefix to build and run
-# the CMake, C and Python consumers against it.
+# the CMake, C and Python consumers against it. At the end it prints each phase's time and
+# the ten slowest tests.
 #
 #   tools/test.sh                 the suite
-#   tools/test.sh --asan          ... and again under AddressSanitizer + UBSan
+#   tools/test.sh --full          ... with every sampled check whole (TOFU_FULL=1 reaches the
+#                                 tests: ONNX's node tests at k = 1 and 2, not a sample at k = 2)
+#   tools/test.sh --asan          ... and again under AddressSanitizer + UBSan (a sample of
+#                                 the slowest end-to-end cases, rotating with the commit)
 #   tools/test.sh --fuzz SECONDS  ... and fuzz the readers of untrusted input with libFuzzer
 #                                 (clang 14; tests/fuzz/BUILD), the seconds shared among them
+#   tools/test.sh --budget PHASE=SECONDS,...
+#                                 fail when a phase (setup, build, tests, checks, install,
+#                                 asan, fuzz, total) takes longer than its budget (.ci/run's)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 asan=0
 fuzz=0
+full=0
+budget=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --asan) asan=1 ;;
+    --full) full=1 ;;
     --fuzz) fuzz="${2:?--fuzz needs a number of seconds}"; shift ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --budget) budget="${2:?--budget needs PHASE=SECONDS,...}"; shift ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 
+# Each phase's seconds, in order, and the tests' own times (bazel's "PASSED in Ns").
+phases=()
+declare -A took
+started=$SECONDS
+phase_start=$SECONDS
+phase() { # ends the phase running since the last call, under the name given
+  took[$1]=$((SECONDS - phase_start))
+  phases+=("$1")
+  phase_start=$SECONDS
+}
+times=$(mktemp)
+
 tools/setup.sh || exit 1
+phase setup
 
 passed=0
 failed=0
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# One kernel cache for every test: a kernel the zoo's models or the corpus share is compiled
+# once, not once per test. Entries are named by a hash of their source and flags and written
+# by rename, so concurrent tests share it safely, and a later run finds it warm.
+kernels=/tmp/tofu-test-kernels-$(id -u)
+mkdir -p "$kernels"
+trap 'rm -f "$log" "$times"' EXIT
+test_env=(--test_env=TOFU_TEST_KERNEL_CACHE="$kernels")
+[ "$full" = 1 ] && test_env+=(--test_env=TOFU_FULL=1)
+# Sampled tests (the node tests' every Nth case, under ASan and at k = 2) start at an offset
+# drawn from the commit, so that successive commits cover every case.
+commit=$(git rev-parse HEAD 2>/dev/null || echo 0)
+test_env+=(--test_env=TOFU_SAMPLE_OFFSET=$((16#${commit:0:6})))
 
-# Installs Tofu into a temporary prefix (tools/install.sh, -c opt) and runs the three
+# Installs Tofu into a temporary prefix (tools/install.sh, the build above) and runs the three
 # consumers outside the repository against it (examples/consumers_test.sh).
 install_and_consumers() {
   echo "== tools/install.sh into a temporary prefix, then examples/consumers_test.sh"
@@ -53,8 +88,9 @@ install_and_consumers() {
 # Runs `bazel test` with the given flags and adds its per-target results to the counts.
 bazel_tests() {
   echo "== bazel test $*"
-  bazel test "$@" //... 2>&1 | tee "$log" | grep -vE '^(INFO|Loading|Analyzing|\[)' \
+  bazel test "${test_env[@]}" "$@" //... 2>&1 | tee "$log" | grep -vE '^(INFO|Loading|Analyzing|\[)' \
     | grep -E 'PASSED|FAILED|NO STATUS|TIMEOUT|Executed|ERROR|error:' || true
+  sed -nE "s#^(//[^ ]+) +(\(cached\) )?(PASSED|FAILED) in ([0-9.]+)s.*#\4 \1${1:+ ($1)}#p" "$log" >>"$times"
   local p f
   p=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
   f=$(grep -cE '^//[^ ]+ +.*(FAILED|NO STATUS|TIMEOUT)' "$log")
@@ -66,7 +102,13 @@ bazel_tests() {
   failed=$((failed + f))
 }
 
+echo "== bazel build //..."
+if ! bazel build //... >"$log" 2>&1; then
+  grep -E 'ERROR|error:' "$log" | head -30
+fi
+phase build
 bazel_tests
+phase tests
 if bazel build //tdlc >/dev/null 2>&1; then
   if python3 tools/check_tdl_md.py "$(bazel info bazel-bin 2>/dev/null)/tdlc/tdlc"; then
     passed=$((passed + 1))
@@ -92,10 +134,14 @@ else
   failed=$((failed + 1))
 fi
 
+phase checks
+
 install_and_consumers
+phase install
 
 if [ "$asan" = 1 ]; then
   bazel_tests --config=asan
+  phase asan
 fi
 
 if [ "$fuzz" != 0 ]; then
@@ -144,5 +190,28 @@ if [ "$fuzz" != 0 ]; then
   fi
 fi
 
+[ "$fuzz" != 0 ] && phase fuzz
+took[total]=$((SECONDS - started))
+phases+=(total)
+
+echo
+echo "| phase | seconds | budget |"
+echo "| --- | ---: | ---: |"
+declare -A limit
+for b in ${budget//,/ }; do limit[${b%%=*}]=${b#*=}; done
+over=()
+for p in "${phases[@]}"; do
+  echo "| $p | ${took[$p]} | ${limit[$p]:-} |"
+  if [ -n "${limit[$p]:-}" ] && [ "${took[$p]}" -gt "${limit[$p]}" ]; then
+    over+=("$p took ${took[$p]} s, over its budget of ${limit[$p]} s")
+  fi
+done
+echo
+echo "the ten slowest tests (seconds):"
+sort -rg "$times" | head -10 | sed 's/^/  /'
+for o in "${over[@]}"; do
+  echo "test.sh: budget: $o: make the slow tests faster (see the slowest above) before adding more"
+  failed=$((failed + 1))
+done
 echo "tests: ${passed} passed, ${failed} failed"
 [ "$failed" -eq 0 ]
