@@ -161,14 +161,16 @@ fi
 # its noise reference (the unpartitioned step in another summation order, from weights
 # moved by at most one float32 step) moves as far, and the verdict is UNDECIDED, never
 # FAILED, at k = 2 and 3; the double-precision interpreter shows the partitioned step exact.
-for k in 2 3; do
-  "$run" --onnx tests/onnx/mobilenet_v2_train64.onnx --workers $k --verify >"$tmp/out.txt" 2>"$tmp/err.txt"
-  if grep -q "^verify: FAILED" "$tmp/out.txt" || ! grep -qE "^verify: (PASSED|UNDECIDED)" "$tmp/out.txt"; then
-    echo "FAILED: mobilenet_v2_train64 --workers $k --verify blames the partition" >&2
-    cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
-  fi
-done
+# (Not under AddressSanitizer: three steps of a 64x64 mobilenet per run take minutes there,
+# and the 32x32 case above covers the same code.)
 if ! ldd "$run" | grep -q libasan; then
+  for k in 2 3; do
+    "$run" --onnx tests/onnx/mobilenet_v2_train64.onnx --workers $k --verify >"$tmp/out.txt" 2>"$tmp/err.txt"
+    if grep -q "^verify: FAILED" "$tmp/out.txt" || ! grep -qE "^verify: (PASSED|UNDECIDED)" "$tmp/out.txt"; then
+      echo "FAILED: mobilenet_v2_train64 --workers $k --verify blames the partition" >&2
+      cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+    fi
+  done
   if ! "$run" --onnx tests/onnx/mobilenet_v2_train64.onnx --workers 2 --verify --kernels interp >"$tmp/out.txt" 2>"$tmp/err.txt" ||
      ! grep -q "^verify: PASSED" "$tmp/out.txt"; then
     echo "FAILED: mobilenet_v2_train64 --kernels interp --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1

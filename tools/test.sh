@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --full) full=1 ;;
     --fuzz) fuzz="${2:?--fuzz needs a number of seconds}"; shift ;;
     --budget) budget="${2:?--budget needs PHASE=SECONDS,...}"; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
