@@ -106,6 +106,34 @@ llvm::Expected<int64_t> bodyBytes(const std::vector<int64_t> &shape, int width,
   return *bytes;
 }
 
+/// Unsigned elements (or float16 / bfloat16 bits, `bits`) widened into `a`, whose type is
+/// already the wider one that holds them exactly: F32 from the 16-bit floats, I32 from
+/// uint16, I64 from uint32 and uint64 (values past int64 refused).
+enum class Bits { Unsigned, Float16, Bfloat16 };
+llvm::Error widenInto(DataArray &a, const std::vector<uint64_t> &raw, Bits bits,
+                      const std::string &name) {
+  const size_t out = static_cast<size_t>(typeSize(a.type));
+  a.bytes.resize(raw.size() * out);
+  for (size_t k = 0; k < raw.size(); ++k) {
+    const uint64_t x = raw[k];
+    unsigned char *to = a.bytes.data() + k * out;
+    if (bits != Bits::Unsigned) {
+      const uint16_t h = static_cast<uint16_t>(x);
+      const float v = bits == Bits::Float16 ? halfToFloat(h) : bfloat16ToFloat(h);
+      std::memcpy(to, &v, 4);
+    } else if (out == 4) {
+      const int32_t v = static_cast<int32_t>(x);
+      std::memcpy(to, &v, 4);
+    } else {
+      if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return stringError(fmt::format("{}: uint64 value {} is past int64's range", name, x));
+      const int64_t v = static_cast<int64_t>(x);
+      std::memcpy(to, &v, 8);
+    }
+  }
+  return llvm::Error::success();
+}
+
 } // namespace
 
 int typeSize(DataType t) {
@@ -351,26 +379,11 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
     a.bytes.assign(bytes.begin() + data, bytes.end());
     return a;
   }
-  const int64_t n = *body / widen;
-  const size_t out = static_cast<size_t>(typeSize(a.type));
-  a.bytes.resize(static_cast<size_t>(n) * out);
-  for (int64_t k = 0; k < n; ++k) {
-    uint64_t x = 0;
-    std::memcpy(&x, bytes.data() + data + static_cast<size_t>(k) * widen, widen);
-    unsigned char *to = a.bytes.data() + static_cast<size_t>(k) * out;
-    if (half) {
-      const float v = halfToFloat(static_cast<uint16_t>(x));
-      std::memcpy(to, &v, 4);
-    } else if (out == 4) {
-      const int32_t v = static_cast<int32_t>(x);
-      std::memcpy(to, &v, 4);
-    } else {
-      if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        return stringError(fmt::format("{}: uint64 value {} is past int64's range", name, x));
-      const int64_t v = static_cast<int64_t>(x);
-      std::memcpy(to, &v, 8);
-    }
-  }
+  std::vector<uint64_t> raw(static_cast<size_t>(*body / widen));
+  for (size_t k = 0; k < raw.size(); ++k)
+    std::memcpy(&raw[k], bytes.data() + data + k * widen, widen);
+  if (llvm::Error e = widenInto(a, raw, half ? Bits::Float16 : Bits::Unsigned, name))
+    return std::move(e);
   return a;
 }
 
@@ -405,32 +418,16 @@ llvm::Expected<DataArray> widenedTensorProto(const onnx::TensorProto &t, DataArr
       raw[static_cast<size_t>(k)] = wide ? t.uint64_data(static_cast<int>(k))
                                          : static_cast<uint32_t>(t.int32_data(static_cast<int>(k)));
   }
-  if (type == onnx::TensorProto::FLOAT16 || type == onnx::TensorProto::BFLOAT16) {
-    a.type = DataType::F32;
-    a.bytes.resize(static_cast<size_t>(n) * 4);
-    for (int64_t k = 0; k < n; ++k) {
-      const uint16_t bits = static_cast<uint16_t>(raw[static_cast<size_t>(k)]);
-      float v;
-      v = type == onnx::TensorProto::FLOAT16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
-      std::memcpy(a.bytes.data() + static_cast<size_t>(k) * 4, &v, 4);
-    }
-    return a;
-  }
-  a.type = type == onnx::TensorProto::UINT16 ? DataType::I32 : DataType::I64;
-  const size_t out = static_cast<size_t>(typeSize(a.type));
-  a.bytes.resize(static_cast<size_t>(n) * out);
-  for (int64_t k = 0; k < n; ++k) {
-    const uint64_t x = raw[static_cast<size_t>(k)];
-    if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      return stringError(fmt::format("{}: uint64 value {} is past int64's range", name, x));
-    if (out == 4) {
-      const int32_t v = static_cast<int32_t>(x);
-      std::memcpy(a.bytes.data() + static_cast<size_t>(k) * 4, &v, 4);
-    } else {
-      const int64_t v = static_cast<int64_t>(x);
-      std::memcpy(a.bytes.data() + static_cast<size_t>(k) * 8, &v, 8);
-    }
-  }
+  const bool f16 = type == onnx::TensorProto::FLOAT16, bf16 = type == onnx::TensorProto::BFLOAT16;
+  a.type = f16 || bf16                         ? DataType::F32
+           : type == onnx::TensorProto::UINT16 ? DataType::I32
+                                               : DataType::I64;
+  if (llvm::Error e = widenInto(a, raw,
+                                f16    ? Bits::Float16
+                                : bf16 ? Bits::Bfloat16
+                                       : Bits::Unsigned,
+                                name))
+    return std::move(e);
   return a;
 }
 } // namespace
