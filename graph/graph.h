@@ -150,11 +150,35 @@ llvm::Expected<Graph> buildTrainingGraph(const Graph &forward, const std::string
                                          const OpLibrary &lib, Optimizer optimizer,
                                          bool weightDecay = false);
 
-/// Whether `op` is one of the optimiser updates buildTrainingGraph adds (sgd_update,
-/// sgd_weight_decay_update, momentum_velocity, momentum_update, nesterov_update, adam_m,
-/// adam_v, adam_update, adamw_update): its result replaces its first input (the weight or
-/// the state) for the next step.
-bool isOptimizerUpdate(const std::string &op);
+/// Whether `op` updates state from step to step: one of the optimiser updates
+/// buildTrainingGraph adds (sgd_update, sgd_weight_decay_update, momentum_velocity,
+/// momentum_update, nesterov_update, adam_m, adam_v, adam_update, adamw_update), or a batch
+/// norm's running statistic (bn_running_mean, bn_running_var, bn_running_var_unbiased). Where
+/// its first input is a weight or state (not data), its result replaces that input for the
+/// next step (Problem::carriesState).
+bool isStateUpdate(const std::string &op);
+
+/// Whether node `n` of `g` carries state: a state update (isStateUpdate) whose first input is
+/// a weight or state (role Weight or OptimizerState, produced by no node).
+bool carriesState(const Graph &g, const Node &n);
+
+/// Whether `op` is a batch norm's running statistic (bn_running_mean, bn_running_var,
+/// bn_running_var_unbiased).
+bool isRunningStatistic(const std::string &op);
+
+/// How evaluation normalises where training normalised with the batch's statistics.
+enum class EvalNorm {
+  Running, ///< with the running statistics, as PyTorch's model.eval() does
+  Batch,   ///< with the batch's own, as in training
+};
+
+/// The graph that evaluation and inference run, from one imported for training (the same
+/// names throughout, so that a training plan restricts to it): every running-statistic
+/// update that carries state and whose result nothing reads is dropped (evaluation leaves
+/// the statistics as they are), and under EvalNorm::Running the batch_norm_train whose
+/// statistics those were becomes BatchNormalization on them, under the same node name.
+/// Returns how many batch norms changed.
+llvm::Expected<unsigned> evaluationGraph(Graph &g, const OpLibrary &lib, EvalNorm norm);
 
 /// Gives a checked graph whose single output is not a scalar a loss to train against:
 /// softmax cross-entropy against a new integer input `labels` for a rank-2 output

@@ -344,7 +344,7 @@ TEST(Training, OptimiserUpdates) {
   for (const Graph *t : {&sgd, &nesterov, &adam, &adamw})
     for (const Node &n : t->nodes())
       if (n.output == "w_updated")
-        EXPECT_TRUE(isOptimizerUpdate(n.op)) << n.op;
+        EXPECT_TRUE(isStateUpdate(n.op)) << n.op;
   // Names and hyper-parameters.
   for (Optimizer o : {Optimizer::SGD, Optimizer::Momentum, Optimizer::Nesterov, Optimizer::Adam,
                       Optimizer::AdamW})

@@ -292,6 +292,7 @@ llvm::Error checkInitializerSizes(const onnx::GraphProto &graph) {
 
 llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   onnx::GraphProto *graph = model.mutable_graph();
+  producer_ = model.producer_name();
   // The model against ONNX's schemas first: opsets and domains known, every node's input
   // and output counts and attribute types its operator's, names defined before use (no
   // cycles). The checker's messages name the node.

@@ -457,6 +457,7 @@ private:
   GraphBuilder main_{lib_, facts_}; ///< the model's graph
   GraphBuilder *b_ = &main_;        ///< where translations add: the graph, or a fold's scratch
   std::set<std::string> consumed_;  ///< tensors some node or the graph's outputs read
+  std::string producer_;            ///< the model's producer_name ("pytorch": PyTorch's export)
   std::map<const onnx::NodeProto *, std::string> names_;
   std::vector<Expansion> expansions_;
   /// Sequences the importer holds, as the names of their elements.

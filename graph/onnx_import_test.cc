@@ -47,6 +47,62 @@ TEST(OnnxImport, TorchvisionResNetsImportAndShapeCheck) {
   }
 }
 
+TEST(OnnxImport, TrainingModeBatchNormsCarryTheirRunningStatistics) {
+  // torchvision's resnet18 exported in training mode: 20 batch norms, each with a running
+  // mean and variance (initializers) that a training step updates with PyTorch's momentum
+  // and unbiased variance, and that evaluation normalises with.
+  auto g = importOnnx("tests/onnx/resnet18_train.onnx", library());
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  auto count = [](const Graph &graph, const std::string &op) {
+    return std::count_if(graph.nodes().begin(), graph.nodes().end(),
+                         [&](const Node &n) { return n.op == op; });
+  };
+  EXPECT_EQ(count(*g, "batch_norm_train"), 20);
+  EXPECT_EQ(count(*g, "bn_running_mean"), 20);
+  EXPECT_EQ(count(*g, "bn_running_var_unbiased"), 20); // the producer is PyTorch
+  EXPECT_EQ(count(*g, "bn_running_var"), 0);
+  for (const Node &n : g->nodes())
+    if (isRunningStatistic(n.op)) {
+      EXPECT_TRUE(carriesState(*g, n)) << n.name;
+      EXPECT_EQ(g->tensor(n.inputs[0])->role, TensorRole::OptimizerState) << n.inputs[0];
+      EXPECT_NE(n.inputs[0].find(n.op == "bn_running_mean" ? ".running_mean" : ".running_var"),
+                std::string::npos)
+          << n.inputs[0];
+    }
+  // Training carries them: their updates are outputs of the training graph.
+  auto withLoss = *g;
+  auto loss = addLoss(withLoss, library());
+  ASSERT_TRUE(static_cast<bool>(loss)) << llvm::toString(loss.takeError());
+  auto t = buildTrainingGraph(withLoss, *loss, library(), Optimizer::SGD);
+  ASSERT_TRUE(static_cast<bool>(t)) << llvm::toString(t.takeError());
+  for (const Node &n : t->nodes())
+    if (isRunningStatistic(n.op))
+      EXPECT_NE(std::find(t->outputs.begin(), t->outputs.end(), n.output), t->outputs.end())
+          << n.name;
+  // Evaluation drops the updates, and normalises with the statistics (running) or the
+  // batch's own (batch), under the same node names.
+  Graph running = *g, batch = *g;
+  auto changed = evaluationGraph(running, library(), EvalNorm::Running);
+  ASSERT_TRUE(static_cast<bool>(changed)) << llvm::toString(changed.takeError());
+  EXPECT_EQ(*changed, 20u);
+  EXPECT_EQ(count(running, "BatchNormalization"), 20);
+  EXPECT_EQ(count(running, "batch_norm_train") + count(running, "bn_running_mean") +
+                count(running, "bn_running_var_unbiased"),
+            0);
+  for (const Node &n : g->nodes())
+    if (n.op == "batch_norm_train") {
+      bool same = false;
+      for (const Node &m : running.nodes())
+        same |= m.name == n.name && m.op == "BatchNormalization" && m.output == n.output;
+      EXPECT_TRUE(same) << n.name;
+    }
+  changed = evaluationGraph(batch, library(), EvalNorm::Batch);
+  ASSERT_TRUE(static_cast<bool>(changed)) << llvm::toString(changed.takeError());
+  EXPECT_EQ(*changed, 0u);
+  EXPECT_EQ(count(batch, "batch_norm_train"), 20);
+  EXPECT_EQ(count(batch, "bn_running_mean") + count(batch, "bn_running_var_unbiased"), 0);
+}
+
 TEST(OnnxImport, SymbolicBatchAndGemm) {
   OnnxImportOptions options;
   options.batch = 4;

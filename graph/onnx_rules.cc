@@ -593,11 +593,12 @@ llvm::Expected<InputRef> parseInput(const nlohmann::json &j, const std::string &
     return error(what + ": an input must be an index, a string or an object");
   for (const auto &[key, value] : j.items())
     if (key != "input" && key != "else" && key != "scalar" && key != "fill" && key != "shape" &&
-        key != "int" && key != "frozen" && key != "new_input" && key != "keep" &&
+        key != "int" && key != "frozen" && key != "state" && key != "new_input" && key != "keep" &&
         key != "uniform" && key != "normal" && key != "as_scalar")
       return error(fmt::format("{}: unknown input field '{}'", what, key));
   r.integer = j.value("int", false);
   r.frozen = j.value("frozen", false);
+  r.state = j.value("state", false);
   r.asScalar = j.value("as_scalar", false);
   if (j.contains("new_input")) {
     r.kind = InputRef::Kind::NewInput;

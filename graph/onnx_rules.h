@@ -78,7 +78,10 @@ struct InputRef {
   ExprPtr randomA, randomB;
   std::shared_ptr<InputRef> orElse; ///< Onnx: what stands in when the input is absent
   bool integer = false;             ///< Scalar/Fill: an int64 constant
-  bool frozen = false;              ///< Onnx: a weight read here is not trained (running stats)
+  bool frozen = false;              ///< Onnx: a weight read here is not trained (an input)
+  /// Onnx: a weight read here is state (optimizer_state): not trained by a gradient, carried
+  /// from step to step by the node that reads it first (isStateUpdate), saved in checkpoints
+  bool state = false;
   bool asScalar = false; ///< Onnx: a one-element tensor (shape [1], [1, 1]) read as rank 0
   std::string label;     ///< NewInput: the new tensor is `<node>_<label>`
 };

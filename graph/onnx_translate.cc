@@ -134,6 +134,15 @@ std::optional<llvm::Expected<NodeEnv::Value>> NodeEnv::call(const std::string &f
     return Value::number(k >= 0 && k < n_.output_size() && !n_.output(k).empty() &&
                          im_.consumed_.count(n_.output(k)));
   }
+  if (fn == "weight") { // input k is an initializer: a weight unless a rule freezes it
+    const std::string t = input(index(0));
+    const TensorInfo *info = t.empty() ? nullptr : im_.b_->graph().tensor(t);
+    return Value::number(
+        info && !im_.b_->graph().producer(t) &&
+        (info->role == TensorRole::Weight || info->role == TensorRole::OptimizerState));
+  }
+  if (fn == "pytorch") // the model is PyTorch's export (its producer_name)
+    return Value::number(im_.producer_ == "pytorch");
   if (fn == "const") {
     const Const *c = im_.valueOf(input(index(0)));
     if (!c)
@@ -342,10 +351,13 @@ llvm::Expected<std::string> Importer::resolve(const onnx::NodeProto &n,
     if (!env.present(k) && r.orElse)
       return resolve(n, *r.orElse, env, prev, results);
     auto t = tensorInput(n, k);
-    if (t && r.frozen)
+    // A frozen initializer is an input that keeps its value; a state one (a batch norm's
+    // running statistic) is carried by the node that updates it and saved with the weights,
+    // but no gradient trains it.
+    if (t && (r.frozen || r.state))
       if (TensorInfo *info = b_->graph().tensor(*t);
           info && !b_->graph().producer(*t) && info->role == TensorRole::Weight)
-        info->role = TensorRole::Input;
+        info->role = r.state ? TensorRole::OptimizerState : TensorRole::Input;
     if (t && r.asScalar && !shapeOf(*t).empty()) {
       if (elementCount(shapeOf(*t)) != 1)
         return where(n, fmt::format("input {} ('{}') has shape [{}]; one value is expected", k, *t,

@@ -323,9 +323,9 @@ onnxrules::Value attrValue(const onnx::AttributeProto &a) {
 /// The functions the table's expressions may call beside the built-in ones: what
 /// NodeEnv::call answers.
 const std::set<std::string> &importerFunctions() {
-  static const std::set<std::string> names = {"bits",  "const",   "elemtype", "has",   "in",
-                                              "isint", "norm",    "oshape",   "out",   "padb",
-                                              "pade",  "present", "rank",     "shape", "used"};
+  static const std::set<std::string> names = {
+      "bits", "const", "elemtype", "has",     "in",   "isint", "norm", "oshape", "out",
+      "padb", "pade",  "present",  "pytorch", "rank", "shape", "used", "weight"};
   return names;
 }
 

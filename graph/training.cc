@@ -1,4 +1,5 @@
 // Training graphs: backward nodes from grad clauses, gradient sums, optimiser updates.
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -392,7 +393,8 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
   }
   g_.outputs = fwd_.outputs;
   for (const Node &n : g_.nodes())
-    if (isOptimizerUpdate(n.op))
+    if (carriesState(g_, n) &&
+        std::find(g_.outputs.begin(), g_.outputs.end(), n.output) == g_.outputs.end())
       g_.outputs.push_back(n.output);
   if (llvm::Error e = checkGraph(g_, lib_))
     return stringError("the training graph does not check: " + llvm::toString(std::move(e)));
@@ -442,7 +444,7 @@ std::vector<std::string> optimizerHyperParameters(Optimizer o, bool weightDecay)
   return h;
 }
 
-bool isOptimizerUpdate(const std::string &op) {
+bool isStateUpdate(const std::string &op) {
   static const std::set<std::string> updates = {"sgd_update",
                                                 "sgd_weight_decay_update",
                                                 "momentum_velocity",
@@ -452,7 +454,87 @@ bool isOptimizerUpdate(const std::string &op) {
                                                 "adam_v",
                                                 "adam_update",
                                                 "adamw_update"};
-  return updates.count(op) > 0;
+  return updates.count(op) > 0 || isRunningStatistic(op);
+}
+
+bool isRunningStatistic(const std::string &op) {
+  return op == "bn_running_mean" || op == "bn_running_var" || op == "bn_running_var_unbiased";
+}
+
+bool carriesState(const Graph &g, const Node &n) {
+  if (!isStateUpdate(n.op) || n.inputs.empty())
+    return false;
+  const TensorInfo *t = g.tensor(n.inputs[0]);
+  return t && !g.producer(n.inputs[0]) &&
+         (t->role == TensorRole::Weight || t->role == TensorRole::OptimizerState);
+}
+
+llvm::Expected<unsigned> evaluationGraph(Graph &g, const OpLibrary &lib, EvalNorm norm) {
+  std::set<std::string> read(g.outputs.begin(), g.outputs.end());
+  for (const Node &n : g.nodes())
+    read.insert(n.inputs.begin(), n.inputs.end());
+  // The carried running statistics nothing reads, by the group of their batch norm (the
+  // ONNX node all of its steps belong to): mean, variance.
+  std::set<std::string> dropped; // node names
+  std::map<std::string, std::pair<std::string, std::string>> stats;
+  for (const Node &n : g.nodes())
+    if (isRunningStatistic(n.op) && carriesState(g, n) && !read.count(n.output)) {
+      dropped.insert(n.name);
+      (n.op == "bn_running_mean" ? stats[n.group].first : stats[n.group].second) = n.inputs[0];
+    }
+  if (dropped.empty())
+    return 0u;
+  Graph out;
+  std::set<std::string> readAfter(g.outputs.begin(), g.outputs.end());
+  std::vector<Node> nodes;
+  unsigned changed = 0;
+  for (const Node &n : g.nodes()) {
+    if (dropped.count(n.name))
+      continue;
+    Node m = n;
+    if (auto s = stats.find(n.group); norm == EvalNorm::Running && n.op == "batch_norm_train" &&
+                                      s != stats.end() && !s->second.first.empty() &&
+                                      !s->second.second.empty()) {
+      // batch_norm_train(x, scale, B, eps) -> BatchNormalization(x, scale, B, mean, var, eps)
+      m.op = "BatchNormalization";
+      m.inputs = {n.inputs[0],     n.inputs[1],      n.inputs[2],
+                  s->second.first, s->second.second, n.inputs[3]};
+      ++changed;
+    }
+    readAfter.insert(m.inputs.begin(), m.inputs.end());
+    nodes.push_back(std::move(m));
+  }
+  // Tensors only the dropped nodes made or read (their outputs, the momenta) go too.
+  std::set<std::string> gone;
+  for (const Node &n : g.nodes())
+    if (dropped.count(n.name)) {
+      gone.insert(n.output);
+      for (const std::string &in : n.inputs)
+        if (!readAfter.count(in) && !g.producer(in) &&
+            g.tensor(in)->role != TensorRole::OptimizerState)
+          gone.insert(in);
+    }
+  for (const TensorInfo &t : g.tensors())
+    if (!gone.count(t.name))
+      if (llvm::Error e = out.addTensor(t))
+        return std::move(e);
+  for (Node &n : nodes)
+    if (llvm::Error e = out.addNode(std::move(n)))
+      return std::move(e);
+  out.outputs = g.outputs;
+  out.constants = g.constants;
+  out.initialValues = g.initialValues;
+  out.inputsTakenWhole = g.inputsTakenWhole;
+  out.emptyOutputs = g.emptyOutputs;
+  out.randomInputs = g.randomInputs;
+  for (const std::string &t : gone) {
+    out.constants.erase(t);
+    out.initialValues.erase(t);
+  }
+  if (llvm::Error e = checkGraph(out, lib))
+    return stringError("the evaluation graph does not check: " + llvm::toString(std::move(e)));
+  g = std::move(out);
+  return changed;
 }
 
 llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib) {

@@ -91,6 +91,14 @@ llvm::Expected<PartitionPlan> restrictPlan(const PartitionPlan &train, const Pro
         return stringError(
             fmt::format("node '{}' is not in the training graph", sub.nodes[n].name));
       s.node[n] = from.node[it->second];
+      const StrategyTable &was = *full.nodes[it->second].table, &is = *sub.nodes[n].table;
+      if (s.node[n] >= 0 && was.op.def->name != is.op.def->name) {
+        const std::string want = full.strategyName(it->second, s.node[n]);
+        s.node[n] = -1;
+        for (int k = 0; k < static_cast<int>(is.strategies.size()); ++k)
+          if (sub.strategyName(n, k) == want)
+            s.node[n] = k;
+      }
     }
     for (unsigned t = 0; t < sub.tensors.size(); ++t) {
       auto it = tensors.find(sub.tensors[t].name);

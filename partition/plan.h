@@ -35,8 +35,11 @@ std::string encodePlan(const PartitionPlan &plan);
 llvm::Expected<PartitionPlan> decodePlan(const std::string &text, const Problem &problem);
 
 /// `train` restricted to `sub`, whose nodes and tensors are some of `full`'s by name (the
-/// forward graph of a training graph): each keeps its choice at every step. Errors name a
-/// node or tensor `full` does not have. The result's byte counts are zero: the
+/// forward graph of a training graph): each keeps its choice at every step. A node whose op
+/// differs (evaluation's BatchNormalization where training ran batch_norm_train:
+/// graph.h's evaluationGraph) takes its strategy of the same name (the same variable
+/// split; strategyName), else it is replicated. Errors name a node or tensor `full` does
+/// not have. The result's byte counts are zero: the
 /// partition layer has no cost model (search/cost_model.h prices it).
 llvm::Expected<PartitionPlan> restrictPlan(const PartitionPlan &train, const Problem &full,
                                            const Problem &sub);

@@ -87,11 +87,12 @@ public:
   /// A short human name: `b` (output dimension variable), `reduce ci`, `replicate`.
   std::string strategyName(unsigned node, int strategy) const;
 
-  /// Whether node `n` carries state across steps: an optimiser update (isOptimizerUpdate)
-  /// of a weight or an optimiser state, whose result replaces that first input for the next
-  /// step. The same ops on data inputs (an imported ONNX Momentum or Adam) are ordinary ops.
+  /// Whether node `n` carries state across steps: an optimiser update or a running
+  /// statistic (isStateUpdate) of a weight or state, whose result replaces that first input
+  /// for the next step. The same ops on data inputs (an imported ONNX Momentum or Adam, a
+  /// batch norm's statistics fed as data) are ordinary ops.
   bool carriesState(const ProblemNode &n) const {
-    if (!isOptimizerUpdate(n.table->op.def->name))
+    if (!isStateUpdate(n.table->op.def->name))
       return false;
     const TensorRole r = tensors[n.inputs[0]].role;
     return r == TensorRole::Weight || r == TensorRole::OptimizerState;

@@ -301,13 +301,16 @@ llvm::Error copyState(const Engine &from, Engine &to) {
     if (pt.hasProducer || it == source.end())
       continue;
     const ProgramTensor &ft = from.program().tensors[it->second];
-    if (ft.hasProducer || (ft.role != TensorRole::Weight && pt.role != TensorRole::Weight))
+    const auto carried = [](TensorRole r) {
+      return r == TensorRole::Weight || r == TensorRole::OptimizerState;
+    };
+    if (ft.hasProducer || (!carried(ft.role) && !carried(pt.role)))
       continue; // data, hyper-parameters: set by the caller
     for (unsigned w : to.localWorkers()) {
       if (!to.holdsTile(t, w))
         continue;
       if (!from.holdsTile(it->second, w) || !(ft.tiles[w] == pt.tiles[w]))
-        return stringError(fmt::format("weight '{}': worker {} holds another tile of it in the "
+        return stringError(fmt::format("'{}': worker {} holds another tile of it in the "
                                        "evaluation plan than in the training plan",
                                        pt.name, w));
       const std::vector<float> tile = from.readTile(it->second, w);

@@ -358,10 +358,14 @@ llvm::Error restore(Engine &engine, const CheckpointReader &c, bool forwardOnly)
       continue;
     auto it = c.shapes().find(pt.name);
     if (it == c.shapes().end())
-      return stringError(fmt::format("the checkpoint has no tensor '{}' ({} of shape [{}])",
-                                     pt.name,
-                                     pt.role == TensorRole::Weight ? "a weight" : "optimiser state",
-                                     fmt::join(pt.shape, ", ")));
+      return stringError(fmt::format(
+          "the checkpoint has no tensor '{}' ({} of shape [{}]){}", pt.name,
+          pt.role == TensorRole::Weight ? "a weight" : "state", fmt::join(pt.shape, ", "),
+          pt.role == TensorRole::Weight
+              ? ""
+              : ": an optimiser's, or a batch norm's running statistic, which checkpoints written "
+                "before tofu-run carried them lack (--eval-mode batch normalises with the "
+                "batch's own)"));
     if (it->second != pt.shape)
       return stringError(
           fmt::format("tensor '{}': the checkpoint's shape [{}] is not the graph's [{}]", pt.name,

@@ -6,7 +6,9 @@
 # independent oracle); evaluation on the test split; a checkpoint resumed mid-epoch continues
 # the uninterrupted run; 2 MPI processes give the run of 2 threads; every optimiser, weight
 # decay and learning-rate schedule against torch.optim's, and a schedule resumed from a
-# checkpoint; a model with a training-mode Dropout learns; bad uses exit 2.
+# checkpoint; a model with a training-mode Dropout learns; a model with batch norms carries
+# their running statistics, and PyTorch's model.eval() of its checkpoint scores as --eval
+# does; bad uses exit 2.
 set -uo pipefail
 run="$(realpath "$1")"
 fail=0
@@ -301,6 +303,85 @@ print("dropout: accuracy", [round(e["accuracy"], 3) for e in a["eval"]])
 PY
 fi
 
+# Batch norms in training mode (tools/fmnist.py export --bn): training carries their running
+# statistics (PyTorch's momentum and unbiased variance) and saves them under the module's
+# names; loaded into the PyTorch module by name, model.eval() scores what tofu-run's --eval
+# scored (within 0.1 point: the same samples right), on 2 workers (threads) and on 2 MPI
+# processes (a sharded checkpoint). --infer --load gives PyTorch's eval-mode logits, and
+# --eval-mode batch normalises with the batch's statistics instead.
+bn_case() { # NAME 'LAUNCHER WORDS' 'OPTIONS'
+  local name=$1
+  # shellcheck disable=SC2086 # the words split
+  if ! $2 "$run" $3 --onnx "$tmp/bn.onnx" --batch 32 --data "$tmp/data" --normalize 0.3,0.3 \
+       --optimizer momentum --lr 0.02 --momentum 0.9 --seed 3 --format=json --steps 12 \
+       --eval test --save "$tmp/bn-$name" >"$tmp/bn-$name.json" 2>"$tmp/err.txt"; then
+    echo "FAILED: tofu-run training the batch-norm CNN ($name)" >&2; cat "$tmp/err.txt" >&2
+    fail=1
+    return
+  fi
+  if ! $py tools/fmnist.py evaluate --bn --checkpoint "$tmp/bn-$name" --data "$tmp/data" \
+       --normalize 0.3,0.3 --threads 1 --json "$tmp/bn-$name-torch.json" >"$tmp/torch.txt" 2>&1; then
+    echo "FAILED: fmnist.py evaluate of the batch-norm CNN ($name)" >&2; cat "$tmp/torch.txt" >&2
+    fail=1
+    return
+  fi
+  $py - "$tmp/bn-$name.json" "$tmp/bn-$name-torch.json" "$name" <<'PY' || fail=1
+import json, sys
+tofu, torch = json.load(open(sys.argv[1]))["eval"][-1], json.load(open(sys.argv[2]))
+assert torch["accuracy"] >= 0.3, torch  # it learns (10 classes)
+assert abs(tofu["accuracy"] - torch["accuracy"]) <= 0.001, (tofu, torch)
+assert abs(tofu["loss"] - torch["loss"]) <= 1e-4 * torch["loss"], (tofu, torch)
+print(f"batch norms ({sys.argv[3]}): tofu-run --eval {100 * tofu['accuracy']:.2f}%, PyTorch "
+      f"eval mode {100 * torch['accuracy']:.2f}% (loss {tofu['loss']:.5f} / {torch['loss']:.5f})")
+PY
+}
+if ! $py tools/fmnist.py export --bn "$tmp/bn.onnx" >"$tmp/torch.txt" 2>&1; then
+  echo "FAILED: fmnist.py export --bn" >&2; cat "$tmp/torch.txt" >&2; fail=1
+else
+  bn_case threads "" "--workers 2"
+  bn_case mpi "mpirun --oversubscribe --bind-to none -np 2" "--backend mpi"
+  # --infer --load: PyTorch's eval-mode logits of four test images; --eval-mode batch differs.
+  $py - "$tmp/data" "$tmp/x.npy" <<'PY'
+import gzip, sys
+import numpy as np
+with gzip.open(f"{sys.argv[1]}/t10k-images-idx3-ubyte.gz") as f:
+    images = np.frombuffer(f.read()[16:], np.uint8).reshape(-1, 1, 28, 28)[:4]
+np.save(sys.argv[2], ((images / 255.0 - 0.3) / 0.3).astype(np.float32))
+PY
+  for mode in running batch; do
+    if ! "$run" --onnx "$tmp/bn.onnx" --infer --load "$tmp/bn-threads" --eval-mode $mode \
+         --input "image=$tmp/x.npy" --output-dir "$tmp/bn-infer-$mode" >"$tmp/out.txt" 2>&1; then
+      echo "FAILED: tofu-run --infer --load of the batch-norm CNN (--eval-mode $mode)" >&2
+      cat "$tmp/out.txt" >&2; fail=1
+    fi
+  done
+  grep -q "2 batch norms of training mode normalise with their running statistics" "$tmp/out.txt" &&
+    { echo "FAILED: --eval-mode batch still reports running statistics" >&2; fail=1; }
+  $py - "$tmp/bn-threads" "$tmp/x.npy" "$tmp/bn-infer-running/logits.npy" \
+      "$tmp/bn-infer-batch/logits.npy" <<'PY' || fail=1
+import sys
+import numpy as np
+import torch
+sys.path.insert(0, "tools")
+import fmnist
+model = fmnist.build_model(bn=True)
+saved = fmnist.read_checkpoint(sys.argv[1])
+state = model.state_dict()
+for name in state:
+    if not name.endswith("num_batches_tracked"):
+        state[name] = torch.from_numpy(np.array(saved[name], np.float32))
+model.load_state_dict(state)
+x = torch.from_numpy(np.load(sys.argv[2]))
+running, batch = np.load(sys.argv[3]), np.load(sys.argv[4])
+with torch.no_grad():
+    want = model.eval()(x).numpy()
+    want_batch = model.train()(x).numpy()  # batch statistics (the buffers change: a copy)
+assert np.allclose(running, want, rtol=1e-4, atol=1e-4), (running, want)
+assert np.allclose(batch, want_batch, rtol=1e-4, atol=1e-4), (batch, want_batch)
+assert not np.allclose(running, batch, rtol=1e-2, atol=1e-2)
+PY
+fi
+
 # Bad uses: each exits 2 naming what is wrong.
 $py - "$tmp/data" <<'PY'
 import struct, sys
@@ -316,6 +397,8 @@ expect_exit 2 "has 200 samples but" "$run" --onnx "$model" --batch 32 --workers 
 expect_exit 2 "--epochs is for training on a data set" "$run" --onnx "$model" --workers 1 --epochs 2
 expect_exit 2 "give --epochs or --steps" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --epochs 2 --steps 3
 expect_exit 2 "--normalize must be MEAN,STD" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --normalize 0.5
+expect_exit 2 "--eval-mode is for --eval and --infer" "$run" --onnx "$model" --workers 1 --eval-mode batch
+expect_exit 2 "--eval-mode must be running or batch" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --eval test --eval-mode mean
 expect_exit 2 "--eval-every needs --eval" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --eval-every 5
 expect_exit 2 "no t10k-images-idx3-ubyte" "$run" --onnx "$model" --batch 32 --workers 1 --data "$tmp/data" --eval "$tmp"
 expect_exit 2 "--momentum is for --optimizer momentum or nesterov" "$run" --onnx "$model" --workers 1 --momentum 0.5

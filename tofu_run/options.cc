@@ -172,6 +172,13 @@ cl::opt<std::string> evalOpt("eval",
                                       "as --data takes; at each epoch's end (or every "
                                       "--eval-every steps) and after the last step"),
                              cl::value_desc("test|PATH"), cl::cat(runCategory));
+cl::opt<std::string> evalModeOpt(
+    "eval-mode",
+    cl::desc("How --eval and --infer run a batch norm that training normalises with the batch's "
+             "statistics (a training-mode export): running (default) normalises with the "
+             "running statistics training carried, as PyTorch's model.eval() does; batch with "
+             "the batch's own, as in training"),
+    cl::value_desc("running|batch"), cl::init("running"), cl::cat(runCategory));
 cl::opt<unsigned> evalEvery("eval-every", cl::desc("Steps between evaluations (default: an epoch)"),
                             cl::init(0), cl::cat(runCategory));
 cl::opt<unsigned> logEvery("log-every",
@@ -345,6 +352,10 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
     return tofu::usageError("--epochs must be at least 1");
   if (evalEvery.getNumOccurrences() > 0 && evalOpt.empty())
     return tofu::usageError("--eval-every needs --eval");
+  if (evalModeOpt != "running" && evalModeOpt != "batch")
+    return tofu::usageError("--eval-mode must be running or batch");
+  if (evalModeOpt.getNumOccurrences() > 0 && evalOpt.empty() && !infer)
+    return tofu::usageError("--eval-mode is for --eval and --infer");
   if (logEvery == 0)
     return tofu::usageError("--log-every must be at least 1");
   if (realData && kernelsMode == Kernels::Interp)

@@ -47,6 +47,11 @@ namespace {
 /// --backend cuda or nccl in the CPU build: replaces this process by tofu-run-gpu, the
 /// build with every backend, from this binary's folder, with the same arguments (under
 /// mpirun each process does so before MPI starts). Returns only when it cannot.
+/// --eval-mode's choice.
+tofu::EvalNorm evalNorm() {
+  return evalModeOpt == "batch" ? tofu::EvalNorm::Batch : tofu::EvalNorm::Running;
+}
+
 int runGpuBuild(char **argv) {
   std::error_code ec;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -220,6 +225,14 @@ int run(int argc, char **argv) {
       return fail(llvm::toString(g.takeError()));
     if (g->outputs.empty() && !g->emptyOutputs.empty())
       return inferEmptyOutputs(*g, loaded);
+    auto norms = tofu::evaluationGraph(*g, *lib, evalNorm());
+    if (!norms)
+      return fail(loaded + ": " + llvm::toString(norms.takeError()));
+    if (*norms > 0 && format != Format::Json)
+      llvm::outs() << fmt::format("{}: {} batch norm{} of training mode normalise with {} "
+                                  "running statistics (--eval-mode running)\n",
+                                  loaded, *norms, *norms == 1 ? "" : "s",
+                                  *norms == 1 ? "its" : "their");
     pipelined = tofu::runPipeline(std::move(*g), loaded, *lib, pipeline);
   } else {
     pipelined = tofu::runPipeline(source, *lib, pipeline);
@@ -256,6 +269,10 @@ int run(int argc, char **argv) {
     auto fwd = tofu::loadGraph(source, *lib, &fwdName);
     if (!fwd)
       return fail(llvm::toString(fwd.takeError()));
+    // Evaluation leaves the running statistics as training carried them, and normalises
+    // with them (--eval-mode running) or with the batch's own.
+    if (auto norms = tofu::evaluationGraph(*fwd, *lib, evalNorm()); !norms)
+      return fail(fwdName + ": " + llvm::toString(norms.takeError()));
     if (!lossOutput.empty())
       fwd->outputs = {lossOutput}; // the pipeline checked it is an output
     else if (fwd->outputs.size() > 1)

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """The main job's real model: a small CNN on Fashion-MNIST, and its PyTorch peer.
 
-  fmnist.py export OUT.onnx [--seed S]
+  fmnist.py export OUT.onnx [--seed S] [--bn]
       Defines the CNN in PyTorch (initial weights from torch.manual_seed(S)) and exports it
       to ONNX with a dynamic batch: the model tofu-run trains (--onnx), its initializers
-      the initial weights.
+      the initial weights. --bn puts a batch norm after each convolution and exports in
+      training mode (batch statistics; the running ones are initializers that a training
+      step updates).
   fmnist.py train --onnx M.onnx --data DIR [--epochs E | --steps N] [--batch B] [--lr LR]
                   [--optimizer sgd|momentum|nesterov|adam|adamw] [--momentum MU]
                   [--weight-decay WD] [--lr-schedule S] [--warmup N] [--seed S]
@@ -24,6 +26,10 @@
       multiplies every gradient element by 1 + e*u at every step, e float32's epsilon and u
       uniform in [-1, 1] (draw K): rounding of the size a different summation order makes,
       so the run differs from the plain one only as another float32 implementation would.
+  fmnist.py evaluate --checkpoint DIR [--bn] [--data DIR] [--normalize MEAN,STD] [--json OUT]
+      Loads a checkpoint tofu-run --save wrote (whole or sharded) into the PyTorch module by
+      name (running statistics included) and prints its eval-mode (model.eval()) loss and
+      accuracy on the test split.
   fmnist.py plot TOFU.json TORCH.json OUT.svg [--spread P1.json ...] [--steps N]
       Draws both loss curves (means over windows of steps) and the test accuracies in one SVG,
       and compares the runs (exit 1 when they differ): the first N steps' losses and the final
@@ -43,7 +49,7 @@ import time
 import numpy as np
 
 
-def build_model():
+def build_model(bn=False):
     import torch.nn as nn
 
     class Cnn(nn.Module):
@@ -55,10 +61,15 @@ def build_model():
             self.fc2 = nn.Linear(128, 10)
             self.pool = nn.MaxPool2d(2)
             self.relu = nn.ReLU()
+            if bn:  # a batch norm after each convolution (running statistics: buffers)
+                self.bn1 = nn.BatchNorm2d(16)
+                self.bn2 = nn.BatchNorm2d(32)
 
         def forward(self, x):
-            x = self.pool(self.relu(self.conv1(x)))
-            x = self.pool(self.relu(self.conv2(x)))
+            x = self.conv1(x)
+            x = self.pool(self.relu(self.bn1(x) if bn else x))
+            x = self.conv2(x)
+            x = self.pool(self.relu(self.bn2(x) if bn else x))
             x = x.flatten(1)
             return self.fc2(self.relu(self.fc1(x)))
 
@@ -68,14 +79,96 @@ def build_model():
 def export(args):
     import torch
     torch.manual_seed(args.seed)
-    model = build_model().eval()
+    model = build_model(args.bn)
     x = torch.zeros(2, 1, 28, 28)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    torch.onnx.export(model, x, args.out, input_names=["image"], output_names=["logits"],
-                      dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
-                      opset_version=13)
+    if args.bn:  # training mode: the batch norms normalise with the batch's statistics
+        import warnings  # PyTorch notes that the export drops num_batches_tracked's count
+        warnings.filterwarnings("ignore", message=".*num_batches_tracked.*")
+        model.train()
+        torch.onnx.export(model, x, args.out, input_names=["image"], output_names=["logits"],
+                          dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
+                          opset_version=15, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False)
+    else:
+        torch.onnx.export(model.eval(), x, args.out, input_names=["image"],
+                          output_names=["logits"],
+                          dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
+                          opset_version=13)
     params = sum(p.numel() for p in model.parameters())
-    print(f"exported the CNN ({params} parameters, seed {args.seed}) to {args.out}")
+    print(f"exported the CNN ({params} parameters, seed {args.seed}"
+          f"{', batch norms in training mode' if args.bn else ''}) to {args.out}")
+
+
+def read_safetensors(path):
+    """A safetensors file's float tensors by name (F32, F64), as numpy arrays."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + size])
+    body = data[8 + size:]
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = {"F32": np.float32, "F64": np.float64}[entry["dtype"]]
+        lo, hi = entry["data_offsets"]
+        out[name] = np.frombuffer(body[lo:hi], dtype=dtype).reshape(entry["shape"])
+    return out
+
+
+def read_checkpoint(folder):
+    """A tofu-run --save checkpoint's tensors by name: model.safetensors whole, or a sharded
+    one (index.json naming each tensor's tiles: runtime/checkpoint.h) assembled."""
+    whole = os.path.join(folder, "model.safetensors")
+    if os.path.exists(whole):
+        return read_safetensors(whole)
+    with open(os.path.join(folder, "index.json")) as f:
+        index = json.load(f)
+    files, out = {}, {}
+    for name, entry in index["tensors"].items():
+        t = np.zeros(entry["shape"], dtype=np.float32)
+        for tile in entry["tiles"]:
+            if tile["file"] not in files:
+                files[tile["file"]] = read_safetensors(os.path.join(folder, tile["file"]))
+            t[tuple(slice(lo, hi) for lo, hi in tile["box"])] = files[tile["file"]][tile["key"]]
+        out[name] = t
+    return out
+
+
+def evaluate_checkpoint(args):
+    """PyTorch's eval-mode accuracy of a checkpoint tofu-run saved, loaded by name."""
+    import torch
+    torch.set_num_threads(args.threads)
+    model = build_model(args.bn)
+    saved = read_checkpoint(args.checkpoint)
+    state = model.state_dict()
+    for name in state:
+        if name.endswith("num_batches_tracked"):
+            continue  # PyTorch's count of steps, which no ONNX export holds
+        if name not in saved:
+            sys.exit(f"fmnist.py: the checkpoint {args.checkpoint} has no tensor '{name}'")
+        state[name] = torch.from_numpy(np.array(saved[name], dtype=np.float32))
+    model.load_state_dict(state)
+    model.eval()
+    mean, std = (float(v) for v in args.normalize.split(","))
+    images, labels = split(args.data, "t10k")
+    correct, total = 0, 0.0
+    with torch.no_grad():
+        for start in range(0, len(images), 1000):
+            x = (torch.from_numpy(images[start:start + 1000].astype(np.float32) / 255.0)
+                 .unsqueeze(1) - mean) / std
+            y = torch.from_numpy(labels[start:start + 1000].astype(np.int64))
+            out = model(x)
+            total += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
+            correct += int((out.argmax(1) == y).sum())
+    result = {"accuracy": correct / len(images), "loss": total / len(images),
+              "samples": len(images)}
+    print(f"PyTorch eval mode: loss {result['loss']:.4f}, accuracy "
+          f"{100 * result['accuracy']:.2f}% on {len(images)} test samples")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f)
 
 
 def read_idx(path):
@@ -125,11 +218,13 @@ def train(args):
     real = np.float64 if args.float64 else np.float32
     if args.float64:
         torch.set_default_dtype(torch.float64)
-    model = build_model()
+    model = build_model(args.bn)
     init = {t.name: onnx.numpy_helper.to_array(t)
             for t in onnx.load(args.onnx).graph.initializer}
     state = model.state_dict()
     for name in state:
+        if name.endswith("num_batches_tracked"):
+            continue
         if name not in init:
             sys.exit(f"fmnist.py: {args.onnx} has no initializer '{name}'")
         state[name] = torch.from_numpy(np.array(init[name], dtype=real))
@@ -354,6 +449,8 @@ def main():
     e = sub.add_parser("export")
     e.add_argument("out")
     e.add_argument("--seed", type=int, default=1)
+    e.add_argument("--bn", action="store_true",
+                   help="a batch norm after each convolution, exported in training mode")
     t = sub.add_parser("train")
     t.add_argument("--onnx", required=True)
     t.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
@@ -377,7 +474,15 @@ def main():
     t.add_argument("--perturb", type=int, default=0,
                    help="every gradient element off by up to one float32 step at every step "
                         "(this seed's draw): a run that differs only by rounding")
+    t.add_argument("--bn", action="store_true", help="the model export --bn wrote")
     t.add_argument("--json", required=True)
+    v = sub.add_parser("evaluate")
+    v.add_argument("--checkpoint", required=True, help="a tofu-run --save directory")
+    v.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    v.add_argument("--bn", action="store_true", help="the model export --bn wrote")
+    v.add_argument("--normalize", default="0.2860,0.3530")
+    v.add_argument("--threads", type=int, default=2)
+    v.add_argument("--json", default="")
     g = sub.add_parser("plot")
     g.add_argument("tofu")
     g.add_argument("torch")
@@ -388,7 +493,8 @@ def main():
     g.add_argument("--steps", type=int, default=15,
                    help="compare the losses of this many first steps against the spread")
     args = p.parse_args()
-    {"export": export, "train": train, "plot": plot}[args.cmd](args)
+    {"export": export, "train": train, "evaluate": evaluate_checkpoint,
+     "plot": plot}[args.cmd](args)
 
 
 if __name__ == "__main__":
