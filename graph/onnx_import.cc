@@ -763,6 +763,29 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
       return std::move(e);
     g.outputs.push_back(v.name());
   }
+  // Constants: a value a parameter never holds (not finite: a causal mask's -inf), or an
+  // anonymous scalar (PyTorch names a value it computed at export `onnx::<op>_<n>`); the
+  // user's --trainable and --frozen decide over the rule.
+  for (const auto &[names, what] :
+       {std::pair{&options_.trainable, "--trainable"}, std::pair{&options_.frozen, "--frozen"}})
+    for (const std::string &name : *names) {
+      const TensorInfo *t = g.tensor(name);
+      if (!initializers.count(name) || !t || g.producer(name) || !g.initialValues.count(name))
+        return stringError(
+            fmt::format("{} {}: the model has no float initializer '{}'", what, name, name));
+      if (options_.trainable.count(name) && options_.frozen.count(name))
+        return stringError(fmt::format("'{}' is given both to --trainable and to --frozen", name));
+    }
+  for (const TensorInfo &t : g.tensors()) {
+    auto v = g.initialValues.find(t.name);
+    if (t.role != TensorRole::Weight || v == g.initialValues.end() || g.producer(t.name))
+      continue;
+    const bool constant = std::any_of(v->second.begin(), v->second.end(),
+                                      [](float x) { return !std::isfinite(x); }) ||
+                          (t.name.rfind("onnx::", 0) == 0 && v->second.size() == 1);
+    if (options_.frozen.count(t.name) || (constant && !options_.trainable.count(t.name)))
+      g.tensor(t.name)->role = TensorRole::Input;
+  }
   // Weights no translated node reads (a training-mode batch norm's running statistics)
   // are not trained.
   std::set<std::string> read;

@@ -3,6 +3,7 @@
 #define TOFU_GRAPH_ONNX_IMPORT_H
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,12 @@ struct OnnxImportOptions {
   /// length) take the sample's extents where the ranks agree (the input's rank is the
   /// sample's plus the batch axis). Other dynamic dimensions are `batch`.
   std::map<std::string, std::vector<int64_t>> sampleShapes;
+  /// Float initializers to train whatever the rule below says, and to keep constant. By
+  /// default every float initializer is a weight (trained) except a constant: one holding
+  /// a value that is not finite (a causal mask's -inf), or an anonymous one of one element
+  /// (a name PyTorch gave a value it computed at export, `onnx::Div_12`: a scale, an
+  /// exponent). Each name must be a float initializer of the model.
+  std::set<std::string> trainable, frozen;
 };
 
 /// Reads the model at `path` (with its initializers' external data, from files in the

@@ -100,6 +100,8 @@ llvm::Expected<Graph> readGraph(const GraphSource &source, const OpLibrary &lib,
     options.batchExact = source.batchGiven;
     options.givenInputs = source.givenInputs;
     options.sampleShapes = source.sampleShapes;
+    options.trainable = source.trainable;
+    options.frozen = source.frozen;
     return importOnnx(source.onnxFile, lib, options);
   }
   *name = source.graphFile;

@@ -35,6 +35,9 @@ struct GraphSource {
   /// With onnxFile: the sample shapes of the data that will feed its inputs
   /// (OnnxImportOptions::sampleShapes).
   std::map<std::string, std::vector<int64_t>> sampleShapes;
+  /// With onnxFile: initializers trained or kept constant whatever the importer's rule
+  /// (OnnxImportOptions::trainable, frozen).
+  std::set<std::string> trainable, frozen;
 };
 
 /// The operator library's directory, wherever the tool runs from: `given` where the user

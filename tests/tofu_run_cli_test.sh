@@ -176,4 +176,58 @@ if ! ldd "$run" | grep -q libasan; then
     echo "FAILED: mobilenet_v2_train64 --kernels interp --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
   fi
 fi
+# Constants are not weights: a causal mask of -inf (an anonymous initializer, as PyTorch's
+# TransformerDecoder export makes it) and an anonymous scalar (onnx::Div_3, a scale) stay as
+# they are; the other initializers train. --verify passes at k = 2 (equal infinities are
+# equal), the checkpoint holds the weights only, --trainable trains a constant, --frozen keeps
+# a weight, and a name that is no initializer is an error.
+/usr/bin/python3 - "$tmp/causal.onnx" <<'PY'
+import sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto
+rng = np.random.default_rng(1)
+t, d = 4, 8
+mask = np.triu(np.full((t, t), -np.inf, np.float32), 1)
+inits = [numpy_helper.from_array((rng.standard_normal((d, d)) * 0.3).astype(np.float32), "Wq"),
+         numpy_helper.from_array(mask, "onnx::Add_7"),
+         numpy_helper.from_array(np.array(np.sqrt(d), np.float32), "onnx::Div_3"),
+         numpy_helper.from_array((rng.standard_normal((t * d, 10)) * 0.1).astype(np.float32), "W2"),
+         numpy_helper.from_array(np.array([0, t * d], np.int64), "shape")]
+nodes = [helper.make_node("MatMul", ["x", "Wq"], ["q"]),
+         helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+         helper.make_node("MatMul", ["q", "xt"], ["s"]),
+         helper.make_node("Div", ["s", "onnx::Div_3"], ["scaled"]),
+         helper.make_node("Add", ["scaled", "onnx::Add_7"], ["masked"]),
+         helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+         helper.make_node("MatMul", ["p", "x"], ["a"]),
+         helper.make_node("Reshape", ["a", "shape"], ["flat"]),
+         helper.make_node("MatMul", ["flat", "W2"], ["logits"])]
+g = helper.make_graph(nodes, "causal", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, t, d])],
+                      [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 10])], inits)
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1])
+PY
+saved() { # DIR: the checkpoint's tensor names, sorted, one line
+  /usr/bin/python3 -c "import json, struct, sys; f = open(sys.argv[1] + '/model.safetensors', 'rb'); n = struct.unpack('<Q', f.read(8))[0]; print(' '.join(sorted(k for k in json.loads(f.read(n)) if k != '__metadata__')))" "$1"
+}
+if ! $run --onnx "$tmp/causal.onnx" --batch 2 --workers 2 --verify --save "$tmp/causal" \
+     >"$tmp/out.txt" 2>"$tmp/err.txt" || ! grep -q "^verify: PASSED" "$tmp/out.txt"; then
+  echo "FAILED: --verify of a model with a causal mask of -inf" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+else
+  grep -q "weights: 2 of 2 from the model's initializers; 2 more initializers are constant" "$tmp/out.txt" ||
+    { echo "FAILED: the header does not count the constants" >&2; cat "$tmp/out.txt" >&2; fail=1; }
+  [ "$(saved "$tmp/causal")" = "W2 Wq" ] ||
+    { echo "FAILED: the checkpoint holds $(saved "$tmp/causal"), not W2 Wq" >&2; fail=1; }
+fi
+if ! $run --onnx "$tmp/causal.onnx" --batch 2 --workers 2 --steps 1 --trainable onnx::Div_3 \
+     --frozen Wq --save "$tmp/causal2" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+  echo "FAILED: --trainable / --frozen" >&2; cat "$tmp/err.txt" >&2; fail=1
+else
+  [ "$(saved "$tmp/causal2")" = "W2 onnx::Div_3" ] ||
+    { echo "FAILED: with --trainable onnx::Div_3 --frozen Wq the checkpoint holds $(saved "$tmp/causal2")" >&2; fail=1; }
+fi
+if $run --onnx "$tmp/causal.onnx" --batch 2 --workers 2 --steps 1 --trainable Wk >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+   ! grep -q "the model has no float initializer 'Wk'" "$tmp/err.txt"; then
+  echo "FAILED: --trainable of a name that is no initializer" >&2; cat "$tmp/err.txt" >&2; fail=1
+fi
 exit $fail

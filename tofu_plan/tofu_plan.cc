@@ -41,6 +41,16 @@ cl::opt<unsigned> dataInputs("data-inputs",
                              cl::desc("With --onnx, when weights are graph inputs: how many "
                                       "leading inputs are data (default 1)"),
                              cl::init(1), cl::cat(planCategory));
+cl::list<std::string> trainableOpt(
+    "trainable", cl::CommaSeparated,
+    cl::desc("With --onnx: float initializers to train whatever the import's rule says (by default "
+             "an initializer holding a value that is not finite, or an anonymous one of one "
+             "element, onnx::<op>_<n>, is a constant)"),
+    cl::value_desc("NAME,..."), cl::cat(planCategory));
+cl::list<std::string> frozenOpt(
+    "frozen", cl::CommaSeparated,
+    cl::desc("With --onnx: float initializers to keep constant (not trained, not in checkpoints)"),
+    cl::value_desc("NAME,..."), cl::cat(planCategory));
 cl::opt<std::string> inputOpt(
     "input",
     cl::desc("With --onnx: NAME=FILE,... (.npy, ONNX TensorProto .pb, IDX or "
@@ -293,6 +303,10 @@ int main(int argc, char **argv) {
                               {}};
   if (!inputOpt.empty())
     source.givenInputs = exitOnErr(tofu::asUsage(tofu::readInputArrays(inputOpt))).forImport();
+  source.trainable = {trainableOpt.begin(), trainableOpt.end()};
+  source.frozen = {frozenOpt.begin(), frozenOpt.end()};
+  if (onnxFile.empty() && (!trainableOpt.empty() || !frozenOpt.empty()))
+    exitOnErr(tofu::usageError("--trainable and --frozen name initializers of an --onnx model"));
   auto result = exitOnErr(tofu::runPipeline(source, *lib, pipeline));
   if (!result.lossNote.empty())
     llvm::errs() << "tofu-plan: " << result.lossNote << "\n";

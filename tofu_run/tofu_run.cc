@@ -205,6 +205,10 @@ int run(int argc, char **argv) {
                               {}};
   if (!onnxFile.empty())
     source.givenInputs = inputArrays.forImport();
+  source.trainable = {trainableOpt.begin(), trainableOpt.end()};
+  source.frozen = {frozenOpt.begin(), frozenOpt.end()};
+  if (onnxFile.empty() && (!trainableOpt.empty() || !frozenOpt.empty()))
+    return fail("--trainable and --frozen name initializers of an --onnx model", 2);
   // Training on a data set: it is opened before an ONNX import, whose dynamic axes after
   // the batch (a sequence's length) its samples fix; the trainer takes it as opened.
   std::shared_ptr<const tofu::DataSet> dataSet;

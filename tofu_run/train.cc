@@ -219,16 +219,23 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
         : gpu                   ? "cuBLAS, cuDNN + generated kernels"
                                 : "oneDNN + generated kernels");
     {
-      unsigned weights = 0, fromModel = 0;
+      unsigned weights = 0, fromModel = 0, constants = 0;
       for (const tofu::ProblemTensor &t : p.tensors)
         if (t.role == tofu::TensorRole::Weight) {
           ++weights;
           fromModel += training.initialValues.count(t.name) > 0;
+        } else if (t.role == tofu::TensorRole::Input && t.producer < 0 &&
+                   training.initialValues.count(t.name)) {
+          ++constants;
         }
       if (!trainer.resumed() && fromModel > 0)
-        llvm::outs() << fmt::format("weights: {} of {} from the model's initializers{}\n",
-                                    fromModel, weights,
-                                    fromModel < weights ? ", the rest drawn" : "");
+        llvm::outs() << fmt::format(
+            "weights: {} of {} from the model's initializers{}{}\n", fromModel, weights,
+            fromModel < weights ? ", the rest drawn" : "",
+            constants == 0 ? ""
+                           : fmt::format("; {} more initializer{} constant (not trained: "
+                                         "--trainable NAME trains one)",
+                                         constants, constants == 1 ? " is" : "s are"));
       else if (!trainer.resumed() && !onnxFile.empty())
         llvm::outs() << fmt::format("weights: the model has no initial values; all {} drawn "
                                     "(synthetic, from --seed)\n",
