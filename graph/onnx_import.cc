@@ -806,6 +806,14 @@ using onnximport::importExpanded;
 using onnximport::loadExternalData;
 using onnximport::tableFor;
 
+llvm::Error prepareOnnxImport(const OpLibrary &lib) {
+  auto table = tableFor(lib);
+  if (!table)
+    return table.takeError();
+  (void)onnx::OpSchemaRegistry::Schema("Add", 17, ""); // builds the registry
+  return llvm::Error::success();
+}
+
 llvm::Expected<Graph> importOnnxBytes(const std::string &bytes, const std::string &name,
                                       const OpLibrary &lib, const OnnxImportOptions &options) {
   onnx::ModelProto model;

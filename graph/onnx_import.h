@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/interpreter.h"
 #include "graph/graph.h"
 #include "llvm/Support/Error.h"
 
@@ -62,6 +63,31 @@ struct OnnxImportOptions {
 /// The resulting graph is checked: the library's shape clauses must agree with ONNX's.
 llvm::Expected<Graph> importOnnx(const std::string &path, const OpLibrary &lib,
                                  const OnnxImportOptions &options = {});
+
+/// What saveOnnxWithValues wrote.
+struct OnnxSaveReport {
+  unsigned replaced = 0;     ///< initializers given trained values
+  int64_t bytes = 0;         ///< of every initializer
+  bool externalData = false; ///< the larger initializers lie in `dataFile`
+  std::string dataFile;
+  int64_t externalBytes = 0;
+};
+
+/// Writes the ONNX model `in` to `out` with every initializer that `values` names (a
+/// trained model's weights and running statistics, whole) replaced by those values, in the
+/// initializer's own element type (float, double, float16, bfloat16); the rest of the model
+/// as it was (its external data read in). With `external`, or past what protobuf can hold
+/// (2 GiB), initializers of 1 KiB or more go to `out`.data beside it (ONNX's external
+/// data). Both files are written whole, then renamed into place. Errors name an
+/// initializer whose shape differs from its value's.
+llvm::Expected<OnnxSaveReport> saveOnnxWithValues(const std::string &in, const std::string &out,
+                                                  const std::map<std::string, Tensor> &values,
+                                                  bool external = false);
+
+/// Builds once what every import in this process reads: `lib`'s translation table and
+/// ONNX's operator schemas. A process that forks importers (tofu-run --batch) calls it
+/// before forking, so that each child finds them built.
+llvm::Error prepareOnnxImport(const OpLibrary &lib);
 
 /// The same for a model held in memory (a framework's export); `name` stands for the file
 /// in messages.

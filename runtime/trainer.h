@@ -187,6 +187,10 @@ public:
   /// Writes every weight and optimiser state, with the run's metadata: one file from one
   /// process, else each process its tiles and the first the index of them all.
   llvm::Expected<SaveReport> save(const std::string &dir);
+  /// Every weight and state tensor (a batch norm's running statistics, an optimiser's),
+  /// whole, by name: under several processes gathered from their tiles, on every process
+  /// (collective).
+  std::map<std::string, Tensor> wholeState();
   /// The first step run again unpartitioned, on this process alone, and compared with the
   /// partitioned step's results (options.verify must have been set). `tolerance` < 0:
   /// kFloat32StepTolerance. Collective: every process calls it.

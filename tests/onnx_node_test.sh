@@ -4,6 +4,9 @@
 # tools/onnx_node_tests.py): no test crashes or hangs, every test the importer accepts
 # matches ONNX's expected outputs except the known failures (tests/onnx_node_known_failures.txt),
 # and none of those passes unnoticed. Under ASan (slower by several times) every 14th test.
+# The runs go to two tofu-run --batch processes, which load the library once and fork each
+# run (1 min 6 s for the 1,242 runs with the kernels cached, against 4 min 30 s as a process
+# each; 6 min from an empty kernel cache, against 8).
 # Samples start at an offset that rotates with the commit (TOFU_SAMPLE_OFFSET, set by
 # tools/test.sh), so that successive commits cover every test.
 set -uo pipefail

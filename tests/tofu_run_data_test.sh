@@ -309,12 +309,13 @@ fi
 # scored (within 0.1 point: the same samples right), on 2 workers (threads) and on 2 MPI
 # processes (a sharded checkpoint). --infer --load gives PyTorch's eval-mode logits, and
 # --eval-mode batch normalises with the batch's statistics instead.
-bn_case() { # NAME 'LAUNCHER WORDS' 'OPTIONS'
+bn_case() { # NAME 'LAUNCHER WORDS' 'OPTIONS' 'SAVE-ONNX OPTIONS'
   local name=$1
   # shellcheck disable=SC2086 # the words split
   if ! $2 "$run" $3 --onnx "$tmp/bn.onnx" --batch 32 --data "$tmp/data" --normalize 0.3,0.3 \
        --optimizer momentum --lr 0.02 --momentum 0.9 --seed 3 --format=json --steps 12 \
-       --eval test --save "$tmp/bn-$name" >"$tmp/bn-$name.json" 2>"$tmp/err.txt"; then
+       --eval test --save "$tmp/bn-$name" --save-onnx "$tmp/bn-$name.onnx" $4 \
+       >"$tmp/bn-$name.json" 2>"$tmp/err.txt"; then
     echo "FAILED: tofu-run training the batch-norm CNN ($name)" >&2; cat "$tmp/err.txt" >&2
     fail=1
     return
@@ -338,8 +339,8 @@ PY
 if ! $py tools/fmnist.py export --bn "$tmp/bn.onnx" >"$tmp/torch.txt" 2>&1; then
   echo "FAILED: fmnist.py export --bn" >&2; cat "$tmp/torch.txt" >&2; fail=1
 else
-  bn_case threads "" "--workers 2"
-  bn_case mpi "mpirun --oversubscribe --bind-to none -np 2" "--backend mpi"
+  bn_case threads "" "--workers 2" ""
+  bn_case mpi "mpirun --oversubscribe --bind-to none -np 2" "--backend mpi" "--save-onnx-external"
   # --infer --load: PyTorch's eval-mode logits of four test images; --eval-mode batch differs.
   $py - "$tmp/data" "$tmp/x.npy" <<'PY'
 import gzip, sys
@@ -348,6 +349,47 @@ with gzip.open(f"{sys.argv[1]}/t10k-images-idx3-ubyte.gz") as f:
     images = np.frombuffer(f.read()[16:], np.uint8).reshape(-1, 1, 28, 28)[:4]
 np.save(sys.argv[2], ((images / 255.0 - 0.3) / 0.3).astype(np.float32))
 PY
+  # --save-onnx: the model with its trained initializers (under MPI gathered by the first
+  # process, here with external data): ONNX's checker accepts it, its initializers are the
+  # checkpoint's tensors, the rest of the model is the input's, and --infer on it gives
+  # what --infer --load of the checkpoint gives.
+  for name in threads mpi; do
+    $py - "$tmp/bn.onnx" "$tmp/bn-$name.onnx" "$tmp/bn-$name" "$name" <<'PY' || fail=1
+import os, sys
+import numpy as np
+import onnx
+from onnx import numpy_helper
+sys.path.insert(0, "tools")
+import fmnist
+original, path, ckpt, name = sys.argv[1:]
+onnx.checker.check_model(path)
+saved, was = onnx.load(path), onnx.load(original)
+assert [n.SerializeToString() for n in saved.graph.node] == \
+       [n.SerializeToString() for n in was.graph.node]
+trained = fmnist.read_checkpoint(ckpt)
+inits = {t.name: numpy_helper.to_array(t) for t in saved.graph.initializer}
+assert set(inits) == {t.name for t in was.graph.initializer}
+model_named = [k for k in trained if k in inits]  # not the optimiser's state
+assert len(model_named) == 16, model_named
+for k in model_named:
+    assert np.array_equal(inits[k], trained[k]), k
+assert not np.array_equal(inits["bn1.running_var"],
+                          numpy_helper.to_array([t for t in was.graph.initializer
+                                                 if t.name == "bn1.running_var"][0]))
+external = os.path.exists(path + ".data")
+assert external == (name == "mpi"), (name, external)
+PY
+    if ! "$run" --onnx "$tmp/bn-$name.onnx" --infer --input "image=$tmp/x.npy" \
+         --output-dir "$tmp/bn-saved-$name" >"$tmp/out.txt" 2>&1 ||
+       ! "$run" --onnx "$tmp/bn.onnx" --infer --load "$tmp/bn-$name" --input "image=$tmp/x.npy" \
+         --output-dir "$tmp/bn-loaded-$name" >"$tmp/out.txt" 2>&1; then
+      echo "FAILED: --infer of the --save-onnx model ($name)" >&2; cat "$tmp/out.txt" >&2; fail=1
+    else
+      $py -c "import numpy as np, sys; assert np.array_equal(np.load(sys.argv[1]), np.load(sys.argv[2]))" \
+        "$tmp/bn-saved-$name/logits.npy" "$tmp/bn-loaded-$name/logits.npy" ||
+        { echo "FAILED: the --save-onnx model's logits are not the checkpoint's ($name)" >&2; fail=1; }
+    fi
+  done
   for mode in running batch; do
     if ! "$run" --onnx "$tmp/bn.onnx" --infer --load "$tmp/bn-threads" --eval-mode $mode \
          --input "image=$tmp/x.npy" --output-dir "$tmp/bn-infer-$mode" >"$tmp/out.txt" 2>&1; then
@@ -397,6 +439,8 @@ expect_exit 2 "has 200 samples but" "$run" --onnx "$model" --batch 32 --workers 
 expect_exit 2 "--epochs is for training on a data set" "$run" --onnx "$model" --workers 1 --epochs 2
 expect_exit 2 "give --epochs or --steps" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --epochs 2 --steps 3
 expect_exit 2 "--normalize must be MEAN,STD" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --normalize 0.5
+expect_exit 2 "--save-onnx writes an --onnx model" "$run" --model mlp --workers 1 --save-onnx "$tmp/m.onnx"
+expect_exit 2 "--save-onnx-external goes with --save-onnx" "$run" --onnx "$model" --workers 1 --save-onnx-external
 expect_exit 2 "--eval-mode is for --eval and --infer" "$run" --onnx "$model" --workers 1 --eval-mode batch
 expect_exit 2 "--eval-mode must be running or batch" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --eval test --eval-mode mean
 expect_exit 2 "--eval-every needs --eval" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --eval-every 5

@@ -190,4 +190,40 @@ $py -c "import numpy as np; np.save('$tmp/mlp_in.npy', np.zeros((4, 64), np.floa
 expect_exit 2 "--output-dir /etc/passwd: Not a directory" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer \
   --input "input=$tmp/mlp_in.npy" --output-dir /etc/passwd
 expect_exit 2 "--verify is for training runs" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer --verify
+# tofu-run --batch: runs forked from one process, each with its own result line. A run that
+# fails (exit 1) leaves the next to run; a run past its timeout is killed and reported; the
+# outputs equal those of a run of its own; a line that is not an --infer run is refused.
+mlp=(--onnx tests/onnx/mlp.onnx --workers 2 --infer --input "input=$tmp/mlp_in.npy")
+if ! "$run" "${mlp[@]}" --output-dir "$tmp/alone" >/dev/null 2>&1; then
+  echo "FAILED: tofu-run --infer of mlp" >&2; fail=1
+fi
+$py - "$tmp" > "$tmp/batch.jsonl" <<'PY'
+import json, sys
+t = sys.argv[1]
+mlp = ["--onnx", "tests/onnx/mlp.onnx", "--workers", "2", "--infer", "--input", f"input={t}/mlp_in.npy"]
+print(json.dumps({"args": mlp + ["--output-dir", f"{t}/b1"], "stdout": f"{t}/b1.out", "stderr": f"{t}/b1.err"}))
+print(json.dumps({"args": ["--onnx", f"{t}/none.onnx", "--infer"], "stderr": f"{t}/b2.err"}))
+print(json.dumps({"args": mlp + ["--output-dir", f"{t}/b3"], "timeout": 0.001}))
+print(json.dumps({"args": mlp + ["--output-dir", f"{t}/b4"], "stdout": f"{t}/b4.out"}))
+PY
+if ! "$run" --batch "$tmp/batch.jsonl" >"$tmp/batch.out" 2>"$tmp/err.txt"; then
+  echo "FAILED: tofu-run --batch" >&2; cat "$tmp/err.txt" >&2; fail=1
+fi
+$py - "$tmp" <<'PY' || fail=1
+import json, sys
+import numpy as np
+t = sys.argv[1]
+r = [json.loads(line) for line in open(f"{t}/batch.out")]
+assert [x["line"] for x in r] == [1, 2, 3, 4], r
+assert r[0]["exit"] == 0 and r[3]["exit"] == 0, r
+assert r[1]["exit"] == 1 and "none.onnx" in open(f"{t}/b2.err").read(), r
+assert r[2].get("timeout") == 0.001 and "exit" not in r[2], r
+assert "forward on 2 workers" in open(f"{t}/b4.out").read()
+for b in ("b1", "b4"):
+    assert np.array_equal(np.load(f"{t}/{b}/output.npy"), np.load(f"{t}/alone/output.npy")), b
+PY
+echo '{"args": ["--onnx", "tests/onnx/mlp.onnx", "--workers", "1", "--steps", "1"]}' > "$tmp/train.jsonl"
+expect_exit 2 "line 1: a batch runs --infer runs only" "$run" --batch "$tmp/train.jsonl"
+echo '["--infer"]' > "$tmp/bad.jsonl"
+expect_exit 2 "line 1: not a run" "$run" --batch "$tmp/bad.jsonl"
 exit $fail

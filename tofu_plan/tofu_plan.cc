@@ -300,6 +300,9 @@ int main(int argc, char **argv) {
                               dataInputs,
                               dataInputs.getNumOccurrences() > 0,
                               batch.getNumOccurrences() > 0,
+                              {},
+                              {},
+                              {},
                               {}};
   if (!inputOpt.empty())
     source.givenInputs = exitOnErr(tofu::asUsage(tofu::readInputArrays(inputOpt))).forImport();

@@ -227,6 +227,18 @@ cl::opt<bool> checking("check",
                                 "(catches kernels or plans that read what they were "
                                 "not given)"),
                        cl::cat(runCategory));
+cl::opt<std::string> saveOnnx(
+    "save-onnx",
+    cl::desc("With --onnx: after the last step, write the model to FILE.onnx with its "
+             "initializers replaced by the trained values (weights, running statistics), "
+             "in their own element types; under MPI the first process gathers them. Past "
+             "2 GiB of initializers (or with --save-onnx-external) they go to FILE.onnx.data "
+             "beside it"),
+    cl::value_desc("FILE.onnx"), cl::cat(runCategory));
+cl::opt<bool> saveOnnxExternal("save-onnx-external",
+                               cl::desc("--save-onnx writes initializers of 1 KiB or more to "
+                                        "FILE.onnx.data (ONNX's external data) at any size"),
+                               cl::init(false), cl::cat(runCategory));
 cl::opt<std::string> saveDir("save",
                              cl::desc("After the last step, write every weight and "
                                       "optimiser-state tensor to DIR/model.safetensors "
@@ -362,6 +374,10 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
     return tofu::usageError("--epochs must be at least 1");
   if (evalEvery.getNumOccurrences() > 0 && evalOpt.empty())
     return tofu::usageError("--eval-every needs --eval");
+  if (!saveOnnx.empty() && onnxFile.empty())
+    return tofu::usageError("--save-onnx writes an --onnx model with its trained values");
+  if (saveOnnxExternal && saveOnnx.empty())
+    return tofu::usageError("--save-onnx-external goes with --save-onnx");
   if (evalModeOpt != "running" && evalModeOpt != "batch")
     return tofu::usageError("--eval-mode must be running or batch");
   if (evalModeOpt.getNumOccurrences() > 0 && evalOpt.empty() && !infer)

@@ -58,6 +58,8 @@ extern cl::opt<std::string> evalOpt;
 extern cl::opt<unsigned> evalEvery;
 extern cl::opt<std::string> evalModeOpt;
 extern cl::list<std::string> trainableOpt, frozenOpt;
+extern cl::opt<std::string> saveOnnx;
+extern cl::opt<bool> saveOnnxExternal;
 extern cl::opt<unsigned> logEvery;
 extern cl::opt<double> tolerance;
 extern cl::opt<Kernels, false, tofu::ChoiceParser<Kernels>> kernelsMode;

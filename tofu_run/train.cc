@@ -12,6 +12,7 @@
 #include "codegen/program_builder.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
+#include "graph/onnx_import.h"
 #include "nlohmann/json.hpp"
 #include "runtime/cuda/kernel_report.h"
 #include "runtime/trainer.h"
@@ -295,6 +296,22 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
                                          "trained) from {} processes to {}\n",
                                          saved->tensors, saved->tiles, saved->bytes / 1048576.0,
                                          saved->stepsTrained, group->size(), saved->path));
+  }
+  if (!saveOnnx.empty()) { // every process gathers; the first writes
+    const std::map<std::string, tofu::Tensor> state = trainer.wholeState();
+    if (group->rank() == 0) {
+      auto wrote = tofu::saveOnnxWithValues(onnxFile, saveOnnx, state, saveOnnxExternal);
+      if (!wrote)
+        return fail("--save-onnx: " + llvm::toString(wrote.takeError()));
+      if (!json)
+        llvm::outs() << fmt::format(
+            "wrote {}: {} initializers with their trained values ({:.2f} MiB{})\n",
+            std::string(saveOnnx), wrote->replaced, wrote->bytes / 1048576.0,
+            wrote->externalData ? fmt::format(", {:.2f} MiB of them in {}",
+                                              wrote->externalBytes / 1048576.0, wrote->dataFile)
+                                : std::string());
+    }
+    group->barrier();
   }
   const std::vector<double> &losses = trainer.losses();
   const std::vector<double> &stepSeconds = trainer.stepSeconds();

@@ -26,7 +26,13 @@ sorted into
                            [--thin K:N]
                            [--json FILE] [--known FILE] [--all-pass]
 
-It prints the counts, the refusals by reason and every failure. With --known FILE (one
+The runs go to --jobs `tofu-run --batch` processes (one line per run; tofu-run loads the
+operator library once and forks each run from there, with its own timeout), not one
+process per run: a run's own work is a few milliseconds, a process's start a quarter of a
+second. Each test's inputs are written first, and its outputs judged after.
+
+It prints the counts, the refusals by reason, every failure, and the seconds the runs took
+(the slowest tests). With --known FILE (one
 test name per line, then why it fails; # comments) it exits 1 when a test crashed or hung,
 when a test not in FILE failed, or when a test in FILE no longer fails (the list must
 shrink as fixes land); else 0. With --all-pass it exits 1 unless every test passed (a
@@ -257,10 +263,36 @@ def compare(expected, got):
     return (f"{len(bad)} of {e.size} values differ (at {list(at)}: {g[at]:.7g} vs {e[at]:.7g})")
 
 
-def run_test(args, test, workers=None):
-    """(status, detail) of one test: 'passed', 'refused' or 'failed', at the worker counts
-    `workers` (default: --workers)."""
-    workers = workers or args.workers
+class Prepared:
+    """One test ready to run: its runs (one per worker count) and what they must give."""
+
+    def __init__(self, test, model_path, names, given, expected, counts, law, workers):
+        self.test, self.model_path, self.names, self.given = test, model_path, names, given
+        self.expected, self.counts, self.law, self.workers = expected, counts, law, workers
+        self.outs = {}  # worker count -> output directory
+
+
+def refusal(args, prep):
+    """('refused', why) when the importer refuses the model, ('failed', why) when the import
+    crashes or hangs, None when it imports (tofu-plan, given the same inputs)."""
+    cmd = [args.tofu_plan, "--ops", args.ops, "--onnx", prep.model_path,
+           "--data-inputs", str(len(prep.names)), "--describe"]
+    if prep.given:  # the inputs' shapes and small values, as --infer gets them
+        cmd += ["--input", ",".join(prep.given)]
+    try:
+        imp = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return "failed", f"the import hung (no result in {args.timeout} s)"
+    if imp.returncode < 0 or imp.returncode >= 128:
+        return "failed", f"the import crashed (exit {imp.returncode}): {imp.stderr.strip()[-300:]}"
+    if imp.returncode != 0:
+        return "refused", imp.stderr
+    return None
+
+
+def prepare(args, test, workers, scratch):
+    """A test's Prepared runs, or its (status, detail) where it cannot run (its inputs or
+    expected outputs are of kinds Tofu cannot take)."""
     folder = os.path.join(args.node_dir, test)
     model_path = os.path.join(folder, "model.onnx")
     data = os.path.join(folder, "test_data_set_0")
@@ -268,34 +300,16 @@ def run_test(args, test, workers=None):
         model = onnx.load(model_path)
     except Exception as e:  # a model ONNX itself cannot load
         return "refused", f"onnx cannot load the model: {e}"
-    inputs = graph_inputs(model)
-    names = [name for name, _ in inputs]
+    names = [name for name, _ in graph_inputs(model)]
     outputs = [o.name for o in model.graph.output]
-    scratch = tempfile.TemporaryDirectory()
-    given, why = given_inputs(model, data, scratch.name)
+    os.makedirs(scratch)
+    given, why = given_inputs(model, data, scratch)
     if why:
         return "refused", why
-    def refusal():
-        """('refused', why) when the importer refuses the model, ('failed', why) when the
-        import crashes or hangs, None when it imports (tofu-plan, given the same inputs)."""
-        cmd = [args.tofu_plan, "--ops", args.ops, "--onnx", model_path,
-               "--data-inputs", str(len(names)), "--describe"]
-        if given:  # the inputs' shapes and small values, as --infer gets them
-            cmd += ["--input", ",".join(given)]
-        try:
-            imp = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            return "failed", f"the import hung (no result in {args.timeout} s)"
-        if imp.returncode < 0 or imp.returncode >= 128:
-            return "failed", f"the import crashed (exit {imp.returncode}): {imp.stderr.strip()[-300:]}"
-        if imp.returncode != 0:
-            return "refused", imp.stderr
-        return None
-
+    prep = Prepared(test, model_path, names, given, {}, {}, None, workers)
     # Expected outputs by the name tofu-run writes each under: a tensor under its own, a
     # sequence's elements under NAME.0, NAME.1, ... (their count checked too), an optional's
     # value under its name (nothing for none).
-    expected, counts = {}, {}
     for i, name in enumerate(outputs):
         pb = os.path.join(data, f"output_{i}.pb")
         if not os.path.exists(pb):
@@ -304,15 +318,15 @@ def run_test(args, test, workers=None):
         if value and value[0] == "optional":
             value = value[1]
             if value is None:
-                counts[name] = 0
+                prep.counts[name] = 0
                 continue
         if value is None:
-            return refusal() or ("failed", f"imported, but expected output {i} is neither a "
-                                           "tensor, a sequence nor an optional")
+            return refusal(args, prep) or ("failed", f"imported, but expected output {i} is "
+                                                     "neither a tensor, a sequence nor an optional")
         if value[0] == "sequence":
-            counts[name] = len(value[1])
+            prep.counts[name] = len(value[1])
             for j, t in enumerate(value[1]):
-                expected[f"{name}.{j}"] = numpy_helper.to_array(t)
+                prep.expected[f"{name}.{j}"] = numpy_helper.to_array(t)
             continue
         want = numpy_helper.to_array(value[1])
         if value[1].data_type == onnx.TensorProto.BFLOAT16:  # the bits as uint16
@@ -321,45 +335,103 @@ def run_test(args, test, workers=None):
         elif (want.dtype == np.uint16 and
               model.graph.output[i].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16):
             want = from_bfloat16_bits(want)
-        expected[name] = want
-    law = dropout_law(model, data) or bernoulli_law(model, data)
+        prep.expected[name] = want
+    prep.law = dropout_law(model, data) or bernoulli_law(model, data)
     for k in workers:
-        with tempfile.TemporaryDirectory() as out:
-            cmd = [args.tofu_run, "--ops", args.ops, "--onnx", model_path, "--infer",
-                   "--data-inputs", str(len(names)), "--workers", str(k), "--output-dir", out]
-            if given:
-                cmd += ["--input", ",".join(given)]
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-            except subprocess.TimeoutExpired:
-                return "failed", f"k={k}: hung (no result in {args.timeout} s)"
-            if p.returncode < 0 or p.returncode >= 128:
-                return "failed", f"k={k}: crashed (exit {p.returncode}): {p.stderr.strip()[-300:]}"
-            if p.returncode != 0:
-                # tofu-run imports first: whether its failure is the importer's refusal is
-                # asked of tofu-plan only now, so that a test that runs imports once per k.
-                return ((k == workers[0] and refusal()) or
-                        ("failed", f"k={k}: exit {p.returncode}: {p.stderr.strip()[-300:]}"))
-            got = {}
-            for name, count in counts.items():
-                written = [f for f in os.listdir(out) if f.startswith(
-                    re.sub(r"[/\\:]", "_", name) + ".") and f.endswith(".npy")]
-                if len(written) != count:
-                    return "failed", (f"k={k}: output '{name}' has {len(written)} elements; "
-                                      f"expected {count}")
-            for name, want in expected.items():
-                safe = re.sub(r"[/\\:]", "_", name)
-                path = os.path.join(out, safe + ".npy")
-                if not os.path.exists(path):
-                    return "failed", f"k={k}: output '{name}' was not written"
-                got[name] = np.load(path)
-                why = None if law else compare(want, got[name])
-                if why:
-                    return "failed", f"k={k}: output '{name}': {why}"
-            why = law and check_law(law, got)
+        prep.outs[k] = os.path.join(scratch, f"out_k{k}")
+    return prep
+
+
+def run_line(args, prep, k):
+    """The tofu-run --batch line of `prep`'s run at worker count k."""
+    cmd = ["--ops", args.ops, "--onnx", prep.model_path, "--infer",
+           "--data-inputs", str(len(prep.names)), "--workers", str(k),
+           "--output-dir", prep.outs[k]]
+    if prep.given:
+        cmd += ["--input", ",".join(prep.given)]
+    return {"args": cmd, "stdout": os.devnull, "stderr": prep.outs[k] + ".err",
+            "timeout": args.timeout}
+
+
+def judge(args, prep, results):
+    """(status, detail) of a prepared test from its runs' results (by worker count: the
+    batch's {"exit"|"signal"|"timeout": ...})."""
+    for k in prep.workers:
+        r = results.get(k)
+        if r is None:
+            return "failed", f"k={k}: the batch ended before this run (tofu-run --batch died)"
+        try:
+            with open(prep.outs[k] + ".err") as f:
+                stderr = f.read()
+        except OSError:
+            stderr = ""
+        if "timeout" in r:
+            return "failed", f"k={k}: hung (no result in {args.timeout} s)"
+        if "signal" in r:
+            return "failed", f"k={k}: crashed (signal {r['signal']}): {stderr.strip()[-300:]}"
+        if r["exit"] != 0:
+            # tofu-run imports first: whether its failure is the importer's refusal is
+            # asked of tofu-plan only now, so that a test that runs imports once per k.
+            if r["exit"] >= 128:
+                return "failed", f"k={k}: crashed (exit {r['exit']}): {stderr.strip()[-300:]}"
+            return ((k == prep.workers[0] and refusal(args, prep)) or
+                    ("failed", f"k={k}: exit {r['exit']}: {stderr.strip()[-300:]}"))
+        out = prep.outs[k]
+        got = {}
+        written = os.listdir(out) if os.path.isdir(out) else []
+        for name, count in prep.counts.items():
+            mine = [f for f in written if f.startswith(re.sub(r"[/\\:]", "_", name) + ".")
+                    and f.endswith(".npy")]
+            if len(mine) != count:
+                return "failed", (f"k={k}: output '{name}' has {len(mine)} elements; "
+                                  f"expected {count}")
+        for name, want in prep.expected.items():
+            path = os.path.join(out, re.sub(r"[/\\:]", "_", name) + ".npy")
+            if not os.path.exists(path):
+                return "failed", f"k={k}: output '{name}' was not written"
+            got[name] = np.load(path)
+            why = None if prep.law else compare(want, got[name])
             if why:
-                return "failed", f"k={k}: random outputs: {why}"
-    return "passed", "random outputs, checked by their law" if law else ""
+                return "failed", f"k={k}: output '{name}': {why}"
+        why = prep.law and check_law(prep.law, got)
+        if why:
+            return "failed", f"k={k}: random outputs: {why}"
+    return "passed", "random outputs, checked by their law" if prep.law else ""
+
+
+def run_batches(args, lines, scratch):
+    """Runs `lines` ((key, batch line) pairs) in --jobs tofu-run --batch processes, the
+    lines dealt out in turn; returns each key's result (see tofu-run's runBatch)."""
+    jobs = max(1, min(args.jobs, len(lines)))
+    results = {}
+
+    def one(j):
+        mine = lines[j::jobs]
+        path = os.path.join(scratch, f"batch{j}.jsonl")
+        with open(path, "w") as f:
+            for _, line in mine:
+                f.write(json.dumps(line) + "\n")
+        # Each run has its own timeout; the batch as a whole gets all of theirs.
+        try:
+            p = subprocess.run([args.tofu_run, "--batch", path], capture_output=True, text=True,
+                               timeout=args.timeout * len(mine) + 60)
+            out = p.stdout
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        got = {}
+        for text in out.splitlines():
+            try:
+                r = json.loads(text)
+            except ValueError:
+                continue
+            if 1 <= r.get("line", 0) <= len(mine):
+                got[mine[r["line"] - 1][0]] = r
+        return got
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for got in pool.map(one, range(jobs)):
+            results.update(got)
+    return results
 
 
 def workers_of(args, i):
@@ -401,16 +473,24 @@ def main():
                    if args.only in t and os.path.isdir(os.path.join(args.node_dir, t)))
     step = max(1, args.sample)
     tests = tests[args.sample_offset % step::step]
-    results = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {pool.submit(run_test, args, t, workers_of(args, i)): t
-                   for i, t in enumerate(tests)}
-        for done, f in enumerate(concurrent.futures.as_completed(futures), 1):
-            results[futures[f]] = f.result()
-            if sys.stderr.isatty():
-                print(f"\r{done}/{len(tests)}", end="", file=sys.stderr, flush=True)
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
+    # Every test prepared (its inputs written where they must be), then every run in
+    # --jobs tofu-run --batch processes (one process each, not one per run: a run's own
+    # work is a few milliseconds, a process's start a quarter of a second), then judged.
+    results, seconds = {}, collections.Counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        prepared, lines = {}, []
+        for i, t in enumerate(tests):
+            prep = prepare(args, t, workers_of(args, i), os.path.join(scratch, f"t{i}"))
+            if isinstance(prep, Prepared):
+                prepared[t] = prep
+                lines += [((t, k), run_line(args, prep, k)) for k in prep.workers]
+            else:
+                results[t] = prep
+        ran = run_batches(args, lines, scratch)
+        for t, prep in prepared.items():
+            mine = {k: ran[(t, k)] for k in prep.workers if (t, k) in ran}
+            seconds[t] = sum(r.get("seconds", 0) for r in mine.values())
+            results[t] = judge(args, prep, mine)
     counts = collections.Counter(s for s, _ in results.values())
     workers = " and ".join(str(k) + (f" (every {args.thin[k]}th test)" if k in args.thin else "")
                            for k in args.workers)
@@ -436,10 +516,13 @@ def main():
         for t, d in failed:
             print(f"| {t} | {d.replace('|', '/').replace(chr(10), ' ')} |")
         print()
+    slowest = seconds.most_common(5)
+    print(f"{sum(seconds.values()):.0f} s in tofu-run's runs; the slowest tests: " +
+          ", ".join(f"{t} {s:.1f} s" for t, s in slowest) + "\n")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({t: {"status": s, "detail": d} for t, (s, d) in sorted(results.items())},
-                      f, indent=1)
+            json.dump({t: {"status": s, "detail": d, "seconds": round(seconds[t], 3)}
+                       for t, (s, d) in sorted(results.items())}, f, indent=1)
     if args.all_pass and counts["passed"] != len(tests):
         print(f"onnx_node_tests: {len(tests) - counts['passed']} of {len(tests)} tests did not "
               "pass (--all-pass)", file=sys.stderr)
