@@ -22,9 +22,7 @@ namespace {
 /// naming the type.
 llvm::Expected<std::string> bytesOf(const std::vector<double> &values, int32_t type) {
   std::string out;
-  auto put = [&](const auto &v) {
-    out.append(reinterpret_cast<const char *>(&v), sizeof v);
-  };
+  auto put = [&](const auto &v) { out.append(reinterpret_cast<const char *>(&v), sizeof v); };
   switch (type) {
   case onnx::TensorProto::FLOAT:
     for (double v : values)
@@ -49,9 +47,9 @@ llvm::Expected<std::string> bytesOf(const std::vector<double> &values, int32_t t
     }
     return out;
   default:
-    return stringError(fmt::format("its element type ({}) is not a float type",
-                                   onnx::TensorProto::DataType_Name(
-                                       static_cast<onnx::TensorProto::DataType>(type))));
+    return stringError(fmt::format(
+        "its element type ({}) is not a float type",
+        onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(type))));
   }
 }
 
@@ -88,7 +86,8 @@ llvm::Expected<OnnxSaveReport> saveOnnxWithValues(const std::string &in, const s
                                      fmt::join(v->second.shape, ", ")));
     auto raw = bytesOf(v->second.data, t.data_type());
     if (!raw)
-      return stringError(fmt::format("initializer '{}': {}", t.name(), llvm::toString(raw.takeError())));
+      return stringError(
+          fmt::format("initializer '{}': {}", t.name(), llvm::toString(raw.takeError())));
     const int32_t type = t.data_type();
     const std::string name = t.name();
     t.Clear();
