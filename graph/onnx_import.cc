@@ -552,9 +552,16 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
         continue;
       }
     }
-    // A float initializer's values are the weight's initial values.
-    if (auto c = constOf(t); c && !c->isInt && int64_t(c->v.size()) == c->size())
+    // A float initializer's values are the weight's initial values, in float32: a double
+    // beyond its range is refused rather than made infinite.
+    if (auto c = constOf(t); c && !c->isInt && int64_t(c->v.size()) == c->size()) {
+      for (double v : c->v)
+        if (std::isfinite(v) && std::fabs(v) > double(std::numeric_limits<float>::max()))
+          return stringError(fmt::format("initializer '{}' ({}) holds {:g}, beyond the range of "
+                                         "float32, in which Tofu's engines hold weights",
+                                         t.name(), dtypeName(t.data_type()), v));
       b_->graph().initialValues[t.name()] = std::vector<float>(c->v.begin(), c->v.end());
+    }
     TensorInfo info;
     info.name = t.name();
     info.group = t.name();

@@ -190,6 +190,31 @@ $py -c "import numpy as np; np.save('$tmp/mlp_in.npy', np.zeros((4, 64), np.floa
 expect_exit 2 "--output-dir /etc/passwd: Not a directory" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer \
   --input "input=$tmp/mlp_in.npy" --output-dir /etc/passwd
 expect_exit 2 "--verify is for training runs" "$run" --onnx tests/onnx/mlp.onnx --workers 1 --infer --verify
+# float64 beyond float32's range is never made infinite: an input runs on the interpreter
+# (double), or is refused where the interpreter cannot run (--load); an initializer is refused.
+$py - "$tmp" <<'PY'
+import sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto
+t = sys.argv[1]
+def model(path, inits, a, b):
+    g = helper.make_graph([helper.make_node("Add", [a, b], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [2])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+model(f"{t}/add64.onnx", [], "x", "x")
+model(f"{t}/big64.onnx", [numpy_helper.from_array(np.array([1.0, 1e300]), "big")], "x", "big")
+np.save(f"{t}/big.npy", np.array([1e300, 2.0]))
+np.save(f"{t}/small.npy", np.array([1.0, 2.0]))
+PY
+if ! "$run" --onnx "$tmp/add64.onnx" --infer --input "x=$tmp/big.npy" --output-dir "$tmp/o64" \
+     >"$tmp/out.txt" 2>"$tmp/err.txt" || ! grep -q "running on the interpreter (double)" "$tmp/err.txt" ||
+   ! $py -c "import numpy as np, sys; assert list(np.load(sys.argv[1])) == [2e300, 4.0]" "$tmp/o64/y.npy"; then
+  echo "FAILED: a float64 input beyond float32's range" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+fi
+expect_exit 1 "initializer 'big' (float64) holds 1e+300, beyond the range of float32" "$run" \
+  --onnx "$tmp/big64.onnx" --infer --input "x=$tmp/small.npy"
 # tofu-run --batch: runs forked from one process, each with its own result line. A run that
 # fails (exit 1) leaves the next to run; a run past its timeout is killed and reported; the
 # outputs equal those of a run of its own; a line that is not an --infer run is refused.

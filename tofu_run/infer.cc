@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -247,6 +248,24 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
   for (const BoundInput &b : *bound) {
     const std::string &input = p.tensors[b.tensor].name;
     const std::string dtype = dtypeOf(g, input);
+    // A double beyond float32's range would be infinite on the engine: the run goes to the
+    // interpreter (double), else it is refused, never an infinity in its place.
+    if (dtype == "float64" && !interp)
+      for (int64_t i = 0, n = int64_t(b.array.bytes.size()) / tofu::typeSize(b.array.type); i < n;
+           ++i)
+        if (const double v = b.array.at(i);
+            std::isfinite(v) && std::fabs(v) > double(std::numeric_limits<float>::max())) {
+          const std::string what = fmt::format(
+              "input '{}' (float64) holds {:g}, beyond the range of the engine's float32", input,
+              v);
+          if (!canSwitch)
+            return fail(what + " (the interpreter computes in double: one process, without "
+                               "--load)",
+                        1);
+          llvm::errs() << "tofu-run: " << what << ": running on the interpreter (double)\n";
+          interp = true;
+          break;
+        }
     if (!isInteger(dtype))
       continue;
     std::vector<double> v(b.array.bytes.size() / size_t(tofu::typeSize(b.array.type)));
