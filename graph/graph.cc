@@ -104,6 +104,16 @@ llvm::Error Graph::addNode(Node n) {
   return llvm::Error::success();
 }
 
+Graph Graph::withoutNodes() const {
+  Graph g = *this;
+  g.tensors_.clear();
+  g.nodes_.clear();
+  g.tensorIndex_.clear();
+  g.producerIndex_.clear();
+  g.nodeIndex_.clear();
+  return g;
+}
+
 const TensorInfo *Graph::tensor(const std::string &name) const {
   auto it = tensorIndex_.find(name);
   return it == tensorIndex_.end() ? nullptr : &tensors_[it->second];

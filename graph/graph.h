@@ -96,6 +96,10 @@ public:
   /// The node producing `tensor`, or null for graph inputs and weights.
   const Node *producer(const std::string &tensor) const;
 
+  /// This graph without its tensors and nodes: its outputs and values (constants, initial
+  /// values, random inputs, ...), for a rewrite to add tensors and nodes to again.
+  Graph withoutNodes() const;
+
   /// Node indices in a topological order; an error names a node on a cycle.
   llvm::Expected<std::vector<unsigned>> topologicalOrder() const;
 

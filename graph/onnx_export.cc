@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "codegen/kernel_prelude.h" // tofu_round_bf16
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "graph/onnx_import.h"
@@ -38,12 +39,12 @@ llvm::Expected<std::string> bytesOf(const std::vector<double> &values, int32_t t
     return out;
   case onnx::TensorProto::BFLOAT16:
     for (double v : values) {
-      const float f = static_cast<float>(v);
+      // Rounded as Cast to bfloat16 rounds (the prelude's, nearest, ties to even), then
+      // its top 16 bits, which hold it exactly; a NaN stays one.
+      const float r = tofu_round_bf16(static_cast<float>(v));
       uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      uint16_t top = (f != f) ? uint16_t(0x7fc0) // a NaN stays one
-                              : uint16_t((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
-      put(top);
+      std::memcpy(&bits, &r, 4);
+      put(r != r ? uint16_t(0x7fc0) : uint16_t(bits >> 16));
     }
     return out;
   default:

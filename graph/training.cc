@@ -484,7 +484,6 @@ llvm::Expected<unsigned> evaluationGraph(Graph &g, const OpLibrary &lib, EvalNor
     }
   if (dropped.empty())
     return 0u;
-  Graph out;
   std::set<std::string> readAfter(g.outputs.begin(), g.outputs.end());
   std::vector<Node> nodes;
   unsigned changed = 0;
@@ -514,6 +513,7 @@ llvm::Expected<unsigned> evaluationGraph(Graph &g, const OpLibrary &lib, EvalNor
             g.tensor(in)->role != TensorRole::OptimizerState)
           gone.insert(in);
     }
+  Graph out = g.withoutNodes();
   for (const TensorInfo &t : g.tensors())
     if (!gone.count(t.name))
       if (llvm::Error e = out.addTensor(t))
@@ -521,12 +521,6 @@ llvm::Expected<unsigned> evaluationGraph(Graph &g, const OpLibrary &lib, EvalNor
   for (Node &n : nodes)
     if (llvm::Error e = out.addNode(std::move(n)))
       return std::move(e);
-  out.outputs = g.outputs;
-  out.constants = g.constants;
-  out.initialValues = g.initialValues;
-  out.inputsTakenWhole = g.inputsTakenWhole;
-  out.emptyOutputs = g.emptyOutputs;
-  out.randomInputs = g.randomInputs;
   for (const std::string &t : gone) {
     out.constants.erase(t);
     out.initialValues.erase(t);

@@ -82,6 +82,13 @@ llvm::Expected<std::string> findOpsDir(const std::string &given, bool userGave,
                      list);
 }
 
+const char kTrainableHelp[] =
+    "With --onnx: float initializers to train whatever the import's rule says (by default "
+    "an initializer holding a value that is not finite, or an anonymous one of one "
+    "element, onnx::<op>_<n>, is a constant)";
+const char kFrozenHelp[] =
+    "With --onnx: float initializers to keep constant (not trained, not in checkpoints)";
+
 namespace {
 
 /// The graph a source names, not yet checked.

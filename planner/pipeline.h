@@ -40,6 +40,10 @@ struct GraphSource {
   std::set<std::string> trainable, frozen;
 };
 
+/// What --trainable and --frozen do (tofu-plan's and tofu-run's options, which fill
+/// GraphSource::trainable and frozen).
+extern const char kTrainableHelp[], kFrozenHelp[];
+
 /// The operator library's directory, wherever the tool runs from: `given` where the user
 /// gave one (--ops), else $TOFU_OPS, else the library beside `anchor` (by default the
 /// running executable; the shared library passes its own file): its Bazel runfiles

@@ -67,7 +67,8 @@ std::string quote(const std::string &s) {
   return out + "'";
 }
 
-/// What identifies the compiler in cache keys: its path and full version.
+/// What identifies the compiler in cache keys: its path and what `--version` says (its
+/// maker and full version), asked once per compiler.
 const std::string &compilerIdentity(const std::string &compiler) {
   static std::mutex mu;
   static std::map<std::string, std::string> known;
@@ -76,8 +77,8 @@ const std::string &compilerIdentity(const std::string &compiler) {
   if (it != known.end())
     return it->second;
   std::string id = compiler;
-  if (FILE *p = ::popen((compiler + " -dumpfullversion -dumpversion 2>/dev/null").c_str(), "r")) {
-    char buf[128];
+  if (FILE *p = ::popen((compiler + " --version 2>/dev/null").c_str(), "r")) {
+    char buf[256];
     while (std::fgets(buf, sizeof buf, p))
       id += buf;
     ::pclose(p);
@@ -88,10 +89,10 @@ const std::string &compilerIdentity(const std::string &compiler) {
 /// The prelude every C++ unit starts with, precompiled once per compiler and flags into the
 /// cache (GCC's precompiled headers: `H.gch` beside `H`), for units to include instead of
 /// parsing its headers again: a third of a small unit's compile time. Returns the header's
-/// path, or "" where the compiler is not GCC or the header does not build (units then carry
-/// the prelude's text, as before). GCC checks a precompiled header against the unit's
-/// flags and falls back to the header's text where they differ, so a unit compiles the
-/// same either way.
+/// path, or "" where the compiler (`identity`: compilerIdentity's) is not GCC or the header
+/// does not build (units then carry the prelude's text, as before). GCC checks a
+/// precompiled header against the unit's flags and falls back to the header's text where
+/// they differ, so a unit compiles the same either way.
 std::string precompiledPrelude(const std::string &dir, const std::string &compiler,
                                const std::string &identity, const std::string &flags) {
   static std::mutex mu;
@@ -104,15 +105,8 @@ std::string precompiledPrelude(const std::string &dir, const std::string &compil
     return it->second;
   std::string &header = made[dir + "/" + key];
   // GCC's --version names the Free Software Foundation; clang's names clang.
-  std::string version;
-  if (FILE *p = ::popen((compiler + " --version 2>/dev/null").c_str(), "r")) {
-    char buf[256];
-    while (std::fgets(buf, sizeof buf, p))
-      version += buf;
-    ::pclose(p);
-  }
-  if (version.find("Free Software Foundation") == std::string::npos ||
-      version.find("clang") != std::string::npos)
+  if (identity.find("Free Software Foundation") == std::string::npos ||
+      identity.find("clang") != std::string::npos)
     return header;
   const std::string h = dir + "/prelude-" + key + ".h";
   if (h.find_first_of("\"\\\n") != std::string::npos) // not writable in an #include

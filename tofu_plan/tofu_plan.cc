@@ -41,16 +41,10 @@ cl::opt<unsigned> dataInputs("data-inputs",
                              cl::desc("With --onnx, when weights are graph inputs: how many "
                                       "leading inputs are data (default 1)"),
                              cl::init(1), cl::cat(planCategory));
-cl::list<std::string> trainableOpt(
-    "trainable", cl::CommaSeparated,
-    cl::desc("With --onnx: float initializers to train whatever the import's rule says (by default "
-             "an initializer holding a value that is not finite, or an anonymous one of one "
-             "element, onnx::<op>_<n>, is a constant)"),
-    cl::value_desc("NAME,..."), cl::cat(planCategory));
-cl::list<std::string> frozenOpt(
-    "frozen", cl::CommaSeparated,
-    cl::desc("With --onnx: float initializers to keep constant (not trained, not in checkpoints)"),
-    cl::value_desc("NAME,..."), cl::cat(planCategory));
+cl::list<std::string> trainableOpt("trainable", cl::CommaSeparated, cl::desc(tofu::kTrainableHelp),
+                                   cl::value_desc("NAME,..."), cl::cat(planCategory));
+cl::list<std::string> frozenOpt("frozen", cl::CommaSeparated, cl::desc(tofu::kFrozenHelp),
+                                cl::value_desc("NAME,..."), cl::cat(planCategory));
 cl::opt<std::string> inputOpt(
     "input",
     cl::desc("With --onnx: NAME=FILE,... (.npy, ONNX TensorProto .pb, IDX or "

@@ -248,29 +248,27 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
   for (const BoundInput &b : *bound) {
     const std::string &input = p.tensors[b.tensor].name;
     const std::string dtype = dtypeOf(g, input);
-    // A double beyond float32's range would be infinite on the engine: the run goes to the
-    // interpreter (double), else it is refused, never an infinity in its place.
-    if (dtype == "float64" && !interp)
-      for (int64_t i = 0, n = int64_t(b.array.bytes.size()) / tofu::typeSize(b.array.type); i < n;
-           ++i)
-        if (const double v = b.array.at(i);
-            std::isfinite(v) && std::fabs(v) > double(std::numeric_limits<float>::max())) {
-          const std::string what = fmt::format(
-              "input '{}' (float64) holds {:g}, beyond the range of the engine's float32", input,
-              v);
-          if (!canSwitch)
-            return fail(what + " (the interpreter computes in double: one process, without "
-                               "--load)",
-                        1);
-          llvm::errs() << "tofu-run: " << what << ": running on the interpreter (double)\n";
-          interp = true;
-          break;
-        }
-    if (!isInteger(dtype))
+    if ((dtype != "float64" || interp) && !isInteger(dtype))
       continue;
     std::vector<double> v(b.array.bytes.size() / size_t(tofu::typeSize(b.array.type)));
     for (size_t i = 0; i < v.size(); ++i)
       v[i] = b.array.at(int64_t(i));
+    // A double beyond float32's range would be infinite on the engine: the run goes to the
+    // interpreter (double), else it is refused, never an infinity in its place.
+    if (dtype == "float64") {
+      auto big = std::find_if(v.begin(), v.end(), [](double x) {
+        return std::isfinite(x) && std::fabs(x) > double(std::numeric_limits<float>::max());
+      });
+      if (big == v.end())
+        continue;
+      const std::string what = fmt::format(
+          "input '{}' (float64) holds {:g}, beyond the range of the engine's float32", input, *big);
+      if (!canSwitch)
+        return fail(what + " (the interpreter computes in double: one process, without --load)", 1);
+      llvm::errs() << "tofu-run: " << what << ": running on the interpreter (double)\n";
+      interp = true;
+      continue;
+    }
     if (auto past = pastLimit(dtype, v, interp ? kDoubleExact : kFloatExact)) {
       const std::string what = inexact("input", input, dtype, *past, interp);
       if (!interp && canSwitch) {

@@ -12,6 +12,7 @@
 
 #include "analysis/checked.h"
 #include "fmt/format.h"
+#include "planner/pipeline.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/training_data.h"
 #include "search/search.h"
@@ -32,16 +33,10 @@ cl::opt<unsigned> dataInputs("data-inputs",
                              cl::desc("With --onnx: leading graph inputs that are "
                                       "data (default 1)"),
                              cl::init(1), cl::cat(runCategory));
-cl::list<std::string> trainableOpt(
-    "trainable", cl::CommaSeparated,
-    cl::desc("With --onnx: float initializers to train whatever the import's rule says (by default "
-             "an initializer holding a value that is not finite, or an anonymous one of one "
-             "element, onnx::<op>_<n>, is a constant)"),
-    cl::value_desc("NAME,..."), cl::cat(runCategory));
-cl::list<std::string> frozenOpt(
-    "frozen", cl::CommaSeparated,
-    cl::desc("With --onnx: float initializers to keep constant (not trained, not in checkpoints)"),
-    cl::value_desc("NAME,..."), cl::cat(runCategory));
+cl::list<std::string> trainableOpt("trainable", cl::CommaSeparated, cl::desc(tofu::kTrainableHelp),
+                                   cl::value_desc("NAME,..."), cl::cat(runCategory));
+cl::list<std::string> frozenOpt("frozen", cl::CommaSeparated, cl::desc(tofu::kFrozenHelp),
+                                cl::value_desc("NAME,..."), cl::cat(runCategory));
 cl::opt<int64_t> batch("batch", cl::desc("Batch size for zoo and ONNX models (default 2)"),
                        cl::init(2), cl::cat(runCategory));
 cl::opt<unsigned>
