@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,26 @@
 namespace tofu {
 namespace {
 
+/// The IEEE binary16 bits of `r`, a float that binary16 holds exactly (as
+/// tofu_round_f16 leaves it): sign, five exponent bits, ten fraction bits. Written with
+/// bit operations rather than _Float16, which not every compiler of the project has
+/// (clang 14 refuses it on x86-64, and the fuzzers build with it).
+uint16_t halfBits(float r) {
+  uint32_t bits;
+  std::memcpy(&bits, &r, 4);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  if (r != r)
+    return sign | 0x7e00u;
+  const float a = std::fabs(r);
+  if (std::isinf(a))
+    return sign | 0x7c00u;
+  if (a < 6.103515625e-05f) // below 2^-14: subnormal (or zero), a multiple of 2^-24
+    return sign | static_cast<uint16_t>(std::ldexp(a, 24));
+  const int exponent = static_cast<int>((bits >> 23) & 0xffu) - 127 + 15;
+  return sign | static_cast<uint16_t>(exponent << 10) |
+         static_cast<uint16_t>((bits & 0x7fffffu) >> 13);
+}
+
 /// `values` as the bytes of an initializer of ONNX type `type` (little-endian), or an error
 /// naming the type.
 llvm::Expected<std::string> bytesOf(const std::vector<double> &values, int32_t type) {
@@ -34,8 +55,8 @@ llvm::Expected<std::string> bytesOf(const std::vector<double> &values, int32_t t
       put(v);
     return out;
   case onnx::TensorProto::FLOAT16:
-    for (double v : values) // rounded to nearest, ties to even, by the conversion
-      put(static_cast<_Float16>(static_cast<float>(v)));
+    for (double v : values) // rounded as Cast to float16 rounds: nearest, ties to even
+      put(halfBits(tofu_round_f16(static_cast<float>(v))));
     return out;
   case onnx::TensorProto::BFLOAT16:
     for (double v : values) {
