@@ -16,6 +16,7 @@
 #include "runtime/cpu_executor.h"
 #include "runtime/training_data.h"
 #include "testing/engine_check.h"
+#include "testing/suite.h"
 #include "testing/test_problem.h"
 #include "gtest/gtest.h"
 
@@ -24,8 +25,7 @@ namespace {
 
 EngineOptions testOptions() {
   EngineOptions o;
-  o.compile.cacheDir =
-      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/kernels";
+  o.compile.cacheDir = testKernelCache();
   o.checking = true;
   o.threadsPerWorker = 1;
   return o;

@@ -11,20 +11,16 @@
 #include "planner/pipeline.h"
 #include "runtime/cpu_engine.h"
 #include "support/errors.h"
+#include "testing/suite.h"
 #include "testing/test_problem.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
 
-std::string tmpDir(const std::string &name) {
-  const char *t = std::getenv("TEST_TMPDIR");
-  return std::string(t ? t : "/tmp") + "/" + name;
-}
-
 EngineOptions testEngine() {
   EngineOptions o;
-  o.compile.cacheDir = tmpDir("kernels");
+  o.compile.cacheDir = testKernelCache();
   o.threadsPerWorker = 1;
   o.checking = true;
   return o;
@@ -116,7 +112,7 @@ TEST(Trainer, StepsVerifiesAndResumes) {
 
   // Five steps, saved; then three more from the checkpoint: the same losses as the one run
   // (the schedule and the batches continue from step 5).
-  const std::string dir = tmpDir("ckpt");
+  const std::string dir = testTmpDir("ckpt");
   TrainerOptions first = options(*two, 5);
   first.lrSchedule = "step:3:0.5";
   first.saveDir = dir;
@@ -150,7 +146,7 @@ TEST(Trainer, StepsVerifiesAndResumes) {
 TEST(Trainer, BadMetadataAndOptionsAreUsageErrors) {
   auto one = plan(1);
   ASSERT_TRUE(one);
-  const std::string dir = tmpDir("ckpt-bad");
+  const std::string dir = testTmpDir("ckpt-bad");
   {
     TrainerOptions o = options(*one, 1);
     o.saveDir = dir;
@@ -185,7 +181,7 @@ TEST(Trainer, BadMetadataAndOptionsAreUsageErrors) {
   // A missing checkpoint fails the run (status 1), naming the folder.
   {
     TrainerOptions o = options(*one, 1);
-    o.loadDir = tmpDir("no-such-checkpoint");
+    o.loadDir = testTmpDir("no-such-checkpoint");
     auto t = make(*one, o);
     ASSERT_FALSE(bool(t));
     std::string message;

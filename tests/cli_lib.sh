@@ -1,5 +1,5 @@
-# Shared by the tools' shell tests (sourced): Open MPI's environment for tests, and a check
-# that a tool run ends with a given exit status and message.
+# Shared by the tools' shell tests (sourced): Open MPI's environment for tests, a check that
+# a tool run ends with a given exit status and message, and the cases sampled under ASan.
 # Needs: $tmp (a scratch directory) and $fail (set to 1 on a failure).
 
 # Open MPI keeps its session files and sockets under TMPDIR (Bazel's is too long a path for
@@ -25,4 +25,21 @@ expect_exit() {
     cat "$tmp/err.txt" >&2
     fail=1
   fi
+}
+
+# asan_build BINARY: the binary is built with AddressSanitizer (bazel test --config=asan),
+# where it runs some 3 to 10 times slower. (grep reads all of ldd's output: with -q it would
+# stop at the match, and ldd, writing into a closed pipe, fails, which pipefail turns into
+# "no match".)
+asan_build() {
+  ldd "$1" | grep libasan >/dev/null
+}
+
+# in_sample INDEX EVERY: whether case INDEX of a test's list runs. Every case does, except
+# where the test set asan=1 (asan_build): then one case in EVERY does, from an offset that
+# tools/test.sh draws from the commit (TOFU_SAMPLE_OFFSET), so that successive commits cover
+# every case; the plain run always runs them all.
+in_sample() {
+  [ "${asan:-0}" != 1 ] && return 0
+  [ $((($1 + ${TOFU_SAMPLE_OFFSET:-0}) % $2)) -eq 0 ]
 }

@@ -18,6 +18,7 @@
 #include "fmt/format.h"
 #include "runtime/cuda/launch_params.h"
 #include "runtime/kernel_verify.h"
+#include "testing/suite.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
@@ -100,8 +101,7 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
   for (const std::string &why : notGenerated)
     ADD_FAILURE() << "no CUDA kernel: " << why;
   KernelCompileOptions options;
-  options.cacheDir =
-      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/emulated";
+  options.cacheDir = testKernelCache();
   options.flags = "-O1 -fno-math-errno -fPIC -shared -std=c++17 -w";
   CpuKernelLibrary lib;
   llvm::Error e = lib.add(kernels, options);

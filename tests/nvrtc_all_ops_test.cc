@@ -7,6 +7,7 @@
 #include "analysis/sema.h"
 #include "analysis/verify.h"
 #include "runtime/cuda/nvrtc_kernels.h"
+#include "testing/suite.h"
 #include "llvm/Support/Path.h"
 #include "gtest/gtest.h"
 
@@ -39,8 +40,7 @@ TEST(Nvrtc, EveryOpsCudaKernelCompiles) {
     }
   }
   CubinOptions options;
-  options.cacheDir =
-      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/cubins";
+  options.cacheDir = testKernelCache(); // NVRTC's compile is keyed by its version too
   auto cubins = compileCubins(kernels, options);
   ASSERT_TRUE(bool(cubins)) << llvm::toString(cubins.takeError());
   size_t named = 0;

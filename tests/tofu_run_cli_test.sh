@@ -7,8 +7,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # One kernel cache for the whole run where tools/test.sh gives one (kernels compiled once).
 export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
+source tests/cli_lib.sh
+# Under AddressSanitizer, the lists of like cases below run a sample, in turn (in_sample).
+asan=0
+if asan_build "$run"; then asan=1; fi
+i=0
 for args in "--model wresnet-50-1-i32-c4-k10 --workers 4" "--model gpt-1-16-2-4 --batch 2 --workers 3" \
             "--onnx tests/onnx/mlp.onnx --workers 2 --optimizer adam"; do
+  i=$((i + 1))
+  in_sample "$i" 3 || continue
   if ! $run $args --verify >"$tmp/out.txt" 2>"$tmp/err.txt"; then
     echo "FAILED: tofu-run $args --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1; continue
   fi
@@ -55,7 +62,10 @@ fi
 # data's sequence); a 50-step run's loss falls.
 losses() { python3 -c 'import json,sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["loss"])))' "$1"; }
 small="--onnx tests/onnx/mlp.onnx --optimizer adam --format=json"
+i=0
 for ks in "1 1" "2 4"; do
+  i=$((i + 1))
+  in_sample "$i" 2 || continue
   set -- $ks
   rm -rf "$tmp/ckpt"
   if ! $run $small --workers "$1" --steps 20 >"$tmp/straight.json" 2>"$tmp/err.txt" ||
@@ -147,7 +157,7 @@ elif ! grep -q "^verify: UNDECIDED" "$tmp/out.txt" || ! grep -q "ill-conditioned
   echo "FAILED: mobilenet_v2_train --verify did not say the step is ill-conditioned" >&2
   cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
 fi
-if ! ldd "$run" | grep -q libasan; then # the interpreter is minutes under ASan
+if [ "$asan" = 0 ]; then # the interpreter is minutes under ASan
   if ! "$run" --onnx tests/onnx/mobilenet_v2_train.onnx --workers 2 --verify --kernels interp >"$tmp/out.txt" 2>"$tmp/err.txt" ||
      ! grep -q "^verify: PASSED" "$tmp/out.txt"; then
     echo "FAILED: mobilenet_v2_train --kernels interp --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
@@ -163,7 +173,7 @@ fi
 # FAILED, at k = 2 and 3; the double-precision interpreter shows the partitioned step exact.
 # (Not under AddressSanitizer: three steps of a 64x64 mobilenet per run take minutes there,
 # and the 32x32 case above covers the same code.)
-if ! ldd "$run" | grep -q libasan; then
+if [ "$asan" = 0 ]; then
   for k in 2 3; do
     "$run" --onnx tests/onnx/mobilenet_v2_train64.onnx --workers $k --verify >"$tmp/out.txt" 2>"$tmp/err.txt"
     if grep -q "^verify: FAILED" "$tmp/out.txt" || ! grep -qE "^verify: (PASSED|UNDECIDED)" "$tmp/out.txt"; then

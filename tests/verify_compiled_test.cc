@@ -10,6 +10,7 @@
 
 #include "analysis/sema.h"
 #include "runtime/kernel_verify.h"
+#include "testing/suite.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
@@ -31,8 +32,7 @@ TEST(VerifyCompiled, EveryStrategyOfEveryOpOnCompiledKernels) {
     modules.push_back(std::move(*module));
   }
   KernelCompileOptions options;
-  options.cacheDir =
-      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/kernels";
+  options.cacheDir = testKernelCache();
   CpuKernelLibrary lib;
   llvm::Error e = lib.add(kernels, options); // one batch, as a graph's kernels are built
   ASSERT_FALSE(bool(e)) << llvm::toString(std::move(e));

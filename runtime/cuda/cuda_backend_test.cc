@@ -16,6 +16,7 @@
 #include "graph/test_library.h"
 #include "graph/zoo.h"
 #include "testing/engine_check.h"
+#include "testing/suite.h"
 #include "testing/test_problem.h"
 #include "gtest/gtest.h"
 
@@ -28,13 +29,9 @@ namespace {
       GTEST_SKIP() << "SKIPPED: " << llvm::toString(std::move(e));                                 \
   } while (0)
 
-std::string tmp(const std::string &leaf) {
-  return std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/" + leaf;
-}
-
 EngineOptions options(bool profile = false) {
   EngineOptions o;
-  o.compile.cacheDir = tmp("kernels");
+  o.compile.cacheDir = testKernelCache();
   o.checking = true;
   o.threadsPerWorker = 1;
   o.profile = profile;
@@ -45,7 +42,7 @@ EngineOptions options(bool profile = false) {
 BackendFactory cuda() {
   return [] {
     CudaBackendOptions co;
-    co.cubins.cacheDir = tmp("cubins");
+    co.cubins.cacheDir = testKernelCache();
     return makeCudaBackend(co);
   };
 }
