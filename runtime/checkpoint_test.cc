@@ -11,15 +11,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "testing/suite.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
-
-std::string tmpDir(const std::string &name) {
-  const char *t = std::getenv("TEST_TMPDIR");
-  return std::string(t ? t : "/tmp") + "/" + name;
-}
 
 void writeRaw(const std::string &dir, const std::string &header, const std::string &data) {
   std::string cmd = "mkdir -p '" + dir + "'";
@@ -46,7 +42,7 @@ TEST(Checkpoint, RoundTrip) {
   c.tensors.emplace("fc.weight", w);
   c.tensors.emplace("scalar", Tensor(std::vector<int64_t>{}, 3.5));
   c.metadata = {{"steps", "10"}, {"model", "mlp"}};
-  const std::string dir = tmpDir("ckpt/nested");
+  const std::string dir = testTmpDir("ckpt/nested");
   llvm::Error e = saveCheckpoint(dir, c);
   ASSERT_FALSE(bool(e)) << llvm::toString(std::move(e));
   auto back = loadCheckpoint(dir);
@@ -68,12 +64,12 @@ TEST(Checkpoint, OtherDtypes) {
   std::string f16("\x00\x3c\x00\xc0", 4), bf16("\x80\x3f\x00\xc0", 4), f64(16, '\0');
   double v[2] = {1.0, -2.0};
   std::memcpy(&f64[0], v, 16);
-  writeRaw(tmpDir("dtypes"),
+  writeRaw(testTmpDir("dtypes"),
            R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},)"
            R"("b":{"dtype":"BF16","shape":[2],"data_offsets":[4,8]},)"
            R"("c":{"dtype":"F64","shape":[2],"data_offsets":[8,24]}})",
            f16 + bf16 + f64);
-  auto c = loadCheckpoint(tmpDir("dtypes"));
+  auto c = loadCheckpoint(testTmpDir("dtypes"));
   ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
   for (const char *name : {"a", "b", "c"}) {
     EXPECT_EQ(c->tensors.at(name).data.at(0), 1.0) << name;
@@ -82,29 +78,30 @@ TEST(Checkpoint, OtherDtypes) {
 }
 
 TEST(Checkpoint, BrokenFilesSayWhatIsWrong) {
-  EXPECT_NE(loadError(tmpDir("missing")).find("cannot open"), std::string::npos);
-  writeRaw(tmpDir("short"), R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+  EXPECT_NE(loadError(testTmpDir("missing")).find("cannot open"), std::string::npos);
+  writeRaw(testTmpDir("short"), R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
            std::string(8, '\0'));
-  EXPECT_NE(loadError(tmpDir("short")).find("outside the 8 bytes of data"), std::string::npos);
-  writeRaw(tmpDir("json"), "{not json", "");
-  EXPECT_NE(loadError(tmpDir("json")).find("not JSON"), std::string::npos);
-  writeRaw(tmpDir("shape"), R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
+  EXPECT_NE(loadError(testTmpDir("short")).find("outside the 8 bytes of data"), std::string::npos);
+  writeRaw(testTmpDir("json"), "{not json", "");
+  EXPECT_NE(loadError(testTmpDir("json")).find("not JSON"), std::string::npos);
+  writeRaw(testTmpDir("shape"), R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
            std::string(8, '\0'));
-  EXPECT_NE(loadError(tmpDir("shape")).find("shape and dtype make 12 bytes"), std::string::npos);
-  writeRaw(tmpDir("overlap"),
+  EXPECT_NE(loadError(testTmpDir("shape")).find("shape and dtype make 12 bytes"),
+            std::string::npos);
+  writeRaw(testTmpDir("overlap"),
            R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
            R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
            std::string(12, '\0'));
-  EXPECT_NE(loadError(tmpDir("overlap")).find("overlap"), std::string::npos);
-  writeRaw(tmpDir("int"), R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})",
+  EXPECT_NE(loadError(testTmpDir("overlap")).find("overlap"), std::string::npos);
+  writeRaw(testTmpDir("int"), R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})",
            std::string(8, '\0'));
-  EXPECT_NE(loadError(tmpDir("int")).find("dtype I64"), std::string::npos);
+  EXPECT_NE(loadError(testTmpDir("int")).find("dtype I64"), std::string::npos);
   // A header length past the end of the file.
-  std::string cmd = "mkdir -p '" + tmpDir("len") + "'";
+  std::string cmd = "mkdir -p '" + testTmpDir("len") + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  std::ofstream(checkpointFile(tmpDir("len")), std::ios::binary)
+  std::ofstream(checkpointFile(testTmpDir("len")), std::ios::binary)
       << std::string("\xff\x00\x00\x00\x00\x00\x00\x00{}", 10);
-  EXPECT_NE(loadError(tmpDir("len")).find("runs past the end"), std::string::npos);
+  EXPECT_NE(loadError(testTmpDir("len")).find("runs past the end"), std::string::npos);
 }
 
 /// A tensor whose element at flat index i is i (exact in float32).
@@ -157,7 +154,7 @@ std::string openError(const std::string &dir) {
 }
 
 TEST(ShardedCheckpoint, AnyBoxReadsBack) {
-  const std::string dir = tmpDir("sharded");
+  const std::string dir = testTmpDir("sharded");
   writeSharded(dir, 1, threeParts());
   auto r = CheckpointReader::open(dir);
   ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
@@ -197,7 +194,7 @@ TEST(ShardedCheckpoint, WholeCheckpointsReadByBox) {
   for (int64_t i = 0; i < 48; ++i)
     w.data[i] = static_cast<double>(i);
   c.tensors.emplace("w", w);
-  const std::string dir = tmpDir("whole-by-box");
+  const std::string dir = testTmpDir("whole-by-box");
   ASSERT_FALSE(bool(saveCheckpoint(dir, c)));
   auto r = CheckpointReader::open(dir);
   ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
@@ -209,7 +206,7 @@ TEST(ShardedCheckpoint, WholeCheckpointsReadByBox) {
 
 TEST(ShardedCheckpoint, GenerationsReplaceEachOther) {
   namespace fs = std::filesystem;
-  const std::string dir = tmpDir("generations");
+  const std::string dir = testTmpDir("generations");
   Checkpoint c;
   c.tensors.emplace("w", Tensor({6, 8}, 1.0));
   ASSERT_FALSE(bool(saveCheckpoint(dir, c)));
@@ -249,19 +246,19 @@ TEST(ShardedCheckpoint, BadTilingsAndIndexesSayWhatIsWrong) {
   parts[1][0] = tileOf("w", {{2, 6}, {0, 5}}); // overlaps the top rows
   std::vector<TileEntry> all;
   for (size_t r = 0; r < parts.size(); ++r) {
-    auto entries = writeTileFile(tmpDir("overlapping"), tileFileName(1, r), parts[r]);
+    auto entries = writeTileFile(testTmpDir("overlapping"), tileFileName(1, r), parts[r]);
     ASSERT_TRUE(bool(entries)) << llvm::toString(entries.takeError());
     all.insert(all.end(), entries->begin(), entries->end());
   }
-  std::string msg = llvm::toString(writeCheckpointIndex(tmpDir("overlapping"), 1, all, {}));
+  std::string msg = llvm::toString(writeCheckpointIndex(testTmpDir("overlapping"), 1, all, {}));
   EXPECT_NE(msg.find("tensor 'w': the tiles [2:6,0:5] and [0:3,0:8] overlap"), std::string::npos)
       << msg;
   all.erase(all.begin() + 2); // the block [2:6, 0:5]
-  msg = llvm::toString(writeCheckpointIndex(tmpDir("overlapping"), 1, all, {}));
+  msg = llvm::toString(writeCheckpointIndex(testTmpDir("overlapping"), 1, all, {}));
   EXPECT_NE(msg.find("its tiles cover 33 of its 48 elements"), std::string::npos) << msg;
 
   // Broken indexes, each naming the index and what is wrong.
-  const std::string dir = tmpDir("badindex");
+  const std::string dir = testTmpDir("badindex");
   writeSharded(dir, 1, threeParts());
   const std::string good = [&] {
     std::ifstream in(checkpointIndexFile(dir));
@@ -310,7 +307,7 @@ TEST(ShardedCheckpoint, BadTilingsAndIndexesSayWhatIsWrong) {
   // Two tiles of the same shape with their boxes swapped in the index: each tile's name
   // carries its box, so the swap is refused rather than loading the halves swapped.
   {
-    const std::string halves = tmpDir("swapped");
+    const std::string halves = testTmpDir("swapped");
     writeSharded(halves, 1, {{tileOf("w", {{0, 3}, {0, 8}})}, {tileOf("w", {{3, 6}, {0, 8}})}});
     std::ifstream in(checkpointIndexFile(halves));
     std::stringstream ss;
@@ -330,10 +327,10 @@ TEST(ShardedCheckpoint, BadTilingsAndIndexesSayWhatIsWrong) {
   msg = openError(dir);
   EXPECT_NE(msg.find("tiles-1-1.safetensors"), std::string::npos) << msg;
   // No checkpoint at all.
-  msg = openError(tmpDir("nothing-here"));
+  msg = openError(testTmpDir("nothing-here"));
   EXPECT_NE(msg.find("cannot open"), std::string::npos) << msg;
-  std::filesystem::create_directories(tmpDir("empty"));
-  msg = openError(tmpDir("empty"));
+  std::filesystem::create_directories(testTmpDir("empty"));
+  msg = openError(testTmpDir("empty"));
   EXPECT_NE(msg.find("holds no checkpoint (neither index.json nor model.safetensors)"),
             std::string::npos)
       << msg;

@@ -10,14 +10,14 @@
 
 #include "analysis/verify.h"
 #include "graph/test_library.h"
+#include "testing/suite.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
 namespace {
 
-std::string cacheDir() {
-  return std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/kernels";
-}
+/// A cache of the test's own, not the suite's: the cache tests count what is compiled.
+std::string cacheDir() { return testTmpDir("kernels"); }
 
 KernelCompileOptions testOptions() {
   KernelCompileOptions o;

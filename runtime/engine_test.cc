@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 
 #include "codegen/fusion.h"
 #include "graph/onnx_import.h"

@@ -27,16 +27,17 @@ expect_exit() {
   fi
 }
 
-# asan_build BINARY: the binary is built with AddressSanitizer (bazel test --config=asan),
-# where it runs some 3 to 10 times slower. (grep reads all of ldd's output: with -q it would
-# stop at the match, and ldd, writing into a closed pipe, fails, which pipefail turns into
-# "no match".)
-asan_build() {
-  ldd "$1" | grep libasan >/dev/null
+# detect_asan BINARY: sets asan to 1 where the binary is built with AddressSanitizer (bazel
+# test --config=asan), where it runs some 3 to 10 times slower; else to 0. (grep reads all of
+# ldd's output: with -q it would stop at the match, and ldd, writing into a closed pipe,
+# fails, which pipefail turns into "no match".)
+detect_asan() {
+  asan=0
+  if ldd "$1" | grep libasan >/dev/null; then asan=1; fi
 }
 
 # in_sample INDEX EVERY: whether case INDEX of a test's list runs. Every case does, except
-# where the test set asan=1 (asan_build): then one case in EVERY does, from an offset that
+# where asan is 1 (detect_asan): then one case in EVERY does, from an offset that
 # tools/test.sh draws from the commit (TOFU_SAMPLE_OFFSET), so that successive commits cover
 # every case; the plain run always runs them all.
 in_sample() {

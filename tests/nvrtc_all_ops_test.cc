@@ -1,7 +1,6 @@
 // Every op of the library (and of the TDL test corpus) has a CUDA kernel that NVRTC
 // compiles for sm_90 — on machines without a GPU too: NVRTC needs none.
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 
 #include "analysis/sema.h"

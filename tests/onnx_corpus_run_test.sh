@@ -15,8 +15,7 @@ m = json.load(open("tests/onnx/corpus.json"))["models"]
 print(" ".join("%s:%d" % (k, v["data_inputs"]) for k, v in m.items() if v["verify"]))')
 source tests/cli_lib.sh
 # Under AddressSanitizer, a third of the runs, in turn (in_sample).
-asan=0
-if asan_build "$run"; then asan=1; fi
+detect_asan "$run"
 count=0
 want=0
 i=0

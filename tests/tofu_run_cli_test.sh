@@ -9,8 +9,7 @@ trap 'rm -rf "$tmp"' EXIT
 export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
 source tests/cli_lib.sh
 # Under AddressSanitizer, the lists of like cases below run a sample, in turn (in_sample).
-asan=0
-if asan_build "$run"; then asan=1; fi
+detect_asan "$run"
 i=0
 for args in "--model wresnet-50-1-i32-c4-k10 --workers 4" "--model gpt-1-16-2-4 --batch 2 --workers 3" \
             "--onnx tests/onnx/mlp.onnx --workers 2 --optimizer adam"; do

@@ -17,7 +17,7 @@ trap 'rm -rf "$tmp"' EXIT
 # One kernel cache for the whole run where tools/test.sh gives one (kernels compiled once).
 export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
 source tests/cli_lib.sh
-asan="${ASAN_OPTIONS:+1}" # bazel test --config=asan sets it (before mpi_test_env adds to it)
+detect_asan "$run"
 mpi_test_env
 py=/usr/bin/python3
 
@@ -344,7 +344,7 @@ else
   bn_case threads "" "--workers 2" ""
   bn_names=(threads)
   # Under ASan (several times slower) the MPI run is left to the plain suite.
-  if [ -z "$asan" ]; then
+  if [ "$asan" = 0 ]; then
     bn_case mpi "mpirun --oversubscribe --bind-to none -np 2" "--backend mpi" "--save-onnx-external"
     bn_names+=(mpi)
   fi

@@ -15,8 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
 source tests/cli_lib.sh
 py=/usr/bin/python3
-asan=0
-if asan_build "$run"; then asan=1; fi
+detect_asan "$run"
 # The models' runs in one `tofu-run --batch` (each run forked from one loaded library), then
 # one comparison of them all. Under ASan, a third of the models, in turn (in_sample), and
 # small_cnn and attention, whose outputs the runs below are compared with.

@@ -22,8 +22,7 @@ mpi=(mpirun --oversubscribe --bind-to none)
 # AddressSanitizer's shadow memory and quarantine make resident memory meaningless: the
 # bound on what a process grows by is checked on plain builds only. Under it, a third of
 # the verified cases run and one of the two checkpoint cases, in turn (in_sample).
-asan=0
-if asan_build "$run"; then asan=1; fi
+detect_asan "$run"
 check_json() { # FILE K: verify passed, planned bytes moved, each process holds its arena only
   python3 - "$1" "$2" "$asan" <<'PY'
 import json, sys

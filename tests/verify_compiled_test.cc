@@ -4,7 +4,6 @@
 // kernel is generated (opaque functions through their native implementations).
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 

@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 
 #include "codegen/program_builder.h"
 #include "graph/onnx_import.h"
