@@ -81,6 +81,9 @@ tofu_status options(const tofu_plan_options *given, tofu::api::PlanOptions *o,
   const tofu_plan_options &c = given ? *given : defaults;
   if (c.optimizer != TOFU_SGD && c.optimizer != TOFU_ADAM)
     return fail(TOFU_ERROR_ARGUMENT, "unknown optimizer " + std::to_string(int(c.optimizer)));
+  if (c.precision != TOFU_FP32 && c.precision != TOFU_BF16)
+    return fail(TOFU_ERROR_ARGUMENT, "unknown precision " + std::to_string(int(c.precision)));
+  o->precision = c.precision == TOFU_BF16 ? tofu::api::Precision::BF16 : tofu::api::Precision::FP32;
   o->workers = c.workers;
   o->train = c.train != 0;
   o->optimizer = c.optimizer == TOFU_SGD ? tofu::api::Optimizer::SGD : tofu::api::Optimizer::Adam;
@@ -138,6 +141,7 @@ void tofu_plan_options_init(tofu_plan_options *o) {
   o->algorithm = nullptr;
   o->budget_seconds = 60;
   o->per_worker = 1;
+  o->precision = TOFU_FP32;
   o->onnx_batch = 1;
   o->onnx_data_inputs = 1;
 }

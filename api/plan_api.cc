@@ -334,6 +334,7 @@ Result<PipelineOptions> pipelineOptions(const PlanOptions &o) {
   PipelineOptions p;
   if (o.train)
     p.train = o.optimizer == Optimizer::SGD ? ::tofu::Optimizer::SGD : ::tofu::Optimizer::Adam;
+  p.precision = o.precision == Precision::BF16 ? ::tofu::Precision::BF16 : ::tofu::Precision::FP32;
   p.until = o.perWorker ? Stage::Execution : Stage::Plan;
   p.search.workers = o.workers;
   p.search.algorithm = *algorithm;

@@ -22,9 +22,9 @@ const Planner &planner() {
   return *p;
 }
 
-Graph mlp() {
+Graph mlp(int64_t batch = 32) {
   Graph g;
-  EXPECT_TRUE(g.addInput("x", {32, 64}).ok());
+  EXPECT_TRUE(g.addInput("x", {batch, 64}).ok());
   EXPECT_TRUE(g.addWeight("w1", {64, 128}).ok());
   EXPECT_TRUE(g.addWeight("w2", {128, 8}).ok());
   EXPECT_TRUE(g.addNode({"fc1", "MatMul", {"x", "w1"}, "h", {}, {{"b", 0}}}).ok());
@@ -172,6 +172,25 @@ TEST(PublicPlan, OptionsChangeThePlan) {
   EXPECT_EQ(cuts(1), cuts(3));
 }
 
+TEST(PublicPlan, Bf16HalvesActivationsAndTraffic) {
+  PlanOptions o;
+  o.workers = 2;
+  auto plan = [&](Precision p) {
+    o.precision = p;
+    auto r = planner().plan(mlp(2048), o); // activations outweigh the weights
+    EXPECT_TRUE(r.ok()) << r.error();
+    return std::move(*r);
+  };
+  const Plan fp32 = plan(Precision::FP32), bf16 = plan(Precision::BF16);
+  EXPECT_EQ(fp32.tensor("h")->dtype, "float32");
+  EXPECT_EQ(bf16.tensor("h")->dtype, "bfloat16");
+  EXPECT_EQ(bf16.tensor("h")->bytes * 2, fp32.tensor("h")->bytes);
+  EXPECT_EQ(bf16.tensor("w1")->dtype, "float32"); // master weights stay float32
+  EXPECT_NE(bf16.tensor("w1_bf16"), nullptr);     // cast once per step
+  EXPECT_LT(bf16.communicationBytes, fp32.communicationBytes);
+  EXPECT_LT(bf16.workerMemory[0].peakBytes, fp32.workerMemory[0].peakBytes);
+}
+
 TEST(PublicPlan, ErrorsHaveKinds) {
   PlanOptions o;
   o.workers = 0;
@@ -257,6 +276,17 @@ TEST(CApi, PlansAndReportsErrors) {
   EXPECT_EQ(j["worker_details"].size(), 4u);
   EXPECT_NE(std::string(j["loss_note"]).find("softmax cross-entropy"), std::string::npos);
   tofu_plan_free(plan);
+  // Precision: the default is float32; bf16 moves fewer bytes; an unknown one is refused.
+  EXPECT_EQ(o.precision, TOFU_FP32);
+  const int64_t fp32Bytes = j["communication_bytes"];
+  o.precision = TOFU_BF16;
+  ASSERT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_OK) << tofu_last_error();
+  EXPECT_LT(tofu_plan_communication_bytes(plan), fp32Bytes);
+  EXPECT_NE(std::string(tofu_plan_json(plan)).find("bfloat16"), std::string::npos);
+  tofu_plan_free(plan);
+  o.precision = static_cast<tofu_precision>(7);
+  EXPECT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_ERROR_ARGUMENT);
+  o.precision = TOFU_FP32;
   o.algorithm = "nope";
   EXPECT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_ERROR_ARGUMENT);
   EXPECT_EQ(plan, nullptr);

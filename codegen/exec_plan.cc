@@ -181,7 +181,7 @@ int64_t ExecPlan::bytesMoved(const Problem &p) const {
       for (const auto &slice : a.slices)
         for (const Fetch &f : slice)
           if (f.from != a.owner)
-            bytes += boxElements(f.box) * p.tensors[node.output].elementBytes;
+            bytes += boxElements(f.box) * p.tensors[node.output].resultBytes(a.slices.size() > 1);
   }
   return bytes;
 }

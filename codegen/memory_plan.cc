@@ -41,11 +41,15 @@ void place(std::vector<Buffer> &buffers) {
 
 } // namespace
 
-bool writesTileDirectly(const NodeExec &ne, unsigned w, const Box &tile) {
+bool singleSlice(const NodeExec &ne) {
   bool single = true;
   for (const OutputAssembly &a : ne.assemble)
     single &= a.slices.size() == 1;
-  return single && ne.workers[w].computes && ne.workers[w].produced == tile;
+  return single;
+}
+
+bool writesTileDirectly(const NodeExec &ne, unsigned w, const Box &tile) {
+  return singleSlice(ne) && ne.workers[w].computes && ne.workers[w].produced == tile;
 }
 
 int64_t MemoryPlan::largestPeak() const {
@@ -87,7 +91,7 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan,
         start[out] = 3 * int64_t(i);
     }
     for (unsigned t = 0; t < p.tensors.size(); ++t) {
-      int64_t bytes = boxElements(plan.tiles[w][t]) * kArenaElementBytes;
+      int64_t bytes = boxElements(plan.tiles[w][t]) * p.tensors[t].storageBytes;
       if (bytes == 0)
         continue;
       Buffer b;
@@ -115,7 +119,7 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan,
         Buffer b;
         b.kind = Buffer::Kind::Fetch;
         b.tensor = f.tensor;
-        b.bytes = boxElements(f.region) * kArenaElementBytes;
+        b.bytes = boxElements(f.region) * p.tensors[f.tensor].storageBytes;
         b.start = at;
         b.end = at + 1;
         b.node = static_cast<int>(i);
@@ -127,7 +131,7 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan,
         Buffer b;
         b.kind = Buffer::Kind::Partial;
         b.tensor = out;
-        b.bytes = boxElements(inst.produced) * kArenaElementBytes;
+        b.bytes = boxElements(inst.produced) * p.tensors[out].resultStorageBytes(!singleSlice(ne));
         b.start = at;
         b.end = at + 2; // until every owner has assembled its tile
         b.node = static_cast<int>(i);

@@ -14,10 +14,11 @@
 
 namespace tofu {
 
-/// Bytes per element in an arena: the engines hold every tensor as float32 (integers exactly
-/// below 2^24), whatever its dtype, so an int64 index takes 4 bytes there and a boolean mask
-/// 4, not 1. (Communication is still counted at the dtype's size, as the search costs it.)
-inline constexpr int64_t kArenaElementBytes = 4;
+// Bytes per element in an arena: a tile or a fetched region takes its tensor's storage size
+// (ProblemTensor::storageBytes: 4, as the engines hold every tensor as float32 whatever its
+// dtype, and 2 for a bfloat16 tensor of a graph in bf16); a result combined from reduction
+// slices is float32 until its tile is assembled (resultStorageBytes). Communication is
+// counted at the dtype's size, as the search costs it.
 
 struct Buffer {
   enum class Kind { Tile, Fetch, Partial };
@@ -56,6 +57,10 @@ struct MemoryPlan {
   std::vector<WorkerMemory> workers;
   int64_t largestPeak() const;
 };
+
+/// Whether node `ne`'s owners each assemble their tile from one slice (no reduction split):
+/// every result is final, none is combined.
+bool singleSlice(const NodeExec &ne);
 
 /// Whether worker `w` writes its result of `ne` straight into its tile of the output
 /// (`tile`): one reduction slice, and the result is exactly the tile. Otherwise the

@@ -168,7 +168,7 @@ llvm::Error Builder::buildStep(size_t i) {
         cp.dstBox = a.tile;
         cp.box = f.box;
         cp.combine = st.initIdentity;
-        cp.elementBytes = p.tensors[outT].elementBytes;
+        cp.elementBytes = p.tensors[outT].resultBytes(a.slices.size() > 1);
         st.assemble.push_back(std::move(cp));
       }
     st.assembles = st.initIdentity || !st.assemble.empty();

@@ -364,8 +364,18 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
   }
   Graph g;
   const JsonAt top{j, "the top level"};
-  if (llvm::Error e = top.object({"tensors", "nodes", "outputs"}, {"tensors", "nodes"}))
+  if (llvm::Error e =
+          top.object({"tensors", "nodes", "outputs", "precision"}, {"tensors", "nodes"}))
     return std::move(e);
+  if (j.contains("precision")) {
+    std::string name;
+    if (llvm::Error e = top.optionalString("precision", &name))
+      return std::move(e);
+    auto p = precisionNamed(name);
+    if (!p)
+      return top["precision"].fail(fmt::format("unknown precision '{}' (fp32 or bf16)", name));
+    g.precision = *p;
+  }
   const JsonAt tensors{j.at("tensors"), "tensors"}, nodes{j.at("nodes"), "nodes"};
   if (llvm::Error e = tensors.array())
     return std::move(e);
@@ -488,6 +498,8 @@ std::string graphToJson(const Graph &g) {
   j["tensors"] = tensors;
   j["nodes"] = nodes;
   j["outputs"] = g.outputs;
+  if (g.precision != Precision::FP32)
+    j["precision"] = precisionName(g.precision);
   return j.dump(2) + "\n";
 }
 

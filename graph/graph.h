@@ -15,6 +15,16 @@
 
 namespace tofu {
 
+/// The element types a step computes in (tofu-plan's --precision, the APIs' precision).
+enum class Precision {
+  FP32, ///< every float tensor float32
+  BF16, ///< mixed, as torch.autocast(dtype=torch.bfloat16) does (applyPrecision)
+};
+/// Its command-line name ("fp32", "bf16").
+const char *precisionName(Precision p);
+/// The precision of that name, if there is one.
+std::optional<Precision> precisionNamed(const std::string &name);
+
 /// What a tensor is for; the search groups and the memory accounting use it.
 enum class TensorRole { Input, Weight, Activation, Gradient, OptimizerState };
 const char *roleName(TensorRole r);
@@ -90,6 +100,10 @@ public:
   /// Inputs the import made for random values (a training-mode Dropout's mask, ONNX's random
   /// generators): runs draw each afresh at every step.
   std::map<std::string, RandomInput> randomInputs;
+  /// The precision policy applied to the graph (applyPrecision). Under BF16 a bfloat16
+  /// tensor takes 2 bytes in a worker's arena (Problem's storageBytes); a model that arrives
+  /// with bfloat16 tensors of its own holds them as float32 otherwise.
+  Precision precision = Precision::FP32;
 
   const TensorInfo *tensor(const std::string &name) const;
   TensorInfo *tensor(const std::string &name);
@@ -189,6 +203,39 @@ llvm::Expected<unsigned> evaluationGraph(Graph &g, const OpLibrary &lib, EvalNor
 /// (classifier logits), else the mean squared error against a new input `target` of the
 /// output's shape. The loss becomes the graph's output; returns its name.
 llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib);
+
+/// How torch.autocast(dtype=torch.bfloat16) treats an op of the library, by name.
+enum class CastClass {
+  Lower,   ///< runs on bfloat16 operands with float32 accumulation: products, convolutions
+  Float32, ///< runs in float32 (softmax, normalisations' statistics, losses, exp, log, pow,
+           ///< sums, ...): bfloat16 inputs are widened first
+  Promote, ///< runs in the widest float type of its inputs (type promotion)
+};
+CastClass castClass(const std::string &op);
+
+/// What applyPrecision did.
+struct PrecisionSummary {
+  unsigned casts = 0;   ///< cast nodes added (to bfloat16 and back to float32)
+  unsigned lowered = 0; ///< Lower nodes, now on bfloat16 operands
+  unsigned float32 = 0; ///< Float32 nodes that read a bfloat16 tensor, widened
+};
+
+/// Applies precision `p` to a checked forward graph (before buildTrainingGraph, which gives
+/// every gradient its tensor's element type). FP32 changes nothing. BF16 follows PyTorch's
+/// autocast to bfloat16 (CUDA's op lists, which keep more in float32 than the CPU's):
+/// - a Lower op reads its float32 inputs through a CastBfloat16 node (one per tensor, shared
+///   by all its Lower readers: a weight is cast once per step, as autocast caches it), and
+///   its result is bfloat16;
+/// - a Float32 op reads its bfloat16 inputs through a Cast node (one per tensor), and its
+///   float result is float32;
+/// - another op's float result takes the widest float type of its float inputs, where a
+///   rank-0 input does not widen a tensor of higher rank (PyTorch's promotion of 0-dim
+///   tensors), a batch norm follows its data, and the bias a product's result is added to
+///   (Add, AddBcast, ConvBias of a Lower op's result and a float32 weight) is cast with it,
+///   as autocast's linear and conv take their bias.
+/// Weights, their gradients and the optimiser's state stay float32; float64 tensors are
+/// never narrowed. The graph stays checked.
+llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, Precision p);
 
 /// Reads the JSON form of DESIGN.md: {"tensors": [...], "nodes": [...], "outputs": [...]}.
 llvm::Expected<Graph> graphFromJson(const std::string &text);

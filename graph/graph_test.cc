@@ -354,5 +354,105 @@ TEST(Training, OptimiserUpdates) {
             (std::vector<std::string>{"lr", "momentum", "weight_decay"}));
 }
 
+/// The producer's op and inputs of `tensor`, as "op(a, b)".
+std::string producedBy(const Graph &g, const std::string &tensor) {
+  const Node *n = g.producer(tensor);
+  return n ? fmt::format("{}({})", n->op, fmt::join(n->inputs, ", ")) : "(none)";
+}
+
+TEST(Precision, Bf16FollowsAutocastOnAnMlp) {
+  Graph g = mlp();
+  ASSERT_FALSE(static_cast<bool>(checkGraph(g, library())));
+  const Graph fp32 = g;
+  auto same = applyPrecision(g, library(), Precision::FP32);
+  ASSERT_TRUE(static_cast<bool>(same)) << llvm::toString(same.takeError());
+  EXPECT_EQ(same->casts, 0u);
+  EXPECT_EQ(graphToJson(g), graphToJson(fp32));
+
+  auto s = applyPrecision(g, library(), Precision::BF16);
+  ASSERT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
+  EXPECT_EQ(g.precision, Precision::BF16);
+  // The products read their operands cast to bfloat16, a weight's cast made once; each bias
+  // is cast with its product's result (autocast's linear takes its bias).
+  EXPECT_EQ(producedBy(g, "h1"), "MatMul(x_bf16, W1_bf16)");
+  EXPECT_EQ(producedBy(g, "W1_bf16"), "CastBfloat16(W1)");
+  EXPECT_EQ(producedBy(g, "a1"), "AddBcast(h1, b1_bf16)");
+  EXPECT_EQ(producedBy(g, "h2"), "MatMul(r1, W2_bf16)"); // r1 is bfloat16 already
+  EXPECT_EQ(s->casts, 5u);
+  EXPECT_EQ(s->lowered, 2u);
+  EXPECT_EQ(s->float32, 1u); // the loss reads the bfloat16 logits
+  for (const char *t : {"x_bf16", "W1_bf16", "h1", "a1", "r1", "h2", "logits"})
+    EXPECT_EQ(g.tensor(t)->dtype, "bfloat16") << t;
+  for (const char *t : {"x", "W1", "b1", "W2", "b2", "L"})
+    EXPECT_EQ(g.tensor(t)->dtype, "float32") << t;
+  EXPECT_EQ(g.tensor("r1")->bytes(), 8 * 64 * 2);
+  // A weight's cast coarsens with the weight.
+  EXPECT_EQ(g.producer("W1_bf16")->group, "W1");
+  // Applied once only; the JSON form keeps the policy.
+  EXPECT_FALSE(static_cast<bool>(applyPrecision(g, library(), Precision::BF16)));
+  auto back = graphFromJson(graphToJson(g));
+  ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(back->precision, Precision::BF16);
+  EXPECT_EQ(back->tensor("h1")->dtype, "bfloat16");
+
+  // Training: a bfloat16 tensor's gradient is bfloat16; weights, their gradients and the
+  // optimiser's state stay float32.
+  auto t = buildTrainingGraph(g, "L", library(), Optimizer::Adam);
+  ASSERT_TRUE(static_cast<bool>(t)) << llvm::toString(t.takeError());
+  EXPECT_EQ(t->precision, Precision::BF16);
+  unsigned bf16Gradients = 0;
+  for (const TensorInfo &x : t->tensors()) {
+    if (x.role == TensorRole::Weight || x.role == TensorRole::OptimizerState)
+      EXPECT_EQ(x.dtype, "float32") << x.name;
+    if (x.role == TensorRole::Gradient)
+      bf16Gradients += x.dtype == "bfloat16";
+  }
+  EXPECT_EQ(t->tensor("d_W1_from_W1_bf16_cast")->dtype, "float32");
+  EXPECT_EQ(t->tensor("d_r1_from_fc2")->dtype, "bfloat16");
+  EXPECT_EQ(t->tensor("d_logits_from_loss")->dtype, "bfloat16");
+  EXPECT_GT(bf16Gradients, 5u);
+  EXPECT_EQ(precisionNamed("bf16"), Precision::BF16);
+  EXPECT_EQ(precisionNamed("fp16"), std::nullopt);
+}
+
+TEST(Precision, PromotionRules) {
+  auto ok = [](llvm::Error e) {
+    EXPECT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e));
+  };
+  Graph g;
+  ok(g.addTensor(tensor("x", {4, 3, 2, 2})));
+  ok(g.addTensor(tensor("w", {3, 3, 1, 1}, TensorRole::Weight)));
+  ok(g.addTensor(tensor("scale", {3}, TensorRole::Weight)));
+  ok(g.addTensor(tensor("bias", {3}, TensorRole::Weight)));
+  ok(g.addTensor(tensor("eps", {})));
+  ok(g.addTensor(tensor("half", {})));
+  TensorInfo wide = tensor("wide", {4, 3, 2, 2});
+  wide.dtype = "float64";
+  ok(g.addTensor(wide));
+  ok(g.addNode(node("conv", "Conv2d", {"x", "w"}, "c")));
+  ok(g.addNode(node("bn", "batch_norm_train", {"c", "scale", "bias", "eps"}, "n")));
+  ok(g.addNode(node("scaled", "MulBcast", {"n", "half"}, "m"))); // a rank-0 float32: stays
+  ok(g.addNode(node("residual", "Add", {"m", "x"}, "r")));       // with a float32 tensor: widens
+  ok(g.addNode(node("soft", "Softmax", {"m"}, "p")));            // float32 op on bfloat16
+  ok(g.addNode(node("double", "Conv2d", {"wide", "w"}, "d")));   // float64: left alone
+  g.outputs = {"r", "p", "d"};
+  ok(checkGraph(g, library()));
+  auto s = applyPrecision(g, library(), Precision::BF16);
+  ASSERT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
+  EXPECT_EQ(g.tensor("c")->dtype, "bfloat16");
+  EXPECT_EQ(g.tensor("n")->dtype, "bfloat16"); // a batch norm follows its data
+  EXPECT_EQ(producedBy(g, "n"), "batch_norm_train(c, scale, bias, eps)");
+  EXPECT_EQ(g.tensor("m")->dtype, "bfloat16");
+  EXPECT_EQ(g.tensor("r")->dtype, "float32");
+  EXPECT_EQ(g.tensor("p")->dtype, "float32");
+  EXPECT_EQ(g.tensor("d")->dtype, "float32"); // the output as it was
+  EXPECT_EQ(producedBy(g, "d"), "Conv2d(wide, w)");
+  EXPECT_EQ(s->lowered, 1u);
+  EXPECT_EQ(s->casts, 2u); // x and w, for the one lowered convolution
+  EXPECT_EQ(castClass("Softmax"), CastClass::Float32);
+  EXPECT_EQ(castClass("GemmNT"), CastClass::Lower);
+  EXPECT_EQ(castClass("Relu"), CastClass::Promote);
+}
+
 } // namespace
 } // namespace tofu

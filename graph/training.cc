@@ -38,6 +38,11 @@ private:
   llvm::Error backward(const Node &n);
   llvm::Expected<std::string> gradientOf(const std::string &tensor);
   llvm::Error add(Node n) { return g_.addNode(std::move(n)); }
+  /// A gradient's element type: bfloat16 for a bfloat16 tensor (as autograd's under
+  /// autocast: applyPrecision), else float32.
+  std::string gradientType(const std::string &tensor) const {
+    return g_.tensor(tensor)->dtype == "bfloat16" ? "bfloat16" : "float32";
+  }
   std::string fresh(const std::string &base) {
     std::string name = base;
     for (int k = 2; used_.count(name); ++k)
@@ -77,6 +82,7 @@ llvm::Expected<std::string> TrainingBuilder::gradientOf(const std::string &tenso
     t.role = TensorRole::Gradient;
     t.shape = g_.tensor(tensor)->shape;
     t.shapeKnown = true;
+    t.dtype = gradientType(tensor);
     if (llvm::Error e = g_.addTensor(std::move(t)))
       return llvm::Expected<std::string>(std::move(e));
     sum = n.output;
@@ -148,6 +154,7 @@ llvm::Error TrainingBuilder::backward(const Node &n) {
     t.role = TensorRole::Gradient;
     t.shape = fwd_.tensor(x)->shape; // the gradient has the input's shape (checked below)
     t.shapeKnown = true;
+    t.dtype = gradientType(x);
     if (llvm::Error e = g_.addTensor(std::move(t)))
       return e;
     contributions_[x].push_back(b.output);
@@ -167,6 +174,7 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
   g_.constants = fwd_.constants;
   g_.initialValues = fwd_.initialValues;
   g_.randomInputs = fwd_.randomInputs;
+  g_.precision = fwd_.precision;
   for (const TensorInfo &t : fwd_.tensors()) {
     TensorInfo copy = t;
     if (copy.group.empty())

@@ -41,7 +41,21 @@ struct ProblemTensor {
   unsigned graphTensor = 0;
   std::string name;
   std::vector<int64_t> shape;
-  unsigned elementBytes = 4;
+  std::string dtype = "float32";
+  unsigned elementBytes = 4; ///< the dtype's: what moving an element costs
+  /// What an element takes in a worker's arena: 4 (the engines hold every tensor as float32,
+  /// integers exactly below 2^24), and 2 for a bfloat16 tensor of a graph in bf16.
+  unsigned storageBytes = 4;
+  /// What an element of a result costs to move to the tile's owner: the dtype's size, but a
+  /// bfloat16 tensor's partial results (`partials`: reduction slices to combine) are float32,
+  /// rounded once when combined (resultStorageBytes).
+  unsigned resultBytes(bool partials) const {
+    return partials && storageBytes == 2 ? 4 : elementBytes;
+  }
+  /// What an element of a worker's result takes in its arena where it is not written into
+  /// the tile: float32 (the accumulators' type) where reduction slices are combined, else
+  /// the tensor's storage size.
+  unsigned resultStorageBytes(bool partials) const { return partials ? 4 : storageBytes; }
   TensorRole role = TensorRole::Activation;
   std::string group;
   int producer = -1; ///< node index, or -1 for inputs and weights

@@ -80,6 +80,9 @@ struct PipelineOptions {
   /// With `train`, a graph of several outputs trains on this one (default: the first); the
   /// others are not computed for the step's sake (they are dropped as outputs).
   std::string lossOutput;
+  /// The element types the step computes in (applyPrecision, once the loss is added and
+  /// before the backward ops are built).
+  Precision precision = Precision::FP32;
   Stage until = Stage::Plan;
   PlanOptions search;
   /// Where given, replaces the search: a plan received from elsewhere (tofu-run's other
@@ -88,10 +91,11 @@ struct PipelineOptions {
 };
 
 struct PipelineResult {
-  std::string name;     ///< the model or file, for messages
-  Graph graph;          ///< checked; the training graph when trained
-  std::string loss;     ///< the loss tensor (trained graphs), else empty
-  std::string lossNote; ///< how a loss was added to a non-scalar output, else empty
+  std::string name;           ///< the model or file, for messages
+  Graph graph;                ///< checked; the training graph when trained
+  std::string loss;           ///< the loss tensor (trained graphs), else empty
+  std::string lossNote;       ///< how a loss was added to a non-scalar output, else empty
+  PrecisionSummary precision; ///< what the precision policy changed
   std::optional<Problem> problem;
   double analysisSeconds = 0;
   PartitionPlan plan;

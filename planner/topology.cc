@@ -74,7 +74,8 @@ TopologyTraffic topologyTraffic(const Problem &p, const ExecPlan &plan, const To
         for (const Fetch &f : slice)
           if (f.from != a.owner)
             count(f.from, a.owner,
-                  boxElements(f.box) * p.tensors[p.nodes[ne.node].output].elementBytes);
+                  boxElements(f.box) *
+                      p.tensors[p.nodes[ne.node].output].resultBytes(a.slices.size() > 1));
   }
   out.workerSeconds.assign(plan.workers, 0);
   for (unsigned w = 0; w < plan.workers; ++w) {

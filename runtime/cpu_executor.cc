@@ -129,7 +129,7 @@ llvm::Expected<ExecResult> runPlan(const Problem &p, const ExecPlan &plan,
       for (const auto &slice : a.slices)
         for (const Fetch &f : slice)
           net.copy(f.from, partial[f.from], ne.workers[f.from].produced, a.owner, tile, a.tile,
-                   f.box, p.tensors[node.output].elementBytes, &ne.reducer);
+                   f.box, p.tensors[node.output].resultBytes(a.slices.size() > 1), &ne.reducer);
       tiles[a.owner][node.output] = std::move(tile);
     };
     threads.clear();

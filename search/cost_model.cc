@@ -149,7 +149,7 @@ int64_t CostModel::workerNodeBytes(unsigned node, const std::vector<StepChoice> 
   Box owned = p_.tensorTile(n.output, steps, coords);
   const int64_t rho = p_.partials(node, steps), inner = p_.partials(node, steps, cut);
   const int64_t have = computes ? intersectElements(owned, produced) : 0; // (a scalar too)
-  bytes += (rho * boxElements(owned) - inner * have) * out.elementBytes;
+  bytes += (rho * boxElements(owned) - inner * have) * out.resultBytes(rho > 1);
   if (messages) {
     int64_t all = 1, inside = computes;
     for (size_t d = 0; d < owned.size(); ++d) {
@@ -405,7 +405,11 @@ CostModel::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, 
               elems = elems > 0 ? boxElements(regions[k]) : 0;
             }
           }
-          out[k][c] += elems * p_.tensors[t].elementBytes * weight;
+          // Bytes moved per element, or (buffers) held in the arena per element.
+          const ProblemTensor &pt = p_.tensors[t];
+          const int64_t eb = buffers ? (output ? pt.resultStorageBytes(rho > 1) : pt.storageBytes)
+                                     : (output ? pt.resultBytes(rho > 1) : pt.elementBytes);
+          out[k][c] += elems * eb * weight;
           if (messages) {
             // The distinct pieces overlapped: all of them, less those inside the unit.
             const std::vector<std::vector<int64_t>> &grid = scratch.cells[k][c];
@@ -584,8 +588,8 @@ int64_t CostModel::nodeCostEveryWorker(unsigned node, const std::vector<StepChoi
   }
   {
     const size_t k = n.inputs.size();
-    const int64_t eb = p_.tensors[n.output].elementBytes;
     const int64_t rho = p_.partials(node, steps), inner = p_.partials(node, steps, cut);
+    const int64_t eb = p_.tensors[n.output].resultBytes(rho > 1);
     CostTerm owned, computed, ownedCells, computedCells;
     owned.coef = rho * eb;
     computed.coef = -inner * eb;

@@ -106,6 +106,27 @@ expect_error "--workers 4 but the topology has 8 workers" --model mlp --topology
 expect_error "2 levels but 1 bandwidth" --model mlp --topology 2x4:12.5GB/s
 expect_error "faster than level 2 inside it" --model mlp --topology 2x4:150GB/s,12.5GB/s
 expect_error "is not combined with --fit or --memory-per-worker" --model mlp --topology 2x4:1GB/s,10GB/s --fit 1GB
+# --precision bf16: bfloat16 activations and gradients, float32 weights and state, casts as
+# ops, and less traffic than float32 for the same model and workers.
+"$plan" --model mlp --batch 16 --train --workers 4 --format=json >"$tmp/fp32.json"
+"$plan" --model mlp --batch 16 --train --workers 4 --precision bf16 --format=json >"$tmp/bf16.json"
+check "--precision bf16 exit status" test $? -eq 0
+check "--precision bf16: dtypes, casts and traffic" python3 - "$tmp/fp32.json" "$tmp/bf16.json" <<'PY'
+import json, sys
+fp32, bf16 = (json.load(open(f)) for f in sys.argv[1:])
+assert "precision" not in fp32 and bf16["precision"]["name"] == "bf16", bf16.get("precision")
+assert bf16["precision"]["casts"] > 0 and bf16["precision"]["lowered_ops"] > 0, bf16["precision"]
+dtype = {t["name"]: (t["role"], t["dtype"]) for t in bf16["tensors"]}
+for name, (role, d) in dtype.items():
+    if role in ("weight", "optimizer_state"):
+        assert d == "float32", (name, role, d)
+assert sum(d == "bfloat16" for r, d in dtype.values()) == bf16["precision"]["bf16_tensors"]
+assert any(r == "gradient" and d == "bfloat16" for r, d in dtype.values()), dtype
+assert all(t["dtype"] == "float32" for t in fp32["tensors"] if t["role"] != "input")
+assert bf16["communication_bytes"] < fp32["communication_bytes"], \
+    (bf16["communication_bytes"], fp32["communication_bytes"])
+PY
+expect_error "must be fp32 or bf16, not 'fp16'" --model mlp --workers 2 --precision fp16
 # --input: an ONNX model whose Reshape reads its shape from a graph input imports once the
 # input's values are given (as tofu-run --infer takes them), and is refused, naming the
 # input, without them.

@@ -68,6 +68,15 @@ cl::opt<std::string> lossOutput("loss-output",
                                 cl::desc("With --train, a graph of several outputs trains on "
                                          "this one (default: the first)"),
                                 cl::value_desc("NAME"), cl::cat(planCategory));
+cl::opt<tofu::Precision, false, tofu::ChoiceParser<tofu::Precision>> precision(
+    "precision", cl::desc("The element types the step computes in:"),
+    cl::values(clEnumValN(tofu::Precision::FP32, "fp32", "every float tensor float32 (default)"),
+               clEnumValN(tofu::Precision::BF16, "bf16",
+                          "as torch.autocast(dtype=torch.bfloat16): products and convolutions "
+                          "on bfloat16 operands, accumulating in float32; softmax, "
+                          "normalisations' statistics, losses, exp, log, pow and sums in "
+                          "float32; weights, gradients of weights and optimiser state float32")),
+    cl::init(tofu::Precision::FP32), cl::cat(planCategory));
 cl::opt<bool> describe("describe",
                        cl::desc("Print node and tensor counts and bytes per tensor role"),
                        cl::cat(planCategory));
@@ -279,6 +288,7 @@ int main(int argc, char **argv) {
     pipeline.train = *tofu::optimizerNamed(optimizer);
   pipeline.weightDecay = weightDecay;
   pipeline.lossOutput = lossOutput;
+  pipeline.precision = precision;
   pipeline.until = budgetBytes || topology ? tofu::Stage::Problem
                    : workers > 0           ? tofu::Stage::Plan
                                            : tofu::Stage::Graph;
@@ -309,6 +319,20 @@ int main(int argc, char **argv) {
     llvm::errs() << "tofu-plan: " << result.lossNote << "\n";
   const std::string &name = result.name;
   const tofu::Graph *g = &result.graph;
+  std::string precisionLine;
+  const auto bf16Tensors =
+      std::count_if(g->tensors().begin(), g->tensors().end(),
+                    [](const tofu::TensorInfo &t) { return t.dtype == "bfloat16"; });
+  if (precision == tofu::Precision::BF16) {
+    const tofu::PrecisionSummary &ps = result.precision;
+    precisionLine = fmt::format(
+        "precision bf16 (as torch.autocast): {} product{} and convolution{} on bfloat16 "
+        "operands through {} cast{}; {} float32 op{} reading bfloat16; {} of {} tensors "
+        "bfloat16\n",
+        ps.lowered, ps.lowered == 1 ? "" : "s", ps.lowered == 1 ? "" : "s", ps.casts,
+        ps.casts == 1 ? "" : "s", ps.float32, ps.float32 == 1 ? "" : "s", bf16Tensors,
+        g->tensors().size());
+  }
   if (dumpJson) {
     llvm::outs() << tofu::graphToJson(*g);
     return 0;
@@ -441,18 +465,26 @@ int main(int argc, char **argv) {
     }
     if (format == Format::Json) {
       std::string json = tofu::planJson(*problem, *plan, report);
-      if (fit || topology) {
+      if (fit || topology || precision != tofu::Precision::FP32) {
         auto j = nlohmann::ordered_json::parse(json);
         if (fit)
           j["fit"] = fitJson;
         if (topology)
           j["topology"] = machineJson;
+        if (precision != tofu::Precision::FP32) {
+          const tofu::PrecisionSummary &ps = result.precision;
+          j["precision"] = {{"name", tofu::precisionName(precision)},
+                            {"casts", ps.casts},
+                            {"lowered_ops", ps.lowered},
+                            {"float32_ops_reading_bf16", ps.float32},
+                            {"bf16_tensors", bf16Tensors}};
+        }
         json = j.dump(1) + "\n";
       }
       llvm::outs() << json;
     } else {
       llvm::outs() << fmt::format("analysis of the graph's ops: {:.3f} s\n", analysis);
-      llvm::outs() << memoryLine;
+      llvm::outs() << memoryLine << precisionLine;
       llvm::outs() << tofu::planTable(*problem, *plan, report);
       llvm::outs() << machineText;
     }
@@ -474,6 +506,7 @@ int main(int argc, char **argv) {
   }
   llvm::outs() << fmt::format("{}{} (batch {})\n", name, train ? " training step" : "",
                               model.empty() ? "from the file" : std::to_string(batch));
+  llvm::outs() << precisionLine;
   llvm::outs() << fmt::format(
       "| | count | bytes (every tensor, no buffer reuse) |\n| --- | ---: | ---: |\n");
   llvm::outs() << fmt::format("| nodes | {} | |\n", g->nodes().size());

@@ -144,6 +144,12 @@ private:
 
 enum class Optimizer { SGD, Adam };
 
+/// The element types the step computes in. BF16 follows torch.autocast(dtype=bfloat16):
+/// products and convolutions on bfloat16 operands (float32 accumulation), softmax, the
+/// normalisations' statistics, losses, exp, log, pow and sums in float32, weights, their
+/// gradients and the optimiser's state float32 (TensorPlan::dtype says which is which).
+enum class Precision { FP32, BF16 };
+
 struct PlanOptions {
   /// Workers to partition across (any k >= 1; the search factors it, largest prime first).
   unsigned workers = 8;
@@ -153,6 +159,7 @@ struct PlanOptions {
   /// new input `target` (Plan::lossNote says which).
   bool train = true;
   Optimizer optimizer = Optimizer::Adam;
+  Precision precision = Precision::FP32;
   /// The search: "tofu" (the paper's recursive search), "dp-flat", "icml18", "equal-chop",
   /// "spartan", "all-row", "data-parallel", "exhaustive".
   std::string algorithm = "tofu";

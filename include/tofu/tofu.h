@@ -50,6 +50,8 @@ typedef struct tofu_graph tofu_graph;
 typedef struct tofu_plan tofu_plan;
 
 typedef enum tofu_optimizer { TOFU_SGD = 0, TOFU_ADAM = 1 } tofu_optimizer;
+/* The element types the step computes in; TOFU_BF16 as torch.autocast(dtype=bfloat16). */
+typedef enum tofu_precision { TOFU_FP32 = 0, TOFU_BF16 = 1 } tofu_precision;
 
 typedef struct tofu_plan_options {
   unsigned workers;          /* any k >= 1 (default 8) */
@@ -60,6 +62,7 @@ typedef struct tofu_plan_options {
   int per_worker;            /* nonzero: each worker's tiles and memory in the JSON (default 1) */
   int64_t onnx_batch;        /* ONNX: the size of symbolic dimensions (default 1) */
   unsigned onnx_data_inputs; /* ONNX with weights as graph inputs: data inputs first (default 1) */
+  tofu_precision precision;  /* default TOFU_FP32 */
 } tofu_plan_options;
 
 /* "MAJOR.MINOR.PATCH" of the library. */

@@ -1,0 +1,222 @@
+// The precision policy: which tensors of a forward graph are bfloat16 under torch.autocast's
+// rules, and the casts that make them so (graph.h: applyPrecision).
+#include <set>
+
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+#include "graph/graph.h"
+
+namespace tofu {
+
+namespace {
+
+// CUDA autocast's lists (PyTorch's "autocast op reference"), by the library op that computes
+// each: the products and convolutions (mm, bmm, linear, conv*, conv_transpose*, the RNN
+// cells, prelu) narrow their operands; pow, exp, log, reciprocal, the inverse and hyperbolic
+// functions autocast lists, softplus, softmax and log-softmax, layer and group norms,
+// normalize, sums, products, norms, cumulative sums and every loss run in float32.
+const std::set<std::string> kLower = {
+    "MatMul",        "MatMulBcastB",  "GemmNN",          "GemmNT",          "GemmTN",
+    "GemmTT",        "Conv1d",        "Conv2d",          "Conv3d",          "Conv1dGrouped",
+    "Conv2dGrouped", "Conv3dGrouped", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+    "lstm_gates",    "rnn_cell",      "gru_zr",          "gru_candidate",   "PRelu",
+};
+const std::set<std::string> kFloat32 = {
+    // elementwise
+    "Pow", "PowBcast", "Exp", "Log", "Reciprocal", "Acos", "Asin", "Cosh", "Sinh", "Tan",
+    "Softplus",
+    // softmax and the normalisations whose statistics autocast keeps in float32 (a batch
+    // norm's come from bn_mean and bn_invstd; the op itself follows its data)
+    "Softmax", "LogSoftmax", "LayerNormalization", "InstanceNormalization",
+    "MeanVarianceNormalization", "LpNormalization", "bn_mean", "bn_invstd", "ln_mean", "ln_invstd",
+    "in_mean", "in_invstd",
+    // sums, products, norms
+    "ReduceSum", "ReduceSumKeep", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+    "ReduceLogSum", "ReduceLogSumExp", "CumSum", "CumSumReverse", "CumSumExcl", "CumSumReverseExcl",
+    // losses
+    "softmax_cross_entropy", "mse", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss",
+    "NllLossNone", "NllLossSum", "NllLossMean"};
+// Ops whose result takes the type of their data (input 0) whatever their parameters' type,
+// as PyTorch's batch norm takes float32 parameters and statistics beside bfloat16 data.
+const std::set<std::string> kFollowData = {"BatchNormalization", "batch_norm_train"};
+// Ops that add a bias to a product's result (autocast's linear and conv take their bias).
+const std::set<std::string> kBiasAdd = {"Add", "AddBcast", "ConvBias"};
+
+bool isFloat32(const std::string &d) { return d == "float32"; }
+bool isNarrowable(const std::string &d) { return d == "float32" || d == "bfloat16"; }
+
+} // namespace
+
+const char *precisionName(Precision p) {
+  switch (p) {
+  case Precision::FP32:
+    return "fp32";
+  case Precision::BF16:
+    return "bf16";
+  }
+  return "?";
+}
+
+std::optional<Precision> precisionNamed(const std::string &name) {
+  for (Precision p : {Precision::FP32, Precision::BF16})
+    if (name == precisionName(p))
+      return p;
+  return std::nullopt;
+}
+
+CastClass castClass(const std::string &op) {
+  if (kLower.count(op))
+    return CastClass::Lower;
+  if (kFloat32.count(op))
+    return CastClass::Float32;
+  return CastClass::Promote;
+}
+
+llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, Precision p) {
+  PrecisionSummary summary;
+  if (p == Precision::FP32)
+    return summary;
+  if (g.precision != Precision::FP32)
+    return stringError(
+        fmt::format("the graph already has precision {}", precisionName(g.precision)));
+  auto order = g.topologicalOrder();
+  if (!order)
+    return order.takeError();
+
+  Graph out = g.withoutNodes();
+  out.precision = p;
+  std::set<std::string> used;
+  for (const TensorInfo &t : g.tensors()) {
+    used.insert(t.name);
+    if (llvm::Error e = out.addTensor(t))
+      return std::move(e);
+  }
+  for (const Node &n : g.nodes())
+    used.insert(n.name);
+  auto fresh = [&](const std::string &base) {
+    std::string name = base;
+    for (int k = 2; used.count(name); ++k)
+      name = fmt::format("{}_{}", base, k);
+    used.insert(name);
+    return name;
+  };
+  auto dtype = [&](const std::string &tensor) -> std::string & {
+    return out.tensor(tensor)->dtype;
+  };
+  // Which nodes compute in bfloat16 (a Lower op's result is a product's, for the bias rule).
+  std::set<std::string> lowered;
+  std::map<std::string, std::string> narrowed; // float32 tensor -> its bfloat16 cast
+  std::vector<Node> nodes;
+  // The bfloat16 cast of `tensor` for `reader` (reading it as input `k`), made once.
+  auto narrow = [&](const std::string &tensor, const Node &reader, unsigned k) {
+    if (auto it = narrowed.find(tensor); it != narrowed.end())
+      return it->second;
+    const TensorInfo src = *out.tensor(tensor);
+    const Node *producer = g.producer(tensor);
+    Node c;
+    c.name = fresh(tensor + "_bf16_cast");
+    c.op = "CastBfloat16";
+    // A weight's cast coarsens with the weight (and so with its gradient and update); an
+    // activation's with the op that made it, or the op reading it.
+    c.group = src.role == TensorRole::Weight || src.role == TensorRole::Input || !producer
+                  ? (src.group.empty() ? src.name : src.group)
+                  : (producer->group.empty() ? producer->name : producer->group);
+    if (producer && !reader.coalesce.empty() && src.role == TensorRole::Activation)
+      c.coalesce = fmt::format("{}/bf16_cast_{}", reader.coalesce, k);
+    c.inputs = {tensor};
+    c.output = fresh(tensor + "_bf16");
+    TensorInfo t;
+    t.name = c.output;
+    t.group = c.group;
+    t.shape = src.shape;
+    t.shapeKnown = src.shapeKnown;
+    t.dtype = "bfloat16";
+    t.role = TensorRole::Activation;
+    if (llvm::Error e = out.addTensor(std::move(t))) {
+      llvm::consumeError(std::move(e));
+      assert(false && "a fresh name is taken");
+    }
+    nodes.push_back(c);
+    ++summary.casts;
+    narrowed[tensor] = c.output;
+    return c.output;
+  };
+
+  for (unsigned i : *order) {
+    Node n = g.nodes()[i];
+    if (!lib.find(n.op))
+      return stringError(fmt::format("node '{}': unknown op '{}'", n.name, n.op));
+    // Set once the casts are made (adding a tensor moves the others).
+    std::string result = dtype(n.output);
+    bool float64 = false;
+    for (const std::string &in : n.inputs)
+      float64 |= dtype(in) == "float64";
+    CastClass cls = castClass(n.op);
+    if (cls == CastClass::Lower && float64) // autocast leaves float64 ops alone
+      cls = CastClass::Promote;
+    switch (cls) {
+    case CastClass::Lower:
+      for (unsigned k = 0; k < n.inputs.size(); ++k)
+        if (isFloat32(dtype(n.inputs[k])))
+          n.inputs[k] = narrow(n.inputs[k], n, k);
+      if (isNarrowable(result))
+        result = "bfloat16";
+      lowered.insert(n.output);
+      ++summary.lowered;
+      break;
+    case CastClass::Float32: {
+      bool reads16 = false;
+      for (const std::string &in : n.inputs)
+        reads16 |= dtype(in) == "bfloat16";
+      summary.float32 += reads16;
+      break; // a float result stays float32; the kernel widens its bfloat16 reads exactly
+    }
+    case CastClass::Promote: {
+      if (!isNarrowable(result))
+        break;
+      // The bias of a product: cast with the product, as autocast's linear and conv do.
+      if (kBiasAdd.count(n.op) && n.inputs.size() == 2) {
+        for (unsigned k = 0; k < 2; ++k) {
+          const TensorInfo *bias = out.tensor(n.inputs[1 - k]);
+          if (lowered.count(n.inputs[k]) && bias->role == TensorRole::Weight &&
+              isFloat32(bias->dtype) && bias->shape.size() <= 1) {
+            n.inputs[1 - k] = narrow(n.inputs[1 - k], n, 1 - k);
+            break;
+          }
+        }
+      }
+      // The widest float type of the inputs that take part in promotion.
+      std::vector<const TensorInfo *> floats;
+      for (unsigned k = 0; k < n.inputs.size(); ++k) {
+        const TensorInfo *t = out.tensor(n.inputs[k]);
+        if (isNarrowable(t->dtype) || t->dtype == "float64" || t->dtype == "float16")
+          if (!kFollowData.count(n.op) || k == 0)
+            floats.push_back(t);
+      }
+      bool dimensioned = false;
+      for (const TensorInfo *t : floats)
+        dimensioned |= !t->shape.empty();
+      bool any16 = false, wider = false;
+      for (const TensorInfo *t : floats) {
+        if (dimensioned && t->shape.empty())
+          continue; // a rank-0 tensor does not widen a tensor of higher rank
+        (t->dtype == "bfloat16" ? any16 : wider) = true;
+      }
+      if (any16 && !wider)
+        result = "bfloat16";
+      break;
+    }
+    }
+    dtype(n.output) = result;
+    nodes.push_back(std::move(n));
+  }
+  for (Node &n : nodes)
+    if (llvm::Error e = out.addNode(std::move(n)))
+      return std::move(e);
+  if (llvm::Error e = checkGraph(out, lib))
+    return stringError("the graph in bf16: " + llvm::toString(std::move(e)));
+  g = std::move(out);
+  return summary;
+}
+
+} // namespace tofu
