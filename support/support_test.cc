@@ -1,5 +1,9 @@
+#include <cmath>
+#include <limits>
 #include <string>
+#include <vector>
 
+#include "support/bf16.h"
 #include "support/files.h"
 #include "support/units.h"
 #include "gtest/gtest.h"
@@ -74,6 +78,74 @@ TEST(Files, MakesNestedDirectories) {
   EXPECT_TRUE(makeDirs(base + "/a/b/c"));
   EXPECT_TRUE(makeDirs(base + "/a/b/c")); // again: it exists
   EXPECT_FALSE(makeDirs("/proc/no/such/place"));
+}
+
+/// bfloat16 rounding by arithmetic, independent of the bit trick: the quantum at x's
+/// exponent (8 significant bits, subnormal from 2^-126) scaled away, rounded to the nearest
+/// even in double, scaled back; infinite past the largest bfloat16.
+float bf16ByArithmetic(float x) {
+  if (std::isnan(x) || std::isinf(x) || x == 0)
+    return x;
+  const int e = std::max(std::ilogb(x), -126);
+  const double q = std::ldexp(1.0, e - 7);
+  const double r = std::nearbyint(double(x) / q) * q;
+  const double max = 3.3895313892515355e38;
+  return r > max ? INFINITY : r < -max ? -INFINITY : static_cast<float>(r);
+}
+
+TEST(Bf16, RoundsToNearestEvenAsArithmeticDoes) {
+  // Every 1021st float32 bit pattern (all exponents, both signs, subnormals and NaNs), and
+  // the cases the rounding turns on.
+  std::vector<float> xs;
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 1021) {
+    const uint32_t v = static_cast<uint32_t>(u);
+    float x;
+    std::memcpy(&x, &v, sizeof x);
+    xs.push_back(x);
+  }
+  for (uint32_t v : {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x7f7fffffu, 0x7f7f7fffu,
+                     0xff7f8000u, 0x00008000u, 0x00018000u, 0x80000000u, 0x7f800000u, 0xff800000u,
+                     0x7f800001u, 0xffc00001u}) {
+    float x;
+    std::memcpy(&x, &v, sizeof x);
+    xs.push_back(x);
+  }
+  std::vector<uint16_t> vec(xs.size());
+  toBf16(xs.data(), vec.data(), xs.size());
+  size_t wrong = 0, nans = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const uint16_t bits = bf16Bits(xs[i]);
+    const float got = floatFromBf16(bits), want = bf16ByArithmetic(xs[i]);
+    if (std::isnan(want)) {
+      ++nans;
+      wrong += !std::isnan(got) || (bits & 0x0040u) == 0 || (bits >> 15) != std::signbit(xs[i]);
+    } else {
+      wrong += std::memcmp(&got, &want, sizeof got) != 0; // -0 kept, too
+    }
+    wrong += vec[i] != bits;
+  }
+  EXPECT_EQ(wrong, 0u) << "of " << xs.size();
+  EXPECT_GT(nans, 10000u);
+  EXPECT_EQ(bf16Bits(1.00390625f), 0x3f80); // a tie, to even
+  EXPECT_EQ(bf16Bits(1.01171875f), 0x3f82); // a tie, to even (up)
+  EXPECT_EQ(roundToBf16(3.4e38f), INFINITY);
+}
+
+TEST(Bf16, WideningIsExact) {
+  std::vector<uint16_t> all(65536 + 5);
+  for (size_t i = 0; i < all.size(); ++i)
+    all[i] = static_cast<uint16_t>(i * 7);
+  std::vector<float> wide(all.size());
+  fromBf16(all.data(), wide.data(), all.size());
+  size_t wrong = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &wide[i], sizeof u);
+    wrong += u != static_cast<uint32_t>(all[i]) << 16;
+    if (!std::isnan(wide[i]))
+      wrong += bf16Bits(wide[i]) != all[i]; // narrowing a bfloat16 gives it back
+  }
+  EXPECT_EQ(wrong, 0u);
 }
 
 } // namespace
