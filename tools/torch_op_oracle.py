@@ -12,6 +12,10 @@ A value passes when max |tofu - torch| <= 1e-4 * max(1, max |torch|). The finite
 check of `tdlc --verify` stays; this one is independent of TDL's own semantics.
 
   tools/torch_op_oracle.py --tdlc PATH [--ops DIR] [--only SUBSTRING] [--keep DIR]
+                           [--sample EVERY]
+
+--sample EVERY runs one case in EVERY, from the offset $TOFU_SAMPLE_OFFSET (the suite under
+AddressSanitizer: successive commits cover every case).
 
 Prints a table (op, shapes, what was compared, largest error) and exits 1 on any mismatch,
 any op that cannot be evaluated, or any grad clause that PyTorch has no gradient for.
@@ -581,9 +585,15 @@ def main():
     ap.add_argument("--ops", default="ops")
     ap.add_argument("--only", default="")
     ap.add_argument("--keep", default="", help="keep the arrays here")
+    ap.add_argument("--sample", type=int, default=1, metavar="EVERY",
+                    help="one case in EVERY, from $TOFU_SAMPLE_OFFSET")
     args = ap.parse_args()
+    if args.sample < 1:
+        ap.error("--sample must be at least 1")
     torch.set_default_dtype(torch.float64)
-    cases = [c for c in CASES if args.only in c.label]
+    offset = int(os.environ.get("TOFU_SAMPLE_OFFSET", "0") or 0)
+    cases = [c for i, c in enumerate(c for c in CASES if args.only in c.label)
+             if (i + offset) % args.sample == 0]
     print("| op | input shapes | compared | largest error |")
     print("| --- | --- | --- | ---: |")
     bad = []
@@ -603,7 +613,8 @@ def main():
             compared += 1
             if not err <= TOLERANCE:
                 bad.append(f"{case.label}: {what}: error {err:.3g}" + (f": {problem}" if problem else ""))
-    print(f"\n{len(cases)} ops, {compared} values compared with PyTorch, {len(bad)} differ")
+    sampled = f" (one in {args.sample})" if args.sample > 1 else ""
+    print(f"\n{len(cases)} ops{sampled}, {compared} values compared with PyTorch, {len(bad)} differ")
     for b in bad:
         print("FAILED: " + b, file=sys.stderr)
     return 1 if bad else 0
