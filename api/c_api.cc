@@ -81,8 +81,8 @@ tofu_status options(const tofu_plan_options *given, tofu::api::PlanOptions *o,
   const tofu_plan_options &c = given ? *given : defaults;
   if (c.optimizer != TOFU_SGD && c.optimizer != TOFU_ADAM)
     return fail(TOFU_ERROR_ARGUMENT, "unknown optimizer " + std::to_string(int(c.optimizer)));
-  if (c.precision != TOFU_FP32 && c.precision != TOFU_BF16)
-    return fail(TOFU_ERROR_ARGUMENT, "unknown precision " + std::to_string(int(c.precision)));
+  if (c.precision != TOFU_FP32 && c.precision != TOFU_BF16) // an int: any value may come
+    return fail(TOFU_ERROR_ARGUMENT, "unknown precision " + std::to_string(c.precision));
   o->precision = c.precision == TOFU_BF16 ? tofu::api::Precision::BF16 : tofu::api::Precision::FP32;
   o->workers = c.workers;
   o->train = c.train != 0;

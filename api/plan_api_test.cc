@@ -284,7 +284,7 @@ TEST(CApi, PlansAndReportsErrors) {
   EXPECT_LT(tofu_plan_communication_bytes(plan), fp32Bytes);
   EXPECT_NE(std::string(tofu_plan_json(plan)).find("bfloat16"), std::string::npos);
   tofu_plan_free(plan);
-  o.precision = static_cast<tofu_precision>(7);
+  o.precision = 7;
   EXPECT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_ERROR_ARGUMENT);
   o.precision = TOFU_FP32;
   o.algorithm = "nope";

@@ -62,7 +62,7 @@ typedef struct tofu_plan_options {
   int per_worker;            /* nonzero: each worker's tiles and memory in the JSON (default 1) */
   int64_t onnx_batch;        /* ONNX: the size of symbolic dimensions (default 1) */
   unsigned onnx_data_inputs; /* ONNX with weights as graph inputs: data inputs first (default 1) */
-  tofu_precision precision;  /* default TOFU_FP32 */
+  int precision;             /* a tofu_precision: TOFU_FP32 (default) or TOFU_BF16 */
 } tofu_plan_options;
 
 /* "MAJOR.MINOR.PATCH" of the library. */
