@@ -23,6 +23,18 @@ int64_t dtypeSize(const std::string &dtype) {
   return 4;
 }
 
+bool isFloatDtype(const std::string &dtype) {
+  return dtype.rfind("float", 0) == 0 || dtype == "bfloat16" || dtype == "double";
+}
+
+std::string freshName(const std::string &base, std::set<std::string> &used) {
+  std::string name = base;
+  for (int k = 2; used.count(name); ++k)
+    name = fmt::format("{}_{}", base, k);
+  used.insert(name);
+  return name;
+}
+
 namespace {
 
 std::string shapeString(const std::vector<int64_t> &s) {

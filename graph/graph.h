@@ -32,6 +32,11 @@ std::optional<TensorRole> parseRole(const std::string &s);
 
 /// Bytes per element of a dtype name (float32 when unknown).
 int64_t dtypeSize(const std::string &dtype);
+/// Whether a dtype name is a floating-point type (float16, bfloat16, float32, float64).
+bool isFloatDtype(const std::string &dtype);
+
+/// `base`, or else the first of `base_2`, `base_3`, ... not in `used`; it joins `used`.
+std::string freshName(const std::string &base, std::set<std::string> &used);
 
 struct TensorInfo {
   std::string name;

@@ -93,17 +93,10 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
   }
   for (const Node &n : g.nodes())
     used.insert(n.name);
-  auto fresh = [&](const std::string &base) {
-    std::string name = base;
-    for (int k = 2; used.count(name); ++k)
-      name = fmt::format("{}_{}", base, k);
-    used.insert(name);
-    return name;
-  };
   auto dtype = [&](const std::string &tensor) -> std::string & {
     return out.tensor(tensor)->dtype;
   };
-  // Which nodes compute in bfloat16 (a Lower op's result is a product's, for the bias rule).
+  // The results of Lower ops: a product's, for the bias rule.
   std::set<std::string> lowered;
   std::map<std::string, std::string> narrowed; // float32 tensor -> its bfloat16 cast
   std::vector<Node> nodes;
@@ -114,7 +107,7 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
     const TensorInfo src = *out.tensor(tensor);
     const Node *producer = g.producer(tensor);
     Node c;
-    c.name = fresh(tensor + "_bf16_cast");
+    c.name = freshName(tensor + "_bf16_cast", used);
     c.op = "CastBfloat16";
     // A weight's cast coarsens with the weight (and so with its gradient and update); an
     // activation's with the op that made it, or the op reading it.
@@ -124,7 +117,7 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
     if (producer && !reader.coalesce.empty() && src.role == TensorRole::Activation)
       c.coalesce = fmt::format("{}/bf16_cast_{}", reader.coalesce, k);
     c.inputs = {tensor};
-    c.output = fresh(tensor + "_bf16");
+    c.output = freshName(tensor + "_bf16", used);
     TensorInfo t;
     t.name = c.output;
     t.group = c.group;
@@ -189,9 +182,8 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
       std::vector<const TensorInfo *> floats;
       for (unsigned k = 0; k < n.inputs.size(); ++k) {
         const TensorInfo *t = out.tensor(n.inputs[k]);
-        if (isNarrowable(t->dtype) || t->dtype == "float64" || t->dtype == "float16")
-          if (!kFollowData.count(n.op) || k == 0)
-            floats.push_back(t);
+        if (isFloatDtype(t->dtype) && (!kFollowData.count(n.op) || k == 0))
+          floats.push_back(t);
       }
       bool dimensioned = false;
       for (const TensorInfo *t : floats)

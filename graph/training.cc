@@ -43,13 +43,7 @@ private:
   std::string gradientType(const std::string &tensor) const {
     return g_.tensor(tensor)->dtype == "bfloat16" ? "bfloat16" : "float32";
   }
-  std::string fresh(const std::string &base) {
-    std::string name = base;
-    for (int k = 2; used_.count(name); ++k)
-      name = fmt::format("{}_{}", base, k);
-    used_.insert(name);
-    return name;
-  }
+  std::string fresh(const std::string &base) { return freshName(base, used_); }
 
   const Graph &fwd_;
   const OpLibrary &lib_;
@@ -232,8 +226,7 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
     for (unsigned k = 0; k < n.inputs.size(); ++k)
       readers[n.inputs[k]].push_back({&n, k});
   auto floating = [&](const std::string &tensor) {
-    const std::string &d = fwd_.tensor(tensor)->dtype;
-    return d.rfind("float", 0) == 0 || d == "bfloat16" || d == "double";
+    return isFloatDtype(fwd_.tensor(tensor)->dtype);
   };
   for (const TensorInfo &t : fwd_.tensors()) {
     if (t.role != TensorRole::Weight)

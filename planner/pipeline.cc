@@ -178,20 +178,18 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
                                                                      : "the mean squared error",
                                 added->inputs[1]);
     }
-    auto mixed = applyPrecision(g, lib, options.precision);
-    if (!mixed)
-      return fail(mixed.takeError());
-    r.precision = *mixed;
-    auto t = buildTrainingGraph(g, *loss, lib, *options.train, options.weightDecay);
+    r.loss = *loss;
+  }
+  // The policy sees the loss a training step adds, and the backward ops follow its types.
+  auto mixed = applyPrecision(g, lib, options.precision);
+  if (!mixed)
+    return fail(mixed.takeError());
+  r.precision = *mixed;
+  if (options.train) {
+    auto t = buildTrainingGraph(g, r.loss, lib, *options.train, options.weightDecay);
     if (!t)
       return fail(t.takeError());
-    r.loss = *loss;
     g = std::move(*t);
-  } else {
-    auto mixed = applyPrecision(g, lib, options.precision);
-    if (!mixed)
-      return fail(mixed.takeError());
-    r.precision = *mixed;
   }
   r.graph = std::move(g);
   if (options.until == Stage::Graph)
