@@ -2,7 +2,9 @@
 #include "runtime/cpu_kernels.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,6 +40,35 @@ bool exists(const std::string &path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
 }
+
+/// An exclusive lock (flock) on the file `path`, created if missing, while the object lives;
+/// the holder removes the file when it lets go. A process that opened the file before its
+/// removal may then hold the removed file's lock while a newcomer holds the new one's: both
+/// then check the unit's cache entry and at worst compile it twice, as without a lock. Where
+/// the file cannot be opened it locks nothing.
+class UnitLock {
+public:
+  explicit UnitLock(std::string path)
+      : path_(std::move(path)), fd_(::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    while (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0)
+      if (errno != EINTR) {
+        ::close(fd_);
+        fd_ = -1;
+      }
+  }
+  UnitLock(const UnitLock &) = delete;
+  UnitLock &operator=(const UnitLock &) = delete;
+  ~UnitLock() {
+    if (fd_ < 0)
+      return;
+    ::unlink(path_.c_str());
+    ::close(fd_);
+  }
+
+private:
+  std::string path_;
+  int fd_;
+};
 
 /// Runs `command` with /bin/sh; returns its exit status (-1 when it could not start).
 int runShell(const std::string &command) {
@@ -288,20 +319,56 @@ llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
   for (const KernelSource &k : kernels)
     if (!fns_.count(k.name))
       todo.push_back(&k);
-  unsigned jobs = options.jobs ? options.jobs : std::max(1u, std::thread::hardware_concurrency());
-  // Spread small batches over every job rather than filling the first units.
-  std::vector<KernelUnit> parts =
-      kernelUnits(todo, KernelDialect::Cpp, options.kernelsPerUnit, jobs);
-  for (const KernelUnit &u : parts)
-    stats_.kernels += static_cast<unsigned>(u.kernels.size());
-  if (parts.empty())
+  if (todo.empty())
     return llvm::Error::success();
+  unsigned jobs = options.jobs ? options.jobs : std::max(1u, std::thread::hardware_concurrency());
   const std::string dir = options.cacheDir.empty() ? defaultKernelCacheDir() : options.cacheDir;
   if (!makeDirs(dir))
     return stringError(fmt::format("cannot create the kernel cache directory '{}': {}", dir,
                                    std::strerror(errno)));
   const std::string compiler = options.compiler.empty() ? envOr("CXX", "c++") : options.compiler;
   const std::string &identity = compilerIdentity(compiler);
+  const std::string &preludeText = kernelPrelude(KernelDialect::Cpp);
+
+  // Kernels already compiled into some cached unit, found through the per-kernel index
+  // (`K.kernel` holds the name of the shared object that defines the kernel whose key is K).
+  // Units are keyed by all their kernels, so without it a kernel that two batches share
+  // with different companions would be compiled once per batch.
+  const std::string config =
+      identity + "\n" + options.flags + "\n" + options.libs + "\n" + preludeText + "\n";
+  auto indexPath = [&](const KernelSource &k) {
+    return fmt::format("{}/{:016x}.kernel", dir, stableHash(config + k.code));
+  };
+  std::map<std::string, std::vector<const KernelSource *>> cached; // shared object -> kernels
+  {
+    std::vector<const KernelSource *> rest;
+    std::map<std::string, bool> seen;
+    for (const KernelSource *k : todo) {
+      std::string so = readFile(indexPath(*k), 256);
+      if (!so.empty() && so.find('/') == std::string::npos && so.find('\n') == std::string::npos) {
+        auto it = seen.find(so);
+        if (it == seen.end())
+          it = seen.emplace(so, exists(dir + "/" + so)).first;
+        if (it->second) {
+          cached[so].push_back(k);
+          continue;
+        }
+      }
+      rest.push_back(k);
+    }
+    todo = std::move(rest);
+  }
+
+  // Spread small batches over every job rather than filling the first units.
+  std::vector<KernelUnit> parts =
+      kernelUnits(todo, KernelDialect::Cpp, options.kernelsPerUnit, jobs);
+  for (const auto &[so, ks] : cached) {
+    KernelUnit u;
+    u.kernels = ks;
+    parts.push_back(std::move(u));
+  }
+  for (const KernelUnit &u : parts)
+    stats_.kernels += static_cast<unsigned>(u.kernels.size());
 
   struct Unit : KernelUnit {
     std::string key, so;
@@ -309,9 +376,14 @@ llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
     bool compiled = false;
   };
   std::vector<Unit> units(parts.size());
+  auto found = cached.begin();
   for (size_t n = 0; n < parts.size(); ++n) {
     Unit &u = units[n];
     static_cast<KernelUnit &>(u) = std::move(parts[n]);
+    if (u.source.empty()) { // found through the index
+      u.so = dir + "/" + (found++)->first;
+      continue;
+    }
     u.key = fmt::format("{:016x}", stableHash(identity + "\n" + options.flags + "\n" +
                                               options.libs + "\n" + u.source));
     u.so = dir + "/" + u.key + ".so";
@@ -321,11 +393,37 @@ llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
   std::string prelude;
   if (std::any_of(units.begin(), units.end(), [](const Unit &u) { return !exists(u.so); }))
     prelude = precompiledPrelude(dir, compiler, identity, options.flags);
-  const std::string &preludeText = kernelPrelude(KernelDialect::Cpp);
   forEachInParallel(units.size(), jobs, [&](size_t n) {
     Unit &u = units[n];
-    if (exists(u.so))
+    if (u.source.empty())
       return;
+    // Each kernel's index entry, written by rename like the unit (a failure to write one
+    // only costs a later compile).
+    auto index = [&] {
+      for (const KernelSource *k : u.kernels) {
+        const std::string path = indexPath(*k);
+        const std::string tmp = fmt::format("{}.{}.{}.tmp", path, ::getpid(), n);
+        {
+          std::ofstream f(tmp);
+          f << u.key << ".so";
+          if (!f)
+            continue;
+        }
+        if (std::rename(tmp.c_str(), path.c_str()) != 0)
+          std::remove(tmp.c_str());
+      }
+    };
+    if (exists(u.so)) {
+      index();
+      return;
+    }
+    // Processes that would compile the unit at once (tests in parallel, the workers under
+    // mpirun) take turns; the later ones find it compiled.
+    UnitLock lock(u.so + ".lock");
+    if (exists(u.so)) {
+      index();
+      return;
+    }
     // Private names until the rename: processes compiling the same unit at once (one per
     // worker under mpirun) must not truncate each other's source while a compiler reads it.
     std::string tmp = fmt::format("{}.{}.{}.tmp", u.so, ::getpid(), n);
@@ -359,6 +457,7 @@ llvm::Error CpuKernelLibrary::add(const std::vector<KernelSource> &kernels,
       return;
     }
     u.compiled = true;
+    index();
   });
 
   // The OpenMP runtime the kernels load must outlive them: its idle pool threads would run

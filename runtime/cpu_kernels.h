@@ -1,7 +1,9 @@
 // Generated C++ kernels, compiled by the host compiler into shared objects and loaded with
 // dlopen. Kernels are compiled in batches (units of several kernels, the units in
 // parallel) and cached on disk under a hash of each unit's source, the compiler and its
-// flags: a second run with the same kernels compiles nothing.
+// flags: a second run with the same kernels compiles nothing. A per-kernel index in the cache
+// names the unit each kernel was compiled in, so a kernel that a later batch groups with other
+// kernels is loaded from that unit rather than compiled again.
 #ifndef TOFU_RUNTIME_CPU_KERNELS_H
 #define TOFU_RUNTIME_CPU_KERNELS_H
 

@@ -1,12 +1,16 @@
 // Generated C++ kernels compute what the interpreter does: whole ops and every kind of share
 // (output splits, split reductions, halos and padding at the borders), nested reductions,
 // data-dependent indices; a read outside the region a buffer holds gives NaN; the cache
-// serves a second build without compiling.
+// serves a second build without compiling, and a kernel shared by two batches is compiled once.
 #include "runtime/cpu_kernels.h"
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <tuple>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "analysis/verify.h"
 #include "graph/test_library.h"
@@ -343,6 +347,68 @@ TEST(CpuKernels, ASecondBuildComesFromTheCache) {
   EXPECT_EQ(first.stats().unitsCompiled, 1u);
   EXPECT_EQ(second.stats().unitsCompiled, 0u);
   EXPECT_NE(second.find(k->name), nullptr);
+}
+
+// A kernel compiled once is found through the per-kernel index when a later batch puts it
+// beside other kernels (a different unit), and is not compiled again; the kernels run.
+TEST(CpuKernels, AKernelSharedByTwoBatchesIsCompiledOnce) {
+  auto relu = [](int64_t n) {
+    Instantiation i;
+    i.groups = {{"i", n}};
+    return instance("Relu", i);
+  };
+  auto a = generateKernel(relu(3), KernelDialect::Cpp);
+  auto b = generateKernel(relu(5), KernelDialect::Cpp);
+  auto c = generateKernel(relu(7), KernelDialect::Cpp);
+  ASSERT_TRUE(a && b && c);
+  KernelCompileOptions o = testOptions();
+  o.cacheDir += "/shared-kernel";
+  o.jobs = 1;
+  CpuKernelLibrary first, second;
+  ASSERT_FALSE(bool(first.add({*a, *b}, o)));
+  EXPECT_EQ(first.stats().unitsCompiled, 1u);
+  ASSERT_FALSE(bool(second.add({*c, *a}, o)));
+  // c compiles alone; a comes from the first batch's unit.
+  EXPECT_EQ(second.stats().kernels, 2u);
+  EXPECT_EQ(second.stats().units, 2u);
+  EXPECT_EQ(second.stats().unitsCompiled, 1u);
+  for (const KernelSource *k : {&*a, &*c}) {
+    EXPECT_NE(second.find(k->name), nullptr) << k->name;
+  }
+  // A stale index entry (the shared objects removed) falls back to compiling.
+  for (const auto &e : std::filesystem::directory_iterator(o.cacheDir))
+    if (e.path().extension() == ".so")
+      std::filesystem::remove(e.path());
+  CpuKernelLibrary third;
+  ASSERT_FALSE(bool(third.add({*a}, o)));
+  EXPECT_EQ(third.stats().unitsCompiled, 1u);
+  EXPECT_NE(third.find(a->name), nullptr);
+}
+
+// Two processes that need the same unit at once (the workers under mpirun) compile it once
+// between them: the unit's lock makes the later one wait and find it in the cache.
+TEST(CpuKernels, ConcurrentProcessesCompileAUnitOnce) {
+  Instantiation i;
+  i.groups = {{"i", 11}};
+  auto k = generateKernel(instance("Relu", i), KernelDialect::Cpp);
+  ASSERT_TRUE(bool(k));
+  KernelCompileOptions o = testOptions();
+  o.cacheDir += "/concurrent";
+  o.jobs = 1;
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  CpuKernelLibrary lib;
+  llvm::Error e = lib.add({*k}, o);
+  const bool ok = !e && lib.find(k->name);
+  llvm::consumeError(std::move(e));
+  if (child == 0)
+    ::_exit(ok ? 10 + static_cast<int>(lib.stats().unitsCompiled) : 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_GE(WEXITSTATUS(status), 10) << "the child could not load the kernel";
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(lib.stats().unitsCompiled + (WEXITSTATUS(status) - 10), 1u);
 }
 
 TEST(CpuKernels, CompilerErrorsAreReported) {
