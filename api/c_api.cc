@@ -90,6 +90,7 @@ tofu_status options(const tofu_plan_options *given, tofu::api::PlanOptions *o,
   o->algorithm = c.algorithm ? c.algorithm : "tofu";
   o->budgetSeconds = c.budget_seconds;
   o->perWorker = c.per_worker != 0;
+  o->device = c.device ? c.device : "h100";
   onnx->batch = c.onnx_batch;
   onnx->dataInputs = c.onnx_data_inputs;
   return TOFU_OK;
@@ -142,6 +143,7 @@ void tofu_plan_options_init(tofu_plan_options *o) {
   o->budget_seconds = 60;
   o->per_worker = 1;
   o->precision = TOFU_FP32;
+  o->device = nullptr;
   o->onnx_batch = 1;
   o->onnx_data_inputs = 1;
 }
@@ -255,6 +257,10 @@ unsigned tofu_plan_workers(const tofu_plan *plan) { return plan ? plan->plan.wor
 
 int64_t tofu_plan_communication_bytes(const tofu_plan *plan) {
   return plan ? plan->plan.communicationBytes : 0;
+}
+
+double tofu_plan_step_seconds(const tofu_plan *plan) {
+  return plan ? plan->plan.stepTime.seconds : 0;
 }
 
 void tofu_plan_free(tofu_plan *plan) { delete plan; }

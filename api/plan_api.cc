@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "api/api_internal.h"
@@ -12,6 +13,7 @@
 #include "graph/onnx_import.h"
 #include "nlohmann/json.hpp"
 #include "planner/pipeline.h"
+#include "planner/step_time.h"
 #include "search/report.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -207,7 +209,7 @@ Box publicBox(const ::tofu::Box &b) {
 }
 
 /// The public plan of a pipeline's result, and its JSON.
-Plan publicPlan(const PipelineResult &r, bool perWorker) {
+Plan publicPlan(const PipelineResult &r, bool perWorker, const std::optional<DeviceModel> &device) {
   const Problem &p = *r.problem;
   const PartitionPlan &pp = r.plan;
   Plan out;
@@ -254,6 +256,18 @@ Plan publicPlan(const PipelineResult &r, bool perWorker) {
   report.title = r.name;
   report.exact = pp.workers <= 64;
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(planJson(p, pp, report));
+  if (device) {
+    const ExecPlan built = perWorker ? ExecPlan() : buildExecPlan(p, pp);
+    auto e = estimateStepTime(p, perWorker ? r.exec : built, r.graph.outputs, *device);
+    if (e) {
+      const WorkerTime &w = e->perWorker[e->slowest];
+      out.stepTime = {device->name, e->seconds, e->overlappedSeconds, w.phase[0],
+                      w.phase[1],   w.phase[2], w.communication};
+      j["step_time"] = nlohmann::ordered_json::parse(stepTimeJson(*e));
+    } else {
+      llvm::consumeError(e.takeError()); // a model read and checked before the search
+    }
+  }
   j["loss"] = r.loss;
   j["loss_note"] = r.lossNote;
   if (perWorker) {
@@ -344,13 +358,20 @@ Result<PipelineOptions> pipelineOptions(const PlanOptions &o) {
 }
 
 Result<Plan> finish(::tofu::Graph g, const std::string &name, const OpLibrary &lib,
-                    const PipelineOptions &options, bool perWorker) {
+                    const PipelineOptions &options, const PlanOptions &plan) {
+  std::optional<DeviceModel> device;
+  if (!plan.device.empty()) {
+    auto d = deviceModelNamed(plan.device);
+    if (!d)
+      return Status::error("device: " + llvm::toString(d.takeError()), ErrorKind::Argument);
+    device = std::move(*d);
+  }
   Stage failed = Stage::Graph;
   auto r = runPipeline(std::move(g), name, lib, options, &failed);
   if (!r)
     return Status::error(llvm::toString(r.takeError()),
                          failed == Stage::Plan ? ErrorKind::Plan : ErrorKind::Graph);
-  return publicPlan(*r, perWorker);
+  return publicPlan(*r, plan.perWorker, device);
 }
 
 } // namespace
@@ -359,7 +380,7 @@ Result<Plan> Planner::plan(const Graph &graph, const PlanOptions &options) const
   auto po = pipelineOptions(options);
   if (!po)
     return po.status();
-  return finish(graph.impl().graph, "graph", impl_->library, *po, options.perWorker);
+  return finish(graph.impl().graph, "graph", impl_->library, *po, options);
 }
 
 Result<Plan> Planner::planOnnx(const std::string &bytes, const OnnxOptions &onnx,
@@ -375,7 +396,7 @@ Result<Plan> Planner::planOnnx(const std::string &bytes, const OnnxOptions &onnx
   auto g = importOnnxBytes(bytes, name, impl_->library, io);
   if (!g)
     return Status::error(llvm::toString(g.takeError()), ErrorKind::Graph);
-  return finish(std::move(*g), name, impl_->library, *po, options.perWorker);
+  return finish(std::move(*g), name, impl_->library, *po, options);
 }
 
 } // namespace api

@@ -191,6 +191,44 @@ TEST(PublicPlan, Bf16HalvesActivationsAndTraffic) {
   EXPECT_LT(bf16.workerMemory[0].peakBytes, fp32.workerMemory[0].peakBytes);
 }
 
+// The estimated step time: on the default H100 it is the JSON's, with and without the
+// per-worker plans; an A100 is slower; "" asks for none; an unknown device is an argument
+// error.
+TEST(PublicPlan, EstimatesTheStepTime) {
+  PlanOptions o;
+  o.workers = 2;
+  auto r = planner().plan(mlp(2048), o);
+  ASSERT_TRUE(r.ok()) << r.error();
+  const StepTime &h = r->stepTime;
+  EXPECT_EQ(h.device, "H100 SXM");
+  EXPECT_GT(h.forward, 0);
+  EXPECT_GT(h.backward, 0);
+  EXPECT_GT(h.update, 0);
+  EXPECT_GT(h.communication, 0);
+  EXPECT_DOUBLE_EQ(h.seconds, h.forward + h.backward + h.update + h.communication);
+  EXPECT_LE(h.overlappedSeconds, h.seconds);
+  auto j = nlohmann::json::parse(r->json);
+  EXPECT_DOUBLE_EQ(j["step_time"]["seconds"].get<double>(), h.seconds);
+  o.perWorker = false;
+  auto lean = planner().plan(mlp(2048), o);
+  ASSERT_TRUE(lean.ok()) << lean.error();
+  EXPECT_DOUBLE_EQ(lean->stepTime.seconds, h.seconds);
+  o.device = "a100";
+  auto a = planner().plan(mlp(2048), o);
+  ASSERT_TRUE(a.ok()) << a.error();
+  EXPECT_GT(a->stepTime.seconds, h.seconds);
+  o.device = "";
+  auto none = planner().plan(mlp(2048), o);
+  ASSERT_TRUE(none.ok()) << none.error();
+  EXPECT_EQ(none->stepTime.seconds, 0);
+  EXPECT_EQ(nlohmann::json::parse(none->json).count("step_time"), 0u);
+  o.device = "tpu";
+  auto bad = planner().plan(mlp(2048), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().kind(), ErrorKind::Argument);
+  EXPECT_NE(bad.error().find("'tpu' is neither a device"), std::string::npos) << bad.error();
+}
+
 TEST(PublicPlan, ErrorsHaveKinds) {
   PlanOptions o;
   o.workers = 0;
@@ -275,7 +313,16 @@ TEST(CApi, PlansAndReportsErrors) {
   EXPECT_EQ(j["communication_bytes"], tofu_plan_communication_bytes(plan));
   EXPECT_EQ(j["worker_details"].size(), 4u);
   EXPECT_NE(std::string(j["loss_note"]).find("softmax cross-entropy"), std::string::npos);
+  EXPECT_GT(tofu_plan_step_seconds(plan), 0);
+  EXPECT_DOUBLE_EQ(j["step_time"]["seconds"].get<double>(), tofu_plan_step_seconds(plan));
   tofu_plan_free(plan);
+  o.device = "";
+  ASSERT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_OK) << tofu_last_error();
+  EXPECT_EQ(tofu_plan_step_seconds(plan), 0);
+  tofu_plan_free(plan);
+  o.device = "no-such-device";
+  EXPECT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_ERROR_ARGUMENT);
+  o.device = nullptr; // the default, h100
   // Precision: the default is float32; bf16 moves fewer bytes; an unknown one is refused.
   EXPECT_EQ(o.precision, TOFU_FP32);
   const int64_t fp32Bytes = j["communication_bytes"];

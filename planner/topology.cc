@@ -78,7 +78,13 @@ TopologyTraffic topologyTraffic(const Problem &p, const ExecPlan &plan, const To
                       p.tensors[p.nodes[ne.node].output].resultBytes(a.slices.size() > 1));
   }
   out.workerSeconds.assign(plan.workers, 0);
+  out.workerBytes.assign(plan.workers, 0);
+  out.workerMessages.assign(plan.workers, 0);
   for (unsigned w = 0; w < plan.workers; ++w) {
+    for (size_t l = 0; l < L; ++l) {
+      out.workerBytes[w] += perWorker[w][l].bytes;
+      out.workerMessages[w] += perWorker[w][l].messages;
+    }
     for (size_t l = 0; l < L; ++l)
       out.workerSeconds[w] += double(perWorker[w][l].bytes) / t.levels[l].bandwidth +
                               double(perWorker[w][l].messages) * t.levels[l].latency;

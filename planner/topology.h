@@ -47,6 +47,8 @@ struct TopologyTraffic {
   /// Per worker, the estimate: what it receives over each level divided by that level's
   /// bandwidth, plus the level's latency per message.
   std::vector<double> workerSeconds;
+  /// Per worker, what it receives from the others over every level.
+  std::vector<int64_t> workerBytes, workerMessages;
   unsigned slowestWorker = 0;
   double slowestSeconds = 0;
 };

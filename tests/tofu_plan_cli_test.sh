@@ -127,6 +127,38 @@ assert bf16["communication_bytes"] < fp32["communication_bytes"], \
     (bf16["communication_bytes"], fp32["communication_bytes"])
 PY
 expect_error "must be fp32 or bf16, not 'fp16'" --model mlp --workers 2 --precision fp16
+# The estimated step time: on an H100 by default; the JSON's phases sum to it (fp32 and
+# bf16); an A100 is slower; a device model file is read; an unknown device is refused
+# before any planning.
+check "step time on the default H100" grep -q "^estimated step time on H100 SXM (data sheet" "$tmp/table.txt"
+"$plan" --model mlp --batch 16 --train --workers 4 --device a100 --format=json >"$tmp/a100.json"
+check "--device a100 exit status" test $? -eq 0
+check "--device: the phases, the workers and the devices" python3 - "$tmp/fp32.json" "$tmp/a100.json" "$tmp/bf16.json" <<'PY'
+import json, sys
+h, a, b = (json.load(open(f))["step_time"] for f in sys.argv[1:])
+assert h["device"]["name"] == "H100 SXM" and a["device"]["name"] == "A100 SXM 80GB", (h, a)
+for e in (h, a, b):
+    assert len(e["workers"]) == 4
+    w = e["workers"][e["slowest_worker"]]
+    total = w["forward_seconds"] + w["backward_seconds"] + w["update_seconds"] + w["communication_seconds"]
+    assert abs(total - e["seconds"]) <= 1e-12 * e["seconds"], (total, e["seconds"])
+    assert all(x["forward_seconds"] + x["backward_seconds"] + x["update_seconds"] +
+               x["communication_seconds"] <= e["seconds"] * (1 + 1e-12) for x in e["workers"])
+assert a["seconds"] > h["seconds"], (a["seconds"], h["seconds"])
+PY
+python3 - "$tmp/a100.json" "$tmp/device.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))["step_time"]["device"]
+d["name"] = "half an A100"
+d["product_flops"] /= 2
+json.dump(d, open(sys.argv[2], "w"))
+PY
+"$plan" --model mlp --batch 16 --train --workers 4 --device "$tmp/device.json" --summary >"$tmp/devfile.txt"
+check "--device FILE" grep -q "^estimated step time on half an A100" "$tmp/devfile.txt"
+expect_error "--device: 'tpu' is neither a device (h100, a100, cpu) nor a readable device model file" --model mlp --workers 2 --device tpu
+TOFU_CPU_MODEL="$tmp/none.json" "$plan" --model mlp --workers 2 --device cpu >"$tmp/out.txt" 2>"$tmp/err.txt"
+check "--device cpu without a calibration: exit 2" test $? -eq 2
+check "--device cpu without a calibration: says how" grep -qF "no model of this machine at $tmp/none.json: \`tofu-run --calibrate\` measures one" "$tmp/err.txt"
 # --input: an ONNX model whose Reshape reads its shape from a graph input imports once the
 # input's values are given (as tofu-run --infer takes them), and is refused, naming the
 # input, without them.

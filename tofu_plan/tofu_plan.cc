@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "planner/memory_fit.h"
 #include "planner/pipeline.h"
+#include "planner/step_time.h"
 #include "planner/topology.h"
 #include "runtime/input_arrays.h"
 #include "search/report.h"
@@ -136,6 +137,13 @@ cl::opt<std::string> topologySpec(
              "level's latency per message); the report gives bytes, messages and an estimated "
              "time per level, beside the plan of least bytes'. Sets --workers"),
     cl::value_desc("SPEC"), cl::cat(planCategory));
+cl::opt<std::string> deviceOpt(
+    "device",
+    cl::desc(std::string(tofu::kDeviceHelp) +
+             ". The plan's step time is estimated on it: every worker's ops (their FLOPs and "
+             "bytes against the device's rates) and the plan's traffic (over the --topology "
+             "levels, else the device's link), with no overlap assumed (default h100)"),
+    cl::value_desc("h100|a100|cpu|FILE"), cl::init("h100"), cl::cat(planCategory));
 cl::opt<bool> noCoarsen("no-coarsen",
                         cl::desc("Do not merge element-wise chains and coalesced "
                                  "timesteps"),
@@ -314,6 +322,12 @@ int main(int argc, char **argv) {
   source.frozen = {frozenOpt.begin(), frozenOpt.end()};
   if (onnxFile.empty() && (!trainableOpt.empty() || !frozenOpt.empty()))
     exitOnErr(tofu::usageError("--trainable and --frozen name initializers of an --onnx model"));
+  auto deviceModel = tofu::deviceModelNamed(deviceOpt);
+  if (!deviceModel) {
+    llvm::errs() << "tofu-plan: --device: " << llvm::toString(deviceModel.takeError()) << "\n";
+    return 2;
+  }
+  const tofu::DeviceModel device = std::move(*deviceModel);
   auto result = exitOnErr(tofu::runPipeline(source, *lib, pipeline));
   if (!result.lossNote.empty())
     llvm::errs() << "tofu-plan: " << result.lossNote << "\n";
@@ -463,10 +477,18 @@ int main(int argc, char **argv) {
                                 "message, on the slowest worker";
       report.exact = plan->workers <= 64;
     }
+    // The estimated step time of the plan chosen, on the device.
+    const tofu::ExecPlan stepExec = tofu::buildExecPlan(*problem, *plan);
+    std::optional<tofu::Topology> stepMachine;
+    if (topology)
+      stepMachine = *topology;
+    const tofu::StepTimeEstimate stepTime =
+        exitOnErr(tofu::estimateStepTime(*problem, stepExec, g->outputs, device, stepMachine));
     if (format == Format::Json) {
       std::string json = tofu::planJson(*problem, *plan, report);
-      if (fit || topology || precision != tofu::Precision::FP32) {
+      {
         auto j = nlohmann::ordered_json::parse(json);
+        j["step_time"] = nlohmann::ordered_json::parse(tofu::stepTimeJson(stepTime));
         if (fit)
           j["fit"] = fitJson;
         if (topology)
@@ -487,6 +509,7 @@ int main(int argc, char **argv) {
       llvm::outs() << memoryLine << precisionLine;
       llvm::outs() << tofu::planTable(*problem, *plan, report);
       llvm::outs() << machineText;
+      llvm::outs() << tofu::formatStepTime(stepTime, summary ? 0 : 10);
     }
     if (!svgFile.empty()) {
       std::ofstream f(svgFile);

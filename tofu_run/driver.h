@@ -76,6 +76,9 @@ int runOnExecutor(const tofu::Problem &p, const tofu::Graph &training, const std
                   const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
                   const tofu::SingleWorker &single, const tofu::PartitionPlan &plan);
 
+/// --calibrate (calibrate.cc): measures this machine's device model and writes it to `path`.
+int runCalibration(const tofu::OpLibrary &lib, const std::string &path);
+
 } // namespace tofurun
 
 #endif // TOFU_TOFU_RUN_DRIVER_H

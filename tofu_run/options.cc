@@ -246,6 +246,20 @@ cl::opt<std::string> loadDir("load",
                                       "at any worker count, by threads or processes; each "
                                       "worker reads only its own tiles)"),
                              cl::value_desc("DIR"), cl::cat(runCategory));
+cl::opt<std::string> calibrateOpt(
+    "calibrate", cl::ValueOptional,
+    cl::desc("Measure this machine for the step-time estimate (tofu-plan --device cpu): train "
+             "three small models a few steps with every op timed, and write the rates they give "
+             "to FILE (default $TOFU_CPU_MODEL, else ~/.cache/tofu/cpu-model.json); takes no "
+             "model"),
+    cl::value_desc("FILE"), cl::cat(runCategory));
+cl::opt<std::string> deviceOpt(
+    "device",
+    cl::desc("Print the plan's estimated step time on this device beside the measured one: "
+             "h100, a100, cpu (this machine, as --calibrate measured it) or a device model "
+             "file. Default: cpu where --calibrate has written its model and the backend is "
+             "cpu or mpi"),
+    cl::value_desc("NAME|FILE"), cl::cat(runCategory));
 cl::opt<unsigned> profileTop("profile",
                              cl::desc("Time every node on every worker; print each "
                                       "worker's compute, copy and waiting time and "

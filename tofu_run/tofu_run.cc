@@ -39,6 +39,7 @@
 #include "graph/zoo.h"
 #include "nlohmann/json.hpp"
 #include "planner/pipeline.h"
+#include "planner/step_time.h"
 #include "runtime/backend_registry.h"
 #include "runtime/data_feed.h"
 #include "runtime/input_arrays.h"
@@ -246,7 +247,10 @@ int run(int argc, char **argv) {
       &llvm::errs());
   if (!parsed)
     return 2;
-  if (int(!model.empty()) + int(!graphFile.empty()) + int(!onnxFile.empty()) != 1)
+  const bool calibrating = calibrateOpt.getNumOccurrences() > 0;
+  if (calibrating && (!model.empty() || !graphFile.empty() || !onnxFile.empty()))
+    return fail("--calibrate measures the machine on models of its own: give no model", 2);
+  if (!calibrating && int(!model.empty()) + int(!graphFile.empty()) + int(!onnxFile.empty()) != 1)
     return fail("give exactly one of --model, --graph or --onnx (see --help)", 2);
   // The backends this build links (runtime/backend_registry.h); the default is the first.
   const std::vector<std::string> have = tofu::backendNames();
@@ -264,6 +268,22 @@ int run(int argc, char **argv) {
     if (!tofu::findBackend("cuda"))
       list += "; cuda and nccl run in tofu-run-gpu";
     return fail("--backend " + backend + " is not in this build (it has: " + list + ")", 2);
+  }
+  if (calibrating) {
+    if (entry->processes || entry->gpu)
+      return fail("--calibrate measures the CPU engine: use --backend cpu (the default)", 2);
+    tofu::SourceManager sources;
+    tofu::DiagnosticEngine diags(sources);
+    auto ops = tofu::findOpsDir(opsDir, opsDir.getNumOccurrences() > 0);
+    if (!ops)
+      return fail(llvm::toString(ops.takeError()), 2);
+    auto lib = tofu::OpLibrary::load(*ops, diags);
+    if (!lib) {
+      diags.print(llvm::errs());
+      return fail("cannot load the operator library: " + llvm::toString(lib.takeError()));
+    }
+    return runCalibration(*lib, calibrateOpt.empty() ? tofu::defaultCpuModelPath()
+                                                     : std::string(calibrateOpt));
   }
   if (entry->processes) {
     group = &entry->processes(argc, argv);

@@ -14,6 +14,7 @@
 #include "fmt/ranges.h"
 #include "graph/onnx_import.h"
 #include "nlohmann/json.hpp"
+#include "planner/step_time.h"
 #include "runtime/cuda/kernel_report.h"
 #include "runtime/trainer.h"
 #include "support/units.h"
@@ -119,6 +120,32 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
   // mpirun hands its processes a terminal whatever its own output is: no progress line.
   const bool terminal = !json && !group->distributed() && ::isatty(STDOUT_FILENO);
   const int64_t onePeak = one.memory.largestPeak();
+  // The estimated step time (planner/step_time.h), beside the measured one: on --device,
+  // or on this machine's calibrated model where there is one and the backend is the CPU's.
+  std::optional<tofu::StepTimeEstimate> estimate;
+  {
+    std::optional<tofu::DeviceModel> device;
+    if (deviceOpt.getNumOccurrences()) {
+      auto d = tofu::deviceModelNamed(deviceOpt);
+      if (!d)
+        return fail("--device: " + llvm::toString(d.takeError()), 2);
+      device = std::move(*d);
+    } else if ((backend == "cpu" || backend == "mpi") &&
+               std::ifstream(tofu::defaultCpuModelPath()).good()) {
+      auto d = tofu::deviceModelNamed("cpu");
+      if (!d)
+        return fail("the calibrated model of this machine: " + llvm::toString(d.takeError()) +
+                        " (tofu-run --calibrate writes it again)",
+                    1);
+      device = std::move(*d);
+    }
+    if (device) {
+      auto e = tofu::estimateStepTime(p, exec, training.outputs, *device);
+      if (!e)
+        return fail(e.takeError());
+      estimate = std::move(*e);
+    }
+  }
   // Element-wise chains folded (codegen/fusion.h): the engine runs the fused plan.
   auto planned = tofu::planForEngine(p, exec, memory, training.outputs, fusion);
   if (!planned)
@@ -362,6 +389,10 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
     j["batch"] = int64_t(batch);
     j["steps"] = stepCount;
     j["step_seconds"] = stepSeconds;
+    if (estimate) {
+      j["estimated_step"] = nlohmann::json::parse(tofu::stepTimeJson(*estimate));
+      j["measured_over_estimated"] = med / estimate->seconds;
+    }
     j["loss"] = losses;
     j["median_step_seconds"] = med;
     j["samples_per_second"] = med > 0 ? double(batch) / med : 0.0;
@@ -449,6 +480,11 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
   }
   llvm::outs() << fmt::format("bytes moved per step {} (the plan predicts {}: {})\n", moved,
                               predicted, moved == predicted ? "equal" : "DIFFERENT");
+  if (estimate)
+    llvm::outs() << fmt::format("measured median step {:.4f} s against the estimate's {:.4f} s: "
+                                "{:.2f}x; ",
+                                med, estimate->seconds, med / estimate->seconds)
+                 << tofu::formatStepTime(*estimate);
   if (group->distributed()) {
     llvm::outs() << "\n| worker (process) | planned arena | allocated by its process | / "
                     "(single-worker peak / k) | process resident: before the engine | peak "

@@ -171,6 +171,11 @@ struct PlanOptions {
   /// Fill Plan::tensors[].tiles and Plan::workerMemory (the execution plan and the memory
   /// planner run for every worker; for thousands of workers on large graphs, turn it off).
   bool perWorker = true;
+  /// The device Plan::stepTime is estimated on: "h100" (H100 SXM) or "a100" (A100 SXM
+  /// 80GB) from their data sheets, "cpu" (this machine as `tofu-run --calibrate` measured
+  /// it), or a device model file; "" for no estimate. The estimate reads every worker's
+  /// share, so without perWorker it builds the execution plan for it alone.
+  std::string device = "h100";
 };
 
 struct OnnxOptions {
@@ -222,6 +227,16 @@ struct WorkerMemory {
 
 /// A partition plan: the recursion's steps (k = parts of every step multiplied), how each
 /// step cuts every tensor and partitions every op, and what it costs.
+/// A training step's estimated time on a device (tofu-plan's "estimated step time"): every
+/// worker's ops by their FLOPs and bytes against the device's rates, plus the plan's traffic
+/// over the device's link, with no overlap assumed. Seconds, of the slowest worker.
+struct StepTime {
+  std::string device;           ///< the model's name ("" when PlanOptions::device was "")
+  double seconds = 0;           ///< compute plus communication
+  double overlappedSeconds = 0; ///< the larger of the two: transfers hidden behind compute
+  double forward = 0, backward = 0, update = 0, communication = 0;
+};
+
 struct Plan {
   std::string graph;     ///< what the graph was called (the ONNX name, or "graph")
   std::string algorithm; ///< the search that made it
@@ -235,7 +250,9 @@ struct Plan {
   double searchSeconds = 0;
   std::string loss;     ///< the loss tensor of a training step
   std::string lossNote; ///< how a loss was added, if one was
-  /// The plan as JSON: tofu-plan --format=json's fields, plus "loss", "loss_note" and
+  StepTime stepTime;    ///< on PlanOptions::device
+  /// The plan as JSON: tofu-plan --format=json's fields (with "step_time" where a device was
+  /// given), plus "loss", "loss_note" and
   /// with perWorker, "worker_details" (per worker: tile_bytes, peak_bytes, tiles by tensor).
   std::string json;
 

@@ -63,6 +63,8 @@ typedef struct tofu_plan_options {
   int64_t onnx_batch;        /* ONNX: the size of symbolic dimensions (default 1) */
   unsigned onnx_data_inputs; /* ONNX with weights as graph inputs: data inputs first (default 1) */
   int precision;             /* a tofu_precision: TOFU_FP32 (default) or TOFU_BF16 */
+  const char *device;        /* the step-time estimate's device: "h100" (default, also NULL),
+                                "a100", "cpu", a device model file, or "" for none */
 } tofu_plan_options;
 
 /* "MAJOR.MINOR.PATCH" of the library. */
@@ -110,6 +112,9 @@ const char *tofu_plan_json(const tofu_plan *plan);
 unsigned tofu_plan_workers(const tofu_plan *plan);
 /* Communication per training step, in bytes, summed over workers. */
 int64_t tofu_plan_communication_bytes(const tofu_plan *plan);
+/* The estimated training-step time on the options' device, in seconds (the slowest
+ * worker's compute plus communication); 0 when no device was asked for. */
+double tofu_plan_step_seconds(const tofu_plan *plan);
 void tofu_plan_free(tofu_plan *plan);
 
 #ifdef __cplusplus

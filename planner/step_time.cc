@@ -1,0 +1,325 @@
+#include "planner/step_time.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "codegen/fusion.h"
+#include "codegen/library_plans.h"
+#include "codegen/schedule.h"
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+#include "nlohmann/json.hpp"
+#include "planner/topology.h"
+#include "support/units.h"
+
+namespace tofu {
+namespace {
+
+// Data sheets: NVIDIA H100 Tensor Core GPU (SXM5: FP32 67 TFLOP/s, BF16 989 TFLOP/s dense,
+// HBM3 3.35 TB/s, NVLink 900 GB/s both ways together) and A100 (SXM4 80 GB: FP32 19.5,
+// BF16 312 dense, HBM2e 2.04 TB/s, NVLink 600 GB/s). A launch's 2 us is the kernel report's
+// (runtime/cuda/kernel_report.h); the 3 us per message is an assumption, not a data sheet's.
+DeviceModel h100() {
+  DeviceModel d;
+  d.name = "H100 SXM";
+  d.source = "data sheet (peak rates; a launch 2 us and a message 3 us assumed)";
+  d.productFlops = 67e12;
+  d.productFlopsBf16 = 989e12;
+  d.kernelFlops = 67e12;
+  d.bandwidth = 3.35e12;
+  d.launch = 2e-6;
+  d.linkBandwidth = 450e9;
+  d.linkLatency = 3e-6;
+  return d;
+}
+
+DeviceModel a100() {
+  DeviceModel d;
+  d.name = "A100 SXM 80GB";
+  d.source = "data sheet (peak rates; a launch 2 us and a message 3 us assumed)";
+  d.productFlops = 19.5e12;
+  d.productFlopsBf16 = 312e12;
+  d.kernelFlops = 19.5e12;
+  d.bandwidth = 2.04e12;
+  d.launch = 2e-6;
+  d.linkBandwidth = 300e9;
+  d.linkLatency = 3e-6;
+  return d;
+}
+
+std::string envOr(const char *name, const std::string &fallback) {
+  const char *v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+} // namespace
+
+const char kDeviceHelp[] =
+    "The device the estimated step time is for: h100 (H100 SXM) or a100 (A100 SXM 80GB), "
+    "from their data sheets; cpu, this machine as `tofu-run --calibrate` measured it; or a "
+    "JSON file of a device model (as --calibrate writes)";
+
+std::string defaultCpuModelPath() {
+  const std::string given = envOr("TOFU_CPU_MODEL", "");
+  if (!given.empty())
+    return given;
+  const std::string xdg = envOr("XDG_CACHE_HOME", "");
+  if (!xdg.empty())
+    return xdg + "/tofu/cpu-model.json";
+  return envOr("HOME", ".") + "/.cache/tofu/cpu-model.json";
+}
+
+const char *phaseName(StepPhase p) {
+  switch (p) {
+  case StepPhase::Forward:
+    return "forward";
+  case StepPhase::Backward:
+    return "backward";
+  case StepPhase::Update:
+    return "update";
+  }
+  return "?";
+}
+
+std::string deviceModelJson(const DeviceModel &d) {
+  nlohmann::ordered_json j;
+  j["name"] = d.name;
+  j["source"] = d.source;
+  j["product_flops"] = d.productFlops;
+  j["product_flops_bf16"] = d.productFlopsBf16;
+  j["kernel_flops"] = d.kernelFlops;
+  j["bandwidth"] = d.bandwidth;
+  j["launch_seconds"] = d.launch;
+  j["link_bandwidth"] = d.linkBandwidth;
+  j["link_latency_seconds"] = d.linkLatency;
+  j["shared"] = d.shared;
+  return j.dump(1) + "\n";
+}
+
+llvm::Expected<DeviceModel> parseDeviceModel(const std::string &json, const std::string &where) {
+  auto j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return stringError(fmt::format("{}: not a JSON object", where));
+  DeviceModel d;
+  auto text = [&](const char *key, std::string &out) -> llvm::Error {
+    if (!j.contains(key) || !j[key].is_string())
+      return stringError(fmt::format("{}: \"{}\" must be a string", where, key));
+    out = j[key].get<std::string>();
+    return llvm::Error::success();
+  };
+  auto number = [&](const char *key, double &out, bool zeroOk) -> llvm::Error {
+    if (!j.contains(key) || !j[key].is_number())
+      return stringError(fmt::format("{}: \"{}\" must be a number", where, key));
+    out = j[key].get<double>();
+    if (!(out > 0 || (zeroOk && out == 0)) || out > 1e18)
+      return stringError(fmt::format("{}: \"{}\" is {}; it must be {}", where, key, out,
+                                     zeroOk ? "0 or positive" : "positive"));
+    return llvm::Error::success();
+  };
+  if (auto e = text("name", d.name))
+    return std::move(e);
+  if (auto e = text("source", d.source))
+    return std::move(e);
+  for (auto [key, field, zeroOk] :
+       {std::tuple{"product_flops", &d.productFlops, false},
+        std::tuple{"product_flops_bf16", &d.productFlopsBf16, true},
+        std::tuple{"kernel_flops", &d.kernelFlops, false},
+        std::tuple{"bandwidth", &d.bandwidth, false}, std::tuple{"launch_seconds", &d.launch, true},
+        std::tuple{"link_bandwidth", &d.linkBandwidth, false},
+        std::tuple{"link_latency_seconds", &d.linkLatency, true}})
+    if (auto e = number(key, *field, zeroOk))
+      return std::move(e);
+  if (!j.contains("shared") || !j["shared"].is_boolean())
+    return stringError(fmt::format("{}: \"shared\" must be true or false", where));
+  d.shared = j["shared"].get<bool>();
+  return d;
+}
+
+llvm::Expected<DeviceModel> deviceModelNamed(const std::string &nameOrFile) {
+  if (nameOrFile == "h100")
+    return h100();
+  if (nameOrFile == "a100")
+    return a100();
+  const bool cpu = nameOrFile == "cpu";
+  const std::string path = cpu ? defaultCpuModelPath() : nameOrFile;
+  std::ifstream f(path);
+  if (!f) {
+    if (cpu)
+      return stringError(fmt::format(
+          "no model of this machine at {}: `tofu-run --calibrate` measures one and writes it "
+          "there",
+          path));
+    return stringError(fmt::format(
+        "'{}' is neither a device (h100, a100, cpu) nor a readable device model file", nameOrFile));
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parseDeviceModel(ss.str(), path);
+}
+
+llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPlan &plan,
+                                                  const std::vector<std::string> &outputs,
+                                                  const DeviceModel &device,
+                                                  const std::optional<Topology> &topology) {
+  if (!(device.productFlops > 0 && device.kernelFlops > 0 && device.bandwidth > 0 &&
+        device.linkBandwidth > 0))
+    return stringError(fmt::format("device model '{}' lacks a rate", device.name));
+  StepTimeEstimate out;
+  out.device = device;
+  out.workers = plan.workers;
+  Topology machine;
+  if (topology) {
+    if (topology->workers() != plan.workers)
+      return stringError(fmt::format("the machine has {} workers, the plan {}", topology->workers(),
+                                     plan.workers));
+    machine = *topology;
+  } else {
+    machine.levels.push_back({"worker", plan.workers, device.linkBandwidth, device.linkLatency});
+  }
+  const TopologyTraffic traffic = topologyTraffic(p, plan, machine);
+
+  // What the engines run: element-wise chains folded into one kernel.
+  const FusedPlan fused = fuseElementwise(p, plan, outputs);
+  const Problem &fp = fused.problem;
+  const double share = device.shared ? 1.0 / plan.workers : 1.0;
+  std::map<const StrategyTable *, KernelSchedule> schedules;
+  out.perWorker.assign(plan.workers, {});
+  std::vector<std::vector<OpTimeEstimate>> ops(plan.workers);
+  for (const NodeExec &ne : fused.plan.nodes) {
+    const ProblemNode &node = fp.nodes[ne.node];
+    const InstOp &op = node.table->op;
+    const ProblemTensor &result = fp.tensors[node.output];
+    StepPhase phase = fp.carriesState(node)                 ? StepPhase::Update
+                      : result.role == TensorRole::Gradient ? StepPhase::Backward
+                                                            : StepPhase::Forward;
+    auto it = schedules.find(node.table.get());
+    if (it == schedules.end())
+      it = schedules.emplace(node.table.get(), scheduleKernel(op, ScheduleTarget::Cpp)).first;
+    bool partials = false;
+    for (const OutputAssembly &a : ne.assemble)
+      partials |= a.slices.size() > 1;
+    for (unsigned w = 0; w < plan.workers && w < ne.workers.size(); ++w) {
+      const OpInstance &inst = ne.workers[w];
+      if (!inst.computes)
+        continue;
+      OpTimeEstimate e;
+      e.node = ne.node;
+      e.phase = phase;
+      e.flops = 2 * scheduledIterations(op, it->second, inst.ranges);
+      std::vector<Box> held;
+      for (const InputFetch &in : inst.inputs) {
+        held.push_back(in.region);
+        if (in.repeats < 0)
+          e.bytes += double(boxElements(in.region)) * fp.tensors[in.tensor].storageBytes;
+      }
+      e.bytes += double(boxElements(inst.produced)) * result.resultStorageBytes(partials);
+      e.product = gemmPlan(op, inst.ranges, held) || convPlan(op, node.shapes, inst.ranges, held) ||
+                  affineGemmPlan(op, inst.ranges, held);
+      // A scatter-add (an embedding's gradient) runs as one add per element it reads, not
+      // over its IR's loops (every row of the table for every index).
+      if (!e.product && scatterPlan(op, inst.ranges, held)) {
+        e.scatter = true;
+        e.flops = 0;
+        for (const InputFetch &in : inst.inputs)
+          e.flops += double(boxElements(in.region));
+      }
+      e.bf16 = !inst.inputs.empty() && fp.tensors[inst.inputs[0].tensor].storageBytes == 2;
+      const double rate = !e.product                              ? device.kernelFlops
+                          : e.bf16 && device.productFlopsBf16 > 0 ? device.productFlopsBf16
+                                                                  : device.productFlops;
+      e.seconds =
+          device.launch + std::max(e.flops / (rate * share), e.bytes / (device.bandwidth * share));
+      out.perWorker[w].phase[static_cast<int>(phase)] += e.seconds;
+      out.flops += e.flops;
+      ops[w].push_back(e);
+    }
+  }
+  for (unsigned w = 0; w < plan.workers; ++w) {
+    WorkerTime &t = out.perWorker[w];
+    t.communication = traffic.workerSeconds[w];
+    if (device.shared) // the link is the shared machine's memory too
+      t.communication = double(traffic.workerBytes[w]) / (device.linkBandwidth * share) +
+                        double(traffic.workerMessages[w]) * device.linkLatency;
+    t.bytesReceived = traffic.workerBytes[w];
+    t.messages = traffic.workerMessages[w];
+    if (t.total() > out.seconds) {
+      out.seconds = t.total();
+      out.slowest = w;
+    }
+  }
+  const WorkerTime &s = out.perWorker[out.slowest];
+  out.overlappedSeconds = std::max(s.compute(), s.communication);
+  out.ops = std::move(ops[out.slowest]);
+  for (const ProblemNode &n : fp.nodes) {
+    out.nodeNames.push_back(n.name);
+    out.nodeOps.push_back(n.table->op.def->name);
+  }
+  return out;
+}
+
+std::string formatStepTime(const StepTimeEstimate &e, unsigned top) {
+  const WorkerTime &s = e.perWorker[e.slowest];
+  std::string out = fmt::format(
+      "estimated step time on {} ({}): {:.3f} ms, worker {} the slowest: forward {:.3f} ms, "
+      "backward {:.3f} ms, update {:.3f} ms, communication {:.3f} ms ({} received in {} "
+      "message{}); no overlap assumed (with transfers hidden behind compute: {:.3f} ms)\n",
+      e.device.name, e.device.source, 1e3 * e.seconds, e.slowest, 1e3 * s.phase[0],
+      1e3 * s.phase[1], 1e3 * s.phase[2], 1e3 * s.communication,
+      humanBytes(double(s.bytesReceived)), s.messages, s.messages == 1 ? "" : "s",
+      1e3 * e.overlappedSeconds);
+  if (top == 0 || e.ops.empty())
+    return out;
+  std::vector<const OpTimeEstimate *> sorted;
+  for (const OpTimeEstimate &o : e.ops)
+    sorted.push_back(&o);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](auto *a, auto *b) { return a->seconds > b->seconds; });
+  out += fmt::format("\nworker {}'s {} costliest ops (estimated):\n\n| node | op | phase | kind | "
+                     "GFLOP | MB | ms | bound by |\n| --- | --- | --- | --- | ---: | ---: | ---: "
+                     "| --- |\n",
+                     e.slowest, std::min<size_t>(top, sorted.size()));
+  const double share = e.device.shared ? 1.0 / e.workers : 1.0;
+  for (size_t i = 0; i < sorted.size() && i < top; ++i) {
+    const OpTimeEstimate &o = *sorted[i];
+    const double rate = !o.product                                ? e.device.kernelFlops
+                        : o.bf16 && e.device.productFlopsBf16 > 0 ? e.device.productFlopsBf16
+                                                                  : e.device.productFlops;
+    const double compute = o.flops / (rate * share),
+                 memory = o.bytes / (e.device.bandwidth * share);
+    const char *bound = std::max(compute, memory) < e.device.launch ? "launch"
+                        : compute >= memory                         ? "compute"
+                                                                    : "memory";
+    out +=
+        fmt::format("| {} | {} | {} | {}{} | {:.3f} | {:.2f} | {:.3f} | {} |\n",
+                    e.nodeNames[o.node], e.nodeOps[o.node], phaseName(o.phase),
+                    o.product   ? "library product"
+                    : o.scatter ? "library scatter-add"
+                                : "generated",
+                    o.bf16 ? " (bf16)" : "", o.flops / 1e9, o.bytes / 1e6, 1e3 * o.seconds, bound);
+  }
+  return out;
+}
+
+std::string stepTimeJson(const StepTimeEstimate &e) {
+  nlohmann::ordered_json j;
+  j["device"] = nlohmann::ordered_json::parse(deviceModelJson(e.device));
+  j["seconds"] = e.seconds;
+  j["overlapped_seconds"] = e.overlappedSeconds;
+  j["slowest_worker"] = e.slowest;
+  j["flops"] = e.flops;
+  j["overlap"] = "none: a worker's step is its compute plus its communication";
+  j["workers"] = nlohmann::ordered_json::array();
+  for (const WorkerTime &w : e.perWorker)
+    j["workers"].push_back({{"forward_seconds", w.phase[0]},
+                            {"backward_seconds", w.phase[1]},
+                            {"update_seconds", w.phase[2]},
+                            {"communication_seconds", w.communication},
+                            {"bytes_received", w.bytesReceived},
+                            {"messages", w.messages}});
+  return j.dump(1);
+}
+
+} // namespace tofu

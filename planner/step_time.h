@@ -1,0 +1,121 @@
+// An estimate of a training step's time for a plan: every worker's op instances on a device
+// model (each instance's FLOPs and bytes against the device's rates, plus a fixed cost per
+// instance), and the plan's exact traffic over the machine's links.
+//
+// The model, per op instance of a worker (after element-wise fusion, as the engines run):
+//   seconds = launch + max(flops / rate, bytes / bandwidth)
+// where `rate` is the device's product rate for its operand type (bfloat16 or float32) when
+// the share is a product or convolution that a library runs (the shares the engines hand to
+// oneDNN, cuBLAS or cuDNN: codegen/library_plans.h), else the rate of generated kernels; flops
+// are twice the scheduled loops' iterations (a multiply-add per iteration of a contraction;
+// a scatter-add that a library runs, one add per element it reads), bytes are the input regions
+// read and the result written, at their storage sizes. Communication is every byte a worker
+// receives from the others (its fetches and the partial results it combines, counted from the
+// execution plan) over the link's bandwidth, plus the link's latency per message
+// (planner/topology.h's count, over the given machine's levels).
+//
+// Overlap: none is assumed. A worker's step is its compute plus its communication, and the
+// step is the slowest worker's. The engines fetch a node's inputs before computing it and
+// synchronise the workers at every node that needs another's data, so this is how they run;
+// a runtime that overlapped transfers with computation would come closer to the larger of
+// the two, which the estimate also reports.
+//
+// Workers that share one device (threads or processes on one CPU) each get their share of
+// its rates and bandwidth (DeviceModel::shared).
+#ifndef TOFU_PLANNER_STEP_TIME_H
+#define TOFU_PLANNER_STEP_TIME_H
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codegen/exec_plan.h"
+#include "graph/graph.h"
+#include "partition/problem.h"
+#include "planner/topology_spec.h"
+#include "llvm/Support/Error.h"
+
+namespace tofu {
+
+/// What one worker's device does per second. Every rate is > 0.
+struct DeviceModel {
+  std::string name;            ///< e.g. "H100 SXM", "cpu"
+  std::string source;          ///< where the figures come from (a data sheet, a calibration run)
+  double productFlops = 0;     ///< FLOP/s of library products and convolutions, float32 operands
+  double productFlopsBf16 = 0; ///< ... bfloat16 operands (0: as float32)
+  double kernelFlops = 0;      ///< FLOP/s of generated kernels
+  double bandwidth = 0;        ///< bytes per second to and from the device's memory
+  double launch = 0;           ///< seconds per op instance (a launch, or the engine's dispatch)
+  double linkBandwidth = 0;    ///< bytes per second a worker receives from another worker
+  double linkLatency = 0;      ///< seconds per message between workers
+  /// The workers share this device (threads or processes on one CPU): each of k workers
+  /// computes at 1/k of the rates and bandwidth.
+  bool shared = false;
+};
+
+/// The built-in models by name (`h100`, `a100`, from their data sheets), or a model read from
+/// a JSON file (DeviceModel's fields, as deviceModelJson writes them: what `tofu-run
+/// --calibrate` measures). `cpu` reads the calibration at defaultCpuModelPath(); an error
+/// says how to make it.
+llvm::Expected<DeviceModel> deviceModelNamed(const std::string &nameOrFile);
+/// What --device's help lists.
+extern const char kDeviceHelp[];
+/// Where `tofu-run --calibrate` keeps this machine's model by default: $TOFU_CPU_MODEL, else
+/// $XDG_CACHE_HOME/tofu/cpu-model.json, else $HOME/.cache/tofu/cpu-model.json.
+std::string defaultCpuModelPath();
+std::string deviceModelJson(const DeviceModel &d);
+/// Reads deviceModelJson's form; errors name the field.
+llvm::Expected<DeviceModel> parseDeviceModel(const std::string &json, const std::string &where);
+
+enum class StepPhase { Forward, Backward, Update };
+const char *phaseName(StepPhase p);
+
+/// One op instance of one worker.
+struct OpTimeEstimate {
+  unsigned node = 0; ///< in the fused problem (StepTimeEstimate::nodeNames)
+  StepPhase phase = StepPhase::Forward;
+  bool product = false; ///< a library product or convolution
+  bool scatter = false; ///< a library scatter-add (flops: one add per element read)
+  bool bf16 = false;    ///< its operands are bfloat16
+  double flops = 0, bytes = 0, seconds = 0;
+};
+
+struct WorkerTime {
+  double phase[3] = {0, 0, 0}; ///< compute per StepPhase
+  double communication = 0;
+  int64_t bytesReceived = 0;
+  int64_t messages = 0;
+  double compute() const { return phase[0] + phase[1] + phase[2]; }
+  double total() const { return compute() + communication; }
+};
+
+struct StepTimeEstimate {
+  DeviceModel device;
+  unsigned workers = 1;
+  std::vector<WorkerTime> perWorker;
+  unsigned slowest = 0;
+  double seconds = 0;           ///< the slowest worker's compute plus communication
+  double overlappedSeconds = 0; ///< the slowest worker's larger of the two
+  double flops = 0;             ///< every worker's, summed
+  /// Per op instance of the slowest worker, in plan order.
+  std::vector<OpTimeEstimate> ops;
+  std::vector<std::string> nodeNames, nodeOps; ///< per node of the fused problem
+};
+
+/// The estimate for plan `plan` of `p` on `device`. `topology`, where given, is the machine
+/// (its levels' bandwidths and latencies); otherwise every pair of workers is joined by the
+/// device's link. Workers are the plan's.
+llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPlan &plan,
+                                                  const std::vector<std::string> &outputs,
+                                                  const DeviceModel &device,
+                                                  const std::optional<Topology> &topology = {});
+
+/// The estimate as text: a line of totals (and the phases), then, with `top` > 0, the slowest
+/// worker's `top` costliest ops as a markdown table.
+std::string formatStepTime(const StepTimeEstimate &e, unsigned top = 0);
+/// The estimate as a JSON object (seconds; per phase; per worker; the model).
+std::string stepTimeJson(const StepTimeEstimate &e);
+
+} // namespace tofu
+
+#endif // TOFU_PLANNER_STEP_TIME_H

@@ -1,0 +1,179 @@
+// The step-time estimate: device models read and written, each op's FLOPs and bytes counted
+// as the model says (checked by hand on an MLP), the rates applied by kind and element type,
+// shared devices, communication from the plan's traffic, and the phases.
+#include "planner/step_time.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "graph/test_library.h"
+#include "graph/zoo.h"
+#include "planner/pipeline.h"
+#include "gtest/gtest.h"
+
+namespace tofu {
+namespace {
+
+/// Round figures, so that the expected times are easy to state.
+DeviceModel testDevice() {
+  DeviceModel d;
+  d.name = "test";
+  d.source = "made up";
+  d.productFlops = 1e9;
+  d.productFlopsBf16 = 4e9;
+  d.kernelFlops = 1e8;
+  d.bandwidth = 1e9;
+  d.launch = 1e-6;
+  d.linkBandwidth = 1e8;
+  d.linkLatency = 1e-5;
+  return d;
+}
+
+TEST(StepTime, DeviceModelsRoundTripAndBadOnesAreRefused) {
+  const DeviceModel d = testDevice();
+  auto back = parseDeviceModel(deviceModelJson(d), "here");
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(back->name, "test");
+  EXPECT_EQ(back->productFlopsBf16, 4e9);
+  EXPECT_EQ(back->linkLatency, 1e-5);
+  EXPECT_FALSE(back->shared);
+  std::string json = deviceModelJson(d);
+  json.replace(json.find("\"bandwidth\": 1000000000.0"), 25, "\"bandwidth\": -3");
+  auto bad = parseDeviceModel(json, "m.json");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()), "m.json: \"bandwidth\" is -3; it must be positive");
+  auto notJson = parseDeviceModel("{", "m.json");
+  ASSERT_FALSE(bool(notJson));
+  EXPECT_EQ(llvm::toString(notJson.takeError()), "m.json: not a JSON object");
+
+  auto h = deviceModelNamed("h100");
+  ASSERT_TRUE(bool(h));
+  EXPECT_EQ(h->productFlopsBf16, 989e12);
+  auto missing = deviceModelNamed("/nonexistent/model.json");
+  ASSERT_FALSE(bool(missing));
+  EXPECT_NE(llvm::toString(missing.takeError()).find("neither a device"), std::string::npos);
+  const std::string path = ::testing::TempDir() + "/model.json";
+  {
+    std::ofstream f(path);
+    f << deviceModelJson(d);
+  }
+  auto file = deviceModelNamed(path);
+  ASSERT_TRUE(bool(file)) << llvm::toString(file.takeError());
+  EXPECT_EQ(file->kernelFlops, 1e8);
+}
+
+PipelineResult planned(llvm::Expected<Graph> g, unsigned workers, Precision precision) {
+  EXPECT_TRUE(bool(g));
+  PipelineOptions o;
+  o.train = Optimizer::SGD;
+  o.precision = precision;
+  o.until = Stage::Execution;
+  o.search.workers = workers;
+  auto r = runPipeline(std::move(*g), "mlp", testLibrary(), o);
+  EXPECT_TRUE(bool(r)) << llvm::toString(r.takeError());
+  return std::move(*r);
+}
+
+// One worker: every op's FLOPs and bytes as counted by hand for the MLP's first product,
+// times from the model's formula, phases summing to the step.
+TEST(StepTime, OneWorkerCountsEachOpAndSumsThePhases) {
+  PipelineResult r = planned(buildMlp({64, 32, 10}, 8), 1, Precision::FP32);
+  auto e = estimateStepTime(*r.problem, r.exec, r.graph.outputs, testDevice());
+  ASSERT_TRUE(bool(e)) << llvm::toString(e.takeError());
+  ASSERT_EQ(e->perWorker.size(), 1u);
+  const WorkerTime &w = e->perWorker[0];
+  EXPECT_EQ(w.communication, 0);
+  EXPECT_EQ(w.bytesReceived, 0);
+  EXPECT_GT(w.phase[0], 0);
+  EXPECT_GT(w.phase[1], 0);
+  EXPECT_GT(w.phase[2], 0);
+  EXPECT_DOUBLE_EQ(e->seconds, w.compute());
+  bool sawFc1 = false;
+  double sum = 0;
+  for (const OpTimeEstimate &o : e->ops) {
+    sum += o.seconds;
+    EXPECT_GE(o.seconds, 1e-6);
+    if (e->nodeNames[o.node] != "fc1")
+      continue;
+    sawFc1 = true;
+    // x[8,64] @ w[64,32]: the scheduled loops run the sum's body 8·64·32 times and the
+    // output's expression 8·32 times, two FLOPs each; reads 8·64 + 64·32 floats, writes 8·32.
+    EXPECT_TRUE(o.product);
+    EXPECT_FALSE(o.bf16);
+    EXPECT_EQ(o.phase, StepPhase::Forward);
+    EXPECT_DOUBLE_EQ(o.flops, 2.0 * (8 * 64 * 32 + 8 * 32));
+    EXPECT_DOUBLE_EQ(o.bytes, 4.0 * (8 * 64 + 64 * 32 + 8 * 32));
+    EXPECT_DOUBLE_EQ(o.seconds, 1e-6 + std::max(o.flops / 1e9, o.bytes / 1e9));
+  }
+  EXPECT_TRUE(sawFc1);
+  EXPECT_NEAR(sum, e->seconds, 1e-12);
+  const std::string text = formatStepTime(*e, 3);
+  EXPECT_NE(text.find("estimated step time on test"), std::string::npos) << text;
+  EXPECT_NE(text.find("| fc1 |"), std::string::npos) << text;
+}
+
+// Two workers: communication is the plan's received bytes over the link plus a latency per
+// message; the slowest worker sets the step. On a shared device each worker computes at half
+// the rates.
+TEST(StepTime, TwoWorkersPayTheirTrafficAndShareADevice) {
+  PipelineResult r = planned(buildMlp({64, 256, 10}, 32), 2, Precision::FP32);
+  DeviceModel d = testDevice();
+  auto e = estimateStepTime(*r.problem, r.exec, r.graph.outputs, d);
+  ASSERT_TRUE(bool(e)) << llvm::toString(e.takeError());
+  ASSERT_EQ(e->perWorker.size(), 2u);
+  int64_t bytes = 0;
+  for (const WorkerTime &w : e->perWorker) {
+    EXPECT_NEAR(w.communication, double(w.bytesReceived) / 1e8 + double(w.messages) * 1e-5, 1e-12);
+    EXPECT_LE(w.total(), e->seconds + 1e-15);
+    bytes += w.bytesReceived;
+  }
+  EXPECT_EQ(bytes, r.exec.bytesMoved(*r.problem));
+  EXPECT_GT(bytes, 0);
+  const WorkerTime &s = e->perWorker[e->slowest];
+  EXPECT_DOUBLE_EQ(e->overlappedSeconds, std::max(s.compute(), s.communication));
+
+  d.launch = 0; // so that compute scales exactly
+  auto own = estimateStepTime(*r.problem, r.exec, r.graph.outputs, d);
+  d.shared = true;
+  auto shared = estimateStepTime(*r.problem, r.exec, r.graph.outputs, d);
+  ASSERT_TRUE(own && shared);
+  for (unsigned w = 0; w < 2; ++w)
+    EXPECT_NEAR(shared->perWorker[w].compute(), 2 * own->perWorker[w].compute(), 1e-12);
+
+  // A machine given as levels replaces the device's link.
+  auto t = parseTopology("2:1GB/s");
+  ASSERT_TRUE(bool(t));
+  auto machine = estimateStepTime(*r.problem, r.exec, r.graph.outputs, testDevice(), *t);
+  ASSERT_TRUE(bool(machine)) << llvm::toString(machine.takeError());
+  for (const WorkerTime &w : machine->perWorker)
+    EXPECT_NEAR(w.communication, double(w.bytesReceived) / 1e9, 1e-12);
+  auto wrong = parseTopology("4:1GB/s");
+  ASSERT_TRUE(bool(wrong));
+  auto refused = estimateStepTime(*r.problem, r.exec, r.graph.outputs, testDevice(), *wrong);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_EQ(llvm::toString(refused.takeError()), "the machine has 4 workers, the plan 2");
+}
+
+// Under bf16 the products read bfloat16 operands and run at the bfloat16 rate, over half the
+// operand bytes.
+TEST(StepTime, Bf16ProductsUseTheirRate) {
+  PipelineResult r = planned(buildMlp({64, 32, 10}, 8), 1, Precision::BF16);
+  auto e = estimateStepTime(*r.problem, r.exec, r.graph.outputs, testDevice());
+  ASSERT_TRUE(bool(e)) << llvm::toString(e.takeError());
+  bool sawFc1 = false;
+  for (const OpTimeEstimate &o : e->ops) {
+    if (e->nodeNames[o.node] != "fc1")
+      continue;
+    sawFc1 = true;
+    EXPECT_TRUE(o.product);
+    EXPECT_TRUE(o.bf16);
+    EXPECT_DOUBLE_EQ(o.flops, 2.0 * (8 * 64 * 32 + 8 * 32));
+    // Two bfloat16 operands; the float32 accumulator's result stored as bfloat16.
+    EXPECT_DOUBLE_EQ(o.bytes, 2.0 * (8 * 64 + 64 * 32 + 8 * 32));
+    EXPECT_DOUBLE_EQ(o.seconds, 1e-6 + std::max(o.flops / 4e9, o.bytes / 1e9));
+  }
+  EXPECT_TRUE(sawFc1);
+}
+
+} // namespace
+} // namespace tofu
