@@ -46,20 +46,10 @@ trap 'rm -rf "$tmp"' EXIT
 cp bazel-bin/tofu_run/tofu-run "$tmp/tofu-run"
 threads=$(nproc)
 
-# torchvision's resnet18 (10 classes, 32x32 images) exported in training mode (batch norm
-# with batch statistics) with a symbolic batch, so that --batch sets it (the fixtures in
-# tests/onnx have a fixed one).
+# torchvision's resnet18 in training mode, with a symbolic batch (bench/resnet18_train_onnx.py).
 case " $models " in
   *" resnet18-train "*)
-    /usr/bin/python3 - "$tmp/resnet18_train.onnx" 2>/dev/null <<'PY'
-import sys, torch, torchvision
-m = torchvision.models.resnet18(num_classes=10)
-m.train()
-torch.onnx.export(m, (torch.randn(2, 3, 32, 32),), sys.argv[1], export_params=False,
-                  opset_version=17, input_names=["input"], output_names=["output"],
-                  do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING,
-                  dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
-PY
+    /usr/bin/python3 bench/resnet18_train_onnx.py "$tmp/resnet18_train.onnx" 2>/dev/null
     ;;
 esac
 

@@ -34,15 +34,7 @@ echo "step_time_bench: calibrating" >&2
 
 case " $models " in
   *" resnet18-train "*)
-    /usr/bin/python3 - "$tmp/resnet18_train.onnx" 2>/dev/null <<'PY'
-import sys, torch, torchvision
-m = torchvision.models.resnet18(num_classes=10)
-m.train()
-torch.onnx.export(m, (torch.randn(2, 3, 32, 32),), sys.argv[1], export_params=False,
-                  opset_version=17, input_names=["input"], output_names=["output"],
-                  do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING,
-                  dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
-PY
+    /usr/bin/python3 bench/resnet18_train_onnx.py "$tmp/resnet18_train.onnx" 2>/dev/null
     ;;
 esac
 

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
+#include "analysis/ir.h"
 #include "codegen/fusion.h"
 #include "codegen/library_plans.h"
 #include "codegen/schedule.h"
@@ -14,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "planner/topology.h"
 #include "support/units.h"
+#include "llvm/Support/Casting.h"
 
 namespace tofu {
 namespace {
@@ -90,9 +93,12 @@ std::string deviceModelJson(const DeviceModel &d) {
   j["source"] = d.source;
   j["product_flops"] = d.productFlops;
   j["product_flops_bf16"] = d.productFlopsBf16;
+  j["conv_flops"] = d.convFlops;
   j["kernel_flops"] = d.kernelFlops;
   j["bandwidth"] = d.bandwidth;
   j["launch_seconds"] = d.launch;
+  j["library_launch_seconds"] = d.libraryLaunch;
+  j["conv_launch_seconds"] = d.convLaunch;
   j["link_bandwidth"] = d.linkBandwidth;
   j["link_latency_seconds"] = d.linkLatency;
   j["shared"] = d.shared;
@@ -126,8 +132,11 @@ llvm::Expected<DeviceModel> parseDeviceModel(const std::string &json, const std:
   for (auto [key, field, zeroOk] :
        {std::tuple{"product_flops", &d.productFlops, false},
         std::tuple{"product_flops_bf16", &d.productFlopsBf16, true},
+        std::tuple{"conv_flops", &d.convFlops, true},
         std::tuple{"kernel_flops", &d.kernelFlops, false},
         std::tuple{"bandwidth", &d.bandwidth, false}, std::tuple{"launch_seconds", &d.launch, true},
+        std::tuple{"library_launch_seconds", &d.libraryLaunch, true},
+        std::tuple{"conv_launch_seconds", &d.convLaunch, true},
         std::tuple{"link_bandwidth", &d.linkBandwidth, false},
         std::tuple{"link_latency_seconds", &d.linkLatency, true}})
     if (auto e = number(key, *field, zeroOk))
@@ -160,6 +169,64 @@ llvm::Expected<DeviceModel> deviceModelNamed(const std::string &nameOrFile) {
   return parseDeviceModel(ss.str(), path);
 }
 
+namespace {
+
+/// What a transcendental function (exp, log, tanh, ...) costs in FLOPs: a vectorised exp or
+/// tanh is some ten multiply-adds and table steps (glibc's libmvec, CUDA's fast paths).
+constexpr double kTranscendentalFlops = 10;
+
+/// The arithmetic of one evaluation of `op`'s body: each operation 1, a transcendental
+/// function kTranscendentalFlops, at least 2 (a multiply-add). A reduction's body counts once,
+/// beside the output's expression, so for a reduction it is a little more than one
+/// iteration's.
+double arithmeticPerIteration(const InstOp &op) {
+  double n = 0;
+  std::function<void(const ir::Expr &)> walk = [&](const ir::Expr &e) {
+    if (const auto *a = llvm::dyn_cast<ir::Apply>(&e)) {
+      switch (a->fn) {
+      case ir::Builtin::Relu:
+      case ir::Builtin::Abs:
+      case ir::Builtin::Sign:
+      case ir::Builtin::Floor:
+      case ir::Builtin::Ceil:
+      case ir::Builtin::Min:
+      case ir::Builtin::Max:
+      case ir::Builtin::Select:
+      case ir::Builtin::CastFloat:
+      case ir::Builtin::CastInt:
+        n += 1;
+        break;
+      default:
+        n += kTranscendentalFlops;
+      }
+    } else if (llvm::isa<ir::Binary>(&e) || llvm::isa<ir::Neg>(&e)) {
+      n += 1;
+    }
+    ir::forEachChildExpr(e, walk);
+  };
+  if (op.body)
+    walk(*op.body);
+  return std::max(2.0, n);
+}
+
+} // namespace
+
+double opRate(const DeviceModel &d, const OpTimeEstimate &o) {
+  if (!o.product)
+    return d.kernelFlops;
+  if (o.conv && d.convFlops > 0)
+    return d.convFlops;
+  return o.bf16 && d.productFlopsBf16 > 0 ? d.productFlopsBf16 : d.productFlops;
+}
+
+double opSeconds(const DeviceModel &d, const OpTimeEstimate &o, double share) {
+  const double library = d.libraryLaunch > 0 ? d.libraryLaunch : d.launch;
+  const double launches = o.conv && d.convLaunch > 0 ? d.convLaunch
+                          : o.product || o.scatter   ? library
+                                                     : o.passes * d.launch;
+  return launches + std::max(o.flops / (opRate(d, o) * share), o.bytes / (d.bandwidth * share));
+}
+
 llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPlan &plan,
                                                   const std::vector<std::string> &outputs,
                                                   const DeviceModel &device,
@@ -186,6 +253,7 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
   const Problem &fp = fused.problem;
   const double share = device.shared ? 1.0 / plan.workers : 1.0;
   std::map<const StrategyTable *, KernelSchedule> schedules;
+  std::map<const StrategyTable *, double> arithmetic;
   out.perWorker.assign(plan.workers, {});
   std::vector<std::vector<OpTimeEstimate>> ops(plan.workers);
   for (const NodeExec &ne : fused.plan.nodes) {
@@ -208,7 +276,8 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
       OpTimeEstimate e;
       e.node = ne.node;
       e.phase = phase;
-      e.flops = 2 * scheduledIterations(op, it->second, inst.ranges);
+      const double iterations = scheduledIterations(op, it->second, inst.ranges);
+      e.flops = 2 * iterations;
       std::vector<Box> held;
       for (const InputFetch &in : inst.inputs) {
         held.push_back(in.region);
@@ -216,8 +285,9 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
           e.bytes += double(boxElements(in.region)) * fp.tensors[in.tensor].storageBytes;
       }
       e.bytes += double(boxElements(inst.produced)) * result.resultStorageBytes(partials);
-      e.product = gemmPlan(op, inst.ranges, held) || convPlan(op, node.shapes, inst.ranges, held) ||
-                  affineGemmPlan(op, inst.ranges, held);
+      e.conv = !gemmPlan(op, inst.ranges, held) && convPlan(op, node.shapes, inst.ranges, held);
+      e.product =
+          e.conv || gemmPlan(op, inst.ranges, held) || affineGemmPlan(op, inst.ranges, held);
       // A scatter-add (an embedding's gradient) runs as one add per element it reads, not
       // over its IR's loops (every row of the table for every index).
       if (!e.product && scatterPlan(op, inst.ranges, held)) {
@@ -227,11 +297,23 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
           e.flops += double(boxElements(in.region));
       }
       e.bf16 = !inst.inputs.empty() && fp.tensors[inst.inputs[0].tensor].storageBytes == 2;
-      const double rate = !e.product                              ? device.kernelFlops
-                          : e.bf16 && device.productFlopsBf16 > 0 ? device.productFlopsBf16
-                                                                  : device.productFlops;
-      e.seconds =
-          device.launch + std::max(e.flops / (rate * share), e.bytes / (device.bandwidth * share));
+      const bool library = e.product || e.scatter;
+      if (!library) { // its arithmetic; each temporary's pass reads the inputs again
+        auto a = arithmetic.find(node.table.get());
+        if (a == arithmetic.end())
+          a = arithmetic.emplace(node.table.get(), arithmeticPerIteration(op)).first;
+        e.flops = iterations * a->second;
+        double inputBytes = 0;
+        for (const InputFetch &in : inst.inputs)
+          if (in.repeats < 0)
+            inputBytes += double(boxElements(in.region)) * fp.tensors[in.tensor].storageBytes;
+        for (const ScheduledReduction &r : it->second.reductions)
+          if (r.placement == ScheduledReduction::Placement::Temporary) {
+            ++e.passes;
+            e.bytes += inputBytes;
+          }
+      }
+      e.seconds = opSeconds(device, e, share);
       out.perWorker[w].phase[static_cast<int>(phase)] += e.seconds;
       out.flops += e.flops;
       ops[w].push_back(e);
@@ -284,18 +366,17 @@ std::string formatStepTime(const StepTimeEstimate &e, unsigned top) {
   const double share = e.device.shared ? 1.0 / e.workers : 1.0;
   for (size_t i = 0; i < sorted.size() && i < top; ++i) {
     const OpTimeEstimate &o = *sorted[i];
-    const double rate = !o.product                                ? e.device.kernelFlops
-                        : o.bf16 && e.device.productFlopsBf16 > 0 ? e.device.productFlopsBf16
-                                                                  : e.device.productFlops;
+    const double rate = opRate(e.device, o);
     const double compute = o.flops / (rate * share),
                  memory = o.bytes / (e.device.bandwidth * share);
-    const char *bound = std::max(compute, memory) < e.device.launch ? "launch"
-                        : compute >= memory                         ? "compute"
-                                                                    : "memory";
+    const char *bound = std::max(compute, memory) < o.seconds / 2 ? "launches"
+                        : compute >= memory                       ? "compute"
+                                                                  : "memory";
     out +=
         fmt::format("| {} | {} | {} | {}{} | {:.3f} | {:.2f} | {:.3f} | {} |\n",
                     e.nodeNames[o.node], e.nodeOps[o.node], phaseName(o.phase),
-                    o.product   ? "library product"
+                    o.conv      ? "library convolution"
+                    : o.product ? "library product"
                     : o.scatter ? "library scatter-add"
                                 : "generated",
                     o.bf16 ? " (bf16)" : "", o.flops / 1e9, o.bytes / 1e6, 1e3 * o.seconds, bound);
@@ -319,6 +400,20 @@ std::string stepTimeJson(const StepTimeEstimate &e) {
                             {"communication_seconds", w.communication},
                             {"bytes_received", w.bytesReceived},
                             {"messages", w.messages}});
+  j["ops"] = nlohmann::ordered_json::array(); // the slowest worker's, in plan order
+  for (const OpTimeEstimate &o : e.ops)
+    j["ops"].push_back({{"node", e.nodeNames[o.node]},
+                        {"op", e.nodeOps[o.node]},
+                        {"phase", phaseName(o.phase)},
+                        {"kind", o.conv      ? "convolution"
+                                 : o.product ? "product"
+                                 : o.scatter ? "scatter"
+                                             : "generated"},
+                        {"bf16", o.bf16},
+                        {"passes", o.passes},
+                        {"flops", o.flops},
+                        {"bytes", o.bytes},
+                        {"seconds", o.seconds}});
   return j.dump(1);
 }
 

@@ -3,15 +3,18 @@
 // instance), and the plan's exact traffic over the machine's links.
 //
 // The model, per op instance of a worker (after element-wise fusion, as the engines run):
-//   seconds = launch + max(flops / rate, bytes / bandwidth)
-// where `rate` is the device's product rate for its operand type (bfloat16 or float32) when
-// the share is a product or convolution that a library runs (the shares the engines hand to
-// oneDNN, cuBLAS or cuDNN: codegen/library_plans.h), else the rate of generated kernels; flops
-// are twice the scheduled loops' iterations (a multiply-add per iteration of a contraction;
-// a scatter-add that a library runs, one add per element it reads), bytes are the input regions
-// read and the result written, at their storage sizes. Communication is every byte a worker
-// receives from the others (its fetches and the partial results it combines, counted from the
-// execution plan) over the link's bandwidth, plus the link's latency per message
+//   seconds = launches + max(flops / rate, bytes / bandwidth)
+// where a library call is one launch (DeviceModel::libraryLaunch) and a generated kernel one
+// per pass (its main nest, and one per temporary its schedule fills first, each of which
+// reads the inputs again: codegen/schedule.h), and `rate` is the device's product rate for its
+// operand type (bfloat16 or float32) when the share is a product or convolution that a library runs
+// (the shares the engines hand to oneDNN, cuBLAS or cuDNN: codegen/library_plans.h), else the rate
+// of generated kernels. A library product's flops are twice its scheduled loops' iterations (a
+// multiply-add each); a generated kernel's, the iterations times its body's arithmetic (a
+// transcendental function counting 10); a library scatter-add's, one add per element it reads.
+// Bytes are the input regions read and the result written, at their storage sizes. Communication is
+// every byte a worker receives from the others (its fetches and the partial results it combines,
+// counted from the execution plan) over the link's bandwidth, plus the link's latency per message
 // (planner/topology.h's count, over the given machine's levels).
 //
 // Overlap: none is assumed. A worker's step is its compute plus its communication, and the
@@ -45,9 +48,12 @@ struct DeviceModel {
   double productFlopsBf16 = 0; ///< ... bfloat16 operands (0: as float32)
   double kernelFlops = 0;      ///< FLOP/s of generated kernels
   double bandwidth = 0;        ///< bytes per second to and from the device's memory
-  double launch = 0;           ///< seconds per op instance (a launch, or the engine's dispatch)
-  double linkBandwidth = 0;    ///< bytes per second a worker receives from another worker
-  double linkLatency = 0;      ///< seconds per message between workers
+  double convFlops = 0;        ///< FLOP/s of library convolutions (0: as products)
+  double launch = 0;        ///< seconds per pass of a generated kernel (a launch, a parallel loop)
+  double libraryLaunch = 0; ///< seconds per library call (0: `launch`)
+  double convLaunch = 0;    ///< seconds per library convolution (0: `libraryLaunch`)
+  double linkBandwidth = 0; ///< bytes per second a worker receives from another worker
+  double linkLatency = 0;   ///< seconds per message between workers
   /// The workers share this device (threads or processes on one CPU): each of k workers
   /// computes at 1/k of the rates and bandwidth.
   bool shared = false;
@@ -75,7 +81,9 @@ struct OpTimeEstimate {
   unsigned node = 0; ///< in the fused problem (StepTimeEstimate::nodeNames)
   StepPhase phase = StepPhase::Forward;
   bool product = false; ///< a library product or convolution
+  bool conv = false;    ///< the product is a convolution
   bool scatter = false; ///< a library scatter-add (flops: one add per element read)
+  unsigned passes = 1;  ///< a generated kernel's: its main nest and one per temporary
   bool bf16 = false;    ///< its operands are bfloat16
   double flops = 0, bytes = 0, seconds = 0;
 };
@@ -101,6 +109,11 @@ struct StepTimeEstimate {
   std::vector<OpTimeEstimate> ops;
   std::vector<std::string> nodeNames, nodeOps; ///< per node of the fused problem
 };
+
+/// The FLOP/s `o` runs at on `d` (at all of its rates).
+double opRate(const DeviceModel &d, const OpTimeEstimate &o);
+/// One op's estimated seconds on `d` at `share` of its rates (the model above).
+double opSeconds(const DeviceModel &d, const OpTimeEstimate &o, double share = 1);
 
 /// The estimate for plan `plan` of `p` on `device`. `topology`, where given, is the machine
 /// (its levels' bandwidths and latencies); otherwise every pair of workers is joined by the

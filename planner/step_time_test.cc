@@ -107,7 +107,9 @@ TEST(StepTime, OneWorkerCountsEachOpAndSumsThePhases) {
   }
   EXPECT_TRUE(sawFc1);
   EXPECT_NEAR(sum, e->seconds, 1e-12);
-  const std::string text = formatStepTime(*e, 3);
+  for (const OpTimeEstimate &o : e->ops) // every op by the one formula
+    EXPECT_DOUBLE_EQ(o.seconds, opSeconds(testDevice(), o)) << e->nodeNames[o.node];
+  const std::string text = formatStepTime(*e, 100);
   EXPECT_NE(text.find("estimated step time on test"), std::string::npos) << text;
   EXPECT_NE(text.find("| fc1 |"), std::string::npos) << text;
 }
@@ -173,6 +175,47 @@ TEST(StepTime, Bf16ProductsUseTheirRate) {
     EXPECT_DOUBLE_EQ(o.seconds, 1e-6 + std::max(o.flops / 4e9, o.bytes / 1e9));
   }
   EXPECT_TRUE(sawFc1);
+}
+
+// Convolutions are library products of their own kind, at the device's convolution rate and
+// cost per call; generated kernels count a transcendental function as 10 FLOPs.
+TEST(StepTime, ConvolutionsAndGeneratedKernelsHaveTheirRates) {
+  PipelineResult r = planned(buildWResNet(50, 1, 2, 32, 4, 10), 1, Precision::FP32);
+  DeviceModel d = testDevice();
+  d.convFlops = 5e8;
+  d.convLaunch = 3e-6;
+  auto e = estimateStepTime(*r.problem, r.exec, r.graph.outputs, d);
+  ASSERT_TRUE(bool(e)) << llvm::toString(e.takeError());
+  bool sawConv = false;
+  for (const OpTimeEstimate &o : e->ops) {
+    if (e->nodeOps[o.node] != "Conv2d")
+      continue;
+    sawConv = true;
+    EXPECT_TRUE(o.product && o.conv) << e->nodeNames[o.node];
+    EXPECT_DOUBLE_EQ(opRate(d, o), 5e8);
+    EXPECT_DOUBLE_EQ(o.seconds, 3e-6 + std::max(o.flops / 5e8, o.bytes / 1e9));
+  }
+  EXPECT_TRUE(sawConv);
+
+  PipelineResult g = planned(buildTransformer(1, 16, 2, 4, 2, 32), 1, Precision::FP32);
+  auto t = estimateStepTime(*g.problem, g.exec, g.graph.outputs, testDevice());
+  ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
+  // Relu is one operation per element (at least 2, a multiply-add); an exp in the softmax
+  // makes it costlier per iteration than a plain map.
+  double reluPerElement = 0, softmaxPerIteration = 0;
+  unsigned multiPass = 0;
+  for (const OpTimeEstimate &o : t->ops) {
+    multiPass += o.passes > 1;
+    const std::string &op = t->nodeOps[o.node];
+    const double elements = o.bytes / 8; // a float read, a float written
+    if (op == "Relu")
+      reluPerElement = o.flops / elements;
+    if (op == "Softmax" || op == "softmax_cross_entropy")
+      softmaxPerIteration = std::max(softmaxPerIteration, o.flops);
+  }
+  EXPECT_DOUBLE_EQ(reluPerElement, 2);
+  EXPECT_GT(softmaxPerIteration, 0);
+  EXPECT_GT(multiPass, 0u); // a reduction whose schedule fills a temporary first
 }
 
 } // namespace

@@ -43,7 +43,7 @@ for e in r:
 PY
 fi
 # Training on compiled kernels: the loss falls, JSON carries the per-step figures.
-if ! $run --model wresnet-50-1-i32-c4-k10 --workers 2 --steps 3 --format=json >"$tmp/out.json" 2>"$tmp/err.txt"; then
+if ! $run --model wresnet-50-1-i32-c4-k10 --workers 2 --steps 3 --device a100 --format=json >"$tmp/out.json" 2>"$tmp/err.txt"; then
   echo "FAILED: tofu-run --steps 3 --format=json" >&2; cat "$tmp/err.txt" >&2; fail=1
 else
   python3 - "$tmp/out.json" <<'PY' || fail=1
@@ -54,6 +54,10 @@ for key in ("step_seconds", "loss", "worker_peak_bytes", "bytes_moved", "compile
 assert len(j["step_seconds"]) == 3 and len(j["loss"]) == 3, j
 assert len(j["worker_peak_bytes"]) == 2
 assert j["bytes_moved"] == j["predicted_bytes"], j
+# --device: the plan's estimated step beside the measured one.
+e = j["estimated_step"]
+assert e["device"]["name"] == "A100 SXM 80GB" and len(e["workers"]) == 2, e["device"]
+assert e["seconds"] > 0 and abs(j["measured_over_estimated"] * e["seconds"] - j["median_step_seconds"]) < 1e-9, j
 PY
 fi
 # Checkpoints: 2 x 10 steps with a save and a load between equal 20 steps straight, at k = 1
@@ -114,6 +118,29 @@ expect_error() { # expected message, args...
   grep -qF -- "$msg" "$tmp/err.txt" || { echo "FAILED: '$*' did not say '$msg'" >&2; cat "$tmp/err.txt" >&2; fail=1; }
 }
 expect_error "--workers K is required" --model mlp
+expect_error "--calibrate measures the machine on models of its own: give no model" --calibrate --model mlp
+expect_error "--device: 'tpu' is neither a device (h100, a100, cpu) nor a readable device model file" --model mlp --workers 1 --device tpu
+# --calibrate (about a minute from cold kernels: on the commits the 64x64 interpreter check
+# below skips, and always with TOFU_FULL=1): it writes a model whose figures are positive,
+# which --device reads.
+if [ "${TOFU_FULL:-0}" = 1 ] || [ $((${TOFU_SAMPLE_OFFSET:-0} % 2)) -eq 1 ]; then
+  if ! "$run" --calibrate="$tmp/cpu.json" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+    echo "FAILED: tofu-run --calibrate" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+  else
+    python3 - "$tmp/cpu.json" "$tmp/out.txt" <<'PY' || fail=1
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["name"] == "cpu" and d["shared"] is True, d
+for k in ("product_flops", "conv_flops", "kernel_flops", "bandwidth", "link_bandwidth"):
+    assert d[k] > 0, (k, d)
+rows = [l for l in open(sys.argv[2]) if l.startswith("| ") and " batch " in l]
+assert len(rows) == 4, rows  # the four calibration models, each estimated beside measured
+PY
+    $run --model mlp --workers 1 --device "$tmp/cpu.json" >"$tmp/out.txt" 2>"$tmp/err.txt" &&
+      grep -q "^measured median step .* against the estimate's .*estimated step time on cpu (tofu-run --calibrate" "$tmp/out.txt" ||
+      { echo "FAILED: --device with the calibrated model" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1; }
+  fi
+fi
 # Without a GPU (CI), the CUDA backend says why; with one, its verified step must pass.
 if "$run" --model mlp --workers 2 --backend cuda --verify >"$tmp/out.txt" 2>"$tmp/err.txt"; then
   grep -q "^verify: PASSED" "$tmp/out.txt" || { echo "FAILED: --backend cuda --verify" >&2; fail=1; }
@@ -181,8 +208,8 @@ if [ "$asan" = 0 ]; then
     fi
   done
   # The interpreter takes about a minute here (the 32x32 model's check above, 15 s): every
-  # other commit in turn (TOFU_SAMPLE_OFFSET), and always with TOFU_FULL=1 (tools/test.sh
-  # --full).
+  # other commit in turn (TOFU_SAMPLE_OFFSET; --calibrate's check above runs on the others),
+  # and always with TOFU_FULL=1 (tools/test.sh --full).
   if [ "${TOFU_FULL:-0}" = 1 ] || [ $((${TOFU_SAMPLE_OFFSET:-0} % 2)) -eq 0 ]; then
     if ! "$run" --onnx tests/onnx/mobilenet_v2_train64.onnx --workers 2 --verify --kernels interp >"$tmp/out.txt" 2>"$tmp/err.txt" ||
        ! grep -q "^verify: PASSED" "$tmp/out.txt"; then

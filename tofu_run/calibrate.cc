@@ -1,22 +1,24 @@
 // tofu-run --calibrate: measures this machine's device model (planner/step_time.h) on the
 // CPU engine, and writes it where `tofu-plan --device cpu` and tofu-run's estimate read it.
 //
-// It trains three small models for a few steps with every node timed (EngineOptions::
-// profile), and sets each rate from the ops that rate governs, counting each op's FLOPs and
-// bytes as the estimate does:
-//  - the cost of one op (`launch`): the median time of an op of a tiny MLP, where every op
-//    is a few hundred bytes;
-//  - products: the FLOPs of a wide MLP's products and those of a small GPT over their time;
-//  - bandwidth: the bytes of the element-wise kernels (maps) of at least 1 MB over their time;
-//  - generated kernels' FLOP/s: the rate that makes the estimates of the other generated
-//    kernels (reductions: softmax, layer norm, bias gradients) sum to their measured time;
+// It trains four small models (a wide MLP, a GPT, a WResNet and an LSTM) a few steps with
+// every node timed (EngineOptions::profile), counts each op's FLOPs, bytes and passes as the
+// estimate does, and sets the figures from the ops each governs:
+//  - the cost of a generated kernel's pass, a library product and a library convolution:
+//    the median time of that kind's small ops (under 64 KiB and 100 kFLOP);
+//  - each rate (the bandwidth over the element-wise kernels, the generated kernels' FLOP/s
+//    over the others, the products' and the convolutions' FLOP/s) so that that kind's
+//    estimates add up to its measured time, each model's ops weighted by their share of
+//    that model's time, so that the four models count alike;
 //  - the link between workers: the wide MLP at two workers, bytes received over the time
 //    its workers spend fetching.
 // Each node's time is its time over steps 2 to 6 (a run of 6 steps less a run of 1), so the
-// first step's page faults and cold caches are not counted.
+// first step's page faults and cold caches are not counted. The models are not those of
+// bench/step_time_bench.sh, which checks the estimates against measured steps.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -34,7 +36,9 @@ namespace {
 
 struct OpSample {
   std::string model, node;
-  bool product = false, map = false, scatter = false;
+  bool product = false, conv = false, map = false, scatter = false;
+  double weight = 0; ///< seconds over its model's total (each model weighs 1 in the fit)
+  unsigned passes = 1;
   double flops = 0, bytes = 0, seconds = 0;
 };
 
@@ -122,7 +126,9 @@ llvm::Expected<ModelRun> runModel(const tofu::OpLibrary &lib, const std::string 
     s.model = name;
     s.node = node;
     s.product = o.product;
+    s.conv = o.conv;
     s.scatter = o.scatter;
+    s.passes = o.passes;
     s.map = tofu::isMap(fused.problem.nodes[o.node].table->op);
     s.flops = o.flops;
     s.bytes = o.bytes;
@@ -134,20 +140,72 @@ llvm::Expected<ModelRun> runModel(const tofu::OpLibrary &lib, const std::string 
   return out;
 }
 
+tofu::OpTimeEstimate estimateOf(const OpSample &s) {
+  tofu::OpTimeEstimate o;
+  o.product = s.product;
+  o.conv = s.conv;
+  o.scatter = s.scatter;
+  o.passes = s.passes;
+  o.flops = s.flops;
+  o.bytes = s.bytes;
+  return o;
+}
+
+/// Sets `*param` (a rate, where a larger value estimates less time) so that the estimates
+/// of the samples `use` selects sum to their measured time, each model's samples weighted by
+/// their share of that model's time (so each model counts alike); by bisection on a
+/// geometric scale. Returns false, leaving 1e16, where no rate up to it gets the estimates
+/// that low.
+bool matchTotal(const std::vector<OpSample> &all, const std::function<bool(const OpSample &)> &use,
+                double *param, tofu::DeviceModel &d) {
+  auto excess = [&](double value) {
+    *param = value;
+    double f = 0;
+    for (const OpSample &s : all)
+      if (use(s) && s.seconds > 0)
+        f += s.weight * (tofu::opSeconds(d, estimateOf(s)) / s.seconds - 1);
+    return f;
+  };
+  double lo = 1e3, hi = 1e16;
+  if (excess(hi) > 0)
+    return false;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = std::sqrt(lo * hi);
+    (excess(mid) > 0 ? lo : hi) = mid;
+  }
+  *param = hi;
+  return true;
+}
+
 } // namespace
 
 int runCalibration(const tofu::OpLibrary &lib, const std::string &path) {
-  auto tiny = runModel(lib, "mlp 8-8-8-4, batch 2", tofu::buildMlp({8, 8, 8, 4}, 2), 1);
-  if (!tiny)
-    return fail(tiny.takeError());
-  auto wide = runModel(lib, "mlp 1024-1024-1024-1024-10, batch 2048",
-                       tofu::buildMlp({1024, 1024, 1024, 1024, 10}, 2048), 1);
-  if (!wide)
-    return fail(wide.takeError());
-  auto gpt =
-      runModel(lib, "gpt-2-256-4-128, batch 8", tofu::buildTransformer(2, 256, 4, 128, 8, 512), 1);
-  if (!gpt)
-    return fail(gpt.takeError());
+  std::vector<OpSample> all;
+  std::vector<std::string> names;
+  auto measure = [&](const std::string &name, llvm::Expected<tofu::Graph> g) -> llvm::Error {
+    auto run = runModel(lib, name, std::move(g), 1);
+    if (!run)
+      return run.takeError();
+    double total = 0;
+    for (const OpSample &o : run->ops)
+      total += o.seconds;
+    for (OpSample &o : run->ops)
+      o.weight = total > 0 ? o.seconds / total : 0;
+    all.insert(all.end(), run->ops.begin(), run->ops.end());
+    names.push_back(name);
+    return llvm::Error::success();
+  };
+  if (llvm::Error e = measure("mlp 1024-1024-1024-1024-10, batch 2048",
+                              tofu::buildMlp({1024, 1024, 1024, 1024, 10}, 2048)))
+    return fail(std::move(e));
+  if (llvm::Error e =
+          measure("gpt-2-256-4-128, batch 8", tofu::buildTransformer(2, 256, 4, 128, 8, 512)))
+    return fail(std::move(e));
+  if (llvm::Error e =
+          measure("wresnet-50-1-i32-c16-k10, batch 8", tofu::buildWResNet(50, 1, 8, 32, 16, 10)))
+    return fail(std::move(e));
+  if (llvm::Error e = measure("rnn-1-128, batch 8", tofu::buildRnn(1, 128, 8)))
+    return fail(std::move(e));
   auto pair = runModel(lib, "mlp 1024-1024-1024-1024-10, batch 2048",
                        tofu::buildMlp({1024, 1024, 1024, 1024, 10}, 2048), 2);
   if (!pair)
@@ -156,48 +214,56 @@ int runCalibration(const tofu::OpLibrary &lib, const std::string &path) {
   tofu::DeviceModel d;
   d.name = "cpu";
   d.shared = true;
-  std::vector<double> tinyTimes;
-  for (const OpSample &s : tiny->ops)
-    tinyTimes.push_back(s.seconds);
-  d.launch = median(tinyTimes);
-  std::vector<OpSample> all = wide->ops;
-  all.insert(all.end(), gpt->ops.begin(), gpt->ops.end());
-  double pf = 0, ps = 0, bb = 0, bs = 0;
-  for (const OpSample &s : all) {
-    if (s.product) {
-      pf += s.flops;
-      ps += std::max(0.0, s.seconds - d.launch);
-    } else if (s.map && s.bytes >= 1e6) {
-      bb += s.bytes;
-      bs += std::max(0.0, s.seconds - d.launch);
-    }
-  }
-  if (ps <= 0 || bs <= 0)
-    return fail("calibration: the products or the element-wise kernels took no measurable time");
-  d.productFlops = pf / ps;
-  d.bandwidth = bb / bs;
-  // Generated kernels other than maps: the rate at which their estimates sum to their time.
-  double measured = 0;
-  for (const OpSample &s : all)
-    if (!s.product && !s.map && !s.scatter)
-      measured += s.seconds;
-  auto estimated = [&](double rate) {
-    double t = 0;
+  d.launch = d.libraryLaunch = 5e-6;
+  d.productFlops = 1e11;
+  d.kernelFlops = 1e10;
+  d.bandwidth = 2e10;
+  d.linkBandwidth = 1e10;
+  auto library = [](const OpSample &s) { return s.product && !s.conv; };
+  auto conv = [](const OpSample &s) { return s.conv; };
+  auto map = [](const OpSample &s) { return !s.product && !s.scatter && s.map; };
+  auto generated = [](const OpSample &s) { return !s.product && !s.scatter && !s.map; };
+  // The cost of a pass or a call: per kind, the median time of its small ops (under
+  // 64 KiB and 100 kFLOP), which do almost nothing else; the generated kernels' where a kind
+  // has fewer than 5.
+  auto smallMedian = [&](const std::function<bool(const OpSample &)> &use) {
+    std::vector<double> v;
     for (const OpSample &s : all)
-      if (!s.product && !s.map && !s.scatter)
-        t += d.launch + std::max(s.flops / rate, s.bytes / d.bandwidth);
-    return t;
+      if (use(s) && s.bytes < 65536 && s.flops < 1e5)
+        v.push_back(s.seconds / (s.product || s.scatter ? 1 : s.passes));
+    return std::pair<double, size_t>(v.size() >= 5 ? median(v) : 0, v.size());
   };
-  double lo = 1e6, hi = 1e15;
-  if (estimated(hi) >= measured) {
-    d.kernelFlops = hi; // memory and launches explain them whole
-  } else {
-    for (int i = 0; i < 100; ++i) { // geometric bisection
-      const double mid = std::sqrt(lo * hi);
-      (estimated(mid) > measured ? lo : hi) = mid;
-    }
-    d.kernelFlops = hi;
-  }
+  const auto [generatedLaunch, smallGenerated] =
+      smallMedian([](const OpSample &s) { return !s.product && !s.scatter; });
+  if (smallGenerated < 5)
+    return fail("calibration: too few small ops to measure an op's cost");
+  d.launch = generatedLaunch;
+  d.libraryLaunch = smallMedian(library).first;
+  d.convLaunch = smallMedian(conv).first;
+  if (d.libraryLaunch == 0)
+    d.libraryLaunch = d.launch;
+  if (d.convLaunch == 0)
+    d.convLaunch = d.libraryLaunch;
+  // Then each rate, so that each kind's estimates add up to its measured time: the
+  // bandwidth over the maps, the generated kernels' FLOP/s over the others (the two share
+  // both figures: twice round), the products' and the convolutions' FLOP/s over theirs.
+  // Where a kind's launches alone exceed its time (a noisy machine), its launch is halved
+  // until they do not; where its bytes alone do (reductions that read faster than the maps),
+  // its rate is left at the largest tried, and the table below shows how far off it is.
+  auto solve = [&](const std::function<bool(const OpSample &)> &use, double *rate, double *launch) {
+    const double keep = *launch;
+    for (int i = 0; i < 20; ++i, *launch /= 2)
+      if (matchTotal(all, use, rate, d))
+        return;
+    *launch = keep;
+    matchTotal(all, use, rate, d); // leaves the largest rate
+  };
+  solve(map, &d.bandwidth, &d.launch);
+  solve(generated, &d.kernelFlops, &d.launch);
+  solve(map, &d.bandwidth, &d.launch);
+  solve(generated, &d.kernelFlops, &d.launch);
+  solve(library, &d.productFlops, &d.libraryLaunch);
+  solve(conv, &d.convFlops, &d.convLaunch);
   // The link: at two workers sharing the machine, each fetches at half its bandwidth.
   if (pair->bytesReceived <= 0 || pair->copySeconds <= 0)
     return fail("calibration: the two-worker run moved no bytes");
@@ -205,18 +271,36 @@ int runCalibration(const tofu::OpLibrary &lib, const std::string &path) {
   d.linkLatency = 0;
   d.source = fmt::format("tofu-run --calibrate, {} threads", std::thread::hardware_concurrency());
 
+  // How well the model explains the calibration's own ops, per model: estimated over
+  // measured, the ops' times summed.
+  std::map<std::string, std::pair<double, double>> fit; // model -> measured, estimated
+  for (const OpSample &s : all) {
+    fit[s.model].first += s.seconds;
+    fit[s.model].second += tofu::opSeconds(d, estimateOf(s));
+  }
+  const auto count = [&](const std::function<bool(const OpSample &)> &f) {
+    return std::count_if(all.begin(), all.end(), f);
+  };
   llvm::outs() << fmt::format(
-      "\n| figure | measured | from |\n| --- | ---: | --- |\n"
-      "| one op | {:.1f} us | median op of the tiny MLP ({} ops) |\n"
-      "| products | {:.1f} GFLOP/s | {} products of the wide MLP and the GPT |\n"
-      "| bandwidth | {:.2f} GB/s | element-wise kernels of at least 1 MB |\n"
-      "| generated kernels | {:.2f} GFLOP/s | the other generated kernels |\n"
+      "\n| figure | fitted | from |\n| --- | ---: | --- |\n"
+      "| a generated kernel's pass | {:.1f} us | the median of {} small generated kernels |\n"
+      "| a library product | {:.1f} us | its small ones |\n"
+      "| a library convolution | {:.1f} us | its small ones |\n"
+      "| products | {:.1f} GFLOP/s | {} library products |\n"
+      "| convolutions | {:.1f} GFLOP/s | {} library convolutions |\n"
+      "| bandwidth | {:.2f} GB/s | {} element-wise kernels |\n"
+      "| generated kernels | {:.2f} GFLOP/s | {} other generated kernels |\n"
       "| between two workers | {:.2f} GB/s | the wide MLP at 2 workers: {:.1f} MB a step in "
       "{:.2f} ms |\n",
-      1e6 * d.launch, tiny->ops.size(), d.productFlops / 1e9,
-      std::count_if(all.begin(), all.end(), [](const OpSample &s) { return s.product; }),
-      d.bandwidth / 1e9, d.kernelFlops / 1e9, d.linkBandwidth / 1e9,
+      1e6 * d.launch, smallGenerated, 1e6 * d.libraryLaunch, 1e6 * d.convLaunch,
+      d.productFlops / 1e9, count(library), d.convFlops / 1e9, count(conv), d.bandwidth / 1e9,
+      count(map), d.kernelFlops / 1e9, count(generated), d.linkBandwidth / 1e9,
       double(pair->bytesReceived) / 1e6, 1e3 * pair->copySeconds);
+  llvm::outs() << "\n| calibration model | its ops measured | estimated | estimated / measured |\n"
+                  "| --- | ---: | ---: | ---: |\n";
+  for (const std::string &n : names)
+    llvm::outs() << fmt::format("| {} | {:.2f} ms | {:.2f} ms | {:.2f} |\n", n, 1e3 * fit[n].first,
+                                1e3 * fit[n].second, fit[n].second / fit[n].first);
   const std::string dir = path.substr(0, path.find_last_of('/'));
   if (path.find('/') != std::string::npos && !dir.empty() && !tofu::makeDirs(dir))
     return fail("cannot create " + dir);
