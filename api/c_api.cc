@@ -148,6 +148,8 @@ void tofu_plan_options_init(tofu_plan_options *o) {
   o->onnx_data_inputs = 1;
 }
 
+size_t tofu_plan_options_size(void) { return sizeof(tofu_plan_options); }
+
 tofu_status tofu_planner_open(const char *ops_dir, tofu_planner **planner) {
   if (!planner)
     return fail(TOFU_ERROR_ARGUMENT, "tofu_planner_open: null result pointer");

@@ -304,6 +304,7 @@ TEST(CApi, PlansAndReportsErrors) {
   ASSERT_EQ(tofu_graph_set_outputs(g, out, 1), TOFU_OK);
   tofu_plan_options o;
   tofu_plan_options_init(&o);
+  EXPECT_EQ(tofu_plan_options_size(), sizeof(tofu_plan_options));
   EXPECT_EQ(o.workers, 8u);
   o.workers = 4;
   tofu_plan *plan = nullptr;

@@ -63,7 +63,8 @@ class Tofu:
         _fields_ = [("workers", ctypes.c_uint), ("train", ctypes.c_int), ("optimizer", ctypes.c_int),
                     ("algorithm", ctypes.c_char_p), ("budget_seconds", ctypes.c_double),
                     ("per_worker", ctypes.c_int), ("onnx_batch", ctypes.c_int64),
-                    ("onnx_data_inputs", ctypes.c_uint)]
+                    ("onnx_data_inputs", ctypes.c_uint), ("precision", ctypes.c_int),
+                    ("device", ctypes.c_char_p)]
 
     def __init__(self, prefix):
         path = os.path.join(prefix, "lib", "libtofu_plan.so") if prefix else "libtofu_plan.so.0"
@@ -77,6 +78,11 @@ class Tofu:
         lib.tofu_status_name.restype = ctypes.c_char_p
         lib.tofu_status_name.argtypes = [ctypes.c_int]
         lib.tofu_plan_options_init.argtypes = [ctypes.POINTER(Tofu.Options)]
+        lib.tofu_plan_options_size.restype = ctypes.c_size_t
+        # tofu_plan_options_init writes every field of the library's struct: this one must be it.
+        if lib.tofu_plan_options_size() != ctypes.sizeof(Tofu.Options):
+            raise TofuError(f"{path}'s tofu_plan_options has {lib.tofu_plan_options_size()} bytes, "
+                            f"this binding's {ctypes.sizeof(Tofu.Options)}: they differ in version")
         lib.tofu_planner_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
         lib.tofu_planner_free.argtypes = [ctypes.c_void_p]
         lib.tofu_plan_onnx.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,

@@ -76,6 +76,10 @@ const char *tofu_last_error(void);
 
 /* Fills the defaults. */
 void tofu_plan_options_init(tofu_plan_options *options);
+/* sizeof(tofu_plan_options) in this library: a binding that declares the struct itself
+ * (ctypes, another language's FFI) checks its layout against it, since
+ * tofu_plan_options_init writes every field. */
+size_t tofu_plan_options_size(void);
 
 /* Loads the operator library from ops_dir; NULL or "": $TOFU_OPS, else the library
  * installed beside libtofu_plan (PREFIX/share/tofu/ops). */
