@@ -61,5 +61,51 @@ TEST(VerifyLibrary, EveryStrategyOfLibraryFormOpsOnOneDnn) {
   }
 }
 
+// A few rows times a large transposed matrix (a linear layer's input gradient at a small
+// batch) runs as its transpose into scratch (GemmKernel's swapped path, which the random
+// shapes above, at most 5 wide, never reach): every strategy of matmul_nt, and of the sum of
+// products whose terms take that path, matches the interpreter, and the calls say so.
+TEST(VerifyLibrary, FewRowsTimesALargeTransposedMatrix) {
+  SourceManager sources;
+  DiagnosticEngine diags(sources);
+  auto module = loadModule("ops/nn/linear.tdl", diags);
+  ASSERT_TRUE(static_cast<bool>(module)) << llvm::toString(module.takeError());
+  const ir::OpDef *def = module->findOp("matmul_nt");
+  ASSERT_NE(def, nullptr);
+  Instantiation inst;
+  inst.groups = {{"b", 0}};
+  auto table = analyzeOp(*def, completeForVerification(*def, inst, nullptr));
+  ASSERT_TRUE(static_cast<bool>(table)) << llvm::toString(table.takeError());
+  // The whole op is 3 x 96 over 7, and so is the split of k; splits of j leave 3 x 48.
+  const std::vector<std::vector<int64_t>> shapes = {{3, 7}, {96, 7}};
+  LibraryUse use;
+  VerifyOptions verify;
+  verify.evaluate = libraryEvaluator(nullptr, &use);
+  verify.tolerance = kFloat32VerifyTolerance;
+  verify.trials = 1;
+  verify.exampleShapes = &shapes;
+  OpCheck c = verifyStrategies(*table, verify);
+  EXPECT_TRUE(c.problem.empty()) << c.problem;
+  ASSERT_FALSE(c.strategies.empty());
+  for (const StrategyCheck &s : c.strategies)
+    EXPECT_TRUE(s.ok) << "split " << s.strategy << ": " << s.problem;
+  ASSERT_TRUE(use.count("matmul_nt"));
+  EXPECT_GT(use["matmul_nt"].first, 0u);
+  EXPECT_EQ(use["matmul_nt"].second, 0u);
+  // The whole op's call is the transposed one.
+  Shapes whole;
+  whole.inputs = shapes;
+  std::vector<Range> ranges;
+  for (const InstVar &v : table->op.vars) {
+    const int64_t extent = v.name == "i" ? 3 : v.name == "j" ? 96 : 7;
+    ranges.push_back({0, extent});
+    whole.vars.push_back(extent);
+  }
+  auto kernel = libraryKernel(table->op, whole, ranges, {{{0, 3}, {0, 7}}, {{0, 96}, {0, 7}}});
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_NE(kernel->describe().find("(as its transpose)"), std::string::npos) << kernel->describe();
+  EXPECT_GE(kernel->scratchBytes(), 3u * 96 * sizeof(float));
+}
+
 } // namespace
 } // namespace tofu
