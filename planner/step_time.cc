@@ -243,8 +243,10 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
       return stringError(fmt::format("the machine has {} workers, the plan {}", topology->workers(),
                                      plan.workers));
     machine = *topology;
-  } else {
-    machine.levels.push_back({"worker", plan.workers, device.linkBandwidth, device.linkLatency});
+  } else { // workers sharing a device share its link too (the machine's memory)
+    machine.levels.push_back({"worker", plan.workers,
+                              device.linkBandwidth * (device.shared ? 1.0 / plan.workers : 1.0),
+                              device.linkLatency});
   }
   const TopologyTraffic traffic = topologyTraffic(p, plan, machine);
 
@@ -279,15 +281,18 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
       const double iterations = scheduledIterations(op, it->second, inst.ranges);
       e.flops = 2 * iterations;
       std::vector<Box> held;
+      double inputBytes = 0;
       for (const InputFetch &in : inst.inputs) {
         held.push_back(in.region);
         if (in.repeats < 0)
-          e.bytes += double(boxElements(in.region)) * fp.tensors[in.tensor].storageBytes;
+          inputBytes += double(boxElements(in.region)) * fp.tensors[in.tensor].storageBytes;
       }
-      e.bytes += double(boxElements(inst.produced)) * result.resultStorageBytes(partials);
-      e.conv = !gemmPlan(op, inst.ranges, held) && convPlan(op, node.shapes, inst.ranges, held);
-      e.product =
-          e.conv || gemmPlan(op, inst.ranges, held) || affineGemmPlan(op, inst.ranges, held);
+      e.bytes =
+          inputBytes + double(boxElements(inst.produced)) * result.resultStorageBytes(partials);
+      const bool gemm = gemmPlan(op, inst.ranges, held).has_value();
+      e.conv = !gemm && convPlan(op, node.shapes, inst.ranges, held);
+      e.product = gemm || e.conv || affineGemmPlan(op, inst.ranges, held);
+      e.map = isMap(op);
       // A scatter-add (an embedding's gradient) runs as one add per element it reads, not
       // over its IR's loops (every row of the table for every index).
       if (!e.product && scatterPlan(op, inst.ranges, held)) {
@@ -303,10 +308,6 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
         if (a == arithmetic.end())
           a = arithmetic.emplace(node.table.get(), arithmeticPerIteration(op)).first;
         e.flops = iterations * a->second;
-        double inputBytes = 0;
-        for (const InputFetch &in : inst.inputs)
-          if (in.repeats < 0)
-            inputBytes += double(boxElements(in.region)) * fp.tensors[in.tensor].storageBytes;
         for (const ScheduledReduction &r : it->second.reductions)
           if (r.placement == ScheduledReduction::Placement::Temporary) {
             ++e.passes;
@@ -322,9 +323,6 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
   for (unsigned w = 0; w < plan.workers; ++w) {
     WorkerTime &t = out.perWorker[w];
     t.communication = traffic.workerSeconds[w];
-    if (device.shared) // the link is the shared machine's memory too
-      t.communication = double(traffic.workerBytes[w]) / (device.linkBandwidth * share) +
-                        double(traffic.workerMessages[w]) * device.linkLatency;
     t.bytesReceived = traffic.workerBytes[w];
     t.messages = traffic.workerMessages[w];
     if (t.total() > out.seconds) {

@@ -24,7 +24,8 @@
 // the two, which the estimate also reports.
 //
 // Workers that share one device (threads or processes on one CPU) each get their share of
-// its rates and bandwidth (DeviceModel::shared).
+// its rates, bandwidth and link (DeviceModel::shared; a --topology's levels are taken as
+// given).
 #ifndef TOFU_PLANNER_STEP_TIME_H
 #define TOFU_PLANNER_STEP_TIME_H
 
@@ -55,7 +56,7 @@ struct DeviceModel {
   double linkBandwidth = 0; ///< bytes per second a worker receives from another worker
   double linkLatency = 0;   ///< seconds per message between workers
   /// The workers share this device (threads or processes on one CPU): each of k workers
-  /// computes at 1/k of the rates and bandwidth.
+  /// computes at 1/k of the rates and bandwidth, and receives at 1/k of the link.
   bool shared = false;
 };
 
@@ -83,6 +84,7 @@ struct OpTimeEstimate {
   bool product = false; ///< a library product or convolution
   bool conv = false;    ///< the product is a convolution
   bool scatter = false; ///< a library scatter-add (flops: one add per element read)
+  bool map = false;     ///< a map (codegen/fusion.h: isMap): an element-wise kernel
   unsigned passes = 1;  ///< a generated kernel's: its main nest and one per temporary
   bool bf16 = false;    ///< its operands are bfloat16
   double flops = 0, bytes = 0, seconds = 0;

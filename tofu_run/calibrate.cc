@@ -22,7 +22,6 @@
 #include <map>
 #include <thread>
 
-#include "codegen/fusion.h"
 #include "fmt/format.h"
 #include "graph/zoo.h"
 #include "planner/step_time.h"
@@ -115,8 +114,6 @@ llvm::Expected<ModelRun> runModel(const tofu::OpLibrary &lib, const std::string 
           std::max(0.0, ((*many)[w][i].copySeconds - (*one)[w][i].copySeconds) / (kSteps - 1));
   // The estimate's worker is the slowest; at one worker, and for a balanced plan at two,
   // worker 0's ops are the same kinds and sizes.
-  const tofu::FusedPlan fused =
-      tofu::fuseElementwise(*r->problem, r->exec, r->graph.outputs); // as the estimate folds
   for (const tofu::OpTimeEstimate &o : e->ops) {
     const std::string &node = e->nodeNames[o.node];
     auto it = measured.find(node);
@@ -129,7 +126,7 @@ llvm::Expected<ModelRun> runModel(const tofu::OpLibrary &lib, const std::string 
     s.conv = o.conv;
     s.scatter = o.scatter;
     s.passes = o.passes;
-    s.map = tofu::isMap(fused.problem.nodes[o.node].table->op);
+    s.map = o.map;
     s.flops = o.flops;
     s.bytes = o.bytes;
     s.seconds = it->second;
@@ -214,8 +211,7 @@ int runCalibration(const tofu::OpLibrary &lib, const std::string &path) {
   tofu::DeviceModel d;
   d.name = "cpu";
   d.shared = true;
-  d.launch = d.libraryLaunch = 5e-6;
-  d.productFlops = 1e11;
+  d.productFlops = 1e11; // starting points of the solves below
   d.kernelFlops = 1e10;
   d.bandwidth = 2e10;
   d.linkBandwidth = 1e10;

@@ -269,21 +269,33 @@ int run(int argc, char **argv) {
       list += "; cuda and nccl run in tofu-run-gpu";
     return fail("--backend " + backend + " is not in this build (it has: " + list + ")", 2);
   }
+  // The operator library (--ops): the one a --batch parent loaded before it forked this
+  // run, else our own. Errors are bad usage for the folder, a failure for the library.
+  tofu::SourceManager sources;
+  tofu::DiagnosticEngine diags(sources);
+  std::optional<llvm::Expected<tofu::OpLibrary>> own;
+  auto library = [&]() -> llvm::Expected<const tofu::OpLibrary *> {
+    auto ops = tofu::findOpsDir(opsDir, opsDir.getNumOccurrences() > 0);
+    if (!ops)
+      return tofu::usageError(llvm::toString(ops.takeError()));
+    if (auto it = preloaded().find(*ops); it != preloaded().end())
+      return &**it->second->library;
+    own.emplace(tofu::OpLibrary::load(*ops, diags));
+    if (!*own) {
+      diags.print(llvm::errs());
+      return tofu::stringError("cannot load the operator library: " +
+                               llvm::toString(own->takeError()));
+    }
+    return &**own;
+  };
   if (calibrating) {
     if (entry->processes || entry->gpu)
       return fail("--calibrate measures the CPU engine: use --backend cpu (the default)", 2);
-    tofu::SourceManager sources;
-    tofu::DiagnosticEngine diags(sources);
-    auto ops = tofu::findOpsDir(opsDir, opsDir.getNumOccurrences() > 0);
-    if (!ops)
-      return fail(llvm::toString(ops.takeError()), 2);
-    auto lib = tofu::OpLibrary::load(*ops, diags);
-    if (!lib) {
-      diags.print(llvm::errs());
-      return fail("cannot load the operator library: " + llvm::toString(lib.takeError()));
-    }
-    return runCalibration(*lib, calibrateOpt.empty() ? tofu::defaultCpuModelPath()
-                                                     : std::string(calibrateOpt));
+    auto lib = library();
+    if (!lib)
+      return fail(lib.takeError());
+    return runCalibration(**lib, calibrateOpt.empty() ? tofu::defaultCpuModelPath()
+                                                      : std::string(calibrateOpt));
   }
   if (entry->processes) {
     group = &entry->processes(argc, argv);
@@ -308,24 +320,10 @@ int run(int argc, char **argv) {
     return fail(std::move(e));
   const tofu::Optimizer optimizerKind = *tofu::optimizerNamed(optimizer); // checked
 
-  tofu::SourceManager sources;
-  tofu::DiagnosticEngine diags(sources);
-  auto ops = tofu::findOpsDir(opsDir, opsDir.getNumOccurrences() > 0);
-  if (!ops)
-    return fail(llvm::toString(ops.takeError()), 2);
-  // The library a --batch parent loaded before it forked this run, else our own.
-  std::optional<llvm::Expected<tofu::OpLibrary>> own;
-  const tofu::OpLibrary *lib = nullptr;
-  if (auto it = preloaded().find(*ops); it != preloaded().end()) {
-    lib = &**it->second->library;
-  } else {
-    own.emplace(tofu::OpLibrary::load(*ops, diags));
-    if (!*own) {
-      diags.print(llvm::errs());
-      return fail("cannot load the operator library: " + llvm::toString(own->takeError()));
-    }
-    lib = &**own;
-  }
+  auto loaded = library();
+  if (!loaded)
+    return fail(loaded.takeError());
+  const tofu::OpLibrary *lib = *loaded;
   tofu::PipelineOptions pipeline;
   pipeline.train = optimizerKind;
   pipeline.weightDecay = weightDecayOpt > 0;
