@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "codegen/schedule.h"
@@ -184,6 +185,11 @@ struct Trainer::Impl {
   /// as another rounding of its inputs gives it.
   llvm::Expected<std::unique_ptr<Engine>>
   referenceStep(const EngineOptions &options, const std::string &what, bool nudged = false);
+  /// The reference engine with the first step's values set, not stepped.
+  llvm::Expected<std::unique_ptr<Engine>> referenceReady(const EngineOptions &options,
+                                                         const std::string &what);
+  /// verify()'s comparison of the recomputing step with the plain one (options.plainProblem).
+  llvm::Error comparePlain(VerifyReport &v);
 };
 
 llvm::Error Trainer::Impl::resume() {
@@ -616,8 +622,8 @@ llvm::Expected<SaveReport> Trainer::save(const std::string &dir) {
   return report;
 }
 
-llvm::Expected<std::unique_ptr<Engine>>
-Trainer::Impl::referenceStep(const EngineOptions &with, const std::string &what, bool nudged) {
+llvm::Expected<std::unique_ptr<Engine>> Trainer::Impl::referenceReady(const EngineOptions &with,
+                                                                      const std::string &what) {
   if (!options.referenceExec || !options.referenceMemory)
     return stringError("verify: no unpartitioned plan (TrainerOptions::referenceExec)");
   auto ref = factory(p, *options.referenceExec, *options.referenceMemory, with, /*local=*/true);
@@ -628,6 +634,80 @@ Trainer::Impl::referenceStep(const EngineOptions &with, const std::string &what,
     if (llvm::Error e = restore(**ref, *resumed))
       return std::move(e);
   setBatch(**ref, stepsBefore);
+  return ref;
+}
+
+llvm::Error Trainer::Impl::comparePlain(VerifyReport &v) {
+  const Problem &plain = *options.plainProblem;
+  auto ref = referenceReady(options.engine, "the unpartitioned recomputing run");
+  if (!ref)
+    return ref.takeError();
+  auto other = factory(plain, *options.plainExec, *options.plainMemory, options.engine,
+                       /*local=*/true);
+  if (!other)
+    return stringError("the unpartitioned run without recomputation: " +
+                       llvm::toString(other.takeError()));
+  std::map<std::string, unsigned> index; // this problem's tensors by name
+  for (unsigned t = 0; t < p.tensors.size(); ++t)
+    index[p.tensors[t].name] = t;
+  // Every value the step starts from (what no node computes: inputs, weights, state), as
+  // the recomputing reference holds it.
+  for (unsigned t = 0; t < plain.tensors.size(); ++t) {
+    if (plain.tensors[t].producer >= 0)
+      continue;
+    auto it = index.find(plain.tensors[t].name);
+    if (it == index.end())
+      return stringError(fmt::format("verify: the plain step's tensor '{}' is not in the "
+                                     "recomputing step",
+                                     plain.tensors[t].name));
+    const Tensor x = (*ref)->get(it->second);
+    std::vector<float> values(x.data.begin(), x.data.end());
+    const Box all = wholeBox(x.shape);
+    (*other)->setTiles(t, [&](const Box &tile, float *out) {
+      copyBox(out, tile, values.data(), all, tile, nullptr);
+    });
+  }
+  if (auto r = (*ref)->step(); !r)
+    return stringError("the unpartitioned recomputing run: " + llvm::toString(r.takeError()));
+  if (auto r = (*other)->step(); !r)
+    return stringError("the unpartitioned run without recomputation: " +
+                       llvm::toString(r.takeError()));
+  std::map<std::string, unsigned> plainIndex;
+  for (unsigned t = 0; t < plain.tensors.size(); ++t)
+    plainIndex[plain.tensors[t].name] = t;
+  for (unsigned t : compared) {
+    auto it = plainIndex.find(p.tensors[t].name);
+    if (it == plainIndex.end())
+      continue;
+    const Tensor a = (*ref)->get(t), b = (*other)->get(it->second);
+    double worst = 0;
+    bool same = a.data.size() == b.data.size();
+    for (size_t x = 0; same && x < a.data.size(); ++x) {
+      const float fa = static_cast<float>(a.data[x]), fb = static_cast<float>(b.data[x]);
+      if (std::memcmp(&fa, &fb, sizeof fa) == 0)
+        continue;
+      same = false;
+      worst = std::isfinite(fa) && std::isfinite(fb)
+                  ? std::max(worst, double(std::abs(fa - fb)) / std::max(1.0, double(std::abs(fb))))
+                  : std::numeric_limits<double>::infinity();
+    }
+    if (!same) {
+      ++v.plainDiffering;
+      if (worst >= v.plainWorst) {
+        v.plainWorst = worst;
+        v.plainWorstTensor = p.tensors[t].name;
+      }
+    }
+  }
+  v.plainCompared = true;
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::unique_ptr<Engine>>
+Trainer::Impl::referenceStep(const EngineOptions &with, const std::string &what, bool nudged) {
+  auto ref = referenceReady(with, what);
+  if (!ref)
+    return ref.takeError();
   if (nudged)
     nudgeWeights(**ref, p);
   if (auto r = (*ref)->step(); !r)
@@ -733,6 +813,9 @@ llvm::Expected<VerifyReport> Trainer::verify(double tolerance) {
     v.noisy += n > v.tolerance;
   const bool undecided = v.noiseMeasured && !v.passed && v.noise > v.tolerance;
   v.verdict = v.passed ? "passed" : undecided ? "ill-conditioned" : "failed";
+  if (m.options.plainProblem && m.options.plainExec && m.options.plainMemory)
+    if (llvm::Error e = m.comparePlain(v))
+      return std::move(e);
   return v;
 }
 

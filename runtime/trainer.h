@@ -107,6 +107,12 @@ struct TrainerOptions {
   bool verify = false;
   const ExecPlan *referenceExec = nullptr;
   const MemoryPlan *referenceMemory = nullptr;
+  /// Where the step recomputes (planner/recompute.h): the training problem without the
+  /// recomputation, and its unpartitioned plans. verify() then also runs the first step
+  /// on it, from the same values, and compares it with the recomputing step, bit for bit.
+  const Problem *plainProblem = nullptr;
+  const ExecPlan *plainExec = nullptr;
+  const MemoryPlan *plainMemory = nullptr;
   EngineOptions engine;
   int workers = 1;
 };
@@ -157,6 +163,12 @@ struct VerifyReport {
   bool noiseMeasured = false;
   double noise = 0; ///< float32 noise: the unpartitioned step in another summation order
   size_t noisy = 0; ///< tensors that rounding alone moves beyond the tolerance
+  /// With TrainerOptions::plainProblem: the unpartitioned recomputing step against the
+  /// unpartitioned step without recomputation, over the same compared tensors (by name).
+  bool plainCompared = false;
+  size_t plainDiffering = 0; ///< tensors not bit-identical
+  double plainWorst = 0;     ///< their largest relative difference
+  std::string plainWorstTensor;
 };
 
 /// Each process's memory (filled only in a distributed group; by rank).

@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "planner/memory_fit.h"
 #include "planner/pipeline.h"
+#include "planner/recompute.h"
 #include "planner/step_time.h"
 #include "planner/topology.h"
 #include "runtime/input_arrays.h"
@@ -125,6 +126,8 @@ cl::opt<std::string>
              cl::desc("Find the smallest number of workers (any count) with a plan whose planned "
                       "peak fits in BYTES per worker, and print that plan"),
              cl::value_desc("BYTES"), cl::cat(planCategory));
+cl::opt<std::string> recomputeOpt("recompute", cl::desc(tofu::kRecomputeHelp),
+                                  cl::value_desc("auto|sqrt|none"), cl::cat(planCategory));
 cl::opt<unsigned> maxWorkers("max-workers",
                              cl::desc("With --fit: the most workers to try (default 1024)"),
                              cl::value_desc("K"), cl::init(1024), cl::cat(planCategory));
@@ -265,6 +268,32 @@ int main(int argc, char **argv) {
                     "smallest K)\n";
     return 2;
   }
+  // Recomputation: auto by default under a budget, of a training step.
+  tofu::RecomputeMode recompute =
+      budgetBytes && train ? tofu::RecomputeMode::Auto : tofu::RecomputeMode::None;
+  if (recomputeOpt.getNumOccurrences()) {
+    auto m = tofu::recomputeModeNamed(recomputeOpt);
+    if (!m) {
+      llvm::errs() << "tofu-plan: --recompute must be auto, sqrt or none, not '" << recomputeOpt
+                   << "'\n";
+      return 2;
+    }
+    if (*m != tofu::RecomputeMode::None && !train) {
+      llvm::errs() << "tofu-plan: --recompute applies to a training step (what its backward "
+                      "pass reads): give --train\n";
+      return 2;
+    }
+    if (*m == tofu::RecomputeMode::Auto && !budgetBytes) {
+      llvm::errs() << "tofu-plan: --recompute auto recomputes what a memory budget needs: give "
+                      "--memory-per-worker or --fit (or --recompute sqrt)\n";
+      return 2;
+    }
+    if (*m != tofu::RecomputeMode::None && topology) {
+      llvm::errs() << "tofu-plan: --recompute is not combined with --topology (yet)\n";
+      return 2;
+    }
+    recompute = *m;
+  }
   if (fit && maxWorkers == 0) {
     llvm::errs() << "tofu-plan: --max-workers must be at least 1\n";
     return 2;
@@ -297,9 +326,10 @@ int main(int argc, char **argv) {
   pipeline.weightDecay = weightDecay;
   pipeline.lossOutput = lossOutput;
   pipeline.precision = precision;
-  pipeline.until = budgetBytes || topology ? tofu::Stage::Problem
-                   : workers > 0           ? tofu::Stage::Plan
-                                           : tofu::Stage::Graph;
+  pipeline.until = recompute != tofu::RecomputeMode::None ? tofu::Stage::Graph
+                   : budgetBytes || topology              ? tofu::Stage::Problem
+                   : workers > 0                          ? tofu::Stage::Plan
+                                                          : tofu::Stage::Graph;
   pipeline.search.workers = workers;
   pipeline.search.algorithm = algo;
   pipeline.search.budgetSeconds = budget;
@@ -352,7 +382,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (workers > 0 || fit) {
-    const tofu::Problem *problem = &*result.problem;
+    const tofu::Problem *problem = result.problem ? &*result.problem : nullptr;
     const tofu::PartitionPlan *plan = &result.plan;
     double analysis = result.analysisSeconds;
     tofu::PlanReportOptions report;
@@ -362,7 +392,89 @@ int main(int argc, char **argv) {
     std::string memoryLine;
     tofu::MemoryFit memoryFit;
     nlohmann::ordered_json fitJson; // --fit's scan, for --format=json
-    if (budgetBytes) {
+    // With recomputation the planner rewrites the training graph (planner/recompute.h): the
+    // problem, plan and memory are the rewritten graph's.
+    std::optional<tofu::RecomputePlan> recomputed;
+    if (recompute != tofu::RecomputeMode::None) {
+      const int64_t limit = budgetBytes ? *budgetBytes : 0;
+      auto progress = [&](size_t dropped, const tofu::MemoryFit &f) {
+        llvm::errs() << fmt::format(
+            "tofu-plan: recomputing {} tensor{}: {} ({} plan{} searched, {:.1f} s)\n", dropped,
+            dropped == 1 ? "" : "s",
+            !budgetBytes ? fmt::format("planned peak {}", human(double(f.peak)))
+            : f.fits     ? fmt::format("fits, planned peak {}", human(double(f.peak)))
+                         : fmt::format("closest plan's peak {}, {} over", human(double(f.peak)),
+                                       human(double(f.peak - f.limit))),
+            f.searches, f.searches == 1 ? "" : "s", f.seconds);
+      };
+      if (fit) {
+        auto found = tofu::fitWorkersRecomputing(
+            *g, *lib, pipeline.search, limit, recompute, maxWorkers,
+            [&](unsigned k, const tofu::RecomputePlan &r) {
+              llvm::errs() << fmt::format(
+                  "tofu-plan: {} workers: {}\n", k,
+                  r.fit.fits
+                      ? fmt::format(
+                            "fits, planned peak {}{}", human(double(r.fit.peak)),
+                            r.summary.copies.empty()
+                                ? ""
+                                : fmt::format(", recomputing {} tensors", r.summary.dropped.size()))
+                      : fmt::format("closest plan's peak {}, {} over", human(double(r.fit.peak)),
+                                    human(double(r.fit.peak - limit))));
+              fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", r.fit.peak}});
+            });
+        if (!found) {
+          llvm::errs() << "tofu-plan: --fit " << fitBytes << ": "
+                       << llvm::toString(found.takeError()) << "\n";
+          return 1;
+        }
+        recomputed = std::move(*found);
+        fitJson["budget_bytes"] = limit;
+        fitJson["workers"] = recomputed->fit.plan.workers;
+        fitJson["lower_bound"] = 1; // recomputation may fit below the tensors' bound
+        memoryLine = fmt::format("fit: {} per worker needs {} workers with recomputation '{}' "
+                                 "(tried 1 to {})\n",
+                                 human(double(limit)), recomputed->fit.plan.workers,
+                                 tofu::recomputeModeName(recompute), recomputed->fit.plan.workers);
+      } else {
+        recomputed = exitOnErr(
+            tofu::planWithRecomputation(*g, *lib, pipeline.search, limit, recompute, progress));
+        if (budgetBytes && !recomputed->fit.fits) {
+          llvm::errs() << fmt::format(
+              "tofu-plan: no plan found for {} workers fits in {} per worker: the closest "
+              "({}) has a planned peak of {} on worker {}, {} over{}; --fit {} finds how many "
+              "workers it needs\n",
+              workers, human(double(limit)), recomputed->fit.plan.algorithm,
+              human(double(recomputed->fit.peak)), recomputed->fit.peakWorker,
+              human(double(recomputed->fit.peak - limit)),
+              recompute == tofu::RecomputeMode::Auto
+                  ? ", even recomputing every forward tensor the backward pass reads"
+                  : fmt::format(" with recomputation '{}'", tofu::recomputeModeName(recompute)),
+              std::string(memoryPerWorker));
+          return 1;
+        }
+      }
+      g = &recomputed->graph;
+      problem = &*recomputed->problem;
+      plan = &recomputed->fit.plan;
+      if (budgetBytes) {
+        memoryFit = recomputed->fit;
+        memoryLine += fmt::format(
+            "memory budget {} per worker: {} candidate set{} of recomputation planned in "
+            "{:.3f} s; the plan chosen has memory priced at {:.3g} per byte\n",
+            human(double(limit)), recomputed->tried, recomputed->tried == 1 ? "" : "s",
+            recomputed->seconds, memoryFit.memoryWeight);
+      }
+      report.plannedPeak = recomputed->fit.peak;
+      report.plannedPeakWorker = recomputed->fit.peakWorker;
+      if (budgetBytes)
+        report.memoryLimit = limit;
+      const tofu::LiveAtMost live =
+          tofu::liveAtMost(recomputed->fit.memory.workers[recomputed->fit.peakWorker]);
+      report.liveTiles = live.tiles;
+      report.liveFetches = live.fetches;
+      report.livePartials = live.partials;
+    } else if (budgetBytes) {
       const std::string limit = human(double(*budgetBytes));
       if (fit) {
         auto found = tofu::fitWorkers(
@@ -484,6 +596,45 @@ int main(int argc, char **argv) {
       stepMachine = *topology;
     const tofu::StepTimeEstimate stepTime =
         exitOnErr(tofu::estimateStepTime(*problem, stepExec, g->outputs, device, stepMachine));
+    // What was recomputed, what it saved and what it costs.
+    std::string recomputeLine;
+    nlohmann::ordered_json recomputeJson;
+    if (recomputed) {
+      const tofu::RecomputePlan &r = *recomputed;
+      recomputeJson["mode"] = tofu::recomputeModeName(r.mode);
+      recomputeJson["candidates"] = r.candidates;
+      recomputeJson["dropped"] = r.summary.dropped;
+      recomputeJson["copies"] = r.summary.copies.size();
+      recomputeJson["recomputed_bytes"] = r.summary.bytes;
+      recomputeJson["planned_peak_bytes"] = r.fit.peak;
+      recomputeJson["planned_peak_bytes_without"] = r.peakWithout;
+      recomputeJson["candidate_sets_planned"] = r.tried;
+      if (r.summary.copies.empty()) {
+        recomputeLine = fmt::format("recomputation ({}): none{}\n", tofu::recomputeModeName(r.mode),
+                                    budgetBytes && r.fitsWithout ? " (the plan fits without)" : "");
+      } else {
+        double without = 0;
+        if (r.problemWithout) {
+          const tofu::StepTimeEstimate e = exitOnErr(
+              tofu::estimateStepTime(*r.problemWithout, r.execWithout, g->outputs, device));
+          without = e.seconds;
+          recomputeJson["estimated_seconds_without"] = without;
+        }
+        recomputeJson["estimated_seconds"] = stepTime.seconds;
+        recomputeLine = fmt::format(
+            "recomputation ({}): {} of {} forward tensors dropped after the forward pass and "
+            "recomputed before the backward pass by {} copies of their ops ({} of tensors, "
+            "whole); planned peak {} per worker against {} without ({:+.1f}%); estimated step "
+            "on {} {:.3f} ms against {:.3f} ms without ({:+.1f}%, what the recomputation "
+            "costs)\n",
+            tofu::recomputeModeName(r.mode), r.summary.dropped.size(), r.candidates,
+            r.summary.copies.size(), human(double(r.summary.bytes)), human(double(r.fit.peak)),
+            human(double(r.peakWithout)),
+            100.0 * (double(r.fit.peak) / double(std::max<int64_t>(r.peakWithout, 1)) - 1),
+            device.name, 1e3 * stepTime.seconds, 1e3 * without,
+            without > 0 ? 100.0 * (stepTime.seconds / without - 1) : 0.0);
+      }
+    }
     if (format == Format::Json) {
       std::string json = tofu::planJson(*problem, *plan, report);
       {
@@ -491,6 +642,8 @@ int main(int argc, char **argv) {
         j["step_time"] = nlohmann::ordered_json::parse(tofu::stepTimeJson(stepTime));
         if (fit)
           j["fit"] = fitJson;
+        if (recomputed)
+          j["recompute"] = recomputeJson;
         if (topology)
           j["topology"] = machineJson;
         if (precision != tofu::Precision::FP32) {
@@ -505,8 +658,9 @@ int main(int argc, char **argv) {
       }
       llvm::outs() << json;
     } else {
-      llvm::outs() << fmt::format("analysis of the graph's ops: {:.3f} s\n", analysis);
-      llvm::outs() << memoryLine << precisionLine;
+      if (!recomputed) // (with recomputation, each candidate set's graph was analysed)
+        llvm::outs() << fmt::format("analysis of the graph's ops: {:.3f} s\n", analysis);
+      llvm::outs() << memoryLine << recomputeLine << precisionLine;
       llvm::outs() << tofu::planTable(*problem, *plan, report);
       llvm::outs() << machineText;
       llvm::outs() << tofu::formatStepTime(stepTime, summary ? 0 : 10);

@@ -6,12 +6,14 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "codegen/exec_plan.h"
 #include "codegen/memory_plan.h"
 #include "graph/graph.h"
+#include "nlohmann/json.hpp"
 #include "partition/plan.h"
 #include "planner/pipeline.h"
 #include "runtime/backend_registry.h"
@@ -55,10 +57,24 @@ double median(std::vector<double> v);
 /// Trains on the engine (train.cc): --steps steps, then the summary (and --verify's
 /// comparison). `predicted`: the bytes the plan moves per step. `dataSet`: --data's data
 /// set where it was opened before the import (null: the trainer opens it).
+/// What --recompute and --memory-per-worker chose (planner/recompute.h), for the report, the
+/// budget check and --verify's comparison with the step without recomputation.
+struct RecomputeRun {
+  int64_t budget = 0;  ///< bytes per worker (0: none given)
+  size_t dropped = 0;  ///< tensors recomputed
+  std::string line;    ///< the summary, as printed
+  nlohmann::json json; ///< the same, for --format=json
+  /// Where something is recomputed: the training problem without it and its unpartitioned
+  /// plans (--verify runs the first step on it too).
+  std::optional<tofu::Problem> plain;
+  std::optional<tofu::SingleWorker> plainOne;
+};
+
 int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::string &loss,
                 const std::string &name, const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
                 const tofu::SingleWorker &one, int64_t predicted, const std::string &algorithm,
-                const EvalSetup *evalSetup, std::shared_ptr<const tofu::DataSet> dataSet);
+                const EvalSetup *evalSetup, std::shared_ptr<const tofu::DataSet> dataSet,
+                const RecomputeRun *recompute = nullptr);
 
 /// --infer (infer.cc): the forward graph once on the given inputs; every output reported
 /// and written.

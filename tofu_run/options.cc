@@ -13,11 +13,13 @@
 #include "analysis/checked.h"
 #include "fmt/format.h"
 #include "planner/pipeline.h"
+#include "planner/recompute.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/training_data.h"
 #include "search/search.h"
 #include "support/errors.h"
 #include "support/files.h"
+#include "support/units.h"
 
 namespace tofurun {
 
@@ -253,6 +255,18 @@ cl::opt<std::string> calibrateOpt(
              "to FILE (default $TOFU_CPU_MODEL, else ~/.cache/tofu/cpu-model.json); takes no "
              "model"),
     cl::value_desc("FILE"), cl::cat(runCategory));
+cl::opt<std::string> recomputeOpt(
+    "recompute",
+    cl::desc(std::string(tofu::kRecomputeHelp) +
+             ". The plan's memory table shows each worker's arena; --verify also runs the "
+             "first step without recomputation and says whether the two are bit-identical"),
+    cl::value_desc("auto|sqrt|none"), cl::cat(runCategory));
+cl::opt<std::string> memoryPerWorker(
+    "memory-per-worker",
+    cl::desc("Plan within BYTES per worker (the memory planner's peak: each worker's arena), "
+             "recomputing what the budget needs (--recompute auto), or fail saying by how much "
+             "the closest plan misses (e.g. 80GB, 512MiB)"),
+    cl::value_desc("BYTES"), cl::cat(runCategory));
 cl::opt<std::string> deviceOpt(
     "device",
     cl::desc("Print the plan's estimated step time on this device beside the measured one: "
@@ -322,6 +336,23 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
           fmt::format("--worker-threads must be 0 (cores / workers) to {} (4 per core "
                       "of this machine)",
                       4 * cores));
+  }
+  if (recomputeOpt.getNumOccurrences()) {
+    auto m = tofu::recomputeModeNamed(recomputeOpt);
+    if (!m)
+      return tofu::usageError("--recompute must be auto, sqrt or none, not '" + recomputeOpt + "'");
+    if (*m != tofu::RecomputeMode::None && infer)
+      return tofu::usageError("--recompute applies to training (what the backward pass reads); "
+                              "--infer runs no backward pass");
+    if (*m == tofu::RecomputeMode::Auto && !memoryPerWorker.getNumOccurrences())
+      return tofu::usageError("--recompute auto recomputes what a memory budget needs: give "
+                              "--memory-per-worker (or --recompute sqrt)");
+  }
+  if (memoryPerWorker.getNumOccurrences()) {
+    if (infer)
+      return tofu::usageError("--memory-per-worker plans a training step; --infer plans none");
+    if (auto b = tofu::parseBytes(memoryPerWorker); !b)
+      return tofu::usageError("--memory-per-worker: " + llvm::toString(b.takeError()));
   }
   if (tolerance.getNumOccurrences() > 0 && !(tolerance >= 0 && std::isfinite(tolerance)))
     return tofu::usageError("--tolerance must be a finite number at least 0");

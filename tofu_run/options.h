@@ -71,6 +71,7 @@ extern cl::opt<std::string> saveDir;
 extern cl::opt<std::string> loadDir;
 extern cl::opt<unsigned> profileTop;
 extern cl::opt<std::string> calibrateOpt, deviceOpt;
+extern cl::opt<std::string> recomputeOpt, memoryPerWorker;
 extern cl::opt<bool> continueNonFinite;
 extern cl::opt<bool> kernelReportOpt;
 extern cl::opt<Format, false, tofu::ChoiceParser<Format>> format;

@@ -115,7 +115,8 @@ private:
 int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::string &loss,
                 const std::string &name, const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
                 const tofu::SingleWorker &one, int64_t predicted, const std::string &algorithm,
-                const EvalSetup *evalSetup, std::shared_ptr<const tofu::DataSet> dataSet) {
+                const EvalSetup *evalSetup, std::shared_ptr<const tofu::DataSet> dataSet,
+                const RecomputeRun *recompute) {
   const bool json = format == Format::Json;
   // mpirun hands its processes a terminal whatever its own output is: no progress line.
   const bool terminal = !json && !group->distributed() && ::isatty(STDOUT_FILENO);
@@ -192,6 +193,11 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
   options.verify = verify;
   options.referenceExec = &one.exec;
   options.referenceMemory = &one.memory;
+  if (recompute && recompute->plain && recompute->plainOne) {
+    options.plainProblem = &*recompute->plain;
+    options.plainExec = &recompute->plainOne->exec;
+    options.plainMemory = &recompute->plainOne->memory;
+  }
   options.engine = engineOptions();
   options.workers = static_cast<int>(workers);
   auto made = tofu::Trainer::create(
@@ -284,6 +290,8 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
       llvm::outs() << fmt::format("eval: {}, {} samples, forward only on {} workers (the "
                                   "training plan's cuts)\n",
                                   eds->description, eds->samples, unsigned(workers));
+    if (recompute && !recompute->line.empty())
+      llvm::outs() << recompute->line;
     if (fused.folded > 0)
       llvm::outs() << fmt::format("fusion: {} element-wise nodes folded into their readers ({} "
                                   "fused kernels, e.g. {})\n",
@@ -369,6 +377,35 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
       verifyJson["float32_noise"] = checked->noise;
       verifyJson["noisy_tensors"] = checked->noisy;
     }
+    if (checked->plainCompared) {
+      verifyJson["recomputing_against_plain"] = {
+          {"bit_identical", checked->plainDiffering == 0},
+          {"tensors_differing", checked->plainDiffering},
+          {"largest_relative_difference", checked->plainWorst},
+          {"worst_tensor", checked->plainWorstTensor}};
+      // Recomputing must not change what the step computes beyond float32 rounding.
+      if (checked->plainWorst > checked->tolerance)
+        status = 1;
+    }
+  }
+  // Each worker's arena against the budget it was planned within.
+  std::string budgetLine;
+  if (recompute && recompute->budget > 0) {
+    const int64_t largest = *std::max_element(peaks.begin(), peaks.end());
+    const auto over =
+        std::find_if(peaks.begin(), peaks.end(), [&](int64_t b) { return b > recompute->budget; });
+    if (over == peaks.end()) {
+      budgetLine = fmt::format("memory budget {} per worker: every arena within it (the largest "
+                               "{}, {:.3f} of the budget)\n",
+                               tofu::humanBytes(double(recompute->budget)),
+                               tofu::humanBytes(double(largest)),
+                               double(largest) / double(recompute->budget));
+    } else {
+      budgetLine = fmt::format("memory budget {} per worker: worker {}'s arena is {}, over it\n",
+                               tofu::humanBytes(double(recompute->budget)), over - peaks.begin(),
+                               tofu::humanBytes(double(*over)));
+      status = 1;
+    }
   }
 
   if (json || !metricsFile.empty()) {
@@ -440,6 +477,8 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
     j["kernel_units_compiled"] = cs.unitsCompiled;
     if (verify)
       j["verify"] = verifyJson;
+    if (recompute)
+      j["recompute"] = recompute->json;
     if (profileTop > 0) {
       nlohmann::json perWorker = nlohmann::json::array();
       for (const std::vector<tofu::NodeTime> &worker : engine.profile()) {
@@ -504,6 +543,7 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
                                   double(peaks[w]) * workers / double(onePeak));
   }
   llvm::outs() << fmt::format("single-worker peak: {}\n", tofu::humanBytes(double(onePeak)));
+  llvm::outs() << budgetLine;
   {
     const std::vector<int64_t> &scratch = bs.extraBytes;
     int64_t most = scratch.empty() ? 0 : *std::max_element(scratch.begin(), scratch.end());
@@ -550,6 +590,18 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
             "precision\n",
             how, v.noise, v.noisy, v.compared);
     }
+    if (v.plainCompared)
+      llvm::outs() << (v.plainDiffering == 0
+                           ? fmt::format("verify: the recomputing step equals the step without "
+                                         "recomputation bit for bit (unpartitioned, over the "
+                                         "same {} tensors)\n",
+                                         v.compared)
+                           : fmt::format(
+                                 "verify: the recomputing step differs from the step without "
+                                 "recomputation in {} of {} tensors (unpartitioned; largest "
+                                 "relative difference {:.3g}, at '{}'){}\n",
+                                 v.plainDiffering, v.compared, v.plainWorst, v.plainWorstTensor,
+                                 v.plainWorst > v.tolerance ? ", beyond the tolerance" : ""));
   }
   if (profileTop > 0) {
     const auto &profile = engine.profile();

@@ -4,7 +4,8 @@
 # every example of shared/docs/TDL.md with tdlc, every command the docs show, and the
 # sources against .clang-format, and installs Tofu into a temporary prefix to build and run
 # the CMake, C and Python consumers against it. At the end it prints each phase's time and
-# the ten slowest tests.
+# the ten slowest tests. The TDL.md, docs and format checks run beside the tests (they need
+# only the built binaries); their phase is the time they took beyond the tests.
 #
 #   tools/test.sh                 the suite
 #   tools/test.sh --full          ... with every sampled check whole (TOFU_FULL=1 reaches the
@@ -29,7 +30,7 @@ while [ $# -gt 0 ]; do
     --full) full=1 ;;
     --fuzz) fuzz="${2:?--fuzz needs a number of seconds}"; shift ;;
     --budget) budget="${2:?--budget needs PHASE=SECONDS,...}"; shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -107,34 +108,36 @@ if ! bazel build //... >"$log" 2>&1; then
   grep -E 'ERROR|error:' "$log" | head -30
 fi
 phase build
+# The checks below use only built binaries (no Bazel command), so they run beside the tests,
+# on the cores the tests leave idle (their tail: few long tests at the end); their output
+# follows the tests'.
+bin="$(bazel info bazel-bin 2>/dev/null)"
+checks_log=$(mktemp)
+checks_done=$(mktemp)
+trap 'rm -f "$log" "$times" "$checks_log" "$checks_done"' EXIT
+(
+  p=0 f=0
+  if [ -x "$bin/tdlc/tdlc" ] && python3 tools/check_tdl_md.py "$bin/tdlc/tdlc"; then
+    p=$((p + 1))
+  else
+    [ -x "$bin/tdlc/tdlc" ] || echo "test.sh: //tdlc was not built, for the TDL.md check"
+    f=$((f + 1))
+  fi
+  echo "== tools/check_docs.py: every command the README and docs/ show"
+  if python3 tools/check_docs.py "$bin"; then p=$((p + 1)); else f=$((f + 1)); fi
+  echo "== tools/check_format.sh"
+  if tools/check_format.sh; then p=$((p + 1)); else f=$((f + 1)); fi
+  echo "$p $f $SECONDS" >"$checks_done"
+) >"$checks_log" 2>&1 &
+checks=$!
 bazel_tests
 phase tests
-if bazel build //tdlc >/dev/null 2>&1; then
-  if python3 tools/check_tdl_md.py "$(bazel info bazel-bin 2>/dev/null)/tdlc/tdlc"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-  fi
-else
-  echo "test.sh: cannot build //tdlc for the TDL.md check"
-  failed=$((failed + 1))
-fi
-
-echo "== tools/check_docs.py: every command the README and docs/ show"
-if python3 tools/check_docs.py "$(bazel info bazel-bin 2>/dev/null)"; then
-  passed=$((passed + 1))
-else
-  failed=$((failed + 1))
-fi
-
-echo "== tools/check_format.sh"
-if tools/check_format.sh; then
-  passed=$((passed + 1))
-else
-  failed=$((failed + 1))
-fi
-
-phase checks
+wait "$checks"
+cat "$checks_log"
+read -r cp cf _ <"$checks_done" 2>/dev/null || { cp=0; cf=1; echo "test.sh: the checks did not finish"; }
+passed=$((passed + cp))
+failed=$((failed + cf))
+phase checks # what the checks took beyond the tests
 
 install_and_consumers
 phase install

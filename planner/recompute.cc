@@ -1,0 +1,281 @@
+// Choosing what a training step recomputes.
+#include "planner/recompute.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "codegen/exec_plan.h"
+#include "codegen/memory_plan.h"
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+#include "support/units.h"
+
+namespace tofu {
+
+const char kRecomputeHelp[] =
+    "What the training step recomputes instead of keeping for the backward pass: auto (the "
+    "default with a memory budget: nothing if the plan fits without, else the least found "
+    "that fits, cheapest to recompute first), sqrt (segment checkpointing: every "
+    "ceil(sqrt(n))-th forward tensor kept, the rest recomputed) or none (the default without "
+    "a budget)";
+
+const char *recomputeModeName(RecomputeMode m) {
+  switch (m) {
+  case RecomputeMode::None:
+    return "none";
+  case RecomputeMode::Sqrt:
+    return "sqrt";
+  case RecomputeMode::Auto:
+    return "auto";
+  }
+  return "?";
+}
+
+std::optional<RecomputeMode> recomputeModeNamed(const std::string &name) {
+  for (RecomputeMode m : {RecomputeMode::None, RecomputeMode::Sqrt, RecomputeMode::Auto})
+    if (name == recomputeModeName(m))
+      return m;
+  return std::nullopt;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// One candidate set planned: the rewritten graph, its problem and its plan.
+struct Trial {
+  Graph graph;
+  RecomputeSummary summary;
+  std::optional<Problem> problem;
+  MemoryFit fit;
+};
+
+llvm::Expected<Trial> planDropping(const Graph &training, const OpLibrary &lib,
+                                   const PlanOptions &options, int64_t limit,
+                                   const std::vector<std::string> &dropped) {
+  Trial t;
+  t.graph = training;
+  auto summary = applyRecomputation(t.graph, dropped);
+  if (!summary)
+    return summary.takeError();
+  t.summary = std::move(*summary);
+  auto problem = Problem::build(t.graph, lib);
+  if (!problem)
+    return problem.takeError();
+  t.problem = std::move(*problem);
+  if (limit > 0) {
+    auto fit = searchWithinMemory(*t.problem, options, limit, t.graph.outputs);
+    if (!fit)
+      return fit.takeError();
+    t.fit = std::move(*fit);
+    return t;
+  }
+  const auto start = Clock::now();
+  auto plan = searchPlan(*t.problem, options);
+  if (!plan)
+    return plan.takeError();
+  t.fit.plan = std::move(*plan);
+  t.fit.exec = buildExecPlan(*t.problem, t.fit.plan);
+  t.fit.memory = planMemory(*t.problem, t.fit.exec, t.graph.outputs);
+  t.fit.peak = t.fit.memory.largestPeak();
+  for (unsigned w = 0; w < t.fit.memory.workers.size(); ++w)
+    if (t.fit.memory.workers[w].peak == t.fit.peak) {
+      t.fit.peakWorker = w;
+      break;
+    }
+  t.fit.fits = true;
+  t.fit.searches = 1;
+  t.fit.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return t;
+}
+
+RecomputePlan result(Trial &&t, RecomputeMode mode) {
+  RecomputePlan r;
+  r.mode = mode;
+  r.graph = std::move(t.graph);
+  r.summary = std::move(t.summary);
+  r.problem = std::move(t.problem);
+  r.fit = std::move(t.fit);
+  return r;
+}
+
+/// The candidates the backward pass reads, ranked for auto: most bytes per iteration of
+/// their node first (ties in forward order).
+std::vector<std::string> ranked(const std::vector<RecomputeCandidate> &candidates,
+                                const Problem &p) {
+  std::map<std::string, double> iterations; // node name -> its iteration space's size
+  for (const ProblemNode &n : p.nodes) {
+    double it = 1;
+    for (int64_t v : n.shapes.vars)
+      it *= double(std::max<int64_t>(v, 1));
+    iterations[n.name] = it;
+  }
+  std::vector<std::pair<double, size_t>> order;
+  for (size_t i = 0; i < candidates.size(); ++i)
+    if (candidates[i].readByBackward) {
+      auto it = iterations.find(candidates[i].node);
+      const double work = it == iterations.end() ? 1.0 : it->second;
+      order.push_back({double(candidates[i].bytes) / work, i});
+    }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto &a, const auto &b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (const auto &[ratio, i] : order)
+    out.push_back(candidates[i].tensor);
+  return out;
+}
+
+} // namespace
+
+llvm::Expected<RecomputePlan>
+planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOptions &options,
+                      int64_t limit, RecomputeMode mode,
+                      const std::function<void(size_t, const MemoryFit &)> &progress) {
+  const auto start = Clock::now();
+  if (mode == RecomputeMode::Auto && limit <= 0)
+    return stringError("recomputation 'auto' needs a memory budget per worker (it recomputes "
+                       "only what the budget needs); give one, or choose 'sqrt' or 'none'");
+  auto candidates = recomputeCandidates(training);
+  if (!candidates)
+    return candidates.takeError();
+  unsigned tried = 0;
+  auto attempt = [&](const std::vector<std::string> &dropped) -> llvm::Expected<Trial> {
+    auto t = planDropping(training, lib, options, limit, dropped);
+    if (!t)
+      return t.takeError();
+    ++tried;
+    if (progress)
+      progress(dropped.size(), t->fit);
+    return t;
+  };
+  std::optional<Trial> plainKept; // the plan without, where another is chosen
+  auto finish = [&](Trial &&t, int64_t peakWithout, bool fitsWithout) {
+    RecomputePlan r = result(std::move(t), mode);
+    if (plainKept && !r.summary.copies.empty()) {
+      r.problemWithout = std::move(plainKept->problem);
+      r.execWithout = std::move(plainKept->fit.exec);
+    }
+    r.peakWithout = peakWithout;
+    r.fitsWithout = fitsWithout;
+    r.candidates = static_cast<unsigned>(candidates->size());
+    r.tried = tried;
+    r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return r;
+  };
+
+  auto plain = attempt({});
+  if (!plain)
+    return plain.takeError();
+  const int64_t peakWithout = plain->fit.peak;
+  const bool fitsWithout = plain->fit.fits;
+  if (mode == RecomputeMode::None || (mode == RecomputeMode::Auto && fitsWithout))
+    return finish(std::move(*plain), peakWithout, fitsWithout);
+  plainKept = std::move(*plain);
+  if (mode == RecomputeMode::Sqrt) {
+    auto t = attempt(segmentCheckpoints(*candidates));
+    if (!t)
+      return t.takeError();
+    return finish(std::move(*t), peakWithout, fitsWithout);
+  }
+
+  // auto: the shortest prefix of the ranking that fits, by bisection (dropping more never
+  // needs more memory in the recomputing step's order, so the prefixes that fit are the
+  // longer ones; where the search's choices break that, the bisection still ends on a
+  // prefix that fits).
+  const std::vector<std::string> order = ranked(*candidates, *plainKept->problem);
+  auto prefix = [&](size_t m) {
+    return std::vector<std::string>(order.begin(), order.begin() + static_cast<long>(m));
+  };
+  auto all = attempt(prefix(order.size()));
+  if (!all)
+    return all.takeError();
+  if (!all->fit.fits) // the closest: the smaller of the two peaks
+    return all->fit.peak <= peakWithout ? finish(std::move(*all), peakWithout, false)
+                                        : finish(std::move(*plainKept), peakWithout, false);
+  size_t lo = 0, hi = order.size(); // prefix(lo) does not fit, prefix(hi) does
+  Trial best = std::move(*all);
+  while (hi - lo > 1) {
+    const size_t mid = lo + (hi - lo) / 2;
+    auto t = attempt(prefix(mid));
+    if (!t)
+      return t.takeError();
+    if (t->fit.fits) {
+      hi = mid;
+      best = std::move(*t);
+    } else {
+      lo = mid;
+    }
+  }
+  return finish(std::move(best), peakWithout, false);
+}
+
+llvm::Expected<RecomputePlan>
+fitWorkersRecomputing(const Graph &training, const OpLibrary &lib, const PlanOptions &options,
+                      int64_t limit, RecomputeMode mode, unsigned maxWorkers,
+                      const std::function<void(unsigned, const RecomputePlan &)> &progress) {
+  if (limit <= 0)
+    return stringError("fitting workers needs a memory budget per worker");
+  std::optional<RecomputePlan> last;
+  for (unsigned k = 1; k <= maxWorkers; ++k) {
+    PlanOptions o = options;
+    o.workers = k;
+    o.factors.clear();
+    auto r = planWithRecomputation(training, lib, o, limit, mode);
+    if (!r)
+      return r.takeError();
+    if (progress)
+      progress(k, *r);
+    if (r->fit.fits)
+      return r;
+    last = std::move(*r);
+  }
+  return stringError(fmt::format(
+      "no plan on at most {} workers fits in {} per worker with recomputation '{}': at {} "
+      "workers the smallest planned peak found is {}",
+      maxWorkers, humanBytes(double(limit)), recomputeModeName(mode), maxWorkers,
+      last ? humanBytes(double(last->fit.peak)) : std::string("none")));
+}
+
+llvm::Expected<ExactRecompute> exactRecomputation(const Graph &training, const OpLibrary &lib,
+                                                  const PlanOptions &options, int64_t limit,
+                                                  const DeviceModel &device,
+                                                  unsigned maxCandidates) {
+  auto candidates = recomputeCandidates(training);
+  if (!candidates)
+    return candidates.takeError();
+  std::vector<std::string> names;
+  for (const RecomputeCandidate &c : *candidates)
+    if (c.readByBackward)
+      names.push_back(c.tensor);
+  if (names.size() > maxCandidates)
+    return stringError(fmt::format("the exact recomputation tries every subset of the tensors "
+                                   "the backward pass reads: this graph has {}, more than {}",
+                                   names.size(), maxCandidates));
+  ExactRecompute best;
+  for (uint64_t mask = 0; mask < (uint64_t(1) << names.size()); ++mask) {
+    std::vector<std::string> dropped;
+    for (size_t i = 0; i < names.size(); ++i)
+      if (mask >> i & 1)
+        dropped.push_back(names[i]);
+    auto t = planDropping(training, lib, options, 0, dropped);
+    if (!t)
+      return t.takeError();
+    ++best.tried;
+    if (t->fit.peak > limit)
+      continue;
+    auto e = estimateStepTime(*t->problem, t->fit.exec, t->graph.outputs, device);
+    if (!e)
+      return e.takeError();
+    if (!best.fits || e->seconds < best.seconds ||
+        (e->seconds == best.seconds && t->fit.peak < best.peak)) {
+      best.fits = true;
+      best.seconds = e->seconds;
+      best.peak = t->fit.peak;
+      best.dropped = dropped;
+    }
+  }
+  return best;
+}
+
+} // namespace tofu
