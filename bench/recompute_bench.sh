@@ -119,11 +119,12 @@ if [ "$runs" = 1 ]; then
     m=$1 b=$2
     echo "recompute_bench: $m" >&2
     common=(--model "$m" --batch "$b" --workers 2 --lr 0.01 --format=json)
-    "$plan" --model "$m" --batch "$b" --train --workers 2 --format=json >"$tmp/plain-plan.json"
-    peak=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['memory']['planned_peak_bytes'])" "$tmp/plain-plan.json" 2>/dev/null ||
-      python3 -c "import json,sys; p=json.load(open(sys.argv[1])); print(max(w['peak_bytes'] for w in p['memory']['workers']))" "$tmp/plain-plan.json")
+    # The plan without recomputation's planned peak (reported beside sqrt's).
+    "$plan" --model "$m" --batch "$b" --train --optimizer sgd --workers 2 --recompute sqrt \
+      --format=json >"$tmp/plain-plan.json" 2>/dev/null
+    peak=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['recompute']['planned_peak_bytes_without'])" "$tmp/plain-plan.json")
     budget=$((peak * 6 / 10))
-    "$plan" --model "$m" --batch "$b" --train --workers 2 --memory-per-worker "$budget" \
+    "$plan" --model "$m" --batch "$b" --train --optimizer sgd --workers 2 --memory-per-worker "$budget" \
       --device cpu --format=json >"$tmp/est.json" 2>/dev/null || echo '{}' >"$tmp/est.json"
     "$run" "${common[@]}" --steps 1 >/dev/null # compiles the kernels
     for how in threads mpi; do
@@ -142,7 +143,7 @@ def load(n):
         return {}
 plain, rec, est = load("plain"), load("rec"), load("est")
 def arena(r):
-    return max(r["memory"]["arena_bytes"]) if r.get("memory") else 0
+    return max(r["worker_peak_bytes"]) if r.get("worker_peak_bytes") else 0
 def med(r):
     return statistics.median(r["step_seconds"][1:] or r["step_seconds"]) if r.get("step_seconds") else 0
 mib = lambda x: f"{x / 2**20:.1f} MiB"

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <tuple>
 
 #include "codegen/exec_plan.h"
 #include "codegen/memory_plan.h"
@@ -100,10 +101,19 @@ RecomputePlan result(Trial &&t, RecomputeMode mode) {
   return r;
 }
 
-/// The candidates the backward pass reads, ranked for auto: most bytes per iteration of
-/// their node first (ties in forward order).
-std::vector<std::string> ranked(const std::vector<RecomputeCandidate> &candidates,
-                                const Problem &p) {
+/// The candidates the backward pass reads, ranked for auto: most bytes per iteration of their
+/// node first (ties in forward order), each with its node's iterations (the work its
+/// recomputation repeats). With `longestRun` < n, a candidate whose dropping would make a run
+/// of more than that many consecutive dropped candidates (in forward order) is left out: it
+/// stays as a checkpoint. A copy reads the copies of the dropped tensors before it, so such a
+/// run is recomputed at once when the backward pass reaches it, and all of it lives until its
+/// own backward readers: dropping a whole chain (an RNN's states over time) saves nothing.
+struct Ranked {
+  std::vector<std::string> names;
+  std::vector<double> work;
+};
+Ranked ranked(const std::vector<RecomputeCandidate> &candidates, const Problem &p,
+              size_t longestRun) {
   std::map<std::string, double> iterations; // node name -> its iteration space's size
   for (const ProblemNode &n : p.nodes) {
     double it = 1;
@@ -111,18 +121,33 @@ std::vector<std::string> ranked(const std::vector<RecomputeCandidate> &candidate
       it *= double(std::max<int64_t>(v, 1));
     iterations[n.name] = it;
   }
-  std::vector<std::pair<double, size_t>> order;
+  std::vector<size_t> backward; // candidates the backward pass reads, in forward order
   for (size_t i = 0; i < candidates.size(); ++i)
-    if (candidates[i].readByBackward) {
-      auto it = iterations.find(candidates[i].node);
-      const double work = it == iterations.end() ? 1.0 : it->second;
-      order.push_back({double(candidates[i].bytes) / work, i});
-    }
+    if (candidates[i].readByBackward)
+      backward.push_back(i);
+  std::vector<std::tuple<double, size_t, double>> order; // ratio, position, work
+  for (size_t at = 0; at < backward.size(); ++at) {
+    const RecomputeCandidate &c = candidates[backward[at]];
+    auto it = iterations.find(c.node);
+    const double work = it == iterations.end() ? 1.0 : it->second;
+    order.push_back({double(c.bytes) / work, at, work});
+  }
   std::stable_sort(order.begin(), order.end(),
-                   [](const auto &a, const auto &b) { return a.first > b.first; });
-  std::vector<std::string> out;
-  for (const auto &[ratio, i] : order)
-    out.push_back(candidates[i].tensor);
+                   [](const auto &a, const auto &b) { return std::get<0>(a) > std::get<0>(b); });
+  std::vector<bool> dropped(backward.size(), false);
+  Ranked out;
+  for (const auto &[ratio, at, work] : order) {
+    size_t left = at, right = at;
+    while (left > 0 && dropped[left - 1])
+      --left;
+    while (right + 1 < backward.size() && dropped[right + 1])
+      ++right;
+    if (right - left + 1 > longestRun)
+      continue;
+    dropped[at] = true;
+    out.names.push_back(candidates[backward[at]].tensor);
+    out.work.push_back(work);
+  }
   return out;
 }
 
@@ -179,35 +204,64 @@ planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOpt
     return finish(std::move(*t), peakWithout, fitsWithout);
   }
 
-  // auto: the shortest prefix of the ranking that fits, by bisection (dropping more never
-  // needs more memory in the recomputing step's order, so the prefixes that fit are the
-  // longer ones; where the search's choices break that, the bisection still ends on a
-  // prefix that fits).
-  const std::vector<std::string> order = ranked(*candidates, *plainKept->problem);
-  auto prefix = [&](size_t m) {
-    return std::vector<std::string>(order.begin(), order.begin() + static_cast<long>(m));
-  };
-  auto all = attempt(prefix(order.size()));
-  if (!all)
-    return all.takeError();
-  if (!all->fit.fits) // the closest: the smaller of the two peaks
-    return all->fit.peak <= peakWithout ? finish(std::move(*all), peakWithout, false)
-                                        : finish(std::move(*plainKept), peakWithout, false);
-  size_t lo = 0, hi = order.size(); // prefix(lo) does not fit, prefix(hi) does
-  Trial best = std::move(*all);
-  while (hi - lo > 1) {
-    const size_t mid = lo + (hi - lo) / 2;
-    auto t = attempt(prefix(mid));
-    if (!t)
-      return t.takeError();
-    if (t->fit.fits) {
-      hi = mid;
-      best = std::move(*t);
-    } else {
-      lo = mid;
+  // auto: for each bound on the runs of dropped tensors (none, and sqrt(n) as segment
+  // checkpointing keeps), the shortest prefix of the ranking that fits, by bisection
+  // (dropping more needs no more memory, so the prefixes that fit are the longer ones; where
+  // the search's choices break that, the bisection still ends on a prefix that fits). Of
+  // those that fit, the one repeating the least work (its dropped nodes' iterations) wins.
+  size_t n = 0;
+  for (const RecomputeCandidate &c : *candidates)
+    n += c.readByBackward;
+  size_t root = 1;
+  while (root * root < n)
+    ++root;
+  std::optional<Trial> best, closest;
+  double bestWork = 0;
+  for (size_t longestRun : {n, root}) {
+    const Ranked order = ranked(*candidates, *plainKept->problem, longestRun);
+    auto prefix = [&](size_t m) {
+      return std::vector<std::string>(order.names.begin(),
+                                      order.names.begin() + static_cast<long>(m));
+    };
+    auto workOf = [&](size_t m) {
+      double w = 0;
+      for (size_t i = 0; i < m; ++i)
+        w += order.work[i];
+      return w;
+    };
+    auto all = attempt(prefix(order.names.size()));
+    if (!all)
+      return all.takeError();
+    if (!all->fit.fits) {
+      if (!closest || all->fit.peak < closest->fit.peak)
+        closest = std::move(*all);
+      continue;
+    }
+    size_t lo = 0, hi = order.names.size(); // prefix(lo) does not fit, prefix(hi) does
+    Trial fitting = std::move(*all);
+    while (hi - lo > 1) {
+      const size_t mid = lo + (hi - lo) / 2;
+      auto t = attempt(prefix(mid));
+      if (!t)
+        return t.takeError();
+      if (t->fit.fits) {
+        hi = mid;
+        fitting = std::move(*t);
+      } else {
+        lo = mid;
+      }
+    }
+    if (!best || workOf(hi) < bestWork) {
+      bestWork = workOf(hi);
+      best = std::move(fitting);
     }
   }
-  return finish(std::move(best), peakWithout, false);
+  if (best)
+    return finish(std::move(*best), peakWithout, false);
+  // None fits: the closest, the smaller of its peak and the plan's without.
+  return closest && closest->fit.peak <= peakWithout
+             ? finish(std::move(*closest), peakWithout, false)
+             : finish(std::move(*plainKept), peakWithout, false);
 }
 
 llvm::Expected<RecomputePlan>

@@ -106,6 +106,27 @@ expect_error "--workers 4 but the topology has 8 workers" --model mlp --topology
 expect_error "2 levels but 1 bandwidth" --model mlp --topology 2x4:12.5GB/s
 expect_error "faster than level 2 inside it" --model mlp --topology 2x4:150GB/s,12.5GB/s
 expect_error "is not combined with --fit or --memory-per-worker" --model mlp --topology 2x4:1GB/s,10GB/s --fit 1GB
+# --recompute: segment checkpointing without a budget; auto under a budget the plan without
+# recomputation exceeds (the small WResNet at 0.6x its peak), and the errors.
+"$plan" --model mlp --batch 2048 --train --optimizer sgd --workers 2 --recompute sqrt --summary >"$tmp/sqrt.txt"
+check "--recompute sqrt" grep -q "^recomputation (sqrt): [0-9]* of [0-9]* forward tensors dropped" "$tmp/sqrt.txt"
+"$plan" --model wresnet-50-1-i32-c8-k10 --batch 32 --train --optimizer sgd --workers 2 \
+  --memory-per-worker 3.6MiB --format=json >"$tmp/rec.json" 2>"$tmp/rec.err"
+check "--memory-per-worker with recomputation exit status" test $? -eq 0
+check "--memory-per-worker reports each candidate set" grep -q "^tofu-plan: recomputing [0-9]* tensors: fits" "$tmp/rec.err"
+check "--recompute auto json" python3 - "$tmp/rec.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+r, m = p["recompute"], p["memory"]
+budget = int(3.6 * 2**20)
+assert r["mode"] == "auto" and 0 < len(r["dropped"]) < r["candidates"], r
+assert r["planned_peak_bytes"] <= budget < r["planned_peak_bytes_without"], r
+assert m["planned_peak_bytes"] == r["planned_peak_bytes"] and m["budget_bytes"] == budget, m
+assert r["estimated_seconds"] > r["estimated_seconds_without"] > 0, r
+PY
+expect_error "--recompute must be auto, sqrt or none, not 'all'" --model mlp --train --workers 2 --recompute all
+expect_error "--recompute applies to a training step" --model mlp --workers 2 --recompute sqrt
+expect_error "--recompute auto recomputes what a memory budget needs" --model mlp --train --workers 2 --recompute auto
 # --precision bf16: bfloat16 activations and gradients, float32 weights and state, casts as
 # ops, and less traffic than float32 for the same model and workers.
 "$plan" --model mlp --batch 16 --train --workers 4 --format=json >"$tmp/fp32.json"

@@ -117,6 +117,22 @@ expect_error() { # expected message, args...
   fi
   grep -qF -- "$msg" "$tmp/err.txt" || { echo "FAILED: '$*' did not say '$msg'" >&2; cat "$tmp/err.txt" >&2; fail=1; }
 }
+# --memory-per-worker below the plain peak (the small WResNet at 0.6x): auto recomputes, every
+# arena is within the budget, --verify passes and the recomputing step equals the plain one
+# bit for bit (the same kernels on the same values).
+if ! $run --model wresnet-50-1-i32-c8-k10 --batch 32 --workers 2 --memory-per-worker 3.6MiB \
+     --verify >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+  echo "FAILED: tofu-run --memory-per-worker 3.6MiB --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+else
+  for want in "^recomputation (auto): [0-9]* of [0-9]* forward tensors recomputed" \
+              "^memory budget 3.60 MiB per worker: every arena within it" "^verify: PASSED" \
+              "^verify: the recomputing step equals the step without recomputation bit for bit"; do
+    grep -q "$want" "$tmp/out.txt" || { echo "FAILED: --memory-per-worker run: no '$want'" >&2; cat "$tmp/out.txt" >&2; fail=1; }
+  done
+fi
+expect_error "--recompute auto recomputes what a memory budget needs" --model mlp --workers 2 --recompute auto
+expect_error "--recompute applies to training" --model mlp --infer --recompute sqrt
+expect_error "no plan found for 2 workers fits in 1.00 KiB per worker" --model mlp --workers 2 --memory-per-worker 1KiB
 expect_error "--workers K is required" --model mlp
 expect_error "--calibrate measures the machine on models of its own: give no model" --calibrate --model mlp
 expect_error "--device: 'tpu' is neither a device (h100, a100, cpu) nor a readable device model file" --model mlp --workers 1 --device tpu

@@ -72,6 +72,25 @@ for i in "${!cases[@]}"; do
   check_json "$tmp/out.json" "$k" || { echo "FAILED: the figures of k = $k $transport $*" >&2; fail=1; }
 done
 
+# Recomputation under MPI: the first process chooses what to recompute within the budget and
+# the plan, every process rewrites the step alike; verified, bit-identical to the step
+# without recomputation, each process's arena within the budget.
+if ! timeout 600 "${mpi[@]}" -np 2 "$run" --backend mpi --model wresnet-50-1-i32-c8-k10 --batch 32 \
+     --memory-per-worker 3.6MiB --steps 2 --verify --format=json >"$tmp/out.json" 2>"$tmp/err.txt"; then
+  echo "FAILED: mpirun -np 2 tofu-run --memory-per-worker 3.6MiB --verify" >&2
+  cat "$tmp/out.json" "$tmp/err.txt" >&2
+  fail=1
+else
+  python3 - "$tmp/out.json" <<'PY' || { echo "FAILED: the recomputing MPI run's figures" >&2; fail=1; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+budget = int(3.6 * 2**20)
+assert r["verify"]["passed"] and r["verify"]["recomputing_against_plain"]["bit_identical"], r["verify"]
+assert r["recompute"]["dropped"] and r["recompute"]["planned_peak_bytes"] <= budget, r["recompute"]
+assert all(0 < a <= budget for a in r["worker_peak_bytes"]), r["worker_peak_bytes"]
+PY
+fi
+
 # No process holds a whole tensor: the 25M-parameter MLP's weights alone (100 MB as float32)
 # exceed what each of two processes may grow by beyond its 128 MiB arena.
 if ! "${mpi[@]}" -np 2 "$run" --backend mpi --model mlp --steps 3 --verify --format=json \
