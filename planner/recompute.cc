@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -52,9 +53,12 @@ struct Trial {
   MemoryFit fit;
 };
 
+/// `dropped` recomputed, planned: with `budgeted` and a limit by the memory-budgeted search
+/// (a ladder of prices), else by the plain search, judged against `limit` (if any) by its
+/// planned peak.
 llvm::Expected<Trial> planDropping(const Graph &training, const OpLibrary &lib,
                                    const PlanOptions &options, int64_t limit,
-                                   const std::vector<std::string> &dropped) {
+                                   const std::vector<std::string> &dropped, bool budgeted = true) {
   Trial t;
   t.graph = training;
   auto summary = applyRecomputation(t.graph, dropped);
@@ -65,7 +69,7 @@ llvm::Expected<Trial> planDropping(const Graph &training, const OpLibrary &lib,
   if (!problem)
     return problem.takeError();
   t.problem = std::move(*problem);
-  if (limit > 0) {
+  if (limit > 0 && budgeted) {
     auto fit = searchWithinMemory(*t.problem, options, limit, t.graph.outputs);
     if (!fit)
       return fit.takeError();
@@ -85,7 +89,8 @@ llvm::Expected<Trial> planDropping(const Graph &training, const OpLibrary &lib,
       t.fit.peakWorker = w;
       break;
     }
-  t.fit.fits = true;
+  t.fit.fits = limit <= 0 || t.fit.peak <= limit;
+  t.fit.limit = limit;
   t.fit.searches = 1;
   t.fit.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return t;
@@ -165,8 +170,9 @@ planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOpt
   if (!candidates)
     return candidates.takeError();
   unsigned tried = 0;
-  auto attempt = [&](const std::vector<std::string> &dropped) -> llvm::Expected<Trial> {
-    auto t = planDropping(training, lib, options, limit, dropped);
+  auto attempt = [&](const std::vector<std::string> &dropped,
+                     bool budgeted = true) -> llvm::Expected<Trial> {
+    auto t = planDropping(training, lib, options, limit, dropped, budgeted);
     if (!t)
       return t.takeError();
     ++tried;
@@ -229,9 +235,18 @@ planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOpt
         w += order.work[i];
       return w;
     };
-    auto all = attempt(prefix(order.names.size()));
+    // The candidate sets are judged by the plain search's plan (one search each) unless the
+    // longest does not fit that way and the budgeted search's does.
+    bool budgeted = false;
+    auto all = attempt(prefix(order.names.size()), false);
     if (!all)
       return all.takeError();
+    if (!all->fit.fits) {
+      budgeted = true;
+      all = attempt(prefix(order.names.size()), true);
+      if (!all)
+        return all.takeError();
+    }
     if (!all->fit.fits) {
       if (!closest || all->fit.peak < closest->fit.peak)
         closest = std::move(*all);
@@ -241,7 +256,7 @@ planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOpt
     Trial fitting = std::move(*all);
     while (hi - lo > 1) {
       const size_t mid = lo + (hi - lo) / 2;
-      auto t = attempt(prefix(mid));
+      auto t = attempt(prefix(mid), budgeted);
       if (!t)
         return t.takeError();
       if (t->fit.fits) {
@@ -270,25 +285,82 @@ fitWorkersRecomputing(const Graph &training, const OpLibrary &lib, const PlanOpt
                       const std::function<void(unsigned, const RecomputePlan &)> &progress) {
   if (limit <= 0)
     return stringError("fitting workers needs a memory budget per worker");
-  std::optional<RecomputePlan> last;
-  for (unsigned k = 1; k <= maxWorkers; ++k) {
+  const auto start = Clock::now();
+  // Without recomputation first (planner/memory_fit.h's scan, from the bound the tensors live
+  // at once set): the count to beat.
+  auto problem = Problem::build(training, lib);
+  if (!problem)
+    return problem.takeError();
+  PlanOptions base = options;
+  base.factors.clear();
+  auto plain = fitWorkers(*problem, base, limit, training.outputs, maxWorkers);
+  std::optional<RecomputePlan> best;
+  unsigned hi = maxWorkers + 1; // the smallest count known to fit
+  unsigned workersWithout = 0;
+  if (plain) {
+    RecomputePlan r;
+    r.mode = mode;
+    r.graph = training;
+    r.problem = std::move(*problem);
+    r.fit = std::move(plain->fit);
+    r.peakWithout = r.fit.peak;
+    r.fitsWithout = true;
+    hi = workersWithout = r.fit.plan.workers;
+    if (progress)
+      progress(hi, r);
+    best = std::move(r);
+  } else {
+    llvm::consumeError(plain.takeError());
+  }
+  if (mode == RecomputeMode::None) {
+    if (!best)
+      return stringError(fmt::format("no plan on at most {} workers fits in {} per worker "
+                                     "without recomputation",
+                                     maxWorkers, humanBytes(double(limit))));
+    best->workersWithout = workersWithout;
+    best->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return std::move(*best);
+  }
+  // With recomputation, by bisection between a bound no recomputation can beat (the weights
+  // and optimiser state live through the whole step: their bytes over the budget) and that
+  // count: fewer workers hold more of everything, so the counts that fit are the larger ones.
+  double kept = 0;
+  for (const TensorInfo &t : training.tensors())
+    if (t.role == TensorRole::Weight || t.role == TensorRole::OptimizerState)
+      kept += double(t.bytes());
+  unsigned lo = std::max(1u, static_cast<unsigned>(std::ceil(kept / double(limit)))) - 1;
+  std::optional<RecomputePlan> closest;
+  unsigned tried = best ? best->tried : 0;
+  while (hi - lo > 1) {
+    const unsigned k = lo + (hi - lo) / 2;
     PlanOptions o = options;
     o.workers = k;
     o.factors.clear();
     auto r = planWithRecomputation(training, lib, o, limit, mode);
     if (!r)
       return r.takeError();
+    tried += r->tried;
     if (progress)
       progress(k, *r);
-    if (r->fit.fits)
-      return r;
-    last = std::move(*r);
+    if (r->fit.fits) {
+      hi = k;
+      best = std::move(*r);
+    } else {
+      lo = k;
+      closest = std::move(*r);
+    }
   }
-  return stringError(fmt::format(
-      "no plan on at most {} workers fits in {} per worker with recomputation '{}': at {} "
-      "workers the smallest planned peak found is {}",
-      maxWorkers, humanBytes(double(limit)), recomputeModeName(mode), maxWorkers,
-      last ? humanBytes(double(last->fit.peak)) : std::string("none")));
+  if (!best)
+    return stringError(fmt::format(
+        "no plan on at most {} workers fits in {} per worker with recomputation '{}'{}", maxWorkers,
+        humanBytes(double(limit)), recomputeModeName(mode),
+        closest ? fmt::format(": at {} workers the smallest planned peak found is {}",
+                              closest->fit.plan.workers, humanBytes(double(closest->fit.peak)))
+                : std::string()));
+  best->workersWithout = workersWithout;
+  best->tried = tried;
+  best->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return std::move(*best);
 }
 
 llvm::Expected<ExactRecompute> exactRecomputation(const Graph &training, const OpLibrary &lib,

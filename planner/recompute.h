@@ -52,8 +52,11 @@ struct RecomputePlan {
   std::optional<Problem> problemWithout;
   ExecPlan execWithout;
   unsigned candidates = 0; ///< forward tensors that could be dropped
-  unsigned tried = 0;      ///< candidate sets planned (each a budgeted search)
-  double seconds = 0;      ///< all of it
+  /// fitWorkersRecomputing: the fewest workers that fit without recomputation (0: none up to
+  /// the maximum).
+  unsigned workersWithout = 0;
+  unsigned tried = 0; ///< candidate sets planned (each a budgeted search)
+  double seconds = 0; ///< all of it
 };
 
 /// Plans the training graph `training` on options.workers workers with recomputation chosen by

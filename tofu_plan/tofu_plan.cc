@@ -432,10 +432,13 @@ int main(int argc, char **argv) {
         fitJson["budget_bytes"] = limit;
         fitJson["workers"] = recomputed->fit.plan.workers;
         fitJson["lower_bound"] = 1; // recomputation may fit below the tensors' bound
-        memoryLine = fmt::format("fit: {} per worker needs {} workers with recomputation '{}' "
-                                 "(tried 1 to {})\n",
-                                 human(double(limit)), recomputed->fit.plan.workers,
-                                 tofu::recomputeModeName(recompute), recomputed->fit.plan.workers);
+        fitJson["workers_without_recomputation"] = recomputed->workersWithout;
+        memoryLine = fmt::format(
+            "fit: {} per worker needs {} workers with recomputation '{}' ({} without; the "
+            "counts below by bisection, down to the weights' and optimiser state's bound)\n",
+            human(double(limit)), recomputed->fit.plan.workers, tofu::recomputeModeName(recompute),
+            recomputed->workersWithout ? std::to_string(recomputed->workersWithout)
+                                       : fmt::format("more than {}", unsigned(maxWorkers)));
       } else {
         recomputed = exitOnErr(
             tofu::planWithRecomputation(*g, *lib, pipeline.search, limit, recompute, progress));
