@@ -273,6 +273,17 @@ planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOpt
   }
   if (best)
     return finish(std::move(*best), peakWithout, false);
+  // Neither ranking fits: segment checkpointing over every forward tensor (those only the
+  // forward pass reads too), which keeps a chain's every ceil(sqrt(n))-th.
+  for (bool budgeted : {false, true}) {
+    auto t = attempt(segmentCheckpoints(*candidates), budgeted);
+    if (!t)
+      return t.takeError();
+    if (t->fit.fits)
+      return finish(std::move(*t), peakWithout, false);
+    if (!closest || t->fit.peak < closest->fit.peak)
+      closest = std::move(*t);
+  }
   // None fits: the closest, the smaller of its peak and the plan's without.
   return closest && closest->fit.peak <= peakWithout
              ? finish(std::move(*closest), peakWithout, false)

@@ -10,9 +10,12 @@
 //   recompute them (the tensor's bytes over its node's iterations: an element-wise result is
 //   cheap to recompute and as large as its input, a product's costly and small), and the
 //   shortest prefix of that ranking whose plan fits is found by bisection, each candidate
-//   set judged by the memory-budgeted search (planner/memory_fit.h: the real planned peak
-//   of the plan of least communication that fits). Recomputation's own communication is in
-//   each plan: the copies are searched and partitioned like any op.
+//   set judged by the real planned peak of its plan (the plain search's, or where the
+//   longest set needs it the memory-budgeted search's: planner/memory_fit.h). The ranking is
+//   bisected twice, once with runs of dropped tensors bounded by sqrt(n), and the fitting set
+//   repeating the least work wins; where neither fits, sqrt's set is tried last.
+//   Recomputation's own communication is in each plan: the copies are searched and
+//   partitioned like any op.
 //
 // The exact optimum (exactRecomputation) tries every subset of a small graph's candidates:
 // the quality reference, as dp-flat is for partitions.
