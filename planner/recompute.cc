@@ -339,7 +339,8 @@ fitWorkersRecomputing(const Graph &training, const OpLibrary &lib, const PlanOpt
   for (const TensorInfo &t : training.tensors())
     if (t.role == TensorRole::Weight || t.role == TensorRole::OptimizerState)
       kept += double(t.bytes());
-  unsigned lo = std::max(1u, static_cast<unsigned>(std::ceil(kept / double(limit)))) - 1;
+  const double bound = std::ceil(kept / double(limit));
+  unsigned lo = bound >= double(hi) ? hi - 1 : std::max(1u, static_cast<unsigned>(bound)) - 1;
   std::optional<RecomputePlan> closest;
   unsigned tried = best ? best->tried : 0;
   while (hi - lo > 1) {
@@ -367,7 +368,8 @@ fitWorkersRecomputing(const Graph &training, const OpLibrary &lib, const PlanOpt
         humanBytes(double(limit)), recomputeModeName(mode),
         closest ? fmt::format(": at {} workers the smallest planned peak found is {}",
                               closest->fit.plan.workers, humanBytes(double(closest->fit.peak)))
-                : std::string()));
+                : fmt::format(": the weights and optimiser state alone ({}) need {} workers",
+                              humanBytes(kept), bound)));
   best->workersWithout = workersWithout;
   best->tried = tried;
   best->seconds = std::chrono::duration<double>(Clock::now() - start).count();
