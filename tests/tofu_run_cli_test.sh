@@ -119,8 +119,10 @@ expect_error() { # expected message, args...
 }
 # --memory-per-worker below the plain peak (the small WResNet at 0.6x): auto recomputes, every
 # arena is within the budget, --verify passes and the recomputing step equals the plain one
-# bit for bit (the same kernels on the same values).
-if ! $run --model wresnet-50-1-i32-c8-k10 --batch 32 --workers 2 --memory-per-worker 3.6MiB \
+# bit for bit (the same kernels on the same values). (Under ASan, on one commit in three.)
+if ! in_sample 2 3; then
+  :
+elif ! $run --model wresnet-50-1-i32-c8-k10 --batch 32 --workers 2 --memory-per-worker 3.6MiB \
      --verify >"$tmp/out.txt" 2>"$tmp/err.txt"; then
   echo "FAILED: tofu-run --memory-per-worker 3.6MiB --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
 else

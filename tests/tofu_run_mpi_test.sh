@@ -74,8 +74,11 @@ done
 
 # Recomputation under MPI: the first process chooses what to recompute within the budget and
 # the plan, every process rewrites the step alike; verified, bit-identical to the step
-# without recomputation, each process's arena within the budget.
-if ! timeout 600 "${mpi[@]}" -np 2 "$run" --backend mpi --model wresnet-50-1-i32-c8-k10 --batch 32 \
+# without recomputation, each process's arena within the budget. (Under ASan, on one commit in
+# three, as the cases above.)
+if ! in_sample 1 3; then
+  :
+elif ! timeout 600 "${mpi[@]}" -np 2 "$run" --backend mpi --model wresnet-50-1-i32-c8-k10 --batch 32 \
      --memory-per-worker 3.6MiB --steps 2 --verify --format=json >"$tmp/out.json" 2>"$tmp/err.txt"; then
   echo "FAILED: mpirun -np 2 tofu-run --memory-per-worker 3.6MiB --verify" >&2
   cat "$tmp/out.json" "$tmp/err.txt" >&2
