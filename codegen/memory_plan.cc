@@ -59,6 +59,14 @@ int64_t MemoryPlan::largestPeak() const {
   return peak;
 }
 
+unsigned MemoryPlan::largestPeakWorker() const {
+  unsigned at = 0;
+  for (unsigned w = 0; w < workers.size(); ++w)
+    if (workers[w].peak > workers[at].peak)
+      at = w;
+  return at;
+}
+
 MemoryPlan planMemory(const Problem &p, const ExecPlan &plan,
                       const std::vector<std::string> &outputs) {
   const unsigned k = plan.workers;

@@ -56,6 +56,8 @@ LiveAtMost liveAtMost(const WorkerMemory &w);
 struct MemoryPlan {
   std::vector<WorkerMemory> workers;
   int64_t largestPeak() const;
+  /// The first worker whose peak is the largest.
+  unsigned largestPeakWorker() const;
 };
 
 /// Whether node `ne`'s owners each assemble their tile from one slice (no reduction split):

@@ -65,13 +65,8 @@ llvm::Expected<std::string> TrainingBuilder::gradientOf(const std::string &tenso
   auto it = contributions_.find(tensor);
   if (it == contributions_.end() || it->second.empty())
     return stringError(fmt::format("tensor '{}' gets no gradient", tensor));
-  std::string sum = it->second.front();
-  for (size_t k = 1; k < it->second.size(); ++k) {
-    auto next = addSum(tensor, sum, it->second[k]);
-    if (!next)
-      return next;
-    sum = *next;
-  }
+  // backward() sums the contributions as they come: one is left.
+  const std::string sum = it->second.front();
   gradient_[tensor] = sum;
   return sum;
 }

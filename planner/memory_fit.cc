@@ -90,11 +90,7 @@ llvm::Expected<MemoryFit> search(const Problem &p, const PlanOptions &options, i
     out.exec = pick->exec;
     out.memory = pick->memory;
     out.peak = pick->peak;
-    for (unsigned w = 0; w < pick->memory.workers.size(); ++w)
-      if (pick->memory.workers[w].peak == pick->peak) {
-        out.peakWorker = w;
-        break;
-      }
+    out.peakWorker = pick->memory.largestPeakWorker();
     out.memoryWeight = pick->weight;
     out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     return llvm::Expected<MemoryFit>(std::move(out));

@@ -84,11 +84,7 @@ llvm::Expected<Trial> planDropping(const Graph &training, const OpLibrary &lib,
   t.fit.exec = buildExecPlan(*t.problem, t.fit.plan);
   t.fit.memory = planMemory(*t.problem, t.fit.exec, t.graph.outputs);
   t.fit.peak = t.fit.memory.largestPeak();
-  for (unsigned w = 0; w < t.fit.memory.workers.size(); ++w)
-    if (t.fit.memory.workers[w].peak == t.fit.peak) {
-      t.fit.peakWorker = w;
-      break;
-    }
+  t.fit.peakWorker = t.fit.memory.largestPeakWorker();
   t.fit.fits = limit <= 0 || t.fit.peak <= limit;
   t.fit.limit = limit;
   t.fit.searches = 1;

@@ -395,16 +395,30 @@ int main(int argc, char **argv) {
     // With recomputation the planner rewrites the training graph (planner/recompute.h): the
     // problem, plan and memory are the rewritten graph's.
     std::optional<tofu::RecomputePlan> recomputed;
+    // A plan judged against the budget, as the progress lines say it.
+    auto judged = [&](const tofu::MemoryFit &f) {
+      return f.fits ? fmt::format("fits, planned peak {}", human(double(f.peak)))
+                    : fmt::format("closest plan's peak {}, {} over", human(double(f.peak)),
+                                  human(double(f.peak - f.limit)));
+    };
+    // The report's memory lines: the chosen plan's planned peak and what is live then.
+    auto reportPeak = [&](const tofu::MemoryFit &f) {
+      report.plannedPeak = f.peak;
+      report.plannedPeakWorker = f.peakWorker;
+      if (budgetBytes)
+        report.memoryLimit = *budgetBytes;
+      const tofu::LiveAtMost live = tofu::liveAtMost(f.memory.workers[f.peakWorker]);
+      report.liveTiles = live.tiles;
+      report.liveFetches = live.fetches;
+      report.livePartials = live.partials;
+    };
     if (recompute != tofu::RecomputeMode::None) {
       const int64_t limit = budgetBytes ? *budgetBytes : 0;
       auto progress = [&](size_t dropped, const tofu::MemoryFit &f) {
         llvm::errs() << fmt::format(
             "tofu-plan: recomputing {} tensor{}: {} ({} plan{} searched, {:.1f} s)\n", dropped,
             dropped == 1 ? "" : "s",
-            !budgetBytes ? fmt::format("planned peak {}", human(double(f.peak)))
-            : f.fits     ? fmt::format("fits, planned peak {}", human(double(f.peak)))
-                         : fmt::format("closest plan's peak {}, {} over", human(double(f.peak)),
-                                       human(double(f.peak - f.limit))),
+            budgetBytes ? judged(f) : fmt::format("planned peak {}", human(double(f.peak))),
             f.searches, f.searches == 1 ? "" : "s", f.seconds);
       };
       if (fit) {
@@ -412,15 +426,10 @@ int main(int argc, char **argv) {
             *g, *lib, pipeline.search, limit, recompute, maxWorkers,
             [&](unsigned k, const tofu::RecomputePlan &r) {
               llvm::errs() << fmt::format(
-                  "tofu-plan: {} workers: {}\n", k,
-                  r.fit.fits
-                      ? fmt::format(
-                            "fits, planned peak {}{}", human(double(r.fit.peak)),
-                            r.summary.copies.empty()
-                                ? ""
-                                : fmt::format(", recomputing {} tensors", r.summary.dropped.size()))
-                      : fmt::format("closest plan's peak {}, {} over", human(double(r.fit.peak)),
-                                    human(double(r.fit.peak - limit))));
+                  "tofu-plan: {} workers: {}{}\n", k, judged(r.fit),
+                  r.fit.fits && !r.summary.copies.empty()
+                      ? fmt::format(", recomputing {} tensors", r.summary.dropped.size())
+                      : "");
               fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", r.fit.peak}});
             });
         if (!found) {
@@ -468,30 +477,18 @@ int main(int argc, char **argv) {
             human(double(limit)), recomputed->tried, recomputed->tried == 1 ? "" : "s",
             recomputed->seconds, memoryFit.memoryWeight);
       }
-      report.plannedPeak = recomputed->fit.peak;
-      report.plannedPeakWorker = recomputed->fit.peakWorker;
-      if (budgetBytes)
-        report.memoryLimit = limit;
-      const tofu::LiveAtMost live =
-          tofu::liveAtMost(recomputed->fit.memory.workers[recomputed->fit.peakWorker]);
-      report.liveTiles = live.tiles;
-      report.liveFetches = live.fetches;
-      report.livePartials = live.partials;
+      reportPeak(recomputed->fit);
     } else if (budgetBytes) {
       const std::string limit = human(double(*budgetBytes));
       if (fit) {
-        auto found = tofu::fitWorkers(
-            *problem, pipeline.search, *budgetBytes, g->outputs, maxWorkers,
-            [&](unsigned k, const tofu::MemoryFit &f) {
-              llvm::errs() << fmt::format(
-                  "tofu-plan: {} workers: {} ({} plan{} searched, "
-                  "{:.1f} s)\n",
-                  k,
-                  f.fits ? fmt::format("fits, planned peak {}", human(double(f.peak)))
-                         : fmt::format("closest plan's peak {}, {} over", human(double(f.peak)),
-                                       human(double(f.peak - f.limit))),
-                  f.searches, f.searches == 1 ? "" : "s", f.seconds);
-            });
+        auto found =
+            tofu::fitWorkers(*problem, pipeline.search, *budgetBytes, g->outputs, maxWorkers,
+                             [&](unsigned k, const tofu::MemoryFit &f) {
+                               llvm::errs() << fmt::format(
+                                   "tofu-plan: {} workers: {} ({} plan{} searched, "
+                                   "{:.1f} s)\n",
+                                   k, judged(f), f.searches, f.searches == 1 ? "" : "s", f.seconds);
+                             });
         if (!found) {
           llvm::errs() << "tofu-plan: --fit " << fitBytes << ": "
                        << llvm::toString(found.takeError()) << "\n";
@@ -530,14 +527,7 @@ int main(int argc, char **argv) {
                       limit, memoryFit.searches, memoryFit.searches == 1 ? "" : "s",
                       memoryFit.seconds, memoryFit.memoryWeight);
       plan = &memoryFit.plan;
-      report.plannedPeak = memoryFit.peak;
-      report.memoryLimit = *budgetBytes;
-      report.plannedPeakWorker = memoryFit.peakWorker;
-      const tofu::LiveAtMost live =
-          tofu::liveAtMost(memoryFit.memory.workers[memoryFit.peakWorker]);
-      report.liveTiles = live.tiles;
-      report.liveFetches = live.fetches;
-      report.livePartials = live.partials;
+      reportPeak(memoryFit);
     }
     report.exact = plan->workers <= 64;
     std::string machineText;
