@@ -509,6 +509,13 @@ OpCheck verifyStrategies(const StrategyTable &table, const VerifyOptions &option
     std::optional<Tensor> reference;
     for (const auto &range : kRanges) {
       inputs = randomInputs(op, shapes, seed, range);
+      if (options.quantize) {
+        const std::vector<InputValueRule> rules = inputValueRules(op, shapes);
+        for (size_t i = 0; i < inputs.size(); ++i)
+          if (rules[i].integers == 0)
+            for (double &v : inputs[i].data)
+              v = options.quantize(v);
+      }
       std::vector<const Tensor *> ptrs;
       for (const Tensor &t : inputs)
         ptrs.push_back(&t);

@@ -64,6 +64,10 @@ struct VerifyOptions {
   const std::vector<std::vector<int64_t>> *exampleShapes = nullptr;
   unsigned trials = 2;     ///< random shape draws per op
   double tolerance = 1e-5; ///< on |a - b| / max(1, |b|)
+  /// When set, every random input value that is not an index (InputValueRule::integers) is
+  /// replaced by quantize(value) before anything runs: verification in a narrower element
+  /// type draws values that type holds exactly (bfloat16: roundToBf16).
+  std::function<double(double)> quantize;
   int64_t minExtent = 2, maxExtent = 5;
 };
 

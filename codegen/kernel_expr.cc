@@ -213,7 +213,7 @@ std::string Lowering::read(const ir::Read &r) {
         off += fmt::format("({} - o{}_{}) * st{}_{} + ", cs[d], r.input, d, r.input, d);
       off += fmt::format("(lo{} - o{}_{}) * st{}_{} + fl", flat_->outer, r.input, last - 1, r.input,
                          last - 1);
-      return guarded(r, cs, fmt::format("in{}[{}]", r.input, off));
+      return guarded(r, cs, widened(r.input, fmt::format("in{}[{}]", r.input, off)));
     }
     for (size_t d = 0; d < cs.size(); ++d) {
       std::string term = fmt::format("({} - o{}_{})", cs[d], r.input, d);
@@ -221,7 +221,7 @@ std::string Lowering::read(const ir::Read &r) {
         term += fmt::format(" * st{}_{}", r.input, d);
       off += (d ? " + " : "") + term;
     }
-    return guarded(r, cs, fmt::format("in{}[{}]", r.input, off));
+    return guarded(r, cs, widened(r.input, fmt::format("in{}[{}]", r.input, off)));
   }
   std::string call =
       fmt::format("{}_ld{}(in{}, I + {}", kNameToken, r.input, r.input, inputBase(r.input));
@@ -436,9 +436,9 @@ void Lowering::emitOpaqueHelper(unsigned id, const NativeOpaque &fn, unsigned in
     params += fmt::format(", i64 c{}", k);
   std::string h;
   auto add = [&](const std::string &l) { h += l + "\n"; };
-  add(fmt::format("{} float {}_opq{}(const float *p, const i64 *q{}{}) {{",
+  add(fmt::format("{} float {}_opq{}(const {} *p, const i64 *q{}{}) {{",
                   cpp ? "static inline" : "static __device__", kNameToken, id,
-                  cpp ? ", TofuOpqMemo *m" : "", params));
+                  loops::elementCType(types_.input(input)), cpp ? ", TofuOpqMemo *m" : "", params));
   add(fmt::format("  const i64 m0 = q[{}], m1 = q[{}];", 3 * freeDims[0], 3 * freeDims[1]));
   std::string load = fmt::format("{}_ld{}(p, q", kNameToken, input);
   for (unsigned d = 0, x = 0; d < coords.size(); ++d)

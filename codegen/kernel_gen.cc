@@ -36,6 +36,15 @@ namespace kernelgen {
 llvm::Expected<std::string> Lowering::print() {
   sched_ = scheduleKernel(op_, dialect_ == KernelDialect::Cpp ? ScheduleTarget::Cpp
                                                               : ScheduleTarget::Cuda);
+  // An interchanged nest accumulates into the output buffer itself: a bfloat16 output would
+  // round every partial sum. Its reduction is then computed inline, in a float32
+  // accumulator, and the sum stored once.
+  if (types_.output != loops::Element::F32)
+    sched_.interchange = false;
+  kernel_.inputs.clear();
+  for (size_t i = 0; i < op_.inputs.size(); ++i)
+    kernel_.inputs.push_back(types_.input(i));
+  kernel_.output = types_.output;
   std::string out = dialect_ == KernelDialect::Cpp ? printCpp() : printCuda();
   if (!error_.empty())
     return llvm::createStringError(llvm::inconvertibleErrorCode(), "op '%s': %s", op_.name.c_str(),
@@ -276,10 +285,25 @@ uint64_t stableHash(const std::string &s, uint64_t seed) {
   return h;
 }
 
-llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dialect) {
+bool KernelTypes::allF32() const {
+  return output == loops::Element::F32 &&
+         std::all_of(inputs.begin(), inputs.end(),
+                     [](loops::Element e) { return e == loops::Element::F32; });
+}
+
+std::string KernelTypes::describe(size_t inputCount) const {
+  std::string out;
+  for (size_t i = 0; i < inputCount; ++i)
+    out += fmt::format("{}{}", i ? "," : "", loops::elementName(input(i)));
+  return out + "->" + loops::elementName(output);
+}
+
+llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dialect,
+                                            const KernelTypes &types) {
   // The name hashes the C++ lowering, whatever the dialect: the two dialects' kernels of
-  // one instantiation share it.
-  Lowering cppLowering(op, KernelDialect::Cpp);
+  // one instantiation share it. The lowering declares the buffers' types, so kernels of
+  // one op with other element types have other names.
+  Lowering cppLowering(op, KernelDialect::Cpp, types);
   auto cpp = cppLowering.print();
   if (!cpp)
     return cpp.takeError();
@@ -289,7 +313,7 @@ llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dial
     k.code = std::move(*cpp);
     k.temporaries = cppLowering.schedule().temporaries();
   } else {
-    Lowering lowering(op, KernelDialect::Cuda);
+    Lowering lowering(op, KernelDialect::Cuda, types);
     auto cuda = lowering.print();
     if (!cuda)
       return cuda.takeError();
@@ -301,14 +325,17 @@ llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dial
     k.passesBlockOutputVars = lowering.passesBlockOutputVars();
   }
   replaceAll(k.code, kNameToken, k.name);
-  k.code = fmt::format("// op {}\n", op.name) + k.code;
+  k.code = fmt::format("// op {}{}\n", op.name,
+                       types.allF32() ? "" : " (" + types.describe(op.inputs.size()) + ")") +
+           k.code;
   return k;
 }
 
 const char *const kKernelNameToken = kNameToken;
 
-llvm::Expected<loops::Kernel> lowerKernel(const InstOp &op, KernelDialect dialect) {
-  Lowering lowering(op, dialect);
+llvm::Expected<loops::Kernel> lowerKernel(const InstOp &op, KernelDialect dialect,
+                                          const KernelTypes &types) {
+  Lowering lowering(op, dialect, types);
   auto printed = lowering.print();
   if (!printed)
     return printed.takeError();

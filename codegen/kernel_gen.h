@@ -69,14 +69,31 @@ struct KernelSource {
   std::vector<unsigned> passesBlockOutputVars;
 };
 
-/// Lowers and prints `op`. Fails, naming the op and the construct, for what the generator
-/// cannot express (an opaque call): such ops run on the interpreter.
-llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dialect);
+/// The element types of a kernel's buffers in memory: per input (float32 past the end of
+/// `inputs`) and of its output. A kernel computes in float32 whatever they are: it widens
+/// what it loads and rounds what it stores. Accumulators and temporaries are float32, so
+/// a kernel whose output is bfloat16 rounds each output value once.
+struct KernelTypes {
+  std::vector<loops::Element> inputs;
+  loops::Element output = loops::Element::F32;
+  loops::Element input(size_t i) const {
+    return i < inputs.size() ? inputs[i] : loops::Element::F32;
+  }
+  bool allF32() const;
+  /// "bf16,f32->bf16": the inputs' types and the output's.
+  std::string describe(size_t inputCount) const;
+};
+
+/// Lowers and prints `op`, its buffers of `types`. Fails, naming the op and the construct,
+/// for what the generator cannot express (an opaque call): such ops run on the interpreter.
+llvm::Expected<KernelSource> generateKernel(const InstOp &op, KernelDialect dialect,
+                                            const KernelTypes &types = {});
 
 /// The loop IR of `op`'s kernel in `dialect` (what generateKernel prints), every entry point
 /// named with the prefix kKernelNameToken where the kernel's name goes. Fails as
 /// generateKernel.
-llvm::Expected<loops::Kernel> lowerKernel(const InstOp &op, KernelDialect dialect);
+llvm::Expected<loops::Kernel> lowerKernel(const InstOp &op, KernelDialect dialect,
+                                          const KernelTypes &types = {});
 /// Where a kernel's name stands in lowerKernel's function names.
 extern const char *const kKernelNameToken;
 

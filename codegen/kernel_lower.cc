@@ -42,7 +42,13 @@ void Lowering::combine(ir::Reducer reducer, const std::string &acc, const std::s
 
 void Lowering::store(const std::string &buffer, const std::string &offset,
                      const std::string &value) {
-  add(loops::storeNode(buffer, offset, value));
+  // Only `out` may hold another element type; temporaries and scratch are float32.
+  add(loops::storeNode(buffer, offset, value,
+                       buffer == "out" ? types_.output : loops::Element::F32));
+}
+
+std::string Lowering::widened(unsigned input, const std::string &load) const {
+  return types_.input(input) == loops::Element::BF16 ? "tofu_from_bf16(" + load + ")" : load;
 }
 
 void Lowering::returnIf(const std::string &cond, const std::string &value) {
@@ -375,11 +381,18 @@ void Lowering::emitLocals() {
     for (unsigned d = rank; d-- > 0;)
       decl("const i64", fmt::format("st{}_{}", i, d),
            d + 1 == rank ? std::string("1") : fmt::format("st{0}_{1} * e{0}_{1}", i, d + 1));
-    decl("const float *__restrict__", fmt::format("in{}", i), fmt::format("a->in[{}]", i));
+    const loops::Element e = types_.input(i);
+    decl(fmt::format("const {} *__restrict__", loops::elementCType(e)), fmt::format("in{}", i),
+         e == loops::Element::F32
+             ? fmt::format("a->in[{}]", i)
+             : fmt::format("(const {} *)a->in[{}]", loops::elementCType(e), i));
     if (rank == 0) // a scalar input (a learning rate, a loss's gradient): read once
-      decl("const float", fmt::format("x{}", i), fmt::format("in{}[0]", i));
+      decl("const float", fmt::format("x{}", i), widened(i, fmt::format("in{}[0]", i)));
   }
-  decl("float *__restrict__", "out", "a->out");
+  decl(fmt::format("{} *__restrict__", loops::elementCType(types_.output)), "out",
+       types_.output == loops::Element::F32
+           ? std::string("a->out")
+           : fmt::format("({} *)a->out", loops::elementCType(types_.output)));
   // Counting sums: the product of their extents, once per call (a value the loops then
   // read as an invariant, with no branch in them).
   for (const Red &r : sched_.reductions)
@@ -432,7 +445,8 @@ void Lowering::emitLoaders() {
     unsigned rank = op_.inputs[i].rank;
     if (rank == 0)
       continue;
-    std::string params = "const float *p, const i64 *q";
+    std::string params =
+        fmt::format("const {} *p, const i64 *q", loops::elementCType(types_.input(i)));
     for (unsigned d = 0; d < rank; ++d)
       params += fmt::format(", i64 c{}", d);
     beginFunction(loops::Function::Kind::Helper, fmt::format("{}_ld{}", kNameToken, i), params);
@@ -445,7 +459,7 @@ void Lowering::emitLoaders() {
     }
     returnIf(outside, "0.0f");
     returnIf(region, "TOFU_NAN");
-    add(loops::returnNode("p[" + off + "]"));
+    add(loops::returnNode(widened(i, "p[" + off + "]")));
   }
 }
 
@@ -618,6 +632,8 @@ void Lowering::emitInterchanged(const ir::Reduce &top, const std::string &rowLo,
                     lo = rowLo.empty() ? fmt::format("lo{}", last) : rowLo,
                     hi = rowHi.empty() ? fmt::format("hi{}", last) : rowHi;
   const std::string off = outputOffset();
+  if (types_.output != loops::Element::F32) // print() schedules such kernels otherwise
+    fail("an interchanged nest accumulating into a bfloat16 output");
   openLoop(LoopKind::Vector, var, lo, hi, "", true);
   store("out", off, identity(top.reducer));
   close();

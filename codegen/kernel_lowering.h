@@ -104,7 +104,8 @@ bool mayLeaveTensor(const InstOp &op, const ir::Coord &c);
 /// The loop nest of one op: where each reduction is computed.
 class Lowering {
 public:
-  Lowering(const InstOp &op, KernelDialect dialect) : op_(op), dialect_(dialect) {}
+  Lowering(const InstOp &op, KernelDialect dialect, KernelTypes types = {})
+      : op_(op), dialect_(dialect), types_(std::move(types)) {}
 
   llvm::Expected<std::string> print();
 
@@ -166,6 +167,8 @@ private:
   void assign(const std::string &target, const std::string &op, const std::string &value);
   void combine(ir::Reducer reducer, const std::string &acc, const std::string &value);
   void store(const std::string &buffer, const std::string &offset, const std::string &value);
+  /// A load of input `input` (C text of an element of its buffer) as a float32.
+  std::string widened(unsigned input, const std::string &load) const;
   void use(const std::string &local) { add(loops::useNode(local)); }
   void returnIf(const std::string &cond, const std::string &value);
   /// Adds a compound statement and makes its body the current block.
@@ -377,6 +380,7 @@ private:
 
   const InstOp &op_;
   KernelDialect dialect_;
+  KernelTypes types_;
   KernelSchedule sched_;
   std::map<unsigned, unsigned> rename_; ///< while printing a fused member's body
   /// Loops over a part of their range (a split reduction's share): bound expressions.

@@ -123,6 +123,38 @@ TOFU_DEV float tofu_round_bf16(float x) {
 }
 /// float16 (IEEE binary16): 11 significant bits, normal from 2^-14, at most 65504.
 TOFU_DEV float tofu_round_f16(float x) { return tofu_round_narrow(x, 11, -14, 65504.0f); }
+
+// --- storage in bfloat16 ----------------------------------------------------------------
+// A buffer of bfloat16 elements holds each as its 16 bits (the upper half of a float32);
+// kernels load it widened to float32 and round what they store to the nearest, ties to
+// even, as support/bf16.h and PyTorch do. Arithmetic stays float32.
+typedef unsigned short tofu_bf16;
+#if defined(__CUDACC_RTC__)
+#define TOFU_BITS_OF(x) ((unsigned)__float_as_uint(x))
+#define TOFU_FLOAT_OF(u) __uint_as_float(u)
+#else
+TOFU_DEV unsigned tofu_bits_of(float x) {
+  unsigned u;
+  __builtin_memcpy(&u, &x, sizeof u);
+  return u;
+}
+TOFU_DEV float tofu_float_of(unsigned u) {
+  float x;
+  __builtin_memcpy(&x, &u, sizeof x);
+  return x;
+}
+#define TOFU_BITS_OF(x) tofu_bits_of(x)
+#define TOFU_FLOAT_OF(u) tofu_float_of(u)
+#endif
+/// The float32 a bfloat16 holds (exact).
+TOFU_DEV float tofu_from_bf16(tofu_bf16 b) { return TOFU_FLOAT_OF((unsigned)b << 16); }
+/// `x` rounded to the nearest bfloat16, ties to even; a NaN stays a (quiet) NaN.
+TOFU_DEV tofu_bf16 tofu_to_bf16(float x) {
+  const unsigned u = TOFU_BITS_OF(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return (tofu_bf16)((u >> 16) | 0x40u);
+  return (tofu_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 TOFU_DEV float tofu_eq(float x, float y) {
   const float r = x == y ? 1.0f : 0.0f;
   return ((x != x) | (y != y)) ? TOFU_NAN : r;

@@ -97,6 +97,8 @@ private:
     case Node::Kind::Combine:
       return combineText(n.reducer, n.target, n.value);
     case Node::Kind::Store:
+      if (n.element == Element::BF16)
+        return fmt::format("{}[{}] = tofu_to_bf16({});", n.target, n.offset, n.value);
       return fmt::format("{}[{}] = {};", n.target, n.offset, n.value);
     case Node::Kind::BlockCombine:
       if (target_ != Target::Cuda)
@@ -266,7 +268,9 @@ void outlineInto(const Block &b, unsigned indent, std::string &out) {
       outlineInto(n.body, indent + 1, out);
       break;
     case Node::Kind::Store:
-      out += fmt::format("{}store {}\n", pad, n.target);
+      out +=
+          fmt::format("{}store {}{}\n", pad, n.target,
+                      n.element == Element::F32 ? "" : std::string(" ") + elementName(n.element));
       break;
     case Node::Kind::Combine:
       out += fmt::format("{}combine {} {}\n", pad, n.target, ir::reducerName(n.reducer));
@@ -318,12 +322,16 @@ Node combineNode(ir::Reducer reducer, std::string accumulator, std::string value
   return n;
 }
 
-Node storeNode(std::string buffer, std::string offset, std::string value) {
+Node storeNode(std::string buffer, std::string offset, std::string value, Element element) {
   Node n = assignNode(std::move(buffer), "", std::move(value));
   n.kind = Node::Kind::Store;
   n.offset = std::move(offset);
+  n.element = element;
   return n;
 }
+
+const char *elementName(Element e) { return e == Element::BF16 ? "bf16" : "f32"; }
+const char *elementCType(Element e) { return e == Element::BF16 ? "tofu_bf16" : "float"; }
 
 Node ifNode(std::string cond, bool compact) {
   Node n;

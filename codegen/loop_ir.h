@@ -5,7 +5,10 @@
 // a block's threads), where each reduction accumulates, which locals hold temporaries, and
 // which loads and stores there are. The two targets differ only where their loops bind to
 // hardware (loop kinds, entry points, a block's combine); expressions are C text, the same
-// in both, written by the lowering's one expression printer.
+// in both, written by the lowering's one expression printer. Arithmetic is float32; a
+// buffer's element type (float32 or bfloat16) is in the tree where it is stored (Store's
+// `element`) and in the kernel's signature (Kernel::inputs, Kernel::output), and the
+// printer writes the conversions from them.
 #ifndef TOFU_CODEGEN_LOOP_IR_H
 #define TOFU_CODEGEN_LOOP_IR_H
 
@@ -18,6 +21,13 @@
 namespace tofu::loops {
 
 enum class Target { Cpp, Cuda };
+
+/// What one element of a buffer is in memory. Loads widen to float32, stores round to the
+/// nearest (ties to even).
+enum class Element { F32, BF16 };
+const char *elementName(Element e); ///< "f32", "bf16"
+/// The C type of a pointer to a buffer's elements ("float", "tofu_bf16").
+const char *elementCType(Element e);
 
 /// How the iterations of a loop run.
 enum class LoopKind {
@@ -65,6 +75,8 @@ struct Node {
   std::vector<std::pair<std::string, std::string>> decls;
   // Assign, Combine, Store, BlockCombine, Use
   std::string target, op, offset, value;
+  /// Store: the element type of the buffer written (BF16: the value is rounded to it).
+  Element element = Element::F32;
   ir::Reducer reducer = ir::Reducer::Sum;
   // If
   std::string cond;
@@ -79,7 +91,8 @@ Node loopNode(LoopKind kind, std::string var, std::string from, std::string to,
 Node declNode(std::string type, std::vector<std::pair<std::string, std::string>> decls);
 Node assignNode(std::string target, std::string op, std::string value);
 Node combineNode(ir::Reducer reducer, std::string accumulator, std::string value);
-Node storeNode(std::string buffer, std::string offset, std::string value);
+Node storeNode(std::string buffer, std::string offset, std::string value,
+               Element element = Element::F32);
 Node ifNode(std::string cond, bool compact = false);
 Node returnNode(std::string value);
 Node useNode(std::string local);
@@ -102,6 +115,9 @@ struct Kernel {
   /// CUDA: the type of the by-value argument block entry points take (its definition is
   /// `argsDefinition`, printed first); the C++ entry points take TofuKernelArgs.
   std::string argsType, argsDefinition;
+  /// The element types of the buffers the kernel reads (per input) and writes.
+  std::vector<Element> inputs;
+  Element output = Element::F32;
   std::vector<Function> functions;
 };
 

@@ -249,6 +249,38 @@ TEST(LoopIr, MaxPoolGradVisitsOnlyTheWindowsThatContainTheElement) {
             "      store out\n");
 }
 
+TEST(LoopIr, Bfloat16BuffersAreTypedAndAccumulateInFloat32) {
+  // The same op with its buffers in bfloat16: the statistics are float32 temporaries as
+  // before, but the sum over tokens is no longer accumulated into the output buffer (that
+  // would round every partial sum): it is computed per output value in a float32
+  // accumulator, and the output stored once, rounded.
+  const InstOp op = instance("layer_norm_grad_scale", {3, 3, 0}, {{"p", 2}, {"f", 1}});
+  KernelTypes types;
+  types.inputs = {loops::Element::BF16, loops::Element::BF16};
+  types.output = loops::Element::BF16;
+  auto k = lowerKernel(op, KernelDialect::Cpp, types);
+  ASSERT_TRUE(bool(k)) << llvm::toString(k.takeError());
+  const std::string outline = fastVariants(loops::outline(*k, kKernelNameToken));
+  EXPECT_EQ(outline.find("combine out"), std::string::npos) << outline;
+  EXPECT_NE(outline.find("store out bf16"), std::string::npos) << outline;
+  EXPECT_NE(outline.find("store t1\n"), std::string::npos) << outline;
+  ASSERT_EQ(k->inputs.size(), 3u); // the third (a scalar) not named: float32
+  EXPECT_EQ(k->inputs[0], loops::Element::BF16);
+  EXPECT_EQ(k->inputs[2], loops::Element::F32);
+  EXPECT_EQ(k->output, loops::Element::BF16);
+  auto src = generateKernel(op, KernelDialect::Cpp, types);
+  ASSERT_TRUE(bool(src)) << llvm::toString(src.takeError());
+  EXPECT_NE(src->code.find("const tofu_bf16 *__restrict__ in0"), std::string::npos);
+  EXPECT_NE(src->code.find("tofu_from_bf16(in0["), std::string::npos);
+  EXPECT_NE(src->code.find("= tofu_to_bf16("), std::string::npos);
+  EXPECT_NE(src->code.find("(bf16,bf16,f32->bf16)"), std::string::npos);
+  // Another name than the float32 kernel's: both can live in one library.
+  auto plain = generateKernel(op, KernelDialect::Cpp);
+  ASSERT_TRUE(bool(plain)) << llvm::toString(plain.takeError());
+  EXPECT_NE(plain->name, src->name);
+  EXPECT_EQ(plain->code.find("tofu_bf16 *"), std::string::npos);
+}
+
 TEST(LoopIr, LstmGatesBlockVariantSplitsBothProducts) {
   // The block variant splits both contractions across a block's threads.
   const InstOp op = instance("lstm_gates", {2, 2, 2, 2, 1});
@@ -488,6 +520,15 @@ TEST(KernelPrelude, NarrowFloatsRoundToNearestEven) {
   EXPECT_TRUE(std::isnan(tofu_round_f16(TOFU_NAN)));
   EXPECT_EQ(tofu_round_f16(65520.0f), TOFU_INF);
   EXPECT_EQ(tofu_round_f16(65519.0f), 65504.0f);
+  // Storage in bfloat16: the bits stored round as tofu_round_bf16's arithmetic does, and
+  // load back exactly.
+  for (float x : xs) {
+    const tofu_bf16 b = tofu_to_bf16(x);
+    EXPECT_EQ(tofu_from_bf16(b), tofu_round_bf16(x)) << x;
+    EXPECT_EQ(tofu_to_bf16(tofu_from_bf16(b)), b) << x;
+  }
+  EXPECT_TRUE(std::isnan(tofu_from_bf16(tofu_to_bf16(TOFU_NAN))));
+  EXPECT_TRUE(std::isnan(tofu_from_bf16(tofu_to_bf16(-TOFU_NAN))));
 }
 
 } // namespace

@@ -107,10 +107,12 @@ Tensor runOnRegions(const InstOp &op, const Shapes &shapes,
                     const std::function<void(const std::vector<Box> &regions,
                                              const float *const *in, float *out)> &call);
 
-/// runOnRegions with kernel `fn` of `op`.
+/// runOnRegions with kernel `fn` of `op`, generated for buffers of `types`: an input of
+/// bfloat16 is handed over rounded to it (its bits), and a bfloat16 output is widened.
 llvm::Expected<Tensor> runKernel(CpuKernelLibrary::Fn fn, const InstOp &op, const Shapes &shapes,
                                  const std::vector<const Tensor *> &inputs,
-                                 const std::vector<Range> &ranges, int threads = 1);
+                                 const std::vector<Range> &ranges, int threads = 1,
+                                 const KernelTypes &types = {});
 
 } // namespace tofu
 

@@ -10,7 +10,7 @@ namespace tofu {
 
 std::vector<KernelSource> verificationKernels(const ir::Module &module, const std::string &file,
                                               std::vector<std::string> *notCompiled,
-                                              KernelDialect dialect) {
+                                              KernelDialect dialect, loops::Element storage) {
   std::vector<KernelSource> out;
   auto examples = loadExamples(std::string(llvm::sys::path::parent_path(file)));
   if (!examples) {
@@ -26,24 +26,56 @@ std::vector<KernelSource> verificationKernels(const ir::Module &module, const st
       llvm::consumeError(inst.takeError()); // verifyFile reports it
       continue;
     }
-    auto k = generateKernel(*inst, dialect);
-    if (!k) {
-      std::string why = llvm::toString(k.takeError());
-      if (notCompiled)
-        notCompiled->push_back(why);
-      continue;
+    // The variants the verifier's shares ask for: whole outputs and, splitting a top-level
+    // reduction, partial results (which differ in bfloat16 only).
+    const Shapes shapes = randomShapes(*inst, 1, 2, 5);
+    std::vector<Range> whole;
+    for (int64_t e : shapes.vars)
+      whole.push_back({0, e});
+    std::vector<KernelTypes> variants{verificationTypes(*inst, shapes, whole, storage)};
+    if (const ir::Reduce *top = inst->topReduce();
+        top && !top->vars.empty() && storage != loops::Element::F32) {
+      std::vector<Range> slice = whole;
+      slice[top->vars[0]].hi = std::max<int64_t>(1, whole[top->vars[0]].hi / 2);
+      variants.push_back(verificationTypes(*inst, shapes, slice, storage));
     }
-    out.push_back(std::move(*k));
+    for (const KernelTypes &types : variants) {
+      auto k = generateKernel(*inst, dialect, types);
+      if (!k) {
+        std::string why = llvm::toString(k.takeError());
+        if (notCompiled)
+          notCompiled->push_back(why);
+        break;
+      }
+      out.push_back(std::move(*k));
+    }
   }
   return out;
 }
 
+KernelTypes verificationTypes(const InstOp &op, const Shapes &shapes,
+                              const std::vector<Range> &ranges, loops::Element storage) {
+  KernelTypes types;
+  if (storage == loops::Element::F32)
+    return types;
+  const std::vector<InputValueRule> rules = inputValueRules(op, shapes);
+  for (size_t i = 0; i < op.inputs.size(); ++i)
+    types.inputs.push_back(rules[i].integers > 0 ? loops::Element::F32 : storage);
+  bool partial = false;
+  if (const ir::Reduce *top = op.topReduce())
+    for (unsigned v : top->vars)
+      partial |= ranges[v].size() != shapes.vars[v];
+  types.output = partial ? loops::Element::F32 : storage;
+  return types;
+}
+
 ShareEvaluator compiledEvaluator(CpuKernelLibrary &lib, const KernelCompileOptions &options,
-                                 int threads) {
-  return [&lib, options, threads](const InstOp &op, const Shapes &shapes,
-                                  const std::vector<const Tensor *> &inputs,
-                                  const std::vector<Range> &ranges) -> llvm::Expected<Tensor> {
-    auto k = generateKernel(op, KernelDialect::Cpp);
+                                 int threads, loops::Element storage) {
+  return [&lib, options, threads, storage](
+             const InstOp &op, const Shapes &shapes, const std::vector<const Tensor *> &inputs,
+             const std::vector<Range> &ranges) -> llvm::Expected<Tensor> {
+    const KernelTypes types = verificationTypes(op, shapes, ranges, storage);
+    auto k = generateKernel(op, KernelDialect::Cpp, types);
     if (!k) {
       llvm::consumeError(k.takeError());
       return evaluate(op, shapes, inputs, ranges);
@@ -54,7 +86,7 @@ ShareEvaluator compiledEvaluator(CpuKernelLibrary &lib, const KernelCompileOptio
         return e;
       fn = lib.find(k->name);
     }
-    return runKernel(fn, op, shapes, inputs, ranges, threads);
+    return runKernel(fn, op, shapes, inputs, ranges, threads, types);
   };
 }
 

@@ -20,6 +20,7 @@
 #include "grammar/diagnostics.h"
 #include "runtime/dataset.h"
 #include "runtime/kernel_verify.h"
+#include "support/bf16.h"
 #include "support/cl_choice.h"
 #include "support/errors.h"
 #include "support/files.h"
@@ -113,6 +114,17 @@ cl::opt<Kernels, false, tofu::ChoiceParser<Kernels>> kernelsMode(
                           "oneDNN where a library call expresses the share, else the op's "
                           "generated C++ kernel, float32, as tofu-run runs them")),
     cl::init(Kernels::Interp), cl::cat(tdlcCategory));
+cl::opt<tofu::loops::Element, false, tofu::ChoiceParser<tofu::loops::Element>> storage(
+    "storage",
+    cl::desc("With --kernel, or --verify --kernels compiled: the element type of the kernels' "
+             "buffers in memory (arithmetic is float32 either way):"),
+    cl::values(clEnumValN(tofu::loops::Element::F32, "f32", "float32 (default)"),
+               clEnumValN(tofu::loops::Element::BF16, "bf16",
+                          "bfloat16: float inputs and the output loaded widened and stored "
+                          "rounded to the nearest (a reduction's partial results float32); "
+                          "verified on inputs bfloat16 holds exactly, within its rounding, "
+                          "without library calls")),
+    cl::init(tofu::loops::Element::F32), cl::cat(tdlcCategory));
 unsigned verifyPassed = 0, verifyFailed = 0;
 /// With --kernels compiled: the kernels, compiled once per file in one batch.
 std::unique_ptr<tofu::CpuKernelLibrary> kernelLibrary;
@@ -277,8 +289,8 @@ int analyseModule(const tofu::ir::Module &module) {
   std::map<std::string, tofu::Example> examples;
   if (verify && kernelsMode == Kernels::Compiled) {
     std::vector<std::string> notCompiled;
-    std::vector<tofu::KernelSource> kernels =
-        tofu::verificationKernels(module, module.rootFile, &notCompiled);
+    std::vector<tofu::KernelSource> kernels = tofu::verificationKernels(
+        module, module.rootFile, &notCompiled, tofu::KernelDialect::Cpp, storage);
     kernelLibrary = std::make_unique<tofu::CpuKernelLibrary>();
     if (llvm::Error e = kernelLibrary->add(kernels, {})) {
       llvm::errs() << "tdlc: compiling the kernels of " << module.rootFile << ": "
@@ -389,8 +401,13 @@ int analyseModule(const tofu::ir::Module &module) {
           !tofu::scheduleKernel(*inst, tofu::ScheduleTarget::CudaPasses).temporaries().empty())
         describe("schedule (several launches: the _p, _c and _mp entry points)",
                  tofu::ScheduleTarget::CudaPasses);
+      std::vector<tofu::Range> whole;
+      const tofu::Shapes shapes = tofu::randomShapes(*inst, 1, 2, 5);
+      for (int64_t e : shapes.vars)
+        whole.push_back({0, e});
       auto k =
-          tofu::generateKernel(*inst, cuda ? tofu::KernelDialect::Cuda : tofu::KernelDialect::Cpp);
+          tofu::generateKernel(*inst, cuda ? tofu::KernelDialect::Cuda : tofu::KernelDialect::Cpp,
+                               tofu::verificationTypes(*inst, shapes, whole, storage));
       if (!k) {
         llvm::outs() << "// no kernel: " << llvm::toString(k.takeError()) << "\n";
         continue;
@@ -406,10 +423,16 @@ int analyseModule(const tofu::ir::Module &module) {
     if (verify) {
       tofu::VerifyOptions options;
       options.seed = seed;
-      if (kernelLibrary) {
+      if (kernelLibrary && storage == tofu::loops::Element::F32) {
         options.evaluate =
             tofu::libraryEvaluator(tofu::compiledEvaluator(*kernelLibrary, {}), nullptr);
         options.tolerance = tofu::kFloat32VerifyTolerance;
+      } else if (kernelLibrary) {
+        options.evaluate = tofu::compiledEvaluator(*kernelLibrary, {}, 1, storage);
+        options.quantize = [](double v) {
+          return static_cast<double>(tofu::roundToBf16(static_cast<float>(v)));
+        };
+        options.tolerance = tofu::kBfloat16VerifyTolerance;
       }
       if (example)
         options.exampleShapes = &example->inputShapes;
@@ -539,6 +562,10 @@ int main(int argc, char **argv) {
   }
   if (target.getNumOccurrences() > 0 && !kernel) {
     llvm::errs() << "tdlc: --target applies to --kernel only\n";
+    return 2;
+  }
+  if (storage.getNumOccurrences() > 0 && !kernel && !(verify && kernelsMode == Kernels::Compiled)) {
+    llvm::errs() << "tdlc: --storage applies to --kernel and to --verify --kernels compiled only\n";
     return 2;
   }
   if (format == Format::Json && !strategies) {

@@ -2,6 +2,7 @@
 // shares, and a sample of the cases to run under AddressSanitizer.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <string>
@@ -48,6 +49,19 @@ inline bool runsInThisSample(size_t index, size_t every) {
   const char *o = std::getenv("TOFU_SAMPLE_OFFSET");
   const size_t offset = o && *o ? static_cast<size_t>(std::strtoull(o, nullptr, 10)) : 0;
   return (index + offset) % every == 0;
+}
+
+/// Whether case `index` of a sampled check runs: one case in `every` in the default run, the
+/// sample rotating with the commit (TOFU_SAMPLE_OFFSET), and every case with TOFU_FULL=1
+/// (tools/test.sh --full); under AddressSanitizer one in `every * asanEvery`.
+inline bool runsInSampledCheck(size_t index, size_t every, size_t asanEvery = 3) {
+  const char *full = std::getenv("TOFU_FULL");
+  if (full && std::string(full) == "1")
+    return true;
+  const size_t n = std::max<size_t>(1, every * (kUnderAsan ? asanEvery : 1));
+  const char *o = std::getenv("TOFU_SAMPLE_OFFSET");
+  const size_t offset = o && *o ? static_cast<size_t>(std::strtoull(o, nullptr, 10)) : 0;
+  return (index + offset) % n == 0;
 }
 
 } // namespace tofu

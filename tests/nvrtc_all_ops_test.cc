@@ -1,11 +1,13 @@
 // Every op of the library (and of the TDL test corpus) has a CUDA kernel that NVRTC
-// compiles for sm_90 — on machines without a GPU too: NVRTC needs none.
+// compiles for sm_90 — on machines without a GPU too: NVRTC needs none. Each also in
+// bfloat16 storage (its float inputs and its output as bfloat16 in memory).
 #include <cstdio>
 #include <fstream>
 
 #include "analysis/sema.h"
 #include "analysis/verify.h"
 #include "runtime/cuda/nvrtc_kernels.h"
+#include "runtime/kernel_verify.h"
 #include "testing/suite.h"
 #include "llvm/Support/Path.h"
 #include "gtest/gtest.h"
@@ -18,7 +20,7 @@ TEST(Nvrtc, EveryOpsCudaKernelCompiles) {
   SourceManager sources;
   DiagnosticEngine diags(sources);
   std::vector<KernelSource> kernels;
-  unsigned ops = 0;
+  unsigned ops = 0, bf16 = 0;
   for (const std::string &file : files) {
     auto module = loadModule(file, diags);
     ASSERT_TRUE(static_cast<bool>(module)) << file;
@@ -36,6 +38,19 @@ TEST(Nvrtc, EveryOpsCudaKernelCompiles) {
       }
       EXPECT_NE(k->code.find("__global__"), std::string::npos);
       kernels.push_back(std::move(*k));
+      const Shapes shapes = randomShapes(*inst, 1, 2, 5);
+      std::vector<Range> whole;
+      for (int64_t e : shapes.vars)
+        whole.push_back({0, e});
+      auto b = generateKernel(*inst, KernelDialect::Cuda,
+                              verificationTypes(*inst, shapes, whole, loops::Element::BF16));
+      if (!b) {
+        ADD_FAILURE() << file << " (bfloat16): " << llvm::toString(b.takeError());
+        continue;
+      }
+      EXPECT_NE(b->code.find("tofu_bf16"), std::string::npos) << file << ": " << op->name;
+      kernels.push_back(std::move(*b));
+      ++bf16;
     }
   }
   CubinOptions options;
@@ -50,10 +65,12 @@ TEST(Nvrtc, EveryOpsCudaKernelCompiles) {
     EXPECT_EQ(std::string(magic + 1, 3), "ELF") << c.path; // a cubin is an ELF image
     named += c.kernels.size();
   }
-  std::printf("%u ops: %zu CUDA kernels (%zu distinct) compiled by NVRTC into %zu cubins\n", ops,
-              kernels.size(), named, cubins->size());
-  EXPECT_EQ(kernels.size(), ops); // every op has a kernel (opaque functions too)
-  EXPECT_GE(named, 300u);         // (equal lowerings share one)
+  std::printf("%u ops: %zu CUDA kernels (%u of them bfloat16; %zu distinct) compiled by NVRTC "
+              "into %zu cubins\n",
+              ops, kernels.size(), bf16, named, cubins->size());
+  EXPECT_EQ(kernels.size(), 2 * ops); // every op has a kernel (opaque functions too), twice
+  EXPECT_EQ(bf16, ops);
+  EXPECT_GE(named, 600u); // (equal lowerings share one)
 }
 
 } // namespace

@@ -1,7 +1,9 @@
 // Every strategy of every op in every .tdl file of the repository, with each worker's share
 // computed by the op's generated C++ kernel (float32, compiled as the engine compiles them),
 // reproduces the unpartitioned result of the double-precision interpreter; and every op's
-// kernel is generated (opaque functions through their native implementations).
+// kernel is generated (opaque functions through their native implementations). The same in
+// bfloat16 storage: kernels that load bfloat16 and round their outputs to it, on a sample
+// of the files (every file with TOFU_FULL=1).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -9,6 +11,7 @@
 
 #include "analysis/sema.h"
 #include "runtime/kernel_verify.h"
+#include "support/bf16.h"
 #include "testing/suite.h"
 #include "gtest/gtest.h"
 
@@ -60,6 +63,68 @@ TEST(VerifyCompiled, EveryStrategyOfEveryOpOnCompiledKernels) {
               "difference %.3g\n",
               strategies, ops, worst);
   EXPECT_GE(strategies, 900u);
+}
+
+// Every third file (rotating with the commit), each of its ops' strategies on kernels whose
+// float inputs and whole outputs are bfloat16 in memory (partial results float32), on inputs
+// bfloat16 holds exactly, within the tolerance bfloat16's one rounding of each output gives.
+TEST(VerifyCompiled, StrategiesOnBfloat16Kernels) {
+  std::vector<std::string> all = findTdlFiles({"tests/tdl/good", "ops"}), files;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (runsInSampledCheck(i, 3))
+      files.push_back(all[i]);
+  ASSERT_FALSE(files.empty());
+  SourceManager sources;
+  DiagnosticEngine diags(sources);
+  std::vector<ir::Module> modules;
+  std::vector<KernelSource> kernels;
+  std::vector<std::string> notCompiled;
+  for (const std::string &file : files) {
+    auto module = loadModule(file, diags);
+    ASSERT_TRUE(static_cast<bool>(module)) << file << ": " << llvm::toString(module.takeError());
+    for (KernelSource &k :
+         verificationKernels(*module, file, &notCompiled, KernelDialect::Cpp, loops::Element::BF16))
+      kernels.push_back(std::move(k));
+    modules.push_back(std::move(*module));
+  }
+  for (const KernelSource &k : kernels)
+    if (k.code.find("tofu_bf16") == std::string::npos)
+      ADD_FAILURE() << "a bfloat16 variant reads and writes no bfloat16: " << k.code.substr(0, 80);
+  KernelCompileOptions options;
+  options.cacheDir = testKernelCache();
+  CpuKernelLibrary lib;
+  llvm::Error e = lib.add(kernels, options);
+  ASSERT_FALSE(bool(e)) << llvm::toString(std::move(e));
+  for (const std::string &why : notCompiled)
+    ADD_FAILURE() << "no generated kernel: " << why;
+
+  VerifyOptions verify;
+  verify.evaluate = compiledEvaluator(lib, options, 1, loops::Element::BF16);
+  verify.quantize = [](double v) {
+    return static_cast<double>(roundToBf16(static_cast<float>(v)));
+  };
+  verify.tolerance = kBfloat16VerifyTolerance;
+  unsigned ops = 0, strategies = 0;
+  double worst = 0;
+  for (size_t f = 0; f < files.size(); ++f)
+    for (const OpCheck &c : verifyFile(modules[f], files[f], verify)) {
+      ++ops;
+      EXPECT_TRUE(c.problem.empty()) << files[f] << ": " << c.op << ": " << c.problem;
+      for (const StrategyCheck &s : c.strategies) {
+        ++strategies;
+        worst = std::max(worst, s.maxRelError);
+        EXPECT_TRUE(s.ok) << files[f] << ": " << c.op << " split " << s.strategy << ": "
+                          << s.problem << " (shapes " << c.shapes << ")";
+      }
+    }
+  std::printf("bfloat16: verified %u strategies of %u ops in %zu of %zu files on compiled "
+              "kernels (%zu kernels); largest relative difference %.3g (tolerance %.3g)\n",
+              strategies, ops, files.size(), all.size(), kernels.size(), worst,
+              kBfloat16VerifyTolerance);
+  EXPECT_GT(strategies, 0u);
+  // Rounding is seen: with every output rounded to bfloat16, some difference passes what
+  // float32 kernels show.
+  EXPECT_GT(worst, kFloat32VerifyTolerance);
 }
 
 } // namespace
