@@ -117,10 +117,6 @@ TOFU_DEV float tofu_round_narrow(float x, int bits, int emin, float max) {
   const float r = nearbyintf(x / q) * q;
   return r > max ? TOFU_INF : r < -max ? -TOFU_INF : r;
 }
-/// bfloat16: float32's exponents, 8 significant bits.
-TOFU_DEV float tofu_round_bf16(float x) {
-  return tofu_round_narrow(x, 8, -126, 3.3895313892515355e38f);
-}
 /// float16 (IEEE binary16): 11 significant bits, normal from 2^-14, at most 65504.
 TOFU_DEV float tofu_round_f16(float x) { return tofu_round_narrow(x, 11, -14, 65504.0f); }
 
@@ -155,6 +151,11 @@ TOFU_DEV tofu_bf16 tofu_to_bf16(float x) {
     return (tofu_bf16)((u >> 16) | 0x40u);
   return (tofu_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+/// bfloat16: float32's exponents, 8 significant bits. Rounding the lower 16 bits away
+/// (tofu_to_bf16) gives what tofu_round_narrow(x, 8, -126, 3.3895313892515355e38f) gives, a
+/// float32 subnormal and a carry past the largest bfloat16 into infinity included, in a few
+/// integer operations that vectorise (the other's ilogbf, ldexpf and nearbyintf do not).
+TOFU_DEV float tofu_round_bf16(float x) { return tofu_from_bf16(tofu_to_bf16(x)); }
 TOFU_DEV float tofu_eq(float x, float y) {
   const float r = x == y ? 1.0f : 0.0f;
   return ((x != x) | (y != y)) ? TOFU_NAN : r;

@@ -512,6 +512,9 @@ TEST(KernelPrelude, NarrowFloatsRoundToNearestEven) {
   }
   for (float x : xs) {
     EXPECT_EQ(tofu_round_bf16(x), bf16(x)) << x;
+    // The prelude rounds to bfloat16 by bits; the arithmetic rounding it replaced (quantum
+    // by exponent, nearbyintf) is an independent derivation of the same values.
+    EXPECT_EQ(tofu_round_bf16(x), tofu_round_narrow(x, 8, -126, 3.3895313892515355e38f)) << x;
 #ifdef __FLT16_MAX__
     EXPECT_EQ(tofu_round_f16(x), static_cast<float>(static_cast<_Float16>(x))) << x;
 #endif

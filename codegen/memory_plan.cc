@@ -10,6 +10,11 @@
 namespace tofu {
 namespace {
 
+/// The bytes of a buffer of `elements` elements of `size` bytes, rounded up to whole 4-byte
+/// words: every buffer starts aligned for float32, whatever the buffers before it hold (a
+/// float32 buffer's size is unchanged).
+int64_t storedBytes(int64_t elements, unsigned size) { return (elements * size + 3) / 4 * 4; }
+
 /// Offsets by "largest first, lowest free offset": each buffer goes to the lowest offset
 /// where it overlaps no already-placed buffer whose lifetime it shares. The placed buffers
 /// are kept in offset order, so the first gap large enough is found in one pass.
@@ -99,7 +104,7 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan,
         start[out] = 3 * int64_t(i);
     }
     for (unsigned t = 0; t < p.tensors.size(); ++t) {
-      int64_t bytes = boxElements(plan.tiles[w][t]) * p.tensors[t].storageBytes;
+      int64_t bytes = storedBytes(boxElements(plan.tiles[w][t]), p.tensors[t].storageBytes);
       if (bytes == 0)
         continue;
       Buffer b;
@@ -127,7 +132,7 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan,
         Buffer b;
         b.kind = Buffer::Kind::Fetch;
         b.tensor = f.tensor;
-        b.bytes = boxElements(f.region) * p.tensors[f.tensor].storageBytes;
+        b.bytes = storedBytes(boxElements(f.region), p.tensors[f.tensor].storageBytes);
         b.start = at;
         b.end = at + 1;
         b.node = static_cast<int>(i);
@@ -139,7 +144,8 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan,
         Buffer b;
         b.kind = Buffer::Kind::Partial;
         b.tensor = out;
-        b.bytes = boxElements(inst.produced) * p.tensors[out].resultStorageBytes(!singleSlice(ne));
+        b.bytes = storedBytes(boxElements(inst.produced),
+                              p.tensors[out].resultStorageBytes(!singleSlice(ne)));
         b.start = at;
         b.end = at + 2; // until every owner has assembled its tile
         b.node = static_cast<int>(i);

@@ -15,6 +15,7 @@
 
 #include "analysis/instantiate.h"
 #include "analysis/strategy.h"
+#include "codegen/loop_ir.h"
 #include "graph/graph.h"
 
 namespace tofu {
@@ -22,12 +23,15 @@ namespace tofu {
 /// A copy of `box` (absolute coordinates of one tensor) from worker `from`'s buffer at
 /// `srcOffset` holding `srcBox` into the running worker's buffer at `dstOffset` holding
 /// `dstBox`; with `combine`, reduced into the destination by the node's reducer. Buffers are
-/// row-major float32; offsets are bytes into the arenas.
+/// row-major, of elements `srcElement` and `dstElement` (a bfloat16 buffer's values are
+/// converted on the way: widened exactly, or rounded to nearest even); offsets are bytes into
+/// the arenas.
 struct RegionCopy {
   unsigned from = 0;
   int64_t srcOffset = 0, dstOffset = 0;
   Box srcBox, dstBox, box;
   bool combine = false;
+  loops::Element srcElement = loops::Element::F32, dstElement = loops::Element::F32;
   /// The tensor's element size as the plan counts bytes moved (its graph dtype).
   unsigned elementBytes = 4;
 };
@@ -44,6 +48,10 @@ struct Launch {
   std::vector<int64_t> ints;
   /// Every affine read lies inside its buffer's box: the generated kernel may load unchecked.
   bool fast = false;
+  /// The element types of the buffers it reads (per op input) and writes: the types its
+  /// kernel is generated for (codegen/kernel_gen.h: KernelTypes).
+  std::vector<loops::Element> inputElements;
+  loops::Element outputElement = loops::Element::F32;
 };
 
 /// What one worker does for one node, in order: fetch its inputs' regions, launch its
@@ -58,6 +66,7 @@ struct ProgramStep {
   int64_t tileElements = 0;
   /// Several reduction slices are combined into the tile: it starts at the reducer's identity.
   bool initIdentity = false;
+  loops::Element tileElement = loops::Element::F32; ///< the output tile's elements
   std::vector<RegionCopy> assemble;
   /// Whether all workers synchronise after the launches (another worker's partial result is
   /// read next) and after the assembly (a worker's tile is read by another next, or this is
@@ -104,6 +113,9 @@ struct ProgramTensor {
   TensorRole role = TensorRole::Activation;
   bool hasProducer = false;
   std::vector<Box> tiles; ///< per worker
+  /// How its tiles and fetched regions are stored: bfloat16 for the tensors a bf16 plan
+  /// narrows (partition/problem.h: ProblemTensor::storageBytes 2), else float32.
+  loops::Element element = loops::Element::F32;
 };
 
 struct Program {
@@ -119,7 +131,12 @@ struct Program {
   std::vector<unsigned> inPlace;
   /// Bytes the plan moves between workers in one step (fetches and reductions).
   int64_t predictedBytes = 0;
+  /// Whether some tensor is stored in bfloat16 (a backend that cannot hold it refuses).
+  bool hasBfloat16() const;
 };
+
+/// Bytes per element of `e` in an arena.
+inline unsigned elementBytes(loops::Element e) { return e == loops::Element::BF16 ? 2 : 4; }
 
 /// A readable listing: per worker its arena, then per step its copies, launch and assembly.
 std::string programDump(const Program &program);

@@ -14,6 +14,11 @@
 namespace tofu {
 namespace {
 
+/// The element type an arena buffer of `bytes` bytes per element holds.
+loops::Element elementOf(unsigned bytes) {
+  return bytes == 2 ? loops::Element::BF16 : loops::Element::F32;
+}
+
 class Builder {
 public:
   Builder(const Problem &p, const ExecPlan &plan, const MemoryPlan &memory, Program &out)
@@ -95,8 +100,12 @@ llvm::Error Builder::buildStep(size_t i) {
       if (f.repeats >= 0) {
         l.inputOffsets.push_back(l.inputOffsets[f.repeats]);
         l.inputBoxes.push_back(l.inputBoxes[f.repeats]);
+        l.inputElements.push_back(l.inputElements[f.repeats]);
         continue;
       }
+      // Fetched regions are stored as their tensor's tiles are.
+      const loops::Element element = elementOf(p.tensors[f.tensor].storageBytes);
+      l.inputElements.push_back(element);
       auto fb = fetchOff[w].find({static_cast<int>(i), static_cast<int>(q)});
       if (fb == fetchOff[w].end()) { // read in place from the worker's own tile
         const Box &tile = plan.tiles[w][f.tensor];
@@ -120,6 +129,7 @@ llvm::Error Builder::buildStep(size_t i) {
         cp.dstBox = f.region;
         cp.box = part.box;
         cp.elementBytes = p.tensors[f.tensor].elementBytes;
+        cp.srcElement = cp.dstElement = element;
         if (cp.srcOffset < 0)
           return stringError(fmt::format("node '{}': worker {} fetches from worker {}, which "
                                          "holds no tile of '{}'",
@@ -129,11 +139,13 @@ llvm::Error Builder::buildStep(size_t i) {
     }
     if (inst.computes) {
       auto pb = partialOff[w].find(static_cast<int>(i));
-      if (pb != partialOff[w].end())
+      if (pb != partialOff[w].end()) {
         l.outputOffset = pb->second;
-      else if (writesTileDirectly(ne, w, plan.tiles[w][outT]) && wp.tileOffset[outT] >= 0)
+        l.outputElement = elementOf(p.tensors[outT].resultStorageBytes(!singleSlice(ne)));
+      } else if (writesTileDirectly(ne, w, plan.tiles[w][outT]) && wp.tileOffset[outT] >= 0) {
         l.outputOffset = wp.tileOffset[outT];
-      else
+        l.outputElement = elementOf(p.tensors[outT].storageBytes);
+      } else
         return stringError(
             fmt::format("node '{}', worker {}: no buffer for its result", node.name, w));
       const InstOp &op = node.table->op;
@@ -149,6 +161,7 @@ llvm::Error Builder::buildStep(size_t i) {
     st.tileOffset = tileOff;
     st.tileElements = boxElements(a.tile);
     st.initIdentity = a.slices.size() > 1;
+    st.tileElement = elementOf(p.tensors[outT].storageBytes);
     for (const auto &slice : a.slices)
       for (const Fetch &f : slice) {
         const OpInstance &src = ne.workers[f.from];
@@ -158,9 +171,11 @@ llvm::Error Builder::buildStep(size_t i) {
         if (pb != partialOff[f.from].end()) {
           cp.srcOffset = pb->second;
           cp.srcBox = src.produced;
+          cp.srcElement = elementOf(p.tensors[outT].resultStorageBytes(!singleSlice(ne)));
         } else {
           cp.srcOffset = out.worker[f.from].tileOffset[outT];
           cp.srcBox = plan.tiles[f.from][outT];
+          cp.srcElement = st.tileElement;
           if (f.from == a.owner && !st.initIdentity)
             continue; // written in place by the owner's own kernel
         }
@@ -168,6 +183,7 @@ llvm::Error Builder::buildStep(size_t i) {
         cp.dstBox = a.tile;
         cp.box = f.box;
         cp.combine = st.initIdentity;
+        cp.dstElement = st.tileElement;
         cp.elementBytes = p.tensors[outT].resultBytes(a.slices.size() > 1);
         st.assemble.push_back(std::move(cp));
       }
@@ -238,8 +254,11 @@ bool Builder::updateInPlace(unsigned upd, unsigned tgt) {
         return false; // fetched: another worker's tile would be read while it is written
   }
   for (unsigned w = 0; w < k; ++w)
-    if (plan.nodes[at].workers[w].computes)
-      out.worker[w].steps[at].launch.outputOffset = out.worker[w].tileOffset[tgt];
+    if (plan.nodes[at].workers[w].computes) {
+      Launch &l = out.worker[w].steps[at].launch;
+      l.outputOffset = out.worker[w].tileOffset[tgt];
+      l.outputElement = elementOf(p.tensors[tgt].storageBytes);
+    }
   out.inPlace.push_back(upd);
   return true;
 }
@@ -275,6 +294,8 @@ void Builder::buildCarries() {
         cp.dstBox = want;
         cp.box = part;
         cp.elementBytes = p.tensors[upd].elementBytes;
+        cp.srcElement = elementOf(p.tensors[upd].storageBytes);
+        cp.dstElement = elementOf(p.tensors[tgt].storageBytes);
         out.worker[w].carries.push_back(cp);
         if (boxContains(plan.tiles[u][upd], want))
           break;
@@ -294,6 +315,7 @@ llvm::Error Builder::build() {
     tensor.shape = pt.shape;
     tensor.role = pt.role;
     tensor.hasProducer = pt.producer >= 0;
+    tensor.element = elementOf(pt.storageBytes);
     for (unsigned w = 0; w < k; ++w)
       tensor.tiles.push_back(plan.tiles[w][t]);
     out.tensors.push_back(std::move(tensor));

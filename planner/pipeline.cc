@@ -86,6 +86,10 @@ const char kTrainableHelp[] =
     "With --onnx: float initializers to train whatever the import's rule says (by default "
     "an initializer holding a value that is not finite, or an anonymous one of one "
     "element, onnx::<op>_<n>, is a constant)";
+const char *const kBf16PrecisionHelp =
+    "as torch.autocast(dtype=torch.bfloat16): products and convolutions on bfloat16 operands, "
+    "accumulating in float32; softmax, normalisations' statistics, losses, exp, log, pow and "
+    "sums in float32; weights, gradients of weights and optimiser state float32";
 const char kFrozenHelp[] =
     "With --onnx: float initializers to keep constant (not trained, not in checkpoints)";
 

@@ -42,6 +42,8 @@ struct GraphSource {
 
 /// What --trainable and --frozen do (tofu-plan's and tofu-run's options, which fill
 /// GraphSource::trainable and frozen).
+/// --precision bf16's description, shared by tofu-plan and tofu-run.
+extern const char *const kBf16PrecisionHelp;
 extern const char kTrainableHelp[], kFrozenHelp[];
 
 /// The operator library's directory, wherever the tool runs from: `given` where the user

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "analysis/reducer.h"
+#include "support/bf16.h"
 
 namespace tofu {
 
@@ -67,13 +68,17 @@ llvm::Error forEachCopyInto(const Program &program, unsigned me,
   return each(2 * n, wp.carries, nullptr);
 }
 
-void copyBox(float *dst, const Box &dstBox, const float *src, const Box &srcBox, const Box &box,
-             const ir::Reducer *reducer) {
+namespace {
+
+/// Calls `row(dstOffset, srcOffset, n)` (element offsets) for each innermost row of `box`
+/// between buffers holding `dstBox` and `srcBox`; a box of rank 0 is one row of one element.
+template <typename Row>
+void forEachRow(const Box &dstBox, const Box &srcBox, const Box &box, Row row) {
   const size_t r = box.size();
   if (boxElements(box) == 0 && r > 0)
     return;
   if (r == 0) {
-    dst[0] = reducer ? reducerCombine(*reducer, dst[0], src[0]) : src[0];
+    row(int64_t(0), int64_t(0), int64_t(1));
     return;
   }
   std::vector<int64_t> ds(r, 1), ss(r, 1);
@@ -90,12 +95,7 @@ void copyBox(float *dst, const Box &dstBox, const float *src, const Box &srcBox,
       doff += (abs - dstBox[d].lo) * ds[d];
       soff += (abs - srcBox[d].lo) * ss[d];
     }
-    if (reducer) {
-      for (int64_t k = 0; k < inner; ++k)
-        dst[doff + k] = reducerCombine(*reducer, dst[doff + k], src[soff + k]);
-    } else {
-      std::memcpy(dst + doff, src + soff, sizeof(float) * inner);
-    }
+    row(doff, soff, inner);
     size_t d = r - 1;
     while (d-- > 0) {
       if (++c[d] < box[d].size())
@@ -105,6 +105,65 @@ void copyBox(float *dst, const Box &dstBox, const float *src, const Box &srcBox,
     if (d == static_cast<size_t>(-1))
       return;
   }
+}
+
+} // namespace
+
+void copyBox(float *dst, const Box &dstBox, const float *src, const Box &srcBox, const Box &box,
+             const ir::Reducer *reducer) {
+  forEachRow(dstBox, srcBox, box, [&](int64_t doff, int64_t soff, int64_t n) {
+    if (reducer) {
+      for (int64_t k = 0; k < n; ++k)
+        dst[doff + k] = reducerCombine(*reducer, dst[doff + k], src[soff + k]);
+    } else {
+      std::memcpy(dst + doff, src + soff, sizeof(float) * n);
+    }
+  });
+}
+
+void copyBox(void *dst, loops::Element dstElement, const Box &dstBox, const void *src,
+             loops::Element srcElement, const Box &srcBox, const Box &box,
+             const ir::Reducer *reducer) {
+  using loops::Element;
+  if (dstElement == Element::F32 && srcElement == Element::F32)
+    return copyBox(static_cast<float *>(dst), dstBox, static_cast<const float *>(src), srcBox, box,
+                   reducer);
+  auto *d16 = static_cast<uint16_t *>(dst);
+  auto *s16 = static_cast<const uint16_t *>(src);
+  auto *d32 = static_cast<float *>(dst);
+  auto *s32 = static_cast<const float *>(src);
+  if (dstElement == srcElement && !reducer) { // bfloat16 to bfloat16: the bits
+    forEachRow(dstBox, srcBox, box, [&](int64_t doff, int64_t soff, int64_t n) {
+      std::memcpy(d16 + doff, s16 + soff, sizeof(uint16_t) * n);
+    });
+    return;
+  }
+  // Through a float32 row: the source widened, combined with the destination's values where
+  // a reducer says so, and stored in the destination's type (rounded once).
+  std::vector<float> in, acc;
+  forEachRow(dstBox, srcBox, box, [&](int64_t doff, int64_t soff, int64_t n) {
+    const size_t m = static_cast<size_t>(n);
+    const float *from = s32 + soff;
+    if (srcElement == Element::BF16) {
+      in.resize(m);
+      fromBf16(s16 + soff, in.data(), m);
+      from = in.data();
+    }
+    if (reducer) {
+      acc.resize(m);
+      if (dstElement == Element::BF16)
+        fromBf16(d16 + doff, acc.data(), m);
+      else
+        std::memcpy(acc.data(), d32 + doff, sizeof(float) * m);
+      for (size_t k = 0; k < m; ++k)
+        acc[k] = reducerCombine(*reducer, acc[k], from[k]);
+      from = acc.data();
+    }
+    if (dstElement == Element::BF16)
+      toBf16(from, d16 + doff, m);
+    else
+      std::memcpy(d32 + doff, from, sizeof(float) * m);
+  });
 }
 
 } // namespace tofu

@@ -47,19 +47,25 @@ public:
   /// Copies `c.box` from worker `c.from`'s arena into worker `w`'s; with `reducer`,
   /// combines it into what is there.
   virtual void copy(unsigned w, const RegionCopy &c, const ir::Reducer *reducer) = 0;
-  /// Sets `bytes / 4` floats at `offset` of worker `w`'s arena to `value`.
-  virtual void fill(unsigned w, int64_t offset, int64_t bytes, float value) = 0;
+  /// Sets the elements of `element` in `bytes` bytes at `offset` of worker `w`'s arena to
+  /// `value` (rounded to bfloat16 for a bfloat16 buffer).
+  virtual void fill(unsigned w, int64_t offset, int64_t bytes, float value,
+                    loops::Element element = loops::Element::F32) = 0;
   /// Runs the kernel of worker `w`'s step `step`.
   virtual llvm::Error launch(unsigned w, size_t step) = 0;
   /// Returns when every worker has called `sync` as often as `w` (all operations issued
   /// before it, by every worker, are complete or ordered before any issued after it).
   virtual void sync(unsigned w) = 0;
-  /// Host data in and out: `box` of a tensor between a host buffer holding `hostBox` and
-  /// worker `w`'s buffer at `offset` holding `held`. Called between steps only.
+  /// Host data in and out: `box` of a tensor between a host buffer of float32 holding
+  /// `hostBox` and worker `w`'s buffer of `element` at `offset` holding `held` (converted on
+  /// the way). Called between steps only.
   virtual void write(unsigned w, int64_t offset, const Box &held, const float *host,
-                     const Box &hostBox, const Box &box) = 0;
+                     const Box &hostBox, const Box &box,
+                     loops::Element element = loops::Element::F32) = 0;
   virtual void read(unsigned w, int64_t offset, const Box &held, float *host, const Box &hostBox,
-                    const Box &box) const = 0;
+                    const Box &box, loops::Element element = loops::Element::F32) const = 0;
+  /// Whether it holds and computes tensors stored in bfloat16 (Program::hasBfloat16).
+  virtual bool supportsBfloat16() const { return false; }
   /// What computes worker `w`'s step `step` ("generated", the library call, "interpreter").
   virtual std::string describe(unsigned w, size_t step) const = 0;
   virtual BackendStats stats() const = 0;
@@ -92,18 +98,19 @@ public:
   void copy(unsigned w, const RegionCopy &c, const ir::Reducer *reducer) override {
     inner_->copy(w, c, reducer);
   }
-  void fill(unsigned w, int64_t offset, int64_t bytes, float value) override {
-    inner_->fill(w, offset, bytes, value);
+  void fill(unsigned w, int64_t offset, int64_t bytes, float value,
+            loops::Element element = loops::Element::F32) override {
+    inner_->fill(w, offset, bytes, value, element);
   }
   llvm::Error launch(unsigned w, size_t step) override { return inner_->launch(w, step); }
   void sync(unsigned w) override { inner_->sync(w); }
   void write(unsigned w, int64_t offset, const Box &held, const float *host, const Box &hostBox,
-             const Box &box) override {
-    inner_->write(w, offset, held, host, hostBox, box);
+             const Box &box, loops::Element element = loops::Element::F32) override {
+    inner_->write(w, offset, held, host, hostBox, box, element);
   }
   void read(unsigned w, int64_t offset, const Box &held, float *host, const Box &hostBox,
-            const Box &box) const override {
-    inner_->read(w, offset, held, host, hostBox, box);
+            const Box &box, loops::Element element = loops::Element::F32) const override {
+    inner_->read(w, offset, held, host, hostBox, box, element);
   }
   std::string describe(unsigned w, size_t step) const override { return inner_->describe(w, step); }
   BackendStats stats() const override { return inner_->stats(); }
@@ -178,6 +185,12 @@ private:
 /// Copies (or combines with `reducer`) `box` between two row-major float buffers holding
 /// `dstBox` and `srcBox` (absolute coordinates), a contiguous run per innermost row.
 void copyBox(float *dst, const Box &dstBox, const float *src, const Box &srcBox, const Box &box,
+             const ir::Reducer *reducer);
+/// The same between buffers of the given element types: a bfloat16 source is widened
+/// exactly; a bfloat16 destination is rounded to nearest even once per element, after the
+/// combination (which reads its value widened).
+void copyBox(void *dst, loops::Element dstElement, const Box &dstBox, const void *src,
+             loops::Element srcElement, const Box &srcBox, const Box &box,
              const ir::Reducer *reducer);
 
 } // namespace tofu

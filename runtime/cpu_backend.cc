@@ -5,12 +5,14 @@
 #include <atomic>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <thread>
 
 #include "analysis/reducer.h"
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "runtime/library_kernels.h"
+#include "support/bf16.h"
 
 namespace tofu {
 namespace {
@@ -21,7 +23,15 @@ struct Prepared {
   CpuKernelLibrary::Fn fn = nullptr;        ///< else the generated kernel; neither: interpreter
   std::vector<const float *> in;
   float *out = nullptr;
+  /// A library call on bfloat16 buffers (it takes float32 ones): per input, the elements to
+  /// widen into float32 scratch before it (0: the input is float32 and read in place), and
+  /// the output's elements to round from float32 scratch after it (0: written in place).
+  std::vector<int64_t> widen;
+  int64_t narrow = 0;
 };
+
+/// The bytes of `n` floats, rounded up to whole 64-byte lines.
+int64_t roundedFloats(int64_t n) { return (n * 4 + 63) / 64 * 64; }
 
 class CpuBackend final : public Backend {
 public:
@@ -35,6 +45,7 @@ public:
   }
 
   std::string name() const override { return "cpu"; }
+  bool supportsBfloat16() const override { return true; }
 
   bool runsWorker(unsigned w) const override { return local_.empty() || local_[w]; }
 
@@ -77,26 +88,35 @@ public:
                                        program.worker[w].arenaBytes));
       arenas_[w] = static_cast<float *>(mem);
     }
-    // Kernels: one per instantiation the local workers launch, compiled in one batch.
-    std::vector<bool> used(program.kernels.size(), false);
+    // Kernels: one per instantiation the local workers launch and the element types of its
+    // buffers there (a bf16 plan launches an op on bfloat16 data, and on float32 partial
+    // results), compiled in one batch.
+    using Typed = std::pair<unsigned, std::string>; // kernel, KernelTypes::describe
+    auto typesOf = [](const Launch &l) { return KernelTypes{l.inputElements, l.outputElement}; };
+    auto typedKey = [&](const Launch &l) {
+      return Typed{l.kernel, typesOf(l).describe(l.inputOffsets.size())};
+    };
+    std::map<Typed, const Launch *> used;
     for (unsigned w = 0; w < k; ++w)
       if (runsWorker(w))
         for (const ProgramStep &st : program.worker[w].steps)
           if (st.launches)
-            used[st.launch.kernel] = true;
+            used.emplace(typedKey(st.launch), &st.launch);
     std::vector<KernelSource> sources;
-    std::vector<std::string> kernelName(program.kernels.size());
-    std::vector<std::vector<std::vector<unsigned>>> temporaries(program.kernels.size());
-    for (size_t i = 0; i < program.kernels.size(); ++i) {
-      if (!used[i])
-        continue;
-      auto src = generateKernel(*program.kernels[i].op, KernelDialect::Cpp);
+    struct Made {
+      std::string name;
+      std::vector<std::vector<unsigned>> temporaries;
+    };
+    std::map<Typed, Made> made;
+    for (const auto &[key, l] : used) {
+      Made &m = made[key];
+      auto src = generateKernel(*program.kernels[l->kernel].op, KernelDialect::Cpp, typesOf(*l));
       if (!src) {
         llvm::consumeError(src.takeError()); // the interpreter runs it
         continue;
       }
-      kernelName[i] = src->name;
-      temporaries[i] = src->temporaries;
+      m.name = src->name;
+      m.temporaries = src->temporaries;
       sources.push_back(std::move(*src));
     }
     if (llvm::Error e = kernels_.add(sources, options_.compile))
@@ -118,19 +138,33 @@ public:
         const InstOp &op = *program.kernels[l.kernel].op;
         Prepared &pr = prepared_[w][s];
         for (int64_t off : l.inputOffsets)
-          pr.in.push_back(arenas_[w] + off / 4);
-        pr.out = arenas_[w] + l.outputOffset / 4;
-        pr.fn = kernelName[l.kernel].empty() ? nullptr : kernels_.find(kernelName[l.kernel]);
+          pr.in.push_back(at(w, off));
+        pr.out = at(w, l.outputOffset);
+        const Made &m = made[typedKey(l)];
+        pr.fn = m.name.empty() ? nullptr : kernels_.find(m.name);
         if (options_.library && hasLibraryForm(op))
           pr.lib = libraryKernel(op, node.shapes, l.ranges, l.inputBoxes);
         if (pr.lib) {
           ++stats_.library;
-          stats_.extraBytes[w] =
-              std::max(stats_.extraBytes[w], static_cast<int64_t>(pr.lib->scratchBytes()));
+          // The library calls take float32: bfloat16 operands are widened into the scratch
+          // space beside the call's own, and a bfloat16 result rounded from there (on a CPU
+          // without bfloat16 arithmetic, oneDNN's bf16 paths convert the same way).
+          int64_t converted = 0;
+          for (size_t q = 0; q < l.inputOffsets.size(); ++q) {
+            const bool bf16 =
+                q < l.inputElements.size() && l.inputElements[q] == loops::Element::BF16;
+            pr.widen.push_back(bf16 ? boxElements(l.inputBoxes[q]) : 0);
+            converted += roundedFloats(pr.widen.back());
+          }
+          if (l.outputElement == loops::Element::BF16)
+            pr.narrow = boxElements(l.produced);
+          converted += roundedFloats(pr.narrow);
+          const int64_t own = static_cast<int64_t>(pr.lib->scratchBytes() + 63) / 64 * 64;
+          stats_.extraBytes[w] = std::max(stats_.extraBytes[w], own + converted);
         } else if (pr.fn) {
           // The generated kernel's temporaries (codegen/schedule.h) share the same space.
           stats_.extraBytes[w] =
-              std::max(stats_.extraBytes[w], kernelScratchBytes(temporaries[l.kernel], l.ranges));
+              std::max(stats_.extraBytes[w], kernelScratchBytes(m.temporaries, l.ranges));
         } else {
           ++stats_.interpreted;
         }
@@ -150,18 +184,41 @@ public:
   }
 
   void copy(unsigned w, const RegionCopy &c, const ir::Reducer *reducer) override {
-    copyBox(arenas_[w] + c.dstOffset / 4, c.dstBox, arenas_[c.from] + c.srcOffset / 4, c.srcBox,
-            c.box, reducer);
+    copyBox(at(w, c.dstOffset), c.dstElement, c.dstBox, at(c.from, c.srcOffset), c.srcElement,
+            c.srcBox, c.box, reducer);
   }
 
-  void fill(unsigned w, int64_t offset, int64_t bytes, float value) override {
-    std::fill(arenas_[w] + offset / 4, arenas_[w] + (offset + bytes) / 4, value);
+  void fill(unsigned w, int64_t offset, int64_t bytes, float value,
+            loops::Element element) override {
+    if (element == loops::Element::BF16) {
+      auto *p = reinterpret_cast<uint16_t *>(at(w, offset));
+      std::fill(p, p + bytes / 2, bf16Bits(value));
+      return;
+    }
+    std::fill(at(w, offset), at(w, offset) + bytes / 4, value);
   }
 
   llvm::Error launch(unsigned w, size_t step) override {
     const Prepared &pr = prepared_[w][step];
     const Launch &l = program_->worker[w].steps[step].launch;
-    if (pr.lib) {
+    if (pr.lib && (pr.narrow || std::any_of(pr.widen.begin(), pr.widen.end(),
+                                            [](int64_t n) { return n > 0; }))) {
+      // Float32 copies of the bfloat16 buffers after the call's own scratch space.
+      char *next = static_cast<char *>(scratch_[w]) + (pr.lib->scratchBytes() + 63) / 64 * 64;
+      std::vector<const float *> in = pr.in;
+      for (size_t q = 0; q < in.size(); ++q)
+        if (pr.widen[q] > 0) {
+          auto *f = reinterpret_cast<float *>(next);
+          fromBf16(reinterpret_cast<const uint16_t *>(pr.in[q]), f,
+                   static_cast<size_t>(pr.widen[q]));
+          in[q] = f;
+          next += roundedFloats(pr.widen[q]);
+        }
+      float *out = pr.narrow ? reinterpret_cast<float *>(next) : pr.out;
+      pr.lib->run(in.data(), out, threads_, scratch_[w]);
+      if (pr.narrow)
+        toBf16(out, reinterpret_cast<uint16_t *>(pr.out), static_cast<size_t>(pr.narrow));
+    } else if (pr.lib) {
       pr.lib->run(pr.in.data(), pr.out, threads_, scratch_[w]);
     } else if (pr.fn) {
       TofuKernelArgs args{l.ints.data(),  pr.in.data(), pr.out,
@@ -176,13 +233,13 @@ public:
   void sync(unsigned) override { barrier_->wait(); }
 
   void write(unsigned w, int64_t offset, const Box &held, const float *host, const Box &hostBox,
-             const Box &box) override {
-    copyBox(arenas_[w] + offset / 4, held, host, hostBox, box, nullptr);
+             const Box &box, loops::Element element) override {
+    copyBox(at(w, offset), element, held, host, loops::Element::F32, hostBox, box, nullptr);
   }
 
   void read(unsigned w, int64_t offset, const Box &held, float *host, const Box &hostBox,
-            const Box &box) const override {
-    copyBox(host, hostBox, arenas_[w] + offset / 4, held, box, nullptr);
+            const Box &box, loops::Element element) const override {
+    copyBox(host, loops::Element::F32, hostBox, at(w, offset), element, held, box, nullptr);
   }
 
   std::string describe(unsigned w, size_t step) const override {
@@ -208,8 +265,9 @@ private:
       Box all = wholeBox(t.shape);
       std::vector<float> tmp(std::max<int64_t>(1, t.size()),
                              std::numeric_limits<float>::quiet_NaN());
-      copyBox(tmp.data(), all, arenas_[w] + l.inputOffsets[q] / 4, held, intersectBoxes(held, all),
-              nullptr);
+      copyBox(tmp.data(), loops::Element::F32, all, at(w, l.inputOffsets[q]),
+              q < l.inputElements.size() ? l.inputElements[q] : loops::Element::F32, held,
+              intersectBoxes(held, all), nullptr);
       for (int64_t e = 0; e < t.size(); ++e)
         t.data[e] = tmp[e];
       ins.push_back(std::move(t));
@@ -220,10 +278,18 @@ private:
     auto r = evaluate(*program_->kernels[l.kernel].op, node.shapes, ptrs, l.ranges);
     if (!r)
       return r.takeError();
-    float *dst = arenas_[w] + l.outputOffset / 4;
-    for (int64_t e = 0; e < r->size(); ++e)
-      dst[e] = static_cast<float>(r->data[e]);
+    std::vector<float> result(r->data.begin(), r->data.end());
+    if (l.outputElement == loops::Element::BF16)
+      toBf16(result.data(), reinterpret_cast<uint16_t *>(at(w, l.outputOffset)), result.size());
+    else
+      std::copy(result.begin(), result.end(), at(w, l.outputOffset));
     return llvm::Error::success();
+  }
+
+  /// Worker `w`'s arena at byte `offset`, as the float pointer the kernels' ABI takes (a
+  /// bfloat16 buffer's too: offsets are multiples of 4, codegen/memory_plan.cc).
+  float *at(unsigned w, int64_t offset) const {
+    return reinterpret_cast<float *>(reinterpret_cast<char *>(arenas_[w]) + offset);
   }
 
   CpuBackendOptions options_;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -22,6 +23,16 @@ namespace {
 /// A weight or optimiser-state tensor that a step reads (not the update it computes).
 bool isTrainingState(const ProgramTensor &t) {
   return !t.hasProducer && (t.role == TensorRole::Weight || t.role == TensorRole::OptimizerState);
+}
+
+/// What checking runs fill unwritten buffers with: a float32 NaN whose halves are each a
+/// bfloat16 NaN (0x7fc0), so that a buffer of either type reads as NaN wherever it was not
+/// written.
+float poison() {
+  const uint32_t bits = 0x7fc07fc0u;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
 }
 
 } // namespace
@@ -127,7 +138,8 @@ void Engine::Impl::runWorker(unsigned w) {
     if (st.assembles) {
       const ir::Reducer &reducer = program.nodes[st.node].reducer;
       if (st.initIdentity)
-        b.fill(w, st.tileOffset, st.tileElements * 4, reducerIdentity<float>(reducer));
+        b.fill(w, st.tileOffset, st.tileElements * elementBytes(st.tileElement),
+               reducerIdentity<float>(reducer), st.tileElement);
       for (const RegionCopy &cp : st.assemble) {
         b.copy(w, cp, cp.combine ? &reducer : nullptr);
         if (cp.from != w)
@@ -180,6 +192,10 @@ Engine::create(Program program, std::unique_ptr<Backend> backend, const EngineOp
   impl->backend = std::move(backend);
   impl->options = options;
   const Program &prog = impl->program;
+  if (prog.hasBfloat16() && !impl->backend->supportsBfloat16())
+    return stringError(fmt::format("the {} backend does not run plans that store tensors in "
+                                   "bfloat16 (--precision bf16); the cpu backend does",
+                                   impl->backend->name()));
   if (llvm::Error e = impl->backend->prepare(prog))
     return e;
   for (unsigned w = 0; w < prog.workers; ++w)
@@ -196,8 +212,7 @@ Engine::create(Program program, std::unique_ptr<Backend> backend, const EngineOp
   impl->startThreads();
   if (options.checking)
     for (unsigned w : impl->local)
-      impl->backend->fill(w, 0, prog.worker[w].arenaBytes / 4 * 4,
-                          std::numeric_limits<float>::quiet_NaN());
+      impl->backend->fill(w, 0, prog.worker[w].arenaBytes / 4 * 4, poison());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -226,7 +241,8 @@ void Engine::setTiles(unsigned tensor, const std::function<void(const Box &, flo
     std::vector<float> &values = input ? m.inputs[{tensor, w}] : buf;
     values.assign(boxElements(tile), 0.0f);
     fill(tile, values.data());
-    m.backend->write(w, m.program.worker[w].tileOffset[tensor], tile, values.data(), tile, tile);
+    m.backend->write(w, m.program.worker[w].tileOffset[tensor], tile, values.data(), tile, tile,
+                     pt.element);
   }
 }
 
@@ -237,11 +253,13 @@ llvm::Expected<StepStats> Engine::step() {
   if (m.options.checking) // what a step did not write must not be read
     for (unsigned w : m.local)
       for (const BufferSpan &b : m.program.worker[w].scratchBuffers)
-        m.backend->fill(w, b.offset, b.bytes, std::numeric_limits<float>::quiet_NaN());
+        m.backend->fill(w, b.offset, b.bytes, poison());
   for (const auto &[at, values] : m.inputs) {
     const auto [t, w] = at;
-    const Box &tile = m.program.tensors[t].tiles[w];
-    m.backend->write(w, m.program.worker[w].tileOffset[t], tile, values.data(), tile, tile);
+    const ProgramTensor &pt = m.program.tensors[t];
+    const Box &tile = pt.tiles[w];
+    m.backend->write(w, m.program.worker[w].tileOffset[t], tile, values.data(), tile, tile,
+                     pt.element);
   }
   m.errors.assign(k, "");
   m.moved = 0;
@@ -276,7 +294,7 @@ Tensor Engine::get(unsigned tensor) const {
   for (unsigned w : m.local)
     if (holdsTile(tensor, w))
       m.backend->read(w, m.program.worker[w].tileOffset[tensor], pt.tiles[w], f.data(), all,
-                      pt.tiles[w]);
+                      pt.tiles[w], pt.element);
   for (int64_t e = 0; e < out.size(); ++e)
     out.data[e] = f[e];
   return out;
@@ -289,18 +307,22 @@ bool Engine::holdsTile(unsigned tensor, unsigned w) const {
 
 std::vector<float> Engine::readTile(unsigned tensor, unsigned w) const {
   const Impl &m = *impl_;
-  const Box &tile = m.program.tensors[tensor].tiles[w];
+  const ProgramTensor &pt = m.program.tensors[tensor];
+  const Box &tile = pt.tiles[w];
   std::vector<float> out(boxElements(tile));
   if (holdsTile(tensor, w))
-    m.backend->read(w, m.program.worker[w].tileOffset[tensor], tile, out.data(), tile, tile);
+    m.backend->read(w, m.program.worker[w].tileOffset[tensor], tile, out.data(), tile, tile,
+                    pt.element);
   return out;
 }
 
 void Engine::writeTile(unsigned tensor, unsigned w, const float *values) {
   Impl &m = *impl_;
-  const Box &tile = m.program.tensors[tensor].tiles[w];
+  const ProgramTensor &pt = m.program.tensors[tensor];
+  const Box &tile = pt.tiles[w];
   if (holdsTile(tensor, w))
-    m.backend->write(w, m.program.worker[w].tileOffset[tensor], tile, values, tile, tile);
+    m.backend->write(w, m.program.worker[w].tileOffset[tensor], tile, values, tile, tile,
+                     pt.element);
 }
 
 std::vector<int64_t> Engine::arenaBytes() const {

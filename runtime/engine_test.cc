@@ -14,6 +14,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/cpu_executor.h"
 #include "runtime/training_data.h"
+#include "support/bf16.h"
 #include "testing/engine_check.h"
 #include "testing/suite.h"
 #include "testing/test_problem.h"
@@ -76,6 +77,100 @@ TEST(Engine, OnnxTransformerTrainingStep) {
   std::map<std::string, std::vector<double>> constants = g->constants;
   EXPECT_FALSE(constants.empty());
   checkModel("onnx transformer", trainingProblem(std::move(*g)), {2, 4}, constants);
+}
+
+/// Storage in bfloat16 (--precision bf16): the same training graph, its bfloat16 tensors
+/// held in 2 bytes, against the same graph held in float32 (the engine emulating it: the
+/// graph's casts round to bfloat16, every other value float32) and partitioned against
+/// unpartitioned, on data as training sees it.
+void checkBfloat16(const std::string &what, llvm::Expected<Graph> g,
+                   const std::vector<unsigned> &ks) {
+  std::vector<std::string> outputs;
+  Problem bf16 = trainingProblem(std::move(g), Optimizer::SGD, &outputs, Precision::BF16);
+  Problem emulated = bf16; // the same graph, every tensor held in float32
+  unsigned narrow = 0;
+  for (ProblemTensor &t : emulated.tensors)
+    if (t.storageBytes == 2) {
+      t.storageBytes = 4;
+      ++narrow;
+    }
+  ASSERT_GT(narrow, 0u) << what << ": the policy stores no tensor in bfloat16";
+  // Data as training sees it (weights at their initial scale, one-hot labels), not random
+  // values of any size: a loss of 95 over logits in the hundreds, rounded at 2^-9 of
+  // their size, compared nothing but rounding.
+  auto given = trainingValues(bf16, outputs.at(0), 3, 0.1);
+  auto wide = start(emulated, 1, given);
+  auto one = start(bf16, 1, given);
+  ASSERT_TRUE(wide && one);
+  EXPECT_FALSE(wide->engine->program().hasBfloat16());
+  EXPECT_TRUE(one->engine->program().hasBfloat16());
+  // A bfloat16 tile takes 2 bytes a element (buffers rounded to whole 4-byte words): the
+  // arena is the memory plan's, smaller than the float32 one's.
+  EXPECT_EQ(one->engine->arenaBytes().at(0), one->memory.largestPeak());
+  EXPECT_LT(one->engine->arenaBytes().at(0), wide->engine->arenaBytes().at(0)) << what;
+  auto sw = wide->engine->step();
+  auto s1 = one->engine->step();
+  ASSERT_TRUE(sw && s1) << what;
+  // What is held in bfloat16 reads back as bfloat16 values: the arena holds their bits.
+  const Program &prog = one->engine->program();
+  unsigned checked = 0;
+  for (unsigned t = 0; t < prog.tensors.size(); ++t) {
+    if (prog.tensors[t].element != loops::Element::BF16 || !one->engine->holdsTile(t, 0))
+      continue;
+    ++checked;
+    for (double v : one->engine->get(t).data)
+      ASSERT_TRUE(std::isnan(v) || static_cast<float>(v) == roundToBf16(static_cast<float>(v)))
+          << what << ": '" << prog.tensors[t].name << "' holds " << v;
+  }
+  EXPECT_GT(checked, 0u);
+  // A backend that holds float32 alone (CUDA's and MPI's today) refuses the program, saying
+  // which backend does run it.
+  class Float32Only final : public ForwardingBackend {
+  public:
+    std::string name() const override { return "float32-only"; }
+    llvm::Error prepare(const Program &p) override {
+      inner_ = cpu()();
+      return inner_->prepare(p);
+    }
+  };
+  auto refused = Engine::create(one->engine->program(), std::make_unique<Float32Only>());
+  ASSERT_FALSE(bool(refused));
+  EXPECT_EQ(llvm::toString(refused.takeError()),
+            "the float32-only backend does not run plans that store tensors in bfloat16 "
+            "(--precision bf16); the cpu backend does");
+  // Against the float32-held step: what storage in bfloat16 adds is rounding each stored
+  // value to 8 significant bits (relative 2^-9 each, compounding over the step's layers).
+  double fromWide = 0;
+  for (unsigned t : resultTensors(bf16, *one->engine))
+    fromWide = std::max(fromWide, maxRelativeError(one->engine->get(t), wide->engine->get(t)));
+  EXPECT_LE(fromWide, kBfloat16StepTolerance) << what << ": against the float32-held step";
+  for (unsigned k : ks) {
+    auto run = start(bf16, k, given);
+    ASSERT_TRUE(run);
+    auto s = run->engine->step();
+    ASSERT_TRUE(bool(s)) << what << " k=" << k << ": " << llvm::toString(s.takeError());
+    EXPECT_EQ(s->bytesMoved, run->predicted) << what << " k=" << k;
+    double worst = 0;
+    for (unsigned t : resultTensors(bf16, *run->engine))
+      worst = std::max(worst, maxRelativeError(run->engine->get(t), one->engine->get(t)));
+    EXPECT_LE(worst, kBfloat16StepTolerance) << what << " k=" << k;
+    int64_t arenas = 0;
+    for (int64_t b : run->engine->arenaBytes())
+      arenas = std::max(arenas, b);
+    EXPECT_EQ(arenas, run->memory.largestPeak());
+    std::printf("%s in bf16, k=%u: against k=1 %.3g; k=1 against the float32-held step %.3g; "
+                "%lld bytes moved = predicted; largest arena %lld bytes (k=1: %lld, float32-held "
+                "%lld)\n",
+                what.c_str(), k, worst, fromWide, (long long)s->bytesMoved, (long long)arenas,
+                (long long)one->engine->arenaBytes().at(0),
+                (long long)wide->engine->arenaBytes().at(0));
+  }
+}
+
+TEST(Engine, Bfloat16StorageTrainingSteps) {
+  checkBfloat16("gpt", buildTransformer(1, 16, 2, 4, 2, 24), {2, 4});
+  checkBfloat16("mlp", buildMlp({64, 96, 32}, 16), {2, 4});
+  checkBfloat16("wresnet", buildModel("wresnet-50-1-i32-c4-k10", 8), {2, 4});
 }
 
 /// The loss after each of `steps` steps.

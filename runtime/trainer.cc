@@ -718,7 +718,9 @@ Trainer::Impl::referenceStep(const EngineOptions &with, const std::string &what,
 llvm::Expected<VerifyReport> Trainer::verify(double tolerance) {
   Impl &m = *impl_;
   VerifyReport v;
-  v.tolerance = tolerance < 0 ? kFloat32StepTolerance : tolerance;
+  v.tolerance = tolerance >= 0                      ? tolerance
+                : m.engine->program().hasBfloat16() ? kBfloat16StepTolerance
+                                                    : kFloat32StepTolerance;
   v.compared = m.compared.size();
   if (m.afterFirst.size() != m.compared.size())
     return stringError("verify: the first step's results were not kept (TrainerOptions::verify)");

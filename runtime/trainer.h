@@ -205,7 +205,8 @@ public:
   std::map<std::string, Tensor> wholeState();
   /// The first step run again unpartitioned, on this process alone, and compared with the
   /// partitioned step's results (options.verify must have been set). `tolerance` < 0:
-  /// kFloat32StepTolerance. Collective: every process calls it.
+  /// kFloat32StepTolerance, or kBfloat16StepTolerance where the step stores tensors in
+  /// bfloat16. Collective: every process calls it.
   llvm::Expected<VerifyReport> verify(double tolerance);
   /// Collective: every process calls it.
   ProcessMemory processMemory();

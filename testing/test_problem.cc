@@ -8,10 +8,11 @@
 namespace tofu {
 
 Problem trainingProblem(llvm::Expected<Graph> g, Optimizer optimizer,
-                        std::vector<std::string> *outputs) {
+                        std::vector<std::string> *outputs, Precision precision) {
   EXPECT_TRUE(bool(g)) << llvm::toString(g.takeError());
   PipelineOptions options;
   options.train = optimizer;
+  options.precision = precision;
   options.until = Stage::Problem;
   auto r = runPipeline(std::move(*g), "the test graph", testLibrary(), options);
   EXPECT_TRUE(bool(r)) << llvm::toString(r.takeError());

@@ -17,9 +17,10 @@ namespace tofu {
 /// (planner/pipeline.h) with testLibrary(): `g` checked, its output the loss (or given one),
 /// `optimizer`'s updates added. A step that fails
 /// is a test failure (gtest EXPECT) quoting the error. `outputs`, when given, receives the
-/// training graph's outputs.
+/// training graph's outputs. `precision`: the policy applied to the training graph.
 Problem trainingProblem(llvm::Expected<Graph> g, Optimizer optimizer = Optimizer::SGD,
-                        std::vector<std::string> *outputs = nullptr);
+                        std::vector<std::string> *outputs = nullptr,
+                        Precision precision = Precision::FP32);
 
 /// Random choices for every node and tensor of every step of `parts` (any strategy, any
 /// dimension, or none). `fitting`: none where a variable or dimension would be cut into

@@ -27,6 +27,16 @@ expect_exit() {
   fi
 }
 
+# Whether TOOL --help prints text: valid UTF-8 without control characters (an option's
+# description once pointed at a freed temporary, and --help printed the heap's bytes).
+help_is_text() { # TOOL
+  "$1" --help | python3 -c '
+import sys
+text = sys.stdin.buffer.read().decode("utf-8")  # fails on bytes that are not UTF-8
+bad = [c for c in text if (ord(c) < 32 and c != "\n") or c == "\ufffd"]
+sys.exit(1 if bad or "--workers" not in text else 0)'
+}
+
 # detect_asan BINARY: sets asan to 1 where the binary is built with AddressSanitizer (bazel
 # test --config=asan), where it runs some 3 to 10 times slower; else to 0. (grep reads all of
 # ldd's output: with -q it would stop at the match, and ldd, writing into a closed pipe,

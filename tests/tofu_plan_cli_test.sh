@@ -9,6 +9,8 @@ check() { # description, command...
 }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+source tests/cli_lib.sh
+check "--help prints text (UTF-8, no control characters)" help_is_text "$plan"
 
 # The operator library is found from any directory (beside the binary: its Bazel runfiles
 # here, PREFIX/share/tofu/ops installed); TOFU_OPS and --ops override it, and a wrong one, or

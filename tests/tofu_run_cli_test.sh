@@ -10,6 +10,7 @@ export TOFU_KERNEL_CACHE="${TOFU_TEST_KERNEL_CACHE:-$tmp/kernels}"
 source tests/cli_lib.sh
 # Under AddressSanitizer, the lists of like cases below run a sample, in turn (in_sample).
 detect_asan "$run"
+help_is_text "$run" || { echo "FAILED: tofu-run --help prints bytes that are not text" >&2; fail=1; }
 i=0
 for args in "--model wresnet-50-1-i32-c4-k10 --workers 4" "--model gpt-1-16-2-4 --batch 2 --workers 3" \
             "--onnx tests/onnx/mlp.onnx --workers 2 --optimizer adam"; do
@@ -21,6 +22,27 @@ for args in "--model wresnet-50-1-i32-c4-k10 --workers 4" "--model gpt-1-16-2-4 
   grep -q "^verify: PASSED" "$tmp/out.txt" || { echo "FAILED: no PASSED for $args" >&2; fail=1; }
   grep -q "(the plan predicts [0-9]*: equal)" "$tmp/out.txt" || { echo "FAILED: bytes for $args" >&2; fail=1; }
 done
+# --precision bf16 on the CPU engine: the partitioned step verified against the unpartitioned
+# one at bfloat16's tolerance, the bytes the plan predicts, and arenas smaller than float32's.
+if in_sample 1 2; then
+  for p in fp32 bf16; do
+    $run --model wresnet-50-1-i32-c4-k10 --batch 8 --workers 2 --steps 2 --precision $p --verify \
+      >"$tmp/$p.txt" 2>"$tmp/err.txt" || { echo "FAILED: --precision $p" >&2; cat "$tmp/err.txt" >&2; fail=1; }
+  done
+  grep -q "^verify: PASSED .*tolerance 1.5e-02, bfloat16 storage's" "$tmp/bf16.txt" &&
+    grep -q "(the plan predicts [0-9]*: equal)" "$tmp/bf16.txt" ||
+    { echo "FAILED: --precision bf16 --verify" >&2; cat "$tmp/bf16.txt" >&2; fail=1; }
+  # Activations dominate this model's memory: in bf16 the single-worker peak is 0.71x (measured).
+  python3 - "$tmp/fp32.txt" "$tmp/bf16.txt" <<'PY' ||
+import re, sys
+unit = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+def peak(path):
+    m = re.search(r"^single-worker peak: ([0-9.]+) (B|KiB|MiB|GiB)$", open(path).read(), re.M)
+    return float(m.group(1)) * unit[m.group(2)]
+sys.exit(0 if peak(sys.argv[2]) < 0.8 * peak(sys.argv[1]) else 1)
+PY
+    { echo "FAILED: bf16's single-worker peak is not below 0.8x fp32's" >&2; grep peak "$tmp"/*.txt >&2; fail=1; }
+fi
 # --kernel-report: the CUDA kernels of a step with their roofline estimates, no device, no
 # step run; every launch has a bound no larger than its estimate.
 if ! $run --model wresnet-50-1-i32-c8-k10 --batch 32 --workers 2 --kernel-report >"$tmp/out.txt" 2>"$tmp/err.txt"; then

@@ -73,11 +73,7 @@ cl::opt<std::string> lossOutput("loss-output",
 cl::opt<tofu::Precision, false, tofu::ChoiceParser<tofu::Precision>> precision(
     "precision", cl::desc("The element types the step computes in:"),
     cl::values(clEnumValN(tofu::Precision::FP32, "fp32", "every float tensor float32 (default)"),
-               clEnumValN(tofu::Precision::BF16, "bf16",
-                          "as torch.autocast(dtype=torch.bfloat16): products and convolutions "
-                          "on bfloat16 operands, accumulating in float32; softmax, "
-                          "normalisations' statistics, losses, exp, log, pow and sums in "
-                          "float32; weights, gradients of weights and optimiser state float32")),
+               clEnumValN(tofu::Precision::BF16, "bf16", tofu::kBf16PrecisionHelp)),
     cl::init(tofu::Precision::FP32), cl::cat(planCategory));
 cl::opt<bool> describe("describe",
                        cl::desc("Print node and tensor counts and bytes per tensor role"),
@@ -140,13 +136,16 @@ cl::opt<std::string> topologySpec(
              "level's latency per message); the report gives bytes, messages and an estimated "
              "time per level, beside the plan of least bytes'. Sets --workers"),
     cl::value_desc("SPEC"), cl::cat(planCategory));
-cl::opt<std::string> deviceOpt(
-    "device",
-    cl::desc(std::string(tofu::kDeviceHelp) +
-             ". The plan's step time is estimated on it: every worker's ops (their FLOPs and "
-             "bytes against the device's rates) and the plan's traffic (over the --topology "
-             "levels, else the device's link), with no overlap assumed (default h100)"),
-    cl::value_desc("h100|a100|cpu|FILE"), cl::init("h100"), cl::cat(planCategory));
+// cl::desc keeps a reference to its text, not a copy: the composed text lives here, not in a
+// temporary (a temporary's text was freed before --help printed it).
+const std::string kPlanDeviceHelp =
+    std::string(tofu::kDeviceHelp) +
+    ". The plan's step time is estimated on it: every worker's ops (their FLOPs and bytes "
+    "against the device's rates) and the plan's traffic (over the --topology levels, else the "
+    "device's link), with no overlap assumed (default h100)";
+cl::opt<std::string> deviceOpt("device", cl::desc(kPlanDeviceHelp),
+                               cl::value_desc("h100|a100|cpu|FILE"), cl::init("h100"),
+                               cl::cat(planCategory));
 cl::opt<bool> noCoarsen("no-coarsen",
                         cl::desc("Do not merge element-wise chains and coalesced "
                                  "timesteps"),

@@ -46,6 +46,13 @@ cl::opt<unsigned>
             cl::desc("Workers to partition across (required to train; --infer defaults to 1; "
                      "under mpirun, the process count)"),
             cl::value_desc("K"), cl::init(0), cl::cat(runCategory));
+cl::opt<tofu::Precision, false, tofu::ChoiceParser<tofu::Precision>> precisionOpt(
+    "precision",
+    cl::desc("The element types the step computes and stores its tensors in (the cpu backend; "
+             "bf16 tensors take 2 bytes in the arenas):"),
+    cl::values(clEnumValN(tofu::Precision::FP32, "fp32", "every float tensor float32 (default)"),
+               clEnumValN(tofu::Precision::BF16, "bf16", tofu::kBf16PrecisionHelp)),
+    cl::init(tofu::Precision::FP32), cl::cat(runCategory));
 cl::opt<tofu::Algorithm, false, tofu::ChoiceParser<tofu::Algorithm>>
     algo("algo", cl::desc("The search algorithm:"), cl::init(tofu::Algorithm::Tofu),
          cl::cat(runCategory));
@@ -255,12 +262,14 @@ cl::opt<std::string> calibrateOpt(
              "to FILE (default $TOFU_CPU_MODEL, else ~/.cache/tofu/cpu-model.json); takes no "
              "model"),
     cl::value_desc("FILE"), cl::cat(runCategory));
-cl::opt<std::string> recomputeOpt(
-    "recompute",
-    cl::desc(std::string(tofu::kRecomputeHelp) +
-             ". The plan's memory table shows each worker's arena; --verify also runs the "
-             "first step without recomputation and says whether the two are bit-identical"),
-    cl::value_desc("auto|sqrt|none"), cl::cat(runCategory));
+// cl::desc keeps a reference to its text, not a copy: composed texts live here, not in
+// temporaries (a temporary's text was freed before --help printed it).
+const std::string kRunRecomputeHelp =
+    std::string(tofu::kRecomputeHelp) +
+    ". The plan's memory table shows each worker's arena; --verify also runs the first step "
+    "without recomputation and says whether the two are bit-identical";
+cl::opt<std::string> recomputeOpt("recompute", cl::desc(kRunRecomputeHelp),
+                                  cl::value_desc("auto|sqrt|none"), cl::cat(runCategory));
 cl::opt<std::string> memoryPerWorker(
     "memory-per-worker",
     cl::desc("Plan within BYTES per worker (the memory planner's peak: each worker's arena), "

@@ -32,6 +32,7 @@ extern cl::opt<int64_t> batch;
 extern cl::opt<unsigned> workers;
 /// Its values are search/search.h's algorithms(), added before the command line is parsed.
 extern cl::opt<tofu::Algorithm, false, tofu::ChoiceParser<tofu::Algorithm>> algo;
+extern cl::opt<tofu::Precision, false, tofu::ChoiceParser<tofu::Precision>> precisionOpt;
 extern cl::opt<std::string> backend;
 extern cl::opt<std::string> mpiTransport;
 extern cl::opt<bool> tf32;

@@ -333,6 +333,7 @@ int run(int argc, char **argv) {
   if (infer)
     pipeline.train.reset(); // the forward graph
   pipeline.until = tofu::Stage::Execution;
+  pipeline.precision = precisionOpt;
   pipeline.search.workers = workers;
   pipeline.search.algorithm = algo;
   // A plan chosen ahead (with recomputation: planner/recompute.h), else searched.

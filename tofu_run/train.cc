@@ -246,8 +246,9 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
                                : "CPU";
     llvm::outs() << fmt::format(
         "{} training ({}, batch {}): {} nodes on {} workers, algorithm {}, {} engine "
-        "(float32{}, {})\n",
+        "({}{}, {})\n",
         name, optimizerText, batch, p.nodes.size(), workers, algorithm, engineName,
+        precisionOpt == tofu::Precision::BF16 ? "bf16 as torch.autocast" : "float32",
         gpu && tf32 ? " with TF32 products" : "",
         !options.engine.library ? "generated kernels"
         : gpu                   ? "cuBLAS, cuDNN + generated kernels"
@@ -561,11 +562,16 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
     llvm::outs() << fmt::format(
         "\nverify: {} (the first step against the unpartitioned step on the same engine: "
         "largest relative difference {:.3g} over the loss and {} updated weights and optimiser "
-        "states, at '{}'; tolerance {:.0e}){}\n",
+        "states, at '{}'; tolerance {}){}\n",
         v.verdict == "passed"   ? "PASSED"
         : v.verdict == "failed" ? "FAILED"
                                 : "UNDECIDED",
-        v.worst, v.compared - 1, v.worstTensor, v.tolerance,
+        v.worst, v.compared - 1, v.worstTensor,
+        v.tolerance == tofu::kBfloat16StepTolerance
+            ? fmt::format("{:.1e}, bfloat16 storage's: values stored rounded to 8 significant "
+                          "bits",
+                          v.tolerance)
+            : fmt::format("{:.0e}", v.tolerance),
         v.nonFiniteTensor.empty()
             ? ""
             : fmt::format("; the step made '{}' NaN or infinite", v.nonFiniteTensor));

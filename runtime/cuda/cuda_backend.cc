@@ -271,7 +271,9 @@ public:
     note(w, e, "a region copy");
   }
 
-  void fill(unsigned w, int64_t offset, int64_t bytes, float value) override {
+  // Buffers are float32 here (supportsBfloat16 is false: the engine refuses bf16 programs),
+  // so the element type fill, write and read are given is always F32.
+  void fill(unsigned w, int64_t offset, int64_t bytes, float value, loops::Element) override {
     Worker &wk = workers_[w];
     note(w, useDevice(options_.device), "selecting the device");
     cudaError_t e =
@@ -338,7 +340,7 @@ public:
   }
 
   void write(unsigned w, int64_t offset, const Box &held, const float *host, const Box &hostBox,
-             const Box &box) override {
+             const Box &box, loops::Element) override {
     const Worker &wk = workers_[w];
     note(w, useDevice(options_.device), "selecting the device");
     std::vector<float> stage(static_cast<size_t>(std::max<int64_t>(1, boxElements(held))));
@@ -357,7 +359,7 @@ public:
   }
 
   void read(unsigned w, int64_t offset, const Box &held, float *host, const Box &hostBox,
-            const Box &box) const override {
+            const Box &box, loops::Element) const override {
     const Worker &wk = workers_[w];
     if (useDevice(options_.device) != cudaSuccess)
       return;

@@ -221,9 +221,10 @@ public:
     }
   }
 
-  void fill(unsigned w, int64_t offset, int64_t bytes, float value) override {
+  void fill(unsigned w, int64_t offset, int64_t bytes, float value,
+            loops::Element element) override {
     arrive();
-    inner_->fill(w, offset, bytes, value);
+    inner_->fill(w, offset, bytes, value, element);
   }
 
   llvm::Error launch(unsigned w, size_t step) override {
