@@ -1,7 +1,8 @@
-// The float32 engine: partitioned training steps on compiled kernels reproduce the
-// unpartitioned step of the same engine and the double-precision interpreter, move exactly
-// the bytes the plan predicts, run in arenas of the planned size with every unwritten
-// buffer poisoned, and train over many steps, resuming at another worker count.
+// The engine: partitioned training steps on compiled kernels reproduce the unpartitioned
+// step of the same engine and the double-precision interpreter, move exactly the bytes the
+// plan predicts, run in arenas of the planned size with every unwritten buffer poisoned, and
+// train over many steps, resuming at another worker count; with tensors stored in bfloat16
+// (--precision bf16), the same against the graph held in float32.
 #include "runtime/engine.h"
 
 #include <cmath>
@@ -104,7 +105,7 @@ void checkBfloat16(const std::string &what, llvm::Expected<Graph> g,
   ASSERT_TRUE(wide && one);
   EXPECT_FALSE(wide->engine->program().hasBfloat16());
   EXPECT_TRUE(one->engine->program().hasBfloat16());
-  // A bfloat16 tile takes 2 bytes a element (buffers rounded to whole 4-byte words): the
+  // A bfloat16 tile takes 2 bytes an element (buffers rounded to whole 4-byte words): the
   // arena is the memory plan's, smaller than the float32 one's.
   EXPECT_EQ(one->engine->arenaBytes().at(0), one->memory.largestPeak());
   EXPECT_LT(one->engine->arenaBytes().at(0), wide->engine->arenaBytes().at(0)) << what;
@@ -168,9 +169,13 @@ void checkBfloat16(const std::string &what, llvm::Expected<Graph> g,
 }
 
 TEST(Engine, Bfloat16StorageTrainingSteps) {
-  checkBfloat16("gpt", buildTransformer(1, 16, 2, 4, 2, 24), {2, 4});
-  checkBfloat16("mlp", buildMlp({64, 96, 32}, 16), {2, 4});
-  checkBfloat16("wresnet", buildModel("wresnet-50-1-i32-c4-k10", 8), {2, 4});
+  // Under AddressSanitizer one model of the three, in turn with the commit.
+  if (runsInSampledCheck(0, 1))
+    checkBfloat16("gpt", buildTransformer(1, 16, 2, 4, 2, 24), {2, 4});
+  if (runsInSampledCheck(1, 1))
+    checkBfloat16("mlp", buildMlp({64, 96, 32}, 16), {2, 4});
+  if (runsInSampledCheck(2, 1))
+    checkBfloat16("wresnet", buildModel("wresnet-50-1-i32-c4-k10", 8), {2, 4});
 }
 
 /// The loss after each of `steps` steps.

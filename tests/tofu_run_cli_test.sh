@@ -24,7 +24,7 @@ for args in "--model wresnet-50-1-i32-c4-k10 --workers 4" "--model gpt-1-16-2-4 
 done
 # --precision bf16 on the CPU engine: the partitioned step verified against the unpartitioned
 # one at bfloat16's tolerance, the bytes the plan predicts, and arenas smaller than float32's.
-if in_sample 1 2; then
+if in_sample 1 3; then
   for p in fp32 bf16; do
     $run --model wresnet-50-1-i32-c4-k10 --batch 8 --workers 2 --steps 2 --precision $p --verify \
       >"$tmp/$p.txt" 2>"$tmp/err.txt" || { echo "FAILED: --precision $p" >&2; cat "$tmp/err.txt" >&2; fail=1; }
@@ -42,6 +42,24 @@ def peak(path):
 sys.exit(0 if peak(sys.argv[2]) < 0.8 * peak(sys.argv[1]) else 1)
 PY
     { echo "FAILED: bf16's single-worker peak is not below 0.8x fp32's" >&2; grep peak "$tmp"/*.txt >&2; fail=1; }
+  # Checkpoints hold the float32 weights whatever the precision: a bf16 run's resumes in
+  # fp32 (at another k), and an fp32 run's in bf16.
+  gpt="--model gpt-1-16-2-4 --batch 4"
+  if $run $gpt --workers 2 --steps 2 --precision bf16 --save "$tmp/ck-bf16" >"$tmp/out.txt" 2>&1 &&
+     $run $gpt --workers 3 --steps 1 --load "$tmp/ck-bf16" >"$tmp/out2.txt" 2>&1 &&
+     $run $gpt --workers 2 --steps 2 --save "$tmp/ck-fp32" >>"$tmp/out.txt" 2>&1 &&
+     $run $gpt --workers 1 --steps 1 --precision bf16 --load "$tmp/ck-fp32" >>"$tmp/out2.txt" 2>&1; then
+    [ "$(grep -c "^resumed from .* (2 steps trained before)" "$tmp/out2.txt")" = 2 ] ||
+      { echo "FAILED: a checkpoint did not resume across precisions" >&2; cat "$tmp/out2.txt" >&2; fail=1; }
+    python3 - "$tmp/ck-bf16/model.safetensors" <<'PY' || { echo "FAILED: a bf16 run's checkpoint is not float32" >&2; fail=1; }
+import json, struct, sys
+f = open(sys.argv[1], "rb")
+header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+sys.exit(0 if {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {"F32"} else 1)
+PY
+  else
+    echo "FAILED: --save/--load across precisions" >&2; cat "$tmp/out.txt" "$tmp/out2.txt" >&2; fail=1
+  fi
 fi
 # --kernel-report: the CUDA kernels of a step with their roofline estimates, no device, no
 # step run; every launch has a bound no larger than its estimate.
