@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tofu-run --backend mpi under mpirun: one process per worker. Verified steps of the zoo's
-# small models and an ONNX model at k = 2, 3, 4 over both transports (each process compares
+# small models and an ONNX model at k = 2, 3, 4 over both transports, two of them in bf16
+# (regions of bfloat16 tensors cross as their bits, partial results as float32; each process compares
 # the tiles it holds with an unpartitioned step; the processes together move exactly the
 # planned bytes); each process allocates its own worker's planned arena and no other, and
 # grows by little more than it while training (it draws only its own tiles of every value); and
@@ -56,6 +57,8 @@ cases=(
   "2 sendrecv --model rnn-2-256"
   "4 get --onnx tests/onnx/mlp.onnx --optimizer adam"
   "2 get --onnx tests/onnx/resnet18.onnx --batch 1"
+  "2 get --model wresnet-50-1-i32-c4-k10 --batch 8 --precision bf16"
+  "3 sendrecv --model gpt-1-16-2-4 --precision bf16"
 )
 for i in "${!cases[@]}"; do
   in_sample "$i" 3 || continue

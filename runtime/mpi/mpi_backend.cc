@@ -27,11 +27,17 @@ const char *mpiTransportName(MpiTransport t) { return t == MpiTransport::Get ? "
 
 namespace {
 
-/// The subarray `box` of a row-major float buffer holding `held`, as one MPI datatype
-/// (committed), or MPI_FLOAT for a scalar. Fails where an extent does not fit an int.
-llvm::Expected<MPI_Datatype> subarrayType(const Box &held, const Box &box) {
+/// MPI's type for one element of `e` (a bfloat16 moves as its 16 bits).
+MPI_Datatype elementType(loops::Element e) {
+  return e == loops::Element::BF16 ? MPI_UINT16_T : MPI_FLOAT;
+}
+
+/// The subarray `box` of a row-major buffer of `element` holding `held`, as one MPI datatype
+/// (committed), or the element's type for a scalar. Fails where an extent does not fit an
+/// int.
+llvm::Expected<MPI_Datatype> subarrayType(const Box &held, const Box &box, loops::Element element) {
   if (box.empty())
-    return MPI_FLOAT;
+    return elementType(element);
   const int r = static_cast<int>(box.size());
   std::vector<int> sizes(r), subsizes(r), starts(r);
   for (int d = 0; d < r; ++d) {
@@ -44,8 +50,8 @@ llvm::Expected<MPI_Datatype> subarrayType(const Box &held, const Box &box) {
     starts[d] = static_cast<int>(box[d].lo - held[d].lo);
   }
   MPI_Datatype t;
-  MPI_Type_create_subarray(r, sizes.data(), subsizes.data(), starts.data(), MPI_ORDER_C, MPI_FLOAT,
-                           &t);
+  MPI_Type_create_subarray(r, sizes.data(), subsizes.data(), starts.data(), MPI_ORDER_C,
+                           elementType(element), &t);
   MPI_Type_commit(&t);
   return t;
 }
@@ -53,8 +59,12 @@ llvm::Expected<MPI_Datatype> subarrayType(const Box &held, const Box &box) {
 /// One copy from (or to) another process, its datatypes made once.
 struct Transfer {
   MPI_Datatype src = MPI_FLOAT; ///< the region in the owner's buffer
-  MPI_Datatype dst = MPI_FLOAT; ///< the region in the receiver's buffer (unless combined)
-  int count = 0;                ///< elements
+  /// The region in the receiver's buffer, where it lands there directly; else (a combined
+  /// partial result, or buffers of two element types) it lands in the staging buffer, as
+  /// `count` elements of the source's type, and is copied from there converting.
+  MPI_Datatype dst = MPI_FLOAT;
+  bool staged = false;
+  int count = 0; ///< elements
 };
 
 /// A send this process posts when it enters a phase: a region of its arena to a worker.
@@ -95,6 +105,8 @@ public:
   }
 
   bool runsWorker(unsigned w) const override { return static_cast<int>(w) == rank_; }
+  /// Regions of bfloat16 tensors cross as their bits; the CPU backend computes them.
+  bool supportsBfloat16() const override { return true; }
 
   llvm::Error prepare(const Program &program) override {
     if (static_cast<int>(program.workers) != size_)
@@ -126,14 +138,15 @@ public:
         transfers_.emplace(&c, t);
         return llvm::Error::success();
       }
-      auto src = subarrayType(c.srcBox, c.box);
+      auto src = subarrayType(c.srcBox, c.box, c.srcElement);
       if (!src)
         return src.takeError();
       t.src = keep(*src);
-      if (c.combine) {
+      t.staged = c.combine || c.srcElement != c.dstElement;
+      if (t.staged) {
         stagingElements = std::max(stagingElements, n);
       } else {
-        auto dst = subarrayType(c.dstBox, c.box);
+        auto dst = subarrayType(c.dstBox, c.box, c.dstElement);
         if (!dst)
           return dst.takeError();
         t.dst = keep(*dst);
@@ -160,7 +173,7 @@ public:
       auto send = [&](size_t phase, unsigned to, const RegionCopy &c) -> llvm::Error {
         if (boxElements(c.box) == 0)
           return llvm::Error::success();
-        auto type = subarrayType(c.srcBox, c.box);
+        auto type = subarrayType(c.srcBox, c.box, c.srcElement);
         if (!type)
           return type.takeError();
         sends_[phase].push_back({to, c.srcOffset, keep(*type)});
@@ -185,8 +198,7 @@ public:
       return;
     for (const Send &s : sends_[slot]) {
       sending_.emplace_back();
-      MPI_Isend(arena_ + s.offset / 4, 1, s.type, static_cast<int>(s.to), kTag, comm_,
-                &sending_.back());
+      MPI_Isend(at(s.offset), 1, s.type, static_cast<int>(s.to), kTag, comm_, &sending_.back());
     }
   }
 
@@ -200,24 +212,27 @@ public:
       return; // an empty region
     const Transfer &t = it->second;
     const int from = static_cast<int>(c.from);
+    const MPI_Datatype staged = elementType(c.srcElement);
     if (options_.transport == MpiTransport::Get) {
       const MPI_Aint disp = static_cast<MPI_Aint>(shift_[c.from] + c.srcOffset);
-      if (reducer) {
-        MPI_Get(staging_, t.count, MPI_FLOAT, from, disp, 1, t.src, window_);
+      if (t.staged) {
+        MPI_Get(staging_, t.count, staged, from, disp, 1, t.src, window_);
         MPI_Win_flush_local(from, window_);
-        copyBox(arena_ + c.dstOffset / 4, c.dstBox, staging_, c.box, c.box, reducer);
+        copyBox(at(c.dstOffset), c.dstElement, c.dstBox, staging_, c.srcElement, c.box, c.box,
+                reducer);
       } else {
-        MPI_Get(arena_ + c.dstOffset / 4, 1, t.dst, from, disp, 1, t.src, window_);
+        MPI_Get(at(c.dstOffset), 1, t.dst, from, disp, 1, t.src, window_);
         pending_ = true;
       }
       return;
     }
-    if (reducer) {
-      MPI_Recv(staging_, t.count, MPI_FLOAT, from, kTag, comm_, MPI_STATUS_IGNORE);
-      copyBox(arena_ + c.dstOffset / 4, c.dstBox, staging_, c.box, c.box, reducer);
+    if (t.staged) {
+      MPI_Recv(staging_, t.count, staged, from, kTag, comm_, MPI_STATUS_IGNORE);
+      copyBox(at(c.dstOffset), c.dstElement, c.dstBox, staging_, c.srcElement, c.box, c.box,
+              reducer);
     } else {
       receiving_.emplace_back();
-      MPI_Irecv(arena_ + c.dstOffset / 4, 1, t.dst, from, kTag, comm_, &receiving_.back());
+      MPI_Irecv(at(c.dstOffset), 1, t.dst, from, kTag, comm_, &receiving_.back());
     }
   }
 
@@ -292,8 +307,11 @@ private:
     return arena_;
   }
 
+  /// The arena at byte `offset`.
+  char *at(int64_t offset) const { return reinterpret_cast<char *>(arena_) + offset; }
+
   MPI_Datatype keep(MPI_Datatype t) {
-    if (t != MPI_FLOAT)
+    if (t != MPI_FLOAT && t != MPI_UINT16_T)
       types_.push_back(t);
     return t;
   }
