@@ -10,7 +10,7 @@
   fmnist.py train --onnx M.onnx --data DIR [--epochs E | --steps N] [--batch B] [--lr LR]
                   [--optimizer sgd|momentum|nesterov|adam|adamw] [--momentum MU]
                   [--weight-decay WD] [--lr-schedule S] [--warmup N] [--seed S]
-                  [--normalize MEAN,STD] [--log-every N] [--threads T] [--float64]
+                  [--normalize MEAN,STD] [--log-every N] [--threads T] [--float64 | --bf16]
                   [--perturb K] [--shuffle on|off] --json OUT.json
       Trains the same model in PyTorch from the ONNX file's initial weights, on the same
       batches in the same order as tofu-run --data DIR --seed S (runtime/dataset.h:
@@ -22,7 +22,9 @@
       and the evaluations as JSON (tofu-run --format=json's keys). --float64 trains in
       double precision: the exact reference where float32 rounding grows chaotically (Adam's
       updates normalise away a gradient's size, so rounding noise in a near-zero gradient
-      becomes a full step; two float32 runs then part within a few steps). --perturb K
+      becomes a full step; two float32 runs then part within a few steps). --bf16 trains and
+      evaluates in mixed precision as tofu-run --precision bf16 does: torch.autocast's CUDA
+      rules (tools/torch_autocast.py), float32 weights. --perturb K
       multiplies every gradient element by 1 + e*u at every step, e float32's epsilon and u
       uniform in [-1, 1] (draw K): rounding of the size a different summation order makes,
       so the run differs from the plain one only as another float32 implementation would.
@@ -39,6 +41,7 @@
 Runs under Debian's /usr/bin/python3 (python3-torch 1.13, python3-onnx).
 """
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -218,6 +221,10 @@ def train(args):
     real = np.float64 if args.float64 else np.float32
     if args.float64:
         torch.set_default_dtype(torch.float64)
+    if args.bf16 and args.float64:
+        sys.exit("fmnist.py: --bf16 and --float64 exclude each other")
+    from torch_autocast import cuda_autocast_bf16
+    autocast = cuda_autocast_bf16 if args.bf16 else contextlib.nullcontext
     model = build_model(args.bn)
     init = {t.name: onnx.numpy_helper.to_array(t)
             for t in onnx.load(args.onnx).graph.initializer}
@@ -260,8 +267,9 @@ def train(args):
             for start in range(0, n, 1000):
                 x = prepare(test_images[start:start + 1000])
                 y = torch.from_numpy(test_labels[start:start + 1000].astype(np.int64))
-                out = model(x)
-                total += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
+                with autocast():
+                    out = model(x)
+                    total += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
                 correct += int((out.argmax(1) == y).sum())
         model.train()
         evals.append({"step": done, "epoch": done / steps_per_epoch, "loss": total / n,
@@ -283,7 +291,8 @@ def train(args):
             x = prepare(images[idx])
             y = torch.from_numpy(labels[idx].astype(np.int64))
             opt.zero_grad()
-            loss = loss_fn(model(x), y)
+            with autocast():
+                loss = loss_fn(model(x), y)
             loss.backward()
             if noise is not None:
                 # A rounding error of up to one float32 step in every gradient element, as a
@@ -471,6 +480,7 @@ def main():
     t.add_argument("--log-every", type=int, default=50)
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--float64", action="store_true")
+    t.add_argument("--bf16", action="store_true")
     t.add_argument("--perturb", type=int, default=0,
                    help="every gradient element off by up to one float32 step at every step "
                         "(this seed's draw): a run that differs only by rounding")

@@ -1,0 +1,53 @@
+"""torch.autocast(dtype=torch.bfloat16)'s CUDA rules, applied on the CPU.
+
+Tofu's bf16 policy (graph/precision.cc) follows the op lists of CUDA's autocast. PyTorch
+1.13's CPU autocast has other lists (softmax, layer norm and sums in bfloat16), so a PyTorch
+peer on this machine applies CUDA's lists itself: within cuda_autocast_bf16(), the functions
+of LOWER (products and convolutions) cast their float operands to bfloat16, those of FLOAT32
+cast them to float32, and every other op runs on what it is given (PyTorch's type
+promotion), as autocast leaves it. The functions are wrapped where models call them: in
+torch, torch.nn.functional (whose own functions, e.g. multi_head_attention_forward, look
+them up there) and as Tensor methods. Recurrent layers (nn.LSTM, nn.GRU, nn.RNN) call fused
+kernels that are not wrapped: they stay float32 here.
+"""
+
+LOWER = ["linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+         "conv_transpose3d", "prelu", "matmul", "bmm", "mm", "baddbmm", "addmm", "einsum",
+         "__matmul__"]
+FLOAT32 = ["softmax", "log_softmax", "layer_norm", "group_norm", "instance_norm", "exp", "log",
+           "pow", "reciprocal", "softplus", "sum", "cumsum", "prod", "cross_entropy", "mse_loss",
+           "nll_loss", "__pow__"]
+
+
+class cuda_autocast_bf16:
+    """A context within which LOWER's and FLOAT32's functions cast their floating-point
+    tensor arguments (float64 aside) to bfloat16 and float32."""
+
+    def __enter__(self):
+        import torch
+        import torch.nn.functional as F
+        self.saved = []
+
+        def cast(fn, dtype):
+            def to(a):
+                if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != torch.float64:
+                    return a.to(dtype)
+                if isinstance(a, (list, tuple)):
+                    return type(a)(to(x) for x in a)
+                return a
+
+            def wrapped(*args, **kwargs):
+                return fn(*[to(a) for a in args], **{k: to(v) for k, v in kwargs.items()})
+            return wrapped
+        for names, dtype in ((LOWER, torch.bfloat16), (FLOAT32, torch.float32)):
+            for owner in (torch, F, torch.Tensor):
+                for n in names:
+                    if hasattr(owner, n):
+                        self.saved.append((owner, n, getattr(owner, n)))
+                        setattr(owner, n, cast(getattr(owner, n), dtype))
+        return self
+
+    def __exit__(self, *exc):
+        for owner, n, fn in reversed(self.saved):
+            setattr(owner, n, fn)
+        return False
