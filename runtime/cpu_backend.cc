@@ -142,7 +142,18 @@ public:
         pr.out = at(w, l.outputOffset);
         const Made &m = made[typedKey(l)];
         pr.fn = m.name.empty() ? nullptr : kernels_.find(m.name);
-        if (options_.library && hasLibraryForm(op))
+        // A product of bfloat16 operands runs as oneDNN's native bf16 matmul where this CPU
+        // has one; other library calls take float32 (below).
+        std::vector<bool> bf16(l.inputOffsets.size());
+        for (size_t q = 0; q < bf16.size(); ++q)
+          bf16[q] = q < l.inputElements.size() && l.inputElements[q] == loops::Element::BF16;
+        bool native = false;
+        if (options_.library && std::count(bf16.begin(), bf16.end(), true) > 0 &&
+            hasLibraryForm(op)) {
+          pr.lib = bf16LibraryKernel(op, l.ranges, l.inputBoxes, bf16);
+          native = pr.lib != nullptr;
+        }
+        if (options_.library && !pr.lib && hasLibraryForm(op))
           pr.lib = libraryKernel(op, node.shapes, l.ranges, l.inputBoxes);
         if (pr.lib) {
           ++stats_.library;
@@ -151,9 +162,7 @@ public:
           // without bfloat16 arithmetic, oneDNN's bf16 paths convert the same way).
           int64_t converted = 0;
           for (size_t q = 0; q < l.inputOffsets.size(); ++q) {
-            const bool bf16 =
-                q < l.inputElements.size() && l.inputElements[q] == loops::Element::BF16;
-            pr.widen.push_back(bf16 ? boxElements(l.inputBoxes[q]) : 0);
+            pr.widen.push_back(bf16[q] && !native ? boxElements(l.inputBoxes[q]) : 0);
             converted += roundedFloats(pr.widen.back());
           }
           if (l.outputElement == loops::Element::BF16)

@@ -90,6 +90,84 @@ private:
   bool swapped_;
 };
 
+/// A contraction of bfloat16 A and B into a float32 C (float32 accumulation) as oneDNN's
+/// matmul primitive, made only where oneDNN implements it natively (its brgemm kernels on a
+/// CPU with bfloat16 products): elsewhere oneDNN's bf16 matmul is slower than widening the
+/// operands around sgemm (docs/benchmarks.md), which the CPU backend then does.
+class Bf16GemmKernel : public LibraryKernel {
+public:
+  static std::unique_ptr<Bf16GemmKernel> make(const GemmPlan &g) {
+    using dt = dnnl::memory::data_type;
+    // A product scaled by a runtime input (Gemm's alpha) gets no brgemm implementation in
+    // oneDNN 2.6 (measured: its runtime output scales fall back to gemm:jit).
+    if (g.alphaInput >= 0)
+      return nullptr;
+    auto k = std::unique_ptr<Bf16GemmKernel>(new Bf16GemmKernel(g));
+    const dnnl::memory::desc a({g.M, g.K}, dt::bf16,
+                               g.transA ? dnnl::memory::dims{1, g.lda}
+                                        : dnnl::memory::dims{g.lda, 1});
+    const dnnl::memory::desc b({g.K, g.N}, dt::bf16,
+                               g.transB ? dnnl::memory::dims{1, g.ldb}
+                                        : dnnl::memory::dims{g.ldb, 1});
+    const dnnl::memory::desc c({g.M, g.N}, dt::f32, dnnl::memory::dims{g.ldc, 1});
+    k->a_ = a;
+    k->b_ = b;
+    k->c_ = c;
+    try {
+      for (int add = 0; add < 2; ++add) { // C = A B, and C += A B (a reduction's later terms)
+        dnnl::primitive_attr attr;
+        if (add) {
+          dnnl::post_ops ops;
+          ops.append_sum(1.0f);
+          attr.set_post_ops(ops);
+        }
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpuEngine());
+        const std::string impl = pd.impl_info_str();
+        if (impl.rfind("brg", 0) != 0)
+          return nullptr; // not a native bf16 implementation
+        k->impl_ = impl;
+        k->prims_[add] = dnnl::matmul(pd);
+      }
+    } catch (const dnnl::error &) {
+      return nullptr; // no bf16 matmul for these shapes or on this CPU
+    }
+    return k;
+  }
+
+  void run(const float *const *in, float *out, int threads, void *) const override {
+    omp_set_num_threads(std::max(1, threads));
+    dnnl::stream stream(cpuEngine());
+    const auto *A = reinterpret_cast<const uint16_t *>(in[g_.a]) + g_.offA;
+    const auto *B = reinterpret_cast<const uint16_t *>(in[g_.b]) + g_.offB;
+    const int64_t outerCount = g_.outerCount(), innerCount = g_.innerCount();
+    for (int64_t it = 0; it < outerCount; ++it) {
+      const GemmOffsets o = gemmLoopOffsets(g_.outer, it);
+      for (int64_t r = 0; r < innerCount; ++r) {
+        const GemmOffsets i = gemmLoopOffsets(g_.inner, r);
+        dnnl::memory a(a_, cpuEngine(), const_cast<uint16_t *>(A + o.a + i.a));
+        dnnl::memory b(b_, cpuEngine(), const_cast<uint16_t *>(B + o.b + i.b));
+        dnnl::memory c(c_, cpuEngine(), out + o.c);
+        prims_[r > 0 ? 1 : 0].execute(
+            stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+      }
+    }
+    stream.wait();
+  }
+
+  std::string describe() const override {
+    const int64_t loops = g_.outerCount() * g_.innerCount();
+    return fmt::format("oneDNN bf16 matmul {}x{}x{}{} ({})", g_.M, g_.N, g_.K,
+                       loops > 1 ? fmt::format(" ({} calls)", loops) : "", impl_);
+  }
+
+private:
+  explicit Bf16GemmKernel(GemmPlan g) : g_(std::move(g)) {}
+  GemmPlan g_;
+  dnnl::memory::desc a_, b_, c_;
+  dnnl::matmul prims_[2];
+  std::string impl_;
+};
+
 /// A sum of products (AffineGemmPlan: lstm_gates, and the GRU and RNN cells): the bias
 /// broadcast into the output, then each product as sgemm calls accumulating into it (the
 /// first overwriting where there is no bias).
@@ -421,6 +499,20 @@ private:
 
 bool hasLibraryForm(const InstOp &op) {
   return hasGemmForm(op) || hasConvForm(op) || hasScatterForm(op) || hasAffineGemmForm(op);
+}
+
+std::unique_ptr<LibraryKernel> bf16LibraryKernel(const InstOp &op, const std::vector<Range> &ranges,
+                                                 const std::vector<Box> &held,
+                                                 const std::vector<bool> &bf16) {
+  auto g = gemmPlan(op, ranges, held);
+  if (!g)
+    return nullptr;
+  for (size_t q = 0; q < bf16.size(); ++q) // A and B bfloat16, anything else float32
+    if (bf16[q] != (q == g->a || q == g->b))
+      return nullptr;
+  if (g->a == g->b || bf16.size() <= std::max(g->a, g->b))
+    return nullptr;
+  return Bf16GemmKernel::make(*g);
 }
 
 std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &shapes,

@@ -53,6 +53,15 @@ std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &sha
                                              const std::vector<Range> &ranges,
                                              const std::vector<Box> &held);
 
+/// The share as one product of bfloat16 operands into a float32 result, where `bf16` (per
+/// input) marks exactly the product's two operands and oneDNN has a native bfloat16 matmul
+/// for it on this CPU (its brgemm kernels; none for a product scaled by an input, Gemm's
+/// alpha); else null (the caller widens the operands around libraryKernel's float32 call).
+/// `in` then holds the operands' bfloat16 bits.
+std::unique_ptr<LibraryKernel> bf16LibraryKernel(const InstOp &op, const std::vector<Range> &ranges,
+                                                 const std::vector<Box> &held,
+                                                 const std::vector<bool> &bf16);
+
 /// Whether `op`'s body has a form some share could run as a library call.
 bool hasLibraryForm(const InstOp &op);
 

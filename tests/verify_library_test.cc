@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "analysis/sema.h"
+#include "runtime/cpu_kernels.h"
 #include "runtime/kernel_verify.h"
 #include "runtime/library_kernels.h"
+#include "support/bf16.h"
 #include "gtest/gtest.h"
 
 namespace tofu {
@@ -59,6 +61,71 @@ TEST(VerifyLibrary, EveryStrategyOfLibraryFormOpsOnOneDnn) {
     ASSERT_TRUE(use.count(op)) << op << " has no library form";
     EXPECT_GT(use[op].first, 3 * use[op].second) << op << ": the library declines too many shares";
   }
+}
+
+// Every strategy of the matrix products (ops/nn/linear.tdl: MatMul, the batched and
+// broadcast ones and their gradients; Gemm's, scaled by alpha, have none) with bfloat16 operands
+// on oneDNN's native bf16 matmul (bf16LibraryKernel), where this CPU has one: on inputs
+// bfloat16 holds exactly, each product of two is exact in float32, so the share matches the
+// interpreter within float32's accumulation tolerance. Skipped, saying so, on a CPU without
+// bfloat16 products (the CPU backend then widens the operands around sgemm, which the test
+// above covers).
+TEST(VerifyLibrary, ProductsOfBfloat16OperandsOnNativeMatmul) {
+  SourceManager sources;
+  DiagnosticEngine diags(sources);
+  auto module = loadModule("ops/nn/linear.tdl", diags);
+  ASSERT_TRUE(static_cast<bool>(module)) << llvm::toString(module.takeError());
+  LibraryUse use;
+  VerifyOptions verify;
+  verify.quantize = [](double v) { return double(roundToBf16(static_cast<float>(v))); };
+  verify.evaluate = [&use](const InstOp &op, const Shapes &shapes,
+                           const std::vector<const Tensor *> &inputs,
+                           const std::vector<Range> &ranges) -> llvm::Expected<Tensor> {
+    // Every input of rank above 0 bfloat16 (a scale stays float32).
+    std::vector<bool> bf16(shapes.inputs.size());
+    for (size_t q = 0; q < bf16.size(); ++q)
+      bf16[q] = !shapes.inputs[q].empty();
+    auto k = hasLibraryForm(op)
+                 ? bf16LibraryKernel(op, ranges, inputRegions(op, shapes, ranges), bf16)
+                 : nullptr;
+    ++(k ? use[op.name].first : use[op.name].second);
+    if (!k)
+      return evaluate(op, shapes, inputs, ranges);
+    return runOnRegions(op, shapes, inputs, ranges,
+                        [&](const std::vector<Box> &regions, const float *const *in, float *out) {
+                          std::vector<std::vector<uint16_t>> narrow(regions.size());
+                          std::vector<const float *> given(in, in + regions.size());
+                          for (size_t q = 0; q < regions.size(); ++q)
+                            if (bf16[q]) {
+                              const size_t n = std::max<int64_t>(1, boxElements(regions[q]));
+                              narrow[q].resize(n);
+                              toBf16(in[q], narrow[q].data(), n);
+                              given[q] = reinterpret_cast<const float *>(narrow[q].data());
+                            }
+                          k->run(given.data(), out, 1, nullptr);
+                        });
+  };
+  verify.tolerance = kFloat32VerifyTolerance;
+  verify.trials = 2;
+  unsigned strategies = 0;
+  for (const OpCheck &c : verifyFile(*module, "ops/nn/linear.tdl", verify)) {
+    EXPECT_TRUE(c.problem.empty()) << c.op << ": " << c.problem;
+    for (const StrategyCheck &s : c.strategies) {
+      ++strategies;
+      EXPECT_TRUE(s.ok) << c.op << " split " << s.strategy << ": " << s.problem;
+    }
+  }
+  unsigned native = 0;
+  for (const auto &[op, n] : use)
+    native += n.first;
+  if (native == 0)
+    GTEST_SKIP() << "this CPU has no native bfloat16 matmul in oneDNN (no share ran on one)";
+  std::printf("verified %u strategies of ops/nn/linear.tdl; %u shares on oneDNN's native bf16 "
+              "matmul\n",
+              strategies, native);
+  for (const char *op : {"MatMul", "MatMulBcastB", "matmul_nt", "matmul_tn", "matmul_bcast_grad_a",
+                         "matmul_bcast_grad_w"})
+    EXPECT_GT(use[op].first, 0u) << op << " never ran on the native bf16 matmul";
 }
 
 // A few rows times a large transposed matrix (a linear layer's input gradient at a small
