@@ -28,6 +28,9 @@ struct Prepared {
   /// the output's elements to round from float32 scratch after it (0: written in place).
   std::vector<int64_t> widen;
   int64_t narrow = 0;
+  /// Where in the worker's scratch space those float32 copies start (after the call's own
+  /// scratch), or -1 where the call converts nothing.
+  int64_t convertAt = -1;
 };
 
 /// The bytes of `n` floats, rounded up to whole 64-byte lines.
@@ -169,6 +172,8 @@ public:
             pr.narrow = boxElements(l.produced);
           converted += roundedFloats(pr.narrow);
           const int64_t own = static_cast<int64_t>(pr.lib->scratchBytes() + 63) / 64 * 64;
+          if (converted > 0)
+            pr.convertAt = own;
           stats_.extraBytes[w] = std::max(stats_.extraBytes[w], own + converted);
         } else if (pr.fn) {
           // The generated kernel's temporaries (codegen/schedule.h) share the same space.
@@ -210,10 +215,9 @@ public:
   llvm::Error launch(unsigned w, size_t step) override {
     const Prepared &pr = prepared_[w][step];
     const Launch &l = program_->worker[w].steps[step].launch;
-    if (pr.lib && (pr.narrow || std::any_of(pr.widen.begin(), pr.widen.end(),
-                                            [](int64_t n) { return n > 0; }))) {
+    if (pr.lib && pr.convertAt >= 0) {
       // Float32 copies of the bfloat16 buffers after the call's own scratch space.
-      char *next = static_cast<char *>(scratch_[w]) + (pr.lib->scratchBytes() + 63) / 64 * 64;
+      char *next = static_cast<char *>(scratch_[w]) + pr.convertAt;
       std::vector<const float *> in = pr.in;
       for (size_t q = 0; q < in.size(); ++q)
         if (pr.widen[q] > 0) {
