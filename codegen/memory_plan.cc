@@ -203,6 +203,35 @@ LiveAtMost liveAtMost(const WorkerMemory &w) {
   return out;
 }
 
+LiveTiles liveTilesAt(const Problem &p, const WorkerMemory &w, int64_t time) {
+  LiveTiles out;
+  for (const Buffer &b : w.buffers) {
+    if (b.kind != Buffer::Kind::Tile || b.start > time || time >= b.end)
+      continue;
+    const ProblemTensor &t = p.tensors[b.tensor];
+    switch (t.role) {
+    case TensorRole::Input:
+      out.inputs += b.bytes;
+      break;
+    case TensorRole::Weight:
+      out.weights += b.bytes;
+      break;
+    case TensorRole::Activation:
+      out.activations += b.bytes;
+      break;
+    case TensorRole::Gradient:
+      out.gradients += b.bytes;
+      break;
+    case TensorRole::OptimizerState:
+      out.optimizerState += b.bytes;
+      break;
+    }
+    if (t.storageBytes == 2)
+      out.bfloat16 += b.bytes;
+  }
+  return out;
+}
+
 std::string checkMemoryPlan(const MemoryPlan &m) {
   for (size_t w = 0; w < m.workers.size(); ++w) {
     const auto &bs = m.workers[w].buffers;

@@ -53,6 +53,15 @@ struct LiveAtMost {
 };
 LiveAtMost liveAtMost(const WorkerMemory &w);
 
+/// The tiles live at `time` (liveAtMost's, say) by their tensor's role, and how many of
+/// their bytes are bfloat16: what a plan's peak is made of (tofu-plan prints it).
+struct LiveTiles {
+  int64_t inputs = 0, weights = 0, activations = 0, gradients = 0, optimizerState = 0;
+  int64_t bfloat16 = 0; ///< of all the above, the tiles stored in bfloat16
+  int64_t total() const { return inputs + weights + activations + gradients + optimizerState; }
+};
+LiveTiles liveTilesAt(const Problem &p, const WorkerMemory &w, int64_t time);
+
 struct MemoryPlan {
   std::vector<WorkerMemory> workers;
   int64_t largestPeak() const;

@@ -223,6 +223,8 @@ struct PrecisionSummary {
   unsigned casts = 0;   ///< cast nodes added (to bfloat16 and back to float32)
   unsigned lowered = 0; ///< Lower nodes, now on bfloat16 operands
   unsigned float32 = 0; ///< Float32 nodes that read a bfloat16 tensor, widened
+  /// Float32 nodes whose result only products read, stored in bfloat16
+  unsigned storedNarrow = 0;
 };
 
 /// Applies precision `p` to a checked forward graph (before buildTrainingGraph, which gives
@@ -231,8 +233,12 @@ struct PrecisionSummary {
 /// - a Lower op reads its float32 inputs through a CastBfloat16 node (one per tensor, shared
 ///   by all its Lower readers: a weight is cast once per step, as autocast caches it), and
 ///   its result is bfloat16;
-/// - a Float32 op reads its bfloat16 inputs through a Cast node (one per tensor), and its
-///   float result is float32;
+/// - a Float32 op reads its bfloat16 inputs as they are (its kernel widens them exactly and
+///   computes in float32), and its float result is float32, except where only products read
+///   it and it is no output of the graph: then it is stored in bfloat16, rounded once as it
+///   is written, where autocast keeps it in float32 beside a bfloat16 copy (a deviation:
+///   a softmax's gradient then reads its rounded probabilities, as with Megatron's fused
+///   softmax; it halves what attention keeps for the backward pass);
 /// - another op's float result takes the widest float type of its float inputs, where a
 ///   rank-0 input does not widen a tensor of higher rank (PyTorch's promotion of 0-dim
 ///   tensors), a batch norm follows its data, and the bias a product's result is added to

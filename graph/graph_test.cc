@@ -435,7 +435,14 @@ TEST(Precision, PromotionRules) {
   ok(g.addNode(node("residual", "Add", {"m", "x"}, "r")));       // with a float32 tensor: widens
   ok(g.addNode(node("soft", "Softmax", {"m"}, "p")));            // float32 op on bfloat16
   ok(g.addNode(node("double", "Conv2d", {"wide", "w"}, "d")));   // float64: left alone
-  g.outputs = {"r", "p", "d"};
+  // A float32 op's result that only products read is stored in bfloat16, with no cast.
+  ok(g.addNode(node("soft2", "Softmax", {"m"}, "p2")));
+  ok(g.addNode(node("conv2", "Conv2d", {"p2", "w"}, "c2")));
+  // One that another op reads too stays float32, cast for its product.
+  ok(g.addNode(node("soft3", "Softmax", {"m"}, "p3")));
+  ok(g.addNode(node("conv3", "Conv2d", {"p3", "w"}, "c3")));
+  ok(g.addNode(node("relu3", "Relu", {"p3"}, "q3")));
+  g.outputs = {"r", "p", "d", "c2", "c3", "q3"};
   ok(checkGraph(g, library()));
   auto s = applyPrecision(g, library(), Precision::BF16);
   ASSERT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
@@ -447,8 +454,15 @@ TEST(Precision, PromotionRules) {
   EXPECT_EQ(g.tensor("p")->dtype, "float32");
   EXPECT_EQ(g.tensor("d")->dtype, "float32"); // the output as it was
   EXPECT_EQ(producedBy(g, "d"), "Conv2d(wide, w)");
-  EXPECT_EQ(s->lowered, 1u);
-  EXPECT_EQ(s->casts, 2u); // x and w, for the one lowered convolution
+  EXPECT_EQ(g.tensor("p2")->dtype, "bfloat16");
+  EXPECT_EQ(producedBy(g, "c2"), "Conv2d(p2, w_bf16)");
+  EXPECT_EQ(g.tensor("p3")->dtype, "float32");
+  EXPECT_EQ(producedBy(g, "c3"), "Conv2d(p3_bf16, w_bf16)");
+  EXPECT_EQ(g.tensor("q3")->dtype, "float32");
+  EXPECT_EQ(s->lowered, 3u);
+  EXPECT_EQ(s->casts, 3u); // x, w (once for its three products) and p3
+  EXPECT_EQ(s->storedNarrow, 1u);
+  EXPECT_EQ(s->float32, 3u); // the three softmaxes read a bfloat16 m
   EXPECT_EQ(castClass("Softmax"), CastClass::Float32);
   EXPECT_EQ(castClass("GemmNT"), CastClass::Lower);
   EXPECT_EQ(castClass("Relu"), CastClass::Promote);

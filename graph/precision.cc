@@ -135,6 +135,34 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
     return c.output;
   };
 
+  // Float32 ops whose float32 result only products read (through their casts) and that is
+  // no output of the graph: their result is stored in bfloat16 instead, rounded once as it
+  // is written. Autocast would keep the float32 result and a bfloat16 copy of it, and the
+  // backward pass reads both: for attention that is 6 bytes per score where float32 alone
+  // takes 4 (a softmax's probabilities, which its gradient reads, and their cast, which the
+  // product with V reads). Megatron's fused softmax and Apex's fused layer norm store them
+  // so. A deviation from autocast, written down in docs/tofu-run.md.
+  std::set<std::string> storedNarrow;
+  {
+    std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
+    std::map<std::string, bool> onlyProducts; // tensor -> every reader a product
+    for (const Node &n : g.nodes()) {
+      bool float64 = false;
+      for (const std::string &in : n.inputs)
+        float64 |= out.tensor(in)->dtype == "float64";
+      const bool product = castClass(n.op) == CastClass::Lower && !float64;
+      for (const std::string &in : n.inputs) {
+        auto [it, fresh] = onlyProducts.emplace(in, product);
+        if (!fresh)
+          it->second = it->second && product;
+      }
+    }
+    for (const Node &n : g.nodes())
+      if (castClass(n.op) == CastClass::Float32 && isFloat32(out.tensor(n.output)->dtype) &&
+          !outputs.count(n.output) && onlyProducts.count(n.output) && onlyProducts[n.output])
+        storedNarrow.insert(n.output);
+  }
+
   for (unsigned i : *order) {
     Node n = g.nodes()[i];
     if (!lib.find(n.op))
@@ -162,7 +190,13 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
       for (const std::string &in : n.inputs)
         reads16 |= dtype(in) == "bfloat16";
       summary.float32 += reads16;
-      break; // a float result stays float32; the kernel widens its bfloat16 reads exactly
+      // The kernel widens its bfloat16 reads exactly, and computes in float32; the result
+      // stays float32 but where only products read it.
+      if (storedNarrow.count(n.output)) {
+        result = "bfloat16";
+        ++summary.storedNarrow;
+      }
+      break;
     }
     case CastClass::Promote: {
       if (!isNarrowable(result))

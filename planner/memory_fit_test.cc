@@ -189,5 +189,45 @@ TEST(MemoryFit, ParseBytes) {
   }
 }
 
+// What a peak is made of: the tiles live when the most bytes are, by role, add up to the
+// tiles liveAtMost counts; in bf16 the activations the backward pass reads are partly
+// bfloat16, and the weights float32 still.
+TEST(MemoryFit, LiveTilesAtThePeakAddUpByRoleAndPrecision) {
+  for (Precision precision : {Precision::FP32, Precision::BF16}) {
+    std::vector<std::string> outputs;
+    // SGD and a batch of 32: the peak is in the backward pass, not at the update.
+    Problem p =
+        trainingProblem(buildTransformer(2, 256, 4, 64, 32), Optimizer::SGD, &outputs, precision);
+    auto plan = searchPlan(p, on(2));
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    const MemoryPlan m = planMemory(p, buildExecPlan(p, *plan), outputs);
+    const WorkerMemory &w = m.workers[m.largestPeakWorker()];
+    const LiveAtMost live = liveAtMost(w);
+    const LiveTiles tiles = liveTilesAt(p, w, live.time);
+    std::printf("%s: tiles %lld (weights %lld, state %lld, activations %lld, gradients %lld, "
+                "inputs %lld; bfloat16 %lld)\n",
+                precisionName(precision), (long long)live.tiles, (long long)tiles.weights,
+                (long long)tiles.optimizerState, (long long)tiles.activations,
+                (long long)tiles.gradients, (long long)tiles.inputs, (long long)tiles.bfloat16);
+    EXPECT_EQ(tiles.total(), live.tiles);
+    EXPECT_GT(tiles.weights, 0);
+    EXPECT_EQ(tiles.optimizerState, 0); // SGD keeps none
+    EXPECT_GT(tiles.activations, tiles.weights);
+    int64_t weightBytes = 0;
+    for (const ProblemTensor &t : p.tensors)
+      if (t.role == TensorRole::Weight)
+        weightBytes += int64_t(t.storageBytes) * boxElements(wholeBox(t.shape));
+    // Weights live the whole step: every worker holds its 1/2 share, or all of a tensor
+    // it replicates, stored as float32 in either precision.
+    EXPECT_GE(tiles.weights * 2, weightBytes);
+    if (precision == Precision::FP32) {
+      EXPECT_EQ(tiles.bfloat16, 0);
+    } else {
+      EXPECT_GT(tiles.bfloat16, 0);
+      EXPECT_LE(tiles.bfloat16, tiles.activations + tiles.gradients);
+    }
+  }
+}
+
 } // namespace
 } // namespace tofu

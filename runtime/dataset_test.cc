@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <tuple>
@@ -23,9 +24,11 @@ std::string idx(unsigned char type, std::vector<uint32_t> dims, const std::strin
   return s + body;
 }
 
+/// A fresh directory under Bazel's per-test TEST_TMPDIR (which Bazel removes), else /tmp.
 std::string tempDir() {
-  char tmpl[] = "/tmp/tofu_dataset_XXXXXX";
-  return ::mkdtemp(tmpl);
+  const char *base = std::getenv("TEST_TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/tofu_dataset_XXXXXX";
+  return ::mkdtemp(tmpl.data());
 }
 
 void writeFile(const std::string &path, const std::string &bytes) {

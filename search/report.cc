@@ -115,6 +115,13 @@ std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanRep
     out += fmt::format("  live at its most: tiles {}, fetched inputs {}, partial results {}\n",
                        humanBytes(double(o.liveTiles)), humanBytes(double(o.liveFetches)),
                        humanBytes(double(o.livePartials)));
+    if (o.liveTiles > 0)
+      out +=
+          fmt::format("  those tiles: weights {}, optimiser state {}, activations {}, gradients "
+                      "{}, inputs {}; {} of them bfloat16\n",
+                      humanBytes(double(o.liveWeights)), humanBytes(double(o.liveOptimizerState)),
+                      humanBytes(double(o.liveActivations)), humanBytes(double(o.liveGradients)),
+                      humanBytes(double(o.liveInputs)), humanBytes(double(o.liveBfloat16)));
   }
   if (!plan.steps.empty()) {
     out += "\n| step | parts | communication added | share |\n| ---: | ---: | ---: | ---: |\n";
@@ -167,6 +174,10 @@ std::string planJson(const Problem &p, const PartitionPlan &plan, const PlanRepo
     j["memory"]["planned_peak_worker"] = o.plannedPeakWorker;
     j["memory"]["live_at_most"] = {
         {"tiles", o.liveTiles}, {"fetches", o.liveFetches}, {"partials", o.livePartials}};
+    j["memory"]["live_tiles_at_most"] = {
+        {"weights", o.liveWeights},         {"optimizer_state", o.liveOptimizerState},
+        {"activations", o.liveActivations}, {"gradients", o.liveGradients},
+        {"inputs", o.liveInputs},           {"bfloat16", o.liveBfloat16}};
   }
   if (o.memoryLimit > 0)
     j["memory"]["budget_bytes"] = o.memoryLimit;

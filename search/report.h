@@ -21,6 +21,10 @@ struct PlanReportOptions {
   int64_t memoryLimit = -1;
   /// On that worker, when the most bytes are live: of tiles, fetch buffers, partials.
   int64_t liveTiles = 0, liveFetches = 0, livePartials = 0;
+  /// Those tiles by their tensors' role, and the bfloat16 ones among them (LiveTiles's
+  /// fields; printed where liveTiles > 0).
+  int64_t liveInputs = 0, liveWeights = 0, liveActivations = 0, liveGradients = 0,
+          liveOptimizerState = 0, liveBfloat16 = 0;
 };
 
 /// Human-readable: summary, per-step communication, memory, then per tensor and per op.

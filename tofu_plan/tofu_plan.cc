@@ -370,11 +370,11 @@ int main(int argc, char **argv) {
     const tofu::PrecisionSummary &ps = result.precision;
     precisionLine = fmt::format(
         "precision bf16 (as torch.autocast): {} product{} and convolution{} on bfloat16 "
-        "operands through {} cast{}; {} float32 op{} reading bfloat16; {} of {} tensors "
-        "bfloat16\n",
+        "operands through {} cast{}; {} float32 op{} reading bfloat16, {} storing for "
+        "products only in bfloat16; {} of {} tensors bfloat16\n",
         ps.lowered, ps.lowered == 1 ? "" : "s", ps.lowered == 1 ? "" : "s", ps.casts,
-        ps.casts == 1 ? "" : "s", ps.float32, ps.float32 == 1 ? "" : "s", bf16Tensors,
-        g->tensors().size());
+        ps.casts == 1 ? "" : "s", ps.float32, ps.float32 == 1 ? "" : "s", ps.storedNarrow,
+        bf16Tensors, g->tensors().size());
   }
   if (dumpJson) {
     llvm::outs() << tofu::graphToJson(*g);
@@ -410,6 +410,14 @@ int main(int argc, char **argv) {
       report.liveTiles = live.tiles;
       report.liveFetches = live.fetches;
       report.livePartials = live.partials;
+      const tofu::LiveTiles byRole =
+          tofu::liveTilesAt(*problem, f.memory.workers[f.peakWorker], live.time);
+      report.liveInputs = byRole.inputs;
+      report.liveWeights = byRole.weights;
+      report.liveActivations = byRole.activations;
+      report.liveGradients = byRole.gradients;
+      report.liveOptimizerState = byRole.optimizerState;
+      report.liveBfloat16 = byRole.bfloat16;
     };
     if (recompute != tofu::RecomputeMode::None) {
       const int64_t limit = budgetBytes ? *budgetBytes : 0;
@@ -644,6 +652,7 @@ int main(int argc, char **argv) {
                             {"casts", ps.casts},
                             {"lowered_ops", ps.lowered},
                             {"float32_ops_reading_bf16", ps.float32},
+                            {"float32_ops_storing_bf16", ps.storedNarrow},
                             {"bf16_tensors", bf16Tensors}};
         }
         json = j.dump(1) + "\n";

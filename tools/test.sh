@@ -169,7 +169,7 @@ if [ "$fuzz" != 0 ]; then
         names) seeds=("$root/tests/fuzz/seeds/names"); max_len=256 ;;
       esac
       [ -d "$root/tests/fuzz/regressions/$f" ] && seeds+=("$root/tests/fuzz/regressions/$f")
-      if (cd "$work" && TOFU_FUZZ_OPS="$root/ops" "$bindir/${f}_fuzzer" -max_total_time="$share" \
+      if (cd "$work" && TMPDIR="$work" TOFU_FUZZ_OPS="$root/ops" "$bindir/${f}_fuzzer" -max_total_time="$share" \
             -max_len=$max_len -timeout=20 -print_final_stats=1 -artifact_prefix="$work/" \
             corpus "${seeds[@]}" >"$work/fuzz.log" 2>&1) &&
          ! ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* >/dev/null 2>&1; then
