@@ -203,11 +203,24 @@ enum class EvalNorm {
 /// Returns how many batch norms changed.
 llvm::Expected<unsigned> evaluationGraph(Graph &g, const OpLibrary &lib, EvalNorm norm);
 
-/// Gives a checked graph whose single output is not a scalar a loss to train against:
-/// softmax cross-entropy against a new integer input `labels` for a rank-2 output
-/// (classifier logits), else the mean squared error against a new input `target` of the
-/// output's shape. The loss becomes the graph's output; returns its name.
-llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib);
+/// Which loss addLoss gives an output that is not a scalar.
+enum class LossKind {
+  Auto,         ///< softmax cross-entropy for a rank-2 output, else the mean squared error
+  CrossEntropy, ///< softmax cross-entropy over the last axis: rank 2 [batch, classes], or
+                ///< rank 3 [batch, positions, classes] with a class per position
+  Mse,          ///< the mean squared error
+};
+const char *lossKindName(LossKind k);
+std::optional<LossKind> lossKindNamed(const std::string &name);
+
+/// Gives a checked graph whose single output is not a scalar a loss to train against, as
+/// `kind` says: softmax cross-entropy against a new integer input `labels` of the output's
+/// shape without its last axis (`softmax_cross_entropy` on [batch, classes] logits,
+/// `softmax_cross_entropy_seq` on [batch, positions, classes]: a language model's mean
+/// per-token loss), or the mean squared error against a new input `target` of the output's
+/// shape. The loss becomes the graph's output; returns its name. Cross-entropy on an output
+/// of another rank is an error that says so.
+llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib, LossKind kind = LossKind::Auto);
 
 /// How torch.autocast(dtype=torch.bfloat16) treats an op of the library, by name.
 enum class CastClass {

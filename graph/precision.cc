@@ -34,8 +34,8 @@ const std::set<std::string> kFloat32 = {
     "ReduceSum", "ReduceSumKeep", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
     "ReduceLogSum", "ReduceLogSumExp", "CumSum", "CumSumReverse", "CumSumExcl", "CumSumReverseExcl",
     // losses
-    "softmax_cross_entropy", "mse", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss",
-    "NllLossNone", "NllLossSum", "NllLossMean"};
+    "softmax_cross_entropy", "softmax_cross_entropy_seq", "mse", "NegativeLogLikelihoodLoss",
+    "SoftmaxCrossEntropyLoss", "NllLossNone", "NllLossSum", "NllLossMean"};
 // Ops whose result takes the type of their data (input 0) whatever their parameters' type,
 // as PyTorch's batch norm takes float32 parameters and statistics beside bfloat16 data.
 const std::set<std::string> kFollowData = {"BatchNormalization", "batch_norm_train"};

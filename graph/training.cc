@@ -550,7 +550,26 @@ llvm::Expected<unsigned> evaluationGraph(Graph &g, const OpLibrary &lib, EvalNor
   return changed;
 }
 
-llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib) {
+const char *lossKindName(LossKind k) {
+  switch (k) {
+  case LossKind::Auto:
+    return "auto";
+  case LossKind::CrossEntropy:
+    return "cross-entropy";
+  case LossKind::Mse:
+    return "mse";
+  }
+  return "?";
+}
+
+std::optional<LossKind> lossKindNamed(const std::string &name) {
+  for (LossKind k : {LossKind::Auto, LossKind::CrossEntropy, LossKind::Mse})
+    if (name == lossKindName(k))
+      return k;
+  return std::nullopt;
+}
+
+llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib, LossKind kind) {
   if (g.outputs.size() != 1)
     return stringError(fmt::format(
         "a loss can be added to a graph with one output; this one has {}", g.outputs.size()));
@@ -567,11 +586,16 @@ llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib) {
   TensorInfo extra;
   extra.shapeKnown = true;
   extra.role = TensorRole::Input;
-  if (shape.size() == 2) {
+  if (kind == LossKind::CrossEntropy && shape.size() != 2 && shape.size() != 3)
+    return stringError(fmt::format(
+        "a cross-entropy loss needs [batch, classes] or [batch, positions, classes] logits; "
+        "the output '{}' has rank {}",
+        out, shape.size()));
+  if (kind == LossKind::CrossEntropy || (kind == LossKind::Auto && shape.size() == 2)) {
     extra.name = g.tensor("labels") ? out + "_labels" : "labels";
-    extra.shape = {shape[0]};
+    extra.shape.assign(shape.begin(), shape.end() - 1);
     extra.dtype = "int64";
-    n.op = "softmax_cross_entropy";
+    n.op = shape.size() == 2 ? "softmax_cross_entropy" : "softmax_cross_entropy_seq";
   } else {
     extra.name = g.tensor("target") ? out + "_target" : "target";
     extra.shape = shape;

@@ -169,7 +169,7 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
     if (!chosen.empty())
       g.outputs = {chosen};
     const std::string output = g.outputs[0];
-    auto loss = addLoss(g, lib);
+    auto loss = addLoss(g, lib, options.loss);
     if (!loss)
       return fail(loss.takeError());
     // Say which loss addLoss chose and what it named its new input (from the node it added).
@@ -179,7 +179,9 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
                                 "new input '{}'",
                                 r.lossNote.empty() ? "" : "; ", output,
                                 added->op == "softmax_cross_entropy" ? "softmax cross-entropy"
-                                                                     : "the mean squared error",
+                                : added->op == "softmax_cross_entropy_seq"
+                                    ? "softmax cross-entropy at every position"
+                                    : "the mean squared error",
                                 added->inputs[1]);
     }
     r.loss = *loss;

@@ -82,6 +82,8 @@ struct PipelineOptions {
   /// With `train`, a graph of several outputs trains on this one (default: the first); the
   /// others are not computed for the step's sake (they are dropped as outputs).
   std::string lossOutput;
+  /// With `train`: the loss a graph whose output is not a scalar gets (addLoss).
+  LossKind loss = LossKind::Auto;
   /// The element types the step computes in (applyPrecision, once the loss is added and
   /// before the backward ops are built).
   Precision precision = Precision::FP32;

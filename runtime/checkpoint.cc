@@ -19,6 +19,7 @@
 #include "fmt/ranges.h"
 #include "nlohmann/json.hpp"
 #include "runtime/safetensors.h"
+#include "support/bf16.h"
 #include "support/files.h"
 
 namespace tofu {
@@ -103,14 +104,17 @@ struct StItem {
   const double *f64 = nullptr;
 };
 
-/// Writes a safetensors file of F32 tensors beside `path`, then renames it into place.
+/// Writes a safetensors file of `type` tensors beside `path`, then renames it into place.
 llvm::Error writeSafetensors(const std::string &path, const std::vector<StItem> &items,
-                             const std::map<std::string, std::string> &metadata) {
+                             const std::map<std::string, std::string> &metadata, StoredType type) {
+  const uint64_t width = type == StoredType::F32 ? 4 : 2;
   nlohmann::json header = nlohmann::json::object();
   uint64_t at = 0;
   for (const StItem &it : items) {
-    uint64_t bytes = static_cast<uint64_t>(it.count) * 4;
-    header[it.key] = {{"dtype", "F32"}, {"shape", it.shape}, {"data_offsets", {at, at + bytes}}};
+    uint64_t bytes = static_cast<uint64_t>(it.count) * width;
+    header[it.key] = {{"dtype", safetensorsDtypeOf(type)},
+                      {"shape", it.shape},
+                      {"data_offsets", {at, at + bytes}}};
     at += bytes;
   }
   nlohmann::json meta = nlohmann::json::object();
@@ -131,13 +135,25 @@ llvm::Error writeSafetensors(const std::string &path, const std::vector<StItem> 
     out.write(reinterpret_cast<const char *>(len), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     std::vector<float> buf;
+    std::vector<uint16_t> narrow;
     for (const StItem &it : items) {
       if (it.f32)
         buf.assign(it.f32, it.f32 + it.count);
       else
         buf.assign(it.f64, it.f64 + it.count);
-      out.write(reinterpret_cast<const char *>(buf.data()),
-                static_cast<std::streamsize>(buf.size() * 4));
+      if (type == StoredType::F32) {
+        out.write(reinterpret_cast<const char *>(buf.data()),
+                  static_cast<std::streamsize>(buf.size() * 4));
+        continue;
+      }
+      narrow.resize(buf.size());
+      if (type == StoredType::BF16)
+        toBf16(buf.data(), narrow.data(), buf.size());
+      else
+        for (size_t i = 0; i < buf.size(); ++i)
+          narrow[i] = floatToHalf(buf[i]);
+      out.write(reinterpret_cast<const char *>(narrow.data()),
+                static_cast<std::streamsize>(narrow.size() * 2));
     }
     out.flush();
     if (!out)
@@ -214,16 +230,47 @@ std::string coverageProblem(const std::vector<int64_t> &shape, const std::vector
 
 } // namespace
 
+const char *storedTypeName(StoredType t) {
+  switch (t) {
+  case StoredType::F32:
+    return "f32";
+  case StoredType::BF16:
+    return "bf16";
+  case StoredType::F16:
+    return "f16";
+  }
+  return "?";
+}
+
+const char *safetensorsDtypeOf(StoredType t) {
+  switch (t) {
+  case StoredType::F32:
+    return "F32";
+  case StoredType::BF16:
+    return "BF16";
+  case StoredType::F16:
+    return "F16";
+  }
+  return "?";
+}
+
+std::optional<StoredType> storedTypeNamed(const std::string &name) {
+  for (StoredType t : {StoredType::F32, StoredType::BF16, StoredType::F16})
+    if (name == storedTypeName(t))
+      return t;
+  return std::nullopt;
+}
+
 std::string checkpointFile(const std::string &dir) { return dir + "/model.safetensors"; }
 std::string checkpointIndexFile(const std::string &dir) { return dir + "/index.json"; }
 
-llvm::Error saveCheckpoint(const std::string &dir, const Checkpoint &c) {
+llvm::Error saveCheckpoint(const std::string &dir, const Checkpoint &c, StoredType type) {
   if (!makeDirs(dir))
     return fail(fmt::format("{}: cannot create the directory: {}", dir, std::strerror(errno)));
   std::vector<StItem> items;
   for (const auto &[name, t] : c.tensors)
     items.push_back({name, t.shape, t.size(), nullptr, t.data.data()});
-  if (llvm::Error e = writeSafetensors(checkpointFile(dir), items, c.metadata))
+  if (llvm::Error e = writeSafetensors(checkpointFile(dir), items, c.metadata, type))
     return e;
   removeOtherCheckpoints(dir, 0, true);
   return llvm::Error::success();
@@ -259,7 +306,8 @@ std::string tileFileName(unsigned generation, unsigned part) {
 
 llvm::Expected<std::vector<TileEntry>> writeTileFile(const std::string &dir,
                                                      const std::string &file,
-                                                     const std::vector<CheckpointTile> &tiles) {
+                                                     const std::vector<CheckpointTile> &tiles,
+                                                     StoredType type) {
   if (!makeDirs(dir))
     return fail(fmt::format("{}: cannot create the directory: {}", dir, std::strerror(errno)));
   std::vector<StItem> items;
@@ -275,7 +323,7 @@ llvm::Expected<std::vector<TileEntry>> writeTileFile(const std::string &dir,
     items.push_back({e.key, extents, boxElements(t.box), t.data.data(), nullptr});
     entries.push_back(std::move(e));
   }
-  if (llvm::Error e = writeSafetensors(dir + "/" + file, items, {{"format", "tofu tiles"}}))
+  if (llvm::Error e = writeSafetensors(dir + "/" + file, items, {{"format", "tofu tiles"}}, type))
     return e;
   return entries;
 }

@@ -29,6 +29,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,14 @@ struct Checkpoint {
   std::map<std::string, std::string> metadata;
 };
 
+/// The element type a checkpoint's tensors are written in: float32 (the default), or rounded
+/// to bfloat16 or float16 (to the nearest, ties to even; float16 past its range is
+/// infinite), which take half the bytes. Loading widens any of them to float32.
+enum class StoredType { F32, BF16, F16 };
+const char *storedTypeName(StoredType t);     ///< "f32", "bf16", "f16"
+const char *safetensorsDtypeOf(StoredType t); ///< "F32", "BF16", "F16"
+std::optional<StoredType> storedTypeNamed(const std::string &name);
+
 /// The file of a whole checkpoint in `dir`.
 std::string checkpointFile(const std::string &dir);
 /// The index of a sharded checkpoint in `dir`.
@@ -51,7 +60,8 @@ std::string checkpointIndexFile(const std::string &dir);
 /// Writes `c` to `dir`/model.safetensors (the directory is created), replacing an earlier
 /// checkpoint only once the new one is complete (written beside it, then renamed; a sharded
 /// checkpoint there is removed then).
-llvm::Error saveCheckpoint(const std::string &dir, const Checkpoint &c);
+llvm::Error saveCheckpoint(const std::string &dir, const Checkpoint &c,
+                           StoredType type = StoredType::F32);
 
 /// Reads `dir`/model.safetensors. F32, F64, F16 and BF16 tensors load (as values); errors
 /// name the file and what is wrong with it (a truncated file, a header that is not
@@ -82,10 +92,11 @@ unsigned nextCheckpointGeneration(const std::string &dir);
 /// The tile file of process `part` in generation `generation`.
 std::string tileFileName(unsigned generation, unsigned part);
 /// Writes `tiles` to `dir`/`file` (the directory is created; the file is written beside and
-/// renamed when complete) and returns where each lies.
+/// renamed when complete) in `type`, and returns where each lies.
 llvm::Expected<std::vector<TileEntry>> writeTileFile(const std::string &dir,
                                                      const std::string &file,
-                                                     const std::vector<CheckpointTile> &tiles);
+                                                     const std::vector<CheckpointTile> &tiles,
+                                                     StoredType type = StoredType::F32);
 /// Entries as text (to send between processes) and back.
 std::string encodeTileEntries(const std::vector<TileEntry> &entries);
 llvm::Expected<std::vector<TileEntry>> decodeTileEntries(const std::string &text);

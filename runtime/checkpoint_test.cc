@@ -5,12 +5,15 @@
 // old one's files only once committed, and broken indexes and tilings are refused.
 #include "runtime/checkpoint.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "runtime/safetensors.h"
+#include "support/bf16.h"
 #include "testing/suite.h"
 #include "gtest/gtest.h"
 
@@ -75,6 +78,94 @@ TEST(Checkpoint, OtherDtypes) {
     EXPECT_EQ(c->tensors.at(name).data.at(0), 1.0) << name;
     EXPECT_EQ(c->tensors.at(name).data.at(1), -2.0) << name;
   }
+}
+
+// float16 rounding (floatToHalf), checked against bit patterns worked out by hand and
+// against halfToFloat: every float16 reads back as itself, and a value halfway between two
+// neighbours goes to the even one.
+TEST(Checkpoint, Float16RoundsToNearestEven) {
+  struct Case {
+    float x;
+    uint16_t bits;
+  } cases[] = {
+      {0.0f, 0x0000},
+      {-0.0f, 0x8000},
+      {1.0f, 0x3c00},
+      {-2.0f, 0xc000},
+      {65504.0f, 0x7bff},
+      {65519.0f, 0x7bff},
+      {65520.0f, 0x7c00},
+      {1e9f, 0x7c00},
+      {-INFINITY, 0xfc00},
+      {0x1p-14f, 0x0400},
+      {0x1p-24f, 0x0001},
+      {0x1p-25f, 0x0000},
+      {0x1.8p-25f, 0x0001},
+      {0x1.8p-24f, 0x0002},
+      {0x1.4p-24f, 0x0001},
+      {1.0f / 3.0f, 0x3555},
+      {1.0f + 0x1p-11f, 0x3c00},
+      {1.0f + 0x3p-11f, 0x3c02},
+      {0x1.ffcp-15f, 0x0400}, // rounds up from the largest subnormal's range into a normal
+  };
+  for (const Case &c : cases)
+    EXPECT_EQ(floatToHalf(c.x), c.bits) << c.x;
+  EXPECT_EQ(floatToHalf(NAN) & 0x7e00u, 0x7e00u); // a quiet NaN
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint16_t bits = static_cast<uint16_t>(h);
+    const float x = halfToFloat(bits);
+    if (x == x)
+      ASSERT_EQ(floatToHalf(x), bits) << h;
+  }
+}
+
+// --save-dtype: a checkpoint written in bfloat16 or float16, whole or as tiles, says so in
+// its header, takes 2 bytes an element, and loads back as the rounded values.
+TEST(Checkpoint, WrittenInBfloat16AndFloat16) {
+  Checkpoint c;
+  Tensor w({3, 4});
+  for (int64_t i = 0; i < 12; ++i)
+    w.data[i] = 1.0 / 3.0 * double(i) - 1.7 + (i == 11 ? 7e4 : 0.0);
+  c.tensors.emplace("w", w);
+  c.metadata = {{"steps", "3"}};
+  for (StoredType type : {StoredType::F32, StoredType::BF16, StoredType::F16}) {
+    const std::string dir = testTmpDir(std::string("stored-") + storedTypeName(type));
+    llvm::Error e = saveCheckpoint(dir, c, type);
+    ASSERT_FALSE(bool(e)) << llvm::toString(std::move(e));
+    auto f = openSafetensors(checkpointFile(dir));
+    ASSERT_TRUE(bool(f)) << llvm::toString(f.takeError());
+    EXPECT_EQ((*f)->tensors.at("w").dtype, safetensorsDtypeOf(type));
+    EXPECT_EQ((*f)->tensors.at("w").end - (*f)->tensors.at("w").begin,
+              12u * (type == StoredType::F32 ? 4 : 2));
+    auto back = loadCheckpoint(dir);
+    ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+    for (int64_t i = 0; i < 12; ++i) {
+      const float x = static_cast<float>(w.data[i]);
+      const float want = type == StoredType::F32    ? x
+                         : type == StoredType::BF16 ? roundToBf16(x)
+                                                    : halfToFloat(floatToHalf(x));
+      EXPECT_EQ(back->tensors.at("w").data[i], double(want)) << storedTypeName(type) << " " << i;
+    }
+    // As tiles: the same dtype in the tile file, the same values read back by box.
+    CheckpointTile tile{"w", {3, 4}, Box{{0, 3}, {0, 4}}, {}};
+    for (double v : w.data)
+      tile.data.push_back(static_cast<float>(v));
+    auto entries = writeTileFile(dir + "/tiles", tileFileName(1, 0), {tile}, type);
+    ASSERT_TRUE(bool(entries)) << llvm::toString(entries.takeError());
+    e = writeCheckpointIndex(dir + "/tiles", 1, *entries, c.metadata);
+    ASSERT_FALSE(bool(e)) << llvm::toString(std::move(e));
+    auto r = CheckpointReader::open(dir + "/tiles");
+    ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+    std::vector<float> got(12);
+    e = r->read("w", Box{{0, 3}, {0, 4}}, got.data());
+    ASSERT_FALSE(bool(e)) << llvm::toString(std::move(e));
+    for (int64_t i = 0; i < 12; ++i)
+      EXPECT_EQ(double(got[i]), back->tensors.at("w").data[i]) << storedTypeName(type) << " " << i;
+  }
+  // 7e4 - 1.7 + 11/3 is past float16's range: infinite there, finite in bfloat16.
+  EXPECT_TRUE(std::isinf(halfToFloat(floatToHalf(static_cast<float>(w.data[11])))));
+  EXPECT_EQ(storedTypeNamed("bf16"), StoredType::BF16);
+  EXPECT_FALSE(storedTypeNamed("fp16").has_value());
 }
 
 TEST(Checkpoint, BrokenFilesSayWhatIsWrong) {

@@ -38,14 +38,16 @@ parseFeeds(const std::string &feeds) {
   return pairs;
 }
 
-/// The labels input of the loss: softmax_cross_entropy's second input, where it is an input.
+/// The labels input of the loss: softmax_cross_entropy's (or, a class per position,
+/// softmax_cross_entropy_seq's) second input, where it is an input.
 int labelsOf(const Problem &p, const std::string &loss) {
   const int l = loss.empty() ? -1 : findTensor(p, loss);
   if (l < 0 || p.tensors[l].producer < 0)
     return -1;
   const ProblemNode &n = p.nodes[p.tensors[l].producer];
-  if (n.table->op.def->name != "softmax_cross_entropy" || n.inputs.size() != 2 ||
-      p.tensors[n.inputs[1]].producer >= 0)
+  const std::string &op = n.table->op.def->name;
+  if ((op != "softmax_cross_entropy" && op != "softmax_cross_entropy_seq") ||
+      n.inputs.size() != 2 || p.tensors[n.inputs[1]].producer >= 0)
     return -1;
   return static_cast<int>(n.inputs[1]);
 }
@@ -322,7 +324,7 @@ llvm::Error copyState(const Engine &from, Engine &to) {
 
 void scoreRows(const Tensor &logits, const std::vector<double> &labels, int64_t rows,
                ClassifierScore &score) {
-  const int64_t classes = logits.shape.size() == 2 ? logits.shape[1] : 1;
+  const int64_t classes = logits.shape.size() >= 2 ? logits.shape.back() : 1;
   for (int64_t r = 0; r < rows; ++r) {
     const double *x = logits.data.data() + r * classes;
     double top = -std::numeric_limits<double>::infinity();

@@ -36,10 +36,10 @@ struct DataBinding {
 /// Binds `ds`'s arrays to the inputs of `p`:
 /// - `feeds` (`INPUT=ARRAY,...`, may be empty) binds by name;
 /// - otherwise an array `labels` feeds the loss's labels (the second input of
-///   softmax_cross_entropy, `loss` naming its output; none when `loss` is empty), and the
-///   one other array feeds the one data input (an input of rank >= 1 that is not the labels
-///   and has no value of its own: a constant, a model's initial value or, by `random`, a
-///   random input drawn at every step).
+///   softmax_cross_entropy or softmax_cross_entropy_seq, `loss` naming its output; none
+///   when `loss` is empty), and the one other array feeds the one data input (an input of
+///   rank >= 1 that is not the labels and has no value of its own: a constant, a model's
+///   initial value or, by `random`, a random input drawn at every step).
 /// Each bound input's first dimension is the batch; an array's sample must have as many
 /// elements as one batch row of the input; labels must be integers in [0, classes).
 /// Errors name the input, the array and what does not fit.
@@ -127,8 +127,9 @@ struct ClassifierScore {
   double accuracy() const { return rows > 0 ? double(correct) / double(rows) : 0; }
 };
 
-/// Adds the first `rows` rows of `logits` ([batch, classes]) against `labels` (one per row)
-/// to `score`. The argmax takes the first of equal maxima; a row with NaN is wrong.
+/// Adds the first `rows` rows of `logits` (rows of its last axis: [batch, classes], or
+/// [batch, positions, classes] with a row per position) against `labels` (one per row) to
+/// `score`. The argmax takes the first of equal maxima; a row with NaN is wrong.
 void scoreRows(const Tensor &logits, const std::vector<double> &labels, int64_t rows,
                ClassifierScore &score);
 

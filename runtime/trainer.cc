@@ -385,8 +385,11 @@ llvm::Error Trainer::Impl::evaluate(unsigned done, TrainerObserver &observer) {
     return e;
   ClassifierScore score;
   const DataArray &labelArray = *evalDs->find(labelsArray);
+  // A label per sample, or one per position of a sequence (a language model's logits are
+  // [batch, positions, classes]).
+  const int64_t positions = labelArray.sampleElements();
   std::vector<int64_t> samples(evalBatch);
-  std::vector<double> labels(evalBatch);
+  std::vector<double> labels(evalBatch * positions);
   for (int64_t start = 0; start < evalDs->samples; start += evalBatch) {
     const int64_t rows = std::min(evalBatch, evalDs->samples - start);
     for (int64_t r = 0; r < evalBatch; ++r) // a partial batch repeats the first samples
@@ -396,11 +399,19 @@ llvm::Error Trainer::Impl::evaluate(unsigned done, TrainerObserver &observer) {
     if (!st)
       return st.takeError();
     const Tensor logits = wholeTensor(*evalEngine, options.evalGraph->logits, group);
+    if (logits.data.size() !=
+        size_t(evalBatch * positions * (logits.shape.empty() ? 1 : logits.shape.back())))
+      return stringError(fmt::format(
+          "{}: --eval: the logits [{}] do not hold a row of classes for each of the batch's "
+          "{} samples x {} labels",
+          options.name, fmt::join(logits.shape, ", "), evalBatch, positions));
     for (int64_t r = 0; r < rows; ++r)
-      labels[r] = labelArray.at(samples[r]);
-    scoreRows(logits, labels, rows, score);
+      for (int64_t j = 0; j < positions; ++j)
+        labels[r * positions + j] = labelArray.at(samples[r] * positions + j);
+    scoreRows(logits, labels, rows * positions, score);
   }
-  EvalRecord record{done, double(done) / double(stepsPerEpoch), score, secondsSince(t0)};
+  EvalRecord record{done, double(done) / double(stepsPerEpoch), score, secondsSince(t0),
+                    evalDs->samples};
   evals.push_back(record);
   observer.evaluated(record);
   return llvm::Error::success();
@@ -583,7 +594,7 @@ llvm::Expected<SaveReport> Trainer::save(const std::string &dir) {
   if (!m.group.distributed()) { // every tensor whole, in DIR/model.safetensors
     Checkpoint c = checkpointOf(*m.engine);
     c.metadata = metadata;
-    if (llvm::Error e = saveCheckpoint(dir, c))
+    if (llvm::Error e = saveCheckpoint(dir, c, m.options.saveType))
       return std::move(e);
     report.path = checkpointFile(dir);
     report.tensors = c.tensors.size();
@@ -594,11 +605,13 @@ llvm::Expected<SaveReport> Trainer::save(const std::string &dir) {
   const unsigned generation =
       static_cast<unsigned>(m.group.fromFirst(uint64_t(nextCheckpointGeneration(dir))));
   const std::vector<CheckpointTile> tiles = trainingTiles(*m.engine);
-  auto entries = writeTileFile(dir, tileFileName(generation, m.group.rank()), tiles);
+  auto entries =
+      writeTileFile(dir, tileFileName(generation, m.group.rank()), tiles, m.options.saveType);
   if (!entries)
     return entries.takeError();
   for (const CheckpointTile &t : tiles)
-    report.bytes += static_cast<int64_t>(t.data.size()) * 4;
+    report.bytes +=
+        static_cast<int64_t>(t.data.size()) * (m.options.saveType == StoredType::F32 ? 4 : 2);
   report.bytes = m.group.sum(report.bytes);
   std::vector<std::string> parts = m.group.gatherOnFirst(encodeTileEntries(*entries));
   if (m.group.rank() == 0) {

@@ -101,6 +101,8 @@ struct TrainerOptions {
   std::string loadDir; ///< a checkpoint to resume from
   /// The run will save() there: a non-finite last update is an error.
   std::string saveDir;
+  /// The element type save() writes the tensors in (float32 unless told).
+  StoredType saveType = StoredType::F32;
   bool continueNonFinite = false;
   /// verify() will be called: the first step's results are kept to compare with the step
   /// run on the unpartitioned plan (one worker: planner/pipeline.h's singleWorker).
@@ -129,8 +131,9 @@ struct StepRecord {
 struct EvalRecord {
   unsigned step = 0; ///< after this many steps, counted over every run
   double epoch = 0;
-  ClassifierScore score;
+  ClassifierScore score; ///< over every label: one per sample, or one per position
   double seconds = 0;
+  int64_t samples = 0; ///< held-out samples scored
 };
 
 class TrainerObserver {

@@ -192,7 +192,8 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
     return;
   const ProblemNode &ln = p.nodes[lossNode];
   const std::string &kind = ln.table->op.def->name;
-  if ((kind != "softmax_cross_entropy" && kind != "mse") || ln.inputs.size() != 2)
+  const bool crossEntropy = kind == "softmax_cross_entropy" || kind == "softmax_cross_entropy_seq";
+  if ((!crossEntropy && kind != "mse") || ln.inputs.size() != 2)
     return;
   const unsigned answer = ln.inputs[1];
   if (p.tensors[answer].producer >= 0)
@@ -213,7 +214,7 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
   if (input_ < 0)
     return;
   const std::vector<int64_t> &answerShape = p.tensors[answer].shape;
-  classify_ = kind == "softmax_cross_entropy";
+  classify_ = crossEntropy; // a class per label: per row, or per position of a sequence
   classes_ = classify_ ? p.tensors[ln.inputs[0]].shape.back()
                        : (answerShape.empty() ? 1 : answerShape.back());
   rows_ = boxElements(wholeBox(answerShape));

@@ -61,6 +61,32 @@ PY
     echo "FAILED: --save/--load across precisions" >&2; cat "$tmp/out.txt" "$tmp/out2.txt" >&2; fail=1
   fi
 fi
+# --save-dtype: a checkpoint written in bfloat16 or float16 has that safetensors dtype,
+# half the bytes of float32's, and resumes (widened) at another worker count.
+gpt="--model gpt-1-16-2-4 --batch 4"
+for d in bf16 f16; do
+  if $run $gpt --workers 2 --steps 2 --save "$tmp/ck-$d" --save-dtype $d >"$tmp/out.txt" 2>&1 &&
+     $run $gpt --workers 2 --steps 2 --save "$tmp/ck-f32" >>"$tmp/out.txt" 2>&1 &&
+     $run $gpt --workers 3 --steps 1 --load "$tmp/ck-$d" >"$tmp/out2.txt" 2>&1 &&
+     grep -q "^saved .* (2 steps trained, in $d) to" "$tmp/out.txt" &&
+     grep -q "^resumed from .* (2 steps trained before)" "$tmp/out2.txt"; then
+    python3 - "$tmp/ck-$d/model.safetensors" "$tmp/ck-f32/model.safetensors" $d <<'PY' ||
+import json, os, struct, sys
+def header(path):
+    f = open(path, "rb")
+    return json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+want = {"bf16": "BF16", "f16": "F16"}[sys.argv[3]]
+h, h32 = header(sys.argv[1]), header(sys.argv[2])
+assert {v["dtype"] for k, v in h.items() if k != "__metadata__"} == {want}, h
+data = sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in h.items() if k != "__metadata__")
+data32 = sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in h32.items() if k != "__metadata__")
+assert 2 * data == data32 and set(h) == set(h32), (data, data32)
+PY
+      { echo "FAILED: --save-dtype $d did not write $d tensors at half the bytes" >&2; fail=1; }
+  else
+    echo "FAILED: --save-dtype $d, or resuming from it" >&2; cat "$tmp/out.txt" "$tmp/out2.txt" >&2; fail=1
+  fi
+done
 # --kernel-report: the CUDA kernels of a step with their roofline estimates, no device, no
 # step run; every launch has a bound no larger than its estimate.
 if ! $run --model wresnet-50-1-i32-c8-k10 --batch 32 --workers 2 --kernel-report >"$tmp/out.txt" 2>"$tmp/err.txt"; then
@@ -216,6 +242,7 @@ expect_error "--kernels interp runs one step" --model mlp --workers 2 --kernels 
 expect_error "real: no such directory (--data takes a directory of the MNIST family" --model mlp --workers 2 --data real
 expect_error "--lr must be a positive finite number" --model mlp --workers 2 --lr -1
 expect_error "none: cannot open: No such file or directory" --model mlp --workers 2 --load "$tmp/none"
+expect_error "--save-dtype goes with --save" --model mlp --workers 2 --save-dtype bf16
 expect_error "the checkpoint has no tensor" --model gpt-1-16-2-4 --batch 2 --workers 2 --optimizer adam --load "$tmp/ckpt"
 expect_error "the checkpoint was trained with --optimizer adam, this run uses sgd" --onnx tests/onnx/mlp.onnx --workers 2 --load "$tmp/ckpt"
 # nn.LSTM as PyTorch returns it (outputs y, h and c): a training step on the first by

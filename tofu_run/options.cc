@@ -135,6 +135,18 @@ cl::opt<std::string> lossOutput("loss-output",
                                 cl::desc("A graph of several outputs trains on this one (default: "
                                          "the first)"),
                                 cl::value_desc("NAME"), cl::cat(runCategory));
+cl::opt<tofu::LossKind, false, tofu::ChoiceParser<tofu::LossKind>> lossKindOpt(
+    "loss", cl::desc("The loss a model whose output is not a scalar trains with:"),
+    cl::values(clEnumValN(tofu::LossKind::Auto, "auto",
+                          "softmax cross-entropy against integer labels for [batch, classes] "
+                          "logits, else the mean squared error against a target (default)"),
+               clEnumValN(tofu::LossKind::CrossEntropy, "cross-entropy",
+                          "softmax cross-entropy over the last axis, also for [batch, "
+                          "positions, classes] logits with a label per position (a language "
+                          "model's mean per-token loss; --data feeds labels of [positions] "
+                          "per sample)"),
+               clEnumValN(tofu::LossKind::Mse, "mse", "the mean squared error")),
+    cl::init(tofu::LossKind::Auto), cl::cat(runCategory));
 cl::opt<double> momentumOpt("momentum",
                             cl::desc("With --optimizer momentum or nesterov: mu (default 0.9)"),
                             cl::init(0.9), cl::cat(runCategory));
@@ -250,6 +262,19 @@ cl::opt<std::string> saveDir("save",
                                       "to DIR/tiles-G-R.safetensors, and an index "
                                       "DIR/index.json)"),
                              cl::value_desc("DIR"), cl::cat(runCategory));
+cl::opt<tofu::StoredType, false, tofu::ChoiceParser<tofu::StoredType>> saveType(
+    "save-dtype",
+    cl::desc("With --save: the element type the tensors are written in (the safetensors "
+             "dtype; --load widens any of them to float32):"),
+    cl::values(clEnumValN(tofu::StoredType::F32, "f32", "float32, exact (default)"),
+               clEnumValN(tofu::StoredType::BF16, "bf16",
+                          "bfloat16, half the bytes, rounded to 8 significant bits (to the "
+                          "nearest, ties to even): weights to share or run; a run resumed "
+                          "from it continues from the rounded weights and optimiser state"),
+               clEnumValN(tofu::StoredType::F16, "f16",
+                          "float16, half the bytes, 11 significant bits; values past 65504 "
+                          "become infinite")),
+    cl::init(tofu::StoredType::F32), cl::cat(runCategory));
 cl::opt<std::string> loadDir("load",
                              cl::desc("Start from the checkpoint in DIR (written by --save, "
                                       "at any worker count, by threads or processes; each "
@@ -461,6 +486,8 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
   if (kernelsMode == Kernels::Interp && steps != 1)
     return tofu::usageError(
         "--kernels interp runs one step (the reference); use compiled kernels to train");
+  if (saveType.getNumOccurrences() > 0 && saveDir.empty())
+    return tofu::usageError("--save-dtype goes with --save");
   // The --save folder must be one this run can write, before any training it would lose.
   if (!saveDir.empty()) {
     std::error_code ec;

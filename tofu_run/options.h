@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/backend_registry.h"
+#include "runtime/checkpoint.h"
 #include "runtime/dataset.h"
 #include "search/search.h"
 #include "support/cl_choice.h"
@@ -47,6 +48,8 @@ extern cl::opt<std::string> shuffleOpt;
 std::string inputItems();
 extern cl::opt<std::string> outputDir;
 extern cl::opt<std::string> lossOutput;
+extern cl::opt<tofu::LossKind, false, tofu::ChoiceParser<tofu::LossKind>> lossKindOpt;
+extern cl::opt<tofu::StoredType, false, tofu::ChoiceParser<tofu::StoredType>> saveType;
 extern cl::opt<double> momentumOpt;
 extern cl::opt<bool> verify;
 extern cl::opt<unsigned> seed;

@@ -330,6 +330,7 @@ int run(int argc, char **argv) {
   pipeline.train = optimizerKind;
   pipeline.weightDecay = weightDecayOpt > 0;
   pipeline.lossOutput = lossOutput;
+  pipeline.loss = lossKindOpt;
   if (infer)
     pipeline.train.reset(); // the forward graph
   pipeline.until = tofu::Stage::Execution;
@@ -543,9 +544,10 @@ int run(int argc, char **argv) {
     else if (fwd->outputs.size() > 1)
       fwd->outputs.resize(1);
     const tofu::TensorInfo *out = fwd->outputs.size() == 1 ? fwd->tensor(fwd->outputs[0]) : nullptr;
-    if (!out || out->shape.size() != 2)
+    if (!out || (out->shape.size() != 2 && out->shape.size() != 3))
       return fail(name + ": --eval scores a classifier: a model whose one output is [batch, "
-                         "classes] logits",
+                         "classes] logits, or [batch, positions, classes] with a class per "
+                         "position",
                   2);
     tofu::PipelineOptions forward;
     forward.until = tofu::Stage::Execution;

@@ -93,10 +93,13 @@ public:
   void evaluating() override { closeLine(); }
   void evaluated(const tofu::EvalRecord &e) override {
     if (!json_)
-      llvm::outs() << fmt::format("eval after step {} (epoch {:.2f}): loss {:.4f}, accuracy "
-                                  "{:.2f}% on {} held-out samples ({:.1f} s)\n",
-                                  e.step, e.epoch, e.score.loss(), 100 * e.score.accuracy(),
-                                  e.score.rows, e.seconds);
+      llvm::outs() << fmt::format(
+          "eval after step {} (epoch {:.2f}): loss {:.4f}, accuracy "
+          "{:.2f}% on {} held-out samples{} ({:.1f} s)\n",
+          e.step, e.epoch, e.score.loss(), 100 * e.score.accuracy(), e.samples,
+          e.score.rows != e.samples ? fmt::format(" ({} positions, a label each)", e.score.rows)
+                                    : std::string(),
+          e.seconds);
   }
   /// Ends the progress line, if one is open.
   void closeLine() {
@@ -189,6 +192,7 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
   }
   options.loadDir = loadDir;
   options.saveDir = saveDir;
+  options.saveType = saveType;
   options.continueNonFinite = continueNonFinite;
   options.verify = verify;
   options.referenceExec = &one.exec;
@@ -326,12 +330,18 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
       return fail(saved.takeError());
     if (!json && group->rank() == 0)
       llvm::outs() << (saved->tiles == 0
-                           ? fmt::format("saved {} tensors ({} steps trained) to {}\n",
-                                         saved->tensors, saved->stepsTrained, saved->path)
-                           : fmt::format("saved {} tensors as {} tiles ({:.2f} MiB, {} steps "
-                                         "trained) from {} processes to {}\n",
+                           ? fmt::format(
+                                 "saved {} tensors ({} steps trained{}) to {}\n", saved->tensors,
+                                 saved->stepsTrained,
+                                 saveType == tofu::StoredType::F32
+                                     ? std::string()
+                                     : fmt::format(", in {}", tofu::storedTypeName(saveType)),
+                                 saved->path)
+                           : fmt::format("saved {} tensors as {} tiles ({:.2f} MiB in {}, {} "
+                                         "steps trained) from {} processes to {}\n",
                                          saved->tensors, saved->tiles, saved->bytes / 1048576.0,
-                                         saved->stepsTrained, group->size(), saved->path));
+                                         tofu::storedTypeName(saveType), saved->stepsTrained,
+                                         group->size(), saved->path));
   }
   if (!saveOnnx.empty()) { // every process gathers; the first writes
     const std::map<std::string, tofu::Tensor> state = trainer.wholeState();
@@ -463,7 +473,8 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
                          {"epoch", e.epoch},
                          {"loss", e.score.loss()},
                          {"accuracy", e.score.accuracy()},
-                         {"samples", e.score.rows},
+                         {"samples", e.samples},
+                         {"labels", e.score.rows},
                          {"seconds", e.seconds}});
       j["eval"] = evals;
       j["eval_arena_bytes"] = ee->arenaBytes();

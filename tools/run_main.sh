@@ -15,7 +15,11 @@
 # curves are drawn over each other (out/fmnist/loss.svg). PyTorch runs 3 times more, every
 # gradient element off by up to one float32 step at every step: how far rounding alone moves
 # it. Tofu's first 15 losses and its final test accuracy are judged against that spread
-# (fmnist.py plot --spread prints how each tolerance is derived).
+# (fmnist.py plot --spread prints how each tolerance is derived). Then a language model
+# learns real text: a character-level GPT exported by tools/charlm.py trains on the text of
+# Debian's fortunes for 1000 steps on 2 workers, in fp32 and in bf16, each against PyTorch
+# from the same weights and batches; the loss curves and held-out losses go in one SVG
+# (out/charlm/loss.svg), and the final held-out losses must agree within 2%.
 # Finally the library's statistics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,6 +89,29 @@ done
 echo
 /usr/bin/python3 tools/fmnist.py plot out/fmnist/tofu.json out/fmnist/torch.json out/fmnist/loss.svg \
   --window 100 --spread "${spread[@]}" --steps 15
+echo
+# A language model on real text: a character-level GPT exported from PyTorch, trained in fp32
+# and in bf16 on Debian's fortunes (held-out: the text's last 10%), each against PyTorch from
+# the same initial weights and batches (fp32, and autocast's CUDA rules for bf16).
+lm=out/charlm
+mkdir -p "$lm"
+echo "== a character-level GPT on Debian's fortunes (tools/charlm.py), fp32 and bf16, against PyTorch"
+/usr/bin/python3 tools/charlm.py data "$lm"
+/usr/bin/python3 tools/charlm.py export "$lm/charlm.onnx" --data "$lm" --seed 1
+lmhyper=(--batch 32 --steps 1000 --lr 0.003 --seed 1 --eval-every 200 --log-every 200)
+for p in fp32 bf16; do
+  echo "tofu-run --onnx $lm/charlm.onnx --data $lm/train.safetensors --eval $lm/heldout.safetensors --loss cross-entropy --optimizer adam --workers 2 --precision $p ${lmhyper[*]}"
+  "$(bazel info bazel-bin 2>/dev/null)/tofu_run/tofu-run" --onnx "$lm/charlm.onnx" \
+    --data "$lm/train.safetensors" --eval "$lm/heldout.safetensors" --loss cross-entropy \
+    --optimizer adam --workers 2 --precision $p "${lmhyper[@]}" --metrics "$lm/tofu-$p.json" \
+    | tee "$lm/tofu-$p.txt" | grep -E '^\| [0-9]|^eval|^loss|median'
+  echo "PyTorch, $p: tools/charlm.py train"
+  /usr/bin/python3 tools/charlm.py train --onnx "$lm/charlm.onnx" --data "$lm" "${lmhyper[@]}" \
+    $([ $p = bf16 ] && echo --bf16) --json "$lm/torch-$p.json" | tee "$lm/torch-$p.txt" \
+    | grep -E '^eval|median'
+done
+/usr/bin/python3 tools/charlm.py plot "$lm/loss.svg" "fp32=$lm/tofu-fp32.json,$lm/torch-fp32.json" \
+  "bf16=$lm/tofu-bf16.json,$lm/torch-bf16.json"
 echo
 echo "== tdlc --stats ops"
 "$tdlc" --stats ops

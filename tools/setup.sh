@@ -32,6 +32,7 @@ packages=(
   libopenblas0-pthread   # PyTorch's float32 products (the peers run ~30x slower without it)
   zlib1g-dev             # gzipped data sets (runtime/dataset)
   dataset-fashion-mnist  # the main job's real data
+  fortunes               # English text: the main job's character-level language model
   libonnx-testdata       # ONNX's backend node tests (tests/onnx_node_test.sh)
 )
 

@@ -207,6 +207,9 @@ CASES = [
     # Losses.
     Case("softmax_cross_entropy", LOSS, [("logits", (6, 5), "f"), ("labels", (6,), ("int", 5))],
          lambda x, y: F.cross_entropy(x, y)),
+    Case("softmax_cross_entropy_seq", LOSS,
+         [("logits", (3, 4, 5), "f"), ("labels", (3, 4), ("int", 5))],
+         lambda x, y: F.cross_entropy(x.reshape(-1, 5), y.reshape(-1))),
     Case("mse", LOSS, [("pred", (2, 3, 4), "f"), ("target", (2, 3, 4), "f")],
          lambda p, t: F.mse_loss(p, t), groups={"i": 3}),
     Case("NegativeLogLikelihoodLoss", LOSS, [("logp", (6, 5), "f"), ("target", (6,), ("int", 5))],
