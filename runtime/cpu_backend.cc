@@ -145,15 +145,15 @@ public:
         pr.out = at(w, l.outputOffset);
         const Made &m = made[typedKey(l)];
         pr.fn = m.name.empty() ? nullptr : kernels_.find(m.name);
-        // A product of bfloat16 operands runs as oneDNN's native bf16 matmul where this CPU
-        // has one; other library calls take float32 (below).
+        // A product or convolution of bfloat16 operands runs on oneDNN's native bf16 matmul
+        // or convolution where this CPU has one; other library calls take float32 (below).
         std::vector<bool> bf16(l.inputOffsets.size());
         for (size_t q = 0; q < bf16.size(); ++q)
           bf16[q] = q < l.inputElements.size() && l.inputElements[q] == loops::Element::BF16;
         bool native = false;
         if (options_.library && std::count(bf16.begin(), bf16.end(), true) > 0 &&
             hasLibraryForm(op)) {
-          pr.lib = bf16LibraryKernel(op, l.ranges, l.inputBoxes, bf16);
+          pr.lib = bf16LibraryKernel(op, node.shapes, l.ranges, l.inputBoxes, bf16);
           native = pr.lib != nullptr;
         }
         if (options_.library && !pr.lib && hasLibraryForm(op))

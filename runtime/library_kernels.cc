@@ -237,7 +237,8 @@ struct View {
   bool dense = true; ///< the view is the whole buffer's layout (row-major, no gaps)
 };
 
-std::optional<View> viewOf(const Box &held, const Box &view) {
+std::optional<View> viewOf(const Box &held, const Box &view,
+                           dnnl::memory::data_type type = dnnl::memory::data_type::f32) {
   std::vector<int64_t> st = rowMajorStrides(held), dims;
   int64_t off = 0;
   for (size_t d = 0; d < held.size(); ++d) {
@@ -247,15 +248,15 @@ std::optional<View> viewOf(const Box &held, const Box &view) {
     dims.push_back(view[d].size());
   }
   bool dense = rowMajorStrides(view) == st;
-  return View{dnnl::memory::desc(toDims(dims), dnnl::memory::data_type::f32, toDims(st)), off,
-              dense};
+  return View{dnnl::memory::desc(toDims(dims), type, toDims(st)), off, dense};
 }
 
-dnnl::memory::desc denseDesc(const std::vector<int64_t> &dims) {
+dnnl::memory::desc denseDesc(const std::vector<int64_t> &dims,
+                             dnnl::memory::data_type type = dnnl::memory::data_type::f32) {
   std::vector<int64_t> st(dims.size(), 1);
   for (size_t d = dims.size(); d-- > 1;)
     st[d - 1] = st[d] * dims[d];
-  return dnnl::memory::desc(toDims(dims), dnnl::memory::data_type::f32, toDims(st));
+  return dnnl::memory::desc(toDims(dims), type, toDims(st));
 }
 
 /// A share no term of the sum reaches: zeros.
@@ -289,6 +290,8 @@ public:
     size_t at = 0; ///< its buffer's offset in the scratch space
   };
   std::vector<Stage> stages;
+  /// Inputs held as bfloat16 (offsets count their 2-byte elements); the rest float32.
+  std::vector<bool> bf16;
   /// The scratch space: the primitive's own (oneDNN's shared scratchpad is not safe for
   /// primitives running concurrently on several workers), then the stages' buffers.
   dnnl::memory::desc scratchD;
@@ -313,14 +316,18 @@ public:
     auto ptr = [&](int input, int64_t off) -> void * {
       if (input < 0)
         return out;
+      const size_t q = static_cast<size_t>(input);
+      void *at = q < bf16.size() && bf16[q]
+                     ? static_cast<void *>(const_cast<uint16_t *>(
+                           reinterpret_cast<const uint16_t *>(in[input]) + off))
+                     : static_cast<void *>(const_cast<float *>(in[input] + off));
       for (const Stage &st : stages)
         if (st.input == input && st.offset == off) {
-          dnnl::memory from(st.from, e, const_cast<float *>(in[input] + off)),
-              to(st.to, e, space + st.at);
+          dnnl::memory from(st.from, e, at), to(st.to, e, space + st.at);
           st.gather.execute(stream, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
           return space + st.at;
         }
-      return const_cast<float *>(in[input] + off);
+      return at;
     };
     dnnl::memory src(srcD, e, ptr(srcIn, srcOff)), w(wD, e, ptr(wIn, wOff)),
         dst(dstD, e, ptr(dstIn, dstOff));
@@ -350,9 +357,22 @@ public:
   std::string describe() const override { return what; }
 };
 
-std::unique_ptr<LibraryKernel> convKernel(const ConvPlan &c, const std::vector<Box> &held) {
+/// Whether oneDNN runs bfloat16 products natively on this CPU (avx512_core_bf16, AMX).
+bool nativeBf16() {
+  static const bool native = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return native;
+}
+
+/// The share's convolution primitive. With `bf16` (per input), the inputs it marks are read
+/// as bfloat16 and the result is float32, and the kernel is made only where oneDNN
+/// implements that natively (on a CPU with bfloat16 products); else null.
+std::unique_ptr<LibraryKernel> convKernel(const ConvPlan &c, const std::vector<Box> &held,
+                                          const std::vector<bool> *bf16 = nullptr) {
   if (c.zeros)
-    return std::make_unique<ZeroKernel>(c.outputElements);
+    return bf16 ? nullptr : std::make_unique<ZeroKernel>(c.outputElements);
   dnnl::memory::dims strides(c.strides.begin(), c.strides.end()), dil, padL, padR;
   for (size_t d = 0; d < c.spatialDims(); ++d) {
     dil.push_back(c.dilations[d] - 1); // oneDNN counts the gaps
@@ -362,20 +382,27 @@ std::unique_ptr<LibraryKernel> convKernel(const ConvPlan &c, const std::vector<B
   const Box &srcBox = c.src, &wBox = c.weights, &dstBox = c.dst;
   auto k = std::make_unique<ConvKernel>();
   k->kind = c.kind;
-  auto dense = [](const Box &b) {
+  if (bf16)
+    k->bf16 = *bf16;
+  using dt = dnnl::memory::data_type;
+  auto typeOf = [&](int in) {
+    return bf16 && in >= 0 && static_cast<size_t>(in) < bf16->size() && (*bf16)[in] ? dt::bf16
+                                                                                    : dt::f32;
+  };
+  auto dense = [](const Box &b, dt type = dt::f32) {
     std::vector<int64_t> e;
     for (const Range &r : b)
       e.push_back(r.size());
-    return denseDesc(e);
+    return denseDesc(e, type);
   };
   auto input = [&](int in, const Box &box, dnnl::memory::desc &desc, int &which, int64_t &off) {
-    auto v = viewOf(held[static_cast<size_t>(in)], box);
+    auto v = viewOf(held[static_cast<size_t>(in)], box, typeOf(in));
     if (!v)
       return false;
     desc = v->desc, which = in, off = v->offset;
     if (!v->dense) {
       ConvKernel::Stage st;
-      st.input = which, st.offset = off, st.from = v->desc, st.to = dense(box);
+      st.input = which, st.offset = off, st.from = v->desc, st.to = dense(box, typeOf(in));
       st.gather =
           dnnl::reorder(dnnl::reorder::primitive_desc(cpuEngine(), st.from, cpuEngine(), st.to));
       desc = st.to;
@@ -393,6 +420,21 @@ std::unique_ptr<LibraryKernel> convKernel(const ConvPlan &c, const std::vector<B
   auto forward = [&] {
     return convolution_forward::desc(prop_kind::forward_training, fwdAlg, k->srcD, k->wD, k->dstD,
                                      strides, dil, padL, padR);
+  };
+  // The backward kinds' forward hint: in bf16, the forward of bfloat16 src and weights into
+  // a float32 dst (the one forward oneDNN implements that those descriptors' shapes take).
+  auto retyped = [](const dnnl::memory::desc &d, dt type) {
+    const dnnl::memory::dims dims = d.dims();
+    const auto &st = d.data.format_desc.blocking.strides;
+    return dnnl::memory::desc(dims, type, dnnl::memory::dims(st, st + dims.size()));
+  };
+  auto hint = [&] {
+    if (!bf16)
+      return forward();
+    auto s = k->srcD.data.data_type == dnnl_bf16 ? k->srcD : retyped(k->srcD, dt::bf16);
+    auto w = k->wD.data.data_type == dnnl_bf16 ? k->wD : retyped(k->wD, dt::bf16);
+    return convolution_forward::desc(prop_kind::forward_training, fwdAlg, s, w,
+                                     retyped(k->dstD, dt::f32), strides, dil, padL, padR);
   };
   try {
     switch (c.kind) {
@@ -412,7 +454,7 @@ std::unique_ptr<LibraryKernel> convKernel(const ConvPlan &c, const std::vector<B
           !input(c.dstIn, dstBox, k->dstD, k->dstIn, k->dstOff))
         return nullptr;
       k->wD = dense(wBox);
-      convolution_forward::primitive_desc hpd(forward(), e);
+      convolution_forward::primitive_desc hpd(hint(), e);
       convolution_backward_weights::desc d(fwdAlg, k->srcD, k->wD, k->dstD, strides, dil, padL,
                                            padR);
       convolution_backward_weights::primitive_desc pd(d, attr, e, hpd);
@@ -426,7 +468,7 @@ std::unique_ptr<LibraryKernel> convKernel(const ConvPlan &c, const std::vector<B
           !input(c.wIn, wBox, k->wD, k->wIn, k->wOff))
         return nullptr;
       k->srcD = dense(srcBox);
-      convolution_forward::primitive_desc hpd(forward(), e);
+      convolution_forward::primitive_desc hpd(hint(), e);
       convolution_backward_data::desc d(fwdAlg, k->srcD, k->wD, k->dstD, strides, dil, padL, padR);
       convolution_backward_data::primitive_desc pd(d, attr, e, hpd);
       k->prim = convolution_backward_data(pd);
@@ -437,6 +479,13 @@ std::unique_ptr<LibraryKernel> convKernel(const ConvPlan &c, const std::vector<B
     }
   } catch (const dnnl::error &) {
     return nullptr; // a geometry oneDNN does not take: the generated kernel computes it
+  }
+  // bfloat16 operands only where the CPU has bfloat16 products and oneDNN runs more than
+  // its reference code: elsewhere widening around the float32 call is faster.
+  if (bf16) {
+    if (!nativeBf16() || k->what.find("ref") != std::string::npos)
+      return nullptr;
+    k->what.replace(0, std::string("oneDNN").size(), "oneDNN bf16");
   }
   return k;
 }
@@ -501,12 +550,28 @@ bool hasLibraryForm(const InstOp &op) {
   return hasGemmForm(op) || hasConvForm(op) || hasScatterForm(op) || hasAffineGemmForm(op);
 }
 
-std::unique_ptr<LibraryKernel> bf16LibraryKernel(const InstOp &op, const std::vector<Range> &ranges,
+std::unique_ptr<LibraryKernel> bf16LibraryKernel(const InstOp &op, const Shapes &shapes,
+                                                 const std::vector<Range> &ranges,
                                                  const std::vector<Box> &held,
                                                  const std::vector<bool> &bf16) {
   auto g = gemmPlan(op, ranges, held);
-  if (!g)
-    return nullptr;
+  if (!g) {
+    if (hasGemmForm(op))
+      return nullptr;
+    auto c = convPlan(op, shapes, ranges, held);
+    if (!c)
+      return nullptr;
+    // The two operands bfloat16, anything else float32: src and weights (forward), src and
+    // the output's gradient (filter gradient), the output's gradient and weights (data).
+    const int a = c->kind == ConvKind::Data ? c->dstIn : c->srcIn;
+    const int b = c->kind == ConvKind::Filter ? c->dstIn : c->wIn;
+    for (size_t q = 0; q < bf16.size(); ++q)
+      if (bf16[q] != (int(q) == a || int(q) == b))
+        return nullptr;
+    if (a < 0 || b < 0 || a == b)
+      return nullptr;
+    return convKernel(*c, held, &bf16);
+  }
   for (size_t q = 0; q < bf16.size(); ++q) // A and B bfloat16, anything else float32
     if (bf16[q] != (q == g->a || q == g->b))
       return nullptr;

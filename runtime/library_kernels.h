@@ -53,12 +53,15 @@ std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &sha
                                              const std::vector<Range> &ranges,
                                              const std::vector<Box> &held);
 
-/// The share as one product of bfloat16 operands into a float32 result, where `bf16` (per
-/// input) marks exactly the product's two operands and oneDNN has a native bfloat16 matmul
-/// for it on this CPU (its brgemm kernels; none for a product scaled by an input, Gemm's
-/// alpha); else null (the caller widens the operands around libraryKernel's float32 call).
-/// `in` then holds the operands' bfloat16 bits.
-std::unique_ptr<LibraryKernel> bf16LibraryKernel(const InstOp &op, const std::vector<Range> &ranges,
+/// The share as one product or convolution of bfloat16 operands into a float32 result,
+/// where `bf16` (per input) marks exactly its two operands (a product's; a convolution's
+/// src and weights, src and output gradient, or output gradient and weights by kind) and
+/// oneDNN implements it natively on this CPU (its brgemm matmul, none for a product scaled
+/// by an input, Gemm's alpha; its bf16 convolutions); else null (the caller widens the
+/// operands around libraryKernel's float32 call). `in` then holds the operands' bfloat16
+/// bits.
+std::unique_ptr<LibraryKernel> bf16LibraryKernel(const InstOp &op, const Shapes &shapes,
+                                                 const std::vector<Range> &ranges,
                                                  const std::vector<Box> &held,
                                                  const std::vector<bool> &bf16);
 

@@ -63,17 +63,16 @@ TEST(VerifyLibrary, EveryStrategyOfLibraryFormOpsOnOneDnn) {
   }
 }
 
-// Every strategy of the matrix products (ops/nn/linear.tdl: MatMul, the batched and
-// broadcast ones and their gradients; Gemm's, scaled by alpha, have none) with bfloat16 operands
-// on oneDNN's native bf16 matmul (bf16LibraryKernel), where this CPU has one: on inputs
+// Every strategy of `file`'s ops with each share's bfloat16 operands on oneDNN's native
+// bf16 matmul or convolution (bf16LibraryKernel), where this CPU has them: on inputs
 // bfloat16 holds exactly, each product of two is exact in float32, so the share matches the
 // interpreter within float32's accumulation tolerance. Skipped, saying so, on a CPU without
-// bfloat16 products (the CPU backend then widens the operands around sgemm, which the test
-// above covers).
-TEST(VerifyLibrary, ProductsOfBfloat16OperandsOnNativeMatmul) {
+// bfloat16 products (the CPU backend then widens the operands around the float32 call,
+// which the test above covers). Each op of `ops` must run natively somewhere.
+void verifyOnNativeBf16(const char *file, const char *what, std::vector<const char *> ops) {
   SourceManager sources;
   DiagnosticEngine diags(sources);
-  auto module = loadModule("ops/nn/linear.tdl", diags);
+  auto module = loadModule(file, diags);
   ASSERT_TRUE(static_cast<bool>(module)) << llvm::toString(module.takeError());
   LibraryUse use;
   VerifyOptions verify;
@@ -86,7 +85,7 @@ TEST(VerifyLibrary, ProductsOfBfloat16OperandsOnNativeMatmul) {
     for (size_t q = 0; q < bf16.size(); ++q)
       bf16[q] = !shapes.inputs[q].empty();
     auto k = hasLibraryForm(op)
-                 ? bf16LibraryKernel(op, ranges, inputRegions(op, shapes, ranges), bf16)
+                 ? bf16LibraryKernel(op, shapes, ranges, inputRegions(op, shapes, ranges), bf16)
                  : nullptr;
     ++(k ? use[op.name].first : use[op.name].second);
     if (!k)
@@ -102,13 +101,17 @@ TEST(VerifyLibrary, ProductsOfBfloat16OperandsOnNativeMatmul) {
                               toBf16(in[q], narrow[q].data(), n);
                               given[q] = reinterpret_cast<const float *>(narrow[q].data());
                             }
-                          k->run(given.data(), out, 1, nullptr);
+                          std::vector<char> scratch(k->scratchBytes() + 64);
+                          char *aligned =
+                              scratch.data() +
+                              (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
+                          k->run(given.data(), out, 1, aligned);
                         });
   };
   verify.tolerance = kFloat32VerifyTolerance;
   verify.trials = 2;
   unsigned strategies = 0;
-  for (const OpCheck &c : verifyFile(*module, "ops/nn/linear.tdl", verify)) {
+  for (const OpCheck &c : verifyFile(*module, file, verify)) {
     EXPECT_TRUE(c.problem.empty()) << c.op << ": " << c.problem;
     for (const StrategyCheck &s : c.strategies) {
       ++strategies;
@@ -119,13 +122,24 @@ TEST(VerifyLibrary, ProductsOfBfloat16OperandsOnNativeMatmul) {
   for (const auto &[op, n] : use)
     native += n.first;
   if (native == 0)
-    GTEST_SKIP() << "this CPU has no native bfloat16 matmul in oneDNN (no share ran on one)";
-  std::printf("verified %u strategies of ops/nn/linear.tdl; %u shares on oneDNN's native bf16 "
-              "matmul\n",
-              strategies, native);
-  for (const char *op : {"MatMul", "MatMulBcastB", "matmul_nt", "matmul_tn", "matmul_bcast_grad_a",
-                         "matmul_bcast_grad_w"})
-    EXPECT_GT(use[op].first, 0u) << op << " never ran on the native bf16 matmul";
+    GTEST_SKIP() << "this CPU has no native bfloat16 " << what
+                 << " in oneDNN (no share ran on one)";
+  std::printf("verified %u strategies of %s; %u shares on oneDNN's native bf16 %s\n", strategies,
+              file, native, what);
+  for (const char *op : ops)
+    EXPECT_GT(use[op].first, 0u) << op << " never ran on the native bf16 " << what;
+}
+
+TEST(VerifyLibrary, ProductsOfBfloat16OperandsOnNativeMatmul) {
+  verifyOnNativeBf16("ops/nn/linear.tdl", "matmul",
+                     {"MatMul", "MatMulBcastB", "matmul_nt", "matmul_tn", "matmul_bcast_grad_a",
+                      "matmul_bcast_grad_w"});
+}
+
+TEST(VerifyLibrary, ConvolutionsOfBfloat16OperandsOnNativeConvolution) {
+  verifyOnNativeBf16("ops/nn/conv.tdl", "convolution",
+                     {"Conv1d", "Conv2d", "Conv3d", "conv2d_grad_data", "conv2d_grad_filter",
+                      "conv1d_grad_data", "conv1d_grad_filter"});
 }
 
 // A few rows times a large transposed matrix (a linear layer's input gradient at a small
