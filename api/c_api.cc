@@ -91,6 +91,11 @@ tofu_status options(const tofu_plan_options *given, tofu::api::PlanOptions *o,
   o->budgetSeconds = c.budget_seconds;
   o->perWorker = c.per_worker != 0;
   o->device = c.device ? c.device : "h100";
+  if (c.memory_per_worker < 0)
+    return fail(TOFU_ERROR_ARGUMENT,
+                "memory_per_worker must be 0 (no budget) or a number of bytes");
+  o->memoryPerWorker = c.memory_per_worker;
+  o->recompute = c.recompute ? c.recompute : "auto";
   onnx->batch = c.onnx_batch;
   onnx->dataInputs = c.onnx_data_inputs;
   return TOFU_OK;
@@ -144,6 +149,8 @@ void tofu_plan_options_init(tofu_plan_options *o) {
   o->per_worker = 1;
   o->precision = TOFU_FP32;
   o->device = nullptr;
+  o->memory_per_worker = 0;
+  o->recompute = nullptr;
   o->onnx_batch = 1;
   o->onnx_data_inputs = 1;
 }

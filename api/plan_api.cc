@@ -8,11 +8,14 @@
 #include <set>
 
 #include "api/api_internal.h"
+#include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "graph/library.h"
 #include "graph/onnx_import.h"
 #include "nlohmann/json.hpp"
+#include "planner/memory_fit.h"
 #include "planner/pipeline.h"
+#include "planner/recompute.h"
 #include "planner/step_time.h"
 #include "search/report.h"
 #include "llvm/Support/raw_ostream.h"
@@ -209,7 +212,8 @@ Box publicBox(const ::tofu::Box &b) {
 }
 
 /// The public plan of a pipeline's result, and its JSON.
-Plan publicPlan(const PipelineResult &r, bool perWorker, const std::optional<DeviceModel> &device) {
+Plan publicPlan(const PipelineResult &r, bool perWorker, const std::optional<DeviceModel> &device,
+                const std::vector<std::string> &recomputed = {}, int64_t budget = 0) {
   const Problem &p = *r.problem;
   const PartitionPlan &pp = r.plan;
   Plan out;
@@ -251,6 +255,8 @@ Plan publicPlan(const PipelineResult &r, bool perWorker, const std::optional<Dev
   if (perWorker)
     for (const ::tofu::WorkerMemory &m : r.memory.workers)
       out.workerMemory.push_back({m.tileBytes, m.peak});
+  out.plannedPeakBytes = r.memory.workers.empty() ? 0 : r.memory.largestPeak();
+  out.recomputed = recomputed;
 
   PlanReportOptions report;
   report.title = r.name;
@@ -270,6 +276,12 @@ Plan publicPlan(const PipelineResult &r, bool perWorker, const std::optional<Dev
   }
   j["loss"] = r.loss;
   j["loss_note"] = r.lossNote;
+  if (out.plannedPeakBytes > 0) {
+    j["memory"]["planned_peak_bytes"] = out.plannedPeakBytes;
+    if (budget > 0)
+      j["memory"]["budget_bytes"] = budget;
+  }
+  j["recomputed"] = recomputed;
   if (perWorker) {
     nlohmann::ordered_json workers = nlohmann::ordered_json::array();
     for (unsigned w = 0; w < out.workerMemory.size(); ++w) {
@@ -366,12 +378,65 @@ Result<Plan> finish(::tofu::Graph g, const std::string &name, const OpLibrary &l
       return Status::error("device: " + llvm::toString(d.takeError()), ErrorKind::Argument);
     device = std::move(*d);
   }
+  auto mode = recomputeModeNamed(plan.recompute);
+  if (!mode)
+    return Status::error("unknown recompute mode '" + plan.recompute + "' (auto, sqrt or none)",
+                         ErrorKind::Argument);
+  if (plan.memoryPerWorker < 0)
+    return Status::error("memoryPerWorker must be 0 (no budget) or a number of bytes",
+                         ErrorKind::Argument);
+  const int64_t limit = plan.memoryPerWorker;
+  const bool recompute = options.train && (*mode == RecomputeMode::Sqrt ||
+                                           (*mode == RecomputeMode::Auto && limit > 0));
   Stage failed = Stage::Graph;
-  auto r = runPipeline(std::move(g), name, lib, options, &failed);
+  if (!recompute && limit == 0) { // the plan of least communication
+    auto r = runPipeline(std::move(g), name, lib, options, &failed);
+    if (!r)
+      return Status::error(llvm::toString(r.takeError()),
+                           failed == Stage::Plan ? ErrorKind::Plan : ErrorKind::Graph);
+    return publicPlan(*r, plan.perWorker, device);
+  }
+  // Under a budget, or recomputing: the graph (the training step) first, then the plan
+  // that fits, as tofu-plan --memory-per-worker finds it.
+  PipelineOptions upTo = options;
+  upTo.until = recompute ? Stage::Graph : Stage::Problem;
+  auto r = runPipeline(std::move(g), name, lib, upTo, &failed);
   if (!r)
     return Status::error(llvm::toString(r.takeError()),
                          failed == Stage::Plan ? ErrorKind::Plan : ErrorKind::Graph);
-  return publicPlan(*r, plan.perWorker, device);
+  auto missed = [&](const MemoryFit &f, const std::string &how) {
+    return Status::error(
+        fmt::format("no plan found for {} workers fits in {} bytes per worker: the closest has "
+                    "a planned peak of {} bytes on worker {}, {} over{}",
+                    options.search.workers, limit, f.peak, f.peakWorker, f.peak - limit, how),
+        ErrorKind::Plan);
+  };
+  std::vector<std::string> dropped;
+  if (recompute) {
+    auto rp = planWithRecomputation(r->graph, lib, options.search, limit, *mode);
+    if (!rp)
+      return Status::error(llvm::toString(rp.takeError()), ErrorKind::Plan);
+    if (limit > 0 && !rp->fit.fits)
+      return missed(rp->fit, *mode == RecomputeMode::Auto
+                                 ? ", even recomputing every forward tensor the backward pass reads"
+                                 : " with recomputation '" + plan.recompute + "'");
+    r->graph = std::move(rp->graph);
+    r->problem = std::move(rp->problem);
+    r->plan = std::move(rp->fit.plan);
+    r->exec = std::move(rp->fit.exec);
+    r->memory = std::move(rp->fit.memory);
+    dropped = rp->summary.dropped;
+  } else {
+    auto fit = searchWithinMemory(*r->problem, options.search, limit, r->graph.outputs);
+    if (!fit)
+      return Status::error(llvm::toString(fit.takeError()), ErrorKind::Plan);
+    if (!fit->fits)
+      return missed(*fit, "");
+    r->plan = std::move(fit->plan);
+    r->exec = std::move(fit->exec);
+    r->memory = std::move(fit->memory);
+  }
+  return publicPlan(*r, plan.perWorker, device, dropped, limit);
 }
 
 } // namespace

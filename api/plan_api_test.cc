@@ -279,6 +279,73 @@ TEST(PublicPlan, PlansOnnxBytes) {
   EXPECT_GT(plan->communicationBytes, 0);
 }
 
+// A memory budget (PlanOptions::memoryPerWorker) with recomputation, as tofu-plan
+// --memory-per-worker: a budget below the plain plan's peak fits by recomputing, every
+// worker's planned peak within it; one far below fails as a Plan error saying how close the
+// closest plan came; recompute "none" only searches; an unknown mode is an argument error.
+TEST(PublicPlan, AMemoryBudgetRecomputesToFit) {
+  // Three products with element-wise chains between them (cheap to recompute), 2048 rows:
+  // the activations the backward pass reads dominate the peak.
+  Graph g;
+  EXPECT_TRUE(g.addInput("x", {2048, 64}).ok());
+  EXPECT_TRUE(g.addWeight("w1", {64, 256}).ok());
+  EXPECT_TRUE(g.addWeight("w2", {256, 256}).ok());
+  EXPECT_TRUE(g.addWeight("w3", {256, 8}).ok());
+  EXPECT_TRUE(g.addNode({"fc1", "MatMul", {"x", "w1"}, "h1", {}, {{"b", 0}}}).ok());
+  EXPECT_TRUE(g.addNode({"relu1", "Relu", {"h1"}, "a1", {}, {{"i", 2}}}).ok());
+  EXPECT_TRUE(g.addNode({"tanh1", "Tanh", {"a1"}, "t1", {}, {{"i", 2}}}).ok());
+  EXPECT_TRUE(g.addNode({"fc2", "MatMul", {"t1", "w2"}, "h2", {}, {{"b", 0}}}).ok());
+  EXPECT_TRUE(g.addNode({"relu2", "Relu", {"h2"}, "a2", {}, {{"i", 2}}}).ok());
+  EXPECT_TRUE(g.addNode({"tanh2", "Tanh", {"a2"}, "t2", {}, {{"i", 2}}}).ok());
+  EXPECT_TRUE(g.addNode({"fc3", "MatMul", {"t2", "w3"}, "logits", {}, {{"b", 0}}}).ok());
+  EXPECT_TRUE(g.setOutputs({"logits"}).ok());
+  PlanOptions o;
+  o.workers = 2;
+  o.optimizer = Optimizer::SGD;
+  auto plain = planner().plan(g, o);
+  ASSERT_TRUE(plain.ok()) << plain.error();
+  ASSERT_GT(plain->plannedPeakBytes, 0);
+  EXPECT_TRUE(plain->recomputed.empty());
+  o.memoryPerWorker = plain->plannedPeakBytes * 9 / 10;
+  auto fit = planner().plan(g, o);
+  ASSERT_TRUE(fit.ok()) << fit.error();
+  EXPECT_FALSE(fit->recomputed.empty());
+  EXPECT_LE(fit->plannedPeakBytes, o.memoryPerWorker);
+  for (const WorkerMemory &w : fit->workerMemory)
+    EXPECT_LE(w.peakBytes, o.memoryPerWorker);
+  auto j = nlohmann::json::parse(fit->json);
+  EXPECT_EQ(j["recomputed"].size(), fit->recomputed.size());
+  EXPECT_EQ(j["memory"]["budget_bytes"], o.memoryPerWorker);
+  EXPECT_EQ(j["memory"]["planned_peak_bytes"], fit->plannedPeakBytes);
+  // Without recomputation the same budget is searched for, and found or refused.
+  o.recompute = "none";
+  auto none = planner().plan(g, o);
+  if (none.ok()) {
+    EXPECT_TRUE(none->recomputed.empty());
+    EXPECT_LE(none->plannedPeakBytes, o.memoryPerWorker);
+  } else {
+    EXPECT_EQ(none.status().kind(), ErrorKind::Plan);
+  }
+  o.recompute = "auto";
+  o.memoryPerWorker = 1000;
+  auto tiny = planner().plan(g, o);
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_EQ(tiny.status().kind(), ErrorKind::Plan);
+  EXPECT_NE(tiny.error().find("no plan found for 2 workers fits in 1000 bytes per worker"),
+            std::string::npos)
+      << tiny.error();
+  o.recompute = "sometimes";
+  auto bad = planner().plan(g, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().kind(), ErrorKind::Argument);
+  // Segment checkpointing needs no budget.
+  o.memoryPerWorker = 0;
+  o.recompute = "sqrt";
+  auto sqrt = planner().plan(g, o);
+  ASSERT_TRUE(sqrt.ok()) << sqrt.error();
+  EXPECT_FALSE(sqrt->recomputed.empty());
+}
+
 TEST(CApi, PlansAndReportsErrors) {
   EXPECT_EQ(std::string(tofu_version()), version());
   tofu_planner *planner = nullptr;
@@ -335,6 +402,19 @@ TEST(CApi, PlansAndReportsErrors) {
   o.precision = 7;
   EXPECT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_ERROR_ARGUMENT);
   o.precision = TOFU_FP32;
+  // A memory budget: none by default; one no plan fits is a plan error; a negative one an
+  // argument error.
+  EXPECT_EQ(o.memory_per_worker, 0);
+  o.memory_per_worker = 100;
+  EXPECT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_ERROR_PLAN);
+  EXPECT_NE(std::string(tofu_last_error()).find("fits in 100 bytes per worker"), std::string::npos)
+      << tofu_last_error();
+  o.memory_per_worker = -1;
+  EXPECT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_ERROR_ARGUMENT);
+  o.memory_per_worker = 0;
+  o.recompute = "never";
+  EXPECT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_ERROR_ARGUMENT);
+  o.recompute = nullptr;
   o.algorithm = "nope";
   EXPECT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_ERROR_ARGUMENT);
   EXPECT_EQ(plan, nullptr);

@@ -64,7 +64,8 @@ class Tofu:
                     ("algorithm", ctypes.c_char_p), ("budget_seconds", ctypes.c_double),
                     ("per_worker", ctypes.c_int), ("onnx_batch", ctypes.c_int64),
                     ("onnx_data_inputs", ctypes.c_uint), ("precision", ctypes.c_int),
-                    ("device", ctypes.c_char_p)]
+                    ("device", ctypes.c_char_p), ("memory_per_worker", ctypes.c_int64),
+                    ("recompute", ctypes.c_char_p)]
 
     def __init__(self, prefix):
         path = os.path.join(prefix, "lib", "libtofu_plan.so") if prefix else "libtofu_plan.so.0"

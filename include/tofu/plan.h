@@ -176,6 +176,16 @@ struct PlanOptions {
   /// it), or a device model file; "" for no estimate. The estimate reads every worker's
   /// share, so without perWorker it builds the execution plan for it alone.
   std::string device = "h100";
+  /// The most bytes each worker's planned peak (the memory planner's arena) may take; 0 for
+  /// no budget. With one, the plan is the one of least communication found that fits on
+  /// every worker (tofu-plan --memory-per-worker), recomputing what `recompute` allows; when
+  /// none fits, planning fails (ErrorKind::Plan) saying how close the closest plan came.
+  int64_t memoryPerWorker = 0;
+  /// What a training step recomputes instead of keeping for its backward pass (tofu-plan
+  /// --recompute): "auto" (the default: with a budget, the least recomputation found that
+  /// fits, nothing where the plan fits without; without one, nothing), "sqrt" (segment
+  /// checkpointing, budget or not) or "none". Plan::recomputed lists what was dropped.
+  std::string recompute = "auto";
 };
 
 struct OnnxOptions {
@@ -251,6 +261,12 @@ struct Plan {
   std::string loss;     ///< the loss tensor of a training step
   std::string lossNote; ///< how a loss was added, if one was
   StepTime stepTime;    ///< on PlanOptions::device
+  /// The forward tensors the step drops after the forward pass and recomputes for the
+  /// backward pass (PlanOptions::recompute), sorted; empty where nothing is.
+  std::vector<std::string> recomputed;
+  /// The largest worker's planned peak (the memory planner's arena), where memory was
+  /// planned (PlanOptions::perWorker or a memory budget); else 0.
+  int64_t plannedPeakBytes = 0;
   /// The plan as JSON: tofu-plan --format=json's fields (with "step_time" where a device was
   /// given), plus "loss", "loss_note" and
   /// with perWorker, "worker_details" (per worker: tile_bytes, peak_bytes, tiles by tensor).

@@ -65,6 +65,10 @@ typedef struct tofu_plan_options {
   int precision;             /* a tofu_precision: TOFU_FP32 (default) or TOFU_BF16 */
   const char *device;        /* the step-time estimate's device: "h100" (default, also NULL),
                                 "a100", "cpu", a device model file, or "" for none */
+  int64_t memory_per_worker; /* bytes each worker's planned peak may take; 0: no budget
+                                (default). None fitting is TOFU_ERROR_PLAN */
+  const char *recompute;     /* what a training step recomputes: "auto" (default, also NULL:
+                                the least that fits the budget), "sqrt" or "none" */
 } tofu_plan_options;
 
 /* "MAJOR.MINOR.PATCH" of the library. */
