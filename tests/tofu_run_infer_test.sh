@@ -112,6 +112,22 @@ if ! "$run" --onnx tests/onnx/attention.onnx --infer --input "input0=$tmp/attent
    ! cmp -s "$tmp/repeat/output.npy" "$tmp/attention/out1/output.npy"; then
   echo "FAILED: --input repeated, without --workers and --data-inputs" >&2; cat "$tmp/err.txt" >&2; fail=1
 fi
+# --infer --precision bf16: the attention model's products on bfloat16 operands, on 2
+# workers: its outputs within bfloat16's rounding of the float32 run's (2e-2 of the largest),
+# and not equal to them (the step did round).
+if "$run" --onnx tests/onnx/attention.onnx --workers 2 --infer --precision bf16 \
+     --input "input0=$tmp/attention/input0.npy" --input "input1=$tmp/attention/input1.npy" \
+     --output-dir "$tmp/bf16" >"$tmp/out.txt" 2>"$tmp/err.txt" &&
+   grep -q "forward on 2 workers (bf16 as torch.autocast)" "$tmp/out.txt"; then
+  $py -c "
+import numpy as np
+a, b = np.load('$tmp/bf16/output.npy'), np.load('$tmp/attention/out1/output.npy')
+d = np.abs(a - b).max()
+assert 0 < d <= 2e-2 * np.abs(b).max(), (d, np.abs(b).max())
+print(f'infer bf16: attention within {d:.2e} of float32 (largest {np.abs(b).max():.3f})')" || fail=1
+else
+  echo "FAILED: --infer --precision bf16" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+fi
 $py - "$tmp" <<'PY'
 import sys
 import numpy as np

@@ -333,7 +333,10 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
     }
   }
   return reportOutputs(
-      g, name, fmt::format("forward on {} workers in {:.4f} s", unsigned(workers), r->seconds),
+      g, name,
+      fmt::format("forward on {} workers{} in {:.4f} s", unsigned(workers),
+                  precisionOpt == tofu::Precision::BF16 ? " (bf16 as torch.autocast)" : "",
+                  r->seconds),
       r->seconds, group->sum(r->bytesMoved), /*interp=*/false,
       [&](const std::string &out) { return outputs.at(out); });
 }
