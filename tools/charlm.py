@@ -306,7 +306,7 @@ def train(args):
 
 
 def plot(args):
-    from fmnist import windows
+    from fmnist import svg_frame, windows
     runs = []  # (name, tofu, torch)
     for item in args.pairs:
         name, _, paths = item.partition("=")
@@ -329,11 +329,7 @@ def plot(args):
     def y_of(v):
         return top + (h - top - bottom) * (1 - v / hi)
 
-    lines = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
-             f'font-family="sans-serif" font-size="12">',
-             f'<rect width="{w}" height="{h}" fill="white"/>',
-             f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="black"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>']
+    lines = svg_frame(w, h, left, right, top, bottom)
     for k in range(6):
         v = hi * k / 5
         lines.append(f'<text x="{left - 6}" y="{y_of(v) + 4:.1f}" text-anchor="end">{v:.2f}</text>')

@@ -347,6 +347,15 @@ def windows(values, n):
     return [sum(values[i:i + n]) / len(values[i:i + n]) for i in range(0, len(values), n)]
 
 
+def svg_frame(w, h, left, right, top, bottom):
+    """An SVG's opening lines: a white page of w x h and the axes inside its margins."""
+    return [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+            f'font-family="sans-serif" font-size="12">',
+            f'<rect width="{w}" height="{h}" fill="white"/>',
+            f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="black"/>',
+            f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>']
+
+
 def plot(args):
     with open(args.tofu) as f:
         a = json.load(f)
@@ -363,11 +372,7 @@ def plot(args):
         y = top + (h - top - bottom) * (1 - v / hi)
         return f"{x:.1f},{y:.1f}"
 
-    lines = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
-             f'font-family="sans-serif" font-size="12">',
-             f'<rect width="{w}" height="{h}" fill="white"/>',
-             f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="black"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>']
+    lines = svg_frame(w, h, left, right, top, bottom)
     for k in range(6):
         v = hi * k / 5
         y = top + (h - top - bottom) * (1 - v / hi)
