@@ -41,6 +41,10 @@ const std::set<std::string> kFloat32 = {
 const std::set<std::string> kFollowData = {"BatchNormalization", "batch_norm_train"};
 // Ops that add a bias to a product's result (autocast's linear and conv take their bias).
 const std::set<std::string> kBiasAdd = {"Add", "AddBcast", "ConvBias"};
+// Ops that only move a tensor's elements or broadcast them: the importer lifts a bias of
+// rank 1 to the product's rank through them (Unsqueeze, ExpandAxis) before the Add.
+const std::set<std::string> kBroadcast = {"Unsqueeze", "ExpandAxis",   "ExpandLeading", "Identity",
+                                          "Squeeze",   "ReshapeSplit", "ReshapeMerge"};
 
 bool isFloat32(const std::string &d) { return d == "float32"; }
 bool isNarrowable(const std::string &d) { return d == "float32" || d == "bfloat16"; }
@@ -163,6 +167,48 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
         storedNarrow.insert(n.output);
   }
 
+  // Biases that reach a product's bias add through a chain of broadcasts (an ONNX Linear on
+  // a rank-3 input: MatMul, then Add of the bias unsqueezed and expanded): the weight at the
+  // chain's start is cast, so that the chain and the add run in bfloat16, as autocast's
+  // linear takes its bias (else the add would promote the product's result to float32).
+  std::set<std::string> biasChainStart; // nodes whose weight input is cast
+  {
+    std::map<std::string, unsigned> readers;
+    for (const Node &n : g.nodes())
+      for (const std::string &in : n.inputs)
+        ++readers[in];
+    auto product = [&](const std::string &t) {
+      const Node *p = g.producer(t);
+      if (!p || castClass(p->op) != CastClass::Lower)
+        return false;
+      for (const std::string &in : p->inputs)
+        if (g.tensor(in)->dtype == "float64")
+          return false;
+      return true;
+    };
+    for (const Node &n : g.nodes()) {
+      if (!kBiasAdd.count(n.op) || n.inputs.size() != 2)
+        continue;
+      for (unsigned k = 0; k < 2; ++k) {
+        if (!product(n.inputs[k]))
+          continue;
+        // Walk the other input back through single-reader broadcasts to a weight.
+        std::string t = n.inputs[1 - k];
+        const Node *start = nullptr;
+        while (const Node *p = g.producer(t)) {
+          if (!kBroadcast.count(p->op) || p->inputs.size() != 1 || readers[t] != 1)
+            break;
+          start = p;
+          t = p->inputs[0];
+        }
+        const TensorInfo *w = g.tensor(t);
+        if (start && !g.producer(t) && w->role == TensorRole::Weight && isFloat32(w->dtype) &&
+            w->shape.size() <= 1)
+          biasChainStart.insert(start->name);
+      }
+    }
+  }
+
   for (unsigned i : *order) {
     Node n = g.nodes()[i];
     if (!lib.find(n.op))
@@ -201,6 +247,8 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
     case CastClass::Promote: {
       if (!isNarrowable(result))
         break;
+      if (biasChainStart.count(n.name) && isFloat32(dtype(n.inputs[0])))
+        n.inputs[0] = narrow(n.inputs[0], n, 0);
       // The bias of a product: cast with the product, as autocast's linear and conv do.
       if (kBiasAdd.count(n.op) && n.inputs.size() == 2) {
         for (unsigned k = 0; k < 2; ++k) {

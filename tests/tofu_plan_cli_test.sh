@@ -149,6 +149,26 @@ assert all(t["dtype"] == "float32" for t in fp32["tensors"] if t["role"] != "inp
 assert bf16["communication_bytes"] < fp32["communication_bytes"], \
     (bf16["communication_bytes"], fp32["communication_bytes"])
 PY
+# An ONNX Linear on a rank-3 input (MatMul, then Add of the bias unsqueezed and expanded)
+# gives a bfloat16 result, as autocast's linear does: the bias is cast where the chain
+# starts. (Until 2026-11-29 the float32 chain promoted every such Add to float32.) A
+# softmax or layer norm that only products read stores its result in bfloat16.
+"$plan" --onnx tests/onnx/gpt_block.onnx --precision bf16 --dump-json >"$tmp/gpt_bf16.json"
+check "--precision bf16 on gpt_block exit status" test $? -eq 0
+check "--precision bf16: a rank-3 Linear's bias add is bfloat16" python3 - "$tmp/gpt_bf16.json" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+dtype = {t["name"]: t.get("dtype", "float32") for t in g["tensors"]}
+adds = [n for n in g["nodes"] if n["op"] == "Add" and n["name"].endswith("/Add")
+        and any(i.endswith("MatMul_output_0") for i in n["inputs"])]
+assert len(adds) >= 4, [n["name"] for n in adds]
+for n in adds:
+    assert dtype[n["output"]] == "bfloat16", (n["name"], dtype[n["output"]])
+casts = {n["inputs"][0] for n in g["nodes"] if n["op"] == "CastBfloat16"}
+assert "out.bias" in casts and "qkv.bias" in casts, sorted(casts)
+soft = [n for n in g["nodes"] if n["op"] == "Softmax"]
+assert soft and all(dtype[n["output"]] == "bfloat16" for n in soft), soft
+PY
 expect_error "must be fp32 or bf16, not 'fp16'" --model mlp --workers 2 --precision fp16
 # The estimated step time: on an H100 by default; the JSON's phases sum to it (fp32 and
 # bf16); an A100 is slower; a device model file is read; an unknown device is refused
