@@ -145,7 +145,7 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
   // backward pass reads both: for attention that is 6 bytes per score where float32 alone
   // takes 4 (a softmax's probabilities, which its gradient reads, and their cast, which the
   // product with V reads). Megatron's fused softmax and Apex's fused layer norm store them
-  // so. A deviation from autocast, written down in docs/tofu-run.md.
+  // so. A deviation from autocast, written down in docs/tofu-plan.md.
   std::set<std::string> storedNarrow;
   {
     std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
