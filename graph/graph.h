@@ -238,6 +238,8 @@ struct PrecisionSummary {
   unsigned float32 = 0; ///< Float32 nodes that read a bfloat16 tensor, widened
   /// Float32 nodes whose result only products read, stored in bfloat16
   unsigned storedNarrow = 0;
+  /// Bias adds that round their product's float32 result and the bias once
+  unsigned fusedBias = 0;
 };
 
 /// Applies precision `p` to a checked forward graph (before buildTrainingGraph, which gives

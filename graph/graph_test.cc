@@ -381,9 +381,12 @@ TEST(Precision, Bf16FollowsAutocastOnAnMlp) {
   EXPECT_EQ(s->casts, 5u);
   EXPECT_EQ(s->lowered, 2u);
   EXPECT_EQ(s->float32, 1u); // the loss reads the bfloat16 logits
-  for (const char *t : {"x_bf16", "W1_bf16", "h1", "a1", "r1", "h2", "logits"})
+  // A product that only its bias add reads keeps its result float32, and the add rounds
+  // the sum once to bfloat16, as autocast's linear does.
+  EXPECT_EQ(s->fusedBias, 2u);
+  for (const char *t : {"x_bf16", "W1_bf16", "a1", "r1", "logits"})
     EXPECT_EQ(g.tensor(t)->dtype, "bfloat16") << t;
-  for (const char *t : {"x", "W1", "b1", "W2", "b2", "L"})
+  for (const char *t : {"x", "W1", "b1", "W2", "b2", "L", "h1", "h2"})
     EXPECT_EQ(g.tensor(t)->dtype, "float32") << t;
   EXPECT_EQ(g.tensor("r1")->bytes(), 8 * 64 * 2);
   // A weight's cast coarsens with the weight.
@@ -393,7 +396,7 @@ TEST(Precision, Bf16FollowsAutocastOnAnMlp) {
   auto back = graphFromJson(graphToJson(g));
   ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
   EXPECT_EQ(back->precision, Precision::BF16);
-  EXPECT_EQ(back->tensor("h1")->dtype, "bfloat16");
+  EXPECT_EQ(back->tensor("a1")->dtype, "bfloat16");
 
   // Training: a bfloat16 tensor's gradient is bfloat16; weights, their gradients and the
   // optimiser's state stay float32.
@@ -410,6 +413,11 @@ TEST(Precision, Bf16FollowsAutocastOnAnMlp) {
   EXPECT_EQ(t->tensor("d_W1_from_W1_bf16_cast")->dtype, "float32");
   EXPECT_EQ(t->tensor("d_r1_from_fc2")->dtype, "bfloat16");
   EXPECT_EQ(t->tensor("d_logits_from_loss")->dtype, "bfloat16");
+  // The float32 product result's gradient is the bias add's, bfloat16: the backward
+  // products keep bfloat16 operands.
+  for (const TensorInfo &x : t->tensors())
+    if (x.name.rfind("d_h1_from", 0) == 0 || x.name.rfind("d_h2_from", 0) == 0)
+      EXPECT_EQ(x.dtype, "bfloat16") << x.name;
   EXPECT_GT(bf16Gradients, 5u);
   EXPECT_EQ(precisionNamed("bf16"), Precision::BF16);
   EXPECT_EQ(precisionNamed("fp16"), std::nullopt);

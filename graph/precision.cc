@@ -1,5 +1,6 @@
 // The precision policy: which tensors of a forward graph are bfloat16 under torch.autocast's
 // rules, and the casts that make them so (graph.h: applyPrecision).
+#include <algorithm>
 #include <set>
 
 #include "fmt/format.h"
@@ -172,6 +173,10 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
   // chain's start is cast, so that the chain and the add run in bfloat16, as autocast's
   // linear takes its bias (else the add would promote the product's result to float32).
   std::set<std::string> biasChainStart; // nodes whose weight input is cast
+  // A product whose result only its bias add reads keeps that result float32, and the add
+  // gives bfloat16: the sum is rounded once, as autocast's linear and conv round theirs
+  // (rounding the product first, then the sum, differed in about a third of the elements).
+  std::set<std::string> fusedProduct, fusedAdd;
   {
     std::map<std::string, unsigned> readers;
     for (const Node &n : g.nodes())
@@ -202,9 +207,16 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
           t = p->inputs[0];
         }
         const TensorInfo *w = g.tensor(t);
-        if (start && !g.producer(t) && w->role == TensorRole::Weight && isFloat32(w->dtype) &&
-            w->shape.size() <= 1)
+        const bool bias = !g.producer(t) && w->role == TensorRole::Weight && isFloat32(w->dtype) &&
+                          w->shape.size() <= 1;
+        if (start && bias)
           biasChainStart.insert(start->name);
+        if (bias && readers[n.inputs[k]] == 1 &&
+            std::find(g.outputs.begin(), g.outputs.end(), n.inputs[k]) == g.outputs.end()) {
+          fusedProduct.insert(n.inputs[k]);
+          fusedAdd.insert(n.name);
+        }
+        break;
       }
     }
   }
@@ -227,7 +239,7 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
         if (isFloat32(dtype(n.inputs[k])))
           n.inputs[k] = narrow(n.inputs[k], n, k);
       if (isNarrowable(result))
-        result = "bfloat16";
+        result = fusedProduct.count(n.output) ? "float32" : "bfloat16";
       lowered.insert(n.output);
       ++summary.lowered;
       break;
@@ -280,6 +292,10 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
         result = "bfloat16";
       break;
     }
+    }
+    if (fusedAdd.count(n.name) && isNarrowable(result)) {
+      result = "bfloat16"; // the product's float32 result and the bias, rounded once
+      ++summary.fusedBias;
     }
     dtype(n.output) = result;
     nodes.push_back(std::move(n));

@@ -42,9 +42,17 @@ private:
                                      const std::string &b);
   llvm::Error add(Node n) { return g_.addNode(std::move(n)); }
   /// A gradient's element type: bfloat16 for a bfloat16 tensor (as autograd's under
-  /// autocast: applyPrecision), else float32.
+  /// autocast: applyPrecision), and for a product's float32 result in a bf16 graph (kept
+  /// float32 only until its bias is added: its gradient is the bias add's, bfloat16, so
+  /// the backward products keep bfloat16 operands, as autograd's do); else float32.
   std::string gradientType(const std::string &tensor) const {
-    return g_.tensor(tensor)->dtype == "bfloat16" ? "bfloat16" : "float32";
+    const TensorInfo *t = g_.tensor(tensor);
+    if (t->dtype == "bfloat16")
+      return "bfloat16";
+    if (g_.precision == Precision::BF16 && t->dtype == "float32")
+      if (const Node *p = fwd_.producer(tensor); p && castClass(p->op) == CastClass::Lower)
+        return "bfloat16";
+    return "float32";
   }
   std::string fresh(const std::string &base) { return freshName(base, used_); }
 

@@ -370,11 +370,12 @@ int main(int argc, char **argv) {
     const tofu::PrecisionSummary &ps = result.precision;
     precisionLine = fmt::format(
         "precision bf16 (as torch.autocast): {} product{} and convolution{} on bfloat16 "
-        "operands through {} cast{}; {} float32 op{} reading bfloat16, {} storing for "
-        "products only in bfloat16; {} of {} tensors bfloat16\n",
+        "operands through {} cast{} ({} rounded once with their bias); {} float32 op{} "
+        "reading bfloat16, {} storing for products only in bfloat16; {} of {} tensors "
+        "bfloat16\n",
         ps.lowered, ps.lowered == 1 ? "" : "s", ps.lowered == 1 ? "" : "s", ps.casts,
-        ps.casts == 1 ? "" : "s", ps.float32, ps.float32 == 1 ? "" : "s", ps.storedNarrow,
-        bf16Tensors, g->tensors().size());
+        ps.casts == 1 ? "" : "s", ps.fusedBias, ps.float32, ps.float32 == 1 ? "" : "s",
+        ps.storedNarrow, bf16Tensors, g->tensors().size());
   }
   if (dumpJson) {
     llvm::outs() << tofu::graphToJson(*g);
@@ -653,6 +654,7 @@ int main(int argc, char **argv) {
                             {"lowered_ops", ps.lowered},
                             {"float32_ops_reading_bf16", ps.float32},
                             {"float32_ops_storing_bf16", ps.storedNarrow},
+                            {"products_rounded_with_bias", ps.fusedBias},
                             {"bf16_tensors", bf16Tensors}};
         }
         json = j.dump(1) + "\n";
