@@ -210,8 +210,9 @@ enum class LossKind {
                 ///< rank 3 [batch, positions, classes] with a class per position
   Mse,          ///< the mean squared error
 };
-const char *lossKindName(LossKind k);
-std::optional<LossKind> lossKindNamed(const std::string &name);
+/// Whether `op` is one of the softmax cross-entropy losses addLoss adds (its second input
+/// the labels: one per row, or one per position).
+bool isCrossEntropyLoss(const std::string &op);
 
 /// Gives a checked graph whose single output is not a scalar a loss to train against, as
 /// `kind` says: softmax cross-entropy against a new integer input `labels` of the output's

@@ -50,6 +50,17 @@ const std::set<std::string> kBroadcast = {"Unsqueeze", "ExpandAxis",   "ExpandLe
 bool isFloat32(const std::string &d) { return d == "float32"; }
 bool isNarrowable(const std::string &d) { return d == "float32" || d == "bfloat16"; }
 
+/// Whether `n` is a product or convolution that runs on bfloat16 operands: a Lower op none
+/// of whose inputs is float64 (autocast leaves float64 ops alone).
+bool lowersToBf16(const Graph &g, const Node &n) {
+  if (castClass(n.op) != CastClass::Lower)
+    return false;
+  for (const std::string &in : n.inputs)
+    if (g.tensor(in)->dtype == "float64")
+      return false;
+  return true;
+}
+
 } // namespace
 
 const char *precisionName(Precision p) {
@@ -101,8 +112,6 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
   auto dtype = [&](const std::string &tensor) -> std::string & {
     return out.tensor(tensor)->dtype;
   };
-  // The results of Lower ops: a product's, for the bias rule.
-  std::set<std::string> lowered;
   std::map<std::string, std::string> narrowed; // float32 tensor -> its bfloat16 cast
   std::vector<Node> nodes;
   // The bfloat16 cast of `tensor` for `reader` (reading it as input `k`), made once.
@@ -152,10 +161,7 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
     std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
     std::map<std::string, bool> onlyProducts; // tensor -> every reader a product
     for (const Node &n : g.nodes()) {
-      bool float64 = false;
-      for (const std::string &in : n.inputs)
-        float64 |= out.tensor(in)->dtype == "float64";
-      const bool product = castClass(n.op) == CastClass::Lower && !float64;
+      const bool product = lowersToBf16(g, n);
       for (const std::string &in : n.inputs) {
         auto [it, fresh] = onlyProducts.emplace(in, product);
         if (!fresh)
@@ -168,11 +174,15 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
         storedNarrow.insert(n.output);
   }
 
-  // Biases that reach a product's bias add through a chain of broadcasts (an ONNX Linear on
-  // a rank-3 input: MatMul, then Add of the bias unsqueezed and expanded): the weight at the
-  // chain's start is cast, so that the chain and the add run in bfloat16, as autocast's
-  // linear takes its bias (else the add would promote the product's result to float32).
-  std::set<std::string> biasChainStart; // nodes whose weight input is cast
+  // The bias a product's result is added to (Add, AddBcast, ConvBias of a product's result
+  // and a float32 weight of rank 1 at most) is cast with it, as autocast's linear and conv
+  // take their bias: where the add reads the weight itself, there (the input it casts, by
+  // add); where the weight reaches the add through a chain of broadcasts (an ONNX Linear on
+  // a rank-3 input: MatMul, then Add of the bias unsqueezed and expanded), at the chain's
+  // start, so that the chain and the add run in bfloat16 (else the add would promote the
+  // product's result to float32).
+  std::map<std::string, unsigned> directBias; // add node -> its weight input, cast
+  std::set<std::string> biasChainStart;       // nodes whose weight input is cast
   // A product whose result only its bias add reads keeps that result float32, and the add
   // gives bfloat16: the sum is rounded once, as autocast's linear and conv round theirs
   // (rounding the product first, then the sum, differed in about a third of the elements).
@@ -184,12 +194,7 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
         ++readers[in];
     auto product = [&](const std::string &t) {
       const Node *p = g.producer(t);
-      if (!p || castClass(p->op) != CastClass::Lower)
-        return false;
-      for (const std::string &in : p->inputs)
-        if (g.tensor(in)->dtype == "float64")
-          return false;
-      return true;
+      return p && lowersToBf16(g, *p);
     };
     for (const Node &n : g.nodes()) {
       if (!kBiasAdd.count(n.op) || n.inputs.size() != 2)
@@ -209,8 +214,10 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
         const TensorInfo *w = g.tensor(t);
         const bool bias = !g.producer(t) && w->role == TensorRole::Weight && isFloat32(w->dtype) &&
                           w->shape.size() <= 1;
-        if (start && bias)
+        if (bias && start)
           biasChainStart.insert(start->name);
+        else if (bias)
+          directBias[n.name] = 1 - k;
         if (bias && readers[n.inputs[k]] == 1 &&
             std::find(g.outputs.begin(), g.outputs.end(), n.inputs[k]) == g.outputs.end()) {
           fusedProduct.insert(n.inputs[k]);
@@ -227,11 +234,8 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
       return stringError(fmt::format("node '{}': unknown op '{}'", n.name, n.op));
     // Set once the casts are made (adding a tensor moves the others).
     std::string result = dtype(n.output);
-    bool float64 = false;
-    for (const std::string &in : n.inputs)
-      float64 |= dtype(in) == "float64";
     CastClass cls = castClass(n.op);
-    if (cls == CastClass::Lower && float64) // autocast leaves float64 ops alone
+    if (cls == CastClass::Lower && !lowersToBf16(g, n)) // autocast leaves float64 ops alone
       cls = CastClass::Promote;
     switch (cls) {
     case CastClass::Lower:
@@ -240,7 +244,6 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
           n.inputs[k] = narrow(n.inputs[k], n, k);
       if (isNarrowable(result))
         result = fusedProduct.count(n.output) ? "float32" : "bfloat16";
-      lowered.insert(n.output);
       ++summary.lowered;
       break;
     case CastClass::Float32: {
@@ -259,19 +262,11 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
     case CastClass::Promote: {
       if (!isNarrowable(result))
         break;
+      // A product's bias: cast with the product (above).
       if (biasChainStart.count(n.name) && isFloat32(dtype(n.inputs[0])))
         n.inputs[0] = narrow(n.inputs[0], n, 0);
-      // The bias of a product: cast with the product, as autocast's linear and conv do.
-      if (kBiasAdd.count(n.op) && n.inputs.size() == 2) {
-        for (unsigned k = 0; k < 2; ++k) {
-          const TensorInfo *bias = out.tensor(n.inputs[1 - k]);
-          if (lowered.count(n.inputs[k]) && bias->role == TensorRole::Weight &&
-              isFloat32(bias->dtype) && bias->shape.size() <= 1) {
-            n.inputs[1 - k] = narrow(n.inputs[1 - k], n, 1 - k);
-            break;
-          }
-        }
-      }
+      if (auto b = directBias.find(n.name); b != directBias.end())
+        n.inputs[b->second] = narrow(n.inputs[b->second], n, b->second);
       // The widest float type of the inputs that take part in promotion.
       std::vector<const TensorInfo *> floats;
       for (unsigned k = 0; k < n.inputs.size(); ++k) {

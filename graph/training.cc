@@ -558,23 +558,8 @@ llvm::Expected<unsigned> evaluationGraph(Graph &g, const OpLibrary &lib, EvalNor
   return changed;
 }
 
-const char *lossKindName(LossKind k) {
-  switch (k) {
-  case LossKind::Auto:
-    return "auto";
-  case LossKind::CrossEntropy:
-    return "cross-entropy";
-  case LossKind::Mse:
-    return "mse";
-  }
-  return "?";
-}
-
-std::optional<LossKind> lossKindNamed(const std::string &name) {
-  for (LossKind k : {LossKind::Auto, LossKind::CrossEntropy, LossKind::Mse})
-    if (name == lossKindName(k))
-      return k;
-  return std::nullopt;
+bool isCrossEntropyLoss(const std::string &op) {
+  return op == "softmax_cross_entropy" || op == "softmax_cross_entropy_seq";
 }
 
 llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib, LossKind kind) {

@@ -107,7 +107,7 @@ struct StItem {
 /// Writes a safetensors file of `type` tensors beside `path`, then renames it into place.
 llvm::Error writeSafetensors(const std::string &path, const std::vector<StItem> &items,
                              const std::map<std::string, std::string> &metadata, StoredType type) {
-  const uint64_t width = type == StoredType::F32 ? 4 : 2;
+  const uint64_t width = static_cast<uint64_t>(storedTypeBytes(type));
   nlohmann::json header = nlohmann::json::object();
   uint64_t at = 0;
   for (const StItem &it : items) {
@@ -252,13 +252,6 @@ const char *safetensorsDtypeOf(StoredType t) {
     return "F16";
   }
   return "?";
-}
-
-std::optional<StoredType> storedTypeNamed(const std::string &name) {
-  for (StoredType t : {StoredType::F32, StoredType::BF16, StoredType::F16})
-    if (name == storedTypeName(t))
-      return t;
-  return std::nullopt;
 }
 
 std::string checkpointFile(const std::string &dir) { return dir + "/model.safetensors"; }

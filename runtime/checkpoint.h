@@ -29,7 +29,6 @@
 
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,7 +49,7 @@ struct Checkpoint {
 enum class StoredType { F32, BF16, F16 };
 const char *storedTypeName(StoredType t);     ///< "f32", "bf16", "f16"
 const char *safetensorsDtypeOf(StoredType t); ///< "F32", "BF16", "F16"
-std::optional<StoredType> storedTypeNamed(const std::string &name);
+inline int storedTypeBytes(StoredType t) { return t == StoredType::F32 ? 4 : 2; }
 
 /// The file of a whole checkpoint in `dir`.
 std::string checkpointFile(const std::string &dir);

@@ -135,8 +135,7 @@ TEST(Checkpoint, WrittenInBfloat16AndFloat16) {
     auto f = openSafetensors(checkpointFile(dir));
     ASSERT_TRUE(bool(f)) << llvm::toString(f.takeError());
     EXPECT_EQ((*f)->tensors.at("w").dtype, safetensorsDtypeOf(type));
-    EXPECT_EQ((*f)->tensors.at("w").end - (*f)->tensors.at("w").begin,
-              12u * (type == StoredType::F32 ? 4 : 2));
+    EXPECT_EQ((*f)->tensors.at("w").end - (*f)->tensors.at("w").begin, 12u * storedTypeBytes(type));
     auto back = loadCheckpoint(dir);
     ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
     for (int64_t i = 0; i < 12; ++i) {
@@ -164,8 +163,6 @@ TEST(Checkpoint, WrittenInBfloat16AndFloat16) {
   }
   // 7e4 - 1.7 + 11/3 is past float16's range: infinite there, finite in bfloat16.
   EXPECT_TRUE(std::isinf(halfToFloat(floatToHalf(static_cast<float>(w.data[11])))));
-  EXPECT_EQ(storedTypeNamed("bf16"), StoredType::BF16);
-  EXPECT_FALSE(storedTypeNamed("fp16").has_value());
 }
 
 TEST(Checkpoint, BrokenFilesSayWhatIsWrong) {

@@ -11,6 +11,7 @@
 
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
+#include "graph/graph.h"
 
 namespace tofu {
 
@@ -45,9 +46,8 @@ int labelsOf(const Problem &p, const std::string &loss) {
   if (l < 0 || p.tensors[l].producer < 0)
     return -1;
   const ProblemNode &n = p.nodes[p.tensors[l].producer];
-  const std::string &op = n.table->op.def->name;
-  if ((op != "softmax_cross_entropy" && op != "softmax_cross_entropy_seq") ||
-      n.inputs.size() != 2 || p.tensors[n.inputs[1]].producer >= 0)
+  if (!isCrossEntropyLoss(n.table->op.def->name) || n.inputs.size() != 2 ||
+      p.tensors[n.inputs[1]].producer >= 0)
     return -1;
   return static_cast<int>(n.inputs[1]);
 }

@@ -610,8 +610,7 @@ llvm::Expected<SaveReport> Trainer::save(const std::string &dir) {
   if (!entries)
     return entries.takeError();
   for (const CheckpointTile &t : tiles)
-    report.bytes +=
-        static_cast<int64_t>(t.data.size()) * (m.options.saveType == StoredType::F32 ? 4 : 2);
+    report.bytes += static_cast<int64_t>(t.data.size()) * storedTypeBytes(m.options.saveType);
   report.bytes = m.group.sum(report.bytes);
   std::vector<std::string> parts = m.group.gatherOnFirst(encodeTileEntries(*entries));
   if (m.group.rank() == 0) {

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "analysis/verify.h"
+#include "graph/graph.h"
 
 namespace tofu {
 namespace {
@@ -192,7 +193,7 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
     return;
   const ProblemNode &ln = p.nodes[lossNode];
   const std::string &kind = ln.table->op.def->name;
-  const bool crossEntropy = kind == "softmax_cross_entropy" || kind == "softmax_cross_entropy_seq";
+  const bool crossEntropy = isCrossEntropyLoss(kind);
   if ((!crossEntropy && kind != "mse") || ln.inputs.size() != 2)
     return;
   const unsigned answer = ln.inputs[1];

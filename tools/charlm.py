@@ -87,21 +87,6 @@ def write_safetensors(path, arrays):
     os.replace(path + ".tmp", path)
 
 
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for key, t in header.items():
-        if key == "__metadata__":
-            continue
-        lo, hi = t["data_offsets"]
-        assert t["dtype"] == "I32", (path, key, t["dtype"])
-        out[key] = np.frombuffer(data[lo:hi], dtype="<i4").reshape(t["shape"])
-    return out
-
-
 def data(args):
     text, names = read_text(args.fortunes)
     vocab = sorted(set(text))
@@ -230,7 +215,7 @@ def model_shape(onnx_path):
 
 def train(args):
     import torch
-    from fmnist import epoch_order
+    from fmnist import epoch_order, read_safetensors
     from torch_autocast import cuda_autocast_bf16
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

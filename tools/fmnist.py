@@ -104,7 +104,7 @@ def export(args):
 
 
 def read_safetensors(path):
-    """A safetensors file's float tensors by name (F32, F64), as numpy arrays."""
+    """A safetensors file's tensors by name (F32, F64, I32, I64), as numpy arrays."""
     with open(path, "rb") as f:
         data = f.read()
     (size,) = struct.unpack("<Q", data[:8])
@@ -114,7 +114,7 @@ def read_safetensors(path):
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        dtype = {"F32": np.float32, "F64": np.float64}[entry["dtype"]]
+        dtype = {"F32": "<f4", "F64": "<f8", "I32": "<i4", "I64": "<i8"}[entry["dtype"]]
         lo, hi = entry["data_offsets"]
         out[name] = np.frombuffer(body[lo:hi], dtype=dtype).reshape(entry["shape"])
     return out
