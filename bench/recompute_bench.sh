@@ -2,8 +2,10 @@
 # Recomputation (planner/recompute.h), two tables. A benchmark: it prints tables, it asserts
 # nothing.
 #
-# 1. Workers needed at 80 GB each and the estimated step on H100s, for the paper's large
-#    models (tofu-plan --train --optimizer sgd --fit 80GB): without recomputation, with it
+# 1. Workers needed at 80 GB each and the estimated step on H100s (nodes of 8 on NVLink,
+#    InfiniBand between them: --topology, so the counts are 1 to 8, then 16, 24, ...), for
+#    the paper's large models (tofu-plan --train --optimizer sgd --fit 80GB): without
+#    recomputation, with it
 #    (auto), and with it in bf16; beside them, on paper, ZeRO-3 with activation
 #    checkpointing: SGD's float32 weights and gradients (8 bytes per parameter) sharded over
 #    k, every layer's input kept whole on every worker, and one layer's activations while it
@@ -41,6 +43,9 @@ cp bazel-bin/tofu_run/tofu-run bazel-bin/tofu_plan/tofu-plan "$tmp/" # ops/: fou
 run="$tmp/tofu-run"
 plan="$tmp/tofu-plan"
 
+# H100 SXM nodes of 8: NVLink 4 within a node (450 GB/s each way), 400 Gbit/s InfiniBand per
+# GPU between nodes; up to 16 nodes.
+machine="16x8:50GB/s@5us,450GB/s@3us"
 if [ "$fit" = 1 ]; then
   echo
   echo "| model | batch | fp32: workers | est. step | fp32 + recomputation: workers | est. step | recomputed | bf16 + recomputation: workers | est. step | ZeRO-3 + checkpointing (paper): workers | --fit time (s) |"
@@ -49,7 +54,8 @@ if [ "$fit" = 1 ]; then
     set -- $mb
     m=$1 b=$2
     echo "recompute_bench: $m" >&2
-    common=(--model "$m" --batch "$b" --train --optimizer sgd --fit 80GB --device h100 --format=json)
+    common=(--model "$m" --batch "$b" --train --optimizer sgd --fit 80GB --device h100
+      --topology "$machine" --format=json)
     start=$SECONDS
     "$plan" "${common[@]}" --recompute none >"$tmp/none.json" 2>/dev/null || echo '{}' >"$tmp/none.json"
     "$plan" "${common[@]}" --recompute auto >"$tmp/auto.json" 2>/dev/null || echo '{}' >"$tmp/auto.json"
@@ -95,7 +101,8 @@ else:  # wresnet: a bottleneck block's input per block; one block's activations
 zero = next((k for k in range(1, 4097)
              if 8 * params / k + checkpoints + layer <= 80e9), None)
 rec = auto.get("recompute", {})
-dropped = f'{len(rec.get("dropped", []))} of {rec.get("candidates", "-")}' if rec else "-"
+dropped = (f'{len(rec["dropped"])} of {rec.get("candidates", "-")}' if rec.get("dropped")
+           else "none needed" if rec else "-")
 n, ns = cell(none)
 a, as_ = cell(auto)
 f, fs = cell(bf16)

@@ -205,9 +205,11 @@ LiveAtMost liveAtMost(const WorkerMemory &w) {
 
 LiveTiles liveTilesAt(const Problem &p, const WorkerMemory &w, int64_t time) {
   LiveTiles out;
+  std::map<unsigned, int64_t> perTensor;
   for (const Buffer &b : w.buffers) {
     if (b.kind != Buffer::Kind::Tile || b.start > time || time >= b.end)
       continue;
+    perTensor[b.tensor] += b.bytes;
     const ProblemTensor &t = p.tensors[b.tensor];
     switch (t.role) {
     case TensorRole::Input:
@@ -229,6 +231,11 @@ LiveTiles liveTilesAt(const Problem &p, const WorkerMemory &w, int64_t time) {
     if (t.storageBytes == 2)
       out.bfloat16 += b.bytes;
   }
+  out.largest.assign(perTensor.begin(), perTensor.end());
+  std::stable_sort(out.largest.begin(), out.largest.end(),
+                   [](const auto &a, const auto &b) { return a.second > b.second; });
+  if (out.largest.size() > kLargestLiveTiles)
+    out.largest.resize(kLargestLiveTiles);
   return out;
 }
 

@@ -58,8 +58,12 @@ LiveAtMost liveAtMost(const WorkerMemory &w);
 struct LiveTiles {
   int64_t inputs = 0, weights = 0, activations = 0, gradients = 0, optimizerState = 0;
   int64_t bfloat16 = 0; ///< of all the above, the tiles stored in bfloat16
+  /// The tensors whose tiles take the most of it: (tensor, bytes), largest first, at most
+  /// kLargestLiveTiles of them (ties by tensor index).
+  std::vector<std::pair<unsigned, int64_t>> largest;
   int64_t total() const { return inputs + weights + activations + gradients + optimizerState; }
 };
+constexpr size_t kLargestLiveTiles = 8;
 LiveTiles liveTilesAt(const Problem &p, const WorkerMemory &w, int64_t time);
 
 struct MemoryPlan {

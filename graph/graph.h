@@ -271,6 +271,11 @@ struct RecomputeCandidate {
   int64_t elements = 0;
   int64_t bytes = 0;           ///< at its storage size (4, or 2 for bfloat16 under BF16)
   bool readByBackward = false; ///< kept for the backward pass unless dropped
+  /// A cut of the forward pass: no forward node after this tensor's reads a candidate
+  /// computed before it (a transformer's residual stream between sublayers, a CNN's block
+  /// outputs). Kept, it bounds every chain of copies (applyRecomputation) at it: a dropped
+  /// tensor after it is recomputed from it, never from further back.
+  bool cut = false;
 };
 /// The candidates, in forward (topological) order.
 llvm::Expected<std::vector<RecomputeCandidate>> recomputeCandidates(const Graph &g);

@@ -1,5 +1,6 @@
 // Recomputation as a graph rewrite (graph.h: applyRecomputation): a dropped forward tensor's
 // backward readers read a copy of its node, declared just before the first of them.
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -59,16 +60,26 @@ llvm::Expected<std::vector<RecomputeCandidate>> recomputeCandidates(const Graph 
   for (size_t i = part->backwardFrom; i < part->order.size(); ++i)
     for (const std::string &in : g.nodes()[part->order[i]].inputs)
       backwardReads.insert(in);
+  // Each forward tensor's last forward reader (its position in the order).
+  std::map<std::string, size_t> lastForwardRead;
+  for (size_t i = 0; i < part->backwardFrom; ++i)
+    for (const std::string &in : g.nodes()[part->order[i]].inputs)
+      lastForwardRead[in] = i;
   std::vector<RecomputeCandidate> out;
+  size_t spanEnd = 0; // the last forward read of any candidate before the current position
   for (size_t i = 0; i < part->backwardFrom; ++i) {
     const Node &n = g.nodes()[part->order[i]];
     if (!notRecomputable(g, n).empty())
       continue;
+    const bool cut = spanEnd <= i;
+    if (auto it = lastForwardRead.find(n.output); it != lastForwardRead.end())
+      spanEnd = std::max(spanEnd, it->second);
     const TensorInfo *t = g.tensor(n.output);
     RecomputeCandidate c;
     c.tensor = n.output;
     c.node = n.name;
     c.readByBackward = backwardReads.count(n.output) > 0;
+    c.cut = cut;
     c.elements = 1;
     for (int64_t e : t->shape)
       c.elements *= e;

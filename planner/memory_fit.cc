@@ -166,13 +166,18 @@ int64_t largestLiveBytes(const MemoryPlan &oneWorker) {
 llvm::Expected<WorkerCountFit>
 fitWorkers(const Problem &p, const PlanOptions &options, int64_t limit,
            const std::vector<std::string> &outputs, unsigned maxWorkers,
-           const std::function<void(unsigned k, const MemoryFit &)> &progress) {
+           const std::function<void(unsigned k, const MemoryFit &)> &progress,
+           const Topology *machine) {
   if (limit <= 0)
     return stringError("the memory per worker must be positive");
   if (maxWorkers == 0)
     return stringError("the largest number of workers to try must be at least 1");
+  if (machine)
+    maxWorkers = std::min(maxWorkers, machine->workers());
   PlanOptions one = options;
   one.workers = 1;
+  one.factors.clear();
+  one.prefixWeights = {};
   auto onePlan = searchPlan(p, one);
   if (!onePlan)
     return onePlan.takeError();
@@ -185,9 +190,17 @@ fitWorkers(const Problem &p, const PlanOptions &options, int64_t limit,
         "once, which needs at least {} workers",
         maxWorkers, humanBytes(double(limit)), humanBytes(double(live)), out.lowerBound));
   int64_t closest = 0; // at the last count tried
+  unsigned last = 0;   // the last count tried
   for (unsigned k = out.lowerBound; k <= maxWorkers; ++k) {
     PlanOptions o = options;
     o.workers = k;
+    if (machine) {
+      const std::optional<Topology> part = topologyForWorkers(*machine, k);
+      if (!part)
+        continue;
+      o = machineOptions(o, *part);
+    }
+    last = k;
     auto fit = search(p, o, limit, outputs, true);
     if (!fit)
       return fit.takeError();
@@ -200,9 +213,13 @@ fitWorkers(const Problem &p, const PlanOptions &options, int64_t limit,
     }
     closest = fit->peak;
   }
+  if (last == 0)
+    return stringError(fmt::format("no plan on at most {} workers fits in {} per worker: no "
+                                   "count from {} up fills part of the machine",
+                                   maxWorkers, humanBytes(double(limit)), out.lowerBound));
   return stringError(fmt::format("no plan on at most {} workers fits in {} per worker: at {} "
                                  "workers the smallest planned peak found is {}, {} over",
-                                 maxWorkers, humanBytes(double(limit)), maxWorkers,
+                                 maxWorkers, humanBytes(double(limit)), last,
                                  humanBytes(double(closest)), humanBytes(double(closest - limit))));
 }
 

@@ -20,6 +20,7 @@
 
 #include "codegen/exec_plan.h"
 #include "codegen/memory_plan.h"
+#include "planner/topology.h"
 #include "search/search.h"
 
 namespace tofu {
@@ -62,12 +63,15 @@ struct WorkerCountFit {
 
 /// The smallest number of workers k (any k from the lower bound up, not only powers of
 /// two) with a plan whose planned peak fits in `limit` per worker, and that plan.
-/// `progress` (when given) hears of each k as it is decided. Errors: no k up to
+/// `progress` (when given) hears of each k as it is decided. On a `machine` (when given)
+/// only the counts that fill part of it are tried (planner/topology.h: topologyForWorkers),
+/// at most its workers, each searched over the levels it fills. Errors: no k up to
 /// `maxWorkers` fits (saying how close the last came), or the search's own.
 llvm::Expected<WorkerCountFit>
 fitWorkers(const Problem &p, const PlanOptions &options, int64_t limit,
            const std::vector<std::string> &outputs, unsigned maxWorkers,
-           const std::function<void(unsigned k, const MemoryFit &)> &progress = nullptr);
+           const std::function<void(unsigned k, const MemoryFit &)> &progress = nullptr,
+           const Topology *machine = nullptr);
 
 } // namespace tofu
 

@@ -190,8 +190,8 @@ TEST(MemoryFit, ParseBytes) {
 }
 
 // What a peak is made of: the tiles live when the most bytes are, by role, add up to the
-// tiles liveAtMost counts; in bf16 the activations the backward pass reads are partly
-// bfloat16, and the weights float32 still.
+// tiles liveAtMost counts, and the largest of them are named; in bf16 the activations the backward
+// pass reads are partly bfloat16, and the weights float32 still.
 TEST(MemoryFit, LiveTilesAtThePeakAddUpByRoleAndPrecision) {
   for (Precision precision : {Precision::FP32, Precision::BF16}) {
     std::vector<std::string> outputs;
@@ -220,6 +220,28 @@ TEST(MemoryFit, LiveTilesAtThePeakAddUpByRoleAndPrecision) {
     // Weights live the whole step: every worker holds its 1/2 share, or all of a tensor
     // it replicates, stored as float32 in either precision.
     EXPECT_GE(tiles.weights * 2, weightBytes);
+    // The largest tiles: the worker's own buffers at that time, largest first, none
+    // larger than the tensor.
+    ASSERT_FALSE(tiles.largest.empty());
+    EXPECT_LE(tiles.largest.size(), kLargestLiveTiles);
+    int64_t largestBytes = 0;
+    for (size_t i = 0; i < tiles.largest.size(); ++i) {
+      const auto &[t, bytes] = tiles.largest[i];
+      int64_t own = 0;
+      for (const Buffer &b : w.buffers)
+        if (b.kind == Buffer::Kind::Tile && b.tensor == t && b.start <= live.time &&
+            live.time < b.end)
+          own += b.bytes;
+      EXPECT_EQ(bytes, own) << p.tensors[t].name;
+      EXPECT_LE(
+          bytes,
+          (int64_t(p.tensors[t].storageBytes) * boxElements(wholeBox(p.tensors[t].shape)) + 3) / 4 *
+              4);
+      if (i > 0)
+        EXPECT_LE(bytes, tiles.largest[i - 1].second);
+      largestBytes += bytes;
+    }
+    EXPECT_LE(largestBytes, live.tiles);
     if (precision == Precision::FP32) {
       EXPECT_EQ(tiles.bfloat16, 0);
     } else {

@@ -109,35 +109,39 @@ RecomputePlan result(Trial &&t, RecomputeMode mode) {
 /// stays as a checkpoint. A copy reads the copies of the dropped tensors before it, so such a
 /// run is recomputed at once when the backward pass reaches it, and all of it lives until its
 /// own backward readers: dropping a whole chain (an RNN's states over time) saves nothing.
-struct Ranked {
-  std::vector<std::string> names;
-  std::vector<double> work;
-};
-Ranked ranked(const std::vector<RecomputeCandidate> &candidates, const Problem &p,
-              size_t longestRun) {
-  std::map<std::string, double> iterations; // node name -> its iteration space's size
+/// With `keepCuts` the forward pass's cuts (RecomputeCandidate::cut) are never dropped: a
+/// run ends at one, so what a copy recomputes is bounded by the segment between two cuts (a
+/// transformer's sublayer), however far the ranking goes.
+/// Node name -> the size of its iteration space: the work a copy of it repeats.
+std::map<std::string, double> iterationsOf(const Problem &p) {
+  std::map<std::string, double> iterations;
   for (const ProblemNode &n : p.nodes) {
     double it = 1;
     for (int64_t v : n.shapes.vars)
       it *= double(std::max<int64_t>(v, 1));
     iterations[n.name] = it;
   }
+  return iterations;
+}
+
+std::vector<std::string> ranked(const std::vector<RecomputeCandidate> &candidates,
+                                const std::map<std::string, double> &iterations, size_t longestRun,
+                                bool keepCuts) {
   std::vector<size_t> backward; // candidates the backward pass reads, in forward order
   for (size_t i = 0; i < candidates.size(); ++i)
-    if (candidates[i].readByBackward)
+    if (candidates[i].readByBackward && !(keepCuts && candidates[i].cut))
       backward.push_back(i);
-  std::vector<std::tuple<double, size_t, double>> order; // ratio, position, work
+  std::vector<std::pair<double, size_t>> order; // bytes per iteration, position
   for (size_t at = 0; at < backward.size(); ++at) {
     const RecomputeCandidate &c = candidates[backward[at]];
     auto it = iterations.find(c.node);
-    const double work = it == iterations.end() ? 1.0 : it->second;
-    order.push_back({double(c.bytes) / work, at, work});
+    order.push_back({double(c.bytes) / (it == iterations.end() ? 1.0 : it->second), at});
   }
   std::stable_sort(order.begin(), order.end(),
-                   [](const auto &a, const auto &b) { return std::get<0>(a) > std::get<0>(b); });
+                   [](const auto &a, const auto &b) { return a.first > b.first; });
   std::vector<bool> dropped(backward.size(), false);
-  Ranked out;
-  for (const auto &[ratio, at, work] : order) {
+  std::vector<std::string> out;
+  for (const auto &[ratio, at] : order) {
     size_t left = at, right = at;
     while (left > 0 && dropped[left - 1])
       --left;
@@ -146,9 +150,50 @@ Ranked ranked(const std::vector<RecomputeCandidate> &candidates, const Problem &
     if (right - left + 1 > longestRun)
       continue;
     dropped[at] = true;
-    out.names.push_back(candidates[backward[at]].tensor);
-    out.work.push_back(work);
+    out.push_back(candidates[backward[at]].tensor);
   }
+  return out;
+}
+
+/// `dropped` with what its copies would otherwise keep alive: a copy reads its node's
+/// inputs, so a forward tensor that only the forward pass read (it died there) would live
+/// until the copy runs, in the backward pass; such an input is dropped too, and recomputed
+/// with it (a softmax's masked scores, when the softmax is), in turn. With `keepCuts` a cut
+/// stays (a copy reads it as a checkpoint). In candidate order.
+std::vector<std::string> closed(const Graph &training,
+                                const std::vector<RecomputeCandidate> &candidates,
+                                const std::vector<std::string> &dropped, bool keepCuts) {
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < candidates.size(); ++i)
+    index[candidates[i].tensor] = i;
+  std::vector<bool> in(candidates.size(), false);
+  std::vector<std::string> todo;
+  for (const std::string &t : dropped)
+    if (auto it = index.find(t); it != index.end() && !in[it->second]) {
+      in[it->second] = true;
+      todo.push_back(t);
+    }
+  while (!todo.empty()) {
+    const std::string t = std::move(todo.back());
+    todo.pop_back();
+    const Node *n = training.producer(t);
+    if (!n)
+      continue;
+    for (const std::string &input : n->inputs) {
+      auto it = index.find(input);
+      if (it == index.end() || in[it->second])
+        continue;
+      const RecomputeCandidate &c = candidates[it->second];
+      if (c.readByBackward || (keepCuts && c.cut))
+        continue;
+      in[it->second] = true;
+      todo.push_back(input);
+    }
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < candidates.size(); ++i)
+    if (in[i])
+      out.push_back(candidates[i].tensor);
   return out;
 }
 
@@ -217,29 +262,44 @@ planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOpt
   size_t root = 1;
   while (root * root < n)
     ++root;
+  // The rankings: every candidate; runs bounded by sqrt(n); and the forward pass's cuts
+  // kept, where the backward pass reads one (else that ranking is the first's).
+  bool cutRead = false;
+  for (const RecomputeCandidate &c : *candidates)
+    cutRead = cutRead || (c.readByBackward && c.cut);
+  std::vector<std::pair<size_t, bool>> rankings = {{n, false}, {root, false}};
+  if (cutRead)
+    rankings.push_back({n, true});
+  const std::map<std::string, double> iterations = iterationsOf(*plainKept->problem);
+  std::map<std::string, std::string> producerName; // tensor -> its node
+  for (const RecomputeCandidate &c : *candidates)
+    producerName[c.tensor] = c.node;
   std::optional<Trial> best, closest;
   double bestWork = 0;
-  for (size_t longestRun : {n, root}) {
-    const Ranked order = ranked(*candidates, *plainKept->problem, longestRun);
-    auto prefix = [&](size_t m) {
-      return std::vector<std::string>(order.names.begin(),
-                                      order.names.begin() + static_cast<long>(m));
+  for (const auto &[longestRun, keepCuts] : rankings) {
+    const std::vector<std::string> order = ranked(*candidates, iterations, longestRun, keepCuts);
+    // A prefix of the ranking; where cuts are kept, with the inputs its copies would keep
+    // alive (closed), so that each segment between cuts is recomputed whole from its cut.
+    auto prefix = [&, keepCuts = keepCuts](size_t m) {
+      std::vector<std::string> p(order.begin(), order.begin() + static_cast<long>(m));
+      return keepCuts ? closed(training, *candidates, p, true) : p;
     };
     auto workOf = [&](size_t m) {
       double w = 0;
-      for (size_t i = 0; i < m; ++i)
-        w += order.work[i];
+      for (const std::string &t : prefix(m))
+        if (auto it = iterations.find(producerName.at(t)); it != iterations.end())
+          w += it->second;
       return w;
     };
     // The candidate sets are judged by the plain search's plan (one search each) unless the
     // longest does not fit that way and the budgeted search's does.
     bool budgeted = false;
-    auto all = attempt(prefix(order.names.size()), false);
+    auto all = attempt(prefix(order.size()), false);
     if (!all)
       return all.takeError();
     if (!all->fit.fits) {
       budgeted = true;
-      all = attempt(prefix(order.names.size()), true);
+      all = attempt(prefix(order.size()), true);
       if (!all)
         return all.takeError();
     }
@@ -248,7 +308,7 @@ planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOpt
         closest = std::move(*all);
       continue;
     }
-    size_t lo = 0, hi = order.names.size(); // prefix(lo) does not fit, prefix(hi) does
+    size_t lo = 0, hi = order.size(); // prefix(lo) does not fit, prefix(hi) does
     Trial fitting = std::move(*all);
     while (hi - lo > 1) {
       const size_t mid = lo + (hi - lo) / 2;
@@ -289,7 +349,8 @@ planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOpt
 llvm::Expected<RecomputePlan>
 fitWorkersRecomputing(const Graph &training, const OpLibrary &lib, const PlanOptions &options,
                       int64_t limit, RecomputeMode mode, unsigned maxWorkers,
-                      const std::function<void(unsigned, const RecomputePlan &)> &progress) {
+                      const std::function<void(unsigned, const RecomputePlan &)> &progress,
+                      const Topology *machine) {
   if (limit <= 0)
     return stringError("fitting workers needs a memory budget per worker");
   const auto start = Clock::now();
@@ -300,7 +361,7 @@ fitWorkersRecomputing(const Graph &training, const OpLibrary &lib, const PlanOpt
     return problem.takeError();
   PlanOptions base = options;
   base.factors.clear();
-  auto plain = fitWorkers(*problem, base, limit, training.outputs, maxWorkers);
+  auto plain = fitWorkers(*problem, base, limit, training.outputs, maxWorkers, nullptr, machine);
   std::optional<RecomputePlan> best;
   unsigned hi = maxWorkers + 1; // the smallest count known to fit
   unsigned workersWithout = 0;
@@ -336,14 +397,26 @@ fitWorkersRecomputing(const Graph &training, const OpLibrary &lib, const PlanOpt
     if (t.role == TensorRole::Weight || t.role == TensorRole::OptimizerState)
       kept += double(t.bytes());
   const double bound = std::ceil(kept / double(limit));
-  unsigned lo = bound >= double(hi) ? hi - 1 : std::max(1u, static_cast<unsigned>(bound)) - 1;
+  // The counts to bisect: from the bound up to below the count that fits without (or the
+  // most), those that fill part of the machine where there is one.
+  std::vector<unsigned> counts;
+  const unsigned top = machine ? std::min(maxWorkers, machine->workers()) : maxWorkers;
+  for (unsigned k = std::max(1u, static_cast<unsigned>(std::min(bound, double(top + 1))));
+       k < hi && k <= top; ++k)
+    if (!machine || topologyForWorkers(*machine, k))
+      counts.push_back(k);
   std::optional<RecomputePlan> closest;
   unsigned tried = best ? best->tried : 0;
-  while (hi - lo > 1) {
-    const unsigned k = lo + (hi - lo) / 2;
+  size_t lo = 0, up = counts.size(); // counts[up] (or hi) fits; below counts[lo] do not
+  while (lo < up) {
+    const size_t mid = lo + (up - lo) / 2;
+    const unsigned k = counts[mid];
     PlanOptions o = options;
     o.workers = k;
     o.factors.clear();
+    o.prefixWeights = {};
+    if (machine)
+      o = machineOptions(o, *topologyForWorkers(*machine, k));
     auto r = planWithRecomputation(training, lib, o, limit, mode);
     if (!r)
       return r.takeError();
@@ -351,10 +424,10 @@ fitWorkersRecomputing(const Graph &training, const OpLibrary &lib, const PlanOpt
     if (progress)
       progress(k, *r);
     if (r->fit.fits) {
-      hi = k;
+      up = mid;
       best = std::move(*r);
     } else {
-      lo = k;
+      lo = mid + 1;
       closest = std::move(*r);
     }
   }
@@ -379,13 +452,14 @@ llvm::Expected<ExactRecompute> exactRecomputation(const Graph &training, const O
   auto candidates = recomputeCandidates(training);
   if (!candidates)
     return candidates.takeError();
+  // Every candidate, those only the forward pass reads too: dropping one of them matters
+  // where a copy reads it (the copy then reads its copy instead of keeping it alive).
   std::vector<std::string> names;
   for (const RecomputeCandidate &c : *candidates)
-    if (c.readByBackward)
-      names.push_back(c.tensor);
+    names.push_back(c.tensor);
   if (names.size() > maxCandidates)
-    return stringError(fmt::format("the exact recomputation tries every subset of the tensors "
-                                   "the backward pass reads: this graph has {}, more than {}",
+    return stringError(fmt::format("the exact recomputation tries every subset of the forward "
+                                   "tensors it may drop: this graph has {}, more than {}",
                                    names.size(), maxCandidates));
   ExactRecompute best;
   for (uint64_t mask = 0; mask < (uint64_t(1) << names.size()); ++mask) {

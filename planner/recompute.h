@@ -74,14 +74,17 @@ planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOpt
 
 /// The smallest worker count from 1 up whose plan fits `limit` with recomputation chosen
 /// by `mode` (auto: tried only where the plan without it does not fit), up to `maxWorkers`.
-/// Errors: none fits (saying how close the last came), or the search's own.
+/// On a `machine` (when given), only the counts that fill part of it, each searched over
+/// the levels it fills (fitWorkers). Errors: none fits (saying how close the last came), or
+/// the search's own.
 llvm::Expected<RecomputePlan>
 fitWorkersRecomputing(const Graph &training, const OpLibrary &lib, const PlanOptions &options,
                       int64_t limit, RecomputeMode mode, unsigned maxWorkers,
-                      const std::function<void(unsigned k, const RecomputePlan &)> &progress = {});
+                      const std::function<void(unsigned k, const RecomputePlan &)> &progress = {},
+                      const Topology *machine = nullptr);
 
-/// The exact optimum for small graphs: every subset of the candidates the backward pass
-/// reads (at most `maxCandidates` of them, else an error), each planned by the plain search
+/// The exact optimum for small graphs: every subset of the candidates (at most
+/// `maxCandidates` of them, else an error), each planned by the plain search
 /// (least communication, options.workers), and the one of least estimated step time on
 /// `device` whose planned peak is within `limit`. `tried` gets the subsets planned.
 struct ExactRecompute {

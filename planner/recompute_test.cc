@@ -133,6 +133,44 @@ TEST(Recompute, SegmentCheckpointsKeepEverySqrtNth) {
   EXPECT_TRUE(segmentCheckpoints({c[0]}).empty());
 }
 
+// The forward pass's cuts: a transformer's residual stream between its sublayers (and the
+// chain after the last), never a tensor inside a sublayer, which the residual path skips.
+TEST(Recompute, CutsAreTheResidualStreamAndAChainsLinks) {
+  const Graph gpt = trainingGraph(buildTransformer(2, 64, 4, 32, 8));
+  auto candidates = recomputeCandidates(gpt);
+  ASSERT_TRUE(bool(candidates)) << llvm::toString(candidates.takeError());
+  std::vector<std::string> cuts;
+  for (const RecomputeCandidate &c : *candidates)
+    if (c.cut)
+      cuts.push_back(c.tensor);
+  EXPECT_EQ(cuts, (std::vector<std::string>{
+                      "embed_out", "embed_pos_out", "l1_res1_out", "l1_res2_out", "l2_res1_out",
+                      "l2_res2_out", "final_ln_out", "lm_head_out", "flatten_positions_out"}));
+  // An MLP is a chain: every forward tensor is a cut.
+  const Graph mlp = trainingGraph(buildMlp({64, 32, 32, 10}, 8));
+  auto chain = recomputeCandidates(mlp);
+  ASSERT_TRUE(bool(chain));
+  for (const RecomputeCandidate &c : *chain)
+    EXPECT_TRUE(c.cut) << c.tensor;
+}
+
+/// Every copy in `r` (a rewrite of `g`) reads, of `g`'s forward tensors, only those the
+/// backward pass read anyway or a cut: no copy keeps alive into the backward pass a tensor
+/// that died in the forward (it reads that tensor's copy instead). Auto's ranking that keeps
+/// the cuts guarantees it; the transformer below chooses that ranking.
+void expectCopiesKeepNothingAlive(const Graph &g, const RecomputePlan &r) {
+  auto candidates = recomputeCandidates(g);
+  ASSERT_TRUE(bool(candidates));
+  std::map<std::string, RecomputeCandidate> byName;
+  for (const RecomputeCandidate &c : *candidates)
+    byName[c.tensor] = c;
+  for (const auto &[x, copy] : r.summary.copies)
+    for (const std::string &in : r.graph.producer(copy)->inputs)
+      if (auto it = byName.find(in); it != byName.end())
+        EXPECT_TRUE(it->second.readByBackward || it->second.cut)
+            << copy << " reads " << in << ", which only the forward pass read";
+}
+
 PlanOptions onWorkers(unsigned k) {
   PlanOptions o;
   o.workers = k;
@@ -183,6 +221,18 @@ TEST(Recompute, BudgetsBelowThePlainPeakFitWithRecomputation) {
   EXPECT_EQ(heard, fit->tried);
   EXPECT_GE(fit->tried, 2u);
   EXPECT_EQ(checkMemoryPlan(fit->fit.memory), "");
+  expectCopiesKeepNothingAlive(g, *fit);
+
+  // At sqrt's peak: auto fits where sqrt does, keeping no dead tensor alive (before copies
+  // read their inputs' copies, a dropped softmax kept its masked scores alive until the
+  // backward pass).
+  for (int64_t tight : {sqrt->fit.peak}) {
+    auto t = planWithRecomputation(g, testLibrary(), onWorkers(2), tight, RecomputeMode::Auto);
+    ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
+    EXPECT_TRUE(t->fit.fits) << tight << " bytes: closest " << t->fit.peak;
+    EXPECT_LE(t->fit.peak, tight);
+    expectCopiesKeepNothingAlive(g, *t);
+  }
 }
 
 // On a graph small enough to try every subset, the exact optimum is what auto's choice is

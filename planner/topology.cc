@@ -16,6 +16,32 @@ std::vector<unsigned> topologyFactors(const Topology &t) {
   return out;
 }
 
+std::optional<Topology> topologyForWorkers(const Topology &t, unsigned k) {
+  if (k == 0 || t.levels.empty())
+    return std::nullopt;
+  uint64_t inside = 1; // workers in one unit of the levels inside level i
+  for (size_t i = t.levels.size(); i-- > 0;) {
+    if (k % inside != 0)
+      return std::nullopt;
+    const uint64_t m = k / inside;
+    if (m <= t.levels[i].count) {
+      Topology out;
+      out.levels.assign(t.levels.begin() + static_cast<long>(i), t.levels.end());
+      out.levels.front().count = static_cast<unsigned>(m);
+      return out;
+    }
+    inside *= t.levels[i].count;
+  }
+  return std::nullopt;
+}
+
+PlanOptions machineOptions(PlanOptions options, const Topology &t) {
+  options.workers = t.workers();
+  options.factors = topologyFactors(t);
+  options.prefixWeights = topologyWeights(t);
+  return options;
+}
+
 PrefixWeights topologyWeights(const Topology &t) {
   PrefixWeights out;
   const double inner = t.levels.back().bandwidth;
@@ -109,9 +135,7 @@ llvm::Expected<TopologyPlan> searchForTopology(const Problem &p, PlanOptions opt
     return blind.takeError();
   out.leastBytes = std::move(*blind);
   out.leastBytesTraffic = topologyTraffic(p, buildExecPlan(p, out.leastBytes), t);
-  options.factors = topologyFactors(t);
-  options.prefixWeights = topologyWeights(t);
-  auto weighted = searchPlan(p, options);
+  auto weighted = searchPlan(p, machineOptions(options, t));
   if (!weighted)
     return weighted.takeError();
   out.weighted = std::move(*weighted);

@@ -20,6 +20,7 @@
 #define TOFU_PLANNER_TOPOLOGY_H
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,16 @@ struct TopologyTraffic {
 };
 /// The plan's traffic per level, counted from every fetch of the execution plan.
 TopologyTraffic topologyTraffic(const Problem &p, const ExecPlan &plan, const Topology &t);
+
+/// The part of machine `t` that `k` of its workers fill, for --fit and budgets on a machine:
+/// the innermost levels whole and one level partly, from its first unit (k ≤ the innermost
+/// count: that level alone with count k; a multiple m of the innermost units' workers, m at
+/// most the next level's count: that level with count m and the levels inside it whole; and
+/// so on out). None where k fills no such part (11 workers of 2 × 8), or k exceeds the
+/// machine.
+std::optional<Topology> topologyForWorkers(const Topology &t, unsigned k);
+/// `options` for the machine `t`: its workers, its levels' steps and their weights.
+PlanOptions machineOptions(PlanOptions options, const Topology &t);
 
 /// A plan for a machine: the search with the machine's steps and weights, and the search
 /// without them (the plan of least bytes); each one's traffic counted from its execution

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "fmt/format.h"
@@ -120,6 +121,37 @@ double sum(const std::vector<double> &xs) {
 // between the nodes than the plan of least bytes, and its estimated time (the slowest
 // worker's, and every worker's together) is lower. The per-level counts are the execution
 // plan's fetches: between and inside the nodes they add up to the plan's bytes.
+// The part of a machine k workers fill: the innermost level up to its count, then whole
+// units of it, and none where k fills no such part.
+TEST(Topology, ThePartOfTheMachineKWorkersFill) {
+  auto t = parseTopology("2x2x4:10GB/s,50GB/s,200GB/s");
+  ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
+  auto shape = [&](unsigned k) {
+    std::optional<Topology> part = topologyForWorkers(*t, k);
+    if (!part)
+      return std::string("none");
+    std::string out;
+    for (const TopologyLevel &l : part->levels)
+      out += fmt::format("{}{} {}@{:g}", out.empty() ? "" : ", ", l.count, l.name, l.bandwidth);
+    EXPECT_EQ(part->workers(), k);
+    return out;
+  };
+  EXPECT_EQ(shape(0), "none");
+  EXPECT_EQ(shape(1), "1 level3@2e+11");
+  EXPECT_EQ(shape(3), "3 level3@2e+11");
+  EXPECT_EQ(shape(4), "4 level3@2e+11");
+  EXPECT_EQ(shape(6), "none"); // more than a unit of 4, not a whole number of them
+  EXPECT_EQ(shape(8), "2 level2@5e+10, 4 level3@2e+11");
+  EXPECT_EQ(shape(12), "none"); // 3 units of 4: more than the 2 of the middle level
+  EXPECT_EQ(shape(16), "2 level1@1e+10, 2 level2@5e+10, 4 level3@2e+11");
+  EXPECT_EQ(shape(32), "none"); // more than the machine
+  // The options for a part: its workers, its levels' steps and their weights.
+  PlanOptions o = machineOptions(PlanOptions{}, *topologyForWorkers(*t, 8));
+  EXPECT_EQ(o.workers, 8u);
+  EXPECT_EQ(o.factors, (std::vector<unsigned>{2, 2, 2}));
+  EXPECT_EQ(o.prefixWeights.bytes.size(), 3u);
+}
+
 TEST(Topology, PlansKeepTheHeavyTrafficInsideNodes) {
   auto t = parseTopology("2x4:12.5GB/s@5us,150GB/s@1us");
   ASSERT_TRUE(bool(t));

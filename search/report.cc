@@ -122,6 +122,15 @@ std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanRep
                       humanBytes(double(o.liveWeights)), humanBytes(double(o.liveOptimizerState)),
                       humanBytes(double(o.liveActivations)), humanBytes(double(o.liveGradients)),
                       humanBytes(double(o.liveInputs)), humanBytes(double(o.liveBfloat16)));
+    if (!o.peakNode.empty())
+      out += fmt::format("  when the worker runs {}; the largest tiles then:", o.peakNode);
+    else if (!o.liveLargest.empty())
+      out += "  the largest tiles then:";
+    for (size_t i = 0; i < o.liveLargest.size(); ++i)
+      out += fmt::format("{} {} {}", i ? "," : "", o.liveLargest[i].first,
+                         humanBytes(double(o.liveLargest[i].second)));
+    if (!o.peakNode.empty() || !o.liveLargest.empty())
+      out += "\n";
   }
   if (!plan.steps.empty()) {
     out += "\n| step | parts | communication added | share |\n| ---: | ---: | ---: | ---: |\n";
@@ -178,6 +187,12 @@ std::string planJson(const Problem &p, const PartitionPlan &plan, const PlanRepo
         {"weights", o.liveWeights},         {"optimizer_state", o.liveOptimizerState},
         {"activations", o.liveActivations}, {"gradients", o.liveGradients},
         {"inputs", o.liveInputs},           {"bfloat16", o.liveBfloat16}};
+    ordered_json largest = ordered_json::array();
+    for (const auto &[name, bytes] : o.liveLargest)
+      largest.push_back({{"tensor", name}, {"bytes", bytes}});
+    j["memory"]["live_tiles_at_most"]["largest"] = largest;
+    if (!o.peakNode.empty())
+      j["memory"]["peak_node"] = o.peakNode;
   }
   if (o.memoryLimit > 0)
     j["memory"]["budget_bytes"] = o.memoryLimit;

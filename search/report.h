@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "search/search.h"
 
@@ -25,6 +27,10 @@ struct PlanReportOptions {
   /// fields; printed where liveTiles > 0).
   int64_t liveInputs = 0, liveWeights = 0, liveActivations = 0, liveGradients = 0,
           liveOptimizerState = 0, liveBfloat16 = 0;
+  /// The largest of those tiles, (tensor name, bytes), largest first; and the node the
+  /// worker runs then (empty: not known).
+  std::vector<std::pair<std::string, int64_t>> liveLargest;
+  std::string peakNode;
 };
 
 /// Human-readable: summary, per-step communication, memory, then per tensor and per op.

@@ -107,7 +107,32 @@ check "--topology estimate labelled" grep -q "^estimated communication time per 
 expect_error "--workers 4 but the topology has 8 workers" --model mlp --topology 2x4:1GB/s,10GB/s --workers 4
 expect_error "2 levels but 1 bandwidth" --model mlp --topology 2x4:12.5GB/s
 expect_error "faster than level 2 inside it" --model mlp --topology 2x4:150GB/s,12.5GB/s
-expect_error "is not combined with --fit or --memory-per-worker" --model mlp --topology 2x4:1GB/s,10GB/s --fit 1GB
+# On a machine, --fit tries the counts that fill part of it (1 to 4, then 8 of 2x4), each
+# searched over the levels it fills; --memory-per-worker searches every plan over them.
+"$plan" --model gpt-2-256-4-64 --batch 16 --train --optimizer sgd --fit 100MiB \
+  --topology 2x4:12.5GB/s@5us,150GB/s@1us --format=json >"$tmp/topofit.json" 2>"$tmp/topofit.err"
+check "--fit --topology exit status" test $? -eq 0
+check "--fit --topology json: a count that fills part of the machine, its levels" python3 - "$tmp/topofit.json" "$tmp/topofit.err" <<'PY'
+import json, re, sys
+p = json.load(open(sys.argv[1]))
+tried = [int(k) for k in re.findall(r"^tofu-plan: (\d+) workers:", open(sys.argv[2]).read(), re.M)]
+assert tried and all(k in (1, 2, 3, 4, 8) for k in tried), tried
+k, t = p["workers"], p["topology"]
+assert k in (1, 2, 3, 4, 8) and p["fit"]["workers"] == k, p["fit"]
+assert p["memory"]["planned_peak_bytes"] <= 100 * 2**20, p["memory"]
+levels = [(l["name"], l["count"]) for l in t["levels"]]
+assert levels == ([("gpu", k)] if k <= 4 else [("node", 2), ("gpu", 4)]), levels
+assert sum(l["bytes"] for l in t["levels"]) == p["communication_bytes"], t
+assert "least_bytes_plan_bytes" not in t["levels"][0], t
+PY
+"$plan" --model gpt-2-256-4-64 --batch 16 --train --optimizer sgd --memory-per-worker 100MiB \
+  --topology 2x4:12.5GB/s@5us,150GB/s@1us --summary >"$tmp/topobudget.txt" 2>/dev/null
+check "--memory-per-worker --topology exit status" test $? -eq 0
+check "--memory-per-worker --topology: the machine's levels" grep -q "^machine: 2 nodes .*; every plan under the budget searched over them" "$tmp/topobudget.txt"
+check "--memory-per-worker --topology: traffic between nodes" grep -q "^| between nodes | " "$tmp/topobudget.txt"
+check "--memory-per-worker --topology: within the budget" grep -q "; budget 100.00 MiB per worker (.* spare)" "$tmp/topobudget.txt"
+expect_error "no plan on at most 8 workers can fit in 1.00 KiB" --model mlp --train --fit 1KiB --recompute none --topology 2x4:1GB/s,10GB/s
+expect_error "--fit chooses the number of workers: give it without --workers" --model mlp --train --fit 1GB --topology 2x4:1GB/s,10GB/s --workers 8
 # --recompute: segment checkpointing without a budget; auto under a budget the plan without
 # recomputation exceeds (the small WResNet at 0.6x its peak), and the errors.
 "$plan" --model mlp --batch 2048 --train --optimizer sgd --workers 2 --recompute sqrt --summary >"$tmp/sqrt.txt"

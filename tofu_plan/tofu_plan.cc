@@ -119,8 +119,9 @@ cl::opt<std::string> memoryPerWorker(
     cl::value_desc("BYTES"), cl::cat(planCategory));
 cl::opt<std::string>
     fitBytes("fit",
-             cl::desc("Find the smallest number of workers (any count) with a plan whose planned "
-                      "peak fits in BYTES per worker, and print that plan"),
+             cl::desc("Find the smallest number of workers (any count; on a --topology, a "
+                      "count that fills part of it) with a plan whose planned peak fits in BYTES "
+                      "per worker, and print that plan"),
              cl::value_desc("BYTES"), cl::cat(planCategory));
 cl::opt<std::string> recomputeOpt("recompute", cl::desc(tofu::kRecomputeHelp),
                                   cl::value_desc("auto|sqrt|none"), cl::cat(planCategory));
@@ -134,7 +135,10 @@ cl::opt<std::string> topologySpec(
              "latency per message), or a JSON file. The search minimises the estimated "
              "communication time (each byte over the bandwidth of the level it crosses, plus the "
              "level's latency per message); the report gives bytes, messages and an estimated "
-             "time per level, beside the plan of least bytes'. Sets --workers"),
+             "time per level, beside the plan of least bytes'. Sets --workers. With --fit, the "
+             "counts tried are those that fill part of the machine (1 to 8, then 16, 24, ... of "
+             "2x8), each searched over the levels it fills; with --memory-per-worker every plan "
+             "under the budget is searched over the levels"),
     cl::value_desc("SPEC"), cl::cat(planCategory));
 // cl::desc keeps a reference to its text, not a copy: the composed text lives here, not in a
 // temporary (a temporary's text was freed before --help printed it).
@@ -167,7 +171,7 @@ int main(int argc, char **argv) {
       "  tofu-plan --onnx FILE.onnx [--batch B] [--input NAME=FILE,...] [--train] --workers K\n"
       "  tofu-plan ... --workers K --memory-per-worker BYTES\n"
       "  tofu-plan ... --fit BYTES [--max-workers N]\n"
-      "  tofu-plan ... --topology 2x8:12.5GB/s,150GB/s\n"
+      "  tofu-plan ... --topology 2x8:12.5GB/s,150GB/s [--fit BYTES | --memory-per-worker BYTES]\n"
       "  tofu-plan (--model|--graph|--onnx) ... --describe | --dump-json\n\n" +
           tofu::zooHelp() +
           "\n\nThe plan lists, per tensor, how each dimension is cut; per op, its strategy at "
@@ -244,9 +248,10 @@ int main(int argc, char **argv) {
       llvm::errs() << "tofu-plan: --topology: " << llvm::toString(t.takeError()) << "\n";
       return 2;
     }
-    if (fit || memoryPerWorker.getNumOccurrences()) {
-      llvm::errs() << "tofu-plan: --topology is not combined with --fit or --memory-per-worker "
-                      "(yet): give one of them\n";
+    if (fit && workers.getNumOccurrences()) {
+      llvm::errs() << "tofu-plan: --fit chooses the number of workers: give it without "
+                      "--workers (on a --topology it tries the counts that fill part of the "
+                      "machine)\n";
       return 2;
     }
     if (workers.getNumOccurrences() && workers != t->workers()) {
@@ -254,7 +259,8 @@ int main(int argc, char **argv) {
                                   unsigned(workers), t->workers());
       return 2;
     }
-    workers = t->workers();
+    if (!fit)
+      workers = t->workers();
     topology = std::move(*t);
   }
   if (fit && (workers.getNumOccurrences() || memoryPerWorker.getNumOccurrences())) {
@@ -285,10 +291,6 @@ int main(int argc, char **argv) {
     if (*m == tofu::RecomputeMode::Auto && !budgetBytes) {
       llvm::errs() << "tofu-plan: --recompute auto recomputes what a memory budget needs: give "
                       "--memory-per-worker or --fit (or --recompute sqrt)\n";
-      return 2;
-    }
-    if (*m != tofu::RecomputeMode::None && topology) {
-      llvm::errs() << "tofu-plan: --recompute is not combined with --topology (yet)\n";
       return 2;
     }
     recompute = *m;
@@ -330,6 +332,10 @@ int main(int argc, char **argv) {
                    : workers > 0                          ? tofu::Stage::Plan
                                                           : tofu::Stage::Graph;
   pipeline.search.workers = workers;
+  // Under a budget on a machine, every plan is searched over its levels (without one, the
+  // plan of least bytes is searched too, and the faster chosen: searchForTopology).
+  if (topology && budgetBytes && !fit)
+    pipeline.search = tofu::machineOptions(pipeline.search, *topology);
   pipeline.search.algorithm = algo;
   pipeline.search.budgetSeconds = budget;
   pipeline.search.threads = searchThreads;
@@ -419,6 +425,13 @@ int main(int argc, char **argv) {
       report.liveGradients = byRole.gradients;
       report.liveOptimizerState = byRole.optimizerState;
       report.liveBfloat16 = byRole.bfloat16;
+      report.liveLargest.clear();
+      for (const auto &[t, bytes] : byRole.largest)
+        report.liveLargest.emplace_back(problem->tensors[t].name, bytes);
+      // Node i of the plan's order runs at times 3i and 3i + 1 (codegen/memory_plan.h).
+      const size_t at = size_t(live.time / 3);
+      report.peakNode =
+          at < f.exec.nodes.size() ? problem->nodes[f.exec.nodes[at].node].name : std::string();
     };
     if (recompute != tofu::RecomputeMode::None) {
       const int64_t limit = budgetBytes ? *budgetBytes : 0;
@@ -439,7 +452,8 @@ int main(int argc, char **argv) {
                       ? fmt::format(", recomputing {} tensors", r.summary.dropped.size())
                       : "");
               fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", r.fit.peak}});
-            });
+            },
+            topology ? &*topology : nullptr);
         if (!found) {
           llvm::errs() << "tofu-plan: --fit " << fitBytes << ": "
                        << llvm::toString(found.takeError()) << "\n";
@@ -489,14 +503,15 @@ int main(int argc, char **argv) {
     } else if (budgetBytes) {
       const std::string limit = human(double(*budgetBytes));
       if (fit) {
-        auto found =
-            tofu::fitWorkers(*problem, pipeline.search, *budgetBytes, g->outputs, maxWorkers,
-                             [&](unsigned k, const tofu::MemoryFit &f) {
-                               llvm::errs() << fmt::format(
-                                   "tofu-plan: {} workers: {} ({} plan{} searched, "
-                                   "{:.1f} s)\n",
-                                   k, judged(f), f.searches, f.searches == 1 ? "" : "s", f.seconds);
-                             });
+        auto found = tofu::fitWorkers(
+            *problem, pipeline.search, *budgetBytes, g->outputs, maxWorkers,
+            [&](unsigned k, const tofu::MemoryFit &f) {
+              llvm::errs() << fmt::format("tofu-plan: {} workers: {} ({} plan{} searched, "
+                                          "{:.1f} s)\n",
+                                          k, judged(f), f.searches, f.searches == 1 ? "" : "s",
+                                          f.seconds);
+            },
+            topology ? &*topology : nullptr);
         if (!found) {
           llvm::errs() << "tofu-plan: --fit " << fitBytes << ": "
                        << llvm::toString(found.takeError()) << "\n";
@@ -541,60 +556,88 @@ int main(int argc, char **argv) {
     std::string machineText;
     nlohmann::ordered_json machineJson;
     tofu::TopologyPlan machine;
+    // The part of the machine the plan runs on: all of it, or under a budget the levels its
+    // worker count fills (--fit chooses the count).
+    std::optional<tofu::Topology> stepMachine;
     if (topology) {
-      machine = exitOnErr(tofu::searchForTopology(*problem, pipeline.search, *topology));
-      plan = &machine.plan;
+      const bool budgeted = budgetBytes.has_value();
+      if (budgeted) {
+        stepMachine = tofu::topologyForWorkers(*topology, plan->workers);
+        machine.plan = *plan;
+        machine.traffic =
+            tofu::topologyTraffic(*problem, tofu::buildExecPlan(*problem, *plan), *stepMachine);
+      } else {
+        stepMachine = *topology;
+        machine = exitOnErr(tofu::searchForTopology(*problem, pipeline.search, *topology));
+        plan = &machine.plan;
+      }
+      const tofu::Topology &part = *stepMachine;
       const tofu::TopologyTraffic &mine = machine.traffic;
       const tofu::TopologyTraffic &other = machine.leastBytesTraffic;
-      machineText = fmt::format("machine: {}; recursion steps {} (each level's factors, "
-                                "outermost first)\n",
-                                tofu::describeTopology(*topology),
-                                fmt::join(tofu::topologyFactors(*topology), " x "));
+      machineText =
+          fmt::format("machine: {}; recursion steps {} (each level's factors, "
+                      "outermost first){}\n",
+                      tofu::describeTopology(part), fmt::join(tofu::topologyFactors(part), " x "),
+                      budgeted ? "; every plan under the budget searched over them" : "");
       if (machine.leastBytesChosen)
         machineText += fmt::format(
             "the search weighted by the machine's levels found no plan estimated faster than "
             "the plan of least bytes ({:.3f} ms against {:.3f} ms): that plan is printed\n",
             1e3 * machine.weightedTraffic.slowestSeconds, 1e3 * other.slowestSeconds);
-      machineText += "| level crossed | bytes received | messages | plan of least bytes: bytes | "
-                     "messages |\n| --- | ---: | ---: | ---: | ---: |\n";
+      machineText += budgeted ? "| level crossed | bytes received | messages |\n| --- | ---: | "
+                                "---: |\n"
+                              : "| level crossed | bytes received | messages | plan of least "
+                                "bytes: bytes | messages |\n| --- | ---: | ---: | ---: | ---: |\n";
       machineJson["levels"] = nlohmann::ordered_json::array();
-      for (size_t l = 0; l < topology->levels.size(); ++l) {
-        const tofu::TopologyLevel &level = topology->levels[l];
-        machineText += fmt::format("| between {}s{} | {} | {} | {} | {} |\n", level.name,
-                                   l == 0 ? "" : " of one " + topology->levels[l - 1].name,
-                                   human(double(mine.levels[l].bytes)), mine.levels[l].messages,
-                                   human(double(other.levels[l].bytes)), other.levels[l].messages);
-        machineJson["levels"].push_back({{"name", level.name},
-                                         {"count", level.count},
-                                         {"bandwidth_bytes_per_second", level.bandwidth},
-                                         {"latency_seconds", level.latency},
-                                         {"bytes", mine.levels[l].bytes},
-                                         {"messages", mine.levels[l].messages},
-                                         {"least_bytes_plan_bytes", other.levels[l].bytes},
-                                         {"least_bytes_plan_messages", other.levels[l].messages}});
+      for (size_t l = 0; l < part.levels.size(); ++l) {
+        const tofu::TopologyLevel &level = part.levels[l];
+        const std::string crossed =
+            fmt::format("| between {}s{} | {} | {} |", level.name,
+                        l == 0 ? "" : " of one " + part.levels[l - 1].name,
+                        human(double(mine.levels[l].bytes)), mine.levels[l].messages);
+        machineText +=
+            budgeted ? crossed + "\n"
+                     : crossed + fmt::format(" {} | {} |\n", human(double(other.levels[l].bytes)),
+                                             other.levels[l].messages);
+        nlohmann::ordered_json j = {{"name", level.name},
+                                    {"count", level.count},
+                                    {"bandwidth_bytes_per_second", level.bandwidth},
+                                    {"latency_seconds", level.latency},
+                                    {"bytes", mine.levels[l].bytes},
+                                    {"messages", mine.levels[l].messages}};
+        if (!budgeted) {
+          j["least_bytes_plan_bytes"] = other.levels[l].bytes;
+          j["least_bytes_plan_messages"] = other.levels[l].messages;
+        }
+        machineJson["levels"].push_back(std::move(j));
       }
-      machineText += fmt::format(
-          "estimated communication time per step (an estimate: the slowest worker's received "
-          "bytes over each level's bandwidth plus a latency per message): {:.3f} ms (worker "
-          "{}); the plan of least bytes: {:.3f} ms (worker {}), which moves {} in all against "
-          "this plan's {}\n",
-          1e3 * mine.slowestSeconds, mine.slowestWorker, 1e3 * other.slowestSeconds,
-          other.slowestWorker, human(double(machine.leastBytes.totalBytes)),
-          human(double(plan->totalBytes)));
+      const std::string estimate =
+          "an estimate: the slowest worker's received bytes over each level's bandwidth plus a "
+          "latency per message";
+      if (budgeted)
+        machineText += fmt::format("estimated communication time per step ({}): {:.3f} ms "
+                                   "(worker {})\n",
+                                   estimate, 1e3 * mine.slowestSeconds, mine.slowestWorker);
+      else
+        machineText += fmt::format(
+            "estimated communication time per step ({}): {:.3f} ms (worker {}); the plan of "
+            "least bytes: {:.3f} ms (worker {}), which moves {} in all against this plan's {}\n",
+            estimate, 1e3 * mine.slowestSeconds, mine.slowestWorker, 1e3 * other.slowestSeconds,
+            other.slowestWorker, human(double(machine.leastBytes.totalBytes)),
+            human(double(plan->totalBytes)));
       machineJson["estimated_seconds_slowest_worker"] = mine.slowestSeconds;
       machineJson["slowest_worker"] = mine.slowestWorker;
-      machineJson["least_bytes_plan_estimated_seconds_slowest_worker"] = other.slowestSeconds;
-      machineJson["least_bytes_plan_bytes"] = machine.leastBytes.totalBytes;
-      machineJson["least_bytes_plan_chosen"] = machine.leastBytesChosen;
+      if (!budgeted) {
+        machineJson["least_bytes_plan_estimated_seconds_slowest_worker"] = other.slowestSeconds;
+        machineJson["least_bytes_plan_bytes"] = machine.leastBytes.totalBytes;
+        machineJson["least_bytes_plan_chosen"] = machine.leastBytesChosen;
+      }
       machineJson["estimate"] = "received bytes over each level's bandwidth plus a latency per "
                                 "message, on the slowest worker";
       report.exact = plan->workers <= 64;
     }
     // The estimated step time of the plan chosen, on the device.
     const tofu::ExecPlan stepExec = tofu::buildExecPlan(*problem, *plan);
-    std::optional<tofu::Topology> stepMachine;
-    if (topology)
-      stepMachine = *topology;
     const tofu::StepTimeEstimate stepTime =
         exitOnErr(tofu::estimateStepTime(*problem, stepExec, g->outputs, device, stepMachine));
     // What was recomputed, what it saved and what it costs.
@@ -616,8 +659,8 @@ int main(int argc, char **argv) {
       } else {
         double without = 0;
         if (r.problemWithout) {
-          const tofu::StepTimeEstimate e = exitOnErr(
-              tofu::estimateStepTime(*r.problemWithout, r.execWithout, g->outputs, device));
+          const tofu::StepTimeEstimate e = exitOnErr(tofu::estimateStepTime(
+              *r.problemWithout, r.execWithout, g->outputs, device, stepMachine));
           without = e.seconds;
           recomputeJson["estimated_seconds_without"] = without;
         }
