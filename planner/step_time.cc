@@ -1,6 +1,7 @@
 #include "planner/step_time.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -87,7 +88,29 @@ const char *phaseName(StepPhase p) {
   return "?";
 }
 
-std::string deviceModelJson(const DeviceModel &d) {
+const char *opKind(const OpTimeEstimate &o) {
+  return o.conv ? "convolution" : o.product ? "product" : o.scatter ? "scatter" : "generated";
+}
+
+MeasuredOp measuredOpOf(const std::string &op, const OpTimeEstimate &o, unsigned workers,
+                        bool shared) {
+  MeasuredOp m;
+  m.op = op;
+  m.kind = opKind(o);
+  m.flops = o.flops;
+  m.bytes = o.bytes;
+  m.passes = o.passes;
+  m.bf16 = o.bf16;
+  m.workers = shared ? workers : 0;
+  return m;
+}
+
+std::string measuredKey(const MeasuredOp &m) {
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}", m.op, m.kind, std::llround(m.flops),
+                     std::llround(m.bytes), m.passes, m.bf16, m.workers);
+}
+
+std::string deviceModelJson(const DeviceModel &d, bool withMeasured) {
   nlohmann::ordered_json j;
   j["name"] = d.name;
   j["source"] = d.source;
@@ -101,7 +124,23 @@ std::string deviceModelJson(const DeviceModel &d) {
   j["conv_launch_seconds"] = d.convLaunch;
   j["link_bandwidth"] = d.linkBandwidth;
   j["link_latency_seconds"] = d.linkLatency;
+  j["sync_seconds"] = d.syncLatency;
   j["shared"] = d.shared;
+  if (withMeasured) { // (without: the estimate's JSON counts them)
+    if (!d.measured.empty()) {
+      j["measured_ops"] = nlohmann::ordered_json::array();
+      for (const MeasuredOp &m : d.measured)
+        j["measured_ops"].push_back({{"op", m.op},
+                                     {"kind", m.kind},
+                                     {"flops", m.flops},
+                                     {"bytes", m.bytes},
+                                     {"passes", m.passes},
+                                     {"bf16", m.bf16},
+                                     {"workers", m.workers},
+                                     {"seconds", m.seconds},
+                                     {"samples", m.samples}});
+    }
+  }
   return j.dump(1) + "\n";
 }
 
@@ -141,9 +180,61 @@ llvm::Expected<DeviceModel> parseDeviceModel(const std::string &json, const std:
         std::tuple{"link_latency_seconds", &d.linkLatency, true}})
     if (auto e = number(key, *field, zeroOk))
       return std::move(e);
+  // Models calibrated before the per-synchronisation cost lack it: 0, not modelled.
+  if (j.contains("sync_seconds"))
+    if (auto e = number("sync_seconds", d.syncLatency, true))
+      return std::move(e);
   if (!j.contains("shared") || !j["shared"].is_boolean())
     return stringError(fmt::format("{}: \"shared\" must be true or false", where));
   d.shared = j["shared"].get<bool>();
+  if (j.contains("measured_ops")) {
+    const auto &list = j["measured_ops"];
+    if (!list.is_array())
+      return stringError(fmt::format("{}: \"measured_ops\" must be an array", where));
+    for (size_t i = 0; i < list.size(); ++i) {
+      const auto &e = list[i];
+      const std::string at = fmt::format("{}: measured_ops[{}]", where, i);
+      // The first field missing or of the wrong type, or "".
+      auto isText = [](const nlohmann::json &v) { return v.is_string(); };
+      auto isCount = [](const nlohmann::json &v) {
+        return v.is_number() && v.get<double>() >= 0 && v.get<double>() <= 1e18;
+      };
+      auto isFlag = [](const nlohmann::json &v) { return v.is_boolean(); };
+      std::string bad;
+      for (const auto &[key, ok] :
+           std::vector<std::pair<const char *, std::function<bool(const nlohmann::json &)>>>{
+               {"op", isText},
+               {"kind", isText},
+               {"flops", isCount},
+               {"bytes", isCount},
+               {"passes", isCount},
+               {"bf16", isFlag},
+               {"workers", isCount},
+               {"seconds", isCount}})
+        if (bad.empty() && (!e.is_object() || !e.contains(key) || !ok(e[key])))
+          bad = key;
+      if (!bad.empty())
+        return stringError(fmt::format("{}: \"{}\" is missing or of the wrong type", at, bad));
+      MeasuredOp m;
+      m.op = e["op"].get<std::string>();
+      m.kind = e["kind"].get<std::string>();
+      if (m.kind != "product" && m.kind != "convolution" && m.kind != "scatter" &&
+          m.kind != "generated")
+        return stringError(fmt::format("{}: \"kind\" is '{}'; it must be product, "
+                                       "convolution, scatter or generated",
+                                       at, m.kind));
+      m.flops = e["flops"].get<double>();
+      m.bytes = e["bytes"].get<double>();
+      m.passes = e["passes"].get<unsigned>();
+      m.bf16 = e["bf16"].get<bool>();
+      m.workers = e["workers"].get<unsigned>();
+      m.seconds = e["seconds"].get<double>();
+      m.samples = e.contains("samples") && e["samples"].is_number_unsigned()
+                      ? e["samples"].get<unsigned>()
+                      : 1;
+      d.measured.push_back(std::move(m));
+    }
+  }
   return d;
 }
 
@@ -254,6 +345,9 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
   const FusedPlan fused = fuseElementwise(p, plan, outputs);
   const Problem &fp = fused.problem;
   const double share = device.shared ? 1.0 / plan.workers : 1.0;
+  std::map<std::string, double> measured; // measuredKey -> seconds
+  for (const MeasuredOp &m : device.measured)
+    measured[measuredKey(m)] = m.seconds;
   std::map<const StrategyTable *, KernelSchedule> schedules;
   std::map<const StrategyTable *, double> arithmetic;
   out.perWorker.assign(plan.workers, {});
@@ -315,14 +409,44 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
           }
       }
       e.seconds = opSeconds(device, e, share);
+      if (!measured.empty()) {
+        auto m =
+            measured.find(measuredKey(measuredOpOf(op.def->name, e, plan.workers, device.shared)));
+        if (m != measured.end()) {
+          e.seconds = m->second;
+          e.measured = true;
+        }
+      }
       out.perWorker[w].phase[static_cast<int>(phase)] += e.seconds;
       out.flops += e.flops;
       ops[w].push_back(e);
     }
   }
+  // The barriers every worker's program holds (codegen/program_builder.cc: placeSyncs):
+  // after a node where some worker reads another's data, and after its assembly where the
+  // assembly or the next node's fetches do, and after the last node (the carries).
+  int64_t syncs = 0;
+  if (plan.workers > 1) {
+    const auto &nodes = fused.plan.nodes;
+    std::vector<bool> crossFetch(nodes.size(), false), crossAssemble(nodes.size(), false);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      for (unsigned w = 0; w < nodes[i].workers.size(); ++w)
+        for (const InputFetch &in : nodes[i].workers[w].inputs)
+          for (const Fetch &f : in.parts)
+            crossFetch[i] = crossFetch[i] || f.from != w;
+      for (const OutputAssembly &a : nodes[i].assemble)
+        for (const auto &slice : a.slices)
+          for (const Fetch &f : slice)
+            crossAssemble[i] = crossAssemble[i] || f.from != a.owner;
+    }
+    for (size_t i = 0; i < nodes.size(); ++i)
+      syncs += (crossFetch[i] || crossAssemble[i]) +
+               (crossAssemble[i] || i + 1 == nodes.size() || crossFetch[i + 1]);
+  }
   for (unsigned w = 0; w < plan.workers; ++w) {
     WorkerTime &t = out.perWorker[w];
-    t.communication = traffic.workerSeconds[w];
+    t.syncs = syncs;
+    t.communication = traffic.workerSeconds[w] + double(syncs) * device.syncLatency;
     t.bytesReceived = traffic.workerBytes[w];
     t.messages = traffic.workerMessages[w];
     if (t.total() > out.seconds) {
@@ -331,8 +455,13 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
     }
   }
   const WorkerTime &s = out.perWorker[out.slowest];
-  out.overlappedSeconds = std::max(s.compute(), s.communication);
-  out.ops = std::move(ops[out.slowest]);
+  // Transfers may hide behind compute; the barriers cannot.
+  const double barriers = double(s.syncs) * device.syncLatency;
+  out.overlappedSeconds = std::max(s.compute(), s.communication - barriers) + barriers;
+  out.ops = ops[out.slowest];
+  out.measuredOps = static_cast<unsigned>(
+      std::count_if(out.ops.begin(), out.ops.end(), [](const auto &o) { return o.measured; }));
+  out.workerOps = std::move(ops);
   for (const ProblemNode &n : fp.nodes) {
     out.nodeNames.push_back(n.name);
     out.nodeOps.push_back(n.table->op.def->name);
@@ -345,11 +474,18 @@ std::string formatStepTime(const StepTimeEstimate &e, unsigned top) {
   std::string out = fmt::format(
       "estimated step time on {} ({}): {:.3f} ms, worker {} the slowest: forward {:.3f} ms, "
       "backward {:.3f} ms, update {:.3f} ms, communication {:.3f} ms ({} received in {} "
-      "message{}); no overlap assumed (with transfers hidden behind compute: {:.3f} ms)\n",
+      "message{}{}); no overlap assumed (with transfers hidden behind compute: {:.3f} ms)\n",
       e.device.name, e.device.source, 1e3 * e.seconds, e.slowest, 1e3 * s.phase[0],
       1e3 * s.phase[1], 1e3 * s.phase[2], 1e3 * s.communication,
       humanBytes(double(s.bytesReceived)), s.messages, s.messages == 1 ? "" : "s",
+      e.device.syncLatency > 0 && s.syncs > 0
+          ? fmt::format(", {} synchronisations at {:.1f} us", s.syncs, 1e6 * e.device.syncLatency)
+          : std::string(),
       1e3 * e.overlappedSeconds);
+  if (!e.device.measured.empty())
+    out += fmt::format("  {} of worker {}'s {} ops at their measured times (the model's "
+                       "{} measured ops), the rest by the rates\n",
+                       e.measuredOps, e.slowest, e.ops.size(), e.device.measured.size());
   if (top == 0 || e.ops.empty())
     return out;
   std::vector<const OpTimeEstimate *> sorted;
@@ -384,7 +520,9 @@ std::string formatStepTime(const StepTimeEstimate &e, unsigned top) {
 
 std::string stepTimeJson(const StepTimeEstimate &e) {
   nlohmann::ordered_json j;
-  j["device"] = nlohmann::ordered_json::parse(deviceModelJson(e.device));
+  j["device"] = nlohmann::ordered_json::parse(deviceModelJson(e.device, false));
+  j["measured_ops"] = e.measuredOps;
+  j["device_measured_ops"] = e.device.measured.size();
   j["seconds"] = e.seconds;
   j["overlapped_seconds"] = e.overlappedSeconds;
   j["slowest_worker"] = e.slowest;
@@ -397,21 +535,20 @@ std::string stepTimeJson(const StepTimeEstimate &e) {
                             {"update_seconds", w.phase[2]},
                             {"communication_seconds", w.communication},
                             {"bytes_received", w.bytesReceived},
-                            {"messages", w.messages}});
+                            {"messages", w.messages},
+                            {"synchronisations", w.syncs}});
   j["ops"] = nlohmann::ordered_json::array(); // the slowest worker's, in plan order
   for (const OpTimeEstimate &o : e.ops)
     j["ops"].push_back({{"node", e.nodeNames[o.node]},
                         {"op", e.nodeOps[o.node]},
                         {"phase", phaseName(o.phase)},
-                        {"kind", o.conv      ? "convolution"
-                                 : o.product ? "product"
-                                 : o.scatter ? "scatter"
-                                             : "generated"},
+                        {"kind", opKind(o)},
                         {"bf16", o.bf16},
                         {"passes", o.passes},
                         {"flops", o.flops},
                         {"bytes", o.bytes},
-                        {"seconds", o.seconds}});
+                        {"seconds", o.seconds},
+                        {"measured", o.measured}});
   return j.dump(1);
 }
 

@@ -17,6 +17,12 @@
 // counted from the execution plan) over the link's bandwidth, plus the link's latency per message
 // (planner/topology.h's count, over the given machine's levels).
 //
+// Each synchronisation of the workers costs DeviceModel::syncLatency: the engines hold a
+// barrier after a node where a worker reads another's data (before the reads, so the data is
+// written, and after them, so nobody overwrites it while it is read); with workers that
+// share a CPU its cost, waiting for the slowest at each, is what `tofu-run --calibrate`
+// measures on a model of many small ops.
+//
 // Overlap: none is assumed. A worker's step is its compute plus its communication, and the
 // step is the slowest worker's. The engines fetch a node's inputs before computing it and
 // synchronise the workers at every node that needs another's data, so this is how they run;
@@ -41,6 +47,19 @@
 
 namespace tofu {
 
+/// An op instance's time as `tofu-run --profile-into` measured it: the instances it stands
+/// for are those with the same op, kind, FLOPs, bytes, passes and operand type, at the same
+/// number of workers sharing the device (0 where the device is not shared).
+struct MeasuredOp {
+  std::string op, kind; ///< kind: product, convolution, scatter or generated
+  double flops = 0, bytes = 0;
+  unsigned passes = 1;
+  bool bf16 = false;
+  unsigned workers = 0;
+  double seconds = 0; ///< the median of the instances measured
+  unsigned samples = 0;
+};
+
 /// What one worker's device does per second. Every rate is > 0.
 struct DeviceModel {
   std::string name;            ///< e.g. "H100 SXM", "cpu"
@@ -55,9 +74,17 @@ struct DeviceModel {
   double convLaunch = 0;    ///< seconds per library convolution (0: `libraryLaunch`)
   double linkBandwidth = 0; ///< bytes per second a worker receives from another worker
   double linkLatency = 0;   ///< seconds per message between workers
+  /// Seconds per synchronisation of the workers: a barrier around each node where a worker
+  /// reads another's data (codegen/program_builder.cc: placeSyncs), the waiting at it
+  /// included (the workers' jitter; 0: not modelled, as on the data sheets' GPUs, whose
+  /// engine orders streams by events).
+  double syncLatency = 0;
   /// The workers share this device (threads or processes on one CPU): each of k workers
   /// computes at 1/k of the rates and bandwidth, and receives at 1/k of the link.
   bool shared = false;
+  /// Measured op times (tofu-run --profile-into): an op instance that one stands for is
+  /// estimated at its measured time instead of by the rates.
+  std::vector<MeasuredOp> measured;
 };
 
 /// The built-in models by name (`h100`, `a100`, from their data sheets), or a model read from
@@ -70,7 +97,9 @@ extern const char kDeviceHelp[];
 /// Where `tofu-run --calibrate` keeps this machine's model by default: $TOFU_CPU_MODEL, else
 /// $XDG_CACHE_HOME/tofu/cpu-model.json, else $HOME/.cache/tofu/cpu-model.json.
 std::string defaultCpuModelPath();
-std::string deviceModelJson(const DeviceModel &d);
+/// The model as JSON; without `withMeasured`, without the measured ops (stepTimeJson counts
+/// them).
+std::string deviceModelJson(const DeviceModel &d, bool withMeasured = true);
 /// Reads deviceModelJson's form; errors name the field.
 llvm::Expected<DeviceModel> parseDeviceModel(const std::string &json, const std::string &where);
 
@@ -81,20 +110,31 @@ const char *phaseName(StepPhase p);
 struct OpTimeEstimate {
   unsigned node = 0; ///< in the fused problem (StepTimeEstimate::nodeNames)
   StepPhase phase = StepPhase::Forward;
-  bool product = false; ///< a library product or convolution
-  bool conv = false;    ///< the product is a convolution
-  bool scatter = false; ///< a library scatter-add (flops: one add per element read)
-  bool map = false;     ///< a map (codegen/fusion.h: isMap): an element-wise kernel
-  unsigned passes = 1;  ///< a generated kernel's: its main nest and one per temporary
-  bool bf16 = false;    ///< its operands are bfloat16
+  bool product = false;  ///< a library product or convolution
+  bool conv = false;     ///< the product is a convolution
+  bool scatter = false;  ///< a library scatter-add (flops: one add per element read)
+  bool map = false;      ///< a map (codegen/fusion.h: isMap): an element-wise kernel
+  unsigned passes = 1;   ///< a generated kernel's: its main nest and one per temporary
+  bool bf16 = false;     ///< its operands are bfloat16
+  bool measured = false; ///< `seconds` is a measured time (DeviceModel::measured)
   double flops = 0, bytes = 0, seconds = 0;
 };
+
+/// The kind MeasuredOp names: product, convolution, scatter or generated.
+const char *opKind(const OpTimeEstimate &o);
+/// The MeasuredOp that stands for `o` (of op `op`, one of `workers` workers).
+MeasuredOp measuredOpOf(const std::string &op, const OpTimeEstimate &o, unsigned workers,
+                        bool shared);
+/// What a measured op is looked up by: its op, kind, counts (whole numbers, as the estimate
+/// makes them), operand type and workers.
+std::string measuredKey(const MeasuredOp &m);
 
 struct WorkerTime {
   double phase[3] = {0, 0, 0}; ///< compute per StepPhase
   double communication = 0;
   int64_t bytesReceived = 0;
   int64_t messages = 0;
+  int64_t syncs = 0; ///< synchronisations (in `communication`, at DeviceModel::syncLatency)
   double compute() const { return phase[0] + phase[1] + phase[2]; }
   double total() const { return compute() + communication; }
 };
@@ -109,6 +149,9 @@ struct StepTimeEstimate {
   double flops = 0;             ///< every worker's, summed
   /// Per op instance of the slowest worker, in plan order.
   std::vector<OpTimeEstimate> ops;
+  /// Per worker, its op instances in plan order (`ops` is the slowest's).
+  std::vector<std::vector<OpTimeEstimate>> workerOps;
+  unsigned measuredOps = 0; ///< of the slowest worker's, those at a measured time
   std::vector<std::string> nodeNames, nodeOps; ///< per node of the fused problem
 };
 

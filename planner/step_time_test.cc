@@ -6,6 +6,10 @@
 #include <cstdio>
 #include <fstream>
 
+#include "codegen/fusion.h"
+#include "codegen/memory_plan.h"
+#include "codegen/program_builder.h"
+#include "fmt/format.h"
 #include "graph/test_library.h"
 #include "graph/zoo.h"
 #include "planner/pipeline.h"
@@ -154,6 +158,107 @@ TEST(StepTime, TwoWorkersPayTheirTrafficAndShareADevice) {
   auto refused = estimateStepTime(*r.problem, r.exec, r.graph.outputs, testDevice(), *wrong);
   ASSERT_FALSE(bool(refused));
   EXPECT_EQ(llvm::toString(refused.takeError()), "the machine has 4 workers, the plan 2");
+}
+
+// Each barrier the workers' programs hold costs the device's sync latency: as many as the
+// program builder places (codegen/program_builder.cc), none at one worker; barriers do not
+// hide behind compute.
+TEST(StepTime, SynchronisationsAreTheProgramsBarriers) {
+  PipelineResult r = planned(buildMlp({64, 256, 10}, 32), 2, Precision::FP32);
+  DeviceModel d = testDevice();
+  auto without = estimateStepTime(*r.problem, r.exec, r.graph.outputs, d);
+  d.syncLatency = 1e-3;
+  auto with = estimateStepTime(*r.problem, r.exec, r.graph.outputs, d);
+  ASSERT_TRUE(without && with);
+  // The program the engines run: the fused plan's.
+  const FusedPlan fused = fuseElementwise(*r.problem, r.exec, r.graph.outputs);
+  auto program = buildProgram(fused.problem, fused.plan,
+                              planMemory(fused.problem, fused.plan, r.graph.outputs));
+  ASSERT_TRUE(bool(program)) << llvm::toString(program.takeError());
+  int64_t barriers = 0;
+  for (const ProgramStep &st : program->worker[0].steps)
+    barriers += st.syncAfterLaunch + st.syncAfterAssembly;
+  ASSERT_GT(barriers, 0);
+  for (unsigned w = 0; w < 2; ++w) {
+    EXPECT_EQ(with->perWorker[w].syncs, barriers);
+    EXPECT_NEAR(with->perWorker[w].communication,
+                without->perWorker[w].communication + double(barriers) * 1e-3, 1e-12);
+  }
+  const WorkerTime &s = with->perWorker[with->slowest];
+  EXPECT_NEAR(with->overlappedSeconds,
+              std::max(s.compute(), s.communication - double(barriers) * 1e-3) +
+                  double(barriers) * 1e-3,
+              1e-12);
+  EXPECT_NE(formatStepTime(*with).find(fmt::format("{} synchronisations at 1000.0 us", barriers)),
+            std::string::npos);
+  PipelineResult one = planned(buildMlp({64, 256, 10}, 32), 1, Precision::FP32);
+  auto alone = estimateStepTime(*one.problem, one.exec, one.graph.outputs, d);
+  ASSERT_TRUE(bool(alone));
+  EXPECT_EQ(alone->perWorker[0].syncs, 0);
+  EXPECT_EQ(alone->perWorker[0].communication, 0);
+}
+
+// Measured op times (tofu-run --profile-into) replace the rates for the instances they
+// stand for, and only those; they survive the model's JSON, and bad entries are refused by
+// index and field.
+TEST(StepTime, MeasuredOpsReplaceTheRatesForTheirInstances) {
+  PipelineResult r = planned(buildMlp({64, 256, 10}, 32), 2, Precision::FP32);
+  DeviceModel d = testDevice();
+  d.shared = true;
+  auto plain = estimateStepTime(*r.problem, r.exec, r.graph.outputs, d);
+  ASSERT_TRUE(bool(plain));
+  ASSERT_FALSE(plain->workerOps.empty());
+  // fc1's instance on worker 0, measured at 1 s.
+  const OpTimeEstimate *fc1 = nullptr;
+  for (const OpTimeEstimate &o : plain->workerOps[0])
+    if (plain->nodeNames[o.node] == "fc1")
+      fc1 = &o;
+  ASSERT_NE(fc1, nullptr);
+  MeasuredOp m = measuredOpOf(plain->nodeOps[fc1->node], *fc1, 2, true);
+  m.seconds = 1;
+  m.samples = 3;
+  d.measured.push_back(m);
+  auto back = parseDeviceModel(deviceModelJson(d), "m.json");
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+  ASSERT_EQ(back->measured.size(), 1u);
+  EXPECT_EQ(measuredKey(back->measured[0]), measuredKey(m));
+  EXPECT_EQ(back->measured[0].samples, 3u);
+  auto e = estimateStepTime(*r.problem, r.exec, r.graph.outputs, *back);
+  ASSERT_TRUE(bool(e));
+  unsigned measured = 0;
+  for (unsigned w = 0; w < 2; ++w)
+    for (size_t i = 0; i < e->workerOps[w].size(); ++i) {
+      const OpTimeEstimate &o = e->workerOps[w][i];
+      const bool isMeasured =
+          measuredKey(measuredOpOf(e->nodeOps[o.node], o, 2, true)) == measuredKey(m);
+      EXPECT_EQ(o.measured, isMeasured) << e->nodeNames[o.node];
+      EXPECT_DOUBLE_EQ(o.seconds, isMeasured ? 1.0 : plain->workerOps[w][i].seconds);
+      measured += isMeasured;
+    }
+  EXPECT_GE(measured, 1u);
+  // At another worker count the same op is another measurement: not used.
+  PipelineResult four = planned(buildMlp({64, 256, 10}, 32), 4, Precision::FP32);
+  auto other = estimateStepTime(*four.problem, four.exec, four.graph.outputs, *back);
+  ASSERT_TRUE(bool(other));
+  EXPECT_EQ(other->measuredOps, 0u);
+  // The plan's JSON counts them without listing them.
+  EXPECT_NE(stepTimeJson(*e).find("\"measured_ops\": 1"), std::string::npos);
+
+  std::string json = deviceModelJson(*back);
+  const std::string product = "\"kind\": \"product\"";
+  json.replace(json.find(product), product.size(), "\"kind\": \"magic\"");
+  auto bad = parseDeviceModel(json, "m.json");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()),
+            "m.json: measured_ops[0]: \"kind\" is 'magic'; it must be product, convolution, "
+            "scatter or generated");
+  json = deviceModelJson(*back);
+  const std::string one = "\"seconds\": 1.0";
+  json.replace(json.find(one), one.size(), "\"seconds\": \"1\"");
+  auto badSeconds = parseDeviceModel(json, "m.json");
+  ASSERT_FALSE(bool(badSeconds));
+  EXPECT_EQ(llvm::toString(badSeconds.takeError()),
+            "m.json: measured_ops[0]: \"seconds\" is missing or of the wrong type");
 }
 
 // Under bf16 the products read bfloat16 operands and run at the bfloat16 rate, over half the

@@ -204,6 +204,30 @@ expect_error "no plan found for 2 workers fits in 1.00 KiB per worker" --model m
 expect_error "--workers K is required" --model mlp
 expect_error "--calibrate measures the machine on models of its own: give no model" --calibrate --model mlp
 expect_error "--device: 'tpu' is neither a device (h100, a100, cpu) nor a readable device model file" --model mlp --workers 1 --device tpu
+# --profile-into: every op's measured time stored in a device model (here made from a100's),
+# which the estimate then takes for those ops instead of the rates.
+if ! $run --model mlp --workers 2 --steps 3 --optimizer sgd --device a100 \
+  --profile-into "$tmp/measured.json" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+  echo "FAILED: --profile-into" >&2; cat "$tmp/err.txt" >&2; fail=1
+elif ! grep -q "^profile-into: [0-9]* op instances measured as [0-9]* ops, stored in " "$tmp/out.txt" ||
+  ! $run --model mlp --workers 2 --steps 2 --optimizer sgd --device "$tmp/measured.json" \
+    --format=json >"$tmp/out.json" 2>"$tmp/err.txt"; then
+  echo "FAILED: --profile-into's model" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+else
+  python3 - "$tmp/measured.json" "$tmp/out.json" <<'PY' || fail=1
+import json, sys
+d, j = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert d["name"] == "A100 SXM 80GB" and "--profile-into" in d["source"], d["source"]
+m = d["measured_ops"]
+assert m and all(o["seconds"] > 0 and o["samples"] >= 1 and o["workers"] == 0 for o in m), m
+e = j["estimated_step"]
+assert e["measured_ops"] == len(e["ops"]) > 0 and all(o["measured"] for o in e["ops"]), e["ops"]
+times = {(o["op"], o["kind"], o["flops"], o["bytes"]): o["seconds"] for o in m}
+for o in e["ops"]:
+    assert abs(times[(o["op"], o["kind"], o["flops"], o["bytes"])] - o["seconds"]) < 1e-12, o
+PY
+fi
+expect_error "--profile-into times a training step; --infer runs none" --model mlp --infer --profile-into "$tmp/x.json"
 # --calibrate (about a minute from cold kernels: on the commits the 64x64 interpreter check
 # below skips, and always with TOFU_FULL=1): it writes a model whose figures are positive,
 # which --device reads.
@@ -217,6 +241,8 @@ d = json.load(open(sys.argv[1]))
 assert d["name"] == "cpu" and d["shared"] is True, d
 for k in ("product_flops", "conv_flops", "kernel_flops", "bandwidth", "link_bandwidth"):
     assert d[k] > 0, (k, d)
+assert d["sync_seconds"] >= 0, d
+assert any(l.startswith("| a synchronisation | ") for l in open(sys.argv[2])), "no barrier row"
 rows = [l for l in open(sys.argv[2]) if l.startswith("| ") and " batch " in l]
 assert len(rows) == 4, rows  # the four calibration models, each estimated beside measured
 PY

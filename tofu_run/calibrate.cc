@@ -11,7 +11,9 @@
 //    estimates add up to its measured time, each model's ops weighted by their share of
 //    that model's time, so that the four models count alike;
 //  - the link between workers: the wide MLP at two workers, bytes received over the time
-//    its workers spend fetching.
+//    its workers spend fetching;
+//  - a synchronisation: the WResNet at two workers, the time its workers spend waiting at
+//    the barriers over their count (the jitter of workers sharing the cores included).
 // Each node's time is its time over steps 2 to 6 (a run of 6 steps less a run of 1), so the
 // first step's page faults and cold caches are not counted. The models are not those of
 // bench/step_time_bench.sh, which checks the estimates against measured steps.
@@ -44,7 +46,9 @@ struct OpSample {
 struct ModelRun {
   std::vector<OpSample> ops; ///< worker 0's
   double copySeconds = 0;    ///< per step, summed over the workers
+  double waitSeconds = 0;    ///< per step, summed over the workers: at the barriers
   int64_t bytesReceived = 0; ///< per step, summed over the workers
+  int64_t syncs = 0;         ///< barriers per step (each worker holds every one)
 };
 
 /// Per worker, per node: the profile of a run of `steps` steps.
@@ -109,9 +113,13 @@ llvm::Expected<ModelRun> runModel(const tofu::OpLibrary &lib, const std::string 
     measured[(*many)[0][i].node] += std::max(0.0, s);
   }
   for (unsigned w = 0; w < workers; ++w)
-    for (size_t i = 0; i < (*many)[w].size(); ++i)
+    for (size_t i = 0; i < (*many)[w].size(); ++i) {
       out.copySeconds +=
           std::max(0.0, ((*many)[w][i].copySeconds - (*one)[w][i].copySeconds) / (kSteps - 1));
+      out.waitSeconds +=
+          std::max(0.0, ((*many)[w][i].waitSeconds - (*one)[w][i].waitSeconds) / (kSteps - 1));
+    }
+  out.syncs = e->perWorker.empty() ? 0 : e->perWorker[0].syncs;
   // The estimate's worker is the slowest; at one worker, and for a balanced plan at two,
   // worker 0's ops are the same kinds and sizes.
   for (const tofu::OpTimeEstimate &o : e->ops) {
@@ -207,6 +215,12 @@ int runCalibration(const tofu::OpLibrary &lib, const std::string &path) {
                        tofu::buildMlp({1024, 1024, 1024, 1024, 10}, 2048), 2);
   if (!pair)
     return fail(pair.takeError());
+  // The barriers: the WResNet's many small ops at two workers, where the waiting at them,
+  // not the bytes, is what the workers' exchanges cost.
+  auto many = runModel(lib, "wresnet-50-1-i32-c16-k10, batch 8",
+                       tofu::buildWResNet(50, 1, 8, 32, 16, 10), 2);
+  if (!many)
+    return fail(many.takeError());
 
   tofu::DeviceModel d;
   d.name = "cpu";
@@ -265,6 +279,10 @@ int runCalibration(const tofu::OpLibrary &lib, const std::string &path) {
     return fail("calibration: the two-worker run moved no bytes");
   d.linkBandwidth = 2 * double(pair->bytesReceived) / pair->copySeconds;
   d.linkLatency = 0;
+  // A barrier: each worker's waiting at them, over their count.
+  if (many->syncs <= 0)
+    return fail("calibration: the two-worker WResNet holds no barrier");
+  d.syncLatency = many->waitSeconds / 2 / double(many->syncs);
   d.source = fmt::format("tofu-run --calibrate, {} threads", std::thread::hardware_concurrency());
 
   // How well the model explains the calibration's own ops, per model: estimated over
@@ -287,11 +305,14 @@ int runCalibration(const tofu::OpLibrary &lib, const std::string &path) {
       "| bandwidth | {:.2f} GB/s | {} element-wise kernels |\n"
       "| generated kernels | {:.2f} GFLOP/s | {} other generated kernels |\n"
       "| between two workers | {:.2f} GB/s | the wide MLP at 2 workers: {:.1f} MB a step in "
-      "{:.2f} ms |\n",
+      "{:.2f} ms |\n"
+      "| a synchronisation | {:.1f} us | the WResNet at 2 workers: {} barriers a step, "
+      "{:.2f} ms waiting at them a worker |\n",
       1e6 * d.launch, smallGenerated, 1e6 * d.libraryLaunch, 1e6 * d.convLaunch,
       d.productFlops / 1e9, count(library), d.convFlops / 1e9, count(conv), d.bandwidth / 1e9,
       count(map), d.kernelFlops / 1e9, count(generated), d.linkBandwidth / 1e9,
-      double(pair->bytesReceived) / 1e6, 1e3 * pair->copySeconds);
+      double(pair->bytesReceived) / 1e6, 1e3 * pair->copySeconds, 1e6 * d.syncLatency, many->syncs,
+      1e3 * many->waitSeconds / 2);
   llvm::outs() << "\n| calibration model | its ops measured | estimated | estimated / measured |\n"
                   "| --- | ---: | ---: | ---: |\n";
   for (const std::string &n : names)

@@ -36,7 +36,7 @@ tofu::EngineOptions engineOptions() {
   options.threadsPerWorker = threadsPerWorker;
   options.checking = checking;
   options.library = kernelsMode == Kernels::Compiled;
-  options.profile = profileTop > 0;
+  options.profile = profileTop > 0 || !profileInto.empty();
   return options;
 }
 

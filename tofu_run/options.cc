@@ -313,6 +313,14 @@ cl::opt<unsigned> profileTop("profile",
                                       "worker's compute, copy and waiting time and "
                                       "worker 0's N slowest nodes (0: off)"),
                              cl::init(0), cl::cat(runCategory));
+cl::opt<std::string> profileInto(
+    "profile-into",
+    cl::desc("Time every node (as --profile does) and store each op's measured time in the "
+             "device model FILE, read and extended where it exists, else made from --device's "
+             "model (default cpu, the calibrated one): `tofu-plan --device FILE` and "
+             "`tofu-run --device FILE` then estimate an op like one measured (the same op, "
+             "kind, FLOPs, bytes and workers) at its measured time, the rest by the rates"),
+    cl::value_desc("FILE"), cl::cat(runCategory));
 cl::opt<bool> continueNonFinite(
     "continue-on-nonfinite",
     cl::desc("Keep training after a step whose loss is not finite (by default training stops "
@@ -388,6 +396,11 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
     if (auto b = tofu::parseBytes(memoryPerWorker); !b)
       return tofu::usageError("--memory-per-worker: " + llvm::toString(b.takeError()));
   }
+  if (!profileInto.empty() && infer)
+    return tofu::usageError("--profile-into times a training step; --infer runs none");
+  if (!profileInto.empty() && entry.gpu)
+    return tofu::usageError("--profile-into stores the CPU engines' times (--backend cpu or "
+                            "mpi)");
   if (tolerance.getNumOccurrences() > 0 && !(tolerance >= 0 && std::isfinite(tolerance)))
     return tofu::usageError("--tolerance must be a finite number at least 0");
   if (tolerance.getNumOccurrences() > 0 && !verify && kernelsMode != Kernels::Interp)

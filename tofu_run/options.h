@@ -74,6 +74,7 @@ extern cl::opt<bool> checking;
 extern cl::opt<std::string> saveDir;
 extern cl::opt<std::string> loadDir;
 extern cl::opt<unsigned> profileTop;
+extern cl::opt<std::string> profileInto;
 extern cl::opt<std::string> calibrateOpt, deviceOpt;
 extern cl::opt<std::string> recomputeOpt, memoryPerWorker;
 extern cl::opt<bool> continueNonFinite;

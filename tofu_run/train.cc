@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <optional>
 
@@ -24,6 +25,61 @@
 
 namespace tofurun {
 namespace {
+
+/// --profile-into: each op instance's measured compute time (the run's average per step),
+/// as a measured op of the device model the estimate used (the median of the instances
+/// it stands for, replacing one the model had), written to `path`. Returns the line saying
+/// so.
+llvm::Expected<std::string>
+storeMeasuredOps(const tofu::StepTimeEstimate &estimate,
+                 const std::vector<std::vector<tofu::NodeTime>> &profile, unsigned steps,
+                 unsigned workerCount, const std::string &path) {
+  std::map<std::string, std::pair<tofu::MeasuredOp, std::vector<double>>> samples;
+  size_t instances = 0;
+  for (unsigned w = 0; w < profile.size() && w < estimate.workerOps.size(); ++w) {
+    std::map<std::string, double> measured; // node -> compute seconds per step
+    for (const tofu::NodeTime &n : profile[w])
+      measured[n.node] += n.computeSeconds / std::max(1u, steps);
+    if (measured.empty())
+      continue; // another process's worker
+    for (const tofu::OpTimeEstimate &o : estimate.workerOps[w]) {
+      auto it = measured.find(estimate.nodeNames[o.node]);
+      if (it == measured.end())
+        continue;
+      tofu::MeasuredOp m =
+          tofu::measuredOpOf(estimate.nodeOps[o.node], o, workerCount, estimate.device.shared);
+      auto &entry = samples[tofu::measuredKey(m)];
+      entry.first = m;
+      entry.second.push_back(it->second);
+      ++instances;
+    }
+  }
+  tofu::DeviceModel d = estimate.device;
+  std::map<std::string, size_t> at; // key -> index in d.measured
+  for (size_t i = 0; i < d.measured.size(); ++i)
+    at[tofu::measuredKey(d.measured[i])] = i;
+  for (auto &[key, entry] : samples) {
+    std::vector<double> &v = entry.second;
+    std::sort(v.begin(), v.end());
+    tofu::MeasuredOp m = entry.first;
+    m.seconds = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    m.samples = static_cast<unsigned>(v.size());
+    if (auto it = at.find(key); it != at.end())
+      d.measured[it->second] = m;
+    else
+      d.measured.push_back(m);
+  }
+  const std::string note = " + ops measured by tofu-run --profile-into";
+  if (d.source.find(note) == std::string::npos)
+    d.source += note;
+  std::ofstream f(path);
+  f << tofu::deviceModelJson(d);
+  if (!f)
+    return tofu::stringError("--profile-into: cannot write " + path);
+  return fmt::format("profile-into: {} op instances measured as {} ops, stored in {} ({} "
+                     "measured ops in the model of {})\n",
+                     instances, samples.size(), path, d.measured.size(), d.name);
+}
 
 /// --kernel-report: the CUDA kernels' estimates for worker 0's share of every node.
 int kernelReport(const tofu::EnginePlan &planned, const std::string &name) {
@@ -129,7 +185,12 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
   std::optional<tofu::StepTimeEstimate> estimate;
   {
     std::optional<tofu::DeviceModel> device;
-    if (deviceOpt.getNumOccurrences()) {
+    if (!profileInto.empty() && std::ifstream(profileInto).good()) {
+      auto d = tofu::deviceModelNamed(profileInto);
+      if (!d)
+        return fail("--profile-into: " + llvm::toString(d.takeError()), 2);
+      device = std::move(*d);
+    } else if (deviceOpt.getNumOccurrences()) {
       auto d = tofu::deviceModelNamed(deviceOpt);
       if (!d)
         return fail("--device: " + llvm::toString(d.takeError()), 2);
@@ -143,6 +204,11 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
                     1);
       device = std::move(*d);
     }
+    if (!device && !profileInto.empty())
+      return fail(fmt::format("--profile-into {}: no device model to start it from: give "
+                              "--device, or run tofu-run --calibrate for this machine's",
+                              std::string(profileInto)),
+                  2);
     if (device) {
       auto e = tofu::estimateStepTime(p, exec, training.outputs, *device);
       if (!e)
@@ -399,6 +465,15 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
         status = 1;
     }
   }
+  // --profile-into: each op's measured time into the device model.
+  std::string profileLine;
+  if (!profileInto.empty() && group->rank() == 0) {
+    auto written =
+        storeMeasuredOps(*estimate, engine.profile(), stepCount, unsigned(workers), profileInto);
+    if (!written)
+      return fail(written.takeError());
+    profileLine = *written;
+  }
   // Each worker's arena against the budget it was planned within.
   std::string budgetLine;
   if (recompute && recompute->budget > 0) {
@@ -491,6 +566,8 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
       j["verify"] = verifyJson;
     if (recompute)
       j["recompute"] = recompute->json;
+    if (!profileLine.empty())
+      j["profile_into"] = std::string(profileInto);
     if (profileTop > 0) {
       nlohmann::json perWorker = nlohmann::json::array();
       for (const std::vector<tofu::NodeTime> &worker : engine.profile()) {
@@ -555,7 +632,7 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
                                   double(peaks[w]) * workers / double(onePeak));
   }
   llvm::outs() << fmt::format("single-worker peak: {}\n", tofu::humanBytes(double(onePeak)));
-  llvm::outs() << budgetLine;
+  llvm::outs() << budgetLine << profileLine;
   {
     const std::vector<int64_t> &scratch = bs.extraBytes;
     int64_t most = scratch.empty() ? 0 : *std::max_element(scratch.begin(), scratch.end());
