@@ -127,6 +127,7 @@ public:
     stats_.compile = kernels_.stats();
     stats_.extraBytes.assign(k, 0);
     prepared_.assign(k, {});
+    setLibraryThreads(threads_); // the oneDNN primitives below are made for this many
     for (unsigned w = 0; w < k; ++w) {
       if (!runsWorker(w))
         continue;

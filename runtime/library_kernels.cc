@@ -600,4 +600,6 @@ std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &sha
   return nullptr;
 }
 
+void setLibraryThreads(int threads) { omp_set_num_threads(std::max(1, threads)); }
+
 } // namespace tofu

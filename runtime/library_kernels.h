@@ -47,6 +47,14 @@ public:
   virtual size_t scratchBytes() const { return 0; }
 };
 
+/// The OpenMP threads that library kernels made on the calling thread are planned for.
+/// oneDNN fixes a primitive's thread count when it is made, from the making thread's
+/// OpenMP setting (the machine's cores unless set), and runs a team that large whatever the
+/// call later asks: a backend sets its threads per worker here before it makes its kernels.
+/// Otherwise workers that share the cores (threads, or MPI processes) each run teams of
+/// every core, whose idle members spin, and steps slow down by up to 100x.
+void setLibraryThreads(int threads);
+
 /// The library kernel for `op`'s share over `ranges` reading inputs held in `held`, or
 /// null when none applies.
 std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &shapes,
