@@ -43,9 +43,11 @@ const std::set<std::string> kFollowData = {"BatchNormalization", "batch_norm_tra
 // Ops that add a bias to a product's result (autocast's linear and conv take their bias).
 const std::set<std::string> kBiasAdd = {"Add", "AddBcast", "ConvBias"};
 // Ops that only move a tensor's elements or broadcast them: the importer lifts a bias of
-// rank 1 to the product's rank through them (Unsqueeze, ExpandAxis) before the Add.
+// rank 1 to the product's rank through them (Unsqueeze, ExpandAxis) before the Add; a
+// Slice takes one projection's part of a packed bias (nn.MultiheadAttention's in_proj_bias,
+// split into the query's and the key's and value's).
 const std::set<std::string> kBroadcast = {"Unsqueeze", "ExpandAxis",   "ExpandLeading", "Identity",
-                                          "Squeeze",   "ReshapeSplit", "ReshapeMerge"};
+                                          "Squeeze",   "ReshapeSplit", "ReshapeMerge",  "Slice"};
 
 bool isFloat32(const std::string &d) { return d == "float32"; }
 bool isNarrowable(const std::string &d) { return d == "float32" || d == "bfloat16"; }

@@ -194,6 +194,11 @@ assert "out.bias" in casts and "qkv.bias" in casts, sorted(casts)
 soft = [n for n in g["nodes"] if n["op"] == "Softmax"]
 assert soft and all(dtype[n["output"]] == "bfloat16" for n in soft), soft
 PY
+# nn.MultiheadAttention packs its projections' biases in one in_proj_bias, which the export
+# slices: a slice of a bias is still a bias, rounded once with its product (3 linears).
+"$plan" --onnx tests/onnx/attention.onnx --precision bf16 --describe >"$tmp/mha_bf16.txt"
+check "--precision bf16: nn.MultiheadAttention's sliced biases round once with their products" \
+  grep -q "(3 rounded once with their bias)" "$tmp/mha_bf16.txt"
 expect_error "must be fp32 or bf16, not 'fp16'" --model mlp --workers 2 --precision fp16
 # The estimated step time: on an H100 by default; the JSON's phases sum to it (fp32 and
 # bf16); an A100 is slower; a device model file is read; an unknown device is refused
