@@ -23,6 +23,7 @@ struct Rewrite {
   std::set<unsigned> folded;
   const InstOp *producer = nullptr;
   const Rewrite *inner = nullptr;
+  bool round = false; ///< the producer's result rounded to bfloat16 where it is read
 };
 
 void rewrite(ir::ExprPtr &e, const Rewrite &r) {
@@ -32,6 +33,12 @@ void rewrite(ir::ExprPtr &e, const Rewrite &r) {
     if (r.folded.count(read.input)) {
       e = cloneExpr(*r.producer->body);
       rewrite(e, *r.inner);
+      if (r.round) { // as storing it in bfloat16 and reading it back would
+        auto a = std::make_unique<ir::Apply>();
+        a->fn = ir::Builtin::RoundBf16;
+        a->args.push_back(std::move(e));
+        e = std::move(a);
+      }
       return;
     }
     read.input = r.input.at(read.input);
@@ -110,8 +117,8 @@ bool isMap(const InstOp &op) {
   return ok;
 }
 
-InstOp foldInto(const InstOp &producer, const InstOp &consumer,
-                const std::vector<unsigned> &slots) {
+InstOp foldInto(const InstOp &producer, const InstOp &consumer, const std::vector<unsigned> &slots,
+                bool roundBf16) {
   InstOp out;
   out.def = consumer.def;
   out.name = producer.name + "+" + consumer.name;
@@ -123,6 +130,7 @@ InstOp foldInto(const InstOp &producer, const InstOp &consumer,
   outer.folded = {slots.begin(), slots.end()};
   outer.producer = &producer;
   outer.inner = &inner;
+  outer.round = roundBf16;
   const std::vector<int> slot = consumerSlots(consumer.inputs.size(), outer.folded);
   for (unsigned q = 0; q < consumer.inputs.size(); ++q) {
     outer.input.push_back(slot[q] < 0 ? 0 : static_cast<unsigned>(slot[q])); // folded: not read
@@ -214,7 +222,10 @@ FusedPlan fuseElementwise(const Problem &p, const ExecPlan &plan,
 
     // Fold: the reader's node computes both.
     auto table = std::make_shared<StrategyTable>();
-    table->op = foldInto(prod.table->op, cons.table->op, slots);
+    // A bfloat16 intermediate is rounded where the reader reads it, as it would be stored:
+    // the fused kernel computes what the unfused ones do (a linear's output rounded before
+    // the float32 residual add that reads it).
+    table->op = foldInto(prod.table->op, cons.table->op, slots, fp.tensors[t].storageBytes == 2);
     table->elementwise = table->op.isElementwise();
     ProblemNode fused = cons;
     fused.table = table;

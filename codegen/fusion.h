@@ -35,8 +35,11 @@ FusedPlan fuseElementwise(const Problem &p, const ExecPlan &plan,
 
 /// The op computing `consumer` with its inputs `slots` (each reading the producer's result
 /// at the consumer's output coordinates) replaced by `producer`'s body: the consumer's
-/// inputs without `slots`, then the producer's. The producer must be a map (isMap).
-InstOp foldInto(const InstOp &producer, const InstOp &consumer, const std::vector<unsigned> &slots);
+/// inputs without `slots`, then the producer's. The producer must be a map (isMap). With
+/// `roundBf16` (the producer's result is stored in bfloat16) each read of it is rounded to
+/// bfloat16, as reading it back from its storage would be.
+InstOp foldInto(const InstOp &producer, const InstOp &consumer, const std::vector<unsigned> &slots,
+                bool roundBf16 = false);
 
 /// Whether `op` is a map: every variable an output variable, no reduction or opaque call
 /// (its inputs may be read anyhow: broadcast biases, scalars, shifted windows).
