@@ -241,6 +241,8 @@ struct PrecisionSummary {
   unsigned storedNarrow = 0;
   /// Bias adds that round their product's float32 result and the bias once
   unsigned fusedBias = 0;
+  /// GELUs the ONNX export spelled out in five ops, joined into one Gelu (nn.GELU rounds once)
+  unsigned gelus = 0;
 };
 
 /// Applies precision `p` to a checked forward graph (before buildTrainingGraph, which gives

@@ -1,6 +1,8 @@
 // The precision policy: which tensors of a forward graph are bfloat16 under torch.autocast's
 // rules, and the casts that make them so (graph.h: applyPrecision).
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <set>
 
 #include "fmt/format.h"
@@ -90,6 +92,103 @@ CastClass castClass(const std::string &op) {
   return CastClass::Promote;
 }
 
+namespace {
+
+/// Whether `t` is a constant of the graph holding one value within 1e-6 of `value`.
+bool isScalar(const Graph &g, const std::string &t, double value) {
+  auto it = g.constants.find(t);
+  return !g.producer(t) && it != g.constants.end() && it->second.size() == 1 &&
+         std::abs(it->second[0] - value) <= 1e-6 * std::abs(value);
+}
+
+/// nn.GELU as the ONNX export (opset 17) spells it out, joined into one Gelu op: d = x /
+/// sqrt(2) (or x * 1/sqrt(2)), e = erf(d), s = e + 1, a = x * s, y = a * 0.5, each of d, e,
+/// s and a read by the next alone and no output. Returns how many it joined. Autocast runs
+/// nn.GELU as one op, rounding once; the five ops would each round their bfloat16 result.
+unsigned joinExportedGelu(Graph &g) {
+  std::map<std::string, unsigned> readers;
+  for (const Node &n : g.nodes())
+    for (const std::string &in : n.inputs)
+      ++readers[in];
+  for (const std::string &o : g.outputs)
+    readers[o] += 2; // an output is never an intermediate
+  // The node computing `t` if it is `op` (one of `ops`) and `t` is read once.
+  auto sole = [&](const std::string &t, std::initializer_list<const char *> ops) -> const Node * {
+    const Node *p = g.producer(t);
+    if (!p || readers[t] != 1)
+      return nullptr;
+    for (const char *op : ops)
+      if (p->op == op)
+        return p;
+    return nullptr;
+  };
+  // `n`'s other input than a scalar constant of `value`, or "".
+  auto besides = [&](const Node &n, double value) -> std::string {
+    if (n.inputs.size() != 2)
+      return "";
+    for (unsigned k = 0; k < 2; ++k)
+      if (isScalar(g, n.inputs[k], value))
+        return n.inputs[1 - k];
+    return "";
+  };
+  std::set<std::string> gone;                // nodes joined away
+  std::map<std::string, std::string> joined; // the final Mul node -> x
+  for (const Node &y : g.nodes()) {
+    if (y.op != "MulBcast" && y.op != "Mul")
+      continue;
+    const std::string a = besides(y, 0.5);
+    const Node *ma = a.empty() ? nullptr : sole(a, {"Mul"});
+    if (!ma || ma->inputs.size() != 2)
+      continue;
+    for (unsigned k = 0; k < 2; ++k) {
+      const std::string x = ma->inputs[k], s = ma->inputs[1 - k];
+      const Node *ns = sole(s, {"AddBcast", "Add"});
+      const std::string e = ns ? besides(*ns, 1.0) : "";
+      const Node *ne = e.empty() ? nullptr : sole(e, {"Erf"});
+      const Node *nd = ne ? sole(ne->inputs[0], {"DivBcast", "Div", "MulBcast", "Mul"}) : nullptr;
+      if (!nd || nd->inputs.size() != 2 || nd->inputs[0] != x ||
+          !isScalar(g, nd->inputs[1],
+                    nd->op.rfind("Div", 0) == 0 ? std::sqrt(2.0) : 1 / std::sqrt(2.0)))
+        continue;
+      gone.insert({nd->name, ne->name, ns->name, ma->name});
+      joined[y.name] = x;
+      break;
+    }
+  }
+  if (joined.empty())
+    return 0;
+  std::set<std::string> dropped; // the intermediates
+  for (const Node &n : g.nodes())
+    if (gone.count(n.name))
+      dropped.insert(n.output);
+  Graph out = g.withoutNodes();
+  for (const TensorInfo &t : g.tensors())
+    if (!dropped.count(t.name))
+      if (llvm::Error e = out.addTensor(t)) {
+        llvm::consumeError(std::move(e));
+        return 0;
+      }
+  for (const Node &n : g.nodes()) {
+    if (gone.count(n.name))
+      continue;
+    Node m = n;
+    if (auto it = joined.find(n.name); it != joined.end()) {
+      m.op = "Gelu";
+      m.inputs = {it->second};
+      m.attrs.clear();
+      m.groups.clear();
+    }
+    if (llvm::Error e = out.addNode(std::move(m))) {
+      llvm::consumeError(std::move(e));
+      return 0;
+    }
+  }
+  g = std::move(out);
+  return static_cast<unsigned>(joined.size());
+}
+
+} // namespace
+
 llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, Precision p) {
   PrecisionSummary summary;
   if (p == Precision::FP32)
@@ -97,6 +196,7 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
   if (g.precision != Precision::FP32)
     return stringError(
         fmt::format("the graph already has precision {}", precisionName(g.precision)));
+  summary.gelus = joinExportedGelu(g);
   auto order = g.topologicalOrder();
   if (!order)
     return order.takeError();

@@ -199,6 +199,10 @@ PY
 "$plan" --onnx tests/onnx/attention.onnx --precision bf16 --describe >"$tmp/mha_bf16.txt"
 check "--precision bf16: nn.MultiheadAttention's sliced biases round once with their products" \
   grep -q "(3 rounded once with their bias)" "$tmp/mha_bf16.txt"
+# nn.GELU, which the export spells out in five ops, is one Gelu op again in bf16.
+"$plan" --onnx tests/onnx/gpt_block.onnx --precision bf16 --describe >"$tmp/gelu_bf16.txt"
+check "--precision bf16: the exported GELU joined into one op" \
+  grep -q "; 1 GELU the export spelled out in five ops joined into one" "$tmp/gelu_bf16.txt"
 expect_error "must be fp32 or bf16, not 'fp16'" --model mlp --workers 2 --precision fp16
 # The estimated step time: on an H100 by default; the JSON's phases sum to it (fp32 and
 # bf16); an A100 is slower; a device model file is read; an unknown device is refused

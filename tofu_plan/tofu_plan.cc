@@ -377,11 +377,16 @@ int main(int argc, char **argv) {
     precisionLine = fmt::format(
         "precision bf16 (as torch.autocast): {} product{} and convolution{} on bfloat16 "
         "operands through {} cast{} ({} rounded once with their bias); {} float32 op{} "
-        "reading bfloat16, {} storing for products only in bfloat16; {} of {} tensors "
+        "reading bfloat16, {} storing for products only in bfloat16;{} {} of {} tensors "
         "bfloat16\n",
         ps.lowered, ps.lowered == 1 ? "" : "s", ps.lowered == 1 ? "" : "s", ps.casts,
         ps.casts == 1 ? "" : "s", ps.fusedBias, ps.float32, ps.float32 == 1 ? "" : "s",
-        ps.storedNarrow, bf16Tensors, g->tensors().size());
+        ps.storedNarrow,
+        ps.gelus ? fmt::format(" {} GELU{} the export spelled out in five ops joined into one "
+                               "(rounding once, as nn.GELU);",
+                               ps.gelus, ps.gelus == 1 ? "" : "s")
+                 : std::string(),
+        bf16Tensors, g->tensors().size());
   }
   if (dumpJson) {
     llvm::outs() << tofu::graphToJson(*g);
@@ -698,6 +703,7 @@ int main(int argc, char **argv) {
                             {"float32_ops_reading_bf16", ps.float32},
                             {"float32_ops_storing_bf16", ps.storedNarrow},
                             {"products_rounded_with_bias", ps.fusedBias},
+                            {"gelus_joined", ps.gelus},
                             {"bf16_tensors", bf16Tensors}};
         }
         json = j.dump(1) + "\n";

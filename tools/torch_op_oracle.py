@@ -109,6 +109,7 @@ CASES = [
     Case("Softplus", A, [("x", X4, "f")], F.softplus, groups={"i": 4}),
     Case("Softsign", A, [("x", X4, "f")], F.softsign, groups={"i": 4}),
     Case("Mish", A, [("x", X4, "f")], F.mish, groups={"i": 4}),
+    Case("Gelu", A, [("x", X4, "f")], F.gelu, groups={"i": 4}),
     Case("Clip", A, [("x", X4, "f"), ("lo", (1,), ("value", -0.5)), ("hi", (1,), ("value", 0.6))],
          lambda x, lo, hi: torch.clamp(x, -0.5, 0.6), groups={"i": 4}),
     # Element-wise math.
