@@ -551,6 +551,9 @@ int run(int argc, char **argv) {
                   2);
     tofu::PipelineOptions forward;
     forward.until = tofu::Stage::Execution;
+    // In the training's precision: a bf16 run evaluates in bf16, as PyTorch's evaluates
+    // under autocast (until 2026-11-29 it evaluated in float32).
+    forward.precision = precisionOpt;
     forward.plan = [&](const tofu::Problem &sub) -> llvm::Expected<tofu::PartitionPlan> {
       auto restricted = tofu::restrictPlan(*plan, p, sub);
       if (restricted)
