@@ -102,16 +102,6 @@ RecomputePlan result(Trial &&t, RecomputeMode mode) {
   return r;
 }
 
-/// The candidates the backward pass reads, ranked for auto: most bytes per iteration of their
-/// node first (ties in forward order), each with its node's iterations (the work its
-/// recomputation repeats). With `longestRun` < n, a candidate whose dropping would make a run
-/// of more than that many consecutive dropped candidates (in forward order) is left out: it
-/// stays as a checkpoint. A copy reads the copies of the dropped tensors before it, so such a
-/// run is recomputed at once when the backward pass reaches it, and all of it lives until its
-/// own backward readers: dropping a whole chain (an RNN's states over time) saves nothing.
-/// With `keepCuts` the forward pass's cuts (RecomputeCandidate::cut) are never dropped: a
-/// run ends at one, so what a copy recomputes is bounded by the segment between two cuts (a
-/// transformer's sublayer), however far the ranking goes.
 /// Node name -> the size of its iteration space: the work a copy of it repeats.
 std::map<std::string, double> iterationsOf(const Problem &p) {
   std::map<std::string, double> iterations;
@@ -124,6 +114,15 @@ std::map<std::string, double> iterationsOf(const Problem &p) {
   return iterations;
 }
 
+/// The candidates the backward pass reads, ranked for auto: most bytes per iteration of their
+/// node (`iterations`: the work its recomputation repeats) first, ties in forward order.
+/// With `longestRun` < n, a candidate whose dropping would make a run of more than that many
+/// consecutive dropped candidates (in forward order) is left out: it stays as a checkpoint. A copy reads the copies of the dropped tensors before it, so such a
+/// run is recomputed at once when the backward pass reaches it, and all of it lives until its
+/// own backward readers: dropping a whole chain (an RNN's states over time) saves nothing.
+/// With `keepCuts` the forward pass's cuts (RecomputeCandidate::cut) are never dropped: a
+/// run ends at one, so what a copy recomputes is bounded by the segment between two cuts (a
+/// transformer's sublayer), however far the ranking goes.
 std::vector<std::string> ranked(const std::vector<RecomputeCandidate> &candidates,
                                 const std::map<std::string, double> &iterations, size_t longestRun,
                                 bool keepCuts) {
@@ -284,22 +283,16 @@ planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOpt
       std::vector<std::string> p(order.begin(), order.begin() + static_cast<long>(m));
       return keepCuts ? closed(training, *candidates, p, true) : p;
     };
-    auto workOf = [&](size_t m) {
-      double w = 0;
-      for (const std::string &t : prefix(m))
-        if (auto it = iterations.find(producerName.at(t)); it != iterations.end())
-          w += it->second;
-      return w;
-    };
     // The candidate sets are judged by the plain search's plan (one search each) unless the
     // longest does not fit that way and the budgeted search's does.
     bool budgeted = false;
-    auto all = attempt(prefix(order.size()), false);
+    const std::vector<std::string> whole = prefix(order.size());
+    auto all = attempt(whole, false);
     if (!all)
       return all.takeError();
     if (!all->fit.fits) {
       budgeted = true;
-      all = attempt(prefix(order.size()), true);
+      all = attempt(whole, true);
       if (!all)
         return all.takeError();
     }
@@ -322,8 +315,13 @@ planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOpt
         lo = mid;
       }
     }
-    if (!best || workOf(hi) < bestWork) {
-      bestWork = workOf(hi);
+    // The work the fitting set repeats: its dropped nodes' iterations.
+    double work = 0;
+    for (const std::string &t : fitting.summary.dropped)
+      if (auto it = iterations.find(producerName.at(t)); it != iterations.end())
+        work += it->second;
+    if (!best || work < bestWork) {
+      bestWork = work;
       best = std::move(fitting);
     }
   }

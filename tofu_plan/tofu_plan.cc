@@ -564,17 +564,20 @@ int main(int argc, char **argv) {
     // The part of the machine the plan runs on: all of it, or under a budget the levels its
     // worker count fills (--fit chooses the count).
     std::optional<tofu::Topology> stepMachine;
+    const bool budgeted = budgetBytes.has_value();
+    if (topology && !budgeted) { // the machine's search, beside the plan of least bytes
+      machine = exitOnErr(tofu::searchForTopology(*problem, pipeline.search, *topology));
+      plan = &machine.plan;
+    }
+    // The plan chosen as the workers run it: for its traffic per level and its step time.
+    const tofu::ExecPlan stepExec = tofu::buildExecPlan(*problem, *plan);
     if (topology) {
-      const bool budgeted = budgetBytes.has_value();
       if (budgeted) {
         stepMachine = tofu::topologyForWorkers(*topology, plan->workers);
         machine.plan = *plan;
-        machine.traffic =
-            tofu::topologyTraffic(*problem, tofu::buildExecPlan(*problem, *plan), *stepMachine);
+        machine.traffic = tofu::topologyTraffic(*problem, stepExec, *stepMachine);
       } else {
         stepMachine = *topology;
-        machine = exitOnErr(tofu::searchForTopology(*problem, pipeline.search, *topology));
-        plan = &machine.plan;
       }
       const tofu::Topology &part = *stepMachine;
       const tofu::TopologyTraffic &mine = machine.traffic;
@@ -642,7 +645,6 @@ int main(int argc, char **argv) {
       report.exact = plan->workers <= 64;
     }
     // The estimated step time of the plan chosen, on the device.
-    const tofu::ExecPlan stepExec = tofu::buildExecPlan(*problem, *plan);
     const tofu::StepTimeEstimate stepTime =
         exitOnErr(tofu::estimateStepTime(*problem, stepExec, g->outputs, device, stepMachine));
     // What was recomputed, what it saved and what it costs.
