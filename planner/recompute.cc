@@ -117,12 +117,13 @@ std::map<std::string, double> iterationsOf(const Problem &p) {
 /// The candidates the backward pass reads, ranked for auto: most bytes per iteration of their
 /// node (`iterations`: the work its recomputation repeats) first, ties in forward order.
 /// With `longestRun` < n, a candidate whose dropping would make a run of more than that many
-/// consecutive dropped candidates (in forward order) is left out: it stays as a checkpoint. A copy reads the copies of the dropped tensors before it, so such a
-/// run is recomputed at once when the backward pass reaches it, and all of it lives until its
-/// own backward readers: dropping a whole chain (an RNN's states over time) saves nothing.
-/// With `keepCuts` the forward pass's cuts (RecomputeCandidate::cut) are never dropped: a
-/// run ends at one, so what a copy recomputes is bounded by the segment between two cuts (a
-/// transformer's sublayer), however far the ranking goes.
+/// consecutive dropped candidates (in forward order) is left out: it stays as a checkpoint. A copy
+/// reads the copies of the dropped tensors before it, so such a run is recomputed at once when the
+/// backward pass reaches it, and all of it lives until its own backward readers: dropping a whole
+/// chain (an RNN's states over time) saves nothing. With `keepCuts` the forward pass's cuts
+/// (RecomputeCandidate::cut) are never dropped: a run ends at one, so what a copy recomputes is
+/// bounded by the segment between two cuts (a transformer's sublayer), however far the ranking
+/// goes.
 std::vector<std::string> ranked(const std::vector<RecomputeCandidate> &candidates,
                                 const std::map<std::string, double> &iterations, size_t longestRun,
                                 bool keepCuts) {
