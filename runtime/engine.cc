@@ -194,7 +194,8 @@ Engine::create(Program program, std::unique_ptr<Backend> backend, const EngineOp
   const Program &prog = impl->program;
   if (prog.hasBfloat16() && !impl->backend->supportsBfloat16())
     return stringError(fmt::format("the {} backend does not run plans that store tensors in "
-                                   "bfloat16 (--precision bf16); the cpu backend does",
+                                   "bfloat16 (--precision bf16); the cpu, mpi, cuda and nccl "
+                                   "backends do",
                                    impl->backend->name()));
   if (llvm::Error e = impl->backend->prepare(prog))
     return e;

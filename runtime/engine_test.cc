@@ -124,8 +124,7 @@ void checkBfloat16(const std::string &what, llvm::Expected<Graph> g,
           << what << ": '" << prog.tensors[t].name << "' holds " << v;
   }
   EXPECT_GT(checked, 0u);
-  // A backend that holds float32 alone (CUDA's and MPI's today) refuses the program, saying
-  // which backend does run it.
+  // A backend that holds float32 alone refuses the program, saying which backends run it.
   class Float32Only final : public ForwardingBackend {
   public:
     std::string name() const override { return "float32-only"; }
@@ -138,7 +137,7 @@ void checkBfloat16(const std::string &what, llvm::Expected<Graph> g,
   ASSERT_FALSE(bool(refused));
   EXPECT_EQ(llvm::toString(refused.takeError()),
             "the float32-only backend does not run plans that store tensors in bfloat16 "
-            "(--precision bf16); the cpu backend does");
+            "(--precision bf16); the cpu, mpi, cuda and nccl backends do");
   // Against the float32-held step: what storage in bfloat16 adds is rounding each stored
   // value to 8 significant bits (relative 2^-9 each, compounding over the step's layers).
   double fromWide = 0;

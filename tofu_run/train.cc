@@ -96,6 +96,7 @@ int kernelReport(const tofu::EnginePlan &planned, const std::string &name) {
                    {"op", e.op},
                    {"how", e.how},
                    {"library", e.library},
+                   {"tensor_cores", e.tensorCores},
                    {"launches", e.launches},
                    {"blocks", e.blocks},
                    {"threads", e.threads},

@@ -2,16 +2,18 @@
 # The GPU check, run on a machine with an NVIDIA GPU (the device tool's), in the repository
 # root, with the bundle that tools/gpu_bundle.sh made here: in one call, the GPU tests, the
 # verified steps (the MLP, a small WResNet-50, a small GPT, the LSTM and resnet18 from
-# tests/onnx at k = 1, 2, 4, 8 virtual workers, each against the unpartitioned step), and
-# the benchmark (WResNet-50-2 224x224 batch 32, GPT-12-768-12-1024 batch 8, RNN-4-2K batch
-# 128: the median step at k = 1 against PyTorch eager on the same GPU, float32, and at k = 2,
-# 4, 8 virtual workers, with each worker's arena). Each part prints a markdown table; logs
-# and JSON go to gpu-results/ (and, where $OUT is set, as $OUT/gpu-results.tgz). Exits
-# non-zero when a test or a verification fails.
+# tests/onnx at k = 1, 2, 4, 8 virtual workers, each against the unpartitioned step, in
+# float32 and in bf16), and the benchmark (WResNet-50-2 224x224 batch 32, GPT-12-768-12-1024
+# batch 8, RNN-4-2K batch 128: the median step at k = 1 against PyTorch eager on the same
+# GPU, float32 and bf16 against autocast bf16, and at k = 2, 4, 8 virtual workers, with each
+# worker's arena). Each part prints a markdown table; logs and JSON go to gpu-results/ (and,
+# where $OUT is set, as $OUT/gpu-results.tgz). Exits non-zero when a test or a verification
+# fails.
 #
 #   tools/gpu_check.sh [--bundle DIR] [--only tests|verify|bench] [--steps N]
 #                      [--models 'MODEL:BATCH ...' (the benchmark's, default the three above)]
 #                      [--workers 'K ...' (the worker counts, default '1 2 4 8')]
+#                      [--precisions 'fp32 bf16' (default both)]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle=gpu-bundle
@@ -19,6 +21,7 @@ only=""
 steps=10
 models="wresnet-50-2:32 gpt-12-768-12-1024:8 rnn-4-2048:128"
 workers="1 2 4 8"
+precisions="fp32 bf16"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$2"; shift ;;
@@ -26,7 +29,8 @@ while [ $# -gt 0 ]; do
     --steps) steps="$2"; shift ;;
     --models) models="$2"; shift ;;
     --workers) workers="$2"; shift ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --precisions) precisions="$2"; shift ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -89,66 +93,72 @@ tofu_json() {
 
 if [ -z "$only" ] || [ "$only" = verify ]; then
   echo; echo "## Verified steps (the first step of k virtual workers against the unpartitioned step)"; echo
-  echo "| model | k | verify | largest relative difference | bytes moved = predicted | median step ms | largest arena |"
-  echo "| --- | ---: | --- | ---: | --- | ---: | ---: |"
-  for m in "mlp:--model mlp" "wresnet:--model wresnet-50-1-i32-c8-k10" "gpt:--model gpt-2-32-4-16" \
-           "rnn:--model rnn-2-256" "resnet18:--onnx tests/onnx/resnet18.onnx"; do
-    name="${m%%:*}"; args="${m#*:}"
-    for k in $workers; do
-      label="verify-$name-k$k"
-      # shellcheck disable=SC2086
-      tofu_json "$label" $args --workers "$k" --steps 3 --verify
-      python3 - "$results/$label.json" "$name" "$k" 2>/dev/null <<'PY' || { status=1; echo "| $name | $k | FAILED: $(tail -c 300 "$results/$label.err" | tr '\n' ' ') | | | | |"; }
+  echo "| model | precision | k | verify | largest relative difference | bytes moved = predicted | median step ms | largest arena |"
+  echo "| --- | --- | ---: | --- | ---: | --- | ---: | ---: |"
+  for precision in $precisions; do
+    for m in "mlp:--model mlp" "wresnet:--model wresnet-50-1-i32-c8-k10" "gpt:--model gpt-2-32-4-16" \
+             "rnn:--model rnn-2-256" "resnet18:--onnx tests/onnx/resnet18.onnx"; do
+      name="${m%%:*}"; args="${m#*:}"
+      for k in $workers; do
+        label="verify-$name-$precision-k$k"
+        # shellcheck disable=SC2086
+        tofu_json "$label" $args --workers "$k" --steps 3 --verify --precision "$precision"
+        python3 - "$results/$label.json" "$name" "$k" "$precision" 2>/dev/null <<'PY' || { status=1; echo "| $name | $precision | $k | FAILED: $(tail -c 300 "$results/$label.err" | tr '\n' ' ') | | | | |"; }
 import json, sys
 j = json.load(open(sys.argv[1]))
 v = j["verify"]
-print(f"| {sys.argv[2]} | {sys.argv[3]} | {'PASSED' if v['passed'] else 'FAILED'} | "
+print(f"| {sys.argv[2]} | {sys.argv[4]} | {sys.argv[3]} | {'PASSED' if v['passed'] else 'FAILED'} | "
       f"{v['largest_relative_difference']:.3g} | {j['bytes_moved'] == j['predicted_bytes']} | "
       f"{1e3 * j['median_step_seconds']:.2f} | {max(j['worker_peak_bytes']) / 2**20:.1f} MiB |")
 sys.exit(0 if v["passed"] and j["bytes_moved"] == j["predicted_bytes"] else 1)
 PY
+      done
     done
   done
 fi
 
 if [ -z "$only" ] || [ "$only" = bench ]; then
-  echo; echo "## Step time (median of $steps steps, float32) against PyTorch eager on the same GPU"; echo
-  echo "| model | batch | PyTorch ms | k=1 ms (/ PyTorch) | k=2 ms | k=4 ms | k=8 ms (/ k=1) | arena per worker k=1 / 2 / 4 / 8 |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+  echo; echo "## Step time (median of $steps steps) against PyTorch eager on the same GPU (bf16: autocast)"; echo
+  echo "| model | precision | batch | PyTorch ms | k=1 ms (/ PyTorch) | k=2 ms | k=4 ms | k=8 ms (/ k=1) | arena per worker k=1 / 2 / 4 / 8 |"
+  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+  for precision in $precisions; do
   for m in $models; do
-    model="${m%%:*}"; b="${m#*:}"
+    model="${m%%:*}"; b="${m#*:}"; tag="$model-$precision"
     PYTHONUNBUFFERED=1 timeout 900 python3 tools/torch_peer.py --model "$model" --batch "$b" \
-      --device cuda --steps "$steps" --json >"$results/bench-$model-torch.json" 2>"$results/bench-$model-torch.err"
+      --device cuda --steps "$steps" --precision "$precision" --json >"$results/bench-$tag-torch.json" 2>"$results/bench-$tag-torch.err"
     for k in $workers; do
-      tofu_json "bench-$model-k$k" --model "$model" --batch "$b" --workers "$k" --steps "$steps" --data fixed --profile 5
+      tofu_json "bench-$tag-k$k" --model "$model" --batch "$b" --workers "$k" --steps "$steps" --data fixed --profile 5 --precision "$precision"
     done
-    python3 - "$results" "$model" "$b" <<'PY'
+    python3 - "$results" "$model" "$b" "$precision" <<'PY'
 import json, os, sys
-res, model, batch = sys.argv[1:]
+res, model, batch, precision = sys.argv[1:]
 def load(p):
     try:
         return json.load(open(os.path.join(res, p)))
     except Exception:
         return None
-torch = load(f"bench-{model}-torch.json")
-runs = {k: load(f"bench-{model}-k{k}.json") for k in (1, 2, 4, 8)}
+torch = load(f"bench-{model}-{precision}-torch.json")
+runs = {k: load(f"bench-{model}-{precision}-k{k}.json") for k in (1, 2, 4, 8)}
 ms = lambda j: 1e3 * j["median_step_seconds"] if j else float("nan")
 arena = lambda j: f"{max(j['worker_peak_bytes']) / 2**30:.2f}" if j else "-"
 t = ms(torch)
 one = ms(runs[1])
 cells = [f"{ms(runs[k]):.1f}" for k in (2, 4)]
 arenas = " / ".join(arena(runs[k]) for k in (1, 2, 4, 8))
-print(f"| {model} | {batch} | {t:.1f} | {one:.1f} ({one / t:.2f}x) | {cells[0]} | {cells[1]} | "
+print(f"| {model} | {precision} | {batch} | {t:.1f} | {one:.1f} ({one / t:.2f}x) | {cells[0]} | {cells[1]} | "
       f"{ms(runs[8]):.1f} ({ms(runs[8]) / one:.2f}x) | {arenas} GiB |")
 PY
   done
+  done
   echo
   echo "At k=1, the kernels' device time per step by op (the ten largest), beside the kernel"
-  echo "report's roofline estimate and bound for an H100 (tofu-run --kernel-report):"
+  echo "report's roofline estimate and bound for an H100 (tofu-run --kernel-report; bf16:"
+  echo "how many library calls run on tensor cores):"
+  for precision in $precisions; do
   for m in $models; do
-    mb="${m#*:}"; m="${m%%:*}"
-    tofu_json "bench-$m-k1-report" --model "$m" --batch "$mb" --workers 1 --kernel-report
-    python3 - "$results/bench-$m-k1.json" "$m" "$results/bench-$m-k1-report.json" <<'PY' 2>/dev/null
+    mb="${m#*:}"; m="${m%%:*}"; tag="$m-$precision"
+    tofu_json "bench-$tag-k1-report" --model "$m" --batch "$mb" --workers 1 --kernel-report --precision "$precision"
+    python3 - "$results/bench-$tag-k1.json" "$tag" "$results/bench-$tag-k1-report.json" <<'PY' 2>/dev/null
 import collections, json, sys
 j = json.load(open(sys.argv[1]))
 try:
@@ -167,16 +177,21 @@ for nodes in j.get("profile", []):
             b[3] += e["bound_seconds"]
 total = sum(v[0] for v in by.values())
 estimate = sum(v[2] for v in by.values())
-print(f"    {sys.argv[2]}: kernels {1e3 * total:.1f} ms measured, {1e3 * estimate:.1f} ms estimated")
+cores = sum(1 for e in report.values() if e.get("tensor_cores"))
+library = sum(1 for e in report.values() if e.get("library"))
+print(f"    {sys.argv[2]}: kernels {1e3 * total:.1f} ms measured, {1e3 * estimate:.1f} ms estimated; "
+      f"{library} library calls, {cores} on tensor cores")
 print("      measured ms | estimate ms | bound ms | launches | op (how)")
 for (op, kernel), (sec, count, est, bound) in sorted(by.items(), key=lambda kv: -kv[1][0])[:10]:
     print(f"      {1e3 * sec:11.2f} | {1e3 * est:11.2f} | {1e3 * bound:8.2f} | {count:8d} | {op} ({kernel})")
 PY
   done
+  done
   echo
   echo "Per worker at k=8, where the step goes (device time: kernels, copies, waiting):"
+  for precision in $precisions; do
   for m in $models; do
-    m="${m%%:*}"
+    m="${m%%:*}-$precision"
     python3 - "$results/bench-$m-k8.json" "$m" <<'PY' 2>/dev/null
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -185,6 +200,7 @@ for w, nodes in enumerate(j.get("profile", [])):
     wt = sum(n["wait_seconds"] for n in nodes)
     print(f"    {sys.argv[2]} worker {w}: kernels {1e3*c:.1f} ms, copies {1e3*cp:.1f} ms, idle {1e3*wt:.1f} ms")
 PY
+  done
   done
 fi
 exit $status

@@ -11,7 +11,11 @@ libopenblas0-pthread for a fair peer: the default reference BLAS is ~30x slower)
 --device cuda times the same step on the GPU (the GPU check, tools/gpu_check.sh, against
 tofu-run --backend cuda): float32 with TF32 off, as the CUDA engine runs by default, each
 step synchronised before its time is taken.
+
+--precision bf16 runs the forward pass and the loss under torch.autocast with bfloat16 (the
+peer of tofu-run --precision bf16): weights and their gradients stay float32.
 """
+import contextlib
 import argparse
 import json
 import math
@@ -198,6 +202,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
@@ -212,13 +217,16 @@ def main():
     model = model.to(args.device)
     x, y = x.to(args.device), y.to(args.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    autocast = ((lambda: torch.autocast(args.device, dtype=torch.bfloat16))
+                if args.precision == "bf16" else contextlib.nullcontext)
     times, losses = [], []
     for _ in range(args.steps):
         if cuda:
             torch.cuda.synchronize()
         t = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with autocast():
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         if cuda:
@@ -228,12 +236,13 @@ def main():
     blas = sorted({l.split()[-1] for l in open("/proc/self/maps") if "blas" in l.lower()})
     med = statistics.median(times[2:] if len(times) > 4 else times)
     if args.json:
-        print(json.dumps({"model": args.model, "device": args.device,
+        print(json.dumps({"model": args.model, "device": args.device, "precision": args.precision,
                           "gpu": torch.cuda.get_device_name() if cuda else None,
                           "median_step_seconds": med, "torch": torch.__version__,
                           "threads": args.threads, "blas": blas, "loss": losses}))
     else:
-        print(f"pytorch {torch.__version__} {args.model} batch {args.batch}, {args.threads} threads: "
+        print(f"pytorch {torch.__version__} {args.model} batch {args.batch} {args.precision}, "
+              f"{args.threads} threads: "
               f"median step {med:.4f} s; loss {losses[0]:.4f} -> {losses[-1]:.4f}; "
               f"BLAS loaded: {' '.join(blas) or 'none'}")
 

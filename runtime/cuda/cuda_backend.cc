@@ -20,6 +20,7 @@
 #include "runtime/cuda/device_kernels.h"
 #include "runtime/cuda/launch_params.h"
 #include "runtime/cuda/library_calls.h"
+#include "support/bf16.h"
 
 namespace tofu {
 namespace {
@@ -66,6 +67,17 @@ cudaError_t useDevice(int device) {
 
 int64_t aligned(int64_t n) { return (n + 255) / 256 * 256; }
 
+using loops::Element;
+
+/// The element `offset` elements past `base` in a buffer of `element`.
+template <typename T> T *elementAt(T *base, int64_t offset, Element element) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
+  return reinterpret_cast<T *>(reinterpret_cast<Byte *>(base) +
+                               offset * cuda::elementBytes(element));
+}
+
+cudaDataType_t cublasType(bool bf16) { return bf16 ? CUDA_R_16BF : CUDA_R_32F; }
+
 /// A cuDNN convolution made ready: descriptors, algorithm and its workspace.
 struct ConvCall {
   cuda::CudnnConv c;
@@ -111,9 +123,25 @@ struct Prepared {
   std::vector<PassLaunch> passes;
   std::vector<int64_t> ints; ///< the integer arguments (args is made with the scratch space)
   bool fast = false;
+  /// The element types of the buffers it reads (per input) and writes.
+  std::vector<Element> inElements;
+  Element outElement = Element::F32;
+  int64_t outputElements = 0; ///< the share's
+  size_t step = 0;            ///< in its worker's program
   // Library calls.
   cuda::CublasGemm gemm;
   cuda::CublasAffine affine;
+  cuda::GemmElements gemmElements; ///< the product's (or the affine plan's) types
+  bool convBf16 = false;
+  /// Scratch byte offsets: per input, its float32 widening (-1: read in place); the
+  /// float32 result rounded into the share (-1: written in place). LibraryCall::widen,
+  /// staged.
+  std::vector<int64_t> widenAt;
+  int64_t stagedAt = -1;
+  /// What the library call reads and writes: the arena's buffers, or their float32
+  /// stand-ins in scratch space (set once the scratch space exists).
+  std::vector<const float *> callIn;
+  float *callOut = nullptr;
   std::shared_ptr<ConvCall> conv;
   ScatterPlan scatter;
   cuda::ScatterParams scatterParams;
@@ -241,6 +269,12 @@ public:
       // temporaries), known only now.
       float *scratch = reinterpret_cast<float *>(wk.scratch);
       for (Prepared &pr : prepared_[w]) {
+        pr.callIn = pr.in;
+        for (size_t q = 0; q < pr.widenAt.size(); ++q)
+          if (pr.widenAt[q] >= 0)
+            pr.callIn[q] = reinterpret_cast<const float *>(wk.scratch + pr.widenAt[q]);
+        pr.callOut =
+            pr.stagedAt >= 0 ? reinterpret_cast<float *>(wk.scratch + pr.stagedAt) : pr.out;
         if (pr.kind != Prepared::Generated)
           continue;
         pr.args = cuda::kernelArgBlock(pr.ints, pr.in, pr.out, pr.fast, scratch);
@@ -255,31 +289,41 @@ public:
   void copy(unsigned w, const RegionCopy &c, const ir::Reducer *reducer) override {
     Worker &wk = workers_[w];
     note(w, useDevice(options_.device), "selecting the device");
-    const BoxCopyParams p = cuda::boxCopyParams(c.dstBox, c.dstOffset / 4, c.srcBox,
-                                                c.srcOffset / 4, c.box, cuda::copyCombine(reducer));
-    float *dst = reinterpret_cast<float *>(wk.arena);
-    const float *src = reinterpret_cast<const float *>(workers_[c.from].arena);
+    const BoxCopyParams p =
+        cuda::boxCopyParams(c.dstBox, c.dstOffset / cuda::elementBytes(c.dstElement), c.srcBox,
+                            c.srcOffset / cuda::elementBytes(c.srcElement), c.box,
+                            cuda::copyCombine(reducer), c.dstElement, c.srcElement);
+    char *dst = wk.arena;
+    const char *src = workers_[c.from].arena;
     cudaError_t e = cudaSuccess;
     if (p.elements == 0)
       return;
     if (cuda::isContiguousCopy(p))
-      e = cudaMemcpyAsync(dst + p.dstOffset, src + p.srcOffset,
-                          static_cast<size_t>(p.elements) * sizeof(float), cudaMemcpyDeviceToDevice,
-                          wk.stream);
+      e = cudaMemcpyAsync(elementAt(dst, p.dstOffset, c.dstElement),
+                          elementAt(src, p.srcOffset, c.srcElement),
+                          static_cast<size_t>(p.elements * cuda::copyElementBytes(p)),
+                          cudaMemcpyDeviceToDevice, wk.stream);
     else
       e = cuda::launchBoxCopy(p, dst, src, wk.stream);
     note(w, e, "a region copy");
   }
 
-  // Buffers are float32 here (supportsBfloat16 is false: the engine refuses bf16 programs),
-  // so the element type fill, write and read are given is always F32.
-  void fill(unsigned w, int64_t offset, int64_t bytes, float value, loops::Element) override {
+  /// Buffers of bfloat16 hold each element as its 16 bits; kernels and library calls widen
+  /// them and round what they write (codegen/kernel_prelude.h).
+  bool supportsBfloat16() const override { return true; }
+
+  void fill(unsigned w, int64_t offset, int64_t bytes, float value,
+            loops::Element element) override {
     Worker &wk = workers_[w];
     note(w, useDevice(options_.device), "selecting the device");
+    // Zero is all zero bits in both types (and a bfloat16 -0 is 0x8000, not a memset).
+    const bool zero = value == 0.0f && !std::signbit(value);
     cudaError_t e =
-        value == 0.0f ? cudaMemsetAsync(wk.arena + offset, 0, static_cast<size_t>(bytes), wk.stream)
-                      : cuda::launchFill(reinterpret_cast<float *>(wk.arena + offset), bytes / 4,
-                                         value, wk.stream);
+        zero ? cudaMemsetAsync(wk.arena + offset, 0, static_cast<size_t>(bytes), wk.stream)
+        : element == Element::BF16
+            ? cuda::launchFillBf16(wk.arena + offset, bytes / 2, value, wk.stream)
+            : cuda::launchFill(reinterpret_cast<float *>(wk.arena + offset), bytes / 4, value,
+                               wk.stream);
     note(w, e, "a fill");
   }
 
@@ -304,18 +348,28 @@ public:
       return llvm::Error::success();
     }
     case Prepared::Gemm:
-      return runGemm(wk, pr, pr.gemm);
+      if (llvm::Error e = widenInputs(w, pr))
+        return e;
+      if (llvm::Error e = runGemm(wk, pr, pr.gemm))
+        return e;
+      return roundStaged(w, pr);
     case Prepared::Affine:
+      if (llvm::Error e = widenInputs(w, pr))
+        return e;
       if (pr.affine.hasRest)
         TOFU_CUDA(
-            cuda::launchBoxCopy(pr.affine.rest, pr.out, pr.in[pr.affine.restInput], wk.stream),
+            cuda::launchBoxCopy(pr.affine.rest, pr.callOut, pr.in[pr.affine.restInput], wk.stream),
             "broadcasting the bias of " + pr.what);
       for (const cuda::CublasGemm &g : pr.affine.products)
         if (llvm::Error e = runGemm(wk, pr, g))
           return e;
-      return llvm::Error::success();
+      return roundStaged(w, pr);
     case Prepared::Conv:
-      return runConv(wk, pr);
+      if (llvm::Error e = widenInputs(w, pr))
+        return e;
+      if (llvm::Error e = runConv(wk, pr))
+        return e;
+      return roundStaged(w, pr);
     case Prepared::Scatter:
       return runScatter(wk, pr);
     }
@@ -340,18 +394,19 @@ public:
   }
 
   void write(unsigned w, int64_t offset, const Box &held, const float *host, const Box &hostBox,
-             const Box &box, loops::Element) override {
+             const Box &box, loops::Element element) override {
     const Worker &wk = workers_[w];
     note(w, useDevice(options_.device), "selecting the device");
-    std::vector<float> stage(static_cast<size_t>(std::max<int64_t>(1, boxElements(held))));
-    const size_t bytes = static_cast<size_t>(boxElements(held)) * sizeof(float);
+    // Staged on the host in the buffer's own type (float32 words hold either).
+    const size_t bytes = static_cast<size_t>(boxElements(held) * cuda::elementBytes(element));
+    std::vector<float> stage(std::max<size_t>(1, (bytes + 3) / 4));
     if (box != held) // part of the buffer: keep the rest
       note(w,
            cudaMemcpyAsync(stage.data(), wk.arena + offset, bytes, cudaMemcpyDeviceToHost,
                            wk.stream),
            "reading a buffer");
     note(w, cudaStreamSynchronize(wk.stream), "reading a buffer");
-    copyBox(stage.data(), held, host, hostBox, box, nullptr);
+    copyBox(stage.data(), element, held, host, Element::F32, hostBox, box, nullptr);
     note(w,
          cudaMemcpyAsync(wk.arena + offset, stage.data(), bytes, cudaMemcpyHostToDevice, wk.stream),
          "writing a buffer");
@@ -359,18 +414,17 @@ public:
   }
 
   void read(unsigned w, int64_t offset, const Box &held, float *host, const Box &hostBox,
-            const Box &box, loops::Element) const override {
+            const Box &box, loops::Element element) const override {
     const Worker &wk = workers_[w];
     if (useDevice(options_.device) != cudaSuccess)
       return;
-    std::vector<float> stage(static_cast<size_t>(std::max<int64_t>(1, boxElements(held))),
-                             std::numeric_limits<float>::quiet_NaN());
-    const size_t bytes = static_cast<size_t>(boxElements(held)) * sizeof(float);
+    const size_t bytes = static_cast<size_t>(boxElements(held) * cuda::elementBytes(element));
+    std::vector<float> stage(std::max<size_t>(1, (bytes + 3) / 4));
     if (cudaMemcpyAsync(stage.data(), wk.arena + offset, bytes, cudaMemcpyDeviceToHost,
                         wk.stream) != cudaSuccess ||
         cudaStreamSynchronize(wk.stream) != cudaSuccess)
       return; // the host buffer keeps its NaN: the caller sees nothing was read
-    copyBox(host, hostBox, stage.data(), held, box, nullptr);
+    copyBox(host, Element::F32, hostBox, stage.data(), element, held, box, nullptr);
   }
 
   std::string describe(unsigned w, size_t step) const override {
@@ -431,16 +485,31 @@ private:
           fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
   }
 
-  /// Generates every kernel's CUDA source, compiles the cubins (or finds them cached) and
+  /// A launch's kernel: its instantiation and its buffers' element types (a bf16 program
+  /// launches an op on bfloat16 data, and on float32 partial results).
+  using Typed = std::pair<unsigned, std::string>;
+  static KernelTypes typesOf(const Launch &l) { return {l.inputElements, l.outputElement}; }
+  static Typed typedKey(const Launch &l) {
+    return {l.kernel, typesOf(l).describe(l.inputOffsets.size())};
+  }
+
+  /// Generates the CUDA source of every kernel the local workers launch (one per
+  /// instantiation and element types), compiles the cubins (or finds them cached) and
   /// loads them.
   llvm::Error loadKernels(const Program &program) {
+    std::map<Typed, const Launch *> used;
+    for (unsigned w : local_)
+      for (const ProgramStep &st : program.worker[w].steps)
+        if (st.launches)
+          used.emplace(typedKey(st.launch), &st.launch);
     std::vector<KernelSource> sources;
-    for (size_t i = 0; i < program.kernels.size(); ++i) {
-      auto src = generateKernel(*program.kernels[i].op, KernelDialect::Cuda);
+    for (const auto &[key, l] : used) {
+      const InstOp &op = *program.kernels[l->kernel].op;
+      auto src = generateKernel(op, KernelDialect::Cuda, typesOf(*l));
       if (!src)
-        return stringError(fmt::format("op '{}' has no CUDA kernel: {}",
-                                       program.kernels[i].op->name,
+        return stringError(fmt::format("op '{}' ({}) has no CUDA kernel: {}", op.name, key.second,
                                        llvm::toString(src.takeError())));
+      kernelIndex_[key] = sources.size();
       sources.push_back(std::move(*src));
     }
     auto cubins = compileCubins(sources, options_.cubins);
@@ -480,45 +549,76 @@ private:
     for (int64_t off : l.inputOffsets)
       pr.in.push_back(reinterpret_cast<const float *>(wk.arena + off));
     pr.out = reinterpret_cast<float *>(wk.arena + l.outputOffset);
+    for (size_t q = 0; q < l.inputOffsets.size(); ++q)
+      pr.inElements.push_back(q < l.inputElements.size() ? l.inputElements[q] : Element::F32);
+    pr.outElement = l.outputElement;
+    pr.outputElements = boxElements(l.produced);
+    pr.step = s;
     if (options_.library) {
-      if (auto g = gemmPlan(op, l.ranges, l.inputBoxes)) {
+      cuda::LibraryCall call =
+          cuda::libraryCall(op, node.shapes, l.ranges, l.inputBoxes, pr.inElements, pr.outElement);
+      if (!call.declined.empty())
+        ++stats_.libraryDeclined;
+      pr.what = call.describe();
+      pr.gemmElements = call.elements;
+      std::vector<bool> widen = call.widen;
+      const bool staged = call.staged;
+      switch (call.kind) {
+      case cuda::LibraryCall::None:
+        break;
+      case cuda::LibraryCall::Gemm:
         pr.kind = Prepared::Gemm;
-        pr.gemm = cuda::cublasGemm(*g);
-        pr.what = pr.gemm.describe();
-      } else if (auto c = convPlan(op, node.shapes, l.ranges, l.inputBoxes)) {
-        if (auto call = cuda::cudnnConv(*c, l.inputBoxes)) {
-          auto conv = makeConv(wk, std::move(*call));
-          if (!conv)
-            return conv.takeError();
-          if (*conv) { // else cuDNN has no algorithm for these views: the generated kernel
-            pr.kind = Prepared::Conv;
-            pr.conv = std::move(*conv);
-            pr.what = pr.conv->c.describe();
-            stats_.extraBytes[w] = std::max(stats_.extraBytes[w], pr.conv->scratchBytes);
-          } else {
-            ++stats_.libraryDeclined;
-          }
+        pr.gemm = std::move(call.gemm);
+        break;
+      case cuda::LibraryCall::Affine:
+        pr.kind = Prepared::Affine;
+        pr.affine = std::move(call.affine);
+        break;
+      case cuda::LibraryCall::Conv: {
+        auto conv = makeConv(wk, std::move(call.conv), call.convBf16);
+        if (!conv)
+          return conv.takeError();
+        if (*conv) { // else cuDNN has no algorithm for these views: the generated kernel
+          pr.kind = Prepared::Conv;
+          pr.conv = std::move(*conv);
+          pr.convBf16 = call.convBf16;
+          stats_.extraBytes[w] = std::max(stats_.extraBytes[w], pr.conv->scratchBytes);
+        } else {
+          ++stats_.libraryDeclined;
         }
-      } else if (auto a = affineGemmPlan(op, l.ranges, l.inputBoxes)) {
-        if (auto calls = cuda::cublasAffine(*a)) {
-          pr.kind = Prepared::Affine;
-          pr.affine = std::move(*calls);
-          pr.what = pr.affine.describe();
-        }
-      } else if (auto sc = scatterPlan(op, l.ranges, l.inputBoxes)) {
+        break;
+      }
+      case cuda::LibraryCall::Scatter:
         pr.kind = Prepared::Scatter;
-        pr.scatter = std::move(*sc);
+        pr.scatter = std::move(call.scatter);
         pr.scatterParams = cuda::scatterParams(pr.scatter);
         if (pr.scatter.zeroIn >= 0)
           pr.scatterZero = cuda::scatterZeroTerm(pr.scatter);
-        pr.what = "scatter-add (atomic adds, one k per q)";
+        break;
+      }
+      // After the call's own scratch: bfloat16 operands widened to float32, and a bfloat16
+      // result computed in float32 and rounded into the share once.
+      if (pr.kind != Prepared::None) {
+        int64_t at = pr.kind == Prepared::Conv ? aligned(pr.conv->scratchBytes) : 0;
+        pr.widenAt.assign(l.inputOffsets.size(), -1);
+        for (size_t q = 0; q < widen.size(); ++q)
+          if (widen[q]) {
+            pr.widenAt[q] = at;
+            at += aligned(boxElements(l.inputBoxes[q]) * 4);
+          }
+        if (staged) {
+          pr.stagedAt = at;
+          at += aligned(pr.outputElements * 4);
+        }
+        stats_.extraBytes[w] = std::max(stats_.extraBytes[w], at);
       }
     }
     if (pr.kind != Prepared::None) {
       ++stats_.library;
       return llvm::Error::success();
     }
-    const cuda::GeneratedLaunch g = cuda::planGeneratedLaunch(kernelInfo_[l.kernel], op, l.ranges);
+    const KernelSource &source = kernelInfo_[kernelIndex_.at(typedKey(l))];
+    const cuda::GeneratedLaunch g = cuda::planGeneratedLaunch(source, op, l.ranges);
     auto find = [&](const std::string &entry) -> llvm::Expected<cudaKernel_t> {
       auto it = kernels_.find(entry);
       if (it == kernels_.end())
@@ -532,7 +632,7 @@ private:
     pr.kernel = *main;
     pr.what = g.describe();
     pr.blocks = g.blocks;
-    const std::string &name = kernelInfo_[l.kernel].name;
+    const std::string &name = source.name;
     for (const cuda::GeneratedLaunch::Pass &p : g.passes) {
       auto pass = find(temporaryPassName(name, p.temporary->id));
       if (!pass)
@@ -547,8 +647,7 @@ private:
     }
     if (g.multi)
       stats_.extraBytes[w] =
-          std::max(stats_.extraBytes[w],
-                   cuda::cudaPassesScratchBytes(kernelInfo_[l.kernel].passes, l.ranges));
+          std::max(stats_.extraBytes[w], cuda::cudaPassesScratchBytes(source.passes, l.ranges));
     pr.ints = l.ints; // the argument block is made once the scratch space exists
     pr.fast = l.fast;
     return llvm::Error::success();
@@ -563,34 +662,50 @@ private:
                        fmt::join(c.dilation, ","));
   }
 
-  llvm::Expected<std::shared_ptr<ConvCall>> makeConv(Worker &wk, cuda::CudnnConv call) {
+  /// The convolution's descriptors and algorithm; null where cuDNN has no algorithm for it
+  /// (the generated kernel runs it). `bf16`: x, w and y are bfloat16, accumulated in float32
+  /// (cuDNN's pseudo-bfloat16 configuration) on tensor cores.
+  llvm::Expected<std::shared_ptr<ConvCall>> makeConv(Worker &wk, cuda::CudnnConv call, bool bf16) {
     auto cc = std::make_shared<ConvCall>();
     cc->c = std::move(call);
     const cuda::CudnnConv &c = cc->c;
     if (c.zeros)
       return cc;
     const int nb = static_cast<int>(c.x.dims.size());
+    const cudnnDataType_t data = bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
     TOFU_CUDNN(cudnnCreateTensorDescriptor(&cc->x), "cudnnCreateTensorDescriptor");
     TOFU_CUDNN(cudnnCreateTensorDescriptor(&cc->y), "cudnnCreateTensorDescriptor");
     TOFU_CUDNN(cudnnCreateFilterDescriptor(&cc->w), "cudnnCreateFilterDescriptor");
     TOFU_CUDNN(cudnnCreateConvolutionDescriptor(&cc->conv), "cudnnCreateConvolutionDescriptor");
-    TOFU_CUDNN(cudnnSetTensorNdDescriptor(cc->x, CUDNN_DATA_FLOAT, nb, c.x.dims.data(),
-                                          c.x.strides.data()),
-               "the convolution's x descriptor");
-    TOFU_CUDNN(cudnnSetTensorNdDescriptor(cc->y, CUDNN_DATA_FLOAT, nb, c.y.dims.data(),
-                                          c.y.strides.data()),
-               "the convolution's y descriptor");
-    TOFU_CUDNN(
-        cudnnSetFilterNdDescriptor(cc->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nb, c.w.dims.data()),
-        "the convolution's filter descriptor");
-    TOFU_CUDNN(cudnnSetConvolutionNdDescriptor(cc->conv, nb - 2, c.pad.data(), c.stride.data(),
-                                               c.dilation.data(), CUDNN_CROSS_CORRELATION,
-                                               CUDNN_DATA_FLOAT),
-               "the convolution descriptor");
-    TOFU_CUDNN(cudnnSetConvolutionMathType(cc->conv, options_.tf32
-                                                         ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
-                                                         : CUDNN_FMA_MATH),
-               "cudnnSetConvolutionMathType");
+    // A bfloat16 geometry cuDNN will not describe is declined like one it has no algorithm
+    // for: the generated kernel computes it.
+    auto described = [&](cudnnStatus_t st, const char *what) -> llvm::Error {
+      if (st == CUDNN_STATUS_SUCCESS)
+        return llvm::Error::success();
+      if (bf16 && st == CUDNN_STATUS_NOT_SUPPORTED)
+        return llvm::Error::success();
+      return stringError(fmt::format("{}: {}", what, cudnnGetErrorString(st)));
+    };
+    cudnnStatus_t st =
+        cudnnSetTensorNdDescriptor(cc->x, data, nb, c.x.dims.data(), c.x.strides.data());
+    if (st == CUDNN_STATUS_SUCCESS)
+      st = cudnnSetTensorNdDescriptor(cc->y, data, nb, c.y.dims.data(), c.y.strides.data());
+    if (st == CUDNN_STATUS_SUCCESS)
+      st = cudnnSetFilterNdDescriptor(cc->w, data, CUDNN_TENSOR_NCHW, nb, c.w.dims.data());
+    if (st == CUDNN_STATUS_SUCCESS)
+      st = cudnnSetConvolutionNdDescriptor(cc->conv, nb - 2, c.pad.data(), c.stride.data(),
+                                           c.dilation.data(), CUDNN_CROSS_CORRELATION,
+                                           CUDNN_DATA_FLOAT);
+    if (st == CUDNN_STATUS_SUCCESS)
+      st = cudnnSetConvolutionMathType(cc->conv, bf16 ? CUDNN_TENSOR_OP_MATH
+                                                 : options_.tf32
+                                                     ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                                                     : CUDNN_FMA_MATH);
+    if (st != CUDNN_STATUS_SUCCESS) {
+      if (llvm::Error e = described(st, "describing the convolution to cuDNN"))
+        return e;
+      return nullptr;
+    }
     // The fastest algorithm whose workspace fits the limit: timed once per geometry (cuDNN
     // runs each algorithm on scratch buffers of its own) and remembered, else by cuDNN's
     // heuristics.
@@ -608,7 +723,7 @@ private:
           }
         return false;
       };
-      const std::string key = convKey(c);
+      const std::string key = convKey(c) + (bf16 ? "|bf16" : "");
       if (auto it = timedAlgorithms_.find(key); it != timedAlgorithms_.end()) {
         std::tie(cc->algo, cc->workspace) = it->second;
         found = true;
@@ -675,60 +790,120 @@ private:
       return std::move(chosen);
     if (!found) // e.g. a data gradient into a strided view: cuDNN 9 offers no engine
       return nullptr;
+    const Element element = bf16 ? Element::BF16 : Element::F32;
+    const int64_t bytes = cuda::elementBytes(element);
     cc->stagedW = aligned(cc->workspace);
-    cc->stagedOut = cc->stagedW + (c.stageWeights ? aligned(c.w.elements() * 4) : 0);
-    cc->scratchBytes = cc->stagedOut + (c.stageOutput ? aligned(c.x.elements() * 4) : 0);
+    cc->stagedOut = cc->stagedW + (c.stageWeights ? aligned(c.w.elements() * bytes) : 0);
+    cc->scratchBytes = cc->stagedOut + (c.stageOutput ? aligned(c.x.elements() * bytes) : 0);
     if (c.stageWeights) // the filter's box of its held buffer, gathered dense
-      cc->gatherW =
-          cuda::boxCopyParams(c.weightsBox, 0, c.weightsHeld, 0, c.weightsBox, cuda::kOverwrite);
+      cc->gatherW = cuda::boxCopyParams(c.weightsBox, 0, c.weightsHeld, 0, c.weightsBox,
+                                        cuda::kOverwrite, element, element);
     if (c.stageOutput) { // the share's box of the wider result, copied out dense
       Box computed, share;
       for (size_t d = 0; d < c.outputDims.size(); ++d) {
         computed.push_back({0, c.x.dims[d]});
         share.push_back({c.outputLead[d], c.outputLead[d] + c.outputDims[d]});
       }
-      cc->scatterOut = cuda::boxCopyParams(share, 0, computed, 0, share, cuda::kOverwrite);
+      cc->scatterOut =
+          cuda::boxCopyParams(share, 0, computed, 0, share, cuda::kOverwrite, element, element);
     }
     return cc;
   }
 
   llvm::Error runGemm(Worker &wk, const Prepared &pr, const cuda::CublasGemm &g) {
-    const float *alpha = g.alphaInput >= 0 ? pr.in[g.alphaInput] : wk.constants + 1;
+    const float *alpha = g.alphaInput >= 0 ? pr.callIn[g.alphaInput] : wk.constants + 1;
+    const cuda::GemmElements &types = pr.gemmElements;
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    if (!types.bf16Operands && !types.bf16Output) { // float32: sgemm, as before bf16
+      g.forEachCall([&](int64_t offX, int64_t offY, int64_t offC, bool first) {
+        status = cublasSgemmStridedBatched(
+            wk.blas, g.transX ? CUBLAS_OP_T : CUBLAS_OP_N, g.transY ? CUBLAS_OP_T : CUBLAS_OP_N,
+            static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), alpha,
+            pr.callIn[g.x] + offX, static_cast<int>(g.ldx), g.strideX, pr.callIn[g.y] + offY,
+            static_cast<int>(g.ldy), g.strideY, first ? wk.constants : wk.constants + 1,
+            pr.callOut + offC, static_cast<int>(g.ldc), g.strideC, static_cast<int>(g.batch));
+        return status == CUBLAS_STATUS_SUCCESS;
+      });
+      TOFU_CUBLAS(status, pr.what);
+      return llvm::Error::success();
+    }
+    // bfloat16 operands and/or output: GemmEx with float32 accumulation (tensor cores for
+    // bfloat16 operands); a staged output is float32 in scratch.
+    const Element operand = types.bf16Operands ? Element::BF16 : Element::F32;
+    const bool cBf16 = types.bf16Output && !types.staged;
+    const Element result = cBf16 ? Element::BF16 : Element::F32;
+    float *out = pr.callOut;
     g.forEachCall([&](int64_t offX, int64_t offY, int64_t offC, bool first) {
-      status = cublasSgemmStridedBatched(
+      status = cublasGemmStridedBatchedEx(
           wk.blas, g.transX ? CUBLAS_OP_T : CUBLAS_OP_N, g.transY ? CUBLAS_OP_T : CUBLAS_OP_N,
           static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), alpha,
-          pr.in[g.x] + offX, static_cast<int>(g.ldx), g.strideX, pr.in[g.y] + offY,
-          static_cast<int>(g.ldy), g.strideY, first ? wk.constants : wk.constants + 1,
-          pr.out + offC, static_cast<int>(g.ldc), g.strideC, static_cast<int>(g.batch));
+          elementAt(pr.callIn[g.x], offX, operand), cublasType(types.bf16Operands),
+          static_cast<int>(g.ldx), g.strideX, elementAt(pr.callIn[g.y], offY, operand),
+          cublasType(types.bf16Operands), static_cast<int>(g.ldy), g.strideY,
+          first ? wk.constants : wk.constants + 1, elementAt(out, offC, result), cublasType(cBf16),
+          static_cast<int>(g.ldc), g.strideC, static_cast<int>(g.batch), CUBLAS_COMPUTE_32F,
+          CUBLAS_GEMM_DEFAULT);
       return status == CUBLAS_STATUS_SUCCESS;
     });
     TOFU_CUBLAS(status, pr.what);
     return llvm::Error::success();
   }
 
+  /// A library call's bfloat16 operands widened into its float32 stand-ins (exact).
+  llvm::Error widenInputs(unsigned w, const Prepared &pr) {
+    Worker &wk = workers_[w];
+    const Launch &l = program_->worker[w].steps[pr.step].launch;
+    for (size_t q = 0; q < pr.widenAt.size(); ++q) {
+      if (pr.widenAt[q] < 0)
+        continue;
+      const Box all{{0, boxElements(l.inputBoxes[q])}};
+      const BoxCopyParams p =
+          cuda::boxCopyParams(all, 0, all, 0, all, cuda::kOverwrite, Element::F32, Element::BF16);
+      TOFU_CUDA(cuda::launchBoxCopy(p, const_cast<float *>(pr.callIn[q]), pr.in[q], wk.stream),
+                "widening an operand of " + pr.what);
+    }
+    return llvm::Error::success();
+  }
+
+  /// A staged call's float32 result rounded once into its bfloat16 share.
+  llvm::Error roundStaged(unsigned w, const Prepared &pr) {
+    if (pr.stagedAt < 0)
+      return llvm::Error::success();
+    Worker &wk = workers_[w];
+    const Box all{{0, pr.outputElements}};
+    const BoxCopyParams p =
+        cuda::boxCopyParams(all, 0, all, 0, all, cuda::kOverwrite, Element::BF16, Element::F32);
+    TOFU_CUDA(cuda::launchBoxCopy(p, pr.out, pr.callOut, wk.stream),
+              "rounding the result of " + pr.what);
+    return llvm::Error::success();
+  }
+
   llvm::Error runConv(Worker &wk, const Prepared &pr) {
     const ConvCall &cc = *pr.conv;
     const cuda::CudnnConv &c = cc.c;
-    if (c.zeros) {
-      TOFU_CUDA(cudaMemsetAsync(pr.out, 0, static_cast<size_t>(c.outputElements) * 4, wk.stream),
-                "zeroing a convolution share");
+    if (c.zeros) { // the share in its own type (no call, nothing staged)
+      TOFU_CUDA(
+          cudaMemsetAsync(pr.out, 0,
+                          static_cast<size_t>(c.outputElements * cuda::elementBytes(pr.outElement)),
+                          wk.stream),
+          "zeroing a convolution share");
       return llvm::Error::success();
     }
-    auto at = [&](const cuda::TensorView &v) -> float * {
-      return (v.input >= 0 ? const_cast<float *>(pr.in[v.input]) : pr.out) + v.offset;
+    const Element element = pr.convBf16 ? Element::BF16 : Element::F32;
+    auto at = [&](const cuda::TensorView &v) -> void * {
+      return elementAt(v.input >= 0 ? const_cast<float *>(pr.callIn[v.input]) : pr.callOut,
+                       v.offset, element);
     };
-    float *x = at(c.x), *w = at(c.w), *y = at(c.y);
+    void *x = at(c.x), *w = at(c.w), *y = at(c.y);
     char *scratch = wk.scratch;
     if (c.stageWeights) {
-      float *dense = reinterpret_cast<float *>(scratch + cc.stagedW);
-      TOFU_CUDA(cuda::launchBoxCopy(cc.gatherW, dense, pr.in[c.w.input], wk.stream),
+      void *dense = scratch + cc.stagedW;
+      TOFU_CUDA(cuda::launchBoxCopy(cc.gatherW, dense, pr.callIn[c.w.input], wk.stream),
                 "gathering a filter");
       w = dense;
     }
     if (c.stageOutput)
-      x = reinterpret_cast<float *>(scratch + cc.stagedOut);
+      x = scratch + cc.stagedOut;
     const float one = 1.0f, zero = 0.0f;
     void *ws = cc.workspace > 0 ? scratch : nullptr;
     const size_t wsBytes = static_cast<size_t>(cc.workspace);
@@ -754,7 +929,7 @@ private:
       break;
     }
     if (c.stageOutput)
-      TOFU_CUDA(cuda::launchBoxCopy(cc.scatterOut, pr.out, x, wk.stream),
+      TOFU_CUDA(cuda::launchBoxCopy(cc.scatterOut, pr.callOut, x, wk.stream),
                 "copying a data gradient's share out of its wider result");
     return llvm::Error::success();
   }
@@ -779,7 +954,8 @@ private:
   std::vector<Worker> workers_; ///< per worker of the plan (only local ones made)
   std::vector<cudaLibrary_t> libraries_;
   std::map<std::string, cudaKernel_t> kernels_;
-  std::vector<KernelSource> kernelInfo_; ///< per program kernel, its entry points (no code)
+  std::vector<KernelSource> kernelInfo_; ///< per typed kernel, its entry points (no code)
+  std::map<Typed, size_t> kernelIndex_;  ///< a launch's typed kernel in kernelInfo_
   /// Timed convolution algorithms (and their workspaces) by geometry (convKey).
   std::map<std::string, std::pair<int, int64_t>> timedAlgorithms_;
   std::vector<std::vector<Prepared>> prepared_;

@@ -3,9 +3,10 @@
 // events for the cross-worker order — at each synchronisation a worker records an event on
 // its stream and makes its stream wait for every other worker's, so nothing blocks the host
 // inside a step. Weights and optimiser state stay in the arenas across steps. Launches run
-// cuBLAS (strided-batched sgemm) for the matrix-product family, cuDNN for convolutions
-// and their gradients, the backend's scatter-add for gathers' gradients, and the
-// generator's NVRTC-compiled kernels (cubins cached on disk) for everything else. Region
+// cuBLAS (strided-batched sgemm, or GemmEx on bfloat16) for the matrix-product family,
+// cuDNN for convolutions and their gradients, the backend's scatter-add for gathers'
+// gradients, and the generator's NVRTC-compiled kernels (cubins cached on disk) for
+// everything else; cuda::libraryCall decides which, and in which element types. Region
 // copies between arenas are device copies over UVA (a plain memcpy where the region is
 // contiguous, the box-copy kernel otherwise, combining partial results on the owner).
 // Several workers may share one GPU ("virtual workers": k arenas and k streams), so one

@@ -7,6 +7,7 @@
 // reason, and the GPU tests say so and skip.
 #include "runtime/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -14,6 +15,9 @@
 #include "graph/onnx_import.h"
 #include "graph/test_library.h"
 #include "graph/zoo.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/cpu_executor.h"
+#include "runtime/training_data.h"
 #include "testing/engine_check.h"
 #include "testing/suite.h"
 #include "testing/test_problem.h"
@@ -98,6 +102,58 @@ TEST(CudaBackend, OnnxResNet18TrainingStep) {
   ASSERT_TRUE(bool(loss)) << llvm::toString(loss.takeError());
   std::map<std::string, std::vector<double>> constants = g->constants;
   checkModel("onnx resnet18", trainingProblem(std::move(*g)), constants);
+}
+
+/// Storage in bfloat16 (--precision bf16) on the GPU: the same bf16 training step on the
+/// CUDA backend (cuBLAS GemmEx and cuDNN on bfloat16 operands with float32 accumulation,
+/// generated kernels on bfloat16 buffers, box copies converting between types) against the
+/// CPU engine's, unpartitioned and at k = 2 and 4 virtual workers. Both round at the same
+/// points; products accumulate in another order, so a rounded value may land an ulp apart
+/// (2^-8 relative), compounding over the step like any bf16 step (kBfloat16StepTolerance).
+void checkBfloat16(const std::string &what, llvm::Expected<Graph> g) {
+  std::vector<std::string> outputs;
+  Problem p = trainingProblem(std::move(g), Optimizer::SGD, &outputs, Precision::BF16);
+  const auto given = trainingValues(p, outputs.at(0), 3, 0.1);
+  BackendFactory cpu = [] {
+    CpuBackendOptions o;
+    o.threadsPerWorker = 1;
+    return makeCpuBackend(o);
+  };
+  auto reference = startRun(p, 1, given, cpu, options());
+  ASSERT_TRUE(reference);
+  ASSERT_TRUE(reference->engine->program().hasBfloat16()) << what;
+  auto want = reference->engine->step();
+  ASSERT_TRUE(bool(want)) << llvm::toString(want.takeError());
+  for (unsigned k : {1u, 2u, 4u}) {
+    auto run = startRun(p, k, given, cuda(), options());
+    ASSERT_TRUE(run) << what << " k=" << k;
+    auto got = run->engine->step();
+    ASSERT_TRUE(bool(got)) << what << " k=" << k << ": " << llvm::toString(got.takeError());
+    double worst = 0;
+    for (unsigned t : resultTensors(p, *run->engine)) {
+      const Tensor a = run->engine->get(t), b = reference->engine->get(t);
+      for (double v : a.data)
+        ASSERT_FALSE(std::isnan(v))
+            << what << " k=" << k << ": '" << run->engine->program().tensors[t].name << "'";
+      worst = std::max(worst, maxRelativeError(a, b));
+    }
+    EXPECT_LE(worst, kBfloat16StepTolerance) << what << " k=" << k;
+    const std::vector<int64_t> arenas = run->engine->arenaBytes();
+    EXPECT_EQ(*std::max_element(arenas.begin(), arenas.end()), run->memory.largestPeak()) << what;
+    const BackendStats stats = run->engine->backendStats();
+    if (k == 1)
+      EXPECT_GT(stats.library, 0u) << what << ": no bf16 share ran on cuBLAS or cuDNN";
+    std::printf("GPU bf16 %s k=%u: %u library calls (%u declined), worst %.3g against the CPU "
+                "engine\n",
+                what.c_str(), k, stats.library, stats.libraryDeclined, worst);
+  }
+}
+
+TEST(CudaBackend, Bfloat16TrainingStepsMatchTheCpuEngine) {
+  TOFU_REQUIRE_GPU();
+  checkBfloat16("mlp", buildMlp({64, 96, 32}, 16));
+  checkBfloat16("gpt", buildTransformer(1, 16, 2, 4, 2, 24));
+  checkBfloat16("wresnet", buildModel("wresnet-50-1-i32-c4-k10", 2));
 }
 
 } // namespace

@@ -11,13 +11,13 @@ unsigned blocksFor(int64_t n) {
   return static_cast<unsigned>(b < 1 ? 1 : b > 65535 ? 65535 : b);
 }
 
-__global__ void boxCopyKernel(BoxCopyParams p, float *dst, const float *src) {
+__global__ void boxCopyKernel(BoxCopyParams p, void *dst, const void *src) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < p.elements;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x)
     boxCopyElement(p, e, dst, src);
 }
 
-__global__ void fillKernel(float *dst, int64_t n, float value) {
+template <typename T> __global__ void fillKernel(T *dst, int64_t n, T value) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[e] = value;
@@ -36,8 +36,7 @@ __global__ void scatterKernel(ScatterParams p, float *out, const float *idx, con
 
 } // namespace
 
-cudaError_t launchBoxCopy(const BoxCopyParams &p, float *dst, const float *src,
-                          cudaStream_t stream) {
+cudaError_t launchBoxCopy(const BoxCopyParams &p, void *dst, const void *src, cudaStream_t stream) {
   if (p.rank < 0 || p.rank > kMaxCopyRank)
     return cudaErrorInvalidValue;
   for (int k = 0; k < p.rank; ++k)
@@ -52,7 +51,15 @@ cudaError_t launchBoxCopy(const BoxCopyParams &p, float *dst, const float *src,
 cudaError_t launchFill(float *dst, int64_t n, float value, cudaStream_t stream) {
   if (n <= 0)
     return cudaSuccess;
-  fillKernel<<<blocksFor(n), kThreads, 0, stream>>>(dst, n, value);
+  fillKernel<float><<<blocksFor(n), kThreads, 0, stream>>>(dst, n, value);
+  return cudaGetLastError();
+}
+
+cudaError_t launchFillBf16(void *dst, int64_t n, float value, cudaStream_t stream) {
+  if (n <= 0)
+    return cudaSuccess;
+  fillKernel<tofu_bf16><<<blocksFor(n), kThreads, 0, stream>>>(static_cast<tofu_bf16 *>(dst), n,
+                                                               tofu_to_bf16(value));
   return cudaGetLastError();
 }
 

@@ -15,11 +15,12 @@ namespace tofu::cuda {
 /// Copies (or combines) the box `p` from `src` into `dst` on `stream`; both pointers may
 /// be on any device the current one can reach (UVA). cudaErrorInvalidValue for a rank
 /// outside [0, kMaxCopyRank] or a negative extent, before launching anything.
-cudaError_t launchBoxCopy(const BoxCopyParams &p, float *dst, const float *src,
-                          cudaStream_t stream);
+cudaError_t launchBoxCopy(const BoxCopyParams &p, void *dst, const void *src, cudaStream_t stream);
 
 /// Sets `n` floats at `dst` to `value`.
 cudaError_t launchFill(float *dst, int64_t n, float value, cudaStream_t stream);
+/// Sets `n` bfloat16 elements at `dst` to `value` rounded to nearest even.
+cudaError_t launchFillBf16(void *dst, int64_t n, float value, cudaStream_t stream);
 
 /// The scatter-adds of `p` (atomic adds into `out`, which holds the zeroed share).
 cudaError_t launchScatter(const ScatterParams &p, float *out, const float *idx, const float *dy,

@@ -22,11 +22,14 @@ constexpr int kMaxCopyRank = 8;
 /// How a copied element meets the destination: overwrite, or one of the reducers.
 enum CopyCombine : int32_t { kOverwrite = -1, kSum = 0, kProd = 1, kMax = 2, kMin = 3 };
 
-/// A box copied between two strided float buffers: per dimension (the last fastest) its
-/// extent and both element strides; both base offsets in elements.
+/// A box copied between two strided buffers of float32 or bfloat16 elements: per dimension
+/// (the last fastest) its extent and both element strides; both base offsets in elements.
+/// A bfloat16 source is widened exactly; a bfloat16 destination is rounded to nearest even
+/// once, after the combine (which reads its value widened), as the CPU backend's copyBox.
 struct BoxCopyParams {
   int32_t rank = 0;
   int32_t combine = kOverwrite;
+  int32_t srcBf16 = 0, dstBf16 = 0; ///< the buffers' element types: 1 for bfloat16
   int64_t elements = 1;
   int64_t srcOffset = 0, dstOffset = 0;
   int64_t extent[kMaxCopyRank] = {};
@@ -41,7 +44,7 @@ TOFU_HD float combineValues(int32_t how, float a, float b) {
 }
 
 /// Element `e` (row-major over the extents) of the copy.
-TOFU_HD void boxCopyElement(const BoxCopyParams &p, int64_t e, float *dst, const float *src) {
+TOFU_HD void boxCopyElement(const BoxCopyParams &p, int64_t e, void *dst, const void *src) {
   int64_t so = p.srcOffset, d = p.dstOffset;
   for (int32_t k = p.rank - 1; k >= 0; --k) {
     const int64_t c = e % p.extent[k];
@@ -49,7 +52,26 @@ TOFU_HD void boxCopyElement(const BoxCopyParams &p, int64_t e, float *dst, const
     so += c * p.srcStride[k];
     d += c * p.dstStride[k];
   }
-  dst[d] = p.combine == kOverwrite ? src[so] : combineValues(p.combine, dst[d], src[so]);
+  if (!p.srcBf16 && !p.dstBf16) { // float32 both sides: the common case
+    float *out = static_cast<float *>(dst);
+    const float v = static_cast<const float *>(src)[so];
+    out[d] = p.combine == kOverwrite ? v : combineValues(p.combine, out[d], v);
+    return;
+  }
+  if (p.srcBf16 && p.dstBf16 && p.combine == kOverwrite) { // the bits, NaN payloads included
+    static_cast<tofu_bf16 *>(dst)[d] = static_cast<const tofu_bf16 *>(src)[so];
+    return;
+  }
+  const float v = p.srcBf16 ? tofu_from_bf16(static_cast<const tofu_bf16 *>(src)[so])
+                            : static_cast<const float *>(src)[so];
+  if (p.dstBf16) {
+    tofu_bf16 *out = static_cast<tofu_bf16 *>(dst);
+    out[d] = tofu_to_bf16(
+        p.combine == kOverwrite ? v : combineValues(p.combine, tofu_from_bf16(out[d]), v));
+  } else {
+    float *out = static_cast<float *>(dst);
+    out[d] = p.combine == kOverwrite ? v : combineValues(p.combine, out[d], v);
+  }
 }
 
 /// A gather's gradient as scatter-adds: for each q of the index tensor, the dy row it names

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <optional>
 
@@ -44,7 +45,9 @@ double nestWork(const KernelSchedule &s, int nest, const std::vector<unsigned> &
 
 double ceilDiv(double a, double b) { return b > 0 ? std::ceil(a / b) : a; }
 
-int64_t boxBytes(const Box &b) { return boxElements(b) * static_cast<int64_t>(sizeof(float)); }
+int64_t boxBytes(const Box &b, loops::Element element) {
+  return boxElements(b) * elementBytes(element);
+}
 
 } // namespace
 
@@ -54,7 +57,8 @@ llvm::Expected<std::vector<KernelEstimate>> kernelReport(const Program &program,
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "worker %u of a program of %u workers", worker,
                                    static_cast<unsigned>(program.worker.size()));
-  std::vector<std::optional<KernelSource>> sources(program.kernels.size());
+  // Generated kernels by instantiation and element types (codegen/kernel_gen.h).
+  std::map<std::pair<unsigned, std::string>, KernelSource> sources;
   std::vector<std::optional<KernelSchedule>> cudaOne(program.kernels.size()),
       cudaMulti(program.kernels.size()), cpp(program.kernels.size());
   std::vector<KernelEstimate> out;
@@ -68,53 +72,64 @@ llvm::Expected<std::vector<KernelEstimate>> kernelReport(const Program &program,
     KernelEstimate e;
     e.node = node.name;
     e.op = node.op;
+    std::vector<loops::Element> inputTypes;
+    for (size_t q = 0; q < l.inputBoxes.size(); ++q)
+      inputTypes.push_back(q < l.inputElements.size() ? l.inputElements[q] : loops::Element::F32);
     double inputBytes = 0;
-    for (const Box &b : l.inputBoxes)
-      inputBytes += static_cast<double>(boxBytes(b));
+    for (size_t q = 0; q < l.inputBoxes.size(); ++q)
+      inputBytes += static_cast<double>(boxBytes(l.inputBoxes[q], inputTypes[q]));
     double outputs = 1;
     for (unsigned v : op.outputVars)
       outputs *= extent(l.ranges, v);
-    e.minBytes = inputBytes + 4 * outputs;
+    const double outputBytes = static_cast<double>(elementBytes(l.outputElement));
+    e.minBytes = inputBytes + outputBytes * outputs;
     if (!cpp[l.kernel])
       cpp[l.kernel] = scheduleKernel(op, ScheduleTarget::Cpp);
     const double minFlops = 2 * scheduledIterations(op, *cpp[l.kernel], l.ranges);
-    // The library call the backend makes, if any.
-    if (auto g = gemmPlan(op, l.ranges, l.inputBoxes)) {
+    // The library call the backend makes, if any (the same decision: libraryCall).
+    const LibraryCall call =
+        libraryCall(op, node.shapes, l.ranges, l.inputBoxes, inputTypes, l.outputElement);
+    if (call.kind != LibraryCall::None) {
       e.library = true;
-      e.how = cublasGemm(*g).describe();
-    } else if (auto c = convPlan(op, node.shapes, l.ranges, l.inputBoxes)) {
-      if (auto call = cudnnConv(*c, l.inputBoxes)) {
-        e.library = true;
-        e.how = call->describe();
-      }
-    } else if (auto a = affineGemmPlan(op, l.ranges, l.inputBoxes)) {
-      if (auto calls = cublasAffine(*a)) {
-        e.library = true;
-        e.how = calls->describe();
-        e.launches = static_cast<unsigned>(calls->products.size()) + (calls->hasRest ? 1 : 0);
-      }
-    } else if (scatterPlan(op, l.ranges, l.inputBoxes)) {
-      e.library = true;
-      e.how = "scatter-add (atomic adds, one k per q)";
+      e.how = call.describe();
+      e.tensorCores = call.tensorCores();
+      if (call.kind == LibraryCall::Affine)
+        e.launches =
+            static_cast<unsigned>(call.affine.products.size()) + (call.affine.hasRest ? 1 : 0);
     }
     if (e.library) {
       e.bytes = e.minBytes;
       e.flops = minFlops;
+      // Conversions around a call the library takes in float32 only: each widened operand
+      // read (2 bytes) and written and read again (4 each); a staged result written and
+      // read (4 each) and rounded (2).
+      for (size_t q = 0; q < call.widen.size(); ++q)
+        if (call.widen[q]) {
+          ++e.launches;
+          e.bytes += 10.0 * static_cast<double>(boxElements(l.inputBoxes[q]));
+        }
+      if (call.staged) {
+        ++e.launches;
+        e.bytes += 8 * outputs;
+      }
     } else {
-      if (!sources[l.kernel]) {
-        auto k = generateKernel(op, KernelDialect::Cuda);
+      const KernelTypes types{inputTypes, l.outputElement};
+      const std::pair<unsigned, std::string> key{l.kernel, types.describe(inputTypes.size())};
+      auto found = sources.find(key);
+      if (found == sources.end()) {
+        auto k = generateKernel(op, KernelDialect::Cuda, types);
         if (!k)
           return k.takeError();
         k->code.clear();
-        sources[l.kernel] = std::move(*k);
+        found = sources.emplace(key, std::move(*k)).first;
       }
-      const KernelSource &k = *sources[l.kernel];
+      const KernelSource &k = found->second;
       const GeneratedLaunch g = planGeneratedLaunch(k, op, l.ranges);
       auto &slot = g.multi ? cudaMulti[l.kernel] : cudaOne[l.kernel];
       if (!slot)
         slot = scheduleKernel(op, g.multi ? ScheduleTarget::CudaPasses : ScheduleTarget::Cuda);
       const KernelSchedule &s = *slot;
-      e.how = g.describe();
+      e.how = g.describe() + (call.declined.empty() ? "" : " (not " + call.declined + ")");
       e.blocks = g.blocks;
       e.threads = kKernelThreads;
       e.flops = 2 * scheduledIterations(op, s, l.ranges);
@@ -156,14 +171,16 @@ llvm::Expected<std::vector<KernelEstimate>> kernelReport(const Program &program,
       const double sharers = g.perBlock ? static_cast<double>(g.groups) : outputs;
       if (mainReductions > 0 && inputBytes / std::max(1.0, sharers) > gpu.cachePerBlock)
         sweeps += mainReductions;
-      e.bytes = inputBytes * (static_cast<double>(g.passes.size()) + sweeps) + 4 * outputs +
-                8 * temporaries;
+      e.bytes = inputBytes * (static_cast<double>(g.passes.size()) + sweeps) +
+                outputBytes * outputs + 8 * temporaries;
     }
+    const double peak = e.tensorCores ? gpu.bf16 : gpu.fp32;
     e.boundSeconds =
-        std::max({e.minBytes / gpu.bandwidth, std::min(minFlops, e.flops) / gpu.fp32, gpu.launch});
-    e.estimateSeconds = e.library ? std::max(e.boundSeconds, e.launches * gpu.launch)
-                                  : std::max({e.bytes / gpu.bandwidth, e.flops / gpu.fp32,
-                                              e.chain / gpu.clock, e.launches * gpu.launch});
+        std::max({e.minBytes / gpu.bandwidth, std::min(minFlops, e.flops) / peak, gpu.launch});
+    e.estimateSeconds =
+        e.library ? std::max({e.boundSeconds, e.bytes / gpu.bandwidth, e.launches * gpu.launch})
+                  : std::max({e.bytes / gpu.bandwidth, e.flops / gpu.fp32, e.chain / gpu.clock,
+                              e.launches * gpu.launch});
     out.push_back(std::move(e));
   }
   return out;
@@ -171,9 +188,10 @@ llvm::Expected<std::vector<KernelEstimate>> kernelReport(const Program &program,
 
 std::string formatKernelReport(const std::vector<KernelEstimate> &report, const GpuModel &gpu) {
   std::string out = fmt::format(
-      "Kernels of one step on an {} (roofline: {:.2f} TB/s, {:.0f} TFLOP/s FP32, {:.2f} GHz, "
-      "{:.0f} us a launch; no device used)\n\n",
-      gpu.name, gpu.bandwidth / 1e12, gpu.fp32 / 1e12, gpu.clock / 1e9, 1e6 * gpu.launch);
+      "Kernels of one step on an {} (roofline: {:.2f} TB/s, {:.0f} TFLOP/s FP32, {:.0f} TFLOP/s "
+      "BF16 on tensor cores, {:.2f} GHz, {:.0f} us a launch; no device used)\n\n",
+      gpu.name, gpu.bandwidth / 1e12, gpu.fp32 / 1e12, gpu.bf16 / 1e12, gpu.clock / 1e9,
+      1e6 * gpu.launch);
   out += "| node | op | how | launches | grid x block | serial chain | MB | GFLOP | bound us | "
          "estimate us | estimate / bound |\n";
   out += "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";

@@ -8,6 +8,7 @@
 #include "runtime/cuda/kernel_report.h"
 
 #include <cstdio>
+#include <map>
 
 #include "graph/zoo.h"
 #include "testing/test_problem.h"
@@ -16,9 +17,10 @@
 namespace tofu::cuda {
 namespace {
 
-std::vector<KernelEstimate> report(const std::string &model, int64_t batch) {
-  Problem p = trainingProblem(buildModel(model, batch));
-  auto plan = searchedPlan(p, 1);
+std::vector<KernelEstimate> report(const std::string &model, int64_t batch,
+                                   Precision precision = Precision::FP32, unsigned k = 1) {
+  Problem p = trainingProblem(buildModel(model, batch), Optimizer::SGD, nullptr, precision);
+  auto plan = searchedPlan(p, k);
   ExecPlan exec = buildExecPlan(p, *plan);
   MemoryPlan memory = planMemory(p, exec, {});
   auto program = buildProgram(p, exec, memory);
@@ -59,6 +61,46 @@ TEST(KernelReport, NoKernelOfTheGpuBenchmarkIsFarFromItsBound) {
                 "generated kernel %s at %.2fx\n",
                 model, static_cast<long long>(batch), r.size(), 1e3 * bound, 1e3 * estimate,
                 worstNode.c_str(), worst);
+  }
+}
+
+// A bf16 plan (--precision bf16) at k = 2 runs every share on a library call that the
+// float32 plan runs on one, whatever the mix of types partitioning brings (a convolution of
+// bfloat16 operands whose result is a float32 partial sum; a product of a bfloat16 and a
+// float32 operand): products of bfloat16 operands on tensor cores (GemmEx, cuDNN bf16),
+// the others in float32 around widened operands. A bf16 product moves fewer bytes.
+TEST(KernelReport, Bfloat16PlansKeepTheirLibraryCalls) {
+  for (const char *model : {"wresnet-50-1-i32-c8-k10", "gpt-2-32-4-16", "rnn-2-256"}) {
+    const std::vector<KernelEstimate> fp32 = report(model, 8, Precision::FP32, 2),
+                                      bf16 = report(model, 8, Precision::BF16, 2);
+    ASSERT_FALSE(fp32.empty() || bf16.empty()) << model;
+    std::map<std::string, const KernelEstimate *> wide;
+    for (const KernelEstimate &e : fp32)
+      wide[e.node] = &e;
+    unsigned library = 0, tensorCores = 0, widened = 0, smaller = 0;
+    for (const KernelEstimate &e : bf16) {
+      auto it = wide.find(e.node);
+      if (it == wide.end() || !it->second->library)
+        continue;
+      EXPECT_TRUE(e.library) << model << ": " << e.node << " (" << e.op
+                             << ") runs on a library in fp32 but " << e.how << " in bf16";
+      EXPECT_FALSE(it->second->tensorCores) << model << ": " << e.node;
+      ++library;
+      tensorCores += e.tensorCores;
+      widened += e.how.find("widened") != std::string::npos;
+      smaller += e.tensorCores && e.minBytes < it->second->minBytes;
+      if (e.tensorCores) {
+        EXPECT_TRUE(e.how.find("GemmEx") != std::string::npos ||
+                    e.how.find("bf16") != std::string::npos)
+            << e.how;
+      }
+    }
+    EXPECT_GT(library, 10u) << model;
+    EXPECT_GT(tensorCores, library / 2) << model;
+    EXPECT_GT(smaller, 0u) << model;
+    std::printf("%s bf16 at k=2: %u library calls (%u on tensor cores, %u around widened "
+                "operands)\n",
+                model, library, tensorCores, widened);
   }
 }
 

@@ -25,9 +25,12 @@ int32_t copyCombine(const ir::Reducer *reducer) {
 }
 
 BoxCopyParams boxCopyParams(const Box &dstHeld, int64_t dstOffset, const Box &srcHeld,
-                            int64_t srcOffset, const Box &box, int32_t combine) {
+                            int64_t srcOffset, const Box &box, int32_t combine,
+                            loops::Element dstElement, loops::Element srcElement) {
   BoxCopyParams p;
   p.combine = combine;
+  p.dstBf16 = dstElement == loops::Element::BF16 ? 1 : 0;
+  p.srcBf16 = srcElement == loops::Element::BF16 ? 1 : 0;
   const std::vector<int64_t> ds = rowMajorStrides(dstHeld), ss = rowMajorStrides(srcHeld);
   p.srcOffset = srcOffset, p.dstOffset = dstOffset;
   struct Dim {
@@ -66,11 +69,13 @@ BoxCopyParams boxCopyParams(const Box &dstHeld, int64_t dstOffset, const Box &sr
 }
 
 bool isContiguousCopy(const BoxCopyParams &p) {
-  return p.combine == kOverwrite &&
+  return p.combine == kOverwrite && p.srcBf16 == p.dstBf16 &&
          (p.rank == 0 || (p.rank == 1 && p.srcStride[0] == 1 && p.dstStride[0] == 1));
 }
 
-void runBoxCopyOnHost(const BoxCopyParams &p, float *dst, const float *src) {
+int64_t copyElementBytes(const BoxCopyParams &p) { return p.srcBf16 ? 2 : 4; }
+
+void runBoxCopyOnHost(const BoxCopyParams &p, void *dst, const void *src) {
   for (int64_t e = 0; e < p.elements; ++e)
     boxCopyElement(p, e, dst, src);
 }

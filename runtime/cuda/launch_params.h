@@ -23,14 +23,20 @@ int32_t copyCombine(const ir::Reducer *reducer);
 /// The copy of `box` (absolute coordinates) from a row-major buffer holding `srcHeld`
 /// whose first element is at `srcOffset` into one holding `dstHeld` at `dstOffset`
 /// (offsets in elements). Unit dimensions are dropped and dimensions contiguous in both
-/// buffers merged, so a contiguous copy has rank 1 (or 0 for one element).
+/// buffers merged, so a contiguous copy has rank 1 (or 0 for one element). The buffers'
+/// element types convert on the way (BoxCopyParams).
 BoxCopyParams boxCopyParams(const Box &dstHeld, int64_t dstOffset, const Box &srcHeld,
-                            int64_t srcOffset, const Box &box, int32_t combine);
+                            int64_t srcOffset, const Box &box, int32_t combine,
+                            loops::Element dstElement = loops::Element::F32,
+                            loops::Element srcElement = loops::Element::F32);
 
-/// A rank-1 (or 0) overwrite with unit strides: a plain memcpy of `elements` floats.
+/// A rank-1 (or 0) overwrite with unit strides between buffers of one element type: a
+/// plain memcpy of `elements` elements (copyElementBytes each).
 bool isContiguousCopy(const BoxCopyParams &p);
+/// The bytes of one element of the copy's source (a contiguous copy's size per element).
+int64_t copyElementBytes(const BoxCopyParams &p);
 
-void runBoxCopyOnHost(const BoxCopyParams &p, float *dst, const float *src);
+void runBoxCopyOnHost(const BoxCopyParams &p, void *dst, const void *src);
 
 /// The scatter-adds of `plan` and, for a `0 * Z` term, the copy that multiplies the zeroed
 /// output by Z's view (kProd over zeros: 0, or NaN where Z is not finite).

@@ -1,15 +1,18 @@
 // The host side of the CUDA backend's copies and kernel arguments, without a GPU: merged
 // box-copy parameters applied by the device's own element function reproduce the CPU
-// backend's copyBox (overwrite and every combine); the argument block matches the layout
+// backend's copyBox (overwrite and every combine, float32 and bfloat16 buffers, converting
+// between them); the argument block matches the layout
 // of the struct a generated CUDA kernel declares.
 #include "runtime/cuda/launch_params.h"
 
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <random>
 
 #include "analysis/reducer.h"
 #include "runtime/backend.h"
+#include "support/bf16.h"
 #include "gtest/gtest.h"
 
 namespace tofu::cuda {
@@ -62,6 +65,78 @@ TEST(LaunchParams, BoxCopiesMatchTheHostCopyForEveryCombine) {
     ASSERT_EQ(got, want) << "trial " << trial;
     EXPECT_LE(p.rank, static_cast<int>(rank));
   }
+}
+
+/// A buffer of `n` elements of `element` from `values` (bfloat16 ones rounded), as bytes.
+std::vector<unsigned char> bufferOf(const std::vector<float> &values, loops::Element element) {
+  std::vector<unsigned char> out(values.size() * (element == loops::Element::BF16 ? 2 : 4));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (element == loops::Element::BF16) {
+      const uint16_t b = bf16Bits(values[i]);
+      std::memcpy(out.data() + 2 * i, &b, 2);
+    } else {
+      std::memcpy(out.data() + 4 * i, &values[i], 4);
+    }
+  }
+  return out;
+}
+
+// The GPU's copies between buffers of float32 and bfloat16 (a bf16 plan's partial results
+// are float32, combined into bfloat16 tiles; a bfloat16 region lands in float32 staging)
+// give the CPU backend's bytes: widened exactly, combined in float32, rounded once to
+// nearest even, a bfloat16 overwrite copied bit for bit.
+TEST(LaunchParams, BoxCopiesBetweenElementTypesMatchTheHostCopy) {
+  using loops::Element;
+  std::mt19937 rng(12);
+  const ir::Reducer reducers[] = {ir::Reducer::Sum, ir::Reducer::Prod, ir::Reducer::Max,
+                                  ir::Reducer::Min};
+  const Element types[] = {Element::F32, Element::BF16};
+  unsigned converted = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const Element srcElement = types[trial % 2], dstElement = types[(trial / 2) % 2];
+    const size_t rank = 1 + trial % 4;
+    Box shape;
+    for (size_t d = 0; d < rank; ++d)
+      shape.push_back({0, 1 + static_cast<int64_t>(rng() % 6)});
+    const Box held = shape, box = randomBox(rng, shape);
+    std::uniform_real_distribution<float> dist(-3, 3);
+    std::vector<float> srcValues(static_cast<size_t>(boxElements(held)) + 3),
+        dstValues(static_cast<size_t>(boxElements(held)) + 1);
+    for (float &v : srcValues)
+      v = dist(rng);
+    for (float &v : dstValues)
+      v = dist(rng);
+    srcValues[3] = NAN; // a NaN crosses (and poisons a combine) in both
+    const ir::Reducer *reducer = trial % 3 == 0 ? nullptr : &reducers[(trial / 3) % 4];
+    const std::vector<unsigned char> src = bufferOf(srcValues, srcElement);
+    std::vector<unsigned char> want = bufferOf(dstValues, dstElement), got = want;
+    const int64_t srcAt = 3, dstAt = 1; // elements into their buffers, as in an arena
+    const int64_t srcBytes = srcElement == Element::BF16 ? 2 : 4,
+                  dstBytes = dstElement == Element::BF16 ? 2 : 4;
+    copyBox(want.data() + dstAt * dstBytes, dstElement, held, src.data() + srcAt * srcBytes,
+            srcElement, held, box, reducer);
+    const BoxCopyParams p =
+        boxCopyParams(held, dstAt, held, srcAt, box, copyCombine(reducer), dstElement, srcElement);
+    EXPECT_EQ(p.srcBf16, srcElement == Element::BF16 ? 1 : 0);
+    EXPECT_EQ(p.dstBf16, dstElement == Element::BF16 ? 1 : 0);
+    EXPECT_EQ(copyElementBytes(p), srcBytes);
+    if (srcElement != dstElement)
+      EXPECT_FALSE(isContiguousCopy(p)) << "a conversion is never a memcpy";
+    runBoxCopyOnHost(p, got.data(), src.data());
+    ASSERT_EQ(got, want) << "trial " << trial << ": " << (srcBytes == 2 ? "bf16" : "f32")
+                         << " into " << (dstBytes == 2 ? "bf16" : "f32")
+                         << (reducer ? ", combined" : "");
+    converted += srcElement != dstElement ? 1 : 0;
+  }
+  EXPECT_GE(converted, 150u);
+  // A float32 value half way between two bfloat16 ones rounds to the even one.
+  const float halfway = floatFromBf16(0x3f81) / 2 + floatFromBf16(0x3f82) / 2;
+  const std::vector<unsigned char> one = bufferOf({halfway}, Element::F32);
+  uint16_t out = 0;
+  const Box unit{{0, 1}};
+  runBoxCopyOnHost(boxCopyParams(unit, 0, unit, 0, unit, kOverwrite, Element::BF16, Element::F32),
+                   &out, one.data());
+  EXPECT_EQ(out, 0x3f82);
 }
 
 TEST(LaunchParams, ContiguousRegionsMergeIntoOneRun) {

@@ -88,6 +88,174 @@ std::string CublasAffine::describe() const {
   return out;
 }
 
+std::string GemmElements::describe() const {
+  return fmt::format("{0} x {0} -> {1}{2}", bf16Operands ? "bf16" : "f32",
+                     bf16Output ? "bf16" : "f32", staged ? " (staged in f32)" : "");
+}
+
+std::optional<GemmElements> gemmElements(const std::vector<const CublasGemm *> &products,
+                                         const std::vector<loops::Element> &inputs,
+                                         loops::Element output, std::string *why) {
+  auto of = [&](unsigned i) { return i < inputs.size() ? inputs[i] : loops::Element::F32; };
+  auto decline = [&](std::string reason) -> std::optional<GemmElements> {
+    if (why)
+      *why = std::move(reason);
+    return std::nullopt;
+  };
+  GemmElements e;
+  e.bf16Output = output == loops::Element::BF16;
+  bool calls = products.size() > 1;
+  for (size_t i = 0; i < products.size(); ++i) {
+    const CublasGemm &g = *products[i];
+    const bool x = of(g.x) == loops::Element::BF16, y = of(g.y) == loops::Element::BF16;
+    if (x != y)
+      return decline(
+          fmt::format("a product of {} and {} operands", x ? "bf16" : "f32", y ? "bf16" : "f32"));
+    if (i > 0 && x != e.bf16Operands)
+      return decline("products of operands of different types");
+    e.bf16Operands = x;
+    if (g.alphaInput >= 0 && of(static_cast<unsigned>(g.alphaInput)) != loops::Element::F32)
+      return decline("a bf16 scaling input");
+    calls = calls || g.calls() > 1 || g.accumulate;
+  }
+  e.staged = e.bf16Output && (!e.bf16Operands || calls);
+  return e;
+}
+
+std::optional<bool> cudnnBf16(const CudnnConv &c, const std::vector<loops::Element> &inputs,
+                              loops::Element output, std::string *why) {
+  auto of = [&](const TensorView &v) {
+    return v.input < 0                                    ? output
+           : static_cast<size_t>(v.input) < inputs.size() ? inputs[static_cast<size_t>(v.input)]
+                                                          : loops::Element::F32;
+  };
+  const loops::Element x = of(c.x), w = of(c.w), y = of(c.y);
+  if (x == w && w == y)
+    return x == loops::Element::BF16;
+  if (why)
+    *why = fmt::format(
+        "x {}, w {}, y {}: cuDNN takes one type", x == loops::Element::BF16 ? "bf16" : "f32",
+        w == loops::Element::BF16 ? "bf16" : "f32", y == loops::Element::BF16 ? "bf16" : "f32");
+  return std::nullopt;
+}
+
+std::string LibraryCall::describe() const {
+  // A product with a bfloat16 operand or result is cuBLAS's GemmEx, not sgemm.
+  auto typed = [&](std::string what) {
+    if (!elements.bf16Operands && !elements.bf16Output)
+      return what;
+    for (size_t at = what.find("sgemm"); at != std::string::npos; at = what.find("sgemm", at))
+      what.replace(at, 5, "GemmEx");
+    return what + ", " + elements.describe();
+  };
+  std::string out;
+  switch (kind) {
+  case None:
+    return "";
+  case Gemm:
+    out = typed(gemm.describe());
+    break;
+  case Conv:
+    out = conv.describe() + (convBf16 ? ", bf16" : "");
+    break;
+  case Affine:
+    out = typed(affine.describe());
+    break;
+  case Scatter:
+    return "scatter-add (atomic adds, one k per q)";
+  }
+  const auto widened = std::count(widen.begin(), widen.end(), true);
+  if (widened > 0)
+    out += fmt::format(", {} bf16 operand{} widened", widened, widened > 1 ? "s" : "");
+  if (staged && kind == Conv)
+    out += ", rounded to bf16";
+  return out;
+}
+
+bool LibraryCall::tensorCores() const {
+  return ((kind == Gemm || kind == Affine) && elements.bf16Operands) || (kind == Conv && convBf16);
+}
+
+LibraryCall libraryCall(const InstOp &op, const Shapes &shapes, const std::vector<Range> &ranges,
+                        const std::vector<Box> &held, const std::vector<loops::Element> &inputs,
+                        loops::Element output) {
+  using loops::Element;
+  LibraryCall call;
+  call.widen.assign(inputs.size(), false);
+  // Widens the bfloat16 inputs among `read` (input indices; others ignored).
+  auto widenAll = [&](const std::vector<int> &read) {
+    std::vector<Element> wide = inputs;
+    for (int q : read)
+      if (q >= 0 && static_cast<size_t>(q) < inputs.size() && inputs[q] == Element::BF16) {
+        call.widen[q] = true;
+        wide[q] = Element::F32;
+      }
+    return wide;
+  };
+  auto products = [&](const std::vector<const CublasGemm *> &gemms) -> bool {
+    if (auto e = gemmElements(gemms, inputs, output)) {
+      call.elements = *e;
+      return true;
+    }
+    std::vector<int> read; // what cuBLAS takes no mix of: widen the bfloat16 ones
+    for (const CublasGemm *g : gemms)
+      read.insert(read.end(), {static_cast<int>(g->x), static_cast<int>(g->y), g->alphaInput});
+    auto e = gemmElements(gemms, widenAll(read), output);
+    if (!e)
+      return false;
+    call.elements = *e;
+    return true;
+  };
+  if (auto g = gemmPlan(op, ranges, held)) {
+    call.gemm = cublasGemm(*g);
+    if (products({&call.gemm}))
+      call.kind = LibraryCall::Gemm;
+  } else if (auto c = convPlan(op, shapes, ranges, held)) {
+    if (auto conv = cudnnConv(*c, held)) {
+      call.kind = LibraryCall::Conv;
+      call.conv = std::move(*conv);
+      if (auto bf16 = cudnnBf16(call.conv, inputs, output)) {
+        call.convBf16 = *bf16;
+      } else { // cuDNN takes one type: float32, the bfloat16 operands widened
+        widenAll({call.conv.x.input, call.conv.w.input, call.conv.y.input});
+        call.staged = output == Element::BF16;
+      }
+    }
+  } else if (auto a = affineGemmPlan(op, ranges, held)) {
+    if (auto calls = cublasAffine(*a)) {
+      call.affine = std::move(*calls);
+      std::vector<const CublasGemm *> gemms;
+      for (const CublasGemm &g : call.affine.products)
+        gemms.push_back(&g);
+      if (products(gemms)) {
+        call.kind = LibraryCall::Affine;
+        // The bias in its own type, into the output, or the float32 staging it is rounded
+        // from.
+        call.affine.rest.srcBf16 = call.affine.hasRest && call.affine.restInput < inputs.size() &&
+                                   inputs[call.affine.restInput] == Element::BF16;
+        call.affine.rest.dstBf16 = output == Element::BF16 && !call.elements.staged;
+      }
+    }
+  } else if (auto sc = scatterPlan(op, ranges, held)) {
+    const bool f32 =
+        output == Element::F32 &&
+        std::all_of(inputs.begin(), inputs.end(), [](Element e) { return e == Element::F32; });
+    if (f32) {
+      call.kind = LibraryCall::Scatter;
+      call.scatter = std::move(*sc);
+    } else {
+      call.declined = "the scatter-add kernel adds float32";
+    }
+  }
+  if (call.kind == LibraryCall::Gemm || call.kind == LibraryCall::Affine)
+    call.staged = call.elements.staged;
+  if (call.kind == LibraryCall::None || (call.kind == LibraryCall::Conv && call.conv.zeros)) {
+    call.widen.assign(inputs.size(), false); // nothing is read
+    call.staged = false;
+  }
+  return call;
+}
+
 void referenceAffine(const CublasAffine &a, const float *const *in, float *out) {
   if (a.hasRest)
     for (int64_t e = 0; e < a.rest.elements; ++e)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "codegen/library_plans.h"
+#include "codegen/loop_ir.h"
 #include "runtime/cuda/device_ops.h"
 
 namespace tofu::cuda {
@@ -69,6 +70,30 @@ std::optional<CublasAffine> cublasAffine(const AffineGemmPlan &plan);
 /// The calls on host buffers, with the libraries' semantics.
 void referenceAffine(const CublasAffine &a, const float *const *in, float *out);
 
+/// The element types of a product's library calls (one CublasGemm, or an affine plan's
+/// products beside its bias). cuBLAS's GemmEx at CUBLAS_COMPUTE_32F accumulates in float32
+/// and takes X and Y both float32, or both bfloat16 (on tensor cores), writing C in float32,
+/// or in bfloat16 when X and Y are. A bfloat16 output that one call cannot write with one
+/// rounding per element (float32 operands, several calls, or calls adding into C) is
+/// computed into float32 scratch space and rounded once into the output (`staged`), as
+/// the generated kernel rounds it.
+struct GemmElements {
+  bool bf16Operands = false; ///< X and Y are bfloat16 (CUDA_R_16BF)
+  bool bf16Output = false;
+  bool staged = false;
+  /// "bf16 x bf16 -> f32", with " (staged)".
+  std::string describe() const;
+};
+/// None, with the reason in `why`, where cuBLAS has no call for the types: operands of
+/// different types, or a scaling input (alphaInput) that is not float32.
+std::optional<GemmElements> gemmElements(const std::vector<const CublasGemm *> &products,
+                                         const std::vector<loops::Element> &inputs,
+                                         loops::Element output, std::string *why = nullptr);
+/// `element`'s size in bytes.
+inline int64_t elementBytes(loops::Element element) {
+  return element == loops::Element::BF16 ? 2 : 4;
+}
+
 /// Runs `g` on host buffers the way cuBLAS would (column-major, float accumulation in
 /// double): the reference the mapping is tested against.
 void referenceGemm(const CublasGemm &g, const float *const *in, float *out);
@@ -112,6 +137,46 @@ struct CudnnConv {
 /// stageOutput); so is a view whose sizes or strides exceed int.
 std::optional<CudnnConv> cudnnConv(const ConvPlan &plan, const std::vector<Box> &held,
                                    std::string *why = nullptr);
+
+/// Whether cuDNN computes `c` in bfloat16 (x, w and y all bfloat16: cuDNN's pseudo-bfloat16
+/// configuration, float32 accumulation) rather than float32 (all float32); none, with the
+/// reason, for a mix, which cuDNN does not take.
+std::optional<bool> cudnnBf16(const CudnnConv &c, const std::vector<loops::Element> &inputs,
+                              loops::Element output, std::string *why = nullptr);
+
+/// How the CUDA backend computes one share with a library, decided on the host (the
+/// backend makes the call; the kernel report shows it without a device): a cuBLAS product,
+/// a cuDNN convolution, a bias and cuBLAS products, the scatter-add kernel, or none (the
+/// generated kernel), for the op's buffers of the given element types. Types the library
+/// takes in no one call (a product of a bfloat16 and a float32 operand; a convolution of
+/// bfloat16 operands whose result is a float32 partial sum) are computed in float32: the
+/// bfloat16 operands widened into scratch space first (exactly), a bfloat16 result staged in
+/// float32 and rounded once, as the CPU backend runs its float32 library calls.
+struct LibraryCall {
+  enum Kind { None, Gemm, Conv, Affine, Scatter } kind = None;
+  CublasGemm gemm;
+  CudnnConv conv;
+  CublasAffine affine;
+  ScatterPlan scatter;
+  GemmElements elements; ///< a product's (Gemm, Affine), its operands after widening
+  bool convBf16 = false; ///< Conv: in bfloat16 (cuDNN's pseudo-bfloat16 configuration)
+  /// Per input: widened from bfloat16 into float32 scratch space before the call.
+  std::vector<bool> widen;
+  /// The result is computed into float32 scratch space and rounded once into the share.
+  bool staged = false;
+  /// The op has a library form for this share that the scatter-add kernel's float32 rules
+  /// out (the generated kernel runs it), and why.
+  std::string declined;
+
+  /// What runs, for the profile and the kernel report ("cuBLAS sgemm 64x96x16", with the
+  /// element types where any is bfloat16).
+  std::string describe() const;
+  /// Products or convolutions on bfloat16 operands: tensor cores.
+  bool tensorCores() const;
+};
+LibraryCall libraryCall(const InstOp &op, const Shapes &shapes, const std::vector<Range> &ranges,
+                        const std::vector<Box> &held, const std::vector<loops::Element> &inputs,
+                        loops::Element output);
 
 /// Runs `c` on host buffers with cuDNN's semantics (views by their strides, symmetric
 /// zero padding): the reference the mapping is tested against.

@@ -222,5 +222,75 @@ TEST(LibraryCalls, PaddingBecomesSymmetricOnlyWhereTheOutputSizeAgrees) {
   EXPECT_EQ(one->pad, (std::vector<int>{0, 0}));
 }
 
+// The element types of the library calls in a bf16 plan: bfloat16 operands go to GemmEx
+// (tensor cores) writing float32 or bfloat16; what one call cannot round once is staged in
+// float32; mixes cuBLAS and cuDNN do not take are declined (the generated kernel runs them).
+TEST(LibraryCalls, ElementTypesOfBfloat16Calls) {
+  using loops::Element;
+  const Element F = Element::F32, B = Element::BF16;
+  CublasGemm g;
+  g.x = 1, g.y = 0;
+  auto types = [&](std::vector<const CublasGemm *> products, std::vector<Element> in, Element out) {
+    return gemmElements(products, in, out);
+  };
+  // bfloat16 operands into float32 (a weight's gradient) or bfloat16 (a linear's output):
+  // one call rounds once.
+  auto e = types({&g}, {B, B}, F);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->bf16Operands);
+  EXPECT_FALSE(e->bf16Output || e->staged);
+  e = types({&g}, {B, B}, B);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->bf16Operands && e->bf16Output);
+  EXPECT_FALSE(e->staged);
+  EXPECT_EQ(e->describe(), "bf16 x bf16 -> bf16");
+  // float32 operands into bfloat16: no such GemmEx; computed in float32, rounded once.
+  e = types({&g}, {F, F}, B);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->staged);
+  EXPECT_EQ(e->describe(), "f32 x f32 -> bf16 (staged in f32)");
+  // Several calls into a bfloat16 output (host loops, accumulating loops, a bias added
+  // first) would round after each: staged.
+  CublasGemm loops = g;
+  loops.inner = {GemmLoop{3, 16, 16, 0}};
+  e = types({&loops}, {B, B}, B);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->staged);
+  CublasGemm adds = g;
+  adds.accumulate = true;
+  e = types({&adds}, {B, B}, B);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->staged);
+  e = types({&g, &adds}, {B, B}, F);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_FALSE(e->staged); // float32 output: cuBLAS accumulates into it in float32
+  // Mixes: declined with the reason.
+  std::string why;
+  EXPECT_FALSE(gemmElements({&g}, {F, B}, F, &why).has_value());
+  EXPECT_EQ(why, "a product of bf16 and f32 operands");
+  CublasGemm other = g;
+  other.x = 2, other.y = 3;
+  EXPECT_FALSE(gemmElements({&g, &other}, {B, B, F, F}, F, &why).has_value());
+  EXPECT_EQ(why, "products of operands of different types");
+  CublasGemm scaled = g;
+  scaled.alphaInput = 2;
+  EXPECT_FALSE(gemmElements({&scaled}, {B, B, B}, B, &why).has_value());
+  EXPECT_EQ(why, "a bf16 scaling input");
+  EXPECT_TRUE(gemmElements({&scaled}, {B, B, F}, B).has_value());
+
+  // cuDNN: all three bfloat16, or all float32.
+  CudnnConv c;
+  c.x.input = 0, c.w.input = 1, c.y.input = -1;
+  EXPECT_EQ(cudnnBf16(c, {B, B}, B), std::optional<bool>(true));
+  EXPECT_EQ(cudnnBf16(c, {F, F}, F), std::optional<bool>(false));
+  EXPECT_FALSE(cudnnBf16(c, {B, B}, F, &why).has_value());
+  EXPECT_EQ(why, "x bf16, w bf16, y f32: cuDNN takes one type");
+  CudnnConv filter; // a filter gradient: x and y read, w written
+  filter.kind = ConvKind::Filter;
+  filter.x.input = 0, filter.y.input = 1, filter.w.input = -1;
+  EXPECT_EQ(cudnnBf16(filter, {B, B}, B), std::optional<bool>(true));
+  EXPECT_FALSE(cudnnBf16(filter, {B, F}, B).has_value());
+}
+
 } // namespace
 } // namespace tofu::cuda

@@ -19,17 +19,26 @@ namespace {
 
 using cuda::BoxCopyParams;
 
-/// One region crossing processes in a phase. The sender packs it into staging unless it is
-/// contiguous in the arena; the receiver takes it straight into the arena where it is
-/// contiguous there and not combined, else into staging and unpacks (combining) it.
+using loops::Element;
+
+/// One region crossing processes in a phase, in the sender's element type (a bfloat16
+/// region crosses as its bits). The sender packs it into staging unless it is contiguous
+/// in the arena; the receiver takes it straight into the arena where it is contiguous there,
+/// of the same type and not combined, else into staging and unpacks (converting, combining)
+/// it.
 struct Transfer {
   unsigned peer = 0;
   int64_t elements = 0;
-  bool direct = false;       ///< contiguous in the arena, straight from or into it
-  int64_t arenaOffset = 0;   ///< direct: the region's first element in the arena
-  int64_t stagingOffset = 0; ///< otherwise: where it lies in staging (elements)
-  BoxCopyParams pack;        ///< arena -> staging (sender) or staging -> arena (receiver)
+  Element wire = Element::F32; ///< the sender's element type
+  bool direct = false;         ///< contiguous in the arena, straight from or into it
+  int64_t arenaOffset = 0;     ///< direct: the region's first byte in the arena
+  int64_t stagingOffset = 0;   ///< otherwise: its first byte in staging
+  BoxCopyParams pack; ///< arena -> staging (sender) or staging -> arena (receiver), staging's
+                      ///< part at its start
 };
+
+ncclDataType_t ncclType(Element e) { return e == Element::BF16 ? ncclBfloat16 : ncclFloat; }
+int64_t bytesOf(Element e) { return e == Element::BF16 ? 2 : 4; }
 
 class NcclBackend final : public ForwardingBackend {
 public:
@@ -55,6 +64,8 @@ public:
   }
 
   std::string name() const override { return "nccl"; }
+  /// The CUDA backend computes bfloat16 tensors; their regions cross as their bits.
+  bool supportsBfloat16() const override { return true; }
   bool runsWorker(unsigned w) const override { return static_cast<int>(w) == rank_; }
 
   llvm::Error prepare(const Program &program) override {
@@ -83,7 +94,7 @@ public:
     if (llvm::Error e = inner_->prepare(program))
       return e;
     const CudaWorkerDevice dev = cudaWorkerDevice(*inner_, me);
-    arena_ = reinterpret_cast<float *>(dev.arena);
+    arena_ = dev.arena;
     stream_ = static_cast<cudaStream_t>(dev.stream);
 
     // The communicator: the first process's id, over MPI.
@@ -100,7 +111,13 @@ public:
     steps_ = program.worker[me].steps.size();
     sends_.assign(2 * steps_ + 1, {});
     receives_.assign(2 * steps_ + 1, {});
-    std::vector<int64_t> slotElements(2 * steps_ + 1, 0);
+    std::vector<int64_t> slotBytes(2 * steps_ + 1, 0);
+    // Each staged region starts 16-byte aligned.
+    auto stage = [&](size_t slot, const Transfer &t) {
+      const int64_t at = slotBytes[slot];
+      slotBytes[slot] += (t.elements * bytesOf(t.wire) + 15) / 16 * 16;
+      return at;
+    };
     auto addSend = [&](size_t slot, unsigned to, const RegionCopy &c) -> llvm::Error {
       const int64_t n = boxElements(c.box);
       if (n == 0)
@@ -108,15 +125,14 @@ public:
       Transfer t;
       t.peer = to;
       t.elements = n;
-      t.pack = cuda::boxCopyParams(c.box, slotElements[slot], c.srcBox, c.srcOffset / 4, c.box,
-                                   cuda::copyCombine(nullptr));
+      t.wire = c.srcElement;
+      t.pack = cuda::boxCopyParams(c.box, 0, c.srcBox, c.srcOffset / bytesOf(c.srcElement), c.box,
+                                   cuda::copyCombine(nullptr), t.wire, c.srcElement);
       t.direct = cuda::isContiguousCopy(t.pack);
-      if (t.direct) {
-        t.arenaOffset = t.pack.srcOffset;
-      } else {
-        t.stagingOffset = slotElements[slot];
-        slotElements[slot] += n;
-      }
+      if (t.direct)
+        t.arenaOffset = t.pack.srcOffset * bytesOf(t.wire);
+      else
+        t.stagingOffset = stage(slot, t);
       sends_[slot].push_back(t);
       return llvm::Error::success();
     };
@@ -128,15 +144,14 @@ public:
       Transfer t;
       t.peer = c.from;
       t.elements = n;
-      t.pack = cuda::boxCopyParams(c.dstBox, c.dstOffset / 4, c.box, slotElements[slot], c.box,
-                                   cuda::copyCombine(reducer));
+      t.wire = c.srcElement;
+      t.pack = cuda::boxCopyParams(c.dstBox, c.dstOffset / bytesOf(c.dstElement), c.box, 0, c.box,
+                                   cuda::copyCombine(reducer), c.dstElement, t.wire);
       t.direct = cuda::isContiguousCopy(t.pack);
-      if (t.direct) {
-        t.arenaOffset = t.pack.dstOffset;
-      } else {
-        t.stagingOffset = slotElements[slot];
-        slotElements[slot] += n;
-      }
+      if (t.direct)
+        t.arenaOffset = t.pack.dstOffset * bytesOf(c.dstElement);
+      else
+        t.stagingOffset = stage(slot, t);
       receives_[slot].push_back(t);
       byCopy_[&c] = {slot, receives_[slot].size() - 1};
       return llvm::Error::success();
@@ -146,9 +161,8 @@ public:
     if (llvm::Error e = forEachCopyInto(program, me, addReceive))
       return e;
     // Staging is reused phase after phase: one stream runs them in order.
-    const int64_t most = *std::max_element(slotElements.begin(), slotElements.end());
-    stagingBytes_ = most * 4;
-    if (most > 0)
+    stagingBytes_ = *std::max_element(slotBytes.begin(), slotBytes.end());
+    if (stagingBytes_ > 0)
       if (cudaError_t e =
               cudaMalloc(reinterpret_cast<void **>(&staging_), static_cast<size_t>(stagingBytes_));
           e != cudaSuccess)
@@ -162,17 +176,18 @@ public:
       return;
     for (const Transfer &t : sends_[slot]) // packing precedes the group on the stream
       if (!t.direct)
-        note(cuda::launchBoxCopy(t.pack, staging_, arena_, stream_), "packing a region");
+        note(cuda::launchBoxCopy(t.pack, staging_ + t.stagingOffset, arena_, stream_),
+             "packing a region");
     noteNccl(ncclGroupStart(), "ncclGroupStart");
     for (const Transfer &t : sends_[slot])
       noteNccl(ncclSend(t.direct ? arena_ + t.arenaOffset : staging_ + t.stagingOffset,
-                        static_cast<size_t>(t.elements), ncclFloat, static_cast<int>(t.peer), comm_,
-                        stream_),
+                        static_cast<size_t>(t.elements), ncclType(t.wire), static_cast<int>(t.peer),
+                        comm_, stream_),
                "ncclSend");
     for (const Transfer &t : receives_[slot])
       noteNccl(ncclRecv(t.direct ? arena_ + t.arenaOffset : staging_ + t.stagingOffset,
-                        static_cast<size_t>(t.elements), ncclFloat, static_cast<int>(t.peer), comm_,
-                        stream_),
+                        static_cast<size_t>(t.elements), ncclType(t.wire), static_cast<int>(t.peer),
+                        comm_, stream_),
                "ncclRecv");
     noteNccl(ncclGroupEnd(), "ncclGroupEnd");
   }
@@ -187,7 +202,8 @@ public:
       return; // an empty region
     const Transfer &t = receives_[it->second.first][it->second.second];
     if (!t.direct) // received into staging at enter: into (or combined with) the arena now
-      note(cuda::launchBoxCopy(t.pack, arena_, staging_, stream_), "unpacking a region");
+      note(cuda::launchBoxCopy(t.pack, arena_, staging_ + t.stagingOffset, stream_),
+           "unpacking a region");
   }
 
   llvm::Error finish(unsigned w) override {
@@ -237,9 +253,9 @@ private:
   int rank_ = 0, size_ = 1;
   size_t steps_ = 0; ///< in each worker's program
   ncclComm_t comm_ = nullptr;
-  float *arena_ = nullptr;
+  char *arena_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  float *staging_ = nullptr;
+  char *staging_ = nullptr;
   int64_t stagingBytes_ = 0;
   std::vector<std::vector<Transfer>> sends_, receives_; ///< per phase
   std::unordered_map<const RegionCopy *, std::pair<size_t, size_t>> byCopy_;
