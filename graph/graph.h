@@ -243,6 +243,9 @@ struct PrecisionSummary {
   unsigned fusedBias = 0;
   /// GELUs the ONNX export spelled out in five ops, joined into one Gelu (nn.GELU rounds once)
   unsigned gelus = 0;
+  /// Exported torch.baddbmm / addmm (Add(Mul(product, 1), M)) whose product and M are
+  /// rounded once, M cast to bfloat16, as autocast runs them (counted in fusedBias too)
+  unsigned addmms = 0;
 };
 
 /// Applies precision `p` to a checked forward graph (before buildTrainingGraph, which gives

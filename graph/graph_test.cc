@@ -476,5 +476,44 @@ TEST(Precision, PromotionRules) {
   EXPECT_EQ(castClass("Relu"), CastClass::Promote);
 }
 
+/// torch.baddbmm(mask, q, k) as the ONNX export spells it, Add(Mul(MatMul(q, k), 1), mask):
+/// one op under autocast, the mask cast to bfloat16 and the sum rounded once; the product
+/// stays float32 and the add gives bfloat16. A product scaled by another number is no
+/// exported baddbmm: it is rounded, then scaled and added as autocast would run those ops.
+TEST(Precision, ExportedBaddbmmRoundsOnce) {
+  auto ok = [](llvm::Error e) {
+    EXPECT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e));
+  };
+  Graph g;
+  ok(g.addTensor(tensor("q", {2, 6, 8})));
+  ok(g.addTensor(tensor("k", {2, 8, 6})));
+  ok(g.addTensor(tensor("mask", {2, 6, 6})));
+  ok(g.addTensor(tensor("one", {})));
+  ok(g.addTensor(tensor("two", {})));
+  g.constants["one"] = {1.0};
+  g.constants["two"] = {2.0};
+  ok(g.addNode(node("qk", "MatMul", {"q", "k"}, "s")));
+  ok(g.addNode(node("alpha", "MulBcast", {"s", "one"}, "s1")));
+  ok(g.addNode(node("masked", "Add", {"s1", "mask"}, "m")));
+  ok(g.addNode(node("soft", "Softmax", {"m"}, "p")));
+  ok(g.addNode(node("qk2", "MatMul", {"q", "k"}, "t")));
+  ok(g.addNode(node("twice", "MulBcast", {"t", "two"}, "t2")));
+  ok(g.addNode(node("masked2", "Add", {"t2", "mask"}, "m2")));
+  ok(g.addNode(node("soft2", "Softmax", {"m2"}, "p2")));
+  g.outputs = {"p", "p2"};
+  ok(checkGraph(g, library()));
+  auto s = applyPrecision(g, library(), Precision::BF16);
+  ASSERT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
+  EXPECT_EQ(s->addmms, 1u);
+  EXPECT_EQ(g.tensor("s")->dtype, "float32");
+  EXPECT_EQ(g.tensor("s1")->dtype, "float32");
+  EXPECT_EQ(g.tensor("m")->dtype, "bfloat16");
+  EXPECT_EQ(producedBy(g, "m"), "Add(s1, mask_bf16)");
+  EXPECT_EQ(g.tensor("t")->dtype, "bfloat16");
+  EXPECT_EQ(g.tensor("t2")->dtype, "bfloat16"); // a rank-0 float32 does not widen it
+  EXPECT_EQ(g.tensor("m2")->dtype, "float32");  // the float32 mask does
+  EXPECT_EQ(producedBy(g, "m2"), "Add(t2, mask)");
+}
+
 } // namespace
 } // namespace tofu

@@ -298,8 +298,54 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
       const Node *p = g.producer(t);
       return p && lowersToBf16(g, *p);
     };
+    auto inner = [&](const std::string &t) {
+      return readers[t] == 1 && std::find(g.outputs.begin(), g.outputs.end(), t) == g.outputs.end();
+    };
+    // torch.baddbmm(M, a, b) and torch.addmm, as the ONNX export spells them:
+    // Add(Mul(MatMul(a, b), alpha), beta * M), alpha = 1 (beta * M folded into a constant
+    // where M is one, then broadcast). Autocast runs them as one op, M cast to bfloat16 and
+    // the sum rounded once (nn.MultiheadAttention's scores with a float attn_mask). Returns
+    // the product's result where `t` is its scaling by 1.
+    auto scaledProduct = [&](const std::string &t) -> std::string {
+      const Node *m = g.producer(t);
+      if (!m || (m->op != "Mul" && m->op != "MulBcast") || m->inputs.size() != 2 || !inner(t))
+        return "";
+      for (unsigned j = 0; j < 2; ++j)
+        if (product(m->inputs[j]) && inner(m->inputs[j]) && isScalar(g, m->inputs[1 - j], 1.0))
+          return m->inputs[j];
+      return "";
+    };
     for (const Node &n : g.nodes()) {
       if (!kBiasAdd.count(n.op) || n.inputs.size() != 2)
+        continue;
+      bool joined = false;
+      for (unsigned k = 0; k < 2 && n.op != "ConvBias"; ++k) {
+        const std::string p = scaledProduct(n.inputs[k]);
+        if (p.empty())
+          continue;
+        std::string t = n.inputs[1 - k];
+        const Node *start = nullptr;
+        while (const Node *q = g.producer(t)) {
+          if (!kBroadcast.count(q->op) || q->inputs.size() != 1 || readers[t] != 1)
+            break;
+          start = q;
+          t = q->inputs[0];
+        }
+        if (!isNarrowable(g.tensor(t)->dtype))
+          continue;
+        if (isFloat32(g.tensor(t)->dtype)) {
+          if (start)
+            biasChainStart.insert(start->name);
+          else
+            directBias[n.name] = 1 - k;
+        }
+        fusedProduct.insert(p);
+        fusedAdd.insert(n.name);
+        ++summary.addmms;
+        joined = true;
+        break;
+      }
+      if (joined)
         continue;
       for (unsigned k = 0; k < 2; ++k) {
         if (!product(n.inputs[k]))

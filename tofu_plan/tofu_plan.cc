@@ -377,7 +377,7 @@ int main(int argc, char **argv) {
     precisionLine = fmt::format(
         "precision bf16 (as torch.autocast): {} product{} and convolution{} on bfloat16 "
         "operands through {} cast{} ({} rounded once with their bias); {} float32 op{} "
-        "reading bfloat16, {} storing for products only in bfloat16;{} {} of {} tensors "
+        "reading bfloat16, {} storing for products only in bfloat16;{}{} {} of {} tensors "
         "bfloat16\n",
         ps.lowered, ps.lowered == 1 ? "" : "s", ps.lowered == 1 ? "" : "s", ps.casts,
         ps.casts == 1 ? "" : "s", ps.fusedBias, ps.float32, ps.float32 == 1 ? "" : "s",
@@ -386,6 +386,9 @@ int main(int argc, char **argv) {
                                "(rounding once, as nn.GELU);",
                                ps.gelus, ps.gelus == 1 ? "" : "s")
                  : std::string(),
+        ps.addmms ? fmt::format(" {} exported baddbmm{} (a product plus an addend) rounded once;",
+                                ps.addmms, ps.addmms == 1 ? "" : "s")
+                  : std::string(),
         bf16Tensors, g->tensors().size());
   }
   if (dumpJson) {
@@ -706,6 +709,7 @@ int main(int argc, char **argv) {
                             {"float32_ops_storing_bf16", ps.storedNarrow},
                             {"products_rounded_with_bias", ps.fusedBias},
                             {"gelus_joined", ps.gelus},
+                            {"addmms_joined", ps.addmms},
                             {"bf16_tensors", bf16Tensors}};
         }
         json = j.dump(1) + "\n";
