@@ -6,10 +6,14 @@
 // loads, reductions and opaque-function helpers, and the argument layout. Where a kernel
 // has a block-per-output variant (long reductions split across a block's threads), that
 // runs too, one thread per block, and must agree bit for bit. The GPU run
-// (tools/gpu_check.sh) checks what one thread cannot: many threads at once.
+// (tools/gpu_check.sh) checks what one thread cannot: many threads at once. The same in
+// bfloat16 storage, on a third of the files (rotating with the commit; every file with
+// TOFU_FULL=1): the CUDA kernels that load bfloat16 and round their outputs to it, which
+// the CUDA engine runs for --precision bf16.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +21,7 @@
 #include "fmt/format.h"
 #include "runtime/cuda/launch_params.h"
 #include "runtime/kernel_verify.h"
+#include "support/bf16.h"
 #include "testing/suite.h"
 #include "gtest/gtest.h"
 
@@ -75,9 +80,21 @@ KernelSource emulated(const KernelSource &k, Variant variant) {
   return e;
 }
 
-TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
-  std::vector<std::string> files = findTdlFiles({"tests/tdl/good", "ops"});
-  ASSERT_FALSE(files.empty());
+/// What verifying files on their emulated CUDA kernels found.
+struct Emulated {
+  unsigned ops = 0, strategies = 0, calls = 0, blockCalls = 0, passCalls = 0;
+  size_t kernels = 0;
+  double worst = 0;
+};
+
+/// Verifies every strategy of every op of `files` on its CUDA kernel for buffers of
+/// `storage` (verificationTypes: bfloat16 inputs and whole outputs, float32 partial results)
+/// compiled for the host, within `tolerance` (on values `quantize` gives, where set); the
+/// block variant must agree bit for bit, the multi-launch variant within the float32
+/// tolerance of the share's scale.
+Emulated verifyEmulated(const std::vector<std::string> &files, loops::Element storage,
+                        double tolerance, std::function<double(double)> quantize = {}) {
+  Emulated out;
   SourceManager sources;
   DiagnosticEngine diags(sources);
   std::vector<ir::Module> modules;
@@ -85,8 +102,12 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
   std::vector<std::string> notGenerated;
   for (const std::string &file : files) {
     auto module = loadModule(file, diags);
-    ASSERT_TRUE(static_cast<bool>(module)) << file << ": " << llvm::toString(module.takeError());
-    for (KernelSource &k : verificationKernels(*module, file, &notGenerated, KernelDialect::Cuda)) {
+    if (!module) {
+      ADD_FAILURE() << file << ": " << llvm::toString(module.takeError());
+      return out;
+    }
+    for (KernelSource &k :
+         verificationKernels(*module, file, &notGenerated, KernelDialect::Cuda, storage)) {
       kernels.push_back(emulated(k, Variant::Thread));
       if (!k.blockReductions.empty())
         kernels.push_back(emulated(k, Variant::Block));
@@ -103,20 +124,24 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
   options.cacheDir = testKernelCache();
   options.flags = "-O1 -fno-math-errno -fPIC -shared -std=c++17 -w";
   CpuKernelLibrary lib;
-  llvm::Error e = lib.add(kernels, options);
-  ASSERT_FALSE(bool(e)) << llvm::toString(std::move(e));
+  if (llvm::Error e = lib.add(kernels, options)) {
+    ADD_FAILURE() << llvm::toString(std::move(e));
+    return out;
+  }
+  out.kernels = kernels.size();
   std::printf("compiled %u emulated CUDA kernels in %u units in %.1f s\n", lib.stats().kernels,
               lib.stats().units, lib.stats().seconds);
 
   VerifyOptions verify;
-  unsigned calls = 0, blockCalls = 0, passCalls = 0;
+  unsigned &calls = out.calls, &blockCalls = out.blockCalls, &passCalls = out.passCalls;
   // Each temporary's pass in this many parts (some empty where its first variable's range
   // is shorter), so the partial results and their combine run too.
   constexpr int64_t kParts = 3;
   verify.evaluate = [&](const InstOp &op, const Shapes &shapes,
                         const std::vector<const Tensor *> &inputs,
                         const std::vector<Range> &ranges) -> llvm::Expected<Tensor> {
-    auto k = generateKernel(op, KernelDialect::Cuda);
+    const KernelTypes types = verificationTypes(op, shapes, ranges, storage);
+    auto k = generateKernel(op, KernelDialect::Cuda, types);
     if (!k)
       return k.takeError();
     CpuKernelLibrary::Fn fn = lib.find(k->name + "_emu");
@@ -135,15 +160,32 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
     }
     std::vector<float> scratch(static_cast<size_t>(scratchFloats + partials) + 1, NAN);
     auto run = [&](CpuKernelLibrary::Fn kernel) {
-      return runOnRegions(op, shapes, inputs, ranges,
-                          [&](const std::vector<Box> &regions, const float *const *in, float *out) {
-                            std::vector<const float *> ptrs(in, in + op.inputs.size());
-                            std::vector<unsigned char> block = cuda::kernelArgBlock(
-                                kernelInts(op, shapes, ranges, regions), ptrs, out,
-                                readsInsideRegions(op, shapes, ranges, regions), scratch.data(),
-                                kParts);
-                            kernel(reinterpret_cast<const TofuKernelArgs *>(block.data()));
-                          });
+      return runOnRegions(
+          op, shapes, inputs, ranges,
+          [&](const std::vector<Box> &regions, const float *const *in, float *out) {
+            // Buffers of bfloat16 bits where the kernel's types say so, as in the arenas.
+            std::vector<std::vector<uint16_t>> narrow(op.inputs.size());
+            std::vector<const float *> ptrs(in, in + op.inputs.size());
+            for (size_t i = 0; i < ptrs.size(); ++i)
+              if (types.input(i) == loops::Element::BF16) {
+                const size_t n = static_cast<size_t>(std::max<int64_t>(boxElements(regions[i]), 1));
+                narrow[i].resize(n);
+                toBf16(in[i], narrow[i].data(), n);
+                ptrs[i] = reinterpret_cast<const float *>(narrow[i].data());
+              }
+            int64_t outElements = 1;
+            for (unsigned v : op.outputVars)
+              outElements *= ranges[v].size();
+            const size_t outN = static_cast<size_t>(std::max<int64_t>(outElements, 1));
+            std::vector<uint16_t> narrowOut(types.output == loops::Element::BF16 ? outN : 0);
+            float *dst = narrowOut.empty() ? out : reinterpret_cast<float *>(narrowOut.data());
+            std::vector<unsigned char> block = cuda::kernelArgBlock(
+                kernelInts(op, shapes, ranges, regions), ptrs, dst,
+                readsInsideRegions(op, shapes, ranges, regions), scratch.data(), kParts);
+            kernel(reinterpret_cast<const TofuKernelArgs *>(block.data()));
+            if (!narrowOut.empty())
+              fromBf16(narrowOut.data(), out, outN);
+          });
     };
     Tensor perThread = run(fn);
     if (!k->blockReductions.empty()) {
@@ -191,28 +233,56 @@ TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
     }
     return perThread;
   };
-  verify.tolerance = kFloat32VerifyTolerance;
+  verify.tolerance = tolerance;
+  verify.quantize = std::move(quantize);
   verify.trials = 2;
-  unsigned ops = 0, strategies = 0;
-  double worst = 0;
   for (size_t f = 0; f < files.size(); ++f)
     for (const OpCheck &c : verifyFile(modules[f], files[f], verify)) {
-      ++ops;
+      ++out.ops;
       EXPECT_TRUE(c.problem.empty()) << files[f] << ": " << c.op << ": " << c.problem;
       for (const StrategyCheck &s : c.strategies) {
-        ++strategies;
-        worst = std::max(worst, s.maxRelError);
+        ++out.strategies;
+        out.worst = std::max(out.worst, s.maxRelError);
         EXPECT_TRUE(s.ok) << files[f] << ": " << c.op << " split " << s.strategy << ": "
                           << s.problem << " (shapes " << c.shapes << ")";
       }
     }
+  return out;
+}
+
+TEST(CudaEmulated, EveryStrategyOfEveryOpOnItsCudaKernel) {
+  std::vector<std::string> files = findTdlFiles({"tests/tdl/good", "ops"});
+  ASSERT_FALSE(files.empty());
+  const Emulated v = verifyEmulated(files, loops::Element::F32, kFloat32VerifyTolerance);
   std::printf("verified %u strategies of %u ops on their CUDA kernels (%u shares computed, %u "
               "also by the block variant, %u by the multi-launch variants); largest relative "
               "difference %.3g\n",
-              strategies, ops, calls, blockCalls, passCalls, worst);
-  EXPECT_GT(blockCalls, calls / 4); // reductions are common: the variant must be there
-  EXPECT_GT(passCalls, calls / 20); // normalisations and losses have temporaries
-  EXPECT_GE(strategies, 900u);
+              v.strategies, v.ops, v.calls, v.blockCalls, v.passCalls, v.worst);
+  EXPECT_GT(v.blockCalls, v.calls / 4); // reductions are common: the variant must be there
+  EXPECT_GT(v.passCalls, v.calls / 20); // normalisations and losses have temporaries
+  EXPECT_GE(v.strategies, 900u);
+}
+
+// Every third file's ops on their bfloat16 CUDA kernels, on inputs bfloat16 holds exactly,
+// within the tolerance one rounding of each output gives (as verify_compiled_test checks the
+// C++ ones).
+TEST(CudaEmulated, StrategiesOnBfloat16CudaKernels) {
+  std::vector<std::string> all = findTdlFiles({"tests/tdl/good", "ops"}), files;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (runsInSampledCheck(i, 3))
+      files.push_back(all[i]);
+  ASSERT_FALSE(files.empty());
+  const Emulated v =
+      verifyEmulated(files, loops::Element::BF16, kBfloat16VerifyTolerance, [](double x) {
+        return static_cast<double>(roundToBf16(static_cast<float>(x)));
+      });
+  std::printf("bfloat16: verified %u strategies of %u ops in %zu of %zu files on their CUDA "
+              "kernels (%zu emulated kernels; %u shares, %u also by the block variant, %u by the "
+              "multi-launch variants); largest relative difference %.3g (tolerance %.3g)\n",
+              v.strategies, v.ops, files.size(), all.size(), v.kernels, v.calls, v.blockCalls,
+              v.passCalls, v.worst, kBfloat16VerifyTolerance);
+  EXPECT_GT(v.strategies, 0u);
+  EXPECT_GT(v.worst, kFloat32VerifyTolerance); // the outputs' rounding is seen
 }
 
 } // namespace
