@@ -298,6 +298,18 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
       const Node *p = g.producer(t);
       return p && lowersToBf16(g, *p);
     };
+    // `t` walked back through single-reader broadcasts: the tensor it broadcasts, and the
+    // first node of the chain (null where `t` is no broadcast).
+    auto broadcastSource = [&](std::string t) {
+      const Node *start = nullptr;
+      while (const Node *q = g.producer(t)) {
+        if (!kBroadcast.count(q->op) || q->inputs.size() != 1 || readers[t] != 1)
+          break;
+        start = q;
+        t = q->inputs[0];
+      }
+      return std::make_pair(t, start);
+    };
     auto inner = [&](const std::string &t) {
       return readers[t] == 1 && std::find(g.outputs.begin(), g.outputs.end(), t) == g.outputs.end();
     };
@@ -323,14 +335,7 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
         const std::string p = scaledProduct(n.inputs[k]);
         if (p.empty())
           continue;
-        std::string t = n.inputs[1 - k];
-        const Node *start = nullptr;
-        while (const Node *q = g.producer(t)) {
-          if (!kBroadcast.count(q->op) || q->inputs.size() != 1 || readers[t] != 1)
-            break;
-          start = q;
-          t = q->inputs[0];
-        }
+        const auto [t, start] = broadcastSource(n.inputs[1 - k]);
         if (!isNarrowable(g.tensor(t)->dtype))
           continue;
         if (isFloat32(g.tensor(t)->dtype)) {
@@ -351,14 +356,7 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
         if (!product(n.inputs[k]))
           continue;
         // Walk the other input back through single-reader broadcasts to a weight.
-        std::string t = n.inputs[1 - k];
-        const Node *start = nullptr;
-        while (const Node *p = g.producer(t)) {
-          if (!kBroadcast.count(p->op) || p->inputs.size() != 1 || readers[t] != 1)
-            break;
-          start = p;
-          t = p->inputs[0];
-        }
+        const auto [t, start] = broadcastSource(n.inputs[1 - k]);
         const TensorInfo *w = g.tensor(t);
         const bool bias = !g.producer(t) && w->role == TensorRole::Weight && isFloat32(w->dtype) &&
                           w->shape.size() <= 1;

@@ -527,32 +527,42 @@ llvm::Expected<Tensor> runKernel(CpuKernelLibrary::Fn fn, const InstOp &op, cons
   return runOnRegions(
       op, shapes, inputs, ranges,
       [&](const std::vector<Box> &regions, const float *const *in, float *out) {
-        // Buffers of bfloat16 bits where the kernel's types say so. Their arrays go through
-        // the float pointers of the ABI, as the engines' arenas do.
-        std::vector<std::vector<uint16_t>> narrow(regions.size());
-        std::vector<const float *> given(in, in + regions.size());
-        for (size_t i = 0; i < regions.size(); ++i)
-          if (types.input(i) == loops::Element::BF16) {
-            const size_t n = static_cast<size_t>(std::max<int64_t>(boxElements(regions[i]), 1));
-            narrow[i].resize(n);
-            toBf16(in[i], narrow[i].data(), n);
-            given[i] = reinterpret_cast<const float *>(narrow[i].data());
-          }
-        int64_t outElements = 1;
-        for (unsigned v : op.outputVars)
-          outElements *= ranges[v].size();
-        const size_t outN = static_cast<size_t>(std::max<int64_t>(outElements, 1));
-        std::vector<uint16_t> narrowOut(types.output == loops::Element::BF16 ? outN : 0);
-        float *dst = narrowOut.empty() ? out : reinterpret_cast<float *>(narrowOut.data());
-        std::vector<int64_t> ints = kernelInts(op, shapes, ranges, regions);
-        std::vector<float> scratch(kernelScratchBytes(op, ranges) / sizeof(float));
-        TofuKernelArgs args{ints.data(), given.data(),
-                            dst,         readsInsideRegions(op, shapes, ranges, regions) ? 1 : 0,
-                            threads,     scratch.data()};
-        fn(&args);
-        if (!narrowOut.empty())
-          fromBf16(narrowOut.data(), out, outN);
+        withKernelBuffers(
+            op, ranges, regions, in, out, types, [&](const float *const *given, float *dst) {
+              std::vector<int64_t> ints = kernelInts(op, shapes, ranges, regions);
+              std::vector<float> scratch(kernelScratchBytes(op, ranges) / sizeof(float));
+              TofuKernelArgs args{
+                  ints.data(), given,
+                  dst,         readsInsideRegions(op, shapes, ranges, regions) ? 1 : 0,
+                  threads,     scratch.data()};
+              fn(&args);
+            });
       });
+}
+
+void withKernelBuffers(const InstOp &op, const std::vector<Range> &ranges,
+                       const std::vector<Box> &regions, const float *const *in, float *out,
+                       const KernelTypes &types,
+                       const std::function<void(const float *const *in, float *out)> &call) {
+  // Buffers of bfloat16 bits where the kernel's types say so. Their arrays go through the
+  // float pointers of the ABI, as the engines' arenas do.
+  std::vector<std::vector<uint16_t>> narrow(regions.size());
+  std::vector<const float *> given(in, in + regions.size());
+  for (size_t i = 0; i < regions.size(); ++i)
+    if (types.input(i) == loops::Element::BF16) {
+      const size_t n = static_cast<size_t>(std::max<int64_t>(boxElements(regions[i]), 1));
+      narrow[i].resize(n);
+      toBf16(in[i], narrow[i].data(), n);
+      given[i] = reinterpret_cast<const float *>(narrow[i].data());
+    }
+  int64_t outElements = 1;
+  for (unsigned v : op.outputVars)
+    outElements *= ranges[v].size();
+  const size_t outN = static_cast<size_t>(std::max<int64_t>(outElements, 1));
+  std::vector<uint16_t> narrowOut(types.output == loops::Element::BF16 ? outN : 0);
+  call(given.data(), narrowOut.empty() ? out : reinterpret_cast<float *>(narrowOut.data()));
+  if (!narrowOut.empty())
+    fromBf16(narrowOut.data(), out, outN);
 }
 
 } // namespace tofu

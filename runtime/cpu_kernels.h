@@ -107,6 +107,15 @@ Tensor runOnRegions(const InstOp &op, const Shapes &shapes,
                     const std::function<void(const std::vector<Box> &regions,
                                              const float *const *in, float *out)> &call);
 
+/// Hands a kernel of `op` generated for buffers of `types` its buffers: `in` (float32
+/// regions, as runOnRegions gives them) rounded to bfloat16 bits where an input is bfloat16,
+/// and an output buffer of bfloat16 bits where the output is, widened into `out` after
+/// `call` (given the inputs and the output the kernel is to read and write) returns.
+void withKernelBuffers(const InstOp &op, const std::vector<Range> &ranges,
+                       const std::vector<Box> &regions, const float *const *in, float *out,
+                       const KernelTypes &types,
+                       const std::function<void(const float *const *in, float *out)> &call);
+
 /// runOnRegions with kernel `fn` of `op`, generated for buffers of `types`: an input of
 /// bfloat16 is handed over rounded to it (its bits), and a bfloat16 output is widened.
 llvm::Expected<Tensor> runKernel(CpuKernelLibrary::Fn fn, const InstOp &op, const Shapes &shapes,

@@ -163,28 +163,14 @@ Emulated verifyEmulated(const std::vector<std::string> &files, loops::Element st
       return runOnRegions(
           op, shapes, inputs, ranges,
           [&](const std::vector<Box> &regions, const float *const *in, float *out) {
-            // Buffers of bfloat16 bits where the kernel's types say so, as in the arenas.
-            std::vector<std::vector<uint16_t>> narrow(op.inputs.size());
-            std::vector<const float *> ptrs(in, in + op.inputs.size());
-            for (size_t i = 0; i < ptrs.size(); ++i)
-              if (types.input(i) == loops::Element::BF16) {
-                const size_t n = static_cast<size_t>(std::max<int64_t>(boxElements(regions[i]), 1));
-                narrow[i].resize(n);
-                toBf16(in[i], narrow[i].data(), n);
-                ptrs[i] = reinterpret_cast<const float *>(narrow[i].data());
-              }
-            int64_t outElements = 1;
-            for (unsigned v : op.outputVars)
-              outElements *= ranges[v].size();
-            const size_t outN = static_cast<size_t>(std::max<int64_t>(outElements, 1));
-            std::vector<uint16_t> narrowOut(types.output == loops::Element::BF16 ? outN : 0);
-            float *dst = narrowOut.empty() ? out : reinterpret_cast<float *>(narrowOut.data());
-            std::vector<unsigned char> block = cuda::kernelArgBlock(
-                kernelInts(op, shapes, ranges, regions), ptrs, dst,
-                readsInsideRegions(op, shapes, ranges, regions), scratch.data(), kParts);
-            kernel(reinterpret_cast<const TofuKernelArgs *>(block.data()));
-            if (!narrowOut.empty())
-              fromBf16(narrowOut.data(), out, outN);
+            withKernelBuffers(
+                op, ranges, regions, in, out, types, [&](const float *const *given, float *dst) {
+                  std::vector<const float *> ptrs(given, given + op.inputs.size());
+                  std::vector<unsigned char> block = cuda::kernelArgBlock(
+                      kernelInts(op, shapes, ranges, regions), ptrs, dst,
+                      readsInsideRegions(op, shapes, ranges, regions), scratch.data(), kParts);
+                  kernel(reinterpret_cast<const TofuKernelArgs *>(block.data()));
+                });
           });
     };
     Tensor perThread = run(fn);
