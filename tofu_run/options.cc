@@ -48,8 +48,9 @@ cl::opt<unsigned>
             cl::value_desc("K"), cl::init(0), cl::cat(runCategory));
 cl::opt<tofu::Precision, false, tofu::ChoiceParser<tofu::Precision>> precisionOpt(
     "precision",
-    cl::desc("The element types the step computes and stores its tensors in (the cpu backend; "
-             "bf16 tensors take 2 bytes in the arenas):"),
+    cl::desc("The element types the step computes and stores its tensors in (every backend; "
+             "bf16 tensors take 2 bytes in the arenas; on cuda and nccl, products of bf16 "
+             "operands run on tensor cores):"),
     cl::values(clEnumValN(tofu::Precision::FP32, "fp32", "every float tensor float32 (default)"),
                clEnumValN(tofu::Precision::BF16, "bf16", tofu::kBf16PrecisionHelp)),
     cl::init(tofu::Precision::FP32), cl::cat(runCategory));
