@@ -7,12 +7,14 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 
 #include "codegen/library_plans.h"
 #include "fmt/format.h"
@@ -20,7 +22,6 @@
 #include "runtime/cuda/device_kernels.h"
 #include "runtime/cuda/launch_params.h"
 #include "runtime/cuda/library_calls.h"
-#include "support/bf16.h"
 
 namespace tofu {
 namespace {
@@ -123,11 +124,9 @@ struct Prepared {
   std::vector<PassLaunch> passes;
   std::vector<int64_t> ints; ///< the integer arguments (args is made with the scratch space)
   bool fast = false;
-  /// The element types of the buffers it reads (per input) and writes.
-  std::vector<Element> inElements;
-  Element outElement = Element::F32;
-  int64_t outputElements = 0; ///< the share's
-  size_t step = 0;            ///< in its worker's program
+  Element outElement = Element::F32; ///< the share's element type
+  int64_t outputElements = 0;        ///< the share's
+  size_t step = 0;                   ///< in its worker's program
   // Library calls.
   cuda::CublasGemm gemm;
   cuda::CublasAffine affine;
@@ -549,14 +548,12 @@ private:
     for (int64_t off : l.inputOffsets)
       pr.in.push_back(reinterpret_cast<const float *>(wk.arena + off));
     pr.out = reinterpret_cast<float *>(wk.arena + l.outputOffset);
-    for (size_t q = 0; q < l.inputOffsets.size(); ++q)
-      pr.inElements.push_back(q < l.inputElements.size() ? l.inputElements[q] : Element::F32);
     pr.outElement = l.outputElement;
     pr.outputElements = boxElements(l.produced);
     pr.step = s;
     if (options_.library) {
       cuda::LibraryCall call =
-          cuda::libraryCall(op, node.shapes, l.ranges, l.inputBoxes, pr.inElements, pr.outElement);
+          cuda::libraryCall(op, node.shapes, l.ranges, l.inputBoxes, typesOf(l));
       if (!call.declined.empty())
         ++stats_.libraryDeclined;
       pr.what = call.describe();

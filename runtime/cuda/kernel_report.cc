@@ -72,12 +72,10 @@ llvm::Expected<std::vector<KernelEstimate>> kernelReport(const Program &program,
     KernelEstimate e;
     e.node = node.name;
     e.op = node.op;
-    std::vector<loops::Element> inputTypes;
-    for (size_t q = 0; q < l.inputBoxes.size(); ++q)
-      inputTypes.push_back(q < l.inputElements.size() ? l.inputElements[q] : loops::Element::F32);
+    const KernelTypes types{l.inputElements, l.outputElement};
     double inputBytes = 0;
     for (size_t q = 0; q < l.inputBoxes.size(); ++q)
-      inputBytes += static_cast<double>(boxBytes(l.inputBoxes[q], inputTypes[q]));
+      inputBytes += static_cast<double>(boxBytes(l.inputBoxes[q], types.input(q)));
     double outputs = 1;
     for (unsigned v : op.outputVars)
       outputs *= extent(l.ranges, v);
@@ -87,8 +85,7 @@ llvm::Expected<std::vector<KernelEstimate>> kernelReport(const Program &program,
       cpp[l.kernel] = scheduleKernel(op, ScheduleTarget::Cpp);
     const double minFlops = 2 * scheduledIterations(op, *cpp[l.kernel], l.ranges);
     // The library call the backend makes, if any (the same decision: libraryCall).
-    const LibraryCall call =
-        libraryCall(op, node.shapes, l.ranges, l.inputBoxes, inputTypes, l.outputElement);
+    const LibraryCall call = libraryCall(op, node.shapes, l.ranges, l.inputBoxes, types);
     if (call.kind != LibraryCall::None) {
       e.library = true;
       e.how = call.describe();
@@ -113,8 +110,7 @@ llvm::Expected<std::vector<KernelEstimate>> kernelReport(const Program &program,
         e.bytes += 8 * outputs;
       }
     } else {
-      const KernelTypes types{inputTypes, l.outputElement};
-      const std::pair<unsigned, std::string> key{l.kernel, types.describe(inputTypes.size())};
+      const std::pair<unsigned, std::string> key{l.kernel, types.describe(l.inputBoxes.size())};
       auto found = sources.find(key);
       if (found == sources.end()) {
         auto k = generateKernel(op, KernelDialect::Cuda, types);

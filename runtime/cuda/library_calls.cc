@@ -94,27 +94,26 @@ std::string GemmElements::describe() const {
 }
 
 std::optional<GemmElements> gemmElements(const std::vector<const CublasGemm *> &products,
-                                         const std::vector<loops::Element> &inputs,
-                                         loops::Element output, std::string *why) {
-  auto of = [&](unsigned i) { return i < inputs.size() ? inputs[i] : loops::Element::F32; };
+                                         const KernelTypes &types, std::string *why) {
   auto decline = [&](std::string reason) -> std::optional<GemmElements> {
     if (why)
       *why = std::move(reason);
     return std::nullopt;
   };
   GemmElements e;
-  e.bf16Output = output == loops::Element::BF16;
+  e.bf16Output = types.output == loops::Element::BF16;
   bool calls = products.size() > 1;
   for (size_t i = 0; i < products.size(); ++i) {
     const CublasGemm &g = *products[i];
-    const bool x = of(g.x) == loops::Element::BF16, y = of(g.y) == loops::Element::BF16;
+    const bool x = types.input(g.x) == loops::Element::BF16,
+               y = types.input(g.y) == loops::Element::BF16;
     if (x != y)
       return decline(
           fmt::format("a product of {} and {} operands", x ? "bf16" : "f32", y ? "bf16" : "f32"));
     if (i > 0 && x != e.bf16Operands)
       return decline("products of operands of different types");
     e.bf16Operands = x;
-    if (g.alphaInput >= 0 && of(static_cast<unsigned>(g.alphaInput)) != loops::Element::F32)
+    if (g.alphaInput >= 0 && types.input(static_cast<size_t>(g.alphaInput)) != loops::Element::F32)
       return decline("a bf16 scaling input");
     calls = calls || g.calls() > 1 || g.accumulate;
   }
@@ -122,20 +121,16 @@ std::optional<GemmElements> gemmElements(const std::vector<const CublasGemm *> &
   return e;
 }
 
-std::optional<bool> cudnnBf16(const CudnnConv &c, const std::vector<loops::Element> &inputs,
-                              loops::Element output, std::string *why) {
+std::optional<bool> cudnnBf16(const CudnnConv &c, const KernelTypes &types, std::string *why) {
   auto of = [&](const TensorView &v) {
-    return v.input < 0                                    ? output
-           : static_cast<size_t>(v.input) < inputs.size() ? inputs[static_cast<size_t>(v.input)]
-                                                          : loops::Element::F32;
+    return v.input < 0 ? types.output : types.input(static_cast<size_t>(v.input));
   };
   const loops::Element x = of(c.x), w = of(c.w), y = of(c.y);
   if (x == w && w == y)
     return x == loops::Element::BF16;
   if (why)
-    *why = fmt::format(
-        "x {}, w {}, y {}: cuDNN takes one type", x == loops::Element::BF16 ? "bf16" : "f32",
-        w == loops::Element::BF16 ? "bf16" : "f32", y == loops::Element::BF16 ? "bf16" : "f32");
+    *why = fmt::format("x {}, w {}, y {}: cuDNN takes one type", loops::elementName(x),
+                       loops::elementName(w), loops::elementName(y));
   return std::nullopt;
 }
 
@@ -177,30 +172,30 @@ bool LibraryCall::tensorCores() const {
 }
 
 LibraryCall libraryCall(const InstOp &op, const Shapes &shapes, const std::vector<Range> &ranges,
-                        const std::vector<Box> &held, const std::vector<loops::Element> &inputs,
-                        loops::Element output) {
+                        const std::vector<Box> &held, const KernelTypes &types) {
   using loops::Element;
   LibraryCall call;
-  call.widen.assign(inputs.size(), false);
+  call.widen.assign(held.size(), false);
   // Widens the bfloat16 inputs among `read` (input indices; others ignored).
   auto widenAll = [&](const std::vector<int> &read) {
-    std::vector<Element> wide = inputs;
+    KernelTypes wide = types;
+    wide.inputs.resize(held.size(), Element::F32);
     for (int q : read)
-      if (q >= 0 && static_cast<size_t>(q) < inputs.size() && inputs[q] == Element::BF16) {
+      if (q >= 0 && static_cast<size_t>(q) < held.size() && wide.inputs[q] == Element::BF16) {
         call.widen[q] = true;
-        wide[q] = Element::F32;
+        wide.inputs[q] = Element::F32;
       }
     return wide;
   };
   auto products = [&](const std::vector<const CublasGemm *> &gemms) -> bool {
-    if (auto e = gemmElements(gemms, inputs, output)) {
+    if (auto e = gemmElements(gemms, types)) {
       call.elements = *e;
       return true;
     }
     std::vector<int> read; // what cuBLAS takes no mix of: widen the bfloat16 ones
     for (const CublasGemm *g : gemms)
       read.insert(read.end(), {static_cast<int>(g->x), static_cast<int>(g->y), g->alphaInput});
-    auto e = gemmElements(gemms, widenAll(read), output);
+    auto e = gemmElements(gemms, widenAll(read));
     if (!e)
       return false;
     call.elements = *e;
@@ -214,11 +209,11 @@ LibraryCall libraryCall(const InstOp &op, const Shapes &shapes, const std::vecto
     if (auto conv = cudnnConv(*c, held)) {
       call.kind = LibraryCall::Conv;
       call.conv = std::move(*conv);
-      if (auto bf16 = cudnnBf16(call.conv, inputs, output)) {
+      if (auto bf16 = cudnnBf16(call.conv, types)) {
         call.convBf16 = *bf16;
       } else { // cuDNN takes one type: float32, the bfloat16 operands widened
         widenAll({call.conv.x.input, call.conv.w.input, call.conv.y.input});
-        call.staged = output == Element::BF16;
+        call.staged = types.output == Element::BF16;
       }
     }
   } else if (auto a = affineGemmPlan(op, ranges, held)) {
@@ -231,16 +226,13 @@ LibraryCall libraryCall(const InstOp &op, const Shapes &shapes, const std::vecto
         call.kind = LibraryCall::Affine;
         // The bias in its own type, into the output, or the float32 staging it is rounded
         // from.
-        call.affine.rest.srcBf16 = call.affine.hasRest && call.affine.restInput < inputs.size() &&
-                                   inputs[call.affine.restInput] == Element::BF16;
-        call.affine.rest.dstBf16 = output == Element::BF16 && !call.elements.staged;
+        call.affine.rest.srcBf16 =
+            call.affine.hasRest && types.input(call.affine.restInput) == Element::BF16;
+        call.affine.rest.dstBf16 = types.output == Element::BF16 && !call.elements.staged;
       }
     }
   } else if (auto sc = scatterPlan(op, ranges, held)) {
-    const bool f32 =
-        output == Element::F32 &&
-        std::all_of(inputs.begin(), inputs.end(), [](Element e) { return e == Element::F32; });
-    if (f32) {
+    if (types.allF32()) {
       call.kind = LibraryCall::Scatter;
       call.scatter = std::move(*sc);
     } else {
@@ -250,7 +242,7 @@ LibraryCall libraryCall(const InstOp &op, const Shapes &shapes, const std::vecto
   if (call.kind == LibraryCall::Gemm || call.kind == LibraryCall::Affine)
     call.staged = call.elements.staged;
   if (call.kind == LibraryCall::None || (call.kind == LibraryCall::Conv && call.conv.zeros)) {
-    call.widen.assign(inputs.size(), false); // nothing is read
+    call.widen.assign(held.size(), false); // nothing is read
     call.staged = false;
   }
   return call;

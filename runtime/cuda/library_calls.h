@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/kernel_gen.h"
 #include "codegen/library_plans.h"
 #include "codegen/loop_ir.h"
 #include "runtime/cuda/device_ops.h"
@@ -84,11 +85,10 @@ struct GemmElements {
   /// "bf16 x bf16 -> f32", with " (staged)".
   std::string describe() const;
 };
-/// None, with the reason in `why`, where cuBLAS has no call for the types: operands of
-/// different types, or a scaling input (alphaInput) that is not float32.
+/// None, with the reason in `why`, where cuBLAS has no call for the buffers' `types`:
+/// operands of different types, or a scaling input (alphaInput) that is not float32.
 std::optional<GemmElements> gemmElements(const std::vector<const CublasGemm *> &products,
-                                         const std::vector<loops::Element> &inputs,
-                                         loops::Element output, std::string *why = nullptr);
+                                         const KernelTypes &types, std::string *why = nullptr);
 /// `element`'s size in bytes.
 inline int64_t elementBytes(loops::Element element) {
   return element == loops::Element::BF16 ? 2 : 4;
@@ -141,13 +141,13 @@ std::optional<CudnnConv> cudnnConv(const ConvPlan &plan, const std::vector<Box> 
 /// Whether cuDNN computes `c` in bfloat16 (x, w and y all bfloat16: cuDNN's pseudo-bfloat16
 /// configuration, float32 accumulation) rather than float32 (all float32); none, with the
 /// reason, for a mix, which cuDNN does not take.
-std::optional<bool> cudnnBf16(const CudnnConv &c, const std::vector<loops::Element> &inputs,
-                              loops::Element output, std::string *why = nullptr);
+std::optional<bool> cudnnBf16(const CudnnConv &c, const KernelTypes &types,
+                              std::string *why = nullptr);
 
 /// How the CUDA backend computes one share with a library, decided on the host (the
 /// backend makes the call; the kernel report shows it without a device): a cuBLAS product,
 /// a cuDNN convolution, a bias and cuBLAS products, the scatter-add kernel, or none (the
-/// generated kernel), for the op's buffers of the given element types. Types the library
+/// generated kernel), for the op's buffers of element types `types`. Types the library
 /// takes in no one call (a product of a bfloat16 and a float32 operand; a convolution of
 /// bfloat16 operands whose result is a float32 partial sum) are computed in float32: the
 /// bfloat16 operands widened into scratch space first (exactly), a bfloat16 result staged in
@@ -175,8 +175,7 @@ struct LibraryCall {
   bool tensorCores() const;
 };
 LibraryCall libraryCall(const InstOp &op, const Shapes &shapes, const std::vector<Range> &ranges,
-                        const std::vector<Box> &held, const std::vector<loops::Element> &inputs,
-                        loops::Element output);
+                        const std::vector<Box> &held, const KernelTypes &types);
 
 /// Runs `c` on host buffers with cuDNN's semantics (views by their strides, symmetric
 /// zero padding): the reference the mapping is tested against.

@@ -231,7 +231,7 @@ TEST(LibraryCalls, ElementTypesOfBfloat16Calls) {
   CublasGemm g;
   g.x = 1, g.y = 0;
   auto types = [&](std::vector<const CublasGemm *> products, std::vector<Element> in, Element out) {
-    return gemmElements(products, in, out);
+    return gemmElements(products, KernelTypes{in, out});
   };
   // bfloat16 operands into float32 (a weight's gradient) or bfloat16 (a linear's output):
   // one call rounds once.
@@ -266,30 +266,30 @@ TEST(LibraryCalls, ElementTypesOfBfloat16Calls) {
   EXPECT_FALSE(e->staged); // float32 output: cuBLAS accumulates into it in float32
   // Mixes: declined with the reason.
   std::string why;
-  EXPECT_FALSE(gemmElements({&g}, {F, B}, F, &why).has_value());
+  EXPECT_FALSE(gemmElements({&g}, KernelTypes{{F, B}, F}, &why).has_value());
   EXPECT_EQ(why, "a product of bf16 and f32 operands");
   CublasGemm other = g;
   other.x = 2, other.y = 3;
-  EXPECT_FALSE(gemmElements({&g, &other}, {B, B, F, F}, F, &why).has_value());
+  EXPECT_FALSE(gemmElements({&g, &other}, KernelTypes{{B, B, F, F}, F}, &why).has_value());
   EXPECT_EQ(why, "products of operands of different types");
   CublasGemm scaled = g;
   scaled.alphaInput = 2;
-  EXPECT_FALSE(gemmElements({&scaled}, {B, B, B}, B, &why).has_value());
+  EXPECT_FALSE(gemmElements({&scaled}, KernelTypes{{B, B, B}, B}, &why).has_value());
   EXPECT_EQ(why, "a bf16 scaling input");
-  EXPECT_TRUE(gemmElements({&scaled}, {B, B, F}, B).has_value());
+  EXPECT_TRUE(gemmElements({&scaled}, KernelTypes{{B, B, F}, B}).has_value());
 
   // cuDNN: all three bfloat16, or all float32.
   CudnnConv c;
   c.x.input = 0, c.w.input = 1, c.y.input = -1;
-  EXPECT_EQ(cudnnBf16(c, {B, B}, B), std::optional<bool>(true));
-  EXPECT_EQ(cudnnBf16(c, {F, F}, F), std::optional<bool>(false));
-  EXPECT_FALSE(cudnnBf16(c, {B, B}, F, &why).has_value());
+  EXPECT_EQ(cudnnBf16(c, KernelTypes{{B, B}, B}), std::optional<bool>(true));
+  EXPECT_EQ(cudnnBf16(c, KernelTypes{{F, F}, F}), std::optional<bool>(false));
+  EXPECT_FALSE(cudnnBf16(c, KernelTypes{{B, B}, F}, &why).has_value());
   EXPECT_EQ(why, "x bf16, w bf16, y f32: cuDNN takes one type");
   CudnnConv filter; // a filter gradient: x and y read, w written
   filter.kind = ConvKind::Filter;
   filter.x.input = 0, filter.y.input = 1, filter.w.input = -1;
-  EXPECT_EQ(cudnnBf16(filter, {B, B}, B), std::optional<bool>(true));
-  EXPECT_FALSE(cudnnBf16(filter, {B, F}, B).has_value());
+  EXPECT_EQ(cudnnBf16(filter, KernelTypes{{B, B}, B}), std::optional<bool>(true));
+  EXPECT_FALSE(cudnnBf16(filter, KernelTypes{{B, F}, B}).has_value());
 }
 
 } // namespace
