@@ -73,8 +73,7 @@ using loops::Element;
 /// The element `offset` elements past `base` in a buffer of `element`.
 template <typename T> T *elementAt(T *base, int64_t offset, Element element) {
   using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
-  return reinterpret_cast<T *>(reinterpret_cast<Byte *>(base) +
-                               offset * cuda::elementBytes(element));
+  return reinterpret_cast<T *>(reinterpret_cast<Byte *>(base) + offset * elementBytes(element));
 }
 
 cudaDataType_t cublasType(bool bf16) { return bf16 ? CUDA_R_16BF : CUDA_R_32F; }
@@ -289,8 +288,8 @@ public:
     Worker &wk = workers_[w];
     note(w, useDevice(options_.device), "selecting the device");
     const BoxCopyParams p =
-        cuda::boxCopyParams(c.dstBox, c.dstOffset / cuda::elementBytes(c.dstElement), c.srcBox,
-                            c.srcOffset / cuda::elementBytes(c.srcElement), c.box,
+        cuda::boxCopyParams(c.dstBox, c.dstOffset / elementBytes(c.dstElement), c.srcBox,
+                            c.srcOffset / elementBytes(c.srcElement), c.box,
                             cuda::copyCombine(reducer), c.dstElement, c.srcElement);
     char *dst = wk.arena;
     const char *src = workers_[c.from].arena;
@@ -397,7 +396,7 @@ public:
     const Worker &wk = workers_[w];
     note(w, useDevice(options_.device), "selecting the device");
     // Staged on the host in the buffer's own type (float32 words hold either).
-    const size_t bytes = static_cast<size_t>(boxElements(held) * cuda::elementBytes(element));
+    const size_t bytes = static_cast<size_t>(boxElements(held) * elementBytes(element));
     std::vector<float> stage(std::max<size_t>(1, (bytes + 3) / 4));
     if (box != held) // part of the buffer: keep the rest
       note(w,
@@ -417,7 +416,7 @@ public:
     const Worker &wk = workers_[w];
     if (useDevice(options_.device) != cudaSuccess)
       return;
-    const size_t bytes = static_cast<size_t>(boxElements(held) * cuda::elementBytes(element));
+    const size_t bytes = static_cast<size_t>(boxElements(held) * elementBytes(element));
     std::vector<float> stage(std::max<size_t>(1, (bytes + 3) / 4));
     if (cudaMemcpyAsync(stage.data(), wk.arena + offset, bytes, cudaMemcpyDeviceToHost,
                         wk.stream) != cudaSuccess ||
@@ -788,7 +787,7 @@ private:
     if (!found) // e.g. a data gradient into a strided view: cuDNN 9 offers no engine
       return nullptr;
     const Element element = bf16 ? Element::BF16 : Element::F32;
-    const int64_t bytes = cuda::elementBytes(element);
+    const int64_t bytes = elementBytes(element);
     cc->stagedW = aligned(cc->workspace);
     cc->stagedOut = cc->stagedW + (c.stageWeights ? aligned(c.w.elements() * bytes) : 0);
     cc->scratchBytes = cc->stagedOut + (c.stageOutput ? aligned(c.x.elements() * bytes) : 0);
@@ -879,11 +878,10 @@ private:
     const ConvCall &cc = *pr.conv;
     const cuda::CudnnConv &c = cc.c;
     if (c.zeros) { // the share in its own type (no call, nothing staged)
-      TOFU_CUDA(
-          cudaMemsetAsync(pr.out, 0,
-                          static_cast<size_t>(c.outputElements * cuda::elementBytes(pr.outElement)),
-                          wk.stream),
-          "zeroing a convolution share");
+      TOFU_CUDA(cudaMemsetAsync(pr.out, 0,
+                                static_cast<size_t>(c.outputElements * elementBytes(pr.outElement)),
+                                wk.stream),
+                "zeroing a convolution share");
       return llvm::Error::success();
     }
     const Element element = pr.convBf16 ? Element::BF16 : Element::F32;

@@ -89,10 +89,6 @@ struct GemmElements {
 /// operands of different types, or a scaling input (alphaInput) that is not float32.
 std::optional<GemmElements> gemmElements(const std::vector<const CublasGemm *> &products,
                                          const KernelTypes &types, std::string *why = nullptr);
-/// `element`'s size in bytes.
-inline int64_t elementBytes(loops::Element element) {
-  return element == loops::Element::BF16 ? 2 : 4;
-}
 
 /// Runs `g` on host buffers the way cuBLAS would (column-major, float accumulation in
 /// double): the reference the mapping is tested against.

@@ -38,7 +38,6 @@ struct Transfer {
 };
 
 ncclDataType_t ncclType(Element e) { return e == Element::BF16 ? ncclBfloat16 : ncclFloat; }
-int64_t bytesOf(Element e) { return e == Element::BF16 ? 2 : 4; }
 
 class NcclBackend final : public ForwardingBackend {
 public:
@@ -115,7 +114,7 @@ public:
     // Each staged region starts 16-byte aligned.
     auto stage = [&](size_t slot, const Transfer &t) {
       const int64_t at = slotBytes[slot];
-      slotBytes[slot] += (t.elements * bytesOf(t.wire) + 15) / 16 * 16;
+      slotBytes[slot] += (t.elements * elementBytes(t.wire) + 15) / 16 * 16;
       return at;
     };
     auto addSend = [&](size_t slot, unsigned to, const RegionCopy &c) -> llvm::Error {
@@ -126,11 +125,11 @@ public:
       t.peer = to;
       t.elements = n;
       t.wire = c.srcElement;
-      t.pack = cuda::boxCopyParams(c.box, 0, c.srcBox, c.srcOffset / bytesOf(c.srcElement), c.box,
-                                   cuda::copyCombine(nullptr), t.wire, c.srcElement);
+      t.pack = cuda::boxCopyParams(c.box, 0, c.srcBox, c.srcOffset / elementBytes(c.srcElement),
+                                   c.box, cuda::copyCombine(nullptr), t.wire, c.srcElement);
       t.direct = cuda::isContiguousCopy(t.pack);
       if (t.direct)
-        t.arenaOffset = t.pack.srcOffset * bytesOf(t.wire);
+        t.arenaOffset = t.pack.srcOffset * elementBytes(t.wire);
       else
         t.stagingOffset = stage(slot, t);
       sends_[slot].push_back(t);
@@ -145,11 +144,11 @@ public:
       t.peer = c.from;
       t.elements = n;
       t.wire = c.srcElement;
-      t.pack = cuda::boxCopyParams(c.dstBox, c.dstOffset / bytesOf(c.dstElement), c.box, 0, c.box,
-                                   cuda::copyCombine(reducer), c.dstElement, t.wire);
+      t.pack = cuda::boxCopyParams(c.dstBox, c.dstOffset / elementBytes(c.dstElement), c.box, 0,
+                                   c.box, cuda::copyCombine(reducer), c.dstElement, t.wire);
       t.direct = cuda::isContiguousCopy(t.pack);
       if (t.direct)
-        t.arenaOffset = t.pack.dstOffset * bytesOf(c.dstElement);
+        t.arenaOffset = t.pack.dstOffset * elementBytes(c.dstElement);
       else
         t.stagingOffset = stage(slot, t);
       receives_[slot].push_back(t);
