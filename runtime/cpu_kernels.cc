@@ -203,6 +203,11 @@ void forEachInParallel(size_t n, unsigned jobs, const std::function<void(size_t)
     t.join();
 }
 
+std::string defaultKernelFlags() {
+  return fmt::format("-O3 -march={} -fopenmp -fno-math-errno -fPIC -shared -std=c++17 -w",
+                     envOr("TOFU_KERNEL_MARCH", "native"));
+}
+
 std::string defaultKernelCacheDir() {
   if (const char *d = std::getenv("TOFU_KERNEL_CACHE"); d && *d)
     return d;

@@ -20,13 +20,18 @@
 
 namespace tofu {
 
+/// The default flags of generated C++ kernels: -O3 -march=native, ... . $TOFU_KERNEL_MARCH, when
+/// set, replaces `native` (e.g. `x86-64-v3`: AVX2 and FMA without AVX-512, to run as an
+/// AVX2-only CPU would on one with AVX-512). An ISA the CPU lacks makes kernels that fault.
+std::string defaultKernelFlags();
+
 struct KernelCompileOptions {
   /// Where compiled units are kept. Default: $TOFU_KERNEL_CACHE, else
   /// $XDG_CACHE_HOME/tofu/kernels, else $HOME/.cache/tofu/kernels.
   std::string cacheDir;
   /// The compiler. Default: $CXX, else c++.
   std::string compiler;
-  std::string flags = "-O3 -march=native -fopenmp -fno-math-errno -fPIC -shared -std=c++17 -w";
+  std::string flags = defaultKernelFlags();
   /// Libraries linked after the source: glibc's vector math (libmvec), whose SIMD variants
   /// of expf, logf, tanhf, ... the prelude declares, so that loops calling them vectorise.
 #if defined(__x86_64__) && defined(__GLIBC__)

@@ -221,8 +221,18 @@ expect_exit 1 "a cross-entropy loss needs [batch, classes] or [batch, positions,
 # Each optimiser, with weight decay and a schedule, against torch.optim and its schedulers
 # for 30 steps. Adam's runs compare with PyTorch in float64: its updates normalise away a
 # gradient's size, so float32 rounding in near-zero gradients grows into whole steps (Tofu
-# in float32 stays within 1e-5 of PyTorch in float64; PyTorch in float32 parts from both by
-# 2% of the loss within 25 steps).
+# in float32 stays within 2e-5 of PyTorch in float64; PyTorch in float32 parts from both by
+# 2% of the loss within 25 steps). Each step's loss must agree within 1e-5 relative (1e-4
+# against float64, which lacks float32's rounding of every op), or within 10 times the
+# spread of two more PyTorch runs whose every gradient and every sum of a convolution or
+# linear layer is off by up to one float32 step (fmnist.py --perturb K --perturb-sums), the
+# widest of any step so far. A sum within rounding of zero before a ReLU (or of a tie in a
+# max pool) changes a step's gradient discretely, and the runs part from there: measured on
+# an Intel Xeon with AVX-512 (2026-12-01), the sgd case's conv2 output of 7.7e-8 at step 15
+# fell on the other side of the kink in Tofu than in PyTorch (float32 and float64), and the
+# losses parted from step 17 by up to 9e-4; two of three perturbed PyTorch runs parted at
+# the same step by as much, the third from step 3. On AMD Zen 4 machines Tofu fell on
+# PyTorch's side; on an AMD Zen 3 it did not, and the plain 1e-4 failed there.
 opt_case() { # NAME FLOAT64(0|1) OPTIONS...
   local name=$1 f64=$2; shift 2
   local extra=()
@@ -236,16 +246,32 @@ opt_case() { # NAME FLOAT64(0|1) OPTIONS...
        --json "$tmp/$name.torch.json" >"$tmp/torch.txt" 2>&1; then
     echo "FAILED: tools/fmnist.py train $*" >&2; cat "$tmp/torch.txt" >&2; fail=1; return
   fi
-  $py - "$tmp/$name.json" "$tmp/$name.torch.json" "$name" <<'PY' || fail=1
+  local k
+  for k in 1 2; do
+    if ! $py tools/fmnist.py train --onnx "$model" --data "$tmp/data" --batch 32 --steps 30 --seed 3 \
+         --normalize 0.3,0.3 --log-every 1000 --threads 1 "${extra[@]}" "$@" --perturb $k --perturb-sums \
+         --json "$tmp/$name.perturb$k.json" >"$tmp/torch.txt" 2>&1; then
+      echo "FAILED: tools/fmnist.py train --perturb $k --perturb-sums $*" >&2; cat "$tmp/torch.txt" >&2; fail=1; return
+    fi
+  done
+  $py - "$tmp/$name.json" "$tmp/$name.torch.json" "$name" "$f64" "$tmp/$name.perturb"{1,2}.json <<'PY' || fail=1
 import json, sys
 a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+name, floor = sys.argv[3], 1e-4 if sys.argv[4] == "1" else 1e-5
+spread = [json.load(open(p))["loss"] for p in sys.argv[5:]]
 assert len(a["loss"]) == 30 == len(b["loss"]), (len(a["loss"]), len(b["loss"]))
 for s, (x, y) in enumerate(zip(a["lr_per_step"], b["lr_per_step"])):
-    assert abs(x - y) <= 1e-9 * abs(y) + 1e-15, (sys.argv[3], "lr", s, x, y)
+    assert abs(x - y) <= 1e-9 * abs(y) + 1e-15, (name, "lr", s, x, y)
+rel = lambda x, y: abs(x - y) / max(1.0, abs(y))
+widest, worst = 0.0, 0.0
 for s, (x, y) in enumerate(zip(a["loss"], b["loss"])):
-    assert abs(x - y) <= 1e-4 * max(1.0, abs(y)), (sys.argv[3], "loss", s, x, y)
-assert a["loss"][-1] < a["loss"][0], (sys.argv[3], "does not learn", a["loss"])
-print(sys.argv[3], "agrees with torch.optim over 30 steps:", round(a["loss"][0], 4), "->", round(a["loss"][-1], 4))
+    widest = max([widest] + [rel(p[s], y) for p in spread])
+    tol = max(floor, 10 * widest)
+    assert rel(x, y) <= tol, (name, "loss", s, x, y, "tolerance", tol, "perturbed runs", [p[s] for p in spread])
+    worst = max(worst, rel(x, y) / tol)
+assert a["loss"][-1] < a["loss"][0], (name, "does not learn", a["loss"])
+print(name, "agrees with torch.optim over 30 steps:", round(a["loss"][0], 4), "->", round(a["loss"][-1], 4),
+      f"(largest gap {worst:.2f} of its tolerance; PyTorch's perturbed runs parted by up to {widest:.1e})")
 PY
 }
 # Under ASan, half of them in turn (in_sample), and always AdamW, which the cases below use.

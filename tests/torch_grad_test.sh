@@ -96,7 +96,7 @@ xs = [torch.randn(s) for s in shapes]
 if name == "gpt_block":
     xs = [examples[0]]  # tokens
 model.eval()
-with cuda_autocast_bf16():  # grad mode: PyTorch's eval fast paths would bypass the rules
+with cuda_autocast_bf16(model):  # grad mode: PyTorch's eval fast paths would bypass the rules
     out = model(*xs).float().detach().numpy()
 np.save(os.path.join(d, "torch.npy"), out)
 for n, x in zip(names, xs):

@@ -11,7 +11,7 @@
                   [--optimizer sgd|momentum|nesterov|adam|adamw] [--momentum MU]
                   [--weight-decay WD] [--lr-schedule S] [--warmup N] [--seed S]
                   [--normalize MEAN,STD] [--log-every N] [--threads T] [--float64 | --bf16]
-                  [--perturb K] [--shuffle on|off] --json OUT.json
+                  [--perturb K [--perturb-sums]] [--shuffle on|off] --json OUT.json
       Trains the same model in PyTorch from the ONNX file's initial weights, on the same
       batches in the same order as tofu-run --data DIR --seed S (runtime/dataset.h:
       epochOrder, reimplemented below), with torch.optim's optimiser of that name (SGD,
@@ -28,6 +28,12 @@
       multiplies every gradient element by 1 + e*u at every step, e float32's epsilon and u
       uniform in [-1, 1] (draw K): rounding of the size a different summation order makes,
       so the run differs from the plain one only as another float32 implementation would.
+      --perturb-sums also moves every output of a convolution or linear layer by e*u times
+      the sum of its terms' magnitudes (sum |w| |x| + |b|): the error another summation
+      order makes in a float32 sum. Unlike a relative error, it can carry an output that
+      lies within rounding of zero across a ReLU's kink (or reorder a max pool's window),
+      which changes a step's gradient discretely (one position of 6272 in conv2's filter
+      gradient: about 1e-4 of it); float32 implementations part so.
   fmnist.py evaluate --checkpoint DIR [--bn] [--data DIR] [--normalize MEAN,STD] [--json OUT]
       Loads a checkpoint tofu-run --save wrote (whole or sharded) into the PyTorch module by
       name (running statistics included) and prints its eval-mode (model.eval()) loss and
@@ -278,6 +284,10 @@ def train(args):
 
     model.train()
     noise = torch.Generator().manual_seed(args.perturb) if args.perturb else None
+    if args.perturb_sums:
+        if not args.perturb:
+            sys.exit("fmnist.py: --perturb-sums needs --perturb K (the draw)")
+        perturb_sums(torch, model, noise)
     epochs = -(-total // steps_per_epoch)
     for epoch in range(epochs):
         order = (epoch_order(len(images), args.seed, epoch) if args.shuffle == "on"
@@ -317,6 +327,30 @@ def train(args):
                    "eval": evals,
                    "step_seconds": step_seconds, "median_step_seconds": med,
                    "batch": args.batch, "steps_per_epoch": steps_per_epoch}, f)
+
+
+def perturb_sums(torch, model, noise):
+    """--perturb-sums: forward hooks on model's convolutions and linear layers that move each
+    output by FLOAT32_EPS * u * (the sum of its terms' magnitudes), u uniform in [-1, 1]
+    from noise; the shift is a constant of the step (no gradient flows through it)."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    def hook(module, inputs, out):
+        x = inputs[0].detach().abs()
+        w = module.weight.detach().abs()
+        b = module.bias.detach().abs() if module.bias is not None else None
+        if isinstance(module, nn.Conv2d):
+            scale = F.conv2d(x, w, b, module.stride, module.padding, module.dilation,
+                             module.groups)
+        else:
+            scale = F.linear(x, w, b)
+        u = torch.rand(out.shape, generator=noise, dtype=torch.float64).to(out.dtype)
+        return out + (FLOAT32_EPS * (2 * u - 1) * scale).detach()
+
+    for m in model.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            m.register_forward_hook(hook)
 
 
 def make_scheduler(torch, opt, text, warmup, total):
@@ -489,6 +523,9 @@ def main():
     t.add_argument("--perturb", type=int, default=0,
                    help="every gradient element off by up to one float32 step at every step "
                         "(this seed's draw): a run that differs only by rounding")
+    t.add_argument("--perturb-sums", action="store_true",
+                   help="with --perturb: every convolution's and linear layer's output off by "
+                        "up to one float32 step of its terms' summed magnitude")
     t.add_argument("--bn", action="store_true", help="the model export --bn wrote")
     t.add_argument("--json", required=True)
     v = sub.add_parser("evaluate")

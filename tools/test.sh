@@ -12,25 +12,32 @@
 #                                 tests: ONNX's node tests at k = 1 and 2, not a sample at k = 2)
 #   tools/test.sh --asan          ... and again under AddressSanitizer + UBSan (a sample of
 #                                 the slowest end-to-end cases, rotating with the commit)
+#   tools/test.sh --avx2          ... and the tests whose results depend on the CPU's
+#                                 instructions (the PyTorch peers, bf16, the library kernels)
+#                                 again as on an AVX2-only CPU (bazel test --config=avx2:
+#                                 oneDNN capped to AVX2, kernels for x86-64-v3); skipped,
+#                                 saying so, on a CPU without AVX-512 (the plain run was that)
 #   tools/test.sh --fuzz SECONDS  ... and fuzz the readers of untrusted input with libFuzzer
 #                                 (clang 14; tests/fuzz/BUILD), the seconds shared among them
 #   tools/test.sh --budget PHASE=SECONDS,...
 #                                 fail when a phase (setup, build, tests, checks, install,
-#                                 asan, fuzz, total) takes longer than its budget (.ci/run's)
+#                                 avx2, asan, fuzz, total) takes longer than its budget (.ci/run's)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 asan=0
+avx2=0
 fuzz=0
 full=0
 budget=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --asan) asan=1 ;;
+    --avx2) avx2=1 ;;
     --full) full=1 ;;
     --fuzz) fuzz="${2:?--fuzz needs a number of seconds}"; shift ;;
     --budget) budget="${2:?--budget needs PHASE=SECONDS,...}"; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -86,10 +93,13 @@ install_and_consumers() {
   rm -rf "$prefix" "$prefix.first"
 }
 
-# Runs `bazel test` with the given flags and adds its per-target results to the counts.
+# Runs `bazel test` with the given flags (and targets; default //...) and adds its per-target
+# results to the counts.
 bazel_tests() {
+  local targets=(//...)
+  [[ " $* " == *" //"* ]] && targets=()
   echo "== bazel test $*"
-  bazel test "${test_env[@]}" "$@" //... 2>&1 | tee "$log" | grep -vE '^(INFO|Loading|Analyzing|\[)' \
+  bazel test "${test_env[@]}" "$@" "${targets[@]}" 2>&1 | tee "$log" | grep -vE '^(INFO|Loading|Analyzing|\[)' \
     | grep -E 'PASSED|FAILED|NO STATUS|TIMEOUT|Executed|ERROR|error:' || true
   sed -nE "s#^(//[^ ]+) +(\(cached\) )?(PASSED|FAILED) in ([0-9.]+)s.*#\4 \1${1:+ ($1)}#p" "$log" >>"$times"
   local p f
@@ -141,6 +151,23 @@ phase checks # what the checks took beyond the tests
 
 install_and_consumers
 phase install
+
+# The tests whose results depend on the CPU's instructions: the PyTorch peers (bf16 bit for
+# bit, training step by step, op by op), the recorded PyTorch outputs, and oneDNN's kernels
+# against the generated ones. On a CPU with AVX-512 they run again as on one without
+# (.bazelrc's test:avx2), so that CI on either kind of machine sees what the other would.
+isa_tests=(//tests:torch_grad_test //tests:tofu_run_data_test //tests:torch_op_test
+           //tests:tofu_run_infer_test //tests:verify_library_test //runtime:engine_test)
+if [ "$avx2" = 1 ]; then
+  if ! grep -qw avx2 /proc/cpuinfo || ! grep -qw fma /proc/cpuinfo; then
+    echo "== the AVX2 pass: skipped (this CPU has no AVX2 and FMA to emulate an AVX2-only one with)"
+  elif ! grep -qw avx512f /proc/cpuinfo; then
+    echo "== the AVX2 pass: skipped (this CPU has no AVX-512: the run above was an AVX2-only CPU's)"
+  else
+    bazel_tests --config=avx2 "${isa_tests[@]}"
+  fi
+  phase avx2
+fi
 
 if [ "$asan" = 1 ]; then
   bazel_tests --config=asan

@@ -24,6 +24,15 @@ forward's q / sqrt(head_dim)) computes as CUDA's kernels do: in float32, the num
 the result rounded to bfloat16 once. PyTorch 1.13's CPU kernels round the number to bfloat16
 first (q / sqrt(8) divides by 2.828125): 2.1% of random quotients by sqrt(8) and 17% of sums
 with 1/sqrt(8) differ from the correctly rounded ones.
+
+The elementwise functions of OPMATH (GELU, SiLU) on a bfloat16 tensor compute as CUDA's
+kernels do: in float32 on the widened input, the result rounded to bfloat16 once. PyTorch
+1.13's CPU kernels do so only on a CPU with bfloat16 instructions (avx512_bf16, AMX), where
+they call oneDNN; on others (AVX2 only: AMD Zen 3) its own kernel rounds after each
+multiply and add of the formula, and 43% of random GELUs differed from the once-rounded
+ones (measured with torch.backends.mkldnn disabled, which takes that path). PyTorch's
+float32 GELU (oneDNN's) gives the same bits on both instruction sets (measured with
+ONEDNN_MAX_CPU_ISA=AVX2), so the peer's outputs do not depend on the CPU.
 """
 
 LOWER = ["linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
@@ -32,13 +41,20 @@ LOWER = ["linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_trans
 FLOAT32 = ["softmax", "log_softmax", "layer_norm", "group_norm", "instance_norm", "exp", "log",
            "pow", "reciprocal", "softplus", "sum", "cumsum", "prod", "cross_entropy", "mse_loss",
            "nll_loss", "__pow__"]
+OPMATH = ["gelu", "silu"]
 SCALAR_OPS = ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
               "__rtruediv__", "add", "sub", "mul", "div"]
 
 
 class cuda_autocast_bf16:
     """A context within which LOWER's and FLOAT32's functions cast their floating-point
-    tensor arguments (float64 aside) to bfloat16 and float32."""
+    tensor arguments (float64 aside) to bfloat16 and float32, and OPMATH's compute in
+    float32. A module that holds one of those functions itself (nn.TransformerEncoderLayer's
+    `activation`, bound at construction to F.gelu) calls the original, which the context
+    cannot reach: give the model, and such attributes of its modules are wrapped too."""
+
+    def __init__(self, model=None):
+        self.model = model
 
     def __enter__(self):
         import torch
@@ -78,6 +94,23 @@ class cuda_autocast_bf16:
                     return fn(self.float(), other, *args, **kwargs).to(torch.bfloat16)
                 return fn(self, other, *args, **kwargs)
             return wrapped
+        def opmath(fn):
+            def wrapped(x, *args, **kwargs):
+                if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16:
+                    return fn(x.float(), *args, **kwargs).to(torch.bfloat16)
+                return fn(x, *args, **kwargs)
+            return wrapped
+        for owner in (torch, F):
+            for n in OPMATH:
+                if hasattr(owner, n):
+                    self.saved.append((owner, n, getattr(owner, n)))
+                    setattr(owner, n, opmath(getattr(owner, n)))
+        originals = {id(fn): (fn, getattr(owner, n)) for owner, n, fn in self.saved}
+        for m in (self.model.modules() if self.model is not None else ()):
+            for n, v in list(vars(m).items()):
+                if callable(v) and id(v) in originals and originals[id(v)][0] is v:
+                    self.saved.append((m, n, v))
+                    setattr(m, n, originals[id(v)][1])
         for n in SCALAR_OPS:
             self.saved.append((torch.Tensor, n, getattr(torch.Tensor, n)))
             setattr(torch.Tensor, n, scalar(getattr(torch.Tensor, n)))
