@@ -28,7 +28,8 @@ TEST(Nvrtc, EveryOpsCudaKernelCompiles) {
   std::vector<KernelSource> sampled; // the kernels of the files this run compiles
   for (size_t fileIndex = 0; fileIndex < files.size(); ++fileIndex) {
     const std::string &file = files[fileIndex];
-    const bool compile = runsInSampledCheck(fileIndex, 2);
+    // Under ASan the plain run's half too: its cubins are then in the suite's cache.
+    const bool compile = runsInSampledCheck(fileIndex, 2, 1);
     auto module = loadModule(file, diags);
     ASSERT_TRUE(static_cast<bool>(module)) << file;
     for (const ir::OpDef *op : module->opsInFile(file)) {
