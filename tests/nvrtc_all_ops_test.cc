@@ -78,7 +78,7 @@ TEST(Nvrtc, EveryOpsCudaKernelCompiles) {
     named += c.kernels.size();
   }
   std::printf("%u ops: %zu CUDA kernels generated (%u of them bfloat16); %u ops' %zu kernels "
-              "(%zu distinct) compiled by NVRTC into %zu cubins\n",
+              "(%zu entry points) compiled by NVRTC into %zu cubins\n",
               ops, kernels.size(), bf16, compiledOps, sampled.size(), named, cubins->size());
   EXPECT_EQ(kernels.size(), 2 * ops); // every op has a kernel (opaque functions too), twice
   EXPECT_EQ(bf16, ops);

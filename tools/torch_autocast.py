@@ -49,7 +49,7 @@ SCALAR_OPS = ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
 class cuda_autocast_bf16:
     """A context within which LOWER's and FLOAT32's functions cast their floating-point
     tensor arguments (float64 aside) to bfloat16 and float32, and OPMATH's compute in
-    float32. A module that holds one of those functions itself (nn.TransformerEncoderLayer's
+    float32. A module that holds one of OPMATH's functions itself (nn.TransformerEncoderLayer's
     `activation`, bound at construction to F.gelu) calls the original, which the context
     cannot reach: give the model, and such attributes of its modules are wrapped too."""
 
