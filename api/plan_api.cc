@@ -385,58 +385,18 @@ Result<Plan> finish(::tofu::Graph g, const std::string &name, const OpLibrary &l
   if (plan.memoryPerWorker < 0)
     return Status::error("memoryPerWorker must be 0 (no budget) or a number of bytes",
                          ErrorKind::Argument);
-  const int64_t limit = plan.memoryPerWorker;
-  const bool recompute = options.train && (*mode == RecomputeMode::Sqrt ||
-                                           (*mode == RecomputeMode::Auto && limit > 0));
+  PipelineOptions o = options;
+  o.memoryPerWorker = plan.memoryPerWorker;
+  // Recomputation is planned for a training step under a budget (auto) or as asked (sqrt).
+  if (options.train &&
+      (*mode == RecomputeMode::Sqrt || (*mode == RecomputeMode::Auto && plan.memoryPerWorker > 0)))
+    o.recompute = *mode;
   Stage failed = Stage::Graph;
-  if (!recompute && limit == 0) { // the plan of least communication
-    auto r = runPipeline(std::move(g), name, lib, options, &failed);
-    if (!r)
-      return Status::error(llvm::toString(r.takeError()),
-                           failed == Stage::Plan ? ErrorKind::Plan : ErrorKind::Graph);
-    return publicPlan(*r, plan.perWorker, device);
-  }
-  // Under a budget, or recomputing: the graph (the training step) first, then the plan
-  // that fits, as tofu-plan --memory-per-worker finds it.
-  PipelineOptions upTo = options;
-  upTo.until = recompute ? Stage::Graph : Stage::Problem;
-  auto r = runPipeline(std::move(g), name, lib, upTo, &failed);
+  auto r = runPipeline(std::move(g), name, lib, o, &failed);
   if (!r)
     return Status::error(llvm::toString(r.takeError()),
                          failed == Stage::Plan ? ErrorKind::Plan : ErrorKind::Graph);
-  auto missed = [&](const MemoryFit &f, const std::string &how) {
-    return Status::error(
-        fmt::format("no plan found for {} workers fits in {} bytes per worker: the closest has "
-                    "a planned peak of {} bytes on worker {}, {} over{}",
-                    options.search.workers, limit, f.peak, f.peakWorker, f.peak - limit, how),
-        ErrorKind::Plan);
-  };
-  std::vector<std::string> dropped;
-  if (recompute) {
-    auto rp = planWithRecomputation(r->graph, lib, options.search, limit, *mode);
-    if (!rp)
-      return Status::error(llvm::toString(rp.takeError()), ErrorKind::Plan);
-    if (limit > 0 && !rp->fit.fits)
-      return missed(rp->fit, *mode == RecomputeMode::Auto
-                                 ? ", even recomputing every forward tensor the backward pass reads"
-                                 : " with recomputation '" + plan.recompute + "'");
-    r->graph = std::move(rp->graph);
-    r->problem = std::move(rp->problem);
-    r->plan = std::move(rp->fit.plan);
-    r->exec = std::move(rp->fit.exec);
-    r->memory = std::move(rp->fit.memory);
-    dropped = rp->summary.dropped;
-  } else {
-    auto fit = searchWithinMemory(*r->problem, options.search, limit, r->graph.outputs);
-    if (!fit)
-      return Status::error(llvm::toString(fit.takeError()), ErrorKind::Plan);
-    if (!fit->fits)
-      return missed(*fit, "");
-    r->plan = std::move(fit->plan);
-    r->exec = std::move(fit->exec);
-    r->memory = std::move(fit->memory);
-  }
-  return publicPlan(*r, plan.perWorker, device, dropped, limit);
+  return publicPlan(*r, plan.perWorker, device, r->recomputed.dropped, plan.memoryPerWorker);
 }
 
 } // namespace

@@ -11,6 +11,7 @@
 #include "grammar/diagnostics.h"
 #include "graph/onnx_import.h"
 #include "graph/zoo.h"
+#include "support/units.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 namespace tofu {
@@ -137,6 +138,196 @@ llvm::Expected<Graph> loadGraph(const GraphSource &source, const OpLibrary &lib,
   return g;
 }
 
+namespace {
+
+/// The search's options under a budget: on a machine (and the worker count given), every
+/// plan searched over its levels.
+PlanOptions budgetedSearch(const PipelineOptions &o) {
+  if (o.machine && o.memoryPerWorker > 0 && o.fitWorkersUpTo == 0)
+    return machineOptions(o.search, *o.machine);
+  return o.search;
+}
+
+/// The plan `choose` gives, through PipelineOptions::agree where given: then every process
+/// takes the plan decoded from the chooser's text, the chooser too, so that all run the same.
+llvm::Expected<PartitionPlan>
+agreedPlan(const PipelineOptions &o, const Problem &p,
+           const std::function<llvm::Expected<PartitionPlan>()> &choose) {
+  if (!o.agree)
+    return choose();
+  auto text = o.agree([&]() -> llvm::Expected<std::string> {
+    auto plan = choose();
+    if (!plan)
+      return plan.takeError();
+    return encodePlan(*plan);
+  });
+  if (!text)
+    return text.takeError();
+  auto decoded = decodePlan(*text, p);
+  if (!decoded)
+    return stringError("the first process's plan: " + llvm::toString(decoded.takeError()));
+  return decoded;
+}
+
+/// The budgeted plan of r.problem without recomputation: the one of least communication that
+/// fits (or with fitWorkersUpTo, at the fewest workers that fit).
+llvm::Error planWithinBudget(PipelineResult &r, const PipelineOptions &o, bool &ready) {
+  const int64_t limit = o.memoryPerWorker;
+  const PlanOptions search = budgetedSearch(o);
+  std::optional<BudgetChoice> chosen;
+  auto plan = agreedPlan(o, *r.problem, [&]() -> llvm::Expected<PartitionPlan> {
+    BudgetChoice b;
+    b.limit = limit;
+    if (o.fitWorkersUpTo > 0) {
+      auto found = fitWorkers(
+          *r.problem, search, limit, r.graph.outputs, o.fitWorkersUpTo,
+          [&](unsigned k, const MemoryFit &f) {
+            if (o.onWorkerCount)
+              o.onWorkerCount(k, f, nullptr);
+          },
+          o.machine ? &*o.machine : nullptr);
+      if (!found)
+        return found.takeError();
+      b.fit = std::move(found->fit);
+      b.lowerBound = found->lowerBound;
+      b.tried = std::move(found->tried);
+    } else {
+      auto found = searchWithinMemory(*r.problem, search, limit, r.graph.outputs);
+      if (!found)
+        return found.takeError();
+      if (!found->fits)
+        return stringError(noPlanFitsMessage(search.workers, limit, *found, std::nullopt) +
+                           o.noFitHint);
+      b.fit = std::move(*found);
+    }
+    chosen = std::move(b);
+    return chosen->fit.plan;
+  });
+  if (!plan)
+    return plan.takeError();
+  r.plan = std::move(*plan);
+  if (chosen && !o.agree) { // the budgeted search's own execution and memory plans
+    r.exec = std::move(chosen->fit.exec);
+    r.memory = std::move(chosen->fit.memory);
+    ready = true;
+  }
+  if (chosen) {
+    chosen->fit.plan = PartitionPlan();
+    chosen->fit.exec = ExecPlan();
+    chosen->fit.memory = MemoryPlan();
+    r.budget = std::move(chosen);
+  }
+  return llvm::Error::success();
+}
+
+std::vector<std::string> splitLines(const std::string &text) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    out.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+/// The training step r.graph with recomputation planned (planner/recompute.h): what it drops,
+/// the rewritten graph, its analysis and plan.
+llvm::Error planRecomputing(PipelineResult &r, const OpLibrary &lib, const PipelineOptions &o,
+                            bool &ready) {
+  const int64_t limit = o.memoryPerWorker;
+  const RecomputeMode mode = *o.recompute;
+  const PlanOptions search = budgetedSearch(o);
+  std::optional<RecomputePlan> mine;
+  auto choose = [&]() -> llvm::Expected<std::string> {
+    llvm::Expected<RecomputePlan> rp =
+        o.fitWorkersUpTo > 0
+            ? fitWorkersRecomputing(
+                  r.graph, lib, search, limit, mode, o.fitWorkersUpTo,
+                  [&](unsigned k, const RecomputePlan &p) {
+                    if (o.onWorkerCount)
+                      o.onWorkerCount(k, p.fit, &p);
+                  },
+                  o.machine ? &*o.machine : nullptr)
+            : planWithRecomputation(r.graph, lib, search, limit, mode, o.onCandidateSet);
+    if (!rp)
+      return rp.takeError();
+    if (limit > 0 && !rp->fit.fits)
+      return stringError(noPlanFitsMessage(search.workers, limit, rp->fit, mode) + o.noFitHint);
+    mine = std::move(*rp);
+    std::string names; // one a line
+    for (const std::string &t : mine->summary.dropped)
+      names += t + "\n";
+    return names;
+  };
+  auto text = o.agree ? o.agree(choose) : choose();
+  if (!text)
+    return text.takeError();
+  const std::vector<std::string> dropped = splitLines(*text);
+  if (mine && !o.agree) { // the planner's own graph, analysis and plans
+    if (!dropped.empty())
+      r.withoutRecomputation = std::move(r.graph);
+    r.graph = std::move(mine->graph);
+    r.problem = std::move(mine->problem);
+    r.recomputed = mine->summary;
+    r.plan = std::move(mine->fit.plan);
+    r.exec = std::move(mine->fit.exec);
+    r.memory = std::move(mine->fit.memory);
+    ready = true;
+  } else { // the chooser's set, rewritten here the same way, and its plan
+    Graph rewritten = r.graph;
+    auto summary = applyRecomputation(rewritten, dropped);
+    if (!summary)
+      return summary.takeError();
+    r.recomputed = std::move(*summary);
+    if (!dropped.empty())
+      r.withoutRecomputation = std::move(r.graph);
+    r.graph = std::move(rewritten);
+    if (mine) {
+      r.problem = std::move(mine->problem);
+    } else {
+      auto problem = Problem::build(r.graph, lib);
+      if (!problem)
+        return problem.takeError();
+      r.problem = std::move(*problem);
+    }
+    auto plan = agreedPlan(o, *r.problem,
+                           [&]() -> llvm::Expected<PartitionPlan> { return mine->fit.plan; });
+    if (!plan)
+      return plan.takeError();
+    r.plan = std::move(*plan);
+  }
+  if (mine) {
+    BudgetChoice b;
+    b.limit = limit;
+    b.fit = std::move(mine->fit);
+    b.fit.plan = PartitionPlan();
+    b.fit.exec = ExecPlan();
+    b.fit.memory = MemoryPlan();
+    mine->fit = MemoryFit();
+    b.recompute = std::move(mine);
+    r.budget = std::move(b);
+  }
+  return llvm::Error::success();
+}
+
+} // namespace
+
+std::string noPlanFitsMessage(unsigned workers, int64_t limit, const MemoryFit &closest,
+                              std::optional<RecomputeMode> mode) {
+  std::string how;
+  if (mode == RecomputeMode::None)
+    how = " without recomputation";
+  else if (mode == RecomputeMode::Auto)
+    how = ", even recomputing every forward tensor the backward pass reads";
+  else if (mode)
+    how = fmt::format(" with recomputation '{}'", recomputeModeName(*mode));
+  return fmt::format("no plan found for {} workers fits in {} per worker{}: the closest ({}) has "
+                     "a planned peak of {} on worker {}, {} over",
+                     workers, humanBytes(double(limit)), how, closest.plan.algorithm,
+                     humanBytes(double(closest.peak)), closest.peakWorker,
+                     humanBytes(double(closest.peak - limit)));
+}
+
 llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, const OpLibrary &lib,
                                            const PipelineOptions &options, Stage *failed) {
   Stage stage = Stage::Graph;
@@ -200,25 +391,63 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
   r.graph = std::move(g);
   if (options.until == Stage::Graph)
     return llvm::Expected<PipelineResult>(std::move(r));
+  const bool recomputing = options.recompute.has_value();
+  if (recomputing && !options.train)
+    return fail(stringError("recomputation applies to a training step (what its backward pass "
+                            "reads)"));
   stage = Stage::Problem;
-  auto t0 = std::chrono::steady_clock::now();
-  auto problem = Problem::build(r.graph, lib);
-  if (!problem)
-    return fail(problem.takeError());
-  r.analysisSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.problem = std::move(*problem);
-  if (options.until == Stage::Problem)
-    return llvm::Expected<PipelineResult>(std::move(r));
+  // Recomputation analyses each candidate graph itself; the step's analysis is its chosen one.
+  if (!recomputing || options.until == Stage::Problem) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto problem = Problem::build(r.graph, lib);
+    if (!problem)
+      return fail(problem.takeError());
+    r.analysisSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.problem = std::move(*problem);
+    if (options.until == Stage::Problem)
+      return llvm::Expected<PipelineResult>(std::move(r));
+  }
   stage = Stage::Plan;
-  auto plan = options.plan ? options.plan(*r.problem) : searchPlan(*r.problem, options.search);
-  if (!plan)
-    return fail(plan.takeError());
-  r.plan = std::move(*plan);
+  bool ready = false; // r.exec and r.memory are r.plan's
+  if (recomputing) {
+    if (llvm::Error e = planRecomputing(r, lib, options, ready))
+      return fail(std::move(e));
+  } else if (options.memoryPerWorker > 0) {
+    if (llvm::Error e = planWithinBudget(r, options, ready))
+      return fail(std::move(e));
+  }
+  if (options.machine && options.memoryPerWorker == 0) {
+    // The machine's search beside the plan of least bytes (with recomputation, of the
+    // rewritten graph).
+    std::optional<TopologyPlan> searched;
+    auto plan = agreedPlan(options, *r.problem, [&]() -> llvm::Expected<PartitionPlan> {
+      auto t = searchForTopology(*r.problem, options.search, *options.machine);
+      if (!t)
+        return t.takeError();
+      searched = std::move(*t);
+      return searched->plan;
+    });
+    if (!plan)
+      return fail(plan.takeError());
+    r.plan = std::move(*plan);
+    r.machine = std::move(searched);
+    ready = false;
+  } else if (!recomputing && options.memoryPerWorker == 0) {
+    auto plan = options.plan ? options.plan(*r.problem) : agreedPlan(options, *r.problem, [&] {
+      return searchPlan(*r.problem, options.search);
+    });
+    if (!plan)
+      return fail(plan.takeError());
+    r.plan = std::move(*plan);
+  }
   if (options.until == Stage::Plan)
     return llvm::Expected<PipelineResult>(std::move(r));
   stage = Stage::Execution;
-  r.exec = buildExecPlan(*r.problem, r.plan);
-  r.memory = planMemory(*r.problem, r.exec, r.graph.outputs);
+  if (!ready) {
+    r.exec = buildExecPlan(*r.problem, r.plan);
+    r.memory = planMemory(*r.problem, r.exec, r.graph.outputs);
+  }
   if (std::string bad = checkMemoryPlan(r.memory); !bad.empty())
     return fail(stringError("the memory plan is unsound: " + bad));
   return llvm::Expected<PipelineResult>(std::move(r));

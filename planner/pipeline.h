@@ -19,6 +19,9 @@
 #include "graph/graph.h"
 #include "graph/onnx_import.h"
 #include "partition/problem.h"
+#include "planner/memory_fit.h"
+#include "planner/recompute.h"
+#include "planner/topology.h"
 #include "search/search.h"
 
 namespace tofu {
@@ -89,9 +92,56 @@ struct PipelineOptions {
   Precision precision = Precision::FP32;
   Stage until = Stage::Plan;
   PlanOptions search;
-  /// Where given, replaces the search: a plan received from elsewhere (tofu-run's other
-  /// processes get rank 0's). It must be a plan of the given problem.
+  /// The memory budget per worker in bytes (0: none). The plan is then the one of least
+  /// communication found whose planned peak (the memory planner's) fits on every worker
+  /// (planner/memory_fit.h), recomputing what `recompute` allows; where none fits, the
+  /// Plan stage fails saying how close the closest came (one message for every tool).
+  int64_t memoryPerWorker = 0;
+  /// With a budget: the number of workers is chosen too, the smallest up to this many whose
+  /// plan fits (fitWorkers, fitWorkersRecomputing); search.workers is not used. 0: the
+  /// number is search.workers.
+  unsigned fitWorkersUpTo = 0;
+  /// With `train`: the recomputation planned (planner/recompute.h; auto needs a budget).
+  /// Unset, nothing is recomputed and none is planned: a budget is met by the plan alone.
+  std::optional<RecomputeMode> recompute;
+  /// The machine's levels (--topology). Without a budget the plan is searchForTopology's
+  /// (the machine's search beside the plan of least bytes); under one every plan is
+  /// searched over its levels, and fitWorkersUpTo tries only the counts that fill part of it.
+  std::optional<Topology> machine;
+  /// Progress of a budgeted search, where given: each candidate set of recomputation planned
+  /// (how many tensors it drops), and with fitWorkersUpTo each worker count decided (with
+  /// recomputation, what it recomputes there).
+  std::function<void(size_t dropped, const MemoryFit &)> onCandidateSet;
+  std::function<void(unsigned workers, const MemoryFit &, const RecomputePlan *)> onWorkerCount;
+  /// What the error of a budget no plan fits adds: the driver's way to find enough workers.
+  std::string noFitHint;
+  /// Where given, replaces the search: a plan derived from elsewhere (tofu-run's evaluation
+  /// graph restricts the training plan). It must be a plan of the given problem.
   std::function<llvm::Expected<PartitionPlan>(const Problem &)> plan;
+  /// Where several processes run one step (tofu-run under MPI), every choice the pipeline
+  /// makes (what to recompute, the plan) goes through `agree`: it returns the text that
+  /// `choose` gives on the process that decides, and must not call `choose` elsewhere. An
+  /// error of `choose` is returned as it is (that process then ends the job).
+  std::function<llvm::Expected<std::string>(
+      const std::function<llvm::Expected<std::string>()> &choose)>
+      agree;
+};
+
+/// How a memory budget or recomputation chose the plan (PipelineOptions::memoryPerWorker,
+/// recompute). Known on the process that chose (every process, without `agree`).
+struct BudgetChoice {
+  int64_t limit = 0; ///< the budget per worker (0: none)
+  /// The plan chosen, judged against the limit: its planned peak and the worker with it,
+  /// the price of memory it was found with, the searches. Its plan, exec and memory are
+  /// moved into the result's.
+  MemoryFit fit;
+  /// Where recomputation was planned: what the planner found (its graph, problem and fit
+  /// are moved into the result's).
+  std::optional<RecomputePlan> recompute;
+  /// With fitWorkersUpTo and no recomputation: where the scan of counts started, and each
+  /// count tried with the smallest planned peak found for it.
+  unsigned lowerBound = 1;
+  std::vector<std::pair<unsigned, int64_t>> tried;
 };
 
 struct PipelineResult {
@@ -105,7 +155,21 @@ struct PipelineResult {
   PartitionPlan plan;
   ExecPlan exec;
   MemoryPlan memory;
+  /// Under a budget or with recomputation, on the process that chose: how (else unset).
+  std::optional<BudgetChoice> budget;
+  /// What the step recomputes (on every process; empty where nothing is).
+  RecomputeSummary recomputed;
+  /// Where something is recomputed: the training graph before (what --verify compares with).
+  std::optional<Graph> withoutRecomputation;
+  /// On a machine without a budget: searchForTopology's plans and traffic (`plan` is its
+  /// chosen one).
+  std::optional<TopologyPlan> machine;
 };
+
+/// The message of a budget no plan fits: the worker count and budget, the recomputation
+/// allowed (`mode`, unset for none planned), and how close the closest plan came.
+std::string noPlanFitsMessage(unsigned workers, int64_t limit, const MemoryFit &closest,
+                              std::optional<RecomputeMode> mode);
 
 /// Runs the pipeline on a built graph (checked here if it is not yet) up to `options.until`.
 /// On failure, `failed` (where given) gets the stage that failed: Graph (reading, checking,

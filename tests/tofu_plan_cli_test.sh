@@ -82,7 +82,8 @@ assert all(t["closest_peak_bytes"] > 20 << 20 for t in f["tried"][:-1]), f
 PY
 "$plan" --model mlp --batch 16 --train --workers 4 --memory-per-worker 1GiB --summary >"$tmp/mem.txt"
 check "--memory-per-worker fits" grep -q "^planned peak (memory planner.*budget 1.00 GiB per worker" "$tmp/mem.txt"
-expect_error "no plan found for 4 workers fits in 1.00 MiB per worker: the closest" --model mlp --train --workers 4 --memory-per-worker 1MiB
+expect_error "no plan found for 4 workers fits in 1.00 MiB per worker, even recomputing every forward tensor the backward pass reads: the closest (tofu)" --model mlp --train --workers 4 --memory-per-worker 1MiB
+expect_error "no plan found for 4 workers fits in 1.00 MiB per worker: the closest (tofu) has a planned peak of" --model mlp --workers 4 --memory-per-worker 1MiB
 expect_error "--memory-per-worker needs --workers K" --model mlp --memory-per-worker 1GB
 expect_error "--fit chooses the number of workers" --model mlp --workers 2 --fit 1GB
 expect_error "--fit: 'lots' is not a number of bytes" --model mlp --fit lots

@@ -327,19 +327,52 @@ int main(int argc, char **argv) {
   pipeline.weightDecay = weightDecay;
   pipeline.lossOutput = lossOutput;
   pipeline.precision = precision;
-  pipeline.until = recompute != tofu::RecomputeMode::None ? tofu::Stage::Graph
-                   : budgetBytes || topology              ? tofu::Stage::Problem
-                   : workers > 0                          ? tofu::Stage::Plan
-                                                          : tofu::Stage::Graph;
+  pipeline.until = dumpJson || (workers == 0 && !fit) ? tofu::Stage::Graph : tofu::Stage::Plan;
   pipeline.search.workers = workers;
-  // Under a budget on a machine, every plan is searched over its levels (without one, the
-  // plan of least bytes is searched too, and the faster chosen: searchForTopology).
-  if (topology && budgetBytes && !fit)
-    pipeline.search = tofu::machineOptions(pipeline.search, *topology);
   pipeline.search.algorithm = algo;
   pipeline.search.budgetSeconds = budget;
   pipeline.search.threads = searchThreads;
   pipeline.search.coarsen = !noCoarsen;
+  if (budgetBytes)
+    pipeline.memoryPerWorker = *budgetBytes;
+  if (fit)
+    pipeline.fitWorkersUpTo = maxWorkers;
+  if (recompute != tofu::RecomputeMode::None)
+    pipeline.recompute = recompute;
+  pipeline.machine = topology;
+  // With recomputation and a machine but no budget, the machine's plan replaces the
+  // recomputation's: its memory is planned anew.
+  if (pipeline.recompute && topology && !budgetBytes && pipeline.until == tofu::Stage::Plan)
+    pipeline.until = tofu::Stage::Execution;
+  pipeline.noFitHint =
+      fmt::format("; --fit {} finds how many workers it needs", std::string(memoryPerWorker));
+  // A plan judged against the budget, as the progress lines say it.
+  auto judged = [&](const tofu::MemoryFit &f) {
+    return f.fits ? fmt::format("fits, planned peak {}", human(double(f.peak)))
+                  : fmt::format("closest plan's peak {}, {} over", human(double(f.peak)),
+                                human(double(f.peak - f.limit)));
+  };
+  nlohmann::ordered_json fitJson; // --fit's scan, for --format=json
+  pipeline.onCandidateSet = [&](size_t dropped, const tofu::MemoryFit &f) {
+    llvm::errs() << fmt::format(
+        "tofu-plan: recomputing {} tensor{}: {} ({} plan{} searched, {:.1f} s)\n", dropped,
+        dropped == 1 ? "" : "s",
+        budgetBytes ? judged(f) : fmt::format("planned peak {}", human(double(f.peak))), f.searches,
+        f.searches == 1 ? "" : "s", f.seconds);
+  };
+  pipeline.onWorkerCount = [&](unsigned k, const tofu::MemoryFit &f, const tofu::RecomputePlan *r) {
+    if (!r) {
+      llvm::errs() << fmt::format("tofu-plan: {} workers: {} ({} plan{} searched, {:.1f} s)\n", k,
+                                  judged(f), f.searches, f.searches == 1 ? "" : "s", f.seconds);
+      return;
+    }
+    llvm::errs() << fmt::format(
+        "tofu-plan: {} workers: {}{}\n", k, judged(f),
+        f.fits && !r->summary.copies.empty()
+            ? fmt::format(", recomputing {} tensors", r->summary.dropped.size())
+            : "");
+    fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", f.peak}});
+  };
   tofu::GraphSource source = {model,
                               graphFile,
                               onnxFile,
@@ -363,14 +396,24 @@ int main(int argc, char **argv) {
     return 2;
   }
   const tofu::DeviceModel device = std::move(*deviceModel);
-  auto result = exitOnErr(tofu::runPipeline(source, *lib, pipeline));
+  tofu::Stage failedStage = tofu::Stage::Graph;
+  auto piped = tofu::runPipeline(source, *lib, pipeline, &failedStage);
+  if (!piped && fit && failedStage == tofu::Stage::Plan) {
+    llvm::errs() << "tofu-plan: --fit " << fitBytes << ": " << llvm::toString(piped.takeError())
+                 << "\n";
+    return 1;
+  }
+  auto result = exitOnErr(std::move(piped));
   if (!result.lossNote.empty())
     llvm::errs() << "tofu-plan: " << result.lossNote << "\n";
   const std::string &name = result.name;
   const tofu::Graph *g = &result.graph;
+  // What the precision policy made (before any recomputation's copies).
+  const tofu::Graph &precise =
+      result.withoutRecomputation ? *result.withoutRecomputation : result.graph;
   std::string precisionLine;
   const auto bf16Tensors =
-      std::count_if(g->tensors().begin(), g->tensors().end(),
+      std::count_if(precise.tensors().begin(), precise.tensors().end(),
                     [](const tofu::TensorInfo &t) { return t.dtype == "bfloat16"; });
   if (precision == tofu::Precision::BF16) {
     const tofu::PrecisionSummary &ps = result.precision;
@@ -389,14 +432,14 @@ int main(int argc, char **argv) {
         ps.addmms ? fmt::format(" {} exported baddbmm{} (a product plus an addend) rounded once;",
                                 ps.addmms, ps.addmms == 1 ? "" : "s")
                   : std::string(),
-        bf16Tensors, g->tensors().size());
+        bf16Tensors, precise.tensors().size());
   }
   if (dumpJson) {
     llvm::outs() << tofu::graphToJson(*g);
     return 0;
   }
   if (workers > 0 || fit) {
-    const tofu::Problem *problem = result.problem ? &*result.problem : nullptr;
+    const tofu::Problem *problem = &*result.problem;
     const tofu::PartitionPlan *plan = &result.plan;
     double analysis = result.analysisSeconds;
     tofu::PlanReportOptions report;
@@ -404,29 +447,25 @@ int main(int argc, char **argv) {
                    (model.empty() ? std::string() : fmt::format(" (batch {})", batch));
     report.listTensors = report.listOps = !summary;
     std::string memoryLine;
-    tofu::MemoryFit memoryFit;
-    nlohmann::ordered_json fitJson; // --fit's scan, for --format=json
-    // With recomputation the planner rewrites the training graph (planner/recompute.h): the
+    // With recomputation the planner rewrote the training graph (planner/recompute.h): the
     // problem, plan and memory are the rewritten graph's.
-    std::optional<tofu::RecomputePlan> recomputed;
-    // A plan judged against the budget, as the progress lines say it.
-    auto judged = [&](const tofu::MemoryFit &f) {
-      return f.fits ? fmt::format("fits, planned peak {}", human(double(f.peak)))
-                    : fmt::format("closest plan's peak {}, {} over", human(double(f.peak)),
-                                  human(double(f.peak - f.limit)));
-    };
+    const tofu::BudgetChoice *chosen = result.budget ? &*result.budget : nullptr;
+    const tofu::RecomputePlan *recomputed =
+        chosen && chosen->recompute ? &*chosen->recompute : nullptr;
     // The report's memory lines: the chosen plan's planned peak and what is live then.
-    auto reportPeak = [&](const tofu::MemoryFit &f) {
-      report.plannedPeak = f.peak;
-      report.plannedPeakWorker = f.peakWorker;
+    if (chosen && (recomputed || budgetBytes) && !result.memory.workers.empty()) {
+      const tofu::MemoryPlan &memory = result.memory;
+      const unsigned peakWorker = memory.largestPeakWorker();
+      report.plannedPeak = memory.largestPeak();
+      report.plannedPeakWorker = peakWorker;
       if (budgetBytes)
         report.memoryLimit = *budgetBytes;
-      const tofu::LiveAtMost live = tofu::liveAtMost(f.memory.workers[f.peakWorker]);
+      const tofu::LiveAtMost live = tofu::liveAtMost(memory.workers[peakWorker]);
       report.liveTiles = live.tiles;
       report.liveFetches = live.fetches;
       report.livePartials = live.partials;
       const tofu::LiveTiles byRole =
-          tofu::liveTilesAt(*problem, f.memory.workers[f.peakWorker], live.time);
+          tofu::liveTilesAt(*problem, memory.workers[peakWorker], live.time);
       report.liveInputs = byRole.inputs;
       report.liveWeights = byRole.weights;
       report.liveActivations = byRole.activations;
@@ -438,128 +477,46 @@ int main(int argc, char **argv) {
         report.liveLargest.emplace_back(problem->tensors[t].name, bytes);
       // Node i of the plan's order runs at times 3i and 3i + 1 (codegen/memory_plan.h).
       const size_t at = size_t(live.time / 3);
-      report.peakNode =
-          at < f.exec.nodes.size() ? problem->nodes[f.exec.nodes[at].node].name : std::string();
-    };
-    if (recompute != tofu::RecomputeMode::None) {
-      const int64_t limit = budgetBytes ? *budgetBytes : 0;
-      auto progress = [&](size_t dropped, const tofu::MemoryFit &f) {
-        llvm::errs() << fmt::format(
-            "tofu-plan: recomputing {} tensor{}: {} ({} plan{} searched, {:.1f} s)\n", dropped,
-            dropped == 1 ? "" : "s",
-            budgetBytes ? judged(f) : fmt::format("planned peak {}", human(double(f.peak))),
-            f.searches, f.searches == 1 ? "" : "s", f.seconds);
-      };
-      if (fit) {
-        auto found = tofu::fitWorkersRecomputing(
-            *g, *lib, pipeline.search, limit, recompute, maxWorkers,
-            [&](unsigned k, const tofu::RecomputePlan &r) {
-              llvm::errs() << fmt::format(
-                  "tofu-plan: {} workers: {}{}\n", k, judged(r.fit),
-                  r.fit.fits && !r.summary.copies.empty()
-                      ? fmt::format(", recomputing {} tensors", r.summary.dropped.size())
-                      : "");
-              fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", r.fit.peak}});
-            },
-            topology ? &*topology : nullptr);
-        if (!found) {
-          llvm::errs() << "tofu-plan: --fit " << fitBytes << ": "
-                       << llvm::toString(found.takeError()) << "\n";
-          return 1;
-        }
-        recomputed = std::move(*found);
-        fitJson["budget_bytes"] = limit;
-        fitJson["workers"] = recomputed->fit.plan.workers;
-        fitJson["lower_bound"] = 1; // recomputation may fit below the tensors' bound
-        fitJson["workers_without_recomputation"] = recomputed->workersWithout;
-        memoryLine = fmt::format(
-            "fit: {} per worker needs {} workers with recomputation '{}' ({} without; the "
-            "counts below by bisection, down to the weights' and optimiser state's bound)\n",
-            human(double(limit)), recomputed->fit.plan.workers, tofu::recomputeModeName(recompute),
-            recomputed->workersWithout ? std::to_string(recomputed->workersWithout)
-                                       : fmt::format("more than {}", unsigned(maxWorkers)));
-      } else {
-        recomputed = exitOnErr(
-            tofu::planWithRecomputation(*g, *lib, pipeline.search, limit, recompute, progress));
-        if (budgetBytes && !recomputed->fit.fits) {
-          llvm::errs() << fmt::format(
-              "tofu-plan: no plan found for {} workers fits in {} per worker: the closest "
-              "({}) has a planned peak of {} on worker {}, {} over{}; --fit {} finds how many "
-              "workers it needs\n",
-              workers, human(double(limit)), recomputed->fit.plan.algorithm,
-              human(double(recomputed->fit.peak)), recomputed->fit.peakWorker,
-              human(double(recomputed->fit.peak - limit)),
-              recompute == tofu::RecomputeMode::Auto
-                  ? ", even recomputing every forward tensor the backward pass reads"
-                  : fmt::format(" with recomputation '{}'", tofu::recomputeModeName(recompute)),
-              std::string(memoryPerWorker));
-          return 1;
-        }
-      }
-      g = &recomputed->graph;
-      problem = &*recomputed->problem;
-      plan = &recomputed->fit.plan;
-      if (budgetBytes) {
-        memoryFit = recomputed->fit;
-        memoryLine += fmt::format(
-            "memory budget {} per worker: {} candidate set{} of recomputation planned in "
-            "{:.3f} s; the plan chosen has memory priced at {:.3g} per byte\n",
-            human(double(limit)), recomputed->tried, recomputed->tried == 1 ? "" : "s",
-            recomputed->seconds, memoryFit.memoryWeight);
-      }
-      reportPeak(recomputed->fit);
-    } else if (budgetBytes) {
-      const std::string limit = human(double(*budgetBytes));
-      if (fit) {
-        auto found = tofu::fitWorkers(
-            *problem, pipeline.search, *budgetBytes, g->outputs, maxWorkers,
-            [&](unsigned k, const tofu::MemoryFit &f) {
-              llvm::errs() << fmt::format("tofu-plan: {} workers: {} ({} plan{} searched, "
-                                          "{:.1f} s)\n",
-                                          k, judged(f), f.searches, f.searches == 1 ? "" : "s",
-                                          f.seconds);
-            },
-            topology ? &*topology : nullptr);
-        if (!found) {
-          llvm::errs() << "tofu-plan: --fit " << fitBytes << ": "
-                       << llvm::toString(found.takeError()) << "\n";
-          return 1;
-        }
-        memoryFit = std::move(found->fit);
-        fitJson["budget_bytes"] = *budgetBytes;
-        fitJson["workers"] = memoryFit.plan.workers;
-        fitJson["lower_bound"] = found->lowerBound;
-        fitJson["tried"] = nlohmann::ordered_json::array();
-        for (const auto &[k, peak] : found->tried)
-          fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", peak}});
-        memoryLine = fmt::format(
-            "fit: {} per worker needs {} workers (tried {} to {}; fewer than {} cannot hold the "
-            "tensors the one-worker plan has live at once)\n",
-            limit, memoryFit.plan.workers, found->lowerBound, memoryFit.plan.workers,
-            found->lowerBound);
-      } else {
-        auto found = exitOnErr(
-            tofu::searchWithinMemory(*problem, pipeline.search, *budgetBytes, g->outputs));
-        if (!found.fits) {
-          llvm::errs() << fmt::format(
-              "tofu-plan: no plan found for {} workers fits in {} per worker: the closest "
-              "({}) has a planned peak of {} on worker {}, {} over ({} plans searched); "
-              "--fit {} finds how many workers it needs\n",
-              workers, limit, found.plan.algorithm, human(double(found.peak)), found.peakWorker,
-              human(double(found.peak - found.limit)), found.searches,
-              std::string(memoryPerWorker));
-          return 1;
-        }
-        memoryFit = std::move(found);
-      }
-      memoryLine +=
-          fmt::format("memory budget {} per worker: {} plan{} searched and memory-planned "
-                      "in {:.3f} s; the one chosen has memory priced at {:.3g} per byte\n",
-                      limit, memoryFit.searches, memoryFit.searches == 1 ? "" : "s",
-                      memoryFit.seconds, memoryFit.memoryWeight);
-      plan = &memoryFit.plan;
-      reportPeak(memoryFit);
+      report.peakNode = at < result.exec.nodes.size()
+                            ? problem->nodes[result.exec.nodes[at].node].name
+                            : std::string();
     }
+    if (fit && recomputed) {
+      fitJson["budget_bytes"] = chosen->limit;
+      fitJson["workers"] = plan->workers;
+      fitJson["lower_bound"] = 1; // recomputation may fit below the tensors' bound
+      fitJson["workers_without_recomputation"] = recomputed->workersWithout;
+      memoryLine = fmt::format(
+          "fit: {} per worker needs {} workers with recomputation '{}' ({} without; the "
+          "counts below by bisection, down to the weights' and optimiser state's bound)\n",
+          human(double(chosen->limit)), plan->workers, tofu::recomputeModeName(recompute),
+          recomputed->workersWithout ? std::to_string(recomputed->workersWithout)
+                                     : fmt::format("more than {}", unsigned(maxWorkers)));
+    } else if (fit) {
+      fitJson["budget_bytes"] = chosen->limit;
+      fitJson["workers"] = plan->workers;
+      fitJson["lower_bound"] = chosen->lowerBound;
+      fitJson["tried"] = nlohmann::ordered_json::array();
+      for (const auto &[k, peak] : chosen->tried)
+        fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", peak}});
+      memoryLine = fmt::format(
+          "fit: {} per worker needs {} workers (tried {} to {}; fewer than {} cannot hold the "
+          "tensors the one-worker plan has live at once)\n",
+          human(double(chosen->limit)), plan->workers, chosen->lowerBound, plan->workers,
+          chosen->lowerBound);
+    }
+    if (budgetBytes && recomputed)
+      memoryLine += fmt::format(
+          "memory budget {} per worker: {} candidate set{} of recomputation planned in "
+          "{:.3f} s; the plan chosen has memory priced at {:.3g} per byte\n",
+          human(double(chosen->limit)), recomputed->tried, recomputed->tried == 1 ? "" : "s",
+          recomputed->seconds, chosen->fit.memoryWeight);
+    else if (budgetBytes)
+      memoryLine += fmt::format(
+          "memory budget {} per worker: {} plan{} searched and memory-planned "
+          "in {:.3f} s; the one chosen has memory priced at {:.3g} per byte\n",
+          human(double(chosen->limit)), chosen->fit.searches, chosen->fit.searches == 1 ? "" : "s",
+          chosen->fit.seconds, chosen->fit.memoryWeight);
     report.exact = plan->workers <= 64;
     std::string machineText;
     nlohmann::ordered_json machineJson;
@@ -568,10 +525,8 @@ int main(int argc, char **argv) {
     // worker count fills (--fit chooses the count).
     std::optional<tofu::Topology> stepMachine;
     const bool budgeted = budgetBytes.has_value();
-    if (topology && !budgeted) { // the machine's search, beside the plan of least bytes
-      machine = exitOnErr(tofu::searchForTopology(*problem, pipeline.search, *topology));
-      plan = &machine.plan;
-    }
+    if (result.machine) // the machine's search, beside the plan of least bytes
+      machine = *result.machine;
     // The plan chosen as the workers run it: for its traffic per level and its step time.
     const tofu::ExecPlan stepExec = tofu::buildExecPlan(*problem, *plan);
     if (topology) {
@@ -660,7 +615,7 @@ int main(int argc, char **argv) {
       recomputeJson["dropped"] = r.summary.dropped;
       recomputeJson["copies"] = r.summary.copies.size();
       recomputeJson["recomputed_bytes"] = r.summary.bytes;
-      recomputeJson["planned_peak_bytes"] = r.fit.peak;
+      recomputeJson["planned_peak_bytes"] = chosen->fit.peak;
       recomputeJson["planned_peak_bytes_without"] = r.peakWithout;
       recomputeJson["candidate_sets_planned"] = r.tried;
       if (r.summary.copies.empty()) {
@@ -682,9 +637,9 @@ int main(int argc, char **argv) {
             "on {} {:.3f} ms against {:.3f} ms without ({:+.1f}%, what the recomputation "
             "costs)\n",
             tofu::recomputeModeName(r.mode), r.summary.dropped.size(), r.candidates,
-            r.summary.copies.size(), human(double(r.summary.bytes)), human(double(r.fit.peak)),
-            human(double(r.peakWithout)),
-            100.0 * (double(r.fit.peak) / double(std::max<int64_t>(r.peakWithout, 1)) - 1),
+            r.summary.copies.size(), human(double(r.summary.bytes)),
+            human(double(chosen->fit.peak)), human(double(r.peakWithout)),
+            100.0 * (double(chosen->fit.peak) / double(std::max<int64_t>(r.peakWithout, 1)) - 1),
             device.name, 1e3 * stepTime.seconds, 1e3 * without,
             without > 0 ? 100.0 * (stepTime.seconds / without - 1) : 0.0);
       }

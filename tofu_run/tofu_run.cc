@@ -337,28 +337,32 @@ int run(int argc, char **argv) {
   pipeline.precision = precisionOpt;
   pipeline.search.workers = workers;
   pipeline.search.algorithm = algo;
-  // A plan chosen ahead (with recomputation: planner/recompute.h), else searched.
-  std::optional<tofu::PartitionPlan> chosen;
-  // Under MPI the first process searches and hands its plan to the others.
-  pipeline.plan = [&](const tofu::Problem &p) -> llvm::Expected<tofu::PartitionPlan> {
-    llvm::Expected<tofu::PartitionPlan> plan = tofu::PartitionPlan();
-    if (group->rank() == 0)
-      plan = chosen ? llvm::Expected<tofu::PartitionPlan>(*chosen)
-                    : tofu::searchPlan(p, pipeline.search);
-    if (!group->distributed())
-      return plan;
-    // A failed search fails rank 0, and fail() ends the job (the others wait in the broadcast).
-    std::string text;
-    if (group->rank() == 0) {
-      if (!plan)
-        return plan;
-      text = tofu::encodePlan(*plan);
-    }
-    auto decoded = tofu::decodePlan(group->fromFirst(text), p);
-    if (!decoded)
-      return tofu::stringError("the first process's plan: " + llvm::toString(decoded.takeError()));
-    return decoded;
-  };
+  // Under MPI the first process chooses (what to recompute, the plan) and hands its choice to
+  // the others. A failed choice fails the first process, and fail() ends the job (the others
+  // wait in the broadcast).
+  if (group->distributed())
+    pipeline.agree = [](const std::function<llvm::Expected<std::string>()> &choose)
+        -> llvm::Expected<std::string> {
+      std::string text;
+      if (group->rank() == 0) {
+        auto chosen = choose();
+        if (!chosen)
+          return chosen.takeError();
+        text = std::move(*chosen);
+      }
+      return group->fromFirst(text);
+    };
+  // --memory-per-worker and --recompute: the pipeline chooses what to recompute and the plan
+  // (planner/recompute.h), auto by default.
+  const bool recomputing =
+      !infer && (memoryPerWorker.getNumOccurrences() || recomputeOpt.getNumOccurrences());
+  if (recomputing) {
+    if (memoryPerWorker.getNumOccurrences())
+      pipeline.memoryPerWorker = *tofu::parseBytes(memoryPerWorker); // checked
+    pipeline.recompute = recomputeOpt.getNumOccurrences() ? *tofu::recomputeModeNamed(recomputeOpt)
+                                                          : tofu::RecomputeMode::Auto;
+    pipeline.noFitHint = " (tofu-plan --fit finds how many workers it needs)";
+  }
   // --infer's inputs, read before the import: an ONNX model takes their shapes (fixing its
   // dynamic dimensions) and the small integer values its ops need as constants.
   tofu::InputArrays inputArrays;
@@ -415,94 +419,47 @@ int run(int argc, char **argv) {
                                   *norms == 1 ? "its" : "their");
     pipelined = tofu::runPipeline(std::move(*g), loaded, *lib, pipeline);
   } else {
-    // With a budget or recomputation the training graph is planned below.
-    tofu::PipelineOptions first = pipeline;
-    if (memoryPerWorker.getNumOccurrences() || recomputeOpt.getNumOccurrences())
-      first.until = tofu::Stage::Graph;
-    pipelined = tofu::runPipeline(source, *lib, first);
+    pipelined = tofu::runPipeline(source, *lib, pipeline);
   }
   if (!pipelined)
     return fail(llvm::toString(pipelined.takeError()));
-  // --memory-per-worker and --recompute: the first process chooses what to recompute and
-  // the plan (planner/recompute.h), every process rewrites the training graph the same way,
-  // and the step is planned again from the rewritten graph with that plan.
+  // What was recomputed: for the report (the first process's), the budget check and --verify.
   std::optional<RecomputeRun> recomputeRun;
-  if (!infer && (memoryPerWorker.getNumOccurrences() || recomputeOpt.getNumOccurrences())) {
+  if (recomputing) {
     recomputeRun.emplace();
     RecomputeRun &rr = *recomputeRun;
-    if (memoryPerWorker.getNumOccurrences())
-      rr.budget = *tofu::parseBytes(memoryPerWorker); // checked
-    const tofu::RecomputeMode mode = recomputeOpt.getNumOccurrences()
-                                         ? *tofu::recomputeModeNamed(recomputeOpt)
-                                         : tofu::RecomputeMode::Auto;
-    std::string dropped; // one name a line, from the first process
-    if (group->rank() == 0) {
-      auto r =
-          tofu::planWithRecomputation(pipelined->graph, *lib, pipeline.search, rr.budget, mode);
-      if (!r)
-        return fail(r.takeError());
-      if (rr.budget > 0 && !r->fit.fits)
-        return fail(fmt::format(
-            "no plan found for {} workers fits in {} per worker{}: the closest has a planned "
-            "peak of {} on worker {}, {} over (tofu-plan --fit finds how many workers it needs)",
-            unsigned(workers), tofu::humanBytes(double(rr.budget)),
-            mode == tofu::RecomputeMode::None ? " without recomputation"
-                                              : ", even recomputing what --recompute allows",
-            tofu::humanBytes(double(r->fit.peak)), r->fit.peakWorker,
-            tofu::humanBytes(double(r->fit.peak - rr.budget))));
-      for (const std::string &t : r->summary.dropped)
-        dropped += t + "\n";
-      chosen = r->fit.plan;
+    rr.budget = pipeline.memoryPerWorker;
+    rr.dropped = pipelined->recomputed.dropped.size();
+    if (pipelined->budget && pipelined->budget->recompute) { // the process that chose
+      const tofu::RecomputePlan &r = *pipelined->budget->recompute;
+      const tofu::MemoryFit &fit = pipelined->budget->fit;
+      const tofu::RecomputeMode mode = *pipeline.recompute;
       rr.json = {{"mode", tofu::recomputeModeName(mode)},
                  {"budget_bytes", rr.budget},
-                 {"candidates", r->candidates},
-                 {"dropped", r->summary.dropped},
-                 {"copies", r->summary.copies.size()},
-                 {"planned_peak_bytes", r->fit.peak},
-                 {"planned_peak_bytes_without", r->peakWithout},
-                 {"candidate_sets_planned", r->tried}};
+                 {"candidates", r.candidates},
+                 {"dropped", r.summary.dropped},
+                 {"copies", r.summary.copies.size()},
+                 {"planned_peak_bytes", fit.peak},
+                 {"planned_peak_bytes_without", r.peakWithout},
+                 {"candidate_sets_planned", r.tried}};
       rr.line =
-          r->summary.copies.empty()
+          r.summary.copies.empty()
               ? fmt::format("recomputation ({}): none; planned peak {} per worker{}\n",
-                            tofu::recomputeModeName(mode), tofu::humanBytes(double(r->fit.peak)),
+                            tofu::recomputeModeName(mode), tofu::humanBytes(double(fit.peak)),
                             rr.budget > 0 ? " (the plan fits without)" : "")
               : fmt::format("recomputation ({}): {} of {} forward tensors recomputed "
                             "before the backward pass by {} copies of their ops; planned "
                             "peak {} per worker against {} without\n",
-                            tofu::recomputeModeName(mode), r->summary.dropped.size(), r->candidates,
-                            r->summary.copies.size(), tofu::humanBytes(double(r->fit.peak)),
-                            tofu::humanBytes(double(r->peakWithout)));
+                            tofu::recomputeModeName(mode), r.summary.dropped.size(), r.candidates,
+                            r.summary.copies.size(), tofu::humanBytes(double(fit.peak)),
+                            tofu::humanBytes(double(r.peakWithout)));
     }
-    if (group->distributed())
-      dropped = group->fromFirst(dropped);
-    std::vector<std::string> names;
-    for (size_t at = 0; at < dropped.size();) {
-      const size_t end = dropped.find('\n', at);
-      names.push_back(dropped.substr(at, end - at));
-      at = end + 1;
-    }
-    rr.dropped = names.size();
-    {
-      tofu::Graph rewritten = pipelined->graph;
-      if (auto s = tofu::applyRecomputation(rewritten, names); !s)
-        return fail(s.takeError());
-      if (verify && !names.empty()) { // the step without recomputation, for --verify
-        auto plain = tofu::Problem::build(pipelined->graph, *lib);
-        if (!plain)
-          return fail(plain.takeError());
-        rr.plain = std::move(*plain);
-        rr.plainOne = tofu::singleWorker(*rr.plain, pipelined->graph.outputs);
-      }
-      tofu::PipelineOptions again = pipeline;
-      again.train.reset();                     // the graph is the training step already
-      again.precision = tofu::Precision::FP32; // and has its precision (FP32 changes nothing)
-      auto replanned = tofu::runPipeline(std::move(rewritten), pipelined->name, *lib, again);
-      if (!replanned)
-        return fail(llvm::toString(replanned.takeError()));
-      replanned->loss = pipelined->loss;
-      replanned->lossNote = pipelined->lossNote;
-      replanned->precision = pipelined->precision;
-      pipelined = std::move(replanned);
+    if (verify && pipelined->withoutRecomputation) { // the step without, for --verify
+      auto plain = tofu::Problem::build(*pipelined->withoutRecomputation, *lib);
+      if (!plain)
+        return fail(plain.takeError());
+      rr.plain = std::move(*plain);
+      rr.plainOne = tofu::singleWorker(*rr.plain, pipelined->withoutRecomputation->outputs);
     }
   }
   const std::string &name = pipelined->name;
