@@ -15,13 +15,6 @@
 
 namespace tofu {
 
-const char kRecomputeHelp[] =
-    "What the training step recomputes instead of keeping for the backward pass: auto (the "
-    "default with a memory budget: nothing if the plan fits without, else the least found "
-    "that fits, cheapest to recompute first), sqrt (segment checkpointing: every "
-    "ceil(sqrt(n))-th forward tensor kept, the rest recomputed) or none (the default without "
-    "a budget)";
-
 const char *recomputeModeName(RecomputeMode m) {
   switch (m) {
   case RecomputeMode::None:

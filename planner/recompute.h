@@ -37,8 +37,6 @@ namespace tofu {
 enum class RecomputeMode { None, Sqrt, Auto };
 const char *recomputeModeName(RecomputeMode m);
 std::optional<RecomputeMode> recomputeModeNamed(const std::string &name);
-/// What --recompute's help says.
-extern const char kRecomputeHelp[];
 
 struct RecomputePlan {
   RecomputeMode mode = RecomputeMode::None;

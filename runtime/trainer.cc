@@ -229,10 +229,12 @@ llvm::Error Trainer::Impl::resume() {
   }
   if (auto it = was.find("steps"); it != was.end())
     stepsBefore = static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
-  if (auto it = was.find("optimizer"); it != was.end() && it->second != options.optimizer)
+  if (auto it = was.find("optimizer");
+      it != was.end() && it->second != optimizerName(options.optimizer))
     return usageError(fmt::format("{}: the checkpoint was trained with --optimizer {}, this run "
                                   "uses {}: its state does not carry over (give --optimizer {})",
-                                  c->path(), it->second, options.optimizer, it->second));
+                                  c->path(), it->second, optimizerName(options.optimizer),
+                                  it->second));
   resumed = std::move(*c);
   return llvm::Error::success();
 }
@@ -248,10 +250,7 @@ llvm::Error Trainer::Impl::resolveHyper() {
       return std::strtod(it->second.c_str(), nullptr);
     return otherwise;
   };
-  const std::optional<Optimizer> named = optimizerNamed(options.optimizer);
-  if (!named)
-    return usageError("--optimizer must be sgd, momentum, nesterov, adam or adamw");
-  kind = *named;
+  kind = options.optimizer;
   lr = hyperOf(options.lr, "lr",
                kind == Optimizer::SGD                                       ? 0.1
                : kind == Optimizer::Momentum || kind == Optimizer::Nesterov ? 0.01
@@ -581,7 +580,7 @@ llvm::Expected<SaveReport> Trainer::save(const std::string &dir) {
   const std::map<std::string, std::string> metadata = {
       {"format", "tofu"},
       {"model", m.options.name},
-      {"optimizer", m.options.optimizer},
+      {"optimizer", optimizerName(m.options.optimizer)},
       {"lr", fmt::format("{}", m.lr)},
       {"lr_schedule", m.hyper.schedule.str()},
       {"warmup", std::to_string(m.hyper.schedule.warmup)},
@@ -848,7 +847,7 @@ ProcessMemory Trainer::processMemory() {
   return pm;
 }
 
-const std::string &Trainer::optimizer() const { return impl_->options.optimizer; }
+Optimizer Trainer::optimizer() const { return impl_->options.optimizer; }
 double Trainer::lr() const { return impl_->lr; }
 const TrainingHyper &Trainer::hyper() const { return impl_->hyper; }
 unsigned Trainer::steps() const { return impl_->steps; }

@@ -73,7 +73,7 @@ struct EvalGraph {
 /// else its default.
 struct TrainerOptions {
   std::string name; ///< the model's, for messages and checkpoints
-  std::string optimizer = "sgd";
+  Optimizer optimizer = Optimizer::SGD;
   std::optional<double> lr;          ///< default 0.1 (sgd), 0.01 (momentum, nesterov), 0.001
   std::optional<double> momentum;    ///< default 0.9
   std::optional<double> weightDecay; ///< default 0.01 for adamw, else 0
@@ -215,7 +215,7 @@ public:
   ProcessMemory processMemory();
 
   // The run, as resolved.
-  const std::string &optimizer() const;
+  Optimizer optimizer() const;
   double lr() const;
   const TrainingHyper &hyper() const;
   unsigned steps() const;

@@ -64,7 +64,7 @@ std::unique_ptr<Planned> plan(unsigned workers, Optimizer optimizer = Optimizer:
 TrainerOptions options(const Planned &p, unsigned steps) {
   TrainerOptions o;
   o.name = "mlp";
-  o.optimizer = "momentum";
+  o.optimizer = Optimizer::Momentum;
   o.steps = steps;
   o.seed = 5;
   o.engine = testEngine();
@@ -159,7 +159,7 @@ TEST(Trainer, BadMetadataAndOptionsAreUsageErrors) {
   // Another optimiser's checkpoint: its state does not carry over.
   {
     TrainerOptions o = options(*one, 1);
-    o.optimizer = "sgd";
+    o.optimizer = Optimizer::SGD;
     o.loadDir = dir;
     auto t = make(*one, o);
     ASSERT_FALSE(bool(t));

@@ -152,7 +152,7 @@ assert r["planned_peak_bytes"] <= budget < r["planned_peak_bytes_without"], r
 assert m["planned_peak_bytes"] == r["planned_peak_bytes"] and m["budget_bytes"] == budget, m
 assert r["estimated_seconds"] > r["estimated_seconds_without"] > 0, r
 PY
-expect_error "--recompute must be auto, sqrt or none, not 'all'" --model mlp --train --workers 2 --recompute all
+expect_error "for the --recompute option: must be auto, sqrt or none, not 'all'" --model mlp --train --workers 2 --recompute all
 expect_error "--recompute applies to a training step" --model mlp --workers 2 --recompute sqrt
 expect_error "--recompute auto recomputes what a memory budget needs" --model mlp --train --workers 2 --recompute auto
 # --precision bf16: bfloat16 activations and gradients, float32 weights and state, casts as

@@ -553,7 +553,7 @@ expect_exit 2 "--eval-mode must be running or batch" "$run" --onnx "$model" --wo
 expect_exit 2 "--eval-every needs --eval" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --eval-every 5
 expect_exit 2 "no t10k-images-idx3-ubyte" "$run" --onnx "$model" --batch 32 --workers 1 --data "$tmp/data" --eval "$tmp"
 expect_exit 2 "--momentum is for --optimizer momentum or nesterov" "$run" --onnx "$model" --workers 1 --momentum 0.5
-expect_exit 2 "--optimizer must be sgd, momentum, nesterov, adam or adamw" "$run" --onnx "$model" --workers 1 --optimizer rmsprop
+expect_exit 2 "for the --optimizer option: must be sgd, momentum, nesterov, adam or adamw, not 'rmsprop'" "$run" --onnx "$model" --workers 1 --optimizer rmsprop
 expect_exit 2 "--weight-decay must be a finite number at least 0" "$run" --onnx "$model" --workers 1 --weight-decay -1
 expect_exit 2 "--lr-schedule 'step:0': EVERY '0' is not a whole number of steps >= 1" "$run" --onnx "$model" --workers 1 --lr-schedule step:0
 expect_exit 2 "GAMMA '2' is not a number in (0, 1]" "$run" --onnx "$model" --workers 1 --lr-schedule step:5:2

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "analysis/checked.h"
+#include "cli/step_flags.h"
 #include "fmt/format.h"
 #include "graph/graph.h"
 #include "graph/onnx_import.h"
@@ -32,21 +33,10 @@ namespace cl = llvm::cl;
 
 namespace {
 
+// The flags tofu-run shares (cli/step_flags.h).
+using namespace tofu::cli;
+
 cl::OptionCategory planCategory("tofu-plan options");
-cl::opt<std::string> model("model", cl::desc("A zoo model (see --help)"), cl::value_desc("NAME"),
-                           cl::cat(planCategory));
-cl::opt<std::string> graphFile("graph", cl::desc("A graph in JSON (DESIGN.md's format)"),
-                               cl::value_desc("FILE.json"), cl::cat(planCategory));
-cl::opt<std::string> onnxFile("onnx", cl::desc("An ONNX model (weights included or not)"),
-                              cl::value_desc("FILE.onnx"), cl::cat(planCategory));
-cl::opt<unsigned> dataInputs("data-inputs",
-                             cl::desc("With --onnx, when weights are graph inputs: how many "
-                                      "leading inputs are data (default 1)"),
-                             cl::init(1), cl::cat(planCategory));
-cl::list<std::string> trainableOpt("trainable", cl::CommaSeparated, cl::desc(tofu::kTrainableHelp),
-                                   cl::value_desc("NAME,..."), cl::cat(planCategory));
-cl::list<std::string> frozenOpt("frozen", cl::CommaSeparated, cl::desc(tofu::kFrozenHelp),
-                                cl::value_desc("NAME,..."), cl::cat(planCategory));
 cl::opt<std::string> inputOpt(
     "input",
     cl::desc("With --onnx: NAME=FILE,... (.npy, ONNX TensorProto .pb, IDX or "
@@ -54,48 +44,14 @@ cl::opt<std::string> inputOpt(
              "(fixing dynamic dimensions), and an op that needs an input as a constant (a shape, "
              "axes, starts) takes its values, as tofu-run --infer --input does"),
     cl::value_desc("NAME=FILE,..."), cl::cat(planCategory));
-cl::opt<int64_t> batch("batch", cl::desc("Batch size for zoo models (default 32)"), cl::init(32),
-                       cl::cat(planCategory));
 cl::opt<bool> train("train", cl::desc("Add the backward pass and the optimiser update"),
                     cl::cat(planCategory));
-cl::opt<std::string> optimizer("optimizer",
-                               cl::desc("sgd, momentum, nesterov, adam or adamw (with --train; "
-                                        "default adam)"),
-                               cl::init("adam"), cl::cat(planCategory));
-cl::opt<bool> weightDecay("weight-decay",
-                          cl::desc("With --train: plan the updates with an L2 weight decay "
-                                   "(adamw always decays)"),
-                          cl::cat(planCategory));
-cl::opt<std::string> lossOutput("loss-output",
-                                cl::desc("With --train, a graph of several outputs trains on "
-                                         "this one (default: the first)"),
-                                cl::value_desc("NAME"), cl::cat(planCategory));
-cl::opt<tofu::Precision, false, tofu::ChoiceParser<tofu::Precision>> precision(
-    "precision", cl::desc("The element types the step computes in:"),
-    cl::values(clEnumValN(tofu::Precision::FP32, "fp32", "every float tensor float32 (default)"),
-               clEnumValN(tofu::Precision::BF16, "bf16", tofu::kBf16PrecisionHelp)),
-    cl::init(tofu::Precision::FP32), cl::cat(planCategory));
 cl::opt<bool> describe("describe",
                        cl::desc("Print node and tensor counts and bytes per tensor role"),
                        cl::cat(planCategory));
-cl::opt<std::string>
-    opsDir("ops",
-           cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: "
-                    "its Bazel runfiles or PREFIX/share/tofu/ops, else ./ops)"),
-           cl::init("ops"), cl::value_desc("DIR"), cl::cat(planCategory));
 cl::opt<bool> dumpJson("dump-json", cl::desc("Print the graph as JSON"), cl::cat(planCategory));
 cl::opt<unsigned> workers("workers", cl::desc("Search a partition for K workers (any K >= 1)"),
                           cl::value_desc("K"), cl::init(0), cl::cat(planCategory));
-/// The search algorithm; its values are search/search.h's algorithms(), added in main.
-cl::opt<tofu::Algorithm, false, tofu::ChoiceParser<tofu::Algorithm>>
-    algo("algo", cl::desc("The search algorithm:"), cl::init(tofu::Algorithm::Tofu),
-         cl::cat(planCategory));
-enum class Format { Table, Json };
-cl::opt<Format, false, tofu::ChoiceParser<Format>>
-    format("format", cl::desc("Plan output:"),
-           cl::values(clEnumValN(Format::Table, "table", "tables (default)"),
-                      clEnumValN(Format::Json, "json", "one JSON object")),
-           cl::init(Format::Table), cl::cat(planCategory));
 cl::opt<std::string> svgFile("svg", cl::desc("Also draw the plan's weight and activation tiles"),
                              cl::value_desc("FILE.svg"), cl::cat(planCategory));
 cl::opt<bool> summary("summary",
@@ -111,20 +67,12 @@ cl::opt<unsigned> searchThreads(
     cl::desc("Threads of the search (default 0: the machine's cores, at most 8; the plan is "
              "the same at any count)"),
     cl::init(0), cl::value_desc("N"), cl::cat(planCategory));
-cl::opt<std::string> memoryPerWorker(
-    "memory-per-worker",
-    cl::desc("With --workers: the plan of least communication whose planned peak (the memory "
-             "planner's, on every worker) fits in BYTES, or fail saying by how much the closest "
-             "plan misses (e.g. 80GB, 16GiB)"),
-    cl::value_desc("BYTES"), cl::cat(planCategory));
 cl::opt<std::string>
     fitBytes("fit",
              cl::desc("Find the smallest number of workers (any count; on a --topology, a "
                       "count that fills part of it) with a plan whose planned peak fits in BYTES "
                       "per worker, and print that plan"),
              cl::value_desc("BYTES"), cl::cat(planCategory));
-cl::opt<std::string> recomputeOpt("recompute", cl::desc(tofu::kRecomputeHelp),
-                                  cl::value_desc("auto|sqrt|none"), cl::cat(planCategory));
 cl::opt<unsigned> maxWorkers("max-workers",
                              cl::desc("With --fit: the most workers to try (default 1024)"),
                              cl::value_desc("K"), cl::init(1024), cl::cat(planCategory));
@@ -160,8 +108,15 @@ std::string human(double bytes) { return tofu::humanBytes(bytes); }
 } // namespace
 
 int main(int argc, char **argv) {
-  cl::HideUnrelatedOptions(planCategory);
-  tofu::addAlgorithmChoices(algo.getParser());
+  cl::HideUnrelatedOptions({&planCategory, &tofu::cli::stepCategory()});
+  tofu::cli::ToolDefaults defaults;
+  defaults.batch = 32;
+  defaults.batchWhy = "a batch one GPU of a training job takes; tofu-run's is 2, what this "
+                      "machine's CPU runs in seconds";
+  defaults.optimizer = tofu::Optimizer::Adam;
+  defaults.optimizerWhy = "its two state tensors per weight are the memory most training plans "
+                          "must hold; tofu-run's is sgd, whose learning rate its examples use";
+  tofu::cli::initStepFlags(defaults);
   // Bad usage exits 2, as --help says (llvm's parser would exit 1).
   const bool parsed = cl::ParseCommandLineOptions(
       argc, argv,
@@ -220,11 +175,13 @@ int main(int argc, char **argv) {
                     "are its own\n";
     return 2;
   }
-  if ((optimizer.getNumOccurrences() || lossOutput.getNumOccurrences() || weightDecay) && !train) {
+  if ((optimizer.getNumOccurrences() || lossOutput.getNumOccurrences() ||
+       weightDecayOpt.getNumOccurrences()) &&
+      !train) {
     llvm::errs() << "tofu-plan: --"
-                 << (optimizer.getNumOccurrences() ? "optimizer"
-                     : weightDecay                 ? "weight-decay"
-                                                   : "loss-output")
+                 << (optimizer.getNumOccurrences()        ? "optimizer"
+                     : weightDecayOpt.getNumOccurrences() ? "weight-decay"
+                                                          : "loss-output")
                  << " applies to a training step: give --train\n";
     return 2;
   }
@@ -277,12 +234,7 @@ int main(int argc, char **argv) {
   tofu::RecomputeMode recompute =
       budgetBytes && train ? tofu::RecomputeMode::Auto : tofu::RecomputeMode::None;
   if (recomputeOpt.getNumOccurrences()) {
-    auto m = tofu::recomputeModeNamed(recomputeOpt);
-    if (!m) {
-      llvm::errs() << "tofu-plan: --recompute must be auto, sqrt or none, not '" << recomputeOpt
-                   << "'\n";
-      return 2;
-    }
+    const std::optional<tofu::RecomputeMode> m = recomputeOpt.getValue();
     if (*m != tofu::RecomputeMode::None && !train) {
       llvm::errs() << "tofu-plan: --recompute applies to a training step (what its backward "
                       "pass reads): give --train\n";
@@ -304,10 +256,6 @@ int main(int argc, char **argv) {
                     "--dump-json\n";
     return 2;
   }
-  if (!tofu::optimizerNamed(optimizer)) {
-    llvm::errs() << "tofu-plan: --optimizer must be sgd, momentum, nesterov, adam or adamw\n";
-    return 2;
-  }
 
   llvm::ExitOnError exitOnErr = tofu::exitOnError("tofu-plan");
   tofu::SourceManager sources;
@@ -323,10 +271,10 @@ int main(int argc, char **argv) {
   }
   tofu::PipelineOptions pipeline;
   if (train)
-    pipeline.train = *tofu::optimizerNamed(optimizer);
-  pipeline.weightDecay = weightDecay;
+    pipeline.train = optimizer;
+  pipeline.weightDecay = weightDecayOpt > 0;
   pipeline.lossOutput = lossOutput;
-  pipeline.precision = precision;
+  pipeline.precision = precisionOpt;
   pipeline.until = dumpJson || (workers == 0 && !fit) ? tofu::Stage::Graph : tofu::Stage::Plan;
   pipeline.search.workers = workers;
   pipeline.search.algorithm = algo;
@@ -373,21 +321,9 @@ int main(int argc, char **argv) {
             : "");
     fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", f.peak}});
   };
-  tofu::GraphSource source = {model,
-                              graphFile,
-                              onnxFile,
-                              batch,
-                              dataInputs,
-                              dataInputs.getNumOccurrences() > 0,
-                              batch.getNumOccurrences() > 0,
-                              {},
-                              {},
-                              {},
-                              {}};
+  tofu::GraphSource source = tofu::cli::graphSource();
   if (!inputOpt.empty())
     source.givenInputs = exitOnErr(tofu::asUsage(tofu::readInputArrays(inputOpt))).forImport();
-  source.trainable = {trainableOpt.begin(), trainableOpt.end()};
-  source.frozen = {frozenOpt.begin(), frozenOpt.end()};
   if (onnxFile.empty() && (!trainableOpt.empty() || !frozenOpt.empty()))
     exitOnErr(tofu::usageError("--trainable and --frozen name initializers of an --onnx model"));
   auto deviceModel = tofu::deviceModelNamed(deviceOpt);
@@ -415,7 +351,7 @@ int main(int argc, char **argv) {
   const auto bf16Tensors =
       std::count_if(precise.tensors().begin(), precise.tensors().end(),
                     [](const tofu::TensorInfo &t) { return t.dtype == "bfloat16"; });
-  if (precision == tofu::Precision::BF16) {
+  if (precisionOpt == tofu::Precision::BF16) {
     const tofu::PrecisionSummary &ps = result.precision;
     precisionLine = fmt::format(
         "precision bf16 (as torch.autocast): {} product{} and convolution{} on bfloat16 "
@@ -655,9 +591,9 @@ int main(int argc, char **argv) {
           j["recompute"] = recomputeJson;
         if (topology)
           j["topology"] = machineJson;
-        if (precision != tofu::Precision::FP32) {
+        if (precisionOpt != tofu::Precision::FP32) {
           const tofu::PrecisionSummary &ps = result.precision;
-          j["precision"] = {{"name", tofu::precisionName(precision)},
+          j["precision"] = {{"name", tofu::precisionName(precisionOpt)},
                             {"casts", ps.casts},
                             {"lowered_ops", ps.lowered},
                             {"float32_ops_reading_bf16", ps.float32},

@@ -25,38 +25,11 @@ namespace tofurun {
 
 cl::OptionCategory runCategory("tofu-run options");
 
-cl::opt<std::string> model("model", cl::desc("A zoo model (see --help)"), cl::value_desc("NAME"),
-                           cl::cat(runCategory));
-cl::opt<std::string> graphFile("graph", cl::desc("A graph in JSON"), cl::value_desc("FILE.json"),
-                               cl::cat(runCategory));
-cl::opt<std::string> onnxFile("onnx", cl::desc("An ONNX model"), cl::value_desc("FILE.onnx"),
-                              cl::cat(runCategory));
-cl::opt<unsigned> dataInputs("data-inputs",
-                             cl::desc("With --onnx: leading graph inputs that are "
-                                      "data (default 1)"),
-                             cl::init(1), cl::cat(runCategory));
-cl::list<std::string> trainableOpt("trainable", cl::CommaSeparated, cl::desc(tofu::kTrainableHelp),
-                                   cl::value_desc("NAME,..."), cl::cat(runCategory));
-cl::list<std::string> frozenOpt("frozen", cl::CommaSeparated, cl::desc(tofu::kFrozenHelp),
-                                cl::value_desc("NAME,..."), cl::cat(runCategory));
-cl::opt<int64_t> batch("batch", cl::desc("Batch size for zoo and ONNX models (default 2)"),
-                       cl::init(2), cl::cat(runCategory));
 cl::opt<unsigned>
     workers("workers",
             cl::desc("Workers to partition across (required to train; --infer defaults to 1; "
                      "under mpirun, the process count)"),
             cl::value_desc("K"), cl::init(0), cl::cat(runCategory));
-cl::opt<tofu::Precision, false, tofu::ChoiceParser<tofu::Precision>> precisionOpt(
-    "precision",
-    cl::desc("The element types the step computes and stores its tensors in (every backend; "
-             "bf16 tensors take 2 bytes in the arenas; on cuda and nccl, products of bf16 "
-             "operands run on tensor cores):"),
-    cl::values(clEnumValN(tofu::Precision::FP32, "fp32", "every float tensor float32 (default)"),
-               clEnumValN(tofu::Precision::BF16, "bf16", tofu::kBf16PrecisionHelp)),
-    cl::init(tofu::Precision::FP32), cl::cat(runCategory));
-cl::opt<tofu::Algorithm, false, tofu::ChoiceParser<tofu::Algorithm>>
-    algo("algo", cl::desc("The search algorithm:"), cl::init(tofu::Algorithm::Tofu),
-         cl::cat(runCategory));
 cl::opt<std::string> backend("backend",
                              cl::desc("Executor: cpu (threads over host arenas), cuda (streams "
                                       "over arenas on one GPU; k workers share it), mpi (one "
@@ -76,18 +49,6 @@ cl::opt<bool> tf32("tf32",
                    cl::desc("With --backend cuda or nccl: let cuBLAS and cuDNN use TF32 tensor "
                             "cores (default off: float32 math)"),
                    cl::cat(runCategory));
-cl::opt<std::string> optimizer("optimizer",
-                               cl::desc("sgd (default), momentum (SGD with momentum, PyTorch's "
-                                        "form: v = mu v + g, w -= lr v), nesterov (w -= lr (g + "
-                                        "mu v)), adam or adamw (Adam with decoupled weight "
-                                        "decay), each as torch.optim's"),
-                               cl::init("sgd"), cl::cat(runCategory));
-cl::opt<double> weightDecayOpt("weight-decay",
-                               cl::desc("Weight decay: with sgd, momentum, nesterov and adam an "
-                                        "L2 term added to the gradient (g + wd w, PyTorch's "
-                                        "weight_decay); with adamw decoupled (w -= lr wd w; "
-                                        "default 0.01 there, else 0)"),
-                               cl::init(-1), cl::cat(runCategory));
 cl::opt<std::string> lrScheduleOpt(
     "lr-schedule",
     cl::desc("How the learning rate moves per step: constant (default), step:EVERY[:GAMMA] "
@@ -132,10 +93,6 @@ cl::opt<std::string> outputDir("output-dir",
                                cl::desc("With --infer: write each graph output to "
                                         "DIR/<name>.npy (float32)"),
                                cl::value_desc("DIR"), cl::cat(runCategory));
-cl::opt<std::string> lossOutput("loss-output",
-                                cl::desc("A graph of several outputs trains on this one (default: "
-                                         "the first)"),
-                                cl::value_desc("NAME"), cl::cat(runCategory));
 cl::opt<tofu::LossKind, false, tofu::ChoiceParser<tofu::LossKind>> lossKindOpt(
     "loss", cl::desc("The loss a model whose output is not a scalar trains with:"),
     cl::values(clEnumValN(tofu::LossKind::Auto, "auto",
@@ -288,20 +245,6 @@ cl::opt<std::string> calibrateOpt(
              "to FILE (default $TOFU_CPU_MODEL, else ~/.cache/tofu/cpu-model.json); takes no "
              "model"),
     cl::value_desc("FILE"), cl::cat(runCategory));
-// cl::desc keeps a reference to its text, not a copy: composed texts live here, not in
-// temporaries (a temporary's text was freed before --help printed it).
-const std::string kRunRecomputeHelp =
-    std::string(tofu::kRecomputeHelp) +
-    ". The plan's memory table shows each worker's arena; --verify also runs the first step "
-    "without recomputation and says whether the two are bit-identical";
-cl::opt<std::string> recomputeOpt("recompute", cl::desc(kRunRecomputeHelp),
-                                  cl::value_desc("auto|sqrt|none"), cl::cat(runCategory));
-cl::opt<std::string> memoryPerWorker(
-    "memory-per-worker",
-    cl::desc("Plan within BYTES per worker (the memory planner's peak: each worker's arena), "
-             "recomputing what the budget needs (--recompute auto), or fail saying by how much "
-             "the closest plan misses (e.g. 80GB, 512MiB)"),
-    cl::value_desc("BYTES"), cl::cat(runCategory));
 cl::opt<std::string> deviceOpt(
     "device",
     cl::desc("Print the plan's estimated step time on this device beside the measured one: "
@@ -334,11 +277,6 @@ cl::opt<bool> kernelReportOpt(
              "chain of one thread, bytes, FLOPs) with a roofline estimate on an H100 against "
              "its bound; needs no device, runs no step"),
     cl::cat(runCategory));
-cl::opt<Format, false, tofu::ChoiceParser<Format>>
-    format("format", cl::desc("How the results are printed:"),
-           cl::values(clEnumValN(Format::Table, "table", "tables (default)"),
-                      clEnumValN(Format::Json, "json", "one JSON object")),
-           cl::init(Format::Table), cl::cat(runCategory));
 cl::opt<std::string> metricsFile("metrics",
                                  cl::desc("Also write the run's figures as --format=json prints "
                                           "them (per-step losses and times, evaluations, "
@@ -348,11 +286,6 @@ cl::opt<std::string> planJson("exec-plan", cl::desc("Write the execution plan as
                               cl::value_desc("FILE.json"), cl::cat(runCategory));
 cl::opt<bool> dumpPlan("dump-plan", cl::desc("Print the execution plan, one line per op instance"),
                        cl::cat(runCategory));
-cl::opt<std::string>
-    opsDir("ops",
-           cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: "
-                    "its Bazel runfiles or PREFIX/share/tofu/ops, else ./ops)"),
-           cl::init("ops"), cl::value_desc("DIR"), cl::cat(runCategory));
 
 tofu::Normalization normalization;
 
@@ -381,9 +314,7 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
                       4 * cores));
   }
   if (recomputeOpt.getNumOccurrences()) {
-    auto m = tofu::recomputeModeNamed(recomputeOpt);
-    if (!m)
-      return tofu::usageError("--recompute must be auto, sqrt or none, not '" + recomputeOpt + "'");
+    const std::optional<tofu::RecomputeMode> m = recomputeOpt.getValue();
     if (*m != tofu::RecomputeMode::None && infer)
       return tofu::usageError("--recompute applies to training (what the backward pass reads); "
                               "--infer runs no backward pass");
@@ -391,12 +322,10 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
       return tofu::usageError("--recompute auto recomputes what a memory budget needs: give "
                               "--memory-per-worker (or --recompute sqrt)");
   }
-  if (memoryPerWorker.getNumOccurrences()) {
-    if (infer)
-      return tofu::usageError("--memory-per-worker plans a training step; --infer plans none");
-    if (auto b = tofu::parseBytes(memoryPerWorker); !b)
-      return tofu::usageError("--memory-per-worker: " + llvm::toString(b.takeError()));
-  }
+  if (memoryPerWorker.getNumOccurrences() && infer)
+    return tofu::usageError("--memory-per-worker plans a training step; --infer plans none");
+  if (auto b = tofu::cli::memoryBudget(); !b)
+    return b.takeError();
   if (!profileInto.empty() && infer)
     return tofu::usageError("--profile-into times a training step; --infer runs none");
   if (!profileInto.empty() && entry.gpu)
@@ -411,11 +340,8 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
     return tofu::usageError("--tf32 is for --backend cuda");
   if (entry.gpu && kernelsMode == Kernels::Interp)
     return tofu::usageError("--kernels interp is the CPU reference executor; use --backend cpu");
-  const std::optional<tofu::Optimizer> optimizerKind = tofu::optimizerNamed(optimizer);
-  if (!optimizerKind)
-    return tofu::usageError("--optimizer must be sgd, momentum, nesterov, adam or adamw");
-  if (momentumOpt.getNumOccurrences() > 0 && *optimizerKind != tofu::Optimizer::Momentum &&
-      *optimizerKind != tofu::Optimizer::Nesterov)
+  if (momentumOpt.getNumOccurrences() > 0 && optimizer != tofu::Optimizer::Momentum &&
+      optimizer != tofu::Optimizer::Nesterov)
     return tofu::usageError("--momentum is for --optimizer momentum or nesterov");
   if (!(momentumOpt >= 0 && momentumOpt < 1))
     return tofu::usageError("--momentum must be in [0, 1)");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cli/step_flags.h"
 #include "runtime/backend_registry.h"
 #include "runtime/checkpoint.h"
 #include "runtime/dataset.h"
@@ -20,25 +21,16 @@ namespace cl = llvm::cl;
 
 extern cl::OptionCategory runCategory;
 
+// The flags tofu-plan shares (cli/step_flags.h): the model, its step and its plan.
+using namespace tofu::cli;
+
 /// --kernels: what computes each op's share.
 enum class Kernels { Compiled, Generated, Interp };
-/// --format.
-enum class Format { Table, Json };
 
-extern cl::opt<std::string> model;
-extern cl::opt<std::string> graphFile;
-extern cl::opt<std::string> onnxFile;
-extern cl::opt<unsigned> dataInputs;
-extern cl::opt<int64_t> batch;
 extern cl::opt<unsigned> workers;
-/// Its values are search/search.h's algorithms(), added before the command line is parsed.
-extern cl::opt<tofu::Algorithm, false, tofu::ChoiceParser<tofu::Algorithm>> algo;
-extern cl::opt<tofu::Precision, false, tofu::ChoiceParser<tofu::Precision>> precisionOpt;
 extern cl::opt<std::string> backend;
 extern cl::opt<std::string> mpiTransport;
 extern cl::opt<bool> tf32;
-extern cl::opt<std::string> optimizer;
-extern cl::opt<double> weightDecayOpt;
 extern cl::opt<std::string> lrScheduleOpt;
 extern cl::opt<unsigned> warmupOpt;
 extern cl::opt<bool> infer;
@@ -47,7 +39,6 @@ extern cl::opt<std::string> shuffleOpt;
 /// Every --input's items, joined by commas (the option may repeat).
 std::string inputItems();
 extern cl::opt<std::string> outputDir;
-extern cl::opt<std::string> lossOutput;
 extern cl::opt<tofu::LossKind, false, tofu::ChoiceParser<tofu::LossKind>> lossKindOpt;
 extern cl::opt<tofu::StoredType, false, tofu::ChoiceParser<tofu::StoredType>> saveType;
 extern cl::opt<double> momentumOpt;
@@ -61,7 +52,6 @@ extern cl::opt<unsigned> epochs;
 extern cl::opt<std::string> evalOpt;
 extern cl::opt<unsigned> evalEvery;
 extern cl::opt<std::string> evalModeOpt;
-extern cl::list<std::string> trainableOpt, frozenOpt;
 extern cl::opt<std::string> saveOnnx;
 extern cl::opt<bool> saveOnnxExternal;
 extern cl::opt<unsigned> logEvery;
@@ -76,14 +66,11 @@ extern cl::opt<std::string> loadDir;
 extern cl::opt<unsigned> profileTop;
 extern cl::opt<std::string> profileInto;
 extern cl::opt<std::string> calibrateOpt, deviceOpt;
-extern cl::opt<std::string> recomputeOpt, memoryPerWorker;
 extern cl::opt<bool> continueNonFinite;
 extern cl::opt<bool> kernelReportOpt;
-extern cl::opt<Format, false, tofu::ChoiceParser<Format>> format;
 extern cl::opt<std::string> metricsFile;
 extern cl::opt<std::string> planJson;
 extern cl::opt<bool> dumpPlan;
-extern cl::opt<std::string> opsDir;
 
 /// The most workers the in-process engines (CPU, CUDA) run: each is a thread (or stream)
 /// with its own arena in this process; 1024 take some 20 s and 3 GB to set up for an MLP.

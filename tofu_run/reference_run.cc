@@ -30,7 +30,8 @@ int runOnExecutor(const tofu::Problem &p, const tofu::Graph &training, const std
 
   llvm::outs() << fmt::format("{} training step ({}, batch {}): {} nodes on {} workers, algorithm "
                               "{}, CPU executor\n",
-                              name, optimizer, batch, p.nodes.size(), workers, plan.algorithm);
+                              name, tofu::optimizerName(optimizer), batch, p.nodes.size(), workers,
+                              plan.algorithm);
   llvm::outs() << fmt::format("partitioned step: {:.3f} s; bytes moved {} (the plan predicts {}: "
                               "{})\n",
                               runSeconds, result->bytesMoved, predicted,

@@ -215,8 +215,15 @@ int runBatch(const char *argv0, const std::string &file) {
 }
 
 int run(int argc, char **argv) {
-  cl::HideUnrelatedOptions(runCategory);
-  tofu::addAlgorithmChoices(algo.getParser());
+  cl::HideUnrelatedOptions({&runCategory, &tofu::cli::stepCategory()});
+  tofu::cli::ToolDefaults defaults;
+  defaults.batch = 2;
+  defaults.batchWhy = "what this machine's CPU trains in seconds; tofu-plan's is 32, a batch one "
+                      "GPU of a training job takes";
+  defaults.optimizer = tofu::Optimizer::SGD;
+  defaults.optimizerWhy = "with lr 0.1, as the examples train; tofu-plan's is adam, whose "
+                          "state is the memory most training plans must hold";
+  tofu::cli::initStepFlags(defaults);
   // Bad usage exits 2, as --help says (llvm's parser would exit 1).
   const bool parsed = cl::ParseCommandLineOptions(
       argc, argv,
@@ -320,7 +327,7 @@ int run(int argc, char **argv) {
   }
   if (llvm::Error e = checkOptions(*entry))
     return fail(std::move(e));
-  const tofu::Optimizer optimizerKind = *tofu::optimizerNamed(optimizer); // checked
+  const tofu::Optimizer optimizerKind = optimizer;
 
   auto loaded = library();
   if (!loaded)
@@ -357,10 +364,9 @@ int run(int argc, char **argv) {
   const bool recomputing =
       !infer && (memoryPerWorker.getNumOccurrences() || recomputeOpt.getNumOccurrences());
   if (recomputing) {
-    if (memoryPerWorker.getNumOccurrences())
-      pipeline.memoryPerWorker = *tofu::parseBytes(memoryPerWorker); // checked
-    pipeline.recompute = recomputeOpt.getNumOccurrences() ? *tofu::recomputeModeNamed(recomputeOpt)
-                                                          : tofu::RecomputeMode::Auto;
+    pipeline.memoryPerWorker = llvm::cantFail(tofu::cli::memoryBudget()); // checked
+    pipeline.recompute =
+        recomputeOpt.getNumOccurrences() ? recomputeOpt.getValue() : tofu::RecomputeMode::Auto;
     pipeline.noFitHint = " (tofu-plan --fit finds how many workers it needs)";
   }
   // --infer's inputs, read before the import: an ONNX model takes their shapes (fixing its
@@ -372,21 +378,10 @@ int run(int argc, char **argv) {
       return fail(llvm::toString(read.takeError()), 2);
     inputArrays = std::move(*read);
   }
-  tofu::GraphSource source = {model,
-                              graphFile,
-                              onnxFile,
-                              batch,
-                              dataInputs,
-                              dataInputs.getNumOccurrences() > 0,
-                              batch.getNumOccurrences() > 0,
-                              {},
-                              {},
-                              {},
-                              {}};
+  tofu::GraphSource source = tofu::cli::graphSource();
+
   if (!onnxFile.empty())
     source.givenInputs = inputArrays.forImport();
-  source.trainable = {trainableOpt.begin(), trainableOpt.end()};
-  source.frozen = {frozenOpt.begin(), frozenOpt.end()};
   if (onnxFile.empty() && (!trainableOpt.empty() || !frozenOpt.empty()))
     return fail("--trainable and --frozen name initializers of an --onnx model", 2);
   // Training on a data set: it is opened before an ONNX import, whose dynamic axes after

@@ -286,10 +286,10 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
   const double lr = trainer.lr();
   const unsigned stepCount = trainer.steps();
   const tofu::DataSet *ds = trainer.dataSet();
-  const tofu::Optimizer kind = *tofu::optimizerNamed(optimizer);
+  const tofu::Optimizer kind = optimizer;
   // The optimiser as the header says it: "adamw, lr 0.001 (cosine:100 after 5 warm-up
   // steps), weight decay 0.01".
-  std::string optimizerText = fmt::format("{}, lr {}", std::string(optimizer), lr);
+  std::string optimizerText = fmt::format("{}, lr {}", tofu::optimizerName(optimizer), lr);
   {
     std::vector<std::string> how;
     if (hyper.schedule.kind != tofu::LrSchedule::Kind::Constant)
@@ -499,7 +499,7 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
     nlohmann::json j;
     j["model"] = name;
     j["workers"] = unsigned(workers);
-    j["optimizer"] = std::string(optimizer);
+    j["optimizer"] = tofu::optimizerName(optimizer);
     j["lr"] = lr;
     j["lr_schedule"] = hyper.schedule.str();
     j["warmup"] = hyper.schedule.warmup;

@@ -1,0 +1,132 @@
+// The flags tofu-plan and tofu-run share (step_flags.h).
+#include "cli/step_flags.h"
+
+#include "fmt/format.h"
+#include "support/errors.h"
+#include "support/units.h"
+
+namespace tofu {
+namespace cli {
+
+cl::OptionCategory &stepCategory() {
+  static cl::OptionCategory category("model, step and plan options (tofu-plan's and tofu-run's)");
+  return category;
+}
+
+cl::opt<std::string> model("model", cl::desc("A zoo model (see --help)"), cl::value_desc("NAME"),
+                           cl::cat(stepCategory()));
+cl::opt<std::string> graphFile("graph", cl::desc("A graph in JSON (DESIGN.md's format)"),
+                               cl::value_desc("FILE.json"), cl::cat(stepCategory()));
+cl::opt<std::string> onnxFile("onnx", cl::desc("An ONNX model (weights included or not)"),
+                              cl::value_desc("FILE.onnx"), cl::cat(stepCategory()));
+cl::opt<unsigned> dataInputs("data-inputs",
+                             cl::desc("With --onnx, when weights are graph inputs: how many "
+                                      "leading inputs are data (default 1)"),
+                             cl::init(1), cl::cat(stepCategory()));
+cl::list<std::string> trainableOpt("trainable", cl::CommaSeparated, cl::desc(kTrainableHelp),
+                                   cl::value_desc("NAME,..."), cl::cat(stepCategory()));
+cl::list<std::string> frozenOpt("frozen", cl::CommaSeparated, cl::desc(kFrozenHelp),
+                                cl::value_desc("NAME,..."), cl::cat(stepCategory()));
+// Its default and help are the tool's (initStepFlags).
+cl::opt<int64_t> batch("batch", cl::cat(stepCategory()));
+cl::opt<Precision, false, ChoiceParser<Precision>> precisionOpt(
+    "precision",
+    cl::desc("The element types the step computes and stores its tensors in (bf16 tensors take "
+             "2 bytes in the arenas; on tofu-run's cuda and nccl backends products of bf16 "
+             "operands run on tensor cores):"),
+    cl::values(clEnumValN(Precision::FP32, "fp32", "every float tensor float32 (default)"),
+               clEnumValN(Precision::BF16, "bf16", kBf16PrecisionHelp)),
+    cl::init(Precision::FP32), cl::cat(stepCategory()));
+cl::opt<Algorithm, false, ChoiceParser<Algorithm>> algo("algo", cl::desc("The search algorithm:"),
+                                                        cl::init(Algorithm::Tofu),
+                                                        cl::cat(stepCategory()));
+// Its default and help are the tool's (initStepFlags).
+cl::opt<Optimizer, false, ChoiceParser<Optimizer>>
+    optimizer("optimizer",
+              cl::values(clEnumValN(Optimizer::SGD, "sgd", "SGD"),
+                         clEnumValN(Optimizer::Momentum, "momentum",
+                                    "SGD with momentum, PyTorch's form: v = mu v + g, w -= lr v"),
+                         clEnumValN(Optimizer::Nesterov, "nesterov", "w -= lr (g + mu v)"),
+                         clEnumValN(Optimizer::Adam, "adam", "Adam"),
+                         clEnumValN(Optimizer::AdamW, "adamw", "Adam with decoupled weight decay")),
+              cl::cat(stepCategory()));
+cl::opt<double> weightDecayOpt("weight-decay",
+                               cl::desc("Weight decay: with sgd, momentum, nesterov and adam an "
+                                        "L2 term added to the gradient (g + wd w, PyTorch's "
+                                        "weight_decay); with adamw decoupled (w -= lr wd w; "
+                                        "default 0.01 there, else 0)"),
+                               cl::init(-1), cl::value_desc("WD"), cl::cat(stepCategory()));
+cl::opt<std::string> lossOutput("loss-output",
+                                cl::desc("With a training step, a graph of several outputs trains "
+                                         "on this one (default: the first)"),
+                                cl::value_desc("NAME"), cl::cat(stepCategory()));
+cl::opt<RecomputeMode, false, ChoiceParser<RecomputeMode>> recomputeOpt(
+    "recompute",
+    cl::desc("What a training step recomputes instead of keeping for the backward pass "
+             "(tofu-run's --verify also runs the first step without recomputation and says "
+             "whether the two are bit-identical):"),
+    cl::values(clEnumValN(RecomputeMode::Auto, "auto",
+                          "the default with a memory budget: nothing if the plan fits without, "
+                          "else the least found that fits, cheapest to recompute first"),
+               clEnumValN(RecomputeMode::Sqrt, "sqrt",
+                          "segment checkpointing: every ceil(sqrt(n))-th forward tensor kept, "
+                          "the rest recomputed"),
+               clEnumValN(RecomputeMode::None, "none", "the default without a budget")),
+    cl::init(RecomputeMode::None), cl::cat(stepCategory()));
+cl::opt<std::string> memoryPerWorker(
+    "memory-per-worker",
+    cl::desc("Plan within BYTES per worker (e.g. 80GB, 16GiB): the plan of least communication "
+             "found whose planned peak (the memory planner's, each worker's arena) fits on "
+             "every worker, recomputing what the budget needs on a training step (--recompute "
+             "auto), or fail saying by how much the closest plan misses"),
+    cl::value_desc("BYTES"), cl::cat(stepCategory()));
+cl::opt<Format, false, ChoiceParser<Format>>
+    format("format", cl::desc("How the results are printed:"),
+           cl::values(clEnumValN(Format::Table, "table", "tables (default)"),
+                      clEnumValN(Format::Json, "json", "one JSON object")),
+           cl::init(Format::Table), cl::cat(stepCategory()));
+cl::opt<std::string>
+    opsDir("ops",
+           cl::desc("The operator library (default: $TOFU_OPS, else found beside the executable: "
+                    "its Bazel runfiles or PREFIX/share/tofu/ops, else ./ops)"),
+           cl::init("ops"), cl::value_desc("DIR"), cl::cat(stepCategory()));
+
+void initStepFlags(const ToolDefaults &d) {
+  static std::string batchHelp, optimizerHelp;
+  batchHelp =
+      fmt::format("Batch size of a zoo or ONNX model (default {}: {})", d.batch, d.batchWhy);
+  batch.setDescription(batchHelp);
+  batch.setInitialValue(d.batch);
+  optimizerHelp = fmt::format("The optimiser of a training step, each as torch.optim's (default "
+                              "{}: {}):",
+                              optimizerName(d.optimizer), d.optimizerWhy);
+  optimizer.setDescription(optimizerHelp);
+  optimizer.setInitialValue(d.optimizer);
+  addAlgorithmChoices(algo.getParser());
+}
+
+GraphSource graphSource() {
+  GraphSource s;
+  s.model = model;
+  s.graphFile = graphFile;
+  s.onnxFile = onnxFile;
+  s.batch = batch;
+  s.dataInputs = dataInputs;
+  s.dataInputsGiven = dataInputs.getNumOccurrences() > 0;
+  s.batchGiven = batch.getNumOccurrences() > 0;
+  s.trainable = {trainableOpt.begin(), trainableOpt.end()};
+  s.frozen = {frozenOpt.begin(), frozenOpt.end()};
+  return s;
+}
+
+llvm::Expected<int64_t> memoryBudget() {
+  if (!memoryPerWorker.getNumOccurrences())
+    return 0;
+  auto bytes = parseBytes(memoryPerWorker);
+  if (!bytes)
+    return usageError("--memory-per-worker: " + llvm::toString(bytes.takeError()));
+  return *bytes;
+}
+
+} // namespace cli
+} // namespace tofu

@@ -1,0 +1,77 @@
+// The command-line flags tofu-plan and tofu-run share, declared once: one name, one type,
+// one default and one help text each (as LLVM's CodeGen/CommandFlags.h is for llc and opt).
+// They name a model, say how its step is built (training, precision, the loss), and how it
+// is planned (the search, a memory budget, recomputation). Names are parsed once, into their
+// enums; a tool reads the values after llvm::cl has parsed its command line.
+//
+// A default that must differ between the tools (the batch, the optimiser) is the tool's, set
+// by initStepFlags before parsing, and --help says why.
+#ifndef TOFU_CLI_STEP_FLAGS_H
+#define TOFU_CLI_STEP_FLAGS_H
+
+#include <cstdint>
+#include <string>
+
+#include "graph/graph.h"
+#include "planner/pipeline.h"
+#include "planner/recompute.h"
+#include "search/search.h"
+#include "support/cl_choice.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Error.h"
+
+namespace tofu {
+namespace cli {
+
+namespace cl = llvm::cl;
+
+/// The category the shared flags are listed under in --help.
+cl::OptionCategory &stepCategory();
+
+/// --format.
+enum class Format { Table, Json };
+
+extern cl::opt<std::string> model;
+extern cl::opt<std::string> graphFile;
+extern cl::opt<std::string> onnxFile;
+extern cl::opt<unsigned> dataInputs;
+extern cl::list<std::string> trainableOpt;
+extern cl::list<std::string> frozenOpt;
+extern cl::opt<int64_t> batch;
+extern cl::opt<Precision, false, ChoiceParser<Precision>> precisionOpt;
+/// Its values are search/search.h's algorithms(), added by initStepFlags.
+extern cl::opt<Algorithm, false, ChoiceParser<Algorithm>> algo;
+extern cl::opt<Optimizer, false, ChoiceParser<Optimizer>> optimizer;
+/// The value given, -1 where not given (then adamw decays by its default, the others not).
+extern cl::opt<double> weightDecayOpt;
+extern cl::opt<std::string> lossOutput;
+extern cl::opt<RecomputeMode, false, ChoiceParser<RecomputeMode>> recomputeOpt;
+extern cl::opt<std::string> memoryPerWorker;
+extern cl::opt<Format, false, ChoiceParser<Format>> format;
+extern cl::opt<std::string> opsDir;
+
+/// What a tool's defaults are where the tools differ, and why (said in --help).
+struct ToolDefaults {
+  int64_t batch = 2;
+  const char *batchWhy = "";
+  Optimizer optimizer = Optimizer::SGD;
+  const char *optimizerWhy = "";
+};
+
+/// Sets the tool's defaults and the help texts that name them, and the search algorithms'
+/// choices. Call once, before parsing the command line.
+void initStepFlags(const ToolDefaults &defaults);
+
+/// The model the flags name (--model, --graph or --onnx, with --batch, --data-inputs,
+/// --trainable and --frozen); the ONNX import's given inputs and sample shapes are the
+/// tool's to add.
+GraphSource graphSource();
+
+/// --memory-per-worker in bytes, 0 where not given; a value that is not a number of bytes is
+/// bad usage that names the flag.
+llvm::Expected<int64_t> memoryBudget();
+
+} // namespace cli
+} // namespace tofu
+
+#endif // TOFU_CLI_STEP_FLAGS_H
