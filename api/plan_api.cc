@@ -25,19 +25,6 @@ namespace api {
 
 namespace {
 
-const std::set<std::string> &dtypes() {
-  static const std::set<std::string> names = {"float32", "float16", "bfloat16", "float64", "int64",
-                                              "int32",   "int16",   "int8",     "uint8",   "bool"};
-  return names;
-}
-
-std::string dtypeList() {
-  std::string s;
-  for (const std::string &d : dtypes())
-    s += (s.empty() ? "" : ", ") + d;
-  return s;
-}
-
 std::string shapeText(const std::vector<int64_t> &shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i)
@@ -45,15 +32,17 @@ std::string shapeText(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-/// A declared tensor's shape and dtype: positive extents whose product, in bytes, fits int64.
-Status checkDeclared(const std::string &name, const std::vector<int64_t> &shape,
-                     const std::string &dtype) {
+/// A declared tensor's element type, named `dtype`, and its shape: positive extents whose
+/// product, in bytes, fits int64.
+Result<ElementType> checkDeclared(const std::string &name, const std::vector<int64_t> &shape,
+                                  const std::string &dtype) {
   if (name.empty())
     return Status::error("a tensor needs a name");
-  if (!dtypes().count(dtype))
+  const std::optional<ElementType> type = elementTypeNamed(dtype);
+  if (!type)
     return Status::error("tensor '" + name + "': unknown dtype '" + dtype + "' (one of " +
-                         dtypeList() + ")");
-  int64_t bytes = ::tofu::dtypeSize(dtype);
+                         elementTypeNames() + ")");
+  int64_t bytes = elementTypeBytes(*type);
   for (int64_t e : shape) {
     if (e <= 0)
       return Status::error("tensor '" + name + "' has a non-positive extent in " +
@@ -63,7 +52,7 @@ Status checkDeclared(const std::string &name, const std::vector<int64_t> &shape,
                            " has more bytes than a 64-bit count holds");
     bytes *= e;
   }
-  return Status();
+  return *type;
 }
 
 Status fromError(llvm::Error e) {
@@ -108,14 +97,15 @@ namespace {
 
 Status declare(::tofu::Graph &g, const std::string &name, const std::vector<int64_t> &shape,
                const std::string &dtype, TensorRole role) {
-  if (Status s = checkDeclared(name, shape, dtype); !s)
-    return s;
+  auto type = checkDeclared(name, shape, dtype);
+  if (!type)
+    return type.status();
   TensorInfo t;
   t.name = name;
   t.group = name;
   t.shape = shape;
   t.shapeKnown = true;
-  t.dtype = dtype;
+  t.dtype = *type;
   t.role = role;
   return fromError(g.addTensor(std::move(t)));
 }
@@ -134,8 +124,8 @@ Status Graph::addWeight(const std::string &name, const std::vector<int64_t> &sha
 
 Status Graph::addConstant(const std::string &name, const std::vector<int64_t> &shape,
                           const std::vector<double> &values, const std::string &dtype) {
-  if (Status s = checkDeclared(name, shape, dtype); !s)
-    return s;
+  if (auto type = checkDeclared(name, shape, dtype); !type)
+    return type.status();
   int64_t elements = 1;
   for (int64_t e : shape)
     elements *= e;
@@ -232,7 +222,7 @@ Plan publicPlan(const PipelineResult &r, bool perWorker, const std::optional<Dev
     tp.name = pt.name;
     tp.role = roleName(pt.role);
     const TensorInfo &info = r.graph.tensors()[pt.graphTensor];
-    tp.dtype = info.dtype;
+    tp.dtype = elementTypeName(info.dtype);
     tp.shape = pt.shape;
     tp.bytes = info.bytes();
     out.singleWorkerBytes += tp.bytes;

@@ -225,7 +225,8 @@ FusedPlan fuseElementwise(const Problem &p, const ExecPlan &plan,
     // A bfloat16 intermediate is rounded where the reader reads it, as it would be stored:
     // the fused kernel computes what the unfused ones do (a linear's output rounded before
     // the float32 residual add that reads it).
-    table->op = foldInto(prod.table->op, cons.table->op, slots, fp.tensors[t].storageBytes == 2);
+    table->op = foldInto(prod.table->op, cons.table->op, slots,
+                         fp.tensors[t].storage == ElementType::BFloat16);
     table->elementwise = table->op.isElementwise();
     ProblemNode fused = cons;
     fused.table = table;

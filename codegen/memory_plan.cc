@@ -104,7 +104,7 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan,
         start[out] = 3 * int64_t(i);
     }
     for (unsigned t = 0; t < p.tensors.size(); ++t) {
-      int64_t bytes = storedBytes(boxElements(plan.tiles[w][t]), p.tensors[t].storageBytes);
+      int64_t bytes = storedBytes(boxElements(plan.tiles[w][t]), p.tensors[t].storageBytes());
       if (bytes == 0)
         continue;
       Buffer b;
@@ -132,7 +132,7 @@ MemoryPlan planMemory(const Problem &p, const ExecPlan &plan,
         Buffer b;
         b.kind = Buffer::Kind::Fetch;
         b.tensor = f.tensor;
-        b.bytes = storedBytes(boxElements(f.region), p.tensors[f.tensor].storageBytes);
+        b.bytes = storedBytes(boxElements(f.region), p.tensors[f.tensor].storageBytes());
         b.start = at;
         b.end = at + 1;
         b.node = static_cast<int>(i);
@@ -228,7 +228,7 @@ LiveTiles liveTilesAt(const Problem &p, const WorkerMemory &w, int64_t time) {
       out.optimizerState += b.bytes;
       break;
     }
-    if (t.storageBytes == 2)
+    if (t.storage == ElementType::BFloat16)
       out.bfloat16 += b.bytes;
   }
   out.largest.assign(perTensor.begin(), perTensor.end());

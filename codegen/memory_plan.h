@@ -15,7 +15,7 @@
 namespace tofu {
 
 // Bytes per element in an arena: a tile or a fetched region takes its tensor's storage size
-// (ProblemTensor::storageBytes: 4, as the engines hold every tensor as float32 whatever its
+// (ProblemTensor::storageBytes(): 4, as the engines hold every tensor as float32 whatever its
 // dtype, and 2 for a bfloat16 tensor of a graph in bf16); a result combined from reduction
 // slices is float32 until its tile is assembled (resultStorageBytes). Communication is
 // counted at the dtype's size, as the search costs it.

@@ -14,9 +14,10 @@
 namespace tofu {
 namespace {
 
-/// The element type an arena buffer of `bytes` bytes per element holds.
-loops::Element elementOf(unsigned bytes) {
-  return bytes == 2 ? loops::Element::BF16 : loops::Element::F32;
+/// The loop IR's element of an arena buffer holding elements of `t` (float32 or bfloat16:
+/// ProblemTensor::storage).
+loops::Element elementOf(ElementType t) {
+  return t == ElementType::BFloat16 ? loops::Element::BF16 : loops::Element::F32;
 }
 
 class Builder {
@@ -104,7 +105,7 @@ llvm::Error Builder::buildStep(size_t i) {
         continue;
       }
       // Fetched regions are stored as their tensor's tiles are.
-      const loops::Element element = elementOf(p.tensors[f.tensor].storageBytes);
+      const loops::Element element = elementOf(p.tensors[f.tensor].storage);
       l.inputElements.push_back(element);
       auto fb = fetchOff[w].find({static_cast<int>(i), static_cast<int>(q)});
       if (fb == fetchOff[w].end()) { // read in place from the worker's own tile
@@ -141,10 +142,10 @@ llvm::Error Builder::buildStep(size_t i) {
       auto pb = partialOff[w].find(static_cast<int>(i));
       if (pb != partialOff[w].end()) {
         l.outputOffset = pb->second;
-        l.outputElement = elementOf(p.tensors[outT].resultStorageBytes(!singleSlice(ne)));
+        l.outputElement = elementOf(p.tensors[outT].resultStorage(!singleSlice(ne)));
       } else if (writesTileDirectly(ne, w, plan.tiles[w][outT]) && wp.tileOffset[outT] >= 0) {
         l.outputOffset = wp.tileOffset[outT];
-        l.outputElement = elementOf(p.tensors[outT].storageBytes);
+        l.outputElement = elementOf(p.tensors[outT].storage);
       } else
         return stringError(
             fmt::format("node '{}', worker {}: no buffer for its result", node.name, w));
@@ -161,7 +162,7 @@ llvm::Error Builder::buildStep(size_t i) {
     st.tileOffset = tileOff;
     st.tileElements = boxElements(a.tile);
     st.initIdentity = a.slices.size() > 1;
-    st.tileElement = elementOf(p.tensors[outT].storageBytes);
+    st.tileElement = elementOf(p.tensors[outT].storage);
     for (const auto &slice : a.slices)
       for (const Fetch &f : slice) {
         const OpInstance &src = ne.workers[f.from];
@@ -171,7 +172,7 @@ llvm::Error Builder::buildStep(size_t i) {
         if (pb != partialOff[f.from].end()) {
           cp.srcOffset = pb->second;
           cp.srcBox = src.produced;
-          cp.srcElement = elementOf(p.tensors[outT].resultStorageBytes(!singleSlice(ne)));
+          cp.srcElement = elementOf(p.tensors[outT].resultStorage(!singleSlice(ne)));
         } else {
           cp.srcOffset = out.worker[f.from].tileOffset[outT];
           cp.srcBox = plan.tiles[f.from][outT];
@@ -257,7 +258,7 @@ bool Builder::updateInPlace(unsigned upd, unsigned tgt) {
     if (plan.nodes[at].workers[w].computes) {
       Launch &l = out.worker[w].steps[at].launch;
       l.outputOffset = out.worker[w].tileOffset[tgt];
-      l.outputElement = elementOf(p.tensors[tgt].storageBytes);
+      l.outputElement = elementOf(p.tensors[tgt].storage);
     }
   out.inPlace.push_back(upd);
   return true;
@@ -294,8 +295,8 @@ void Builder::buildCarries() {
         cp.dstBox = want;
         cp.box = part;
         cp.elementBytes = p.tensors[upd].elementBytes;
-        cp.srcElement = elementOf(p.tensors[upd].storageBytes);
-        cp.dstElement = elementOf(p.tensors[tgt].storageBytes);
+        cp.srcElement = elementOf(p.tensors[upd].storage);
+        cp.dstElement = elementOf(p.tensors[tgt].storage);
         out.worker[w].carries.push_back(cp);
         if (boxContains(plan.tiles[u][upd], want))
           break;
@@ -315,7 +316,7 @@ llvm::Error Builder::build() {
     tensor.shape = pt.shape;
     tensor.role = pt.role;
     tensor.hasProducer = pt.producer >= 0;
-    tensor.element = elementOf(pt.storageBytes);
+    tensor.element = elementOf(pt.storage);
     for (unsigned w = 0; w < k; ++w)
       tensor.tiles.push_back(plan.tiles[w][t]);
     out.tensors.push_back(std::move(tensor));

@@ -13,20 +13,6 @@
 
 namespace tofu {
 
-int64_t dtypeSize(const std::string &dtype) {
-  if (dtype == "float64" || dtype == "int64")
-    return 8;
-  if (dtype == "float16" || dtype == "bfloat16" || dtype == "int16")
-    return 2;
-  if (dtype == "int8" || dtype == "uint8" || dtype == "bool")
-    return 1;
-  return 4;
-}
-
-bool isFloatDtype(const std::string &dtype) {
-  return dtype.rfind("float", 0) == 0 || dtype == "bfloat16" || dtype == "double";
-}
-
 std::string freshName(const std::string &base, std::set<std::string> &used) {
   std::string name = base;
   for (int k = 2; used.count(name); ++k)
@@ -77,7 +63,7 @@ int64_t TensorInfo::elements() const {
   return n;
 }
 
-int64_t TensorInfo::bytes() const { return elements() * dtypeSize(dtype); }
+int64_t TensorInfo::bytes() const { return elements() * elementTypeBytes(dtype); }
 
 llvm::Error Graph::addTensor(TensorInfo t) {
   if (t.name.empty())
@@ -238,7 +224,7 @@ llvm::Error checkSizes(const Graph &g) {
     if (!t.shapeKnown)
       continue;
     auto elements = checkedProduct(t.shape);
-    auto bytes = elements ? checkedMul(*elements, dtypeSize(t.dtype)) : std::nullopt;
+    auto bytes = elements ? checkedMul(*elements, elementTypeBytes(t.dtype)) : std::nullopt;
     if (!bytes || *bytes > kMaxGraphBytes)
       return stringError(fmt::format("tensor '{}' of shape [{}] holds more than {} bytes (1 PiB), "
                                      "the most a graph may hold",
@@ -363,8 +349,6 @@ struct JsonAt {
   }
 };
 
-const char *const kDtypes[] = {"float32", "float64", "float16", "bfloat16", "int64",
-                               "int32",   "int16",   "int8",    "uint8",    "bool"};
 } // namespace
 
 llvm::Expected<Graph> graphFromJson(const std::string &text) {
@@ -399,8 +383,9 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
       return std::move(e);
     TensorInfo info;
     std::string role = roleName(info.role);
+    std::string dtype = elementTypeName(info.dtype);
     for (auto [key, field] : {std::pair<const char *, std::string *>{"name", &info.name},
-                              {"dtype", &info.dtype},
+                              {"dtype", &dtype},
                               {"group", &info.group},
                               {"role", &role}})
       if (llvm::Error e = t.optionalString(key, field))
@@ -419,9 +404,11 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
       }
       info.shapeKnown = true;
     }
-    if (std::find(std::begin(kDtypes), std::end(kDtypes), info.dtype) == std::end(kDtypes))
+    const std::optional<ElementType> type = elementTypeNamed(dtype);
+    if (!type)
       return t["dtype"].fail(
-          fmt::format("unknown dtype '{}' (one of: {})", info.dtype, fmt::join(kDtypes, ", ")));
+          fmt::format("unknown dtype '{}' (one of: {})", dtype, elementTypeNames()));
+    info.dtype = *type;
     auto r = parseRole(role);
     if (!r)
       return t["role"].fail(fmt::format("tensor '{}' has unknown role '{}'", info.name, role));
@@ -482,7 +469,7 @@ std::string graphToJson(const Graph &g) {
     jt["name"] = t.name;
     if (t.shapeKnown)
       jt["shape"] = t.shape;
-    jt["dtype"] = t.dtype;
+    jt["dtype"] = elementTypeName(t.dtype);
     jt["role"] = roleName(t.role);
     if (!t.group.empty())
       jt["group"] = t.group;

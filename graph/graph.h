@@ -11,6 +11,7 @@
 
 #include "analysis/instantiate.h"
 #include "graph/library.h"
+#include "support/element_type.h"
 #include "llvm/Support/Error.h"
 
 namespace tofu {
@@ -30,11 +31,6 @@ enum class TensorRole { Input, Weight, Activation, Gradient, OptimizerState };
 const char *roleName(TensorRole r);
 std::optional<TensorRole> parseRole(const std::string &s);
 
-/// Bytes per element of a dtype name (float32 when unknown).
-int64_t dtypeSize(const std::string &dtype);
-/// Whether a dtype name is a floating-point type (float16, bfloat16, float32, float64).
-bool isFloatDtype(const std::string &dtype);
-
 /// `base`, or else the first of `base_2`, `base_3`, ... not in `used`; it joins `used`.
 std::string freshName(const std::string &base, std::set<std::string> &used);
 
@@ -44,7 +40,7 @@ struct TensorInfo {
   std::string group;
   std::vector<int64_t> shape; ///< empty for a scalar; unknown shapes are inferred
   bool shapeKnown = false;
-  std::string dtype = "float32";
+  ElementType dtype = ElementType::Float32;
   TensorRole role = TensorRole::Activation;
 
   int64_t elements() const;
@@ -106,7 +102,7 @@ public:
   /// generators): runs draw each afresh at every step.
   std::map<std::string, RandomInput> randomInputs;
   /// The precision policy applied to the graph (applyPrecision). Under BF16 a bfloat16
-  /// tensor takes 2 bytes in a worker's arena (Problem's storageBytes); a model that arrives
+  /// tensor takes 2 bytes in a worker's arena (Problem's storage); a model that arrives
   /// with bfloat16 tensors of its own holds them as float32 otherwise.
   Precision precision = Precision::FP32;
 

@@ -274,7 +274,7 @@ TEST(Training, WeightsStoppedAtComparisonsAreBuffers) {
       ok(g.addNode(node("use", "Add", {"h", "keep"}, "y")));
     } else {
       TensorInfo keep = tensor("keep", {4, 3}, TensorRole::Activation);
-      keep.dtype = "bool";
+      keep.dtype = ElementType::Bool;
       ok(g.addTensor(keep));
       ok(g.addNode(node("eq", "Equal", {"ms", "zero"}, "keep")));
       ok(g.addNode(node("sel", "Where", {"keep", "h", "x"}, "y")));
@@ -385,9 +385,9 @@ TEST(Precision, Bf16FollowsAutocastOnAnMlp) {
   // the sum once to bfloat16, as autocast's linear does.
   EXPECT_EQ(s->fusedBias, 2u);
   for (const char *t : {"x_bf16", "W1_bf16", "a1", "r1", "logits"})
-    EXPECT_EQ(g.tensor(t)->dtype, "bfloat16") << t;
+    EXPECT_EQ(g.tensor(t)->dtype, ElementType::BFloat16) << t;
   for (const char *t : {"x", "W1", "b1", "W2", "b2", "L", "h1", "h2"})
-    EXPECT_EQ(g.tensor(t)->dtype, "float32") << t;
+    EXPECT_EQ(g.tensor(t)->dtype, ElementType::Float32) << t;
   EXPECT_EQ(g.tensor("r1")->bytes(), 8 * 64 * 2);
   // A weight's cast coarsens with the weight.
   EXPECT_EQ(g.producer("W1_bf16")->group, "W1");
@@ -396,7 +396,7 @@ TEST(Precision, Bf16FollowsAutocastOnAnMlp) {
   auto back = graphFromJson(graphToJson(g));
   ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
   EXPECT_EQ(back->precision, Precision::BF16);
-  EXPECT_EQ(back->tensor("a1")->dtype, "bfloat16");
+  EXPECT_EQ(back->tensor("a1")->dtype, ElementType::BFloat16);
 
   // Training: a bfloat16 tensor's gradient is bfloat16; weights, their gradients and the
   // optimiser's state stay float32.
@@ -406,18 +406,18 @@ TEST(Precision, Bf16FollowsAutocastOnAnMlp) {
   unsigned bf16Gradients = 0;
   for (const TensorInfo &x : t->tensors()) {
     if (x.role == TensorRole::Weight || x.role == TensorRole::OptimizerState)
-      EXPECT_EQ(x.dtype, "float32") << x.name;
+      EXPECT_EQ(x.dtype, ElementType::Float32) << x.name;
     if (x.role == TensorRole::Gradient)
-      bf16Gradients += x.dtype == "bfloat16";
+      bf16Gradients += x.dtype == ElementType::BFloat16;
   }
-  EXPECT_EQ(t->tensor("d_W1_from_W1_bf16_cast")->dtype, "float32");
-  EXPECT_EQ(t->tensor("d_r1_from_fc2")->dtype, "bfloat16");
-  EXPECT_EQ(t->tensor("d_logits_from_loss")->dtype, "bfloat16");
+  EXPECT_EQ(t->tensor("d_W1_from_W1_bf16_cast")->dtype, ElementType::Float32);
+  EXPECT_EQ(t->tensor("d_r1_from_fc2")->dtype, ElementType::BFloat16);
+  EXPECT_EQ(t->tensor("d_logits_from_loss")->dtype, ElementType::BFloat16);
   // The float32 product result's gradient is the bias add's, bfloat16: the backward
   // products keep bfloat16 operands.
   for (const TensorInfo &x : t->tensors())
     if (x.name.rfind("d_h1_from", 0) == 0 || x.name.rfind("d_h2_from", 0) == 0)
-      EXPECT_EQ(x.dtype, "bfloat16") << x.name;
+      EXPECT_EQ(x.dtype, ElementType::BFloat16) << x.name;
   EXPECT_GT(bf16Gradients, 5u);
   EXPECT_EQ(precisionNamed("bf16"), Precision::BF16);
   EXPECT_EQ(precisionNamed("fp16"), std::nullopt);
@@ -435,7 +435,7 @@ TEST(Precision, PromotionRules) {
   ok(g.addTensor(tensor("eps", {})));
   ok(g.addTensor(tensor("half", {})));
   TensorInfo wide = tensor("wide", {4, 3, 2, 2});
-  wide.dtype = "float64";
+  wide.dtype = ElementType::Float64;
   ok(g.addTensor(wide));
   ok(g.addNode(node("conv", "Conv2d", {"x", "w"}, "c")));
   ok(g.addNode(node("bn", "batch_norm_train", {"c", "scale", "bias", "eps"}, "n")));
@@ -454,19 +454,19 @@ TEST(Precision, PromotionRules) {
   ok(checkGraph(g, library()));
   auto s = applyPrecision(g, library(), Precision::BF16);
   ASSERT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
-  EXPECT_EQ(g.tensor("c")->dtype, "bfloat16");
-  EXPECT_EQ(g.tensor("n")->dtype, "bfloat16"); // a batch norm follows its data
+  EXPECT_EQ(g.tensor("c")->dtype, ElementType::BFloat16);
+  EXPECT_EQ(g.tensor("n")->dtype, ElementType::BFloat16); // a batch norm follows its data
   EXPECT_EQ(producedBy(g, "n"), "batch_norm_train(c, scale, bias, eps)");
-  EXPECT_EQ(g.tensor("m")->dtype, "bfloat16");
-  EXPECT_EQ(g.tensor("r")->dtype, "float32");
-  EXPECT_EQ(g.tensor("p")->dtype, "float32");
-  EXPECT_EQ(g.tensor("d")->dtype, "float32"); // the output as it was
+  EXPECT_EQ(g.tensor("m")->dtype, ElementType::BFloat16);
+  EXPECT_EQ(g.tensor("r")->dtype, ElementType::Float32);
+  EXPECT_EQ(g.tensor("p")->dtype, ElementType::Float32);
+  EXPECT_EQ(g.tensor("d")->dtype, ElementType::Float32); // the output as it was
   EXPECT_EQ(producedBy(g, "d"), "Conv2d(wide, w)");
-  EXPECT_EQ(g.tensor("p2")->dtype, "bfloat16");
+  EXPECT_EQ(g.tensor("p2")->dtype, ElementType::BFloat16);
   EXPECT_EQ(producedBy(g, "c2"), "Conv2d(p2, w_bf16)");
-  EXPECT_EQ(g.tensor("p3")->dtype, "float32");
+  EXPECT_EQ(g.tensor("p3")->dtype, ElementType::Float32);
   EXPECT_EQ(producedBy(g, "c3"), "Conv2d(p3_bf16, w_bf16)");
-  EXPECT_EQ(g.tensor("q3")->dtype, "float32");
+  EXPECT_EQ(g.tensor("q3")->dtype, ElementType::Float32);
   EXPECT_EQ(s->lowered, 3u);
   EXPECT_EQ(s->casts, 3u); // x, w (once for its three products) and p3
   EXPECT_EQ(s->storedNarrow, 1u);
@@ -505,13 +505,13 @@ TEST(Precision, ExportedBaddbmmRoundsOnce) {
   auto s = applyPrecision(g, library(), Precision::BF16);
   ASSERT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
   EXPECT_EQ(s->addmms, 1u);
-  EXPECT_EQ(g.tensor("s")->dtype, "float32");
-  EXPECT_EQ(g.tensor("s1")->dtype, "float32");
-  EXPECT_EQ(g.tensor("m")->dtype, "bfloat16");
+  EXPECT_EQ(g.tensor("s")->dtype, ElementType::Float32);
+  EXPECT_EQ(g.tensor("s1")->dtype, ElementType::Float32);
+  EXPECT_EQ(g.tensor("m")->dtype, ElementType::BFloat16);
   EXPECT_EQ(producedBy(g, "m"), "Add(s1, mask_bf16)");
-  EXPECT_EQ(g.tensor("t")->dtype, "bfloat16");
-  EXPECT_EQ(g.tensor("t2")->dtype, "bfloat16"); // a rank-0 float32 does not widen it
-  EXPECT_EQ(g.tensor("m2")->dtype, "float32");  // the float32 mask does
+  EXPECT_EQ(g.tensor("t")->dtype, ElementType::BFloat16);
+  EXPECT_EQ(g.tensor("t2")->dtype, ElementType::BFloat16); // a rank-0 float32 does not widen it
+  EXPECT_EQ(g.tensor("m2")->dtype, ElementType::Float32);  // the float32 mask does
   EXPECT_EQ(producedBy(g, "m2"), "Add(t2, mask)");
 }
 

@@ -53,7 +53,7 @@ llvm::Expected<std::string> GraphBuilder::node(const std::string &name, const st
       t.shapeKnown = true;
     }
     if (auto it = facts_.types.find(out); it != facts_.types.end())
-      t.dtype = dtypeName(it->second);
+      t.dtype = graphElementType(it->second);
     if (llvm::Error e = g_.addTensor(std::move(t)))
       return std::move(e);
   }
@@ -90,7 +90,7 @@ llvm::Error GraphBuilder::materialize(const std::string &name) {
   t.group = name;
   t.shape = it->second.shape;
   t.shapeKnown = true;
-  t.dtype = it->second.isInt ? "int64" : "float32";
+  t.dtype = it->second.isInt ? ElementType::Int64 : ElementType::Float32;
   t.role = TensorRole::Input;
   facts_.shapes[name] = t.shape;
   g_.constants[name] = it->second.v;

@@ -559,7 +559,8 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
         if (std::isfinite(v) && std::fabs(v) > double(std::numeric_limits<float>::max()))
           return stringError(fmt::format("initializer '{}' ({}) holds {:g}, beyond the range of "
                                          "float32, in which Tofu's engines hold weights",
-                                         t.name(), dtypeName(t.data_type()), v));
+                                         t.name(), elementTypeName(graphElementType(t.data_type())),
+                                         v));
       b_->graph().initialValues[t.name()] = std::vector<float>(c->v.begin(), c->v.end());
     }
     TensorInfo info;
@@ -568,7 +569,7 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     info.shape = facts_.shapes[t.name()];
     info.shapeKnown = true;
     info.role = TensorRole::Weight;
-    info.dtype = dtypeName(t.data_type());
+    info.dtype = graphElementType(t.data_type());
     if (llvm::Error e = b_->addTensor(std::move(info)))
       return std::move(e);
   }
@@ -603,7 +604,7 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
         info.shape = given->shape;
         info.shapeKnown = true;
         info.role = TensorRole::Input;
-        info.dtype = dtypeName(elem);
+        info.dtype = graphElementType(elem);
         if (llvm::Error e = b_->addTensor(std::move(info)))
           return std::move(e);
       }
@@ -640,7 +641,7 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     info.shapeKnown = true;
     info.role = role;
     if (auto type = facts_.types.find(v.name()); type != facts_.types.end()) {
-      info.dtype = dtypeName(type->second);
+      info.dtype = graphElementType(type->second);
       // An integer buffer exported as an input (an index table) is read, never trained.
       if (isIntType(type->second))
         info.role = TensorRole::Input;

@@ -117,11 +117,12 @@ bool isPermutation(std::vector<int64_t> perm, size_t rank);
 /// `c` as a constant of ONNX element type `type`: integer types truncate, bool is x != 0.
 void convertTo(Const &c, int32_t type);
 
-/// The graph's name for an ONNX element type.
 /// What an element type Tofu's tensors cannot hold is ("strings"), or null for a number type.
 const char *unholdableType(int32_t t);
 
-std::string dtypeName(int32_t t);
+/// The graph's element type for an ONNX element type (float32 for one it has not: uint16,
+/// uint32, uint64, which it holds as float32).
+ElementType graphElementType(int32_t t);
 
 onnxrules::Value attrValue(const onnx::AttributeProto &a);
 

@@ -276,29 +276,8 @@ const char *unholdableType(int32_t t) {
   }
 }
 
-std::string dtypeName(int32_t t) {
-  switch (t) {
-  case onnx::TensorProto::DOUBLE:
-    return "float64";
-  case onnx::TensorProto::FLOAT16:
-    return "float16";
-  case onnx::TensorProto::BFLOAT16:
-    return "bfloat16";
-  case onnx::TensorProto::INT64:
-    return "int64";
-  case onnx::TensorProto::INT32:
-    return "int32";
-  case onnx::TensorProto::INT16:
-    return "int16";
-  case onnx::TensorProto::INT8:
-    return "int8";
-  case onnx::TensorProto::UINT8:
-    return "uint8";
-  case onnx::TensorProto::BOOL:
-    return "bool";
-  default:
-    return "float32";
-  }
+ElementType graphElementType(int32_t t) {
+  return elementTypeOfOnnx(t).value_or(ElementType::Float32);
 }
 
 onnxrules::Value attrValue(const onnx::AttributeProto &a) {

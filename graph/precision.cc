@@ -51,8 +51,8 @@ const std::set<std::string> kBiasAdd = {"Add", "AddBcast", "ConvBias"};
 const std::set<std::string> kBroadcast = {"Unsqueeze", "ExpandAxis",   "ExpandLeading", "Identity",
                                           "Squeeze",   "ReshapeSplit", "ReshapeMerge",  "Slice"};
 
-bool isFloat32(const std::string &d) { return d == "float32"; }
-bool isNarrowable(const std::string &d) { return d == "float32" || d == "bfloat16"; }
+bool isFloat32(ElementType d) { return d == ElementType::Float32; }
+bool isNarrowable(ElementType d) { return d == ElementType::Float32 || d == ElementType::BFloat16; }
 
 /// Whether `n` is a product or convolution that runs on bfloat16 operands: a Lower op none
 /// of whose inputs is float64 (autocast leaves float64 ops alone).
@@ -60,7 +60,7 @@ bool lowersToBf16(const Graph &g, const Node &n) {
   if (castClass(n.op) != CastClass::Lower)
     return false;
   for (const std::string &in : n.inputs)
-    if (g.tensor(in)->dtype == "float64")
+    if (g.tensor(in)->dtype == ElementType::Float64)
       return false;
   return true;
 }
@@ -211,7 +211,7 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
   }
   for (const Node &n : g.nodes())
     used.insert(n.name);
-  auto dtype = [&](const std::string &tensor) -> std::string & {
+  auto dtype = [&](const std::string &tensor) -> ElementType & {
     return out.tensor(tensor)->dtype;
   };
   std::map<std::string, std::string> narrowed; // float32 tensor -> its bfloat16 cast
@@ -239,7 +239,7 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
     t.group = c.group;
     t.shape = src.shape;
     t.shapeKnown = src.shapeKnown;
-    t.dtype = "bfloat16";
+    t.dtype = ElementType::BFloat16;
     t.role = TensorRole::Activation;
     if (llvm::Error e = out.addTensor(std::move(t))) {
       llvm::consumeError(std::move(e));
@@ -379,7 +379,7 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
     if (!lib.find(n.op))
       return stringError(fmt::format("node '{}': unknown op '{}'", n.name, n.op));
     // Set once the casts are made (adding a tensor moves the others).
-    std::string result = dtype(n.output);
+    ElementType result = dtype(n.output);
     CastClass cls = castClass(n.op);
     if (cls == CastClass::Lower && !lowersToBf16(g, n)) // autocast leaves float64 ops alone
       cls = CastClass::Promote;
@@ -389,18 +389,18 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
         if (isFloat32(dtype(n.inputs[k])))
           n.inputs[k] = narrow(n.inputs[k], n, k);
       if (isNarrowable(result))
-        result = fusedProduct.count(n.output) ? "float32" : "bfloat16";
+        result = fusedProduct.count(n.output) ? ElementType::Float32 : ElementType::BFloat16;
       ++summary.lowered;
       break;
     case CastClass::Float32: {
       bool reads16 = false;
       for (const std::string &in : n.inputs)
-        reads16 |= dtype(in) == "bfloat16";
+        reads16 |= dtype(in) == ElementType::BFloat16;
       summary.float32 += reads16;
       // The kernel widens its bfloat16 reads exactly, and computes in float32; the result
       // stays float32 but where only products read it.
       if (storedNarrow.count(n.output)) {
-        result = "bfloat16";
+        result = ElementType::BFloat16;
         ++summary.storedNarrow;
       }
       break;
@@ -417,7 +417,7 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
       std::vector<const TensorInfo *> floats;
       for (unsigned k = 0; k < n.inputs.size(); ++k) {
         const TensorInfo *t = out.tensor(n.inputs[k]);
-        if (isFloatDtype(t->dtype) && (!kFollowData.count(n.op) || k == 0))
+        if (isFloatType(t->dtype) && (!kFollowData.count(n.op) || k == 0))
           floats.push_back(t);
       }
       bool dimensioned = false;
@@ -427,15 +427,15 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
       for (const TensorInfo *t : floats) {
         if (dimensioned && t->shape.empty())
           continue; // a rank-0 tensor does not widen a tensor of higher rank
-        (t->dtype == "bfloat16" ? any16 : wider) = true;
+        (t->dtype == ElementType::BFloat16 ? any16 : wider) = true;
       }
       if (any16 && !wider)
-        result = "bfloat16";
+        result = ElementType::BFloat16;
       break;
     }
     }
     if (fusedAdd.count(n.name) && isNarrowable(result)) {
-      result = "bfloat16"; // the product's float32 result and the bias, rounded once
+      result = ElementType::BFloat16; // the product's float32 result and the bias, rounded once
       ++summary.fusedBias;
     }
     dtype(n.output) = result;

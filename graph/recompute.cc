@@ -83,9 +83,9 @@ llvm::Expected<std::vector<RecomputeCandidate>> recomputeCandidates(const Graph 
     c.elements = 1;
     for (int64_t e : t->shape)
       c.elements *= e;
-    c.bytes =
-        c.elements * (g.precision == Precision::BF16 ? dtypeSize(t->dtype)
-                                                     : std::max<int64_t>(4, dtypeSize(t->dtype)));
+    c.bytes = c.elements * (g.precision == Precision::BF16
+                                ? elementTypeBytes(t->dtype)
+                                : std::max<int64_t>(4, elementTypeBytes(t->dtype)));
     out.push_back(std::move(c));
   }
   return out;
@@ -147,7 +147,7 @@ llvm::Expected<RecomputeSummary> applyRecomputation(Graph &g,
       int64_t e = 1;
       for (int64_t d : t.shape)
         e *= d;
-      return e * dtypeSize(t.dtype);
+      return e * elementTypeBytes(t.dtype);
     }()
                                   : 0;
     added.push_back(t);

@@ -45,14 +45,14 @@ private:
   /// autocast: applyPrecision), and for a product's float32 result in a bf16 graph (kept
   /// float32 only until its bias is added: its gradient is the bias add's, bfloat16, so
   /// the backward products keep bfloat16 operands, as autograd's do); else float32.
-  std::string gradientType(const std::string &tensor) const {
+  ElementType gradientType(const std::string &tensor) const {
     const TensorInfo *t = g_.tensor(tensor);
-    if (t->dtype == "bfloat16")
-      return "bfloat16";
-    if (g_.precision == Precision::BF16 && t->dtype == "float32")
+    if (t->dtype == ElementType::BFloat16)
+      return ElementType::BFloat16;
+    if (g_.precision == Precision::BF16 && t->dtype == ElementType::Float32)
       if (const Node *p = fwd_.producer(tensor); p && castClass(p->op) == CastClass::Lower)
-        return "bfloat16";
-    return "float32";
+        return ElementType::BFloat16;
+    return ElementType::Float32;
   }
   std::string fresh(const std::string &base) { return freshName(base, used_); }
 
@@ -252,7 +252,7 @@ llvm::Expected<Graph> TrainingBuilder::run(const std::string &loss, Optimizer op
     for (unsigned k = 0; k < n.inputs.size(); ++k)
       readers[n.inputs[k]].push_back({&n, k});
   auto floating = [&](const std::string &tensor) {
-    return isFloatDtype(fwd_.tensor(tensor)->dtype);
+    return isFloatType(fwd_.tensor(tensor)->dtype);
   };
   for (const TensorInfo &t : fwd_.tensors()) {
     if (t.role != TensorRole::Weight)
@@ -587,7 +587,7 @@ llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib, LossKind kin
   if (kind == LossKind::CrossEntropy || (kind == LossKind::Auto && shape.size() == 2)) {
     extra.name = g.tensor("labels") ? out + "_labels" : "labels";
     extra.shape.assign(shape.begin(), shape.end() - 1);
-    extra.dtype = "int64";
+    extra.dtype = ElementType::Int64;
     n.op = shape.size() == 2 ? "softmax_cross_entropy" : "softmax_cross_entropy_seq";
   } else {
     extra.name = g.tensor("target") ? out + "_target" : "target";

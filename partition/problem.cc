@@ -79,8 +79,10 @@ llvm::Expected<Problem> Problem::build(const Graph &g, const OpLibrary &lib) {
     pt.name = t.name;
     pt.shape = t.shape;
     pt.dtype = t.dtype;
-    pt.elementBytes = static_cast<unsigned>(dtypeSize(t.dtype));
-    pt.storageBytes = g.precision == Precision::BF16 && t.dtype == "bfloat16" ? 2 : 4;
+    pt.elementBytes = elementTypeBytes(t.dtype);
+    pt.storage = g.precision == Precision::BF16 && t.dtype == ElementType::BFloat16
+                     ? ElementType::BFloat16
+                     : ElementType::Float32;
     pt.role = t.role;
     pt.group = t.group.empty() ? t.name : t.group;
     tensorIndex[t.name] = i;

@@ -41,21 +41,26 @@ struct ProblemTensor {
   unsigned graphTensor = 0;
   std::string name;
   std::vector<int64_t> shape;
-  std::string dtype = "float32";
+  ElementType dtype = ElementType::Float32;
   unsigned elementBytes = 4; ///< the dtype's: what moving an element costs
-  /// What an element takes in a worker's arena: 4 (the engines hold every tensor as float32,
-  /// integers exactly below 2^24), and 2 for a bfloat16 tensor of a graph in bf16.
-  unsigned storageBytes = 4;
+  /// What an element is in a worker's arena: float32 (the engines hold every tensor so,
+  /// integers exactly below 2^24), and bfloat16 for a bfloat16 tensor of a graph in bf16.
+  ElementType storage = ElementType::Float32;
+  unsigned storageBytes() const { return elementTypeBytes(storage); }
   /// What an element of a result costs to move to the tile's owner: the dtype's size, but a
   /// bfloat16 tensor's partial results (`partials`: reduction slices to combine) are float32,
   /// rounded once when combined (resultStorageBytes).
   unsigned resultBytes(bool partials) const {
-    return partials && storageBytes == 2 ? 4 : elementBytes;
+    return partials && storage == ElementType::BFloat16 ? 4 : elementBytes;
   }
   /// What an element of a worker's result takes in its arena where it is not written into
   /// the tile: float32 (the accumulators' type) where reduction slices are combined, else
   /// the tensor's storage size.
-  unsigned resultStorageBytes(bool partials) const { return partials ? 4 : storageBytes; }
+  unsigned resultStorageBytes(bool partials) const { return partials ? 4 : storageBytes(); }
+  /// The type of such an element (resultStorageBytes).
+  ElementType resultStorage(bool partials) const {
+    return partials ? ElementType::Float32 : storage;
+  }
   TensorRole role = TensorRole::Activation;
   std::string group;
   int producer = -1; ///< node index, or -1 for inputs and weights

@@ -216,7 +216,7 @@ TEST(MemoryFit, LiveTilesAtThePeakAddUpByRoleAndPrecision) {
     int64_t weightBytes = 0;
     for (const ProblemTensor &t : p.tensors)
       if (t.role == TensorRole::Weight)
-        weightBytes += int64_t(t.storageBytes) * boxElements(wholeBox(t.shape));
+        weightBytes += int64_t(t.storageBytes()) * boxElements(wholeBox(t.shape));
     // Weights live the whole step: every worker holds its 1/2 share, or all of a tensor
     // it replicates, stored as float32 in either precision.
     EXPECT_GE(tiles.weights * 2, weightBytes);
@@ -235,8 +235,8 @@ TEST(MemoryFit, LiveTilesAtThePeakAddUpByRoleAndPrecision) {
       EXPECT_EQ(bytes, own) << p.tensors[t].name;
       EXPECT_LE(
           bytes,
-          (int64_t(p.tensors[t].storageBytes) * boxElements(wholeBox(p.tensors[t].shape)) + 3) / 4 *
-              4);
+          (int64_t(p.tensors[t].storageBytes()) * boxElements(wholeBox(p.tensors[t].shape)) + 3) /
+              4 * 4);
       if (i > 0)
         EXPECT_LE(bytes, tiles.largest[i - 1].second);
       largestBytes += bytes;

@@ -379,7 +379,7 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
       for (const InputFetch &in : inst.inputs) {
         held.push_back(in.region);
         if (in.repeats < 0)
-          inputBytes += double(boxElements(in.region)) * fp.tensors[in.tensor].storageBytes;
+          inputBytes += double(boxElements(in.region)) * fp.tensors[in.tensor].storageBytes();
       }
       e.bytes =
           inputBytes + double(boxElements(inst.produced)) * result.resultStorageBytes(partials);
@@ -395,7 +395,8 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
         for (const InputFetch &in : inst.inputs)
           e.flops += double(boxElements(in.region));
       }
-      e.bf16 = !inst.inputs.empty() && fp.tensors[inst.inputs[0].tensor].storageBytes == 2;
+      e.bf16 = !inst.inputs.empty() &&
+               fp.tensors[inst.inputs[0].tensor].storage == ElementType::BFloat16;
       const bool library = e.product || e.scatter;
       if (!library) { // its arithmetic; each temporary's pass reads the inputs again
         auto a = arithmetic.find(node.table.get());

@@ -739,29 +739,30 @@ llvm::Error writeNpy(const std::string &path, const std::vector<int64_t> &shape,
 }
 
 llvm::Error writeNpyAs(const std::string &path, const std::vector<int64_t> &shape,
-                       const std::vector<double> &values, const std::string &dtype) {
+                       const std::vector<double> &values, ElementType dtype) {
   struct Int {
-    const char *name, *descr;
+    ElementType type;
+    const char *descr;
     int bytes;
     double lo, hi;
   };
   static const Int ints[] = {
-      {"int64", "<i8", 8, -9223372036854775808.0, 9223372036854775807.0},
-      {"int32", "<i4", 4, -2147483648.0, 2147483647.0},
-      {"int16", "<i2", 2, -32768.0, 32767.0},
-      {"int8", "|i1", 1, -128.0, 127.0},
-      {"uint8", "|u1", 1, 0.0, 255.0},
+      {ElementType::Int64, "<i8", 8, -9223372036854775808.0, 9223372036854775807.0},
+      {ElementType::Int32, "<i4", 4, -2147483648.0, 2147483647.0},
+      {ElementType::Int16, "<i2", 2, -32768.0, 32767.0},
+      {ElementType::Int8, "|i1", 1, -128.0, 127.0},
+      {ElementType::UInt8, "|u1", 1, 0.0, 255.0},
   };
   for (const Int &i : ints)
-    if (dtype == i.name)
+    if (dtype == i.type)
       return writeNpyBytes(path, shape, i.descr, integerBytes(values, i.bytes, i.lo, i.hi));
-  if (dtype == "bool") {
+  if (dtype == ElementType::Bool) {
     std::string body;
     for (double v : values)
       body += static_cast<char>(v != 0 ? 1 : 0);
     return writeNpyBytes(path, shape, "|b1", body);
   }
-  if (dtype == "float64")
+  if (dtype == ElementType::Float64)
     return writeNpyBytes(
         path, shape, "<f8",
         std::string(reinterpret_cast<const char *>(values.data()), values.size() * sizeof(double)));

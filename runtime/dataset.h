@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "analysis/strategy.h"
+#include "support/element_type.h"
 #include "llvm/Support/Error.h"
 
 namespace tofu {
@@ -78,7 +79,7 @@ llvm::Error writeNpy(const std::string &path, const std::vector<int64_t> &shape,
 /// bool as numpy's bool (nonzero is true), float64 as doubles, and any other type
 /// (float32, float16, bfloat16) as float32. Errors name the file.
 llvm::Error writeNpyAs(const std::string &path, const std::vector<int64_t> &shape,
-                       const std::vector<double> &values, const std::string &dtype);
+                       const std::vector<double> &values, ElementType dtype);
 
 /// Named arrays with one sample count.
 struct DataSet {

@@ -91,8 +91,8 @@ void checkBfloat16(const std::string &what, llvm::Expected<Graph> g,
   Problem emulated = bf16; // the same graph, every tensor held in float32
   unsigned narrow = 0;
   for (ProblemTensor &t : emulated.tensors)
-    if (t.storageBytes == 2) {
-      t.storageBytes = 4;
+    if (t.storage == ElementType::BFloat16) {
+      t.storage = ElementType::Float32;
       ++narrow;
     }
   ASSERT_GT(narrow, 0u) << what << ": the policy stores no tensor in bfloat16";

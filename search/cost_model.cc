@@ -407,7 +407,7 @@ CostModel::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, 
           }
           // Bytes moved per element, or (buffers) held in the arena per element.
           const ProblemTensor &pt = p_.tensors[t];
-          const int64_t eb = buffers ? (output ? pt.resultStorageBytes(rho > 1) : pt.storageBytes)
+          const int64_t eb = buffers ? (output ? pt.resultStorageBytes(rho > 1) : pt.storageBytes())
                                      : (output ? pt.resultBytes(rho > 1) : pt.elementBytes);
           out[k][c] += elems * eb * weight;
           if (messages) {

@@ -203,7 +203,7 @@ std::string planJson(const Problem &p, const PartitionPlan &plan, const PlanRepo
     jt["name"] = p.tensors[t].name;
     jt["role"] = roleName(p.tensors[t].role);
     jt["shape"] = p.tensors[t].shape;
-    jt["dtype"] = p.tensors[t].dtype;
+    jt["dtype"] = elementTypeName(p.tensors[t].dtype);
     std::vector<int> split;
     for (const StepChoice &s : plan.steps)
       split.push_back(s.tensor[t]);

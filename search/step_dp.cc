@@ -186,7 +186,7 @@ std::vector<int64_t> nodeClasses(const Problem &p) {
       for (int64_t d : p.tensors[t].shape)
         key.push_back(d);
       key.push_back(p.tensors[t].elementBytes);
-      key.push_back(p.tensors[t].storageBytes);
+      key.push_back(p.tensors[t].storageBytes());
     }
     out.push_back(ids.emplace(key, int64_t(ids.size())).first->second);
   }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "support/bf16.h"
+#include "support/element_type.h"
 #include "support/files.h"
 #include "support/units.h"
 #include "gtest/gtest.h"
@@ -146,6 +147,52 @@ TEST(Bf16, WideningIsExact) {
       wrong += bf16Bits(wide[i]) != all[i]; // narrowing a bfloat16 gives it back
   }
   EXPECT_EQ(wrong, 0u);
+}
+
+// Every element type's name, ONNX code and safetensors dtype lead back to it, and its width
+// and class are ONNX's and safetensors' (codes from onnx.proto's TensorProto.DataType).
+TEST(ElementType, NamesAndCodesRoundTrip) {
+  struct Want {
+    ElementType type;
+    const char *name;
+    int32_t onnx;
+    const char *safetensors;
+    unsigned bytes;
+    bool isFloat;
+  };
+  const Want want[] = {
+      {ElementType::Float32, "float32", 1, "F32", 4, true},
+      {ElementType::Float64, "float64", 11, "F64", 8, true},
+      {ElementType::Float16, "float16", 10, "F16", 2, true},
+      {ElementType::BFloat16, "bfloat16", 16, "BF16", 2, true},
+      {ElementType::Int64, "int64", 7, "I64", 8, false},
+      {ElementType::Int32, "int32", 6, "I32", 4, false},
+      {ElementType::Int16, "int16", 5, "I16", 2, false},
+      {ElementType::Int8, "int8", 3, "I8", 1, false},
+      {ElementType::UInt8, "uint8", 2, "U8", 1, false},
+      {ElementType::Bool, "bool", 9, "BOOL", 1, false},
+  };
+  ASSERT_EQ(std::size(want), std::size(kElementTypes));
+  for (size_t i = 0; i < std::size(want); ++i) {
+    const Want &w = want[i];
+    EXPECT_EQ(kElementTypes[i], w.type);
+    EXPECT_STREQ(elementTypeName(w.type), w.name);
+    EXPECT_EQ(elementTypeNamed(w.name), w.type);
+    EXPECT_EQ(onnxDataType(w.type), w.onnx);
+    EXPECT_EQ(elementTypeOfOnnx(w.onnx), w.type);
+    EXPECT_STREQ(safetensorsDtype(w.type), w.safetensors);
+    EXPECT_EQ(elementTypeOfSafetensors(w.safetensors), w.type);
+    EXPECT_EQ(elementTypeBytes(w.type), w.bytes) << w.name;
+    EXPECT_EQ(isFloatType(w.type), w.isFloat) << w.name;
+  }
+  // What is none of them: strings, uint16, complex, and names in other spellings.
+  for (int32_t code : {0, 4, 8, 12, 13, 14, 15, 17})
+    EXPECT_EQ(elementTypeOfOnnx(code), std::nullopt) << code;
+  for (const char *name : {"float", "double", "Float32", "fp32", ""})
+    EXPECT_EQ(elementTypeNamed(name), std::nullopt) << name;
+  EXPECT_EQ(elementTypeOfSafetensors("U16"), std::nullopt);
+  EXPECT_EQ(elementTypeNames(),
+            "float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool");
 }
 
 } // namespace

@@ -348,9 +348,9 @@ int main(int argc, char **argv) {
   const tofu::Graph &precise =
       result.withoutRecomputation ? *result.withoutRecomputation : result.graph;
   std::string precisionLine;
-  const auto bf16Tensors =
-      std::count_if(precise.tensors().begin(), precise.tensors().end(),
-                    [](const tofu::TensorInfo &t) { return t.dtype == "bfloat16"; });
+  const auto bf16Tensors = std::count_if(
+      precise.tensors().begin(), precise.tensors().end(),
+      [](const tofu::TensorInfo &t) { return t.dtype == tofu::ElementType::BFloat16; });
   if (precisionOpt == tofu::Precision::BF16) {
     const tofu::PrecisionSummary &ps = result.precision;
     precisionLine = fmt::format(

@@ -92,7 +92,7 @@ llvm::Expected<std::vector<BoundInput>> bindInputs(const tofu::Problem &p, const
     given.insert(input);
     BoundInput b{static_cast<unsigned>(t), array};
     // A bfloat16 input stored as its uint16 bits (as ONNX 1.12's test files store them).
-    if (b.array.onnxType == 4 /* UINT16 */ && info && info->dtype == "bfloat16")
+    if (b.array.onnxType == 4 /* UINT16 */ && info && info->dtype == tofu::ElementType::BFloat16)
       tofu::bfloat16FromBits(b.array);
     if (b.array.shape != p.tensors[t].shape)
       return tofu::usageError(fmt::format("--input {}: {} has shape [{}]; the input's is [{}]",
@@ -116,21 +116,19 @@ llvm::Expected<std::vector<BoundInput>> bindInputs(const tofu::Problem &p, const
 }
 
 /// The element type of graph tensor `name` (float32 when the graph does not say).
-std::string dtypeOf(const tofu::Graph &g, const std::string &name) {
+tofu::ElementType dtypeOf(const tofu::Graph &g, const std::string &name) {
   const tofu::TensorInfo *info = g.tensor(name);
-  return info ? info->dtype : std::string("float32");
+  return info ? info->dtype : tofu::ElementType::Float32;
 }
 
-bool isInteger(const std::string &dtype) {
-  return dtype.rfind("int", 0) == 0 || dtype.rfind("uint", 0) == 0 || dtype == "bool";
-}
+bool isInteger(tofu::ElementType dtype) { return !tofu::isFloatType(dtype); }
 
 /// The largest integers the engines' float32 and the interpreter's double hold exactly.
 constexpr double kFloatExact = 16777216.0, kDoubleExact = 9007199254740992.0;
 
 /// The first value of an integer tensor at or past `limit` in magnitude, if any (at it, it
 /// may be a rounded neighbour).
-std::optional<double> pastLimit(const std::string &dtype, const std::vector<double> &values,
+std::optional<double> pastLimit(tofu::ElementType dtype, const std::vector<double> &values,
                                 double limit) {
   if (isInteger(dtype))
     for (double v : values)
@@ -140,11 +138,11 @@ std::optional<double> pastLimit(const std::string &dtype, const std::vector<doub
 }
 
 /// What an integer tensor past the arithmetic's exact range is told as.
-std::string inexact(const char *what, const std::string &tensor, const std::string &dtype, double v,
+std::string inexact(const char *what, const std::string &tensor, tofu::ElementType dtype, double v,
                     bool interp) {
   return fmt::format("{} '{}' ({}) holds {:.0f}, at or past 2^{}, beyond which the {} does not "
                      "hold every integer exactly",
-                     what, tensor, dtype, v, interp ? 53 : 24,
+                     what, tensor, tofu::elementTypeName(dtype), v, interp ? 53 : 24,
                      interp ? "interpreter's double" : "engine's float32");
 }
 
@@ -165,7 +163,7 @@ int reportOutputs(const tofu::Graph &g, const std::string &name, const std::stri
                                 name, headline);
   for (const std::string &out : g.outputs) {
     const tofu::Tensor x = tensorOf(out);
-    const std::string dtype = dtypeOf(g, out);
+    const tofu::ElementType dtype = dtypeOf(g, out);
     if (auto v = pastLimit(dtype, x.data, interp ? kDoubleExact : kFloatExact))
       llvm::errs() << "tofu-run: warning: " << inexact("output", out, dtype, *v, interp) << "\n";
     const std::string file = outputFile(out);
@@ -176,8 +174,9 @@ int reportOutputs(const tofu::Graph &g, const std::string &name, const std::stri
     for (double v : x.data)
       lo = std::min(lo, v), hi = std::max(hi, v), sum += v;
     const double mean = x.data.empty() ? 0 : sum / double(x.data.size());
-    j["outputs"][out] = {{"shape", x.shape}, {"dtype", dtype}, {"file", file},
-                         {"min", lo},        {"max", hi},      {"mean", mean}};
+    j["outputs"][out] = {{"shape", x.shape}, {"dtype", tofu::elementTypeName(dtype)},
+                         {"file", file},     {"min", lo},
+                         {"max", hi},        {"mean", mean}};
     if (!json)
       llvm::outs() << fmt::format("| {} | [{}] | {:.6g} | {:.6g} | {:.6g} | {} |\n", out,
                                   fmt::join(x.shape, ", "), lo, hi, mean, file);
@@ -247,15 +246,15 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
   bool interp = kernelsMode == Kernels::Interp;
   for (const BoundInput &b : *bound) {
     const std::string &input = p.tensors[b.tensor].name;
-    const std::string dtype = dtypeOf(g, input);
-    if ((dtype != "float64" || interp) && !isInteger(dtype))
+    const tofu::ElementType dtype = dtypeOf(g, input);
+    if ((dtype != tofu::ElementType::Float64 || interp) && !isInteger(dtype))
       continue;
     std::vector<double> v(b.array.bytes.size() / size_t(tofu::typeSize(b.array.type)));
     for (size_t i = 0; i < v.size(); ++i)
       v[i] = b.array.at(int64_t(i));
     // A double beyond float32's range would be infinite on the engine: the run goes to the
     // interpreter (double), else it is refused, never an infinity in its place.
-    if (dtype == "float64") {
+    if (dtype == tofu::ElementType::Float64) {
       auto big = std::find_if(v.begin(), v.end(), [](double x) {
         return std::isfinite(x) && std::fabs(x) > double(std::numeric_limits<float>::max());
       });

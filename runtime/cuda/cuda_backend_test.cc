@@ -115,8 +115,8 @@ void checkBfloat16(const std::string &what, llvm::Expected<Graph> g) {
   Problem bf16 = trainingProblem(std::move(g), Optimizer::SGD, &outputs, Precision::BF16);
   Problem emulated = bf16;
   for (ProblemTensor &t : emulated.tensors)
-    if (t.storageBytes == 2)
-      t.storageBytes = 4;
+    if (t.storage == ElementType::BFloat16)
+      t.storage = ElementType::Float32;
   const auto given = trainingValues(bf16, outputs.at(0), 3, 0.1);
   auto wide = startRun(emulated, 1, given, cuda(), options());
   auto one = startRun(bf16, 1, given, cuda(), options());
