@@ -25,6 +25,7 @@
 #include "support/cl_choice.h"
 #include "support/errors.h"
 #include "support/units.h"
+#include "tofu_plan/report.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
@@ -102,8 +103,6 @@ cl::opt<bool> noCoarsen("no-coarsen",
                         cl::desc("Do not merge element-wise chains and coalesced "
                                  "timesteps"),
                         cl::cat(planCategory));
-
-std::string human(double bytes) { return tofu::humanBytes(bytes); }
 
 } // namespace
 
@@ -294,32 +293,15 @@ int main(int argc, char **argv) {
     pipeline.until = tofu::Stage::Execution;
   pipeline.noFitHint =
       fmt::format("; --fit {} finds how many workers it needs", std::string(memoryPerWorker));
-  // A plan judged against the budget, as the progress lines say it.
-  auto judged = [&](const tofu::MemoryFit &f) {
-    return f.fits ? fmt::format("fits, planned peak {}", human(double(f.peak)))
-                  : fmt::format("closest plan's peak {}, {} over", human(double(f.peak)),
-                                human(double(f.peak - f.limit)));
-  };
   nlohmann::ordered_json fitJson; // --fit's scan, for --format=json
   pipeline.onCandidateSet = [&](size_t dropped, const tofu::MemoryFit &f) {
-    llvm::errs() << fmt::format(
-        "tofu-plan: recomputing {} tensor{}: {} ({} plan{} searched, {:.1f} s)\n", dropped,
-        dropped == 1 ? "" : "s",
-        budgetBytes ? judged(f) : fmt::format("planned peak {}", human(double(f.peak))), f.searches,
-        f.searches == 1 ? "" : "s", f.seconds);
+    llvm::errs() << "tofu-plan: "
+                 << tofuplan::candidateSetLine(dropped, f, budgetBytes.has_value());
   };
   pipeline.onWorkerCount = [&](unsigned k, const tofu::MemoryFit &f, const tofu::RecomputePlan *r) {
-    if (!r) {
-      llvm::errs() << fmt::format("tofu-plan: {} workers: {} ({} plan{} searched, {:.1f} s)\n", k,
-                                  judged(f), f.searches, f.searches == 1 ? "" : "s", f.seconds);
-      return;
-    }
-    llvm::errs() << fmt::format(
-        "tofu-plan: {} workers: {}{}\n", k, judged(f),
-        f.fits && !r->summary.copies.empty()
-            ? fmt::format(", recomputing {} tensors", r->summary.dropped.size())
-            : "");
-    fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", f.peak}});
+    llvm::errs() << "tofu-plan: " << tofuplan::workerCountLine(k, f, r);
+    if (r) // (without recomputation, the scan's counts come with its result)
+      fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", f.peak}});
   };
   tofu::GraphSource source = tofu::cli::graphSource();
   if (!inputOpt.empty())
@@ -351,25 +333,9 @@ int main(int argc, char **argv) {
   const auto bf16Tensors = std::count_if(
       precise.tensors().begin(), precise.tensors().end(),
       [](const tofu::TensorInfo &t) { return t.dtype == tofu::ElementType::BFloat16; });
-  if (precisionOpt == tofu::Precision::BF16) {
-    const tofu::PrecisionSummary &ps = result.precision;
-    precisionLine = fmt::format(
-        "precision bf16 (as torch.autocast): {} product{} and convolution{} on bfloat16 "
-        "operands through {} cast{} ({} rounded once with their bias); {} float32 op{} "
-        "reading bfloat16, {} storing for products only in bfloat16;{}{} {} of {} tensors "
-        "bfloat16\n",
-        ps.lowered, ps.lowered == 1 ? "" : "s", ps.lowered == 1 ? "" : "s", ps.casts,
-        ps.casts == 1 ? "" : "s", ps.fusedBias, ps.float32, ps.float32 == 1 ? "" : "s",
-        ps.storedNarrow,
-        ps.gelus ? fmt::format(" {} GELU{} the export spelled out in five ops joined into one "
-                               "(rounding once, as nn.GELU);",
-                               ps.gelus, ps.gelus == 1 ? "" : "s")
-                 : std::string(),
-        ps.addmms ? fmt::format(" {} exported baddbmm{} (a product plus an addend) rounded once;",
-                                ps.addmms, ps.addmms == 1 ? "" : "s")
-                  : std::string(),
-        bf16Tensors, precise.tensors().size());
-  }
+  if (precisionOpt == tofu::Precision::BF16)
+    precisionLine =
+        tofuplan::precisionLine(result.precision, bf16Tensors, precise.tensors().size());
   if (dumpJson) {
     llvm::outs() << tofu::graphToJson(*g);
     return 0;
@@ -389,70 +355,11 @@ int main(int argc, char **argv) {
     const tofu::RecomputePlan *recomputed =
         chosen && chosen->recompute ? &*chosen->recompute : nullptr;
     // The report's memory lines: the chosen plan's planned peak and what is live then.
-    if (chosen && (recomputed || budgetBytes) && !result.memory.workers.empty()) {
-      const tofu::MemoryPlan &memory = result.memory;
-      const unsigned peakWorker = memory.largestPeakWorker();
-      report.plannedPeak = memory.largestPeak();
-      report.plannedPeakWorker = peakWorker;
-      if (budgetBytes)
-        report.memoryLimit = *budgetBytes;
-      const tofu::LiveAtMost live = tofu::liveAtMost(memory.workers[peakWorker]);
-      report.liveTiles = live.tiles;
-      report.liveFetches = live.fetches;
-      report.livePartials = live.partials;
-      const tofu::LiveTiles byRole =
-          tofu::liveTilesAt(*problem, memory.workers[peakWorker], live.time);
-      report.liveInputs = byRole.inputs;
-      report.liveWeights = byRole.weights;
-      report.liveActivations = byRole.activations;
-      report.liveGradients = byRole.gradients;
-      report.liveOptimizerState = byRole.optimizerState;
-      report.liveBfloat16 = byRole.bfloat16;
-      report.liveLargest.clear();
-      for (const auto &[t, bytes] : byRole.largest)
-        report.liveLargest.emplace_back(problem->tensors[t].name, bytes);
-      // Node i of the plan's order runs at times 3i and 3i + 1 (codegen/memory_plan.h).
-      const size_t at = size_t(live.time / 3);
-      report.peakNode = at < result.exec.nodes.size()
-                            ? problem->nodes[result.exec.nodes[at].node].name
-                            : std::string();
-    }
-    if (fit && recomputed) {
-      fitJson["budget_bytes"] = chosen->limit;
-      fitJson["workers"] = plan->workers;
-      fitJson["lower_bound"] = 1; // recomputation may fit below the tensors' bound
-      fitJson["workers_without_recomputation"] = recomputed->workersWithout;
-      memoryLine = fmt::format(
-          "fit: {} per worker needs {} workers with recomputation '{}' ({} without; the "
-          "counts below by bisection, down to the weights' and optimiser state's bound)\n",
-          human(double(chosen->limit)), plan->workers, tofu::recomputeModeName(recompute),
-          recomputed->workersWithout ? std::to_string(recomputed->workersWithout)
-                                     : fmt::format("more than {}", unsigned(maxWorkers)));
-    } else if (fit) {
-      fitJson["budget_bytes"] = chosen->limit;
-      fitJson["workers"] = plan->workers;
-      fitJson["lower_bound"] = chosen->lowerBound;
-      fitJson["tried"] = nlohmann::ordered_json::array();
-      for (const auto &[k, peak] : chosen->tried)
-        fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", peak}});
-      memoryLine = fmt::format(
-          "fit: {} per worker needs {} workers (tried {} to {}; fewer than {} cannot hold the "
-          "tensors the one-worker plan has live at once)\n",
-          human(double(chosen->limit)), plan->workers, chosen->lowerBound, plan->workers,
-          chosen->lowerBound);
-    }
-    if (budgetBytes && recomputed)
-      memoryLine += fmt::format(
-          "memory budget {} per worker: {} candidate set{} of recomputation planned in "
-          "{:.3f} s; the plan chosen has memory priced at {:.3g} per byte\n",
-          human(double(chosen->limit)), recomputed->tried, recomputed->tried == 1 ? "" : "s",
-          recomputed->seconds, chosen->fit.memoryWeight);
-    else if (budgetBytes)
-      memoryLine += fmt::format(
-          "memory budget {} per worker: {} plan{} searched and memory-planned "
-          "in {:.3f} s; the one chosen has memory priced at {:.3g} per byte\n",
-          human(double(chosen->limit)), chosen->fit.searches, chosen->fit.searches == 1 ? "" : "s",
-          chosen->fit.seconds, chosen->fit.memoryWeight);
+    if (chosen && (recomputed || budgetBytes) && !result.memory.workers.empty())
+      tofuplan::reportPeak(report, *problem, result.memory, result.exec, budgetBytes.value_or(0));
+    if (chosen)
+      memoryLine =
+          tofuplan::budgetLines(*chosen, *plan, fit, budgetBytes.has_value(), maxWorkers, fitJson);
     report.exact = plan->workers <= 64;
     std::string machineText;
     nlohmann::ordered_json machineJson;
@@ -473,69 +380,10 @@ int main(int argc, char **argv) {
       } else {
         stepMachine = *topology;
       }
-      const tofu::Topology &part = *stepMachine;
-      const tofu::TopologyTraffic &mine = machine.traffic;
-      const tofu::TopologyTraffic &other = machine.leastBytesTraffic;
-      machineText =
-          fmt::format("machine: {}; recursion steps {} (each level's factors, "
-                      "outermost first){}\n",
-                      tofu::describeTopology(part), fmt::join(tofu::topologyFactors(part), " x "),
-                      budgeted ? "; every plan under the budget searched over them" : "");
-      if (machine.leastBytesChosen)
-        machineText += fmt::format(
-            "the search weighted by the machine's levels found no plan estimated faster than "
-            "the plan of least bytes ({:.3f} ms against {:.3f} ms): that plan is printed\n",
-            1e3 * machine.weightedTraffic.slowestSeconds, 1e3 * other.slowestSeconds);
-      machineText += budgeted ? "| level crossed | bytes received | messages |\n| --- | ---: | "
-                                "---: |\n"
-                              : "| level crossed | bytes received | messages | plan of least "
-                                "bytes: bytes | messages |\n| --- | ---: | ---: | ---: | ---: |\n";
-      machineJson["levels"] = nlohmann::ordered_json::array();
-      for (size_t l = 0; l < part.levels.size(); ++l) {
-        const tofu::TopologyLevel &level = part.levels[l];
-        const std::string crossed =
-            fmt::format("| between {}s{} | {} | {} |", level.name,
-                        l == 0 ? "" : " of one " + part.levels[l - 1].name,
-                        human(double(mine.levels[l].bytes)), mine.levels[l].messages);
-        machineText +=
-            budgeted ? crossed + "\n"
-                     : crossed + fmt::format(" {} | {} |\n", human(double(other.levels[l].bytes)),
-                                             other.levels[l].messages);
-        nlohmann::ordered_json j = {{"name", level.name},
-                                    {"count", level.count},
-                                    {"bandwidth_bytes_per_second", level.bandwidth},
-                                    {"latency_seconds", level.latency},
-                                    {"bytes", mine.levels[l].bytes},
-                                    {"messages", mine.levels[l].messages}};
-        if (!budgeted) {
-          j["least_bytes_plan_bytes"] = other.levels[l].bytes;
-          j["least_bytes_plan_messages"] = other.levels[l].messages;
-        }
-        machineJson["levels"].push_back(std::move(j));
-      }
-      const std::string estimate =
-          "an estimate: the slowest worker's received bytes over each level's bandwidth plus a "
-          "latency per message";
-      if (budgeted)
-        machineText += fmt::format("estimated communication time per step ({}): {:.3f} ms "
-                                   "(worker {})\n",
-                                   estimate, 1e3 * mine.slowestSeconds, mine.slowestWorker);
-      else
-        machineText += fmt::format(
-            "estimated communication time per step ({}): {:.3f} ms (worker {}); the plan of "
-            "least bytes: {:.3f} ms (worker {}), which moves {} in all against this plan's {}\n",
-            estimate, 1e3 * mine.slowestSeconds, mine.slowestWorker, 1e3 * other.slowestSeconds,
-            other.slowestWorker, human(double(machine.leastBytes.totalBytes)),
-            human(double(plan->totalBytes)));
-      machineJson["estimated_seconds_slowest_worker"] = mine.slowestSeconds;
-      machineJson["slowest_worker"] = mine.slowestWorker;
-      if (!budgeted) {
-        machineJson["least_bytes_plan_estimated_seconds_slowest_worker"] = other.slowestSeconds;
-        machineJson["least_bytes_plan_bytes"] = machine.leastBytes.totalBytes;
-        machineJson["least_bytes_plan_chosen"] = machine.leastBytesChosen;
-      }
-      machineJson["estimate"] = "received bytes over each level's bandwidth plus a latency per "
-                                "message, on the slowest worker";
+      const tofuplan::Section section =
+          tofuplan::machineSection(*stepMachine, machine, budgeted, plan->totalBytes);
+      machineText = section.text;
+      machineJson = section.json;
       report.exact = plan->workers <= 64;
     }
     // The estimated step time of the plan chosen, on the device.
@@ -545,40 +393,16 @@ int main(int argc, char **argv) {
     std::string recomputeLine;
     nlohmann::ordered_json recomputeJson;
     if (recomputed) {
-      const tofu::RecomputePlan &r = *recomputed;
-      recomputeJson["mode"] = tofu::recomputeModeName(r.mode);
-      recomputeJson["candidates"] = r.candidates;
-      recomputeJson["dropped"] = r.summary.dropped;
-      recomputeJson["copies"] = r.summary.copies.size();
-      recomputeJson["recomputed_bytes"] = r.summary.bytes;
-      recomputeJson["planned_peak_bytes"] = chosen->fit.peak;
-      recomputeJson["planned_peak_bytes_without"] = r.peakWithout;
-      recomputeJson["candidate_sets_planned"] = r.tried;
-      if (r.summary.copies.empty()) {
-        recomputeLine = fmt::format("recomputation ({}): none{}\n", tofu::recomputeModeName(r.mode),
-                                    budgetBytes && r.fitsWithout ? " (the plan fits without)" : "");
-      } else {
-        double without = 0;
-        if (r.problemWithout) {
-          const tofu::StepTimeEstimate e = exitOnErr(tofu::estimateStepTime(
-              *r.problemWithout, r.execWithout, g->outputs, device, stepMachine));
-          without = e.seconds;
-          recomputeJson["estimated_seconds_without"] = without;
-        }
-        recomputeJson["estimated_seconds"] = stepTime.seconds;
-        recomputeLine = fmt::format(
-            "recomputation ({}): {} of {} forward tensors dropped after the forward pass and "
-            "recomputed before the backward pass by {} copies of their ops ({} of tensors, "
-            "whole); planned peak {} per worker against {} without ({:+.1f}%); estimated step "
-            "on {} {:.3f} ms against {:.3f} ms without ({:+.1f}%, what the recomputation "
-            "costs)\n",
-            tofu::recomputeModeName(r.mode), r.summary.dropped.size(), r.candidates,
-            r.summary.copies.size(), human(double(r.summary.bytes)),
-            human(double(chosen->fit.peak)), human(double(r.peakWithout)),
-            100.0 * (double(chosen->fit.peak) / double(std::max<int64_t>(r.peakWithout, 1)) - 1),
-            device.name, 1e3 * stepTime.seconds, 1e3 * without,
-            without > 0 ? 100.0 * (stepTime.seconds / without - 1) : 0.0);
-      }
+      double without = 0;
+      if (!recomputed->summary.copies.empty() && recomputed->problemWithout)
+        without =
+            exitOnErr(tofu::estimateStepTime(*recomputed->problemWithout, recomputed->execWithout,
+                                             g->outputs, device, stepMachine))
+                .seconds;
+      const tofuplan::Section section = tofuplan::recomputeSection(
+          *recomputed, chosen->fit, budgetBytes.has_value(), stepTime, without, device.name);
+      recomputeLine = section.text;
+      recomputeJson = section.json;
     }
     if (format == Format::Json) {
       std::string json = tofu::planJson(*problem, *plan, report);
@@ -591,18 +415,8 @@ int main(int argc, char **argv) {
           j["recompute"] = recomputeJson;
         if (topology)
           j["topology"] = machineJson;
-        if (precisionOpt != tofu::Precision::FP32) {
-          const tofu::PrecisionSummary &ps = result.precision;
-          j["precision"] = {{"name", tofu::precisionName(precisionOpt)},
-                            {"casts", ps.casts},
-                            {"lowered_ops", ps.lowered},
-                            {"float32_ops_reading_bf16", ps.float32},
-                            {"float32_ops_storing_bf16", ps.storedNarrow},
-                            {"products_rounded_with_bias", ps.fusedBias},
-                            {"gelus_joined", ps.gelus},
-                            {"addmms_joined", ps.addmms},
-                            {"bf16_tensors", bf16Tensors}};
-        }
+        if (precisionOpt != tofu::Precision::FP32)
+          j["precision"] = tofuplan::precisionJson(precisionOpt, result.precision, bf16Tensors);
         json = j.dump(1) + "\n";
       }
       llvm::outs() << json;
@@ -624,24 +438,9 @@ int main(int argc, char **argv) {
     }
     return 0;
   }
-  int64_t bytes[5] = {0, 0, 0, 0, 0};
-  unsigned count[5] = {0, 0, 0, 0, 0};
-  for (const tofu::TensorInfo &t : g->tensors()) {
-    bytes[static_cast<int>(t.role)] += t.bytes();
-    ++count[static_cast<int>(t.role)];
-  }
-  llvm::outs() << fmt::format("{}{} (batch {})\n", name, train ? " training step" : "",
-                              model.empty() ? "from the file" : std::to_string(batch));
-  llvm::outs() << precisionLine;
-  llvm::outs() << fmt::format(
-      "| | count | bytes (every tensor, no buffer reuse) |\n| --- | ---: | ---: |\n");
-  llvm::outs() << fmt::format("| nodes | {} | |\n", g->nodes().size());
-  llvm::outs() << fmt::format("| tensors | {} | |\n", g->tensors().size());
-  for (auto r : {tofu::TensorRole::Weight, tofu::TensorRole::Input, tofu::TensorRole::Activation,
-                 tofu::TensorRole::Gradient, tofu::TensorRole::OptimizerState})
-    llvm::outs() << fmt::format("| {} tensors | {} | {} |\n", tofu::roleName(r),
-                                count[static_cast<int>(r)], human(bytes[static_cast<int>(r)]));
-  int64_t weights = bytes[static_cast<int>(tofu::TensorRole::Weight)] / 4;
-  llvm::outs() << fmt::format("parameters: {} ({:.1f} million)\n", weights, weights / 1e6);
+  llvm::outs() << tofuplan::describeTable(
+      *g, fmt::format("{}{} (batch {})\n", name, train ? " training step" : "",
+                      model.empty() ? "from the file" : std::to_string(batch)) +
+              precisionLine);
   return 0;
 }

@@ -1,0 +1,266 @@
+// tofu-plan's reports beyond the plan's own tables (report.h).
+#include "tofu_plan/report.h"
+
+#include <algorithm>
+
+#include "codegen/memory_plan.h"
+#include "fmt/format.h"
+#include "fmt/ranges.h"
+#include "support/units.h"
+
+namespace tofuplan {
+namespace {
+
+std::string human(double bytes) { return tofu::humanBytes(bytes); }
+
+/// A plan judged against the budget, as the progress lines say it.
+std::string judged(const tofu::MemoryFit &f) {
+  return f.fits ? fmt::format("fits, planned peak {}", human(double(f.peak)))
+                : fmt::format("closest plan's peak {}, {} over", human(double(f.peak)),
+                              human(double(f.peak - f.limit)));
+}
+
+} // namespace
+
+std::string candidateSetLine(size_t dropped, const tofu::MemoryFit &f, bool budgeted) {
+  return fmt::format("recomputing {} tensor{}: {} ({} plan{} searched, {:.1f} s)\n", dropped,
+                     dropped == 1 ? "" : "s",
+                     budgeted ? judged(f) : fmt::format("planned peak {}", human(double(f.peak))),
+                     f.searches, f.searches == 1 ? "" : "s", f.seconds);
+}
+
+std::string workerCountLine(unsigned k, const tofu::MemoryFit &f, const tofu::RecomputePlan *r) {
+  if (!r)
+    return fmt::format("{} workers: {} ({} plan{} searched, {:.1f} s)\n", k, judged(f), f.searches,
+                       f.searches == 1 ? "" : "s", f.seconds);
+  return fmt::format("{} workers: {}{}\n", k, judged(f),
+                     f.fits && !r->summary.copies.empty()
+                         ? fmt::format(", recomputing {} tensors", r->summary.dropped.size())
+                         : "");
+}
+
+std::string precisionLine(const tofu::PrecisionSummary &ps, size_t bf16Tensors, size_t tensors) {
+  return fmt::format(
+      "precision bf16 (as torch.autocast): {} product{} and convolution{} on bfloat16 "
+      "operands through {} cast{} ({} rounded once with their bias); {} float32 op{} "
+      "reading bfloat16, {} storing for products only in bfloat16;{}{} {} of {} tensors "
+      "bfloat16\n",
+      ps.lowered, ps.lowered == 1 ? "" : "s", ps.lowered == 1 ? "" : "s", ps.casts,
+      ps.casts == 1 ? "" : "s", ps.fusedBias, ps.float32, ps.float32 == 1 ? "" : "s",
+      ps.storedNarrow,
+      ps.gelus ? fmt::format(" {} GELU{} the export spelled out in five ops joined into one "
+                             "(rounding once, as nn.GELU);",
+                             ps.gelus, ps.gelus == 1 ? "" : "s")
+               : std::string(),
+      ps.addmms ? fmt::format(" {} exported baddbmm{} (a product plus an addend) rounded once;",
+                              ps.addmms, ps.addmms == 1 ? "" : "s")
+                : std::string(),
+      bf16Tensors, tensors);
+}
+
+nlohmann::ordered_json precisionJson(tofu::Precision precision, const tofu::PrecisionSummary &ps,
+                                     size_t bf16Tensors) {
+  return {{"name", tofu::precisionName(precision)},
+          {"casts", ps.casts},
+          {"lowered_ops", ps.lowered},
+          {"float32_ops_reading_bf16", ps.float32},
+          {"float32_ops_storing_bf16", ps.storedNarrow},
+          {"products_rounded_with_bias", ps.fusedBias},
+          {"gelus_joined", ps.gelus},
+          {"addmms_joined", ps.addmms},
+          {"bf16_tensors", bf16Tensors}};
+}
+
+void reportPeak(tofu::PlanReportOptions &report, const tofu::Problem &p,
+                const tofu::MemoryPlan &memory, const tofu::ExecPlan &exec, int64_t limit) {
+  const unsigned peakWorker = memory.largestPeakWorker();
+  report.plannedPeak = memory.largestPeak();
+  report.plannedPeakWorker = peakWorker;
+  if (limit > 0)
+    report.memoryLimit = limit;
+  const tofu::LiveAtMost live = tofu::liveAtMost(memory.workers[peakWorker]);
+  report.liveTiles = live.tiles;
+  report.liveFetches = live.fetches;
+  report.livePartials = live.partials;
+  const tofu::LiveTiles byRole = tofu::liveTilesAt(p, memory.workers[peakWorker], live.time);
+  report.liveInputs = byRole.inputs;
+  report.liveWeights = byRole.weights;
+  report.liveActivations = byRole.activations;
+  report.liveGradients = byRole.gradients;
+  report.liveOptimizerState = byRole.optimizerState;
+  report.liveBfloat16 = byRole.bfloat16;
+  report.liveLargest.clear();
+  for (const auto &[t, bytes] : byRole.largest)
+    report.liveLargest.emplace_back(p.tensors[t].name, bytes);
+  // Node i of the plan's order runs at times 3i and 3i + 1 (codegen/memory_plan.h).
+  const size_t at = size_t(live.time / 3);
+  report.peakNode = at < exec.nodes.size() ? p.nodes[exec.nodes[at].node].name : std::string();
+}
+
+std::string budgetLines(const tofu::BudgetChoice &chosen, const tofu::PartitionPlan &plan, bool fit,
+                        bool budgeted, unsigned maxWorkers, nlohmann::ordered_json &fitJson) {
+  const tofu::RecomputePlan *recomputed = chosen.recompute ? &*chosen.recompute : nullptr;
+  std::string memoryLine;
+  if (fit && recomputed) {
+    fitJson["budget_bytes"] = chosen.limit;
+    fitJson["workers"] = plan.workers;
+    fitJson["lower_bound"] = 1; // recomputation may fit below the tensors' bound
+    fitJson["workers_without_recomputation"] = recomputed->workersWithout;
+    memoryLine = fmt::format(
+        "fit: {} per worker needs {} workers with recomputation '{}' ({} without; the "
+        "counts below by bisection, down to the weights' and optimiser state's bound)\n",
+        human(double(chosen.limit)), plan.workers, tofu::recomputeModeName(recomputed->mode),
+        recomputed->workersWithout ? std::to_string(recomputed->workersWithout)
+                                   : fmt::format("more than {}", maxWorkers));
+  } else if (fit) {
+    fitJson["budget_bytes"] = chosen.limit;
+    fitJson["workers"] = plan.workers;
+    fitJson["lower_bound"] = chosen.lowerBound;
+    fitJson["tried"] = nlohmann::ordered_json::array();
+    for (const auto &[k, peak] : chosen.tried)
+      fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", peak}});
+    memoryLine = fmt::format(
+        "fit: {} per worker needs {} workers (tried {} to {}; fewer than {} cannot hold the "
+        "tensors the one-worker plan has live at once)\n",
+        human(double(chosen.limit)), plan.workers, chosen.lowerBound, plan.workers,
+        chosen.lowerBound);
+  }
+  if (budgeted && recomputed)
+    memoryLine += fmt::format(
+        "memory budget {} per worker: {} candidate set{} of recomputation planned in "
+        "{:.3f} s; the plan chosen has memory priced at {:.3g} per byte\n",
+        human(double(chosen.limit)), recomputed->tried, recomputed->tried == 1 ? "" : "s",
+        recomputed->seconds, chosen.fit.memoryWeight);
+  else if (budgeted)
+    memoryLine += fmt::format("memory budget {} per worker: {} plan{} searched and memory-planned "
+                              "in {:.3f} s; the one chosen has memory priced at {:.3g} per byte\n",
+                              human(double(chosen.limit)), chosen.fit.searches,
+                              chosen.fit.searches == 1 ? "" : "s", chosen.fit.seconds,
+                              chosen.fit.memoryWeight);
+  return memoryLine;
+}
+
+Section machineSection(const tofu::Topology &part, const tofu::TopologyPlan &machine, bool budgeted,
+                       int64_t planBytes) {
+  Section out;
+  const tofu::TopologyTraffic &mine = machine.traffic;
+  const tofu::TopologyTraffic &other = machine.leastBytesTraffic;
+  out.text =
+      fmt::format("machine: {}; recursion steps {} (each level's factors, "
+                  "outermost first){}\n",
+                  tofu::describeTopology(part), fmt::join(tofu::topologyFactors(part), " x "),
+                  budgeted ? "; every plan under the budget searched over them" : "");
+  if (machine.leastBytesChosen)
+    out.text += fmt::format(
+        "the search weighted by the machine's levels found no plan estimated faster than "
+        "the plan of least bytes ({:.3f} ms against {:.3f} ms): that plan is printed\n",
+        1e3 * machine.weightedTraffic.slowestSeconds, 1e3 * other.slowestSeconds);
+  out.text += budgeted ? "| level crossed | bytes received | messages |\n| --- | ---: | "
+                         "---: |\n"
+                       : "| level crossed | bytes received | messages | plan of least "
+                         "bytes: bytes | messages |\n| --- | ---: | ---: | ---: | ---: |\n";
+  out.json["levels"] = nlohmann::ordered_json::array();
+  for (size_t l = 0; l < part.levels.size(); ++l) {
+    const tofu::TopologyLevel &level = part.levels[l];
+    const std::string crossed =
+        fmt::format("| between {}s{} | {} | {} |", level.name,
+                    l == 0 ? "" : " of one " + part.levels[l - 1].name,
+                    human(double(mine.levels[l].bytes)), mine.levels[l].messages);
+    out.text += budgeted
+                    ? crossed + "\n"
+                    : crossed + fmt::format(" {} | {} |\n", human(double(other.levels[l].bytes)),
+                                            other.levels[l].messages);
+    nlohmann::ordered_json j = {{"name", level.name},
+                                {"count", level.count},
+                                {"bandwidth_bytes_per_second", level.bandwidth},
+                                {"latency_seconds", level.latency},
+                                {"bytes", mine.levels[l].bytes},
+                                {"messages", mine.levels[l].messages}};
+    if (!budgeted) {
+      j["least_bytes_plan_bytes"] = other.levels[l].bytes;
+      j["least_bytes_plan_messages"] = other.levels[l].messages;
+    }
+    out.json["levels"].push_back(std::move(j));
+  }
+  const std::string estimate =
+      "an estimate: the slowest worker's received bytes over each level's bandwidth plus a "
+      "latency per message";
+  if (budgeted)
+    out.text += fmt::format("estimated communication time per step ({}): {:.3f} ms "
+                            "(worker {})\n",
+                            estimate, 1e3 * mine.slowestSeconds, mine.slowestWorker);
+  else
+    out.text += fmt::format(
+        "estimated communication time per step ({}): {:.3f} ms (worker {}); the plan of "
+        "least bytes: {:.3f} ms (worker {}), which moves {} in all against this plan's {}\n",
+        estimate, 1e3 * mine.slowestSeconds, mine.slowestWorker, 1e3 * other.slowestSeconds,
+        other.slowestWorker, human(double(machine.leastBytes.totalBytes)),
+        human(double(planBytes)));
+  out.json["estimated_seconds_slowest_worker"] = mine.slowestSeconds;
+  out.json["slowest_worker"] = mine.slowestWorker;
+  if (!budgeted) {
+    out.json["least_bytes_plan_estimated_seconds_slowest_worker"] = other.slowestSeconds;
+    out.json["least_bytes_plan_bytes"] = machine.leastBytes.totalBytes;
+    out.json["least_bytes_plan_chosen"] = machine.leastBytesChosen;
+  }
+  out.json["estimate"] = "received bytes over each level's bandwidth plus a latency per "
+                         "message, on the slowest worker";
+  return out;
+}
+
+Section recomputeSection(const tofu::RecomputePlan &r, const tofu::MemoryFit &fit, bool budgeted,
+                         const tofu::StepTimeEstimate &stepTime, double without,
+                         const std::string &deviceName) {
+  Section out;
+  out.json["mode"] = tofu::recomputeModeName(r.mode);
+  out.json["candidates"] = r.candidates;
+  out.json["dropped"] = r.summary.dropped;
+  out.json["copies"] = r.summary.copies.size();
+  out.json["recomputed_bytes"] = r.summary.bytes;
+  out.json["planned_peak_bytes"] = fit.peak;
+  out.json["planned_peak_bytes_without"] = r.peakWithout;
+  out.json["candidate_sets_planned"] = r.tried;
+  if (r.summary.copies.empty()) {
+    out.text = fmt::format("recomputation ({}): none{}\n", tofu::recomputeModeName(r.mode),
+                           budgeted && r.fitsWithout ? " (the plan fits without)" : "");
+  } else {
+    if (without > 0)
+      out.json["estimated_seconds_without"] = without;
+    out.json["estimated_seconds"] = stepTime.seconds;
+    out.text = fmt::format(
+        "recomputation ({}): {} of {} forward tensors dropped after the forward pass and "
+        "recomputed before the backward pass by {} copies of their ops ({} of tensors, "
+        "whole); planned peak {} per worker against {} without ({:+.1f}%); estimated step "
+        "on {} {:.3f} ms against {:.3f} ms without ({:+.1f}%, what the recomputation "
+        "costs)\n",
+        tofu::recomputeModeName(r.mode), r.summary.dropped.size(), r.candidates,
+        r.summary.copies.size(), human(double(r.summary.bytes)), human(double(fit.peak)),
+        human(double(r.peakWithout)),
+        100.0 * (double(fit.peak) / double(std::max<int64_t>(r.peakWithout, 1)) - 1), deviceName,
+        1e3 * stepTime.seconds, 1e3 * without,
+        without > 0 ? 100.0 * (stepTime.seconds / without - 1) : 0.0);
+  }
+  return out;
+}
+
+std::string describeTable(const tofu::Graph &g, const std::string &headline) {
+  int64_t bytes[5] = {0, 0, 0, 0, 0};
+  unsigned count[5] = {0, 0, 0, 0, 0};
+  for (const tofu::TensorInfo &t : g.tensors()) {
+    bytes[static_cast<int>(t.role)] += t.bytes();
+    ++count[static_cast<int>(t.role)];
+  }
+  std::string out = headline;
+  out += "| | count | bytes (every tensor, no buffer reuse) |\n| --- | ---: | ---: |\n";
+  out += fmt::format("| nodes | {} | |\n", g.nodes().size());
+  out += fmt::format("| tensors | {} | |\n", g.tensors().size());
+  for (auto r : {tofu::TensorRole::Weight, tofu::TensorRole::Input, tofu::TensorRole::Activation,
+                 tofu::TensorRole::Gradient, tofu::TensorRole::OptimizerState})
+    out += fmt::format("| {} tensors | {} | {} |\n", tofu::roleName(r), count[static_cast<int>(r)],
+                       human(bytes[static_cast<int>(r)]));
+  const int64_t weights = bytes[static_cast<int>(tofu::TensorRole::Weight)] / 4;
+  out += fmt::format("parameters: {} ({:.1f} million)\n", weights, weights / 1e6);
+  return out;
+}
+
+} // namespace tofuplan

@@ -1,0 +1,63 @@
+// tofu-plan's reports beyond the plan's own tables (search/report.h): the precision policy's
+// summary, the budget and --fit lines, the machine's levels, what recomputation cost, and
+// --describe's table.
+#ifndef TOFU_TOFU_PLAN_REPORT_H
+#define TOFU_TOFU_PLAN_REPORT_H
+
+#include <cstdint>
+#include <string>
+
+#include "graph/graph.h"
+#include "nlohmann/json.hpp"
+#include "planner/pipeline.h"
+#include "planner/step_time.h"
+#include "planner/topology.h"
+#include "search/report.h"
+
+namespace tofuplan {
+
+/// A report's text and its --format=json form.
+struct Section {
+  std::string text;
+  nlohmann::ordered_json json;
+};
+
+/// Progress under a budget, a line each: a candidate set of recomputation planned (how many
+/// tensors it drops, judged against the budget where `budgeted`), and a worker count --fit
+/// decided (with recomputation `r`, what it recomputes there).
+std::string candidateSetLine(size_t dropped, const tofu::MemoryFit &f, bool budgeted);
+std::string workerCountLine(unsigned k, const tofu::MemoryFit &f, const tofu::RecomputePlan *r);
+
+/// The bf16 policy's line: what it lowered and cast; `bf16Tensors` of `tensors` bfloat16.
+std::string precisionLine(const tofu::PrecisionSummary &ps, size_t bf16Tensors, size_t tensors);
+/// The same as --format=json gives it.
+nlohmann::ordered_json precisionJson(tofu::Precision precision, const tofu::PrecisionSummary &ps,
+                                     size_t bf16Tensors);
+
+/// The report's memory figures: the plan's planned peak (`memory`), what is live then and at
+/// which node, against `limit` (0: no budget).
+void reportPeak(tofu::PlanReportOptions &report, const tofu::Problem &p,
+                const tofu::MemoryPlan &memory, const tofu::ExecPlan &exec, int64_t limit);
+
+/// The budget's lines (`budgeted`) and --fit's (`fit`: its scan into `fitJson`, which holds
+/// the counts already tried where recomputation reported them as it went).
+std::string budgetLines(const tofu::BudgetChoice &chosen, const tofu::PartitionPlan &plan, bool fit,
+                        bool budgeted, unsigned maxWorkers, nlohmann::ordered_json &fitJson);
+
+/// The machine's levels the plan runs on (`part`): the traffic over each, against the plan of
+/// least bytes' (`machine`) unless `budgeted`, and the estimated communication time.
+Section machineSection(const tofu::Topology &part, const tofu::TopologyPlan &machine, bool budgeted,
+                       int64_t planBytes);
+
+/// What recomputation dropped and what it costs: the planned peak against the plan without
+/// (`fit`: the plan chosen) and the estimated step against `without` (0: not estimated).
+Section recomputeSection(const tofu::RecomputePlan &r, const tofu::MemoryFit &fit, bool budgeted,
+                         const tofu::StepTimeEstimate &stepTime, double without,
+                         const std::string &deviceName);
+
+/// --describe's table: node and tensor counts and bytes per tensor role, under `headline`.
+std::string describeTable(const tofu::Graph &g, const std::string &headline);
+
+} // namespace tofuplan
+
+#endif // TOFU_TOFU_PLAN_REPORT_H
