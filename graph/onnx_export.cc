@@ -10,35 +10,16 @@
 #include <fstream>
 #include <sstream>
 
-#include "codegen/kernel_prelude.h" // tofu_round_bf16
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "graph/onnx_import.h"
 #include "graph/onnx_import_internal.h"
 #include "onnx/onnx_pb.h"
+#include "support/bf16.h"
+#include "support/float16.h"
 
 namespace tofu {
 namespace {
-
-/// The IEEE binary16 bits of `r`, a float that binary16 holds exactly (as
-/// tofu_round_f16 leaves it): sign, five exponent bits, ten fraction bits. Written with
-/// bit operations rather than _Float16, which not every compiler of the project has
-/// (clang 14 refuses it on x86-64, and the fuzzers build with it).
-uint16_t halfBits(float r) {
-  uint32_t bits;
-  std::memcpy(&bits, &r, 4);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  if (r != r)
-    return sign | 0x7e00u;
-  const float a = std::fabs(r);
-  if (std::isinf(a))
-    return sign | 0x7c00u;
-  if (a < 6.103515625e-05f) // below 2^-14: subnormal (or zero), a multiple of 2^-24
-    return sign | static_cast<uint16_t>(std::ldexp(a, 24));
-  const int exponent = static_cast<int>((bits >> 23) & 0xffu) - 127 + 15;
-  return sign | static_cast<uint16_t>(exponent << 10) |
-         static_cast<uint16_t>((bits & 0x7fffffu) >> 13);
-}
 
 /// `values` as the bytes of an initializer of ONNX type `type` (little-endian), or an error
 /// naming the type.
@@ -55,17 +36,16 @@ llvm::Expected<std::string> bytesOf(const std::vector<double> &values, int32_t t
       put(v);
     return out;
   case onnx::TensorProto::FLOAT16:
-    for (double v : values) // rounded as Cast to float16 rounds: nearest, ties to even
-      put(halfBits(tofu_round_f16(static_cast<float>(v))));
+    for (double v : values) { // rounded as Cast to float16 rounds: nearest, ties to even
+      const float f = static_cast<float>(v);
+      put(f != f ? uint16_t(floatToHalf(f) & 0xfe00u) : floatToHalf(f)); // a NaN: canonical
+    }
     return out;
   case onnx::TensorProto::BFLOAT16:
     for (double v : values) {
-      // Rounded as Cast to bfloat16 rounds (the prelude's, nearest, ties to even), then
-      // its top 16 bits, which hold it exactly; a NaN stays one.
-      const float r = tofu_round_bf16(static_cast<float>(v));
-      uint32_t bits;
-      std::memcpy(&bits, &r, 4);
-      put(r != r ? uint16_t(0x7fc0) : uint16_t(bits >> 16));
+      // Rounded as Cast to bfloat16 rounds (nearest, ties to even); a NaN stays one.
+      const float f = static_cast<float>(v);
+      put(f != f ? uint16_t(0x7fc0) : bf16Bits(f));
     }
     return out;
   default:

@@ -1,5 +1,6 @@
 // Checkpoints in safetensors: whole (model.safetensors) and sharded (tile files + index.json).
 #include "runtime/checkpoint.h"
+#include "support/float16.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

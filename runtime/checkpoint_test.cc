@@ -4,6 +4,7 @@
 // as any box (across tile boundaries, from either form), a new generation replaces the
 // old one's files only once committed, and broken indexes and tilings are refused.
 #include "runtime/checkpoint.h"
+#include "support/float16.h"
 
 #include <cmath>
 #include <cstdlib>

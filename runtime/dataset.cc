@@ -1,5 +1,7 @@
 // Data sets: IDX and .npy arrays, MNIST-family directories, epoch orders, batch tiles.
 #include "runtime/dataset.h"
+#include "support/bf16.h"
+#include "support/float16.h"
 
 #include <sys/stat.h>
 #include <zlib.h>
@@ -119,7 +121,7 @@ llvm::Error widenInto(DataArray &a, const std::vector<uint64_t> &raw, Bits bits,
     unsigned char *to = a.bytes.data() + k * out;
     if (bits != Bits::Unsigned) {
       const uint16_t h = static_cast<uint16_t>(x);
-      const float v = bits == Bits::Float16 ? halfToFloat(h) : bfloat16ToFloat(h);
+      const float v = bits == Bits::Float16 ? halfToFloat(h) : floatFromBf16(h);
       std::memcpy(to, &v, 4);
     } else if (out == 4) {
       const int32_t v = static_cast<int32_t>(x);
@@ -436,7 +438,7 @@ void bfloat16FromBits(DataArray &a) {
   const int64_t n = static_cast<int64_t>(a.bytes.size()) / typeSize(a.type);
   std::vector<unsigned char> out(static_cast<size_t>(n) * 4);
   for (int64_t k = 0; k < n; ++k) {
-    const float v = bfloat16ToFloat(static_cast<uint16_t>(a.at(k)));
+    const float v = floatFromBf16(static_cast<uint16_t>(a.at(k)));
     std::memcpy(out.data() + static_cast<size_t>(k) * 4, &v, 4);
   }
   a.type = DataType::F32;

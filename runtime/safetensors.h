@@ -16,15 +16,6 @@
 
 namespace tofu {
 
-/// float16's and bfloat16's bits as a float (every value is exact in float32).
-float halfToFloat(uint16_t h);
-float bfloat16ToFloat(uint16_t h);
-/// `x` rounded to the nearest float16, ties to even, as its bits: past the largest float16
-/// (65504) by half a quantum or more it is infinite, below the smallest normal (2^-14) it is
-/// subnormal or zero, and a NaN stays a NaN (made quiet). (bfloat16's is support/bf16.h's
-/// bf16Bits.)
-uint16_t floatToHalf(float x);
-
 /// Bytes per element of a safetensors dtype (BOOL, U8, I8, U16, I16, F16, BF16, U32, I32,
 /// F32, U64, I64, F64), 0 for any other.
 size_t safetensorsWidth(const std::string &dtype);
