@@ -91,7 +91,8 @@ cl::opt<std::string>
                     "its Bazel runfiles or PREFIX/share/tofu/ops, else ./ops)"),
            cl::init("ops"), cl::value_desc("DIR"), cl::cat(stepCategory()));
 
-void initStepFlags(const ToolDefaults &d) {
+void initStepFlags(cl::OptionCategory &toolCategory, const ToolDefaults &d) {
+  cl::HideUnrelatedOptions({&toolCategory, &stepCategory()});
   static std::string batchHelp, optimizerHelp;
   batchHelp =
       fmt::format("Batch size of a zoo or ONNX model (default {}: {})", d.batch, d.batchWhy);

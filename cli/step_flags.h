@@ -59,8 +59,9 @@ struct ToolDefaults {
 };
 
 /// Sets the tool's defaults and the help texts that name them, and the search algorithms'
-/// choices. Call once, before parsing the command line.
-void initStepFlags(const ToolDefaults &defaults);
+/// choices; --help then lists the tool's own options (`toolCategory`) and these. Call once,
+/// before parsing the command line.
+void initStepFlags(cl::OptionCategory &toolCategory, const ToolDefaults &defaults);
 
 /// The model the flags name (--model, --graph or --onnx, with --batch, --data-inputs,
 /// --trainable and --frozen); the ONNX import's given inputs and sample shapes are the

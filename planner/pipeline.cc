@@ -169,6 +169,14 @@ agreedPlan(const PipelineOptions &o, const Problem &p,
   return decoded;
 }
 
+/// `f`'s figures (peak, price, searches) without its plans, which the result holds.
+MemoryFit figuresOnly(MemoryFit f) {
+  f.plan = PartitionPlan();
+  f.exec = ExecPlan();
+  f.memory = MemoryPlan();
+  return f;
+}
+
 /// The budgeted plan of r.problem without recomputation: the one of least communication that
 /// fits (or with fitWorkersUpTo, at the fewest workers that fit).
 llvm::Error planWithinBudget(PipelineResult &r, const PipelineOptions &o, bool &ready) {
@@ -212,9 +220,7 @@ llvm::Error planWithinBudget(PipelineResult &r, const PipelineOptions &o, bool &
     ready = true;
   }
   if (chosen) {
-    chosen->fit.plan = PartitionPlan();
-    chosen->fit.exec = ExecPlan();
-    chosen->fit.memory = MemoryPlan();
+    chosen->fit = figuresOnly(std::move(chosen->fit));
     r.budget = std::move(chosen);
   }
   return llvm::Error::success();
@@ -263,17 +269,13 @@ llvm::Error planRecomputing(PipelineResult &r, const OpLibrary &lib, const Pipel
   if (!text)
     return text.takeError();
   const std::vector<std::string> dropped = splitLines(*text);
-  if (mine && !o.agree) { // the planner's own graph, analysis and plans
+  if (mine) { // the planner's own graph and analysis
     if (!dropped.empty())
       r.withoutRecomputation = std::move(r.graph);
     r.graph = std::move(mine->graph);
     r.problem = std::move(mine->problem);
     r.recomputed = mine->summary;
-    r.plan = std::move(mine->fit.plan);
-    r.exec = std::move(mine->fit.exec);
-    r.memory = std::move(mine->fit.memory);
-    ready = true;
-  } else { // the chooser's set, rewritten here the same way, and its plan
+  } else { // the chooser's set, rewritten here the same way
     Graph rewritten = r.graph;
     auto summary = applyRecomputation(rewritten, dropped);
     if (!summary)
@@ -282,14 +284,17 @@ llvm::Error planRecomputing(PipelineResult &r, const OpLibrary &lib, const Pipel
     if (!dropped.empty())
       r.withoutRecomputation = std::move(r.graph);
     r.graph = std::move(rewritten);
-    if (mine) {
-      r.problem = std::move(mine->problem);
-    } else {
-      auto problem = Problem::build(r.graph, lib);
-      if (!problem)
-        return problem.takeError();
-      r.problem = std::move(*problem);
-    }
+    auto problem = Problem::build(r.graph, lib);
+    if (!problem)
+      return problem.takeError();
+    r.problem = std::move(*problem);
+  }
+  if (mine && !o.agree) { // the planner's own plans
+    r.plan = std::move(mine->fit.plan);
+    r.exec = std::move(mine->fit.exec);
+    r.memory = std::move(mine->fit.memory);
+    ready = true;
+  } else {
     auto plan = agreedPlan(o, *r.problem,
                            [&]() -> llvm::Expected<PartitionPlan> { return mine->fit.plan; });
     if (!plan)
@@ -299,10 +304,7 @@ llvm::Error planRecomputing(PipelineResult &r, const OpLibrary &lib, const Pipel
   if (mine) {
     BudgetChoice b;
     b.limit = limit;
-    b.fit = std::move(mine->fit);
-    b.fit.plan = PartitionPlan();
-    b.fit.exec = ExecPlan();
-    b.fit.memory = MemoryPlan();
+    b.fit = figuresOnly(std::move(mine->fit));
     mine->fit = MemoryFit();
     b.recompute = std::move(mine);
     r.budget = std::move(b);
@@ -432,6 +434,9 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
       return fail(plan.takeError());
     r.plan = std::move(*plan);
     r.machine = std::move(searched);
+    // Plans of the recomputation's own plan, not this one: planned anew at Execution.
+    r.exec = ExecPlan();
+    r.memory = MemoryPlan();
     ready = false;
   } else if (!recomputing && options.memoryPerWorker == 0) {
     auto plan = options.plan ? options.plan(*r.problem) : agreedPlan(options, *r.problem, [&] {

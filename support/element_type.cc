@@ -29,15 +29,20 @@ constexpr TypeRow kRows[] = {
 
 const TypeRow &row(ElementType t) { return kRows[static_cast<unsigned>(t)]; }
 
+/// The type of the first row `matches`, else none.
+template <class Match> std::optional<ElementType> typeWhere(Match matches) {
+  for (const TypeRow &r : kRows)
+    if (matches(r))
+      return r.type;
+  return std::nullopt;
+}
+
 } // namespace
 
 const char *elementTypeName(ElementType t) { return row(t).name; }
 
 std::optional<ElementType> elementTypeNamed(std::string_view name) {
-  for (const TypeRow &r : kRows)
-    if (name == r.name)
-      return r.type;
-  return std::nullopt;
+  return typeWhere([&](const TypeRow &r) { return name == r.name; });
 }
 
 std::string elementTypeNames() {
@@ -54,19 +59,13 @@ bool isFloatType(ElementType t) { return row(t).isFloat; }
 int32_t onnxDataType(ElementType t) { return row(t).onnx; }
 
 std::optional<ElementType> elementTypeOfOnnx(int32_t code) {
-  for (const TypeRow &r : kRows)
-    if (code == r.onnx)
-      return r.type;
-  return std::nullopt;
+  return typeWhere([&](const TypeRow &r) { return code == r.onnx; });
 }
 
 const char *safetensorsDtype(ElementType t) { return row(t).safetensors; }
 
 std::optional<ElementType> elementTypeOfSafetensors(std::string_view dtype) {
-  for (const TypeRow &r : kRows)
-    if (dtype == r.safetensors)
-      return r.type;
-  return std::nullopt;
+  return typeWhere([&](const TypeRow &r) { return dtype == r.safetensors; });
 }
 
 } // namespace tofu

@@ -107,7 +107,6 @@ cl::opt<bool> noCoarsen("no-coarsen",
 } // namespace
 
 int main(int argc, char **argv) {
-  cl::HideUnrelatedOptions({&planCategory, &tofu::cli::stepCategory()});
   tofu::cli::ToolDefaults defaults;
   defaults.batch = 32;
   defaults.batchWhy = "a batch one GPU of a training job takes; tofu-run's is 2, what this "
@@ -115,7 +114,7 @@ int main(int argc, char **argv) {
   defaults.optimizer = tofu::Optimizer::Adam;
   defaults.optimizerWhy = "its two state tensors per weight are the memory most training plans "
                           "must hold; tofu-run's is sgd, whose learning rate its examples use";
-  tofu::cli::initStepFlags(defaults);
+  tofu::cli::initStepFlags(planCategory, defaults);
   // Bad usage exits 2, as --help says (llvm's parser would exit 1).
   const bool parsed = cl::ParseCommandLineOptions(
       argc, argv,
@@ -233,18 +232,18 @@ int main(int argc, char **argv) {
   tofu::RecomputeMode recompute =
       budgetBytes && train ? tofu::RecomputeMode::Auto : tofu::RecomputeMode::None;
   if (recomputeOpt.getNumOccurrences()) {
-    const std::optional<tofu::RecomputeMode> m = recomputeOpt.getValue();
-    if (*m != tofu::RecomputeMode::None && !train) {
+    const tofu::RecomputeMode m = recomputeOpt;
+    if (m != tofu::RecomputeMode::None && !train) {
       llvm::errs() << "tofu-plan: --recompute applies to a training step (what its backward "
                       "pass reads): give --train\n";
       return 2;
     }
-    if (*m == tofu::RecomputeMode::Auto && !budgetBytes) {
+    if (m == tofu::RecomputeMode::Auto && !budgetBytes) {
       llvm::errs() << "tofu-plan: --recompute auto recomputes what a memory budget needs: give "
                       "--memory-per-worker or --fit (or --recompute sqrt)\n";
       return 2;
     }
-    recompute = *m;
+    recompute = m;
   }
   if (fit && maxWorkers == 0) {
     llvm::errs() << "tofu-plan: --max-workers must be at least 1\n";

@@ -314,11 +314,11 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
                       4 * cores));
   }
   if (recomputeOpt.getNumOccurrences()) {
-    const std::optional<tofu::RecomputeMode> m = recomputeOpt.getValue();
-    if (*m != tofu::RecomputeMode::None && infer)
+    const tofu::RecomputeMode m = recomputeOpt;
+    if (m != tofu::RecomputeMode::None && infer)
       return tofu::usageError("--recompute applies to training (what the backward pass reads); "
                               "--infer runs no backward pass");
-    if (*m == tofu::RecomputeMode::Auto && !memoryPerWorker.getNumOccurrences())
+    if (m == tofu::RecomputeMode::Auto && !memoryPerWorker.getNumOccurrences())
       return tofu::usageError("--recompute auto recomputes what a memory budget needs: give "
                               "--memory-per-worker (or --recompute sqrt)");
   }

@@ -215,7 +215,6 @@ int runBatch(const char *argv0, const std::string &file) {
 }
 
 int run(int argc, char **argv) {
-  cl::HideUnrelatedOptions({&runCategory, &tofu::cli::stepCategory()});
   tofu::cli::ToolDefaults defaults;
   defaults.batch = 2;
   defaults.batchWhy = "what this machine's CPU trains in seconds; tofu-plan's is 32, a batch one "
@@ -223,7 +222,7 @@ int run(int argc, char **argv) {
   defaults.optimizer = tofu::Optimizer::SGD;
   defaults.optimizerWhy = "with lr 0.1, as the examples train; tofu-plan's is adam, whose "
                           "state is the memory most training plans must hold";
-  tofu::cli::initStepFlags(defaults);
+  tofu::cli::initStepFlags(runCategory, defaults);
   // Bad usage exits 2, as --help says (llvm's parser would exit 1).
   const bool parsed = cl::ParseCommandLineOptions(
       argc, argv,
