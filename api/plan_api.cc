@@ -12,6 +12,7 @@
 #include "grammar/diagnostics.h"
 #include "graph/library.h"
 #include "graph/onnx_import.h"
+#include "graph/training.h"
 #include "nlohmann/json.hpp"
 #include "planner/memory_fit.h"
 #include "planner/pipeline.h"

@@ -13,6 +13,7 @@
 #include "codegen/memory_plan.h"
 #include "fmt/format.h"
 #include "graph/graph.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "planner/pipeline.h"
 #include "runtime/cpu_executor.h"

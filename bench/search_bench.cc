@@ -26,6 +26,7 @@
 #include "codegen/memory_plan.h"
 #include "fmt/format.h"
 #include "graph/graph.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "planner/memory_fit.h"
 #include "planner/pipeline.h"

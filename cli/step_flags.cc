@@ -2,6 +2,7 @@
 #include "cli/step_flags.h"
 
 #include "fmt/format.h"
+#include "graph/training.h"
 #include "support/errors.h"
 #include "support/units.h"
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "graph/graph.h"
+#include "graph/training.h"
 #include "planner/pipeline.h"
 #include "planner/recompute.h"
 #include "search/search.h"

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "analysis/instantiate.h"
+#include "graph/training.h"
 
 namespace tofu {
 namespace {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "codegen/memory_plan.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "testing/test_problem.h"
 #include "gtest/gtest.h"

@@ -10,6 +10,7 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "grammar/diagnostics.h"
+#include "graph/training.h"
 
 namespace tofu {
 namespace {

@@ -3,7 +3,9 @@
 
 #include "fmt/format.h"
 
+#include "graph/precision.h"
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "gtest/gtest.h"
 
 namespace tofu {

@@ -8,6 +8,7 @@
 
 #include "graph/onnx_import_internal.h"
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "onnx/onnx_pb.h"
 #include "gtest/gtest.h"
 

@@ -8,6 +8,7 @@
 #include "graph/onnx_import.h"
 #include "graph/onnx_rules.h"
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "nlohmann/json.hpp"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"

@@ -8,6 +8,7 @@
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "graph/graph.h"
+#include "graph/precision.h"
 
 namespace tofu {
 

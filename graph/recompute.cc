@@ -8,6 +8,8 @@
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "graph/graph.h"
+#include "graph/recompute.h"
+#include "graph/training.h"
 
 namespace tofu {
 

@@ -6,6 +6,8 @@
 #include "analysis/instantiate.h"
 #include "fmt/format.h"
 #include "graph/graph.h"
+#include "graph/precision.h"
+#include "graph/training.h"
 
 namespace tofu {
 namespace {

@@ -2,6 +2,7 @@
 #include "graph/zoo.h"
 
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "gtest/gtest.h"
 
 namespace tofu {

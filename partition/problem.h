@@ -16,6 +16,7 @@
 
 #include "analysis/strategy.h"
 #include "graph/graph.h"
+#include "graph/training.h"
 #include "llvm/Support/Error.h"
 
 namespace tofu {

@@ -6,6 +6,7 @@
 
 #include "codegen/exec_plan.h"
 #include "codegen/memory_plan.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "support/units.h"
 #include "testing/test_problem.h"

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "partition/plan.h"
 #include "gtest/gtest.h"

@@ -11,6 +11,7 @@
 #include "codegen/memory_plan.h"
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
+#include "graph/recompute.h"
 #include "support/units.h"
 
 namespace tofu {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "graph/recompute.h"
 #include "partition/problem.h"
 #include "planner/memory_fit.h"
 #include "planner/step_time.h"

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <map>
 
+#include "graph/recompute.h"
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "planner/pipeline.h"
 #include "gtest/gtest.h"

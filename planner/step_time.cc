@@ -14,6 +14,7 @@
 #include "codegen/schedule.h"
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
+#include "graph/training.h"
 #include "nlohmann/json.hpp"
 #include "planner/topology.h"
 #include "support/units.h"

@@ -11,6 +11,7 @@
 #include "codegen/program_builder.h"
 #include "fmt/format.h"
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "planner/pipeline.h"
 #include "gtest/gtest.h"

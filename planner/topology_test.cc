@@ -7,6 +7,7 @@
 #include <random>
 
 #include "fmt/format.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "search/search.h"
 #include "testing/suite.h"

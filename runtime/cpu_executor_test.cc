@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "codegen/memory_plan.h"
+#include "graph/training.h"
 
 #include "graph/onnx_import.h"
 #include "graph/test_library.h"

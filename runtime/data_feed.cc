@@ -12,6 +12,7 @@
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "graph/graph.h"
+#include "graph/training.h"
 
 namespace tofu {
 

@@ -11,6 +11,7 @@
 #include "codegen/fusion.h"
 #include "graph/onnx_import.h"
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cpu_executor.h"

@@ -13,6 +13,7 @@
 #include "codegen/schedule.h"
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
+#include "graph/training.h"
 #include "support/errors.h"
 
 namespace tofu {
@@ -43,37 +44,6 @@ void setValues(Engine &e, const TrainingData &from, const std::vector<unsigned> 
                unsigned step) {
   for (unsigned t : tensors)
     e.setTiles(t, [&](const Box &tile, float *out) { from.fill(t, step, tile, out); });
-}
-
-/// Moves each element of every weight `e` holds to the neighbouring float32 above or below
-/// it with probability 1/2 each way (a fixed SplitMix64 draw per element): the weights as a
-/// different rounding would have left them. Where a step is chaotic (a ReLU or clip whose
-/// input lies within rounding of its threshold, a normalisation over a few values), such a
-/// change moves the step as far as any other float32 summation order may.
-void nudgeWeights(Engine &e, const Problem &p) {
-  uint64_t state = 0x7f4a7c159e3779b9ull;
-  auto next = [&state] {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  for (unsigned t = 0; t < p.tensors.size(); ++t) {
-    if (p.tensors[t].role != TensorRole::Weight)
-      continue;
-    for (unsigned w : e.localWorkers()) {
-      if (!e.holdsTile(t, w))
-        continue;
-      std::vector<float> v = e.readTile(t, w);
-      for (float &x : v) {
-        const uint64_t r = next();
-        if (r & 1)
-          x = std::nextafter(x, (r & 2) ? std::numeric_limits<float>::infinity()
-                                        : -std::numeric_limits<float>::infinity());
-      }
-      e.writeTile(t, w, v.data());
-    }
-  }
 }
 
 } // namespace
@@ -161,15 +131,9 @@ struct Trainer::Impl {
   int64_t moved = 0;
   std::vector<EvalRecord> evals;
   std::optional<BatchPrefetcher> prefetch;
-  /// The tensors verify() compares (the loss, then every update), and the local workers'
-  /// tiles of each after the first step.
-  std::vector<unsigned> compared;
-  std::vector<std::vector<std::pair<unsigned, std::vector<float>>>> afterFirst;
-  /// Per (compared index, worker): a tile that held a value that is not finite before the
-  /// first step (a mask of -inf trained with --trainable): where the step leaves such a
-  /// value as it was, and the reference does too, verify() counts it equal.
-  std::map<std::pair<size_t, unsigned>, std::vector<float>> nonFiniteBefore;
-  int64_t verifyCopyBytes = 0;
+  /// The first step's results verify() compares (the loss, then every update), as the
+  /// local workers hold them.
+  FirstStepRecord first;
 
   llvm::Error resume();
   llvm::Error resolveHyper();
@@ -179,17 +143,10 @@ struct Trainer::Impl {
   void setBatch(Engine &e, unsigned step);
   llvm::Error evaluate(unsigned done, TrainerObserver &observer);
   std::string firstNonFiniteCarried();
-  /// A reference engine (this process alone) after the first step, on `options`.
-  /// The first step unpartitioned on an engine of its own. With `nudged`, every weight
-  /// first moves to a neighbouring float32 with probability 1/2 (a fixed draw): the step
-  /// as another rounding of its inputs gives it.
-  llvm::Expected<std::unique_ptr<Engine>>
-  referenceStep(const EngineOptions &options, const std::string &what, bool nudged = false);
-  /// The reference engine with the first step's values set, not stepped.
+  /// A reference engine (this process alone) with the first step's values set, not
+  /// stepped: on `options`, named `what` in its errors.
   llvm::Expected<std::unique_ptr<Engine>> referenceReady(const EngineOptions &options,
                                                          const std::string &what);
-  /// verify()'s comparison of the recomputing step with the plain one (options.plainProblem).
-  llvm::Error comparePlain(VerifyReport &v);
 };
 
 llvm::Error Trainer::Impl::resume() {
@@ -482,9 +439,10 @@ Trainer::create(const Problem &p, const Graph &training, const std::string &loss
   // training's (tile by tile: both plans cut every weight alike).
   if (llvm::Error e = m.makeEval())
     return std::move(e);
-  m.compared = {m.lossTensor};
+  std::vector<unsigned> compared = {m.lossTensor};
   for (auto [upd, tgt] : m.engine->carries())
-    m.compared.push_back(tgt);
+    compared.push_back(tgt);
+  m.first.setCompared(std::move(compared));
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 
@@ -507,27 +465,14 @@ llvm::Error Trainer::train(TrainerObserver &observer) {
       m.setBatch(engine, step);
     }
     if (s == 0 && m.options.verify)
-      for (size_t i = 1; i < m.compared.size(); ++i) // the carried ones (not the loss)
-        for (unsigned w : engine.localWorkers())
-          if (engine.holdsTile(m.compared[i], w)) {
-            std::vector<float> tile = engine.readTile(m.compared[i], w);
-            if (!std::all_of(tile.begin(), tile.end(), [](float v) { return std::isfinite(v); }))
-              m.nonFiniteBefore[{i, w}] = std::move(tile);
-          }
+      m.first.before(engine);
     auto r = engine.step();
     if (!r)
       return stringError(
           fmt::format("{}: step {}: {}", name, s + 1, llvm::toString(r.takeError())));
     m.moved = m.group.sum(r->bytesMoved);
     if (s == 0 && m.options.verify) // verify() compares the first step: later ones compound
-      for (unsigned t : m.compared) {
-        m.afterFirst.emplace_back();
-        for (unsigned w : engine.localWorkers())
-          if (engine.holdsTile(t, w)) {
-            m.afterFirst.back().emplace_back(w, engine.readTile(t, w));
-            m.verifyCopyBytes += static_cast<int64_t>(m.afterFirst.back().back().second.size()) * 4;
-          }
-      }
+      m.first.after(engine);
     m.stepSeconds.push_back(r->seconds);
     m.losses.push_back(wholeTensor(engine, m.lossTensor, m.group).data.at(0));
     if (!std::isfinite(m.losses.back()) && !m.options.continueNonFinite) {
@@ -648,188 +593,23 @@ llvm::Expected<std::unique_ptr<Engine>> Trainer::Impl::referenceReady(const Engi
   return ref;
 }
 
-llvm::Error Trainer::Impl::comparePlain(VerifyReport &v) {
-  const Problem &plain = *options.plainProblem;
-  auto ref = referenceReady(options.engine, "the unpartitioned recomputing run");
-  if (!ref)
-    return ref.takeError();
-  auto other = factory(plain, *options.plainExec, *options.plainMemory, options.engine,
-                       /*local=*/true);
-  if (!other)
-    return stringError("the unpartitioned run without recomputation: " +
-                       llvm::toString(other.takeError()));
-  std::map<std::string, unsigned> index; // this problem's tensors by name
-  for (unsigned t = 0; t < p.tensors.size(); ++t)
-    index[p.tensors[t].name] = t;
-  // Every value the step starts from (what no node computes: inputs, weights, state), as
-  // the recomputing reference holds it.
-  for (unsigned t = 0; t < plain.tensors.size(); ++t) {
-    if (plain.tensors[t].producer >= 0)
-      continue;
-    auto it = index.find(plain.tensors[t].name);
-    if (it == index.end())
-      return stringError(fmt::format("verify: the plain step's tensor '{}' is not in the "
-                                     "recomputing step",
-                                     plain.tensors[t].name));
-    const Tensor x = (*ref)->get(it->second);
-    std::vector<float> values(x.data.begin(), x.data.end());
-    const Box all = wholeBox(x.shape);
-    (*other)->setTiles(t, [&](const Box &tile, float *out) {
-      copyBox(out, tile, values.data(), all, tile, nullptr);
-    });
-  }
-  if (auto r = (*ref)->step(); !r)
-    return stringError("the unpartitioned recomputing run: " + llvm::toString(r.takeError()));
-  if (auto r = (*other)->step(); !r)
-    return stringError("the unpartitioned run without recomputation: " +
-                       llvm::toString(r.takeError()));
-  std::map<std::string, unsigned> plainIndex;
-  for (unsigned t = 0; t < plain.tensors.size(); ++t)
-    plainIndex[plain.tensors[t].name] = t;
-  for (unsigned t : compared) {
-    auto it = plainIndex.find(p.tensors[t].name);
-    if (it == plainIndex.end())
-      continue;
-    const Tensor a = (*ref)->get(t), b = (*other)->get(it->second);
-    double worst = 0;
-    bool same = a.data.size() == b.data.size();
-    for (size_t x = 0; same && x < a.data.size(); ++x) {
-      const float fa = static_cast<float>(a.data[x]), fb = static_cast<float>(b.data[x]);
-      if (std::memcmp(&fa, &fb, sizeof fa) == 0)
-        continue;
-      same = false;
-      worst = std::isfinite(fa) && std::isfinite(fb)
-                  ? std::max(worst, double(std::abs(fa - fb)) / std::max(1.0, double(std::abs(fb))))
-                  : std::numeric_limits<double>::infinity();
-    }
-    if (!same) {
-      ++v.plainDiffering;
-      if (worst >= v.plainWorst) {
-        v.plainWorst = worst;
-        v.plainWorstTensor = p.tensors[t].name;
-      }
-    }
-  }
-  v.plainCompared = true;
-  return llvm::Error::success();
-}
-
-llvm::Expected<std::unique_ptr<Engine>>
-Trainer::Impl::referenceStep(const EngineOptions &with, const std::string &what, bool nudged) {
-  auto ref = referenceReady(with, what);
-  if (!ref)
-    return ref.takeError();
-  if (nudged)
-    nudgeWeights(**ref, p);
-  if (auto r = (*ref)->step(); !r)
-    return stringError(what + ": " + llvm::toString(r.takeError()));
-  return ref;
-}
-
 llvm::Expected<VerifyReport> Trainer::verify(double tolerance) {
   Impl &m = *impl_;
-  VerifyReport v;
-  v.tolerance = tolerance >= 0                      ? tolerance
-                : m.engine->program().hasBfloat16() ? kBfloat16StepTolerance
-                                                    : kFloat32StepTolerance;
-  v.compared = m.compared.size();
-  if (m.afterFirst.size() != m.compared.size())
-    return stringError("verify: the first step's results were not kept (TrainerOptions::verify)");
-  // Under several processes every process runs the reference itself and compares the tiles
-  // it holds.
-  auto ref = m.referenceStep(m.options.engine, "the unpartitioned run");
-  if (!ref)
-    return ref.takeError();
-  // Per compared tensor: the largest relative difference of the partitioned step's tiles
-  // (this process's) from the reference, and the reference's values.
-  std::vector<double> differs(m.compared.size(), 0.0);
-  std::vector<std::vector<float>> wanted(m.compared.size());
-  for (size_t i = 0; i < m.compared.size(); ++i) {
-    const unsigned t = m.compared[i];
-    const Tensor expected = (*ref)->get(t);
-    wanted[i].assign(expected.data.begin(), expected.data.end());
-    const std::vector<float> &whole = wanted[i];
-    const Box all = wholeBox(expected.shape);
-    double &e = differs[i];
-    for (const auto &[w, got] : m.afterFirst[i]) { // each tile this process holds
-      const Box &tile = m.engine->program().tensors[t].tiles[w];
-      std::vector<float> want(got.size());
-      copyBox(want.data(), tile, whole.data(), all, tile, nullptr);
-      auto before = m.nonFiniteBefore.find({i, w});
-      for (size_t x = 0; x < got.size(); ++x) {
-        // Equal infinities are equal where the value was that infinity before the step (a
-        // mask's -inf, left as it was); a step that makes one fails.
-        if (got[x] == want[x] && (std::isfinite(got[x]) || (before != m.nonFiniteBefore.end() &&
-                                                            before->second[x] == got[x])))
-          continue;
-        // A step that makes NaN or infinity fails, whatever the reference made.
-        if (!std::isfinite(got[x]) && v.nonFiniteTensor.empty())
-          v.nonFiniteTensor = m.p.tensors[t].name;
-        e = std::isfinite(want[x]) ? std::max(e, double(std::abs(got[x] - want[x])) /
-                                                     std::max(1.0, double(std::abs(want[x]))))
-                                   : std::numeric_limits<double>::infinity();
-      }
-    }
+  VerifyRuns runs;
+  runs.library = m.options.engine.library;
+  runs.reference = [&m](bool library, const std::string &what) {
+    EngineOptions with = m.options.engine;
+    with.library = library;
+    return m.referenceReady(with, what);
+  };
+  if (m.options.plainProblem && m.options.plainExec && m.options.plainMemory) {
+    runs.plain = m.options.plainProblem;
+    runs.plainEngine = [&m] {
+      return m.factory(*m.options.plainProblem, *m.options.plainExec, *m.options.plainMemory,
+                       m.options.engine, /*local=*/true);
+    };
   }
-  ref->reset();
-  if (m.group.distributed()) { // the worst over the processes, and any non-finite tensor
-    m.group.maxInPlace(differs);
-    for (const std::string &name : m.group.allGatherText(v.nonFiniteTensor))
-      if (v.nonFiniteTensor.empty())
-        v.nonFiniteTensor = name;
-  }
-  for (size_t i = 0; i < m.compared.size(); ++i)
-    if (differs[i] > v.worst || v.worstTensor.empty()) {
-      v.worst = std::max(v.worst, differs[i]);
-      v.worstTensor = m.p.tensors[m.compared[i]].name;
-    }
-  // Beyond the tolerance: is it the partition, or a step so ill-conditioned that float32
-  // rounding alone moves it that far? The same unpartitioned step in another summation
-  // order (library calls for generated kernels, or the reverse), from weights moved by at
-  // most one float32 step (nudgeWeights), measures that noise per compared tensor. The
-  // order alone is not enough: it leaves the generated kernels' own sums (a normalisation's
-  // statistics) as they were, and a chaotic step (training-mode mobilenet_v2 at 64x64,
-  // batch 2: a ReLU6 whose input lies within rounding of 0 or 6 passes or stops a
-  // gradient that the batch norms behind it amplify) then looked exact to it while any
-  // other rounding moved it by 0.7. When rounding alone moves some tensor beyond the tolerance the
-  // step is ill-conditioned: float32 cannot tell a partition's error from its own noise (every
-  // tensor downstream of the ill-conditioned ops scatters), and the verdict is undecided
-  // (the double-precision interpreter decides). Otherwise the partition, not rounding,
-  // makes the difference.
-  std::vector<double> noise(m.compared.size(), 0.0);
-  if (v.worst > v.tolerance && v.nonFiniteTensor.empty()) {
-    EngineOptions swapped = m.options.engine;
-    swapped.library = !swapped.library;
-    auto again = m.referenceStep(swapped, "the unpartitioned run in another summation order",
-                                 /*nudged=*/true);
-    if (!again)
-      return again.takeError();
-    for (size_t i = 0; i < m.compared.size(); ++i) {
-      const Tensor alt = (*again)->get(m.compared[i]);
-      for (size_t x = 0; x < wanted[i].size(); ++x) {
-        const float a = wanted[i][x], b = static_cast<float>(alt.data[x]);
-        if (a == b)
-          continue;
-        noise[i] =
-            std::isfinite(a) && std::isfinite(b)
-                ? std::max(noise[i], double(std::abs(a - b)) / std::max(1.0, double(std::abs(a))))
-                : std::numeric_limits<double>::infinity();
-      }
-    }
-    v.noiseMeasured = true;
-  }
-  v.passed = v.nonFiniteTensor.empty();
-  for (double d : differs)
-    v.passed &= d <= v.tolerance;
-  v.noise = *std::max_element(noise.begin(), noise.end());
-  for (double n : noise)
-    v.noisy += n > v.tolerance;
-  const bool undecided = v.noiseMeasured && !v.passed && v.noise > v.tolerance;
-  v.verdict = v.passed ? "passed" : undecided ? "ill-conditioned" : "failed";
-  if (m.options.plainProblem && m.options.plainExec && m.options.plainMemory)
-    if (llvm::Error e = m.comparePlain(v))
-      return std::move(e);
-  return v;
+  return verifyFirstStep(m.p, *m.engine, m.first, tolerance, m.group, runs);
 }
 
 ProcessMemory Trainer::processMemory() {
@@ -840,7 +620,7 @@ ProcessMemory Trainer::processMemory() {
   // What each process allocated for its worker's arena, and what the engine and the steps
   // (not verify()'s reference, which runs after) added to its resident memory at their
   // peak: the arena, the kernels, the local tiles of inputs, the transport's buffers.
-  pm.verifyCopies = m.group.allGather(m.verifyCopyBytes);
+  pm.verifyCopies = m.group.allGather(m.first.bytes());
   pm.arena = m.group.allGather(m.engine->backendStats().arenaBytes.at(m.group.rank()));
   pm.residentBefore = m.group.allGather(m.residentBefore);
   pm.residentPeak = m.group.allGather(peakResidentBytes());

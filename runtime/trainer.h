@@ -24,11 +24,13 @@
 #include "codegen/fusion.h"
 #include "codegen/memory_plan.h"
 #include "graph/graph.h"
+#include "graph/training.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data_feed.h"
 #include "runtime/dataset.h"
 #include "runtime/engine.h"
 #include "runtime/process_group.h"
+#include "runtime/step_verify.h"
 #include "runtime/training_data.h"
 #include "llvm/Support/Error.h"
 
@@ -152,26 +154,6 @@ struct SaveReport {
   size_t tiles = 0;  ///< sharded: tiles over every process (0: one whole file)
   int64_t bytes = 0; ///< sharded: the tiles' bytes over every process
   unsigned stepsTrained = 0;
-};
-
-/// verify()'s comparison of the first step with the unpartitioned step.
-struct VerifyReport {
-  bool passed = false;
-  std::string verdict; ///< passed, failed or ill-conditioned
-  double worst = 0;    ///< the largest relative difference over the compared tensors
-  std::string worstTensor;
-  std::string nonFiniteTensor; ///< the first the partitioned step made NaN or infinite
-  double tolerance = 0;
-  size_t compared = 0; ///< the loss, then every updated weight and optimiser state
-  bool noiseMeasured = false;
-  double noise = 0; ///< float32 noise: the unpartitioned step in another summation order
-  size_t noisy = 0; ///< tensors that rounding alone moves beyond the tolerance
-  /// With TrainerOptions::plainProblem: the unpartitioned recomputing step against the
-  /// unpartitioned step without recomputation, over the same compared tensors (by name).
-  bool plainCompared = false;
-  size_t plainDiffering = 0; ///< tensors not bit-identical
-  double plainWorst = 0;     ///< their largest relative difference
-  std::string plainWorstTensor;
 };
 
 /// Each process's memory (filled only in a distributed group; by rank).

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "planner/pipeline.h"
 #include "runtime/cpu_engine.h"
 #include "support/errors.h"
@@ -141,6 +143,17 @@ TEST(Trainer, StepsVerifiesAndResumes) {
     EXPECT_NEAR(after.steps[i].loss, (*whole)->losses()[5 + i],
                 1e-5 * std::max(1.0, std::abs((*whole)->losses()[5 + i])));
   }
+}
+
+TEST(StepVerify, RelativeDifference) {
+  EXPECT_EQ(relativeDifference(2.0f, 2.0f), 0.0);
+  EXPECT_DOUBLE_EQ(relativeDifference(0.5f, 0.25f), 0.25); // below 1: absolute
+  EXPECT_DOUBLE_EQ(relativeDifference(-9.0f, -10.0f), 0.1);
+  EXPECT_DOUBLE_EQ(relativeDifference(10.0f, 9.0f), 1.0 / 9.0); // relative to the reference
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(relativeDifference(inf, 1.0f), inf);
+  EXPECT_EQ(relativeDifference(1.0f, -inf), inf);
+  EXPECT_EQ(relativeDifference(std::nanf(""), 1.0f), inf);
 }
 
 TEST(Trainer, BadMetadataAndOptionsAreUsageErrors) {

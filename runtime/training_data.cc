@@ -8,6 +8,7 @@
 
 #include "analysis/verify.h"
 #include "graph/graph.h"
+#include "graph/training.h"
 
 namespace tofu {
 namespace {

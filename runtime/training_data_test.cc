@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "testing/test_problem.h"
 #include "gtest/gtest.h"

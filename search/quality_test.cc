@@ -6,6 +6,7 @@
 
 #include "fmt/format.h"
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "search/search.h"
 #include "testing/test_problem.h"

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "planner/pipeline.h"
 #include "search/minsum.h"

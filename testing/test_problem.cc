@@ -1,6 +1,7 @@
 #include "testing/test_problem.h"
 
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "planner/pipeline.h"
 #include "search/search.h"
 #include "gtest/gtest.h"

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "graph/training.h"
 #include "partition/plan.h"
 #include "partition/problem.h"
 

@@ -10,6 +10,7 @@
 #include "graph/graph.h"
 #include "graph/onnx_import.h"
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "onnx/onnx_pb.h"
 #include "partition/problem.h"
 #include "runtime/cpu_executor.h"

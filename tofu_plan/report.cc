@@ -6,6 +6,7 @@
 #include "codegen/memory_plan.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
+#include "graph/precision.h"
 #include "support/units.h"
 
 namespace tofuplan {

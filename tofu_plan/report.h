@@ -8,6 +8,7 @@
 #include <string>
 
 #include "graph/graph.h"
+#include "graph/precision.h"
 #include "nlohmann/json.hpp"
 #include "planner/pipeline.h"
 #include "planner/step_time.h"

@@ -12,6 +12,7 @@
 #include "fmt/format.h"
 #include "graph/graph.h"
 #include "graph/onnx_import.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "nlohmann/json.hpp"
 #include "planner/memory_fit.h"

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "fmt/format.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "planner/step_time.h"
 #include "runtime/trainer.h"

@@ -92,6 +92,17 @@ int runOnExecutor(const tofu::Problem &p, const tofu::Graph &training, const std
                   const tofu::ExecPlan &exec, const tofu::MemoryPlan &memory,
                   const tofu::SingleWorker &single, const tofu::PartitionPlan &plan);
 
+/// --batch FILE (processes.cc): many --infer runs in one process, each forked from this one
+/// and run by `run` (tofu_run.cc's main: a command line without the program's name).
+int runBatch(const char *argv0, const std::string &file, int (*run)(int, char **));
+/// The operator library a --batch parent loaded from `dir` before forking this run, or null.
+const tofu::OpLibrary *preloadedLibrary(const std::string &dir);
+/// --backend cuda or nccl in the CPU build (processes.cc): replaces this process by
+/// tofu-run-gpu, the build with every backend, from this binary's folder, with the same
+/// arguments (under mpirun each process does so before MPI starts). Returns only when it
+/// cannot.
+int runGpuBuild(char **argv);
+
 /// --calibrate (calibrate.cc): measures this machine's device model and writes it to `path`.
 int runCalibration(const tofu::OpLibrary &lib, const std::string &path);
 

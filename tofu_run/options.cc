@@ -12,6 +12,7 @@
 
 #include "analysis/checked.h"
 #include "fmt/format.h"
+#include "graph/training.h"
 #include "planner/pipeline.h"
 #include "planner/recompute.h"
 #include "runtime/lr_schedule.h"

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/step_flags.h"
+#include "graph/training.h"
 #include "runtime/backend_registry.h"
 #include "runtime/checkpoint.h"
 #include "runtime/dataset.h"

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "fmt/format.h"
+#include "graph/training.h"
 #include "runtime/cpu_executor.h"
 #include "search/cost_model.h"
 #include "support/units.h"

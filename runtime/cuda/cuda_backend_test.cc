@@ -14,6 +14,7 @@
 #include "codegen/program_builder.h"
 #include "graph/onnx_import.h"
 #include "graph/test_library.h"
+#include "graph/training.h"
 #include "graph/zoo.h"
 #include "runtime/cpu_executor.h"
 #include "runtime/training_data.h"

@@ -5,6 +5,7 @@
 // alone a thousand times its bound) and the layer-norm scale gradients recomputed per-token
 // statistics per feature; this test would have failed on both.
 #include "codegen/program_builder.h"
+#include "graph/training.h"
 #include "runtime/cuda/kernel_report.h"
 
 #include <cstdio>
