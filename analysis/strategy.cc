@@ -358,38 +358,6 @@ llvm::Expected<StrategyTable> analyzeOp(const ir::OpDef &def, const Instantiatio
 
 // --- Concrete ------------------------------------------------------------------------------
 
-int64_t boxElements(const Box &b) {
-  int64_t n = 1;
-  for (const Range &r : b)
-    n *= r.size();
-  return n;
-}
-
-Box wholeBox(const std::vector<int64_t> &shape) {
-  Box all;
-  for (int64_t e : shape)
-    all.push_back({0, e});
-  return all;
-}
-
-Box intersectBoxes(const Box &a, const Box &b) {
-  Box out(a.size());
-  for (size_t d = 0; d < a.size(); ++d)
-    out[d] = {std::max(a[d].lo, b[d].lo), std::min(a[d].hi, b[d].hi)};
-  return out;
-}
-
-bool boxContains(const Box &outer, const Box &inner) {
-  for (size_t d = 0; d < outer.size(); ++d)
-    if (inner[d].size() > 0 && (inner[d].lo < outer[d].lo || inner[d].hi > outer[d].hi))
-      return false;
-  return true;
-}
-
-Range partOf(int64_t extent, unsigned parts, unsigned w) {
-  return {extent * w / parts, extent * (w + 1) / parts};
-}
-
 std::vector<Range> fullRanges(const Shapes &shapes) {
   std::vector<Range> out;
   out.reserve(shapes.vars.size());

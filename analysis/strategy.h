@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "analysis/affine.h"
+#include "analysis/box.h"
 #include "analysis/instantiate.h"
 #include "analysis/ir.h"
 #include "llvm/Support/Error.h"
@@ -61,20 +62,7 @@ llvm::Expected<StrategyTable> analyzeOp(const ir::OpDef &op, const Instantiation
 
 // --- Concrete shapes, regions and costs ---------------------------------------------
 
-/// A half-open range of indices.
-struct Range {
-  int64_t lo = 0, hi = 0;
-  int64_t size() const { return hi > lo ? hi - lo : 0; }
-  bool operator==(const Range &o) const { return lo == o.lo && hi == o.hi; }
-};
-using Box = std::vector<Range>;
-int64_t boxElements(const Box &b);
-/// The box of a whole tensor of `shape`.
-Box wholeBox(const std::vector<int64_t> &shape);
-/// The common part of two boxes of one tensor (empty ranges where they do not meet).
-Box intersectBoxes(const Box &a, const Box &b);
-/// Whether `inner` lies in `outer` (dimensions `inner` is empty in do not count).
-bool boxContains(const Box &outer, const Box &inner);
+// Range and Box, and what is asked of them: analysis/box.h.
 
 /// Concrete extents of every input dimension and every variable of an instantiated op.
 struct Shapes {
@@ -91,10 +79,6 @@ llvm::Expected<Shapes> concreteShapes(const InstOp &op,
 
 /// The full range of every variable.
 std::vector<Range> fullRanges(const Shapes &shapes);
-
-/// Worker `w`'s share when `extent` is split into `parts` (balanced; when `parts` does not
-/// divide `extent`, shares differ by at most one).
-Range partOf(int64_t extent, unsigned parts, unsigned w);
 
 /// The region of each input read by a worker whose variables range over `ranges`,
 /// clipped to the tensor (reads outside it are zeros and need no data). A dimension

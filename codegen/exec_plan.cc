@@ -10,17 +10,6 @@
 namespace tofu {
 namespace {
 
-std::optional<Box> intersect(const Box &a, const Box &b) {
-  Box r;
-  for (size_t d = 0; d < a.size(); ++d) {
-    int64_t lo = std::max(a[d].lo, b[d].lo), hi = std::min(a[d].hi, b[d].hi);
-    if (hi <= lo)
-      return std::nullopt;
-    r.push_back({lo, hi});
-  }
-  return r;
-}
-
 struct BoxLess {
   bool operator()(const Box &a, const Box &b) const {
     return std::lexicographical_compare(
@@ -64,7 +53,7 @@ std::vector<Fetch> cover(const Box &region, unsigned w,
     return l;
   };
   for (const auto &[box, holders] : pieces) {
-    auto part = intersect(region, box);
+    auto part = overlap(region, box);
     if (!part)
       continue;
     unsigned from = holders.front();

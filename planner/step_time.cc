@@ -1,3 +1,5 @@
+// The step-time estimate (step_time.h): device models, each op instance's FLOPs, bytes and
+// passes, and the slowest worker's step.
 #include "planner/step_time.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The registry of backends by name (backend_registry.h).
 #include "runtime/backend_registry.h"
 
 #include <algorithm>

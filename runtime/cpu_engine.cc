@@ -1,3 +1,4 @@
+// The CPU backend's engine in one call (cpu_engine.h).
 #include "runtime/cpu_engine.h"
 
 #include "codegen/program_builder.h"

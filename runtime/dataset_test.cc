@@ -1,3 +1,5 @@
+// Data sets: IDX, gzipped IDX, .npy, TensorProto and safetensors arrays, their errors, and
+// the order batches take samples in.
 #include "runtime/dataset.h"
 
 #include "onnx/onnx_pb.h"

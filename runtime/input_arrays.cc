@@ -1,3 +1,4 @@
+// A tool's --input arrays, read and told to the ONNX importer (input_arrays.h).
 #include "runtime/input_arrays.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// The process group of a run in one process (process_group.h), and the text gathering every
+// group shares.
 #include "runtime/process_group.h"
 
 namespace tofu {

@@ -1,3 +1,5 @@
+// The training loop as a library (trainer.h): values, batches, steps, evaluation and
+// checkpoints; the first step's comparison is step_verify.h's.
 #include "runtime/trainer.h"
 
 #include <algorithm>

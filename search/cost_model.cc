@@ -14,30 +14,6 @@
 namespace tofu {
 namespace {
 
-int64_t intersectElements(const Box &a, const Box &b) {
-  int64_t n = 1;
-  for (size_t d = 0; d < a.size(); ++d) {
-    int64_t lo = std::max(a[d].lo, b[d].lo), hi = std::min(a[d].hi, b[d].hi);
-    if (hi <= lo)
-      return 0;
-    n *= hi - lo;
-  }
-  return n;
-}
-
-/// Elements of `a` ∩ `b`, with `b`'s dimension `d` (when >= 0) replaced by `r`.
-int64_t intersectElements(const Box &a, const Box &b, int d, Range r) {
-  int64_t n = 1;
-  for (size_t k = 0; k < a.size(); ++k) {
-    const Range &bk = int(k) == d ? r : b[k];
-    int64_t lo = std::max(a[k].lo, bk.lo), hi = std::min(a[k].hi, bk.hi);
-    if (hi <= lo)
-      return 0;
-    n *= hi - lo;
-  }
-  return n;
-}
-
 int64_t elementsWith(const Box &b, int d, Range r) {
   int64_t n = 1;
   for (size_t k = 0; k < b.size(); ++k)
@@ -124,7 +100,7 @@ int64_t CostModel::workerNodeBytes(unsigned node, const std::vector<StepChoice> 
       continue;
     const ProblemTensor &t = p_.tensors[n.inputs[i]];
     Box unit = p_.tensorTile(n.inputs[i], steps, coords, cut);
-    bytes += (boxElements(regions[i]) - intersectElements(regions[i], unit)) * t.elementBytes;
+    bytes += (boxElements(regions[i]) - intersectionElements(regions[i], unit)) * t.elementBytes;
     if (messages) {
       int64_t all = 1, inside = 1;
       for (size_t d = 0; d < unit.size(); ++d) {
@@ -148,7 +124,7 @@ int64_t CostModel::workerNodeBytes(unsigned node, const std::vector<StepChoice> 
   const ProblemTensor &out = p_.tensors[n.output];
   Box owned = p_.tensorTile(n.output, steps, coords);
   const int64_t rho = p_.partials(node, steps), inner = p_.partials(node, steps, cut);
-  const int64_t have = computes ? intersectElements(owned, produced) : 0; // (a scalar too)
+  const int64_t have = computes ? intersectionElements(owned, produced) : 0; // (a scalar too)
   bytes += (rho * boxElements(owned) - inner * have) * out.resultBytes(rho > 1);
   if (messages) {
     int64_t all = 1, inside = computes;
@@ -392,14 +368,15 @@ CostModel::terms(unsigned node, const std::vector<StepChoice> &steps, size_t i, 
           Range r = d >= 0 ? subRange(tile[d], lastParts, j) : Range{};
           int64_t elems =
               output ? rho * elementsWith(tile, d, r) -
-                           (unitComputes ? inner * intersectElements(produced, tile, d, r) : 0)
-                     : boxElements(regions[k]) - intersectElements(regions[k], tile, d, r);
+                           (unitComputes ? inner * intersectionElements(produced, tile, d, r) : 0)
+                     : boxElements(regions[k]) - intersectionElements(regions[k], tile, d, r);
           if (buffers) {
             // Whole buffers, where any of it is someone else's: a fetched region, or a
             // partial result that is not exactly the worker's tile.
             if (output) {
-              const bool direct = rho == 1 && elementsWith(tile, d, r) == boxElements(produced) &&
-                                  intersectElements(produced, tile, d, r) == boxElements(produced);
+              const bool direct =
+                  rho == 1 && elementsWith(tile, d, r) == boxElements(produced) &&
+                  intersectionElements(produced, tile, d, r) == boxElements(produced);
               elems = computes && !direct ? boxElements(produced) : 0;
             } else {
               elems = elems > 0 ? boxElements(regions[k]) : 0;

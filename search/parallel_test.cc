@@ -1,3 +1,5 @@
+// The search's helper threads: every part runs once, and with no threads the caller runs
+// them all.
 #include "search/parallel.h"
 
 #include <atomic>

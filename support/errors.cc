@@ -1,3 +1,4 @@
+// Errors that say whose fault they are (errors.h).
 #include "support/errors.h"
 
 #include "llvm/Support/raw_ostream.h"

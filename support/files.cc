@@ -1,3 +1,4 @@
+// Files and directories (files.h).
 #include "support/files.h"
 
 #include <sys/stat.h>

@@ -1,3 +1,4 @@
+// support/: byte counts and quantities, directories, bfloat16 rounding, element types.
 #include <cmath>
 #include <limits>
 #include <string>

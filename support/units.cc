@@ -1,3 +1,4 @@
+// Byte counts as people write and read them (units.h).
 #include "support/units.h"
 
 #include <cctype>

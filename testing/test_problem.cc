@@ -1,3 +1,4 @@
+// Test scaffolding: a model's training step as a search problem (test_problem.h).
 #include "testing/test_problem.h"
 
 #include "graph/test_library.h"

@@ -1,3 +1,4 @@
+// The host-side estimate of each CUDA kernel of a worker's step (kernel_report.h).
 #include "runtime/cuda/kernel_report.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The processes mpirun started, as a ProcessGroup over MPI (mpi_process_group.h).
 #include "runtime/mpi/mpi_process_group.h"
 
 #include <mpi.h>
