@@ -221,16 +221,13 @@ llvm::Error Trainer::Impl::resolveHyper() {
     return usageError(fmt::format("{}: the checkpoint was trained with --weight-decay {}: give "
                                   "it again (it shapes the training graph)",
                                   resumed->path(), hyper.weightDecay));
-  std::string text = options.lrSchedule;
-  if (text.empty())
-    if (auto it = was.find("lr_schedule"); it != was.end())
-      text = it->second;
-  if (!text.empty()) {
-    auto sc = parseLrSchedule(text);
+  if (options.lrSchedule) {
+    hyper.schedule = *options.lrSchedule;
+  } else if (auto it = was.find("lr_schedule"); it != was.end()) {
+    auto sc = parseLrSchedule(it->second);
     if (!sc)
-      return usageError(
-          (options.lrSchedule.empty() ? resumed->path() + ": metadata 'lr_schedule': " : "") +
-          llvm::toString(sc.takeError()));
+      return usageError(resumed->path() +
+                        ": metadata 'lr_schedule': " + llvm::toString(sc.takeError()));
     hyper.schedule = *sc;
   }
   hyper.schedule.warmup = options.warmup ? *options.warmup : 0;

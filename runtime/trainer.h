@@ -29,6 +29,7 @@
 #include "runtime/data_feed.h"
 #include "runtime/dataset.h"
 #include "runtime/engine.h"
+#include "runtime/lr_schedule.h"
 #include "runtime/process_group.h"
 #include "runtime/step_verify.h"
 #include "runtime/training_data.h"
@@ -79,7 +80,8 @@ struct TrainerOptions {
   std::optional<double> lr;          ///< default 0.1 (sgd), 0.01 (momentum, nesterov), 0.001
   std::optional<double> momentum;    ///< default 0.9
   std::optional<double> weightDecay; ///< default 0.01 for adamw, else 0
-  std::string lrSchedule;            ///< lr_schedule.h's text; empty: the checkpoint's, or none
+  /// The learning-rate schedule (lr_schedule.h); unset: the checkpoint's, or none.
+  std::optional<LrSchedule> lrSchedule;
   std::optional<unsigned> warmup;
   std::optional<unsigned> steps; ///< default 1, or `epochs` over a data set
   unsigned epochs = 1;

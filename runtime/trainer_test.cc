@@ -91,7 +91,7 @@ TEST(Trainer, StepsVerifiesAndResumes) {
   ASSERT_TRUE(two);
   // Eight steps in one run.
   TrainerOptions all = options(*two, 8);
-  all.lrSchedule = "step:3:0.5";
+  all.lrSchedule = llvm::cantFail(parseLrSchedule("step:3:0.5"));
   all.verify = true;
   auto whole = make(*two, all);
   ASSERT_TRUE(bool(whole)) << llvm::toString(whole.takeError());
@@ -116,7 +116,7 @@ TEST(Trainer, StepsVerifiesAndResumes) {
   // (the schedule and the batches continue from step 5).
   const std::string dir = testTmpDir("ckpt");
   TrainerOptions first = options(*two, 5);
-  first.lrSchedule = "step:3:0.5";
+  first.lrSchedule = llvm::cantFail(parseLrSchedule("step:3:0.5"));
   first.saveDir = dir;
   auto a = make(*two, first);
   ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
@@ -183,7 +183,7 @@ TEST(Trainer, BadMetadataAndOptionsAreUsageErrors) {
   // A cosine schedule that ends within its warm-up.
   {
     TrainerOptions o = options(*one, 4);
-    o.lrSchedule = "cosine";
+    o.lrSchedule = llvm::cantFail(parseLrSchedule("cosine"));
     o.warmup = 4;
     auto t = make(*one, o);
     ASSERT_FALSE(bool(t));

@@ -289,6 +289,7 @@ cl::opt<bool> dumpPlan("dump-plan", cl::desc("Print the execution plan, one line
                        cl::cat(runCategory));
 
 tofu::Normalization normalization;
+std::optional<tofu::LrSchedule> lrSchedule;
 
 llvm::Error checkOptions(const tofu::BackendEntry &entry) {
   if (workers == 0 && infer && !entry.processes)
@@ -349,9 +350,13 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
   if (weightDecayOpt.getNumOccurrences() > 0 &&
       !(weightDecayOpt >= 0 && weightDecayOpt < 1e6 && std::isfinite(weightDecayOpt)))
     return tofu::usageError("--weight-decay must be a finite number at least 0");
-  if (!lrScheduleOpt.empty())
-    if (auto s = tofu::parseLrSchedule(lrScheduleOpt); !s)
+  lrSchedule.reset();
+  if (!lrScheduleOpt.empty()) {
+    auto s = tofu::parseLrSchedule(lrScheduleOpt);
+    if (!s)
       return tofu::usageError(llvm::toString(s.takeError()));
+    lrSchedule = *s;
+  }
   if (warmupOpt >= (1u << 31))
     return tofu::usageError("--warmup must be below 2^31 steps");
   if (infer) {

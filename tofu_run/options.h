@@ -4,6 +4,7 @@
 #define TOFU_TOFU_RUN_OPTIONS_H
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "cli/step_flags.h"
@@ -11,6 +12,7 @@
 #include "runtime/backend_registry.h"
 #include "runtime/checkpoint.h"
 #include "runtime/dataset.h"
+#include "runtime/lr_schedule.h"
 #include "search/search.h"
 #include "support/cl_choice.h"
 #include "llvm/Support/CommandLine.h"
@@ -79,6 +81,8 @@ constexpr unsigned kMaxEngineWorkers = 1024;
 
 /// --normalize, parsed by checkOptions.
 extern tofu::Normalization normalization;
+/// --lr-schedule, parsed by checkOptions (unset: none given).
+extern std::optional<tofu::LrSchedule> lrSchedule;
 
 /// Checks the options' values and combinations for the backend `entry` (what needs no model): a
 /// UsageError naming the option otherwise. Parses --normalize into `normalization`.

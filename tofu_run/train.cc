@@ -48,7 +48,7 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
   options.lr = given(learningRate);
   options.momentum = given(momentumOpt);
   options.weightDecay = given(weightDecayOpt);
-  options.lrSchedule = lrScheduleOpt;
+  options.lrSchedule = lrSchedule;
   options.warmup = given(warmupOpt);
   options.steps = given(steps);
   options.epochs = epochs;
