@@ -43,7 +43,7 @@ struct OpValues {
 /// Evaluates `def` instantiated as `inst` on `inputs` with the interpreter (the output's
 /// shape from `dOut` where given, else from the shape clause) and, with `dOut`, every grad
 /// clause's backward op for that output gradient: what an independent oracle (PyTorch
-/// autograd: tools/torch_op_oracle.py through `tdlc --eval`) is compared with.
+/// autograd: tools/oracles/torch_op_oracle.py through `tdlc --eval`) is compared with.
 llvm::Expected<OpValues>
 evaluateWithGradients(const ir::OpDef &def, const Instantiation &inst, std::vector<Tensor> inputs,
                       const Tensor *dOut,

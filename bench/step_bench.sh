@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The training-step benchmark: the median step time of tofu-run on the CPU engine at k = 1
 # and 2 workers (threads; the machine's cores shared among them) against PyTorch eager on
-# the same CPU (tools/torch_peer.py: the same models, shapes, batch, loss, SGD and thread
+# the same CPU (tools/oracles/torch_peer.py: the same models, shapes, batch, loss, SGD and thread
 # count), at several batches, and how the step time grows with the batch beside how the
 # step's work grows (tofu-run's step_iterations: the scheduled loops' iterations, the
 # multiply-adds of products and convolutions). Prints markdown tables. Installs the peer's
@@ -68,7 +68,7 @@ for m in $models; do
     for k in 1 2; do
       "$tmp/tofu-run" $common --workers "$k" >"$tmp/$m.b$b.k$k.json"
     done
-    /usr/bin/python3 tools/torch_peer.py --model "$m" --batch "$b" --threads "$threads" \
+    /usr/bin/python3 tools/oracles/torch_peer.py --model "$m" --batch "$b" --threads "$threads" \
       --steps $((steps + 2)) --json >"$tmp/$m.b$b.torch.json"
   done
 done

@@ -1,4 +1,4 @@
-// ONNX import of real exported models (tests/onnx, from tools/export_onnx_fixtures.py):
+// ONNX import of real exported models (tests/onnx, from tools/fixtures/export_onnx_fixtures.py):
 // shapes agree with ONNX's shape inference, structure matches torchvision, bad files fail.
 #include "graph/onnx_import.h"
 

@@ -107,7 +107,7 @@ bool hasMnistSplit(const std::string &dir, const std::string &split);
 /// The order of the samples in epoch `epoch` (from 0): a permutation of [0, n) drawn by a
 /// Fisher–Yates shuffle, i from n - 1 down to 1 swapping i with j = r mod (i + 1), r the
 /// next output of SplitMix64 started at seed * 2^32 + epoch. Written down so that a peer
-/// (tools/fmnist.py) takes the same batches: the stream's state advances by
+/// (tools/main/fmnist.py) takes the same batches: the stream's state advances by
 /// 0x9E3779B97F4A7C15 before each output, which is the state mixed by
 /// (x ^ x >> 30) * 0xBF58476D1CE4E5B9, (x ^ x >> 27) * 0x94D049BB133111EB, x ^ x >> 31.
 std::vector<int64_t> epochOrder(int64_t n, uint64_t seed, uint64_t epoch);

@@ -351,7 +351,7 @@ TEST(EpochOrder, IsAPermutationFixedBySeedAndEpoch) {
   EXPECT_NE(a, d);
   EXPECT_EQ(std::set<int64_t>(a.begin(), a.end()).size(), 1000u);
   EXPECT_EQ(*std::max_element(a.begin(), a.end()), 999);
-  // The documented stream (what tools/fmnist.py reimplements): n = 4, seed 1, epoch 0.
+  // The documented stream (what tools/main/fmnist.py reimplements): n = 4, seed 1, epoch 0.
   EXPECT_EQ(epochOrder(4, 1, 0), epochOrder(4, 1, 0));
   EXPECT_TRUE(epochOrder(0, 1, 0).empty());
   EXPECT_EQ(epochOrder(1, 1, 0), std::vector<int64_t>{0});

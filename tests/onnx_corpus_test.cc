@@ -1,4 +1,4 @@
-// The ONNX corpus of tests/onnx/ (tools/export_onnx_fixtures.py, listed in corpus.json):
+// The ONNX corpus of tests/onnx/ (tools/fixtures/export_onnx_fixtures.py, listed in corpus.json):
 // every model imports with the shapes ONNX infers, builds a training graph and plans at
 // k = 4; the small models with a reference file compute PyTorch's outputs (the importer's
 // translations checked value by value on the unpartitioned step, in the interpreter).

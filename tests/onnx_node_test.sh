@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ONNX's backend node tests (Debian's libonnx-testdata) through tofu-run --infer, every test
 # at k = 1 and a third of them at k = 2 (all of them with TOFU_FULL=1: tools/test.sh --full;
-# tools/onnx_node_tests.py): no test crashes or hangs, every test the importer accepts
+# tools/oracles/onnx_node_tests.py): no test crashes or hangs, every test the importer accepts
 # matches ONNX's expected outputs except the known failures (tests/onnx_node_known_failures.txt),
 # and none of those passes unnoticed; then ONNX's pytorch-converted and pytorch-operator
 # tests. Under ASan (slower by several times) every 14th test.
@@ -30,14 +30,14 @@ sample=1
 thin=2:3
 [ "${TOFU_FULL:-0}" = 1 ] && thin=""
 fail=0
-/usr/bin/python3 tools/onnx_node_tests.py --tofu-run "$run" --tofu-plan "$plan" --ops ops \
+/usr/bin/python3 tools/oracles/onnx_node_tests.py --tofu-run "$run" --tofu-plan "$plan" --ops ops \
   --node-dir "$node" --workers "1 2" --jobs 2 --timeout 300 --sample "$sample" --thin "$thin" \
   --sample-offset "${TOFU_SAMPLE_OFFSET:-0}" --known tests/onnx_node_known_failures.txt || fail=1
 # ONNX's tests converted from PyTorch's modules and operators (the same package): each at
 # k = 1 and 2, none failing (grouped Conv1d and Conv3d; float64 inputs beyond float32's
 # range, which run on the interpreter). 7 of the 117 are refused by the importer.
 for more in pytorch-converted pytorch-operator; do
-  /usr/bin/python3 tools/onnx_node_tests.py --tofu-run "$run" --tofu-plan "$plan" --ops ops \
+  /usr/bin/python3 tools/oracles/onnx_node_tests.py --tofu-run "$run" --tofu-plan "$plan" --ops ops \
     --node-dir "${node%/node}/$more" --workers "1 2" --jobs 2 --timeout 300 --sample "$sample" \
     --sample-offset "${TOFU_SAMPLE_OFFSET:-0}" --known /dev/null || fail=1
 done

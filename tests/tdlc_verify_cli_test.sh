@@ -40,7 +40,7 @@ if "$tdlc" --strategies --target=cuda ops/nn/norm.tdl >/dev/null 2>"$tmp/err.txt
    ! grep -q "target applies to --kernel only" "$tmp/err.txt"; then
   echo "FAILED: --target without --kernel is not refused" >&2; fail=1
 fi
-# tdlc --eval: one op and its grad clauses on given arrays (tools/torch_op_oracle.py compares
+# tdlc --eval: one op and its grad clauses on given arrays (tools/oracles/torch_op_oracle.py compares
 # them with PyTorch); its usage errors name what is wrong.
 /usr/bin/python3 -c "
 import numpy as np

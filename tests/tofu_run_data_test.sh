@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# tofu-run on real data (--data, --eval, the optimisers and schedules): the CNN of tools/fmnist.py
+# tofu-run on real data (--data, --eval, the optimisers and schedules): the CNN of tools/main/fmnist.py
 # (tests/onnx/fmnist_cnn.onnx, its initializers the initial weights) on a small learnable data
 # set of the MNIST family written here (IDX files, the images gzipped), checked against
-# PyTorch on the same weights, batches and hyper-parameters (tools/fmnist.py train, the
+# PyTorch on the same weights, batches and hyper-parameters (tools/main/fmnist.py train, the
 # independent oracle); evaluation on the test split; a checkpoint resumed mid-epoch continues
 # the uninterrupted run; 2 MPI processes give the run of 2 threads; every optimiser, weight
 # decay and learning-rate schedule against torch.optim's, and a schedule resumed from a
@@ -51,11 +51,11 @@ common=(--onnx "$model" --batch 32 --data "$tmp/data" --normalize 0.3,0.3 --opti
 if ! "$run" "${common[@]}" --workers 2 --epochs 2 --eval test >"$tmp/threads.json" 2>"$tmp/err.txt"; then
   echo "FAILED: tofu-run --data --eval" >&2; cat "$tmp/err.txt" >&2; fail=1
 fi
-# The same in PyTorch (tools/fmnist.py: the same initial weights, order and updates).
-if ! $py tools/fmnist.py train --onnx "$model" --data "$tmp/data" --batch 32 --epochs 2 --lr 0.02 \
+# The same in PyTorch (tools/main/fmnist.py: the same initial weights, order and updates).
+if ! $py tools/main/fmnist.py train --onnx "$model" --data "$tmp/data" --batch 32 --epochs 2 --lr 0.02 \
      --momentum 0.9 --seed 3 --normalize 0.3,0.3 --log-every 1000 --threads 1 \
      --json "$tmp/torch.json" >"$tmp/torch.txt" 2>&1; then
-  echo "FAILED: tools/fmnist.py train" >&2; cat "$tmp/torch.txt" >&2; fail=1
+  echo "FAILED: tools/main/fmnist.py train" >&2; cat "$tmp/torch.txt" >&2; fail=1
 fi
 $py - "$tmp/threads.json" "$tmp/torch.json" <<'PY' || fail=1
 import json, sys
@@ -145,13 +145,13 @@ PY
 fi
 
 # --precision bf16 on two MPI processes against PyTorch under autocast's CUDA rules
-# (tools/fmnist.py --bf16: tools/torch_autocast.py), the same weights, batches and updates.
+# (tools/main/fmnist.py --bf16: tools/oracles/torch_autocast.py), the same weights, batches and updates.
 # Measured: the first 10 losses within 0.0013 (PyTorch's bf16 and fp32 runs part by 0.0009
 # there), the mean loss within 0.3%, the final accuracy 0.975 against 0.97.
 if in_sample 1 2; then
   if mpirun --oversubscribe --bind-to none -np 2 "$run" --backend mpi "${common[@]}" --epochs 2 \
        --eval test --precision bf16 >"$tmp/bf16.json" 2>"$tmp/err.txt" &&
-     $py tools/fmnist.py train --onnx "$model" --data "$tmp/data" --batch 32 --epochs 2 --lr 0.02 \
+     $py tools/main/fmnist.py train --onnx "$model" --data "$tmp/data" --batch 32 --epochs 2 --lr 0.02 \
        --momentum 0.9 --seed 3 --normalize 0.3,0.3 --log-every 1000 --threads 1 --bf16 \
        --json "$tmp/torch-bf16.json" >"$tmp/torch.txt" 2>&1; then
     $py - "$tmp/bf16.json" "$tmp/torch-bf16.json" <<'PY' || fail=1
@@ -173,7 +173,7 @@ PY
   fi
 fi
 
-# A character-level GPT (tools/charlm.py: 1 block of width 32, 16 characters) on real text,
+# A character-level GPT (tools/main/charlm.py: 1 block of width 32, 16 characters) on real text,
 # two of Debian's fortune files, with the cross-entropy at every position
 # (--loss cross-entropy on [batch, positions, classes] logits, a label per position) and
 # Adam, against PyTorch from the same weights and batches; the held-out split scored per
@@ -183,14 +183,14 @@ fi
 mkdir -p "$tmp/text"
 cp /usr/share/games/fortunes/goedel /usr/share/games/fortunes/magic "$tmp/text/"
 lmshape=(--seq 16 --layers 1 --width 32 --heads 2)
-if $py tools/charlm.py data "$tmp/lm" --fortunes "$tmp/text" --seq 16 --held-out-max 64 >"$tmp/py.txt" 2>&1 &&
-   $py tools/charlm.py export "$tmp/lm/lm.onnx" --data "$tmp/lm" "${lmshape[@]}" >>"$tmp/py.txt" 2>&1; then
+if $py tools/main/charlm.py data "$tmp/lm" --fortunes "$tmp/text" --seq 16 --held-out-max 64 >"$tmp/py.txt" 2>&1 &&
+   $py tools/main/charlm.py export "$tmp/lm/lm.onnx" --data "$tmp/lm" "${lmshape[@]}" >>"$tmp/py.txt" 2>&1; then
   for p in fp32 bf16; do
     [ $p = bf16 ] && ! in_sample 2 2 && continue
     if "$run" --onnx "$tmp/lm/lm.onnx" --data "$tmp/lm/train.safetensors" --eval "$tmp/lm/heldout.safetensors" \
          --loss cross-entropy --batch 16 --workers 2 --steps 12 --optimizer adam --lr 0.01 \
          --eval-every 12 --precision $p --format=json >"$tmp/lm-$p.json" 2>"$tmp/err.txt" &&
-       $py tools/charlm.py train --onnx "$tmp/lm/lm.onnx" --data "$tmp/lm" --steps 12 --batch 16 \
+       $py tools/main/charlm.py train --onnx "$tmp/lm/lm.onnx" --data "$tmp/lm" --steps 12 --batch 16 \
          --lr 0.01 --eval-every 12 --threads 1 $([ $p = bf16 ] && echo --bf16) \
          --json "$tmp/lm-torch-$p.json" >"$tmp/py.txt" 2>&1; then
       $py - "$tmp/lm-$p.json" "$tmp/lm-torch-$p.json" $p <<'PY' || fail=1
@@ -241,17 +241,17 @@ opt_case() { # NAME FLOAT64(0|1) OPTIONS...
        --workers 2 --steps 30 "$@" >"$tmp/$name.json" 2>"$tmp/err.txt"; then
     echo "FAILED: tofu-run $*" >&2; cat "$tmp/err.txt" >&2; fail=1; return
   fi
-  if ! $py tools/fmnist.py train --onnx "$model" --data "$tmp/data" --batch 32 --steps 30 --seed 3 \
+  if ! $py tools/main/fmnist.py train --onnx "$model" --data "$tmp/data" --batch 32 --steps 30 --seed 3 \
        --normalize 0.3,0.3 --log-every 1000 --threads 1 "${extra[@]}" "$@" \
        --json "$tmp/$name.torch.json" >"$tmp/torch.txt" 2>&1; then
-    echo "FAILED: tools/fmnist.py train $*" >&2; cat "$tmp/torch.txt" >&2; fail=1; return
+    echo "FAILED: tools/main/fmnist.py train $*" >&2; cat "$tmp/torch.txt" >&2; fail=1; return
   fi
   local k
   for k in 1 2; do
-    if ! $py tools/fmnist.py train --onnx "$model" --data "$tmp/data" --batch 32 --steps 30 --seed 3 \
+    if ! $py tools/main/fmnist.py train --onnx "$model" --data "$tmp/data" --batch 32 --steps 30 --seed 3 \
          --normalize 0.3,0.3 --log-every 1000 --threads 1 "${extra[@]}" "$@" --perturb $k --perturb-sums \
          --json "$tmp/$name.perturb$k.json" >"$tmp/torch.txt" 2>&1; then
-      echo "FAILED: tools/fmnist.py train --perturb $k --perturb-sums $*" >&2; cat "$tmp/torch.txt" >&2; fail=1; return
+      echo "FAILED: tools/main/fmnist.py train --perturb $k --perturb-sums $*" >&2; cat "$tmp/torch.txt" >&2; fail=1; return
     fi
   done
   $py - "$tmp/$name.json" "$tmp/$name.torch.json" "$name" "$f64" "$tmp/$name.perturb"{1,2}.json <<'PY' || fail=1
@@ -405,7 +405,7 @@ print("dropout: accuracy", [round(e["accuracy"], 3) for e in a["eval"]])
 PY
 fi
 
-# Batch norms in training mode (tools/fmnist.py export --bn): training carries their running
+# Batch norms in training mode (tools/main/fmnist.py export --bn): training carries their running
 # statistics (PyTorch's momentum and unbiased variance) and saves them under the module's
 # names; loaded into the PyTorch module by name, model.eval() scores what tofu-run's --eval
 # scored (within 0.1 point: the same samples right), on 2 workers (threads) and on 2 MPI
@@ -422,7 +422,7 @@ bn_case() { # NAME 'LAUNCHER WORDS' 'OPTIONS' 'SAVE-ONNX OPTIONS'
     fail=1
     return
   fi
-  if ! $py tools/fmnist.py evaluate --bn --checkpoint "$tmp/bn-$name" --data "$tmp/data" \
+  if ! $py tools/main/fmnist.py evaluate --bn --checkpoint "$tmp/bn-$name" --data "$tmp/data" \
        --normalize 0.3,0.3 --threads 1 --json "$tmp/bn-$name-torch.json" >"$tmp/torch.txt" 2>&1; then
     echo "FAILED: fmnist.py evaluate of the batch-norm CNN ($name)" >&2; cat "$tmp/torch.txt" >&2
     fail=1
@@ -438,7 +438,7 @@ print(f"batch norms ({sys.argv[3]}): tofu-run --eval {100 * tofu['accuracy']:.2f
       f"eval mode {100 * torch['accuracy']:.2f}% (loss {tofu['loss']:.5f} / {torch['loss']:.5f})")
 PY
 }
-if ! $py tools/fmnist.py export --bn "$tmp/bn.onnx" >"$tmp/torch.txt" 2>&1; then
+if ! $py tools/main/fmnist.py export --bn "$tmp/bn.onnx" >"$tmp/torch.txt" 2>&1; then
   echo "FAILED: fmnist.py export --bn" >&2; cat "$tmp/torch.txt" >&2; fail=1
 else
   bn_case threads "" "--workers 2" ""
@@ -466,7 +466,7 @@ import os, sys
 import numpy as np
 import onnx
 from onnx import numpy_helper
-sys.path.insert(0, "tools")
+sys.path.insert(0, "tools/main")
 import fmnist
 original, path, ckpt, name = sys.argv[1:]
 onnx.checker.check_model(path)
@@ -511,7 +511,7 @@ PY
 import sys
 import numpy as np
 import torch
-sys.path.insert(0, "tools")
+sys.path.insert(0, "tools/main")
 import fmnist
 model = fmnist.build_model(bn=True)
 saved = fmnist.read_checkpoint(sys.argv[1])

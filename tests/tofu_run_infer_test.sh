@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tofu-run --infer against PyTorch: every small model of tests/onnx with recorded outputs
-# (NAME.ref.json: PyTorch's outputs for given inputs, tools/export_onnx_fixtures.py) runs its
+# (NAME.ref.json: PyTorch's outputs for given inputs, tools/fixtures/export_onnx_fixtures.py) runs its
 # forward graph on the engine at k = 1 and 2 and on the interpreter (--kernels interp) at
 # k = 2, on those inputs given as .npy files, with the file's initializers as weights; each
 # output written to --output-dir must match PyTorch's (relative 1e-3, absolute 1e-4). Then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tofu's gradients against PyTorch autograd, model by model: each small fixture of
 # tests/onnx with its weights in the file (the ones with PyTorch's outputs recorded) is
-# rebuilt in PyTorch from those weights (tools/torch_grad_oracle.py checks the rebuild
+# rebuilt in PyTorch from those weights (tools/oracles/torch_grad_oracle.py checks the rebuild
 # against the recorded outputs), and both train 5 steps of SGD (lr 0.1) on one batch with
 # the loss tofu-run adds. Tofu runs partitioned on 2 workers; every step's loss must agree
 # within 1e-5 relative. A step's loss depends on every gradient of the steps before it, so
@@ -31,7 +31,7 @@ for m in $models; do
   i=$((i + 1))
   in_sample "$i" 2 || continue
   d="$tmp/$m"
-  if ! $py tools/torch_grad_oracle.py prepare "$m" "$d" >"$tmp/py.txt" 2>&1; then
+  if ! $py tools/oracles/torch_grad_oracle.py prepare "$m" "$d" >"$tmp/py.txt" 2>&1; then
     echo "FAILED: torch_grad_oracle.py prepare $m" >&2; cat "$tmp/py.txt" >&2; fail=1; continue
   fi
   # shellcheck disable=SC2046
@@ -53,7 +53,7 @@ done
 # bf16 against PyTorch's autocast, element by element: the forward pass of two CNNs (the
 # conv1d fixture, and the main job's Fashion-MNIST CNN) and of an attention by einsums under
 # --precision bf16 on 2 workers gives PyTorch's outputs under autocast's CUDA rules
-# (tools/torch_autocast.py: products on bfloat16 operands accumulated in float32 and rounded
+# (tools/oracles/torch_autocast.py: products on bfloat16 operands accumulated in float32 and rounded
 # once, as cuBLAS does) bit for bit. Products and convolutions with float32 accumulation,
 # each bias added before the one rounding, max pooling and ReLU on bfloat16, the softmax in
 # float32: every rounding where PyTorch's is. gpt_block and encoder_prenorm too: causal and
@@ -73,7 +73,7 @@ for m in conv1d fmnist_cnn einsum_attention gpt_block encoder_prenorm attention 
 import os, sys
 import numpy as np
 import torch
-sys.path.insert(0, "tools")
+sys.path[:0] = ["tools/oracles", "tools/main"]
 from torch_autocast import cuda_autocast_bf16
 name, d = sys.argv[1:]
 if name == "fmnist_cnn":

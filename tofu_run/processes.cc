@@ -78,8 +78,8 @@ const tofu::OpLibrary *preloadedLibrary(const std::string &dir) {
 /// crash ends only its own run, and a run past its timeout is killed. For each line, in
 /// order, one JSON line on the standard output: {"line": N, "exit": STATUS}, {"line": N,
 /// "signal": SIGNAL} or {"line": N, "timeout": SECONDS}, each with the run's "seconds". ONNX's node
-/// tests run so (tools/onnx_node_tests.py): a run of tofu-run costs 0.25 s, most of it linking and
-/// parsing the library, against a few milliseconds of work for a node test.
+/// tests run so (tools/oracles/onnx_node_tests.py): a run of tofu-run costs 0.25 s, most of it
+/// linking and parsing the library, against a few milliseconds of work for a node test.
 int runBatch(const char *argv0, const std::string &file, int (*run)(int, char **)) {
   std::ifstream in(file);
   if (!in)

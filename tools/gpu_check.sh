@@ -124,7 +124,7 @@ if [ -z "$only" ] || [ "$only" = bench ]; then
   for precision in $precisions; do
   for m in $models; do
     model="${m%%:*}"; b="${m#*:}"; tag="$model-$precision"
-    PYTHONUNBUFFERED=1 timeout 900 python3 tools/torch_peer.py --model "$model" --batch "$b" \
+    PYTHONUNBUFFERED=1 timeout 900 python3 tools/oracles/torch_peer.py --model "$model" --batch "$b" \
       --device cuda --steps "$steps" --precision "$precision" --json >"$results/bench-$tag-torch.json" 2>"$results/bench-$tag-torch.err"
     for k in $workers; do
       tofu_json "bench-$tag-k$k" --model "$model" --batch "$b" --workers "$k" --steps "$steps" --data fixed --profile 5 --precision "$precision"

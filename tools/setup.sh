@@ -10,7 +10,7 @@ packages=(
   libantlr4-runtime-dev  # ANTLR C++ runtime 4.9
   llvm-14-dev            # ADT, Support: Error/Expected, cl::opt, raw_ostream
   clang-14               # libFuzzer builds
-  clang-format-14        # tools/check_format.sh: the sources follow .clang-format
+  clang-format-14        # tools/checks/check_format.sh: the sources follow .clang-format
   libclang-rt-14-dev     # sanitizer and libFuzzer runtimes
   libfmt-dev
   nlohmann-json3-dev
@@ -26,9 +26,9 @@ packages=(
   openmpi-bin            # mpirun
   cmake                  # examples/cmake_consumer (find_package(Tofu) against an install)
   pkgconf                # examples/c_consumer (pkg-config tofu)
-  python3-torch          # examples/torch_plan.py, tools/torch_peer.py, ONNX fixtures
-  python3-torchvision    # tools/export_onnx_fixtures.py, which the PyTorch gradient oracle imports
-  python3-onnx           # tools/fmnist.py reads a model's initial weights
+  python3-torch          # examples/torch_plan.py, tools/oracles/torch_peer.py, ONNX fixtures
+  python3-torchvision    # tools/fixtures/export_onnx_fixtures.py, which the PyTorch gradient oracle imports
+  python3-onnx           # tools/main/fmnist.py reads a model's initial weights
   libopenblas0-pthread   # PyTorch's float32 products (the peers run ~30x slower without it)
   zlib1g-dev             # gzipped data sets (runtime/dataset)
   dataset-fashion-mnist  # the main job's real data

@@ -127,16 +127,16 @@ checks_done=$(mktemp)
 trap 'rm -f "$log" "$times" "$checks_log" "$checks_done"' EXIT
 (
   p=0 f=0
-  if [ -x "$bin/tdlc/tdlc" ] && python3 tools/check_tdl_md.py "$bin/tdlc/tdlc"; then
+  if [ -x "$bin/tdlc/tdlc" ] && python3 tools/checks/check_tdl_md.py "$bin/tdlc/tdlc"; then
     p=$((p + 1))
   else
     [ -x "$bin/tdlc/tdlc" ] || echo "test.sh: //tdlc was not built, for the TDL.md check"
     f=$((f + 1))
   fi
-  echo "== tools/check_docs.py: every command the README and docs/ show"
-  if python3 tools/check_docs.py "$bin"; then p=$((p + 1)); else f=$((f + 1)); fi
-  echo "== tools/check_format.sh"
-  if tools/check_format.sh; then p=$((p + 1)); else f=$((f + 1)); fi
+  echo "== tools/checks/check_docs.py: every command the README and docs/ show"
+  if python3 tools/checks/check_docs.py "$bin"; then p=$((p + 1)); else f=$((f + 1)); fi
+  echo "== tools/checks/check_format.sh"
+  if tools/checks/check_format.sh; then p=$((p + 1)); else f=$((f + 1)); fi
   echo "$p $f $SECONDS" >"$checks_done"
 ) >"$checks_log" 2>&1 &
 checks=$!

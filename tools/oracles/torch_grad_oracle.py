@@ -24,6 +24,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The models are the fixture exporter's.
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
 
 
 def load_model(name):

@@ -21,7 +21,7 @@ sorted into
   failed          it ran but an output differs, an output is missing, or it crashed (a
                   signal), hung (past --timeout) or exited otherwise.
 
-  tools/onnx_node_tests.py --tofu-run PATH --tofu-plan PATH [--ops DIR] [--node-dir DIR] [--workers '1 2']
+  tools/oracles/onnx_node_tests.py --tofu-run PATH --tofu-plan PATH [--ops DIR] [--node-dir DIR] [--workers '1 2']
                            [--jobs N] [--timeout S] [--only SUBSTRING] [--sample N [--sample-offset I]]
                            [--thin K:N]
                            [--json FILE] [--known FILE] [--all-pass]

@@ -31,7 +31,7 @@ def sections(text):
 def main():
     tdlc = os.path.abspath(sys.argv[1])
     doc = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
-        os.path.dirname(__file__), "..", "..", "shared", "docs", "TDL.md")
+        os.path.dirname(__file__), "..", "..", "..", "shared", "docs", "TDL.md")
     try:
         text = open(doc, encoding="utf-8").read()
     except OSError as e:

@@ -3,14 +3,14 @@
 # worker counts on four zoo models, one line per plan with the md5 of its JSON (timings
 # dropped). Run it with the tofu-plan before and after a change and diff the two outputs.
 #
-#   tools/plan_digests.sh bazel-bin/tofu_plan/tofu-plan > before.txt
+#   tools/checks/plan_digests.sh bazel-bin/tofu_plan/tofu-plan > before.txt
 set -u  # a plan that fails is digested by its message, not a stop
 if [ $# -ne 1 ] || [ ! -x "$1" ]; then
-  echo "usage: tools/plan_digests.sh PATH/TO/tofu-plan" >&2
+  echo "usage: tools/checks/plan_digests.sh PATH/TO/tofu-plan" >&2
   exit 2
 fi
 plan=$1
-ops=$(cd "$(dirname "$0")/.." && pwd)/ops
+ops=$(cd "$(dirname "$0")/../.." && pwd)/ops
 models=(mlp wresnet-50-1-i32-c4-k10 gpt-1-16-2-4 rnn-2-64)
 algorithms=(tofu dp-flat icml18 equalchop spartan allrow data-parallel)
 for m in "${models[@]}"; do

@@ -27,7 +27,7 @@
       over every position (tofu-run --loss cross-entropy). Every --eval-every steps and
       after the last it scores the held-out windows: the mean loss per character and the
       accuracy of the next-character guess. --bf16 trains and evaluates under
-      torch.autocast's CUDA rules applied on the CPU (tools/torch_autocast.py), float32
+      torch.autocast's CUDA rules applied on the CPU (tools/oracles/torch_autocast.py), float32
       weights, as tofu-run --precision bf16 does. Writes tofu-run --metrics's keys.
   charlm.py plot OUT.svg NAME=TOFU.json,TORCH.json ... [--tolerance R]
       Draws every run's training loss (means over windows of steps) and held-out loss in one
@@ -47,6 +47,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# torch_autocast lives with the other PyTorch oracles.
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracles"))
 
 
 def read_text(folder):
@@ -337,7 +339,7 @@ def plot(args):
                      f'stroke-width="3"{style}/>')
         lines.append(f'<text x="{w - 304}" y="{y + 4}">{label}: held-out loss {final:.4f}</text>')
     lines.append(f'<text x="{left}" y="18">Character-level GPT on Debian\'s fortunes '
-                 f'(tools/charlm.py), same initial weights and batches</text>')
+                 f'(tools/main/charlm.py), same initial weights and batches</text>')
     lines.append("</svg>")
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")

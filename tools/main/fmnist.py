@@ -24,7 +24,7 @@
       updates normalise away a gradient's size, so rounding noise in a near-zero gradient
       becomes a full step; two float32 runs then part within a few steps). --bf16 trains and
       evaluates in mixed precision as tofu-run --precision bf16 does: torch.autocast's CUDA
-      rules (tools/torch_autocast.py), float32 weights. --perturb K
+      rules (tools/oracles/torch_autocast.py), float32 weights. --perturb K
       multiplies every gradient element by 1 + e*u at every step, e float32's epsilon and u
       uniform in [-1, 1] (draw K): rounding of the size a different summation order makes,
       so the run differs from the plain one only as another float32 implementation would.
@@ -229,6 +229,7 @@ def train(args):
         torch.set_default_dtype(torch.float64)
     if args.bf16 and args.float64:
         sys.exit("fmnist.py: --bf16 and --float64 exclude each other")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracles"))
     from torch_autocast import cuda_autocast_bf16
     autocast = cuda_autocast_bf16 if args.bf16 else contextlib.nullcontext
     model = build_model(args.bn)
@@ -428,7 +429,7 @@ def plot(args):
         lines.append(f'<line x1="{w - 300}" y1="{y}" x2="{w - 280}" y2="{y}" stroke="{colour}" '
                      f'stroke-width="3"/>')
         lines.append(f'<text x="{w - 274}" y="{y + 4}">{label}: test accuracy {final:.2f}%</text>')
-    lines.append(f'<text x="{left}" y="18">Fashion-MNIST, CNN of tools/fmnist.py, same initial '
+    lines.append(f'<text x="{left}" y="18">Fashion-MNIST, CNN of tools/main/fmnist.py, same initial '
                  f'weights and batches</text>')
     lines.append("</svg>")
     with open(args.out, "w") as f:

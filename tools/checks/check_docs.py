@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 TIMEOUT = 900  # seconds for one command
 
 
@@ -185,7 +185,7 @@ def main():
         if not at or text[at[0]:at[1]] != operator_list():
             failed += 1
             print("FAIL docs/models.md: its operator list is not the translation table's "
-                  "(tools/check_docs.py --operators rewrites it)")
+                  "(tools/checks/check_docs.py --operators rewrites it)")
     for c in every:
         if re.match(r"\s*bazel (build|run)\b", c.text):
             continue

@@ -3,10 +3,10 @@
 # 100 columns; STYLE.md). Lists each file that does not, with the first lines clang-format
 # would change, and exits 1; exits 0 when all follow it. third_party/ is not ours.
 #
-#   tools/check_format.sh          check (tools/test.sh runs it)
-#   tools/check_format.sh --fix    reformat the files that do not follow it, in place
+#   tools/checks/check_format.sh          check (tools/test.sh runs it)
+#   tools/checks/check_format.sh --fix    reformat the files that do not follow it, in place
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 fix=0
 case "${1:-}" in
@@ -40,5 +40,5 @@ if [ "$fix" = 1 ] || [ "$bad" = 0 ]; then
   echo "format: ${#files[@]} files follow .clang-format"
   exit 0
 fi
-echo "format: $bad of ${#files[@]} files do not follow .clang-format (tools/check_format.sh --fix)"
+echo "format: $bad of ${#files[@]} files do not follow .clang-format (tools/checks/check_format.sh --fix)"
 exit 1

@@ -11,7 +11,7 @@ float32) for a random output gradient, and compares:
 A value passes when max |tofu - torch| <= 1e-4 * max(1, max |torch|). The finite-difference
 check of `tdlc --verify` stays; this one is independent of TDL's own semantics.
 
-  tools/torch_op_oracle.py --tdlc PATH [--ops DIR] [--only SUBSTRING] [--keep DIR]
+  tools/oracles/torch_op_oracle.py --tdlc PATH [--ops DIR] [--only SUBSTRING] [--keep DIR]
                            [--sample EVERY]
 
 --sample EVERY runs one case in EVERY, from the offset $TOFU_SAMPLE_OFFSET (the suite under
