@@ -16,6 +16,7 @@
 #include "graph/onnx_import_internal.h"
 #include "onnx/onnx_pb.h"
 #include "support/bf16.h"
+#include "support/files.h"
 #include "support/float16.h"
 
 namespace tofu {
@@ -60,13 +61,11 @@ llvm::Expected<std::string> bytesOf(const std::vector<double> &values, int32_t t
 llvm::Expected<OnnxSaveReport> saveOnnxWithValues(const std::string &in, const std::string &out,
                                                   const std::map<std::string, Tensor> &values,
                                                   bool external) {
-  std::ifstream f(in, std::ios::binary);
-  if (!f)
-    return stringError(fmt::format("cannot read '{}': {}", in, std::strerror(errno)));
-  std::stringstream bytes;
-  bytes << f.rdbuf();
+  auto bytes = readFile(in, "an ONNX model");
+  if (!bytes)
+    return bytes.takeError();
   onnx::ModelProto model;
-  if (!model.ParseFromString(bytes.str()))
+  if (!model.ParseFromString(*bytes))
     return stringError(fmt::format("'{}' is not an ONNX model (protobuf parsing failed)", in));
   // Initializers the run does not replace keep their values, read from the input's own
   // external data where it has any.

@@ -31,6 +31,7 @@
 #include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
+#include "support/files.h"
 
 namespace tofu {
 namespace onnximport {
@@ -290,9 +291,8 @@ llvm::Error checkInitializerSizes(const onnx::GraphProto &graph) {
   return llvm::Error::success();
 }
 
-llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
+llvm::Error Importer::checkModel(onnx::ModelProto &model) {
   onnx::GraphProto *graph = model.mutable_graph();
-  producer_ = model.producer_name();
   // The model against ONNX's schemas first: opsets and domains known, every node's input
   // and output counts and attribute types its operator's, names defined before use (no
   // cycles). The checker's messages name the node.
@@ -326,14 +326,12 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
           o.version(), domain.empty() ? "ONNX" : "'" + domain + "'", it->second.first,
           it->second.second));
   }
-  opset_ = defaultOpset(model);
-  // Symbolic dimensions (a dynamic batch) become the batch size.
-  std::set<std::string> initialized;
-  for (const onnx::TensorProto &t : graph->initializer())
-    initialized.insert(t.name());
-  // Inputs given ahead: the shape given replaces the declared one, whose static
-  // dimensions must agree. A sequence input's elements are given as NAME[0], NAME[1], ...
-  std::map<std::string, std::map<int64_t, const OnnxGivenInput *>> givenElements;
+  return llvm::Error::success();
+}
+
+llvm::Expected<Importer::GivenElements>
+Importer::takeGivenInputs(onnx::GraphProto *graph, const std::set<std::string> &initialized) {
+  GivenElements givenElements;
   for (const auto &[name, given] : options_.givenInputs) {
     if (std::string base; sequenceElementName(name, &base)) {
       const bool none = name.size() == base.size() + 2; // NAME[]: no element
@@ -388,10 +386,12 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
       given_[name] = std::move(c);
     }
   }
-  // Each given sequence: elements 0 to n - 1, their values known like a tensor's. An
-  // optional holding a tensor is given as its element 0; one holding a sequence, as the
-  // sequence's elements.
-  std::map<std::string, std::vector<std::string>> elementNames;
+  return givenElements;
+}
+
+llvm::Expected<Importer::ElementNames>
+Importer::nameGivenElements(const onnx::GraphProto *graph, const GivenElements &givenElements) {
+  ElementNames elementNames;
   for (const auto &[base, elements] : givenElements) {
     std::vector<std::string> names;
     for (const auto &[i, given] : elements) {
@@ -427,6 +427,11 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
           fmt::format("optional input '{}' holds one tensor; {} are given", base, names.size()));
     }
   }
+  return elementNames;
+}
+
+llvm::Error Importer::fixSymbolicDimensions(onnx::GraphProto *graph,
+                                            const std::set<std::string> &initialized) {
   unsigned symbolic = 0;
   const onnx::ValueInfoProto *firstData = nullptr;
   for (onnx::ValueInfoProto &v : *graph->mutable_input()) {
@@ -466,6 +471,11 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
           options_.batch, firstData->name(), fmt::join(shape, ", ")));
     }
   }
+  return llvm::Error::success();
+}
+
+llvm::Error Importer::runShapeInference(onnx::ModelProto &model) {
+  onnx::GraphProto *graph = model.mutable_graph();
   // ONNX's shape inference sees the integer values given (a Reshape's shape, a Slice's
   // starts) as initializers, so that it infers what they determine; they are taken out
   // again after it. (Float values are not shapes.)
@@ -535,6 +545,10 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     consumed_.insert(n.input().begin(), n.input().end());
   for (const auto &v : graph->output())
     consumed_.insert(v.name());
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::set<std::string>> Importer::addInitializers(const onnx::GraphProto *graph) {
   std::set<std::string> initializers;
   for (const onnx::TensorProto &t : graph->initializer()) {
     initializers.insert(t.name());
@@ -573,6 +587,13 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     if (llvm::Error e = b_->addTensor(std::move(info)))
       return std::move(e);
   }
+  return initializers;
+}
+
+llvm::Error Importer::addGraphInputs(const onnx::GraphProto *graph,
+                                     const std::set<std::string> &initializers,
+                                     const GivenElements &givenElements,
+                                     const ElementNames &elementNames) {
   unsigned dataSeen = 0;
   for (const onnx::ValueInfoProto &v : graph->input()) {
     if (initializers.count(v.name()))
@@ -586,7 +607,7 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
               : v.type().optional_type().elem_type();
       const int32_t elem = held.tensor_type().elem_type();
       for (const auto &[i, given] : s->second) {
-        const std::string name = elementNames[v.name()][size_t(i)];
+        const std::string name = elementNames.at(v.name())[size_t(i)];
         facts_.shapes[name] = given->shape;
         facts_.types[name] = elem;
         if (elementCount(given->shape) == 0) {
@@ -654,6 +675,10 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
                                    "initializers",
                                    options_.dataInputs, dataSeen, dataSeen == 1 ? "" : "s",
                                    dataSeen == 1 ? "is" : "are"));
+  return llvm::Error::success();
+}
+
+llvm::Error Importer::translateNodes(const onnx::GraphProto *graph) {
   // Every node is tried, so that one import lists every node it cannot translate; nodes
   // that read what an untranslated node would have produced are skipped (and counted).
   std::vector<std::string> untranslated;
@@ -741,6 +766,11 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
     return stringError(fmt::format("{} nodes cannot be translated ({} more read their results):{}",
                                    untranslated.size(), skipped, list));
   }
+  return llvm::Error::success();
+}
+
+llvm::Expected<Graph> Importer::finishGraph(const onnx::GraphProto *graph,
+                                            const std::set<std::string> &initializers) {
   Graph &g = main_.graph();
   for (const onnx::ValueInfoProto &v : graph->output()) {
     // A sequence output: its elements are the outputs NAME.0, NAME.1, ...; an optional
@@ -807,6 +837,35 @@ llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
   return llvm::Expected<Graph>(std::move(g));
 }
 
+llvm::Expected<Graph> Importer::run(onnx::ModelProto &model) {
+  onnx::GraphProto *graph = model.mutable_graph();
+  producer_ = model.producer_name();
+  if (llvm::Error e = checkModel(model))
+    return std::move(e);
+  opset_ = defaultOpset(model);
+  std::set<std::string> initialized;
+  for (const onnx::TensorProto &t : graph->initializer())
+    initialized.insert(t.name());
+  auto givenElements = takeGivenInputs(graph, initialized);
+  if (!givenElements)
+    return givenElements.takeError();
+  auto elementNames = nameGivenElements(graph, *givenElements);
+  if (!elementNames)
+    return elementNames.takeError();
+  if (llvm::Error e = fixSymbolicDimensions(graph, initialized))
+    return std::move(e);
+  if (llvm::Error e = runShapeInference(model))
+    return std::move(e);
+  auto initializers = addInitializers(graph);
+  if (!initializers)
+    return initializers.takeError();
+  if (llvm::Error e = addGraphInputs(graph, *initializers, *givenElements, *elementNames))
+    return std::move(e);
+  if (llvm::Error e = translateNodes(graph))
+    return std::move(e);
+  return finishGraph(graph, *initializers);
+}
+
 } // namespace onnximport
 
 using onnximport::Importer;
@@ -842,14 +901,9 @@ llvm::Expected<Graph> importOnnxBytes(const std::string &bytes, const std::strin
 
 llvm::Expected<Graph> importOnnx(const std::string &path, const OpLibrary &lib,
                                  const OnnxImportOptions &options) {
-  std::error_code dirError;
-  if (std::filesystem::is_directory(path, dirError))
-    return stringError(fmt::format("'{}' is a directory, not an ONNX model", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return stringError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
-  std::stringstream bytes;
-  bytes << in.rdbuf();
+  auto bytes = readFile(path, "an ONNX model");
+  if (!bytes)
+    return bytes.takeError();
   OnnxImportOptions withDir = options;
   if (withDir.modelDir.empty()) {
     // The folder the model file really is in (a link to a model reads its data beside the
@@ -860,7 +914,7 @@ llvm::Expected<Graph> importOnnx(const std::string &path, const OpLibrary &lib,
     if (withDir.modelDir.empty())
       withDir.modelDir = ".";
   }
-  return importOnnxBytes(bytes.str(), path, lib, withDir);
+  return importOnnxBytes(*bytes, path, lib, withDir);
 }
 
 } // namespace tofu

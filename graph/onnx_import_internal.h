@@ -318,6 +318,45 @@ public:
 private:
   friend class NodeEnv;
 
+  // run()'s phases, in order.
+  /// A sequence input's elements given ahead (NAME[0], NAME[1], ...), by index.
+  using GivenElements = std::map<std::string, std::map<int64_t, const OnnxGivenInput *>>;
+  /// A given sequence's element names, NAME[0] to NAME[n - 1].
+  using ElementNames = std::map<std::string, std::vector<std::string>>;
+  /// The model against ONNX's schemas (the checker), what shape inference divides by and
+  /// the translation needs (attributes, initializer sizes), and opsets this ONNX knows.
+  llvm::Error checkModel(onnx::ModelProto &model);
+  /// Inputs given ahead (OnnxImportOptions::givenInputs): a given shape replaces the
+  /// declared one, whose static dimensions must agree; values are kept (given_). A sequence
+  /// input's elements, given as NAME[0], NAME[1], ..., are returned by sequence.
+  llvm::Expected<GivenElements> takeGivenInputs(onnx::GraphProto *graph,
+                                                const std::set<std::string> &initialized);
+  /// Each given sequence: elements 0 to n - 1, their values known like a tensor's. An
+  /// optional holding a tensor is given as its element 0; one holding a sequence, as the
+  /// sequence's elements.
+  llvm::Expected<ElementNames> nameGivenElements(const onnx::GraphProto *graph,
+                                                 const GivenElements &givenElements);
+  /// Symbolic dimensions (a dynamic batch) become the batch size, or the sample's extent
+  /// after the batch axis; a batch the user chose must mean something.
+  llvm::Error fixSymbolicDimensions(onnx::GraphProto *graph,
+                                    const std::set<std::string> &initialized);
+  /// ONNX's shape inference, its shapes and element types recorded (facts_), and which
+  /// values some node or output reads (consumed_).
+  llvm::Error runShapeInference(onnx::ModelProto &model);
+  /// Initializers: integer ones as constants, float ones as weights with initial values.
+  /// Returns their names.
+  llvm::Expected<std::set<std::string>> addInitializers(const onnx::GraphProto *graph);
+  /// The graph inputs that are not initializers: data inputs and weights.
+  llvm::Error addGraphInputs(const onnx::GraphProto *graph,
+                             const std::set<std::string> &initializers,
+                             const GivenElements &givenElements, const ElementNames &elementNames);
+  /// Every node translated (or its control flow decided), so that one import lists every
+  /// node it cannot translate.
+  llvm::Error translateNodes(const onnx::GraphProto *graph);
+  /// The graph's outputs, constants and frozen weights decided, and the graph checked.
+  llvm::Expected<Graph> finishGraph(const onnx::GraphProto *graph,
+                                    const std::set<std::string> &initializers);
+
   llvm::Error translate(const onnx::NodeProto &n);
   /// Constant indices checked against the axis they index (Gather's).
   llvm::Error checkConstantIndices(const onnx::NodeProto &n);

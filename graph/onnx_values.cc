@@ -22,6 +22,7 @@
 #include "graph/onnx_rules.h"
 #include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
+#include "support/tensor_proto.h"
 
 namespace tofu {
 namespace onnximport {
@@ -75,79 +76,34 @@ std::optional<std::vector<int64_t>> broadcastShape(const std::vector<int64_t> &a
   return r;
 }
 
-/// Reads a TensorProto's values (float, double, int32, int64, bool; raw or typed fields).
+/// Reads a TensorProto's values (float, double, int64, int32, int16, uint16, int8, uint8,
+/// bool; raw or typed fields).
 std::optional<Const> constOf(const onnx::TensorProto &t) {
-  Const c;
-  c.shape.assign(t.dims().begin(), t.dims().end());
-  const int64_t n = c.size();
-  const std::string &raw = t.raw_data();
-  auto fromRaw = [&](auto tag) {
-    using T = decltype(tag);
-    if (raw.size() != size_t(n) * sizeof(T))
-      return false;
-    for (int64_t k = 0; k < n; ++k) {
-      T x;
-      std::memcpy(&x, raw.data() + k * sizeof(T), sizeof(T));
-      c.v.push_back(static_cast<double>(x));
-    }
-    return true;
-  };
   switch (t.data_type()) {
   case onnx::TensorProto::FLOAT:
-    if (!raw.empty() ? !fromRaw(float())
-                     : (c.v.assign(t.float_data().begin(), t.float_data().end()), false))
-      return std::nullopt;
-    break;
   case onnx::TensorProto::DOUBLE:
-    if (!raw.empty() ? !fromRaw(double())
-                     : (c.v.assign(t.double_data().begin(), t.double_data().end()), false))
-      return std::nullopt;
-    break;
   case onnx::TensorProto::INT64:
-    c.isInt = true;
-    if (!raw.empty() ? !fromRaw(int64_t())
-                     : (c.v.assign(t.int64_data().begin(), t.int64_data().end()), false))
-      return std::nullopt;
-    break;
   case onnx::TensorProto::INT32:
   case onnx::TensorProto::INT16:
   case onnx::TensorProto::UINT16:
   case onnx::TensorProto::INT8:
   case onnx::TensorProto::UINT8:
-  case onnx::TensorProto::BOOL: {
-    c.isInt = true;
-    // Narrow types keep their values in int32_data; raw data has their own widths.
-    bool okRaw = true;
-    if (!raw.empty()) {
-      switch (t.data_type()) {
-      case onnx::TensorProto::INT32:
-        okRaw = fromRaw(int32_t());
-        break;
-      case onnx::TensorProto::INT16:
-        okRaw = fromRaw(int16_t());
-        break;
-      case onnx::TensorProto::UINT16:
-        okRaw = fromRaw(uint16_t());
-        break;
-      case onnx::TensorProto::INT8:
-        okRaw = fromRaw(int8_t());
-        break;
-      default:
-        okRaw = fromRaw(uint8_t());
-        break;
-      }
-    } else {
-      c.v.assign(t.int32_data().begin(), t.int32_data().end());
-    }
-    if (!okRaw)
-      return std::nullopt;
+  case onnx::TensorProto::BOOL:
     break;
-  }
   default:
     return std::nullopt;
   }
-  if (int64_t(c.v.size()) != n)
+  auto values = decodeTensorProto(t);
+  if (!values) {
+    llvm::consumeError(values.takeError());
     return std::nullopt;
+  }
+  Const c;
+  c.shape = values->shape;
+  c.isInt = !tensorProtoIsFloat(values->type);
+  c.v.resize(static_cast<size_t>(values->elements()));
+  for (int64_t k = 0; k < values->elements(); ++k)
+    c.v[static_cast<size_t>(k)] = values->value(k);
   return c;
 }
 

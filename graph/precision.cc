@@ -188,6 +188,251 @@ unsigned joinExportedGelu(Graph &g) {
   return static_cast<unsigned>(joined.size());
 }
 
+/// Float32 ops whose float32 result only products read (through their casts) and that is
+/// no output of the graph: their result is stored in bfloat16 instead, rounded once as it
+/// is written. Autocast would keep the float32 result and a bfloat16 copy of it, and the
+/// backward pass reads both: for attention that is 6 bytes per score where float32 alone
+/// takes 4 (a softmax's probabilities, which its gradient reads, and their cast, which the
+/// product with V reads). Megatron's fused softmax and Apex's fused layer norm store them
+/// so. A deviation from autocast, written down in docs/tofu-plan.md.
+std::set<std::string> resultsStoredNarrow(const Graph &g) {
+  std::set<std::string> storedNarrow;
+  std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
+  std::map<std::string, bool> onlyProducts; // tensor -> every reader a product
+  for (const Node &n : g.nodes()) {
+    const bool product = lowersToBf16(g, n);
+    for (const std::string &in : n.inputs) {
+      auto [it, fresh] = onlyProducts.emplace(in, product);
+      if (!fresh)
+        it->second = it->second && product;
+    }
+  }
+  for (const Node &n : g.nodes())
+    if (castClass(n.op) == CastClass::Float32 && isFloat32(g.tensor(n.output)->dtype) &&
+        !outputs.count(n.output) && onlyProducts.count(n.output) && onlyProducts[n.output])
+      storedNarrow.insert(n.output);
+  return storedNarrow;
+}
+
+/// Where a product's bias is cast with it, and the products fused with their bias add.
+struct BiasFusions {
+  std::map<std::string, unsigned> directBias; ///< add node -> its weight input, cast
+  std::set<std::string> biasChainStart;       ///< nodes whose weight input is cast
+  /// A product whose result only its bias add reads keeps that result float32, and the add
+  /// gives bfloat16: the sum is rounded once, as autocast's linear and conv round theirs
+  /// (rounding the product first, then the sum, differed in about a third of the elements).
+  std::set<std::string> fusedProduct, fusedAdd;
+};
+
+/// The bias a product's result is added to (Add, AddBcast, ConvBias of a product's result
+/// and a float32 weight of rank 1 at most) is cast with it, as autocast's linear and conv
+/// take their bias: where the add reads the weight itself, there (the input it casts, by
+/// add); where the weight reaches the add through a chain of broadcasts (an ONNX Linear on
+/// a rank-3 input: MatMul, then Add of the bias unsqueezed and expanded), at the chain's
+/// start, so that the chain and the add run in bfloat16 (else the add would promote the
+/// product's result to float32).
+BiasFusions biasFusions(const Graph &g, PrecisionSummary &summary) {
+  BiasFusions f;
+  std::map<std::string, unsigned> readers;
+  for (const Node &n : g.nodes())
+    for (const std::string &in : n.inputs)
+      ++readers[in];
+  auto product = [&](const std::string &t) {
+    const Node *p = g.producer(t);
+    return p && lowersToBf16(g, *p);
+  };
+  // `t` walked back through single-reader broadcasts: the tensor it broadcasts, and the
+  // first node of the chain (null where `t` is no broadcast).
+  auto broadcastSource = [&](std::string t) {
+    const Node *start = nullptr;
+    while (const Node *q = g.producer(t)) {
+      if (!kBroadcast.count(q->op) || q->inputs.size() != 1 || readers[t] != 1)
+        break;
+      start = q;
+      t = q->inputs[0];
+    }
+    return std::make_pair(t, start);
+  };
+  auto inner = [&](const std::string &t) {
+    return readers[t] == 1 && std::find(g.outputs.begin(), g.outputs.end(), t) == g.outputs.end();
+  };
+  // torch.baddbmm(M, a, b) and torch.addmm, as the ONNX export spells them:
+  // Add(Mul(MatMul(a, b), alpha), beta * M), alpha = 1 (beta * M folded into a constant
+  // where M is one, then broadcast). Autocast runs them as one op, M cast to bfloat16 and
+  // the sum rounded once (nn.MultiheadAttention's scores with a float attn_mask). Returns
+  // the product's result where `t` is its scaling by 1.
+  auto scaledProduct = [&](const std::string &t) -> std::string {
+    const Node *m = g.producer(t);
+    if (!m || (m->op != "Mul" && m->op != "MulBcast") || m->inputs.size() != 2 || !inner(t))
+      return "";
+    for (unsigned j = 0; j < 2; ++j)
+      if (product(m->inputs[j]) && inner(m->inputs[j]) && isScalar(g, m->inputs[1 - j], 1.0))
+        return m->inputs[j];
+    return "";
+  };
+  for (const Node &n : g.nodes()) {
+    if (!kBiasAdd.count(n.op) || n.inputs.size() != 2)
+      continue;
+    bool joined = false;
+    for (unsigned k = 0; k < 2 && n.op != "ConvBias"; ++k) {
+      const std::string p = scaledProduct(n.inputs[k]);
+      if (p.empty())
+        continue;
+      const auto [t, start] = broadcastSource(n.inputs[1 - k]);
+      if (!isNarrowable(g.tensor(t)->dtype))
+        continue;
+      if (isFloat32(g.tensor(t)->dtype)) {
+        if (start)
+          f.biasChainStart.insert(start->name);
+        else
+          f.directBias[n.name] = 1 - k;
+      }
+      f.fusedProduct.insert(p);
+      f.fusedAdd.insert(n.name);
+      ++summary.addmms;
+      joined = true;
+      break;
+    }
+    if (joined)
+      continue;
+    for (unsigned k = 0; k < 2; ++k) {
+      if (!product(n.inputs[k]))
+        continue;
+      // Walk the other input back through single-reader broadcasts to a weight.
+      const auto [t, start] = broadcastSource(n.inputs[1 - k]);
+      const TensorInfo *w = g.tensor(t);
+      const bool bias = !g.producer(t) && w->role == TensorRole::Weight && isFloat32(w->dtype) &&
+                        w->shape.size() <= 1;
+      if (bias && start)
+        f.biasChainStart.insert(start->name);
+      else if (bias)
+        f.directBias[n.name] = 1 - k;
+      if (bias && readers[n.inputs[k]] == 1 &&
+          std::find(g.outputs.begin(), g.outputs.end(), n.inputs[k]) == g.outputs.end()) {
+        f.fusedProduct.insert(n.inputs[k]);
+        f.fusedAdd.insert(n.name);
+      }
+      break;
+    }
+  }
+  return f;
+}
+
+/// The graph being made from `g`: its tensors, the nodes made so far (a node's casts before
+/// it) and the bfloat16 casts of float32 tensors, each made once.
+struct Casts {
+  const Graph &g;
+  Graph &out;
+  PrecisionSummary &summary;
+  std::set<std::string> used;
+  std::map<std::string, std::string> narrowed; ///< float32 tensor -> its bfloat16 cast
+  std::vector<Node> nodes;
+
+  ElementType &dtype(const std::string &tensor) { return out.tensor(tensor)->dtype; }
+  /// The bfloat16 cast of `tensor` for `reader` (reading it as input `k`).
+  std::string narrow(const std::string &tensor, const Node &reader, unsigned k);
+};
+
+std::string Casts::narrow(const std::string &tensor, const Node &reader, unsigned k) {
+  if (auto it = narrowed.find(tensor); it != narrowed.end())
+    return it->second;
+  const TensorInfo src = *out.tensor(tensor);
+  const Node *producer = g.producer(tensor);
+  Node c;
+  c.name = freshName(tensor + "_bf16_cast", used);
+  c.op = "CastBfloat16";
+  // A weight's cast coarsens with the weight (and so with its gradient and update); an
+  // activation's with the op that made it, or the op reading it.
+  c.group = src.role == TensorRole::Weight || src.role == TensorRole::Input || !producer
+                ? (src.group.empty() ? src.name : src.group)
+                : (producer->group.empty() ? producer->name : producer->group);
+  if (producer && !reader.coalesce.empty() && src.role == TensorRole::Activation)
+    c.coalesce = fmt::format("{}/bf16_cast_{}", reader.coalesce, k);
+  c.inputs = {tensor};
+  c.output = freshName(tensor + "_bf16", used);
+  TensorInfo t;
+  t.name = c.output;
+  t.group = c.group;
+  t.shape = src.shape;
+  t.shapeKnown = src.shapeKnown;
+  t.dtype = ElementType::BFloat16;
+  t.role = TensorRole::Activation;
+  if (llvm::Error e = out.addTensor(std::move(t))) {
+    llvm::consumeError(std::move(e));
+    assert(false && "a fresh name is taken");
+  }
+  nodes.push_back(c);
+  ++summary.casts;
+  narrowed[tensor] = c.output;
+  return c.output;
+}
+
+/// Node `n` under the policy: its inputs cast as its class says (in `casts`), and the type
+/// of its result.
+ElementType castNode(Node &n, Casts &casts, const BiasFusions &bias,
+                     const std::set<std::string> &storedNarrow) {
+  ElementType result = casts.dtype(n.output);
+  CastClass cls = castClass(n.op);
+  if (cls == CastClass::Lower && !lowersToBf16(casts.g, n)) // autocast leaves float64 ops alone
+    cls = CastClass::Promote;
+  switch (cls) {
+  case CastClass::Lower:
+    for (unsigned k = 0; k < n.inputs.size(); ++k)
+      if (isFloat32(casts.dtype(n.inputs[k])))
+        n.inputs[k] = casts.narrow(n.inputs[k], n, k);
+    if (isNarrowable(result))
+      result = bias.fusedProduct.count(n.output) ? ElementType::Float32 : ElementType::BFloat16;
+    ++casts.summary.lowered;
+    break;
+  case CastClass::Float32: {
+    bool reads16 = false;
+    for (const std::string &in : n.inputs)
+      reads16 |= casts.dtype(in) == ElementType::BFloat16;
+    casts.summary.float32 += reads16;
+    // The kernel widens its bfloat16 reads exactly, and computes in float32; the result
+    // stays float32 but where only products read it.
+    if (storedNarrow.count(n.output)) {
+      result = ElementType::BFloat16;
+      ++casts.summary.storedNarrow;
+    }
+    break;
+  }
+  case CastClass::Promote: {
+    if (!isNarrowable(result))
+      break;
+    // A product's bias: cast with the product (above).
+    if (bias.biasChainStart.count(n.name) && isFloat32(casts.dtype(n.inputs[0])))
+      n.inputs[0] = casts.narrow(n.inputs[0], n, 0);
+    if (auto b = bias.directBias.find(n.name); b != bias.directBias.end())
+      n.inputs[b->second] = casts.narrow(n.inputs[b->second], n, b->second);
+    // The widest float type of the inputs that take part in promotion.
+    std::vector<const TensorInfo *> floats;
+    for (unsigned k = 0; k < n.inputs.size(); ++k) {
+      const TensorInfo *t = casts.out.tensor(n.inputs[k]);
+      if (isFloatType(t->dtype) && (!kFollowData.count(n.op) || k == 0))
+        floats.push_back(t);
+    }
+    bool dimensioned = false;
+    for (const TensorInfo *t : floats)
+      dimensioned |= !t->shape.empty();
+    bool any16 = false, wider = false;
+    for (const TensorInfo *t : floats) {
+      if (dimensioned && t->shape.empty())
+        continue; // a rank-0 tensor does not widen a tensor of higher rank
+      (t->dtype == ElementType::BFloat16 ? any16 : wider) = true;
+    }
+    if (any16 && !wider)
+      result = ElementType::BFloat16;
+    break;
+  }
+  }
+  if (bias.fusedAdd.count(n.name) && isNarrowable(result)) {
+    result = ElementType::BFloat16; // the product's float32 result and the bias, rounded once
+    ++casts.summary.fusedBias;
+  }
+  return result;
+}
+
 } // namespace
 
 llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, Precision p) {
@@ -204,245 +449,26 @@ llvm::Expected<PrecisionSummary> applyPrecision(Graph &g, const OpLibrary &lib, 
 
   Graph out = g.withoutNodes();
   out.precision = p;
-  std::set<std::string> used;
+  Casts casts{g, out, summary, {}, {}, {}};
   for (const TensorInfo &t : g.tensors()) {
-    used.insert(t.name);
+    casts.used.insert(t.name);
     if (llvm::Error e = out.addTensor(t))
       return std::move(e);
   }
   for (const Node &n : g.nodes())
-    used.insert(n.name);
-  auto dtype = [&](const std::string &tensor) -> ElementType & {
-    return out.tensor(tensor)->dtype;
-  };
-  std::map<std::string, std::string> narrowed; // float32 tensor -> its bfloat16 cast
-  std::vector<Node> nodes;
-  // The bfloat16 cast of `tensor` for `reader` (reading it as input `k`), made once.
-  auto narrow = [&](const std::string &tensor, const Node &reader, unsigned k) {
-    if (auto it = narrowed.find(tensor); it != narrowed.end())
-      return it->second;
-    const TensorInfo src = *out.tensor(tensor);
-    const Node *producer = g.producer(tensor);
-    Node c;
-    c.name = freshName(tensor + "_bf16_cast", used);
-    c.op = "CastBfloat16";
-    // A weight's cast coarsens with the weight (and so with its gradient and update); an
-    // activation's with the op that made it, or the op reading it.
-    c.group = src.role == TensorRole::Weight || src.role == TensorRole::Input || !producer
-                  ? (src.group.empty() ? src.name : src.group)
-                  : (producer->group.empty() ? producer->name : producer->group);
-    if (producer && !reader.coalesce.empty() && src.role == TensorRole::Activation)
-      c.coalesce = fmt::format("{}/bf16_cast_{}", reader.coalesce, k);
-    c.inputs = {tensor};
-    c.output = freshName(tensor + "_bf16", used);
-    TensorInfo t;
-    t.name = c.output;
-    t.group = c.group;
-    t.shape = src.shape;
-    t.shapeKnown = src.shapeKnown;
-    t.dtype = ElementType::BFloat16;
-    t.role = TensorRole::Activation;
-    if (llvm::Error e = out.addTensor(std::move(t))) {
-      llvm::consumeError(std::move(e));
-      assert(false && "a fresh name is taken");
-    }
-    nodes.push_back(c);
-    ++summary.casts;
-    narrowed[tensor] = c.output;
-    return c.output;
-  };
-
-  // Float32 ops whose float32 result only products read (through their casts) and that is
-  // no output of the graph: their result is stored in bfloat16 instead, rounded once as it
-  // is written. Autocast would keep the float32 result and a bfloat16 copy of it, and the
-  // backward pass reads both: for attention that is 6 bytes per score where float32 alone
-  // takes 4 (a softmax's probabilities, which its gradient reads, and their cast, which the
-  // product with V reads). Megatron's fused softmax and Apex's fused layer norm store them
-  // so. A deviation from autocast, written down in docs/tofu-plan.md.
-  std::set<std::string> storedNarrow;
-  {
-    std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
-    std::map<std::string, bool> onlyProducts; // tensor -> every reader a product
-    for (const Node &n : g.nodes()) {
-      const bool product = lowersToBf16(g, n);
-      for (const std::string &in : n.inputs) {
-        auto [it, fresh] = onlyProducts.emplace(in, product);
-        if (!fresh)
-          it->second = it->second && product;
-      }
-    }
-    for (const Node &n : g.nodes())
-      if (castClass(n.op) == CastClass::Float32 && isFloat32(out.tensor(n.output)->dtype) &&
-          !outputs.count(n.output) && onlyProducts.count(n.output) && onlyProducts[n.output])
-        storedNarrow.insert(n.output);
-  }
-
-  // The bias a product's result is added to (Add, AddBcast, ConvBias of a product's result
-  // and a float32 weight of rank 1 at most) is cast with it, as autocast's linear and conv
-  // take their bias: where the add reads the weight itself, there (the input it casts, by
-  // add); where the weight reaches the add through a chain of broadcasts (an ONNX Linear on
-  // a rank-3 input: MatMul, then Add of the bias unsqueezed and expanded), at the chain's
-  // start, so that the chain and the add run in bfloat16 (else the add would promote the
-  // product's result to float32).
-  std::map<std::string, unsigned> directBias; // add node -> its weight input, cast
-  std::set<std::string> biasChainStart;       // nodes whose weight input is cast
-  // A product whose result only its bias add reads keeps that result float32, and the add
-  // gives bfloat16: the sum is rounded once, as autocast's linear and conv round theirs
-  // (rounding the product first, then the sum, differed in about a third of the elements).
-  std::set<std::string> fusedProduct, fusedAdd;
-  {
-    std::map<std::string, unsigned> readers;
-    for (const Node &n : g.nodes())
-      for (const std::string &in : n.inputs)
-        ++readers[in];
-    auto product = [&](const std::string &t) {
-      const Node *p = g.producer(t);
-      return p && lowersToBf16(g, *p);
-    };
-    // `t` walked back through single-reader broadcasts: the tensor it broadcasts, and the
-    // first node of the chain (null where `t` is no broadcast).
-    auto broadcastSource = [&](std::string t) {
-      const Node *start = nullptr;
-      while (const Node *q = g.producer(t)) {
-        if (!kBroadcast.count(q->op) || q->inputs.size() != 1 || readers[t] != 1)
-          break;
-        start = q;
-        t = q->inputs[0];
-      }
-      return std::make_pair(t, start);
-    };
-    auto inner = [&](const std::string &t) {
-      return readers[t] == 1 && std::find(g.outputs.begin(), g.outputs.end(), t) == g.outputs.end();
-    };
-    // torch.baddbmm(M, a, b) and torch.addmm, as the ONNX export spells them:
-    // Add(Mul(MatMul(a, b), alpha), beta * M), alpha = 1 (beta * M folded into a constant
-    // where M is one, then broadcast). Autocast runs them as one op, M cast to bfloat16 and
-    // the sum rounded once (nn.MultiheadAttention's scores with a float attn_mask). Returns
-    // the product's result where `t` is its scaling by 1.
-    auto scaledProduct = [&](const std::string &t) -> std::string {
-      const Node *m = g.producer(t);
-      if (!m || (m->op != "Mul" && m->op != "MulBcast") || m->inputs.size() != 2 || !inner(t))
-        return "";
-      for (unsigned j = 0; j < 2; ++j)
-        if (product(m->inputs[j]) && inner(m->inputs[j]) && isScalar(g, m->inputs[1 - j], 1.0))
-          return m->inputs[j];
-      return "";
-    };
-    for (const Node &n : g.nodes()) {
-      if (!kBiasAdd.count(n.op) || n.inputs.size() != 2)
-        continue;
-      bool joined = false;
-      for (unsigned k = 0; k < 2 && n.op != "ConvBias"; ++k) {
-        const std::string p = scaledProduct(n.inputs[k]);
-        if (p.empty())
-          continue;
-        const auto [t, start] = broadcastSource(n.inputs[1 - k]);
-        if (!isNarrowable(g.tensor(t)->dtype))
-          continue;
-        if (isFloat32(g.tensor(t)->dtype)) {
-          if (start)
-            biasChainStart.insert(start->name);
-          else
-            directBias[n.name] = 1 - k;
-        }
-        fusedProduct.insert(p);
-        fusedAdd.insert(n.name);
-        ++summary.addmms;
-        joined = true;
-        break;
-      }
-      if (joined)
-        continue;
-      for (unsigned k = 0; k < 2; ++k) {
-        if (!product(n.inputs[k]))
-          continue;
-        // Walk the other input back through single-reader broadcasts to a weight.
-        const auto [t, start] = broadcastSource(n.inputs[1 - k]);
-        const TensorInfo *w = g.tensor(t);
-        const bool bias = !g.producer(t) && w->role == TensorRole::Weight && isFloat32(w->dtype) &&
-                          w->shape.size() <= 1;
-        if (bias && start)
-          biasChainStart.insert(start->name);
-        else if (bias)
-          directBias[n.name] = 1 - k;
-        if (bias && readers[n.inputs[k]] == 1 &&
-            std::find(g.outputs.begin(), g.outputs.end(), n.inputs[k]) == g.outputs.end()) {
-          fusedProduct.insert(n.inputs[k]);
-          fusedAdd.insert(n.name);
-        }
-        break;
-      }
-    }
-  }
-
+    casts.used.insert(n.name);
+  const std::set<std::string> storedNarrow = resultsStoredNarrow(g);
+  const BiasFusions bias = biasFusions(g, summary);
   for (unsigned i : *order) {
     Node n = g.nodes()[i];
     if (!lib.find(n.op))
       return stringError(fmt::format("node '{}': unknown op '{}'", n.name, n.op));
     // Set once the casts are made (adding a tensor moves the others).
-    ElementType result = dtype(n.output);
-    CastClass cls = castClass(n.op);
-    if (cls == CastClass::Lower && !lowersToBf16(g, n)) // autocast leaves float64 ops alone
-      cls = CastClass::Promote;
-    switch (cls) {
-    case CastClass::Lower:
-      for (unsigned k = 0; k < n.inputs.size(); ++k)
-        if (isFloat32(dtype(n.inputs[k])))
-          n.inputs[k] = narrow(n.inputs[k], n, k);
-      if (isNarrowable(result))
-        result = fusedProduct.count(n.output) ? ElementType::Float32 : ElementType::BFloat16;
-      ++summary.lowered;
-      break;
-    case CastClass::Float32: {
-      bool reads16 = false;
-      for (const std::string &in : n.inputs)
-        reads16 |= dtype(in) == ElementType::BFloat16;
-      summary.float32 += reads16;
-      // The kernel widens its bfloat16 reads exactly, and computes in float32; the result
-      // stays float32 but where only products read it.
-      if (storedNarrow.count(n.output)) {
-        result = ElementType::BFloat16;
-        ++summary.storedNarrow;
-      }
-      break;
-    }
-    case CastClass::Promote: {
-      if (!isNarrowable(result))
-        break;
-      // A product's bias: cast with the product (above).
-      if (biasChainStart.count(n.name) && isFloat32(dtype(n.inputs[0])))
-        n.inputs[0] = narrow(n.inputs[0], n, 0);
-      if (auto b = directBias.find(n.name); b != directBias.end())
-        n.inputs[b->second] = narrow(n.inputs[b->second], n, b->second);
-      // The widest float type of the inputs that take part in promotion.
-      std::vector<const TensorInfo *> floats;
-      for (unsigned k = 0; k < n.inputs.size(); ++k) {
-        const TensorInfo *t = out.tensor(n.inputs[k]);
-        if (isFloatType(t->dtype) && (!kFollowData.count(n.op) || k == 0))
-          floats.push_back(t);
-      }
-      bool dimensioned = false;
-      for (const TensorInfo *t : floats)
-        dimensioned |= !t->shape.empty();
-      bool any16 = false, wider = false;
-      for (const TensorInfo *t : floats) {
-        if (dimensioned && t->shape.empty())
-          continue; // a rank-0 tensor does not widen a tensor of higher rank
-        (t->dtype == ElementType::BFloat16 ? any16 : wider) = true;
-      }
-      if (any16 && !wider)
-        result = ElementType::BFloat16;
-      break;
-    }
-    }
-    if (fusedAdd.count(n.name) && isNarrowable(result)) {
-      result = ElementType::BFloat16; // the product's float32 result and the bias, rounded once
-      ++summary.fusedBias;
-    }
-    dtype(n.output) = result;
-    nodes.push_back(std::move(n));
+    const ElementType result = castNode(n, casts, bias, storedNarrow);
+    casts.dtype(n.output) = result;
+    casts.nodes.push_back(std::move(n));
   }
-  for (Node &n : nodes)
+  for (Node &n : casts.nodes)
     if (llvm::Error e = out.addNode(std::move(n)))
       return std::move(e);
   if (llvm::Error e = checkGraph(out, lib))

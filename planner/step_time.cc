@@ -5,10 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
 
 #include "analysis/ir.h"
 #include "codegen/fusion.h"
@@ -19,6 +17,7 @@
 #include "graph/training.h"
 #include "nlohmann/json.hpp"
 #include "planner/topology.h"
+#include "support/files.h"
 #include "support/units.h"
 #include "llvm/Support/Casting.h"
 
@@ -248,8 +247,11 @@ llvm::Expected<DeviceModel> deviceModelNamed(const std::string &nameOrFile) {
     return a100();
   const bool cpu = nameOrFile == "cpu";
   const std::string path = cpu ? defaultCpuModelPath() : nameOrFile;
-  std::ifstream f(path);
-  if (!f) {
+  if (isDirectory(path))
+    return readFile(path, "a device model").takeError();
+  auto text = readFile(path, "a device model");
+  if (!text) {
+    llvm::consumeError(text.takeError());
     if (cpu)
       return stringError(fmt::format(
           "no model of this machine at {}: `tofu-run --calibrate` measures one and writes it "
@@ -258,9 +260,7 @@ llvm::Expected<DeviceModel> deviceModelNamed(const std::string &nameOrFile) {
     return stringError(fmt::format(
         "'{}' is neither a device (h100, a100, cpu) nor a readable device model file", nameOrFile));
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parseDeviceModel(ss.str(), path);
+  return parseDeviceModel(*text, path);
 }
 
 namespace {

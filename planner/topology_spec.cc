@@ -4,15 +4,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 
 #include "analysis/checked.h"
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "nlohmann/json.hpp"
+#include "support/files.h"
 #include "support/units.h"
 
 namespace tofu {
@@ -213,11 +212,11 @@ unsigned Topology::workers() const {
 
 llvm::Expected<Topology> parseTopology(const std::string &spec) {
   std::string text = spec;
-  std::ifstream file(spec);
-  if (file) {
-    std::stringstream ss;
-    ss << file.rdbuf();
-    text = ss.str();
+  if (pathExists(spec)) {
+    auto bytes = readFile(spec, "a topology file");
+    if (!bytes)
+      return bytes.takeError();
+    text = std::move(*bytes);
   } else if (spec.find(':') == std::string::npos && spec.find('{') == std::string::npos) {
     return stringError(fmt::format("topology '{}' is neither a file nor COUNTS:BANDWIDTHS "
                                    "(e.g. 2x8:12.5GB/s,150GB/s)",

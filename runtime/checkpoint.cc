@@ -478,11 +478,11 @@ llvm::Expected<CheckpointReader> CheckpointReader::open(const std::string &dir) 
   auto bad = [&](const std::string &what) { return fail(indexPath + ": " + what); };
   nlohmann::json index;
   {
-    std::ifstream in(indexPath);
-    std::stringstream ss;
-    ss << in.rdbuf();
+    auto text = readFile(indexPath, "a checkpoint index");
+    if (!text)
+      return fail(llvm::toString(text.takeError()));
     try {
-      index = nlohmann::json::parse(ss.str());
+      index = nlohmann::json::parse(*text);
     } catch (const nlohmann::json::exception &e) {
       return bad(std::string("not JSON: ") + e.what());
     }

@@ -84,9 +84,10 @@ int runShell(const std::string &command) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/// The file at `path`, cut to `limit` bytes; empty when it cannot be read.
 std::string readFile(const std::string &path, size_t limit) {
-  std::ifstream in(path);
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto bytes = tofu::readFile(path);
+  std::string s = bytes ? std::move(*bytes) : (llvm::consumeError(bytes.takeError()), "");
   if (s.size() > limit)
     s = s.substr(0, limit) + "\n[...]";
   return s;

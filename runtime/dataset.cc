@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "analysis/checked.h"
@@ -19,6 +20,8 @@
 #include "grammar/diagnostics.h"
 #include "onnx/onnx_pb.h"
 #include "runtime/safetensors.h"
+#include "support/files.h"
+#include "support/tensor_proto.h"
 
 namespace tofu {
 namespace {
@@ -30,22 +33,6 @@ bool endsWith(const std::string &s, const std::string &tail) {
 bool isFile(const std::string &path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-bool isDirectory(const std::string &path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-llvm::Expected<std::string> readFile(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    return stringError(fmt::format("{}: cannot open it ({})", path, std::strerror(errno)));
-  std::ostringstream s;
-  s << f.rdbuf();
-  if (f.bad())
-    return stringError(fmt::format("{}: cannot read it", path));
-  return s.str();
 }
 
 /// Inflates a gzip stream (several members, as gzip -c a b makes, are read one after another).
@@ -389,51 +376,6 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
   return a;
 }
 
-namespace {
-/// A TensorProto of a type DataArray does not hold, widened to one that holds its values
-/// exactly: uint16 to int32, uint32 and uint64 to int64 (uint64 values past int64 refused),
-/// float16 and bfloat16 to float32.
-llvm::Expected<DataArray> widenedTensorProto(const onnx::TensorProto &t, DataArray a, int64_t n,
-                                             const std::string &name) {
-  const int type = t.data_type();
-  const bool u64 = type == onnx::TensorProto::UINT64;
-  const size_t width = type == onnx::TensorProto::UINT32 ? 4 : u64 ? 8 : 2;
-  std::vector<uint64_t> raw(static_cast<size_t>(n));
-  if (!t.raw_data().empty()) {
-    if (t.raw_data().size() != static_cast<size_t>(n) * width)
-      return stringError(fmt::format("{}: shape [{}] needs {} bytes of raw data; it has {}", name,
-                                     fmt::join(a.shape, ", "), static_cast<size_t>(n) * width,
-                                     t.raw_data().size()));
-    for (int64_t k = 0; k < n; ++k) {
-      uint64_t x = 0;
-      std::memcpy(&x, t.raw_data().data() + static_cast<size_t>(k) * width, width);
-      raw[static_cast<size_t>(k)] = x;
-    }
-  } else {
-    // uint64 in uint64_data, uint32 too; 16-bit types in int32_data.
-    const bool wide = u64 || type == onnx::TensorProto::UINT32;
-    const int64_t have = wide ? t.uint64_data_size() : t.int32_data_size();
-    if (have != n)
-      return stringError(fmt::format("{}: shape [{}] needs {} values; the tensor has {}", name,
-                                     fmt::join(a.shape, ", "), n, have));
-    for (int64_t k = 0; k < n; ++k)
-      raw[static_cast<size_t>(k)] = wide ? t.uint64_data(static_cast<int>(k))
-                                         : static_cast<uint32_t>(t.int32_data(static_cast<int>(k)));
-  }
-  const bool f16 = type == onnx::TensorProto::FLOAT16, bf16 = type == onnx::TensorProto::BFLOAT16;
-  a.type = f16 || bf16                         ? DataType::F32
-           : type == onnx::TensorProto::UINT16 ? DataType::I32
-                                               : DataType::I64;
-  if (llvm::Error e = widenInto(a, raw,
-                                f16    ? Bits::Float16
-                                : bf16 ? Bits::Bfloat16
-                                       : Bits::Unsigned,
-                                name))
-    return std::move(e);
-  return a;
-}
-} // namespace
-
 void bfloat16FromBits(DataArray &a) {
   const int64_t n = static_cast<int64_t>(a.bytes.size()) / typeSize(a.type);
   std::vector<unsigned char> out(static_cast<size_t>(n) * 4);
@@ -454,51 +396,55 @@ llvm::Expected<DataArray> parseTensorProto(const std::string &bytes, const std::
   a.onnxType = t.data_type();
   a.shape.assign(t.dims().begin(), t.dims().end());
   // Checked at the widest element an array takes (8 bytes), whatever the type.
-  auto widest = bodyBytes(a.shape, 8, name);
-  if (!widest)
+  if (auto widest = bodyBytes(a.shape, 8, name); !widest)
     return widest.takeError();
-  const int64_t n = *widest / 8;
   if (!t.external_data().empty() || t.data_location() == onnx::TensorProto::EXTERNAL)
     return stringError(
         fmt::format("{}: the tensor's data is in an external file; give it inline", name));
-  // The element type, and the typed field the values are in when there is no raw data.
-  std::vector<double> typed;
+  // The types an array holds as they are, and those widened to one that holds their values
+  // exactly: uint16 to int32, uint32 and uint64 to int64, float16 and bfloat16 to float32.
+  std::optional<DataType> held;
+  std::optional<Bits> widened;
   switch (t.data_type()) {
   case onnx::TensorProto::FLOAT:
-    a.type = DataType::F32;
-    typed.assign(t.float_data().begin(), t.float_data().end());
+    held = DataType::F32;
     break;
   case onnx::TensorProto::DOUBLE:
-    a.type = DataType::F64;
-    typed.assign(t.double_data().begin(), t.double_data().end());
+    held = DataType::F64;
     break;
   case onnx::TensorProto::INT64:
-    a.type = DataType::I64;
-    typed.assign(t.int64_data().begin(), t.int64_data().end());
+    held = DataType::I64;
     break;
   case onnx::TensorProto::INT32:
-    a.type = DataType::I32;
-    typed.assign(t.int32_data().begin(), t.int32_data().end());
+    held = DataType::I32;
     break;
   case onnx::TensorProto::INT16:
-    a.type = DataType::I16;
-    typed.assign(t.int32_data().begin(), t.int32_data().end());
+    held = DataType::I16;
     break;
   case onnx::TensorProto::INT8:
-    a.type = DataType::I8;
-    typed.assign(t.int32_data().begin(), t.int32_data().end());
+    held = DataType::I8;
     break;
   case onnx::TensorProto::UINT8:
   case onnx::TensorProto::BOOL:
-    a.type = DataType::U8;
-    typed.assign(t.int32_data().begin(), t.int32_data().end());
+    held = DataType::U8;
     break;
   case onnx::TensorProto::UINT16:
+    a.type = DataType::I32;
+    widened = Bits::Unsigned;
+    break;
   case onnx::TensorProto::UINT32:
   case onnx::TensorProto::UINT64:
+    a.type = DataType::I64;
+    widened = Bits::Unsigned;
+    break;
   case onnx::TensorProto::FLOAT16:
+    a.type = DataType::F32;
+    widened = Bits::Float16;
+    break;
   case onnx::TensorProto::BFLOAT16:
-    return widenedTensorProto(t, std::move(a), n, name);
+    a.type = DataType::F32;
+    widened = Bits::Bfloat16;
+    break;
   default:
     return stringError(fmt::format(
         "{}: element type {} is not supported (float, double, "
@@ -506,58 +452,19 @@ llvm::Expected<DataArray> parseTensorProto(const std::string &bytes, const std::
         name,
         onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(t.data_type()))));
   }
-  const size_t width = static_cast<size_t>(typeSize(a.type));
-  if (!t.raw_data().empty()) {
-    if (t.raw_data().size() != static_cast<size_t>(n) * width)
-      return stringError(fmt::format("{}: shape [{}] of {} needs {} bytes of raw data; it has {}",
-                                     name, fmt::join(a.shape, ", "), typeName(a.type),
-                                     static_cast<size_t>(n) * width, t.raw_data().size()));
-    a.bytes.assign(t.raw_data().begin(), t.raw_data().end());
+  auto values = decodeTensorProto(t);
+  if (!values)
+    return stringError(fmt::format("{}: {}", name, llvm::toString(values.takeError())));
+  if (held) {
+    a.type = *held;
+    a.bytes.assign(values->bytes.begin(), values->bytes.end());
     return a;
   }
-  if (static_cast<int64_t>(typed.size()) != n)
-    return stringError(fmt::format("{}: shape [{}] needs {} values; the tensor has {}", name,
-                                   fmt::join(a.shape, ", "), n, typed.size()));
-  a.bytes.resize(static_cast<size_t>(n) * width);
-  for (int64_t k = 0; k < n; ++k) {
-    unsigned char *at = a.bytes.data() + static_cast<size_t>(k) * width;
-    const double v = typed[static_cast<size_t>(k)];
-    switch (a.type) {
-    case DataType::F32: {
-      const float x = static_cast<float>(v);
-      std::memcpy(at, &x, 4);
-      break;
-    }
-    case DataType::F64:
-      std::memcpy(at, &v, 8);
-      break;
-    case DataType::I64: {
-      const int64_t x = t.int64_data(static_cast<int>(k));
-      std::memcpy(at, &x, 8);
-      break;
-    }
-    case DataType::I32: {
-      const int32_t x = static_cast<int32_t>(v);
-      std::memcpy(at, &x, 4);
-      break;
-    }
-    case DataType::I16: {
-      const int16_t x = static_cast<int16_t>(v);
-      std::memcpy(at, &x, 2);
-      break;
-    }
-    case DataType::I8: {
-      const int8_t x = static_cast<int8_t>(v);
-      std::memcpy(at, &x, 1);
-      break;
-    }
-    case DataType::U8: {
-      const uint8_t x = static_cast<uint8_t>(v);
-      std::memcpy(at, &x, 1);
-      break;
-    }
-    }
-  }
+  std::vector<uint64_t> raw(static_cast<size_t>(values->elements()));
+  for (size_t k = 0; k < raw.size(); ++k)
+    raw[k] = values->bits(static_cast<int64_t>(k));
+  if (llvm::Error e = widenInto(a, raw, *widened, name))
+    return std::move(e);
   return a;
 }
 
@@ -668,7 +575,7 @@ llvm::Expected<DataArray> readDataArray(const std::string &path) {
                                      keys.size(), fmt::join(keys, ", "), file));
     return safetensorsArray(**f, key.empty() ? keys[0] : key);
   }
-  auto bytes = readFile(path);
+  auto bytes = readFile(path, "a data file");
   if (!bytes)
     return bytes.takeError();
   std::string name = path;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "fmt/format.h"
@@ -452,72 +453,91 @@ struct CostTerm {
   bool message = false;
 };
 
-} // namespace
+/// A node under some steps, as every phase of nodeCostEveryWorker sees it: its op, its
+/// slots (the inputs, then the output) and the unit of the first `cut` steps.
+struct NodeAtSteps {
+  NodeAtSteps(const Problem &p, unsigned node, const std::vector<StepChoice> &steps, size_t cut)
+      : p(p), node(node), n(p.nodes[node]), op(n.table->op), steps(steps), cut(cut),
+        unitMask(cut >= 64 ? ~uint64_t(0) : (uint64_t(1) << cut) - 1), units(cut < steps.size()),
+        slots(n.inputs.size() + 1) {}
 
-int64_t CostModel::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice> &steps,
-                                       size_t cut, int64_t *messages) const {
-  const ProblemNode &n = p_.nodes[node];
-  const InstOp &op = n.table->op;
-  const size_t m = steps.size();
-  if (m == 0)
-    return 0;
-  if (m > 62 || !n.regionVars) // the terms do not factor here: every worker
-    return nodeBruteForceCost(node, steps, cut, messages);
-  cut = std::min(cut, m);
-  const uint64_t unitMask = cut >= 64 ? ~uint64_t(0) : (uint64_t(1) << cut) - 1;
-  const bool units = cut < m; // the unit's ranges and tiles differ from the worker's
+  unsigned slotTensor(size_t k) const { return k < n.inputs.size() ? n.inputs[k] : n.output; }
+
+  const Problem &p;
+  const unsigned node;
+  const ProblemNode &n;
+  const InstOp &op;
+  const std::vector<StepChoice> &steps;
+  const size_t cut;
+  const uint64_t unitMask;
+  const bool units; ///< the unit's ranges and tiles differ from the worker's
+  const size_t slots;
+};
+
+/// A node's bytes (and messages) on a worker as a sum of terms, each a product of factors.
+struct NodeTerms {
+  std::vector<CostFactor> factors;
+  std::vector<CostTerm> terms;
+  /// For messages: per slot and dimension, the cells of the tiles (inputs) or of the
+  /// computed ranges (the output).
+  std::vector<std::vector<std::vector<int64_t>>> cells;
+};
+
+/// The terms of node `v`'s bytes, and of its messages too when `messages`: per input, its
+/// region less what the unit's tile holds, unless an earlier input reads the same tensor
+/// over the same region; for the output, its partial results less what the unit computes.
+/// None when an input repeats more than 8 earlier ones (the expansion would be too large).
+std::optional<NodeTerms> nodeTerms(const NodeAtSteps &v, bool messages) {
+  const ProblemNode &n = v.n;
+  const InstOp &op = v.op;
+  const size_t m = v.steps.size();
   const std::vector<std::vector<std::vector<unsigned>>> &regionVars = *n.regionVars;
-  const size_t slots = n.inputs.size() + 1;
-  auto slotTensor = [&](size_t k) { return k < n.inputs.size() ? n.inputs[k] : n.output; };
   // Which steps split each variable and each dimension of each slot's tensor.
   std::vector<uint64_t> varSteps(op.vars.size(), 0);
-  std::vector<std::vector<uint64_t>> dimSteps(slots);
-  for (size_t k = 0; k < slots; ++k)
-    dimSteps[k].assign(p_.tensors[slotTensor(k)].shape.size(), 0);
+  std::vector<std::vector<uint64_t>> dimSteps(v.slots);
+  for (size_t k = 0; k < v.slots; ++k)
+    dimSteps[k].assign(v.p.tensors[v.slotTensor(k)].shape.size(), 0);
   for (size_t l = 0; l < m; ++l) {
-    int v = p_.splitVar(node, steps[l].node[node]);
-    if (v >= 0)
-      varSteps[v] |= uint64_t(1) << l;
-    for (size_t k = 0; k < slots; ++k) {
-      int d = steps[l].tensor[slotTensor(k)];
+    int var = v.p.splitVar(v.node, v.steps[l].node[v.node]);
+    if (var >= 0)
+      varSteps[var] |= uint64_t(1) << l;
+    for (size_t k = 0; k < v.slots; ++k) {
+      int d = v.steps[l].tensor[v.slotTensor(k)];
       if (d >= 0)
         dimSteps[k][d] |= uint64_t(1) << l;
     }
   }
   auto regionSteps = [&](unsigned i, unsigned d) {
     uint64_t mask = 0;
-    for (unsigned v : regionVars[i][d])
-      mask |= varSteps[v];
+    for (unsigned var : regionVars[i][d])
+      mask |= varSteps[var];
     return mask;
   };
-  // For messages: per slot and dimension, the cells of the tiles (inputs) or of the
-  // computed ranges (the output).
-  std::vector<std::vector<std::vector<int64_t>>> cells;
+  NodeTerms t;
   if (messages) {
-    cells.resize(slots);
-    for (size_t k = 0; k < slots; ++k)
-      for (size_t d = 0; d < p_.tensors[slotTensor(k)].shape.size(); ++d)
-        cells[k].push_back(k + 1 < slots ? cellBounds(p_.tensors[slotTensor(k)].shape[d],
-                                                      tensorCuts(slotTensor(k), d, steps))
-                                         : cellBounds(n.shapes.vars[op.outputVars[d]],
-                                                      varCuts(p_, node, op.outputVars[d], steps)));
+    t.cells.resize(v.slots);
+    for (size_t k = 0; k < v.slots; ++k)
+      for (size_t d = 0; d < v.p.tensors[v.slotTensor(k)].shape.size(); ++d)
+        t.cells[k].push_back(k + 1 < v.slots
+                                 ? cellBounds(v.p.tensors[v.slotTensor(k)].shape[d],
+                                              tensorCuts(v.slotTensor(k), d, v.steps))
+                                 : cellBounds(n.shapes.vars[op.outputVars[d]],
+                                              varCuts(v.p, v.node, op.outputVars[d], v.steps)));
   }
-  std::vector<CostFactor> factors;
   auto factor = [&](CostFactor f) {
-    factors.push_back(f);
-    return static_cast<unsigned>(factors.size() - 1);
+    t.factors.push_back(f);
+    return static_cast<unsigned>(t.factors.size() - 1);
   };
   std::vector<unsigned> nonempty, unitNonempty;
-  for (unsigned v = 0; v < op.vars.size(); ++v)
-    nonempty.push_back(factor({CostFactor::Nonempty, v, 0, 0, varSteps[v]}));
-  if (units)
-    for (unsigned v = 0; v < op.vars.size(); ++v)
-      unitNonempty.push_back(factor({CostFactor::Nonempty, v, 1, 0, varSteps[v] & unitMask}));
+  for (unsigned var = 0; var < op.vars.size(); ++var)
+    nonempty.push_back(factor({CostFactor::Nonempty, var, 0, 0, varSteps[var]}));
+  if (v.units)
+    for (unsigned var = 0; var < op.vars.size(); ++var)
+      unitNonempty.push_back(factor({CostFactor::Nonempty, var, 1, 0, varSteps[var] & v.unitMask}));
   else
     unitNonempty = nonempty;
-  std::vector<CostTerm> terms;
   for (unsigned i = 0; i < n.inputs.size(); ++i) {
-    const int64_t eb = p_.tensors[n.inputs[i]].elementBytes;
+    const int64_t eb = v.p.tensors[n.inputs[i]].elementBytes;
     const unsigned rank = static_cast<unsigned>(regionVars[i].size());
     // Not fetched again where an earlier input reads the same tensor over the same region:
     // Π_j (1 - [region j == region i]), expanded over the subsets of those inputs.
@@ -526,10 +546,10 @@ int64_t CostModel::nodeCostEveryWorker(unsigned node, const std::vector<StepChoi
       if (n.inputs[j] == n.inputs[i])
         same.push_back(j);
     if (same.size() > 8)
-      return nodeBruteForceCost(node, steps, cut, messages);
+      return std::nullopt;
     std::vector<unsigned> len, overlap, regionCells, insideCells;
     for (unsigned d = 0; d < rank; ++d) {
-      const uint64_t held = regionSteps(i, d) | (dimSteps[i][d] & unitMask);
+      const uint64_t held = regionSteps(i, d) | (dimSteps[i][d] & v.unitMask);
       len.push_back(factor({CostFactor::RegionLen, i, 0, d, regionSteps(i, d)}));
       overlap.push_back(factor({CostFactor::RegionOverlap, i, 0, d, held}));
       if (messages) {
@@ -549,11 +569,11 @@ int64_t CostModel::nodeCostEveryWorker(unsigned node, const std::vector<StepChoi
                                            regionSteps(same[s], d) | regionSteps(i, d)}));
         }
       auto add = [&](int64_t coef, const std::vector<unsigned> &fs, bool message) {
-        CostTerm t = base;
-        t.coef = coef;
-        t.message = message;
-        t.factors.insert(t.factors.end(), fs.begin(), fs.end());
-        terms.push_back(std::move(t));
+        CostTerm term = base;
+        term.coef = coef;
+        term.message = message;
+        term.factors.insert(term.factors.end(), fs.begin(), fs.end());
+        t.terms.push_back(std::move(term));
       };
       add(sign * eb, len, false);
       add(-sign * eb, overlap, false);
@@ -563,34 +583,37 @@ int64_t CostModel::nodeCostEveryWorker(unsigned node, const std::vector<StepChoi
       }
     }
   }
-  {
-    const size_t k = n.inputs.size();
-    const int64_t rho = p_.partials(node, steps), inner = p_.partials(node, steps, cut);
-    const int64_t eb = p_.tensors[n.output].resultBytes(rho > 1);
-    CostTerm owned, computed, ownedCells, computedCells;
-    owned.coef = rho * eb;
-    computed.coef = -inner * eb;
-    computed.factors = computedCells.factors = unitNonempty;
-    ownedCells.coef = rho;
-    computedCells.coef = -inner;
-    ownedCells.message = computedCells.message = true;
-    for (unsigned d = 0; d < dimSteps[k].size(); ++d) {
-      const uint64_t made = dimSteps[k][d] | (varSteps[op.outputVars[d]] & unitMask);
-      owned.factors.push_back(factor({CostFactor::TileLen, 0, 0, d, dimSteps[k][d]}));
-      computed.factors.push_back(factor({CostFactor::TileComputed, 0, 0, d, made}));
-      if (messages) {
-        ownedCells.factors.push_back(factor({CostFactor::TileCells, 0, 0, d, dimSteps[k][d]}));
-        computedCells.factors.push_back(factor({CostFactor::TileCellsComputed, 0, 0, d, made}));
-      }
-    }
-    terms.push_back(std::move(owned));
-    terms.push_back(std::move(computed));
+  const size_t k = n.inputs.size();
+  const int64_t rho = v.p.partials(v.node, v.steps), inner = v.p.partials(v.node, v.steps, v.cut);
+  const int64_t eb = v.p.tensors[n.output].resultBytes(rho > 1);
+  CostTerm owned, computed, ownedCells, computedCells;
+  owned.coef = rho * eb;
+  computed.coef = -inner * eb;
+  computed.factors = computedCells.factors = unitNonempty;
+  ownedCells.coef = rho;
+  computedCells.coef = -inner;
+  ownedCells.message = computedCells.message = true;
+  for (unsigned d = 0; d < dimSteps[k].size(); ++d) {
+    const uint64_t made = dimSteps[k][d] | (varSteps[op.outputVars[d]] & v.unitMask);
+    owned.factors.push_back(factor({CostFactor::TileLen, 0, 0, d, dimSteps[k][d]}));
+    computed.factors.push_back(factor({CostFactor::TileComputed, 0, 0, d, made}));
     if (messages) {
-      terms.push_back(std::move(ownedCells));
-      terms.push_back(std::move(computedCells));
+      ownedCells.factors.push_back(factor({CostFactor::TileCells, 0, 0, d, dimSteps[k][d]}));
+      computedCells.factors.push_back(factor({CostFactor::TileCellsComputed, 0, 0, d, made}));
     }
   }
-  // Connected sets of steps (two steps are connected when one factor depends on both).
+  t.terms.push_back(std::move(owned));
+  t.terms.push_back(std::move(computed));
+  if (messages) {
+    t.terms.push_back(std::move(ownedCells));
+    t.terms.push_back(std::move(computedCells));
+  }
+  return t;
+}
+
+/// The connected sets of steps (two steps are connected when one factor depends on both),
+/// as step masks, and last the empty set: the factors that depend on no step, one point.
+std::vector<uint64_t> stepComponents(const std::vector<CostFactor> &factors) {
   std::vector<uint64_t> components;
   for (const CostFactor &f : factors) {
     uint64_t mask = f.steps;
@@ -606,83 +629,81 @@ int64_t CostModel::nodeCostEveryWorker(unsigned node, const std::vector<StepChoi
       components = std::move(rest);
     }
   }
-  components.push_back(0); // the factors that depend on no step: one point
-  uint64_t covered = 0;
-  for (uint64_t c : components)
-    covered |= c;
-  // Per term, the product over components of the sum over the component's points of the
-  // product of the term's factors in it.
-  std::vector<int64_t> value(terms.size(), 1);
-  std::vector<int> componentOf(factors.size());
-  for (size_t f = 0; f < factors.size(); ++f)
-    for (size_t c = 0; c < components.size(); ++c)
-      if (factors[f].steps ? (factors[f].steps & components[c]) != 0 : components[c] == 0) {
-        componentOf[f] = static_cast<int>(c);
-        break;
-      }
-  auto overlap = [](Range a, Range b) {
-    return std::max<int64_t>(0, std::min(a.hi, b.hi) - std::max(a.lo, b.lo));
-  };
-  std::vector<int64_t> fv(factors.size(), 0);
-  std::vector<int64_t> sums(terms.size());
-  // Per level x (the component's first x steps applied to a worker, reused from one point to
-  // the next), the variable ranges and the tiles per slot, the worker's and its unit's; and
-  // the input regions.
-  std::vector<std::vector<Range>> levelRanges(1), unitLevelRanges;
-  std::vector<std::vector<Box>> levelTiles(1, std::vector<Box>(slots)), unitLevelTiles;
-  for (int64_t e : n.shapes.vars)
-    levelRanges[0].push_back({0, e});
-  for (size_t k = 0; k < slots; ++k)
-    for (int64_t e : p_.tensors[slotTensor(k)].shape)
-      levelTiles[0][k].push_back({0, e});
-  if (units) {
-    unitLevelRanges = levelRanges;
-    unitLevelTiles = levelTiles;
+  components.push_back(0);
+  return components;
+}
+
+/// Per component and term, the sum over the component's points (the coordinates of its
+/// steps) of the product of the term's factors in the component. The ranges and tiles of
+/// each level (a component's first x steps applied to a worker) are kept from one point
+/// to the next, and from one component to the next.
+class ComponentSums {
+public:
+  ComponentSums(const NodeAtSteps &v, const NodeTerms &t, const std::vector<uint64_t> &components)
+      : v_(v), t_(t), components_(components), componentOf_(t.factors.size()),
+        values_(t.factors.size(), 0), termMine_(t.terms.size()) {
+    for (size_t f = 0; f < t.factors.size(); ++f)
+      for (size_t c = 0; c < components.size(); ++c)
+        if (t.factors[f].steps ? (t.factors[f].steps & components[c]) != 0 : components[c] == 0) {
+          componentOf_[f] = static_cast<int>(c);
+          break;
+        }
+    levelRanges_.resize(1);
+    levelTiles_.assign(1, std::vector<Box>(v.slots));
+    for (int64_t e : v.n.shapes.vars)
+      levelRanges_[0].push_back({0, e});
+    for (size_t k = 0; k < v.slots; ++k)
+      for (int64_t e : v.p.tensors[v.slotTensor(k)].shape)
+        levelTiles_[0][k].push_back({0, e});
+    if (v.units) {
+      unitLevelRanges_ = levelRanges_;
+      unitLevelTiles_ = levelTiles_;
+    }
   }
-  std::vector<Box> regions;
-  std::vector<unsigned> mine;
-  std::vector<std::vector<unsigned>> termMine(terms.size());
-  for (size_t c = 0; c < components.size(); ++c) {
-    const uint64_t mask = components[c];
-    std::vector<size_t> members;
-    for (size_t l = 0; l < m; ++l)
+
+  /// Component `c`'s sum per term, into `sums`.
+  void sum(size_t c, std::vector<int64_t> &sums) {
+    const uint64_t mask = components_[c];
+    members_.clear();
+    for (size_t l = 0; l < v_.steps.size(); ++l)
       if (mask & (uint64_t(1) << l))
-        members.push_back(l);
+        members_.push_back(l);
     // The component's factors, and per term its factors in the component (the points below
     // evaluate only these).
-    mine.clear();
-    for (size_t f = 0; f < factors.size(); ++f)
-      if (componentOf[f] == int(c))
-        mine.push_back(static_cast<unsigned>(f));
-    for (size_t t = 0; t < terms.size(); ++t) {
-      termMine[t].clear();
-      for (unsigned f : terms[t].factors)
-        if (componentOf[f] == int(c))
-          termMine[t].push_back(f);
+    mine_.clear();
+    for (size_t f = 0; f < t_.factors.size(); ++f)
+      if (componentOf_[f] == int(c))
+        mine_.push_back(static_cast<unsigned>(f));
+    for (size_t t = 0; t < t_.terms.size(); ++t) {
+      termMine_[t].clear();
+      for (unsigned f : t_.terms[t].factors)
+        if (componentOf_[f] == int(c))
+          termMine_[t].push_back(f);
     }
-    bool needRegions = false;
-    for (unsigned f : mine)
-      needRegions |=
-          factors[f].kind != CostFactor::Nonempty && factors[f].kind != CostFactor::TileLen &&
-          factors[f].kind != CostFactor::TileComputed && factors[f].kind != CostFactor::TileCells &&
-          factors[f].kind != CostFactor::TileCellsComputed;
-    std::fill(sums.begin(), sums.end(), 0);
+    needRegions_ = false;
+    for (unsigned f : mine_) {
+      const CostFactor::Kind kind = t_.factors[f].kind;
+      needRegions_ |= kind != CostFactor::Nonempty && kind != CostFactor::TileLen &&
+                      kind != CostFactor::TileComputed && kind != CostFactor::TileCells &&
+                      kind != CostFactor::TileCellsComputed;
+    }
+    sums.assign(t_.terms.size(), 0);
     // Per member step: the variable it splits and per slot the dimension it cuts (the same
     // at every point).
-    const size_t M = members.size();
-    std::vector<int> memberVar(M);
-    std::vector<std::vector<int>> memberDim(M, std::vector<int>(slots));
+    const size_t M = members_.size();
+    memberVar_.assign(M, 0);
+    memberDim_.assign(M, std::vector<int>(v_.slots));
     for (size_t x = 0; x < M; ++x) {
-      memberVar[x] = p_.splitVar(node, steps[members[x]].node[node]);
-      for (size_t k = 0; k < slots; ++k)
-        memberDim[x][k] = steps[members[x]].tensor[slotTensor(k)];
+      memberVar_[x] = v_.p.splitVar(v_.node, v_.steps[members_[x]].node[v_.node]);
+      for (size_t k = 0; k < v_.slots; ++k)
+        memberDim_[x][k] = v_.steps[members_[x]].tensor[v_.slotTensor(k)];
     }
-    if (levelRanges.size() < M + 1) {
-      levelRanges.resize(M + 1);
-      levelTiles.resize(M + 1, std::vector<Box>(slots));
-      if (units) {
-        unitLevelRanges.resize(M + 1);
-        unitLevelTiles.resize(M + 1, std::vector<Box>(slots));
+    if (levelRanges_.size() < M + 1) {
+      levelRanges_.resize(M + 1);
+      levelTiles_.resize(M + 1, std::vector<Box>(v_.slots));
+      if (v_.units) {
+        unitLevelRanges_.resize(M + 1);
+        unitLevelTiles_.resize(M + 1, std::vector<Box>(v_.slots));
       }
     }
     // The points in order, the last member's coordinate fastest; levels from `from` on are
@@ -690,95 +711,153 @@ int64_t CostModel::nodeCostEveryWorker(unsigned node, const std::vector<StepChoi
     std::vector<unsigned> coord(M, 0);
     size_t from = 0;
     for (;;) {
-      for (size_t x = from; x < M; ++x) {
-        const unsigned parts = steps[members[x]].parts;
-        levelRanges[x + 1] = levelRanges[x];
-        if (memberVar[x] >= 0)
-          levelRanges[x + 1][memberVar[x]] =
-              subRange(levelRanges[x][memberVar[x]], parts, coord[x]);
-        for (size_t k = 0; k < slots; ++k) {
-          levelTiles[x + 1][k] = levelTiles[x][k];
-          if (const int d = memberDim[x][k]; d >= 0)
-            levelTiles[x + 1][k][d] = subRange(levelTiles[x][k][d], parts, coord[x]);
-        }
-        if (units) { // the unit's: cut by the first `cut` steps only
-          const bool cuts = members[x] < cut;
-          unitLevelRanges[x + 1] = unitLevelRanges[x];
-          if (cuts && memberVar[x] >= 0)
-            unitLevelRanges[x + 1][memberVar[x]] =
-                subRange(unitLevelRanges[x][memberVar[x]], parts, coord[x]);
-          for (size_t k = 0; k < slots; ++k) {
-            unitLevelTiles[x + 1][k] = unitLevelTiles[x][k];
-            if (const int d = memberDim[x][k]; cuts && d >= 0)
-              unitLevelTiles[x + 1][k][d] = subRange(unitLevelTiles[x][k][d], parts, coord[x]);
-          }
-        }
-      }
-      const std::vector<Range> &ranges = levelRanges[M];
-      const std::vector<Box> &tiles = levelTiles[M];
-      const std::vector<Range> &unitRanges = units ? unitLevelRanges[M] : ranges;
-      const std::vector<Box> &unitTiles = units ? unitLevelTiles[M] : tiles;
-      if (needRegions)
-        inputRegions(op, *n.reads, n.shapes, ranges, regions);
-      for (unsigned f : mine) {
-        const CostFactor &x = factors[f];
-        switch (x.kind) {
-        case CostFactor::Nonempty:
-          fv[f] = (x.b ? unitRanges : ranges)[x.a].size() > 0;
-          break;
-        case CostFactor::RegionLen:
-          fv[f] = regions[x.a][x.d].size();
-          break;
-        case CostFactor::RegionOverlap:
-          fv[f] = overlap(regions[x.a][x.d], unitTiles[x.a][x.d]);
-          break;
-        case CostFactor::RegionEqual:
-          fv[f] = regions[x.a][x.d] == regions[x.b][x.d];
-          break;
-        case CostFactor::TileLen:
-          fv[f] = tiles[slots - 1][x.d].size();
-          break;
-        case CostFactor::TileComputed:
-          fv[f] = overlap(tiles[slots - 1][x.d], unitRanges[op.outputVars[x.d]]);
-          break;
-        case CostFactor::RegionCells:
-          fv[f] = cellsOver(cells[x.a][x.d], regions[x.a][x.d]);
-          break;
-        case CostFactor::RegionCellsInside:
-          fv[f] = cellsOver(cells[x.a][x.d], overlapOf(regions[x.a][x.d], unitTiles[x.a][x.d]));
-          break;
-        case CostFactor::TileCells:
-          fv[f] = cellsOver(cells[slots - 1][x.d], tiles[slots - 1][x.d]);
-          break;
-        case CostFactor::TileCellsComputed:
-          fv[f] = cellsOver(cells[slots - 1][x.d],
-                            overlapOf(tiles[slots - 1][x.d], unitRanges[op.outputVars[x.d]]));
-          break;
-        }
-      }
-      for (size_t t = 0; t < terms.size(); ++t) {
+      for (size_t x = from; x < M; ++x)
+        descend(x, coord[x]);
+      evaluateFactors(M);
+      for (size_t t = 0; t < t_.terms.size(); ++t) {
         int64_t prod = 1;
-        for (unsigned f : termMine[t])
-          prod *= fv[f];
+        for (unsigned f : termMine_[t])
+          prod *= values_[f];
         sums[t] += prod;
       }
       size_t x = M;
-      while (x > 0 && ++coord[x - 1] == steps[members[x - 1]].parts)
+      while (x > 0 && ++coord[x - 1] == v_.steps[members_[x - 1]].parts)
         coord[--x] = 0;
       if (x == 0)
         break;
       from = x - 1;
     }
-    for (size_t t = 0; t < terms.size(); ++t)
-      value[t] *= sums[t];
+  }
+
+private:
+  /// Level x + 1 from level x: member x's step at coordinate `w`.
+  void descend(size_t x, unsigned w) {
+    const unsigned parts = v_.steps[members_[x]].parts;
+    levelRanges_[x + 1] = levelRanges_[x];
+    if (memberVar_[x] >= 0)
+      levelRanges_[x + 1][memberVar_[x]] = subRange(levelRanges_[x][memberVar_[x]], parts, w);
+    for (size_t k = 0; k < v_.slots; ++k) {
+      levelTiles_[x + 1][k] = levelTiles_[x][k];
+      if (const int d = memberDim_[x][k]; d >= 0)
+        levelTiles_[x + 1][k][d] = subRange(levelTiles_[x][k][d], parts, w);
+    }
+    if (!v_.units)
+      return;
+    // The unit's: cut by the first `cut` steps only.
+    const bool cuts = members_[x] < v_.cut;
+    unitLevelRanges_[x + 1] = unitLevelRanges_[x];
+    if (cuts && memberVar_[x] >= 0)
+      unitLevelRanges_[x + 1][memberVar_[x]] =
+          subRange(unitLevelRanges_[x][memberVar_[x]], parts, w);
+    for (size_t k = 0; k < v_.slots; ++k) {
+      unitLevelTiles_[x + 1][k] = unitLevelTiles_[x][k];
+      if (const int d = memberDim_[x][k]; cuts && d >= 0)
+        unitLevelTiles_[x + 1][k][d] = subRange(unitLevelTiles_[x][k][d], parts, w);
+    }
+  }
+
+  /// The component's factors at the point level M stands for.
+  void evaluateFactors(size_t M) {
+    const size_t out = v_.slots - 1;
+    const std::vector<Range> &ranges = levelRanges_[M];
+    const std::vector<Box> &tiles = levelTiles_[M];
+    const std::vector<Range> &unitRanges = v_.units ? unitLevelRanges_[M] : ranges;
+    const std::vector<Box> &unitTiles = v_.units ? unitLevelTiles_[M] : tiles;
+    if (needRegions_)
+      inputRegions(v_.op, *v_.n.reads, v_.n.shapes, ranges, regions_);
+    auto overlap = [](Range a, Range b) {
+      return std::max<int64_t>(0, std::min(a.hi, b.hi) - std::max(a.lo, b.lo));
+    };
+    const auto &cells = t_.cells;
+    const std::vector<unsigned> &outputVars = v_.op.outputVars;
+    for (unsigned f : mine_) {
+      const CostFactor &x = t_.factors[f];
+      int64_t &fv = values_[f];
+      switch (x.kind) {
+      case CostFactor::Nonempty:
+        fv = (x.b ? unitRanges : ranges)[x.a].size() > 0;
+        break;
+      case CostFactor::RegionLen:
+        fv = regions_[x.a][x.d].size();
+        break;
+      case CostFactor::RegionOverlap:
+        fv = overlap(regions_[x.a][x.d], unitTiles[x.a][x.d]);
+        break;
+      case CostFactor::RegionEqual:
+        fv = regions_[x.a][x.d] == regions_[x.b][x.d];
+        break;
+      case CostFactor::TileLen:
+        fv = tiles[out][x.d].size();
+        break;
+      case CostFactor::TileComputed:
+        fv = overlap(tiles[out][x.d], unitRanges[outputVars[x.d]]);
+        break;
+      case CostFactor::RegionCells:
+        fv = cellsOver(cells[x.a][x.d], regions_[x.a][x.d]);
+        break;
+      case CostFactor::RegionCellsInside:
+        fv = cellsOver(cells[x.a][x.d], overlapOf(regions_[x.a][x.d], unitTiles[x.a][x.d]));
+        break;
+      case CostFactor::TileCells:
+        fv = cellsOver(cells[out][x.d], tiles[out][x.d]);
+        break;
+      case CostFactor::TileCellsComputed:
+        fv = cellsOver(cells[out][x.d], overlapOf(tiles[out][x.d], unitRanges[outputVars[x.d]]));
+        break;
+      }
+    }
+  }
+
+  const NodeAtSteps &v_;
+  const NodeTerms &t_;
+  const std::vector<uint64_t> &components_;
+  std::vector<int> componentOf_;
+  std::vector<int64_t> values_; ///< per factor, at the current point
+  std::vector<std::vector<Range>> levelRanges_, unitLevelRanges_;
+  std::vector<std::vector<Box>> levelTiles_, unitLevelTiles_;
+  std::vector<Box> regions_;
+  // The current component's.
+  std::vector<size_t> members_;
+  std::vector<unsigned> mine_;
+  std::vector<std::vector<unsigned>> termMine_;
+  bool needRegions_ = false;
+  std::vector<int> memberVar_;
+  std::vector<std::vector<int>> memberDim_;
+};
+
+} // namespace
+
+int64_t CostModel::nodeCostEveryWorker(unsigned node, const std::vector<StepChoice> &steps,
+                                       size_t cut, int64_t *messages) const {
+  const ProblemNode &n = p_.nodes[node];
+  const size_t m = steps.size();
+  if (m == 0)
+    return 0;
+  if (m > 62 || !n.regionVars) // the terms do not factor here: every worker
+    return nodeBruteForceCost(node, steps, cut, messages);
+  cut = std::min(cut, m);
+  const NodeAtSteps v(p_, node, steps, cut);
+  const std::optional<NodeTerms> t = nodeTerms(v, messages != nullptr);
+  if (!t)
+    return nodeBruteForceCost(node, steps, cut, messages);
+  // Per term, the product over components of its sums over the component's points.
+  const std::vector<uint64_t> components = stepComponents(t->factors);
+  ComponentSums componentSums(v, *t, components);
+  std::vector<int64_t> value(t->terms.size(), 1), sums;
+  uint64_t covered = 0;
+  for (size_t c = 0; c < components.size(); ++c) {
+    covered |= components[c];
+    componentSums.sum(c, sums);
+    for (size_t k = 0; k < sums.size(); ++k)
+      value[k] *= sums[k];
   }
   int64_t untouched = 1; // workers that differ only in steps no factor depends on
   for (size_t l = 0; l < m; ++l)
     if (!(covered & (uint64_t(1) << l)))
       untouched *= steps[l].parts;
   int64_t total = 0, fetches = 0;
-  for (size_t t = 0; t < terms.size(); ++t)
-    (terms[t].message ? fetches : total) += terms[t].coef * value[t];
+  for (size_t k = 0; k < t->terms.size(); ++k)
+    (t->terms[k].message ? fetches : total) += t->terms[k].coef * value[k];
   if (messages)
     *messages += fetches * untouched;
   return total * untouched;

@@ -1,12 +1,17 @@
 // support/: byte counts and quantities, directories, bfloat16 rounding, element types.
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "fmt/format.h"
+#include "onnx/onnx_pb.h"
 #include "support/bf16.h"
 #include "support/element_type.h"
 #include "support/files.h"
+#include "support/tensor_proto.h"
 #include "support/units.h"
 #include "gtest/gtest.h"
 
@@ -80,6 +85,179 @@ TEST(Files, MakesNestedDirectories) {
   EXPECT_TRUE(makeDirs(base + "/a/b/c"));
   EXPECT_TRUE(makeDirs(base + "/a/b/c")); // again: it exists
   EXPECT_FALSE(makeDirs("/proc/no/such/place"));
+}
+
+TEST(Files, ReadsWholeFilesAndNamesWhyNot) {
+  const std::string dir = ::testing::TempDir() + "/support_test_read";
+  ASSERT_TRUE(makeDirs(dir));
+  // More than one read's worth, with bytes a text read would change.
+  std::string bytes;
+  for (int k = 0; k < 200000; ++k)
+    bytes += static_cast<char>(k * 7 % 256);
+  std::ofstream(dir + "/f", std::ios::binary) << bytes;
+  auto read = readFile(dir + "/f");
+  ASSERT_TRUE(bool(read)) << llvm::toString(read.takeError());
+  EXPECT_EQ(*read, bytes);
+  std::ofstream(dir + "/empty", std::ios::binary).flush();
+  auto empty = readFile(dir + "/empty");
+  ASSERT_TRUE(bool(empty));
+  EXPECT_TRUE(empty->empty());
+  EXPECT_TRUE(pathExists(dir + "/f"));
+  EXPECT_FALSE(isDirectory(dir + "/f"));
+  EXPECT_TRUE(isDirectory(dir));
+  EXPECT_FALSE(pathExists(dir + "/nope"));
+  EXPECT_EQ(llvm::toString(readFile(dir, "an ONNX model").takeError()),
+            fmt::format("'{}' is a directory, not an ONNX model", dir));
+  EXPECT_EQ(llvm::toString(readFile(dir + "/nope").takeError()),
+            fmt::format("cannot open '{}/nope': No such file or directory", dir));
+}
+
+namespace {
+
+onnx::TensorProto tensorOf(int32_t type, std::vector<int64_t> dims) {
+  onnx::TensorProto t;
+  t.set_data_type(type);
+  for (int64_t d : dims)
+    t.add_dims(d);
+  return t;
+}
+
+std::string decodeError(const onnx::TensorProto &t) {
+  auto v = decodeTensorProto(t);
+  return v ? "no error" : llvm::toString(v.takeError());
+}
+
+} // namespace
+
+TEST(TensorProto, EveryTypeFromItsTypedFieldAndFromRawData) {
+  using P = onnx::TensorProto;
+  // Each type's values as the typed field holds them, and as raw little-endian bytes.
+  struct Case {
+    int32_t type;
+    std::vector<double> want;
+  };
+  const Case cases[] = {
+      {P::FLOAT, {-1.5, 0, 1048576.25}},
+      {P::DOUBLE, {-1e300, 0.25, 7}},
+      {P::INT64, {-(1LL << 40), 0, (1LL << 50) + 3}},
+      {P::INT32, {-2147483648.0, 0, 2147483647}},
+      {P::INT16, {-32768, 1, 32767}},
+      {P::INT8, {-128, 0, 127}},
+      {P::UINT8, {0, 1, 255}},
+      {P::BOOL, {1, 0, 1}},
+      {P::UINT16, {0, 40000, 65535}},
+      {P::UINT32, {0, 4e9, 4294967295.0}},
+      {P::UINT64, {0, 1e15, 18446744073709551615.0}},
+      {P::FLOAT16, {1.0, -2.5, 65504}},
+      {P::BFLOAT16, {1.0, -2.5, 3.0}},
+  };
+  const uint16_t f16[] = {0x3c00, 0xc100, 0x7bff}, bf16[] = {0x3f80, 0xc020, 0x4040};
+  for (const Case &c : cases) {
+    SCOPED_TRACE(tensorProtoTypeName(c.type));
+    const size_t width = tensorProtoWidth(c.type);
+    ASSERT_GT(width, 0u);
+    EXPECT_EQ(tensorProtoIsFloat(c.type), c.type == P::FLOAT || c.type == P::DOUBLE ||
+                                              c.type == P::FLOAT16 || c.type == P::BFLOAT16);
+    onnx::TensorProto typed = tensorOf(c.type, {3}), raw = tensorOf(c.type, {3});
+    std::string bytes(3 * width, '\0');
+    for (size_t k = 0; k < 3; ++k) {
+      const double w = c.want[k];
+      char *at = bytes.data() + k * width;
+      auto store = [&](auto x) { std::memcpy(at, &x, sizeof x); };
+      switch (c.type) {
+      case P::FLOAT:
+        typed.add_float_data(static_cast<float>(w));
+        store(static_cast<float>(w));
+        break;
+      case P::DOUBLE:
+        typed.add_double_data(w);
+        store(w);
+        break;
+      case P::INT64:
+        typed.add_int64_data(static_cast<int64_t>(w));
+        store(static_cast<int64_t>(w));
+        break;
+      case P::UINT32:
+        typed.add_uint64_data(static_cast<uint64_t>(w));
+        store(static_cast<uint32_t>(w));
+        break;
+      case P::UINT64: {
+        const uint64_t x = k == 2 ? ~uint64_t(0) : static_cast<uint64_t>(w);
+        typed.add_uint64_data(x);
+        store(x);
+        break;
+      }
+      case P::FLOAT16:
+      case P::BFLOAT16: {
+        const uint16_t b = (c.type == P::FLOAT16 ? f16 : bf16)[k];
+        typed.add_int32_data(b);
+        store(b);
+        break;
+      }
+      default: {
+        const int64_t x = static_cast<int64_t>(w);
+        typed.add_int32_data(static_cast<int32_t>(x));
+        std::memcpy(at, &x, width); // the low bytes, little-endian
+        break;
+      }
+      }
+    }
+    raw.set_raw_data(bytes);
+    for (const onnx::TensorProto *t : {&typed, &raw}) {
+      auto v = decodeTensorProto(*t);
+      ASSERT_TRUE(bool(v)) << llvm::toString(v.takeError());
+      EXPECT_EQ(v->shape, std::vector<int64_t>{3});
+      EXPECT_EQ(v->width, width);
+      EXPECT_EQ(v->bytes, bytes);
+      ASSERT_EQ(v->elements(), 3);
+      for (int64_t k = 0; k < 3; ++k)
+        EXPECT_EQ(v->value(k), c.want[static_cast<size_t>(k)]) << "element " << k;
+    }
+  }
+  // A scalar has rank 0 and one value; an empty tensor none.
+  onnx::TensorProto scalar = tensorOf(P::INT64, {});
+  scalar.add_int64_data(-4);
+  auto s = decodeTensorProto(scalar);
+  ASSERT_TRUE(bool(s));
+  EXPECT_TRUE(s->shape.empty());
+  EXPECT_EQ(s->value(0), -4);
+  auto none = decodeTensorProto(tensorOf(P::FLOAT, {2, 0}));
+  ASSERT_TRUE(bool(none));
+  EXPECT_EQ(none->elements(), 0);
+}
+
+TEST(TensorProto, RefusesWhatDoesNotMatchItsShapeOrType) {
+  using P = onnx::TensorProto;
+  onnx::TensorProto f = tensorOf(P::FLOAT, {2, 3});
+  for (int k = 0; k < 5; ++k)
+    f.add_float_data(k);
+  EXPECT_EQ(decodeError(f), "shape [2, 3] needs 6 values; the tensor has 5");
+  onnx::TensorProto r = tensorOf(P::INT32, {4});
+  r.set_raw_data(std::string(12, '\0'));
+  EXPECT_EQ(decodeError(r), "shape [4] of int32 needs 16 bytes of raw data; it has 12");
+  EXPECT_EQ(decodeError(tensorOf(P::STRING, {1})),
+            "element type string holds no numbers Tofu reads (float, double, float16, bfloat16, "
+            "int8 to int64, uint8 to uint64, bool)");
+  EXPECT_EQ(decodeError(tensorOf(P::COMPLEX64, {1})).find("element type complex64 holds no"), 0u);
+  EXPECT_EQ(tensorProtoTypeName(999), "code 999");
+  EXPECT_EQ(decodeError(tensorOf(999, {1})).find("element type code 999 holds no"), 0u);
+  EXPECT_EQ(decodeError(tensorOf(P::FLOAT, {2, -1})), "shape [2, -1] has a negative dimension");
+  EXPECT_EQ(decodeError(tensorOf(P::DOUBLE, {1 << 30, 1 << 30, 1 << 30})),
+            "shape [1073741824, 1073741824, 1073741824] is too large");
+  onnx::TensorProto ext = tensorOf(P::FLOAT, {1});
+  ext.set_data_location(P::EXTERNAL);
+  EXPECT_EQ(decodeError(ext), "its data is in an external file");
+  // A typed value beyond its type's range, which raw data cannot hold.
+  onnx::TensorProto u8 = tensorOf(P::UINT8, {2});
+  u8.add_int32_data(7);
+  u8.add_int32_data(300);
+  EXPECT_EQ(decodeError(u8), "value 1 holds 300, beyond the range of uint8");
+  onnx::TensorProto b = tensorOf(P::BOOL, {1});
+  b.add_int32_data(2);
+  EXPECT_EQ(decodeError(b), "value 0 holds 2, beyond the range of bool");
+  onnx::TensorProto u32 = tensorOf(P::UINT32, {1});
+  u32.add_uint64_data(uint64_t(1) << 32);
+  EXPECT_EQ(decodeError(u32), "value 0 holds 4294967296, beyond the range of uint32");
 }
 
 /// bfloat16 rounding by arithmetic, independent of the bit trick: the quantum at x's
