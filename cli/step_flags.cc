@@ -3,6 +3,7 @@
 
 #include "fmt/format.h"
 #include "graph/training.h"
+#include "planner/step_time.h"
 #include "support/errors.h"
 #include "support/units.h"
 
@@ -14,6 +15,8 @@ cl::OptionCategory &stepCategory() {
   return category;
 }
 
+// Its help is the tool's (initStepFlags).
+cl::opt<unsigned> workers("workers", cl::value_desc("K"), cl::init(0), cl::cat(stepCategory()));
 cl::opt<std::string> model("model", cl::desc("A zoo model (see --help)"), cl::value_desc("NAME"),
                            cl::cat(stepCategory()));
 cl::opt<std::string> graphFile("graph", cl::desc("A graph in JSON (DESIGN.md's format)"),
@@ -92,9 +95,39 @@ cl::opt<std::string>
                     "its Bazel runfiles or PREFIX/share/tofu/ops, else ./ops)"),
            cl::init("ops"), cl::value_desc("DIR"), cl::cat(stepCategory()));
 
+// Its help begins with the tool's words (initStepFlags).
+cl::list<std::string> inputOpt("input", cl::value_desc("NAME=FILE,..."), cl::ZeroOrMore,
+                               cl::cat(stepCategory()));
+// Its default and help are the tool's (initStepFlags).
+cl::opt<std::string> deviceOpt("device", cl::value_desc("h100|a100|cpu|FILE"),
+                               cl::cat(stepCategory()));
+
+std::string inputItems() {
+  std::string all;
+  for (const std::string &item : inputOpt)
+    all += (all.empty() || item.empty() ? "" : ",") + item;
+  return all;
+}
+
 void initStepFlags(cl::OptionCategory &toolCategory, const ToolDefaults &d) {
   cl::HideUnrelatedOptions({&toolCategory, &stepCategory()});
-  static std::string batchHelp, optimizerHelp;
+  // cl::desc keeps a pointer to its text: the composed texts live as long as the options.
+  static std::string batchHelp, optimizerHelp, workersHelp, inputHelp, deviceHelp;
+  workersHelp = fmt::format("Workers to partition across (any K >= 1): {}", d.workersHelp);
+  workers.setDescription(workersHelp);
+  inputHelp = fmt::format(
+      "{}: NAME=FILE,... (.npy, ONNX TensorProto .pb, IDX or FILE.safetensors[:KEY]), values "
+      "of the ONNX model's data inputs, read before its import: each input takes its array's "
+      "shape (fixing dynamic dimensions), and an op that needs an input as a constant (a "
+      "shape, axes, starts) takes the values of an array of at most 4096 elements. A sequence "
+      "input is given element by element, NAME[0]=FILE,NAME[1]=FILE,...; an optional holding "
+      "a tensor as NAME[0]=FILE; an empty sequence, or an optional holding nothing, as "
+      "NAME[]. May repeat: --input x=a.npy --input y=b.npy",
+      d.inputWhen);
+  inputOpt.setDescription(inputHelp);
+  deviceHelp = fmt::format("{}. {}", kDeviceHelp, d.deviceHelp);
+  deviceOpt.setDescription(deviceHelp);
+  deviceOpt.setInitialValue(d.device);
   batchHelp =
       fmt::format("Batch size of a zoo or ONNX model (default {}: {})", d.batch, d.batchWhy);
   batch.setDescription(batchHelp);

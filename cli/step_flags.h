@@ -32,6 +32,9 @@ cl::OptionCategory &stepCategory();
 /// --format.
 enum class Format { Table, Json };
 
+/// Its help is the tool's (initStepFlags): tofu-plan searches a plan for K workers, tofu-run
+/// also runs it.
+extern cl::opt<unsigned> workers;
 extern cl::opt<std::string> model;
 extern cl::opt<std::string> graphFile;
 extern cl::opt<std::string> onnxFile;
@@ -50,6 +53,13 @@ extern cl::opt<RecomputeMode, false, ChoiceParser<RecomputeMode>> recomputeOpt;
 extern cl::opt<std::string> memoryPerWorker;
 extern cl::opt<Format, false, ChoiceParser<Format>> format;
 extern cl::opt<std::string> opsDir;
+/// Values of an ONNX model's data inputs, NAME=FILE,...; it may repeat.
+extern cl::list<std::string> inputOpt;
+/// The device a step time is estimated for; its default is the tool's (initStepFlags).
+extern cl::opt<std::string> deviceOpt;
+
+/// Every --input's items, joined by commas.
+std::string inputItems();
 
 /// What a tool's defaults are where the tools differ, and why (said in --help).
 struct ToolDefaults {
@@ -57,6 +67,13 @@ struct ToolDefaults {
   const char *batchWhy = "";
   Optimizer optimizer = Optimizer::SGD;
   const char *optimizerWhy = "";
+  /// What K workers mean to the tool (--workers' help).
+  const char *workersHelp = "";
+  /// When --input applies ("With --onnx").
+  const char *inputWhen = "";
+  /// --device's default ("" for none) and what the tool does with the device.
+  const char *device = "";
+  const char *deviceHelp = "";
 };
 
 /// Sets the tool's defaults and the help texts that name them, and the search algorithms'

@@ -39,21 +39,12 @@ namespace {
 using namespace tofu::cli;
 
 cl::OptionCategory planCategory("tofu-plan options");
-cl::opt<std::string> inputOpt(
-    "input",
-    cl::desc("With --onnx: NAME=FILE,... (.npy, ONNX TensorProto .pb, IDX or "
-             "FILE.safetensors[:KEY]) values of data inputs: each input takes its array's shape "
-             "(fixing dynamic dimensions), and an op that needs an input as a constant (a shape, "
-             "axes, starts) takes its values, as tofu-run --infer --input does"),
-    cl::value_desc("NAME=FILE,..."), cl::cat(planCategory));
 cl::opt<bool> train("train", cl::desc("Add the backward pass and the optimiser update"),
                     cl::cat(planCategory));
 cl::opt<bool> describe("describe",
                        cl::desc("Print node and tensor counts and bytes per tensor role"),
                        cl::cat(planCategory));
 cl::opt<bool> dumpJson("dump-json", cl::desc("Print the graph as JSON"), cl::cat(planCategory));
-cl::opt<unsigned> workers("workers", cl::desc("Search a partition for K workers (any K >= 1)"),
-                          cl::value_desc("K"), cl::init(0), cl::cat(planCategory));
 cl::opt<std::string> svgFile("svg", cl::desc("Also draw the plan's weight and activation tiles"),
                              cl::value_desc("FILE.svg"), cl::cat(planCategory));
 cl::opt<bool> summary("summary",
@@ -90,16 +81,6 @@ cl::opt<std::string> topologySpec(
              "2x8), each searched over the levels it fills; with --memory-per-worker every plan "
              "under the budget is searched over the levels"),
     cl::value_desc("SPEC"), cl::cat(planCategory));
-// cl::desc keeps a reference to its text, not a copy: the composed text lives here, not in a
-// temporary (a temporary's text was freed before --help printed it).
-const std::string kPlanDeviceHelp =
-    std::string(tofu::kDeviceHelp) +
-    ". The plan's step time is estimated on it: every worker's ops (their FLOPs and bytes "
-    "against the device's rates) and the plan's traffic (over the --topology levels, else the "
-    "device's link), with no overlap assumed (default h100)";
-cl::opt<std::string> deviceOpt("device", cl::desc(kPlanDeviceHelp),
-                               cl::value_desc("h100|a100|cpu|FILE"), cl::init("h100"),
-                               cl::cat(planCategory));
 cl::opt<bool> noCoarsen("no-coarsen",
                         cl::desc("Do not merge element-wise chains and coalesced "
                                  "timesteps"),
@@ -115,6 +96,13 @@ int main(int argc, char **argv) {
   defaults.optimizer = tofu::Optimizer::Adam;
   defaults.optimizerWhy = "its two state tensors per weight are the memory most training plans "
                           "must hold; tofu-run's is sgd, whose learning rate its examples use";
+  defaults.workersHelp = "the plan is searched for K (with --fit, for the fewest that fit)";
+  defaults.inputWhen = "With --onnx";
+  defaults.device = "h100";
+  defaults.deviceHelp =
+      "The plan's step time is estimated on it: every worker's ops (their FLOPs and bytes "
+      "against the device's rates) and the plan's traffic (over the --topology levels, else the "
+      "device's link), with no overlap assumed (default h100)";
   tofu::cli::initStepFlags(planCategory, defaults);
   // Bad usage exits 2, as --help says (llvm's parser would exit 1).
   const bool parsed = cl::ParseCommandLineOptions(
@@ -305,7 +293,7 @@ int main(int argc, char **argv) {
   };
   tofu::GraphSource source = tofu::cli::graphSource();
   if (!inputOpt.empty())
-    source.givenInputs = exitOnErr(tofu::asUsage(tofu::readInputArrays(inputOpt))).forImport();
+    source.givenInputs = exitOnErr(tofu::asUsage(tofu::readInputArrays(inputItems()))).forImport();
   if (onnxFile.empty() && (!trainableOpt.empty() || !frozenOpt.empty()))
     exitOnErr(tofu::usageError("--trainable and --frozen name initializers of an --onnx model"));
   auto deviceModel = tofu::deviceModelNamed(deviceOpt);

@@ -26,11 +26,6 @@ namespace tofurun {
 
 cl::OptionCategory runCategory("tofu-run options");
 
-cl::opt<unsigned>
-    workers("workers",
-            cl::desc("Workers to partition across (required to train; --infer defaults to 1; "
-                     "under mpirun, the process count)"),
-            cl::value_desc("K"), cl::init(0), cl::cat(runCategory));
 cl::opt<std::string> backend("backend",
                              cl::desc("Executor: cpu (threads over host arenas), cuda (streams "
                                       "over arenas on one GPU; k workers share it), mpi (one "
@@ -68,28 +63,7 @@ cl::opt<bool> infer("infer",
                              "every graph output; weights from the model's "
                              "initializers, --load, or drawn from --seed"),
                     cl::cat(runCategory));
-cl::list<std::string>
-    inputOpt("input",
-             cl::desc("With --infer: NAME=FILE,... (.npy, ONNX TensorProto .pb, IDX or "
-                      "FILE.safetensors[:KEY]), one per data input. "
-                      "Read before an ONNX model's import: each input "
-                      "takes its array's shape (fixing dynamic "
-                      "dimensions), and an op that needs an input as a "
-                      "constant (a shape, axes, starts) takes the "
-                      "values of an array of at most 4096 elements. A "
-                      "sequence input is given element by element, "
-                      "NAME[0]=FILE,NAME[1]=FILE,...; an optional "
-                      "holding a tensor as NAME[0]=FILE; an empty "
-                      "sequence, or an optional holding nothing, as NAME[]. "
-                      "May repeat: --input x=a.npy --input y=b.npy"),
-             cl::value_desc("NAME=FILE,..."), cl::ZeroOrMore, cl::cat(runCategory));
 
-std::string inputItems() {
-  std::string all;
-  for (const std::string &item : inputOpt)
-    all += (all.empty() || item.empty() ? "" : ",") + item;
-  return all;
-}
 cl::opt<std::string> outputDir("output-dir",
                                cl::desc("With --infer: write each graph output to "
                                         "DIR/<name>.npy (float32)"),
@@ -246,13 +220,6 @@ cl::opt<std::string> calibrateOpt(
              "to FILE (default $TOFU_CPU_MODEL, else ~/.cache/tofu/cpu-model.json); takes no "
              "model"),
     cl::value_desc("FILE"), cl::cat(runCategory));
-cl::opt<std::string> deviceOpt(
-    "device",
-    cl::desc("Print the plan's estimated step time on this device beside the measured one: "
-             "h100, a100, cpu (this machine, as --calibrate measured it) or a device model "
-             "file. Default: cpu where --calibrate has written its model and the backend is "
-             "cpu or mpi"),
-    cl::value_desc("NAME|FILE"), cl::cat(runCategory));
 cl::opt<unsigned> profileTop("profile",
                              cl::desc("Time every node on every worker; print each "
                                       "worker's compute, copy and waiting time and "

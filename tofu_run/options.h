@@ -30,17 +30,13 @@ using namespace tofu::cli;
 /// --kernels: what computes each op's share.
 enum class Kernels { Compiled, Generated, Interp };
 
-extern cl::opt<unsigned> workers;
 extern cl::opt<std::string> backend;
 extern cl::opt<std::string> mpiTransport;
 extern cl::opt<bool> tf32;
 extern cl::opt<std::string> lrScheduleOpt;
 extern cl::opt<unsigned> warmupOpt;
 extern cl::opt<bool> infer;
-extern cl::list<std::string> inputOpt;
 extern cl::opt<std::string> shuffleOpt;
-/// Every --input's items, joined by commas (the option may repeat).
-std::string inputItems();
 extern cl::opt<std::string> outputDir;
 extern cl::opt<tofu::LossKind, false, tofu::ChoiceParser<tofu::LossKind>> lossKindOpt;
 extern cl::opt<tofu::StoredType, false, tofu::ChoiceParser<tofu::StoredType>> saveType;
@@ -68,7 +64,7 @@ extern cl::opt<std::string> saveDir;
 extern cl::opt<std::string> loadDir;
 extern cl::opt<unsigned> profileTop;
 extern cl::opt<std::string> profileInto;
-extern cl::opt<std::string> calibrateOpt, deviceOpt;
+extern cl::opt<std::string> calibrateOpt;
 extern cl::opt<bool> continueNonFinite;
 extern cl::opt<bool> kernelReportOpt;
 extern cl::opt<std::string> metricsFile;

@@ -60,6 +60,12 @@ int run(int argc, char **argv) {
   defaults.optimizer = tofu::Optimizer::SGD;
   defaults.optimizerWhy = "with lr 0.1, as the examples train; tofu-plan's is adam, whose "
                           "state is the memory most training plans must hold";
+  defaults.workersHelp = "required to train; --infer defaults to 1; under mpirun, the process "
+                         "count";
+  defaults.inputWhen = "With --infer, one per data input";
+  defaults.deviceHelp = "tofu-run prints the plan's estimated step time on it beside the "
+                        "measured one (default: cpu where --calibrate has written its model and "
+                        "the backend is cpu or mpi, else none)";
   tofu::cli::initStepFlags(runCategory, defaults);
   // Bad usage exits 2, as --help says (llvm's parser would exit 1).
   const bool parsed = cl::ParseCommandLineOptions(
