@@ -35,8 +35,9 @@ llvm::Error sameProgramOnEvery(const Program &program, ProcessGroup &group) {
 std::string checkSettings(const BackendEntry &entry, const BackendSettings &settings) {
   if (entry.check)
     return entry.check(settings);
-  return settings.mpiTransport.empty() ? std::string()
-                                       : std::string("--mpi-transport is for --backend mpi");
+  return settings.mpiTransport.empty()
+             ? std::string()
+             : settings.names("mpi-transport") + " is for " + settings.names("backend") + " mpi";
 }
 
 std::vector<std::string> backendNames() {

@@ -25,6 +25,9 @@ namespace tofu {
 struct BackendSettings {
   bool tf32 = false;        ///< CUDA: TF32 tensor-core products in cuBLAS and cuDNN
   std::string mpiTransport; ///< MPI: get or sendrecv (empty: the default)
+  /// How messages name these settings and the backend's ("mpi-transport", "backend";
+  /// support/errors.h).
+  SettingNames names;
 };
 
 struct BackendEntry {

@@ -25,16 +25,17 @@ int findTensor(const Problem &p, const std::string &name) {
 
 namespace {
 
-/// `--feed`'s INPUT=ARRAY pairs, in order; an item that is not one is an error.
+/// The feed setting's INPUT=ARRAY pairs, in order; an item that is not one is an error.
 llvm::Expected<std::vector<std::pair<std::string, std::string>>>
-parseFeeds(const std::string &feeds) {
+parseFeeds(const std::string &feeds, const SettingNames &names) {
   std::vector<std::pair<std::string, std::string>> pairs;
   std::stringstream ss(feeds);
   std::string item;
   while (std::getline(ss, item, ',')) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-      return stringError(fmt::format("--feed '{}': '{}' is not INPUT=ARRAY", feeds, item));
+      return stringError(
+          fmt::format("{} '{}': '{}' is not INPUT=ARRAY", names("feed"), feeds, item));
     pairs.emplace_back(item.substr(0, eq), item.substr(eq + 1));
   }
   return pairs;
@@ -59,7 +60,7 @@ llvm::Expected<std::vector<DataBinding>>
 bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const std::string &feeds,
             const std::map<std::string, std::vector<double>> &constants,
             const std::map<std::string, std::vector<float>> &initial,
-            const std::map<std::string, RandomInput> &random) {
+            const std::map<std::string, RandomInput> &random, const SettingNames &names) {
   std::vector<DataBinding> out;
   const int labels = labelsOf(p, loss);
   auto bind = [&](int t, const std::string &array) -> llvm::Error {
@@ -116,16 +117,18 @@ bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const 
     return llvm::Error::success();
   };
   if (!feeds.empty()) {
-    auto pairs = parseFeeds(feeds);
+    auto pairs = parseFeeds(feeds, names);
     if (!pairs)
       return pairs.takeError();
     for (const auto &[input, array] : *pairs) {
       const int t = findTensor(p, input);
       if (t < 0)
-        return stringError(fmt::format("--feed '{}': the model has no input '{}'", feeds, input));
+        return stringError(
+            fmt::format("{} '{}': the model has no input '{}'", names("feed"), feeds, input));
       for (const DataBinding &b : out)
         if (b.tensor == unsigned(t))
-          return stringError(fmt::format("--feed '{}': input '{}' is fed twice", feeds, input));
+          return stringError(
+              fmt::format("{} '{}': input '{}' is fed twice", names("feed"), feeds, input));
       if (llvm::Error e = bind(t, array))
         return e;
     }
@@ -139,8 +142,8 @@ bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const 
   if (labels >= 0) {
     if (!ds.find("labels"))
       return stringError(fmt::format("the data set has no array 'labels' for the labels of '{}' "
-                                     "(name the arrays with --feed INPUT=ARRAY)",
-                                     loss));
+                                     "(name the arrays with {} INPUT=ARRAY)",
+                                     loss, names("feed")));
     if (llvm::Error e = bind(labels, "labels"))
       return e;
   }
@@ -152,14 +155,14 @@ bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const 
       inputs.push_back(t);
   }
   if (rest.size() != 1 || inputs.size() != 1) {
-    std::string names;
+    std::string inputNames;
     for (unsigned t : inputs)
-      names += (names.empty() ? "" : ", ") + p.tensors[t].name;
+      inputNames += (inputNames.empty() ? "" : ", ") + p.tensors[t].name;
     return stringError(fmt::format("the model has {} data input{} ({}) and the data set {} array{} "
-                                   "besides the labels: say which feeds which with --feed "
+                                   "besides the labels: say which feeds which with {} "
                                    "INPUT=ARRAY,...",
-                                   inputs.size(), inputs.size() == 1 ? "" : "s", names, rest.size(),
-                                   rest.size() == 1 ? "" : "s"));
+                                   inputs.size(), inputs.size() == 1 ? "" : "s", inputNames,
+                                   rest.size(), rest.size() == 1 ? "" : "s", names("feed")));
   }
   if (llvm::Error e = bind(static_cast<int>(inputs[0]), rest[0]))
     return e;
@@ -173,7 +176,7 @@ std::map<std::string, std::vector<int64_t>> sampleShapesFed(const DataSet &ds,
     return std::vector<int64_t>(a.shape.begin() + (a.shape.empty() ? 0 : 1), a.shape.end());
   };
   if (!feeds.empty()) {
-    auto pairs = parseFeeds(feeds);
+    auto pairs = parseFeeds(feeds, SettingNames());
     if (!pairs) {
       llvm::consumeError(pairs.takeError()); // bindDataSet reports it
       return shapes;

@@ -22,6 +22,7 @@
 #include "partition/problem.h"
 #include "runtime/dataset.h"
 #include "runtime/engine.h"
+#include "support/errors.h"
 
 namespace tofu {
 
@@ -42,12 +43,13 @@ struct DataBinding {
 ///   initial value or, by `random`, a random input drawn at every step).
 /// Each bound input's first dimension is the batch; an array's sample must have as many
 /// elements as one batch row of the input; labels must be integers in [0, classes).
-/// Errors name the input, the array and what does not fit.
+/// Errors name the input, the array and what does not fit; the feed setting as `names`
+/// spells "feed".
 llvm::Expected<std::vector<DataBinding>>
 bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const std::string &feeds,
             const std::map<std::string, std::vector<double>> &constants,
             const std::map<std::string, std::vector<float>> &initial,
-            const std::map<std::string, RandomInput> &random = {});
+            const std::map<std::string, RandomInput> &random = {}, const SettingNames &names = {});
 
 /// The index of the tensor named `name` in `p`, or -1.
 int findTensor(const Problem &p, const std::string &name);

@@ -700,7 +700,8 @@ bool hasMnistSplit(const std::string &dir, const std::string &split) {
          !existing(dir, split + "-labels-idx1-ubyte").empty();
 }
 
-llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &split) {
+llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &split,
+                                    const SettingNames &names) {
   DataSet ds;
   std::vector<std::pair<std::string, std::string>> files;
   if (isDirectory(spec)) {
@@ -735,29 +736,29 @@ llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &
     }
     return ds;
   } else if (spec.find('=') == std::string::npos) {
-    return stringError(fmt::format("{}: no such directory (--data takes a directory of the MNIST "
+    return stringError(fmt::format("{}: no such directory ({} takes a directory of the MNIST "
                                    "family, a .safetensors file, NAME=FILE,... naming each array, "
                                    "teacher or fixed)",
-                                   spec));
+                                   spec, names("data")));
   } else {
     std::stringstream ss(spec);
     std::string item;
     while (std::getline(ss, item, ',')) {
       size_t eq = item.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-        return stringError(
-            fmt::format("--data '{}': '{}' is not NAME=FILE (give a directory of the "
-                        "MNIST family, or NAME=FILE,... naming each array)",
-                        spec, item));
+        return stringError(fmt::format("{} '{}': '{}' is not NAME=FILE (give a directory of the "
+                                       "MNIST family, or NAME=FILE,... naming each array)",
+                                       names("data"), spec, item));
       files.emplace_back(item.substr(0, eq), item.substr(eq + 1));
     }
     if (files.empty())
-      return stringError("--data: no arrays given");
+      return stringError(names("data") + ": no arrays given");
     ds.description = spec;
   }
   for (const auto &[name, file] : files) {
     if (ds.find(name))
-      return stringError(fmt::format("--data '{}': the array '{}' is given twice", spec, name));
+      return stringError(
+          fmt::format("{} '{}': the array '{}' is given twice", names("data"), spec, name));
     auto a = readDataArray(file);
     if (!a)
       return a.takeError();

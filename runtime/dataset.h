@@ -23,6 +23,7 @@
 
 #include "analysis/strategy.h"
 #include "support/element_type.h"
+#include "support/errors.h"
 #include "llvm/Support/Error.h"
 
 namespace tofu {
@@ -98,8 +99,10 @@ struct DataSet {
 ///   ignored);
 /// - `NAME=FILE[,NAME=FILE...]`: each file (IDX, .npy, .pb or FILE.safetensors[:KEY]) as the
 ///   array NAME (`split` is ignored).
-/// Every array must have the same number of samples (errors name both files).
-llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &split);
+/// Every array must have the same number of samples (errors name both files). A spec that
+/// is none of these is refused naming the setting as `names` spells "data".
+llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &split,
+                                    const SettingNames &names = {});
 
 /// Whether `spec` names a directory of the MNIST family with a `split` split.
 bool hasMnistSplit(const std::string &dir, const std::string &split);

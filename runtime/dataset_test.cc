@@ -250,6 +250,15 @@ TEST(DataSet, OpensMnistDirectoriesGzippedOrNot) {
   EXPECT_NE(named->find("x"), nullptr);
   auto bad = openDataSet(dir + "/nothing", "train");
   ASSERT_FALSE(bool(bad));
+  EXPECT_NE(llvm::toString(bad.takeError()).find("nothing: no such directory (data takes a"),
+            std::string::npos);
+  // The setting is named as the caller spells it: by its field, or as a tool's flag.
+  EXPECT_EQ(llvm::toString(openDataSet("x=a,y", "train").takeError()),
+            "data 'x=a,y': 'y' is not NAME=FILE (give a directory of the MNIST family, or "
+            "NAME=FILE,... naming each array)");
+  EXPECT_EQ(llvm::toString(openDataSet("x=a,y", "train", SettingNames::flags()).takeError())
+                .rfind("--data 'x=a,y': 'y' is not NAME=FILE", 0),
+            0u);
   // A corrupt gzip stream.
   writeFile(dir + "/bad.gz", std::string("\x1f\x8b\x08\x00garbage", 11));
   auto corrupt = readDataArray(dir + "/bad.gz");

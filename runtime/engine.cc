@@ -194,9 +194,9 @@ Engine::create(Program program, std::unique_ptr<Backend> backend, const EngineOp
   const Program &prog = impl->program;
   if (prog.hasBfloat16() && !impl->backend->supportsBfloat16())
     return stringError(fmt::format("the {} backend does not run plans that store tensors in "
-                                   "bfloat16 (--precision bf16); the cpu, mpi, cuda and nccl "
+                                   "bfloat16 ({} bf16); the cpu, mpi, cuda and nccl "
                                    "backends do",
-                                   impl->backend->name()));
+                                   impl->backend->name(), options.names("precision")));
   if (llvm::Error e = impl->backend->prepare(prog))
     return e;
   for (unsigned w = 0; w < prog.workers; ++w)
@@ -371,7 +371,8 @@ std::vector<CheckpointTile> trainingTiles(const Engine &engine) {
   return out;
 }
 
-llvm::Error restore(Engine &engine, const CheckpointReader &c, bool forwardOnly) {
+llvm::Error restore(Engine &engine, const CheckpointReader &c, bool forwardOnly,
+                    const SettingNames &names) {
   std::set<std::string> used;
   const Program &prog = engine.program();
   std::vector<float> buf;
@@ -387,8 +388,8 @@ llvm::Error restore(Engine &engine, const CheckpointReader &c, bool forwardOnly)
           pt.role == TensorRole::Weight
               ? ""
               : ": an optimiser's, or a batch norm's running statistic, which checkpoints written "
-                "before tofu-run carried them lack (--eval-mode batch normalises with the "
-                "batch's own)"));
+                "before tofu-run carried them lack (" +
+                    names("eval-mode") + " batch normalises with the batch's own)"));
     if (it->second != pt.shape)
       return stringError(
           fmt::format("tensor '{}': the checkpoint's shape [{}] is not the graph's [{}]", pt.name,

@@ -24,6 +24,7 @@
 #include "runtime/backend.h"
 #include "runtime/checkpoint.h"
 #include "runtime/cpu_kernels.h"
+#include "support/errors.h"
 
 namespace tofu {
 
@@ -39,6 +40,8 @@ struct EngineOptions {
   bool library = true;
   /// Time every node on every worker (Engine::profile).
   bool profile = false;
+  /// How messages name the settings (support/errors.h): "precision" by default.
+  SettingNames names;
 };
 
 /// Where a node's time went on one worker, summed over the steps run.
@@ -119,7 +122,8 @@ std::vector<CheckpointTile> trainingTiles(const Engine &engine);
 /// worker reads only its own tiles' boxes. Every weight and optimiser-state tensor of the
 /// graph must be there with its shape, and nothing else (with `forwardOnly`, a forward
 /// graph's weights: the checkpoint's optimiser state is not read); errors name the tensor.
-llvm::Error restore(Engine &engine, const CheckpointReader &c, bool forwardOnly = false);
+llvm::Error restore(Engine &engine, const CheckpointReader &c, bool forwardOnly = false,
+                    const SettingNames &names = {});
 
 /// The largest |a - b| / max(1, |b|) a partitioned float32 step may show against the
 /// unpartitioned one on the same engine: split reductions sum in another order (each

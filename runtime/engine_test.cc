@@ -138,7 +138,7 @@ void checkBfloat16(const std::string &what, llvm::Expected<Graph> g,
   ASSERT_FALSE(bool(refused));
   EXPECT_EQ(llvm::toString(refused.takeError()),
             "the float32-only backend does not run plans that store tensors in bfloat16 "
-            "(--precision bf16); the cpu, mpi, cuda and nccl backends do");
+            "(precision bf16); the cpu, mpi, cuda and nccl backends do");
   // Against the float32-held step: what storage in bfloat16 adds is rounding each stored
   // value to 8 significant bits (relative 2^-9 each, compounding over the step's layers).
   double fromWide = 0;

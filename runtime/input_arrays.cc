@@ -29,7 +29,8 @@ std::map<std::string, OnnxGivenInput> InputArrays::forImport() const {
   return given;
 }
 
-llvm::Expected<InputArrays> readInputArrays(const std::string &list, const std::string &option) {
+llvm::Expected<InputArrays> readInputArrays(const std::string &list, const SettingNames &names) {
+  const std::string option = names("input");
   InputArrays r;
   std::stringstream items(list);
   std::string item;

@@ -30,11 +30,11 @@ struct InputArrays {
 };
 
 /// Reads `list` (`NAME=FILE[,NAME=FILE...]`, each file as readDataArray reads it; an item
-/// NAME[] gives an empty sequence or an optional holding nothing). Errors
-/// name `option`: an item that is not NAME=FILE, a name given twice, a file that cannot be
-/// read.
+/// NAME[] gives an empty sequence or an optional holding nothing). Errors name the setting
+/// as `names` spells "input": an item that is not NAME=FILE, a name given twice, a file
+/// that cannot be read.
 llvm::Expected<InputArrays> readInputArrays(const std::string &list,
-                                            const std::string &option = "--input");
+                                            const SettingNames &names = {});
 
 } // namespace tofu
 

@@ -11,11 +11,12 @@
 namespace tofu {
 namespace {
 
-llvm::Error scheduleError(const std::string &text, const std::string &why) {
+llvm::Error scheduleError(const std::string &text, const std::string &why,
+                          const SettingNames &names) {
   return llvm::createStringError(
       std::errc::invalid_argument,
-      "--lr-schedule '%s': %s (expected constant, step:EVERY[:GAMMA] or cosine[:HORIZON])",
-      text.c_str(), why.c_str());
+      "%s '%s': %s (expected constant, step:EVERY[:GAMMA] or cosine[:HORIZON])",
+      names("lr-schedule").c_str(), text.c_str(), why.c_str());
 }
 
 /// A whole decimal number in [1, 2^31), or nothing.
@@ -62,7 +63,7 @@ std::string LrSchedule::str() const {
   return "constant";
 }
 
-llvm::Expected<LrSchedule> parseLrSchedule(const std::string &text) {
+llvm::Expected<LrSchedule> parseLrSchedule(const std::string &text, const SettingNames &names) {
   std::vector<std::string> parts;
   size_t from = 0;
   for (;;) {
@@ -75,36 +76,36 @@ llvm::Expected<LrSchedule> parseLrSchedule(const std::string &text) {
   LrSchedule s;
   if (parts[0] == "constant") {
     if (parts.size() != 1)
-      return scheduleError(text, "constant takes no parameters");
+      return scheduleError(text, "constant takes no parameters", names);
     return s;
   }
   if (parts[0] == "step") {
     s.kind = LrSchedule::Kind::Step;
     if (parts.size() < 2 || parts.size() > 3)
-      return scheduleError(text, "step takes EVERY and an optional GAMMA");
+      return scheduleError(text, "step takes EVERY and an optional GAMMA", names);
     if (!parseCount(parts[1], s.every))
-      return scheduleError(text,
-                           fmt::format("EVERY '{}' is not a whole number of steps >= 1", parts[1]));
+      return scheduleError(
+          text, fmt::format("EVERY '{}' is not a whole number of steps >= 1", parts[1]), names);
     if (parts.size() == 3) {
       const std::string &g = parts[2];
       char *end = nullptr;
       errno = 0;
       s.gamma = g.empty() ? -1 : std::strtod(g.c_str(), &end);
       if (g.empty() || *end != '\0' || errno != 0 || !(s.gamma > 0 && s.gamma <= 1))
-        return scheduleError(text, fmt::format("GAMMA '{}' is not a number in (0, 1]", g));
+        return scheduleError(text, fmt::format("GAMMA '{}' is not a number in (0, 1]", g), names);
     }
     return s;
   }
   if (parts[0] == "cosine") {
     s.kind = LrSchedule::Kind::Cosine;
     if (parts.size() > 2)
-      return scheduleError(text, "cosine takes an optional HORIZON");
+      return scheduleError(text, "cosine takes an optional HORIZON", names);
     if (parts.size() == 2 && !parseCount(parts[1], s.horizon))
       return scheduleError(
-          text, fmt::format("HORIZON '{}' is not a whole number of steps >= 1", parts[1]));
+          text, fmt::format("HORIZON '{}' is not a whole number of steps >= 1", parts[1]), names);
     return s;
   }
-  return scheduleError(text, fmt::format("unknown schedule '{}'", parts[0]));
+  return scheduleError(text, fmt::format("unknown schedule '{}'", parts[0]), names);
 }
 
 double adamBiasCorrection(double beta, unsigned step) {

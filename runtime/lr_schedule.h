@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "support/errors.h"
 #include "llvm/Support/Error.h"
 
 namespace tofu {
@@ -36,8 +37,9 @@ struct LrSchedule {
 };
 
 /// Reads `constant`, `step:EVERY[:GAMMA]` (GAMMA default 0.1) or `cosine[:HORIZON]`. A
-/// cosine without a horizon gets one later (the run's last step). Errors say what is wrong.
-llvm::Expected<LrSchedule> parseLrSchedule(const std::string &text);
+/// cosine without a horizon gets one later (the run's last step). Errors say what is wrong,
+/// naming the setting as `names` spells "lr-schedule".
+llvm::Expected<LrSchedule> parseLrSchedule(const std::string &text, const SettingNames &names = {});
 
 /// Adam's bias corrections after `step` + 1 updates: 1 - beta^(step + 1).
 double adamBiasCorrection(double beta, unsigned step);

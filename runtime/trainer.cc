@@ -190,9 +190,10 @@ llvm::Error Trainer::Impl::resume() {
     stepsBefore = static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
   if (auto it = was.find("optimizer");
       it != was.end() && it->second != optimizerName(options.optimizer))
-    return usageError(fmt::format("{}: the checkpoint was trained with --optimizer {}, this run "
-                                  "uses {}: its state does not carry over (give --optimizer {})",
-                                  c->path(), it->second, optimizerName(options.optimizer),
+    return usageError(fmt::format("{}: the checkpoint was trained with {} {}, this run "
+                                  "uses {}: its state does not carry over (give {} {})",
+                                  c->path(), options.names("optimizer"), it->second,
+                                  optimizerName(options.optimizer), options.names("optimizer"),
                                   it->second));
   resumed = std::move(*c);
   return llvm::Error::success();
@@ -218,13 +219,14 @@ llvm::Error Trainer::Impl::resolveHyper() {
   hyper.weightDecay =
       hyperOf(options.weightDecay, "weight_decay", kind == Optimizer::AdamW ? 0.01 : 0.0);
   if (!options.weightDecay && hyper.weightDecay > 0 && kind != Optimizer::AdamW)
-    return usageError(fmt::format("{}: the checkpoint was trained with --weight-decay {}: give "
+    return usageError(fmt::format("{}: the checkpoint was trained with {} {}: give "
                                   "it again (it shapes the training graph)",
-                                  resumed->path(), hyper.weightDecay));
+                                  resumed->path(), options.names("weight-decay"),
+                                  hyper.weightDecay));
   if (options.lrSchedule) {
     hyper.schedule = *options.lrSchedule;
   } else if (auto it = was.find("lr_schedule"); it != was.end()) {
-    auto sc = parseLrSchedule(it->second);
+    auto sc = parseLrSchedule(it->second, options.names);
     if (!sc)
       return usageError(resumed->path() +
                         ": metadata 'lr_schedule': " + llvm::toString(sc.takeError()));
@@ -246,16 +248,16 @@ llvm::Error Trainer::Impl::bindData() {
   if (options.dataSet) {
     ds = options.dataSet;
   } else {
-    auto d = openDataSet(options.data, "train");
+    auto d = openDataSet(options.data, "train", options.names);
     if (!d)
       return usageError(llvm::toString(d.takeError()));
     ds = std::make_shared<const DataSet>(std::move(*d));
   }
   auto b = bindDataSet(p, loss, *ds, options.feeds, training.constants, training.initialValues,
-                       training.randomInputs);
+                       training.randomInputs, options.names);
   if (!b)
-    return usageError(fmt::format("{}: --data {}: {}", options.name, options.data,
-                                  llvm::toString(b.takeError())));
+    return usageError(fmt::format("{}: {} {}: {}", options.name, options.names("data"),
+                                  options.data, llvm::toString(b.takeError())));
   bindings = std::move(*b);
   dataBatch = p.tensors[bindings[0].tensor].shape[0];
   for (const DataBinding &x : bindings)
@@ -278,9 +280,9 @@ llvm::Error Trainer::Impl::makeEval() {
   if (!options.evalGraph || !ds)
     return usageError("evaluation needs the forward graph and a data set to train on");
   const Problem &ep = *options.evalGraph->problem;
-  auto d = openDataSet(options.eval == "test" ? options.data : options.eval, "t10k");
+  auto d = openDataSet(options.eval == "test" ? options.data : options.eval, "t10k", options.names);
   if (!d)
-    return usageError("--eval: " + llvm::toString(d.takeError()));
+    return usageError(options.names("eval") + ": " + llvm::toString(d.takeError()));
   evalDs = std::move(*d);
   std::string feeds;
   for (const DataBinding &b : bindings)
@@ -289,16 +291,17 @@ llvm::Error Trainer::Impl::makeEval() {
     else
       feeds += (feeds.empty() ? "" : ",") + b.input + "=" + b.array;
   if (labelsArray.empty())
-    return usageError(options.name + ": --eval scores a classifier: a model trained with softmax "
-                                     "cross-entropy against labels fed from the data set");
+    return usageError(options.name + ": " + options.names("eval") +
+                      " scores a classifier: a model trained with softmax cross-entropy against "
+                      "labels fed from the data set");
   if (!evalDs->find(labelsArray))
-    return usageError(fmt::format("--eval {}: the data set has no array '{}' (the labels)",
-                                  options.eval, labelsArray));
+    return usageError(fmt::format("{} {}: the data set has no array '{}' (the labels)",
+                                  options.names("eval"), options.eval, labelsArray));
   auto eb = bindDataSet(ep, "", *evalDs, feeds, training.constants, training.initialValues,
-                        training.randomInputs);
+                        training.randomInputs, options.names);
   if (!eb)
-    return usageError(fmt::format("{}: --eval {}: {}", options.name, options.eval,
-                                  llvm::toString(eb.takeError())));
+    return usageError(fmt::format("{}: {} {}: {}", options.name, options.names("eval"),
+                                  options.eval, llvm::toString(eb.takeError())));
   evalBindings = std::move(*eb);
   evalBatch = ep.tensors[evalBindings[0].tensor].shape[0];
   auto ef = planForEngine(ep, *options.evalGraph->exec, *options.evalGraph->memory,
@@ -357,9 +360,10 @@ llvm::Error Trainer::Impl::evaluate(unsigned done, TrainerObserver &observer) {
     if (logits.data.size() !=
         size_t(evalBatch * positions * (logits.shape.empty() ? 1 : logits.shape.back())))
       return stringError(fmt::format(
-          "{}: --eval: the logits [{}] do not hold a row of classes for each of the batch's "
+          "{}: {}: the logits [{}] do not hold a row of classes for each of the batch's "
           "{} samples x {} labels",
-          options.name, fmt::join(logits.shape, ", "), evalBatch, positions));
+          options.name, options.names("eval"), fmt::join(logits.shape, ", "), evalBatch,
+          positions));
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < positions; ++j)
         labels[r * positions + j] = labelArray.at(samples[r] * positions + j);
@@ -416,9 +420,9 @@ Trainer::create(const Problem &p, const Graph &training, const std::string &loss
   if (schedule.kind == LrSchedule::Kind::Cosine && schedule.horizon == 0)
     schedule.horizon = m.stepsBefore + m.steps;
   if (schedule.kind == LrSchedule::Kind::Cosine && schedule.horizon <= schedule.warmup)
-    return usageError(fmt::format("--lr-schedule {} ends at step {}, within the {} steps of "
-                                  "--warmup",
-                                  schedule.str(), schedule.horizon, schedule.warmup));
+    return usageError(fmt::format("{} {} ends at step {}, within the {} steps of {}",
+                                  m.options.names("lr-schedule"), schedule.str(), schedule.horizon,
+                                  schedule.warmup, m.options.names("warmup")));
   // Every worker draws its own tiles of every value: no process makes a whole tensor.
   m.data = std::make_unique<TrainingData>(p, loss, m.options.seed, m.lr, training.constants,
                                           m.options.data == "teacher", &training.initialValues,
@@ -432,7 +436,7 @@ Trainer::create(const Problem &p, const Graph &training, const std::string &loss
   m.buildSeconds = secondsSince(start);
   setValues(*m.engine, *m.data, m.data->tensors(), 0);
   if (m.resumed)
-    if (llvm::Error e = restore(*m.engine, *m.resumed))
+    if (llvm::Error e = restore(*m.engine, *m.resumed, /*forwardOnly=*/false, m.options.names))
       return stringError(m.resumed->path() + ": " + llvm::toString(std::move(e)));
   // Evaluation: the forward graph on an engine of its own, its weights copied from
   // training's (tile by tile: both plans cut every weight alike).
@@ -477,14 +481,15 @@ llvm::Error Trainer::train(TrainerObserver &observer) {
     if (!std::isfinite(m.losses.back()) && !m.options.continueNonFinite) {
       const std::string bad = m.firstNonFiniteCarried();
       return stringError(fmt::format("{}: step {}: the loss is {} (lr {}){}: training stopped{}; "
-                                     "--continue-on-nonfinite runs the remaining steps",
+                                     "{} runs the remaining steps",
                                      name, step + 1, m.losses.back(), m.lr,
                                      bad.empty() ? ", while every weight is finite"
                                                  : ", and its update made '" + bad + "' non-finite",
                                      m.options.saveDir.empty()
                                          ? ""
                                          : ", and nothing was saved to " + m.options.saveDir +
-                                               " (what it holds stays as it was)"));
+                                               " (what it holds stays as it was)",
+                                     m.options.names("continue-on-nonfinite")));
     }
     const unsigned done = step + 1;
     observer.stepped(StepRecord{s, done, m.losses.back(), r->seconds});
@@ -586,7 +591,7 @@ llvm::Expected<std::unique_ptr<Engine>> Trainer::Impl::referenceReady(const Engi
     return stringError(what + ": " + llvm::toString(ref.takeError()));
   setValues(**ref, *data, data->tensors(), 0);
   if (resumed)
-    if (llvm::Error e = restore(**ref, *resumed))
+    if (llvm::Error e = restore(**ref, *resumed, /*forwardOnly=*/false, options.names))
       return std::move(e);
   setBatch(**ref, stepsBefore);
   return ref;

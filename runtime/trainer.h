@@ -76,6 +76,9 @@ struct EvalGraph {
 /// else its default.
 struct TrainerOptions {
   std::string name; ///< the model's, for messages and checkpoints
+  /// How messages name the settings below (support/errors.h): by their fields' names
+  /// ("data", "eval", "lr-schedule"), or as the caller says (a tool's flags).
+  SettingNames names;
   Optimizer optimizer = Optimizer::SGD;
   std::optional<double> lr;          ///< default 0.1 (sgd), 0.01 (momentum, nesterov), 0.001
   std::optional<double> momentum;    ///< default 0.9

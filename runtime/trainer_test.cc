@@ -169,27 +169,42 @@ TEST(Trainer, BadMetadataAndOptionsAreUsageErrors) {
     ASSERT_FALSE(bool((*t)->train(r)));
     ASSERT_TRUE(bool((*t)->save(dir)));
   }
-  // Another optimiser's checkpoint: its state does not carry over.
-  {
+  // Another optimiser's checkpoint: its state does not carry over. The message names the
+  // setting by its field, or as the caller's names spell it (a tool's flags).
+  for (const SettingNames &names : {SettingNames(), SettingNames::flags()}) {
     TrainerOptions o = options(*one, 1);
     o.optimizer = Optimizer::SGD;
     o.loadDir = dir;
+    o.names = names;
     auto t = make(*one, o);
     ASSERT_FALSE(bool(t));
     std::string message;
     EXPECT_EQ(exitStatusOf(t.takeError(), message), 2);
-    EXPECT_NE(message.find("trained with --optimizer momentum"), std::string::npos) << message;
+    const std::string setting = names("optimizer");
+    EXPECT_NE(message.find("trained with " + setting +
+                           " momentum, this run uses sgd: its state "
+                           "does not carry over (give " +
+                           setting + " momentum)"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find("--") != std::string::npos, setting == "--optimizer") << message;
   }
   // A cosine schedule that ends within its warm-up.
-  {
+  for (const SettingNames &names : {SettingNames(), SettingNames::flags()}) {
     TrainerOptions o = options(*one, 4);
     o.lrSchedule = llvm::cantFail(parseLrSchedule("cosine"));
     o.warmup = 4;
+    o.names = names;
     auto t = make(*one, o);
     ASSERT_FALSE(bool(t));
     std::string message;
     EXPECT_EQ(exitStatusOf(t.takeError(), message), 2);
-    EXPECT_NE(message.find("within the 4 steps of --warmup"), std::string::npos) << message;
+    EXPECT_NE(message.find(names("lr-schedule") +
+                           " cosine:4 ends at step 4, within the 4 steps "
+                           "of " +
+                           names("warmup")),
+              std::string::npos)
+        << message;
   }
   // A missing checkpoint fails the run (status 1), naming the folder.
   {

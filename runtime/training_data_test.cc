@@ -202,8 +202,14 @@ TEST(LrSchedule, FollowsItsFormulas) {
            {"exp", "unknown schedule 'exp'"}}) {
     auto s = parseLrSchedule(text);
     ASSERT_FALSE(static_cast<bool>(s)) << text;
-    EXPECT_NE(llvm::toString(s.takeError()).find(why), std::string::npos) << text;
+    const std::string message = llvm::toString(s.takeError());
+    EXPECT_NE(message.find(why), std::string::npos) << text;
+    EXPECT_EQ(message.rfind("lr-schedule '" + text + "': ", 0), 0u) << message;
   }
+  // A tool names the setting by its flag.
+  EXPECT_EQ(llvm::toString(parseLrSchedule("exp", SettingNames::flags()).takeError()),
+            "--lr-schedule 'exp': unknown schedule 'exp' (expected constant, step:EVERY[:GAMMA] "
+            "or cosine[:HORIZON])");
 }
 
 // An eval-mode batch norm's running statistics, with no values of their own, are buffers:

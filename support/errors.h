@@ -37,6 +37,26 @@ template <class T> llvm::Expected<T> asUsage(llvm::Expected<T> value) {
 /// for a UsageError, else 1).
 llvm::ExitOnError exitOnError(const std::string &tool);
 
+/// How a library's messages name the settings its caller gave. A library names a setting by
+/// its field, spelled as a tool's options spell it ("feed", "lr-schedule", "weight-decay"),
+/// and never knows the tool's flags; the caller says how the names read. By default as the
+/// fields ("feed 'x=y': ..."); a tool whose flags are the fields' names gives flags() ("--feed
+/// 'x=y': ...").
+class SettingNames {
+public:
+  SettingNames() = default;
+  /// Every name as the field's, after `prefix`.
+  explicit SettingNames(std::string prefix) : prefix_(std::move(prefix)) {}
+  /// A tool's flags: "--" and the field's name.
+  static SettingNames flags() { return SettingNames("--"); }
+
+  /// How setting `field` reads in a message.
+  std::string operator()(const std::string &field) const { return prefix_ + field; }
+
+private:
+  std::string prefix_;
+};
+
 /// The message of `e`, and the status a tool exits with: 2 for a UsageError, else 1.
 /// Consumes `e`, which must hold an error.
 int exitStatusOf(llvm::Error e, std::string &message);

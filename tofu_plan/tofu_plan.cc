@@ -293,7 +293,9 @@ int main(int argc, char **argv) {
   };
   tofu::GraphSource source = tofu::cli::graphSource();
   if (!inputOpt.empty())
-    source.givenInputs = exitOnErr(tofu::asUsage(tofu::readInputArrays(inputItems()))).forImport();
+    source.givenInputs =
+        exitOnErr(tofu::asUsage(tofu::readInputArrays(inputItems(), tofu::SettingNames::flags())))
+            .forImport();
   if (onnxFile.empty() && (!trainableOpt.empty() || !frozenOpt.empty()))
     exitOnErr(tofu::usageError("--trainable and --frozen name initializers of an --onnx model"));
   auto deviceModel = tofu::deviceModelNamed(deviceOpt);

@@ -57,6 +57,7 @@ llvm::Expected<std::vector<std::vector<tofu::NodeTime>>>
 profiled(const tofu::Problem &p, const tofu::Graph &g, const std::string &loss,
          const tofu::EnginePlan &plan, unsigned workers, unsigned steps) {
   tofu::TrainerOptions o;
+  o.names = tofu::SettingNames::flags();
   o.name = "calibration";
   o.steps = steps;
   o.data = "fixed";

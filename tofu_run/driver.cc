@@ -33,6 +33,7 @@ int fail(llvm::Error e) {
 
 tofu::EngineOptions engineOptions() {
   tofu::EngineOptions options;
+  options.names = tofu::SettingNames::flags();
   options.threadsPerWorker = threadsPerWorker;
   options.checking = checking;
   options.library = kernelsMode == Kernels::Compiled;
@@ -51,6 +52,7 @@ double median(std::vector<double> v) {
 
 tofu::BackendSettings backendSettings() {
   tofu::BackendSettings settings;
+  settings.names = tofu::SettingNames::flags();
   settings.tf32 = tf32;
   if (mpiTransport.getNumOccurrences() > 0)
     settings.mpiTransport = mpiTransport;

@@ -300,7 +300,8 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
     auto c = tofu::CheckpointReader::open(loadDir);
     if (!c)
       return fail(llvm::toString(c.takeError()));
-    if (llvm::Error e = tofu::restore(**engine, *c, /*forwardOnly=*/true))
+    if (llvm::Error e =
+            tofu::restore(**engine, *c, /*forwardOnly=*/true, tofu::SettingNames::flags()))
       return fail(c->path() + ": " + llvm::toString(std::move(e)));
   }
   for (const BoundInput &b : *bound) {

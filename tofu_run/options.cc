@@ -319,7 +319,7 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
     return tofu::usageError("--weight-decay must be a finite number at least 0");
   lrSchedule.reset();
   if (!lrScheduleOpt.empty()) {
-    auto s = tofu::parseLrSchedule(lrScheduleOpt);
+    auto s = tofu::parseLrSchedule(lrScheduleOpt, tofu::SettingNames::flags());
     if (!s)
       return tofu::usageError(llvm::toString(s.takeError()));
     lrSchedule = *s;

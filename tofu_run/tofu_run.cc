@@ -216,7 +216,7 @@ int run(int argc, char **argv) {
   // dynamic dimensions) and the small integer values its ops need as constants.
   tofu::InputArrays inputArrays;
   if (infer) {
-    auto read = tofu::readInputArrays(inputItems());
+    auto read = tofu::readInputArrays(inputItems(), tofu::SettingNames::flags());
     if (!read)
       return fail(llvm::toString(read.takeError()), 2);
     inputArrays = std::move(*read);
@@ -232,7 +232,7 @@ int run(int argc, char **argv) {
   std::shared_ptr<const tofu::DataSet> dataSet;
   if (!infer && !onnxFile.empty() && dataMode != "teacher" && dataMode != "fixed" &&
       !dataMode.empty()) {
-    auto opened = tofu::openDataSet(dataMode, "train");
+    auto opened = tofu::openDataSet(dataMode, "train", tofu::SettingNames::flags());
     if (!opened)
       return fail(llvm::toString(opened.takeError()), 2);
     dataSet = std::make_shared<const tofu::DataSet>(std::move(*opened));

@@ -39,6 +39,7 @@ int runTraining(const tofu::Problem &p, const tofu::Graph &training, const std::
     return kernelReport(*planned, name);
 
   tofu::TrainerOptions options;
+  options.names = tofu::SettingNames::flags();
   options.name = name;
   options.optimizer = optimizer;
   auto given = [](const auto &o) {

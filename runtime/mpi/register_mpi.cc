@@ -19,7 +19,7 @@ const BackendRegistration mpi({
       MpiTransport t;
       return s.mpiTransport.empty() || parseMpiTransport(s.mpiTransport, t)
                  ? std::string()
-                 : std::string("--mpi-transport must be get or sendrecv");
+                 : s.names("mpi-transport") + " must be get or sendrecv";
     },
     /*make=*/
     [](Program program, const EngineOptions &options, const BackendSettings &settings,

@@ -16,10 +16,9 @@ const BackendRegistration nccl({
     /*processes=*/&mpiProcessGroup,
     /*check=*/
     [](const BackendSettings &s) {
-      return s.mpiTransport.empty()
-                 ? std::string()
-                 : std::string("--mpi-transport is for --backend mpi (nccl moves regions with "
-                               "NCCL)");
+      return s.mpiTransport.empty() ? std::string()
+                                    : s.names("mpi-transport") + " is for " + s.names("backend") +
+                                          " mpi (nccl moves regions with NCCL)";
     },
     /*make=*/
     [](Program program, const EngineOptions &options, const BackendSettings &settings,
