@@ -40,7 +40,7 @@ llvm::Expected<std::unique_ptr<SafetensorsFile>> openCheckpointFile(const std::s
     if (!safetensorsFloating(t.dtype))
       return fail(fmt::format("{}: tensor '{}': dtype {} is not a floating-point type Tofu "
                               "loads (F32, F64, F16, BF16)",
-                              path, name, t.dtype));
+                              path, name, safetensorsDtypeName(t.dtype)));
   return f;
 }
 
@@ -113,7 +113,7 @@ llvm::Error writeSafetensors(const std::string &path, const std::vector<StItem> 
   uint64_t at = 0;
   for (const StItem &it : items) {
     uint64_t bytes = static_cast<uint64_t>(it.count) * width;
-    header[it.key] = {{"dtype", safetensorsDtypeOf(type)},
+    header[it.key] = {{"dtype", safetensorsDtypeName(safetensorsDtypeOf(type))},
                       {"shape", it.shape},
                       {"data_offsets", {at, at + bytes}}};
     at += bytes;
@@ -243,16 +243,16 @@ const char *storedTypeName(StoredType t) {
   return "?";
 }
 
-const char *safetensorsDtypeOf(StoredType t) {
+SafetensorsDtype safetensorsDtypeOf(StoredType t) {
   switch (t) {
   case StoredType::F32:
-    return "F32";
+    return SafetensorsDtype::F32;
   case StoredType::BF16:
-    return "BF16";
+    return SafetensorsDtype::BF16;
   case StoredType::F16:
-    return "F16";
+    return SafetensorsDtype::F16;
   }
-  return "?";
+  return SafetensorsDtype::F32;
 }
 
 std::string checkpointFile(const std::string &dir) { return dir + "/model.safetensors"; }

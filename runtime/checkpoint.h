@@ -34,6 +34,7 @@
 
 #include "analysis/interpreter.h"
 #include "analysis/strategy.h"
+#include "runtime/safetensors.h"
 #include "llvm/Support/Error.h"
 
 namespace tofu {
@@ -47,8 +48,8 @@ struct Checkpoint {
 /// to bfloat16 or float16 (to the nearest, ties to even; float16 past its range is
 /// infinite), which take half the bytes. Loading widens any of them to float32.
 enum class StoredType { F32, BF16, F16 };
-const char *storedTypeName(StoredType t);     ///< "f32", "bf16", "f16"
-const char *safetensorsDtypeOf(StoredType t); ///< "F32", "BF16", "F16"
+const char *storedTypeName(StoredType t);          ///< "f32", "bf16", "f16"
+SafetensorsDtype safetensorsDtypeOf(StoredType t); ///< F32, BF16, F16
 inline int storedTypeBytes(StoredType t) { return t == StoredType::F32 ? 4 : 2; }
 
 /// The file of a whole checkpoint in `dir`.

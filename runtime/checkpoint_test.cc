@@ -81,6 +81,46 @@ TEST(Checkpoint, OtherDtypes) {
   }
 }
 
+// Every dtype a header may name: its name read back, its width and class, its element
+// type where Tofu has one (support/element_type.h's mapping), and unknown names refused.
+TEST(Safetensors, DtypesByName) {
+  struct Want {
+    const char *name;
+    size_t width;
+    bool floating;
+    std::optional<ElementType> type;
+  };
+  const Want want[] = {
+      {"BOOL", 1, false, ElementType::Bool},    {"U8", 1, false, ElementType::UInt8},
+      {"I8", 1, false, ElementType::Int8},      {"U16", 2, false, std::nullopt},
+      {"I16", 2, false, ElementType::Int16},    {"F16", 2, true, ElementType::Float16},
+      {"BF16", 2, true, ElementType::BFloat16}, {"U32", 4, false, std::nullopt},
+      {"I32", 4, false, ElementType::Int32},    {"F32", 4, true, ElementType::Float32},
+      {"U64", 8, false, std::nullopt},          {"I64", 8, false, ElementType::Int64},
+      {"F64", 8, true, ElementType::Float64}};
+  for (const Want &w : want) {
+    auto d = safetensorsDtypeNamed(w.name);
+    ASSERT_TRUE(d.has_value()) << w.name;
+    EXPECT_STREQ(safetensorsDtypeName(*d), w.name);
+    EXPECT_EQ(safetensorsWidth(*d), w.width) << w.name;
+    EXPECT_EQ(safetensorsFloating(*d), w.floating) << w.name;
+    EXPECT_EQ(elementTypeOf(*d), w.type) << w.name;
+  }
+  for (const char *bad : {"f32", "F8", "C64", ""})
+    EXPECT_FALSE(safetensorsDtypeNamed(bad).has_value()) << bad;
+  // -2.5 as each floating dtype, and 200 as U8.
+  const uint16_t h = 0xc100, b = 0xc020;
+  const float f = -2.5f;
+  const double x = -2.5;
+  const uint8_t u = 200;
+  EXPECT_EQ(safetensorsElement(SafetensorsDtype::F16, reinterpret_cast<const char *>(&h)), -2.5);
+  EXPECT_EQ(safetensorsElement(SafetensorsDtype::BF16, reinterpret_cast<const char *>(&b)), -2.5);
+  EXPECT_EQ(safetensorsElement(SafetensorsDtype::F32, reinterpret_cast<const char *>(&f)), -2.5);
+  EXPECT_EQ(safetensorsElement(SafetensorsDtype::F64, reinterpret_cast<const char *>(&x)), -2.5);
+  EXPECT_EQ(safetensorsElement(SafetensorsDtype::U8, reinterpret_cast<const char *>(&u)), 200);
+  EXPECT_EQ(safetensorsElement(SafetensorsDtype::I8, reinterpret_cast<const char *>(&u)), -56);
+}
+
 // float16 rounding (floatToHalf), checked against bit patterns worked out by hand and
 // against halfToFloat: every float16 reads back as itself, and a value halfway between two
 // neighbours goes to the even one.
@@ -136,6 +176,10 @@ TEST(Checkpoint, WrittenInBfloat16AndFloat16) {
     auto f = openSafetensors(checkpointFile(dir));
     ASSERT_TRUE(bool(f)) << llvm::toString(f.takeError());
     EXPECT_EQ((*f)->tensors.at("w").dtype, safetensorsDtypeOf(type));
+    EXPECT_EQ(elementTypeOf(safetensorsDtypeOf(type)),
+              type == StoredType::F32    ? ElementType::Float32
+              : type == StoredType::BF16 ? ElementType::BFloat16
+                                         : ElementType::Float16);
     EXPECT_EQ((*f)->tensors.at("w").end - (*f)->tensors.at("w").begin, 12u * storedTypeBytes(type));
     auto back = loadCheckpoint(dir);
     ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());

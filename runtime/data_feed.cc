@@ -101,7 +101,7 @@ bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const 
         return stringError(
             fmt::format("array '{}' ({}) feeds the labels of '{}' but holds {} values, "
                         "not class numbers",
-                        array, a->path, loss, typeName(a->type)));
+                        array, a->path, loss, elementTypeName(a->type)));
       const ProblemNode &n = p.nodes[p.tensors[findTensor(p, loss)].producer];
       const int64_t classes = p.tensors[n.inputs[0]].shape.back();
       for (int64_t i = 0; i < a->samples() * a->sampleElements(); ++i) {

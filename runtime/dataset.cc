@@ -101,7 +101,7 @@ llvm::Expected<int64_t> bodyBytes(const std::vector<int64_t> &shape, int width,
 enum class Bits { Unsigned, Float16, Bfloat16 };
 llvm::Error widenInto(DataArray &a, const std::vector<uint64_t> &raw, Bits bits,
                       const std::string &name) {
-  const size_t out = static_cast<size_t>(typeSize(a.type));
+  const size_t out = static_cast<size_t>(elementTypeBytes(a.type));
   a.bytes.resize(raw.size() * out);
   for (size_t k = 0; k < raw.size(); ++k) {
     const uint64_t x = raw[k];
@@ -125,43 +125,6 @@ llvm::Error widenInto(DataArray &a, const std::vector<uint64_t> &raw, Bits bits,
 
 } // namespace
 
-int typeSize(DataType t) {
-  switch (t) {
-  case DataType::U8:
-  case DataType::I8:
-    return 1;
-  case DataType::I16:
-    return 2;
-  case DataType::I32:
-  case DataType::F32:
-    return 4;
-  case DataType::I64:
-  case DataType::F64:
-    return 8;
-  }
-  return 1;
-}
-
-const char *typeName(DataType t) {
-  switch (t) {
-  case DataType::U8:
-    return "u8";
-  case DataType::I8:
-    return "i8";
-  case DataType::I16:
-    return "i16";
-  case DataType::I32:
-    return "i32";
-  case DataType::I64:
-    return "i64";
-  case DataType::F32:
-    return "f32";
-  case DataType::F64:
-    return "f64";
-  }
-  return "?";
-}
-
 int64_t DataArray::sampleElements() const {
   int64_t n = 1;
   for (size_t d = 1; d < shape.size(); ++d)
@@ -170,37 +133,41 @@ int64_t DataArray::sampleElements() const {
 }
 
 double DataArray::at(int64_t flat) const {
-  const unsigned char *p = bytes.data() + flat * typeSize(type);
+  const unsigned char *p = bytes.data() + flat * elementTypeBytes(type);
   switch (type) {
-  case DataType::U8:
+  case ElementType::UInt8:
     return *p;
-  case DataType::I8:
+  case ElementType::Int8:
     return static_cast<int8_t>(*p);
-  case DataType::I16: {
+  case ElementType::Int16: {
     int16_t v;
     std::memcpy(&v, p, 2);
     return v;
   }
-  case DataType::I32: {
+  case ElementType::Int32: {
     int32_t v;
     std::memcpy(&v, p, 4);
     return v;
   }
-  case DataType::I64: {
+  case ElementType::Int64: {
     int64_t v;
     std::memcpy(&v, p, 8);
     return static_cast<double>(v);
   }
-  case DataType::F32: {
+  case ElementType::Float32: {
     float v;
     std::memcpy(&v, p, 4);
     return v;
   }
-  case DataType::F64: {
+  case ElementType::Float64: {
     double v;
     std::memcpy(&v, p, 8);
     return v;
   }
+  case ElementType::Float16: // an array holds these widened (or bool as uint8)
+  case ElementType::BFloat16:
+  case ElementType::Bool:
+    break;
   }
   return 0;
 }
@@ -215,22 +182,22 @@ llvm::Expected<DataArray> parseIdx(const std::string &bytes, const std::string &
   const auto code = static_cast<unsigned char>(bytes[2]);
   switch (code) {
   case 0x08:
-    a.type = DataType::U8;
+    a.type = ElementType::UInt8;
     break;
   case 0x09:
-    a.type = DataType::I8;
+    a.type = ElementType::Int8;
     break;
   case 0x0B:
-    a.type = DataType::I16;
+    a.type = ElementType::Int16;
     break;
   case 0x0C:
-    a.type = DataType::I32;
+    a.type = ElementType::Int32;
     break;
   case 0x0D:
-    a.type = DataType::F32;
+    a.type = ElementType::Float32;
     break;
   case 0x0E:
-    a.type = DataType::F64;
+    a.type = ElementType::Float64;
     break;
   default:
     return stringError(fmt::format("{}: byte 2: IDX type 0x{:02x} is none of 0x08 (u8), 0x09 (i8), "
@@ -248,15 +215,15 @@ llvm::Expected<DataArray> parseIdx(const std::string &bytes, const std::string &
     const auto *p = reinterpret_cast<const unsigned char *>(bytes.data() + 4 + 4 * d);
     a.shape.push_back((int64_t(p[0]) << 24) | (int64_t(p[1]) << 16) | (int64_t(p[2]) << 8) | p[3]);
   }
-  auto body = bodyBytes(a.shape, typeSize(a.type), name);
+  auto body = bodyBytes(a.shape, elementTypeBytes(a.type), name);
   if (!body)
     return body.takeError();
   if (static_cast<int64_t>(bytes.size() - header) != *body)
-    return stringError(
-        fmt::format("{}: shape [{}] of {} needs {} bytes after the header; the file has {}", name,
-                    fmt::join(a.shape, ", "), typeName(a.type), *body, bytes.size() - header));
+    return stringError(fmt::format(
+        "{}: shape [{}] of {} needs {} bytes after the header; the file has {}", name,
+        fmt::join(a.shape, ", "), elementTypeName(a.type), *body, bytes.size() - header));
   a.bytes.assign(bytes.begin() + header, bytes.end());
-  const int w = typeSize(a.type);
+  const int w = elementTypeBytes(a.type);
   if (w > 1) // big-endian in the file
     for (size_t i = 0; i < a.bytes.size(); i += w)
       std::reverse(a.bytes.begin() + i, a.bytes.begin() + i + w);
@@ -314,27 +281,27 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
   int widen = 0; ///< the stored element's bytes, where it is widened
   bool half = false;
   if (descr == "<f2")
-    widen = 2, half = true, a.type = DataType::F32;
+    widen = 2, half = true, a.type = ElementType::Float32;
   else if (descr == "<u2")
-    widen = 2, a.type = DataType::I32;
+    widen = 2, a.type = ElementType::Int32;
   else if (descr == "<u4")
-    widen = 4, a.type = DataType::I64;
+    widen = 4, a.type = ElementType::Int64;
   else if (descr == "<u8")
-    widen = 8, a.type = DataType::I64;
+    widen = 8, a.type = ElementType::Int64;
   else if (descr == "|u1" || descr == "<u1" || descr == "|b1")
-    a.type = DataType::U8;
+    a.type = ElementType::UInt8;
   else if (descr == "|i1" || descr == "<i1")
-    a.type = DataType::I8;
+    a.type = ElementType::Int8;
   else if (descr == "<i2")
-    a.type = DataType::I16;
+    a.type = ElementType::Int16;
   else if (descr == "<i4")
-    a.type = DataType::I32;
+    a.type = ElementType::Int32;
   else if (descr == "<i8")
-    a.type = DataType::I64;
+    a.type = ElementType::Int64;
   else if (descr == "<f4")
-    a.type = DataType::F32;
+    a.type = ElementType::Float32;
   else if (descr == "<f8")
-    a.type = DataType::F64;
+    a.type = ElementType::Float64;
   else if (widen == 0)
     return stringError(fmt::format("{}: dtype '{}' is not read (u1, u2, u4, u8, i1, i2, i4, i8, "
                                    "f2, f4, f8 or b1, little-endian)",
@@ -356,7 +323,7 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
           fmt::format("{}: shape ({}): {}", name, dims, llvm::toString(v.takeError())));
     a.shape.push_back(*v);
   }
-  auto body = bodyBytes(a.shape, widen ? widen : typeSize(a.type), name);
+  auto body = bodyBytes(a.shape, widen ? widen : elementTypeBytes(a.type), name);
   if (!body)
     return body.takeError();
   const size_t data = start + length;
@@ -377,13 +344,13 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
 }
 
 void bfloat16FromBits(DataArray &a) {
-  const int64_t n = static_cast<int64_t>(a.bytes.size()) / typeSize(a.type);
+  const int64_t n = static_cast<int64_t>(a.bytes.size()) / elementTypeBytes(a.type);
   std::vector<unsigned char> out(static_cast<size_t>(n) * 4);
   for (int64_t k = 0; k < n; ++k) {
     const float v = floatFromBf16(static_cast<uint16_t>(a.at(k)));
     std::memcpy(out.data() + static_cast<size_t>(k) * 4, &v, 4);
   }
-  a.type = DataType::F32;
+  a.type = ElementType::Float32;
   a.bytes = std::move(out);
 }
 
@@ -403,46 +370,46 @@ llvm::Expected<DataArray> parseTensorProto(const std::string &bytes, const std::
         fmt::format("{}: the tensor's data is in an external file; give it inline", name));
   // The types an array holds as they are, and those widened to one that holds their values
   // exactly: uint16 to int32, uint32 and uint64 to int64, float16 and bfloat16 to float32.
-  std::optional<DataType> held;
+  std::optional<ElementType> held;
   std::optional<Bits> widened;
   switch (t.data_type()) {
   case onnx::TensorProto::FLOAT:
-    held = DataType::F32;
+    held = ElementType::Float32;
     break;
   case onnx::TensorProto::DOUBLE:
-    held = DataType::F64;
+    held = ElementType::Float64;
     break;
   case onnx::TensorProto::INT64:
-    held = DataType::I64;
+    held = ElementType::Int64;
     break;
   case onnx::TensorProto::INT32:
-    held = DataType::I32;
+    held = ElementType::Int32;
     break;
   case onnx::TensorProto::INT16:
-    held = DataType::I16;
+    held = ElementType::Int16;
     break;
   case onnx::TensorProto::INT8:
-    held = DataType::I8;
+    held = ElementType::Int8;
     break;
   case onnx::TensorProto::UINT8:
   case onnx::TensorProto::BOOL:
-    held = DataType::U8;
+    held = ElementType::UInt8;
     break;
   case onnx::TensorProto::UINT16:
-    a.type = DataType::I32;
+    a.type = ElementType::Int32;
     widened = Bits::Unsigned;
     break;
   case onnx::TensorProto::UINT32:
   case onnx::TensorProto::UINT64:
-    a.type = DataType::I64;
+    a.type = ElementType::Int64;
     widened = Bits::Unsigned;
     break;
   case onnx::TensorProto::FLOAT16:
-    a.type = DataType::F32;
+    a.type = ElementType::Float32;
     widened = Bits::Float16;
     break;
   case onnx::TensorProto::BFLOAT16:
-    a.type = DataType::F32;
+    a.type = ElementType::Float32;
     widened = Bits::Bfloat16;
     break;
   default:
@@ -488,29 +455,29 @@ llvm::Expected<DataArray> safetensorsArray(const SafetensorsFile &f, const std::
   DataArray a;
   a.path = name;
   a.shape = t.shape;
-  const std::string &d = t.dtype;
-  const std::map<std::string, DataType> same = {{"U8", DataType::U8},   {"BOOL", DataType::U8},
-                                                {"I8", DataType::I8},   {"I16", DataType::I16},
-                                                {"I32", DataType::I32}, {"I64", DataType::I64},
-                                                {"F32", DataType::F32}, {"F64", DataType::F64}};
-  if (auto it = same.find(d); it != same.end()) {
-    a.type = it->second;
+  const SafetensorsDtype d = t.dtype;
+  const std::optional<ElementType> type = elementTypeOf(d);
+  // The types an array holds as they are (bool as uint8, 0 or 1); the others widen.
+  if (type && *type != ElementType::Float16 && *type != ElementType::BFloat16) {
+    a.type = *type == ElementType::Bool ? ElementType::UInt8 : *type;
     a.bytes.assign(raw.begin(), raw.end());
-    if (d == "BOOL")
+    if (d == SafetensorsDtype::Bool)
       for (unsigned char &b : a.bytes)
         b = b != 0;
     return a;
   }
-  a.type = d == "F16" || d == "BF16" ? DataType::F32 : d == "U16" ? DataType::I32 : DataType::I64;
-  const size_t n = raw.size() / t.width, out = static_cast<size_t>(typeSize(a.type));
+  a.type = d == SafetensorsDtype::F16 || d == SafetensorsDtype::BF16 ? ElementType::Float32
+           : d == SafetensorsDtype::U16                              ? ElementType::Int32
+                                                                     : ElementType::Int64;
+  const size_t n = raw.size() / t.width, out = static_cast<size_t>(elementTypeBytes(a.type));
   a.bytes.resize(n * out);
   for (size_t k = 0; k < n; ++k) {
     const char *p = raw.data() + k * t.width;
     unsigned char *q = a.bytes.data() + k * out;
-    if (a.type == DataType::F32) {
+    if (a.type == ElementType::Float32) {
       const float v = static_cast<float>(safetensorsElement(d, p));
       std::memcpy(q, &v, 4);
-    } else if (a.type == DataType::I32) {
+    } else if (a.type == ElementType::Int32) {
       const int32_t v = static_cast<int32_t>(safetensorsElement(d, p));
       std::memcpy(q, &v, 4);
     } else {
@@ -799,7 +766,7 @@ void fillBatch(const DataArray &array, const std::vector<int64_t> &samples,
                const Normalization &norm, float *out) {
   // Row-major strides of one batch row of the input.
   const size_t rank = shape.size();
-  const double scale = !raw && array.type == DataType::U8 ? 1.0 / 255.0 : 1.0;
+  const double scale = !raw && array.type == ElementType::UInt8 ? 1.0 / 255.0 : 1.0;
   if (rank == 0) { // a scalar: the array's one value
     const double v = array.at(0);
     out[0] = static_cast<float>(raw ? v : (v * scale - norm.mean) / norm.std);

@@ -28,13 +28,12 @@
 
 namespace tofu {
 
-enum class DataType { U8, I8, I16, I32, I64, F32, F64 };
-
 /// An array of samples, row-major, in its file's element type.
 struct DataArray {
   std::string path;           ///< the file it came from (for messages)
   std::vector<int64_t> shape; ///< shape[0] samples; rank >= 1
-  DataType type = DataType::U8;
+  /// uint8 (bool too), int8 to int64, float32 or float64; the other types widen.
+  ElementType type = ElementType::UInt8;
   std::vector<unsigned char> bytes; ///< native byte order
   /// An ONNX TensorProto's element type (ONNX's number) when the array came from a .pb
   /// file, else 0.
@@ -43,14 +42,10 @@ struct DataArray {
   int64_t samples() const { return shape.empty() ? 0 : shape[0]; }
   /// Elements of one sample (the product of shape[1:]).
   int64_t sampleElements() const;
-  bool integral() const { return type != DataType::F32 && type != DataType::F64; }
+  bool integral() const { return type != ElementType::Float32 && type != ElementType::Float64; }
   /// Element `flat` (row-major over the whole array).
   double at(int64_t flat) const;
 };
-
-/// Bytes per element of `t`.
-int typeSize(DataType t);
-const char *typeName(DataType t);
 
 /// The uint16 values of `a` (an ONNX .pb file's, which DataArray holds as int32) read as
 /// bfloat16 bit patterns, to float32: ONNX 1.12 wrote bfloat16 arrays as uint16

@@ -162,7 +162,7 @@ TEST(TensorProto, ReadsRawTypedWidenedAndScalarTensors) {
   auto a = parseTensorProto(f.SerializeAsString(), "f.pb");
   ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
   EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 3}));
-  EXPECT_EQ(a->type, DataType::F32);
+  EXPECT_EQ(a->type, ElementType::Float32);
   EXPECT_EQ(a->at(5), 1.5);
   // Raw int64, and a bool mask.
   onnx::TensorProto i;
@@ -312,13 +312,13 @@ TEST(Safetensors, ReadsEveryTensorAsAnArray) {
   EXPECT_EQ(ds->find("images")->at(5), 100);
   EXPECT_EQ(ds->find("images")->shape, (std::vector<int64_t>{3, 2, 2}));
   EXPECT_EQ(ds->find("labels")->at(0), 2);
-  EXPECT_EQ(ds->find("half")->type, DataType::F32);
+  EXPECT_EQ(ds->find("half")->type, ElementType::Float32);
   EXPECT_EQ(ds->find("half")->at(1), -2.0);
   EXPECT_EQ(ds->find("half")->at(2), 0.5);
   EXPECT_EQ(ds->find("brain")->at(0), 1.0);
   EXPECT_EQ(ds->find("brain")->at(2), 0.5);
   EXPECT_EQ(ds->find("flag")->at(1), 1.0);
-  EXPECT_EQ(ds->find("wide")->type, DataType::I64);
+  EXPECT_EQ(ds->find("wide")->type, ElementType::Int64);
   EXPECT_EQ(ds->find("wide")->at(1), 4000000000.0);
   // One tensor by key, in NAME=FILE lists and for --input.
   auto named = openDataSet(
@@ -370,7 +370,7 @@ TEST(FillBatch, CopiesATileOfTheBatchNormalised) {
   // Three samples of 2x2 bytes feeding an input [2, 1, 2, 2]; the batch is samples 2 and 0.
   DataArray a;
   a.shape = {3, 2, 2};
-  a.type = DataType::U8;
+  a.type = ElementType::UInt8;
   for (int i = 0; i < 12; ++i)
     a.bytes.push_back(static_cast<unsigned char>(i * 17));
   const std::vector<int64_t> shape = {2, 1, 2, 2};
@@ -389,7 +389,7 @@ TEST(FillBatch, CopiesATileOfTheBatchNormalised) {
   // Labels as they are.
   DataArray labels;
   labels.shape = {3};
-  labels.type = DataType::U8;
+  labels.type = ElementType::UInt8;
   labels.bytes = {7, 8, 9};
   float l[1];
   fillBatch(labels, {2, 0}, {2}, Box{{1, 2}}, true, norm, l);

@@ -43,49 +43,75 @@ template <typename T> T load(const char *p) {
 
 } // namespace
 
-size_t safetensorsWidth(const std::string &d) {
-  if (d == "BOOL" || d == "U8" || d == "I8")
-    return 1;
-  if (d == "U16" || d == "I16" || d == "F16" || d == "BF16")
-    return 2;
-  if (d == "U32" || d == "I32" || d == "F32")
-    return 4;
-  if (d == "U64" || d == "I64" || d == "F64")
-    return 8;
-  return 0;
+namespace {
+
+struct DtypeRow {
+  SafetensorsDtype dtype;
+  const char *name;
+  size_t width;
+  bool floating;
+};
+
+const DtypeRow kDtypes[] = {
+    {SafetensorsDtype::Bool, "BOOL", 1, false}, {SafetensorsDtype::U8, "U8", 1, false},
+    {SafetensorsDtype::I8, "I8", 1, false},     {SafetensorsDtype::U16, "U16", 2, false},
+    {SafetensorsDtype::I16, "I16", 2, false},   {SafetensorsDtype::F16, "F16", 2, true},
+    {SafetensorsDtype::BF16, "BF16", 2, true},  {SafetensorsDtype::U32, "U32", 4, false},
+    {SafetensorsDtype::I32, "I32", 4, false},   {SafetensorsDtype::F32, "F32", 4, true},
+    {SafetensorsDtype::U64, "U64", 8, false},   {SafetensorsDtype::I64, "I64", 8, false},
+    {SafetensorsDtype::F64, "F64", 8, true},
+};
+
+const DtypeRow &row(SafetensorsDtype d) { return kDtypes[static_cast<size_t>(d)]; }
+
+} // namespace
+
+std::optional<SafetensorsDtype> safetensorsDtypeNamed(std::string_view name) {
+  for (const DtypeRow &r : kDtypes)
+    if (name == r.name)
+      return r.dtype;
+  return std::nullopt;
 }
 
-bool safetensorsFloating(const std::string &d) {
-  return d == "F16" || d == "BF16" || d == "F32" || d == "F64";
+const char *safetensorsDtypeName(SafetensorsDtype d) { return row(d).name; }
+
+size_t safetensorsWidth(SafetensorsDtype d) { return row(d).width; }
+
+bool safetensorsFloating(SafetensorsDtype d) { return row(d).floating; }
+
+std::optional<ElementType> elementTypeOf(SafetensorsDtype d) {
+  return elementTypeOfSafetensors(row(d).name);
 }
 
-double safetensorsElement(const std::string &d, const char *p) {
-  if (d == "F32")
+double safetensorsElement(SafetensorsDtype d, const char *p) {
+  switch (d) {
+  case SafetensorsDtype::F32:
     return load<float>(p);
-  if (d == "F64")
+  case SafetensorsDtype::F64:
     return load<double>(p);
-  if (d == "F16")
+  case SafetensorsDtype::F16:
     return halfToFloat(load<uint16_t>(p));
-  if (d == "BF16")
+  case SafetensorsDtype::BF16:
     return floatFromBf16(load<uint16_t>(p));
-  if (d == "BOOL")
+  case SafetensorsDtype::Bool:
     return load<uint8_t>(p) != 0;
-  if (d == "U8")
+  case SafetensorsDtype::U8:
     return load<uint8_t>(p);
-  if (d == "I8")
+  case SafetensorsDtype::I8:
     return load<int8_t>(p);
-  if (d == "U16")
+  case SafetensorsDtype::U16:
     return load<uint16_t>(p);
-  if (d == "I16")
+  case SafetensorsDtype::I16:
     return load<int16_t>(p);
-  if (d == "U32")
+  case SafetensorsDtype::U32:
     return load<uint32_t>(p);
-  if (d == "I32")
+  case SafetensorsDtype::I32:
     return load<int32_t>(p);
-  if (d == "U64")
+  case SafetensorsDtype::U64:
     return static_cast<double>(load<uint64_t>(p));
-  if (d == "I64")
+  case SafetensorsDtype::I64:
     return static_cast<double>(load<int64_t>(p));
+  }
   return 0;
 }
 
@@ -157,12 +183,14 @@ llvm::Expected<std::unique_ptr<SafetensorsFile>> openSafetensors(const std::stri
         v["data_offsets"].size() != 2)
       return where("dtype must be a string, shape an array, data_offsets [begin, end]");
     SafetensorsTensor t;
-    t.dtype = v["dtype"].get<std::string>();
-    t.width = safetensorsWidth(t.dtype);
-    if (t.width == 0)
-      return where("dtype " + t.dtype +
+    const std::string dtype = v["dtype"].get<std::string>();
+    const std::optional<SafetensorsDtype> known = safetensorsDtypeNamed(dtype);
+    if (!known)
+      return where("dtype " + dtype +
                    " is not a safetensors type Tofu reads (F64, F32, F16, "
                    "BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL)");
+    t.dtype = *known;
+    t.width = safetensorsWidth(t.dtype);
     uint64_t count = 1;
     for (const nlohmann::json &d : v["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0)

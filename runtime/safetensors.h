@@ -9,25 +9,53 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "support/element_type.h"
 #include "llvm/Support/Error.h"
 
 namespace tofu {
 
-/// Bytes per element of a safetensors dtype (BOOL, U8, I8, U16, I16, F16, BF16, U32, I32,
-/// F32, U64, I64, F64), 0 for any other.
-size_t safetensorsWidth(const std::string &dtype);
-/// Whether the dtype is a floating-point one (F16, BF16, F32, F64).
-bool safetensorsFloating(const std::string &dtype);
+/// The dtypes of safetensors Tofu reads: its element types, and the unsigned ones it
+/// widens (U16, U32, U64), which have no ElementType.
+enum class SafetensorsDtype : uint8_t {
+  Bool,
+  U8,
+  I8,
+  U16,
+  I16,
+  F16,
+  BF16,
+  U32,
+  I32,
+  F32,
+  U64,
+  I64,
+  F64
+};
+
+/// The dtype a header names ("F32"), where it is one of these; read once, when a file is
+/// opened.
+std::optional<SafetensorsDtype> safetensorsDtypeNamed(std::string_view name);
+/// Its name in a header: BOOL, U8, I8, U16, I16, F16, BF16, U32, I32, F32, U64, I64, F64.
+const char *safetensorsDtypeName(SafetensorsDtype d);
+/// Bytes per element.
+size_t safetensorsWidth(SafetensorsDtype d);
+/// Whether it is a floating-point one (F16, BF16, F32, F64).
+bool safetensorsFloating(SafetensorsDtype d);
+/// The element type it is (support/element_type.h's mapping), where Tofu has one: none for
+/// U16, U32 and U64.
+std::optional<ElementType> elementTypeOf(SafetensorsDtype d);
 /// One element of `dtype` at `p` (little-endian), as a double: exact for every dtype but
 /// 64-bit integers beyond 2^53.
-double safetensorsElement(const std::string &dtype, const char *p);
+double safetensorsElement(SafetensorsDtype dtype, const char *p);
 
 /// A tensor of a safetensors file.
 struct SafetensorsTensor {
-  std::string dtype;
+  SafetensorsDtype dtype = SafetensorsDtype::F32;
   size_t width = 0;
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0; ///< bytes, from the start of the data

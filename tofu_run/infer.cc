@@ -249,7 +249,7 @@ int runInference(const tofu::Problem &p, const tofu::Graph &g, const std::string
     const tofu::ElementType dtype = dtypeOf(g, input);
     if ((dtype != tofu::ElementType::Float64 || interp) && !isInteger(dtype))
       continue;
-    std::vector<double> v(b.array.bytes.size() / size_t(tofu::typeSize(b.array.type)));
+    std::vector<double> v(b.array.bytes.size() / size_t(tofu::elementTypeBytes(b.array.type)));
     for (size_t i = 0; i < v.size(); ++i)
       v[i] = b.array.at(int64_t(i));
     // A double beyond float32's range would be infinite on the engine: the run goes to the
