@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "fmt/format.h"
@@ -108,16 +109,24 @@ llvm::Expected<OnnxSaveReport> saveOnnxWithValues(const std::string &in, const s
   const std::filesystem::path target(out);
   const std::string dataName = target.filename().string() + ".data";
   const std::string dataPath = (target.parent_path() / dataName).string();
-  const std::string tmp = fmt::format("{}.{}.tmp", out, ::getpid());
+  // Both files complete before either takes its name: the data first, so that a model
+  // never names data that is not there.
+  auto modelFile = AtomicFile::create(out, "an ONNX model");
+  if (!modelFile)
+    return modelFile.takeError();
+  std::optional<AtomicFile> data;
   if (report.externalData) {
-    std::ofstream data(dataPath + ".tmp", std::ios::binary);
+    auto d = AtomicFile::create(dataPath, "the model's external data");
+    if (!d)
+      return d.takeError();
+    data.emplace(std::move(*d));
     int64_t offset = 0;
     for (onnx::TensorProto &t : *model.mutable_graph()->mutable_initializer()) {
       if (t.raw_data().size() < 1024)
         continue; // small ones stay inside
       const std::string raw = std::move(*t.mutable_raw_data());
       t.clear_raw_data();
-      data.write(raw.data(), static_cast<std::streamsize>(raw.size()));
+      data->write(raw);
       t.set_data_location(onnx::TensorProto::EXTERNAL);
       auto entry = [&](const char *key, const std::string &value) {
         onnx::StringStringEntryProto *e = t.add_external_data();
@@ -130,21 +139,18 @@ llvm::Expected<OnnxSaveReport> saveOnnxWithValues(const std::string &in, const s
       offset += static_cast<int64_t>(raw.size());
       report.externalBytes += static_cast<int64_t>(raw.size());
     }
-    data.close();
-    if (!data)
-      return stringError(fmt::format("cannot write '{}': {}", dataPath, std::strerror(errno)));
   }
-  {
-    std::ofstream o(tmp, std::ios::binary);
-    if (!o || !model.SerializeToOstream(&o))
-      return stringError(fmt::format("cannot write '{}': {}", out, std::strerror(errno)));
-  }
-  // Both files complete before either takes its name.
-  if ((report.externalData && std::rename((dataPath + ".tmp").c_str(), dataPath.c_str()) != 0) ||
-      std::rename(tmp.c_str(), out.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return stringError(fmt::format("cannot write '{}': {}", out, std::strerror(errno)));
-  }
+  std::string serialised;
+  if (!model.SerializeToString(&serialised))
+    return stringError(fmt::format("cannot write '{}': the model does not serialise (past "
+                                   "protobuf's 2 GiB?)",
+                                   out));
+  modelFile->write(serialised);
+  if (data)
+    if (llvm::Error e = data->commit())
+      return std::move(e);
+  if (llvm::Error e = modelFile->commit())
+    return std::move(e);
   report.dataFile = report.externalData ? dataPath : "";
   report.bytes = total;
   return report;

@@ -124,17 +124,17 @@ llvm::Error writeSafetensors(const std::string &path, const std::vector<StItem> 
   header["__metadata__"] = meta;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' '); // the data starts 8-byte aligned
-  const std::string tmp = path + ".partial";
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      return fail(fmt::format("{}: cannot write: {}", tmp, std::strerror(errno)));
+    auto file = AtomicFile::create(path, "a checkpoint");
+    if (!file)
+      return file.takeError();
+    AtomicFile &out = *file;
     uint64_t n = text.size();
     unsigned char len[8];
     for (int i = 0; i < 8; ++i)
       len[i] = static_cast<unsigned char>(n >> (8 * i));
-    out.write(reinterpret_cast<const char *>(len), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.write(len, 8);
+    out.write(text);
     std::vector<float> buf;
     std::vector<uint16_t> narrow;
     for (const StItem &it : items) {
@@ -143,8 +143,7 @@ llvm::Error writeSafetensors(const std::string &path, const std::vector<StItem> 
       else
         buf.assign(it.f64, it.f64 + it.count);
       if (type == StoredType::F32) {
-        out.write(reinterpret_cast<const char *>(buf.data()),
-                  static_cast<std::streamsize>(buf.size() * 4));
+        out.write(buf.data(), buf.size() * 4);
         continue;
       }
       narrow.resize(buf.size());
@@ -153,16 +152,10 @@ llvm::Error writeSafetensors(const std::string &path, const std::vector<StItem> 
       else
         for (size_t i = 0; i < buf.size(); ++i)
           narrow[i] = floatToHalf(buf[i]);
-      out.write(reinterpret_cast<const char *>(narrow.data()),
-                static_cast<std::streamsize>(narrow.size() * 2));
+      out.write(narrow.data(), narrow.size() * 2);
     }
-    out.flush();
-    if (!out)
-      return fail(fmt::format("{}: write failed (disk full?)", tmp));
+    return out.commit();
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return fail(fmt::format("{}: cannot rename to {}: {}", tmp, path, std::strerror(errno)));
-  return llvm::Error::success();
 }
 
 /// The generation of a tile file's name `tiles-G-R.safetensors` (or its .partial), else 0.
@@ -408,23 +401,20 @@ llvm::Error writeCheckpointIndex(const std::string &dir, unsigned generation,
   nlohmann::json meta = nlohmann::json::object();
   for (const auto &[k, v] : metadata)
     meta[k] = v;
-  const std::string path = checkpointIndexFile(dir), tmp = path + ".partial";
+  const std::string path = checkpointIndexFile(dir);
   {
     // One line per tensor: readable, and diffable between checkpoints.
-    std::ofstream out(tmp, std::ios::trunc);
-    out << "{\"format\": \"tofu sharded checkpoint\", \"version\": 1, \"generation\": "
-        << generation << ",\n \"metadata\": " << meta.dump() << ",\n \"tensors\": {";
+    std::string out = fmt::format("{{\"format\": \"tofu sharded checkpoint\", \"version\": 1, "
+                                  "\"generation\": {},\n \"metadata\": {},\n \"tensors\": {{",
+                                  generation, meta.dump());
     bool first = true;
     for (auto it = tensors.begin(); it != tensors.end(); ++it, first = false)
-      out << (first ? "\n  " : ",\n  ") << nlohmann::json(it.key()).dump() << ": "
-          << it.value().dump();
-    out << "}}\n";
-    out.flush();
-    if (!out)
-      return fail(fmt::format("{}: cannot write: {}", tmp, std::strerror(errno)));
+      out +=
+          (first ? "\n  " : ",\n  ") + nlohmann::json(it.key()).dump() + ": " + it.value().dump();
+    out += "}}\n";
+    if (llvm::Error e = writeFileAtomically(path, out, "a checkpoint index"))
+      return e;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return fail(fmt::format("{}: cannot rename to {}: {}", tmp, path, std::strerror(errno)));
   removeOtherCheckpoints(dir, generation, false);
   return llvm::Error::success();
 }

@@ -582,11 +582,7 @@ llvm::Error writeNpyBytes(const std::string &path, const std::vector<int64_t> &s
   out += static_cast<char>(header.size() >> 8);
   out += header;
   out += body;
-  std::ofstream f(path, std::ios::binary);
-  f << out;
-  if (!f)
-    return stringError(fmt::format("{}: cannot write it ({})", path, std::strerror(errno)));
-  return llvm::Error::success();
+  return writeFileAtomically(path, out, "an array");
 }
 
 /// `values` as little-endian integers of `bytes` bytes in [lo, hi], each rounded.

@@ -1,5 +1,13 @@
-// support/: byte counts and quantities, directories, bfloat16 rounding, element types.
+// support/: byte counts and quantities, files read and written whole, bfloat16 rounding, element
+// types, ONNX TensorProto decoding.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -110,6 +118,124 @@ TEST(Files, ReadsWholeFilesAndNamesWhyNot) {
             fmt::format("'{}' is a directory, not an ONNX model", dir));
   EXPECT_EQ(llvm::toString(readFile(dir + "/nope").takeError()),
             fmt::format("cannot open '{}/nope': No such file or directory", dir));
+}
+
+namespace {
+
+std::string contentsOf(const std::string &path) {
+  auto bytes = readFile(path);
+  return bytes ? *bytes : "(unreadable: " + llvm::toString(bytes.takeError()) + ")";
+}
+
+} // namespace
+
+TEST(Files, WritesWholeOrNotAtAll) {
+  const std::string dir = ::testing::TempDir() + "/support_test_write";
+  ASSERT_TRUE(makeDirs(dir));
+  const std::string path = dir + "/f.json";
+  // A new file; then the same path replaced, keeping the old one's permissions.
+  ASSERT_FALSE(bool(writeFileAtomically(path, "first\n")));
+  EXPECT_EQ(contentsOf(path), "first\n");
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  {
+    auto f = AtomicFile::create(path, "a plan");
+    ASSERT_TRUE(bool(f)) << llvm::toString(f.takeError());
+    EXPECT_EQ(f->temporary(), path + ".partial");
+    f->write(std::string(3 << 20, 'x')); // past the buffer
+    f->write("!");
+    EXPECT_EQ(contentsOf(path), "first\n"); // nothing replaced before the commit
+    ASSERT_FALSE(bool(f->commit()));
+  }
+  EXPECT_EQ(contentsOf(path), std::string(3 << 20, 'x') + "!");
+  EXPECT_FALSE(pathExists(path + ".partial"));
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // Given up without a commit (an error on the way): the old file stays, no temporary.
+  {
+    auto f = AtomicFile::create(path);
+    ASSERT_TRUE(bool(f));
+    f->write("half");
+  }
+  EXPECT_EQ(contentsOf(path).size(), (3u << 20) + 1);
+  EXPECT_FALSE(pathExists(path + ".partial"));
+  // A link is written through: the file it names changes, the link stays a link.
+  const std::string link = dir + "/link.json";
+  ::unlink(link.c_str());
+  ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+  ASSERT_FALSE(bool(writeFileAtomically(link, "through\n")));
+  EXPECT_EQ(contentsOf(path), "through\n");
+  ASSERT_EQ(::lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  // A write that fails (here past the process's file size limit, as a full disk would):
+  // the error says why, the old file is as it was, and no temporary is left.
+  struct rlimit old;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto oldHandler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  llvm::Error big = writeFileAtomically(path, std::string(100000, 'y'), "a checkpoint");
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, oldHandler);
+  ASSERT_TRUE(bool(big));
+  EXPECT_EQ(llvm::toString(std::move(big)),
+            fmt::format("cannot write a checkpoint to '{}': File too large (the file there, if "
+                        "any, is as it was)",
+                        path));
+  EXPECT_EQ(contentsOf(path), "through\n");
+  EXPECT_FALSE(pathExists(path + ".partial"));
+  // "-" is the standard output, its writes checked too (here /dev/full's "no space").
+  const int saved = ::dup(STDOUT_FILENO);
+  const std::string out = dir + "/stdout.txt";
+  const int outFd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int fullFd = ::open("/dev/full", O_WRONLY);
+  ASSERT_GE(saved, 0);
+  ASSERT_GE(outFd, 0);
+  ASSERT_GE(fullFd, 0);
+  std::fflush(stdout);
+  ::dup2(outFd, STDOUT_FILENO);
+  llvm::Error toOut = writeFileAtomically("-", "to the standard output\n", "metrics");
+  ::dup2(fullFd, STDOUT_FILENO);
+  llvm::Error toFull = writeFileAtomically("-", "lost", "metrics");
+  ::dup2(saved, STDOUT_FILENO);
+  for (int fd : {saved, outFd, fullFd})
+    ::close(fd);
+  EXPECT_FALSE(bool(toOut));
+  EXPECT_EQ(contentsOf(out), "to the standard output\n");
+  EXPECT_EQ(llvm::toString(std::move(toFull)),
+            "cannot write metrics to the standard output: No space left on device");
+}
+
+TEST(Files, RefusesToReplaceWhatIsNotAFile) {
+  const std::string dir = ::testing::TempDir() + "/support_test_refuse";
+  ASSERT_TRUE(makeDirs(dir + "/sub"));
+  // A device is never replaced: refused before anything is written.
+  EXPECT_EQ(llvm::toString(writeFileAtomically("/dev/null", "x", "an ONNX model")),
+            "'/dev/null' is a character device: Tofu writes an ONNX model only to a regular file "
+            "(written beside it, then renamed into place), so it will not replace it");
+  EXPECT_FALSE(pathExists("/dev/null.partial"));
+  struct stat st;
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_EQ(llvm::toString(checkWritable(dir + "/sub")).find("' is a directory: Tofu writes"),
+            dir.size() + 5);
+  const std::string fifo = dir + "/fifo";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(llvm::toString(writeFileAtomically(fifo, "x")).find("is a FIFO"), std::string::npos);
+  EXPECT_EQ(llvm::toString(checkWritable(dir + "/none/f.json", "metrics")),
+            fmt::format("cannot write metrics to '{0}/none/f.json': its folder '{0}/none' does "
+                        "not exist",
+                        dir));
+  EXPECT_FALSE(bool(checkWritable(dir + "/f.json")));
+  EXPECT_FALSE(bool(checkWritable("-")));
+  EXPECT_FALSE(bool(checkWritable("relative-here.json")));
+  const std::string dangling = dir + "/dangling";
+  ::unlink(dangling.c_str());
+  ASSERT_EQ(::symlink((dir + "/nowhere").c_str(), dangling.c_str()), 0);
+  EXPECT_NE(llvm::toString(checkWritable(dangling)).find("is a link to nothing"),
+            std::string::npos);
 }
 
 namespace {

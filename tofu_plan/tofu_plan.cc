@@ -25,6 +25,7 @@
 #include "search/search.h"
 #include "support/cl_choice.h"
 #include "support/errors.h"
+#include "support/files.h"
 #include "support/units.h"
 #include "tofu_plan/report.h"
 #include "llvm/Support/CommandLine.h"
@@ -146,6 +147,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (!svgFile.empty())
+    if (llvm::Error e = tofu::checkWritable(svgFile, "a drawing of the plan")) {
+      llvm::errs() << "tofu-plan: --svg: " << llvm::toString(std::move(e)) << "\n";
+      return 2;
+    }
   if (searchThreads > 4 * cores) {
     llvm::errs() << fmt::format("tofu-plan: --search-threads {} is more than 4 per core of this "
                                 "machine ({} cores); at most {}\n",
@@ -418,14 +424,12 @@ int main(int argc, char **argv) {
       llvm::outs() << machineText;
       llvm::outs() << tofu::formatStepTime(stepTime, summary ? 0 : 10);
     }
-    if (!svgFile.empty()) {
-      std::ofstream f(svgFile);
-      f << tofu::planSvg(*problem, *plan, report.title);
-      if (!f) {
-        llvm::errs() << "tofu-plan: cannot write " << svgFile << "\n";
+    if (!svgFile.empty())
+      if (llvm::Error e = tofu::writeFileAtomically(
+              svgFile, tofu::planSvg(*problem, *plan, report.title), "a drawing of the plan")) {
+        llvm::errs() << "tofu-plan: " << llvm::toString(std::move(e)) << "\n";
         return 1;
       }
-    }
     return 0;
   }
   llvm::outs() << tofuplan::describeTable(

@@ -18,7 +18,9 @@
 // first step's page faults and cold caches are not counted. The models are not those of
 // bench/step_time_bench.sh, which checks the estimates against measured steps.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -187,6 +189,15 @@ bool matchTotal(const std::vector<OpSample> &all, const std::function<bool(const
 } // namespace
 
 int runCalibration(const tofu::OpLibrary &lib, const std::string &path) {
+  // Where the model goes, checked before the minutes of measuring (its folder made first:
+  // the default is under ~/.cache).
+  const size_t slash = path.find_last_of('/');
+  if (slash != std::string::npos && slash > 0 && !tofu::makeDirs(path.substr(0, slash)))
+    return fail(fmt::format("--calibrate: cannot create {}: {}", path.substr(0, slash),
+                            std::strerror(errno)),
+                2);
+  if (llvm::Error e = tofu::checkWritable(path, "a device model"))
+    return fail("--calibrate: " + llvm::toString(std::move(e)), 2);
   std::vector<OpSample> all;
   std::vector<std::string> names;
   auto measure = [&](const std::string &name, llvm::Expected<tofu::Graph> g) -> llvm::Error {
@@ -320,13 +331,8 @@ int runCalibration(const tofu::OpLibrary &lib, const std::string &path) {
   for (const std::string &n : names)
     llvm::outs() << fmt::format("| {} | {:.2f} ms | {:.2f} ms | {:.2f} |\n", n, 1e3 * fit[n].first,
                                 1e3 * fit[n].second, fit[n].second / fit[n].first);
-  const std::string dir = path.substr(0, path.find_last_of('/'));
-  if (path.find('/') != std::string::npos && !dir.empty() && !tofu::makeDirs(dir))
-    return fail("cannot create " + dir);
-  std::ofstream f(path);
-  f << tofu::deviceModelJson(d);
-  if (!f)
-    return fail("cannot write " + path);
+  if (llvm::Error e = tofu::writeFileAtomically(path, tofu::deviceModelJson(d), "a device model"))
+    return fail(std::move(e));
   llvm::outs() << fmt::format("\nwrote {}: `tofu-plan --device cpu` and tofu-run's estimates "
                               "use it\n",
                               path);

@@ -401,6 +401,20 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
         "--kernels interp runs one step (the reference); use compiled kernels to train");
   if (saveType.getNumOccurrences() > 0 && saveDir.empty())
     return tofu::usageError("--save-dtype goes with --save");
+  // Every file the run writes when it ends, checked before the work it would lose.
+  const std::pair<const cl::opt<std::string> *, const char *> written[] = {
+      {&saveOnnx, "an ONNX model"},
+      {&profileInto, "a device model"},
+      {&metricsFile, "metrics"},
+      {&planJson, "an execution plan"}};
+  for (const auto &[opt, what] : written)
+    if (!opt->empty())
+      if (llvm::Error e = tofu::checkWritable(*opt, what))
+        return tofu::usageError(
+            fmt::format("--{}: {}", opt->ArgStr.str(), llvm::toString(std::move(e))));
+  if (!saveOnnx.empty())
+    if (llvm::Error e = tofu::checkWritable(saveOnnx + ".data", "the model's external data"))
+      return tofu::usageError("--save-onnx: " + llvm::toString(std::move(e)));
   // The --save folder must be one this run can write, before any training it would lose.
   if (!saveDir.empty()) {
     std::error_code ec;

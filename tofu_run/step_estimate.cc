@@ -10,6 +10,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/cuda/kernel_report.h"
 #include "support/errors.h"
+#include "support/files.h"
 #include "tofu_run/driver.h"
 #include "tofu_run/options.h"
 #include "llvm/Support/raw_ostream.h"
@@ -98,10 +99,8 @@ storeMeasuredOps(const tofu::StepTimeEstimate &estimate,
   const std::string note = " + ops measured by tofu-run --profile-into";
   if (d.source.find(note) == std::string::npos)
     d.source += note;
-  std::ofstream f(path);
-  f << tofu::deviceModelJson(d);
-  if (!f)
-    return tofu::stringError("--profile-into: cannot write " + path);
+  if (llvm::Error e = tofu::writeFileAtomically(path, tofu::deviceModelJson(d), "a device model"))
+    return tofu::stringError("--profile-into: " + llvm::toString(std::move(e)));
   return fmt::format("profile-into: {} op instances measured as {} ops, stored in {} ({} "
                      "measured ops in the model of {})\n",
                      instances, samples.size(), path, d.measured.size(), d.name);

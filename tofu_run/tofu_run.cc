@@ -38,6 +38,7 @@
 #include "search/cost_model.h"
 #include "search/search.h"
 #include "support/errors.h"
+#include "support/files.h"
 #include "support/units.h"
 #include "tofu_run/driver.h"
 #include "tofu_run/options.h"
@@ -312,12 +313,10 @@ int run(int argc, char **argv) {
   const tofu::PartitionPlan *plan = &pipelined->plan;
   const tofu::ExecPlan &exec = pipelined->exec;
   const tofu::MemoryPlan &memory = pipelined->memory;
-  if (!planJson.empty()) {
-    std::ofstream f(planJson);
-    f << tofu::execPlanJson(p, exec);
-    if (!f)
-      return fail("cannot write " + planJson);
-  }
+  if (!planJson.empty())
+    if (llvm::Error e =
+            tofu::writeFileAtomically(planJson, tofu::execPlanJson(p, exec), "an execution plan"))
+      return fail(std::move(e));
   if (dumpPlan)
     llvm::outs() << tofu::execPlanDump(p, exec) << "\n";
   const tofu::SingleWorker single = tofu::singleWorker(p, t->outputs);

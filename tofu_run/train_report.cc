@@ -10,6 +10,7 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "nlohmann/json.hpp"
+#include "support/files.h"
 #include "support/units.h"
 #include "tofu_run/options.h"
 #include "llvm/Support/raw_ostream.h"
@@ -295,12 +296,9 @@ int reportTraining(tofu::Trainer &trainer, const TrainingOutcome &outcome) {
       }
       j["profile"] = perWorker; // per worker, per node in plan order
     }
-    if (!metricsFile.empty() && group->rank() == 0) {
-      std::ofstream f(metricsFile);
-      f << j.dump(1) << "\n";
-      if (!f)
-        return fail("cannot write " + metricsFile);
-    }
+    if (!metricsFile.empty() && group->rank() == 0)
+      if (llvm::Error e = tofu::writeFileAtomically(metricsFile, j.dump(1) + "\n", "metrics"))
+        return fail(std::move(e));
     if (json) {
       llvm::outs() << j.dump(2) << "\n";
       return status;
