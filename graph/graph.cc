@@ -10,6 +10,7 @@
 #include "analysis/strategy.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
+#include "support/json_at.h"
 
 namespace tofu {
 
@@ -267,99 +268,15 @@ llvm::Error checkGraph(Graph &g, const OpLibrary &lib) {
   return checkSizes(g);
 }
 
-namespace {
 using nlohmann::json;
 
-/// A graph JSON value at a path (`nodes[3].inputs`), read with errors that name the path.
-struct JsonAt {
-  const json &v;
-  std::string path;
-
-  JsonAt operator[](const char *key) const { return {v.at(key), path + "." + key}; }
-  JsonAt operator[](size_t i) const { return {v.at(i), fmt::format("{}[{}]", path, i)}; }
-
-  llvm::Error fail(const std::string &what) const {
-    return stringError(fmt::format("graph JSON: {}: {}", path, what));
-  }
-  /// An object whose keys are among `allowed`, having every one of `required`.
-  llvm::Error object(const std::vector<const char *> &allowed,
-                     const std::vector<const char *> &required) const {
-    if (!v.is_object())
-      return fail(fmt::format("must be an object, not {}", v.type_name()));
-    for (auto it = v.begin(); it != v.end(); ++it)
-      if (std::find_if(allowed.begin(), allowed.end(),
-                       [&](const char *a) { return it.key() == a; }) == allowed.end())
-        return fail(
-            fmt::format("unknown key '{}' (one of: {})", it.key(), fmt::join(allowed, ", ")));
-    for (const char *r : required)
-      if (!v.contains(r))
-        return fail(fmt::format("the key '{}' is missing", r));
-    return llvm::Error::success();
-  }
-  llvm::Expected<std::string> string() const {
-    if (!v.is_string())
-      return fail(fmt::format("must be a string, not {}", v.type_name()));
-    return v.get<std::string>();
-  }
-  /// The string at `key` into `*out`, where the object has that key (else `*out` stays).
-  llvm::Error optionalString(const char *key, std::string *out) const {
-    if (!v.contains(key))
-      return llvm::Error::success();
-    auto s = (*this)[key].string();
-    if (!s)
-      return s.takeError();
-    *out = std::move(*s);
-    return llvm::Error::success();
-  }
-  llvm::Expected<int64_t> integer() const {
-    if (!v.is_number_integer())
-      return fail(fmt::format("must be an integer, not {}", v.dump()));
-    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
-      return fail(fmt::format("{} is out of range", v.dump()));
-    return v.get<int64_t>();
-  }
-  llvm::Error array() const {
-    if (!v.is_array())
-      return fail(fmt::format("must be an array, not {}", v.type_name()));
-    return llvm::Error::success();
-  }
-  llvm::Expected<std::vector<std::string>> strings() const {
-    if (llvm::Error e = array())
-      return std::move(e);
-    std::vector<std::string> out;
-    for (size_t i = 0; i < v.size(); ++i) {
-      auto s = (*this)[i].string();
-      if (!s)
-        return s.takeError();
-      out.push_back(*s);
-    }
-    return out;
-  }
-  llvm::Expected<std::map<std::string, int64_t>> integers() const {
-    if (!v.is_object())
-      return fail(fmt::format("must be an object, not {}", v.type_name()));
-    std::map<std::string, int64_t> out;
-    for (auto it = v.begin(); it != v.end(); ++it) {
-      auto n = JsonAt{it.value(), path + "." + it.key()}.integer();
-      if (!n)
-        return n.takeError();
-      out[it.key()] = *n;
-    }
-    return out;
-  }
-};
-
-} // namespace
-
 llvm::Expected<Graph> graphFromJson(const std::string &text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception &e) { // a syntax error, or a number out of range
-    return stringError(fmt::format("graph JSON: {}", e.what()));
-  }
+  auto parsed = parseJson(text, "graph JSON");
+  if (!parsed)
+    return parsed.takeError();
+  const json &j = *parsed;
   Graph g;
-  const JsonAt top{j, "the top level"};
+  const JsonAt top{j, "the top level", "graph JSON"};
   if (llvm::Error e =
           top.object({"tensors", "nodes", "outputs", "precision"}, {"tensors", "nodes"}))
     return std::move(e);
@@ -372,7 +289,8 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
       return top["precision"].fail(fmt::format("unknown precision '{}' (fp32 or bf16)", name));
     g.precision = *p;
   }
-  const JsonAt tensors{j.at("tensors"), "tensors"}, nodes{j.at("nodes"), "nodes"};
+  const JsonAt tensors{j.at("tensors"), "tensors", "graph JSON"},
+      nodes{j.at("nodes"), "nodes", "graph JSON"};
   if (llvm::Error e = tensors.array())
     return std::move(e);
   if (llvm::Error e = nodes.array())
@@ -450,7 +368,7 @@ llvm::Expected<Graph> graphFromJson(const std::string &text) {
       return jn.fail(llvm::toString(std::move(e)));
   }
   if (j.contains("outputs")) {
-    auto outputs = JsonAt{j.at("outputs"), "outputs"}.strings();
+    auto outputs = JsonAt{j.at("outputs"), "outputs", "graph JSON"}.strings();
     if (!outputs)
       return outputs.takeError();
     g.outputs = std::move(*outputs);

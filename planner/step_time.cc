@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include "analysis/ir.h"
@@ -18,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "planner/topology.h"
 #include "support/files.h"
+#include "support/json_at.h"
 #include "support/units.h"
 #include "llvm/Support/Casting.h"
 
@@ -147,9 +149,20 @@ std::string deviceModelJson(const DeviceModel &d, bool withMeasured) {
 }
 
 llvm::Expected<DeviceModel> parseDeviceModel(const std::string &json, const std::string &where) {
-  auto j = nlohmann::json::parse(json, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return stringError(fmt::format("{}: not a JSON object", where));
+  auto parsed = parseJson(json, where);
+  if (!parsed)
+    return parsed.takeError();
+  const nlohmann::json &j = *parsed;
+  if (!j.is_object())
+    return stringError(
+        fmt::format("{}: a device model is a JSON object, not {}", where, j.type_name()));
+  // A misspelled key is an error, not a rate taken as missing or a default in silence.
+  if (llvm::Error e = JsonAt{j, "the top level", where}.object(
+          {"name", "source", "product_flops", "product_flops_bf16", "conv_flops", "kernel_flops",
+           "bandwidth", "launch_seconds", "library_launch_seconds", "conv_launch_seconds",
+           "link_bandwidth", "link_latency_seconds", "sync_seconds", "shared", "measured_ops"},
+          {}))
+    return std::move(e);
   DeviceModel d;
   auto text = [&](const char *key, std::string &out) -> llvm::Error {
     if (!j.contains(key) || !j[key].is_string())
@@ -194,46 +207,48 @@ llvm::Expected<DeviceModel> parseDeviceModel(const std::string &json, const std:
     if (!list.is_array())
       return stringError(fmt::format("{}: \"measured_ops\" must be an array", where));
     for (size_t i = 0; i < list.size(); ++i) {
-      const auto &e = list[i];
-      const std::string at = fmt::format("{}: measured_ops[{}]", where, i);
-      // The first field missing or of the wrong type, or "".
-      auto isText = [](const nlohmann::json &v) { return v.is_string(); };
-      auto isCount = [](const nlohmann::json &v) {
-        return v.is_number() && v.get<double>() >= 0 && v.get<double>() <= 1e18;
-      };
-      auto isFlag = [](const nlohmann::json &v) { return v.is_boolean(); };
-      std::string bad;
-      for (const auto &[key, ok] :
-           std::vector<std::pair<const char *, std::function<bool(const nlohmann::json &)>>>{
-               {"op", isText},
-               {"kind", isText},
-               {"flops", isCount},
-               {"bytes", isCount},
-               {"passes", isCount},
-               {"bf16", isFlag},
-               {"workers", isCount},
-               {"seconds", isCount}})
-        if (bad.empty() && (!e.is_object() || !e.contains(key) || !ok(e[key])))
-          bad = key;
-      if (!bad.empty())
-        return stringError(fmt::format("{}: \"{}\" is missing or of the wrong type", at, bad));
+      const JsonAt e{list[i], fmt::format("measured_ops[{}]", i), where};
+      if (llvm::Error err = e.object(
+              {"op", "kind", "flops", "bytes", "passes", "bf16", "workers", "seconds", "samples"},
+              {"op", "kind", "flops", "bytes", "passes", "bf16", "workers", "seconds"}))
+        return std::move(err);
       MeasuredOp m;
-      m.op = e["op"].get<std::string>();
-      m.kind = e["kind"].get<std::string>();
+      m.samples = 1;
+      auto op = e["op"].string();
+      if (!op)
+        return op.takeError();
+      m.op = *op;
+      auto kind = e["kind"].string();
+      if (!kind)
+        return kind.takeError();
+      m.kind = *kind;
       if (m.kind != "product" && m.kind != "convolution" && m.kind != "scatter" &&
           m.kind != "generated")
-        return stringError(fmt::format("{}: \"kind\" is '{}'; it must be product, "
-                                       "convolution, scatter or generated",
-                                       at, m.kind));
-      m.flops = e["flops"].get<double>();
-      m.bytes = e["bytes"].get<double>();
-      m.passes = e["passes"].get<unsigned>();
-      m.bf16 = e["bf16"].get<bool>();
-      m.workers = e["workers"].get<unsigned>();
-      m.seconds = e["seconds"].get<double>();
-      m.samples = e.contains("samples") && e["samples"].is_number_unsigned()
-                      ? e["samples"].get<unsigned>()
-                      : 1;
+        return e["kind"].fail(fmt::format("'{}' is no kind of op this model times (product, "
+                                          "convolution, scatter or generated)",
+                                          m.kind));
+      constexpr int64_t kCountMax = std::numeric_limits<unsigned>::max();
+      for (auto [key, field] : {std::pair{"flops", &m.flops}, std::pair{"bytes", &m.bytes},
+                                std::pair{"seconds", &m.seconds}}) {
+        auto v = e[key].number(0, 1e18);
+        if (!v)
+          return v.takeError();
+        *field = *v;
+      }
+      for (auto [key, field, lo] : {std::tuple{"passes", &m.passes, int64_t(0)},
+                                    std::tuple{"workers", &m.workers, int64_t(0)},
+                                    std::tuple{"samples", &m.samples, int64_t(1)}}) {
+        if (!e.v.contains(key))
+          continue; // samples: 1 where not given
+        auto v = e[key].integer(lo, kCountMax);
+        if (!v)
+          return v.takeError();
+        *field = static_cast<unsigned>(*v);
+      }
+      auto bf16 = e["bf16"].boolean();
+      if (!bf16)
+        return bf16.takeError();
+      m.bf16 = *bf16;
       d.measured.push_back(std::move(m));
     }
   }

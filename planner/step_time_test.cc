@@ -49,7 +49,24 @@ TEST(StepTime, DeviceModelsRoundTripAndBadOnesAreRefused) {
   EXPECT_EQ(llvm::toString(bad.takeError()), "m.json: \"bandwidth\" is -3; it must be positive");
   auto notJson = parseDeviceModel("{", "m.json");
   ASSERT_FALSE(bool(notJson));
-  EXPECT_EQ(llvm::toString(notJson.takeError()), "m.json: not a JSON object");
+  EXPECT_EQ(llvm::toString(notJson.takeError())
+                .rfind("m.json: not valid JSON: parse error at "
+                       "line 1, column 2",
+                       0),
+            0u);
+  // Each cause named as what it is: an array, a number past a double, a misspelled key.
+  EXPECT_EQ(llvm::toString(parseDeviceModel("[1]", "m.json").takeError()),
+            "m.json: a device model is a JSON object, not array");
+  EXPECT_EQ(llvm::toString(parseDeviceModel("{\"name\": 1e999}", "m.json").takeError())
+                .rfind("m.json: a number is too large for a double", 0),
+            0u);
+  std::string misspelt = deviceModelJson(d);
+  misspelt.replace(misspelt.find("\"bandwidth\""), 11, "\"bandwith\"");
+  EXPECT_EQ(llvm::toString(parseDeviceModel(misspelt, "m.json").takeError())
+                .rfind("m.json: the top level: unknown key 'bandwith' (did you mean "
+                       "'bandwidth'? one of: name, source, ",
+                       0),
+            0u);
 
   auto h = deviceModelNamed("h100");
   ASSERT_TRUE(bool(h));
@@ -251,15 +268,29 @@ TEST(StepTime, MeasuredOpsReplaceTheRatesForTheirInstances) {
   auto bad = parseDeviceModel(json, "m.json");
   ASSERT_FALSE(bool(bad));
   EXPECT_EQ(llvm::toString(bad.takeError()),
-            "m.json: measured_ops[0]: \"kind\" is 'magic'; it must be product, convolution, "
-            "scatter or generated");
-  json = deviceModelJson(*back);
+            "m.json: measured_ops[0].kind: 'magic' is no kind of op this model times (product, "
+            "convolution, scatter or generated)");
+  // A wrong type, a negative time and a count past its type are each reported as that
+  // (a count was once converted and matched nothing).
   const std::string one = "\"seconds\": 1.0";
-  json.replace(json.find(one), one.size(), "\"seconds\": \"1\"");
-  auto badSeconds = parseDeviceModel(json, "m.json");
-  ASSERT_FALSE(bool(badSeconds));
-  EXPECT_EQ(llvm::toString(badSeconds.takeError()),
-            "m.json: measured_ops[0]: \"seconds\" is missing or of the wrong type");
+  for (const auto &[from, to, why] :
+       {std::tuple{one, std::string("\"seconds\": \"1\""),
+                   std::string("measured_ops[0].seconds: must be a number, not \"1\"")},
+        std::tuple{one, std::string("\"seconds\": -1"),
+                   std::string("measured_ops[0].seconds: -1 is out of range")},
+        std::tuple{std::string("\"bf16\": false"),
+                   std::string("\"bf16\": false, \"passes\": 4294967296"),
+                   std::string("measured_ops[0].passes: 4294967296 is out of range (0 to "
+                               "4294967295)")},
+        std::tuple{std::string("\"bf16\": false"), std::string("\"bf61\": false"),
+                   std::string("measured_ops[0]: unknown key 'bf61' (did you mean 'bf16'?")}}) {
+    json = deviceModelJson(*back);
+    ASSERT_NE(json.find(from), std::string::npos) << from;
+    json.replace(json.find(from), from.size(), to);
+    auto refused = parseDeviceModel(json, "m.json");
+    ASSERT_FALSE(bool(refused)) << to;
+    EXPECT_EQ(llvm::toString(refused.takeError()).rfind("m.json: " + why, 0), 0u) << to;
+  }
 }
 
 // Under bf16 the products read bfloat16 operands and run at the bfloat16 rate, over half the

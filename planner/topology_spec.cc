@@ -12,6 +12,7 @@
 #include "grammar/diagnostics.h"
 #include "nlohmann/json.hpp"
 #include "support/files.h"
+#include "support/json_at.h"
 #include "support/units.h"
 
 namespace tofu {
@@ -80,14 +81,15 @@ llvm::Expected<double> jsonQuantity(const nlohmann::json &value, const char *nam
 
 llvm::Expected<Topology> fromJson(const std::string &text) {
   Topology t;
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception &e) {
-    return stringError(std::string("the topology is not valid JSON: ") + e.what());
-  }
+  auto parsed = parseJson(text, "the topology");
+  if (!parsed)
+    return parsed.takeError();
+  const nlohmann::json &j = *parsed;
   if (!j.is_object() || !j.contains("levels") || !j["levels"].is_array() || j["levels"].empty())
     return stringError("a JSON topology is an object with a non-empty array \"levels\"");
+  // A misspelled key is an error, not a default taken in silence.
+  if (llvm::Error e = JsonAt{j, "the top level", "the topology"}.object({"levels"}, {"levels"}))
+    return std::move(e);
   for (size_t i = 0; i < j["levels"].size(); ++i) {
     const nlohmann::json &l = j["levels"][i];
     auto where = [&](const std::string &msg) {
@@ -95,6 +97,9 @@ llvm::Expected<Topology> fromJson(const std::string &text) {
     };
     if (!l.is_object())
       return where("not an object");
+    if (llvm::Error e = JsonAt{l, fmt::format("levels[{}]", i), "the topology"}.object(
+            {"name", "count", "bandwidth", "latency"}, {}))
+      return std::move(e);
     TopologyLevel level;
     level.name = fmt::format("level{}", i + 1);
     if (l.contains("name")) {

@@ -90,6 +90,19 @@ TEST(Topology, ErrorsSayWhatAndWhere) {
             std::string::npos);
   EXPECT_NE(message("{\"levels\": []}").find("non-empty array"), std::string::npos);
   EXPECT_NE(message("{\"levels\": [").find("not valid JSON"), std::string::npos);
+  // A misspelled key is named, with the key meant (it was taken without it).
+  EXPECT_EQ(message("{\"levels\": [{\"count\": 2, \"bandwidth\": 1, \"latncy\": 1e-6}]}"),
+            "the topology: levels[0]: unknown key 'latncy' (did you mean 'latency'? one of: "
+            "name, count, bandwidth, latency)");
+  EXPECT_EQ(message("{\"levels\": [{\"count\": 2, \"bandwidth\": 1}], \"level\": 3}"),
+            "the topology: the top level: unknown key 'level' (did you mean 'levels'? one of: "
+            "levels)");
+  EXPECT_NE(message("{\"levels\": [{\"count\": 2, \"bandwidth\": 1e999}]}")
+                .find("the topology: a number is too large for a double"),
+            std::string::npos);
+  // A directory is reported as one.
+  EXPECT_NE(message(::testing::TempDir()).find("' is a directory, not a topology file"),
+            std::string::npos);
 }
 
 struct Outcome {

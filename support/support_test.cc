@@ -19,6 +19,7 @@
 #include "support/bf16.h"
 #include "support/element_type.h"
 #include "support/files.h"
+#include "support/json_at.h"
 #include "support/tensor_proto.h"
 #include "support/units.h"
 #include "gtest/gtest.h"
@@ -236,6 +237,39 @@ TEST(Files, RefusesToReplaceWhatIsNotAFile) {
   ASSERT_EQ(::symlink((dir + "/nowhere").c_str(), dangling.c_str()), 0);
   EXPECT_NE(llvm::toString(checkWritable(dangling)).find("is a link to nothing"),
             std::string::npos);
+}
+
+TEST(Json, NamesThePathTheCauseAndTheKeyMeant) {
+  EXPECT_EQ(nearestWord("latncy", {"name", "count", "bandwidth", "latency"}), "latency");
+  EXPECT_EQ(nearestWord("bf61", {"bf16", "op"}), "bf16"); // a transposition
+  EXPECT_EQ(nearestWord("zzz", {"name", "count"}), "");
+  EXPECT_EQ(nearestWord("x", {"op"}), ""); // never every letter
+  auto j = parseJson(R"({"a": {"n": -1, "f": 2.5, "s": "x", "big": 70000, "b": true}})", "doc");
+  ASSERT_TRUE(bool(j)) << llvm::toString(j.takeError());
+  const JsonAt a{j->at("a"), "a", "doc"};
+  EXPECT_EQ(llvm::toString(a.object({"n", "f", "s"}, {})),
+            "doc: a: unknown key 'b' (one of: n, f, s)");
+  EXPECT_FALSE(bool(a.object({"n", "f", "s", "big", "b"}, {"n"})));
+  EXPECT_EQ(llvm::toString(a.object({"n", "f", "s", "big", "b"}, {"m"})),
+            "doc: a: the key 'm' is missing");
+  EXPECT_EQ(llvm::toString(a["n"].integer(0, 10).takeError()),
+            "doc: a.n: -1 is out of range (0 to 10)");
+  EXPECT_EQ(llvm::toString(a["f"].integer().takeError()), "doc: a.f: must be an integer, not 2.5");
+  EXPECT_EQ(llvm::toString(a["big"].integer(0, 65535).takeError()),
+            "doc: a.big: 70000 is out of range (0 to 65535)");
+  EXPECT_EQ(*a["f"].number(0, 10), 2.5);
+  EXPECT_FALSE(bool(a["n"].number(0, 10)));
+  EXPECT_EQ(llvm::toString(a["s"].boolean().takeError()),
+            "doc: a.s: must be true or false, not \"x\"");
+  EXPECT_EQ(*a["b"].boolean(), true);
+  EXPECT_EQ(llvm::toString(a["s"].array()), "doc: a.s: must be an array, not string");
+  // A number past a double is reported as that, a syntax error with where it is.
+  EXPECT_EQ(llvm::toString(parseJson("[1e999]", "doc").takeError())
+                .rfind("doc: a number is too large for a double", 0),
+            0u);
+  EXPECT_EQ(llvm::toString(parseJson("{\"a\": }", "doc").takeError())
+                .rfind("doc: not valid JSON: parse error at line 1, column 7", 0),
+            0u);
 }
 
 namespace {
