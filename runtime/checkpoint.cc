@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -42,6 +43,22 @@ llvm::Expected<std::unique_ptr<SafetensorsFile>> openCheckpointFile(const std::s
                               "loads (F32, F64, F16, BF16)",
                               path, name, safetensorsDtypeName(t.dtype)));
   return f;
+}
+
+/// The error for element `flat` of tensor `t` of `f`, `x`, which is not finite (or, from
+/// float64, beyond float32).
+llvm::Error nonFinite(const SafetensorsFile &f, const SafetensorsTensor &t, int64_t flat,
+                      double x) {
+  std::vector<int64_t> at(t.shape.size());
+  for (size_t a = t.shape.size(); a-- > 0;) {
+    const int64_t e = std::max<int64_t>(1, t.shape[a]);
+    at[a] = flat % e;
+    flat /= e;
+  }
+  return fail(fmt::format("{}: tensor '{}' holds {} at [{}]{}: a checkpoint's weights and "
+                          "state must be finite (was it saved after the loss diverged?)",
+                          f.path, t.name, x, fmt::join(at, ", "),
+                          std::isfinite(x) ? ", beyond float32's range" : ""));
 }
 
 /// Copies `region` of tensor `t` of `f` (whose values lie over `stored`) into `out` (laid
@@ -80,8 +97,15 @@ llvm::Error readRegion(const SafetensorsFile &f, const SafetensorsTensor &t, con
     if (llvm::Error e =
             f.read(buf.data(), buf.size(), t.begin + static_cast<uint64_t>(src) * t.width))
       return e;
-    for (int64_t e = 0; e < run; ++e)
-      out[dst + e] = static_cast<T>(safetensorsElement(t.dtype, buf.data() + e * t.width));
+    for (int64_t e = 0; e < run; ++e) {
+      const double x = safetensorsElement(t.dtype, buf.data() + e * t.width);
+      const T held = static_cast<T>(x);
+      // A weight or a state that is not finite would surface steps later as an update
+      // that went wrong, naming another tensor: it is refused here, naming this one.
+      if (!std::isfinite(held))
+        return nonFinite(f, t, src + e, x);
+      out[dst + e] = held;
+    }
     size_t a = j; // the odometer over the dimensions before the run
     while (a > 0) {
       --a;
@@ -150,8 +174,14 @@ llvm::Error writeSafetensors(const std::string &path, const std::vector<StItem> 
       if (type == StoredType::BF16)
         toBf16(buf.data(), narrow.data(), buf.size());
       else
-        for (size_t i = 0; i < buf.size(); ++i)
+        for (size_t i = 0; i < buf.size(); ++i) {
           narrow[i] = floatToHalf(buf[i]);
+          // Not made infinite in silence: such a checkpoint would not load.
+          if (std::isfinite(buf[i]) && !std::isfinite(halfToFloat(narrow[i])))
+            return fail(fmt::format("{}: tensor '{}' holds {} at element {}, beyond float16's "
+                                    "range (65504): save it as bfloat16 or float32",
+                                    path, it.key, buf[i], i));
+        }
       out.write(narrow.data(), narrow.size() * 2);
     }
     return out.commit();

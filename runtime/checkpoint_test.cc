@@ -15,6 +15,7 @@
 
 #include "runtime/safetensors.h"
 #include "support/bf16.h"
+#include "support/files.h"
 #include "testing/suite.h"
 #include "gtest/gtest.h"
 
@@ -172,6 +173,18 @@ TEST(Checkpoint, WrittenInBfloat16AndFloat16) {
   for (StoredType type : {StoredType::F32, StoredType::BF16, StoredType::F16}) {
     const std::string dir = testTmpDir(std::string("stored-") + storedTypeName(type));
     llvm::Error e = saveCheckpoint(dir, c, type);
+    if (type == StoredType::F16) {
+      // 7e4 - 1.7 + 11/3 is past float16's largest (65504; finite in bfloat16): refused,
+      // naming it, not made infinite (the checkpoint would not load); the rest of the test
+      // saves 6e4 instead.
+      EXPECT_EQ(llvm::toString(std::move(e)),
+                checkpointFile(dir) + ": tensor 'w' holds 70001.97 at element 11, beyond "
+                                      "float16's range (65504): save it as bfloat16 or float32");
+      EXPECT_FALSE(pathExists(checkpointFile(dir) + ".partial"));
+      w.data[11] = 6e4;
+      c.tensors.at("w") = w;
+      e = saveCheckpoint(dir, c, type);
+    }
     ASSERT_FALSE(bool(e)) << llvm::toString(std::move(e));
     auto f = openSafetensors(checkpointFile(dir));
     ASSERT_TRUE(bool(f)) << llvm::toString(f.takeError());
@@ -206,12 +219,50 @@ TEST(Checkpoint, WrittenInBfloat16AndFloat16) {
     for (int64_t i = 0; i < 12; ++i)
       EXPECT_EQ(double(got[i]), back->tensors.at("w").data[i]) << storedTypeName(type) << " " << i;
   }
-  // 7e4 - 1.7 + 11/3 is past float16's range: infinite there, finite in bfloat16.
-  EXPECT_TRUE(std::isinf(halfToFloat(floatToHalf(static_cast<float>(w.data[11])))));
 }
 
 TEST(Checkpoint, BrokenFilesSayWhatIsWrong) {
   EXPECT_NE(loadError(testTmpDir("missing")).find("cannot open"), std::string::npos);
+  // A name given twice (JSON keeps the last copy) is refused.
+  writeRaw(testTmpDir("twice"),
+           R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+           R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           std::string(8, '\0'));
+  EXPECT_EQ(loadError(testTmpDir("twice")),
+            checkpointFile(testTmpDir("twice")) + ": the header names tensor 'a' twice");
+  // A value that is not finite is reported at load, naming the tensor, where it is and the
+  // file; so is a float64 beyond float32.
+  for (const auto &[name, bytes, what] :
+       {std::tuple{"nan", std::string("\x00\x00\xc0\x7f", 4), std::string("nan")},
+        std::tuple{"inf", std::string("\x00\x00\x80\xff", 4), std::string("-inf")}}) {
+    const std::string dir = testTmpDir(std::string("nonfinite-") + name);
+    writeRaw(dir,
+             R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
+             R"("b":{"dtype":"F32","shape":[2],"data_offsets":[16,24]}})",
+             std::string(12, '\0') + bytes + std::string(8, '\0'));
+    EXPECT_EQ(loadError(dir), checkpointFile(dir) + ": tensor 'w' holds " + what +
+                                  " at [1, 1]: a checkpoint's weights and state must be finite "
+                                  "(was it saved after the loss diverged?)");
+    auto reader = CheckpointReader::open(dir);
+    ASSERT_TRUE(bool(reader)) << llvm::toString(reader.takeError());
+    float out[4];
+    EXPECT_FALSE(bool(reader->read("b", Box{{0, 2}}, out))); // the finite one reads
+    EXPECT_TRUE(bool(reader->read("w", Box{{0, 2}, {0, 2}}, out)));
+  }
+  {
+    const double big = 1e300;
+    const std::string dir = testTmpDir("beyond-float32");
+    writeRaw(dir, R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})",
+             std::string(reinterpret_cast<const char *>(&big), 8));
+    EXPECT_EQ(loadError(dir), ""); // held in double, as the file has it
+    auto reader = CheckpointReader::open(dir);
+    ASSERT_TRUE(bool(reader)) << llvm::toString(reader.takeError());
+    float out = 0;
+    EXPECT_EQ(llvm::toString(reader->read("w", Box{{0, 1}}, &out)),
+              checkpointFile(dir) + ": tensor 'w' holds 1e+300 at [0], beyond float32's range: "
+                                    "a checkpoint's weights and state must be finite (was it "
+                                    "saved after the loss diverged?)");
+  }
   writeRaw(testTmpDir("short"), R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
            std::string(8, '\0'));
   EXPECT_NE(loadError(testTmpDir("short")).find("outside the 8 bytes of data"), std::string::npos);

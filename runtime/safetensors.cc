@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
@@ -152,11 +153,22 @@ llvm::Expected<std::unique_ptr<SafetensorsFile>> openSafetensors(const std::stri
   if (!readAt(f->fd, text.data(), n, 8))
     return fail(fmt::format("{}: cannot read the header: {}", path, std::strerror(errno)));
   nlohmann::json header;
+  // A name given twice would be read as its last copy: the first repeated one is refused.
+  std::set<std::string> names;
+  std::string repeated;
+  auto noteKey = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json &parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && parsed.is_string() &&
+        !names.insert(parsed.get<std::string>()).second && repeated.empty())
+      repeated = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = nlohmann::json::parse(text);
+    header = nlohmann::json::parse(text, noteKey);
   } catch (const nlohmann::json::exception &e) {
     return fail(fmt::format("{}: the header is not JSON: {}", path, e.what()));
   }
+  if (!repeated.empty())
+    return fail(fmt::format("{}: the header names tensor '{}' twice", path, repeated));
   if (!header.is_object())
     return fail(fmt::format("{}: the header is not a JSON object", path));
   f->dataStart = 8 + n;
@@ -183,6 +195,7 @@ llvm::Expected<std::unique_ptr<SafetensorsFile>> openSafetensors(const std::stri
         v["data_offsets"].size() != 2)
       return where("dtype must be a string, shape an array, data_offsets [begin, end]");
     SafetensorsTensor t;
+    t.name = name;
     const std::string dtype = v["dtype"].get<std::string>();
     const std::optional<SafetensorsDtype> known = safetensorsDtypeNamed(dtype);
     if (!known)

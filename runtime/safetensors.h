@@ -55,6 +55,7 @@ double safetensorsElement(SafetensorsDtype dtype, const char *p);
 
 /// A tensor of a safetensors file.
 struct SafetensorsTensor {
+  std::string name; ///< its key in the header
   SafetensorsDtype dtype = SafetensorsDtype::F32;
   size_t width = 0;
   std::vector<int64_t> shape;
