@@ -2,6 +2,7 @@
 #include "runtime/data_feed.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <future>
@@ -56,6 +57,27 @@ int labelsOf(const Problem &p, const std::string &loss) {
 
 } // namespace
 
+int64_t lossClasses(const Problem &p, const std::string &loss) {
+  const ProblemNode &n = p.nodes[p.tensors[findTensor(p, loss)].producer];
+  return p.tensors[n.inputs[0]].shape.back();
+}
+
+llvm::Error checkLabels(const DataArray &a, const std::string &array, const std::string &loss,
+                        int64_t classes) {
+  if (!a.integral())
+    return stringError(fmt::format("array '{}' ({}) feeds the labels of '{}' but holds {} values, "
+                                   "not class numbers",
+                                   array, a.path, loss, elementTypeName(a.type)));
+  for (int64_t i = 0; i < a.samples() * a.sampleElements(); ++i) {
+    const double v = a.at(i);
+    if (v < 0 || v >= double(classes))
+      return stringError(fmt::format("array '{}' ({}): element {} is class {}, outside the "
+                                     "model's {} classes [0, {})",
+                                     array, a.path, i, v, classes, classes));
+  }
+  return llvm::Error::success();
+}
+
 llvm::Expected<std::vector<DataBinding>>
 bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const std::string &feeds,
             const std::map<std::string, std::vector<double>> &constants,
@@ -96,23 +118,9 @@ bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const 
     b.input = pt.name;
     b.array = array;
     b.labels = t == labels;
-    if (b.labels) {
-      if (!a->integral())
-        return stringError(
-            fmt::format("array '{}' ({}) feeds the labels of '{}' but holds {} values, "
-                        "not class numbers",
-                        array, a->path, loss, elementTypeName(a->type)));
-      const ProblemNode &n = p.nodes[p.tensors[findTensor(p, loss)].producer];
-      const int64_t classes = p.tensors[n.inputs[0]].shape.back();
-      for (int64_t i = 0; i < a->samples() * a->sampleElements(); ++i) {
-        const double v = a->at(i);
-        if (v < 0 || v >= double(classes))
-          return stringError(
-              fmt::format("array '{}' ({}): element {} is class {}, outside the model's "
-                          "{} classes [0, {})",
-                          array, a->path, i, v, classes, classes));
-      }
-    }
+    if (b.labels)
+      if (llvm::Error e = checkLabels(*a, array, loss, lossClasses(p, loss)))
+        return e;
     out.push_back(b);
     return llvm::Error::success();
   };
@@ -342,6 +350,9 @@ void scoreRows(const Tensor &logits, const std::vector<double> &labels, int64_t 
       }
     }
     const int64_t label = static_cast<int64_t>(labels[r]);
+    // Labels are checked against the classes before a run (checkLabels); one outside would
+    // read past its row.
+    assert(label >= 0 && label < classes);
     double sum = 0;
     for (int64_t c = 0; c < classes; ++c)
       sum += std::exp(x[c] - top);

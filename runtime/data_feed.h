@@ -51,6 +51,14 @@ bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const 
             const std::map<std::string, std::vector<float>> &initial,
             const std::map<std::string, RandomInput> &random = {}, const SettingNames &names = {});
 
+/// The classes of `loss` (a softmax cross-entropy's): its logits' last dimension.
+int64_t lossClasses(const Problem &p, const std::string &loss);
+
+/// Why array `a` (`array` in the data set) cannot be the labels of `loss` over `classes`
+/// classes: it holds no integers, or an element outside [0, classes).
+llvm::Error checkLabels(const DataArray &a, const std::string &array, const std::string &loss,
+                        int64_t classes);
+
 /// The index of the tensor named `name` in `p`, or -1.
 int findTensor(const Problem &p, const std::string &name);
 

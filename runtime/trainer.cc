@@ -280,6 +280,13 @@ llvm::Error Trainer::Impl::makeEval() {
   if (!options.evalGraph || !ds)
     return usageError("evaluation needs the forward graph and a data set to train on");
   const Problem &ep = *options.evalGraph->problem;
+  // The test split is a directory's: a data set of arrays has none, and its training data
+  // would be scored as held-out.
+  if (options.eval == "test" && !hasMnistSplit(options.data, "t10k"))
+    return usageError(fmt::format(
+        "{} test scores the test split (t10k) of an MNIST-family directory; {} '{}' has none: "
+        "give the held-out data ({} NAME=FILE,... or FILE.safetensors)",
+        options.names("eval"), options.names("data"), options.data, options.names("eval")));
   auto d = openDataSet(options.eval == "test" ? options.data : options.eval, "t10k", options.names);
   if (!d)
     return usageError(options.names("eval") + ": " + llvm::toString(d.takeError()));
@@ -297,6 +304,11 @@ llvm::Error Trainer::Impl::makeEval() {
   if (!evalDs->find(labelsArray))
     return usageError(fmt::format("{} {}: the data set has no array '{}' (the labels)",
                                   options.names("eval"), options.eval, labelsArray));
+  // Held-out labels as the training ones: a class outside the logits would be read past them.
+  if (llvm::Error e =
+          checkLabels(*evalDs->find(labelsArray), labelsArray, loss, lossClasses(p, loss)))
+    return usageError(fmt::format("{}: {} {}: {}", options.name, options.names("eval"),
+                                  options.eval, llvm::toString(std::move(e))));
   auto eb = bindDataSet(ep, "", *evalDs, feeds, training.constants, training.initialValues,
                         training.randomInputs, options.names);
   if (!eb)

@@ -113,6 +113,25 @@ assert a["loss"] == b["loss"], "safetensors and IDX data train differently"
 assert [e["accuracy"] for e in a["eval"]] == [e["accuracy"] for e in b["eval"]], (a["eval"], b["eval"])
 PY
 fi
+# Held-out labels are checked as the training ones are (a class past the logits was read
+# past them, and the held-out loss changed from run to run); --eval test needs a test split,
+# which a data set of arrays does not have (its training data was scored as held-out).
+$py - "$tmp/data" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+raw = bytearray(open(f"{d}/test.safetensors", "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+begin = header["labels"]["data_offsets"][0]
+raw[8 + n + begin:8 + n + begin + 8] = struct.pack("<q", 12)  # sample 0: class 12 of 10
+open(f"{d}/test-bad-labels.safetensors", "wb").write(raw)
+PY
+expect_exit 2 "array 'labels' ($tmp/data/test-bad-labels.safetensors:labels): element 0 is class 12, outside the model's 10 classes [0, 10)" \
+  "$run" --onnx "$model" --batch 32 --data "$tmp/data/train.safetensors" --workers 2 --steps 1 \
+  --eval "$tmp/data/test-bad-labels.safetensors"
+expect_exit 2 "--eval test scores the test split (t10k) of an MNIST-family directory; --data '$tmp/data/train.safetensors' has none" \
+  "$run" --onnx "$model" --batch 32 --data "$tmp/data/train.safetensors" --workers 2 --steps 1 \
+  --eval test
 
 # A checkpoint after 26 steps (mid-epoch 2) resumed for 14 gives the straight run's losses.
 if "$run" "${common[@]}" --workers 2 --steps 26 --save "$tmp/ckpt" >"$tmp/first.json" 2>"$tmp/err.txt" &&
