@@ -198,6 +198,10 @@ expect_failure() {
 
 expect_failure "workers != processes" 60 "rank [0-9] of 2: --workers 3 but mpirun started 2 processes" \
   "${mpi[@]}" -np 2 "$run" --backend mpi --model mlp --workers 3
+# Without --backend mpi every process would train the whole model alone (and exit 0).
+expect_failure "a one-process backend under mpirun" 60 \
+  "mpirun started 2 processes \(OMPI_COMM_WORLD_SIZE\), but --backend cpu runs every worker inside one process" \
+  "${mpi[@]}" -np 2 "$run" --model mlp --workers 2 --steps 1
 expect_failure "bad input" 60 "rank [0-9] of 2: .*nonexistent\.onnx" \
   "${mpi[@]}" -np 2 "$run" --backend mpi --onnx "$tmp/nonexistent.onnx"
 # One rank alone out of memory: its address space capped at what the program needs to load

@@ -259,6 +259,8 @@ tofu::Normalization normalization;
 std::optional<tofu::LrSchedule> lrSchedule;
 
 llvm::Error checkOptions(const tofu::BackendEntry &entry) {
+  if (workers.getNumOccurrences() > 0 && workers == 0)
+    return tofu::usageError("--workers must be at least 1");
   if (workers == 0 && infer && !entry.processes)
     workers = 1; // inference on one worker unless asked for more
   if (workers == 0)
@@ -297,6 +299,12 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
     return b.takeError();
   if (!profileInto.empty() && infer)
     return tofu::usageError("--profile-into times a training step; --infer runs none");
+  if (!profileInto.empty() && kernelsMode == Kernels::Interp)
+    return tofu::usageError("--profile-into stores the CPU engine's times; --kernels interp "
+                            "runs the reference interpreter, whose times say nothing of them");
+  // Options that would do nothing in this mode are refused rather than ignored.
+  if (deviceOpt.getNumOccurrences() > 0 && infer)
+    return tofu::usageError("--device estimates a training step's time; --infer runs none");
   if (!profileInto.empty() && entry.gpu)
     return tofu::usageError("--profile-into stores the CPU engines' times (--backend cpu or "
                             "mpi)");
@@ -318,6 +326,9 @@ llvm::Error checkOptions(const tofu::BackendEntry &entry) {
       !(weightDecayOpt >= 0 && weightDecayOpt < 1e6 && std::isfinite(weightDecayOpt)))
     return tofu::usageError("--weight-decay must be a finite number at least 0");
   lrSchedule.reset();
+  if (lrScheduleOpt.getNumOccurrences() > 0 && lrScheduleOpt.empty())
+    return tofu::usageError("--lr-schedule is empty: give constant, step:EVERY[:GAMMA] or "
+                            "cosine[:HORIZON]");
   if (!lrScheduleOpt.empty()) {
     auto s = tofu::parseLrSchedule(lrScheduleOpt, tofu::SettingNames::flags());
     if (!s)

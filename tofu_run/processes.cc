@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "graph/onnx_import.h"
 #include "nlohmann/json.hpp"
 #include "planner/pipeline.h"
+#include "support/files.h"
 #include "tofu_run/driver.h"
 #include "tofu_run/options.h"
 #include "llvm/Support/raw_ostream.h"
@@ -81,9 +83,10 @@ const tofu::OpLibrary *preloadedLibrary(const std::string &dir) {
 /// tests run so (tools/oracles/onnx_node_tests.py): a run of tofu-run costs 0.25 s, most of it
 /// linking and parsing the library, against a few milliseconds of work for a node test.
 int runBatch(const char *argv0, const std::string &file, int (*run)(int, char **)) {
-  std::ifstream in(file);
-  if (!in)
-    return fail("--batch: cannot read " + file, 2);
+  auto runs = tofu::readFile(file, "a file of runs (JSON lines)");
+  if (!runs)
+    return fail("--batch: " + llvm::toString(runs.takeError()), 2);
+  std::istringstream in(*runs);
   std::string text;
   for (unsigned lineNo = 1; std::getline(in, text); ++lineNo) {
     if (text.find_first_not_of(" \t\r") == std::string::npos)

@@ -15,7 +15,9 @@
 // and prints what the trainer (runtime/trainer.h: values, batches, steps, evaluation,
 // checkpoints, verification) reports. The processes of an MPI run are a ProcessGroup
 // (runtime/process_group.h).
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -103,6 +105,10 @@ int run(int argc, char **argv) {
   const bool calibrating = calibrateOpt.getNumOccurrences() > 0;
   if (calibrating && (!model.empty() || !graphFile.empty() || !onnxFile.empty()))
     return fail("--calibrate measures the machine on models of its own: give no model", 2);
+  if (calibrating && (steps.getNumOccurrences() > 0 || workers.getNumOccurrences() > 0))
+    return fail("--calibrate runs models, steps and workers of its own: give no --steps or "
+                "--workers",
+                2);
   if (!calibrating && int(!model.empty()) + int(!graphFile.empty()) + int(!onnxFile.empty()) != 1)
     return fail("give exactly one of --model, --graph or --onnx (see --help)", 2);
   // The backends this build links (runtime/backend_registry.h); the default is the first.
@@ -122,6 +128,17 @@ int run(int argc, char **argv) {
       list += "; cuda and nccl run in tofu-run-gpu";
     return fail("--backend " + backend + " is not in this build (it has: " + list + ")", 2);
   }
+  // Under mpirun a one-process backend would run the whole model in every process, each
+  // alone, and every one would exit 0: refused, saying how to run.
+  if (!entry->processes)
+    for (const char *var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+      if (const char *size = std::getenv(var); size && std::atoi(size) > 1)
+        return fail(fmt::format("mpirun started {} processes ({}), but --backend {} runs every "
+                                "worker inside one process: each would train alone. Give "
+                                "--backend mpi (CPUs) or nccl (GPUs) for one worker per process, "
+                                "or run tofu-run without mpirun",
+                                size, var, std::string(backend)),
+                    2);
   // The operator library (--ops): the one a --batch parent loaded before it forked this
   // run, else our own. Errors are bad usage for the folder, a failure for the library.
   tofu::SourceManager sources;
@@ -308,6 +325,11 @@ int run(int argc, char **argv) {
   if (!pipelined->lossNote.empty() && format != Format::Json)
     llvm::outs() << name << ": " << pipelined->lossNote << "\n";
   const tofu::Graph *t = &pipelined->graph;
+  // A step that updates nothing is no training: refused, not run in silence.
+  if (std::none_of(t->tensors().begin(), t->tensors().end(),
+                   [](const tofu::TensorInfo &x) { return x.role == tofu::TensorRole::Weight; }))
+    return fail(name + ": there is nothing to train: the model has no weights (each of its "
+                       "float initializers, if any, is frozen or a constant)");
   const std::string *loss = &pipelined->loss;
   const tofu::Problem &p = *pipelined->problem;
   const tofu::PartitionPlan *plan = &pipelined->plan;
