@@ -404,12 +404,36 @@ llvm::Error restore(Engine &engine, const CheckpointReader &c, bool forwardOnly,
     }
     used.insert(pt.name);
   }
-  for (const auto &[name, shape] : c.shapes())
-    if (!used.count(name) && !forwardOnly)
-      return stringError(fmt::format("the checkpoint holds '{}', which is not a weight or "
-                                     "optimiser state of this graph (another model, or another "
-                                     "optimiser?)",
-                                     name));
+  if (forwardOnly)
+    return llvm::Error::success();
+  // A tensor of the graph that it does not train (a weight frozen in this run, trained in
+  // the one that saved), or that tensor's optimiser state ("adam_m_W"): said as that, not as
+  // another model's.
+  for (const auto &[name, shape] : c.shapes()) {
+    if (used.count(name))
+      continue;
+    for (const ProgramTensor &pt : prog.tensors) {
+      const std::string &w = pt.name;
+      const bool stateOf = name.size() > w.size() + 1 &&
+                           name.compare(name.size() - w.size(), w.size(), w) == 0 &&
+                           name[name.size() - w.size() - 1] == '_';
+      if (!isTrainingState(pt) && (name == w || stateOf))
+        return stringError(fmt::format(
+            "the checkpoint holds '{}' as a trained tensor{}, which this graph holds fixed "
+            "(frozen or a constant): the run that saved it trained it (other {} or {} "
+            "settings?)",
+            w, name == w ? "" : " ('" + name + "' is its optimiser state)", names("frozen"),
+            names("trainable")));
+    }
+  }
+  for (const auto &[name, shape] : c.shapes()) {
+    if (used.count(name))
+      continue;
+    return stringError(fmt::format("the checkpoint holds '{}', which is not a weight or "
+                                   "optimiser state of this graph (another model, or another "
+                                   "optimiser?)",
+                                   name));
+  }
   return llvm::Error::success();
 }
 

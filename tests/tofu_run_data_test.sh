@@ -391,6 +391,11 @@ expect_exit 1 "nothing was saved to $tmp/ckpt-kept" "$run" --onnx "$model" --bat
   --save "$tmp/ckpt-kept"
 [ "$(md5sum <"$tmp/ckpt-kept/model.safetensors")" = "$before" ] ||
   { echo "FAILED: a non-finite update was saved over the checkpoint" >&2; fail=1; }
+# A weight trained in the run that saved, frozen in this one: said as that (it was "another
+# model, or another optimiser?").
+expect_exit 1 "the checkpoint holds 'conv1.bias' as a trained tensor ('adam_m_conv1.bias' is its optimiser state), which this graph holds fixed" \
+  "$run" --onnx "$model" --batch 32 --workers 2 --data "$tmp/data" --optimizer adamw --steps 1 \
+  --load "$tmp/ckpt-adamw" --frozen conv1.bias
 
 # A training-mode Dropout (ratio 0.5) between two layers: its mask is drawn at every step, so
 # the data set's one array still pairs with the one data input; it learns, and evaluation
