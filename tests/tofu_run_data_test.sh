@@ -586,6 +586,12 @@ expect_exit 2 "--save-onnx writes an --onnx model" "$run" --model mlp --workers 
 expect_exit 2 "--save-onnx-external goes with --save-onnx" "$run" --onnx "$model" --workers 1 --save-onnx-external
 expect_exit 2 "--eval-mode is for --eval and --infer" "$run" --onnx "$model" --workers 1 --eval-mode batch
 expect_exit 2 "--eval-mode must be running or batch" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --eval test --eval-mode mean
+# --eval-mode on a model without batch norms does nothing: harmless, so a warning.
+if ! "$run" --onnx "$model" --batch 32 --workers 1 --data "$tmp/data" --eval test --eval-mode batch \
+     --steps 1 >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+   ! grep -qF "warning: --eval-mode batch changes only how batch norms normalise, and $model has none" "$tmp/err.txt"; then
+  echo "FAILED: --eval-mode without batch norms is not warned of" >&2; cat "$tmp/err.txt" >&2; fail=1
+fi
 expect_exit 2 "--eval-every needs --eval" "$run" --onnx "$model" --workers 1 --data "$tmp/data" --eval-every 5
 expect_exit 2 "no t10k-images-idx3-ubyte" "$run" --onnx "$model" --batch 32 --workers 1 --data "$tmp/data" --eval "$tmp"
 expect_exit 2 "--momentum is for --optimizer momentum or nesterov" "$run" --onnx "$model" --workers 1 --momentum 0.5

@@ -50,6 +50,20 @@
 namespace tofurun {
 namespace {
 
+/// Whether `g` normalises by batch statistics anywhere (what --eval-mode chooses for).
+bool hasBatchNorms(const tofu::Graph &g) {
+  return std::any_of(g.nodes().begin(), g.nodes().end(), [](const tofu::Node &n) {
+    return n.op == "batch_norm_train" || n.op == "BatchNormalization";
+  });
+}
+
+/// --eval-mode given for a model it does nothing to: said, as it is harmless.
+void warnNoBatchNorms(const std::string &model) {
+  llvm::errs() << fmt::format("tofu-run: warning: --eval-mode {} changes only how batch norms "
+                              "normalise, and {} has none: it does nothing here\n",
+                              std::string(evalModeOpt), model);
+}
+
 /// --eval-mode's choice.
 tofu::EvalNorm evalNorm() {
   return evalModeOpt == "batch" ? tofu::EvalNorm::Batch : tofu::EvalNorm::Running;
@@ -273,6 +287,8 @@ int run(int argc, char **argv) {
                                   "running statistics (--eval-mode running)\n",
                                   loaded, *norms, *norms == 1 ? "" : "s",
                                   *norms == 1 ? "its" : "their");
+    if (evalModeOpt.getNumOccurrences() > 0 && !hasBatchNorms(*g))
+      warnNoBatchNorms(loaded);
     pipelined = tofu::runPipeline(std::move(*g), loaded, *lib, pipeline);
   } else {
     pipelined = tofu::runPipeline(source, *lib, pipeline);
@@ -353,8 +369,11 @@ int run(int argc, char **argv) {
       return fail(llvm::toString(fwd.takeError()));
     // Evaluation leaves the running statistics as training carried them, and normalises
     // with them (--eval-mode running) or with the batch's own.
-    if (auto norms = tofu::evaluationGraph(*fwd, *lib, evalNorm()); !norms)
+    auto norms = tofu::evaluationGraph(*fwd, *lib, evalNorm());
+    if (!norms)
       return fail(fwdName + ": " + llvm::toString(norms.takeError()));
+    if (evalModeOpt.getNumOccurrences() > 0 && !hasBatchNorms(*fwd))
+      warnNoBatchNorms(fwdName);
     if (!lossOutput.empty())
       fwd->outputs = {lossOutput}; // the pipeline checked it is an output
     else if (fwd->outputs.size() > 1)
