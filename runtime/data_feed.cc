@@ -162,6 +162,27 @@ bindDataSet(const Problem &p, const std::string &loss, const DataSet &ds, const 
         !constants.count(pt.name) && !initial.count(pt.name) && !random.count(pt.name))
       inputs.push_back(t);
   }
+  // Class labels beside a mean squared error: the loss chosen for the output is the cause,
+  // not the pairing (--loss auto takes cross-entropy only for [batch, classes] logits).
+  if (const int l = loss.empty() ? -1 : findTensor(p, loss);
+      labels < 0 && l >= 0 && p.tensors[l].producer >= 0 && ds.find("labels") &&
+      ds.find("labels")->integral()) {
+    const ProblemNode &n = p.nodes[p.tensors[l].producer];
+    if (n.table->op.def->name == "mse" && n.inputs.size() == 2) {
+      const ProblemTensor &y = p.tensors[n.inputs[0]];
+      const bool perPosition =
+          y.shape.size() == 3 && ds.find("labels")->sampleElements() == y.shape[1];
+      return stringError(fmt::format(
+          "the loss of the output '{}' [{}] is the mean squared error against a new input "
+          "'{}' (cross-entropy is chosen for [batch, classes] logits), but the data set's "
+          "'labels' hold class numbers{}: give {} cross-entropy{}",
+          y.name, fmt::join(y.shape, ", "), p.tensors[n.inputs[1]].name,
+          perPosition ? ", one per position" : "", names("loss"),
+          perPosition ? " (a class per position of [batch, positions, classes] logits)"
+                      : fmt::format(", or feed a target of the output's shape ({} {}=ARRAY)",
+                                    names("feed"), p.tensors[n.inputs[1]].name)));
+    }
+  }
   if (rest.size() != 1 || inputs.size() != 1) {
     std::string inputNames;
     for (unsigned t : inputs)

@@ -234,6 +234,12 @@ PY
 else
   echo "FAILED: charlm.py data or export" >&2; cat "$tmp/py.txt" >&2; fail=1
 fi
+# Per-position labels beside [batch, positions, classes] logits under --loss auto (the mean
+# squared error): the loss is named as the cause, not the pairing of arrays (--feed).
+if [ -f "$tmp/lm/lm.onnx" ]; then
+  expect_exit 2 "is the mean squared error against a new input 'target' (cross-entropy is chosen for [batch, classes] logits), but the data set's 'labels' hold class numbers, one per position: give --loss cross-entropy" \
+    "$run" --onnx "$tmp/lm/lm.onnx" --data "$tmp/lm/train.safetensors" --batch 16 --workers 1 --steps 1
+fi
 expect_exit 1 "a cross-entropy loss needs [batch, classes] or [batch, positions, classes] logits; the output 'output' has rank 4" \
   "$run" --onnx tests/onnx/unet.onnx --workers 1 --loss cross-entropy
 
