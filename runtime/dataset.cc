@@ -123,6 +123,26 @@ llvm::Error widenInto(DataArray &a, const std::vector<uint64_t> &raw, Bits bits,
   return llvm::Error::success();
 }
 
+/// The type an array holds a file's elements of `type` in, as they are: every element type
+/// but the 16-bit floats (bool as uint8). None for those and for the unsigned types Tofu has
+/// no element type of (uint16 to uint64, `type` empty): they widen (widenedTo).
+std::optional<ElementType> heldAs(std::optional<ElementType> type) {
+  if (!type || *type == ElementType::Float16 || *type == ElementType::BFloat16)
+    return std::nullopt;
+  return *type == ElementType::Bool ? ElementType::UInt8 : *type;
+}
+
+/// The type an array holds widened elements in, exactly: float32 for the 16-bit floats,
+/// int32 for uint16, int64 for uint32 and uint64.
+ElementType widenedTo(std::optional<ElementType> type, bool uint16) {
+  return type ? ElementType::Float32 : uint16 ? ElementType::Int32 : ElementType::Int64;
+}
+
+/// How widenInto reads widened elements of `type` (none: the unsigned types).
+Bits bitsOf(std::optional<ElementType> type) {
+  return !type ? Bits::Unsigned : *type == ElementType::Float16 ? Bits::Float16 : Bits::Bfloat16;
+}
+
 } // namespace
 
 int64_t DataArray::sampleElements() const {
@@ -370,67 +390,28 @@ llvm::Expected<DataArray> parseTensorProto(const std::string &bytes, const std::
         fmt::format("{}: the tensor's data is in an external file; give it inline", name));
   // The types an array holds as they are, and those widened to one that holds their values
   // exactly: uint16 to int32, uint32 and uint64 to int64, float16 and bfloat16 to float32.
-  std::optional<ElementType> held;
-  std::optional<Bits> widened;
-  switch (t.data_type()) {
-  case onnx::TensorProto::FLOAT:
-    held = ElementType::Float32;
-    break;
-  case onnx::TensorProto::DOUBLE:
-    held = ElementType::Float64;
-    break;
-  case onnx::TensorProto::INT64:
-    held = ElementType::Int64;
-    break;
-  case onnx::TensorProto::INT32:
-    held = ElementType::Int32;
-    break;
-  case onnx::TensorProto::INT16:
-    held = ElementType::Int16;
-    break;
-  case onnx::TensorProto::INT8:
-    held = ElementType::Int8;
-    break;
-  case onnx::TensorProto::UINT8:
-  case onnx::TensorProto::BOOL:
-    held = ElementType::UInt8;
-    break;
-  case onnx::TensorProto::UINT16:
-    a.type = ElementType::Int32;
-    widened = Bits::Unsigned;
-    break;
-  case onnx::TensorProto::UINT32:
-  case onnx::TensorProto::UINT64:
-    a.type = ElementType::Int64;
-    widened = Bits::Unsigned;
-    break;
-  case onnx::TensorProto::FLOAT16:
-    a.type = ElementType::Float32;
-    widened = Bits::Float16;
-    break;
-  case onnx::TensorProto::BFLOAT16:
-    a.type = ElementType::Float32;
-    widened = Bits::Bfloat16;
-    break;
-  default:
+  const int32_t code = t.data_type();
+  const std::optional<ElementType> type = elementTypeOfOnnx(code);
+  const bool wideUnsigned = code == onnx::TensorProto::UINT16 ||
+                            code == onnx::TensorProto::UINT32 || code == onnx::TensorProto::UINT64;
+  if (!type && !wideUnsigned)
     return stringError(fmt::format(
         "{}: element type {} is not supported (float, double, "
         "float16, bfloat16, int8 to int64, uint8 to uint64, bool)",
-        name,
-        onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(t.data_type()))));
-  }
+        name, onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(code))));
   auto values = decodeTensorProto(t);
   if (!values)
     return stringError(fmt::format("{}: {}", name, llvm::toString(values.takeError())));
-  if (held) {
+  if (const std::optional<ElementType> held = heldAs(type)) {
     a.type = *held;
     a.bytes.assign(values->bytes.begin(), values->bytes.end());
     return a;
   }
+  a.type = widenedTo(type, code == onnx::TensorProto::UINT16);
   std::vector<uint64_t> raw(static_cast<size_t>(values->elements()));
   for (size_t k = 0; k < raw.size(); ++k)
     raw[k] = values->bits(static_cast<int64_t>(k));
-  if (llvm::Error e = widenInto(a, raw, *widened, name))
+  if (llvm::Error e = widenInto(a, raw, bitsOf(type), name))
     return std::move(e);
   return a;
 }
@@ -458,17 +439,15 @@ llvm::Expected<DataArray> safetensorsArray(const SafetensorsFile &f, const std::
   const SafetensorsDtype d = t.dtype;
   const std::optional<ElementType> type = elementTypeOf(d);
   // The types an array holds as they are (bool as uint8, 0 or 1); the others widen.
-  if (type && *type != ElementType::Float16 && *type != ElementType::BFloat16) {
-    a.type = *type == ElementType::Bool ? ElementType::UInt8 : *type;
+  if (const std::optional<ElementType> held = heldAs(type)) {
+    a.type = *held;
     a.bytes.assign(raw.begin(), raw.end());
     if (d == SafetensorsDtype::Bool)
       for (unsigned char &b : a.bytes)
         b = b != 0;
     return a;
   }
-  a.type = d == SafetensorsDtype::F16 || d == SafetensorsDtype::BF16 ? ElementType::Float32
-           : d == SafetensorsDtype::U16                              ? ElementType::Int32
-                                                                     : ElementType::Int64;
+  a.type = widenedTo(type, d == SafetensorsDtype::U16);
   const size_t n = raw.size() / t.width, out = static_cast<size_t>(elementTypeBytes(a.type));
   a.bytes.resize(n * out);
   for (size_t k = 0; k < n; ++k) {

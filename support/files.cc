@@ -22,6 +22,16 @@ llvm::Error systemError(const char *doing, const std::string &path) {
       fmt::format("{} '{}': {}", doing, path, std::strerror(errno)).c_str());
 }
 
+llvm::Error failure(std::errc code, const std::string &message) {
+  return llvm::createStringError(std::make_error_code(code), "%s", message.c_str());
+}
+
+/// The folder `path` is in ("." for a bare name).
+std::string folderOf(const std::string &path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
 } // namespace
 
 bool makeDirs(const std::string &path) {
@@ -49,13 +59,14 @@ llvm::Expected<std::string> readFile(const std::string &path, const std::string 
   if (fd < 0)
     return systemError("cannot open", path);
   struct stat st;
-  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+  const bool known = ::fstat(fd, &st) == 0;
+  if (known && S_ISDIR(st.st_mode)) {
     ::close(fd);
-    return llvm::createStringError(std::make_error_code(std::errc::is_a_directory), "%s",
-                                   fmt::format("'{}' is a directory, not {}", path, what).c_str());
+    return failure(std::errc::is_a_directory,
+                   fmt::format("'{}' is a directory, not {}", path, what));
   }
   std::string bytes;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+  if (known && S_ISREG(st.st_mode) && st.st_size > 0)
     bytes.reserve(static_cast<size_t>(st.st_size));
   char buf[1 << 16];
   while (true) {
@@ -76,10 +87,6 @@ llvm::Expected<std::string> readFile(const std::string &path, const std::string 
 }
 
 namespace {
-
-llvm::Error failure(std::errc code, const std::string &message) {
-  return llvm::createStringError(std::make_error_code(code), "%s", message.c_str());
-}
 
 /// What a file that is not a regular one is, for messages.
 const char *kindOf(mode_t mode) {
@@ -112,10 +119,7 @@ llvm::Expected<std::string> writableTarget(const std::string &path, const std::s
                    fmt::format("'{}' is {}: Tofu writes {} only to a regular file (written beside "
                                "it, then renamed into place), so it will not replace it",
                                path, kindOf(st.st_mode), what));
-  const size_t slash = target.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : target.substr(0, slash);
+  const std::string dir = folderOf(target);
   if (::stat(dir.c_str(), &st) != 0)
     return failure(
         std::errc::no_such_file_or_directory,
@@ -134,10 +138,7 @@ llvm::Error checkWritable(const std::string &path, const std::string &what) {
   auto target = writableTarget(path, what);
   if (!target)
     return target.takeError();
-  const size_t slash = target->find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : target->substr(0, slash);
+  const std::string dir = folderOf(*target);
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     return failure(std::errc::permission_denied,
                    fmt::format("cannot write {} to '{}': its folder '{}' is not writable ({})",
@@ -253,13 +254,12 @@ llvm::Error AtomicFile::commit() {
   }
   if (::fsync(fd_) != 0 && errno != EINVAL)
     return fail(errno);
-  const int fd = fd_;
+  const int closed = ::close(fd_);
   fd_ = -1;
-  if (::close(fd) != 0) {
+  if (closed != 0) {
     const int code = errno;
     ::unlink(tmp_.c_str());
-    return failure(std::errc::io_error,
-                   fmt::format("cannot write {} to '{}': {}", what_, path_, std::strerror(code)));
+    return fail(code);
   }
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int code = errno;
@@ -269,11 +269,7 @@ llvm::Error AtomicFile::commit() {
                                what_, path_, tmp_, std::strerror(code)));
   }
   // The rename itself durable: the folder synced (where the system allows it).
-  const size_t slash = path_.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path_.substr(0, slash);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dfd = ::open(folderOf(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     (void)::fsync(dfd);
     ::close(dfd);
