@@ -62,8 +62,11 @@ cl::opt<double> weightDecayOpt("weight-decay",
                                cl::init(-1), cl::value_desc("WD"), cl::cat(stepCategory()));
 cl::opt<std::string> lossOutput("loss-output",
                                 cl::desc("With a training step, a graph of several outputs trains "
-                                         "on this one (default: the first)"),
-                                cl::value_desc("NAME"), cl::cat(stepCategory()));
+                                         "on these, on the sum of their losses, each times its "
+                                         "WEIGHT (default 1): NAME[:WEIGHT],... (default: the "
+                                         "first output). Weights that reach no loss stay as they "
+                                         "are, with a note"),
+                                cl::value_desc("NAME[:WEIGHT],..."), cl::cat(stepCategory()));
 cl::opt<RecomputeMode, false, ChoiceParser<RecomputeMode>> recomputeOpt(
     "recompute",
     cl::desc("What a training step recomputes instead of keeping for the backward pass "

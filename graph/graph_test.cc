@@ -300,6 +300,57 @@ TEST(Training, WeightsStoppedAtComparisonsAreBuffers) {
 
 // Each optimiser's updates, as torch.optim computes them: weight decay an L2 term on the
 // gradient (one node both of Nesterov's updates read), AdamW's decoupled in its update.
+// Two outputs trained on the weighted sum of their losses: each gets its own loss and
+// target, the sum weighs the second, and a weight only a third output reads is held fixed.
+TEST(Training, SeveralOutputsTrainOnTheWeightedSumOfTheirLosses) {
+  Graph g;
+  auto ok = [](llvm::Error e) {
+    ASSERT_FALSE(static_cast<bool>(e)) << llvm::toString(std::move(e));
+  };
+  ok(g.addTensor(tensor("x", {4, 3}, TensorRole::Input)));
+  for (const char *w : {"wa", "wb", "wc"})
+    ok(g.addTensor(tensor(w, {4, 3}, TensorRole::Weight)));
+  ok(g.addNode(node("ma", "Mul", {"x", "wa"}, "a")));
+  ok(g.addNode(node("mb", "Mul", {"a", "wb"}, "b")));
+  ok(g.addNode(node("mc", "Mul", {"x", "wc"}, "c")));
+  g.outputs = {"a", "b", "c"};
+  ok(checkGraph(g, library()));
+  Graph mse = g;
+  auto la = addLossOf(g, library(), "b", LossKind::Mse);
+  auto lb = addLossOf(g, library(), "a", LossKind::Mse);
+  ASSERT_TRUE(la && lb);
+  EXPECT_EQ(*la, "loss_out");
+  EXPECT_EQ(*lb, "a_loss_out");
+  EXPECT_EQ(g.producer(*lb)->inputs[1], "a_target"); // the second loss's target
+  auto sum = addWeightedSum(g, library(), {{*la, 1.0}, {*lb, 0.25}}, "total_loss");
+  ASSERT_TRUE(static_cast<bool>(sum)) << llvm::toString(sum.takeError());
+  const Node *add = g.producer(*sum);
+  ASSERT_NE(add, nullptr);
+  EXPECT_EQ(add->op, "Add");
+  EXPECT_EQ(add->inputs[0], *la);
+  const Node *scaled = g.producer(add->inputs[1]);
+  ASSERT_NE(scaled, nullptr);
+  EXPECT_EQ(scaled->op, "Mul");
+  EXPECT_EQ(g.constants.at(scaled->inputs[1]), std::vector<double>{0.25});
+  EXPECT_TRUE(g.tensor(*sum)->shape.empty());
+  g.outputs = {*sum};
+  EXPECT_EQ(freezeWeightsNotReaching(g, *sum), std::vector<std::string>{"wc"});
+  EXPECT_EQ(g.tensor("wc")->role, TensorRole::Input);
+  EXPECT_EQ(g.tensor("wa")->role, TensorRole::Weight);
+  auto train = buildTrainingGraph(g, *sum, library(), Optimizer::SGD);
+  ASSERT_TRUE(static_cast<bool>(train)) << llvm::toString(train.takeError());
+  // One term of weight 1 is the loss itself; a sum of none is an error.
+  auto one = addWeightedSum(g, library(), {{*la, 1.0}}, "t");
+  ASSERT_TRUE(static_cast<bool>(one)) << llvm::toString(one.takeError());
+  EXPECT_EQ(*one, *la);
+  auto none = addWeightedSum(mse, library(), {}, "t");
+  ASSERT_FALSE(static_cast<bool>(none));
+  llvm::consumeError(none.takeError());
+  auto notScalar = addWeightedSum(mse, library(), {{"a", 2.0}}, "t");
+  ASSERT_FALSE(static_cast<bool>(notScalar));
+  EXPECT_EQ(llvm::toString(notScalar.takeError()), "'a' is not a scalar of the graph");
+}
+
 TEST(Training, OptimiserUpdates) {
   Graph g;
   auto ok = [](llvm::Error e) {

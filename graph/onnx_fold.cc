@@ -93,6 +93,8 @@ llvm::Expected<bool> Importer::readConstant(const onnx::NodeProto &n) {
     facts_.consts[out] = std::move(c);
     return true;
   }
+  if (llvm::Expected<bool> empty = emptyReduction(n, in); !empty || *empty)
+    return empty;
   if (op == "ConstantOfShape" && in.size() == 1) {
     // The shape may be a constant or an input given ahead: either way it fixes the output's
     // shape, so the output is a constant too.
@@ -119,6 +121,49 @@ llvm::Expected<bool> Importer::readConstant(const onnx::NodeProto &n) {
     return true;
   }
   return false;
+}
+
+llvm::Expected<bool> Importer::emptyReduction(const onnx::NodeProto &n,
+                                              const std::vector<std::string> &in) {
+  const std::string &op = n.op_type();
+  const bool reduce = op.rfind("Reduce", 0) == 0, product = op == "MatMul";
+  if ((!reduce && !product) || in.empty())
+    return false;
+  bool empty = false;
+  for (const std::string &x : in)
+    if (const Const *c = known(x); c && !c->shape.empty() && c->size() == 0)
+      empty = empty || x == in[0] || product;
+  auto out = facts_.shapes.find(n.output(0));
+  if (!empty || out == facts_.shapes.end())
+    return false;
+  // ONNX's values over an empty set (opset 18's reductions say so; a product over a
+  // zero-length axis is a sum of no terms).
+  const double inf = std::numeric_limits<double>::infinity();
+  double value = 0; // ReduceSum, ReduceSumSquare, ReduceL1, ReduceL2, MatMul
+  if (op == "ReduceProd")
+    value = 1;
+  else if (op == "ReduceMax" || op == "ReduceLogSum" || op == "ReduceLogSumExp")
+    value = -inf;
+  else if (op == "ReduceMin")
+    value = inf;
+  else if (op == "ReduceMean")
+    value = std::numeric_limits<double>::quiet_NaN();
+  else if (op != "ReduceSum" && op != "ReduceSumSquare" && op != "ReduceL1" && op != "ReduceL2" &&
+           !product)
+    return false;
+  Const r;
+  r.shape = out->second;
+  auto type = facts_.types.find(n.output(0));
+  r.isInt = type != facts_.types.end() && isIntType(type->second);
+  if (r.isInt && !std::isfinite(value))
+    return where(n, fmt::format("{} over an empty set of integers has no value Tofu holds", op));
+  if (r.size() > (1 << 20))
+    return where(n, fmt::format("its input is empty, and its result of {} elements (all {}) is "
+                                "too large to hold as a constant",
+                                r.size(), value));
+  r.v.assign(size_t(r.size()), value);
+  facts_.consts[n.output(0)] = std::move(r);
+  return true;
 }
 
 const Const *Importer::valueOf(const std::string &name, int depth) {

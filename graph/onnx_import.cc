@@ -32,6 +32,7 @@
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
 #include "support/files.h"
+#include "support/tensor_proto.h"
 
 namespace tofu {
 namespace onnximport {
@@ -151,6 +152,124 @@ llvm::Error inferShapesIsolated(onnx::ModelProto &model) {
   // The graph's contents, not the model: the importer holds a pointer to its graph.
   model.mutable_graph()->Swap(inferred.mutable_graph());
   return llvm::Error::success();
+}
+
+namespace {
+
+/// The static shapes of the values a model's inference (or its inputs and initializers)
+/// gives, by name; an unknown extent is -1.
+std::map<std::string, std::vector<int64_t>> knownShapes(const onnx::GraphProto &g) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const onnx::TensorProto &t : g.initializer())
+    shapes[t.name()] = std::vector<int64_t>(t.dims().begin(), t.dims().end());
+  for (const auto *values : {&g.input(), &g.value_info()})
+    for (const onnx::ValueInfoProto &v : *values) {
+      if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape())
+        continue;
+      std::vector<int64_t> dims;
+      for (const auto &d : v.type().tensor_type().shape().dim())
+        dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+      shapes[v.name()] = std::move(dims);
+    }
+  return shapes;
+}
+
+bool broadcastsMultidirectionally(const std::string &op) {
+  static const std::set<std::string> ops = {"Add",
+                                            "Sub",
+                                            "Mul",
+                                            "Div",
+                                            "Pow",
+                                            "Mod",
+                                            "Equal",
+                                            "Less",
+                                            "LessOrEqual",
+                                            "Greater",
+                                            "GreaterOrEqual",
+                                            "And",
+                                            "Or",
+                                            "Xor",
+                                            "Where",
+                                            "Max",
+                                            "Min",
+                                            "Mean",
+                                            "Sum",
+                                            "BitShift",
+                                            "BitwiseAnd",
+                                            "BitwiseOr",
+                                            "BitwiseXor"};
+  return ops.count(op) > 0;
+}
+
+} // namespace
+
+llvm::Error locateInferenceFailure(const onnx::ModelProto &model, llvm::Error failure) {
+  const std::string why = llvm::toString(std::move(failure));
+  const int count = model.graph().node_size();
+  // Inference goes through the nodes in order: the first prefix that fails ends at the node.
+  auto prefix = [&](int m) {
+    onnx::ModelProto cut = model;
+    onnx::GraphProto *g = cut.mutable_graph();
+    while (g->node_size() > m)
+      g->mutable_node()->RemoveLast();
+    g->clear_output();
+    return cut;
+  };
+  auto fails = [&](int m) {
+    onnx::ModelProto cut = prefix(m);
+    llvm::Error e = inferShapesIsolated(cut);
+    const bool failed = static_cast<bool>(e);
+    llvm::consumeError(std::move(e));
+    return failed;
+  };
+  if (count == 0 || !fails(count))
+    return stringError(why); // not a node's (the graph's outputs), or not reproducible
+  int lo = 0, hi = count;    // prefix lo passes (none is empty), prefix hi fails
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (fails(mid) ? hi : lo) = mid;
+  }
+  const onnx::NodeProto &n = model.graph().node(hi - 1);
+  onnx::ModelProto before = prefix(hi - 1);
+  if (llvm::Error e = inferShapesIsolated(before))
+    llvm::consumeError(std::move(e));
+  auto shapes = knownShapes(before.graph());
+  std::vector<std::string> inputs;
+  std::vector<std::vector<int64_t>> known;
+  for (const std::string &in : n.input()) {
+    if (in.empty())
+      continue;
+    auto it = shapes.find(in);
+    std::string dims = "unknown";
+    if (it != shapes.end()) {
+      std::vector<std::string> d;
+      for (int64_t x : it->second)
+        d.push_back(x < 0 ? "?" : std::to_string(x));
+      dims = fmt::format("[{}]", fmt::join(d, ", "));
+      if (std::none_of(it->second.begin(), it->second.end(), [](int64_t x) { return x < 0; }))
+        known.push_back(it->second);
+    }
+    inputs.push_back(fmt::format("'{}' {}", in, dims));
+  }
+  const std::string name = n.name().empty() ? fmt::format("#{}", hi - 1) : n.name();
+  std::string cause;
+  if (broadcastsMultidirectionally(n.op_type()) && known.size() == inputs.size()) {
+    std::vector<int64_t> all = known[0];
+    for (size_t k = 1; k < known.size(); ++k) {
+      auto b = broadcastShape(all, known[k]);
+      if (!b) {
+        cause = fmt::format("its inputs' shapes do not broadcast (numpy's rule: aligned at the "
+                            "last axis, each pair of extents equal or one of them 1): {}",
+                            fmt::join(inputs, ", "));
+        break;
+      }
+      all = *b;
+    }
+  }
+  if (cause.empty() && !inputs.empty())
+    cause = fmt::format("its inputs: {}", fmt::join(inputs, ", "));
+  return stringError(fmt::format("node '{}' (ONNX {}): {}{}", name, n.op_type(), cause,
+                                 cause.empty() ? why : "; " + why));
 }
 
 /// Bytes per element of an ONNX element type whose raw data the importer reads, or 0.
@@ -371,6 +490,15 @@ Importer::takeGivenInputs(onnx::GraphProto *graph, const std::set<std::string> &
                                        name, fmt::join(given.shape, ", "),
                                        fmt::join(declared, ", ")));
     }
+    if (given.elementType != 0 && type->has_elem_type() && given.elementType != type->elem_type() &&
+        !(given.elementType == onnx::TensorProto::UINT16 &&
+          type->elem_type() == onnx::TensorProto::BFLOAT16))
+      return stringError(fmt::format("the value given for input '{}' holds {}; the model declares "
+                                     "{} (as ONNX Runtime, Tofu converts no input's element "
+                                     "type: give an array of {})",
+                                     name, tensorProtoTypeName(given.elementType),
+                                     tensorProtoTypeName(type->elem_type()),
+                                     tensorProtoTypeName(type->elem_type())));
     type->mutable_shape()->clear_dim();
     for (int64_t d : given.shape)
       type->mutable_shape()->add_dim()->set_dim_value(d);
@@ -512,7 +640,7 @@ llvm::Error Importer::runShapeInference(onnx::ModelProto &model) {
         for (auto &d : *v.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim())
           d.set_dim_param(v.name() + "_extent");
   if (llvm::Error e = inferShapesIsolated(model))
-    return std::move(e);
+    return locateInferenceFailure(model, std::move(e));
   while (graph->initializer_size() > initializersBefore)
     graph->mutable_initializer()->RemoveLast();
   auto record = [&](const onnx::ValueInfoProto &v) -> llvm::Error {

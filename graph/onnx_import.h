@@ -22,6 +22,10 @@ struct OnnxGivenInput {
   /// constant (a shape, axes, starts, a diagonal offset) takes them. Empty: not known.
   std::vector<double> values;
   bool hasValues = false;
+  /// The element type the value's file stores (an ONNX TensorProto code), 0 when not known:
+  /// it must be the type the model declares (as ONNX Runtime, the import converts none), but
+  /// for uint16 given for bfloat16 (the bits, as ONNX 1.12's test files store them).
+  int32_t elementType = 0;
 };
 
 struct OnnxImportOptions {

@@ -171,6 +171,13 @@ llvm::Error inferShapes(onnx::ModelProto &model);
 /// inference runs here.
 llvm::Error inferShapesIsolated(onnx::ModelProto &model);
 
+/// `failure`, ONNX's inference failing on `model`, at the node where it fails: the first
+/// node whose prefix of the graph fails (found by bisection, each prefix inferred in its
+/// own process), named with its inputs' shapes from the prefix before it, and for an
+/// operator that broadcasts, whether they broadcast. `failure` as it is where no prefix
+/// fails.
+llvm::Error locateInferenceFailure(const onnx::ModelProto &model, llvm::Error failure);
+
 /// Bytes per element of an ONNX element type whose raw data the importer reads, or 0.
 int64_t rawElementBytes(int32_t t);
 
@@ -424,8 +431,14 @@ private:
   const std::vector<int64_t> &shapeOf(const std::string &tensor) { return facts_.shapes[tensor]; }
   /// The value of `n` when the importer holds it without computing: a Constant's value, the
   /// Shape or Size of a tensor of static shape, ConstantOfShape of a known shape (a constant
-  /// or an input given ahead). False for any other node.
+  /// or an input given ahead), a reduction of an empty input (emptyReduction). False for any
+  /// other node.
   llvm::Expected<bool> readConstant(const onnx::NodeProto &n);
+  /// A reduction of an empty input, or a MatMul over a zero-length axis, whose result is not
+  /// empty: ONNX's value over an empty set (0 for sums and norms, 1 for ReduceProd, -inf for
+  /// ReduceMax and the log-sums, +inf for ReduceMin, NaN for ReduceMean) fills the result,
+  /// held as a constant. False for any other node.
+  llvm::Expected<bool> emptyReduction(const onnx::NodeProto &n, const std::vector<std::string> &in);
   /// Whether every output of `n` is known (ONNX's inference) to hold no element.
   bool producesOnlyEmpty(const onnx::NodeProto &n) {
     bool any = false;

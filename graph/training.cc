@@ -568,15 +568,24 @@ llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib, LossKind kin
   if (g.outputs.size() != 1)
     return stringError(fmt::format(
         "a loss can be added to a graph with one output; this one has {}", g.outputs.size()));
-  const TensorInfo *y = g.tensor(g.outputs[0]);
+  auto loss = addLossOf(g, lib, g.outputs[0], kind);
+  if (loss)
+    g.outputs = {*loss};
+  return loss;
+}
+
+llvm::Expected<std::string> addLossOf(Graph &g, const OpLibrary &lib, const std::string &output,
+                                      LossKind kind) {
+  const TensorInfo *y = g.tensor(output);
   if (!y || !y->shapeKnown)
-    return stringError("the graph's output has no known shape (check the graph first)");
+    return stringError(
+        fmt::format("the graph's output '{}' has no known shape (check the graph first)", output));
   if (y->shape.empty())
-    return g.outputs[0];
+    return output;
   const std::string out = y->name;
   const std::vector<int64_t> shape = y->shape;
   Node n;
-  n.name = g.tensor("loss") ? out + "_loss" : "loss";
+  n.name = g.tensor("loss") || g.tensor("loss_out") ? out + "_loss" : "loss";
   n.output = n.name + "_out";
   TensorInfo extra;
   extra.shapeKnown = true;
@@ -607,8 +616,94 @@ llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib, LossKind kin
     return llvm::Expected<std::string>(std::move(e));
   if (llvm::Error e = inferNode(g, g.nodes().back(), lib))
     return llvm::Expected<std::string>(std::move(e));
-  g.outputs = {loss};
   return loss;
+}
+
+llvm::Expected<std::string> addWeightedSum(Graph &g, const OpLibrary &lib,
+                                           const std::vector<std::pair<std::string, double>> &terms,
+                                           const std::string &name) {
+  if (terms.empty())
+    return stringError("a weighted sum needs a term");
+  // Names no tensor and no node of the graph has.
+  std::set<std::string> taken;
+  for (const Node &n : g.nodes())
+    taken.insert(n.name);
+  auto fresh = [&](const std::string &base) {
+    std::string n = base;
+    for (int k = 2; g.tensor(n) || taken.count(n); ++k)
+      n = fmt::format("{}_{}", base, k);
+    taken.insert(n);
+    return n;
+  };
+  auto add = [&](Node n) -> llvm::Expected<std::string> {
+    n.output = fresh(n.name + "_out");
+    n.group = name;
+    n.groups = {{"i", 0}};
+    std::string out = n.output;
+    if (llvm::Error e = g.addNode(std::move(n)))
+      return std::move(e);
+    if (llvm::Error e = inferNode(g, g.nodes().back(), lib))
+      return std::move(e);
+    return out;
+  };
+  std::string sum;
+  for (const auto &[tensor, weight] : terms) {
+    const TensorInfo *t = g.tensor(tensor);
+    if (!t || !t->shapeKnown || !t->shape.empty())
+      return stringError(fmt::format("'{}' is not a scalar of the graph", tensor));
+    std::string term = tensor;
+    if (weight != 1) {
+      TensorInfo w;
+      w.name = fresh(tensor + "_weight");
+      w.group = name;
+      w.shapeKnown = true;
+      w.role = TensorRole::Input;
+      if (llvm::Error e = g.addTensor(w))
+        return std::move(e);
+      g.constants[w.name] = {weight};
+      Node scale;
+      scale.name = fresh(tensor + "_weighted");
+      scale.op = "Mul";
+      scale.inputs = {tensor, w.name};
+      auto scaled = add(std::move(scale));
+      if (!scaled)
+        return scaled.takeError();
+      term = *scaled;
+    }
+    if (sum.empty()) {
+      sum = term;
+      continue;
+    }
+    Node plus;
+    plus.name = fresh(name);
+    plus.op = "Add";
+    plus.inputs = {sum, term};
+    auto added = add(std::move(plus));
+    if (!added)
+      return added.takeError();
+    sum = *added;
+  }
+  return sum;
+}
+
+std::vector<std::string> freezeWeightsNotReaching(Graph &g, const std::string &loss) {
+  std::set<std::string> reach = {loss};
+  std::vector<std::string> todo = {loss};
+  while (!todo.empty()) {
+    const Node *n = g.producer(todo.back());
+    todo.pop_back();
+    if (n)
+      for (const std::string &in : n->inputs)
+        if (reach.insert(in).second)
+          todo.push_back(in);
+  }
+  std::vector<std::string> frozen;
+  for (const TensorInfo &t : g.tensors())
+    if (t.role == TensorRole::Weight && !reach.count(t.name))
+      frozen.push_back(t.name);
+  for (const std::string &w : frozen)
+    g.tensor(w)->role = TensorRole::Input; // keeps its initial value: a weight held fixed
+  return frozen;
 }
 
 } // namespace tofu

@@ -92,6 +92,24 @@ bool isCrossEntropyLoss(const std::string &op);
 /// of another rank is an error that says so.
 llvm::Expected<std::string> addLoss(Graph &g, const OpLibrary &lib, LossKind kind = LossKind::Auto);
 
+/// addLoss for one output of a graph of any number of outputs, which stay as they are: the
+/// loss's name (the output itself when it is a scalar). Inputs and nodes are named as
+/// addLoss names them, or after the output where those names are taken (`mel_target`).
+llvm::Expected<std::string> addLossOf(Graph &g, const OpLibrary &lib, const std::string &output,
+                                      LossKind kind = LossKind::Auto);
+
+/// The scalar sum of `terms` (scalar tensors, each times its weight: a constant), added to
+/// the graph in order by Mul and Add nodes of group `name`; returns its name (the one term
+/// itself when there is one of weight 1).
+llvm::Expected<std::string> addWeightedSum(Graph &g, const OpLibrary &lib,
+                                           const std::vector<std::pair<std::string, double>> &terms,
+                                           const std::string &name);
+
+/// The weights from which no path of nodes leads to `loss` become inputs that keep their
+/// values (as PyTorch leaves a parameter no loss reaches, with no gradient): the weights a
+/// graph of several outputs reads only for the outputs it does not train on. Returns them.
+std::vector<std::string> freezeWeightsNotReaching(Graph &g, const std::string &loss);
+
 } // namespace tofu
 
 #endif // TOFU_GRAPH_TRAINING_H

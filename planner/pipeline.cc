@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <vector>
@@ -15,6 +16,8 @@
 #include "graph/training.h"
 #include "graph/zoo.h"
 #include "support/units.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 namespace tofu {
@@ -333,6 +336,38 @@ std::string noPlanFitsMessage(unsigned workers, int64_t limit, const MemoryFit &
                      humanBytes(double(closest.peak - limit)));
 }
 
+llvm::Expected<std::vector<LossTerm>> lossTerms(const std::string &spec) {
+  std::vector<LossTerm> terms;
+  if (spec.empty())
+    return terms;
+  llvm::SmallVector<llvm::StringRef, 4> items;
+  llvm::StringRef(spec).split(items, ',');
+  for (llvm::StringRef item : items) {
+    auto [output, weight] = item.split(':');
+    LossTerm t;
+    t.output = output.trim().str();
+    if (t.output.empty())
+      return stringError(fmt::format("--loss-output '{}': an empty output name (give NAME or "
+                                     "NAME:WEIGHT, separated by commas)",
+                                     spec));
+    if (item.contains(':')) {
+      std::string w = weight.trim().str();
+      char *end = nullptr;
+      t.weight = std::strtod(w.c_str(), &end);
+      if (w.empty() || *end != '\0' || !std::isfinite(t.weight) || t.weight <= 0)
+        return stringError(fmt::format("--loss-output '{}': the weight '{}' of '{}' is not a "
+                                       "positive number",
+                                       spec, w, t.output));
+    }
+    for (const LossTerm &o : terms)
+      if (o.output == t.output)
+        return stringError(
+            fmt::format("--loss-output '{}': the output '{}' is named twice", spec, t.output));
+    terms.push_back(std::move(t));
+  }
+  return terms;
+}
+
 llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, const OpLibrary &lib,
                                            const PipelineOptions &options, Stage *failed) {
   Stage stage = Stage::Graph;
@@ -349,37 +384,59 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
     if (g.outputs.empty())
       return fail(stringError("a training step needs a graph with an output (the loss, or the "
                               "prediction a loss is added to); this one has none"));
-    std::string chosen;
-    if (!options.lossOutput.empty()) {
-      if (std::find(g.outputs.begin(), g.outputs.end(), options.lossOutput) == g.outputs.end())
+    auto terms = lossTerms(options.lossOutput);
+    if (!terms)
+      return fail(terms.takeError());
+    std::vector<std::string> notes;
+    if (terms->empty()) {
+      terms->push_back({g.outputs[0], 1.0});
+      if (g.outputs.size() > 1)
+        notes.push_back(fmt::format("the graph has {} outputs ({}): training on the first, "
+                                    "'{}' (--loss-output names another)",
+                                    g.outputs.size(), fmt::join(g.outputs, ", "), g.outputs[0]));
+    }
+    for (const LossTerm &t : *terms)
+      if (std::find(g.outputs.begin(), g.outputs.end(), t.output) == g.outputs.end())
         return fail(stringError(fmt::format("the loss output '{}' is not an output of the "
                                             "graph (its outputs: {})",
-                                            options.lossOutput, fmt::join(g.outputs, ", "))));
-      chosen = options.lossOutput;
-    } else if (g.outputs.size() > 1) {
-      chosen = g.outputs[0];
-      r.lossNote = fmt::format("the graph has {} outputs ({}): training on the first, '{}' "
-                               "(--loss-output names another)",
-                               g.outputs.size(), fmt::join(g.outputs, ", "), chosen);
+                                            t.output, fmt::join(g.outputs, ", "))));
+    // Each output's loss, then their weighted sum; addLossOf says which it chose by the
+    // node it added.
+    std::vector<std::pair<std::string, double>> losses;
+    for (const LossTerm &t : *terms) {
+      auto loss = addLossOf(g, lib, t.output, options.loss);
+      if (!loss)
+        return fail(loss.takeError());
+      if (*loss != t.output) {
+        const Node *added = g.producer(*loss);
+        notes.push_back(fmt::format(
+            "the output '{}' is not a scalar: training with {} against the new input '{}'",
+            t.output,
+            added->op == "softmax_cross_entropy"       ? "softmax cross-entropy"
+            : added->op == "softmax_cross_entropy_seq" ? "softmax cross-entropy at every position"
+                                                       : "the mean squared error",
+            added->inputs[1]));
+      }
+      losses.push_back({*loss, t.weight});
     }
-    if (!chosen.empty())
-      g.outputs = {chosen};
-    const std::string output = g.outputs[0];
-    auto loss = addLoss(g, lib, options.loss);
+    auto loss = addWeightedSum(g, lib, losses, "total_loss");
     if (!loss)
       return fail(loss.takeError());
-    // Say which loss addLoss chose and what it named its new input (from the node it added).
-    if (*loss != output) {
-      const Node *added = g.producer(*loss);
-      r.lossNote += fmt::format("{}the output '{}' is not a scalar: training with {} against the "
-                                "new input '{}'",
-                                r.lossNote.empty() ? "" : "; ", output,
-                                added->op == "softmax_cross_entropy" ? "softmax cross-entropy"
-                                : added->op == "softmax_cross_entropy_seq"
-                                    ? "softmax cross-entropy at every position"
-                                    : "the mean squared error",
-                                added->inputs[1]);
+    if (terms->size() > 1 || terms->front().weight != 1) {
+      std::vector<std::string> parts;
+      for (const LossTerm &t : *terms)
+        parts.push_back(fmt::format("{} x loss('{}')", t.weight, t.output));
+      notes.push_back("training on " + fmt::format("{}", fmt::join(parts, " + ")));
     }
+    g.outputs = {*loss};
+    if (auto frozen = freezeWeightsNotReaching(g, *loss); !frozen.empty())
+      notes.push_back(fmt::format("{} weight{} reach{} no loss and stay{} as {} (as PyTorch leaves "
+                                  "a parameter with no gradient): {}",
+                                  frozen.size(), frozen.size() == 1 ? "" : "s",
+                                  frozen.size() == 1 ? "es" : "", frozen.size() == 1 ? "s" : "",
+                                  frozen.size() == 1 ? "it is" : "they are",
+                                  fmt::join(frozen, ", ")));
+    r.lossNote = fmt::format("{}", fmt::join(notes, "; "));
     r.loss = *loss;
   }
   // The policy sees the loss a training step adds, and the backward ops follow its types.

@@ -85,8 +85,10 @@ struct PipelineOptions {
   /// With `train`: add an L2 weight decay to the gradients (AdamW always decays, decoupled);
   /// the graph then reads a rank-0 input `weight_decay`.
   bool weightDecay = false;
-  /// With `train`, a graph of several outputs trains on this one (default: the first); the
-  /// others are not computed for the step's sake (they are dropped as outputs).
+  /// With `train`, a graph of several outputs trains on these (lossTerms: `NAME` or
+  /// `NAME:WEIGHT`, by commas; default: the first output), on the weighted sum of their
+  /// losses. The others are dropped as outputs, and weights that reach none of the losses
+  /// are held fixed (freezeWeightsNotReaching).
   std::string lossOutput;
   /// With `train`: the loss a graph whose output is not a scalar gets (addLoss).
   LossKind loss = LossKind::Auto;
@@ -146,6 +148,16 @@ struct BudgetChoice {
   unsigned lowerBound = 1;
   std::vector<std::pair<unsigned, int64_t>> tried;
 };
+
+/// One output a training step's loss is taken on, and its weight in their sum.
+struct LossTerm {
+  std::string output;
+  double weight = 1;
+};
+
+/// `--loss-output`'s terms: `a`, or `a,b:0.1` (each weight a positive number, 1 unless
+/// given; no output twice). Empty for an empty spec: the first output then.
+llvm::Expected<std::vector<LossTerm>> lossTerms(const std::string &spec);
 
 struct PipelineResult {
   std::string name;           ///< the model or file, for messages

@@ -143,5 +143,30 @@ TEST(Pipeline, ABudgetNoPlanFitsFailsThePlanStageWithTheDriversHint) {
             std::string::npos);
 }
 
+TEST(Pipeline, LossOutputsAreNamesWithWeights) {
+  auto terms = lossTerms("mel, mel_post ,gate:0.1");
+  ASSERT_TRUE(static_cast<bool>(terms)) << llvm::toString(terms.takeError());
+  ASSERT_EQ(terms->size(), 3u);
+  EXPECT_EQ((*terms)[1].output, "mel_post");
+  EXPECT_EQ((*terms)[1].weight, 1.0);
+  EXPECT_EQ((*terms)[2].output, "gate");
+  EXPECT_EQ((*terms)[2].weight, 0.1);
+  EXPECT_TRUE(lossTerms("")->empty());
+  for (const auto &[spec, why] : std::vector<std::pair<std::string, std::string>>{
+           {"a,", "an empty output name"},
+           {"a:0", "the weight '0' of 'a' is not a positive number"},
+           {"a:-1", "is not a positive number"},
+           {"a:nan", "is not a positive number"},
+           {"a:1x", "the weight '1x'"},
+           {"a:", "the weight '' of 'a'"},
+           {"a,b,a:2", "the output 'a' is named twice"}}) {
+    auto bad = lossTerms(spec);
+    ASSERT_FALSE(static_cast<bool>(bad)) << spec;
+    const std::string message = llvm::toString(bad.takeError());
+    EXPECT_NE(message.find(why), std::string::npos) << spec << ": " << message;
+    EXPECT_EQ(message.rfind("--loss-output '" + spec + "'", 0), 0u) << message;
+  }
+}
+
 } // namespace
 } // namespace tofu

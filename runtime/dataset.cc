@@ -224,6 +224,7 @@ llvm::Expected<DataArray> parseIdx(const std::string &bytes, const std::string &
                                    "0x0B (i16), 0x0C (i32), 0x0D (f32), 0x0E (f64)",
                                    name, code));
   }
+  a.onnxType = onnxDataType(a.type);
   const int rank = static_cast<unsigned char>(bytes[3]);
   if (rank == 0)
     return stringError(name + ": byte 3: rank 0 (the first dimension counts samples)");
@@ -326,6 +327,12 @@ llvm::Expected<DataArray> parseNpy(const std::string &bytes, const std::string &
     return stringError(fmt::format("{}: dtype '{}' is not read (u1, u2, u4, u8, i1, i2, i4, i8, "
                                    "f2, f4, f8 or b1, little-endian)",
                                    name, descr));
+  a.onnxType = descr == "<f2"   ? onnx::TensorProto::FLOAT16
+               : descr == "<u2" ? onnx::TensorProto::UINT16
+               : descr == "<u4" ? onnx::TensorProto::UINT32
+               : descr == "<u8" ? onnx::TensorProto::UINT64
+               : descr == "|b1" ? onnx::TensorProto::BOOL
+                                : onnxDataType(a.type);
   std::string shape = field("shape");
   size_t open = shape.find('('), close = shape.find(')');
   if (open == std::string::npos || close == std::string::npos || close < open)
@@ -438,6 +445,10 @@ llvm::Expected<DataArray> safetensorsArray(const SafetensorsFile &f, const std::
   a.shape = t.shape;
   const SafetensorsDtype d = t.dtype;
   const std::optional<ElementType> type = elementTypeOf(d);
+  a.onnxType = type                         ? onnxDataType(*type)
+               : d == SafetensorsDtype::U16 ? onnx::TensorProto::UINT16
+               : d == SafetensorsDtype::U32 ? onnx::TensorProto::UINT32
+                                            : onnx::TensorProto::UINT64;
   // The types an array holds as they are (bool as uint8, 0 or 1); the others widen.
   if (const std::optional<ElementType> held = heldAs(type)) {
     a.type = *held;
@@ -678,10 +689,11 @@ llvm::Expected<DataSet> openDataSet(const std::string &spec, const std::string &
     }
     return ds;
   } else if (spec.find('=') == std::string::npos) {
-    return stringError(fmt::format("{}: no such directory ({} takes a directory of the MNIST "
-                                   "family, a .safetensors file, NAME=FILE,... naming each array, "
-                                   "teacher or fixed)",
-                                   spec, names("data")));
+    return stringError(fmt::format(
+        "{}: {} ({} takes a directory of the MNIST family, a "
+        ".safetensors file, NAME=FILE,... naming each array, teacher "
+        "or fixed)",
+        spec, pathExists(spec) ? "a file, not a data set" : "no such directory", names("data")));
   } else {
     std::stringstream ss(spec);
     std::string item;

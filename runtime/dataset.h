@@ -35,8 +35,8 @@ struct DataArray {
   /// uint8 (bool too), int8 to int64, float32 or float64; the other types widen.
   ElementType type = ElementType::UInt8;
   std::vector<unsigned char> bytes; ///< native byte order
-  /// An ONNX TensorProto's element type (ONNX's number) when the array came from a .pb
-  /// file, else 0.
+  /// The element type the file stores, as an ONNX TensorProto code (FLOAT = 1, UINT16 = 4,
+  /// BOOL = 9, FLOAT16 = 10, ...), whatever `type` holds it in; 0 for an array made here.
   int onnxType = 0;
 
   int64_t samples() const { return shape.empty() ? 0 : shape[0]; }

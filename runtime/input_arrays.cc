@@ -14,6 +14,7 @@ std::map<std::string, OnnxGivenInput> InputArrays::forImport() const {
   for (const auto &[name, a] : arrays) {
     OnnxGivenInput &g = given[name];
     g.shape = a.shape;
+    g.elementType = a.onnxType;
     int64_t n = 1;
     for (int64_t d : a.shape)
       n *= d;

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "fmt/format.h"
 #include "fmt/ranges.h"
@@ -28,8 +31,28 @@ std::string plainMessage(const char *what) {
 } // namespace
 
 llvm::Expected<nlohmann::json> parseJson(const std::string &text, const std::string &document) {
+  // A key given twice in one object would be read as its last copy: the first one repeated
+  // is refused. One set of keys per object open, innermost last.
+  std::vector<std::set<std::string>> open;
+  std::string repeated;
+  auto note = [&](int, nlohmann::json::parse_event_t event, nlohmann::json &parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start)
+      open.emplace_back();
+    else if (event == E::object_end && !open.empty())
+      open.pop_back();
+    else if (event == E::key && !open.empty() && parsed.is_string() &&
+             !open.back().insert(parsed.get<std::string>()).second && repeated.empty())
+      repeated = parsed.get<std::string>();
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text);
+    nlohmann::json v = nlohmann::json::parse(text, note);
+    if (!repeated.empty())
+      return failure(fmt::format("{}: the key '{}' is given twice in one object (JSON readers "
+                                 "differ in which they keep)",
+                                 document, repeated));
+    return v;
   } catch (const nlohmann::json::out_of_range &e) {
     // 406: a number past a double's range ("1e999").
     return failure(fmt::format("{}: a number is too large for a double ({})", document,

@@ -270,6 +270,11 @@ TEST(Json, NamesThePathTheCauseAndTheKeyMeant) {
   EXPECT_EQ(llvm::toString(parseJson("{\"a\": }", "doc").takeError())
                 .rfind("doc: not valid JSON: parse error at line 1, column 7", 0),
             0u);
+  // A key twice in one object is refused; the same key in two objects is not.
+  EXPECT_EQ(llvm::toString(parseJson(R"({"a": {"x": 1, "y": 2, "x": 3}})", "doc").takeError()),
+            "doc: the key 'x' is given twice in one object (JSON readers differ in which they "
+            "keep)");
+  EXPECT_TRUE(static_cast<bool>(parseJson(R"([{"x": 1}, {"x": {"x": 2}}])", "doc")));
 }
 
 namespace {

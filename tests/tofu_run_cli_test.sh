@@ -283,6 +283,19 @@ for lo in "" "--loss-output c"; do
     echo "FAILED: lstm_states.onnx does not say which output it trains on" >&2; fail=1
   fi
 done
+# Three outputs (issue 70): on the first alone, the weights only the other two read stay as
+# they are, with a note naming them (PyTorch leaves a parameter with no gradient); the
+# weighted sum of all three trains them all (tests/torch_grad_test.sh checks its losses
+# against autograd).
+if ! "$run" --onnx tests/onnx/three_outputs.onnx --workers 2 --steps 2 >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+   ! grep -q "6 weights reach no loss and stay as they are (as PyTorch leaves a parameter with no gradient): post.0.weight, post.0.bias, post.2.weight, post.2.bias, gate.weight, gate.bias" "$tmp/out.txt"; then
+  echo "FAILED: three_outputs.onnx on its first output" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+fi
+if ! "$run" --onnx tests/onnx/three_outputs.onnx --workers 2 --steps 2 --loss-output mel,mel_post,gate:0.1 >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+   ! grep -q "training on 1 x loss('mel') + 1 x loss('mel_post') + 0.1 x loss('gate')" "$tmp/out.txt" ||
+   grep -q "reach no loss" "$tmp/out.txt"; then
+  echo "FAILED: three_outputs.onnx on the weighted sum" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+fi
 
 # An ill-conditioned step (training-mode mobilenet_v2 at batch 2 on 32x32 images: its last
 # batch norms normalise 2 values per channel): float32 rounding alone scatters it beyond the

@@ -8,7 +8,9 @@
 # this checks every grad clause these models use (attention, LayerNorm, GELU, embeddings,
 # LSTM/GRU/RNN cells, 1-d convolutions and their transposes, pooling, softmax
 # cross-entropy, MSE; scripted_control's Loop and If, unrolled and inlined at import, its
-# time axis fixed by the data's samples; scripted_list's sequences, held by the importer)
+# time axis fixed by the data's samples; scripted_list's sequences, held by the importer;
+# streaming_rnnt's empty slices and memory, ceil-mode and padding-excluding 1-d average
+# pools and its transducer joiner; three_outputs' weighted sum of three losses)
 # against autograd rather than against Tofu itself.
 # small_cnn is left out: its export folded batch norm into the convolutions' weights, so
 # PyTorch's model cannot be rebuilt from the file. Then bf16 forward passes against PyTorch's
@@ -26,12 +28,16 @@ py=/usr/bin/python3
 detect_asan "$run"
 i=0
 models="attention conv1d conv_transpose1d decoder_causal einsum_attention encoder_prenorm
-        gpt_block gru lstm lstm_bidirectional rnn_relu scripted_control scripted_list unet"
+        gpt_block gru lstm lstm_bidirectional rnn_relu scripted_control scripted_list unet
+        streaming_rnnt three_outputs"
 for m in $models; do
   i=$((i + 1))
   in_sample "$i" 2 || continue
   d="$tmp/$m"
-  if ! $py tools/oracles/torch_grad_oracle.py prepare "$m" "$d" >"$tmp/py.txt" 2>&1; then
+  # three_outputs trains on the weighted sum of its three outputs' losses (--loss-output).
+  extra=()
+  [ "$m" = three_outputs ] && extra=(--loss-output "mel,mel_post,gate:0.1")
+  if ! $py tools/oracles/torch_grad_oracle.py prepare "$m" "$d" "${extra[@]}" >"$tmp/py.txt" 2>&1; then
     echo "FAILED: torch_grad_oracle.py prepare $m" >&2; cat "$tmp/py.txt" >&2; fail=1; continue
   fi
   # shellcheck disable=SC2046

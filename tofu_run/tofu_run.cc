@@ -374,8 +374,8 @@ int run(int argc, char **argv) {
       return fail(fwdName + ": " + llvm::toString(norms.takeError()));
     if (evalModeOpt.getNumOccurrences() > 0 && !hasBatchNorms(*fwd))
       warnNoBatchNorms(fwdName);
-    if (!lossOutput.empty())
-      fwd->outputs = {lossOutput}; // the pipeline checked it is an output
+    if (auto terms = tofu::lossTerms(lossOutput); terms && !terms->empty())
+      fwd->outputs = {terms->front().output}; // the pipeline checked it is an output
     else if (fwd->outputs.size() > 1)
       fwd->outputs.resize(1);
     const tofu::TensorInfo *out = fwd->outputs.size() == 1 ? fwd->tensor(fwd->outputs[0]) : nullptr;

@@ -7,6 +7,8 @@
       shapes: normal floats, or tokens in the embedding's range) and a loss target (class
       labels for a rank-2 output, else a normal target of the output's shape), and writes
       them to DIR as .npy arrays with the command line tofu-run trains on them (DIR/args).
+      With --loss-output SPEC (tofu-run's: NAME[:WEIGHT],...), a model of several outputs
+      gets a target for each output named, and trains on their losses' weighted sum.
       Then trains N steps of plain SGD in PyTorch (eval mode: dropout off, batch norm on
       its running statistics, as the exported graph computes) on that one batch, with the
       loss tofu-run adds (softmax cross-entropy, or the mean squared error: both means),
@@ -61,12 +63,24 @@ def load_model(name):
     model.eval()
     with torch.no_grad():
         got = model(*ins)
-    want = torch.tensor(ref["outputs"]["output"]["values"]).reshape(got.shape)
-    gap = float((got - want).abs().max())
-    if gap > 1e-5 * max(1.0, float(want.abs().max())):
-        sys.exit(f"torch_grad_oracle.py: the rebuilt {name} differs from {ref_path} by {gap}: "
-                 "its weights are not the file's")
+    for out, (key, v) in zip(got if isinstance(got, tuple) else (got,), ref["outputs"].items()):
+        want = torch.tensor(v["values"]).reshape(out.shape)
+        gap = float((out - want).abs().max())
+        if gap > 1e-5 * max(1.0, float(want.abs().max())):
+            sys.exit(f"torch_grad_oracle.py: the rebuilt {name} differs from {ref_path} at "
+                     f"{key} by {gap}: its weights are not the file's")
     return model, examples, path
+
+
+def loss_terms(spec, names):
+    """tofu-run's --loss-output: NAME[:WEIGHT],... (the first output when empty)."""
+    if not spec:
+        return [(names[0], 1.0)]
+    terms = []
+    for item in spec.split(","):
+        name, _, weight = item.partition(":")
+        terms.append((name, float(weight) if weight else 1.0))
+    return terms
 
 
 def prepare(args):
@@ -86,15 +100,24 @@ def prepare(args):
             arrays[name] = rng.standard_normal(ex.shape).astype(np.float32)
     model.eval()
     with torch.no_grad():
-        out = model(*[torch.from_numpy(arrays[n]) for n in inputs])
-    if out.dim() == 2:
-        target_name = "labels"
-        arrays[target_name] = rng.integers(0, out.shape[1], out.shape[0]).astype(np.int64)
-        loss_fn = lambda y, t: torch.nn.functional.cross_entropy(y, t)
-    else:
-        target_name = "target"
-        arrays[target_name] = rng.standard_normal(tuple(out.shape)).astype(np.float32)
-        loss_fn = lambda y, t: torch.nn.functional.mse_loss(y, t)
+        outs = model(*[torch.from_numpy(arrays[n]) for n in inputs])
+    names = getattr(model, "output_names", ["output"])
+    outs = dict(zip(names, outs if isinstance(outs, tuple) else (outs,)))
+    # Each term's target, named as tofu-run names the input it adds: 'labels' for a rank-2
+    # output (class labels, cross-entropy), else 'target' (the mean squared error); the
+    # second of a kind after its output ('mel_post_target').
+    losses_of = []
+    for out_name, weight in loss_terms(args.loss_output, names):
+        out = outs[out_name]
+        if out.dim() == 2:
+            target = "labels" if "labels" not in arrays else out_name + "_labels"
+            arrays[target] = rng.integers(0, out.shape[1], out.shape[0]).astype(np.int64)
+            fn = torch.nn.functional.cross_entropy
+        else:
+            target = "target" if "target" not in arrays else out_name + "_target"
+            arrays[target] = rng.standard_normal(tuple(out.shape)).astype(np.float32)
+            fn = torch.nn.functional.mse_loss
+        losses_of.append((names.index(out_name), target, weight, fn))
     os.makedirs(args.dir, exist_ok=True)
     for name, a in arrays.items():
         np.save(os.path.join(args.dir, name + ".npy"), a)
@@ -104,14 +127,16 @@ def prepare(args):
         f.write(" ".join(["--onnx", path, "--batch", str(examples[0].shape[0]),
                           "--data-inputs", str(len(inputs)), "--data", data, "--feed", feed,
                           "--optimizer", "sgd", "--lr", str(args.lr), "--steps",
-                          str(args.steps)]) + "\n")
+                          str(args.steps)] +
+                         (["--loss-output", args.loss_output] if args.loss_output else [])) + "\n")
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     x = [torch.from_numpy(arrays[n]) for n in inputs]
-    t = torch.from_numpy(arrays[target_name])
     losses = []
     for _ in range(args.steps):
         opt.zero_grad()
-        loss = loss_fn(model(*x), t)
+        y = model(*x)
+        y = y if isinstance(y, tuple) else (y,)
+        loss = sum(w * fn(y[k], torch.from_numpy(arrays[t])) for k, t, w, fn in losses_of)
         loss.backward()
         opt.step()
         losses.append(float(loss))
@@ -130,6 +155,9 @@ def main():
     q.add_argument("--steps", type=int, default=5)
     q.add_argument("--lr", type=float, default=0.1)
     q.add_argument("--seed", type=int, default=5)
+    q.add_argument("--loss-output", default="",
+                   help="tofu-run's --loss-output: train on the weighted sum of these outputs' "
+                        "losses (NAME[:WEIGHT],...)")
     args = p.parse_args()
     prepare(args)
 
