@@ -5,10 +5,16 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "codegen/library_plans.h"
 #include "fmt/format.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "support/bf16.h"
 
 namespace tofu {
 namespace {
@@ -601,5 +607,58 @@ std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &sha
 }
 
 void setLibraryThreads(int threads) { omp_set_num_threads(std::max(1, threads)); }
+
+double libraryProductFlops(int64_t n, bool bf16, int threads, int repeats) {
+  omp_set_num_threads(std::max(1, threads));
+  const size_t elements = static_cast<size_t>(n * n);
+  std::vector<float> a(elements), b(elements), c(elements);
+  for (size_t i = 0; i < elements; ++i) {
+    a[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+    b[i] = static_cast<float>(i % 5) * 0.125f - 0.25f;
+  }
+  std::function<void()> call;
+  dnnl::stream stream(cpuEngine());
+  dnnl::matmul product;
+  std::vector<uint16_t> a16, b16;
+  std::unordered_map<int, dnnl::memory> args;
+  if (!bf16) {
+    call = [&] {
+      dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    };
+  } else {
+    using dt = dnnl::memory::data_type;
+    const dnnl::memory::desc ab({n, n}, dt::bf16, dnnl::memory::dims{n, 1});
+    const dnnl::memory::desc cd({n, n}, dt::f32, dnnl::memory::dims{n, 1});
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ab, ab, cd), cpuEngine());
+      if (std::string(pd.impl_info_str()).rfind("brg", 0) != 0)
+        return 0; // no native bfloat16 products on this CPU: the backend widens them
+      product = dnnl::matmul(pd);
+    } catch (const dnnl::error &) {
+      return 0;
+    }
+    a16.resize(elements);
+    b16.resize(elements);
+    toBf16(a.data(), a16.data(), elements);
+    toBf16(b.data(), b16.data(), elements);
+    args = {{DNNL_ARG_SRC, dnnl::memory(ab, cpuEngine(), a16.data())},
+            {DNNL_ARG_WEIGHTS, dnnl::memory(ab, cpuEngine(), b16.data())},
+            {DNNL_ARG_DST, dnnl::memory(cd, cpuEngine(), c.data())}};
+    call = [&] {
+      product.execute(stream, args);
+      stream.wait();
+    };
+  }
+  call(); // packs, pages and caches warmed
+  double best = 0;
+  for (int r = 0; r < std::max(1, repeats); ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0)
+      best = std::max(best, 2.0 * double(n) * double(n) * double(n) / s);
+  }
+  return best;
+}
 
 } // namespace tofu

@@ -55,6 +55,13 @@ public:
 /// every core, whose idle members spin, and steps slow down by up to 100x.
 void setLibraryThreads(int threads);
 
+/// The FLOP/s of a square product n x n x n on the library the CPU backend calls, the best of
+/// `repeats` timed calls after an untimed one, on `threads` threads: oneDNN's sgemm, or with
+/// `bf16` its native bfloat16 matmul (float32 accumulation), 0 where this CPU has none (the
+/// backend then widens the operands around sgemm). --calibrate's peak: no rate it fits goes
+/// past it.
+double libraryProductFlops(int64_t n, bool bf16, int threads, int repeats = 5);
+
 /// The library kernel for `op`'s share over `ranges` reading inputs held in `held`, or
 /// null when none applies.
 std::unique_ptr<LibraryKernel> libraryKernel(const InstOp &op, const Shapes &shapes,

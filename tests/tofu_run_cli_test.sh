@@ -243,6 +243,14 @@ for k in ("product_flops", "conv_flops", "kernel_flops", "bandwidth", "link_band
     assert d[k] > 0, (k, d)
 assert d["sync_seconds"] >= 0, d
 assert any(l.startswith("| a synchronisation | ") for l in open(sys.argv[2])), "no barrier row"
+# No fitted rate goes past the peak --calibrate measured (a large sgemm); bfloat16 products
+# are rated where this CPU has native ones, and only then.
+out = open(sys.argv[2]).read()
+peak = float(out.split("| the library's peak | ")[1].split(" GFLOP/s")[0]) * 1e9
+for k in ("product_flops", "conv_flops", "kernel_flops"):
+    assert d[k] <= peak * 1.001, (k, d[k], peak)  # the table rounds to 0.1 GFLOP/s
+native = "| its peak in bfloat16 | none native" not in out
+assert (d["product_flops_bf16"] > 0) == native, (d["product_flops_bf16"], native)
 rows = [l for l in open(sys.argv[2]) if l.startswith("| ") and " batch " in l]
 assert len(rows) == 4, rows  # the four calibration models, each estimated beside measured
 PY
