@@ -38,6 +38,9 @@ const std::vector<AlgorithmInfo> &algorithms() {
        "every tensor cut along its first dimension; ops choose greedily"},
       {Algorithm::DataParallel, "data-parallel",
        "activations cut by batch, weights and their state replicated"},
+      {Algorithm::Zero3, "zero3",
+       "FSDP full sharding (ZeRO-3): every op split by batch; weights, their gradients and "
+       "optimiser state sharded along their first dimension, gathered for each use"},
       {Algorithm::Exhaustive, "exhaustive",
        "every sequence of basic plans (small graphs: the tests' oracle)"},
   };
@@ -66,6 +69,11 @@ SearchPolicy searchimpl::policyOf(Algorithm a) {
   case Algorithm::DataParallel:
     p.driver = D::OneStep;
     p.tensorCuts = Cuts::Batch;
+    break;
+  case Algorithm::Zero3:
+    p.driver = D::OneStep;
+    p.tensorCuts = Cuts::FirstOnly;
+    p.batchNodes = true;
     break;
   case Algorithm::Spartan:
     p.driver = D::Greedy;

@@ -24,6 +24,7 @@ enum class Algorithm {
   AllRow,       ///< every tensor cut along its first dimension; ops choose greedily
   DataParallel, ///< activations cut by batch, weights and their state replicated
   Exhaustive,   ///< every sequence of basic plans (small graphs: the test oracle)
+  Zero3,        ///< FSDP / ZeRO-3: ops split by batch, weights and their state sharded
 };
 /// An algorithm's name (`--algo`) and what it does: every algorithm, listed once here.
 struct AlgorithmInfo {

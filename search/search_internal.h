@@ -71,6 +71,9 @@ struct SearchPolicy {
   TensorCuts tensorCuts = TensorCuts::Any;
   bool machineWeights = false; ///< the objective takes PlanOptions::prefixWeights
   bool jointMoves = false;     ///< pairs of steps and merged-factor starts after the sweeps
+  /// Each op splits its batch variable only (batchVar), or stays whole where it cannot
+  /// (zero3): the weights it reads are gathered, its weight gradients reduced.
+  bool batchNodes = false;
 };
 SearchPolicy policyOf(Algorithm a);
 
@@ -83,6 +86,13 @@ struct Candidates {
 /// Which tensors must stay whole under data parallelism: weights, optimiser state and
 /// everything in a weight's group (its gradients and their sums).
 std::vector<bool> weightLike(const Problem &p);
+
+/// Node n's batch variable, as data parallelism splits it (-1 where it has none): the one
+/// its output's first dimension is indexed by, where the output is not weight-like; else
+/// the one indexing the first dimension of its first input that is not (a weight's
+/// gradient sums over the batch); else its output's first (an optimiser's update of a
+/// sharded weight is split as the weight is).
+int batchVar(const Problem &p, unsigned n, const std::vector<bool> &weightLike);
 
 /// What items share when they agree on it: a node's class (nodeClasses) and its choice at
 /// every step but `skip`, or a tensor's shape and its dimension at every step but `skip`

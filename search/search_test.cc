@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <set>
 
 #include "graph/test_library.h"
 #include "graph/training.h"
@@ -406,6 +407,53 @@ TEST(Search, NoHeuristicBaselineBeatsTofuOnSmallZooModels) {
             << model << " k=" << k << " " << algorithmName(a);
     }
   }
+}
+
+// ZeRO-3's layout: every weight, its gradients and its optimiser state sharded along the
+// first dimension, every other tensor cut by batch, and every op split by its batch
+// variable (a weight's gradient sums over the batch, an update is split as its weight).
+// Each worker then holds about 1/k of the tensors, where data parallelism holds every
+// weight whole; both compute the same ops, so zero3 moves weights, not activations.
+TEST(Search, Zero3ShardsWeightsAndSplitsEveryOpByBatch) {
+  Problem p = problemOf(*buildMlp({64, 128, 32}, 16), true);
+  std::set<std::string> weightGroups;
+  for (const ProblemTensor &t : p.tensors)
+    if (t.role == TensorRole::Weight)
+      weightGroups.insert(t.group);
+  const unsigned k = 4;
+  PartitionPlan z = plan(p, k, Algorithm::Zero3), dp = plan(p, k, Algorithm::DataParallel);
+  ASSERT_EQ(z.steps.size(), 1u);
+  unsigned sharded = 0;
+  for (unsigned t = 0; t < p.tensors.size(); ++t) {
+    const ProblemTensor &info = p.tensors[t];
+    const bool cut = !info.shape.empty() && info.shape[0] >= k;
+    EXPECT_EQ(z.steps[0].tensor[t], cut ? 0 : -1) << info.name;
+    sharded += cut && (weightGroups.count(info.group) || info.role == TensorRole::OptimizerState);
+  }
+  EXPECT_GE(sharded, 8u); // 4 weights, their gradients (and sums)
+  for (unsigned n = 0; n < p.nodes.size(); ++n) {
+    const int s = z.steps[0].node[n];
+    const ProblemTensor &out = p.tensors[p.nodes[n].output];
+    if (!weightGroups.count(out.group) && out.shape.size() > 0 && out.shape[0] >= k) {
+      // An activation or its gradient: split along its batch, its output's first dimension.
+      ASSERT_GE(s, 0) << p.nodes[n].name;
+      const Strategy &st = p.nodes[n].table->strategies[s];
+      EXPECT_TRUE(st.kind == Strategy::Kind::Output && st.outputDim == 0) << p.nodes[n].name;
+    } else {
+      // A weight's gradient is a sum over the batch, split by it; an update is split as
+      // its sharded weight (data parallelism computes each whole on every worker).
+      EXPECT_GE(s, 0) << p.nodes[n].name;
+    }
+  }
+  auto largest = [&](const PartitionPlan &r) {
+    int64_t m = 0;
+    for (unsigned w = 0; w < k; ++w)
+      m = std::max(m, p.workerTensorBytes(r.steps, workerCoords(w, {k})));
+    return m;
+  };
+  const int64_t single = p.workerTensorBytes({}, {});
+  EXPECT_LE(double(largest(z)), 1.1 * double(single) / k);
+  EXPECT_GT(largest(dp), largest(z)); // data parallelism holds every weight whole
 }
 
 TEST(Search, PlansAreDeterministic) {

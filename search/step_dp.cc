@@ -43,6 +43,27 @@ std::vector<bool> weightLike(const Problem &p) {
   return out;
 }
 
+int batchVar(const Problem &p, unsigned n, const std::vector<bool> &weightLike) {
+  const ProblemNode &node = p.nodes[n];
+  auto outputDim0 = [&]() {
+    for (const Strategy &st : node.table->strategies)
+      if (st.kind == Strategy::Kind::Output && st.outputDim == 0)
+        return static_cast<int>(st.var);
+    return -1;
+  };
+  if (!weightLike[node.output] && !p.tensors[node.output].shape.empty())
+    return outputDim0();
+  for (size_t k = 0; k < node.inputs.size(); ++k) {
+    const unsigned t = node.inputs[k];
+    if (weightLike[t] || p.tensors[t].shape.empty() || !node.regionVars)
+      continue;
+    const auto &dim0 = (*node.regionVars)[k][0];
+    if (dim0.size() == 1)
+      return static_cast<int>(dim0[0]);
+  }
+  return p.tensors[node.output].shape.empty() ? -1 : outputDim0();
+}
+
 void nodeSignature(const std::vector<int64_t> &classes, const std::vector<StepChoice> &steps,
                    unsigned n, size_t skip, std::vector<int64_t> &sig) {
   sig.assign({0, classes[n]});
@@ -72,8 +93,12 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
     std::vector<int64_t> sig;
     // Per strategy, the extents of the variables the sequence cuts (few: one per step).
     std::vector<std::pair<int, int64_t>> cut;
+    std::vector<bool> roles;
+    if (policy.batchNodes)
+      roles = weightLike(p);
     for (unsigned n = 0; n < p.nodes.size(); ++n) {
-      if (classes) {
+      const int batch = policy.batchNodes ? batchVar(p, n, roles) : -1;
+      if (classes && !policy.batchNodes) { // (batch nodes: by the roles of their tensors too)
         nodeSignature(*classes, steps, n, i, sig);
         if (const unsigned first = firsts.of(sig, n); first != n) {
           c.node[n] = c.node[first];
@@ -85,6 +110,8 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
       const auto &strategies = p.nodes[n].table->strategies;
       for (unsigned s = 0; s < strategies.size(); ++s) {
         if (!policy.reductionStrategies && strategies[s].kind == Strategy::Kind::Reduction)
+          continue;
+        if (policy.batchNodes && static_cast<int>(strategies[s].var) != batch)
           continue;
         cut.clear();
         bool ok = true;
