@@ -41,6 +41,10 @@ const std::vector<AlgorithmInfo> &algorithms() {
       {Algorithm::Zero3, "zero3",
        "FSDP full sharding (ZeRO-3): every op split by batch; weights, their gradients and "
        "optimiser state sharded along their first dimension, gathered for each use"},
+      {Algorithm::SmallBatch, "smallbatch",
+       "the paper's SmallBatch: one worker trains the largest batch that fits "
+       "--memory-per-worker, k of them k times its samples a second (tofu-plan --train; an "
+       "estimate)"},
       {Algorithm::Exhaustive, "exhaustive",
        "every sequence of basic plans (small graphs: the tests' oracle)"},
   };
@@ -69,6 +73,8 @@ SearchPolicy searchimpl::policyOf(Algorithm a) {
   case Algorithm::DataParallel:
     p.driver = D::OneStep;
     p.tensorCuts = Cuts::Batch;
+    break;
+  case Algorithm::SmallBatch: // no partition: searchPlan refuses it
     break;
   case Algorithm::Zero3:
     p.driver = D::OneStep;
@@ -181,6 +187,9 @@ Coarsening coarsen(const Problem &p, bool mergeElementwise, bool mergeCoalesced)
 llvm::Expected<PartitionPlan> searchPlan(const Problem &p, const PlanOptions &o) {
   if (o.workers == 0)
     return stringError("the number of workers must be at least 1");
+  if (o.algorithm == Algorithm::SmallBatch)
+    return stringError("smallbatch is no partition of the step: tofu-plan --train estimates it "
+                       "(one worker, the largest batch that fits --memory-per-worker)");
   PartitionPlan plan;
   plan.algorithm = algorithmName(o.algorithm);
   plan.workers = o.workers;

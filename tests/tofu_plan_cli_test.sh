@@ -55,6 +55,18 @@ for algo in dp-flat icml18 equalchop spartan allrow data-parallel zero3; do
   "$plan" --model mlp --batch 16 --train --workers 4 --algo "$algo" --summary >"$tmp/a.txt"
   check "--algo $algo" grep -q "algorithm $algo$" "$tmp/a.txt"
 done
+# The paper's SmallBatch: one worker, the largest batch whose step fits the budget (the batch
+# found fits, one more does not), its samples a second times the workers.
+"$plan" --model gpt-2-256-4-64 --batch 64 --train --optimizer adam --workers 8 --algo smallbatch \
+  --memory-per-worker 1GiB --format=json >"$tmp/sb.json"
+check "--algo smallbatch" python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["algorithm"] == "smallbatch" and 1 < j["batch"] < j["asked_batch"] == 64, j
+assert j["peak_bytes"] <= j["budget_bytes"] == 1 << 30 < j["over_peak_bytes"], j
+assert j["over_batch"] == j["batch"] + 1, j
+assert abs(j["samples_per_second"] - 8 * j["samples_per_second_one_worker"]) < 1e-6 * j["samples_per_second"], j
+assert abs(j["samples_per_second_one_worker"] * j["estimated_step_seconds"] - j["batch"]) < 1e-6 * j["batch"], j' "$tmp/sb.json"
 
 expect_error() { # expected message, args...
   local msg="$1"; shift
@@ -66,7 +78,7 @@ expect_error() { # expected message, args...
   fi
 }
 expect_error "--workers must be 1 to 4096" --model mlp --workers 0
-expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3 or exhaustive, not 'best'" --model mlp --workers 2 --algo best
+expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, smallbatch or exhaustive, not 'best'" --model mlp --workers 2 --algo best
 expect_error "for the --format option: must be table or json, not 'xml'" --model mlp --workers 2 --format xml
 "$plan" --model mlp --batch 16 --train --fit 20MiB --format=json >"$tmp/fit.json" 2>"$tmp/fit.err"
 check "--fit exit status" test $? -eq 0

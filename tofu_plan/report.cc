@@ -7,6 +7,7 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "graph/precision.h"
+#include "support/errors.h"
 #include "support/units.h"
 
 namespace tofuplan {
@@ -262,6 +263,58 @@ std::string describeTable(const tofu::Graph &g, const std::string &headline) {
   const int64_t weights = bytes[static_cast<int>(tofu::TensorRole::Weight)] / 4;
   out += fmt::format("parameters: {} ({:.1f} million)\n", weights, weights / 1e6);
   return out;
+}
+
+llvm::Error checkSmallBatch(bool train, bool budget, bool fit, bool topology, bool recompute) {
+  const char *why = !train ? "trains: give --train"
+                    : fit  ? "takes the budget of one worker: give --memory-per-worker, not --fit"
+                    : !budget   ? "needs the memory of a worker: give --memory-per-worker"
+                    : topology  ? "runs each replica on one worker: give no --topology"
+                    : recompute ? "recomputes nothing (the paper's): give no --recompute"
+                                : nullptr;
+  return why ? tofu::usageError(fmt::format("--algo smallbatch {}", why)) : llvm::Error::success();
+}
+
+Section smallBatchSection(const tofu::SmallBatch &s, int64_t asked, int64_t budget,
+                          unsigned workers) {
+  Section out;
+  const std::string over = s.over == 0 ? fmt::format("the batch asked for fits")
+                                       : fmt::format("batch {}: {}, {} over", s.over,
+                                                     tofu::humanBytes(double(s.overPeak)),
+                                                     tofu::humanBytes(double(s.overPeak - budget)));
+  out.text = fmt::format(
+      "smallbatch: {} training step on one worker in {}: batch {} of the {} asked fits (planned "
+      "peak {}; {}), {} batch{} planned\n"
+      "estimated step at batch {} on {}: {:.3f} ms: {:.1f} samples/s on one worker, {:.1f} on {} "
+      "(each its own replica, nothing exchanged: the paper's SmallBatch)\n",
+      s.name, tofu::humanBytes(double(budget)), s.batch, asked, tofu::humanBytes(double(s.peak)),
+      over, s.tried, s.tried == 1 ? "" : "es", s.batch, s.step.device.name, 1e3 * s.step.seconds,
+      s.samplesPerSecond, s.allWorkers, workers);
+  out.json = {{"algorithm", "smallbatch"},
+              {"model", s.name},
+              {"asked_batch", asked},
+              {"batch", s.batch},
+              {"budget_bytes", budget},
+              {"peak_bytes", s.peak},
+              {"over_batch", s.over},
+              {"over_peak_bytes", s.overPeak},
+              {"batches_planned", s.tried},
+              {"device", s.step.device.name},
+              {"estimated_step_seconds", s.step.seconds},
+              {"samples_per_second_one_worker", s.samplesPerSecond},
+              {"workers", workers},
+              {"samples_per_second", s.allWorkers}};
+  return out;
+}
+
+llvm::Expected<Section> smallBatchReport(const tofu::GraphSource &source,
+                                         const tofu::OpLibrary &lib,
+                                         const tofu::PipelineOptions &options, int64_t budget,
+                                         unsigned workers, const tofu::DeviceModel &device) {
+  auto s = tofu::smallBatch(source, lib, options, budget, workers, device);
+  if (!s)
+    return s.takeError();
+  return smallBatchSection(*s, source.batch, budget, workers);
 }
 
 } // namespace tofuplan

@@ -11,6 +11,7 @@
 #include "graph/precision.h"
 #include "nlohmann/json.hpp"
 #include "planner/pipeline.h"
+#include "planner/small_batch.h"
 #include "planner/step_time.h"
 #include "planner/topology.h"
 #include "search/report.h"
@@ -55,6 +56,20 @@ Section machineSection(const tofu::Topology &part, const tofu::TopologyPlan &mac
 Section recomputeSection(const tofu::RecomputePlan &r, const tofu::MemoryFit &fit, bool budgeted,
                          const tofu::StepTimeEstimate &stepTime, double without,
                          const std::string &deviceName);
+
+/// --algo smallbatch's options: a training step (`train`) under a budget, on one worker
+/// each: no --fit, --topology or --recompute. A usage error saying which.
+llvm::Error checkSmallBatch(bool train, bool budget, bool fit, bool topology, bool recompute);
+
+/// --algo smallbatch's report: the largest batch that fits, of the `asked` one, and its
+/// samples a second on one worker and on `workers`.
+Section smallBatchSection(const tofu::SmallBatch &s, int64_t asked, int64_t budget,
+                          unsigned workers);
+/// tofu::smallBatch's search, and its report.
+llvm::Expected<Section> smallBatchReport(const tofu::GraphSource &source,
+                                         const tofu::OpLibrary &lib,
+                                         const tofu::PipelineOptions &options, int64_t budget,
+                                         unsigned workers, const tofu::DeviceModel &device);
 
 /// --describe's table: node and tensor counts and bytes per tensor role, under `headline`.
 std::string describeTable(const tofu::Graph &g, const std::string &headline);

@@ -251,6 +251,9 @@ int main(int argc, char **argv) {
   }
 
   llvm::ExitOnError exitOnErr = tofu::exitOnError("tofu-plan");
+  if (algo == tofu::Algorithm::SmallBatch)
+    exitOnErr(tofuplan::checkSmallBatch(train, budgetBytes.has_value(), fit, topology.has_value(),
+                                        recomputeOpt.getNumOccurrences() > 0));
   tofu::SourceManager sources;
   tofu::DiagnosticEngine diags(sources);
   const std::string ops =
@@ -310,6 +313,12 @@ int main(int argc, char **argv) {
     return 2;
   }
   const tofu::DeviceModel device = std::move(*deviceModel);
+  if (algo == tofu::Algorithm::SmallBatch) { // the paper's baseline: no partition to plan
+    const tofuplan::Section s = exitOnErr(
+        tofuplan::smallBatchReport(source, *lib, pipeline, *budgetBytes, workers, device));
+    llvm::outs() << (format == Format::Json ? s.json.dump(1) + "\n" : s.text);
+    return 0;
+  }
   tofu::Stage failedStage = tofu::Stage::Graph;
   auto piped = tofu::runPipeline(source, *lib, pipeline, &failedStage);
   if (!piped && fit && failedStage == tofu::Stage::Plan) {
