@@ -41,6 +41,10 @@ const std::vector<AlgorithmInfo> &algorithms() {
       {Algorithm::Zero3, "zero3",
        "FSDP full sharding (ZeRO-3): every op split by batch; weights, their gradients and "
        "optimiser state sharded along their first dimension, gathered for each use"},
+      {Algorithm::Megatron, "megatron",
+       "Megatron-LM's tensor parallelism over the k workers: each product's weight column- "
+       "then row-parallel in turn (attention by heads, the MLP's first layer by its "
+       "features), embeddings and the logits by vocabulary; the rest as the DP finds best"},
       {Algorithm::SmallBatch, "smallbatch",
        "the paper's SmallBatch: one worker trains the largest batch that fits "
        "--memory-per-worker, k of them k times its samples a second (tofu-plan --train; an "
@@ -75,6 +79,10 @@ SearchPolicy searchimpl::policyOf(Algorithm a) {
     p.tensorCuts = Cuts::Batch;
     break;
   case Algorithm::SmallBatch: // no partition: searchPlan refuses it
+    break;
+  case Algorithm::Megatron:
+    p.driver = D::OneStep;
+    p.megatron = true;
     break;
   case Algorithm::Zero3:
     p.driver = D::OneStep;

@@ -25,6 +25,7 @@ enum class Algorithm {
   DataParallel, ///< activations cut by batch, weights and their state replicated
   Exhaustive,   ///< every sequence of basic plans (small graphs: the test oracle)
   Zero3,        ///< FSDP / ZeRO-3: ops split by batch, weights and their state sharded
+  Megatron,     ///< Megatron-LM's tensor parallelism: column- then row-parallel weights
   SmallBatch,   ///< the paper's SmallBatch: no partition (planner/small_batch.h estimates it)
 };
 /// An algorithm's name (`--algo`) and what it does: every algorithm, listed once here.

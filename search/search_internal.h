@@ -74,6 +74,9 @@ struct SearchPolicy {
   /// Each op splits its batch variable only (batchVar), or stays whole where it cannot
   /// (zero3): the weights it reads are gathered, its weight gradients reduced.
   bool batchNodes = false;
+  /// Weights, their gradients and state cut as Megatron-LM cuts them (megatronCuts); the
+  /// other tensors and every op as the DP finds best.
+  bool megatron = false;
 };
 SearchPolicy policyOf(Algorithm a);
 
@@ -93,6 +96,22 @@ std::vector<bool> weightLike(const Problem &p);
 /// gradient sums over the batch); else its output's first (an optimiser's update of a
 /// sharded weight is split as the weight is).
 int batchVar(const Problem &p, unsigned n, const std::vector<bool> &weightLike);
+
+/// Megatron-LM's tensor-parallel cut of every weight-like tensor (its dimension, or -1:
+/// whole), and -2 for the others (any). Followed through the forward ops in order, each
+/// activation either whole or split by features: a product of a weight and a whole input
+/// is column-parallel (the weight cut along the dimension the output keeps, its features;
+/// the result split), of a split input row-parallel (cut along the dimension the product
+/// sums over; the result summed whole);
+/// the ops after it keep the split (attention's heads), a bias added to a split result is
+/// cut with it, a layer norm's result is whole, and an embedding's table is cut by its
+/// features (dimension 1: TDL's gather has no variable over the vocabulary). A weight's
+/// gradients and optimiser state take its cut.
+std::vector<int> megatronCuts(const Problem &p);
+/// The variable node n splits under Megatron's layout (-1: any): where it writes a weight's
+/// gradient or update with a cut, the one indexing that dimension of its output; else
+/// where it reads a cut weight, the one indexing the cut (the weight stays in place).
+int megatronVar(const Problem &p, unsigned n, const std::vector<int> &cuts);
 
 /// What items share when they agree on it: a node's class (nodeClasses) and its choice at
 /// every step but `skip`, or a tensor's shape and its dimension at every step but `skip`

@@ -456,6 +456,46 @@ TEST(Search, Zero3ShardsWeightsAndSplitsEveryOpByBatch) {
   EXPECT_GT(largest(dp), largest(z)); // data parallelism holds every weight whole
 }
 
+// Megatron-LM's layout of the zoo GPT: q, k, v and the MLP's first layer column-parallel
+// (cut along their output features), the attention's output and the MLP's second layer
+// row-parallel (along their input features), the first layer's bias with its features, the
+// logits' weight by vocabulary; layer norms whole. Each product that reads a cut weight
+// splits the variable that indexes its cut, so the weights never move: what moves is
+// activations (and the embedding table's slices, gathered: see megatronCuts).
+TEST(Search, MegatronCutsEachWeightAsMegatronLm) {
+  Problem p = problemOf(*buildModel("gpt-1-64-4-16", 8), true);
+  PartitionPlan m = plan(p, 2, Algorithm::Megatron);
+  ASSERT_EQ(m.steps.size(), 1u);
+  std::map<std::string, int> want = {{"l1_q_w", 1},        {"l1_k_w", 1},         {"l1_v_w", 1},
+                                     {"l1_o_w", 0},        {"l1_ff1_w", 1},       {"l1_ff1_b", 0},
+                                     {"l1_ff2_w", 0},      {"l1_ff2_b", -1},      {"lm_head_w", 1},
+                                     {"l1_ln1_scale", -1}, {"final_ln_bias", -1}, {"tok_emb", 1}};
+  unsigned seen = 0;
+  for (unsigned t = 0; t < p.tensors.size(); ++t)
+    if (auto it = want.find(p.tensors[t].name); it != want.end()) {
+      EXPECT_EQ(m.steps[0].tensor[t], it->second) << it->first;
+      ++seen;
+    }
+  EXPECT_EQ(seen, want.size());
+  // The products that read the weights move none of them: their reads of a weight stay in
+  // its tile (the bytes of every weight-reading forward product are its activations').
+  auto byName = [&](const std::string &name) {
+    for (unsigned n = 0; n < p.nodes.size(); ++n)
+      if (p.nodes[n].name == name)
+        return n;
+    ADD_FAILURE() << "no node " << name;
+    return 0u;
+  };
+  for (const char *node : {"l1_q", "l1_o", "l1_ff1", "l1_ff2", "lm_head"}) {
+    const unsigned n = byName(node);
+    const int s = m.steps[0].node[n];
+    ASSERT_GE(s, 0) << node;
+    const std::string strategy = p.strategyName(n, s);
+    const bool row = std::string(node) == "l1_o" || std::string(node) == "l1_ff2";
+    EXPECT_EQ(strategy.rfind("reduce", 0) == 0, row) << node << ": " << strategy;
+  }
+}
+
 TEST(Search, PlansAreDeterministic) {
   Problem p = problemOf(*buildModel("rnn-2-64", 8), true);
   PartitionPlan a = plan(p, 8, Algorithm::Tofu), b = plan(p, 8, Algorithm::Tofu);

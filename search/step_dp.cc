@@ -64,6 +64,108 @@ int batchVar(const Problem &p, unsigned n, const std::vector<bool> &weightLike) 
   return p.tensors[node.output].shape.empty() ? -1 : outputDim0();
 }
 
+std::vector<int> megatronCuts(const Problem &p) {
+  const std::vector<bool> weights = weightLike(p);
+  std::map<std::string, std::pair<int, std::vector<int64_t>>> byGroup; // the weight's cut
+  std::vector<bool> split(p.tensors.size(), false);
+  auto assign = [&](unsigned w, int dim) {
+    byGroup.try_emplace(p.tensors[w].group, dim, p.tensors[w].shape);
+  };
+  // A weight's transpose (ONNX exports of nn.Linear read W through Transpose), as the weight
+  // with its two dimensions swapped; its cut, where the product fixed one.
+  std::map<unsigned, unsigned> transposeOf;
+  std::map<unsigned, int> aliasCut;
+  for (const ProblemNode &n : p.nodes) {
+    if (p.tensors[n.output].role != TensorRole::Activation)
+      continue; // the forward ops decide
+    const std::string &op = n.table->op.def->name;
+    if (op == "Transpose_10" && n.inputs.size() == 1 &&
+        p.tensors[n.inputs[0]].role == TensorRole::Weight) {
+      transposeOf[n.output] = n.inputs[0];
+      continue;
+    }
+    std::vector<unsigned> ws;
+    bool anySplit = false;
+    for (unsigned t : n.inputs) {
+      if (p.tensors[t].role == TensorRole::Weight || transposeOf.count(t))
+        ws.push_back(t);
+      else
+        anySplit = anySplit || split[t];
+    }
+    const bool product = op.find("MatMul") != std::string::npos || op.rfind("Gemm", 0) == 0;
+    if (product && ws.size() == 1 && p.tensors[ws[0]].shape.size() == 2 && n.regionVars) {
+      // Column-parallel cuts the weight's dimension the output keeps (its features), row-
+      // parallel the one the product sums over, whichever way the weight is laid out
+      // ([in, out], or [out, in] under a transposed Gemm).
+      const size_t k = static_cast<size_t>(std::find(n.inputs.begin(), n.inputs.end(), ws[0]) -
+                                           n.inputs.begin());
+      const auto &outVars = n.table->op.outputVars;
+      int dim = -1;
+      for (int d = 0; d < 2 && dim < 0; ++d) {
+        const auto &vars = (*n.regionVars)[k][static_cast<size_t>(d)];
+        const bool kept =
+            vars.size() == 1 && std::find(outVars.begin(), outVars.end(), vars[0]) != outVars.end();
+        if (vars.size() == 1 && kept != anySplit)
+          dim = d;
+      }
+      if (dim >= 0) {
+        if (auto t = transposeOf.find(ws[0]); t != transposeOf.end()) {
+          aliasCut[ws[0]] = dim;
+          assign(t->second, 1 - dim);
+        } else {
+          assign(ws[0], dim);
+        }
+        split[n.output] = !anySplit;
+      }
+    } else if (op.rfind("Gather", 0) == 0 && !n.inputs.empty() &&
+               p.tensors[n.inputs[0]].role == TensorRole::Weight &&
+               p.tensors[n.inputs[0]].shape.size() == 2) {
+      // Megatron cuts the table by vocabulary and sums the rows each rank holds; TDL's
+      // gather has no variable over the vocabulary, so the table is cut by features: each
+      // worker looks up its slice of every row, and the result is gathered whole (as many
+      // bytes as Megatron's sum).
+      assign(n.inputs[0], 1);
+    } else if (op.find("Normalization") == std::string::npos) {
+      split[n.output] = anySplit;
+      if (anySplit)
+        for (unsigned w : ws)
+          if (p.tensors[w].shape.size() == 1)
+            assign(w, 0); // a bias of the split features
+    }
+  }
+  // The weights no rule cut (a layer norm's, a position table) stay whole where the model
+  // has products Megatron cuts; in one that has none, every tensor is the DP's to cut.
+  std::vector<int> cut(p.tensors.size(), -2);
+  for (unsigned t = 0; t < p.tensors.size(); ++t) {
+    if (!weights[t])
+      continue;
+    auto it = byGroup.find(p.tensors[t].group);
+    cut[t] = it != byGroup.end() && it->second.second == p.tensors[t].shape ? it->second.first
+             : byGroup.empty()                                              ? -2
+                                                                            : -1;
+  }
+  for (const auto &[t, d] : aliasCut)
+    cut[t] = d;
+  return cut;
+}
+
+int megatronVar(const Problem &p, unsigned n, const std::vector<int> &cuts) {
+  const ProblemNode &node = p.nodes[n];
+  if (cuts[node.output] >= 0) // a weight's gradient or update: split as the weight
+    for (const Strategy &st : node.table->strategies)
+      if (st.kind == Strategy::Kind::Output && int(st.outputDim) == cuts[node.output])
+        return static_cast<int>(st.var);
+  for (size_t k = 0; k < node.inputs.size(); ++k) {
+    const int d = cuts[node.inputs[k]];
+    if (d < 0 || !node.regionVars)
+      continue;
+    const auto &vars = (*node.regionVars)[k][static_cast<size_t>(d)];
+    if (vars.size() == 1) // the weight stays where it is: the op splits what indexes its cut
+      return static_cast<int>(vars[0]);
+  }
+  return -1;
+}
+
 void nodeSignature(const std::vector<int64_t> &classes, const std::vector<StepChoice> &steps,
                    unsigned n, size_t skip, std::vector<int64_t> &sig) {
   sig.assign({0, classes[n]});
@@ -96,9 +198,15 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
     std::vector<bool> roles;
     if (policy.batchNodes)
       roles = weightLike(p);
+    std::vector<int> fixedCuts;
+    if (policy.megatron)
+      fixedCuts = megatronCuts(p);
     for (unsigned n = 0; n < p.nodes.size(); ++n) {
-      const int batch = policy.batchNodes ? batchVar(p, n, roles) : -1;
-      if (classes && !policy.batchNodes) { // (batch nodes: by the roles of their tensors too)
+      const int batch = policy.batchNodes ? batchVar(p, n, roles)
+                        : policy.megatron ? megatronVar(p, n, fixedCuts)
+                                          : -1;
+      const bool pinned = policy.batchNodes || (policy.megatron && batch >= 0);
+      if (classes && !policy.batchNodes && !policy.megatron) { // (else: by tensor roles too)
         nodeSignature(*classes, steps, n, i, sig);
         if (const unsigned first = firsts.of(sig, n); first != n) {
           c.node[n] = c.node[first];
@@ -111,7 +219,7 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
       for (unsigned s = 0; s < strategies.size(); ++s) {
         if (!policy.reductionStrategies && strategies[s].kind == Strategy::Kind::Reduction)
           continue;
-        if (policy.batchNodes && static_cast<int>(strategies[s].var) != batch)
+        if (pinned && static_cast<int>(strategies[s].var) != batch)
           continue;
         cut.clear();
         bool ok = true;
@@ -139,10 +247,13 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
     std::vector<bool> whole;
     if (policy.tensorCuts == Cuts::Batch)
       whole = weightLike(p);
+    std::vector<int> fixed;
+    if (policy.megatron)
+      fixed = megatronCuts(p);
     std::vector<int64_t> ext;
     for (unsigned t = 0; t < p.tensors.size(); ++t) {
       const std::vector<int64_t> &shape = p.tensors[t].shape;
-      if (classes && policy.tensorCuts != Cuts::Batch) { // (batch cuts: by role too)
+      if (classes && policy.tensorCuts != Cuts::Batch && !policy.megatron) { // (by role too)
         tensorSignature(p, steps, t, i, sig);
         if (const unsigned first = firsts.of(sig, t); first != t) {
           c.tensor[t] = c.tensor[first];
@@ -169,6 +280,12 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
         list.clear();
         if (first && !(policy.tensorCuts == Cuts::Batch && whole[t]))
           list.push_back(0);
+      }
+      if (policy.megatron && fixed[t] != -2) { // a weight's: its cut where it can be made
+        const bool can = std::find(list.begin(), list.end(), fixed[t]) != list.end();
+        list.clear();
+        if (can)
+          list.push_back(fixed[t]);
       }
       if (list.empty())
         list.push_back(-1);

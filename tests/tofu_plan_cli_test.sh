@@ -51,7 +51,7 @@ assert g == 6, w
 PY
 check "svg written" grep -q "<title>fc1_w worker 5</title>" "$tmp/plan.svg"
 
-for algo in dp-flat icml18 equalchop spartan allrow data-parallel zero3; do
+for algo in dp-flat icml18 equalchop spartan allrow data-parallel zero3 megatron; do
   "$plan" --model mlp --batch 16 --train --workers 4 --algo "$algo" --summary >"$tmp/a.txt"
   check "--algo $algo" grep -q "algorithm $algo$" "$tmp/a.txt"
 done
@@ -78,7 +78,7 @@ expect_error() { # expected message, args...
   fi
 }
 expect_error "--workers must be 1 to 4096" --model mlp --workers 0
-expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, smallbatch or exhaustive, not 'best'" --model mlp --workers 2 --algo best
+expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch or exhaustive, not 'best'" --model mlp --workers 2 --algo best
 expect_error "for the --format option: must be table or json, not 'xml'" --model mlp --workers 2 --format xml
 "$plan" --model mlp --batch 16 --train --fit 20MiB --format=json >"$tmp/fit.json" 2>"$tmp/fit.err"
 check "--fit exit status" test $? -eq 0

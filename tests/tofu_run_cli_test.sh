@@ -270,7 +270,7 @@ expect_error "--tf32 is for --backend cuda" --model mlp --workers 2 --tf32
 expect_error "--mpi-transport is for --backend mpi" --model mlp --workers 2 --mpi-transport get
 expect_error "unknown model 'nope'" --model nope --workers 2
 expect_error "for the --kernels option: must be compiled, generated or interp, not 'gpu'" --model mlp --workers 2 --kernels gpu
-expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, smallbatch or exhaustive, not 'best'" --model mlp --workers 2 --algo best
+expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch or exhaustive, not 'best'" --model mlp --workers 2 --algo best
 expect_error "for the --format option: must be table or json, not 'xml'" --model mlp --workers 2 --format xml
 expect_error "--kernels interp runs one step" --model mlp --workers 2 --kernels interp --steps 3
 expect_error "real: no such directory (--data takes a directory of the MNIST family" --model mlp --workers 2 --data real
@@ -305,10 +305,11 @@ if ! "$run" --onnx tests/onnx/three_outputs.onnx --workers 2 --steps 2 --loss-ou
   echo "FAILED: three_outputs.onnx on the weighted sum" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
 fi
 
-# ZeRO-3's layout (--algo zero3, issue 71): verified at k = 4 on threads (tofu_run_mpi_test
-# runs it on MPI processes), each worker's planned peak below data parallelism's, which holds
-# every weight and its Adam state whole.
-for algo in zero3 data-parallel; do
+# ZeRO-3's and Megatron-LM's layouts (--algo zero3, megatron; issue 71): verified at k = 4 on
+# threads (tofu_run_mpi_test runs them on MPI processes); zero3's planned peak per worker
+# below data parallelism's, which holds every weight and its Adam state whole. An exported
+# encoder's Linear weights, read through Transpose, take Megatron's cuts too.
+for algo in zero3 data-parallel megatron; do
   if ! "$run" --model gpt-1-64-4-16 --batch 8 --workers 4 --algo $algo --optimizer adam --steps 2 \
        --verify --format=json >"$tmp/$algo.json" 2>"$tmp/err.txt"; then
     echo "FAILED: --algo $algo --verify" >&2; cat "$tmp/$algo.json" "$tmp/err.txt" >&2; fail=1
@@ -321,6 +322,10 @@ assert z["verify"]["passed"] and d["verify"]["passed"], (z["verify"], d["verify"
 assert max(z["worker_peak_bytes"]) < max(d["worker_peak_bytes"]), (z["worker_peak_bytes"], d["worker_peak_bytes"])
 assert z["loss"] == d["loss"] or max(abs(a - b) for a, b in zip(z["loss"], d["loss"])) < 1e-4, (z["loss"], d["loss"])
 PY
+if ! "$run" --onnx tests/onnx/encoder_prenorm.onnx --workers 2 --algo megatron --verify >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+   ! grep -q "^verify: PASSED" "$tmp/out.txt"; then
+  echo "FAILED: encoder_prenorm.onnx --algo megatron --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+fi
 
 # An ill-conditioned step (training-mode mobilenet_v2 at batch 2 on 32x32 images: its last
 # batch norms normalise 2 values per channel): float32 rounding alone scatters it beyond the

@@ -60,6 +60,7 @@ cases=(
   "2 get --model wresnet-50-1-i32-c4-k10 --batch 8 --precision bf16"
   "3 sendrecv --model gpt-1-16-2-4 --precision bf16"
   "2 get --model gpt-1-64-4-16 --batch 8 --algo zero3 --optimizer adam"
+  "2 sendrecv --model gpt-1-64-4-16 --batch 8 --algo megatron --optimizer adam"
 )
 for i in "${!cases[@]}"; do
   in_sample "$i" 3 || continue
