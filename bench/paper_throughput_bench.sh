@@ -2,6 +2,8 @@
 # The paper's Figures 8 and 9, estimated: the training throughput of WResNet and RNN on 8
 # GPUs relative to the ideal (one GPU's throughput times 8, as if its memory had no limit),
 # for tofu's plan and the baselines' (data-parallel, spartan, all-row, equal-chop, icml18),
+# today's (zero3: FSDP's full sharding; megatron: Megatron-LM's tensor parallelism) and the
+# paper's SmallBatch (one worker's largest batch within 12 GB, its throughput times 8),
 # each plan's step estimated on an H100 model (planner/step_time.h: data-sheet peak rates,
 # NVLink between every pair of workers, no overlap). Memory is not checked: every plan runs
 # the paper's global batch (WResNet 128, RNN 512). These are estimates of a roofline model,
@@ -26,7 +28,10 @@ bazel build -c opt //tofu_plan:tofu-plan >/dev/null 2>&1 || bazel build -c opt /
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp bazel-bin/tofu_plan/tofu-plan "$tmp/tofu-plan" # the operator library: ops/ here
-algos="tofu data-parallel spartan allrow equalchop icml18"
+algos="tofu data-parallel spartan allrow equalchop icml18 zero3 megatron"
+# SmallBatch (the paper's): one worker trains the largest batch that fits the paper's 12 GB
+# GPU (the memory planner's peak), and 8 are credited with 8 times its samples a second.
+smallbatch_memory=12GB
 
 run() { # model batch workers algo -> seconds (or "-" where the search fails)
   "$tmp/tofu-plan" --model "$1" --batch "$2" --train --optimizer sgd --workers "$3" --algo "$4" \
@@ -35,13 +40,28 @@ run() { # model batch workers algo -> seconds (or "-" where the search fails)
     echo "-"
 }
 
+smallbatch() { # model batch workers one-worker-step -> throughput / ideal (the batch found)
+  if "$tmp/tofu-plan" --model "$1" --batch "$2" --train --optimizer sgd --workers "$3" \
+       --algo smallbatch --memory-per-worker "$smallbatch_memory" --device "$device" \
+       --format=json >"$tmp/sb.json" 2>/dev/null; then
+    python3 - "$tmp/sb.json" "$3" "$2" "$4" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+k, batch, one = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+print(f"{j['samples_per_second'] / (k * batch / one):.2f} (batch {j['batch']})")
+PY
+  else
+    echo "-"
+  fi
+}
+
 table() { # title batch models...
   local title="$1" batch="$2"; shift 2
   echo
   echo "$title (global batch $batch, $workers workers, estimated on $device): throughput / ideal"
   echo
-  echo "| model | ideal samples/s | $(echo $algos | sed 's/ / | /g') |"
-  echo "| --- | ---: |$(for a in $algos; do printf ' ---: |'; done)"
+  echo "| model | ideal samples/s | $(echo $algos | sed 's/ / | /g') | smallbatch ($smallbatch_memory) |"
+  echo "| --- | ---: |$(for a in $algos; do printf ' ---: |'; done) ---: |"
   for m in "$@"; do
     echo "paper_throughput_bench: $m" >&2
     one=$(run "$m" "$batch" 1 tofu)
@@ -51,7 +71,7 @@ table() { # title batch models...
       if [ "$t" = "-" ]; then row="$row - |"; else
         row="$row $(python3 -c "print(f'{$one / ($workers * $t):.2f}')") |"; fi
     done
-    echo "$row"
+    echo "$row $(smallbatch "$m" "$batch" "$workers" "$one") |"
   done
 }
 
