@@ -1,11 +1,16 @@
 // The flags tofu-plan and tofu-run share (step_flags.h).
 #include "cli/step_flags.h"
 
+#include <tuple>
+
 #include "fmt/format.h"
 #include "graph/training.h"
 #include "planner/step_time.h"
 #include "support/errors.h"
 #include "support/units.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
 
 namespace tofu {
 namespace cli {
@@ -155,6 +160,54 @@ GraphSource graphSource() {
   s.trainable = {trainableOpt.begin(), trainableOpt.end()};
   s.frozen = {frozenOpt.begin(), frozenOpt.end()};
   return s;
+}
+
+cl::opt<std::string> megatronOpt(
+    "megatron",
+    cl::desc("With --algo megatron: Megatron-LM's configuration, tensor x pipeline x data "
+             "parallelism (their product the workers; data parallelism across the groups, "
+             "tensor parallelism inside each; PP must be 1: pipeline stages are not built "
+             "yet). Default: TP = the workers"),
+    cl::value_desc("TP,PP,DP"), cl::cat(stepCategory()));
+
+llvm::Error applyAlgorithm(PlanOptions &search) {
+  search.algorithm = algo;
+  if (!megatronOpt.getNumOccurrences())
+    return llvm::Error::success();
+  if (algo.getNumOccurrences() && algo != Algorithm::Megatron)
+    return usageError(
+        fmt::format("--megatron configures --algo megatron, not --algo {}", algorithmName(algo)));
+  search.algorithm = Algorithm::Megatron;
+  llvm::SmallVector<llvm::StringRef, 3> parts;
+  llvm::StringRef(megatronOpt).split(parts, ',');
+  unsigned v[3] = {0, 0, 0};
+  if (parts.size() != 3 || llvm::any_of(parts, [](llvm::StringRef x) {
+        unsigned n = 0;
+        return x.trim().getAsInteger(10, n) || n == 0;
+      }))
+    return usageError(fmt::format("--megatron '{}': give TP,PP,DP, three positive integers",
+                                  std::string(megatronOpt)));
+  for (int k = 0; k < 3; ++k)
+    parts[k].trim().getAsInteger(10, v[k]);
+  const auto [tp, pp, dp] = std::tuple{v[0], v[1], v[2]};
+  if (pp != 1)
+    return usageError(fmt::format("--megatron {}: pipeline stages (PP = {}) are not built yet; "
+                                  "give PP = 1",
+                                  std::string(megatronOpt), pp));
+  if (uint64_t(tp) * dp != search.workers)
+    return usageError(fmt::format("--megatron {}: TP x PP x DP is {}, not the {} workers",
+                                  std::string(megatronOpt), uint64_t(tp) * dp, search.workers));
+  search.factors.clear();
+  search.stepAlgorithms.clear();
+  if (dp > 1) {
+    search.factors.push_back(dp);
+    search.stepAlgorithms.push_back(Algorithm::DataParallel);
+  }
+  if (tp > 1) {
+    search.factors.push_back(tp);
+    search.stepAlgorithms.push_back(Algorithm::Megatron);
+  }
+  return llvm::Error::success();
 }
 
 llvm::Expected<int64_t> memoryBudget() {

@@ -57,6 +57,8 @@ extern cl::opt<std::string> opsDir;
 extern cl::list<std::string> inputOpt;
 /// The device a step time is estimated for; its default is the tool's (initStepFlags).
 extern cl::opt<std::string> deviceOpt;
+/// Megatron-LM's configuration, TP,PP,DP (--algo megatron).
+extern cl::opt<std::string> megatronOpt;
 
 /// Every --input's items, joined by commas.
 std::string inputItems();
@@ -89,6 +91,13 @@ GraphSource graphSource();
 /// --memory-per-worker in bytes, 0 where not given; a value that is not a number of bytes is
 /// bad usage that names the flag.
 llvm::Expected<int64_t> memoryBudget();
+
+/// The search's algorithm (--algo) into `search`, and with --megatron TP,PP,DP its steps:
+/// data parallelism across DP groups (the outer step), Megatron-LM's tensor parallelism
+/// over TP workers inside each. Bad usage, naming the flag: --megatron with another
+/// --algo, values that are not positive integers, a product that is not `search.workers`,
+/// PP other than 1 (pipeline stages are not built yet).
+llvm::Error applyAlgorithm(PlanOptions &search);
 
 } // namespace cli
 } // namespace tofu

@@ -75,7 +75,9 @@ private:
 
 llvm::Expected<std::pair<StepChoice, int64_t>>
 RecursiveSearch::solveStep(const Steps &steps, size_t i, unsigned parts) {
-  candidates(p, steps, i, parts, policy, cand, &caches.classes(), &pool);
+  const SearchPolicy stepPolicy =
+      i < o.stepAlgorithms.size() ? policyOf(o.stepAlgorithms[i]) : policy;
+  candidates(p, steps, i, parts, stepPolicy, cand, &caches.classes(), &pool);
   StepModel m = buildStep(p, co, steps, i, parts, cand, caches, &pool, o.memoryWeight,
                           o.pricedBuffers, weights);
   if (i == 0 && plan.variables == 0)

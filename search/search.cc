@@ -219,8 +219,20 @@ llvm::Expected<PartitionPlan> searchPlan(const Problem &p, const PlanOptions &o)
     if (!ws->empty() && ws->size() != factors.size())
       return stringError(
           fmt::format("{} prefix weights for {} recursion steps", ws->size(), factors.size()));
+  if (!o.stepAlgorithms.empty()) {
+    if (o.factors.empty() || o.stepAlgorithms.size() != o.factors.size())
+      return stringError(fmt::format("{} step algorithms for {} recursion steps",
+                                     o.stepAlgorithms.size(), o.factors.size()));
+    for (Algorithm a : o.stepAlgorithms)
+      if (policyOf(a).driver != SearchPolicy::Driver::OneStep)
+        return stringError(fmt::format("a step cannot follow {}'s rules (only equalchop, allrow, "
+                                       "data-parallel, zero3 and megatron's combine)",
+                                       algorithmName(a)));
+  }
   llvm::Error err = llvm::Error::success();
-  if (o.workers > 1) {
+  if (o.workers > 1 && !o.stepAlgorithms.empty()) {
+    err = recursiveSearch(p, o, factors, plan); // each step by its own rules
+  } else if (o.workers > 1) {
     switch (policyOf(o.algorithm).driver) {
     case SearchPolicy::Driver::Recursion:
       err = recursiveSearch(p, o, factors, plan);

@@ -66,6 +66,11 @@ struct PlanOptions {
   /// The recursion's steps, each a factor of `workers` in order (outermost first); empty:
   /// factorWorkers(workers). A machine's levels give them (planner/topology.h).
   std::vector<unsigned> factors;
+  /// Per step of `factors`, the algorithm whose rules that step follows (Megatron-LM's
+  /// TP x DP: data-parallel across the outer groups, megatron inside each); empty:
+  /// `algorithm` at every step. Only the one-step algorithms' rules (equalchop, allrow,
+  /// data-parallel, zero3, megatron) combine so.
+  std::vector<Algorithm> stepAlgorithms;
   /// Per step, the weights of the bytes and messages that cross out of the worker groups of
   /// the steps up to it (CostModel::stepTerms); empty: communication alone. tofu, icml18 and
   /// dp-flat use it.

@@ -496,6 +496,44 @@ TEST(Search, MegatronCutsEachWeightAsMegatronLm) {
   }
 }
 
+// Megatron-LM's TP x DP (--megatron 2,1,2): the outer step data-parallel (every weight whole
+// across the two groups, activations cut by batch), the inner one Megatron's cuts; TP = 1
+// is data parallelism itself.
+TEST(Search, StepsFollowTheirOwnAlgorithms) {
+  Problem p = problemOf(*buildModel("gpt-1-64-4-16", 8), true);
+  PlanOptions o;
+  o.workers = 4;
+  o.algorithm = Algorithm::Megatron;
+  o.factors = {2, 2};
+  o.stepAlgorithms = {Algorithm::DataParallel, Algorithm::Megatron};
+  auto tpdp = searchPlan(p, o);
+  ASSERT_TRUE(static_cast<bool>(tpdp)) << llvm::toString(tpdp.takeError());
+  ASSERT_EQ(tpdp->steps.size(), 2u);
+  for (unsigned t = 0; t < p.tensors.size(); ++t) {
+    const std::string &name = p.tensors[t].name;
+    if (name == "l1_q_w" || name == "l1_o_w") {
+      EXPECT_EQ(tpdp->steps[0].tensor[t], -1) << name;
+      EXPECT_EQ(tpdp->steps[1].tensor[t], name == "l1_q_w" ? 1 : 0) << name;
+    }
+    if (name == "l1_ln1_out")
+      EXPECT_EQ(tpdp->steps[0].tensor[t], 0); // by batch across the groups
+  }
+  o.factors = {4};
+  o.stepAlgorithms = {Algorithm::DataParallel};
+  auto dp = searchPlan(p, o);
+  ASSERT_TRUE(static_cast<bool>(dp));
+  EXPECT_EQ(dp->totalBytes, plan(p, 4, Algorithm::DataParallel).totalBytes);
+  // A step cannot follow a recursion's rules, and the steps must match the factors.
+  o.stepAlgorithms = {Algorithm::Tofu};
+  auto bad = searchPlan(p, o);
+  ASSERT_FALSE(static_cast<bool>(bad));
+  EXPECT_NE(llvm::toString(bad.takeError()).find("cannot follow tofu's rules"), std::string::npos);
+  o.stepAlgorithms = {Algorithm::DataParallel, Algorithm::Megatron};
+  auto mismatch = searchPlan(p, o);
+  ASSERT_FALSE(static_cast<bool>(mismatch));
+  EXPECT_EQ(llvm::toString(mismatch.takeError()), "2 step algorithms for 1 recursion steps");
+}
+
 TEST(Search, PlansAreDeterministic) {
   Problem p = problemOf(*buildModel("rnn-2-64", 8), true);
   PartitionPlan a = plan(p, 8, Algorithm::Tofu), b = plan(p, 8, Algorithm::Tofu);

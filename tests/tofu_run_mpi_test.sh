@@ -61,6 +61,7 @@ cases=(
   "3 sendrecv --model gpt-1-16-2-4 --precision bf16"
   "2 get --model gpt-1-64-4-16 --batch 8 --algo zero3 --optimizer adam"
   "2 sendrecv --model gpt-1-64-4-16 --batch 8 --algo megatron --optimizer adam"
+  "4 get --model gpt-1-64-4-16 --batch 8 --megatron 2,1,2 --optimizer adam"
 )
 for i in "${!cases[@]}"; do
   in_sample "$i" 3 || continue

@@ -273,7 +273,7 @@ int main(int argc, char **argv) {
   pipeline.precision = precisionOpt;
   pipeline.until = dumpJson || (workers == 0 && !fit) ? tofu::Stage::Graph : tofu::Stage::Plan;
   pipeline.search.workers = workers;
-  pipeline.search.algorithm = algo;
+  exitOnErr(tofu::cli::applyAlgorithm(pipeline.search));
   pipeline.search.budgetSeconds = budget;
   pipeline.search.threads = searchThreads;
   pipeline.search.coarsen = !noCoarsen;

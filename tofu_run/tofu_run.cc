@@ -218,7 +218,8 @@ int run(int argc, char **argv) {
   pipeline.until = tofu::Stage::Execution;
   pipeline.precision = precisionOpt;
   pipeline.search.workers = workers;
-  pipeline.search.algorithm = algo;
+  if (llvm::Error e = tofu::cli::applyAlgorithm(pipeline.search))
+    return fail(std::move(e));
   // Under MPI the first process chooses (what to recompute, the plan) and hands its choice to
   // the others. A failed choice fails the first process, and fail() ends the job (the others
   // wait in the broadcast).
