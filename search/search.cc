@@ -44,7 +44,8 @@ const std::vector<AlgorithmInfo> &algorithms() {
       {Algorithm::Megatron, "megatron",
        "Megatron-LM's tensor parallelism over the k workers: each product's weight column- "
        "then row-parallel in turn (attention by heads, the MLP's first layer by its "
-       "features), embeddings and the logits by vocabulary; the rest as the DP finds best"},
+       "features), the logits by vocabulary, embedding tables by their features (--megatron "
+       "TP,1,DP adds data parallelism); the rest as the DP finds best"},
       {Algorithm::SmallBatch, "smallbatch",
        "the paper's SmallBatch: one worker trains the largest batch that fits "
        "--memory-per-worker, k of them k times its samples a second (tofu-plan --train; an "
