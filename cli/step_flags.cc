@@ -167,7 +167,8 @@ cl::opt<std::string> megatronOpt(
     cl::desc("With --algo megatron: Megatron-LM's configuration, tensor x pipeline x data "
              "parallelism (their product the workers; data parallelism across the groups, "
              "tensor parallelism inside each; PP must be 1: pipeline stages are not built "
-             "yet). Default: TP = the workers"),
+             "yet). Default: the best of the grid by the step estimated on the device model "
+             "(TP = the workers where there is none)"),
     cl::value_desc("TP,PP,DP"), cl::cat(stepCategory()));
 
 llvm::Error applyAlgorithm(PlanOptions &search) {
@@ -177,7 +178,6 @@ llvm::Error applyAlgorithm(PlanOptions &search) {
   if (algo.getNumOccurrences() && algo != Algorithm::Megatron)
     return usageError(
         fmt::format("--megatron configures --algo megatron, not --algo {}", algorithmName(algo)));
-  search.algorithm = Algorithm::Megatron;
   llvm::SmallVector<llvm::StringRef, 3> parts;
   llvm::StringRef(megatronOpt).split(parts, ',');
   unsigned v[3] = {0, 0, 0};
@@ -197,16 +197,7 @@ llvm::Error applyAlgorithm(PlanOptions &search) {
   if (uint64_t(tp) * dp != search.workers)
     return usageError(fmt::format("--megatron {}: TP x PP x DP is {}, not the {} workers",
                                   std::string(megatronOpt), uint64_t(tp) * dp, search.workers));
-  search.factors.clear();
-  search.stepAlgorithms.clear();
-  if (dp > 1) {
-    search.factors.push_back(dp);
-    search.stepAlgorithms.push_back(Algorithm::DataParallel);
-  }
-  if (tp > 1) {
-    search.factors.push_back(tp);
-    search.stepAlgorithms.push_back(Algorithm::Megatron);
-  }
+  setMegatronSteps(search, tp, dp);
   return llvm::Error::success();
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "grammar/diagnostics.h"
 #include "graph/onnx_import.h"
 #include "graph/precision.h"
@@ -499,8 +500,12 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
     r.memory = MemoryPlan();
     ready = false;
   } else if (!recomputing && options.memoryPerWorker == 0) {
+    const bool grid = options.device && options.search.algorithm == Algorithm::Megatron &&
+                      options.search.factors.empty() && options.search.workers > 1;
     auto plan = options.plan ? options.plan(*r.problem) : agreedPlan(options, *r.problem, [&] {
-      return searchPlan(*r.problem, options.search);
+      return grid ? megatronGridPlan(*r.problem, options.search, *options.device, r.graph.outputs,
+                                     &r.megatronGrid)
+                  : searchPlan(*r.problem, options.search);
     });
     if (!plan)
       return fail(plan.takeError());
@@ -516,6 +521,51 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
   if (std::string bad = checkMemoryPlan(r.memory); !bad.empty())
     return fail(stringError("the memory plan is unsound: " + bad));
   return llvm::Expected<PipelineResult>(std::move(r));
+}
+
+llvm::Expected<PartitionPlan> megatronGridPlan(const Problem &p, const PlanOptions &search,
+                                               const DeviceModel &device,
+                                               const std::vector<std::string> &outputs,
+                                               std::vector<MegatronConfig> *grid) {
+  std::optional<PartitionPlan> best;
+  double bestSeconds = 0;
+  for (unsigned tp = search.workers; tp >= 1; --tp) {
+    if (search.workers % tp != 0)
+      continue;
+    const unsigned dp = search.workers / tp;
+    PlanOptions o = search;
+    setMegatronSteps(o, tp, dp);
+    auto plan = searchPlan(p, o);
+    if (!plan)
+      return plan.takeError();
+    auto step = estimateStepTime(p, buildExecPlan(p, *plan), outputs, device);
+    if (!step)
+      return step.takeError();
+    if (grid)
+      grid->push_back({tp, dp, step->seconds, plan->totalBytes});
+    if (!best || step->seconds < bestSeconds) {
+      bestSeconds = step->seconds;
+      best = std::move(*plan);
+    }
+  }
+  return std::move(*best);
+}
+
+std::string megatronGridLines(const std::vector<MegatronConfig> &grid, const std::string &device,
+                              const std::string &prefix) {
+  if (grid.empty())
+    return "";
+  const MegatronConfig *best = &grid[0];
+  std::vector<std::string> each;
+  for (const MegatronConfig &c : grid) {
+    each.push_back(fmt::format("{},1,{} {:.3f} ms ({})", c.tp, c.dp, 1e3 * c.seconds,
+                               humanBytes(double(c.bytes))));
+    if (c.seconds < best->seconds)
+      best = &c;
+  }
+  return fmt::format("{}megatron: TP,PP,DP by the step estimated on {}: {}; {},1,{} chosen "
+                     "(--megatron picks one)\n",
+                     prefix, device, fmt::join(each, ", "), best->tp, best->dp);
 }
 
 llvm::Expected<PipelineResult> runPipeline(const GraphSource &source, const OpLibrary &lib,

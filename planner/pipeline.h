@@ -24,6 +24,7 @@
 #include "partition/problem.h"
 #include "planner/memory_fit.h"
 #include "planner/recompute.h"
+#include "planner/step_time.h"
 #include "planner/topology.h"
 #include "search/search.h"
 
@@ -120,6 +121,10 @@ struct PipelineOptions {
   std::function<void(unsigned workers, const MemoryFit &, const RecomputePlan *)> onWorkerCount;
   /// What the error of a budget no plan fits adds: the driver's way to find enough workers.
   std::string noFitHint;
+  /// Where given, --algo megatron without a configuration (search.factors empty) takes the
+  /// best of Megatron-LM's grid, TP x DP for each TP dividing the workers, by the step
+  /// estimated on this device (megatronGridPlan); else TP is every worker.
+  std::optional<DeviceModel> device;
   /// Where given, replaces the search: a plan derived from elsewhere (tofu-run's evaluation
   /// graph restricts the training plan). It must be a plan of the given problem.
   std::function<llvm::Expected<PartitionPlan>(const Problem &)> plan;
@@ -148,6 +153,26 @@ struct BudgetChoice {
   unsigned lowerBound = 1;
   std::vector<std::pair<unsigned, int64_t>> tried;
 };
+
+/// A Megatron-LM configuration of the grid (PipelineOptions::device), its step estimated.
+struct MegatronConfig {
+  unsigned tp = 1, dp = 1;
+  double seconds = 0; ///< the estimated step
+  int64_t bytes = 0;  ///< the plan's communication
+};
+
+/// The best of Megatron-LM's grid for `search.workers` (each TP dividing them, DP the rest;
+/// PP = 1): each planned (cli::applyAlgorithm's steps), its step estimated on `device`, the
+/// plan of least time kept (ties to the larger TP). `grid` gets every configuration.
+llvm::Expected<PartitionPlan> megatronGridPlan(const Problem &p, const PlanOptions &search,
+                                               const DeviceModel &device,
+                                               const std::vector<std::string> &outputs,
+                                               std::vector<MegatronConfig> *grid);
+
+/// --algo megatron's grid, a line (after `prefix`) saying each configuration's estimated
+/// step on `device` and the one chosen; empty where the grid was not searched.
+std::string megatronGridLines(const std::vector<MegatronConfig> &grid, const std::string &device,
+                              const std::string &prefix);
 
 /// One output a training step's loss is taken on, and its weight in their sum.
 struct LossTerm {
@@ -179,6 +204,9 @@ struct PipelineResult {
   /// On a machine without a budget: searchForTopology's plans and traffic (`plan` is its
   /// chosen one).
   std::optional<TopologyPlan> machine;
+  /// --algo megatron's grid where it was searched (on the process that chose): each TP, DP
+  /// with its estimated step; the plan is the first of least time.
+  std::vector<MegatronConfig> megatronGrid;
 };
 
 /// The message of a budget no plan fits: the worker count and budget, the recomputation

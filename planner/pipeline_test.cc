@@ -168,5 +168,42 @@ TEST(Pipeline, LossOutputsAreNamesWithWeights) {
   }
 }
 
+// --algo megatron without a configuration: every TP dividing the workers, DP the rest, each
+// estimated; the plan is the one of least time, and TP = 1 is data parallelism itself.
+TEST(Pipeline, MegatronTakesTheBestOfItsGridByEstimatedStep) {
+  PipelineOptions o;
+  o.train = Optimizer::Adam;
+  o.search.workers = 4;
+  o.search.algorithm = Algorithm::Megatron;
+  o.device = *deviceModelNamed("h100");
+  auto g = buildModel("gpt-1-64-4-16", 8);
+  ASSERT_TRUE(static_cast<bool>(g));
+  auto r = runPipeline(std::move(*g), "gpt", testLibrary(), o);
+  ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+  ASSERT_EQ(r->megatronGrid.size(), 3u);
+  std::vector<std::pair<unsigned, unsigned>> configs;
+  const MegatronConfig *best = &r->megatronGrid[0];
+  for (const MegatronConfig &c : r->megatronGrid) {
+    configs.push_back({c.tp, c.dp});
+    EXPECT_GT(c.seconds, 0);
+    if (c.seconds < best->seconds)
+      best = &c;
+  }
+  EXPECT_EQ(configs, (std::vector<std::pair<unsigned, unsigned>>{{4, 1}, {2, 2}, {1, 4}}));
+  EXPECT_EQ(r->plan.totalBytes, best->bytes);
+  PlanOptions dp = o.search;
+  dp.algorithm = Algorithm::DataParallel;
+  auto dataParallel = searchPlan(*r->problem, dp);
+  ASSERT_TRUE(static_cast<bool>(dataParallel));
+  EXPECT_EQ(r->megatronGrid.back().bytes, dataParallel->totalBytes);
+  EXPECT_NE(megatronGridLines(r->megatronGrid, "H100", "").find("chosen"), std::string::npos);
+  // Without a device model, TP is every worker: no grid.
+  o.device.reset();
+  auto plain = runPipeline(*buildModel("gpt-1-64-4-16", 8), "gpt", testLibrary(), o);
+  ASSERT_TRUE(static_cast<bool>(plain));
+  EXPECT_TRUE(plain->megatronGrid.empty());
+  EXPECT_EQ(plain->plan.steps.size(), 1u);
+}
+
 } // namespace
 } // namespace tofu

@@ -193,6 +193,20 @@ Coarsening coarsen(const Problem &p, bool mergeElementwise, bool mergeCoalesced)
   return c;
 }
 
+void setMegatronSteps(PlanOptions &o, unsigned tp, unsigned dp) {
+  o.algorithm = Algorithm::Megatron;
+  o.factors.clear();
+  o.stepAlgorithms.clear();
+  if (dp > 1) {
+    o.factors.push_back(dp);
+    o.stepAlgorithms.push_back(Algorithm::DataParallel);
+  }
+  if (tp > 1) {
+    o.factors.push_back(tp);
+    o.stepAlgorithms.push_back(Algorithm::Megatron);
+  }
+}
+
 llvm::Expected<PartitionPlan> searchPlan(const Problem &p, const PlanOptions &o) {
   if (o.workers == 0)
     return stringError("the number of workers must be at least 1");

@@ -84,6 +84,11 @@ struct PlanOptions {
   unsigned threads = 0;
 };
 
+/// Megatron-LM's TP x DP as the steps of `o` (factors and stepAlgorithms): data
+/// parallelism across `dp` groups as the outer step, Megatron's cuts over the `tp` workers
+/// of each group inside it; a factor of 1 is no step.
+void setMegatronSteps(PlanOptions &o, unsigned tp, unsigned dp);
+
 /// Searches `problem` for a plan on `options.workers` workers with `options.algorithm`.
 /// Errors: zero workers, a DP table over the limit, a time budget exceeded.
 llvm::Expected<PartitionPlan> searchPlan(const Problem &problem, const PlanOptions &options);

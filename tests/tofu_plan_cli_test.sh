@@ -55,6 +55,9 @@ for algo in dp-flat icml18 equalchop spartan allrow data-parallel zero3 megatron
   "$plan" --model mlp --batch 16 --train --workers 4 --algo "$algo" --summary >"$tmp/a.txt"
   check "--algo $algo" grep -q "algorithm $algo$" "$tmp/a.txt"
 done
+# --algo megatron without --megatron: the grid's best by the step estimated on --device.
+"$plan" --model gpt-1-64-4-16 --batch 8 --train --workers 4 --algo megatron --summary >"$tmp/m.txt" 2>&1
+check "--algo megatron's grid" grep -qE "megatron: TP,PP,DP by the step estimated on H100 SXM: 4,1,1 .* 2,1,2 .* 1,1,4 .*; [421],1,[124] chosen" "$tmp/m.txt"
 # The paper's SmallBatch: one worker, the largest batch whose step fits the budget (the batch
 # found fits, one more does not), its samples a second times the workers.
 "$plan" --model gpt-2-256-4-64 --batch 64 --train --optimizer adam --workers 8 --algo smallbatch \

@@ -317,4 +317,13 @@ llvm::Expected<Section> smallBatchReport(const tofu::GraphSource &source,
   return smallBatchSection(*s, source.batch, budget, workers);
 }
 
+const char *sourceConflict(bool input, bool onnx, bool batch, bool graph) {
+  if (input && !onnx)
+    return "--input gives values of an ONNX model's inputs (--onnx); a zoo model's or graph "
+           "JSON's shapes are its own";
+  if (batch && graph)
+    return "--batch applies to --model and --onnx; a graph JSON's shapes are its own";
+  return nullptr;
+}
+
 } // namespace tofuplan

@@ -71,6 +71,10 @@ llvm::Expected<Section> smallBatchReport(const tofu::GraphSource &source,
                                          const tofu::PipelineOptions &options, int64_t budget,
                                          unsigned workers, const tofu::DeviceModel &device);
 
+/// Why the model's flags do not go together, or null: --input without --onnx, --batch with
+/// --graph.
+const char *sourceConflict(bool input, bool onnx, bool batch, bool graph);
+
 /// --describe's table: node and tensor counts and bytes per tensor role, under `headline`.
 std::string describeTable(const tofu::Graph &g, const std::string &headline);
 

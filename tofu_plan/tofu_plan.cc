@@ -133,12 +133,13 @@ int main(int argc, char **argv) {
                                 tofu::kMaxWorkers, tofu::kMaxWorkers);
     return 2;
   }
-  if (maxWorkers.getNumOccurrences() && !fitBytes.getNumOccurrences()) {
-    llvm::errs() << "tofu-plan: --max-workers bounds --fit's search: give it with --fit BYTES\n";
-    return 2;
-  }
-  if (maxWorkers > tofu::kMaxWorkers) {
-    llvm::errs() << fmt::format("tofu-plan: --max-workers must be at most {}\n", tofu::kMaxWorkers);
+  if ((maxWorkers.getNumOccurrences() && !fitBytes.getNumOccurrences()) ||
+      maxWorkers > tofu::kMaxWorkers) {
+    llvm::errs() << (fitBytes.getNumOccurrences()
+                         ? fmt::format("tofu-plan: --max-workers must be at most {}\n",
+                                       tofu::kMaxWorkers)
+                         : "tofu-plan: --max-workers bounds --fit's search: give it with --fit "
+                           "BYTES\n");
     return 2;
   }
   if (!std::isfinite(budget) || budget <= 0 || budget > 1e6) {
@@ -158,14 +159,10 @@ int main(int argc, char **argv) {
                                 unsigned(searchThreads), cores, 4 * cores);
     return 2;
   }
-  if (!inputOpt.empty() && onnxFile.empty()) {
-    llvm::errs() << "tofu-plan: --input gives values of an ONNX model's inputs (--onnx); a zoo "
-                    "model's or graph JSON's shapes are its own\n";
-    return 2;
-  }
-  if (batch.getNumOccurrences() && !graphFile.empty()) {
-    llvm::errs() << "tofu-plan: --batch applies to --model and --onnx; a graph JSON's shapes "
-                    "are its own\n";
+  if (const char *why =
+          tofuplan::sourceConflict(!inputOpt.empty(), !onnxFile.empty(),
+                                   batch.getNumOccurrences() > 0, !graphFile.empty())) {
+    llvm::errs() << "tofu-plan: " << why << "\n";
     return 2;
   }
   if ((optimizer.getNumOccurrences() || lossOutput.getNumOccurrences() ||
@@ -313,6 +310,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   const tofu::DeviceModel device = std::move(*deviceModel);
+  pipeline.device = device;                  // --algo megatron's grid is chosen by the step on it
   if (algo == tofu::Algorithm::SmallBatch) { // the paper's baseline: no partition to plan
     const tofuplan::Section s = exitOnErr(
         tofuplan::smallBatchReport(source, *lib, pipeline, *budgetBytes, workers, device));
@@ -329,6 +327,7 @@ int main(int argc, char **argv) {
   auto result = exitOnErr(std::move(piped));
   if (!result.lossNote.empty())
     llvm::errs() << "tofu-plan: " << result.lossNote << "\n";
+  llvm::errs() << tofu::megatronGridLines(result.megatronGrid, device.name, "tofu-plan: ");
   const std::string &name = result.name;
   const tofu::Graph *g = &result.graph;
   // What the precision policy made (before any recomputation's copies).

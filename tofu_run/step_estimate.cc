@@ -17,9 +17,7 @@
 
 namespace tofurun {
 
-llvm::Expected<std::optional<tofu::StepTimeEstimate>>
-estimateThisStep(const tofu::Problem &p, const tofu::ExecPlan &exec,
-                 const std::vector<std::string> &outputs) {
+llvm::Expected<std::optional<tofu::DeviceModel>> thisRunsDevice() {
   std::optional<tofu::DeviceModel> device;
   if (!profileInto.empty() && std::ifstream(profileInto).good()) {
     auto d = tofu::deviceModelNamed(profileInto);
@@ -45,9 +43,18 @@ estimateThisStep(const tofu::Problem &p, const tofu::ExecPlan &exec,
                                         "give --device, or run tofu-run --calibrate for this "
                                         "machine's",
                                         std::string(profileInto)));
+  return device;
+}
+
+llvm::Expected<std::optional<tofu::StepTimeEstimate>>
+estimateThisStep(const tofu::Problem &p, const tofu::ExecPlan &exec,
+                 const std::vector<std::string> &outputs) {
+  auto device = thisRunsDevice();
   if (!device)
+    return device.takeError();
+  if (!*device)
     return std::nullopt;
-  auto e = tofu::estimateStepTime(p, exec, outputs, *device);
+  auto e = tofu::estimateStepTime(p, exec, outputs, **device);
   if (!e)
     return e.takeError();
   return std::optional<tofu::StepTimeEstimate>(std::move(*e));

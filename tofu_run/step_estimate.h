@@ -14,6 +14,11 @@
 
 namespace tofurun {
 
+/// The device model this run estimates its step on: the one --profile-into starts from,
+/// --device's, or this machine's calibrated model where the backend is the CPU's and one
+/// was calibrated. None: no device model. Errors are bad usage where an option names it.
+llvm::Expected<std::optional<tofu::DeviceModel>> thisRunsDevice();
+
 /// The step-time estimate (planner/step_time.h) on the device model this run has: the one
 /// --profile-into starts from, --device's, or this machine's calibrated model where the
 /// backend is the CPU's and one was calibrated. None: no device model. Errors are bad usage

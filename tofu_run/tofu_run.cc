@@ -44,6 +44,7 @@
 #include "support/units.h"
 #include "tofu_run/driver.h"
 #include "tofu_run/options.h"
+#include "tofu_run/step_estimate.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -220,6 +221,12 @@ int run(int argc, char **argv) {
   pipeline.search.workers = workers;
   if (llvm::Error e = tofu::cli::applyAlgorithm(pipeline.search))
     return fail(std::move(e));
+  if (pipeline.search.algorithm == tofu::Algorithm::Megatron) { // its grid, by this run's model
+    auto device = thisRunsDevice();
+    if (!device)
+      return fail(device.takeError());
+    pipeline.device = std::move(*device);
+  }
   // Under MPI the first process chooses (what to recompute, the plan) and hands its choice to
   // the others. A failed choice fails the first process, and fail() ends the job (the others
   // wait in the broadcast).
@@ -341,6 +348,9 @@ int run(int argc, char **argv) {
                         pipelined->memory, inputArrays);
   if (!pipelined->lossNote.empty() && format != Format::Json)
     llvm::outs() << name << ": " << pipelined->lossNote << "\n";
+  if (format != Format::Json && pipeline.device)
+    llvm::outs() << tofu::megatronGridLines(pipelined->megatronGrid, pipeline.device->name,
+                                            name + ": ");
   const tofu::Graph *t = &pipelined->graph;
   // A step that updates nothing is no training: refused, not run in silence.
   if (std::none_of(t->tensors().begin(), t->tensors().end(),
