@@ -133,8 +133,9 @@ void printTrainingHeader(const tofu::Trainer &trainer, const TrainingSetup &setu
           "weights: {} of {} from the model's initializers{}{}\n", fromModel, weights,
           fromModel < weights ? ", the rest drawn" : "",
           constants == 0 ? ""
-                         : fmt::format("; {} more initializer{} constant (not trained: "
-                                       "--trainable NAME trains one)",
+                         : fmt::format("; {} more initializer{} constant (not trained: the "
+                                       "importer's rule, --frozen, or no loss reaching them; "
+                                       "--trainable NAME trains one the rule holds)",
                                        constants, constants == 1 ? " is" : "s are"));
     else if (!trainer.resumed() && !onnxFile.empty())
       llvm::outs() << fmt::format("weights: the model has no initial values; all {} drawn "
