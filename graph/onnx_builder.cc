@@ -103,10 +103,10 @@ llvm::Expected<std::string> Importer::tensorInput(const onnx::NodeProto &n, int 
   const std::string &t = n.input(k);
   // An empty value is held whole (a constant, or what a node that computes nothing gave);
   // the ops that make something of one are translated where the importer knows its result.
-  if (const Const *c = known(t); c && !c->shape.empty() && c->size() == 0)
+  if (isEmpty(t))
     return where(n, fmt::format("its input '{}' is empty ([{}]), and the importer does not "
                                 "compute what ONNX {} makes of an empty tensor",
-                                t, fmt::join(c->shape, ", "), n.op_type()));
+                                t, fmt::join(known(t)->shape, ", "), n.op_type()));
   if (llvm::Error e = b_->materialize(t))
     return std::move(e);
   if (main_.graph().inputsTakenWhole.count(t))

@@ -125,32 +125,33 @@ llvm::Expected<bool> Importer::readConstant(const onnx::NodeProto &n) {
 
 llvm::Expected<bool> Importer::emptyReduction(const onnx::NodeProto &n,
                                               const std::vector<std::string> &in) {
-  const std::string &op = n.op_type();
-  const bool reduce = op.rfind("Reduce", 0) == 0, product = op == "MatMul";
-  if ((!reduce && !product) || in.empty())
-    return false;
-  bool empty = false;
-  for (const std::string &x : in)
-    if (const Const *c = known(x); c && !c->shape.empty() && c->size() == 0)
-      empty = empty || x == in[0] || product;
-  auto out = facts_.shapes.find(n.output(0));
-  if (!empty || out == facts_.shapes.end())
-    return false;
   // ONNX's values over an empty set (opset 18's reductions say so; a product over a
   // zero-length axis is a sum of no terms).
   const double inf = std::numeric_limits<double>::infinity();
-  double value = 0; // ReduceSum, ReduceSumSquare, ReduceL1, ReduceL2, MatMul
-  if (op == "ReduceProd")
-    value = 1;
-  else if (op == "ReduceMax" || op == "ReduceLogSum" || op == "ReduceLogSumExp")
-    value = -inf;
-  else if (op == "ReduceMin")
-    value = inf;
-  else if (op == "ReduceMean")
-    value = std::numeric_limits<double>::quiet_NaN();
-  else if (op != "ReduceSum" && op != "ReduceSumSquare" && op != "ReduceL1" && op != "ReduceL2" &&
-           !product)
+  static const std::map<std::string, double> overNothing = {
+      {"ReduceSum", 0},
+      {"ReduceSumSquare", 0},
+      {"ReduceL1", 0},
+      {"ReduceL2", 0},
+      {"MatMul", 0},
+      {"ReduceProd", 1},
+      {"ReduceMax", -inf},
+      {"ReduceLogSum", -inf},
+      {"ReduceLogSumExp", -inf},
+      {"ReduceMin", inf},
+      {"ReduceMean", std::numeric_limits<double>::quiet_NaN()}};
+  const std::string &op = n.op_type();
+  auto identity = overNothing.find(op);
+  if (identity == overNothing.end() || in.empty())
     return false;
+  // The data a reduction reads is its first input (the second is its axes); a product's
+  // are both.
+  const size_t data = op == "MatMul" ? std::min<size_t>(in.size(), 2) : 1;
+  auto out = facts_.shapes.find(n.output(0));
+  if (out == facts_.shapes.end() ||
+      std::none_of(in.begin(), in.begin() + data, [&](const std::string &x) { return isEmpty(x); }))
+    return false;
+  const double value = identity->second;
   Const r;
   r.shape = out->second;
   auto type = facts_.types.find(n.output(0));

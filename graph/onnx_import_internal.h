@@ -452,6 +452,11 @@ private:
     }
     return any;
   }
+  /// Whether `name` holds an empty value the importer keeps whole (a zero extent).
+  bool isEmpty(const std::string &name) const {
+    const Const *c = known(name);
+    return c && !c->shape.empty() && c->size() == 0;
+  }
   /// Input `k` of `n` as a tensor of the graph, or an error.
   llvm::Expected<std::string> tensorInput(const onnx::NodeProto &n, int k);
   /// The values of a constant input, or an error naming what is needed.

@@ -628,13 +628,9 @@ llvm::Expected<std::string> addWeightedSum(Graph &g, const OpLibrary &lib,
   std::set<std::string> taken;
   for (const Node &n : g.nodes())
     taken.insert(n.name);
-  auto fresh = [&](const std::string &base) {
-    std::string n = base;
-    for (int k = 2; g.tensor(n) || taken.count(n); ++k)
-      n = fmt::format("{}_{}", base, k);
-    taken.insert(n);
-    return n;
-  };
+  for (const TensorInfo &t : g.tensors())
+    taken.insert(t.name);
+  auto fresh = [&](const std::string &base) { return freshName(base, taken); };
   auto add = [&](Node n) -> llvm::Expected<std::string> {
     n.output = fresh(n.name + "_out");
     n.group = name;

@@ -427,16 +427,16 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
       std::vector<std::string> parts;
       for (const LossTerm &t : *terms)
         parts.push_back(fmt::format("{} x loss('{}')", t.weight, t.output));
-      notes.push_back("training on " + fmt::format("{}", fmt::join(parts, " + ")));
+      notes.push_back(fmt::format("training on {}", fmt::join(parts, " + ")));
     }
     g.outputs = {*loss};
     if (auto frozen = freezeWeightsNotReaching(g, *loss); !frozen.empty())
-      notes.push_back(fmt::format("{} weight{} reach{} no loss and stay{} as {} (as PyTorch leaves "
-                                  "a parameter with no gradient): {}",
-                                  frozen.size(), frozen.size() == 1 ? "" : "s",
-                                  frozen.size() == 1 ? "es" : "", frozen.size() == 1 ? "s" : "",
-                                  frozen.size() == 1 ? "it is" : "they are",
-                                  fmt::join(frozen, ", ")));
+      notes.push_back(fmt::format(
+          "{} (as PyTorch leaves a parameter with no gradient): {}",
+          frozen.size() == 1
+              ? std::string("1 weight reaches no loss and stays as it is")
+              : fmt::format("{} weights reach no loss and stay as they are", frozen.size()),
+          fmt::join(frozen, ", ")));
     r.lossNote = fmt::format("{}", fmt::join(notes, "; "));
     r.loss = *loss;
   }

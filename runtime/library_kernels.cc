@@ -24,6 +24,12 @@ dnnl::engine &cpuEngine() {
   return engine;
 }
 
+/// Whether oneDNN implements a bfloat16 matmul natively: its brgemm kernels, on a CPU with
+/// bfloat16 products (elsewhere the CPU backend widens the operands around sgemm).
+bool nativeBf16(const dnnl::matmul::primitive_desc &pd) {
+  return std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+}
+
 // ---------------------------------------------------------------------------------------
 // Contractions as sgemm.
 
@@ -128,10 +134,9 @@ public:
           attr.set_post_ops(ops);
         }
         dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpuEngine());
-        const std::string impl = pd.impl_info_str();
-        if (impl.rfind("brg", 0) != 0)
-          return nullptr; // not a native bf16 implementation
-        k->impl_ = impl;
+        if (!nativeBf16(pd))
+          return nullptr;
+        k->impl_ = pd.impl_info_str();
         k->prims_[add] = dnnl::matmul(pd);
       }
     } catch (const dnnl::error &) {
@@ -631,8 +636,8 @@ double libraryProductFlops(int64_t n, bool bf16, int threads, int repeats) {
     const dnnl::memory::desc cd({n, n}, dt::f32, dnnl::memory::dims{n, 1});
     try {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ab, ab, cd), cpuEngine());
-      if (std::string(pd.impl_info_str()).rfind("brg", 0) != 0)
-        return 0; // no native bfloat16 products on this CPU: the backend widens them
+      if (!nativeBf16(pd))
+        return 0;
       product = dnnl::matmul(pd);
     } catch (const dnnl::error &) {
       return 0;

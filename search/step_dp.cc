@@ -190,6 +190,11 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
   c.tensor.resize(p.tensors.size());
   const size_t m = std::max(steps.size(), i + 1);
   auto partsAt = [&](size_t l) { return l == i ? parts : steps[l].parts; };
+  // Megatron's cut of each weight-like tensor, which both the nodes' and the tensors'
+  // candidates follow (computed once for the two).
+  std::vector<int> fixed;
+  if (policy.megatron)
+    fixed = megatronCuts(p);
   auto nodes = [&]() {
     FirstBySignature firsts;
     std::vector<int64_t> sig;
@@ -198,14 +203,12 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
     std::vector<bool> roles;
     if (policy.batchNodes)
       roles = weightLike(p);
-    std::vector<int> fixedCuts;
-    if (policy.megatron)
-      fixedCuts = megatronCuts(p);
     for (unsigned n = 0; n < p.nodes.size(); ++n) {
-      const int batch = policy.batchNodes ? batchVar(p, n, roles)
-                        : policy.megatron ? megatronVar(p, n, fixedCuts)
-                                          : -1;
-      const bool pinned = policy.batchNodes || (policy.megatron && batch >= 0);
+      // The one variable the node may split, where the policy pins it.
+      const int pinnedVar = policy.batchNodes ? batchVar(p, n, roles)
+                            : policy.megatron ? megatronVar(p, n, fixed)
+                                              : -1;
+      const bool pinned = policy.batchNodes || (policy.megatron && pinnedVar >= 0);
       if (classes && !policy.batchNodes && !policy.megatron) { // (else: by tensor roles too)
         nodeSignature(*classes, steps, n, i, sig);
         if (const unsigned first = firsts.of(sig, n); first != n) {
@@ -219,7 +222,7 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
       for (unsigned s = 0; s < strategies.size(); ++s) {
         if (!policy.reductionStrategies && strategies[s].kind == Strategy::Kind::Reduction)
           continue;
-        if (pinned && static_cast<int>(strategies[s].var) != batch)
+        if (pinned && static_cast<int>(strategies[s].var) != pinnedVar)
           continue;
         cut.clear();
         bool ok = true;
@@ -247,9 +250,6 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
     std::vector<bool> whole;
     if (policy.tensorCuts == Cuts::Batch)
       whole = weightLike(p);
-    std::vector<int> fixed;
-    if (policy.megatron)
-      fixed = megatronCuts(p);
     std::vector<int64_t> ext;
     for (unsigned t = 0; t < p.tensors.size(); ++t) {
       const std::vector<int64_t> &shape = p.tensors[t].shape;
