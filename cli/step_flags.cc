@@ -165,13 +165,52 @@ GraphSource graphSource() {
 cl::opt<std::string> megatronOpt(
     "megatron",
     cl::desc("With --algo megatron: Megatron-LM's configuration, tensor x pipeline x data "
-             "parallelism (their product the workers; data parallelism across the groups, "
-             "tensor parallelism inside each; PP must be 1: pipeline stages are not built "
-             "yet). Default: the best of the grid by the step estimated on the device model "
+             "parallelism (their product the workers; PP pipeline stages under --schedule, "
+             "each of TP x DP workers: data parallelism across its groups, tensor "
+             "parallelism inside each). Default: the best of the grid by the step estimated on the "
+             "device model "
              "(TP = the workers where there is none)"),
     cl::value_desc("TP,PP,DP"), cl::cat(stepCategory()));
 
-llvm::Error applyAlgorithm(PlanOptions &search) {
+cl::opt<std::string> stagesOpt(
+    "stages",
+    cl::desc("Pipeline stages of the training step: S stages of about equal forward work, or "
+             "each stage's layers by commas (a layer is a segment of the forward graph between "
+             "two cuts, the tensors a stage can hand the next alone; tofu-plan lists them). "
+             "Each stage runs on its own group of K/S workers, partitioned over them by the "
+             "search"),
+    cl::value_desc("S|L1,L2,..."), cl::cat(stepCategory()));
+cl::opt<unsigned> microbatchesOpt(
+    "microbatches",
+    cl::desc("Split the batch into M microbatches of --batch/M (with --stages, pipelined "
+             "through them; each weight is updated once per step with the gradient of the "
+             "whole batch). Default: 1, or PP with --megatron"),
+    cl::value_desc("M"), cl::init(1), cl::cat(stepCategory()));
+cl::opt<Schedule, false, ChoiceParser<Schedule>> scheduleOpt(
+    "schedule", cl::desc("How the stages run the microbatches:"),
+    cl::values(clEnumValN(Schedule::OneFOneB, "1f1b",
+                          "PipeDream-Flush: after S - s forwards, stage s alternates a forward "
+                          "and a backward (at most S - s microbatches' activations held; "
+                          "default)"),
+               clEnumValN(Schedule::GPipe, "gpipe",
+                          "every microbatch's forward, then every backward (all M held)")),
+    cl::init(Schedule::OneFOneB), cl::cat(stepCategory()));
+
+llvm::Expected<StageSpec> stageSpec() {
+  StageSpec spec;
+  if (stagesOpt.getNumOccurrences())
+    if (llvm::Error e = parseStages(stagesOpt, spec))
+      return usageError(llvm::toString(std::move(e)));
+  if (microbatchesOpt == 0)
+    return usageError("--microbatches must be at least 1");
+  spec.microbatches = microbatchesOpt;
+  spec.schedule = scheduleOpt;
+  if (scheduleOpt.getNumOccurrences() && spec.stages == 1)
+    return usageError("--schedule orders pipeline stages: give --stages too");
+  return spec;
+}
+
+llvm::Error applyAlgorithm(PlanOptions &search, StageSpec *stages) {
   search.algorithm = algo;
   if (!megatronOpt.getNumOccurrences())
     return llvm::Error::success();
@@ -190,13 +229,22 @@ llvm::Error applyAlgorithm(PlanOptions &search) {
   for (int k = 0; k < 3; ++k)
     parts[k].trim().getAsInteger(10, v[k]);
   const auto [tp, pp, dp] = std::tuple{v[0], v[1], v[2]};
-  if (pp != 1)
-    return usageError(fmt::format("--megatron {}: pipeline stages (PP = {}) are not built yet; "
-                                  "give PP = 1",
-                                  std::string(megatronOpt), pp));
-  if (uint64_t(tp) * dp != search.workers)
+  if (uint64_t(tp) * pp * dp != search.workers)
     return usageError(fmt::format("--megatron {}: TP x PP x DP is {}, not the {} workers",
-                                  std::string(megatronOpt), uint64_t(tp) * dp, search.workers));
+                                  std::string(megatronOpt), uint64_t(tp) * pp * dp,
+                                  search.workers));
+  if (pp > 1) {
+    if (!stages)
+      return usageError(fmt::format("--megatron {}: this tool plans no pipeline stages (PP = {})",
+                                    std::string(megatronOpt), pp));
+    if (stagesOpt.getNumOccurrences() && stages->stages != pp)
+      return usageError(fmt::format("--megatron {} has {} pipeline stages and --stages {}",
+                                    std::string(megatronOpt), pp, stages->stages));
+    // Megatron's pipeline: PP stages under 1F1B, TP x DP inside each.
+    stages->stages = pp;
+    if (!microbatchesOpt.getNumOccurrences())
+      stages->microbatches = pp;
+  }
   setMegatronSteps(search, tp, dp);
   return llvm::Error::success();
 }

@@ -92,12 +92,19 @@ GraphSource graphSource();
 /// bad usage that names the flag.
 llvm::Expected<int64_t> memoryBudget();
 
+/// --stages, --microbatches and --schedule. Bad usage, naming the flag: a malformed
+/// --stages, no microbatches, a schedule without stages.
+extern cl::opt<std::string> stagesOpt;
+extern cl::opt<unsigned> microbatchesOpt;
+llvm::Expected<StageSpec> stageSpec();
 /// The search's algorithm (--algo) into `search`, and with --megatron TP,PP,DP its steps:
 /// data parallelism across DP groups (the outer step), Megatron-LM's tensor parallelism
-/// over TP workers inside each. Bad usage, naming the flag: --megatron with another
-/// --algo, values that are not positive integers, a product that is not `search.workers`,
-/// PP other than 1 (pipeline stages are not built yet).
-llvm::Error applyAlgorithm(PlanOptions &search);
+/// over TP workers inside each, and with PP > 1 PP pipeline stages into `stages` (of PP
+/// microbatches unless --microbatches gives them), the steps then each stage's. Bad usage,
+/// naming the flag: --megatron with another --algo, values that are not positive integers,
+/// a product that is not `search.workers`, PP > 1 without `stages` (the tool plans none) or
+/// against --stages.
+llvm::Error applyAlgorithm(PlanOptions &search, StageSpec *stages = nullptr);
 
 } // namespace cli
 } // namespace tofu

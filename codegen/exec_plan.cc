@@ -75,6 +75,12 @@ std::vector<Fetch> cover(const Box &region, unsigned w,
 
 } // namespace
 
+std::vector<Fetch> fetchParts(const Box &region, unsigned w, const std::vector<Box> &tiles,
+                              const std::vector<bool> &holds,
+                              const std::vector<std::vector<unsigned>> &coords) {
+  return cover(region, w, distinct(tiles, holds), coords);
+}
+
 ExecPlan buildExecPlan(const Problem &p, const PartitionPlan &plan) {
   ExecPlan e;
   e.workers = plan.workers;

@@ -59,11 +59,22 @@ struct ExecPlan {
   std::vector<NodeExec> nodes; ///< topological order
   /// Per worker, per tensor, its tile.
   std::vector<std::vector<Box>> tiles;
+  /// Pipeline stages (planner/stages.h): groups of workers that run different nodes at once
+  /// (1: every node runs on every worker).
+  unsigned stages = 1;
   /// Bytes fetched from other workers: inputs and partial outputs.
   int64_t bytesMoved(const Problem &p) const;
 };
 
 ExecPlan buildExecPlan(const Problem &p, const PartitionPlan &plan);
+
+/// Where worker `w` gets each part of `region` of a tensor from, given the workers' tiles of
+/// it (`holds`: which workers hold their tile): its own tile where that has the part, else
+/// the nearest holder, the one whose `coords` agree with w's over the most leading entries
+/// (as buildExecPlan chooses). Parts are disjoint and cover what the tiles hold of `region`.
+std::vector<Fetch> fetchParts(const Box &region, unsigned w, const std::vector<Box> &tiles,
+                              const std::vector<bool> &holds,
+                              const std::vector<std::vector<unsigned>> &coords);
 
 /// The plan as JSON: per node (in the order every worker runs them — the control
 /// dependencies that let buffers be reused) and per worker, the variable ranges, each

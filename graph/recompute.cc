@@ -52,12 +52,10 @@ std::string notRecomputable(const Graph &g, const Node &n) {
 
 } // namespace
 
-llvm::Expected<std::vector<RecomputeCandidate>> recomputeCandidates(const Graph &g) {
-  auto part = forwardPart(g);
-  if (!part)
-    return part.takeError();
-  if (part->backwardFrom == part->order.size())
-    return std::vector<RecomputeCandidate>{};
+namespace {
+
+/// The candidates of the forward part `part` of `g`.
+std::vector<RecomputeCandidate> candidatesOf(const Graph &g, const ForwardPart *part) {
   std::set<std::string> backwardReads;
   for (size_t i = part->backwardFrom; i < part->order.size(); ++i)
     for (const std::string &in : g.nodes()[part->order[i]].inputs)
@@ -91,6 +89,25 @@ llvm::Expected<std::vector<RecomputeCandidate>> recomputeCandidates(const Graph 
     out.push_back(std::move(c));
   }
   return out;
+}
+
+} // namespace
+
+llvm::Expected<std::vector<RecomputeCandidate>> recomputeCandidates(const Graph &g) {
+  auto part = forwardPart(g);
+  if (!part)
+    return part.takeError();
+  if (part->backwardFrom == part->order.size())
+    return std::vector<RecomputeCandidate>{};
+  return candidatesOf(g, &*part);
+}
+
+llvm::Expected<std::vector<RecomputeCandidate>> forwardCandidates(const Graph &forward) {
+  auto part = forwardPart(forward);
+  if (!part)
+    return part.takeError();
+  part->backwardFrom = part->order.size(); // every node is of the forward pass
+  return candidatesOf(forward, &*part);
 }
 
 llvm::Expected<RecomputeSummary> applyRecomputation(Graph &g,

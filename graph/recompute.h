@@ -30,6 +30,9 @@ struct RecomputeCandidate {
 };
 /// The candidates, in forward (topological) order.
 llvm::Expected<std::vector<RecomputeCandidate>> recomputeCandidates(const Graph &g);
+/// The same for a forward graph (no backward pass: every node is forward, and nothing is
+/// readByBackward): its cuts are where pipeline stages may end (planner/stages.h).
+llvm::Expected<std::vector<RecomputeCandidate>> forwardCandidates(const Graph &forward);
 
 /// What applyRecomputation did.
 struct RecomputeSummary {

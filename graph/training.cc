@@ -486,6 +486,8 @@ bool isStateUpdate(const std::string &op) {
   return updates.count(op) > 0 || isRunningStatistic(op);
 }
 
+bool isGradientSumName(const std::string &node) { return node.rfind("sum_d_", 0) == 0; }
+
 bool isRunningStatistic(const std::string &op) {
   return op == "bn_running_mean" || op == "bn_running_var" || op == "bn_running_var_unbiased";
 }

@@ -54,6 +54,10 @@ bool isStateUpdate(const std::string &op);
 /// a weight or state (role Weight or OptimizerState, produced by no node).
 bool carriesState(const Graph &g, const Node &n);
 
+/// Whether `node` names a node buildTrainingGraph adds to sum two contributions to a
+/// gradient (`sum_d_<tensor>`).
+bool isGradientSumName(const std::string &node);
+
 /// Whether `op` is a batch norm's running statistic (bn_running_mean, bn_running_var,
 /// bn_running_var_unbiased).
 bool isRunningStatistic(const std::string &op);

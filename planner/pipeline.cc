@@ -11,6 +11,7 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "grammar/diagnostics.h"
+#include "graph/microbatch.h"
 #include "graph/onnx_import.h"
 #include "graph/precision.h"
 #include "graph/recompute.h"
@@ -319,6 +320,68 @@ llvm::Error planRecomputing(PipelineResult &r, const OpLibrary &lib, const Pipel
   return llvm::Error::success();
 }
 
+/// A training step's loss on `g` (PipelineOptions::lossOutput, loss): each output's, then
+/// their weighted sum, which becomes the graph's one output. `note` gets what was chosen.
+llvm::Expected<std::string> addTrainingLoss(Graph &g, const OpLibrary &lib,
+                                            const PipelineOptions &options, std::string *note) {
+  if (g.outputs.empty())
+    return stringError("a training step needs a graph with an output (the loss, or the "
+                       "prediction a loss is added to); this one has none");
+  auto terms = lossTerms(options.lossOutput);
+  if (!terms)
+    return terms.takeError();
+  std::vector<std::string> notes;
+  if (terms->empty()) {
+    terms->push_back({g.outputs[0], 1.0});
+    if (g.outputs.size() > 1)
+      notes.push_back(fmt::format("the graph has {} outputs ({}): training on the first, "
+                                  "'{}' (--loss-output names another)",
+                                  g.outputs.size(), fmt::join(g.outputs, ", "), g.outputs[0]));
+  }
+  for (const LossTerm &t : *terms)
+    if (std::find(g.outputs.begin(), g.outputs.end(), t.output) == g.outputs.end())
+      return stringError(fmt::format("the loss output '{}' is not an output of the "
+                                     "graph (its outputs: {})",
+                                     t.output, fmt::join(g.outputs, ", ")));
+  // Each output's loss, then their weighted sum; addLossOf says which it chose by the
+  // node it added.
+  std::vector<std::pair<std::string, double>> losses;
+  for (const LossTerm &t : *terms) {
+    auto loss = addLossOf(g, lib, t.output, options.loss);
+    if (!loss)
+      return loss.takeError();
+    if (*loss != t.output) {
+      const Node *added = g.producer(*loss);
+      notes.push_back(fmt::format(
+          "the output '{}' is not a scalar: training with {} against the new input '{}'", t.output,
+          added->op == "softmax_cross_entropy"       ? "softmax cross-entropy"
+          : added->op == "softmax_cross_entropy_seq" ? "softmax cross-entropy at every position"
+                                                     : "the mean squared error",
+          added->inputs[1]));
+    }
+    losses.push_back({*loss, t.weight});
+  }
+  auto loss = addWeightedSum(g, lib, losses, "total_loss");
+  if (!loss)
+    return loss.takeError();
+  if (terms->size() > 1 || terms->front().weight != 1) {
+    std::vector<std::string> parts;
+    for (const LossTerm &t : *terms)
+      parts.push_back(fmt::format("{} x loss('{}')", t.weight, t.output));
+    notes.push_back(fmt::format("training on {}", fmt::join(parts, " + ")));
+  }
+  g.outputs = {*loss};
+  if (auto frozen = freezeWeightsNotReaching(g, *loss); !frozen.empty())
+    notes.push_back(fmt::format(
+        "{} (as PyTorch leaves a parameter with no gradient): {}",
+        frozen.size() == 1
+            ? std::string("1 weight reaches no loss and stays as it is")
+            : fmt::format("{} weights reach no loss and stay as they are", frozen.size()),
+        fmt::join(frozen, ", ")));
+  *note = fmt::format("{}", fmt::join(notes, "; "));
+  return *loss;
+}
+
 } // namespace
 
 std::string noPlanFitsMessage(unsigned workers, int64_t limit, const MemoryFit &closest,
@@ -381,70 +444,54 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
   r.name = name;
   if (llvm::Error e = checkGraph(g, lib))
     return fail(std::move(e));
+  const StageSpec &stages = options.stages;
+  Graph microForward; // with stages: the model at the microbatch's batch, with its loss
   if (options.train) {
-    if (g.outputs.empty())
-      return fail(stringError("a training step needs a graph with an output (the loss, or the "
-                              "prediction a loss is added to); this one has none"));
-    auto terms = lossTerms(options.lossOutput);
-    if (!terms)
-      return fail(terms.takeError());
-    std::vector<std::string> notes;
-    if (terms->empty()) {
-      terms->push_back({g.outputs[0], 1.0});
-      if (g.outputs.size() > 1)
-        notes.push_back(fmt::format("the graph has {} outputs ({}): training on the first, "
-                                    "'{}' (--loss-output names another)",
-                                    g.outputs.size(), fmt::join(g.outputs, ", "), g.outputs[0]));
-    }
-    for (const LossTerm &t : *terms)
-      if (std::find(g.outputs.begin(), g.outputs.end(), t.output) == g.outputs.end())
-        return fail(stringError(fmt::format("the loss output '{}' is not an output of the "
-                                            "graph (its outputs: {})",
-                                            t.output, fmt::join(g.outputs, ", "))));
-    // Each output's loss, then their weighted sum; addLossOf says which it chose by the
-    // node it added.
-    std::vector<std::pair<std::string, double>> losses;
-    for (const LossTerm &t : *terms) {
-      auto loss = addLossOf(g, lib, t.output, options.loss);
-      if (!loss)
-        return fail(loss.takeError());
-      if (*loss != t.output) {
-        const Node *added = g.producer(*loss);
-        notes.push_back(fmt::format(
-            "the output '{}' is not a scalar: training with {} against the new input '{}'",
-            t.output,
-            added->op == "softmax_cross_entropy"       ? "softmax cross-entropy"
-            : added->op == "softmax_cross_entropy_seq" ? "softmax cross-entropy at every position"
-                                                       : "the mean squared error",
-            added->inputs[1]));
-      }
-      losses.push_back({*loss, t.weight});
-    }
-    auto loss = addWeightedSum(g, lib, losses, "total_loss");
+    auto loss = addTrainingLoss(g, lib, options, &r.lossNote);
     if (!loss)
       return fail(loss.takeError());
-    if (terms->size() > 1 || terms->front().weight != 1) {
-      std::vector<std::string> parts;
-      for (const LossTerm &t : *terms)
-        parts.push_back(fmt::format("{} x loss('{}')", t.weight, t.output));
-      notes.push_back(fmt::format("training on {}", fmt::join(parts, " + ")));
-    }
-    g.outputs = {*loss};
-    if (auto frozen = freezeWeightsNotReaching(g, *loss); !frozen.empty())
-      notes.push_back(fmt::format(
-          "{} (as PyTorch leaves a parameter with no gradient): {}",
-          frozen.size() == 1
-              ? std::string("1 weight reaches no loss and stays as it is")
-              : fmt::format("{} weights reach no loss and stay as they are", frozen.size()),
-          fmt::join(frozen, ", ")));
-    r.lossNote = fmt::format("{}", fmt::join(notes, "; "));
     r.loss = *loss;
+  }
+  if (stages.active()) {
+    const char *with = options.recompute             ? "recomputation"
+                       : options.memoryPerWorker > 0 ? "a memory budget"
+                       : options.machine             ? "--topology's search"
+                       : options.plan                ? "a plan given"
+                       : !options.train              ? ""
+                                                     : nullptr;
+    if (with)
+      return fail(stringError(*with
+                                  ? fmt::format("pipeline stages do not combine with {} yet", with)
+                                  : std::string("pipeline stages run a training step (--train)")));
+    if (stages.microbatches > 1) {
+      if (!options.microbatchModel)
+        return fail(stringError("microbatches need the model at the microbatch's batch (a "
+                                "model or ONNX file whose batch can be set)"));
+      microForward = *options.microbatchModel;
+      if (llvm::Error e = checkGraph(microForward, lib))
+        return fail(std::move(e));
+      std::string ignored;
+      auto loss = addTrainingLoss(microForward, lib, options, &ignored);
+      if (!loss)
+        return fail(loss.takeError());
+      auto split = microbatchGraph(g, microForward, stages.microbatches, lib);
+      if (!split)
+        return fail(split.takeError());
+      g = std::move(*split);
+      r.loss = g.outputs[0];
+    } else {
+      microForward = g;
+    }
   }
   // The policy sees the loss a training step adds, and the backward ops follow its types.
   auto mixed = applyPrecision(g, lib, options.precision);
   if (!mixed)
     return fail(mixed.takeError());
   r.precision = *mixed;
+  std::set<std::string> forwardNodes;
+  if (stages.active())
+    for (const Node &n : g.nodes())
+      forwardNodes.insert(n.name);
   if (options.train) {
     auto t = buildTrainingGraph(g, r.loss, lib, *options.train, options.weightDecay);
     if (!t)
@@ -473,14 +520,40 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
   }
   stage = Stage::Plan;
   bool ready = false; // r.exec and r.memory are r.plan's
-  if (recomputing) {
+  if (stages.active()) {
+    // The stages are balanced by their ops' time on one worker of the device (an H100's
+    // data sheet where none is given: the ratios are what count).
+    auto device =
+        options.device ? llvm::Expected<DeviceModel>(*options.device) : deviceModelNamed("h100");
+    if (!device)
+      return fail(device.takeError());
+    const SingleWorker one = singleWorker(*r.problem, r.graph.outputs);
+    auto alone = estimateStepTime(*r.problem, one.exec, r.graph.outputs, *device);
+    if (!alone)
+      return fail(alone.takeError());
+    std::vector<double> work(r.problem->nodes.size(), 0);
+    for (const OpTimeEstimate &o : alone->workerOps[0])
+      work[o.node] += o.seconds;
+    auto staged = planStages(*r.problem, microForward, forwardNodes, stages, options.search, work);
+    if (!staged)
+      return fail(staged.takeError());
+    r.plan = PartitionPlan();
+    r.plan.algorithm = "stages";
+    r.plan.workers = options.search.workers;
+    r.exec = staged->exec;
+    r.plan.totalBytes = r.exec.bytesMoved(*r.problem);
+    r.memory = planMemory(*r.problem, r.exec, r.graph.outputs);
+    r.staged = std::move(*staged);
+    ready = true;
+  } else if (recomputing) {
     if (llvm::Error e = planRecomputing(r, lib, options, ready))
       return fail(std::move(e));
   } else if (options.memoryPerWorker > 0) {
     if (llvm::Error e = planWithinBudget(r, options, ready))
       return fail(std::move(e));
   }
-  if (options.machine && options.memoryPerWorker == 0) {
+  if (stages.active()) {
+  } else if (options.machine && options.memoryPerWorker == 0) {
     // The machine's search beside the plan of least bytes (with recomputation, of the
     // rewritten graph).
     std::optional<TopologyPlan> searched;
@@ -576,6 +649,31 @@ llvm::Expected<PipelineResult> runPipeline(const GraphSource &source, const OpLi
     if (failed)
       *failed = Stage::Graph;
     return g.takeError();
+  }
+  const unsigned m = options.stages.microbatches;
+  if (m > 1 && !options.microbatchModel) {
+    auto refuse = [&](const std::string &why) {
+      if (failed)
+        *failed = Stage::Graph;
+      return stringError(name + ": " + why);
+    };
+    if (!source.graphFile.empty())
+      return refuse("--microbatches needs a model whose batch can be set (--model or --onnx); "
+                    "a graph file's shapes are fixed");
+    if (source.batch % m != 0)
+      return refuse(fmt::format("--batch {} does not split into {} microbatches of one size",
+                                source.batch, m));
+    GraphSource micro = source;
+    micro.batch = source.batch / m;
+    micro.batchGiven = true;
+    std::string ignored;
+    auto small = readGraph(micro, lib, &ignored);
+    if (!small)
+      return refuse("the model at the microbatch's batch " + std::to_string(micro.batch) + ": " +
+                    llvm::toString(small.takeError()));
+    PipelineOptions o = options;
+    o.microbatchModel = std::make_shared<const Graph>(std::move(*small));
+    return runPipeline(std::move(*g), name, lib, o, failed);
   }
   return runPipeline(std::move(*g), name, lib, options, failed);
 }

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -24,6 +25,7 @@
 #include "partition/problem.h"
 #include "planner/memory_fit.h"
 #include "planner/recompute.h"
+#include "planner/stages.h"
 #include "planner/step_time.h"
 #include "planner/topology.h"
 #include "search/search.h"
@@ -125,6 +127,14 @@ struct PipelineOptions {
   /// best of Megatron-LM's grid, TP x DP for each TP dividing the workers, by the step
   /// estimated on this device (megatronGridPlan); else TP is every worker.
   std::optional<DeviceModel> device;
+  /// Pipeline stages (planner/stages.h), where active: the training step over
+  /// `stages.microbatches` microbatches (graph/microbatch.h), its layers cut into
+  /// `stages.stages` stages, each searched over its own workers. Not with a budget,
+  /// recomputation, a machine's search or a given plan.
+  StageSpec stages;
+  /// With more than one microbatch: the model at the microbatch's batch (runPipeline from a
+  /// GraphSource loads it).
+  std::shared_ptr<const Graph> microbatchModel;
   /// Where given, replaces the search: a plan derived from elsewhere (tofu-run's evaluation
   /// graph restricts the training plan). It must be a plan of the given problem.
   std::function<llvm::Expected<PartitionPlan>(const Problem &)> plan;
@@ -207,6 +217,9 @@ struct PipelineResult {
   /// --algo megatron's grid where it was searched (on the process that chose): each TP, DP
   /// with its estimated step; the plan is the first of least time.
   std::vector<MegatronConfig> megatronGrid;
+  /// With PipelineOptions::stages: the stages, their plans and the schedule (`exec` is its
+  /// execution plan; `plan` names it, with no steps of its own).
+  std::optional<StagedPlan> staged;
 };
 
 /// The message of a budget no plan fits: the worker count and budget, the recomputation

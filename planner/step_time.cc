@@ -336,6 +336,77 @@ double opSeconds(const DeviceModel &d, const OpTimeEstimate &o, double share) {
   return launches + std::max(o.flops / (opRate(d, o) * share), o.bytes / (d.bandwidth * share));
 }
 
+namespace {
+
+/// A pipelined plan's step as its program runs: each worker through its nodes in order,
+/// its fetches and kernels of each node at their estimated times (a node's share of the
+/// worker's communication is its share of the bytes it receives), and every worker waiting
+/// for the slowest at each synchronisation (codegen/program_builder.cc: placeSyncs, after a
+/// node where some worker reads another's data, and after its assembly where that or the
+/// next node's fetches cross). Between synchronisations the stages' workers run on apart.
+double pipelinedSeconds(const Problem &fp, const ExecPlan &plan,
+                        const std::vector<std::vector<OpTimeEstimate>> &ops,
+                        const TopologyTraffic &traffic, const DeviceModel &device) {
+  const unsigned k = plan.workers;
+  const size_t n = plan.nodes.size();
+  std::vector<size_t> at(fp.nodes.size(), 0);
+  for (size_t i = 0; i < n; ++i)
+    at[plan.nodes[i].node] = i;
+  std::vector<std::vector<double>> compute(k, std::vector<double>(n, 0));
+  for (unsigned w = 0; w < k; ++w)
+    for (const OpTimeEstimate &o : ops[w])
+      compute[w][at[o.node]] += o.seconds;
+  // Bytes each worker receives at each node: fetches, and the results it assembles.
+  std::vector<std::vector<double>> fetched(k, std::vector<double>(n, 0)),
+      assembled(k, std::vector<double>(n, 0));
+  std::vector<double> total(k, 0);
+  std::vector<bool> crossFetch(n, false), crossAssemble(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    const NodeExec &ne = plan.nodes[i];
+    for (unsigned w = 0; w < ne.workers.size(); ++w)
+      for (const InputFetch &in : ne.workers[w].inputs)
+        for (const Fetch &f : in.parts)
+          if (f.from != w) {
+            crossFetch[i] = true;
+            if (in.repeats < 0)
+              fetched[w][i] += double(boxElements(f.box)) * fp.tensors[in.tensor].elementBytes;
+          }
+    const ProblemTensor &out = fp.tensors[fp.nodes[ne.node].output];
+    for (const OutputAssembly &a : ne.assemble)
+      for (const auto &slice : a.slices)
+        for (const Fetch &f : slice)
+          if (f.from != a.owner) {
+            crossAssemble[i] = true;
+            assembled[a.owner][i] +=
+                double(boxElements(f.box)) * out.resultBytes(a.slices.size() > 1);
+          }
+  }
+  for (unsigned w = 0; w < k; ++w)
+    for (size_t i = 0; i < n; ++i)
+      total[w] += fetched[w][i] + assembled[w][i];
+  auto seconds = [&](unsigned w, double bytes) {
+    return total[w] > 0 ? traffic.workerSeconds[w] * bytes / total[w] : 0.0;
+  };
+  std::vector<double> clock(k, 0);
+  auto barrier = [&] {
+    const double t = *std::max_element(clock.begin(), clock.end()) + device.syncLatency;
+    std::fill(clock.begin(), clock.end(), t);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    for (unsigned w = 0; w < k; ++w)
+      clock[w] += seconds(w, fetched[w][i]) + compute[w][i];
+    if (crossFetch[i] || crossAssemble[i])
+      barrier();
+    for (unsigned w = 0; w < k; ++w)
+      clock[w] += seconds(w, assembled[w][i]);
+    if (crossAssemble[i] || i + 1 == n || crossFetch[i + 1])
+      barrier();
+  }
+  return *std::max_element(clock.begin(), clock.end());
+}
+
+} // namespace
+
 llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPlan &plan,
                                                   const std::vector<std::string> &outputs,
                                                   const DeviceModel &device,
@@ -477,6 +548,12 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
   // Transfers may hide behind compute; the barriers cannot.
   const double barriers = double(s.syncs) * device.syncLatency;
   out.overlappedSeconds = std::max(s.compute(), s.communication - barriers) + barriers;
+  if (plan.stages > 1) {
+    // Stages run different nodes at once: the step is the schedule's length, simulated.
+    out.seconds = pipelinedSeconds(fp, fused.plan, ops, traffic, device);
+    out.overlappedSeconds = std::min(out.overlappedSeconds, out.seconds);
+    out.pipelined = true;
+  }
   out.ops = ops[out.slowest];
   out.measuredOps = static_cast<unsigned>(
       std::count_if(out.ops.begin(), out.ops.end(), [](const auto &o) { return o.measured; }));
@@ -501,6 +578,9 @@ std::string formatStepTime(const StepTimeEstimate &e, unsigned top) {
           ? fmt::format(", {} synchronisations at {:.1f} us", s.syncs, 1e6 * e.device.syncLatency)
           : std::string(),
       1e3 * e.overlappedSeconds);
+  if (e.pipelined)
+    out += "  pipeline stages: the step is the schedule simulated (every worker's nodes in "
+           "order, the bubbles and each synchronisation's wait included)\n";
   if (!e.device.measured.empty())
     out += fmt::format("  {} of worker {}'s {} ops at their measured times (the model's "
                        "{} measured ops), the rest by the rates\n",

@@ -146,7 +146,11 @@ struct StepTimeEstimate {
   unsigned slowest = 0;
   double seconds = 0;           ///< the slowest worker's compute plus communication
   double overlappedSeconds = 0; ///< the slowest worker's larger of the two
-  double flops = 0;             ///< every worker's, summed
+  /// A pipelined plan (ExecPlan::stages > 1): `seconds` is its schedule simulated, every
+  /// worker's nodes in order and all waiting for the slowest at each synchronisation (the
+  /// bubbles included), not the slowest worker's sum.
+  bool pipelined = false;
+  double flops = 0; ///< every worker's, summed
   /// Per op instance of the slowest worker, in plan order.
   std::vector<OpTimeEstimate> ops;
   /// Per worker, its op instances in plan order (`ops` is the slowest's).

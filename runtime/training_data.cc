@@ -8,6 +8,7 @@
 
 #include "analysis/verify.h"
 #include "graph/graph.h"
+#include "graph/microbatch.h"
 #include "graph/training.h"
 
 namespace tofu {
@@ -91,11 +92,21 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
     return r;
   };
   // What the op reading a tensor first needs of it.
+  // A microbatch's slice of an input (graph/microbatch.h) is read as the input itself is:
+  // its rule is that of the slice's first reader.
+  auto microbatchSlice = [&](const ProblemNode &n) {
+    return n.table->op.def->name == "Slice" && p.tensors[n.inputs[0]].producer < 0 &&
+           splitMicrobatch(n.name).has_value();
+  };
   for (unsigned n : p.order) {
     const ProblemNode &node = p.nodes[n];
+    if (microbatchSlice(node))
+      continue;
     std::vector<InputValueRule> needs;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      const unsigned t = node.inputs[i];
+      unsigned t = node.inputs[i];
+      if (const int prod = p.tensors[t].producer; prod >= 0 && microbatchSlice(p.nodes[prod]))
+        t = p.nodes[prod].inputs[0];
       if (p.tensors[t].producer >= 0 || rules_.count(t))
         continue;
       if (needs.empty())
@@ -190,6 +201,15 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
   for (const ProblemTensor &t : p.tensors)
     if (t.name == loss)
       lossNode = t.producer;
+  // A weighted sum of losses (several outputs', a step's microbatches': graph/microbatch.h)
+  // is taught through its first term's loss.
+  for (unsigned hops = 0; lossNode >= 0 && hops < 64; ++hops) {
+    const ProblemNode &n = p.nodes[lossNode];
+    const std::string &op = n.table->op.def->name;
+    if ((op != "Add" && op != "Mul") || n.inputs.empty())
+      break;
+    lossNode = p.tensors[n.inputs[0]].producer;
+  }
   if (lossNode < 0)
     return;
   const ProblemNode &ln = p.nodes[lossNode];
@@ -197,7 +217,11 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
   const bool crossEntropy = isCrossEntropyLoss(kind);
   if ((!crossEntropy && kind != "mse") || ln.inputs.size() != 2)
     return;
-  const unsigned answer = ln.inputs[1];
+  unsigned answer = ln.inputs[1];
+  // A microbatch's labels are a slice of the batch's: the teacher labels the batch.
+  if (const int slice = p.tensors[answer].producer;
+      slice >= 0 && p.nodes[slice].table->op.def->name == "Slice")
+    answer = p.nodes[slice].inputs[0];
   if (p.tensors[answer].producer >= 0)
     return;
   std::vector<unsigned> data;

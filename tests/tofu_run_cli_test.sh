@@ -327,6 +327,33 @@ if ! "$run" --onnx tests/onnx/encoder_prenorm.onnx --workers 2 --algo megatron -
   echo "FAILED: encoder_prenorm.onnx --algo megatron --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
 fi
 
+# Pipeline stages (--stages, --microbatches, --schedule; issue 71): verified against the
+# unpartitioned step of the same microbatched graph at S = 2 on 2 threads and at S = 2 x 2
+# workers per stage, under both schedules; the microbatched step is the full batch's (the same
+# losses, step after step, as the plain run's: the mean of the microbatches' losses and one
+# update with their summed gradients), and a model with batch norms runs its microbatches.
+stage_runs=("--workers 2" "--workers 2 --stages 2 --microbatches 4"
+            "--workers 4 --stages 2 --microbatches 2 --schedule gpipe")
+for i in "${!stage_runs[@]}"; do
+  if ! "$run" --model gpt-2-64-4-16 --batch 8 --optimizer adam --steps 3 ${stage_runs[$i]} \
+       --verify --format=json >"$tmp/stages-$i.json" 2>"$tmp/err.txt"; then
+    echo "FAILED: gpt-2-64-4-16 ${stage_runs[$i]} --verify" >&2; cat "$tmp/err.txt" >&2; fail=1
+  fi
+done
+python3 - "$tmp"/stages-{0,1,2}.json <<'PY' || { echo "FAILED: the pipelined steps against the plain one" >&2; fail=1; }
+import json, sys
+runs = {p: json.load(open(p)) for p in sys.argv[1:]}
+plain = runs[sys.argv[1]]
+for p, r in runs.items():
+    assert r["verify"]["passed"], (p, r["verify"])
+    assert r["bytes_moved"] == r["predicted_bytes"], (p, r["bytes_moved"], r["predicted_bytes"])
+    assert max(abs(a - b) / abs(b) for a, b in zip(r["loss"], plain["loss"])) < 1e-5, (p, r["loss"], plain["loss"])
+PY
+if ! "$run" --model wresnet-50-1-i32-c4-k10 --batch 8 --workers 2 --stages 2 --microbatches 2 \
+     --steps 2 --verify >"$tmp/out.txt" 2>"$tmp/err.txt" || ! grep -q "^verify: PASSED" "$tmp/out.txt"; then
+  echo "FAILED: wresnet --stages 2 --microbatches 2 --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+fi
+
 # An ill-conditioned step (training-mode mobilenet_v2 at batch 2 on 32x32 images: its last
 # batch norms normalise 2 values per channel): float32 rounding alone scatters it beyond the
 # tolerance, so --verify says it cannot decide (exit 1) rather than blaming the partition;

@@ -62,6 +62,9 @@ cases=(
   "2 get --model gpt-1-64-4-16 --batch 8 --algo zero3 --optimizer adam"
   "2 sendrecv --model gpt-1-64-4-16 --batch 8 --algo megatron --optimizer adam"
   "4 get --model gpt-1-64-4-16 --batch 8 --megatron 2,1,2 --optimizer adam"
+  "2 sendrecv --model gpt-2-64-4-16 --batch 8 --stages 2 --microbatches 4 --optimizer adam"
+  "2 get --model gpt-2-64-4-16 --batch 8 --stages 2 --microbatches 2 --schedule gpipe"
+  "4 sendrecv --model gpt-2-64-4-16 --batch 8 --stages 2 --microbatches 2"
 )
 for i in "${!cases[@]}"; do
   in_sample "$i" 3 || continue

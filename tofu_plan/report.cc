@@ -326,4 +326,51 @@ const char *sourceConflict(bool input, bool onnx, bool batch, bool graph) {
   return nullptr;
 }
 
+std::optional<Section> stagesSection(const tofu::Problem &p, const tofu::PipelineResult &r) {
+  if (!r.staged)
+    return std::nullopt;
+  const tofu::StagedPlan &staged = *r.staged;
+  const tofu::MemoryPlan &memory = r.memory;
+  Section out;
+  const int64_t total = staged.exec.bytesMoved(p);
+  int64_t within = 0;
+  out.text = fmt::format("pipeline: {}; the model's {} layers (forward segments between cuts)\n\n"
+                         "| stage | workers | layers | hands on | nodes | its plan's bytes | "
+                         "planned peak |\n| ---: | --- | --- | --- | ---: | ---: | ---: |\n",
+                         staged.describe(), staged.layers);
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (size_t s = 0; s < staged.stages.size(); ++s) {
+    const tofu::StageSummary &st = staged.stages[s];
+    int64_t peak = 0;
+    for (unsigned w = st.firstWorker; w < st.firstWorker + st.workers; ++w)
+      peak = std::max(peak, memory.workers[w].peak);
+    within += st.plan.totalBytes;
+    out.text += fmt::format(
+        "| {} | {}{} | {}-{} | {} | {} | {} | {} |\n", s, st.firstWorker,
+        st.workers > 1 ? fmt::format("-{}", st.firstWorker + st.workers - 1) : std::string(),
+        st.firstLayer, st.firstLayer + st.layers - 1, st.boundary.empty() ? "-" : st.boundary,
+        st.nodes, tofu::humanBytes(double(st.plan.totalBytes)), tofu::humanBytes(double(peak)));
+    stages.push_back({{"first_worker", st.firstWorker},
+                      {"workers", st.workers},
+                      {"first_layer", st.firstLayer},
+                      {"layers", st.layers},
+                      {"boundary", st.boundary},
+                      {"nodes", st.nodes},
+                      {"plan_bytes", st.plan.totalBytes},
+                      {"planned_peak_bytes", peak}});
+  }
+  out.text +=
+      fmt::format("\nbytes per step: {} in all, {} between stages (the cuts and their "
+                  "gradients, shared weights, scalars)\n",
+                  tofu::humanBytes(double(total)), tofu::humanBytes(double(total - within)));
+  out.json = {{"stages", staged.spec.stages},
+              {"microbatches", staged.spec.microbatches},
+              {"schedule", tofu::scheduleName(staged.spec.schedule)},
+              {"layers", staged.layers},
+              {"per_stage", stages},
+              {"bytes", total},
+              {"bytes_between_stages", total - within}};
+  return out;
+}
+
 } // namespace tofuplan

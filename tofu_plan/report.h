@@ -5,6 +5,7 @@
 #define TOFU_TOFU_PLAN_REPORT_H
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "graph/graph.h"
@@ -60,6 +61,12 @@ Section recomputeSection(const tofu::RecomputePlan &r, const tofu::MemoryFit &fi
 /// --algo smallbatch's options: a training step (`train`) under a budget, on one worker
 /// each: no --fit, --topology or --recompute. A usage error saying which.
 llvm::Error checkSmallBatch(bool train, bool budget, bool fit, bool topology, bool recompute);
+
+/// Pipeline stages' report (--stages): the schedule, and per stage its workers, layers, the
+/// cut it hands on, its nodes, its own plan's bytes and its workers' largest planned peak;
+/// then the bytes between stages.
+/// None where the plan has no stages.
+std::optional<Section> stagesSection(const tofu::Problem &p, const tofu::PipelineResult &r);
 
 /// --algo smallbatch's report: the largest batch that fits, of the `asked` one, and its
 /// samples a second on one worker and on `workers`.

@@ -270,7 +270,8 @@ int main(int argc, char **argv) {
   pipeline.precision = precisionOpt;
   pipeline.until = dumpJson || (workers == 0 && !fit) ? tofu::Stage::Graph : tofu::Stage::Plan;
   pipeline.search.workers = workers;
-  exitOnErr(tofu::cli::applyAlgorithm(pipeline.search));
+  pipeline.stages = exitOnErr(tofu::cli::stageSpec());
+  exitOnErr(tofu::cli::applyAlgorithm(pipeline.search, &pipeline.stages));
   pipeline.search.budgetSeconds = budget;
   pipeline.search.threads = searchThreads;
   pipeline.search.coarsen = !noCoarsen;
@@ -281,8 +282,7 @@ int main(int argc, char **argv) {
   if (recompute != tofu::RecomputeMode::None)
     pipeline.recompute = recompute;
   pipeline.machine = topology;
-  // With recomputation and a machine but no budget, the machine's plan replaces the
-  // recomputation's: its memory is planned anew.
+  // Recomputation on a machine without a budget: the machine's plan, its memory planned anew.
   if (pipeline.recompute && topology && !budgetBytes && pipeline.until == tofu::Stage::Plan)
     pipeline.until = tofu::Stage::Execution;
   pipeline.noFitHint =
@@ -353,8 +353,7 @@ int main(int argc, char **argv) {
                    (model.empty() ? std::string() : fmt::format(" (batch {})", batch));
     report.listTensors = report.listOps = !summary;
     std::string memoryLine;
-    // With recomputation the planner rewrote the training graph (planner/recompute.h): the
-    // problem, plan and memory are the rewritten graph's.
+    // With recomputation: the rewritten graph's problem, plan and memory (planner/recompute.h).
     const tofu::BudgetChoice *chosen = result.budget ? &*result.budget : nullptr;
     const tofu::RecomputePlan *recomputed =
         chosen && chosen->recompute ? &*chosen->recompute : nullptr;
@@ -368,14 +367,15 @@ int main(int argc, char **argv) {
     std::string machineText;
     nlohmann::ordered_json machineJson;
     tofu::TopologyPlan machine;
-    // The part of the machine the plan runs on: all of it, or under a budget the levels its
-    // worker count fills (--fit chooses the count).
+    // The part of the machine the plan runs on: all of it, or the levels a budget's count fills.
     std::optional<tofu::Topology> stepMachine;
     const bool budgeted = budgetBytes.has_value();
     if (result.machine) // the machine's search, beside the plan of least bytes
       machine = *result.machine;
     // The plan chosen as the workers run it: for its traffic per level and its step time.
-    const tofu::ExecPlan stepExec = tofu::buildExecPlan(*problem, *plan);
+    const tofu::ExecPlan stepExec =
+        result.staged ? result.exec : tofu::buildExecPlan(*problem, *plan);
+    const std::optional<tofuplan::Section> staged = tofuplan::stagesSection(*problem, result);
     if (topology) {
       if (budgeted) {
         stepMachine = tofu::topologyForWorkers(*topology, plan->workers);
@@ -390,7 +390,6 @@ int main(int argc, char **argv) {
       machineJson = section.json;
       report.exact = plan->workers <= 64;
     }
-    // The estimated step time of the plan chosen, on the device.
     const tofu::StepTimeEstimate stepTime =
         exitOnErr(tofu::estimateStepTime(*problem, stepExec, g->outputs, device, stepMachine));
     // What was recomputed, what it saved and what it costs.
@@ -419,6 +418,8 @@ int main(int argc, char **argv) {
           j["recompute"] = recomputeJson;
         if (topology)
           j["topology"] = machineJson;
+        if (staged)
+          j["pipeline"] = staged->json;
         if (precisionOpt != tofu::Precision::FP32)
           j["precision"] = tofuplan::precisionJson(precisionOpt, result.precision, bf16Tensors);
         json = j.dump(1) + "\n";
@@ -428,7 +429,7 @@ int main(int argc, char **argv) {
       if (!recomputed) // (with recomputation, each candidate set's graph was analysed)
         llvm::outs() << fmt::format("analysis of the graph's ops: {:.3f} s\n", analysis);
       llvm::outs() << memoryLine << recomputeLine << precisionLine;
-      llvm::outs() << tofu::planTable(*problem, *plan, report);
+      llvm::outs() << (staged ? staged->text : tofu::planTable(*problem, *plan, report));
       llvm::outs() << machineText;
       llvm::outs() << tofu::formatStepTime(stepTime, summary ? 0 : 10);
     }

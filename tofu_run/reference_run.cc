@@ -27,7 +27,9 @@ int runOnExecutor(const tofu::Problem &p, const tofu::Graph &training, const std
   if (!result)
     return fail(name + ": " + llvm::toString(result.takeError()));
   double runSeconds = seconds(start);
-  const int64_t predicted = tofu::CostModel(p).bruteForceCost(plan.steps);
+  // A pipeline's plan has no steps of its own: its bytes are its execution plan's.
+  const int64_t predicted =
+      exec.stages > 1 ? plan.totalBytes : tofu::CostModel(p).bruteForceCost(plan.steps);
 
   llvm::outs() << fmt::format("{} training step ({}, batch {}): {} nodes on {} workers, algorithm "
                               "{}, CPU executor\n",

@@ -219,7 +219,11 @@ int run(int argc, char **argv) {
   pipeline.until = tofu::Stage::Execution;
   pipeline.precision = precisionOpt;
   pipeline.search.workers = workers;
-  if (llvm::Error e = tofu::cli::applyAlgorithm(pipeline.search))
+  auto stages = tofu::cli::stageSpec();
+  if (!stages)
+    return fail(stages.takeError());
+  pipeline.stages = *stages;
+  if (llvm::Error e = tofu::cli::applyAlgorithm(pipeline.search, &pipeline.stages))
     return fail(std::move(e));
   if (pipeline.search.algorithm == tofu::Algorithm::Megatron) { // its grid, by this run's model
     auto device = thisRunsDevice();
@@ -372,6 +376,10 @@ int run(int argc, char **argv) {
 
   // --eval: the model's forward graph, planned as the training plan restricted to it.
   std::optional<EvalSetup> evalSetup;
+  if (!evalOpt.empty() && pipelined->staged)
+    return fail("--eval evaluates with the training plan's partition, and a pipeline's "
+                "stages have none of one plan: not supported yet",
+                2);
   if (!evalOpt.empty()) {
     // The same source as training's (the same batch and data inputs), without the loss.
     std::string fwdName;
@@ -418,7 +426,9 @@ int run(int argc, char **argv) {
   }
   if (kernelsMode != Kernels::Interp)
     return runTraining(p, *t, *loss, name, exec, memory, single,
-                       tofu::CostModel(p).bruteForceCost(plan->steps), plan->algorithm,
+                       pipelined->staged ? plan->totalBytes
+                                         : tofu::CostModel(p).bruteForceCost(plan->steps),
+                       pipelined->staged ? pipelined->staged->describe() : plan->algorithm,
                        evalSetup ? &*evalSetup : nullptr, std::move(dataSet),
                        recomputeRun ? &*recomputeRun : nullptr);
 

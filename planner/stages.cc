@@ -1,0 +1,490 @@
+// Pipeline stages (stages.h): layers, the schedule, each node's chunk, the stages' searches
+// and the execution plan that puts them side by side.
+#include "planner/stages.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+#include "fmt/format.h"
+#include "grammar/diagnostics.h"
+#include "graph/microbatch.h"
+#include "graph/recompute.h"
+#include "graph/training.h"
+
+namespace tofu {
+
+const char *scheduleName(Schedule s) { return s == Schedule::GPipe ? "gpipe" : "1f1b"; }
+
+std::optional<Schedule> scheduleNamed(const std::string &name) {
+  if (name == "gpipe")
+    return Schedule::GPipe;
+  if (name == "1f1b")
+    return Schedule::OneFOneB;
+  return std::nullopt;
+}
+
+llvm::Error parseStages(const std::string &text, StageSpec &spec) {
+  std::vector<unsigned> counts;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t comma = text.find(',', at);
+    if (comma == std::string::npos)
+      comma = text.size();
+    const std::string item = text.substr(at, comma - at);
+    char *end = nullptr;
+    const unsigned long v = std::strtoul(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v == 0 || v > 100000)
+      return stringError(fmt::format(
+          "--stages '{}': give a number of stages (2), or each stage's layers by commas (3,5); "
+          "'{}' is not a positive count",
+          text, item));
+    counts.push_back(static_cast<unsigned>(v));
+    at = comma + 1;
+  }
+  spec.layers.clear();
+  if (counts.size() == 1) {
+    spec.stages = counts[0];
+  } else {
+    spec.stages = static_cast<unsigned>(counts.size());
+    spec.layers = counts;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<Layers> forwardLayers(const Graph &forward) {
+  auto candidates = forwardCandidates(forward);
+  if (!candidates)
+    return candidates.takeError();
+  std::set<std::string> cuts;
+  for (const RecomputeCandidate &c : *candidates)
+    if (c.cut)
+      cuts.insert(c.tensor);
+  auto order = forward.topologicalOrder();
+  if (!order)
+    return order.takeError();
+  Layers l;
+  l.ends.push_back("");
+  for (size_t i = 0; i < order->size(); ++i) {
+    const Node &n = forward.nodes()[(*order)[i]];
+    l.ofNode[n.name] = l.count() - 1;
+    if (cuts.count(n.output) && i + 1 < order->size()) {
+      l.ends.back() = n.output;
+      l.ends.push_back("");
+    }
+  }
+  return l;
+}
+
+std::string StagedPlan::describe() const {
+  const unsigned per = stages.empty() ? 1 : stages[0].workers;
+  return fmt::format("{} stage{} x {} worker{}, {} microbatch{}, {}", spec.stages,
+                     spec.stages == 1 ? "" : "s", per, per == 1 ? "" : "s", spec.microbatches,
+                     spec.microbatches == 1 ? "" : "es", scheduleName(spec.schedule));
+}
+
+std::vector<Chunk> scheduleChunks(Schedule s, unsigned stages, unsigned microbatches) {
+  const unsigned S = stages, M = microbatches;
+  // Each stage's chunks in the order it runs them.
+  std::vector<std::vector<Chunk>> seq(S);
+  for (unsigned st = 0; st < S; ++st) {
+    auto f = [&](unsigned m) { seq[st].push_back({ChunkPhase::Forward, st, m, 0}); };
+    auto b = [&](unsigned m) { seq[st].push_back({ChunkPhase::Backward, st, m, 0}); };
+    if (s == Schedule::GPipe) {
+      for (unsigned m = 0; m < M; ++m)
+        f(m);
+      for (unsigned m = 0; m < M; ++m)
+        b(m);
+    } else {
+      const unsigned warm = std::min(S - st - 1, M);
+      for (unsigned m = 0; m < warm; ++m)
+        f(m);
+      for (unsigned i = 0; i + warm < M; ++i) {
+        f(warm + i);
+        b(i);
+      }
+      for (unsigned m = M - warm; m < M; ++m)
+        b(m);
+    }
+  }
+  // Simulated: a forward takes 1, a backward 2; a chunk starts when its stage is free and
+  // what it reads is done (the previous stage's forward, the next stage's backward).
+  std::map<std::tuple<int, unsigned, unsigned>, double> end;
+  std::vector<size_t> next(S, 0);
+  std::vector<double> free(S, 0);
+  std::vector<Chunk> out;
+  const double inf = std::numeric_limits<double>::infinity();
+  while (out.size() < size_t(2) * S * M) {
+    int pick = -1;
+    double pickStart = inf;
+    bool pickReceives = false;
+    for (unsigned st = 0; st < S; ++st) {
+      if (next[st] == seq[st].size())
+        continue;
+      const Chunk &c = seq[st][next[st]];
+      double ready = free[st];
+      bool receives = false, blocked = false;
+      auto after = [&](int phase, unsigned stage, unsigned m, bool cross) {
+        auto it = end.find({phase, stage, m});
+        if (it == end.end()) {
+          blocked = true;
+          return;
+        }
+        ready = std::max(ready, it->second);
+        receives = receives || cross;
+      };
+      if (c.phase == ChunkPhase::Forward && st > 0)
+        after(0, st - 1, c.microbatch, true);
+      if (c.phase == ChunkPhase::Backward)
+        st + 1 < S ? after(1, st + 1, c.microbatch, true) : after(0, st, c.microbatch, false);
+      if (blocked)
+        continue;
+      // Ties: a chunk that receives from another stage first, so that the sender passes its
+      // hand-over before going on; then the later stage.
+      if (ready < pickStart || (ready == pickStart && receives && !pickReceives)) {
+        pick = static_cast<int>(st);
+        pickStart = ready;
+        pickReceives = receives;
+      }
+    }
+    Chunk c = seq[pick][next[pick]++];
+    c.start = pickStart;
+    const double took = c.phase == ChunkPhase::Forward ? 1 : 2;
+    free[pick] = pickStart + took;
+    end[{c.phase == ChunkPhase::Forward ? 0 : 1, c.stage, c.microbatch}] = pickStart + took;
+    out.push_back(c);
+  }
+  return out;
+}
+
+namespace {
+
+/// Layers [first[s], first[s + 1]) per stage, balancing the stages' work (the least largest
+/// stage, by dynamic programming over the cut positions).
+std::vector<unsigned> balance(const std::vector<double> &work, unsigned stages) {
+  const unsigned L = static_cast<unsigned>(work.size());
+  std::vector<double> prefix(L + 1, 0);
+  for (unsigned i = 0; i < L; ++i)
+    prefix[i + 1] = prefix[i] + work[i];
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[s][i]: the least largest stage putting layers [0, i) into s stages.
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<unsigned>> from(stages + 1, std::vector<unsigned>(L + 1, 0));
+  best[0][0] = 0;
+  for (unsigned s = 1; s <= stages; ++s)
+    for (unsigned i = s; i <= L - (stages - s); ++i)
+      for (unsigned j = s - 1; j < i; ++j) {
+        const double v = std::max(best[s - 1][j], prefix[i] - prefix[j]);
+        if (v < best[s][i]) {
+          best[s][i] = v;
+          from[s][i] = j;
+        }
+      }
+  std::vector<unsigned> first(stages + 1, L);
+  unsigned i = L;
+  for (unsigned s = stages; s >= 1; --s) {
+    first[s] = i;
+    i = from[s][i];
+  }
+  first[0] = 0;
+  return first;
+}
+
+/// Stage s's nodes as a problem of their own: the tensors they touch, those of other stages
+/// as its inputs. `tensorOf` gets each of its tensors' index in `p`.
+Problem stageProblem(const Problem &p, const std::vector<unsigned> &nodes,
+                     std::vector<unsigned> &tensorOf) {
+  Problem sub;
+  std::map<unsigned, unsigned> local;
+  auto tensor = [&](unsigned t) {
+    auto [it, fresh] = local.emplace(t, static_cast<unsigned>(sub.tensors.size()));
+    if (fresh) {
+      ProblemTensor pt = p.tensors[t];
+      pt.producer = -1;
+      pt.consumers.clear();
+      sub.tensors.push_back(std::move(pt));
+      tensorOf.push_back(t);
+    }
+    return it->second;
+  };
+  for (unsigned n : nodes) {
+    ProblemNode pn = p.nodes[n];
+    const unsigned i = static_cast<unsigned>(sub.nodes.size());
+    for (unsigned &t : pn.inputs) {
+      t = tensor(t);
+      auto &c = sub.tensors[t].consumers;
+      if (std::find(c.begin(), c.end(), i) == c.end())
+        c.push_back(i);
+    }
+    pn.output = tensor(pn.output);
+    sub.tensors[pn.output].producer = static_cast<int>(i);
+    sub.nodes.push_back(std::move(pn));
+    sub.order.push_back(i);
+  }
+  return sub;
+}
+
+} // namespace
+
+llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForward,
+                                      const std::set<std::string> &forwardNodes,
+                                      const StageSpec &spec, const PlanOptions &search,
+                                      const std::vector<double> &nodeWork) {
+  const unsigned S = spec.stages, M = spec.microbatches, k = search.workers;
+  if (S == 0 || M == 0)
+    return stringError("--stages and --microbatches must be at least 1");
+  if (k % S != 0)
+    return stringError(fmt::format("{} stages need a number of workers they divide (each stage "
+                                   "runs on its own group); --workers is {}",
+                                   S, k));
+  auto layers = forwardLayers(microForward);
+  if (!layers)
+    return layers.takeError();
+  const unsigned L = layers->count();
+  if (S > L)
+    return stringError(
+        fmt::format("{} stages need at least {} layers, and the model has {} (its forward graph's "
+                    "segments between cuts, the tensors a stage can hand the next one alone)",
+                    S, S, L));
+  StagedPlan out;
+  out.spec = spec;
+  out.layers = L;
+  // Each layer's forward work, from microbatch 0's copy of its nodes.
+  std::map<std::string, unsigned> nodeIndex;
+  for (unsigned n = 0; n < p.nodes.size(); ++n)
+    nodeIndex[p.nodes[n].name] = n;
+  std::vector<double> work(L, 0);
+  for (const auto &[name, layer] : layers->ofNode)
+    if (auto it = nodeIndex.find(M > 1 ? name + microbatchSuffix(0) : name); it != nodeIndex.end())
+      work[layer] += nodeWork.at(it->second);
+  std::vector<unsigned> first;
+  if (!spec.layers.empty()) {
+    unsigned sum = 0;
+    for (unsigned l : spec.layers)
+      sum += l;
+    if (spec.layers.size() != S || sum != L)
+      return stringError(fmt::format("--stages {}: the stages' layers add up to {}, and the "
+                                     "model has {} (its segments between cuts)",
+                                     fmt::join(spec.layers, ","), sum, L));
+    first.push_back(0);
+    for (unsigned l : spec.layers)
+      first.push_back(first.back() + l);
+  } else {
+    first = balance(work, S);
+  }
+
+  std::vector<unsigned> stageOfLayer(L);
+  for (unsigned s = 0; s < S; ++s)
+    for (unsigned l = first[s]; l < first[s + 1]; ++l)
+      stageOfLayer[l] = s;
+  const unsigned per = k / S;
+  for (unsigned s = 0; s < S; ++s) {
+    StageSummary st;
+    st.firstWorker = s * per;
+    st.workers = per;
+    st.firstLayer = first[s];
+    st.layers = first[s + 1] - first[s];
+    st.boundary = s + 1 < S ? layers->ends[first[s + 1] - 1] : "";
+    out.stages.push_back(std::move(st));
+  }
+  // Each forward group's stage: that of its first node.
+  std::map<std::string, unsigned> groupStage;
+  {
+    auto order = microForward.topologicalOrder();
+    if (!order)
+      return order.takeError();
+    for (unsigned i : *order) {
+      const Node &n = microForward.nodes()[i];
+      groupStage.emplace(n.group.empty() ? n.name : n.group,
+                         stageOfLayer[layers->ofNode.at(n.name)]);
+    }
+  }
+  out.chunks = scheduleChunks(spec.schedule, S, M);
+  std::map<std::tuple<int, unsigned, unsigned>, unsigned> rank;
+  for (unsigned i = 0; i < out.chunks.size(); ++i) {
+    const Chunk &c = out.chunks[i];
+    rank[{c.phase == ChunkPhase::Forward ? 0 : 1, c.stage, c.microbatch}] = i;
+  }
+  // Each node's chunk: by its group where that is a layer's op (forward, or its backward),
+  // else (gradient sums, updates, the loss's mean) the latest chunk it reads from, else (it
+  // reads only inputs and weights) the earliest that reads it.
+  const unsigned unset = std::numeric_limits<unsigned>::max();
+  out.nodeChunk.assign(p.nodes.size(), unset);
+  for (unsigned n : p.order) {
+    const ProblemNode &node = p.nodes[n];
+    std::optional<std::pair<std::string, unsigned>> split =
+        M > 1 ? splitMicrobatch(node.group) : std::pair{node.group, 0u};
+    auto it = split ? groupStage.find(split->first) : groupStage.end();
+    if (it != groupStage.end() && !isGradientSumName(node.name)) {
+      out.nodeChunk[n] =
+          rank.at({forwardNodes.count(node.name) ? 0 : 1, it->second, split->second});
+      continue;
+    }
+    for (unsigned t : node.inputs)
+      if (int prod = p.tensors[t].producer; prod >= 0 && out.nodeChunk[prod] != unset)
+        out.nodeChunk[n] = out.nodeChunk[n] == unset
+                               ? out.nodeChunk[prod]
+                               : std::max(out.nodeChunk[n], out.nodeChunk[prod]);
+  }
+  for (auto it = p.order.rbegin(); it != p.order.rend(); ++it) {
+    const unsigned n = *it;
+    if (out.nodeChunk[n] != unset)
+      continue;
+    unsigned earliest = unset;
+    for (unsigned c : p.tensors[p.nodes[n].output].consumers)
+      earliest = std::min(earliest, out.nodeChunk[c]);
+    out.nodeChunk[n] = earliest == unset ? 0 : earliest;
+  }
+  // The schedule's order: by chunk, and within one as the graph's.
+  std::vector<unsigned> position(p.nodes.size());
+  for (unsigned i = 0; i < p.order.size(); ++i)
+    position[p.order[i]] = i;
+  std::vector<unsigned> order = p.order;
+  std::stable_sort(order.begin(), order.end(), [&](unsigned a, unsigned b) {
+    return out.nodeChunk[a] != out.nodeChunk[b] ? out.nodeChunk[a] < out.nodeChunk[b]
+                                                : position[a] < position[b];
+  });
+  {
+    std::vector<bool> done(p.nodes.size(), false);
+    for (unsigned n : order) {
+      for (unsigned t : p.nodes[n].inputs)
+        if (int prod = p.tensors[t].producer; prod >= 0 && !done[prod])
+          return stringError(
+              fmt::format("the {} schedule would run '{}' before '{}', whose result it reads",
+                          scheduleName(spec.schedule), p.nodes[n].name, p.nodes[prod].name));
+      done[n] = true;
+    }
+  }
+  auto stageOf = [&](unsigned n) { return out.chunks[out.nodeChunk[n]].stage; };
+  // Each tensor's home: the stage of its producer, else of its first reader.
+  std::vector<int> home(p.tensors.size(), -1);
+  for (unsigned n : order) {
+    for (unsigned t : p.nodes[n].inputs)
+      if (home[t] < 0 && p.tensors[t].producer < 0)
+        home[t] = static_cast<int>(stageOf(n));
+    home[p.nodes[n].output] = static_cast<int>(stageOf(n));
+  }
+  // The stages' searches and execution plans.
+  std::vector<std::vector<unsigned>> stageNodes(S);
+  for (unsigned n : order)
+    stageNodes[stageOf(n)].push_back(n);
+  ExecPlan &e = out.exec;
+  e.workers = k;
+  e.parts = {S, per};
+  e.stages = S;
+  std::vector<std::vector<unsigned>> coords(k);
+  for (unsigned w = 0; w < k; ++w)
+    coords[w] = {w / per, w % per};
+  e.tiles.assign(k, std::vector<Box>(p.tensors.size()));
+  std::vector<std::vector<bool>> holds(p.tensors.size(), std::vector<bool>(k, false));
+  for (unsigned t = 0; t < p.tensors.size(); ++t)
+    for (unsigned w = 0; w < k; ++w) {
+      e.tiles[w][t] = Box(p.tensors[t].shape.size(), Range{0, 0});
+      holds[t][w] = p.tensors[t].shape.empty(); // scalars: every worker
+    }
+  std::vector<ExecPlan> subExec(S);
+  std::vector<std::vector<unsigned>> subTensorOf(S);
+  std::vector<std::map<unsigned, unsigned>> subNodeOf(S); // global node -> its NodeExec
+  for (unsigned s = 0; s < S; ++s) {
+    Problem sub = stageProblem(p, stageNodes[s], subTensorOf[s]);
+    PlanOptions o = search;
+    o.workers = per;
+    // Steps given for a stage's workers (Megatron's TP x DP inside each stage) stay; steps
+    // of every worker do not apply.
+    unsigned product = 1;
+    for (unsigned f : o.factors)
+      product *= f;
+    if (product != per) {
+      o.factors.clear();
+      o.stepAlgorithms.clear();
+    }
+    o.prefixWeights = {};
+    o.pricedBuffers.clear();
+    auto plan = searchPlan(sub, o);
+    if (!plan)
+      return stringError(fmt::format("stage {}: {}", s, llvm::toString(plan.takeError())));
+    subExec[s] = buildExecPlan(sub, *plan);
+    out.stages[s].nodes = static_cast<unsigned>(stageNodes[s].size());
+    out.stages[s].plan = std::move(*plan);
+    for (size_t i = 0; i < subExec[s].nodes.size(); ++i)
+      subNodeOf[s][stageNodes[s][subExec[s].nodes[i].node]] = static_cast<unsigned>(i);
+    for (unsigned lt = 0; lt < subTensorOf[s].size(); ++lt) {
+      const unsigned t = subTensorOf[s][lt];
+      if (home[t] != static_cast<int>(s))
+        continue;
+      for (unsigned j = 0; j < per; ++j) {
+        e.tiles[s * per + j][t] = subExec[s].tiles[j][lt];
+        holds[t][s * per + j] = true;
+      }
+    }
+  }
+  for (unsigned t = 0; t < p.tensors.size(); ++t)
+    if (p.tensors[t].shape.empty())
+      for (unsigned w = 0; w < k; ++w)
+        e.tiles[w][t] = Box{};
+  for (unsigned n : order) {
+    const unsigned s = stageOf(n);
+    const ProblemNode &node = p.nodes[n];
+    const NodeExec &sn = subExec[s].nodes[subNodeOf[s].at(n)];
+    const std::vector<unsigned> &tensorOf = subTensorOf[s];
+    NodeExec ne;
+    ne.node = n;
+    ne.reducer = sn.reducer;
+    for (unsigned w = 0; w < k; ++w) {
+      OpInstance inst;
+      if (w / per != s) { // another stage's node: nothing to do
+        inst.computes = false;
+        inst.ranges.assign(sn.workers[0].ranges.size(), Range{0, 0});
+        for (unsigned t : node.inputs) {
+          InputFetch f;
+          f.tensor = t;
+          f.region = Box(p.tensors[t].shape.size(), Range{0, 0});
+          inst.inputs.push_back(std::move(f));
+        }
+        inst.produced = Box(p.tensors[node.output].shape.size(), Range{0, 0});
+        ne.workers.push_back(std::move(inst));
+        continue;
+      }
+      const unsigned j = w % per;
+      inst = sn.workers[j];
+      for (InputFetch &f : inst.inputs) {
+        const unsigned t = tensorOf[f.tensor];
+        f.tensor = t;
+        if (home[t] == static_cast<int>(s) && !p.tensors[t].shape.empty()) {
+          for (Fetch &part : f.parts)
+            part.from += s * per; // as the stage's plan fetches it
+          continue;
+        }
+        std::vector<Box> tiles(k);
+        for (unsigned v = 0; v < k; ++v)
+          tiles[v] = e.tiles[v][t];
+        f.parts = fetchParts(f.region, w, tiles, holds[t], coords);
+      }
+      ne.workers.push_back(std::move(inst));
+    }
+    std::vector<bool> owns(k, false);
+    for (const OutputAssembly &a : sn.assemble) {
+      OutputAssembly g = a;
+      g.owner += s * per;
+      for (auto &slice : g.slices)
+        for (Fetch &f : slice)
+          f.from += s * per;
+      owns[g.owner] = true;
+      ne.assemble.push_back(std::move(g));
+    }
+    // Another stage's workers hold a scalar too: assembled as the stage's first owner is.
+    if (node.table && p.tensors[node.output].shape.empty() && !sn.assemble.empty())
+      for (unsigned w = 0; w < k; ++w)
+        if (!owns[w]) {
+          OutputAssembly g = ne.assemble.front();
+          g.owner = w;
+          ne.assemble.push_back(std::move(g));
+        }
+    std::sort(ne.assemble.begin(), ne.assemble.end(),
+              [](const OutputAssembly &a, const OutputAssembly &b) { return a.owner < b.owner; });
+    e.nodes.push_back(std::move(ne));
+  }
+  return out;
+}
+
+} // namespace tofu

@@ -1,0 +1,111 @@
+// Pipeline stages (GPipe; 1F1B, PipeDream-Flush): a training step over M microbatches
+// (graph/microbatch.h) whose layers are cut into S contiguous stages, each run by its own
+// group of k/S workers and partitioned over them by Tofu's search, one stage after another
+// as the schedule says.
+//
+// - Layers are the forward graph's segments between its cuts (graph/recompute.h:
+//   forwardCandidates; a transformer's residual stream between sublayers, a CNN's block
+//   outputs): a stage ends at a cut, so the one tensor a stage hands the next forward (and
+//   its gradient, backward) is that cut. `--stages S` balances the stages' forward work (their
+//   ops' estimated time on one worker); `--stages 3,5` gives each stage's layers.
+// - Every node of the step belongs to one stage and one chunk of the schedule (stage s's
+//   forward or backward of microbatch m): a forward op and its backward ops to the stage of
+//   its layer, a weight's gradient sums and update to where its gradients are summed, the
+//   loss's mean to the last stage. The chunks are ordered by simulating the schedule
+//   (backward twice a forward's time) and the nodes by their chunk, so the memory planner sees
+//   each microbatch's activations live from its forward to its backward: GPipe holds all M
+//   microbatches' at once, 1F1B at most S - s on stage s.
+// - The execution plan is the stages' partitions side by side: stage s's workers hold the
+//   tiles of its tensors as its own plan cuts them; a tensor another stage reads (the cut, a
+//   weight two stages share) is fetched from the stage holding it, re-cut to the reader's
+//   regions. Scalars are held by every worker. Every engine and transport runs it as any
+//   plan: a worker passes over other stages' nodes, and waits only where it exchanges data.
+#ifndef TOFU_PLANNER_STAGES_H
+#define TOFU_PLANNER_STAGES_H
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codegen/exec_plan.h"
+#include "graph/graph.h"
+#include "partition/plan.h"
+#include "partition/problem.h"
+#include "search/search.h"
+#include "llvm/Support/Error.h"
+
+namespace tofu {
+
+enum class Schedule { GPipe, OneFOneB };
+/// Its command-line name ("gpipe", "1f1b").
+const char *scheduleName(Schedule s);
+std::optional<Schedule> scheduleNamed(const std::string &name);
+
+struct StageSpec {
+  unsigned stages = 1;
+  /// Per stage, its layers, where given (else balanced).
+  std::vector<unsigned> layers;
+  unsigned microbatches = 1;
+  Schedule schedule = Schedule::OneFOneB;
+  bool active() const { return stages > 1 || microbatches > 1; }
+};
+
+/// `--stages`' forms: a count S, or the layers of each stage by commas ("3,5"). Errors say
+/// which form failed.
+llvm::Error parseStages(const std::string &text, StageSpec &spec);
+
+/// The forward graph's layers: per node (by name), the layer it is in (0 on), and per layer
+/// the cut that ends it (empty for the last).
+struct Layers {
+  std::map<std::string, unsigned> ofNode;
+  std::vector<std::string> ends;
+  unsigned count() const { return static_cast<unsigned>(ends.size()); }
+};
+llvm::Expected<Layers> forwardLayers(const Graph &forward);
+
+struct StageSummary {
+  unsigned firstWorker = 0, workers = 1;
+  unsigned firstLayer = 0, layers = 0;
+  std::string boundary; ///< the cut it hands the next stage (empty for the last)
+  unsigned nodes = 0;   ///< of the step
+  PartitionPlan plan;   ///< its nodes' partition over its workers
+};
+
+enum class ChunkPhase { Forward, Backward };
+struct Chunk {
+  ChunkPhase phase = ChunkPhase::Forward;
+  unsigned stage = 0, microbatch = 0;
+  double start = 0; ///< in the simulated schedule (a forward takes 1, a backward 2)
+};
+
+struct StagedPlan {
+  StageSpec spec;
+  std::vector<StageSummary> stages;
+  unsigned layers = 0;
+  /// The schedule's chunks in order, and per problem node the chunk it runs in.
+  std::vector<Chunk> chunks;
+  std::vector<unsigned> nodeChunk;
+  ExecPlan exec; ///< every worker's; nodes in the schedule's order
+  /// "2 stages x 2 workers, 4 microbatches, 1f1b".
+  std::string describe() const;
+};
+
+/// The schedule's chunks for S stages and M microbatches, in the order they start.
+std::vector<Chunk> scheduleChunks(Schedule s, unsigned stages, unsigned microbatches);
+
+/// Plans `p`, the training step of microbatchGraph's graph (or, with one microbatch, of the
+/// model itself), as `spec`'s stages on `search.workers` workers (a multiple of the stages),
+/// each stage searched with `search` over its workers. `microForward` is the model at the
+/// microbatch's batch, with its loss (its layers name the stages' cuts); `forwardNodes` names
+/// the step's forward nodes; `nodeWork`, per node of `p`, its time on one worker (what
+/// balances the stages: their forward nodes' sums). Errors: more stages than layers, layers
+/// that do not add up, a worker count the stages do not divide.
+llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForward,
+                                      const std::set<std::string> &forwardNodes,
+                                      const StageSpec &spec, const PlanOptions &search,
+                                      const std::vector<double> &nodeWork);
+
+} // namespace tofu
+
+#endif // TOFU_PLANNER_STAGES_H

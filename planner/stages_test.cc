@@ -1,0 +1,144 @@
+// Pipeline stages: --stages' forms, the schedules' orders (1F1B's warm-up of S - s - 1
+// forwards, GPipe's forwards first), and planned steps: every stage ends at a cut, each
+// worker computes only its own stage's nodes, and GPipe holds more microbatches' activations
+// at once than 1F1B.
+#include "planner/stages.h"
+
+#include <string>
+#include <vector>
+
+#include "graph/test_library.h"
+#include "planner/pipeline.h"
+#include "gtest/gtest.h"
+
+namespace tofu {
+namespace {
+
+TEST(Stages, ParsesCountsAndLayers) {
+  StageSpec s;
+  ASSERT_FALSE(bool(parseStages("4", s)));
+  EXPECT_EQ(s.stages, 4u);
+  EXPECT_TRUE(s.layers.empty());
+  ASSERT_FALSE(bool(parseStages("3,5", s)));
+  EXPECT_EQ(s.stages, 2u);
+  EXPECT_EQ(s.layers, (std::vector<unsigned>{3, 5}));
+  for (const char *bad : {"0", "", "2,", "a", "2,-1"}) {
+    llvm::Error e = parseStages(bad, s);
+    ASSERT_TRUE(bool(e)) << bad;
+    EXPECT_NE(llvm::toString(std::move(e)).find("not a positive count"), std::string::npos);
+  }
+}
+
+/// Stage s's chunks in order, as "F0 B0 ...".
+std::string stageOrder(const std::vector<Chunk> &chunks, unsigned s) {
+  std::string out;
+  for (const Chunk &c : chunks)
+    if (c.stage == s)
+      out += (out.empty() ? "" : " ") + std::string(c.phase == ChunkPhase::Forward ? "F" : "B") +
+             std::to_string(c.microbatch);
+  return out;
+}
+
+TEST(Stages, SchedulesOrderChunks) {
+  const auto f1b = scheduleChunks(Schedule::OneFOneB, 3, 4);
+  EXPECT_EQ(stageOrder(f1b, 0), "F0 F1 F2 B0 F3 B1 B2 B3");
+  EXPECT_EQ(stageOrder(f1b, 1), "F0 F1 B0 F2 B1 F3 B2 B3");
+  EXPECT_EQ(stageOrder(f1b, 2), "F0 B0 F1 B1 F2 B2 F3 B3");
+  const auto gpipe = scheduleChunks(Schedule::GPipe, 2, 3);
+  EXPECT_EQ(stageOrder(gpipe, 0), "F0 F1 F2 B0 B1 B2");
+  // In start order, and each chunk after what it reads.
+  for (const auto &chunks : {f1b, gpipe})
+    for (size_t i = 1; i < chunks.size(); ++i)
+      EXPECT_LE(chunks[i - 1].start, chunks[i].start);
+  // 1F1B's last stage runs microbatch 0's backward at time 3 + 1 (three forwards before it).
+  for (const Chunk &c : f1b)
+    if (c.stage == 2 && c.phase == ChunkPhase::Backward && c.microbatch == 0)
+      EXPECT_EQ(c.start, 3);
+}
+
+PipelineResult planned(const std::string &model, int64_t batch, unsigned workers,
+                       const StageSpec &spec) {
+  GraphSource source;
+  source.model = model;
+  source.batch = batch;
+  source.batchGiven = true;
+  PipelineOptions o;
+  o.train = Optimizer::SGD;
+  o.until = Stage::Execution;
+  o.search.workers = workers;
+  o.stages = spec;
+  auto r = runPipeline(source, testLibrary(), o);
+  EXPECT_TRUE(bool(r)) << llvm::toString(r.takeError());
+  return r ? std::move(*r) : PipelineResult();
+}
+
+TEST(Stages, PlansStagesOnTheirWorkers) {
+  StageSpec spec;
+  spec.stages = 2;
+  spec.microbatches = 2;
+  const PipelineResult r = planned("gpt-2-64-4-16", 8, 4, spec);
+  ASSERT_TRUE(r.staged);
+  const StagedPlan &s = *r.staged;
+  ASSERT_EQ(s.stages.size(), 2u);
+  EXPECT_EQ(s.stages[0].workers, 2u);
+  EXPECT_EQ(s.stages[1].firstWorker, 2u);
+  EXPECT_EQ(s.stages[0].layers + s.stages[1].layers, s.layers);
+  EXPECT_FALSE(s.stages[0].boundary.empty());
+  EXPECT_EQ(r.exec.stages, 2u);
+  // Every node computes on its own stage's workers only.
+  for (const NodeExec &ne : r.exec.nodes) {
+    const unsigned stage = s.chunks[s.nodeChunk[ne.node]].stage;
+    for (unsigned w = 0; w < 4; ++w)
+      if (ne.workers[w].computes)
+        EXPECT_EQ(w / 2, stage) << r.problem->nodes[ne.node].name;
+  }
+  EXPECT_EQ(checkMemoryPlan(r.memory), "");
+  // The plan's bytes are its execution plan's, the stages' own and those between them.
+  EXPECT_EQ(r.plan.totalBytes, r.exec.bytesMoved(*r.problem));
+}
+
+TEST(Stages, GPipeHoldsMoreActivationsThan1F1B) {
+  // The last stage holds one microbatch's logits under 1F1B (each backward follows its
+  // forward) against GPipe's four; stage 0 two against four.
+  StageSpec spec;
+  spec.stages = 2;
+  spec.microbatches = 4;
+  const PipelineResult f1b = planned("gpt-2-64-4-16", 32, 2, spec);
+  spec.schedule = Schedule::GPipe;
+  const PipelineResult gpipe = planned("gpt-2-64-4-16", 32, 2, spec);
+  ASSERT_EQ(f1b.memory.workers.size(), 2u);
+  ASSERT_EQ(gpipe.memory.workers.size(), 2u);
+  EXPECT_LE(f1b.memory.workers[0].peak, gpipe.memory.workers[0].peak);
+  EXPECT_LT(1.5 * double(f1b.memory.workers[1].peak), double(gpipe.memory.workers[1].peak));
+}
+
+TEST(Stages, RefusesWhatCannotBeStaged) {
+  GraphSource source;
+  source.model = "gpt-1-64-4-16";
+  source.batch = 6;
+  PipelineOptions o;
+  o.train = Optimizer::SGD;
+  o.search.workers = 3;
+  o.stages.stages = 2;
+  auto r = runPipeline(source, testLibrary(), o);
+  ASSERT_FALSE(bool(r));
+  EXPECT_NE(llvm::toString(r.takeError()).find("2 stages need a number of workers they divide"),
+            std::string::npos);
+  o.search.workers = 2;
+  o.stages.microbatches = 4;
+  r = runPipeline(source, testLibrary(), o);
+  ASSERT_FALSE(bool(r));
+  EXPECT_NE(llvm::toString(r.takeError()).find("--batch 6 does not split into 4 microbatches"),
+            std::string::npos);
+  o.stages.microbatches = 1;
+  o.stages.layers = {1, 100};
+  r = runPipeline(source, testLibrary(), o);
+  ASSERT_FALSE(bool(r));
+  EXPECT_NE(llvm::toString(r.takeError())
+                .find("the stages' layers add up to 101, and the model "
+                      "has"),
+            std::string::npos);
+}
+
+} // namespace
+} // namespace tofu
