@@ -139,7 +139,6 @@ llvm::Expected<Graph> microbatchGraph(const Graph &full, const Graph &micro, uns
     }
     terms[c] = {loss + suffix, 1.0 / m};
   }
-  g.outputs.clear();
   auto mean = addWeightedSum(g, lib, terms, loss + "_microbatches");
   if (!mean)
     return mean.takeError();

@@ -320,6 +320,34 @@ llvm::Error planRecomputing(PipelineResult &r, const OpLibrary &lib, const Pipel
   return llvm::Error::success();
 }
 
+/// Pipeline stages' plan (planner/stages.h) into `r`: the stages balanced by their ops' time
+/// on one worker of the device (an H100's data sheet where none is given: the ratios are
+/// what count), each searched over its workers; the execution plan and its memory.
+llvm::Error planStaged(PipelineResult &r, const PipelineOptions &o, const Graph &microForward,
+                       const std::set<std::string> &forwardNodes) {
+  auto device = o.device ? llvm::Expected<DeviceModel>(*o.device) : deviceModelNamed("h100");
+  if (!device)
+    return device.takeError();
+  const SingleWorker one = singleWorker(*r.problem, r.graph.outputs);
+  auto alone = estimateStepTime(*r.problem, one.exec, r.graph.outputs, *device);
+  if (!alone)
+    return alone.takeError();
+  std::vector<double> work(r.problem->nodes.size(), 0);
+  for (const OpTimeEstimate &op : alone->workerOps[0])
+    work[op.node] += op.seconds;
+  auto staged = planStages(*r.problem, microForward, forwardNodes, o.stages, o.search, work);
+  if (!staged)
+    return staged.takeError();
+  r.exec = std::move(staged->exec);
+  r.plan = PartitionPlan();
+  r.plan.algorithm = staged->describe();
+  r.plan.workers = o.search.workers;
+  r.plan.totalBytes = r.exec.bytesMoved(*r.problem);
+  r.memory = planMemory(*r.problem, r.exec, r.graph.outputs);
+  r.staged = std::move(*staged);
+  return llvm::Error::success();
+}
+
 /// A training step's loss on `g` (PipelineOptions::lossOutput, loss): each output's, then
 /// their weighted sum, which becomes the graph's one output. `note` gets what was chosen.
 llvm::Expected<std::string> addTrainingLoss(Graph &g, const OpLibrary &lib,
@@ -521,29 +549,8 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
   stage = Stage::Plan;
   bool ready = false; // r.exec and r.memory are r.plan's
   if (stages.active()) {
-    // The stages are balanced by their ops' time on one worker of the device (an H100's
-    // data sheet where none is given: the ratios are what count).
-    auto device =
-        options.device ? llvm::Expected<DeviceModel>(*options.device) : deviceModelNamed("h100");
-    if (!device)
-      return fail(device.takeError());
-    const SingleWorker one = singleWorker(*r.problem, r.graph.outputs);
-    auto alone = estimateStepTime(*r.problem, one.exec, r.graph.outputs, *device);
-    if (!alone)
-      return fail(alone.takeError());
-    std::vector<double> work(r.problem->nodes.size(), 0);
-    for (const OpTimeEstimate &o : alone->workerOps[0])
-      work[o.node] += o.seconds;
-    auto staged = planStages(*r.problem, microForward, forwardNodes, stages, options.search, work);
-    if (!staged)
-      return fail(staged.takeError());
-    r.plan = PartitionPlan();
-    r.plan.algorithm = "stages";
-    r.plan.workers = options.search.workers;
-    r.exec = staged->exec;
-    r.plan.totalBytes = r.exec.bytesMoved(*r.problem);
-    r.memory = planMemory(*r.problem, r.exec, r.graph.outputs);
-    r.staged = std::move(*staged);
+    if (llvm::Error e = planStaged(r, options, microForward, forwardNodes))
+      return fail(std::move(e));
     ready = true;
   } else if (recomputing) {
     if (llvm::Error e = planRecomputing(r, lib, options, ready))
@@ -552,8 +559,8 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
     if (llvm::Error e = planWithinBudget(r, options, ready))
       return fail(std::move(e));
   }
-  if (stages.active()) {
-  } else if (options.machine && options.memoryPerWorker == 0) {
+  // (Stages refuse a machine's search and a budget: they were planned above.)
+  if (options.machine && options.memoryPerWorker == 0) {
     // The machine's search beside the plan of least bytes (with recomputation, of the
     // rewritten graph).
     std::optional<TopologyPlan> searched;
@@ -572,7 +579,7 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
     r.exec = ExecPlan();
     r.memory = MemoryPlan();
     ready = false;
-  } else if (!recomputing && options.memoryPerWorker == 0) {
+  } else if (!stages.active() && !recomputing && options.memoryPerWorker == 0) {
     const bool grid = options.device && options.search.algorithm == Algorithm::Megatron &&
                       options.search.factors.empty() && options.search.workers > 1;
     auto plan = options.plan ? options.plan(*r.problem) : agreedPlan(options, *r.problem, [&] {

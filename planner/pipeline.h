@@ -217,8 +217,9 @@ struct PipelineResult {
   /// --algo megatron's grid where it was searched (on the process that chose): each TP, DP
   /// with its estimated step; the plan is the first of least time.
   std::vector<MegatronConfig> megatronGrid;
-  /// With PipelineOptions::stages: the stages, their plans and the schedule (`exec` is its
-  /// execution plan; `plan` names it, with no steps of its own).
+  /// With PipelineOptions::stages: the stages, their plans and the schedule. Its execution
+  /// plan is moved into `exec`; `plan` names it (StagedPlan::describe), with no steps of its
+  /// own and its bytes as `totalBytes`.
   std::optional<StagedPlan> staged;
 };
 

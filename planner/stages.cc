@@ -379,8 +379,8 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
   std::vector<std::vector<bool>> holds(p.tensors.size(), std::vector<bool>(k, false));
   for (unsigned t = 0; t < p.tensors.size(); ++t)
     for (unsigned w = 0; w < k; ++w) {
-      e.tiles[w][t] = Box(p.tensors[t].shape.size(), Range{0, 0});
-      holds[t][w] = p.tensors[t].shape.empty(); // scalars: every worker
+      e.tiles[w][t] = Box(p.tensors[t].shape.size(), Range{0, 0}); // none (a scalar's: whole)
+      holds[t][w] = p.tensors[t].shape.empty();                    // scalars: every worker
     }
   std::vector<ExecPlan> subExec(S);
   std::vector<std::vector<unsigned>> subTensorOf(S);
@@ -418,10 +418,15 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
       }
     }
   }
-  for (unsigned t = 0; t < p.tensors.size(); ++t)
-    if (p.tensors[t].shape.empty())
+  // Each tensor's tiles across the workers, gathered once where another stage reads it.
+  std::map<unsigned, std::vector<Box>> columns;
+  auto tilesOf = [&](unsigned t) -> const std::vector<Box> & {
+    auto [it, fresh] = columns.emplace(t, std::vector<Box>());
+    if (fresh)
       for (unsigned w = 0; w < k; ++w)
-        e.tiles[w][t] = Box{};
+        it->second.push_back(e.tiles[w][t]);
+    return it->second;
+  };
   for (unsigned n : order) {
     const unsigned s = stageOf(n);
     const ProblemNode &node = p.nodes[n];
@@ -455,10 +460,7 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
             part.from += s * per; // as the stage's plan fetches it
           continue;
         }
-        std::vector<Box> tiles(k);
-        for (unsigned v = 0; v < k; ++v)
-          tiles[v] = e.tiles[v][t];
-        f.parts = fetchParts(f.region, w, tiles, holds[t], coords);
+        f.parts = fetchParts(f.region, w, tilesOf(t), holds[t], coords);
       }
       ne.workers.push_back(std::move(inst));
     }
@@ -473,7 +475,7 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
       ne.assemble.push_back(std::move(g));
     }
     // Another stage's workers hold a scalar too: assembled as the stage's first owner is.
-    if (node.table && p.tensors[node.output].shape.empty() && !sn.assemble.empty())
+    if (p.tensors[node.output].shape.empty() && !sn.assemble.empty())
       for (unsigned w = 0; w < k; ++w)
         if (!owns[w]) {
           OutputAssembly g = ne.assemble.front();

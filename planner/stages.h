@@ -86,7 +86,7 @@ struct StagedPlan {
   /// The schedule's chunks in order, and per problem node the chunk it runs in.
   std::vector<Chunk> chunks;
   std::vector<unsigned> nodeChunk;
-  ExecPlan exec; ///< every worker's; nodes in the schedule's order
+  ExecPlan exec; ///< every worker's; nodes in the schedule's order (runPipeline moves it out)
   /// "2 stages x 2 workers, 4 microbatches, 1f1b".
   std::string describe() const;
 };

@@ -338,13 +338,42 @@ double opSeconds(const DeviceModel &d, const OpTimeEstimate &o, double share) {
 
 namespace {
 
+/// Where the engines synchronise the workers around each node of `plan` (the rule of
+/// codegen/program_builder.cc's placeSyncs, from the execution plan): after its launches
+/// where some worker reads another's data at that node, and after its assembly where the
+/// assembly or the next node's fetches do, and after the last node (the carries).
+struct SyncPoints {
+  std::vector<bool> afterLaunch, afterAssembly;
+};
+SyncPoints syncPoints(const ExecPlan &plan) {
+  const size_t n = plan.nodes.size();
+  std::vector<bool> crossFetch(n, false), crossAssemble(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    const NodeExec &ne = plan.nodes[i];
+    for (unsigned w = 0; w < ne.workers.size(); ++w)
+      for (const InputFetch &in : ne.workers[w].inputs)
+        for (const Fetch &f : in.parts)
+          crossFetch[i] = crossFetch[i] || f.from != w;
+    for (const OutputAssembly &a : ne.assemble)
+      for (const auto &slice : a.slices)
+        for (const Fetch &f : slice)
+          crossAssemble[i] = crossAssemble[i] || f.from != a.owner;
+  }
+  SyncPoints s;
+  for (size_t i = 0; i < n; ++i) {
+    s.afterLaunch.push_back(crossFetch[i] || crossAssemble[i]);
+    s.afterAssembly.push_back(crossAssemble[i] || i + 1 == n || crossFetch[i + 1]);
+  }
+  return s;
+}
+
 /// A pipelined plan's step as its program runs: each worker through its nodes in order,
 /// its fetches and kernels of each node at their estimated times (a node's share of the
 /// worker's communication is its share of the bytes it receives), and every worker waiting
 /// for the slowest at each synchronisation (codegen/program_builder.cc: placeSyncs, after a
 /// node where some worker reads another's data, and after its assembly where that or the
 /// next node's fetches cross). Between synchronisations the stages' workers run on apart.
-double pipelinedSeconds(const Problem &fp, const ExecPlan &plan,
+double pipelinedSeconds(const Problem &fp, const ExecPlan &plan, const SyncPoints &syncs,
                         const std::vector<std::vector<OpTimeEstimate>> &ops,
                         const TopologyTraffic &traffic, const DeviceModel &device) {
   const unsigned k = plan.workers;
@@ -360,26 +389,20 @@ double pipelinedSeconds(const Problem &fp, const ExecPlan &plan,
   std::vector<std::vector<double>> fetched(k, std::vector<double>(n, 0)),
       assembled(k, std::vector<double>(n, 0));
   std::vector<double> total(k, 0);
-  std::vector<bool> crossFetch(n, false), crossAssemble(n, false);
   for (size_t i = 0; i < n; ++i) {
     const NodeExec &ne = plan.nodes[i];
     for (unsigned w = 0; w < ne.workers.size(); ++w)
       for (const InputFetch &in : ne.workers[w].inputs)
         for (const Fetch &f : in.parts)
-          if (f.from != w) {
-            crossFetch[i] = true;
-            if (in.repeats < 0)
-              fetched[w][i] += double(boxElements(f.box)) * fp.tensors[in.tensor].elementBytes;
-          }
+          if (f.from != w && in.repeats < 0)
+            fetched[w][i] += double(boxElements(f.box)) * fp.tensors[in.tensor].elementBytes;
     const ProblemTensor &out = fp.tensors[fp.nodes[ne.node].output];
     for (const OutputAssembly &a : ne.assemble)
       for (const auto &slice : a.slices)
         for (const Fetch &f : slice)
-          if (f.from != a.owner) {
-            crossAssemble[i] = true;
+          if (f.from != a.owner)
             assembled[a.owner][i] +=
                 double(boxElements(f.box)) * out.resultBytes(a.slices.size() > 1);
-          }
   }
   for (unsigned w = 0; w < k; ++w)
     for (size_t i = 0; i < n; ++i)
@@ -395,11 +418,11 @@ double pipelinedSeconds(const Problem &fp, const ExecPlan &plan,
   for (size_t i = 0; i < n; ++i) {
     for (unsigned w = 0; w < k; ++w)
       clock[w] += seconds(w, fetched[w][i]) + compute[w][i];
-    if (crossFetch[i] || crossAssemble[i])
+    if (syncs.afterLaunch[i])
       barrier();
     for (unsigned w = 0; w < k; ++w)
       clock[w] += seconds(w, assembled[w][i]);
-    if (crossAssemble[i] || i + 1 == n || crossFetch[i + 1])
+    if (syncs.afterAssembly[i])
       barrier();
   }
   return *std::max_element(clock.begin(), clock.end());
@@ -512,27 +535,12 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
       ops[w].push_back(e);
     }
   }
-  // The barriers every worker's program holds (codegen/program_builder.cc: placeSyncs):
-  // after a node where some worker reads another's data, and after its assembly where the
-  // assembly or the next node's fetches do, and after the last node (the carries).
+  // The barriers every worker's program holds (syncPoints).
+  const SyncPoints points = syncPoints(fused.plan);
   int64_t syncs = 0;
-  if (plan.workers > 1) {
-    const auto &nodes = fused.plan.nodes;
-    std::vector<bool> crossFetch(nodes.size(), false), crossAssemble(nodes.size(), false);
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      for (unsigned w = 0; w < nodes[i].workers.size(); ++w)
-        for (const InputFetch &in : nodes[i].workers[w].inputs)
-          for (const Fetch &f : in.parts)
-            crossFetch[i] = crossFetch[i] || f.from != w;
-      for (const OutputAssembly &a : nodes[i].assemble)
-        for (const auto &slice : a.slices)
-          for (const Fetch &f : slice)
-            crossAssemble[i] = crossAssemble[i] || f.from != a.owner;
-    }
-    for (size_t i = 0; i < nodes.size(); ++i)
-      syncs += (crossFetch[i] || crossAssemble[i]) +
-               (crossAssemble[i] || i + 1 == nodes.size() || crossFetch[i + 1]);
-  }
+  if (plan.workers > 1)
+    syncs = std::count(points.afterLaunch.begin(), points.afterLaunch.end(), true) +
+            std::count(points.afterAssembly.begin(), points.afterAssembly.end(), true);
   for (unsigned w = 0; w < plan.workers; ++w) {
     WorkerTime &t = out.perWorker[w];
     t.syncs = syncs;
@@ -550,7 +558,7 @@ llvm::Expected<StepTimeEstimate> estimateStepTime(const Problem &p, const ExecPl
   out.overlappedSeconds = std::max(s.compute(), s.communication - barriers) + barriers;
   if (plan.stages > 1) {
     // Stages run different nodes at once: the step is the schedule's length, simulated.
-    out.seconds = pipelinedSeconds(fp, fused.plan, ops, traffic, device);
+    out.seconds = pipelinedSeconds(fp, fused.plan, points, ops, traffic, device);
     out.overlappedSeconds = std::min(out.overlappedSeconds, out.seconds);
     out.pipelined = true;
   }

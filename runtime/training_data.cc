@@ -203,7 +203,7 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
       lossNode = t.producer;
   // A weighted sum of losses (several outputs', a step's microbatches': graph/microbatch.h)
   // is taught through its first term's loss.
-  for (unsigned hops = 0; lossNode >= 0 && hops < 64; ++hops) {
+  while (lossNode >= 0) { // each step goes to an earlier node: it ends
     const ProblemNode &n = p.nodes[lossNode];
     const std::string &op = n.table->op.def->name;
     if ((op != "Add" && op != "Mul") || n.inputs.empty())
@@ -219,8 +219,7 @@ TrainingData::TrainingData(const Problem &p, const std::string &loss, unsigned s
     return;
   unsigned answer = ln.inputs[1];
   // A microbatch's labels are a slice of the batch's: the teacher labels the batch.
-  if (const int slice = p.tensors[answer].producer;
-      slice >= 0 && p.nodes[slice].table->op.def->name == "Slice")
+  if (const int slice = p.tensors[answer].producer; slice >= 0 && microbatchSlice(p.nodes[slice]))
     answer = p.nodes[slice].inputs[0];
   if (p.tensors[answer].producer >= 0)
     return;

@@ -5,6 +5,7 @@
 
 #include "codegen/program_builder.h"
 #include "fmt/format.h"
+#include "search/cost_model.h"
 #include "support/errors.h"
 #include "tofu_run/options.h"
 #include "llvm/Support/raw_ostream.h"
@@ -48,6 +49,11 @@ double seconds(std::chrono::steady_clock::time_point since) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+int64_t predictedBytes(const tofu::Problem &p, const tofu::PartitionPlan &plan,
+                       const tofu::ExecPlan &exec) {
+  return exec.stages > 1 ? plan.totalBytes : tofu::CostModel(p).bruteForceCost(plan.steps);
 }
 
 tofu::BackendSettings backendSettings() {

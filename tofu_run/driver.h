@@ -53,6 +53,11 @@ makeEngine(const tofu::Problem &p, const tofu::ExecPlan &plan, const tofu::Memor
 
 double seconds(std::chrono::steady_clock::time_point since);
 double median(std::vector<double> v);
+/// The bytes a step of `plan` is predicted to move: the cost model's over its steps, or, for
+/// pipeline stages (`exec` of several stages; the plan has no steps of its own), its
+/// execution plan's (PartitionPlan::totalBytes).
+int64_t predictedBytes(const tofu::Problem &p, const tofu::PartitionPlan &plan,
+                       const tofu::ExecPlan &exec);
 
 /// Trains on the engine (train.cc): --steps steps, then the summary (and --verify's
 /// comparison). `predicted`: the bytes the plan moves per step. `dataSet`: --data's data

@@ -7,7 +7,6 @@
 #include "fmt/format.h"
 #include "graph/training.h"
 #include "runtime/cpu_executor.h"
-#include "search/cost_model.h"
 #include "support/units.h"
 #include "tofu_run/driver.h"
 #include "tofu_run/options.h"
@@ -27,9 +26,7 @@ int runOnExecutor(const tofu::Problem &p, const tofu::Graph &training, const std
   if (!result)
     return fail(name + ": " + llvm::toString(result.takeError()));
   double runSeconds = seconds(start);
-  // A pipeline's plan has no steps of its own: its bytes are its execution plan's.
-  const int64_t predicted =
-      exec.stages > 1 ? plan.totalBytes : tofu::CostModel(p).bruteForceCost(plan.steps);
+  const int64_t predicted = predictedBytes(p, plan, exec);
 
   llvm::outs() << fmt::format("{} training step ({}, batch {}): {} nodes on {} workers, algorithm "
                               "{}, CPU executor\n",

@@ -425,11 +425,8 @@ int run(int argc, char **argv) {
         evalSetup->logits = i;
   }
   if (kernelsMode != Kernels::Interp)
-    return runTraining(p, *t, *loss, name, exec, memory, single,
-                       pipelined->staged ? plan->totalBytes
-                                         : tofu::CostModel(p).bruteForceCost(plan->steps),
-                       pipelined->staged ? pipelined->staged->describe() : plan->algorithm,
-                       evalSetup ? &*evalSetup : nullptr, std::move(dataSet),
+    return runTraining(p, *t, *loss, name, exec, memory, single, predictedBytes(p, *plan, exec),
+                       plan->algorithm, evalSetup ? &*evalSetup : nullptr, std::move(dataSet),
                        recomputeRun ? &*recomputeRun : nullptr);
 
   return runOnExecutor(p, *t, name, exec, memory, single, *plan);
