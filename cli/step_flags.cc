@@ -184,7 +184,7 @@ cl::opt<unsigned> microbatchesOpt(
     "microbatches",
     cl::desc("Split the batch into M microbatches of --batch/M (with --stages, pipelined "
              "through them; each weight is updated once per step with the gradient of the "
-             "whole batch). Default: 1, or PP with --megatron"),
+             "whole batch). Default: 1, PP with --megatron, the workers with --algo placement"),
     cl::value_desc("M"), cl::init(1), cl::cat(stepCategory()));
 cl::opt<Schedule, false, ChoiceParser<Schedule>> scheduleOpt(
     "schedule", cl::desc("How the stages run the microbatches:"),
@@ -205,13 +205,30 @@ llvm::Expected<StageSpec> stageSpec() {
     return usageError("--microbatches must be at least 1");
   spec.microbatches = microbatchesOpt;
   spec.schedule = scheduleOpt;
-  if (scheduleOpt.getNumOccurrences() && spec.stages == 1)
+  if (algo == Algorithm::Placement) {
+    if (stagesOpt.getNumOccurrences())
+      return usageError("--algo placement puts every layer on a worker in turn: --stages does "
+                        "not apply");
+    if (scheduleOpt.getNumOccurrences() && scheduleOpt != Schedule::GPipe)
+      return usageError("--algo placement runs GPipe's order (every forward, then every "
+                        "backward): 1F1B over round-robin layers is Megatron's interleaved "
+                        "schedule, which is not built");
+    spec.roundRobin = true;
+    spec.schedule = Schedule::GPipe;
+  } else if (scheduleOpt.getNumOccurrences() && spec.stages == 1)
     return usageError("--schedule orders pipeline stages: give --stages too");
   return spec;
 }
 
 llvm::Error applyAlgorithm(PlanOptions &search, StageSpec *stages) {
   search.algorithm = algo;
+  if (algo == Algorithm::Placement) { // a layer per worker in turn, each its own group
+    if (!stages)
+      return usageError("--algo placement: this tool plans no pipeline stages");
+    stages->stages = std::max(1u, search.workers);
+    if (!microbatchesOpt.getNumOccurrences())
+      stages->microbatches = stages->stages;
+  }
   if (!megatronOpt.getNumOccurrences())
     return llvm::Error::success();
   if (algo.getNumOccurrences() && algo != Algorithm::Megatron)

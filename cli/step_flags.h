@@ -103,7 +103,8 @@ llvm::Expected<StageSpec> stageSpec();
 /// microbatches unless --microbatches gives them), the steps then each stage's. Bad usage,
 /// naming the flag: --megatron with another --algo, values that are not positive integers,
 /// a product that is not `search.workers`, PP > 1 without `stages` (the tool plans none) or
-/// against --stages.
+/// against --stages. --algo placement gives `stages` a group per worker (and as many
+/// microbatches unless --microbatches gives them).
 llvm::Error applyAlgorithm(PlanOptions &search, StageSpec *stages = nullptr);
 
 } // namespace cli

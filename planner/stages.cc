@@ -3,8 +3,10 @@
 #include "planner/stages.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
+#include <queue>
 
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
@@ -76,7 +78,63 @@ llvm::Expected<Layers> forwardLayers(const Graph &forward) {
   return l;
 }
 
+llvm::Expected<Layers> weightLayers(const Graph &forward) {
+  auto order = forward.topologicalOrder();
+  if (!order)
+    return order.takeError();
+  // The weights' groups: union-find over the weights each op reads together.
+  std::map<std::string, std::string> parent;
+  std::function<std::string(const std::string &)> root = [&](const std::string &w) {
+    auto it = parent.find(w);
+    if (it == parent.end() || it->second == w)
+      return w;
+    return it->second = root(it->second);
+  };
+  auto isWeight = [&](const std::string &t) {
+    const TensorInfo *info = forward.tensor(t);
+    return info && info->role == TensorRole::Weight && !forward.producer(t);
+  };
+  for (const Node &n : forward.nodes()) {
+    std::string first;
+    for (const std::string &in : n.inputs)
+      if (isWeight(in)) {
+        parent.emplace(in, in);
+        if (first.empty())
+          first = root(in);
+        else if (root(in) != first)
+          parent[root(in)] = first;
+      }
+  }
+  Layers l;
+  std::map<std::string, unsigned> groupLayer; // a weight group's root -> its layer
+  std::map<std::string, unsigned> tensorLayer;
+  for (unsigned i : *order) {
+    const Node &n = forward.nodes()[i];
+    unsigned layer = 0;
+    for (const std::string &in : n.inputs) {
+      if (isWeight(in)) {
+        auto it = groupLayer.emplace(root(in), static_cast<unsigned>(groupLayer.size())).first;
+        layer = std::max(layer, it->second);
+      } else if (auto it = tensorLayer.find(in); it != tensorLayer.end()) {
+        layer = std::max(layer, it->second);
+      }
+    }
+    l.ofNode[n.name] = layer; // ops ahead of the first weight: with it, in layer 0
+    tensorLayer[n.output] = layer;
+  }
+  l.ends.assign(std::max<size_t>(1, groupLayer.size()), "");
+  return l;
+}
+
 std::string StagedPlan::describe() const {
+  if (spec.roundRobin) {
+    const unsigned per = stages.empty() ? 1 : stages[0].workers;
+    return fmt::format("placement: {} layers round-robin on {} {}{}, {} microbatch{}, {}", layers,
+                       spec.stages, per == 1 ? "worker" : "groups of workers",
+                       per == 1 ? (spec.stages == 1 ? "" : "s") : fmt::format(" ({} each)", per),
+                       spec.microbatches, spec.microbatches == 1 ? "" : "es",
+                       scheduleName(spec.schedule));
+  }
   const unsigned per = stages.empty() ? 1 : stages[0].workers;
   return fmt::format("{} stage{} x {} worker{}, {} microbatch{}, {}", spec.stages,
                      spec.stages == 1 ? "" : "s", per, per == 1 ? "" : "s", spec.microbatches,
@@ -153,6 +211,77 @@ std::vector<Chunk> scheduleChunks(Schedule s, unsigned stages, unsigned microbat
     free[pick] = pickStart + took;
     end[{c.phase == ChunkPhase::Forward ? 0 : 1, c.stage, c.microbatch}] = pickStart + took;
     out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<Chunk> placementChunks(const std::vector<unsigned> &groupOf,
+                                   const std::vector<double> &work, unsigned microbatches) {
+  const unsigned V = static_cast<unsigned>(groupOf.size()), M = microbatches;
+  unsigned G = 0;
+  for (unsigned g : groupOf)
+    G = std::max(G, g + 1);
+  // A chunk whose inputs are done, from `at`: first by `at`, then forwards, the earlier
+  // microbatch, and (forward) the earlier or (backward) the later layer.
+  struct Ready {
+    double at;
+    Chunk chunk;
+    auto key() const {
+      const bool back = chunk.phase == ChunkPhase::Backward;
+      return std::tuple(at, back, chunk.microbatch, back ? -int(chunk.stage) : int(chunk.stage));
+    }
+    bool operator>(const Ready &o) const { return key() > o.key(); }
+  };
+  using Queue = std::priority_queue<Ready, std::vector<Ready>, std::greater<Ready>>;
+  std::vector<Queue> ready(G);
+  std::vector<std::vector<Ready>> parked(G); // backwards until the group's forwards are done
+  std::vector<unsigned> forwardsLeft(G, 0);
+  for (unsigned v = 0; v < V; ++v)
+    forwardsLeft[groupOf[v]] += M;
+  auto release = [&](Ready r) {
+    const unsigned g = groupOf[r.chunk.stage];
+    if (r.chunk.phase == ChunkPhase::Backward && forwardsLeft[g] > 0)
+      parked[g].push_back(r);
+    else
+      ready[g].push(r);
+  };
+  if (V > 0)
+    for (unsigned m = 0; m < M; ++m)
+      release({0, {ChunkPhase::Forward, 0, m, 0}});
+  std::vector<double> free(G, 0);
+  std::vector<Chunk> out;
+  while (out.size() < size_t(2) * V * M) {
+    int pick = -1;
+    double pickStart = 0;
+    for (unsigned g = 0; g < G; ++g) {
+      if (ready[g].empty())
+        continue;
+      const double start = std::max(free[g], ready[g].top().at);
+      if (pick < 0 || start < pickStart) {
+        pick = static_cast<int>(g);
+        pickStart = start;
+      }
+    }
+    Chunk c = ready[pick].top().chunk;
+    ready[pick].pop();
+    c.start = pickStart;
+    const bool forward = c.phase == ChunkPhase::Forward;
+    const double end = pickStart + (forward ? 1 : 2) * work[c.stage];
+    free[pick] = end;
+    out.push_back(c);
+    if (forward) {
+      if (c.stage + 1 < V)
+        release({end, {ChunkPhase::Forward, c.stage + 1, c.microbatch, 0}});
+      else
+        release({end, {ChunkPhase::Backward, c.stage, c.microbatch, 0}});
+      if (--forwardsLeft[pick] == 0) {
+        for (const Ready &r : parked[pick])
+          ready[pick].push(r);
+        parked[pick].clear();
+      }
+    } else if (c.stage > 0) {
+      release({end, {ChunkPhase::Backward, c.stage - 1, c.microbatch, 0}});
+    }
   }
   return out;
 }
@@ -237,10 +366,19 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
     return stringError(fmt::format("{} stages need a number of workers they divide (each stage "
                                    "runs on its own group); --workers is {}",
                                    S, k));
-  auto layers = forwardLayers(microForward);
+  if (spec.roundRobin && spec.schedule != Schedule::GPipe)
+    return stringError("operator placement runs GPipe's order (every forward, then every "
+                       "backward): 1F1B over round-robin layers is Megatron's interleaved "
+                       "schedule, which is not built");
+  auto layers = spec.roundRobin ? weightLayers(microForward) : forwardLayers(microForward);
   if (!layers)
     return layers.takeError();
   const unsigned L = layers->count();
+  if (spec.roundRobin && S > L)
+    return stringError(fmt::format(
+        "operator placement puts each layer on one worker group in turn, and the model's {} "
+        "layer{} (its groups of weights) would leave some of the {} groups idle: use at most {}",
+        L, L == 1 ? "" : "s", S, L));
   if (S > L)
     return stringError(
         fmt::format("{} stages need at least {} layers, and the model has {} (its forward graph's "
@@ -257,8 +395,16 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
   for (const auto &[name, layer] : layers->ofNode)
     if (auto it = nodeIndex.find(M > 1 ? name + microbatchSuffix(0) : name); it != nodeIndex.end())
       work[layer] += nodeWork.at(it->second);
+  // The schedule's stages: S, or under placement every layer, stage v on group groupOf[v].
+  const unsigned V = spec.roundRobin ? L : S;
+  std::vector<unsigned> groupOf(V);
+  for (unsigned v = 0; v < V; ++v)
+    groupOf[v] = v % S;
   std::vector<unsigned> first;
-  if (!spec.layers.empty()) {
+  if (spec.roundRobin) {
+    for (unsigned l = 0; l <= L; ++l)
+      first.push_back(l);
+  } else if (!spec.layers.empty()) {
     unsigned sum = 0;
     for (unsigned l : spec.layers)
       sum += l;
@@ -274,17 +420,17 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
   }
 
   std::vector<unsigned> stageOfLayer(L);
-  for (unsigned s = 0; s < S; ++s)
+  for (unsigned s = 0; s < V; ++s)
     for (unsigned l = first[s]; l < first[s + 1]; ++l)
       stageOfLayer[l] = s;
   const unsigned per = k / S;
-  for (unsigned s = 0; s < S; ++s) {
+  for (unsigned s = 0; s < V; ++s) {
     StageSummary st;
-    st.firstWorker = s * per;
+    st.firstWorker = groupOf[s] * per;
     st.workers = per;
     st.firstLayer = first[s];
     st.layers = first[s + 1] - first[s];
-    st.boundary = s + 1 < S ? layers->ends[first[s + 1] - 1] : "";
+    st.boundary = s + 1 < V ? layers->ends[first[s + 1] - 1] : "";
     out.stages.push_back(std::move(st));
   }
   // Each forward group's stage: that of its first node.
@@ -299,7 +445,8 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
                          stageOfLayer[layers->ofNode.at(n.name)]);
     }
   }
-  out.chunks = scheduleChunks(spec.schedule, S, M);
+  out.chunks =
+      spec.roundRobin ? placementChunks(groupOf, work, M) : scheduleChunks(spec.schedule, S, M);
   std::map<std::tuple<int, unsigned, unsigned>, unsigned> rank;
   for (unsigned i = 0; i < out.chunks.size(); ++i) {
     const Chunk &c = out.chunks[i];
@@ -365,7 +512,7 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
     home[p.nodes[n].output] = static_cast<int>(stageOf(n));
   }
   // The stages' searches and execution plans.
-  std::vector<std::vector<unsigned>> stageNodes(S);
+  std::vector<std::vector<unsigned>> stageNodes(V);
   for (unsigned n : order)
     stageNodes[stageOf(n)].push_back(n);
   ExecPlan &e = out.exec;
@@ -382,13 +529,15 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
       e.tiles[w][t] = Box(p.tensors[t].shape.size(), Range{0, 0}); // none (a scalar's: whole)
       holds[t][w] = p.tensors[t].shape.empty();                    // scalars: every worker
     }
-  std::vector<ExecPlan> subExec(S);
-  std::vector<std::vector<unsigned>> subTensorOf(S);
-  std::vector<std::map<unsigned, unsigned>> subNodeOf(S); // global node -> its NodeExec
-  for (unsigned s = 0; s < S; ++s) {
+  std::vector<ExecPlan> subExec(V);
+  std::vector<std::vector<unsigned>> subTensorOf(V);
+  std::vector<std::map<unsigned, unsigned>> subNodeOf(V); // global node -> its NodeExec
+  for (unsigned s = 0; s < V; ++s) {
     Problem sub = stageProblem(p, stageNodes[s], subTensorOf[s]);
     PlanOptions o = search;
     o.workers = per;
+    if (o.algorithm == Algorithm::Placement) // the layers' placement; inside a group, Tofu's
+      o.algorithm = Algorithm::Tofu;
     // Steps given for a stage's workers (Megatron's TP x DP inside each stage) stay; steps
     // of every worker do not apply.
     unsigned product = 1;
@@ -413,8 +562,8 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
       if (home[t] != static_cast<int>(s))
         continue;
       for (unsigned j = 0; j < per; ++j) {
-        e.tiles[s * per + j][t] = subExec[s].tiles[j][lt];
-        holds[t][s * per + j] = true;
+        e.tiles[groupOf[s] * per + j][t] = subExec[s].tiles[j][lt];
+        holds[t][groupOf[s] * per + j] = true;
       }
     }
   }
@@ -435,9 +584,10 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
     NodeExec ne;
     ne.node = n;
     ne.reducer = sn.reducer;
+    const unsigned base = groupOf[s] * per; // the stage's first worker
     for (unsigned w = 0; w < k; ++w) {
       OpInstance inst;
-      if (w / per != s) { // another stage's node: nothing to do
+      if (w / per != groupOf[s]) { // another stage's node: nothing to do
         inst.computes = false;
         inst.ranges.assign(sn.workers[0].ranges.size(), Range{0, 0});
         for (unsigned t : node.inputs) {
@@ -457,7 +607,7 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
         f.tensor = t;
         if (home[t] == static_cast<int>(s) && !p.tensors[t].shape.empty()) {
           for (Fetch &part : f.parts)
-            part.from += s * per; // as the stage's plan fetches it
+            part.from += base; // as the stage's plan fetches it
           continue;
         }
         f.parts = fetchParts(f.region, w, tilesOf(t), holds[t], coords);
@@ -467,10 +617,10 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
     std::vector<bool> owns(k, false);
     for (const OutputAssembly &a : sn.assemble) {
       OutputAssembly g = a;
-      g.owner += s * per;
+      g.owner += base;
       for (auto &slice : g.slices)
         for (Fetch &f : slice)
-          f.from += s * per;
+          f.from += base;
       owns[g.owner] = true;
       ne.assemble.push_back(std::move(g));
     }

@@ -20,6 +20,10 @@
 //   weight two stages share) is fetched from the stage holding it, re-cut to the reader's
 //   regions. Scalars are held by every worker. Every engine and transport runs it as any
 //   plan: a worker passes over other stages' nodes, and waits only where it exchanges data.
+// - The paper's operator placement (`--algo placement`, StageSpec::roundRobin) is the same
+//   machinery with other layers and another order: every layer of weightLayers is a stage of
+//   its own, layer l on worker group l mod S (more layers than groups: round-robin), and
+//   each group runs its chunks as they become ready, every forward before any backward.
 #ifndef TOFU_PLANNER_STAGES_H
 #define TOFU_PLANNER_STAGES_H
 
@@ -48,7 +52,10 @@ struct StageSpec {
   std::vector<unsigned> layers;
   unsigned microbatches = 1;
   Schedule schedule = Schedule::OneFOneB;
-  bool active() const { return stages > 1 || microbatches > 1; }
+  /// The paper's operator placement (--algo placement): every layer (weightLayers) its own
+  /// stage, layer l on worker group l mod `stages` (`layers` unused), under GPipe's order.
+  bool roundRobin = false;
+  bool active() const { return stages > 1 || microbatches > 1 || roundRobin; }
 };
 
 /// `--stages`' forms: a count S, or the layers of each stage by commas ("3,5"). Errors say
@@ -63,7 +70,15 @@ struct Layers {
   unsigned count() const { return static_cast<unsigned>(ends.size()); }
 };
 llvm::Expected<Layers> forwardLayers(const Graph &forward);
+/// The forward graph's layers as operator placement assigns them: the ops of one group of
+/// weights (the weights some op reads together are one group: an LSTM cell's input and
+/// recurrent weights, a normalisation's scale and shift), numbered by their first use. An op
+/// is in the latest layer among its inputs' and its weights' (so one that reads no weight,
+/// or a weight first used earlier, as tied logits do, goes with what it reads). No layer ends
+/// at one cut: every `ends` is empty.
+llvm::Expected<Layers> weightLayers(const Graph &forward);
 
+/// A stage of the schedule: under placement, one layer, on the group of its layer's turn.
 struct StageSummary {
   unsigned firstWorker = 0, workers = 1;
   unsigned firstLayer = 0, layers = 0;
@@ -87,20 +102,28 @@ struct StagedPlan {
   std::vector<Chunk> chunks;
   std::vector<unsigned> nodeChunk;
   ExecPlan exec; ///< every worker's; nodes in the schedule's order (runPipeline moves it out)
-  /// "2 stages x 2 workers, 4 microbatches, 1f1b".
+  /// "2 stages x 2 workers, 4 microbatches, 1f1b"; under placement "placement: 12 layers
+  /// round-robin on 2 workers, 2 microbatches, gpipe".
   std::string describe() const;
 };
 
 /// The schedule's chunks for S stages and M microbatches, in the order they start.
 std::vector<Chunk> scheduleChunks(Schedule s, unsigned stages, unsigned microbatches);
+/// Operator placement's chunks, in the order they start: stage (layer) v on group
+/// `groupOf[v]`, its forward taking `work[v]` and its backward twice that. A group runs
+/// whichever of its chunks is ready first (the earliest microbatch on ties), every forward
+/// before any backward, as a dataflow engine over GPipe's microbatches does.
+std::vector<Chunk> placementChunks(const std::vector<unsigned> &groupOf,
+                                   const std::vector<double> &work, unsigned microbatches);
 
 /// Plans `p`, the training step of microbatchGraph's graph (or, with one microbatch, of the
 /// model itself), as `spec`'s stages on `search.workers` workers (a multiple of the stages),
 /// each stage searched with `search` over its workers. `microForward` is the model at the
 /// microbatch's batch, with its loss (its layers name the stages' cuts); `forwardNodes` names
 /// the step's forward nodes; `nodeWork`, per node of `p`, its time on one worker (what
-/// balances the stages: their forward nodes' sums). Errors: more stages than layers, layers
-/// that do not add up, a worker count the stages do not divide.
+/// balances the stages: their forward nodes' sums; under placement, orders its chunks).
+/// Errors: more stages (placement: worker groups) than layers, layers that do not add up, a
+/// worker count the stages do not divide, placement under 1F1B.
 llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForward,
                                       const std::set<std::string> &forwardNodes,
                                       const StageSpec &spec, const PlanOptions &search,

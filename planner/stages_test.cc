@@ -56,6 +56,37 @@ TEST(Stages, SchedulesOrderChunks) {
       EXPECT_EQ(c.start, 3);
 }
 
+/// Group g's chunks in order, as "F<layer>.<microbatch> ...".
+std::string groupOrder(const std::vector<Chunk> &chunks, const std::vector<unsigned> &groupOf,
+                       unsigned g) {
+  std::string out;
+  for (const Chunk &c : chunks)
+    if (groupOf[c.stage] == g)
+      out += (out.empty() ? "" : " ") + std::string(c.phase == ChunkPhase::Forward ? "F" : "B") +
+             std::to_string(c.stage) + "." + std::to_string(c.microbatch);
+  return out;
+}
+
+TEST(Stages, PlacementRunsChunksAsTheyBecomeReady) {
+  // Three layers round-robin on two groups, two microbatches, a forward 1 and a backward 2:
+  // group 0 runs layer 2's forwards as soon as layer 1's arrive, then (its forwards done) the
+  // backwards as the later layers hand them back.
+  const std::vector<unsigned> groupOf = {0, 1, 0};
+  const auto chunks = placementChunks(groupOf, {1, 1, 1}, 2);
+  ASSERT_EQ(chunks.size(), 12u);
+  EXPECT_EQ(groupOrder(chunks, groupOf, 0), "F0.0 F0.1 F2.0 F2.1 B2.0 B2.1 B0.0 B0.1");
+  EXPECT_EQ(groupOrder(chunks, groupOf, 1), "F1.0 F1.1 B1.0 B1.1");
+  for (size_t i = 1; i < chunks.size(); ++i)
+    EXPECT_LE(chunks[i - 1].start, chunks[i].start);
+  // Layer 0's last backward starts at 10: the step is 12, against 9 on one worker.
+  EXPECT_EQ(chunks.back().start, 10);
+  // A layer's work sets its chunks' length: a heavy middle layer delays the last one.
+  const auto heavy = placementChunks(groupOf, {1, 3, 1}, 2);
+  for (const Chunk &c : heavy)
+    if (c.stage == 2 && c.phase == ChunkPhase::Forward && c.microbatch == 0)
+      EXPECT_EQ(c.start, 4);
+}
+
 PipelineResult planned(const std::string &model, int64_t batch, unsigned workers,
                        const StageSpec &spec) {
   GraphSource source;
@@ -95,6 +126,57 @@ TEST(Stages, PlansStagesOnTheirWorkers) {
   EXPECT_EQ(checkMemoryPlan(r.memory), "");
   // The plan's bytes are its execution plan's, the stages' own and those between them.
   EXPECT_EQ(r.plan.totalBytes, r.exec.bytesMoved(*r.problem));
+}
+
+TEST(Stages, PlacementPutsEachRnnLayerOnAWorkerInTurn) {
+  // rnn-4-64's layers are its four LSTM cells (each cell's weights over every timestep),
+  // round-robin on 3 workers: layer 3 on worker 0 again.
+  StageSpec spec;
+  spec.roundRobin = true;
+  spec.stages = 3;
+  spec.microbatches = 2;
+  spec.schedule = Schedule::GPipe;
+  const PipelineResult r = planned("rnn-4-64", 6, 3, spec);
+  ASSERT_TRUE(r.staged);
+  const StagedPlan &s = *r.staged;
+  ASSERT_EQ(s.layers, 4u);
+  ASSERT_EQ(s.stages.size(), 4u);
+  for (unsigned v = 0; v < 4; ++v) {
+    EXPECT_EQ(s.stages[v].firstWorker, v % 3);
+    EXPECT_EQ(s.stages[v].workers, 1u);
+  }
+  EXPECT_EQ(r.exec.stages, 3u);
+  EXPECT_EQ(s.describe(), "placement: 4 layers round-robin on 3 workers, 2 microbatches, gpipe");
+  // A cell's forward ops (lstm<l>_t<t>_...) run on its layer's worker, and only there.
+  unsigned cells = 0;
+  for (const NodeExec &ne : r.exec.nodes) {
+    const std::string &name = r.problem->nodes[ne.node].name;
+    if (name.rfind("lstm", 0) != 0)
+      continue;
+    const unsigned layer = unsigned(name[4] - '1');
+    ++cells;
+    EXPECT_EQ(s.chunks[s.nodeChunk[ne.node]].stage, layer) << name;
+    for (unsigned w = 0; w < 3; ++w)
+      EXPECT_EQ(ne.workers[w].computes, w == layer % 3) << name << " on worker " << w;
+  }
+  EXPECT_GT(cells, 0u);
+  EXPECT_EQ(checkMemoryPlan(r.memory), "");
+  EXPECT_EQ(r.plan.totalBytes, r.exec.bytesMoved(*r.problem));
+  EXPECT_GT(r.plan.totalBytes, 0);
+  // 1F1B over round-robin layers is not built: refused by name.
+  spec.schedule = Schedule::OneFOneB;
+  GraphSource source;
+  source.model = "rnn-4-64";
+  source.batch = 6;
+  source.batchGiven = true;
+  PipelineOptions o;
+  o.train = Optimizer::SGD;
+  o.search.workers = 3;
+  o.stages = spec;
+  auto refused = runPipeline(source, testLibrary(), o);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("Megatron's interleaved schedule"),
+            std::string::npos);
 }
 
 TEST(Stages, GPipeHoldsMoreActivationsThan1F1B) {

@@ -50,6 +50,10 @@ const std::vector<AlgorithmInfo> &algorithms() {
        "the paper's SmallBatch: one worker trains the largest batch that fits "
        "--memory-per-worker, k of them k times its samples a second (tofu-plan --train; an "
        "estimate)"},
+      {Algorithm::Placement, "placement",
+       "the paper's operator placement: each layer (the ops of one group of weights) on one "
+       "worker, round-robin, pipelined over --microbatches (default: the workers) in GPipe's "
+       "order; a training step"},
       {Algorithm::Exhaustive, "exhaustive",
        "every sequence of basic plans (small graphs: the tests' oracle)"},
   };
@@ -80,6 +84,7 @@ SearchPolicy searchimpl::policyOf(Algorithm a) {
     p.tensorCuts = Cuts::Batch;
     break;
   case Algorithm::SmallBatch: // no partition: searchPlan refuses it
+  case Algorithm::Placement:  // no partition: planner/stages.h places it
     break;
   case Algorithm::Megatron:
     p.driver = D::OneStep;
@@ -213,6 +218,9 @@ llvm::Expected<PartitionPlan> searchPlan(const Problem &p, const PlanOptions &o)
   if (o.algorithm == Algorithm::SmallBatch)
     return stringError("smallbatch is no partition of the step: tofu-plan --train estimates it "
                        "(one worker, the largest batch that fits --memory-per-worker)");
+  if (o.algorithm == Algorithm::Placement)
+    return stringError("placement partitions no op: it places the layers of a training step "
+                       "(--train) on the workers in turn, as pipeline stages");
   PartitionPlan plan;
   plan.algorithm = algorithmName(o.algorithm);
   plan.workers = o.workers;

@@ -27,6 +27,7 @@ enum class Algorithm {
   Zero3,        ///< FSDP / ZeRO-3: ops split by batch, weights and their state sharded
   Megatron,     ///< Megatron-LM's tensor parallelism: column- then row-parallel weights
   SmallBatch,   ///< the paper's SmallBatch: no partition (planner/small_batch.h estimates it)
+  Placement,    ///< the paper's operator placement: layers round-robin (planner/stages.h)
 };
 /// An algorithm's name (`--algo`) and what it does: every algorithm, listed once here.
 struct AlgorithmInfo {

@@ -71,6 +71,28 @@ assert j["over_batch"] == j["batch"] + 1, j
 assert abs(j["samples_per_second"] - 8 * j["samples_per_second_one_worker"]) < 1e-6 * j["samples_per_second"], j
 assert abs(j["samples_per_second_one_worker"] * j["estimated_step_seconds"] - j["batch"]) < 1e-6 * j["batch"], j' "$tmp/sb.json"
 
+# Pipelines in JSON: the stages' table, the bytes of the execution plan (between stages and
+# within them), each worker's planned peak; the paper's operator placement puts rnn-4-64's
+# four LSTM layers on 3 workers in turn.
+"$plan" --model gpt-2-64-4-16 --batch 8 --train --workers 4 --stages 2 --microbatches 2 --format=json >"$tmp/st.json"
+check "--stages 2 --format=json" test $? -eq 0
+"$plan" --model rnn-4-64 --batch 6 --train --workers 3 --algo placement --format=json >"$tmp/pl.json"
+check "--algo placement --format=json" test $? -eq 0
+check "the pipelines' JSON" python3 - "$tmp/st.json" "$tmp/pl.json" <<'PY'
+import json, sys
+st, pl = (json.load(open(p)) for p in sys.argv[1:])
+for j in (st, pl):
+    p = j["pipeline"]
+    assert j["communication_bytes"] == p["bytes"] > 0, (j["communication_bytes"], p)
+    assert 0 < j["memory"]["planned_peak_bytes"] == max(s["planned_peak_bytes"] for s in p["per_stage"]), j
+    assert j["step_time"]["seconds"] > 0, j["step_time"]
+assert not st["pipeline"]["placement"] and [s["first_worker"] for s in st["pipeline"]["per_stage"]] == [0, 2]
+assert st["pipeline"]["bytes"] > st["pipeline"]["bytes_between_stages"] > 0, st["pipeline"]
+assert pl["pipeline"]["placement"] and pl["pipeline"]["microbatches"] == 3 and pl["pipeline"]["schedule"] == "gpipe"
+assert [s["first_worker"] for s in pl["pipeline"]["per_stage"]] == [0, 1, 2, 0], pl["pipeline"]
+assert pl["pipeline"]["bytes"] == pl["pipeline"]["bytes_between_stages"] > 0, pl["pipeline"]
+PY
+
 expect_error() { # expected message, args...
   local msg="$1"; shift
   if "$plan" "$@" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
@@ -81,8 +103,9 @@ expect_error() { # expected message, args...
   fi
 }
 expect_error "--workers must be 1 to 4096" --model mlp --workers 0
-expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch or exhaustive, not 'best'" --model mlp --workers 2 --algo best
+expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch, placement or exhaustive, not 'best'" --model mlp --workers 2 --algo best
 expect_error "for the --format option: must be table or json, not 'xml'" --model mlp --workers 2 --format xml
+expect_error "--svg draws one partition's tiles; a pipeline has one per stage" --model mlp --train --workers 2 --algo placement --svg "$tmp/p.svg"
 "$plan" --model mlp --batch 16 --train --fit 20MiB --format=json >"$tmp/fit.json" 2>"$tmp/fit.err"
 check "--fit exit status" test $? -eq 0
 check "--fit reports each count on stderr" grep -q "^tofu-plan: [0-9]* workers: fits, planned peak" "$tmp/fit.err"

@@ -270,7 +270,7 @@ expect_error "--tf32 is for --backend cuda" --model mlp --workers 2 --tf32
 expect_error "--mpi-transport is for --backend mpi" --model mlp --workers 2 --mpi-transport get
 expect_error "unknown model 'nope'" --model nope --workers 2
 expect_error "for the --kernels option: must be compiled, generated or interp, not 'gpu'" --model mlp --workers 2 --kernels gpu
-expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch or exhaustive, not 'best'" --model mlp --workers 2 --algo best
+expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch, placement or exhaustive, not 'best'" --model mlp --workers 2 --algo best
 expect_error "for the --format option: must be table or json, not 'xml'" --model mlp --workers 2 --format xml
 expect_error "--kernels interp runs one step" --model mlp --workers 2 --kernels interp --steps 3
 expect_error "real: no such directory (--data takes a directory of the MNIST family" --model mlp --workers 2 --data real
@@ -332,15 +332,18 @@ fi
 # workers per stage, under both schedules; the microbatched step is the full batch's (the same
 # losses, step after step, as the plain run's: the mean of the microbatches' losses and one
 # update with their summed gradients), and a model with batch norms runs its microbatches.
+# The paper's operator placement (its layers round-robin on 2 workers, 2 microbatches of
+# GPipe's order) is such a pipeline too.
 stage_runs=("--workers 2" "--workers 2 --stages 2 --microbatches 4"
-            "--workers 4 --stages 2 --microbatches 2 --schedule gpipe")
+            "--workers 4 --stages 2 --microbatches 2 --schedule gpipe"
+            "--workers 2 --algo placement")
 for i in "${!stage_runs[@]}"; do
   if ! "$run" --model gpt-2-64-4-16 --batch 8 --optimizer adam --steps 3 ${stage_runs[$i]} \
        --verify --format=json >"$tmp/stages-$i.json" 2>"$tmp/err.txt"; then
     echo "FAILED: gpt-2-64-4-16 ${stage_runs[$i]} --verify" >&2; cat "$tmp/err.txt" >&2; fail=1
   fi
 done
-python3 - "$tmp"/stages-{0,1,2}.json <<'PY' || { echo "FAILED: the pipelined steps against the plain one" >&2; fail=1; }
+python3 - "$tmp"/stages-{0,1,2,3}.json <<'PY' || { echo "FAILED: the pipelined steps against the plain one" >&2; fail=1; }
 import json, sys
 runs = {p: json.load(open(p)) for p in sys.argv[1:]}
 plain = runs[sys.argv[1]]

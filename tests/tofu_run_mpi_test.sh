@@ -65,6 +65,7 @@ cases=(
   "2 sendrecv --model gpt-2-64-4-16 --batch 8 --stages 2 --microbatches 4 --optimizer adam"
   "2 get --model gpt-2-64-4-16 --batch 8 --stages 2 --microbatches 2 --schedule gpipe"
   "4 sendrecv --model gpt-2-64-4-16 --batch 8 --stages 2 --microbatches 2"
+  "3 get --model rnn-4-64 --batch 6 --algo placement"
 )
 for i in "${!cases[@]}"; do
   in_sample "$i" 3 || continue

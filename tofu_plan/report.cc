@@ -332,12 +332,15 @@ std::optional<Section> stagesSection(const tofu::Problem &p, const tofu::Pipelin
   const tofu::StagedPlan &staged = *r.staged;
   const tofu::MemoryPlan &memory = r.memory;
   Section out;
-  const int64_t total = staged.exec.bytesMoved(p);
+  const int64_t total = r.exec.bytesMoved(p); // runPipeline moved staged.exec into r.exec
   int64_t within = 0;
-  out.text = fmt::format("pipeline: {}; the model's {} layers (forward segments between cuts)\n\n"
-                         "| stage | workers | layers | hands on | nodes | its plan's bytes | "
-                         "planned peak |\n| ---: | --- | --- | --- | ---: | ---: | ---: |\n",
-                         staged.describe(), staged.layers);
+  out.text =
+      fmt::format("pipeline: {}; the model's {} layers ({})\n\n"
+                  "| stage | workers | layers | hands on | nodes | its plan's bytes | "
+                  "planned peak |\n| ---: | --- | --- | --- | ---: | ---: | ---: |\n",
+                  staged.describe(), staged.layers,
+                  staged.spec.roundRobin ? "its groups of weights, each the ops that read one"
+                                         : "forward segments between cuts");
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (size_t s = 0; s < staged.stages.size(); ++s) {
     const tofu::StageSummary &st = staged.stages[s];
@@ -366,11 +369,31 @@ std::optional<Section> stagesSection(const tofu::Problem &p, const tofu::Pipelin
   out.json = {{"stages", staged.spec.stages},
               {"microbatches", staged.spec.microbatches},
               {"schedule", tofu::scheduleName(staged.spec.schedule)},
+              {"placement", staged.spec.roundRobin},
               {"layers", staged.layers},
               {"per_stage", stages},
               {"bytes", total},
               {"bytes_between_stages", total - within}};
   return out;
+}
+
+std::string stagedPlanJson(const std::string &title, const tofu::Problem &p,
+                           const tofu::PipelineResult &r) {
+  nlohmann::ordered_json j;
+  j["graph"] = title;
+  j["workers"] = r.plan.workers;
+  j["factors"] = r.exec.parts;
+  j["algorithm"] = r.plan.algorithm;
+  j["communication_bytes"] = r.exec.bytesMoved(p);
+  int64_t peak = 0;
+  unsigned at = 0;
+  for (unsigned w = 0; w < r.memory.workers.size(); ++w)
+    if (r.memory.workers[w].peak > peak) {
+      peak = r.memory.workers[w].peak;
+      at = w;
+    }
+  j["memory"] = {{"planned_peak_bytes", peak}, {"planned_peak_worker", at}};
+  return j.dump(1) + "\n";
 }
 
 } // namespace tofuplan

@@ -272,6 +272,8 @@ int main(int argc, char **argv) {
   pipeline.search.workers = workers;
   pipeline.stages = exitOnErr(tofu::cli::stageSpec());
   exitOnErr(tofu::cli::applyAlgorithm(pipeline.search, &pipeline.stages));
+  if (!svgFile.empty() && pipeline.stages.active())
+    exitOnErr(tofu::usageError("--svg draws one partition's tiles; a pipeline has one per stage"));
   pipeline.search.budgetSeconds = budget;
   pipeline.search.threads = searchThreads;
   pipeline.search.coarsen = !noCoarsen;
@@ -408,7 +410,8 @@ int main(int argc, char **argv) {
       recomputeJson = section.json;
     }
     if (format == Format::Json) {
-      std::string json = tofu::planJson(*problem, *plan, report);
+      std::string json = staged ? tofuplan::stagedPlanJson(report.title, *problem, result)
+                                : tofu::planJson(*problem, *plan, report);
       {
         auto j = nlohmann::ordered_json::parse(json);
         j["step_time"] = nlohmann::ordered_json::parse(tofu::stepTimeJson(stepTime));
