@@ -129,11 +129,12 @@ llvm::Expected<Layers> weightLayers(const Graph &forward) {
 std::string StagedPlan::describe() const {
   if (spec.roundRobin) {
     const unsigned per = stages.empty() ? 1 : stages[0].workers;
-    return fmt::format("placement: {} layers round-robin on {} {}{}, {} microbatch{}, {}", layers,
-                       spec.stages, per == 1 ? "worker" : "groups of workers",
-                       per == 1 ? (spec.stages == 1 ? "" : "s") : fmt::format(" ({} each)", per),
-                       spec.microbatches, spec.microbatches == 1 ? "" : "es",
-                       scheduleName(spec.schedule));
+    return fmt::format(
+        "placement: {} layers round-robin on {} {}{}{}, {} microbatch{}, {}", layers, spec.stages,
+        per == 1 ? "worker" : "groups of workers",
+        per == 1 ? (spec.stages == 1 ? "" : "s") : fmt::format(" ({} each)", per),
+        layers < spec.stages ? fmt::format(" ({} idle)", spec.stages - layers) : std::string(),
+        spec.microbatches, spec.microbatches == 1 ? "" : "es", scheduleName(spec.schedule));
   }
   const unsigned per = stages.empty() ? 1 : stages[0].workers;
   return fmt::format("{} stage{} x {} worker{}, {} microbatch{}, {}", spec.stages,
@@ -374,12 +375,7 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
   if (!layers)
     return layers.takeError();
   const unsigned L = layers->count();
-  if (spec.roundRobin && S > L)
-    return stringError(fmt::format(
-        "operator placement puts each layer on one worker group in turn, and the model's {} "
-        "layer{} (its groups of weights) would leave some of the {} groups idle: use at most {}",
-        L, L == 1 ? "" : "s", S, L));
-  if (S > L)
+  if (!spec.roundRobin && S > L) // (placement leaves the groups past the layers idle)
     return stringError(
         fmt::format("{} stages need at least {} layers, and the model has {} (its forward graph's "
                     "segments between cuts, the tensors a stage can hand the next one alone)",

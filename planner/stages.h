@@ -122,7 +122,8 @@ std::vector<Chunk> placementChunks(const std::vector<unsigned> &groupOf,
 /// microbatch's batch, with its loss (its layers name the stages' cuts); `forwardNodes` names
 /// the step's forward nodes; `nodeWork`, per node of `p`, its time on one worker (what
 /// balances the stages: their forward nodes' sums; under placement, orders its chunks).
-/// Errors: more stages (placement: worker groups) than layers, layers that do not add up, a
+/// Errors: more stages than layers (placement leaves the groups past them idle), layers that
+/// do not add up, a
 /// worker count the stages do not divide, placement under 1F1B.
 llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForward,
                                       const std::set<std::string> &forwardNodes,

@@ -163,6 +163,16 @@ TEST(Stages, PlacementPutsEachRnnLayerOnAWorkerInTurn) {
   EXPECT_EQ(checkMemoryPlan(r.memory), "");
   EXPECT_EQ(r.plan.totalBytes, r.exec.bytesMoved(*r.problem));
   EXPECT_GT(r.plan.totalBytes, 0);
+  // More workers than layers: the last ones idle, as the paper's RNN-6 on 8 GPUs.
+  spec.stages = 5;
+  const PipelineResult idle = planned("rnn-4-64", 6, 5, spec);
+  ASSERT_TRUE(idle.staged);
+  EXPECT_EQ(idle.staged->describe(),
+            "placement: 4 layers round-robin on 5 workers (1 idle), 2 microbatches, gpipe");
+  for (const NodeExec &ne : idle.exec.nodes)
+    EXPECT_FALSE(ne.workers[4].computes) << idle.problem->nodes[ne.node].name;
+  EXPECT_EQ(checkMemoryPlan(idle.memory), "");
+  spec.stages = 3;
   // 1F1B over round-robin layers is not built: refused by name.
   spec.schedule = Schedule::OneFOneB;
   GraphSource source;

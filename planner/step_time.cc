@@ -28,8 +28,10 @@ namespace {
 
 // Data sheets: NVIDIA H100 Tensor Core GPU (SXM5: FP32 67 TFLOP/s, BF16 989 TFLOP/s dense,
 // HBM3 3.35 TB/s, NVLink 900 GB/s both ways together) and A100 (SXM4 80 GB: FP32 19.5,
-// BF16 312 dense, HBM2e 2.04 TB/s, NVLink 600 GB/s). A launch's 2 us is the kernel report's
-// (runtime/cuda/kernel_report.h); the 3 us per message is an assumption, not a data sheet's.
+// BF16 312 dense, HBM2e 2.04 TB/s, NVLink 600 GB/s; host links PCIe 5 x16 and PCIe 4 x16,
+// 128 and 64 GB/s both ways together). A launch's 2 us is the kernel report's
+// (runtime/cuda/kernel_report.h); the 3 us per message (and per host transfer) is an
+// assumption, not a data sheet's.
 DeviceModel h100() {
   DeviceModel d;
   d.name = "H100 SXM";
@@ -41,6 +43,8 @@ DeviceModel h100() {
   d.launch = 2e-6;
   d.linkBandwidth = 450e9;
   d.linkLatency = 3e-6;
+  d.hostBandwidth = 64e9;
+  d.hostLatency = 3e-6;
   return d;
 }
 
@@ -55,6 +59,8 @@ DeviceModel a100() {
   d.launch = 2e-6;
   d.linkBandwidth = 300e9;
   d.linkLatency = 3e-6;
+  d.hostBandwidth = 32e9;
+  d.hostLatency = 3e-6;
   return d;
 }
 
@@ -128,6 +134,8 @@ std::string deviceModelJson(const DeviceModel &d, bool withMeasured) {
   j["conv_launch_seconds"] = d.convLaunch;
   j["link_bandwidth"] = d.linkBandwidth;
   j["link_latency_seconds"] = d.linkLatency;
+  j["host_bandwidth"] = d.hostBandwidth;
+  j["host_latency_seconds"] = d.hostLatency;
   j["sync_seconds"] = d.syncLatency;
   j["shared"] = d.shared;
   if (withMeasured) { // (without: the estimate's JSON counts them)
@@ -160,7 +168,8 @@ llvm::Expected<DeviceModel> parseDeviceModel(const std::string &json, const std:
   if (llvm::Error e = JsonAt{j, "the top level", where}.object(
           {"name", "source", "product_flops", "product_flops_bf16", "conv_flops", "kernel_flops",
            "bandwidth", "launch_seconds", "library_launch_seconds", "conv_launch_seconds",
-           "link_bandwidth", "link_latency_seconds", "sync_seconds", "shared", "measured_ops"},
+           "link_bandwidth", "link_latency_seconds", "host_bandwidth", "host_latency_seconds",
+           "sync_seconds", "shared", "measured_ops"},
           {}))
     return std::move(e);
   DeviceModel d;
@@ -195,10 +204,14 @@ llvm::Expected<DeviceModel> parseDeviceModel(const std::string &json, const std:
         std::tuple{"link_latency_seconds", &d.linkLatency, true}})
     if (auto e = number(key, *field, zeroOk))
       return std::move(e);
-  // Models calibrated before the per-synchronisation cost lack it: 0, not modelled.
-  if (j.contains("sync_seconds"))
-    if (auto e = number("sync_seconds", d.syncLatency, true))
-      return std::move(e);
+  // Models calibrated before the per-synchronisation cost or the host link lack them: 0,
+  // not modelled.
+  for (auto [key, field] :
+       {std::tuple{"sync_seconds", &d.syncLatency}, std::tuple{"host_bandwidth", &d.hostBandwidth},
+        std::tuple{"host_latency_seconds", &d.hostLatency}})
+    if (j.contains(key))
+      if (auto e = number(key, *field, true))
+        return std::move(e);
   if (!j.contains("shared") || !j["shared"].is_boolean())
     return stringError(fmt::format("{}: \"shared\" must be true or false", where));
   d.shared = j["shared"].get<bool>();
@@ -373,6 +386,8 @@ SyncPoints syncPoints(const ExecPlan &plan) {
 /// for the slowest at each synchronisation (codegen/program_builder.cc: placeSyncs, after a
 /// node where some worker reads another's data, and after its assembly where that or the
 /// next node's fetches cross). Between synchronisations the stages' workers run on apart.
+/// Where the device has no synchronisation cost (the data sheets' GPUs, whose engines order
+/// workers by events and messages), a worker waits only for what it receives instead.
 double pipelinedSeconds(const Problem &fp, const ExecPlan &plan, const SyncPoints &syncs,
                         const std::vector<std::vector<OpTimeEstimate>> &ops,
                         const TopologyTraffic &traffic, const DeviceModel &device) {
@@ -411,6 +426,42 @@ double pipelinedSeconds(const Problem &fp, const ExecPlan &plan, const SyncPoint
     return total[w] > 0 ? traffic.workerSeconds[w] * bytes / total[w] : 0.0;
   };
   std::vector<double> clock(k, 0);
+  if (device.syncLatency == 0) {
+    // Engines that order workers pairwise (CUDA's events, NCCL's and MPI's messages; the
+    // models without a synchronisation cost): a worker waits only for the data it receives,
+    // a fetch for its sender's result of the producing node, an assembly for each slice's
+    // worker to compute it.
+    std::map<size_t, std::vector<double>> finished; // per node read across: each worker's end
+    for (size_t i = 0; i < n; ++i)
+      for (unsigned w = 0; w < plan.nodes[i].workers.size(); ++w)
+        for (const InputFetch &in : plan.nodes[i].workers[w].inputs)
+          for (const Fetch &f : in.parts)
+            if (const int prod = fp.tensors[in.tensor].producer; f.from != w && prod >= 0)
+              finished.emplace(at[prod], std::vector<double>(k, 0));
+    std::vector<double> computed(k, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const NodeExec &ne = plan.nodes[i];
+      for (unsigned w = 0; w < k; ++w) {
+        double start = clock[w];
+        for (const InputFetch &in : ne.workers[w].inputs)
+          for (const Fetch &f : in.parts)
+            if (const int prod = fp.tensors[in.tensor].producer; f.from != w && prod >= 0)
+              start = std::max(start, finished.at(at[prod])[f.from]);
+        clock[w] = computed[w] = start + seconds(w, fetched[w][i]) + compute[w][i];
+      }
+      for (const OutputAssembly &a : ne.assemble) {
+        for (const auto &slice : a.slices)
+          for (const Fetch &f : slice)
+            if (f.from != a.owner)
+              clock[a.owner] = std::max(clock[a.owner], computed[f.from]);
+      }
+      for (unsigned w = 0; w < k; ++w)
+        clock[w] += seconds(w, assembled[w][i]);
+      if (auto it = finished.find(i); it != finished.end())
+        it->second = clock;
+    }
+    return *std::max_element(clock.begin(), clock.end());
+  }
   auto barrier = [&] {
     const double t = *std::max_element(clock.begin(), clock.end()) + device.syncLatency;
     std::fill(clock.begin(), clock.end(), t);
@@ -587,8 +638,10 @@ std::string formatStepTime(const StepTimeEstimate &e, unsigned top) {
           : std::string(),
       1e3 * e.overlappedSeconds);
   if (e.pipelined)
-    out += "  pipeline stages: the step is the schedule simulated (every worker's nodes in "
-           "order, the bubbles and each synchronisation's wait included)\n";
+    out += fmt::format("  pipeline stages: the step is the schedule simulated (every worker's "
+                       "nodes in order, the bubbles and {} included)\n",
+                       e.device.syncLatency > 0 ? "each synchronisation's wait"
+                                                : "each wait for data received");
   if (!e.device.measured.empty())
     out += fmt::format("  {} of worker {}'s {} ops at their measured times (the model's "
                        "{} measured ops), the rest by the rates\n",

@@ -74,6 +74,10 @@ struct DeviceModel {
   double convLaunch = 0;    ///< seconds per library convolution (0: `libraryLaunch`)
   double linkBandwidth = 0; ///< bytes per second a worker receives from another worker
   double linkLatency = 0;   ///< seconds per message between workers
+  /// Bytes per second each way between a worker and host memory (0: none, a CPU being its
+  /// own host), and seconds per transfer: what the Swapping baseline moves over
+  /// (planner/swap.h; a topology's host link overrides it).
+  double hostBandwidth = 0, hostLatency = 0;
   /// Seconds per synchronisation of the workers: a barrier around each node where a worker
   /// reads another's data (codegen/program_builder.cc: placeSyncs), the waiting at it
   /// included (the workers' jitter; 0: not modelled, as on the data sheets' GPUs, whose

@@ -31,6 +31,8 @@ DeviceModel testDevice() {
   d.launch = 1e-6;
   d.linkBandwidth = 1e8;
   d.linkLatency = 1e-5;
+  d.hostBandwidth = 2e9;
+  d.hostLatency = 4e-6;
   return d;
 }
 
@@ -41,7 +43,16 @@ TEST(StepTime, DeviceModelsRoundTripAndBadOnesAreRefused) {
   EXPECT_EQ(back->name, "test");
   EXPECT_EQ(back->productFlopsBf16, 4e9);
   EXPECT_EQ(back->linkLatency, 1e-5);
+  EXPECT_EQ(back->hostBandwidth, 2e9);
+  EXPECT_EQ(back->hostLatency, 4e-6);
   EXPECT_FALSE(back->shared);
+  // A model calibrated before the host link parses without it: none.
+  std::string old = deviceModelJson(d);
+  old.erase(old.find(" \"host_bandwidth\""),
+            old.find(" \"sync_seconds\"") - old.find(" \"host_bandwidth\""));
+  auto before = parseDeviceModel(old, "old.json");
+  ASSERT_TRUE(bool(before)) << llvm::toString(before.takeError()) << old;
+  EXPECT_EQ(before->hostBandwidth, 0);
   std::string json = deviceModelJson(d);
   json.replace(json.find("\"bandwidth\": 1000000000.0"), 25, "\"bandwidth\": -3");
   auto bad = parseDeviceModel(json, "m.json");

@@ -79,6 +79,42 @@ llvm::Expected<double> jsonQuantity(const nlohmann::json &value, const char *nam
   return v;
 }
 
+/// A link's "bandwidth" (required) and "latency" (optional) of JSON object `o`; an error
+/// is the message alone, for the caller to say where.
+llvm::Error jsonLink(const nlohmann::json &o, double &bandwidth, double &latency) {
+  if (!o.contains("bandwidth"))
+    return stringError("needs \"bandwidth\" (e.g. \"12.5GB/s\", or bytes per second)");
+  auto bw = jsonQuantity(
+      o["bandwidth"], "bandwidth", bandwidthOf, [](double v) { return v > 0; }, "is not positive");
+  if (!bw)
+    return bw.takeError();
+  bandwidth = *bw;
+  if (o.contains("latency")) {
+    auto lat = jsonQuantity(
+        o["latency"], "latency", latencyOf, [](double v) { return v >= 0; }, "is negative");
+    if (!lat)
+      return lat.takeError();
+    latency = *lat;
+  }
+  return llvm::Error::success();
+}
+
+/// A link of the compact form, `BANDWIDTH[@LATENCY]`; an error is the message alone.
+llvm::Error compactLink(const std::string &text, double &bandwidth, double &latency) {
+  const size_t at = text.find('@');
+  auto bw = bandwidthOf(text.substr(0, at));
+  if (!bw)
+    return bw.takeError();
+  bandwidth = *bw;
+  if (at != std::string::npos) {
+    auto lat = latencyOf(text.substr(at + 1));
+    if (!lat)
+      return lat.takeError();
+    latency = *lat;
+  }
+  return llvm::Error::success();
+}
+
 llvm::Expected<Topology> fromJson(const std::string &text) {
   Topology t;
   auto parsed = parseJson(text, "the topology");
@@ -88,8 +124,22 @@ llvm::Expected<Topology> fromJson(const std::string &text) {
   if (!j.is_object() || !j.contains("levels") || !j["levels"].is_array() || j["levels"].empty())
     return stringError("a JSON topology is an object with a non-empty array \"levels\"");
   // A misspelled key is an error, not a default taken in silence.
-  if (llvm::Error e = JsonAt{j, "the top level", "the topology"}.object({"levels"}, {"levels"}))
+  if (llvm::Error e =
+          JsonAt{j, "the top level", "the topology"}.object({"levels", "host"}, {"levels"}))
     return std::move(e);
+  if (j.contains("host")) {
+    const nlohmann::json &h = j["host"];
+    auto where = [&](const std::string &msg) {
+      return stringError(fmt::format("topology host link: {}", msg));
+    };
+    if (!h.is_object())
+      return where("not an object");
+    if (llvm::Error e =
+            JsonAt{h, "host", "the topology"}.object({"bandwidth", "latency"}, {"bandwidth"}))
+      return std::move(e);
+    if (llvm::Error e = jsonLink(h, t.hostBandwidth, t.hostLatency))
+      return where(llvm::toString(std::move(e)));
+  }
   for (size_t i = 0; i < j["levels"].size(); ++i) {
     const nlohmann::json &l = j["levels"][i];
     auto where = [&](const std::string &msg) {
@@ -111,21 +161,8 @@ llvm::Expected<Topology> fromJson(const std::string &text) {
         l["count"].get<int64_t>() > kMaxTopologyWorkers)
       return where(fmt::format("needs \"count\", an integer from 1 to {}", kMaxTopologyWorkers));
     level.count = l["count"].get<unsigned>();
-    if (!l.contains("bandwidth"))
-      return where("needs \"bandwidth\" (e.g. \"12.5GB/s\", or bytes per second)");
-    auto bw = jsonQuantity(
-        l["bandwidth"], "bandwidth", bandwidthOf, [](double v) { return v > 0; },
-        "is not positive");
-    if (!bw)
-      return where(llvm::toString(bw.takeError()));
-    level.bandwidth = *bw;
-    if (l.contains("latency")) {
-      auto lat = jsonQuantity(
-          l["latency"], "latency", latencyOf, [](double v) { return v >= 0; }, "is negative");
-      if (!lat)
-        return where(llvm::toString(lat.takeError()));
-      level.latency = *lat;
-    }
+    if (llvm::Error e = jsonLink(l, level.bandwidth, level.latency))
+      return where(llvm::toString(std::move(e)));
     t.levels.push_back(level);
   }
   return t;
@@ -161,25 +198,22 @@ llvm::Expected<Topology> fromCompact(const std::string &spec) {
     l.count = static_cast<unsigned>(*n);
     t.levels.push_back(l);
   }
-  const std::vector<std::string> links = split(spec.substr(colon + 1), ',');
+  std::vector<std::string> links = split(spec.substr(colon + 1), ',');
+  if (links.size() > 1 && links.back().rfind("host=", 0) == 0) { // the host link
+    const std::string host = links.back().substr(5);
+    links.pop_back();
+    if (llvm::Error e = compactLink(host, t.hostBandwidth, t.hostLatency))
+      return stringError(
+          fmt::format("topology '{}', host link: {}", spec, llvm::toString(std::move(e))));
+  }
   if (links.size() != t.levels.size())
     return stringError(fmt::format("topology '{}': {} level{} but {} bandwidth{}", spec,
                                    t.levels.size(), t.levels.size() == 1 ? "" : "s", links.size(),
                                    links.size() == 1 ? "" : "s"));
   for (size_t i = 0; i < links.size(); ++i) {
-    const size_t at = links[i].find('@');
-    auto bw = bandwidthOf(links[i].substr(0, at));
-    if (!bw)
+    if (llvm::Error e = compactLink(links[i], t.levels[i].bandwidth, t.levels[i].latency))
       return stringError(
-          fmt::format("topology '{}', level {}: {}", spec, i + 1, llvm::toString(bw.takeError())));
-    t.levels[i].bandwidth = *bw;
-    if (at != std::string::npos) {
-      auto lat = latencyOf(links[i].substr(at + 1));
-      if (!lat)
-        return stringError(fmt::format("topology '{}', level {}: {}", spec, i + 1,
-                                       llvm::toString(lat.takeError())));
-      t.levels[i].latency = *lat;
-    }
+          fmt::format("topology '{}', level {}: {}", spec, i + 1, llvm::toString(std::move(e))));
     t.levels[i].name =
         t.levels.size() == 2 ? (i == 0 ? "node" : "gpu") : fmt::format("level{}", i + 1);
   }
@@ -254,6 +288,9 @@ std::string describeTopology(const Topology &t) {
     links += fmt::format("{}{} {}{}", i ? ", " : "", l.name, rate(l.bandwidth),
                          l.latency > 0 ? " @ " + duration(l.latency) : "");
   }
+  if (t.hostBandwidth > 0)
+    links += fmt::format(", host {}{}", rate(t.hostBandwidth),
+                         t.hostLatency > 0 ? " @ " + duration(t.hostLatency) : "");
   return counts + " (" + links + ")";
 }
 

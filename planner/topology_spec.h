@@ -24,19 +24,25 @@ struct TopologyLevel {
 
 struct Topology {
   std::vector<TopologyLevel> levels; ///< outermost first
+  /// Each worker's link to host memory, bytes per second each way and seconds per transfer
+  /// (0: the device model's): what the Swapping baseline moves over (planner/swap.h).
+  double hostBandwidth = 0, hostLatency = 0;
   unsigned workers() const;
 };
 
 /// `2x8:12.5GB/s,150GB/s` (counts outermost first, then one bandwidth per level, each
-/// optionally `@latency`, e.g. `12.5GB/s@5us`), or a JSON object
-/// `{"levels": [{"name": "node", "count": 2, "bandwidth": "12.5GB/s", "latency": "5us"}, ...]}`
-/// (bandwidth also a number of bytes per second, latency also a number of seconds). An
+/// optionally `@latency`, e.g. `12.5GB/s@5us`; then optionally the host link,
+/// `host=64GB/s@3us`), or a JSON object
+/// `{"levels": [{"name": "node", "count": 2, "bandwidth": "12.5GB/s", "latency": "5us"}, ...],
+/// "host": {"bandwidth": "64GB/s", "latency": "3us"}}` ("host" optional; bandwidth also a
+/// number of bytes per second, latency also a number of seconds). An
 /// argument naming a file reads the file. Bandwidths: B/s, KB/s, MB/s, GB/s, TB/s, their
 /// KiB/s... forms, and Gbit/s (also Mbit/s, Tbit/s); latencies: s, ms, us, ns. Levels must
 /// not be faster outside than inside. Errors say what and where.
 llvm::Expected<Topology> parseTopology(const std::string &spec);
 
-/// `2 nodes × 4 gpus: 12.5 GB/s @ 5 µs, 150 GB/s @ 1 µs`.
+/// `2 nodes x 4 gpus (node 12.5 GB/s @ 5 us, gpu 150 GB/s @ 1 us)`, and `, host 64 GB/s @ 3 us`
+/// inside the brackets where a host link is given.
 std::string describeTopology(const Topology &t);
 
 /// The outermost level at which workers a and b differ (levels.size() when a == b).

@@ -31,6 +31,15 @@ TEST(Topology, ParsesTheCompactForm) {
   auto bits = parseTopology("4:100Gbit/s");
   ASSERT_TRUE(bool(bits));
   EXPECT_DOUBLE_EQ(bits->levels[0].bandwidth, 12.5e9);
+  EXPECT_EQ(bits->hostBandwidth, 0); // none given: the device's
+  // The host link, last (what --algo swap moves tensors over).
+  auto host = parseTopology("2x4:12.5GB/s,150GB/s,host=64GB/s@3us");
+  ASSERT_TRUE(bool(host)) << llvm::toString(host.takeError());
+  ASSERT_EQ(host->levels.size(), 2u);
+  EXPECT_DOUBLE_EQ(host->hostBandwidth, 64e9);
+  EXPECT_DOUBLE_EQ(host->hostLatency, 3e-6);
+  EXPECT_EQ(describeTopology(*host),
+            "2 nodes x 4 gpus (node 12.5 GB/s, gpu 150 GB/s, host 64 GB/s @ 3 us)");
 }
 
 TEST(Topology, ParsesJsonFiles) {
@@ -39,7 +48,8 @@ TEST(Topology, ParsesJsonFiles) {
     std::ofstream f(path);
     f << R"({"levels": [{"name": "rack", "count": 2, "bandwidth": "25GB/s", "latency": "10us"},
                         {"name": "node", "count": 3, "bandwidth": 5e10},
-                        {"name": "gpu", "count": 2, "bandwidth": "300GB/s", "latency": 1e-6}]})";
+                        {"name": "gpu", "count": 2, "bandwidth": "300GB/s", "latency": 1e-6}],
+          "host": {"bandwidth": "32GB/s", "latency": "2us"}})";
   }
   auto t = parseTopology(path);
   ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
@@ -48,6 +58,8 @@ TEST(Topology, ParsesJsonFiles) {
   EXPECT_EQ(t->levels[0].name, "rack");
   EXPECT_DOUBLE_EQ(t->levels[1].bandwidth, 5e10);
   EXPECT_DOUBLE_EQ(t->levels[2].latency, 1e-6);
+  EXPECT_DOUBLE_EQ(t->hostBandwidth, 32e9);
+  EXPECT_DOUBLE_EQ(t->hostLatency, 2e-6);
   // Steps: each level's factors, outermost first; weights on each level's last step.
   EXPECT_EQ(topologyFactors(*t), (std::vector<unsigned>{2, 3, 2}));
   const std::vector<double> w = topologyWeights(*t).bytes;
@@ -96,7 +108,13 @@ TEST(Topology, ErrorsSayWhatAndWhere) {
             "name, count, bandwidth, latency)");
   EXPECT_EQ(message("{\"levels\": [{\"count\": 2, \"bandwidth\": 1}], \"level\": 3}"),
             "the topology: the top level: unknown key 'level' (did you mean 'levels'? one of: "
-            "levels)");
+            "levels, host)");
+  EXPECT_EQ(message("{\"levels\": [{\"count\": 2, \"bandwidth\": 1}], \"host\": {\"latency\": 1}}"),
+            "the topology: host: the key 'bandwidth' is missing");
+  EXPECT_NE(message("2x4:1GB/s,2GB/s,host=0GB/s")
+                .find("host link: bandwidth '0GB/s' is not "
+                      "positive"),
+            std::string::npos);
   EXPECT_NE(message("{\"levels\": [{\"count\": 2, \"bandwidth\": 1e999}]}")
                 .find("the topology: a number is too large for a double"),
             std::string::npos);

@@ -54,6 +54,10 @@ const std::vector<AlgorithmInfo> &algorithms() {
        "the paper's operator placement: each layer (the ops of one group of weights) on one "
        "worker, round-robin, pipelined over --microbatches (default: the workers) in GPipe's "
        "order; a training step"},
+      {Algorithm::Swap, "swap",
+       "the paper's Swapping: one worker trains the whole batch within --memory-per-worker, "
+       "tensors swapped to host memory and back over its host link (LRU, prefetch), k of them "
+       "k times its samples a second (tofu-plan --train; an estimate)"},
       {Algorithm::Exhaustive, "exhaustive",
        "every sequence of basic plans (small graphs: the tests' oracle)"},
   };
@@ -85,6 +89,7 @@ SearchPolicy searchimpl::policyOf(Algorithm a) {
     break;
   case Algorithm::SmallBatch: // no partition: searchPlan refuses it
   case Algorithm::Placement:  // no partition: planner/stages.h places it
+  case Algorithm::Swap:       // no partition: searchPlan refuses it
     break;
   case Algorithm::Megatron:
     p.driver = D::OneStep;
@@ -218,6 +223,9 @@ llvm::Expected<PartitionPlan> searchPlan(const Problem &p, const PlanOptions &o)
   if (o.algorithm == Algorithm::SmallBatch)
     return stringError("smallbatch is no partition of the step: tofu-plan --train estimates it "
                        "(one worker, the largest batch that fits --memory-per-worker)");
+  if (o.algorithm == Algorithm::Swap)
+    return stringError("swap is no partition of the step: tofu-plan --train estimates it (one "
+                       "worker, tensors swapped to host memory within --memory-per-worker)");
   if (o.algorithm == Algorithm::Placement)
     return stringError("placement partitions no op: it places the layers of a training step "
                        "(--train) on the workers in turn, as pipeline stages");

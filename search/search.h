@@ -28,6 +28,7 @@ enum class Algorithm {
   Megatron,     ///< Megatron-LM's tensor parallelism: column- then row-parallel weights
   SmallBatch,   ///< the paper's SmallBatch: no partition (planner/small_batch.h estimates it)
   Placement,    ///< the paper's operator placement: layers round-robin (planner/stages.h)
+  Swap,         ///< the paper's Swapping: no partition (planner/swap.h estimates it)
 };
 /// An algorithm's name (`--algo`) and what it does: every algorithm, listed once here.
 struct AlgorithmInfo {

@@ -93,6 +93,32 @@ assert [s["first_worker"] for s in pl["pipeline"]["per_stage"]] == [0, 1, 2, 0],
 assert pl["pipeline"]["bytes"] == pl["pipeline"]["bytes_between_stages"] > 0, pl["pipeline"]
 PY
 
+# The paper's Swapping: with memory enough only the batch crosses the host link; in a budget
+# below the step's tensors (but above its largest node) tensors go out and come back, the
+# device holds at most the budget, and the step waits for the link. --topology's host link
+# replaces the device's.
+"$plan" --model gpt-2-256-4-64 --batch 64 --train --optimizer adam --workers 8 --algo swap \
+  --memory-per-worker 4GiB --format=json >"$tmp/sw4.json"
+check "--algo swap (4GiB)" test $? -eq 0
+"$plan" --model gpt-2-256-4-64 --batch 64 --train --optimizer adam --workers 8 --algo swap \
+  --memory-per-worker 1GiB --format=json >"$tmp/sw1.json"
+check "--algo swap (1GiB)" test $? -eq 0
+"$plan" --model gpt-2-256-4-64 --batch 64 --train --optimizer adam --workers 8 --algo swap \
+  --memory-per-worker 1GiB --topology 8:450GB/s,host=16GB/s@3us --format=json >"$tmp/sw1t.json"
+check "--algo swap --topology's host link" test $? -eq 0
+check "--algo swap's figures" python3 - "$tmp/sw4.json" "$tmp/sw1.json" "$tmp/sw1t.json" <<'PY'
+import json, sys
+big, small, slow = (json.load(open(p)) for p in sys.argv[1:])
+assert big["algorithm"] == "swap" and big["bytes_to_host"] == 0 and big["dropped_bytes"] == 0, big
+assert big["device_peak_bytes"] <= big["tensor_peak_bytes"] <= big["budget_bytes"], big
+assert small["largest_node_bytes"] <= small["device_peak_bytes"] <= small["budget_bytes"] < small["tensor_peak_bytes"], small
+assert small["bytes_to_host"] > 0 and small["bytes_to_device"] > big["bytes_to_device"], small
+assert small["estimated_step_seconds"] >= small["bytes_to_device"] / small["host_bandwidth"], small
+assert small["estimated_step_seconds"] > big["estimated_step_seconds"] >= big["compute_seconds"], (small, big)
+assert abs(small["samples_per_second"] - 8 * 64 / small["estimated_step_seconds"]) < 1e-6 * small["samples_per_second"], small
+assert slow["host_bandwidth"] == 16e9 and slow["estimated_step_seconds"] > small["estimated_step_seconds"], slow
+PY
+
 expect_error() { # expected message, args...
   local msg="$1"; shift
   if "$plan" "$@" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
@@ -103,7 +129,7 @@ expect_error() { # expected message, args...
   fi
 }
 expect_error "--workers must be 1 to 4096" --model mlp --workers 0
-expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch, placement or exhaustive, not 'best'" --model mlp --workers 2 --algo best
+expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch, placement, swap or exhaustive, not 'best'" --model mlp --workers 2 --algo best
 expect_error "for the --format option: must be table or json, not 'xml'" --model mlp --workers 2 --format xml
 expect_error "--svg draws one partition's tiles; a pipeline has one per stage" --model mlp --train --workers 2 --algo placement --svg "$tmp/p.svg"
 "$plan" --model mlp --batch 16 --train --fit 20MiB --format=json >"$tmp/fit.json" 2>"$tmp/fit.err"

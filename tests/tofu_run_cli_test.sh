@@ -270,7 +270,7 @@ expect_error "--tf32 is for --backend cuda" --model mlp --workers 2 --tf32
 expect_error "--mpi-transport is for --backend mpi" --model mlp --workers 2 --mpi-transport get
 expect_error "unknown model 'nope'" --model nope --workers 2
 expect_error "for the --kernels option: must be compiled, generated or interp, not 'gpu'" --model mlp --workers 2 --kernels gpu
-expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch, placement or exhaustive, not 'best'" --model mlp --workers 2 --algo best
+expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch, placement, swap or exhaustive, not 'best'" --model mlp --workers 2 --algo best
 expect_error "for the --format option: must be table or json, not 'xml'" --model mlp --workers 2 --format xml
 expect_error "--kernels interp runs one step" --model mlp --workers 2 --kernels interp --steps 3
 expect_error "real: no such directory (--data takes a directory of the MNIST family" --model mlp --workers 2 --data real

@@ -265,14 +265,79 @@ std::string describeTable(const tofu::Graph &g, const std::string &headline) {
   return out;
 }
 
-llvm::Error checkSmallBatch(bool train, bool budget, bool fit, bool topology, bool recompute) {
+llvm::Error checkOneWorker(tofu::Algorithm algo, bool train, bool budget, bool fit, bool topology,
+                           bool recompute, bool stages) {
+  const bool swap = algo == tofu::Algorithm::Swap;
   const char *why = !train ? "trains: give --train"
                     : fit  ? "takes the budget of one worker: give --memory-per-worker, not --fit"
-                    : !budget   ? "needs the memory of a worker: give --memory-per-worker"
-                    : topology  ? "runs each replica on one worker: give no --topology"
-                    : recompute ? "recomputes nothing (the paper's): give no --recompute"
-                                : nullptr;
-  return why ? tofu::usageError(fmt::format("--algo smallbatch {}", why)) : llvm::Error::success();
+                    : !budget           ? "needs the memory of a worker: give --memory-per-worker"
+                    : topology && !swap ? "runs each replica on one worker: give no --topology"
+                    : recompute         ? "recomputes nothing (the paper's): give no --recompute"
+                    : stages            ? "runs each replica on one worker: give no --stages or "
+                                          "--microbatches"
+                                        : nullptr;
+  return why ? tofu::usageError(fmt::format("--algo {} {}", tofu::algorithmName(algo), why))
+             : llvm::Error::success();
+}
+
+llvm::Expected<Section> swapReport(const tofu::GraphSource &source, const tofu::OpLibrary &lib,
+                                   const tofu::PipelineOptions &options, int64_t budget,
+                                   unsigned workers, const tofu::DeviceModel &device,
+                                   const std::optional<tofu::Topology> &topology) {
+  tofu::SwapOptions o;
+  o.budget = budget;
+  const bool given = topology && topology->hostBandwidth > 0;
+  if (topology && !given)
+    return tofu::usageError("--algo swap reads --topology's host link alone, and this one gives "
+                            "none (add host=BANDWIDTH@LATENCY, e.g. 1:450GB/s,host=64GB/s@3us)");
+  o.hostBandwidth = given ? topology->hostBandwidth : device.hostBandwidth;
+  o.hostLatency = given ? topology->hostLatency : device.hostLatency;
+  auto r = tofu::swapping(source, lib, options, o, workers, device);
+  if (!r)
+    return r.takeError();
+  const tofu::SwapEstimate &e = r->swap;
+  auto human = [](int64_t b) { return tofu::humanBytes(double(b)); };
+  Section out;
+  out.text = fmt::format(
+      "swap: {} training step (batch {}) on one worker in {}, over a host link of {:.4g} GB/s "
+      "each way{} ({})\n"
+      "unswapped it needs {} (the memory planner's peak; its tensors {} at most at once, the "
+      "largest node '{}' {})\n"
+      "a step moves {} to the device in {} transfers and {} to the host in {}, and drops {} "
+      "(their host copies current); at most {} on the device\n"
+      "estimated step on {}: {:.3f} ms (compute {:.3f} ms, waiting for the host link "
+      "{:.3f} ms): {:.1f} samples/s on one worker, {:.1f} on {} (each its own replica and "
+      "host link, nothing exchanged: the paper's Swapping)\n",
+      r->name, r->batch, human(budget), o.hostBandwidth / 1e9,
+      o.hostLatency > 0 ? fmt::format(" @ {:.3g} us", 1e6 * o.hostLatency) : std::string(),
+      given ? "--topology's" : "the device's", human(r->plannedPeak), human(e.wholeBytes),
+      e.largestNode, human(e.largestNodeBytes), human(e.bytesIn), e.transfersIn, human(e.bytesOut),
+      e.transfersOut, human(e.droppedBytes), human(e.peakBytes), device.name, 1e3 * e.seconds,
+      1e3 * e.computeSeconds, 1e3 * e.stallSeconds, r->samplesPerSecond, r->allWorkers, workers);
+  out.json = {{"algorithm", "swap"},
+              {"model", r->name},
+              {"batch", r->batch},
+              {"budget_bytes", budget},
+              {"host_bandwidth", o.hostBandwidth},
+              {"host_latency_seconds", o.hostLatency},
+              {"planned_peak_bytes", r->plannedPeak},
+              {"tensor_peak_bytes", e.wholeBytes},
+              {"largest_node", e.largestNode},
+              {"largest_node_bytes", e.largestNodeBytes},
+              {"bytes_to_device", e.bytesIn},
+              {"transfers_to_device", e.transfersIn},
+              {"bytes_to_host", e.bytesOut},
+              {"transfers_to_host", e.transfersOut},
+              {"dropped_bytes", e.droppedBytes},
+              {"device_peak_bytes", e.peakBytes},
+              {"device", device.name},
+              {"estimated_step_seconds", e.seconds},
+              {"compute_seconds", e.computeSeconds},
+              {"stall_seconds", e.stallSeconds},
+              {"samples_per_second_one_worker", r->samplesPerSecond},
+              {"workers", workers},
+              {"samples_per_second", r->allWorkers}};
+  return out;
 }
 
 Section smallBatchSection(const tofu::SmallBatch &s, int64_t asked, int64_t budget,

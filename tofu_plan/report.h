@@ -14,6 +14,7 @@
 #include "planner/pipeline.h"
 #include "planner/small_batch.h"
 #include "planner/step_time.h"
+#include "planner/swap.h"
 #include "planner/topology.h"
 #include "search/report.h"
 
@@ -58,9 +59,11 @@ Section recomputeSection(const tofu::RecomputePlan &r, const tofu::MemoryFit &fi
                          const tofu::StepTimeEstimate &stepTime, double without,
                          const std::string &deviceName);
 
-/// --algo smallbatch's options: a training step (`train`) under a budget, on one worker
-/// each: no --fit, --topology or --recompute. A usage error saying which.
-llvm::Error checkSmallBatch(bool train, bool budget, bool fit, bool topology, bool recompute);
+/// --algo smallbatch's and swap's options (`algo`): a training step (`train`) under a budget,
+/// on one worker each: no --fit, --recompute or --stages, and no --topology but for swap's
+/// host link. A usage error saying which.
+llvm::Error checkOneWorker(tofu::Algorithm algo, bool train, bool budget, bool fit, bool topology,
+                           bool recompute, bool stages);
 
 /// Pipeline stages' report (--stages): the schedule, and per stage its workers, layers, the
 /// cut it hands on, its nodes, its own plan's bytes and its workers' largest planned peak;
@@ -77,6 +80,13 @@ std::string stagedPlanJson(const std::string &title, const tofu::Problem &p,
 /// samples a second on one worker and on `workers`.
 Section smallBatchSection(const tofu::SmallBatch &s, int64_t asked, int64_t budget,
                           unsigned workers);
+/// --algo swap's report: the step unswapped and swapped, what moves over the host link, and
+/// the samples a second on one worker and on `workers`. The host link is `topology`'s where
+/// it gives one, else the device's; an error where neither does.
+llvm::Expected<Section> swapReport(const tofu::GraphSource &source, const tofu::OpLibrary &lib,
+                                   const tofu::PipelineOptions &options, int64_t budget,
+                                   unsigned workers, const tofu::DeviceModel &device,
+                                   const std::optional<tofu::Topology> &topology);
 /// tofu::smallBatch's search, and its report.
 llvm::Expected<Section> smallBatchReport(const tofu::GraphSource &source,
                                          const tofu::OpLibrary &lib,

@@ -248,9 +248,11 @@ int main(int argc, char **argv) {
   }
 
   llvm::ExitOnError exitOnErr = tofu::exitOnError("tofu-plan");
-  if (algo == tofu::Algorithm::SmallBatch)
-    exitOnErr(tofuplan::checkSmallBatch(train, budgetBytes.has_value(), fit, topology.has_value(),
-                                        recomputeOpt.getNumOccurrences() > 0));
+  if (algo == tofu::Algorithm::SmallBatch || algo == tofu::Algorithm::Swap)
+    exitOnErr(tofuplan::checkOneWorker(algo, train, budgetBytes.has_value(), fit,
+                                       topology.has_value(), recomputeOpt.getNumOccurrences() > 0,
+                                       tofu::cli::stagesOpt.getNumOccurrences() ||
+                                           tofu::cli::microbatchesOpt.getNumOccurrences()));
   tofu::SourceManager sources;
   tofu::DiagnosticEngine diags(sources);
   const std::string ops =
@@ -312,10 +314,12 @@ int main(int argc, char **argv) {
     return 2;
   }
   const tofu::DeviceModel device = std::move(*deviceModel);
-  pipeline.device = device;                  // --algo megatron's grid is chosen by the step on it
-  if (algo == tofu::Algorithm::SmallBatch) { // the paper's baseline: no partition to plan
+  pipeline.device = device; // --algo megatron's grid is chosen by the step on it
+  if (algo == tofu::Algorithm::SmallBatch || algo == tofu::Algorithm::Swap) { // no partition
     const tofuplan::Section s = exitOnErr(
-        tofuplan::smallBatchReport(source, *lib, pipeline, *budgetBytes, workers, device));
+        algo == tofu::Algorithm::Swap
+            ? tofuplan::swapReport(source, *lib, pipeline, *budgetBytes, workers, device, topology)
+            : tofuplan::smallBatchReport(source, *lib, pipeline, *budgetBytes, workers, device));
     llvm::outs() << (format == Format::Json ? s.json.dump(1) + "\n" : s.text);
     return 0;
   }
