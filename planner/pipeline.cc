@@ -335,7 +335,23 @@ llvm::Error planStaged(PipelineResult &r, const PipelineOptions &o, const Graph 
   std::vector<double> work(r.problem->nodes.size(), 0);
   for (const OpTimeEstimate &op : alone->workerOps[0])
     work[op.node] += op.seconds;
-  auto staged = planStages(*r.problem, microForward, forwardNodes, o.stages, o.search, work);
+  // On a machine each stage is searched over the part of it that its workers fill (its
+  // levels' steps and weights): a stage of a node's GPUs, or of whole nodes. (--megatron's
+  // steps inside each stage stay as it gives them.)
+  PlanOptions search = o.search;
+  if (o.machine && search.stepAlgorithms.empty()) {
+    const unsigned groups = std::max(1u, o.stages.stages);
+    const unsigned per = search.workers / groups;
+    auto part = search.workers % groups == 0 ? topologyForWorkers(*o.machine, per) : std::nullopt;
+    if (!part)
+      return stringError(fmt::format(
+          "{} stages of {} workers: a stage's workers fill no part of the machine ({}) that its "
+          "search could use; give stages of the innermost level's workers or of whole units",
+          groups, per, describeTopology(*o.machine)));
+    search = machineOptions(search, *part);
+    search.workers = o.search.workers;
+  }
+  auto staged = planStages(*r.problem, microForward, forwardNodes, o.stages, search, work);
   if (!staged)
     return staged.takeError();
   r.exec = std::move(staged->exec);
@@ -483,7 +499,6 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
   if (stages.active()) {
     const char *with = options.recompute             ? "recomputation"
                        : options.memoryPerWorker > 0 ? "a memory budget"
-                       : options.machine             ? "--topology's search"
                        : options.plan                ? "a plan given"
                        : !options.train              ? ""
                                                      : nullptr;
@@ -559,8 +574,9 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
     if (llvm::Error e = planWithinBudget(r, options, ready))
       return fail(std::move(e));
   }
-  // (Stages refuse a machine's search and a budget: they were planned above.)
-  if (options.machine && options.memoryPerWorker == 0) {
+  // (Stages refuse a budget, and search each stage over its part of a machine: they were
+  // planned above.)
+  if (options.machine && options.memoryPerWorker == 0 && !stages.active()) {
     // The machine's search beside the plan of least bytes (with recomputation, of the
     // rewritten graph).
     std::optional<TopologyPlan> searched;

@@ -534,16 +534,17 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
     o.workers = per;
     if (o.algorithm == Algorithm::Placement) // the layers' placement; inside a group, Tofu's
       o.algorithm = Algorithm::Tofu;
-    // Steps given for a stage's workers (Megatron's TP x DP inside each stage) stay; steps
-    // of every worker do not apply.
+    // Steps given for a stage's workers (Megatron's TP x DP inside each stage, the levels of
+    // the machine's part it runs on, with their weights) stay; steps of every worker do not
+    // apply.
     unsigned product = 1;
     for (unsigned f : o.factors)
       product *= f;
-    if (product != per) {
+    if (product != per || o.factors.empty()) {
       o.factors.clear();
       o.stepAlgorithms.clear();
+      o.prefixWeights = {};
     }
-    o.prefixWeights = {};
     o.pricedBuffers.clear();
     auto plan = searchPlan(sub, o);
     if (!plan)

@@ -78,9 +78,17 @@ assert abs(j["samples_per_second_one_worker"] * j["estimated_step_seconds"] - j[
 check "--stages 2 --format=json" test $? -eq 0
 "$plan" --model rnn-4-64 --batch 6 --train --workers 3 --algo placement --format=json >"$tmp/pl.json"
 check "--algo placement --format=json" test $? -eq 0
-check "the pipelines' JSON" python3 - "$tmp/st.json" "$tmp/pl.json" <<'PY'
+# On a machine each stage is searched over its node: the bytes over the levels are the
+# execution plan's.
+"$plan" --model gpt-2-64-4-16 --batch 8 --train --topology 2x2:12.5GB/s@5us,150GB/s@1us --stages 2 --microbatches 2 --format=json >"$tmp/stt.json"
+check "--stages 2 --topology 2x2" test $? -eq 0
+check "the pipelines' JSON" python3 - "$tmp/st.json" "$tmp/pl.json" "$tmp/stt.json" <<'PY'
 import json, sys
-st, pl = (json.load(open(p)) for p in sys.argv[1:])
+st, pl, stt = (json.load(open(p)) for p in sys.argv[1:])
+levels = stt["topology"]["levels"]
+assert sum(l["bytes"] for l in levels) == stt["pipeline"]["bytes"] > 0, (levels, stt["pipeline"])
+# Only what crosses between the stages (and what the scalars gather) leaves a node.
+assert 0 < levels[0]["bytes"] < levels[1]["bytes"], levels
 for j in (st, pl):
     p = j["pipeline"]
     assert j["communication_bytes"] == p["bytes"] > 0, (j["communication_bytes"], p)

@@ -143,15 +143,18 @@ std::string budgetLines(const tofu::BudgetChoice &chosen, const tofu::PartitionP
 }
 
 Section machineSection(const tofu::Topology &part, const tofu::TopologyPlan &machine, bool budgeted,
-                       int64_t planBytes) {
+                       int64_t planBytes, bool staged) {
   Section out;
+  const char *searched = staged     ? "; each stage searched over the part its workers fill"
+                         : budgeted ? "; every plan under the budget searched over them"
+                                    : "";
+  budgeted = budgeted || staged; // no plan of least bytes beside it
   const tofu::TopologyTraffic &mine = machine.traffic;
   const tofu::TopologyTraffic &other = machine.leastBytesTraffic;
-  out.text =
-      fmt::format("machine: {}; recursion steps {} (each level's factors, "
-                  "outermost first){}\n",
-                  tofu::describeTopology(part), fmt::join(tofu::topologyFactors(part), " x "),
-                  budgeted ? "; every plan under the budget searched over them" : "");
+  out.text = fmt::format("machine: {}; recursion steps {} (each level's factors, "
+                         "outermost first){}\n",
+                         tofu::describeTopology(part),
+                         fmt::join(tofu::topologyFactors(part), " x "), searched);
   if (machine.leastBytesChosen)
     out.text += fmt::format(
         "the search weighted by the machine's levels found no plan estimated faster than "

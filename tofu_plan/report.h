@@ -49,9 +49,10 @@ std::string budgetLines(const tofu::BudgetChoice &chosen, const tofu::PartitionP
                         bool budgeted, unsigned maxWorkers, nlohmann::ordered_json &fitJson);
 
 /// The machine's levels the plan runs on (`part`): the traffic over each, against the plan of
-/// least bytes' (`machine`) unless `budgeted`, and the estimated communication time.
+/// least bytes' (`machine`) unless `budgeted` or `staged` (pipeline stages, each searched over
+/// its part of the machine), and the estimated communication time.
 Section machineSection(const tofu::Topology &part, const tofu::TopologyPlan &machine, bool budgeted,
-                       int64_t planBytes);
+                       int64_t planBytes, bool staged = false);
 
 /// What recomputation dropped and what it costs: the planned peak against the plan without
 /// (`fit`: the plan chosen) and the estimated step against `without` (0: not estimated).

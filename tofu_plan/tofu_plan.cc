@@ -383,15 +383,15 @@ int main(int argc, char **argv) {
         result.staged ? result.exec : tofu::buildExecPlan(*problem, *plan);
     const std::optional<tofuplan::Section> staged = tofuplan::stagesSection(*problem, result);
     if (topology) {
-      if (budgeted) {
-        stepMachine = tofu::topologyForWorkers(*topology, plan->workers);
+      if (budgeted || result.staged) { // (no plan of least bytes searched beside it)
+        stepMachine = budgeted ? tofu::topologyForWorkers(*topology, plan->workers) : *topology;
         machine.plan = *plan;
         machine.traffic = tofu::topologyTraffic(*problem, stepExec, *stepMachine);
       } else {
         stepMachine = *topology;
       }
-      const tofuplan::Section section =
-          tofuplan::machineSection(*stepMachine, machine, budgeted, plan->totalBytes);
+      const tofuplan::Section section = tofuplan::machineSection(
+          *stepMachine, machine, budgeted, plan->totalBytes, result.staged.has_value());
       machineText = section.text;
       machineJson = section.json;
       report.exact = plan->workers <= 64;
