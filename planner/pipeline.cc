@@ -489,6 +489,11 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
   if (llvm::Error e = checkGraph(g, lib))
     return fail(std::move(e));
   const StageSpec &stages = options.stages;
+  if (options.machine && !options.search.stepAlgorithms.empty() && !stages.active())
+    return fail(stringError(
+        "--megatron's steps (data parallelism outside, Megatron's cuts inside) over a "
+        "--topology's levels are not built: give --megatron without --topology, or with PP > 1 "
+        "(each stage then searched as Megatron's TP x DP)"));
   Graph microForward; // with stages: the model at the microbatch's batch, with its loss
   if (options.train) {
     auto loss = addTrainingLoss(g, lib, options, &r.lossNote);
