@@ -90,7 +90,8 @@ cl::opt<std::string> memoryPerWorker(
     cl::desc("Plan within BYTES per worker (e.g. 80GB, 16GiB): the plan of least communication "
              "found whose planned peak (the memory planner's, each worker's arena) fits on "
              "every worker, recomputing what the budget needs on a training step (--recompute "
-             "auto), or fail saying by how much the closest plan misses"),
+             "auto), or fail saying by how much the closest plan misses. With --algo "
+             "smallbatch and swap, the memory of their one worker"),
     cl::value_desc("BYTES"), cl::cat(stepCategory()));
 cl::opt<Format, false, ChoiceParser<Format>>
     format("format", cl::desc("How the results are printed:"),

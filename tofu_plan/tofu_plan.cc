@@ -80,7 +80,9 @@ cl::opt<std::string> topologySpec(
              "time per level, beside the plan of least bytes'. Sets --workers. With --fit, the "
              "counts tried are those that fill part of the machine (1 to 8, then 16, 24, ... of "
              "2x8), each searched over the levels it fills; with --memory-per-worker every plan "
-             "under the budget is searched over the levels"),
+             "under the budget is searched over the levels; with --stages each stage over the "
+             "part its workers fill. A last item host=BANDWIDTH[@LATENCY] gives each worker's "
+             "link to host memory, which --algo swap moves over (default: the device's)"),
     cl::value_desc("SPEC"), cl::cat(planCategory));
 cl::opt<bool> noCoarsen("no-coarsen",
                         cl::desc("Do not merge element-wise chains and coalesced "
