@@ -502,11 +502,12 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
     r.loss = *loss;
   }
   if (stages.active()) {
-    const char *with = options.recompute             ? "recomputation"
-                       : options.memoryPerWorker > 0 ? "a memory budget"
-                       : options.plan                ? "a plan given"
-                       : !options.train              ? ""
-                                                     : nullptr;
+    const char *with = options.memoryPerWorker > 0 ? "a memory budget"
+                       : options.recompute && *options.recompute == RecomputeMode::Auto
+                           ? "--recompute auto (stages recompute as sqrt gives)"
+                       : options.plan   ? "a plan given"
+                       : !options.train ? ""
+                                        : nullptr;
     if (with)
       return fail(stringError(*with
                                   ? fmt::format("pipeline stages do not combine with {} yet", with)
@@ -553,9 +554,39 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
   if (recomputing && !options.train)
     return fail(stringError("recomputation applies to a training step (what its backward pass "
                             "reads)"));
+  // Stages recompute as segment checkpointing gives, every layer's cut kept besides, so that
+  // each copy runs in its own stage's backward (a stage ends at a cut); no budget is searched.
+  if (stages.active() && recomputing && *options.recompute == RecomputeMode::Sqrt) {
+    auto candidates = recomputeCandidates(r.graph);
+    if (!candidates)
+      return fail(candidates.takeError());
+    // The model's cuts, in every microbatch's copy (the copies' mean of losses leaves the
+    // step's own graph none before it).
+    auto modelCandidates = forwardCandidates(microForward);
+    if (!modelCandidates)
+      return fail(modelCandidates.takeError());
+    std::set<std::string> cuts;
+    for (const RecomputeCandidate &c : *modelCandidates)
+      if (c.cut)
+        for (unsigned m = 0; m < stages.microbatches; ++m)
+          cuts.insert(stages.microbatches > 1 ? c.tensor + microbatchSuffix(m) : c.tensor);
+    std::vector<std::string> dropped;
+    for (const std::string &t : segmentCheckpoints(*candidates))
+      if (!cuts.count(t))
+        dropped.push_back(t);
+    Graph rewritten = r.graph;
+    auto summary = applyRecomputation(rewritten, dropped);
+    if (!summary)
+      return fail(summary.takeError());
+    if (!summary->dropped.empty())
+      r.withoutRecomputation = std::move(r.graph);
+    r.graph = std::move(rewritten);
+    r.recomputed = std::move(*summary);
+  }
   stage = Stage::Problem;
-  // Recomputation analyses each candidate graph itself; the step's analysis is its chosen one.
-  if (!recomputing || options.until == Stage::Problem) {
+  // Recomputation analyses each candidate graph itself; the step's analysis is its chosen one
+  // (with stages, the one rewritten above).
+  if (!recomputing || stages.active() || options.until == Stage::Problem) {
     auto t0 = std::chrono::steady_clock::now();
     auto problem = Problem::build(r.graph, lib);
     if (!problem)

@@ -204,6 +204,44 @@ TEST(Stages, GPipeHoldsMoreActivationsThan1F1B) {
   EXPECT_LT(1.5 * double(f1b.memory.workers[1].peak), double(gpipe.memory.workers[1].peak));
 }
 
+TEST(Stages, RecomputeWithinEachStage) {
+  // Segment checkpointing with the model's cuts kept: every copy runs in its own stage's
+  // backward, and stage 0 holds less than without.
+  GraphSource source;
+  source.model = "wresnet-50-1-i32-c8-k10";
+  source.batch = 32;
+  source.batchGiven = true;
+  PipelineOptions o;
+  o.train = Optimizer::SGD;
+  o.until = Stage::Execution;
+  o.search.workers = 2;
+  o.stages.stages = 2;
+  o.stages.microbatches = 4;
+  auto plain = runPipeline(source, testLibrary(), o);
+  ASSERT_TRUE(bool(plain)) << llvm::toString(plain.takeError());
+  o.recompute = RecomputeMode::Sqrt;
+  auto sqrt = runPipeline(source, testLibrary(), o);
+  ASSERT_TRUE(bool(sqrt)) << llvm::toString(sqrt.takeError());
+  ASSERT_TRUE(sqrt->staged && sqrt->withoutRecomputation);
+  EXPECT_FALSE(sqrt->recomputed.copies.empty());
+  EXPECT_EQ(checkMemoryPlan(sqrt->memory), "");
+  EXPECT_LT(sqrt->memory.workers[0].peak, plain->memory.workers[0].peak);
+  EXPECT_LE(sqrt->memory.workers[1].peak, plain->memory.workers[1].peak);
+  // A copy runs in the backward chunk of its forward op's stage and microbatch.
+  const StagedPlan &s = *sqrt->staged;
+  for (unsigned n = 0; n < sqrt->problem->nodes.size(); ++n) {
+    const std::string &name = sqrt->problem->nodes[n].name;
+    if (name.find("_recompute") == std::string::npos)
+      continue;
+    EXPECT_EQ(s.chunks[s.nodeChunk[n]].phase, ChunkPhase::Backward) << name;
+  }
+  // auto searches against a budget, which stages do not take yet.
+  o.recompute = RecomputeMode::Auto;
+  auto refused = runPipeline(source, testLibrary(), o);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("--recompute auto"), std::string::npos);
+}
+
 TEST(Stages, RefusesWhatCannotBeStaged) {
   GraphSource source;
   source.model = "gpt-1-64-4-16";

@@ -356,6 +356,13 @@ if ! "$run" --model wresnet-50-1-i32-c4-k10 --batch 8 --workers 2 --stages 2 --m
      --steps 2 --verify >"$tmp/out.txt" 2>"$tmp/err.txt" || ! grep -q "^verify: PASSED" "$tmp/out.txt"; then
   echo "FAILED: wresnet --stages 2 --microbatches 2 --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
 fi
+# Recomputation inside each stage (--recompute sqrt, the model's cuts kept): the step equals
+# the step without recomputation bit for bit, and verifies.
+if ! "$run" --model gpt-2-64-4-16 --batch 8 --workers 2 --stages 2 --microbatches 2 --recompute sqrt \
+     --steps 2 --verify >"$tmp/out.txt" 2>"$tmp/err.txt" || ! grep -q "^verify: PASSED" "$tmp/out.txt" ||
+   ! grep -q "^verify: the recomputing step equals the step without recomputation bit for bit" "$tmp/out.txt"; then
+  echo "FAILED: --stages 2 --recompute sqrt --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+fi
 
 # An ill-conditioned step (training-mode mobilenet_v2 at batch 2 on 32x32 images: its last
 # batch norms normalise 2 values per channel): float32 rounding alone scatters it beyond the
