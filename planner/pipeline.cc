@@ -320,6 +320,38 @@ llvm::Error planRecomputing(PipelineResult &r, const OpLibrary &lib, const Pipel
   return llvm::Error::success();
 }
 
+/// Stages' recomputation (--recompute sqrt) into `r`: what segment checkpointing drops of its
+/// training graph, but every cut of the model (`microForward`, in each of the `microbatches`
+/// copies) kept, so that each copy runs in its own stage's backward (a stage ends at a cut).
+/// The step's own graph has no cut before the copies' mean of losses. No budget is searched.
+llvm::Error recomputeWithinStages(PipelineResult &r, const Graph &microForward,
+                                  unsigned microbatches) {
+  auto candidates = recomputeCandidates(r.graph);
+  if (!candidates)
+    return candidates.takeError();
+  auto modelCandidates = forwardCandidates(microForward);
+  if (!modelCandidates)
+    return modelCandidates.takeError();
+  std::set<std::string> cuts;
+  for (const RecomputeCandidate &c : *modelCandidates)
+    if (c.cut)
+      for (unsigned m = 0; m < microbatches; ++m)
+        cuts.insert(microbatches > 1 ? c.tensor + microbatchSuffix(m) : c.tensor);
+  std::vector<std::string> dropped;
+  for (const std::string &t : segmentCheckpoints(*candidates))
+    if (!cuts.count(t))
+      dropped.push_back(t);
+  Graph rewritten = r.graph;
+  auto summary = applyRecomputation(rewritten, dropped);
+  if (!summary)
+    return summary.takeError();
+  if (!summary->dropped.empty())
+    r.withoutRecomputation = std::move(r.graph);
+  r.graph = std::move(rewritten);
+  r.recomputed = std::move(*summary);
+  return llvm::Error::success();
+}
+
 /// Pipeline stages' plan (planner/stages.h) into `r`: the stages balanced by their ops' time
 /// on one worker of the device (an H100's data sheet where none is given: the ratios are
 /// what count), each searched over its workers; the execution plan and its memory.
@@ -554,35 +586,9 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
   if (recomputing && !options.train)
     return fail(stringError("recomputation applies to a training step (what its backward pass "
                             "reads)"));
-  // Stages recompute as segment checkpointing gives, every layer's cut kept besides, so that
-  // each copy runs in its own stage's backward (a stage ends at a cut); no budget is searched.
-  if (stages.active() && recomputing && *options.recompute == RecomputeMode::Sqrt) {
-    auto candidates = recomputeCandidates(r.graph);
-    if (!candidates)
-      return fail(candidates.takeError());
-    // The model's cuts, in every microbatch's copy (the copies' mean of losses leaves the
-    // step's own graph none before it).
-    auto modelCandidates = forwardCandidates(microForward);
-    if (!modelCandidates)
-      return fail(modelCandidates.takeError());
-    std::set<std::string> cuts;
-    for (const RecomputeCandidate &c : *modelCandidates)
-      if (c.cut)
-        for (unsigned m = 0; m < stages.microbatches; ++m)
-          cuts.insert(stages.microbatches > 1 ? c.tensor + microbatchSuffix(m) : c.tensor);
-    std::vector<std::string> dropped;
-    for (const std::string &t : segmentCheckpoints(*candidates))
-      if (!cuts.count(t))
-        dropped.push_back(t);
-    Graph rewritten = r.graph;
-    auto summary = applyRecomputation(rewritten, dropped);
-    if (!summary)
-      return fail(summary.takeError());
-    if (!summary->dropped.empty())
-      r.withoutRecomputation = std::move(r.graph);
-    r.graph = std::move(rewritten);
-    r.recomputed = std::move(*summary);
-  }
+  if (stages.active() && recomputing && *options.recompute == RecomputeMode::Sqrt)
+    if (llvm::Error e = recomputeWithinStages(r, microForward, stages.microbatches))
+      return fail(std::move(e));
   stage = Stage::Problem;
   // Recomputation analyses each candidate graph itself; the step's analysis is its chosen one
   // (with stages, the one rewritten above).

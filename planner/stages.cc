@@ -127,16 +127,14 @@ llvm::Expected<Layers> weightLayers(const Graph &forward) {
 }
 
 std::string StagedPlan::describe() const {
-  if (spec.roundRobin) {
-    const unsigned per = stages.empty() ? 1 : stages[0].workers;
+  const unsigned per = stages.empty() ? 1 : stages[0].workers;
+  if (spec.roundRobin)
     return fmt::format(
         "placement: {} layers round-robin on {} {}{}{}, {} microbatch{}, {}", layers, spec.stages,
         per == 1 ? "worker" : "groups of workers",
         per == 1 ? (spec.stages == 1 ? "" : "s") : fmt::format(" ({} each)", per),
         layers < spec.stages ? fmt::format(" ({} idle)", spec.stages - layers) : std::string(),
         spec.microbatches, spec.microbatches == 1 ? "" : "es", scheduleName(spec.schedule));
-  }
-  const unsigned per = stages.empty() ? 1 : stages[0].workers;
   return fmt::format("{} stage{} x {} worker{}, {} microbatch{}, {}", spec.stages,
                      spec.stages == 1 ? "" : "s", per, per == 1 ? "" : "s", spec.microbatches,
                      spec.microbatches == 1 ? "" : "es", scheduleName(spec.schedule));
@@ -559,8 +557,8 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
       if (home[t] != static_cast<int>(s))
         continue;
       for (unsigned j = 0; j < per; ++j) {
-        e.tiles[groupOf[s] * per + j][t] = subExec[s].tiles[j][lt];
-        holds[t][groupOf[s] * per + j] = true;
+        e.tiles[out.stages[s].firstWorker + j][t] = subExec[s].tiles[j][lt];
+        holds[t][out.stages[s].firstWorker + j] = true;
       }
     }
   }
@@ -581,7 +579,7 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
     NodeExec ne;
     ne.node = n;
     ne.reducer = sn.reducer;
-    const unsigned base = groupOf[s] * per; // the stage's first worker
+    const unsigned base = out.stages[s].firstWorker;
     for (unsigned w = 0; w < k; ++w) {
       OpInstance inst;
       if (w / per != groupOf[s]) { // another stage's node: nothing to do

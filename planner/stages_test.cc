@@ -87,18 +87,28 @@ TEST(Stages, PlacementRunsChunksAsTheyBecomeReady) {
       EXPECT_EQ(c.start, 4);
 }
 
+/// A training step (SGD) of `model` at `batch` on `workers`, staged as `spec`, planned to its
+/// execution.
+struct StagedStep {
+  GraphSource source;
+  PipelineOptions options;
+  llvm::Expected<PipelineResult> run() const { return runPipeline(source, testLibrary(), options); }
+};
+StagedStep setup(const std::string &model, int64_t batch, unsigned workers, const StageSpec &spec) {
+  StagedStep s;
+  s.source.model = model;
+  s.source.batch = batch;
+  s.source.batchGiven = true;
+  s.options.train = Optimizer::SGD;
+  s.options.until = Stage::Execution;
+  s.options.search.workers = workers;
+  s.options.stages = spec;
+  return s;
+}
+
 PipelineResult planned(const std::string &model, int64_t batch, unsigned workers,
                        const StageSpec &spec) {
-  GraphSource source;
-  source.model = model;
-  source.batch = batch;
-  source.batchGiven = true;
-  PipelineOptions o;
-  o.train = Optimizer::SGD;
-  o.until = Stage::Execution;
-  o.search.workers = workers;
-  o.stages = spec;
-  auto r = runPipeline(source, testLibrary(), o);
+  auto r = setup(model, batch, workers, spec).run();
   EXPECT_TRUE(bool(r)) << llvm::toString(r.takeError());
   return r ? std::move(*r) : PipelineResult();
 }
@@ -175,15 +185,7 @@ TEST(Stages, PlacementPutsEachRnnLayerOnAWorkerInTurn) {
   spec.stages = 3;
   // 1F1B over round-robin layers is not built: refused by name.
   spec.schedule = Schedule::OneFOneB;
-  GraphSource source;
-  source.model = "rnn-4-64";
-  source.batch = 6;
-  source.batchGiven = true;
-  PipelineOptions o;
-  o.train = Optimizer::SGD;
-  o.search.workers = 3;
-  o.stages = spec;
-  auto refused = runPipeline(source, testLibrary(), o);
+  auto refused = setup("rnn-4-64", 6, 3, spec).run();
   ASSERT_FALSE(bool(refused));
   EXPECT_NE(llvm::toString(refused.takeError()).find("Megatron's interleaved schedule"),
             std::string::npos);
@@ -207,20 +209,14 @@ TEST(Stages, GPipeHoldsMoreActivationsThan1F1B) {
 TEST(Stages, RecomputeWithinEachStage) {
   // Segment checkpointing with the model's cuts kept: every copy runs in its own stage's
   // backward, and stage 0 holds less than without.
-  GraphSource source;
-  source.model = "wresnet-50-1-i32-c8-k10";
-  source.batch = 32;
-  source.batchGiven = true;
-  PipelineOptions o;
-  o.train = Optimizer::SGD;
-  o.until = Stage::Execution;
-  o.search.workers = 2;
-  o.stages.stages = 2;
-  o.stages.microbatches = 4;
-  auto plain = runPipeline(source, testLibrary(), o);
+  StageSpec spec;
+  spec.stages = 2;
+  spec.microbatches = 4;
+  StagedStep step = setup("wresnet-50-1-i32-c8-k10", 32, 2, spec);
+  auto plain = step.run();
   ASSERT_TRUE(bool(plain)) << llvm::toString(plain.takeError());
-  o.recompute = RecomputeMode::Sqrt;
-  auto sqrt = runPipeline(source, testLibrary(), o);
+  step.options.recompute = RecomputeMode::Sqrt;
+  auto sqrt = step.run();
   ASSERT_TRUE(bool(sqrt)) << llvm::toString(sqrt.takeError());
   ASSERT_TRUE(sqrt->staged && sqrt->withoutRecomputation);
   EXPECT_FALSE(sqrt->recomputed.copies.empty());
@@ -236,8 +232,8 @@ TEST(Stages, RecomputeWithinEachStage) {
     EXPECT_EQ(s.chunks[s.nodeChunk[n]].phase, ChunkPhase::Backward) << name;
   }
   // auto searches against a budget, which stages do not take yet.
-  o.recompute = RecomputeMode::Auto;
-  auto refused = runPipeline(source, testLibrary(), o);
+  step.options.recompute = RecomputeMode::Auto;
+  auto refused = step.run();
   ASSERT_FALSE(bool(refused));
   EXPECT_NE(llvm::toString(refused.takeError()).find("--recompute auto"), std::string::npos);
 }

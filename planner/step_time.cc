@@ -404,13 +404,23 @@ double pipelinedSeconds(const Problem &fp, const ExecPlan &plan, const SyncPoint
   std::vector<std::vector<double>> fetched(k, std::vector<double>(n, 0)),
       assembled(k, std::vector<double>(n, 0));
   std::vector<double> total(k, 0);
+  // Engines that order workers pairwise (CUDA's events, NCCL's and MPI's messages; the models
+  // without a synchronisation cost) make a worker wait only for the data it receives: per
+  // node another worker reads from, each worker's end of it.
+  const bool pairwise = device.syncLatency == 0;
+  std::map<size_t, std::vector<double>> finished;
   for (size_t i = 0; i < n; ++i) {
     const NodeExec &ne = plan.nodes[i];
     for (unsigned w = 0; w < ne.workers.size(); ++w)
       for (const InputFetch &in : ne.workers[w].inputs)
-        for (const Fetch &f : in.parts)
-          if (f.from != w && in.repeats < 0)
+        for (const Fetch &f : in.parts) {
+          if (f.from == w)
+            continue;
+          if (in.repeats < 0)
             fetched[w][i] += double(boxElements(f.box)) * fp.tensors[in.tensor].elementBytes;
+          if (const int prod = fp.tensors[in.tensor].producer; pairwise && prod >= 0)
+            finished.emplace(at[prod], std::vector<double>(k, 0));
+        }
     const ProblemTensor &out = fp.tensors[fp.nodes[ne.node].output];
     for (const OutputAssembly &a : ne.assemble)
       for (const auto &slice : a.slices)
@@ -426,18 +436,9 @@ double pipelinedSeconds(const Problem &fp, const ExecPlan &plan, const SyncPoint
     return total[w] > 0 ? traffic.workerSeconds[w] * bytes / total[w] : 0.0;
   };
   std::vector<double> clock(k, 0);
-  if (device.syncLatency == 0) {
-    // Engines that order workers pairwise (CUDA's events, NCCL's and MPI's messages; the
-    // models without a synchronisation cost): a worker waits only for the data it receives,
-    // a fetch for its sender's result of the producing node, an assembly for each slice's
+  if (pairwise) {
+    // A fetch waits for its sender's end of the producing node, an assembly for each slice's
     // worker to compute it.
-    std::map<size_t, std::vector<double>> finished; // per node read across: each worker's end
-    for (size_t i = 0; i < n; ++i)
-      for (unsigned w = 0; w < plan.nodes[i].workers.size(); ++w)
-        for (const InputFetch &in : plan.nodes[i].workers[w].inputs)
-          for (const Fetch &f : in.parts)
-            if (const int prod = fp.tensors[in.tensor].producer; f.from != w && prod >= 0)
-              finished.emplace(at[prod], std::vector<double>(k, 0));
     std::vector<double> computed(k, 0);
     for (size_t i = 0; i < n; ++i) {
       const NodeExec &ne = plan.nodes[i];

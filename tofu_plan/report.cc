@@ -394,13 +394,13 @@ const char *sourceConflict(bool input, bool onnx, bool batch, bool graph) {
   return nullptr;
 }
 
-std::optional<Section> stagesSection(const tofu::Problem &p, const tofu::PipelineResult &r) {
+std::optional<Section> stagesSection(const tofu::PipelineResult &r) {
   if (!r.staged)
     return std::nullopt;
   const tofu::StagedPlan &staged = *r.staged;
   const tofu::MemoryPlan &memory = r.memory;
   Section out;
-  const int64_t total = r.exec.bytesMoved(p); // runPipeline moved staged.exec into r.exec
+  const int64_t total = r.plan.totalBytes; // planStaged's count of r.exec's bytes
   int64_t within = 0;
   out.text =
       fmt::format("pipeline: {}; the model's {} layers ({})\n\n"
@@ -445,22 +445,15 @@ std::optional<Section> stagesSection(const tofu::Problem &p, const tofu::Pipelin
   return out;
 }
 
-std::string stagedPlanJson(const std::string &title, const tofu::Problem &p,
-                           const tofu::PipelineResult &r) {
+std::string stagedPlanJson(const std::string &title, const tofu::PipelineResult &r) {
   nlohmann::ordered_json j;
   j["graph"] = title;
   j["workers"] = r.plan.workers;
   j["factors"] = r.exec.parts;
   j["algorithm"] = r.plan.algorithm;
-  j["communication_bytes"] = r.exec.bytesMoved(p);
-  int64_t peak = 0;
-  unsigned at = 0;
-  for (unsigned w = 0; w < r.memory.workers.size(); ++w)
-    if (r.memory.workers[w].peak > peak) {
-      peak = r.memory.workers[w].peak;
-      at = w;
-    }
-  j["memory"] = {{"planned_peak_bytes", peak}, {"planned_peak_worker", at}};
+  j["communication_bytes"] = r.plan.totalBytes;
+  j["memory"] = {{"planned_peak_bytes", r.memory.largestPeak()},
+                 {"planned_peak_worker", r.memory.largestPeakWorker()}};
   return j.dump(1) + "\n";
 }
 

@@ -380,10 +380,12 @@ int main(int argc, char **argv) {
     const bool budgeted = budgetBytes.has_value();
     if (result.machine) // the machine's search, beside the plan of least bytes
       machine = *result.machine;
-    // The plan chosen as the workers run it: for its traffic per level and its step time.
-    const tofu::ExecPlan stepExec =
-        result.staged ? result.exec : tofu::buildExecPlan(*problem, *plan);
-    const std::optional<tofuplan::Section> staged = tofuplan::stagesSection(*problem, result);
+    // The plan chosen as the workers run it: for its traffic per level and its step time (a
+    // pipeline's is runPipeline's own, not copied).
+    const tofu::ExecPlan built =
+        result.staged ? tofu::ExecPlan() : tofu::buildExecPlan(*problem, *plan);
+    const tofu::ExecPlan &stepExec = result.staged ? result.exec : built;
+    const std::optional<tofuplan::Section> staged = tofuplan::stagesSection(result);
     if (topology) {
       if (budgeted || result.staged) { // (no plan of least bytes searched beside it)
         stepMachine = budgeted ? tofu::topologyForWorkers(*topology, plan->workers) : *topology;
@@ -416,7 +418,7 @@ int main(int argc, char **argv) {
       recomputeJson = section.json;
     }
     if (format == Format::Json) {
-      std::string json = staged ? tofuplan::stagedPlanJson(report.title, *problem, result)
+      std::string json = staged ? tofuplan::stagedPlanJson(report.title, result)
                                 : tofu::planJson(*problem, *plan, report);
       {
         auto j = nlohmann::ordered_json::parse(json);
