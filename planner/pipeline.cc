@@ -671,6 +671,10 @@ llvm::Expected<PartitionPlan> megatronGridPlan(const Problem &p, const PlanOptio
     if (search.workers % tp != 0)
       continue;
     const unsigned dp = search.workers / tp;
+    if (llvm::Error small = batchPartsError(p, dp, Algorithm::DataParallel)) {
+      llvm::consumeError(std::move(small)); // more groups than samples: not in the grid
+      continue;
+    }
     PlanOptions o = search;
     setMegatronSteps(o, tp, dp);
     auto plan = searchPlan(p, o);

@@ -174,7 +174,8 @@ struct MegatronConfig {
 
 /// The best of Megatron-LM's grid for `search.workers` (each TP dividing them, DP the rest;
 /// PP = 1): each planned (cli::applyAlgorithm's steps), its step estimated on `device`, the
-/// plan of least time kept (ties to the larger TP). `grid` gets every configuration.
+/// plan of least time kept (ties to the larger TP). `grid` gets every configuration but
+/// those of more data-parallel groups than some op's batch has samples.
 llvm::Expected<PartitionPlan> megatronGridPlan(const Problem &p, const PlanOptions &search,
                                                const DeviceModel &device,
                                                const std::vector<std::string> &outputs,

@@ -77,6 +77,9 @@ llvm::Expected<std::pair<StepChoice, int64_t>>
 RecursiveSearch::solveStep(const Steps &steps, size_t i, unsigned parts) {
   const SearchPolicy stepPolicy =
       i < o.stepAlgorithms.size() ? policyOf(o.stepAlgorithms[i]) : policy;
+  if (llvm::Error e = batchPartsError(
+          p, parts, i < o.stepAlgorithms.size() ? o.stepAlgorithms[i] : o.algorithm))
+    return llvm::Expected<std::pair<StepChoice, int64_t>>(std::move(e));
   candidates(p, steps, i, parts, stepPolicy, cand, &caches.classes(), &pool);
   StepModel m = buildStep(p, co, steps, i, parts, cand, caches, &pool, o.memoryWeight,
                           o.pricedBuffers, weights);

@@ -217,6 +217,13 @@ void setMegatronSteps(PlanOptions &o, unsigned tp, unsigned dp) {
   }
 }
 
+llvm::Error batchPartsError(const Problem &p, unsigned parts, Algorithm a) {
+  const SearchPolicy policy = policyOf(a);
+  if (!policy.batchNodes && policy.tensorCuts != SearchPolicy::TensorCuts::Batch)
+    return llvm::Error::success();
+  return batchCutError(p, parts, algorithmName(a));
+}
+
 llvm::Expected<PartitionPlan> searchPlan(const Problem &p, const PlanOptions &o) {
   if (o.workers == 0)
     return stringError("the number of workers must be at least 1");

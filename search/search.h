@@ -91,8 +91,15 @@ struct PlanOptions {
 /// of each group inside it; a factor of 1 is no step.
 void setMegatronSteps(PlanOptions &o, unsigned tp, unsigned dp);
 
+/// The error of a step of `a` (data-parallel or zero3: the algorithms that cut every op by
+/// its batch) in `parts` parts where some op's batch has fewer samples; success otherwise,
+/// and for other algorithms.
+llvm::Error batchPartsError(const Problem &problem, unsigned parts, Algorithm a);
+
 /// Searches `problem` for a plan on `options.workers` workers with `options.algorithm`.
-/// Errors: zero workers, a DP table over the limit, a time budget exceeded.
+/// Errors: zero workers, a DP table over the limit, a time budget exceeded, a step of
+/// data-parallel or zero3 cutting the batch into more parts than some op's batch has
+/// samples (batchPartsError).
 llvm::Expected<PartitionPlan> searchPlan(const Problem &problem, const PlanOptions &options);
 
 /// The coarsened graph: which nodes and tensors share one choice (union-find roots), for

@@ -97,6 +97,12 @@ std::vector<bool> weightLike(const Problem &p);
 /// sharded weight is split as the weight is).
 int batchVar(const Problem &p, unsigned n, const std::vector<bool> &weightLike);
 
+/// Under a policy that cuts the batch (data-parallel, zero3) into `parts`: an error naming
+/// the first node of a batch (its output not weight-like, of two dimensions or more) whose
+/// batch variable has fewer than `parts` values. Such a node could only be replicated,
+/// every worker computing all of it.
+llvm::Error batchCutError(const Problem &p, unsigned parts, const char *algorithm);
+
 /// Megatron-LM's tensor-parallel cut of every weight-like tensor (its dimension, or -1:
 /// whole), and -2 for the others (any). Followed through the forward ops in order, each
 /// activation either whole or split by features: a product of a weight and a whole input

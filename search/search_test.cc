@@ -456,6 +456,35 @@ TEST(Search, Zero3ShardsWeightsAndSplitsEveryOpByBatch) {
   EXPECT_GT(largest(dp), largest(z)); // data parallelism holds every weight whole
 }
 
+// Data parallelism and ZeRO-3 give each part of the batch to a worker: with more workers
+// than samples, an op could only be replicated (every worker computing all of it), which is
+// neither layout. The search says so, naming an op and its batch, where Tofu's own search
+// cuts something else.
+TEST(Search, BatchLayoutsRefuseMorePartsThanSamples) {
+  Problem p = problemOf(*buildMlp({64, 128, 32}, 4), true);
+  for (Algorithm a : {Algorithm::Zero3, Algorithm::DataParallel}) {
+    PlanOptions o;
+    o.workers = 8;
+    o.algorithm = a;
+    auto r = searchPlan(p, o);
+    ASSERT_FALSE(bool(r)) << algorithmName(a);
+    const std::string msg = llvm::toString(r.takeError());
+    EXPECT_NE(msg.find(std::string(algorithmName(a)) + " cuts the batch into 8 parts"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("has a batch of 4"), std::string::npos) << msg;
+    EXPECT_FALSE(bool(batchPartsError(p, 4, a))); // 4 parts of 4 samples: fine
+  }
+  PlanOptions m;
+  m.workers = 8;
+  setMegatronSteps(m, 1, 8); // Megatron's data parallelism, over 8 groups
+  auto r = searchPlan(p, m);
+  ASSERT_FALSE(bool(r));
+  EXPECT_NE(llvm::toString(r.takeError()).find("data-parallel cuts the batch into 8 parts"),
+            std::string::npos);
+  EXPECT_GT(plan(p, 8, Algorithm::Tofu).steps.size(), 0u);
+}
+
 // Megatron-LM's layout of the zoo GPT: q, k, v and the MLP's first layer column-parallel
 // (cut along their output features), the attention's output and the MLP's second layer
 // row-parallel (along their input features), the first layer's bias with its features, the

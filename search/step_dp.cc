@@ -64,6 +64,24 @@ int batchVar(const Problem &p, unsigned n, const std::vector<bool> &weightLike) 
   return p.tensors[node.output].shape.empty() ? -1 : outputDim0();
 }
 
+llvm::Error batchCutError(const Problem &p, unsigned parts, const char *algorithm) {
+  const std::vector<bool> roles = weightLike(p);
+  for (unsigned n = 0; n < p.nodes.size(); ++n) {
+    const ProblemNode &node = p.nodes[n];
+    if (roles[node.output] || p.tensors[node.output].shape.size() < 2)
+      continue;
+    const int v = batchVar(p, n, roles);
+    if (v < 0 || node.shapes.vars[static_cast<size_t>(v)] >= int64_t(parts))
+      continue;
+    return stringError(fmt::format(
+        "{} cuts the batch into {} parts, but node '{}' has a batch of {}: it could only be "
+        "replicated, every worker computing all of it. Each part needs a sample at least: a "
+        "larger --batch, fewer --microbatches or fewer workers",
+        algorithm, parts, node.name, node.shapes.vars[static_cast<size_t>(v)]));
+  }
+  return llvm::Error::success();
+}
+
 std::vector<int> megatronCuts(const Problem &p) {
   const std::vector<bool> weights = weightLike(p);
   std::map<std::string, std::pair<int, std::vector<int64_t>>> byGroup; // the weight's cut
