@@ -19,6 +19,7 @@
 #include "planner/recompute.h"
 #include "planner/step_time.h"
 #include "search/report.h"
+#include "support/version.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace tofu {
@@ -71,10 +72,7 @@ std::string anchorFile() {
 
 } // namespace
 
-std::string version() {
-  return std::to_string(TOFU_VERSION_MAJOR) + "." + std::to_string(TOFU_VERSION_MINOR) + "." +
-         std::to_string(TOFU_VERSION_PATCH);
-}
+std::string version() { return tofuVersion(); }
 
 // --- Graph -------------------------------------------------------------------------------
 

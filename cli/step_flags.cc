@@ -1,16 +1,11 @@
 // The flags tofu-plan and tofu-run share (step_flags.h).
 #include "cli/step_flags.h"
 
-#include <tuple>
-
 #include "fmt/format.h"
 #include "graph/training.h"
 #include "planner/step_time.h"
 #include "support/errors.h"
 #include "support/units.h"
-#include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/SmallVector.h"
-#include "llvm/ADT/StringRef.h"
 
 namespace tofu {
 namespace cli {
@@ -222,49 +217,14 @@ llvm::Expected<StageSpec> stageSpec() {
 }
 
 llvm::Error applyAlgorithm(PlanOptions &search, StageSpec *stages) {
-  search.algorithm = algo;
-  if (algo == Algorithm::Placement) { // a layer per worker in turn, each its own group
-    if (!stages)
-      return usageError("--algo placement: this tool plans no pipeline stages");
-    stages->stages = std::max(1u, search.workers);
-    if (!microbatchesOpt.getNumOccurrences())
-      stages->microbatches = stages->stages;
-  }
-  if (!megatronOpt.getNumOccurrences())
-    return llvm::Error::success();
-  if (algo.getNumOccurrences() && algo != Algorithm::Megatron)
-    return usageError(
-        fmt::format("--megatron configures --algo megatron, not --algo {}", algorithmName(algo)));
-  llvm::SmallVector<llvm::StringRef, 3> parts;
-  llvm::StringRef(megatronOpt).split(parts, ',');
-  unsigned v[3] = {0, 0, 0};
-  if (parts.size() != 3 || llvm::any_of(parts, [](llvm::StringRef x) {
-        unsigned n = 0;
-        return x.trim().getAsInteger(10, n) || n == 0;
-      }))
-    return usageError(fmt::format("--megatron '{}': give TP,PP,DP, three positive integers",
-                                  std::string(megatronOpt)));
-  for (int k = 0; k < 3; ++k)
-    parts[k].trim().getAsInteger(10, v[k]);
-  const auto [tp, pp, dp] = std::tuple{v[0], v[1], v[2]};
-  if (uint64_t(tp) * pp * dp != search.workers)
-    return usageError(fmt::format("--megatron {}: TP x PP x DP is {}, not the {} workers",
-                                  std::string(megatronOpt), uint64_t(tp) * pp * dp,
-                                  search.workers));
-  if (pp > 1) {
-    if (!stages)
-      return usageError(fmt::format("--megatron {}: this tool plans no pipeline stages (PP = {})",
-                                    std::string(megatronOpt), pp));
-    if (stagesOpt.getNumOccurrences() && stages->stages != pp)
-      return usageError(fmt::format("--megatron {} has {} pipeline stages and --stages {}",
-                                    std::string(megatronOpt), pp, stages->stages));
-    // Megatron's pipeline: PP stages under 1F1B, TP x DP inside each.
-    stages->stages = pp;
-    if (!microbatchesOpt.getNumOccurrences())
-      stages->microbatches = pp;
-  }
-  setMegatronSteps(search, tp, dp);
-  return llvm::Error::success();
+  AlgorithmChoice choice;
+  choice.algorithm = algo;
+  choice.algorithmGiven = algo.getNumOccurrences() > 0;
+  if (megatronOpt.getNumOccurrences())
+    choice.megatron = megatronOpt;
+  choice.stagesGiven = stagesOpt.getNumOccurrences() > 0;
+  choice.microbatchesGiven = microbatchesOpt.getNumOccurrences() > 0;
+  return applyAlgorithmChoice(choice, search, stages, SettingNames::flags());
 }
 
 llvm::Expected<int64_t> memoryBudget() {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tofu's integration routes, tried against an install tree the way a user outside the
 # repository would: the installed tools from another directory, the public headers alone,
-# a CMake project (find_package(Tofu), C++ API), a C program (pkg-config, C API) and a
-# Python script (ctypes, PyTorch).
+# a CMake project (find_package(Tofu), C++ API), a C program (pkg-config, C API), the Python
+# module (`import tofu`: a PyTorch script, and python/tests under pytest).
 #
 #   examples/consumers_test.sh PREFIX      PREFIX from tools/install.sh
 set -euo pipefail
@@ -102,7 +102,7 @@ else
   cat "$work/cc.log"; fail "the C consumer builds with pkg-config"
 fi
 
-step "Python consumer (ctypes, a torch.nn.Module exported to ONNX in memory)"
+step "Python consumer (import tofu: a torch.nn.Module planned by its parameters' names)"
 if (cd / && /usr/bin/python3 "$here/torch_plan.py" --prefix "$prefix" --workers 4) >"$work/py.txt" 2>&1; then
   head -20 "$work/py.txt"
   expect "$work/py.txt" "SmallCNN \(batch 32\) training step on 4 workers" "the Python consumer's plan"
@@ -117,6 +117,15 @@ if (cd / && /usr/bin/python3 "$here/torch_plan.py" --prefix "$prefix" --model ml
   expect "$work/py2.txt" "^layers.4.weight \[10, 512\]: per step" "the MLP's last layer"
 else
   cat "$work/py2.txt"; fail "examples/torch_plan.py --model mlp --workers 3"
+fi
+
+step "the Python module's tests (pytest, against the install)"
+if (cd / && env -i PATH=/usr/bin:/bin HOME="$work" TOFU_PREFIX="$prefix" \
+      PYTHONPATH="$prefix/lib/python3/dist-packages" /usr/bin/python3 -m pytest -q \
+      -p no:cacheprovider "$here/../python/tests") >"$work/pytest.txt" 2>&1; then
+  tail -1 "$work/pytest.txt"
+else
+  cat "$work/pytest.txt"; fail "python/tests (pytest)"
 fi
 
 if [ "$failures" -eq 0 ]; then

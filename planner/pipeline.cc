@@ -122,6 +122,8 @@ llvm::Expected<Graph> readGraph(const GraphSource &source, const OpLibrary &lib,
     options.sampleShapes = source.sampleShapes;
     options.trainable = source.trainable;
     options.frozen = source.frozen;
+    if (!source.onnxBytes.empty())
+      return importOnnxBytes(source.onnxBytes, source.onnxFile, lib, options);
     return importOnnx(source.onnxFile, lib, options);
   }
   *name = source.graphFile;

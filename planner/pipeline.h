@@ -34,6 +34,9 @@ namespace tofu {
 
 struct GraphSource {
   std::string model, graphFile, onnxFile; ///< exactly one set
+  /// A serialized ONNX model held in memory (a framework's export), where given: onnxFile
+  /// then only names it in messages.
+  std::string onnxBytes;
   int64_t batch = 1;
   unsigned dataInputs = 1;      ///< with onnxFile
   bool dataInputsGiven = false; ///< the user gave dataInputs: it must not exceed the inputs

@@ -7,12 +7,17 @@
 #include <limits>
 #include <map>
 #include <queue>
+#include <tuple>
 
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "graph/microbatch.h"
 #include "graph/recompute.h"
 #include "graph/training.h"
+#include "support/errors.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
 
 namespace tofu {
 
@@ -24,6 +29,53 @@ std::optional<Schedule> scheduleNamed(const std::string &name) {
   if (name == "1f1b")
     return Schedule::OneFOneB;
   return std::nullopt;
+}
+
+llvm::Error applyAlgorithmChoice(const AlgorithmChoice &c, PlanOptions &search, StageSpec *stages,
+                                 const SettingNames &names) {
+  search.algorithm = c.algorithm;
+  if (c.algorithm == Algorithm::Placement) { // a layer per worker in turn, each its own group
+    if (!stages)
+      return usageError(names("algo") + " placement: this tool plans no pipeline stages");
+    stages->stages = std::max(1u, search.workers);
+    if (!c.microbatchesGiven)
+      stages->microbatches = stages->stages;
+  }
+  if (c.megatron.empty())
+    return llvm::Error::success();
+  const std::string megatron = names("megatron");
+  if (c.algorithmGiven && c.algorithm != Algorithm::Megatron)
+    return usageError(fmt::format("{} configures {} megatron, not {} {}", megatron, names("algo"),
+                                  names("algo"), algorithmName(c.algorithm)));
+  llvm::SmallVector<llvm::StringRef, 3> parts;
+  llvm::StringRef(c.megatron).split(parts, ',');
+  unsigned v[3] = {0, 0, 0};
+  if (parts.size() != 3 || llvm::any_of(parts, [](llvm::StringRef x) {
+        unsigned n = 0;
+        return x.trim().getAsInteger(10, n) || n == 0;
+      }))
+    return usageError(
+        fmt::format("{} '{}': give TP,PP,DP, three positive integers", megatron, c.megatron));
+  for (int k = 0; k < 3; ++k)
+    parts[k].trim().getAsInteger(10, v[k]);
+  const auto [tp, pp, dp] = std::tuple{v[0], v[1], v[2]};
+  if (uint64_t(tp) * pp * dp != search.workers)
+    return usageError(fmt::format("{} {}: TP x PP x DP is {}, not the {} workers", megatron,
+                                  c.megatron, uint64_t(tp) * pp * dp, search.workers));
+  if (pp > 1) {
+    if (!stages)
+      return usageError(fmt::format("{} {}: this tool plans no pipeline stages (PP = {})", megatron,
+                                    c.megatron, pp));
+    if (c.stagesGiven && stages->stages != pp)
+      return usageError(fmt::format("{} {} has {} pipeline stages and {} {}", megatron, c.megatron,
+                                    pp, names("stages"), stages->stages));
+    // Megatron's pipeline: PP stages under 1F1B, TP x DP inside each.
+    stages->stages = pp;
+    if (!c.microbatchesGiven)
+      stages->microbatches = pp;
+  }
+  setMegatronSteps(search, tp, dp);
+  return llvm::Error::success();
 }
 
 llvm::Error parseStages(const std::string &text, StageSpec &spec) {

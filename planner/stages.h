@@ -37,6 +37,7 @@
 #include "partition/plan.h"
 #include "partition/problem.h"
 #include "search/search.h"
+#include "support/errors.h"
 #include "llvm/Support/Error.h"
 
 namespace tofu {
@@ -61,6 +62,25 @@ struct StageSpec {
 /// `--stages`' forms: a count S, or the layers of each stage by commas ("3,5"). Errors say
 /// which form failed.
 llvm::Error parseStages(const std::string &text, StageSpec &spec);
+
+/// The algorithm as the user chose it: a tool's --algo, --megatron, --stages and
+/// --microbatches, or an API's arguments.
+struct AlgorithmChoice {
+  Algorithm algorithm = Algorithm::Tofu;
+  bool algorithmGiven = false;
+  std::string megatron; ///< "TP,PP,DP", or empty
+  bool stagesGiven = false, microbatchesGiven = false;
+};
+
+/// Sets `search`'s algorithm, and with `megatron` its steps: data parallelism across DP
+/// groups (the outer step), Megatron-LM's tensor parallelism over TP workers inside each, and
+/// with PP > 1 PP pipeline stages into `stages` (microbatches PP unless given). Placement
+/// makes each worker a stage (microbatches: the workers unless given). Errors are UsageErrors
+/// naming the settings as `names` spells them: a --megatron that is not three positive
+/// integers multiplying to the workers, or that contradicts the stages or the algorithm;
+/// stages where the caller plans none (`stages` null).
+llvm::Error applyAlgorithmChoice(const AlgorithmChoice &choice, PlanOptions &search,
+                                 StageSpec *stages, const SettingNames &names);
 
 /// The forward graph's layers: per node (by name), the layer it is in (0 on), and per layer
 /// the cut that ends it (empty for the last).

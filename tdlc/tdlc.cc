@@ -16,6 +16,7 @@
 #include "runtime/kernel_verify.h"
 #include "support/cl_choice.h"
 #include "support/errors.h"
+#include "support/version.h"
 #include "tdlc/op_modes.h"
 #include "tdlc/stats.h"
 #include "llvm/Support/CommandLine.h"
@@ -123,13 +124,6 @@ tdlc::VerifyCounts counts;
 std::unique_ptr<tofu::CpuKernelLibrary> kernelLibrary;
 
 cl::list<std::string> files(cl::Positional, cl::desc("FILE..."), cl::cat(tdlcCategory));
-
-constexpr const char *kVersion = "0.1.0";
-
-void printVersion(llvm::raw_ostream &os) {
-  os << "tdlc (Tofu) " << kVersion << "\n"
-     << "TDL frontend: ANTLR 4 grammar, semantic checks to the checked IR\n";
-}
 
 /// Parses `name=value` arguments of --attr / --group into `out`; false on a bad one.
 bool parseAssignments(const std::vector<std::string> &args, const char *flag, int64_t lo,
@@ -312,7 +306,7 @@ int main(int argc, char **argv) {
   argc = static_cast<int>(args.size());
   argv = args.data();
   cl::HideUnrelatedOptions(tdlcCategory);
-  cl::SetVersionPrinter(printVersion);
+  tofu::setToolVersion("tdlc", "TDL frontend: ANTLR 4 grammar, semantic checks to the checked IR");
   // Bad usage exits 2, as --help says (llvm's parser would exit 1).
   const bool parsed = cl::ParseCommandLineOptions(
       argc, argv,

@@ -66,16 +66,6 @@ Section recomputeSection(const tofu::RecomputePlan &r, const tofu::MemoryFit &fi
 llvm::Error checkOneWorker(tofu::Algorithm algo, bool train, bool budget, bool fit, bool topology,
                            bool recompute, bool stages);
 
-/// Pipeline stages' report (--stages): the schedule, and per stage its workers, layers, the
-/// cut it hands on, its nodes, its own plan's bytes and its workers' largest planned peak;
-/// then the bytes between stages.
-/// None where the plan has no stages.
-std::optional<Section> stagesSection(const tofu::PipelineResult &r);
-/// A pipelined plan's JSON ahead of its "pipeline" section: the graph (`title`), its workers,
-/// algorithm, bytes and planned peak. A pipeline has a partition per stage, not one plan's
-/// tensors and ops (search/report.h's planJson), so it lists none.
-std::string stagedPlanJson(const std::string &title, const tofu::PipelineResult &r);
-
 /// --algo smallbatch's report: the largest batch that fits, of the `asked` one, and its
 /// samples a second on one worker and on `workers`.
 Section smallBatchSection(const tofu::SmallBatch &s, int64_t asked, int64_t budget,

@@ -27,6 +27,8 @@
 #include "support/errors.h"
 #include "support/files.h"
 #include "support/units.h"
+#include "support/version.h"
+#include "tofu_plan/document.h"
 #include "tofu_plan/report.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -107,6 +109,7 @@ int main(int argc, char **argv) {
       "against the device's rates) and the plan's traffic (over the --topology levels, else the "
       "device's link), with no overlap assumed (default h100)";
   tofu::cli::initStepFlags(planCategory, defaults);
+  tofu::setToolVersion("tofu-plan", "planner: partitions, pipelines, step-time estimates");
   // Bad usage exits 2, as --help says (llvm's parser would exit 1).
   const bool parsed = cl::ParseCommandLineOptions(
       argc, argv,
@@ -337,124 +340,37 @@ int main(int argc, char **argv) {
     llvm::errs() << "tofu-plan: " << result.lossNote << "\n";
   llvm::errs() << tofu::megatronGridLines(result.megatronGrid, device.name, "tofu-plan: ");
   const std::string &name = result.name;
-  const tofu::Graph *g = &result.graph;
-  // What the precision policy made (before any recomputation's copies).
-  const tofu::Graph &precise =
-      result.withoutRecomputation ? *result.withoutRecomputation : result.graph;
-  std::string precisionLine;
-  const auto bf16Tensors = std::count_if(
-      precise.tensors().begin(), precise.tensors().end(),
-      [](const tofu::TensorInfo &t) { return t.dtype == tofu::ElementType::BFloat16; });
-  if (precisionOpt == tofu::Precision::BF16)
-    precisionLine =
-        tofuplan::precisionLine(result.precision, bf16Tensors, precise.tensors().size());
+  const std::string precisionLine = tofuplan::precisionLineOf(result, precisionOpt);
   if (dumpJson) {
-    llvm::outs() << tofu::graphToJson(*g);
+    llvm::outs() << tofu::graphToJson(result.graph);
     return 0;
   }
   if (workers > 0 || fit) {
-    const tofu::Problem *problem = &*result.problem;
-    const tofu::PartitionPlan *plan = &result.plan;
-    double analysis = result.analysisSeconds;
-    tofu::PlanReportOptions report;
-    report.title = name + (train ? " training step" : "") +
-                   (model.empty() ? std::string() : fmt::format(" (batch {})", batch));
-    report.listTensors = report.listOps = !summary;
-    std::string memoryLine;
-    // With recomputation: the rewritten graph's problem, plan and memory (planner/recompute.h).
-    const tofu::BudgetChoice *chosen = result.budget ? &*result.budget : nullptr;
-    const tofu::RecomputePlan *recomputed =
-        chosen && chosen->recompute ? &*chosen->recompute : nullptr;
-    // The report's memory lines: the chosen plan's planned peak and what is live then.
-    if (chosen && (recomputed || budgetBytes) && !result.memory.workers.empty())
-      tofuplan::reportPeak(report, *problem, result.memory, result.exec, budgetBytes.value_or(0));
-    if (chosen)
-      memoryLine =
-          tofuplan::budgetLines(*chosen, *plan, fit, budgetBytes.has_value(), maxWorkers, fitJson);
-    report.exact = plan->workers <= 64;
-    std::string machineText;
-    nlohmann::ordered_json machineJson;
-    tofu::TopologyPlan machine;
-    // The part of the machine the plan runs on: all of it, or the levels a budget's count fills.
-    std::optional<tofu::Topology> stepMachine;
-    const bool budgeted = budgetBytes.has_value();
-    if (result.machine) // the machine's search, beside the plan of least bytes
-      machine = *result.machine;
-    // The plan chosen as the workers run it: for its traffic per level and its step time (a
-    // pipeline's is runPipeline's own, not copied).
-    const tofu::ExecPlan built =
-        result.staged ? tofu::ExecPlan() : tofu::buildExecPlan(*problem, *plan);
-    const tofu::ExecPlan &stepExec = result.staged ? result.exec : built;
-    const std::optional<tofuplan::Section> staged = tofuplan::stagesSection(result);
-    if (topology) {
-      if (budgeted || result.staged) { // (no plan of least bytes searched beside it)
-        stepMachine = budgeted ? tofu::topologyForWorkers(*topology, plan->workers) : *topology;
-        machine.plan = *plan;
-        machine.traffic = tofu::topologyTraffic(*problem, stepExec, *stepMachine);
-      } else {
-        stepMachine = *topology;
-      }
-      const tofuplan::Section section = tofuplan::machineSection(
-          *stepMachine, machine, budgeted, plan->totalBytes, result.staged.has_value());
-      machineText = section.text;
-      machineJson = section.json;
-      report.exact = plan->workers <= 64;
-    }
-    const tofu::StepTimeEstimate stepTime =
-        exitOnErr(tofu::estimateStepTime(*problem, stepExec, g->outputs, device, stepMachine));
-    // What was recomputed, what it saved and what it costs.
-    std::string recomputeLine;
-    nlohmann::ordered_json recomputeJson;
-    if (recomputed) {
-      double without = 0;
-      if (!recomputed->summary.copies.empty() && recomputed->problemWithout)
-        without =
-            exitOnErr(tofu::estimateStepTime(*recomputed->problemWithout, recomputed->execWithout,
-                                             g->outputs, device, stepMachine))
-                .seconds;
-      const tofuplan::Section section = tofuplan::recomputeSection(
-          *recomputed, chosen->fit, budgetBytes.has_value(), stepTime, without, device.name);
-      recomputeLine = section.text;
-      recomputeJson = section.json;
-    }
-    if (format == Format::Json) {
-      std::string json = staged ? tofuplan::stagedPlanJson(report.title, result)
-                                : tofu::planJson(*problem, *plan, report);
-      {
-        auto j = nlohmann::ordered_json::parse(json);
-        j["step_time"] = nlohmann::ordered_json::parse(tofu::stepTimeJson(stepTime));
-        if (fit)
-          j["fit"] = fitJson;
-        if (recomputed)
-          j["recompute"] = recomputeJson;
-        if (topology)
-          j["topology"] = machineJson;
-        if (staged)
-          j["pipeline"] = staged->json;
-        if (precisionOpt != tofu::Precision::FP32)
-          j["precision"] = tofuplan::precisionJson(precisionOpt, result.precision, bf16Tensors);
-        json = j.dump(1) + "\n";
-      }
-      llvm::outs() << json;
-    } else {
-      if (!recomputed) // (with recomputation, each candidate set's graph was analysed)
-        llvm::outs() << fmt::format("analysis of the graph's ops: {:.3f} s\n", analysis);
-      llvm::outs() << memoryLine << recomputeLine << precisionLine;
-      llvm::outs() << (staged ? staged->text : tofu::planTable(*problem, *plan, report));
-      llvm::outs() << machineText;
-      llvm::outs() << tofu::formatStepTime(stepTime, summary ? 0 : 10);
-    }
+    tofuplan::DocumentOptions document;
+    document.title = name + (train ? " training step" : "") +
+                     (model.empty() ? std::string() : fmt::format(" (batch {})", batch));
+    document.json = format == Format::Json;
+    document.summary = summary;
+    document.precision = precisionOpt;
+    document.budget = budgetBytes;
+    document.fit = fit;
+    document.maxWorkers = maxWorkers;
+    document.fitJson = std::move(fitJson);
+    document.topology = topology;
+    document.device = device;
+    llvm::outs() << exitOnErr(tofuplan::planDocument(result, document));
     if (!svgFile.empty())
       if (llvm::Error e = tofu::writeFileAtomically(
-              svgFile, tofu::planSvg(*problem, *plan, report.title), "a drawing of the plan")) {
+              svgFile, tofu::planSvg(*result.problem, result.plan, document.title),
+              "a drawing of the plan")) {
         llvm::errs() << "tofu-plan: " << llvm::toString(std::move(e)) << "\n";
         return 1;
       }
     return 0;
   }
   llvm::outs() << tofuplan::describeTable(
-      *g, fmt::format("{}{} (batch {})\n", name, train ? " training step" : "",
-                      model.empty() ? "from the file" : std::to_string(batch)) +
-              precisionLine);
+      result.graph, fmt::format("{}{} (batch {})\n", name, train ? " training step" : "",
+                                model.empty() ? "from the file" : std::to_string(batch)) +
+                        precisionLine);
   return 0;
 }

@@ -42,6 +42,7 @@
 #include "support/errors.h"
 #include "support/files.h"
 #include "support/units.h"
+#include "support/version.h"
 #include "tofu_run/driver.h"
 #include "tofu_run/options.h"
 #include "tofu_run/step_estimate.h"
@@ -85,6 +86,7 @@ int run(int argc, char **argv) {
                         "measured one (default: cpu where --calibrate has written its model and "
                         "the backend is cpu or mpi, else none)";
   tofu::cli::initStepFlags(runCategory, defaults);
+  tofu::setToolVersion("tofu-run", "engine: trains and runs partitioned plans, verified");
   // Bad usage exits 2, as --help says (llvm's parser would exit 1).
   const bool parsed = cl::ParseCommandLineOptions(
       argc, argv,

@@ -10,6 +10,8 @@
 #   PREFIX/share/tofu/ops/  the operator library (.tdl files, onnx_mapping.json)
 #   PREFIX/lib/pkgconfig/tofu.pc
 #   PREFIX/lib/cmake/Tofu/  TofuConfig.cmake (imported target Tofu::plan), its version file
+#   PREFIX/lib/python3/dist-packages/tofu/  the Python module (`import tofu` with
+#                         PYTHONPATH=PREFIX/lib/python3/dist-packages, /usr/bin/python3)
 #
 #   tools/install.sh PREFIX           build and install (again: replaces what it installed)
 #   tools/install.sh --no-setup PREFIX   without installing missing Debian packages first
@@ -56,7 +58,7 @@ fi
 version="$major.$minor.$patch"
 
 echo "install.sh: building Tofu $version"
-targets=(//tdlc:tdlc //tofu_plan:tofu-plan //tofu_run:tofu-run //:libtofu_plan.so)
+targets=(//tdlc:tdlc //tofu_plan:tofu-plan //tofu_run:tofu-run //:libtofu_plan.so //python:site)
 if ! bazel build "${targets[@]}" >/tmp/tofu-install-build.$$ 2>&1; then
   tail -40 /tmp/tofu-install-build.$$ >&2
   rm -f /tmp/tofu-install-build.$$
@@ -87,6 +89,14 @@ find "$prefix/lib" -maxdepth 1 -name 'libtofu_plan.so*' ! -name "libtofu_plan.so
 install -m 755 "$bin/libtofu_plan.so" "$prefix/lib/libtofu_plan.so.$version"
 ln -sfn "libtofu_plan.so.$version" "$prefix/lib/libtofu_plan.so.$major"
 ln -sfn "libtofu_plan.so.$major" "$prefix/lib/libtofu_plan.so"
+
+# The Python module: its package and its native part (whatever was there before goes).
+py="$prefix/lib/python3/dist-packages/tofu"
+rm -rf "$py"
+install -d "$py"
+install -m 644 "$bin"/python/site/tofu/*.py "$bin"/python/site/tofu/*.pyi \
+  "$bin/python/site/tofu/py.typed" "$py/"
+install -m 755 "$bin/python/site/tofu/_tofu.so" "$py/_tofu.so"
 
 rm -rf "$prefix/include/tofu"
 install -d "$prefix/include/tofu"
