@@ -24,6 +24,7 @@
 #include "planner/stages.h"
 #include "planner/step_time.h"
 #include "planner/topology.h"
+#include "python/native.h"
 #include "search/report.h"
 #include "support/errors.h"
 #include "support/units.h"
@@ -31,13 +32,12 @@
 #include "tofu_plan/document.h"
 #include "llvm/Support/raw_ostream.h"
 
-namespace py = pybind11;
-
+namespace tofupy {
 namespace {
 
 /// tofu's exception types (python/tofu/errors.py), given at import.
 struct ErrorTypes {
-  py::object usage, model, plan;
+  py::object usage, model, plan, data, base;
 };
 ErrorTypes &errorTypes() {
   static ErrorTypes *types = new ErrorTypes(); // never destroyed: outlives the interpreter
@@ -50,13 +50,8 @@ ErrorTypes &errorTypes() {
   throw py::error_already_set();
 }
 
-/// A failure, with the kind of exception it raises.
-struct Failure {
-  enum Kind { Usage, Model, Plan } kind = Plan;
-  std::string message;
-};
+} // namespace
 
-/// `e` as a failure of `kind`, or of bad usage where it is a UsageError.
 Failure failure(llvm::Error e, Failure::Kind kind) {
   const bool usage = e.isA<tofu::UsageError>();
   return {usage ? Failure::Usage : kind, llvm::toString(std::move(e))};
@@ -66,12 +61,14 @@ Failure failure(llvm::Error e, Failure::Kind kind) {
   const ErrorTypes &t = errorTypes();
   raise(f.kind == Failure::Usage   ? t.usage
         : f.kind == Failure::Model ? t.model
-                                   : t.plan,
+        : f.kind == Failure::Data  ? t.data
+        : f.kind == Failure::Plan  ? t.plan
+                                   : t.base,
         f.message);
 }
 
-/// The operator libraries loaded, by directory: loading and checking one takes a while, and
-/// a session plans many graphs.
+// The operator libraries loaded, by directory: loading and checking one takes a while, and a
+// session plans many graphs.
 const tofu::OpLibrary *library(const std::string &dir, Failure &failed) {
   static std::mutex mutex;
   static auto *loaded = new std::map<std::string, std::unique_ptr<tofu::OpLibrary>>();
@@ -95,18 +92,17 @@ const tofu::OpLibrary *library(const std::string &dir, Failure &failed) {
       .first->second.get();
 }
 
-/// What tofu.plan was asked (python/tofu/__init__.py checks the types and fills the names).
-struct PlanArgs {
-  std::string model, onnxPath, name;
-  py::bytes onnxBytes;
-  int64_t batch = 0; ///< 0: the model's default (zoo: 32), an ONNX model's own
-  unsigned workers = 1;
-  bool train = true;
-  std::string optimizer = "adam", precision = "fp32", algorithm = "tofu", megatron, stages;
-  unsigned microbatches = 0; ///< 0: not given
-  std::string schedule, memoryPerWorker, recompute, topology, device = "h100";
-  std::string anchor, opsDir;
-};
+tofu::GraphSource graphSource(const PlanArgs &a) {
+  tofu::GraphSource source;
+  source.model = a.model;
+  source.onnxFile = a.onnxPath.empty() ? a.name : a.onnxPath;
+  source.onnxBytes = std::string(a.onnxBytes);
+  source.batch = a.batch > 0 ? a.batch : a.model.empty() ? 1 : 32;
+  source.batchGiven = a.batch > 0;
+  return source;
+}
+
+namespace {
 
 /// A plan, kept whole: its documents are made as asked.
 class PlanHandle {
@@ -182,8 +178,8 @@ private:
   }
 };
 
-/// The pipeline's options from `a`, as tofu-plan makes them from its flags; errors are bad
-/// usage naming the argument.
+} // namespace
+
 std::optional<Failure> pipelineOptions(const PlanArgs &a, tofu::PipelineOptions &o,
                                        std::optional<tofu::Topology> &topology,
                                        std::optional<int64_t> &budget) {
@@ -270,15 +266,12 @@ std::optional<Failure> pipelineOptions(const PlanArgs &a, tofu::PipelineOptions 
   return std::nullopt;
 }
 
+namespace {
+
 std::unique_ptr<PlanHandle> plan(const PlanArgs &a) {
   auto handle = std::make_unique<PlanHandle>();
   std::optional<Failure> failed;
-  tofu::GraphSource source;
-  source.model = a.model;
-  source.onnxFile = a.onnxPath.empty() ? a.name : a.onnxPath;
-  source.onnxBytes = std::string(a.onnxBytes);
-  source.batch = a.batch > 0 ? a.batch : a.model.empty() ? 1 : 32;
-  source.batchGiven = a.batch > 0;
+  const tofu::GraphSource source = graphSource(a);
   tofu::PipelineOptions options;
   std::optional<tofu::Topology> topology;
   std::optional<int64_t> budget;
@@ -330,16 +323,20 @@ std::unique_ptr<PlanHandle> plan(const PlanArgs &a) {
 }
 
 } // namespace
+} // namespace tofupy
 
 PYBIND11_MODULE(_tofu, m) {
+  using namespace tofupy;
   m.doc() = "Tofu's native part: python/tofu/__init__.py is its interface.";
   m.def("version", &tofu::tofuVersion);
   m.def(
       "set_errors",
-      [](py::object usage, py::object model, py::object plan) {
-        errorTypes() = {std::move(usage), std::move(model), std::move(plan)};
+      [](py::object usage, py::object model, py::object plan, py::object data, py::object base) {
+        errorTypes() = {std::move(usage), std::move(model), std::move(plan), std::move(data),
+                        std::move(base)};
       },
-      "The exception types raised for bad usage, a model that fails, a plan that fails.");
+      "The exception types raised for bad usage, a model that fails, a plan that fails, data "
+      "that does not fit, and any other failure.");
   py::class_<PlanArgs>(m, "PlanArgs")
       .def(py::init<>())
       .def_readwrite("model", &PlanArgs::model)
@@ -374,4 +371,5 @@ PYBIND11_MODULE(_tofu, m) {
         return tofu::megatronGridLines(h.result.megatronGrid, h.document.device.name, "");
       });
   m.def("plan", &plan, py::arg("args"));
+  bindTrainer(m);
 }

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "codegen/schedule.h"
@@ -468,12 +469,45 @@ llvm::Error Trainer::train(TrainerObserver &observer) {
   Impl &m = *impl_;
   Engine &engine = *m.engine;
   const std::string &name = m.options.name;
-  if (m.realData)
+  if (m.realData && !m.options.batches)
     m.prefetch.emplace(engine, *m.ds, m.bindings, m.options.normalization, m.dataBatch,
                        m.options.seed, m.options.shuffle);
   for (unsigned s = 0; s < m.steps; ++s) {
     const unsigned step = m.stepsBefore + s; // counted over every run
-    if (m.prefetch) {
+    if (m.options.batches) {
+      auto batch = m.options.batches(s);
+      if (!batch) {
+        m.steps = s; // what was trained: save() counts it
+        return stringError(
+            fmt::format("{}: step {}: {}", name, s + 1, llvm::toString(batch.takeError())));
+      }
+      if ((*batch)->samples != m.dataBatch)
+        return usageError(fmt::format("{}: step {}: a batch of {} samples, where the plan takes "
+                                      "{}",
+                                      name, s + 1, (*batch)->samples, m.dataBatch));
+      // Each batch's labels against the classes, as a data set's are before a run: one outside
+      // them would read past the logits.
+      for (const DataBinding &b : m.bindings) {
+        const DataArray *a = (*batch)->find(b.array);
+        if (!a)
+          return usageError(fmt::format("{}: step {}: the batch has no array '{}' (for input "
+                                        "'{}')",
+                                        name, s + 1, b.array, b.input));
+        if (a->sampleElements() != (*m.ds->find(b.array)).sampleElements())
+          return usageError(fmt::format("{}: step {}: array '{}' holds {} elements a sample, "
+                                        "where the first batch's held {}",
+                                        name, s + 1, b.array, a->sampleElements(),
+                                        m.ds->find(b.array)->sampleElements()));
+        if (b.labels)
+          if (llvm::Error e = checkLabels(*a, b.array, m.loss, lossClasses(m.p, m.loss)))
+            return usageError(
+                fmt::format("{}: step {}: {}", name, s + 1, llvm::toString(std::move(e))));
+      }
+      std::vector<int64_t> rows(static_cast<size_t>(m.dataBatch));
+      std::iota(rows.begin(), rows.end(), 0);
+      setValues(engine, *m.data, m.data->scheduledTensors(), step);
+      feedBatch(engine, **batch, m.bindings, rows, m.options.normalization);
+    } else if (m.prefetch) {
       setValues(engine, *m.data, m.data->scheduledTensors(), step);
       m.prefetch->feed(engine, step, s + 1 < m.steps);
     } else {
@@ -511,6 +545,10 @@ llvm::Error Trainer::train(TrainerObserver &observer) {
       if (llvm::Error e = m.evaluate(done, observer))
         return stringError(fmt::format("{}: evaluating after step {}: {}", name, done,
                                        llvm::toString(std::move(e))));
+    if (observer.stopRequested()) {
+      m.steps = s + 1; // what was trained: save() counts it, and the checks below see it
+      break;
+    }
   }
   // The last step's update has no loss after it to show it: the weights themselves are
   // checked (and a checkpoint of non-finite weights is never written over a good one).

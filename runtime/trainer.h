@@ -98,6 +98,13 @@ struct TrainerOptions {
   /// The data set `data` names, where the caller opened it already (tofu-run does, before
   /// an ONNX import, whose dynamic axes the samples fix); else the trainer opens it.
   std::shared_ptr<const DataSet> dataSet;
+  /// Batches the caller hands over as the steps come (a framework's data loader), where
+  /// set: before each step, called with the step's index in this run, it returns a data set
+  /// holding that step's batch alone, its samples in the batch's order. `dataSet` is its first
+  /// batch (what binds the inputs), `shuffle` and `epochs` go unused, and `steps` says how
+  /// many. An error it returns stops the run (before the step: save() then keeps the steps
+  /// done); so does a batch of another size.
+  std::function<llvm::Expected<std::shared_ptr<const DataSet>>(unsigned step)> batches;
   std::string feeds;
   Normalization normalization;
   /// Evaluation: `eval` is "test" (the data set's test split) or a data set's path; every
@@ -150,6 +157,9 @@ public:
   /// Before an evaluation starts.
   virtual void evaluating() {}
   virtual void evaluated(const EvalRecord &) {}
+  /// Asked after each step (and its evaluation): true ends the run there, its state that of
+  /// the steps done (an interrupted run's, kept).
+  virtual bool stopRequested() { return false; }
 };
 
 /// What save() wrote.

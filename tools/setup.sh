@@ -24,6 +24,7 @@ packages=(
   python3-dev            # Python.h: the tofu module's native part (python/module.cc)
   pybind11-dev           # pybind11 2.10, which that native part is written with
   python3-pytest         # python/tests, the module's tests
+  python3-tqdm           # tofu.Trainer's progress bar
   libdnnl-dev            # oneDNN 2.6: library kernels for matrix products and convolutions
   libopenmpi-dev         # Open MPI 4.1: one process per worker (tofu-run --backend mpi)
   openmpi-bin            # mpirun

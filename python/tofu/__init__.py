@@ -11,21 +11,21 @@ same libraries: no tool is run. Errors raise tofu.UsageError (a setting that can
 tofu.ModelError (a model that does not import or check) or tofu.PlanError (no plan, or none
 that fits), with the tools' messages.
 """
-import io
 import json
 import os
 import tempfile
-import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _tofu
+from ._model import Model, _export, _plan_args
 from .errors import DataError, Error, ModelError, PlanError, UsageError
+from .training import Trainer
 
-__all__ = ["plan", "Plan", "Placement", "Error", "UsageError", "ModelError", "PlanError",
+__all__ = ["plan", "Plan", "Placement", "Trainer", "Error", "UsageError", "ModelError", "PlanError",
            "DataError", "__version__"]
 
 __version__ = _tofu.version()
-_tofu.set_errors(UsageError, ModelError, PlanError)
+_tofu.set_errors(UsageError, ModelError, PlanError, DataError, Error)
 
 
 class Placement:
@@ -173,64 +173,6 @@ class Plan:
                 f"{1e3 * self.estimated_step_seconds:.3f} ms on {j['step_time']['device']['name']}>")
 
 
-Model = Any  # a torch.nn.Module, an ONNX file's path, or a zoo model's name
-
-
-def _export(module, example_inputs, train: bool) -> bytes:
-    """A torch.nn.Module as ONNX bytes (opset 17), its parameters as initializers under their
-    own names (those placement() takes). A training step's export
-    is in training mode (batch norms normalise by the batch's statistics and stay apart from
-    the convolutions before them, whose weights keep their names)."""
-    import torch  # only for modules
-    if example_inputs is None:
-        raise UsageError("a torch.nn.Module needs example_inputs: a tensor, or a tuple of "
-                         "them, of the shapes one step takes")
-    if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)
-    example_inputs = tuple(example_inputs)
-    names = [f"input{i}" if len(example_inputs) > 1 else "input"
-             for i in range(len(example_inputs))]
-    buffer = io.BytesIO()
-    was_training = module.training
-    mode = torch.onnx.TrainingMode.TRAINING if train else torch.onnx.TrainingMode.EVAL
-    # Tracing runs the module once: what that forward pass updates (a batch norm's running
-    # statistics and its count) is put back as it was.
-    kept = {n: b.detach().clone() for n, b in module.named_buffers()}
-    try:
-        with warnings.catch_warnings():
-            # Tracing in training mode drops the update of a batch norm's count of batches,
-            # which the step does not read; torch says so for every batch norm.
-            warnings.filterwarnings("ignore", message="ONNX Preprocess - Removing mutation",
-                                    category=UserWarning)
-            # Tracing says a Python value (a batch norm's check of its batch) becomes a
-            # constant: the plan is for these shapes anyway.
-            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
-            torch.onnx.export(module, example_inputs, buffer, opset_version=17,
-                              input_names=names, output_names=["output"],
-                              do_constant_folding=False, training=mode)
-    except Exception as e:  # the exporter's own errors, whatever their type
-        raise ModelError(f"{type(module).__name__}: torch.onnx.export failed: {e}") from e
-    finally:
-        module.train(was_training)
-        with torch.no_grad():
-            for n, b in module.named_buffers():
-                b.copy_(kept[n])
-    return buffer.getvalue()
-
-
-def _bytes_text(value, what: str) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise UsageError(f"{what} must be a number of bytes or a text such as '80GB', not "
-                         f"{value!r}")
-    if isinstance(value, int):
-        if value <= 0:
-            raise UsageError(f"{what} must be above 0, not {value}")
-        return str(value)
-    return value
-
-
 def plan(model: Model, example_inputs: Any = None, *, workers: int, train: bool = True,
          optimizer: str = "adam", precision: str = "fp32",
          memory_per_worker: Union[int, str, None] = None, topology: Optional[str] = None,
@@ -263,50 +205,9 @@ def plan(model: Model, example_inputs: Any = None, *, workers: int, train: bool 
 
     Raises UsageError, ModelError or PlanError (tofu.Error's kinds).
     """
-    args = _tofu.PlanArgs()
-    if isinstance(model, (str, os.PathLike)):
-        text = os.fspath(model)
-        if text.endswith(".onnx") or os.path.sep in text:
-            if not os.path.isfile(text):
-                raise UsageError(f"no ONNX model at '{text}'")
-            args.onnx_path = text
-        else:
-            args.model = text
-        if example_inputs is not None:
-            raise UsageError("example_inputs are a torch.nn.Module's; a zoo or ONNX model "
-                             "takes batch=")
-    elif hasattr(model, "named_parameters") and hasattr(model, "forward"):
-        if batch is not None:
-            raise UsageError("a module's batch is its example_inputs'; batch= is for a zoo or "
-                             "ONNX model")
-        args.onnx_bytes = _export(model, example_inputs, bool(train))
-        args.name = type(model).__name__
-    else:
-        raise UsageError(f"model must be a torch.nn.Module, an ONNX file's path or a zoo "
-                         f"model's name, not {type(model).__name__}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise UsageError(f"workers must be a count of 1 or more, not {workers!r}")
-    args.workers = workers
-    if batch is not None:
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise UsageError(f"batch must be a count of 1 or more, not {batch!r}")
-        args.batch = batch
-    args.train = bool(train)
-    args.optimizer = optimizer
-    args.precision = precision
-    args.algorithm = algorithm
-    args.megatron = megatron or ""
-    if stages is not None:
-        args.stages = str(stages) if isinstance(stages, int) else ",".join(str(s) for s in stages)
-    if microbatches is not None:
-        if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
-            raise UsageError(f"microbatches must be a count of 1 or more, not {microbatches!r}")
-        args.microbatches = microbatches
-    args.schedule = schedule or ""
-    args.memory_per_worker = _bytes_text(memory_per_worker, "memory_per_worker")
-    args.recompute = recompute or ""
-    args.topology = topology or ""
-    args.device = device
-    args.ops_dir = ops_dir or ""
-    args.anchor = _tofu.__file__
+    args = _plan_args(model, example_inputs, workers=workers, train=train, optimizer=optimizer,
+                      precision=precision, memory_per_worker=memory_per_worker,
+                      topology=topology, recompute=recompute, algorithm=algorithm,
+                      megatron=megatron, stages=stages, microbatches=microbatches,
+                      schedule=schedule, device=device, batch=batch, ops_dir=ops_dir)
     return Plan(_tofu.plan(args), workers)

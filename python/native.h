@@ -1,0 +1,63 @@
+// What the native part's two halves share (module.cc: planning; trainer.cc: training):
+// tofu's exception kinds, the operator libraries loaded, and a plan's settings as the
+// pipeline's options.
+#ifndef TOFU_PYTHON_NATIVE_H
+#define TOFU_PYTHON_NATIVE_H
+
+#include <pybind11/pybind11.h>
+
+#include <optional>
+#include <string>
+
+#include "graph/library.h"
+#include "planner/pipeline.h"
+#include "planner/topology.h"
+#include "llvm/Support/Error.h"
+
+namespace tofupy {
+
+namespace py = pybind11;
+
+/// A failure, with the kind of exception it raises.
+struct Failure {
+  enum Kind { Usage, Model, Plan, Data, Other } kind = Plan; ///< Other: tofu.Error itself
+  std::string message;
+};
+
+/// `e` as a failure of `kind`, or of bad usage where it is a UsageError.
+Failure failure(llvm::Error e, Failure::Kind kind);
+/// Raises the exception of `f`'s kind (tofu.UsageError, ...) with its message.
+[[noreturn]] void raise(const Failure &f);
+
+/// The operator library in `dir`, loaded and checked once per process; null with `failed`
+/// set where it does not load. Thread-safe (called without the GIL).
+const tofu::OpLibrary *library(const std::string &dir, Failure &failed);
+
+/// What tofu.plan was asked (python/tofu/__init__.py checks the types and fills the names).
+struct PlanArgs {
+  std::string model, onnxPath, name;
+  py::bytes onnxBytes;
+  int64_t batch = 0; ///< 0: the model's default (zoo: 32), an ONNX model's own
+  unsigned workers = 1;
+  bool train = true;
+  std::string optimizer = "adam", precision = "fp32", algorithm = "tofu", megatron, stages;
+  unsigned microbatches = 0; ///< 0: not given
+  std::string schedule, memoryPerWorker, recompute, topology, device = "h100";
+  std::string anchor, opsDir;
+};
+
+/// The model `a` names, as the pipeline reads it.
+tofu::GraphSource graphSource(const PlanArgs &a);
+
+/// The pipeline's options from `a`, as tofu-plan makes them from its flags; errors are bad
+/// usage naming the argument.
+std::optional<Failure> pipelineOptions(const PlanArgs &a, tofu::PipelineOptions &o,
+                                       std::optional<tofu::Topology> &topology,
+                                       std::optional<int64_t> &budget);
+
+/// The training half's bindings (trainer.cc).
+void bindTrainer(py::module_ &m);
+
+} // namespace tofupy
+
+#endif // TOFU_PYTHON_NATIVE_H

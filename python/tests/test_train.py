@@ -1,0 +1,165 @@
+"""tofu.Trainer against its oracles: PyTorch training the same module on the same batches,
+and the installed tofu-run on the same data, bit for bit; Ctrl-C between steps; data that
+does not fit.
+
+Run by examples/consumers_test.sh against an install, as test_plan.py is.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import tofu
+
+PREFIX = os.environ.get("TOFU_PREFIX", "")
+
+
+class Net(nn.Module):
+    """A convolution with a batch norm, then two linear layers: 1x8x8 images, 5 classes."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc1 = nn.Linear(4 * 4 * 4, 16)
+        self.fc2 = nn.Linear(16, 5)
+
+    def forward(self, x):
+        x = nn.functional.max_pool2d(torch.relu(self.bn(self.conv(x))), 2)
+        return self.fc2(torch.relu(self.fc1(torch.flatten(x, 1))))
+
+
+def data(samples=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(samples, 1, 8, 8, generator=g), torch.randint(0, 5, (samples,), generator=g)
+
+
+def fresh(seed=0):
+    torch.manual_seed(seed)
+    return Net()
+
+
+def test_fit_trains_as_pytorch_does():
+    x, y = data()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+    model = fresh()
+    peer = fresh()
+    trainer = tofu.Trainer(model, workers=2, optimizer="sgd", lr=0.1)
+    history = trainer.fit(loader, epochs=2, progress=False)
+    # PyTorch's own step on the same batches, in training mode (batch statistics).
+    opt = torch.optim.SGD(peer.parameters(), lr=0.1)
+    expected = []
+    for _ in range(2):
+        for xb, yb in loader:
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(peer(xb), yb)
+            loss.backward()
+            opt.step()
+            expected.append(loss.item())
+    assert len(history["loss"]) == len(expected) == 8
+    np.testing.assert_allclose(history["loss"], expected, rtol=2e-5)
+    assert trainer.losses == history["loss"]
+    # The trained state loads into the module: weights and running statistics as PyTorch's.
+    model.load_state_dict(trainer.state_dict())
+    for (name, ours), (_, theirs) in zip(model.state_dict().items(), peer.state_dict().items()):
+        if name.endswith("num_batches_tracked"):
+            assert ours.item() == theirs.item() == 8
+        else:
+            torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5, msg=name)
+    # And evaluates as the peer does.
+    model.eval()
+    peer.eval()
+    torch.testing.assert_close(model(x), peer(x), rtol=1e-4, atol=1e-4)
+
+
+def test_fit_is_tofu_run_bit_for_bit(tmp_path):
+    """The same batches through tofu-run (a data set in file order) give the same losses."""
+    x, y = data(48, seed=1)
+    model = fresh(1)
+    onnx = tmp_path / "net.onnx"
+    onnx.write_bytes(tofu._model._export(model, (x[:16],), True))
+    np.save(tmp_path / "x.npy", x.numpy())
+    np.save(tmp_path / "y.npy", y.numpy())
+    trainer = tofu.Trainer(model, workers=2, optimizer="adam", lr=0.01)
+    history = trainer.fit((x, y), batch_size=16, steps=6, progress=False)
+    done = subprocess.run([os.path.join(PREFIX, "bin", "tofu-run"), "--onnx", str(onnx),
+                           "--data", f"input={tmp_path}/x.npy,labels={tmp_path}/y.npy",
+                           "--shuffle", "off", "--workers", "2", "--steps", "6",
+                           "--optimizer", "adam", "--lr", "0.01", "--format=json"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert history["loss"] == json.loads(done.stdout)["loss"]
+
+
+def test_a_dataset_and_callbacks():
+    x, y = data(40)
+    seen = []
+    trainer = tofu.Trainer(fresh(), workers=2)
+    trainer.fit(torch.utils.data.TensorDataset(x, y), batch_size=16, epochs=3, progress=False,
+                callbacks=[lambda r: seen.append(r) or r["step"] == 4])
+    # 40 samples: two batches of 16 an epoch (the short one left out); stopped after step 4.
+    assert [r["step"] for r in seen] == [1, 2, 3, 4]
+    assert len(trainer.losses) == 4
+    assert all(r["samples_per_second"] > 0 for r in seen)
+
+
+def test_data_that_does_not_fit_is_a_data_error():
+    x, y = data(32)
+    y[20] = 9  # in the second batch: the first binds the inputs, each batch is checked
+    with pytest.raises(tofu.DataError, match="step 2: .*class 9, outside the model's 5 classes"):
+        tofu.Trainer(fresh(), workers=2).fit((x, y), batch_size=16, progress=False)
+    with pytest.raises(tofu.DataError, match="16 inputs but 15 labels"):
+        tofu.Trainer(fresh(), workers=2).fit((x[:16], y[:15]), batch_size=8, progress=False)
+    with pytest.raises(tofu.DataError, match="fewer than a batch"):
+        tofu.Trainer(fresh(), workers=2).fit((x[:8], y[:8]), batch_size=16, progress=False)
+    with pytest.raises(tofu.UsageError, match="needs batch_size"):
+        tofu.Trainer(fresh(), workers=2).fit(torch.utils.data.TensorDataset(x, y))
+    trainer = tofu.Trainer(fresh(), workers=2)
+    with pytest.raises(tofu.UsageError, match="call fit"):
+        trainer.state_dict()
+    y[20] = 1
+    trainer.fit((x, y), batch_size=16, progress=False)
+    with pytest.raises(tofu.UsageError, match="once per Trainer"):
+        trainer.fit((x, y), batch_size=16, progress=False)
+
+
+def test_ctrl_c_stops_between_steps_and_leaves_a_checkpoint(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time, torch
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import tofu
+        from test_train import data, fresh
+        x, y = data(64)
+        def slow(record):
+            if record["step"] == 3:
+                print("started", flush=True)
+            time.sleep(0.05)
+        trainer = tofu.Trainer(fresh(), workers=2)
+        try:
+            trainer.fit((x, y), batch_size=16, steps=100000, progress=False,
+                        callbacks=[slow], checkpoint={str(tmp_path / "ckpt")!r})
+        except KeyboardInterrupt:
+            print("interrupted after", len(trainer.losses), "steps", flush=True)
+            raise
+        """))
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    assert child.stdout.readline().strip() == "started"
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode != 0 and "KeyboardInterrupt" in err, err
+    steps = int(out.split("interrupted after")[1].split()[0])
+    assert 3 <= steps < 100000
+    # The checkpoint (tofu-run --save's safetensors file) holds the steps done.
+    raw = (tmp_path / "ckpt" / "model.safetensors").read_bytes()
+    header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    assert int(header["__metadata__"]["steps"]) == steps
+    assert "fc1.weight" in header
