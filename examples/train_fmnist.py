@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Trains the main job's Fashion-MNIST CNN with tofu from a PyTorch DataLoader, on 2 workers,
-then scores the trained module with PyTorch on the test split.
+"""Trains the main job's Fashion-MNIST CNN with tofu from a PyTorch DataLoader on 2 workers,
+scores it on the test split, and gives the trained weights back to the module.
 
     PYTHONPATH=PREFIX/lib/python3/dist-packages /usr/bin/python3 examples/train_fmnist.py [--steps N]
 """
@@ -30,6 +30,7 @@ class FashionMNIST(torch.utils.data.Dataset):
         return self.images[i], self.labels[i]
 
 
+torch.manual_seed(0)
 model = nn.Sequential(nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                       nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                       nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
@@ -37,15 +38,12 @@ parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--steps", type=int, default=None, help="default: one epoch (937 steps)")
 parser.add_argument("--save", default=None, help="a folder for tofu-run --save's checkpoint")
 args = parser.parse_args()
-torch.manual_seed(0)
 loader = torch.utils.data.DataLoader(FashionMNIST("train"), batch_size=64, shuffle=True)
 trainer = tofu.Trainer(model, workers=2, optimizer="sgd", lr=0.1)
 trainer.fit(loader, steps=args.steps, progress=False)
 print(f"trained {len(trainer.losses)} steps: loss {trainer.losses[0]:.4f} -> {trainer.losses[-1]:.4f}")
-model.load_state_dict(trainer.state_dict())
-test = FashionMNIST("t10k")
-with torch.no_grad():
-    accuracy = (model.eval()(test.images).argmax(1) == test.labels).float().mean().item()
-print(f"test accuracy {accuracy:.4f} over {len(test)} images (PyTorch, the trained state)")
+score = trainer.evaluate(FashionMNIST("t10k"))
+print(f"test accuracy {score['accuracy']:.4f}, loss {score['loss']:.4f} over {score['samples']} images")
+model.load_state_dict(trainer.state_dict())  # the module now holds the trained weights
 if args.save:
     print("saved", trainer.save(args.save)["path"])

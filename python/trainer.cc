@@ -22,6 +22,7 @@
 #include "runtime/lr_schedule.h"
 #include "runtime/process_group.h"
 #include "runtime/trainer.h"
+#include "tofu_run/evaluation.h"
 
 namespace tofupy {
 namespace {
@@ -117,6 +118,8 @@ private:
 class TrainerHandle {
 public:
   tofu::PipelineResult result;
+  std::optional<tofurun::EvalSetup> eval; ///< the forward graph evaluate() scores with
+  tofu::EvalGraph evalGraph;
   std::optional<tofu::EnginePlan> planned;
   std::unique_ptr<tofu::Trainer> trainer;
   py::object nextBatch; ///< step -> {name: array}
@@ -164,6 +167,33 @@ public:
         to[i] = static_cast<float>(t.data[i]);
       out[py::str(name)] = a;
     }
+    return out;
+  }
+
+  /// The trained state scored on held-out `arrays` (as a batch's: "input", "labels"):
+  /// {loss, accuracy, samples, seconds}.
+  py::dict evaluate(py::dict arrays) {
+    if (!eval)
+      raise(Failure{Failure::Usage,
+                    "evaluate scores a classifier: a model whose one output is [batch, classes] "
+                    "logits"});
+    tofu::DataSet held;
+    if (auto f = batchOf(arrays, held))
+      raise(*f);
+    held.description = "held-out data from Python";
+    llvm::Expected<tofu::EvalRecord> r = tofu::EvalRecord();
+    {
+      py::gil_scoped_release unlocked;
+      r = trainer->evaluateOn(held, "data");
+    }
+    if (!r)
+      raise(failure(r.takeError(), Failure::Data));
+    py::dict out;
+    out["loss"] = r->score.loss();
+    out["accuracy"] = r->score.accuracy();
+    out["samples"] = r->samples;
+    out["seconds"] = r->seconds;
+    out["step"] = r->step;
     return out;
   }
 
@@ -254,6 +284,26 @@ std::unique_ptr<TrainerHandle> makeTrainer(const TrainArgs &a, py::dict first, p
       else
         handle->planned = std::move(*p);
     }
+    if (!failed) { // the forward graph evaluate() scores with, where the model is a classifier
+      tofu::PipelineResult &r = handle->result;
+      auto e =
+          tofurun::evaluationSetup(graphSource(a.plan), *lib, *r.problem, r.plan, options.precision,
+                                   tofu::EvalNorm::Running, "", a.plan.name, tofu::SettingNames());
+      if (e) {
+        handle->eval = std::move(*e);
+        tofu::EvalGraph &g = handle->evalGraph;
+        g.problem = &*handle->eval->forward.problem;
+        g.exec = &handle->eval->forward.exec;
+        g.memory = &handle->eval->forward.memory;
+        g.outputs = handle->eval->forward.graph.outputs;
+        g.logits = handle->eval->logits;
+        t.evalGraph = &g;
+      } else if (e.errorIsA<tofu::UsageError>()) {
+        llvm::consumeError(e.takeError()); // not a classifier: evaluate() says so
+      } else {
+        failed = failure(e.takeError(), Failure::Plan);
+      }
+    }
     if (!failed) { // the first batch against the inputs, as the trainer binds it
       tofu::PipelineResult &r = handle->result;
       auto bound = tofu::bindDataSet(*r.problem, r.loss, *data, "", r.graph.constants,
@@ -307,6 +357,7 @@ void bindTrainer(py::module_ &m) {
       .def("train", &TrainerHandle::train, py::arg("on_step"))
       .def("state", &TrainerHandle::state)
       .def("save", &TrainerHandle::save, py::arg("dir"))
+      .def("evaluate", &TrainerHandle::evaluate, py::arg("arrays"))
       .def_property_readonly("losses", [](const TrainerHandle &h) { return h.trainer->losses(); })
       .def_property_readonly("step_seconds",
                              [](const TrainerHandle &h) { return h.trainer->stepSeconds(); })

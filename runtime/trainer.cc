@@ -124,10 +124,9 @@ struct Trainer::Impl {
   std::optional<EnginePlan> evalPlan;
   std::unique_ptr<Engine> evalEngine;
   std::unique_ptr<TrainingData> evalValues;
-  std::optional<DataSet> evalDs;
+  std::optional<DataSet> evalDs; ///< options.eval's
   std::vector<DataBinding> evalBindings;
-  std::string labelsArray;
-  int64_t evalBatch = 0;
+  std::string labelsArray, evalFeeds; ///< the labels' array; the other inputs' feeds
 
   // Results.
   std::vector<double> stepSeconds, losses;
@@ -142,6 +141,12 @@ struct Trainer::Impl {
   llvm::Error resolveHyper();
   llvm::Error bindData();
   llvm::Error makeEval();
+  /// Binds held-out data (`what` names it) to the evaluation graph's inputs as training's.
+  llvm::Expected<std::vector<DataBinding>> bindHeldOut(const DataSet &held,
+                                                       const std::string &what);
+  /// The trained state scored on `held`, batch by batch.
+  llvm::Expected<ClassifierScore> score(const DataSet &held,
+                                        const std::vector<DataBinding> &heldBindings);
   /// Writes the values and the batch of step `step` (counted over every run) into `e`.
   void setBatch(Engine &e, unsigned step);
   llvm::Error evaluate(unsigned done, TrainerObserver &observer);
@@ -276,47 +281,34 @@ llvm::Error Trainer::Impl::bindData() {
 }
 
 llvm::Error Trainer::Impl::makeEval() {
-  if (options.eval.empty())
+  if (options.eval.empty() && !options.evalGraph)
     return llvm::Error::success();
   if (!options.evalGraph || !ds)
     return usageError("evaluation needs the forward graph and a data set to train on");
-  const Problem &ep = *options.evalGraph->problem;
-  // The test split is a directory's: a data set of arrays has none, and its training data
-  // would be scored as held-out.
-  if (options.eval == "test" && !hasMnistSplit(options.data, "t10k"))
-    return usageError(fmt::format(
-        "{} test scores the test split (t10k) of an MNIST-family directory; {} '{}' has none: "
-        "give the held-out data ({} NAME=FILE,... or FILE.safetensors)",
-        options.names("eval"), options.names("data"), options.data, options.names("eval")));
-  auto d = openDataSet(options.eval == "test" ? options.data : options.eval, "t10k", options.names);
-  if (!d)
-    return usageError(options.names("eval") + ": " + llvm::toString(d.takeError()));
-  evalDs = std::move(*d);
-  std::string feeds;
+  if (!options.eval.empty()) {
+    // The test split is a directory's: a data set of arrays has none, and its training data
+    // would be scored as held-out.
+    if (options.eval == "test" && !hasMnistSplit(options.data, "t10k"))
+      return usageError(fmt::format(
+          "{} test scores the test split (t10k) of an MNIST-family directory; {} '{}' has none: "
+          "give the held-out data ({} NAME=FILE,... or FILE.safetensors)",
+          options.names("eval"), options.names("data"), options.data, options.names("eval")));
+    auto d =
+        openDataSet(options.eval == "test" ? options.data : options.eval, "t10k", options.names);
+    if (!d)
+      return usageError(options.names("eval") + ": " + llvm::toString(d.takeError()));
+    evalDs = std::move(*d);
+  }
   for (const DataBinding &b : bindings)
     if (b.labels)
       labelsArray = b.array;
     else
-      feeds += (feeds.empty() ? "" : ",") + b.input + "=" + b.array;
+      evalFeeds += (evalFeeds.empty() ? "" : ",") + b.input + "=" + b.array;
   if (labelsArray.empty())
     return usageError(options.name + ": " + options.names("eval") +
                       " scores a classifier: a model trained with softmax cross-entropy against "
                       "labels fed from the data set");
-  if (!evalDs->find(labelsArray))
-    return usageError(fmt::format("{} {}: the data set has no array '{}' (the labels)",
-                                  options.names("eval"), options.eval, labelsArray));
-  // Held-out labels as the training ones: a class outside the logits would be read past them.
-  if (llvm::Error e =
-          checkLabels(*evalDs->find(labelsArray), labelsArray, loss, lossClasses(p, loss)))
-    return usageError(fmt::format("{}: {} {}: {}", options.name, options.names("eval"),
-                                  options.eval, llvm::toString(std::move(e))));
-  auto eb = bindDataSet(ep, "", *evalDs, feeds, training.constants, training.initialValues,
-                        training.randomInputs, options.names);
-  if (!eb)
-    return usageError(fmt::format("{}: {} {}: {}", options.name, options.names("eval"),
-                                  options.eval, llvm::toString(eb.takeError())));
-  evalBindings = std::move(*eb);
-  evalBatch = ep.tensors[evalBindings[0].tensor].shape[0];
+  const Problem &ep = *options.evalGraph->problem;
   auto ef = planForEngine(ep, *options.evalGraph->exec, *options.evalGraph->memory,
                           options.evalGraph->outputs, /*fuse=*/true);
   if (!ef)
@@ -338,7 +330,30 @@ llvm::Error Trainer::Impl::makeEval() {
                                               &training.initialValues, TrainingHyper(),
                                               &training.randomInputs);
   setValues(*evalEngine, *evalValues, evalValues->tensors(), 0);
+  if (!evalDs) // held-out data the caller gives evaluateOn()
+    return llvm::Error::success();
+  auto eb = bindHeldOut(*evalDs, options.eval);
+  if (!eb)
+    return eb.takeError();
+  evalBindings = std::move(*eb);
   return llvm::Error::success();
+}
+
+llvm::Expected<std::vector<DataBinding>> Trainer::Impl::bindHeldOut(const DataSet &held,
+                                                                    const std::string &what) {
+  if (!held.find(labelsArray))
+    return usageError(fmt::format("{} {}: the data set has no array '{}' (the labels)",
+                                  options.names("eval"), what, labelsArray));
+  // Held-out labels as the training ones: a class outside the logits would be read past them.
+  if (llvm::Error e = checkLabels(*held.find(labelsArray), labelsArray, loss, lossClasses(p, loss)))
+    return usageError(fmt::format("{}: {} {}: {}", options.name, options.names("eval"), what,
+                                  llvm::toString(std::move(e))));
+  auto eb = bindDataSet(*options.evalGraph->problem, "", held, evalFeeds, training.constants,
+                        training.initialValues, training.randomInputs, options.names);
+  if (!eb)
+    return usageError(fmt::format("{}: {} {}: {}", options.name, options.names("eval"), what,
+                                  llvm::toString(eb.takeError())));
+  return eb;
 }
 
 void Trainer::Impl::setBatch(Engine &e, unsigned step) {
@@ -349,23 +364,23 @@ void Trainer::Impl::setBatch(Engine &e, unsigned step) {
     setValues(e, *data, data->batchTensors(), step);
 }
 
-llvm::Error Trainer::Impl::evaluate(unsigned done, TrainerObserver &observer) {
-  observer.evaluating();
-  const auto t0 = std::chrono::steady_clock::now();
+llvm::Expected<ClassifierScore> Trainer::Impl::score(const DataSet &held,
+                                                     const std::vector<DataBinding> &heldBindings) {
   if (llvm::Error e = copyState(*engine, *evalEngine))
-    return e;
+    return std::move(e);
+  const int64_t evalBatch = options.evalGraph->problem->tensors[heldBindings[0].tensor].shape[0];
   ClassifierScore score;
-  const DataArray &labelArray = *evalDs->find(labelsArray);
+  const DataArray &labelArray = *held.find(labelsArray);
   // A label per sample, or one per position of a sequence (a language model's logits are
   // [batch, positions, classes]).
   const int64_t positions = labelArray.sampleElements();
   std::vector<int64_t> samples(evalBatch);
   std::vector<double> labels(evalBatch * positions);
-  for (int64_t start = 0; start < evalDs->samples; start += evalBatch) {
-    const int64_t rows = std::min(evalBatch, evalDs->samples - start);
+  for (int64_t start = 0; start < held.samples; start += evalBatch) {
+    const int64_t rows = std::min(evalBatch, held.samples - start);
     for (int64_t r = 0; r < evalBatch; ++r) // a partial batch repeats the first samples
-      samples[r] = r < rows ? start + r : (r - rows) % evalDs->samples;
-    feedBatch(*evalEngine, *evalDs, evalBindings, samples, options.normalization);
+      samples[r] = r < rows ? start + r : (r - rows) % held.samples;
+    feedBatch(*evalEngine, held, heldBindings, samples, options.normalization);
     auto st = evalEngine->step();
     if (!st)
       return st.takeError();
@@ -382,7 +397,16 @@ llvm::Error Trainer::Impl::evaluate(unsigned done, TrainerObserver &observer) {
         labels[r * positions + j] = labelArray.at(samples[r] * positions + j);
     scoreRows(logits, labels, rows * positions, score);
   }
-  EvalRecord record{done, double(done) / double(stepsPerEpoch), score, secondsSince(t0),
+  return score;
+}
+
+llvm::Error Trainer::Impl::evaluate(unsigned done, TrainerObserver &observer) {
+  observer.evaluating();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto score = this->score(*evalDs, evalBindings);
+  if (!score)
+    return score.takeError();
+  EvalRecord record{done, double(done) / double(stepsPerEpoch), *score, secondsSince(t0),
                     evalDs->samples};
   evals.push_back(record);
   observer.evaluated(record);
@@ -540,8 +564,8 @@ llvm::Error Trainer::train(TrainerObserver &observer) {
     const unsigned done = step + 1;
     observer.stepped(StepRecord{s, done, m.losses.back(), r->seconds});
     const bool last = s + 1 == m.steps;
-    if (m.evalEngine && (last || (m.options.evalEvery > 0 ? done % m.options.evalEvery == 0
-                                                          : done % m.stepsPerEpoch == 0)))
+    if (m.evalDs && (last || (m.options.evalEvery > 0 ? done % m.options.evalEvery == 0
+                                                      : done % m.stepsPerEpoch == 0)))
       if (llvm::Error e = m.evaluate(done, observer))
         return stringError(fmt::format("{}: evaluating after step {}: {}", name, done,
                                        llvm::toString(std::move(e))));
@@ -562,6 +586,22 @@ llvm::Error Trainer::train(TrainerObserver &observer) {
                                          : "nothing was saved to " + m.options.saveDir +
                                                " (what it holds stays as it was)"));
   return llvm::Error::success();
+}
+
+llvm::Expected<EvalRecord> Trainer::evaluateOn(const DataSet &held, const std::string &what) {
+  Impl &m = *impl_;
+  if (!m.evalEngine)
+    return usageError(m.options.name + ": evaluation needs the forward graph (an EvalGraph)");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto b = m.bindHeldOut(held, what);
+  if (!b)
+    return b.takeError();
+  auto score = m.score(held, *b);
+  if (!score)
+    return score.takeError();
+  const unsigned done = m.stepsBefore + static_cast<unsigned>(m.losses.size());
+  return EvalRecord{done, double(done) / double(m.stepsPerEpoch), *score, secondsSince(t0),
+                    held.samples};
 }
 
 std::map<std::string, Tensor> Trainer::wholeState() {

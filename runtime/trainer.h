@@ -108,7 +108,8 @@ struct TrainerOptions {
   std::string feeds;
   Normalization normalization;
   /// Evaluation: `eval` is "test" (the data set's test split) or a data set's path; every
-  /// `evalEvery` steps (0: every epoch) and after the last. Needs `evalGraph`.
+  /// `evalEvery` steps (0: every epoch) and after the last. Needs `evalGraph`. With
+  /// `evalGraph` and no `eval`, evaluateOn() scores the data it is given.
   std::string eval;
   unsigned evalEvery = 0;
   const EvalGraph *evalGraph = nullptr;
@@ -196,6 +197,10 @@ public:
   /// options.continueNonFinite) naming the first weight the update made non-finite, and,
   /// when saving, after a last step whose update is not finite.
   llvm::Error train(TrainerObserver &observer);
+  /// The state trained so far scored on held-out data `held` (`what` names it in messages),
+  /// its arrays named as the training data's: loss and top-1 accuracy over every sample.
+  /// Needs options.evalGraph. Errors: labels outside the classes, arrays that do not bind.
+  llvm::Expected<EvalRecord> evaluateOn(const DataSet &held, const std::string &what);
   /// Writes every weight and optimiser state, with the run's metadata: one file from one
   /// process, else each process its tiles and the first the index of them all.
   llvm::Expected<SaveReport> save(const std::string &dir);

@@ -22,6 +22,7 @@
 #include "runtime/input_arrays.h"
 #include "runtime/process_group.h"
 #include "runtime/training_data.h"
+#include "tofu_run/evaluation.h"
 
 namespace tofurun {
 
@@ -33,13 +34,6 @@ extern tofu::ProcessGroup *group;
 int fail(const std::string &msg, int code = 1);
 /// fail() with an error's message and status (2 for bad usage, support/errors.h).
 int fail(llvm::Error e);
-
-/// --eval's forward graph (the model without its loss), planned as the training plan
-/// restricted to it.
-struct EvalSetup {
-  tofu::PipelineResult forward;
-  unsigned logits = 0; ///< the output tensor
-};
 
 /// The engine options the command line gives.
 tofu::EngineOptions engineOptions();

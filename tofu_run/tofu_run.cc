@@ -44,6 +44,7 @@
 #include "support/units.h"
 #include "support/version.h"
 #include "tofu_run/driver.h"
+#include "tofu_run/evaluation.h"
 #include "tofu_run/options.h"
 #include "tofu_run/step_estimate.h"
 #include "llvm/Support/CommandLine.h"
@@ -383,48 +384,14 @@ int run(int argc, char **argv) {
                 "stages have none of one plan: not supported yet",
                 2);
   if (!evalOpt.empty()) {
-    // The same source as training's (the same batch and data inputs), without the loss.
-    std::string fwdName;
-    auto fwd = tofu::loadGraph(source, *lib, &fwdName);
-    if (!fwd)
-      return fail(llvm::toString(fwd.takeError()));
-    // Evaluation leaves the running statistics as training carried them, and normalises
-    // with them (--eval-mode running) or with the batch's own.
-    auto norms = tofu::evaluationGraph(*fwd, *lib, evalNorm());
-    if (!norms)
-      return fail(fwdName + ": " + llvm::toString(norms.takeError()));
-    if (evalModeOpt.getNumOccurrences() > 0 && !hasBatchNorms(*fwd))
-      warnNoBatchNorms(fwdName);
-    if (auto terms = tofu::lossTerms(lossOutput); terms && !terms->empty())
-      fwd->outputs = {terms->front().output}; // the pipeline checked it is an output
-    else if (fwd->outputs.size() > 1)
-      fwd->outputs.resize(1);
-    const tofu::TensorInfo *out = fwd->outputs.size() == 1 ? fwd->tensor(fwd->outputs[0]) : nullptr;
-    if (!out || (out->shape.size() != 2 && out->shape.size() != 3))
-      return fail(name + ": --eval scores a classifier: a model whose one output is [batch, "
-                         "classes] logits, or [batch, positions, classes] with a class per "
-                         "position",
-                  2);
-    tofu::PipelineOptions forward;
-    forward.until = tofu::Stage::Execution;
-    // In the training's precision: a bf16 run evaluates in bf16, as PyTorch's evaluates
-    // under autocast (until 2026-11-29 it evaluated in float32).
-    forward.precision = precisionOpt;
-    forward.plan = [&](const tofu::Problem &sub) -> llvm::Expected<tofu::PartitionPlan> {
-      auto restricted = tofu::restrictPlan(*plan, p, sub);
-      if (restricted)
-        restricted->totalBytes = tofu::CostModel(sub).bruteForceCost(restricted->steps);
-      return restricted;
-    };
-    auto r = tofu::runPipeline(std::move(*fwd), fwdName, *lib, forward);
-    if (!r)
-      return fail("--eval: the forward graph: " + llvm::toString(r.takeError()));
-    evalSetup.emplace();
-    evalSetup->forward = std::move(*r);
-    const tofu::Problem &ep = *evalSetup->forward.problem;
-    for (unsigned i = 0; i < ep.tensors.size(); ++i)
-      if (ep.tensors[i].name == evalSetup->forward.graph.outputs[0])
-        evalSetup->logits = i;
+    unsigned batchNorms = 0;
+    auto e = evaluationSetup(source, *lib, p, *plan, precisionOpt, evalNorm(), lossOutput, name,
+                             tofu::SettingNames::flags(), &batchNorms);
+    if (!e)
+      return fail(e.takeError());
+    if (evalModeOpt.getNumOccurrences() > 0 && !hasBatchNorms(e->forward.graph))
+      warnNoBatchNorms(name);
+    evalSetup = std::move(*e);
   }
   if (kernelsMode != Kernels::Interp)
     return runTraining(p, *t, *loss, name, exec, memory, single, predictedBytes(p, *plan, exec),

@@ -79,6 +79,28 @@ def test_fit_trains_as_pytorch_does():
     torch.testing.assert_close(model(x), peer(x), rtol=1e-4, atol=1e-4)
 
 
+def test_evaluate_scores_as_pytorch_eval_does():
+    x, y = data(64)
+    held_x, held_y = data(50, seed=7)  # 50: the last batch of 16 is partial
+    model = fresh()
+    trainer = tofu.Trainer(model, workers=2, optimizer="sgd", lr=0.1)
+    history = trainer.fit((x, y), batch_size=16, epochs=2, eval_data=(held_x, held_y),
+                          progress=False)
+    assert [e["step"] for e in history["eval"]] == [4, 8]  # after each epoch
+    score = trainer.evaluate(torch.utils.data.TensorDataset(held_x, held_y), batch_size=8)
+    assert score["samples"] == 50
+    assert score == {**history["eval"][-1], "seconds": score["seconds"]}
+    # PyTorch's eval() of the trained state: the same accuracy, the same loss to float32.
+    model.load_state_dict(trainer.state_dict())
+    model.eval()
+    with torch.no_grad():
+        logits = model(held_x)
+    correct = (logits.argmax(1) == held_y).sum().item()
+    assert round(score["accuracy"] * 50) == correct
+    assert score["loss"] == pytest.approx(nn.functional.cross_entropy(logits, held_y).item(),
+                                          rel=1e-5)
+
+
 def test_fit_is_tofu_run_bit_for_bit(tmp_path):
     """The same batches through tofu-run (a data set in file order) give the same losses."""
     x, y = data(48, seed=1)

@@ -1,6 +1,6 @@
 # The native part's interface (python/module.cc), for type checkers; tofu/__init__.py is the
 # module's own.
-from typing import List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 def version() -> str: ...
 def set_errors(usage: type, model: type, plan: type, data: type, base: type) -> None: ...
@@ -38,3 +38,29 @@ class PlanHandle:
     def peaks(self) -> List[int]: ...
 
 def plan(args: PlanArgs) -> PlanHandle: ...
+
+class TrainArgs:
+    plan: PlanArgs
+    lr: float
+    momentum: float
+    weight_decay: float
+    lr_schedule: str
+    warmup: int
+    steps: int
+    seed: int
+    threads_per_worker: int
+    def __init__(self) -> None: ...
+
+class TrainerHandle:
+    losses: List[float]
+    step_seconds: List[float]
+    batch: int
+    lr: float
+    build_seconds: float
+    def train(self, on_step: Callable[[int, int, float, float], bool]) -> None: ...
+    def state(self) -> Dict[str, Any]: ...
+    def save(self, dir: str) -> Dict[str, Any]: ...
+    def evaluate(self, arrays: Dict[str, Any]) -> Dict[str, Any]: ...
+
+def make_trainer(args: TrainArgs, first: Dict[str, Any],
+                 next_batch: Callable[[int], Dict[str, Any]]) -> TrainerHandle: ...

@@ -117,15 +117,18 @@ class Trainer:
                            lr_schedule=lr_schedule, warmup=warmup, seed=seed,
                            threads_per_worker=threads_per_worker)
         self._handle = None
-        #: Per step: its loss and seconds; filled as fit() runs.
-        self.history: Dict[str, List[float]] = {"loss": [], "seconds": []}
+        #: Per step: its loss and seconds; per evaluation during fit(): its score.
+        self.history: Dict[str, List[Any]] = {"loss": [], "seconds": [], "eval": []}
 
     def fit(self, data, *, epochs: int = 1, steps: Optional[int] = None,
-            batch_size: Optional[int] = None, progress: bool = True,
+            batch_size: Optional[int] = None, eval_data=None, progress: bool = True,
             callbacks: Sequence[Callable[[Dict[str, Any]], Any]] = (),
-            checkpoint: Optional[Union[str, os.PathLike]] = None) -> Dict[str, List[float]]:
+            checkpoint: Optional[Union[str, os.PathLike]] = None) -> Dict[str, List[Any]]:
         """Trains `epochs` passes over `data` (or `steps` steps): a DataLoader, a Dataset (with
         batch_size) or (inputs, labels) arrays (with batch_size), in their order.
+
+        With `eval_data` (what evaluate() takes), the state is scored after each epoch and
+        after the last step, into history["eval"].
 
         Each step's loss and time go to `history`, to a progress bar (tqdm; progress=False
         turns it off) and to each callback, as {"step", "loss", "seconds", "samples_per_second"}.
@@ -162,6 +165,7 @@ class Trainer:
 
         self._handle = _tofu.make_trainer(args, {"input": first[0], "labels": first[1]},
                                           next_batch)
+        held = None if eval_data is None else _held_out(eval_data)
         bar = _progress(total, progress)
         started = time.monotonic()
 
@@ -170,9 +174,15 @@ class Trainer:
             self.history["seconds"].append(seconds)
             record = {"step": done, "loss": loss, "seconds": seconds,
                       "samples_per_second": batches.batch / seconds if seconds > 0 else 0.0}
+            if held is not None and (done % batches.per_epoch == 0 or done == total):
+                score = self._handle.evaluate(held)
+                self.history["eval"].append(score)
+                record["eval"] = score
             if bar is not None:
-                bar.set_postfix(loss=f"{loss:.4f}",
-                                samples_s=f"{record['samples_per_second']:.0f}")
+                shown = dict(loss=f"{loss:.4f}", samples_s=f"{record['samples_per_second']:.0f}")
+                if self.history["eval"]:
+                    shown["accuracy"] = f"{self.history['eval'][-1]['accuracy']:.4f}"
+                bar.set_postfix(**shown)
                 bar.update(1)
             return any(bool(c(record)) for c in callbacks)
 
@@ -188,6 +198,14 @@ class Trainer:
             bar.close()
         self.seconds = time.monotonic() - started
         return self.history
+
+    def evaluate(self, data, *, batch_size: int = 256) -> Dict[str, float]:
+        """The trained state scored on held-out `data` (a DataLoader, a Dataset or (inputs,
+        labels) arrays, every sample counted): {"loss", "accuracy", "samples", "seconds"}.
+        It runs the module's forward graph on the engine, partitioned as training is, in
+        evaluation mode (batch norms normalise with their running statistics, as PyTorch's
+        model.eval())."""
+        return dict(self._trained().evaluate(_held_out(data, batch_size)))
 
     def _trained(self):
         if self._handle is None:
@@ -219,6 +237,31 @@ class Trainer:
     @property
     def losses(self) -> List[float]:
         return list(self.history["loss"])
+
+
+def _held_out(data, batch_size: int = 256) -> Dict[str, Any]:
+    """Held-out data as two arrays, every sample kept ("input", "labels")."""
+    import numpy as np
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+    if isinstance(data, (tuple, list)) and len(data) == 2:
+        x, y = _numpy(data[0], "inputs"), _numpy(data[1], "labels")
+    else:
+        if isinstance(data, Dataset):
+            data = DataLoader(data, batch_size=_count(batch_size, "batch_size"))
+        if not isinstance(data, DataLoader):
+            raise UsageError(f"held-out data must be a DataLoader, a Dataset or (inputs, labels) "
+                             f"arrays, not {type(data).__name__}")
+        xs, ys = [], []
+        for pair in data:
+            xs.append(_numpy(pair[0], "a batch's inputs"))
+            ys.append(_numpy(pair[1], "a batch's labels"))
+        if not xs:
+            raise DataError("the held-out data holds no samples")
+        x, y = np.concatenate(xs), np.concatenate(ys)
+    if len(x) != len(y):
+        raise DataError(f"{len(x)} held-out inputs but {len(y)} labels")
+    return {"input": x, "labels": y}
 
 
 def _torch_tensor(array):
