@@ -14,6 +14,7 @@
 
 #include "codegen/program_builder.h"
 #include "fmt/format.h"
+#include "graph/onnx_import.h"
 #include "graph/training.h"
 #include "planner/pipeline.h"
 #include "python/native.h"
@@ -22,6 +23,7 @@
 #include "runtime/lr_schedule.h"
 #include "runtime/process_group.h"
 #include "runtime/trainer.h"
+#include "support/files.h"
 #include "tofu_run/evaluation.h"
 
 namespace tofupy {
@@ -35,6 +37,7 @@ struct TrainArgs {
   int warmup = -1; ///< -1: none given
   unsigned steps = 1, seed = 1;
   int threadsPerWorker = 0;
+  std::string load; ///< a checkpoint save() wrote, to go on from (empty: none)
 };
 
 /// A numpy array as a data set's array, its bytes copied once.
@@ -123,6 +126,7 @@ public:
   std::optional<tofu::EnginePlan> planned;
   std::unique_ptr<tofu::Trainer> trainer;
   py::object nextBatch; ///< step -> {name: array}
+  std::string onnx;     ///< the module's export, which save_onnx() writes with trained values
   std::optional<py::error_already_set> batchError;
   bool trained = false;
 
@@ -197,6 +201,35 @@ public:
     return out;
   }
 
+  /// The exported model with every trained initializer's values (tofu-run --save-onnx).
+  py::dict saveOnnx(const std::string &path) {
+    std::optional<Failure> failed;
+    tofu::OnnxSaveReport report;
+    {
+      py::gil_scoped_release unlocked;
+      const std::map<std::string, tofu::Tensor> state = trainer->wholeState();
+      // saveOnnxWithValues reads a file: the export, written beside the output first.
+      const std::string in = path + ".export.tmp";
+      if (llvm::Error e = tofu::writeFileAtomically(in, onnx, "the module's export")) {
+        failed = failure(std::move(e), Failure::Usage);
+      } else {
+        auto wrote = tofu::saveOnnxWithValues(in, path, state);
+        std::remove(in.c_str());
+        if (!wrote)
+          failed = failure(wrote.takeError(), Failure::Usage);
+        else
+          report = *wrote;
+      }
+    }
+    if (failed)
+      raise(*failed);
+    py::dict out;
+    out["path"] = path;
+    out["initializers"] = report.replaced;
+    out["bytes"] = report.bytes;
+    return out;
+  }
+
   py::dict save(const std::string &dir) {
     auto r = trainer->save(dir);
     if (!r)
@@ -212,6 +245,7 @@ public:
 std::unique_ptr<TrainerHandle> makeTrainer(const TrainArgs &a, py::dict first, py::object next) {
   auto handle = std::make_unique<TrainerHandle>();
   handle->nextBatch = std::move(next);
+  handle->onnx = std::string(a.plan.onnxBytes);
   tofu::PipelineOptions options;
   std::optional<tofu::Topology> topology;
   std::optional<int64_t> budget;
@@ -238,6 +272,7 @@ std::unique_ptr<TrainerHandle> makeTrainer(const TrainArgs &a, py::dict first, p
     t.warmup = static_cast<unsigned>(a.warmup);
   t.steps = a.steps;
   t.seed = a.seed;
+  t.loadDir = a.load;
   t.shuffle = false;
   t.data = data->description;
   t.dataSet = data;
@@ -352,12 +387,16 @@ void bindTrainer(py::module_ &m) {
       .def_readwrite("warmup", &TrainArgs::warmup)
       .def_readwrite("steps", &TrainArgs::steps)
       .def_readwrite("seed", &TrainArgs::seed)
-      .def_readwrite("threads_per_worker", &TrainArgs::threadsPerWorker);
+      .def_readwrite("threads_per_worker", &TrainArgs::threadsPerWorker)
+      .def_readwrite("load", &TrainArgs::load);
   py::class_<TrainerHandle>(m, "TrainerHandle")
       .def("train", &TrainerHandle::train, py::arg("on_step"))
       .def("state", &TrainerHandle::state)
       .def("save", &TrainerHandle::save, py::arg("dir"))
       .def("evaluate", &TrainerHandle::evaluate, py::arg("arrays"))
+      .def("save_onnx", &TrainerHandle::saveOnnx, py::arg("path"))
+      .def_property_readonly("steps_before",
+                             [](const TrainerHandle &h) { return h.trainer->stepsBefore(); })
       .def_property_readonly("losses", [](const TrainerHandle &h) { return h.trainer->losses(); })
       .def_property_readonly("step_seconds",
                              [](const TrainerHandle &h) { return h.trainer->stepSeconds(); })

@@ -185,3 +185,40 @@ def test_ctrl_c_stops_between_steps_and_leaves_a_checkpoint(tmp_path):
     header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
     assert int(header["__metadata__"]["steps"]) == steps
     assert "fc1.weight" in header
+
+
+def test_save_and_load_go_on_as_one_run(tmp_path):
+    """Three steps, saved, then three more from the checkpoint: the same losses, bit for bit,
+    as six steps in one run (Adam's state and step count carried)."""
+    x, y = data(96, seed=3)
+    straight = tofu.Trainer(fresh(3), workers=2, optimizer="adam", lr=0.01)
+    straight.fit((x, y), batch_size=16, steps=6, progress=False)
+    first = tofu.Trainer(fresh(3), workers=2, optimizer="adam", lr=0.01)
+    first.fit((x[:48], y[:48]), batch_size=16, steps=3, progress=False)
+    first.save(tmp_path / "ckpt")
+    second = tofu.Trainer(fresh(3), workers=2, optimizer="adam", lr=0.01, load=tmp_path / "ckpt")
+    second.fit((x[48:], y[48:]), batch_size=16, steps=3, progress=False)
+    assert second.steps_before == 3
+    assert first.losses + second.losses == straight.losses
+    # A checkpoint of another optimiser is refused, naming it.
+    with pytest.raises(tofu.UsageError, match="trained with optimizer adam, this run uses sgd"):
+        tofu.Trainer(fresh(3), workers=2, optimizer="sgd", load=tmp_path / "ckpt").fit(
+            (x, y), batch_size=16, steps=1, progress=False)
+    with pytest.raises(tofu.UsageError, match="no checkpoint folder at"):
+        tofu.Trainer(fresh(3), load=tmp_path / "none")
+
+
+def test_save_onnx_writes_the_trained_values(tmp_path):
+    import onnx
+    from onnx import numpy_helper
+    x, y = data(32)
+    trainer = tofu.Trainer(fresh(), workers=2)
+    trainer.fit((x, y), batch_size=16, progress=False)
+    wrote = trainer.save_onnx(tmp_path / "trained.onnx")
+    assert wrote["initializers"] >= 8
+    saved = {i.name: numpy_helper.to_array(i)
+             for i in onnx.load(str(tmp_path / "trained.onnx")).graph.initializer}
+    state = trainer.state_dict()
+    for name in ("conv.weight", "fc2.bias", "bn.running_var"):
+        np.testing.assert_array_equal(saved[name], state[name].numpy())
+    assert sorted(os.listdir(tmp_path)) == ["trained.onnx"]

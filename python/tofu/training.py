@@ -96,7 +96,9 @@ class Trainer:
     lr_schedule ("constant", "step:30:0.1", "cosine:1000") and warmup as tofu-run's flags.
     precision, memory_per_worker, recompute and algorithm as tofu.plan's. seed draws what
     the step draws (dropout). threads_per_worker: OpenMP threads per worker (default: the
-    cores over the workers).
+    cores over the workers). load: a folder save() (or tofu-run --save) wrote, to go on
+    from: its weights, optimiser state and step count (its settings are checked against
+    these, as tofu-run --load checks them).
     """
 
     def __init__(self, module, *, workers: int = 1, optimizer: str = "sgd",
@@ -105,7 +107,8 @@ class Trainer:
                  warmup: Optional[int] = None, precision: str = "fp32",
                  memory_per_worker: Union[int, str, None] = None,
                  recompute: Optional[str] = None, algorithm: str = "tofu", seed: int = 1,
-                 threads_per_worker: Optional[int] = None, ops_dir: Optional[str] = None):
+                 threads_per_worker: Optional[int] = None,
+                 load: Optional[Union[str, os.PathLike]] = None, ops_dir: Optional[str] = None):
         if not (hasattr(module, "named_parameters") and hasattr(module, "forward")):
             raise UsageError(f"Trainer trains a torch.nn.Module, not {type(module).__name__}")
         self.module = module
@@ -116,6 +119,9 @@ class Trainer:
         self._hyper = dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
                            lr_schedule=lr_schedule, warmup=warmup, seed=seed,
                            threads_per_worker=threads_per_worker)
+        self._load = "" if load is None else os.fspath(load)
+        if self._load and not os.path.isdir(self._load):
+            raise UsageError(f"load: no checkpoint folder at '{self._load}' (save() writes one)")
         self._handle = None
         #: Per step: its loss and seconds; per evaluation during fit(): its score.
         self.history: Dict[str, List[Any]] = {"loss": [], "seconds": [], "eval": []}
@@ -157,6 +163,7 @@ class Trainer:
         args.steps = total
         args.seed = int(h["seed"])
         args.threads_per_worker = int(h["threads_per_worker"] or 0)
+        args.load = self._load
         pending = [first]
 
         def next_batch(step):
@@ -233,6 +240,17 @@ class Trainer:
         """Writes every weight and optimiser state into the folder `path` (tofu-run --save's
         safetensors files, which tofu-run --load resumes). Returns what was written."""
         return dict(self._trained().save(os.fspath(path)))
+
+    def save_onnx(self, path: Union[str, os.PathLike]) -> Dict[str, Any]:
+        """Writes the module's ONNX export with its trained values (tofu-run --save-onnx):
+        every initializer the step trained or carried, in its own element type; written whole
+        and then renamed into place."""
+        return dict(self._trained().save_onnx(os.fspath(path)))
+
+    @property
+    def steps_before(self) -> int:
+        """The steps the checkpoint given as load= had trained (0 without one)."""
+        return self._trained().steps_before
 
     @property
     def losses(self) -> List[float]:
