@@ -6,6 +6,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <dlfcn.h>
+
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -37,8 +39,41 @@ struct TrainArgs {
   int warmup = -1; ///< -1: none given
   unsigned steps = 1, seed = 1;
   int threadsPerWorker = 0;
-  std::string load; ///< a checkpoint save() wrote, to go on from (empty: none)
+  std::string load;            ///< a checkpoint save() wrote, to go on from (empty: none)
+  std::string backend = "cpu"; ///< cpu (threads) or mpi (this process one of mpirun's)
 };
+
+/// The processes of `backend`: this one alone, or under mpi those mpirun started (MPI
+/// initialised on the first call, finalised at exit). Open MPI loads its components with
+/// dlopen, and they need libmpi's symbols global: an extension module's libraries are
+/// loaded local, so libmpi is made global first.
+std::optional<Failure> processGroup(const std::string &backend, unsigned workers,
+                                    tofu::ProcessGroup *&group) {
+  const tofu::BackendEntry *entry = tofu::findBackend(backend);
+  if (!entry || entry->gpu)
+    return Failure{Failure::Usage,
+                   fmt::format("backend '{}': not cpu (threads of this process) or mpi (one "
+                               "process per worker, under mpirun)",
+                               backend)};
+  group = &tofu::localProcessGroup();
+  if (!entry->processes)
+    return std::nullopt;
+  if (!dlopen("libmpi.so.40", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD))
+    return Failure{Failure::Usage, std::string("backend 'mpi': libmpi.so.40 (Open MPI 4) is not "
+                                               "loaded: ") +
+                                       dlerror()};
+  static int argc = 1;
+  static char name[] = "python3";
+  static char *args[] = {name, nullptr};
+  static char **argv = args;
+  group = &entry->processes(argc, argv);
+  if (workers != static_cast<unsigned>(group->size()))
+    return Failure{Failure::Usage,
+                   fmt::format("workers={} but mpirun started {} processes: one process runs "
+                               "each worker (mpirun -np {})",
+                               workers, group->size(), workers)};
+  return std::nullopt;
+}
 
 /// A numpy array as a data set's array, its bytes copied once.
 std::optional<Failure> arrayOf(const std::string &name, const py::array &given,
@@ -127,6 +162,8 @@ public:
   std::unique_ptr<tofu::Trainer> trainer;
   py::object nextBatch; ///< step -> {name: array}
   std::string onnx;     ///< the module's export, which save_onnx() writes with trained values
+  tofu::ProcessGroup *group = nullptr;
+  std::string backend;
   std::optional<py::error_already_set> batchError;
   bool trained = false;
 
@@ -251,6 +288,9 @@ std::unique_ptr<TrainerHandle> makeTrainer(const TrainArgs &a, py::dict first, p
   std::optional<int64_t> budget;
   if (auto f = pipelineOptions(a.plan, options, topology, budget))
     raise(*f);
+  if (auto f = processGroup(a.backend, a.plan.workers, handle->group))
+    raise(*f);
+  handle->backend = a.backend;
   options.until = tofu::Stage::Execution;
   auto data = std::make_shared<tofu::DataSet>();
   if (auto f = batchOf(first, *data))
@@ -351,16 +391,16 @@ std::unique_ptr<TrainerHandle> makeTrainer(const TrainArgs &a, py::dict first, p
       tofu::PipelineResult &r = handle->result;
       auto made = tofu::Trainer::create(
           *r.problem, r.graph, r.loss, *handle->planned, t,
-          [](const tofu::Problem &pp, const tofu::ExecPlan &plan, const tofu::MemoryPlan &m,
-             const tofu::EngineOptions &o,
-             bool local) -> llvm::Expected<std::unique_ptr<tofu::Engine>> {
+          [h = handle.get()](const tofu::Problem &pp, const tofu::ExecPlan &plan,
+                             const tofu::MemoryPlan &m, const tofu::EngineOptions &o,
+                             bool local) -> llvm::Expected<std::unique_ptr<tofu::Engine>> {
             auto program = tofu::buildProgram(pp, plan, m);
             if (!program)
               return program.takeError();
-            return tofu::findBackend("cpu")->make(std::move(*program), o, {},
-                                                  tofu::localProcessGroup(), local);
+            return tofu::findBackend(h->backend)
+                ->make(std::move(*program), o, {}, *h->group, local);
           },
-          tofu::localProcessGroup());
+          *handle->group);
       if (!made)
         failed = failure(made.takeError(), Failure::Data);
       else
@@ -388,13 +428,16 @@ void bindTrainer(py::module_ &m) {
       .def_readwrite("steps", &TrainArgs::steps)
       .def_readwrite("seed", &TrainArgs::seed)
       .def_readwrite("threads_per_worker", &TrainArgs::threadsPerWorker)
-      .def_readwrite("load", &TrainArgs::load);
+      .def_readwrite("load", &TrainArgs::load)
+      .def_readwrite("backend", &TrainArgs::backend);
   py::class_<TrainerHandle>(m, "TrainerHandle")
       .def("train", &TrainerHandle::train, py::arg("on_step"))
       .def("state", &TrainerHandle::state)
       .def("save", &TrainerHandle::save, py::arg("dir"))
       .def("evaluate", &TrainerHandle::evaluate, py::arg("arrays"))
       .def("save_onnx", &TrainerHandle::saveOnnx, py::arg("path"))
+      .def_property_readonly("rank", [](const TrainerHandle &h) { return h.group->rank(); })
+      .def_property_readonly("processes", [](const TrainerHandle &h) { return h.group->size(); })
       .def_property_readonly("steps_before",
                              [](const TrainerHandle &h) { return h.trainer->stepsBefore(); })
       .def_property_readonly("losses", [](const TrainerHandle &h) { return h.trainer->losses(); })

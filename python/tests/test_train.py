@@ -222,3 +222,43 @@ def test_save_onnx_writes_the_trained_values(tmp_path):
     for name in ("conv.weight", "fc2.bias", "bn.running_var"):
         np.testing.assert_array_equal(saved[name], state[name].numpy())
     assert sorted(os.listdir(tmp_path)) == ["trained.onnx"]
+
+
+def test_mpi_processes_train_as_threads_do(tmp_path):
+    """mpirun -np 2 runs the same script, a worker a process: the same losses, evaluation
+    and trained state as 2 threads, bit for bit; save() writes one checkpoint from both."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import tofu
+        from test_train import data, fresh
+        x, y = data(64)
+        trainer = tofu.Trainer(fresh(), workers=2, backend=sys.argv[1], optimizer="adam",
+                               lr=0.01)
+        trainer.fit((x, y), batch_size=16, steps=4, progress=False)
+        score = trainer.evaluate((x, y))
+        weight = trainer.state_dict()["fc1.weight"].sum().item()
+        trainer.save(sys.argv[2])
+        if trainer.rank == 0:
+            print(json.dumps({{"losses": trainer.losses, "accuracy": score["accuracy"],
+                               "loss": score["loss"], "weight": weight}}))
+        """))
+    env = dict(os.environ)
+    if os.getuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    threads = subprocess.run([sys.executable, str(script), "cpu", str(tmp_path / "a")],
+                             capture_output=True, text=True, env=env, timeout=120)
+    assert threads.returncode == 0, threads.stderr
+    processes = subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2",
+                                sys.executable, str(script), "mpi", str(tmp_path / "b")],
+                               capture_output=True, text=True, env=env, timeout=120)
+    assert processes.returncode == 0, processes.stderr
+    assert json.loads(processes.stdout) == json.loads(threads.stdout)
+    assert os.listdir(tmp_path / "b")  # the checkpoint both processes wrote
+    # More workers than processes is refused, naming both.
+    wrong = subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "1",
+                            sys.executable, str(script), "mpi", str(tmp_path / "c")],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert wrong.returncode != 0
+    assert "workers=2 but mpirun started 1 processes" in wrong.stderr

@@ -50,6 +50,7 @@ class TrainArgs:
     seed: int
     threads_per_worker: int
     load: str
+    backend: str
     def __init__(self) -> None: ...
 
 class TrainerHandle:
@@ -64,6 +65,8 @@ class TrainerHandle:
     def evaluate(self, arrays: Dict[str, Any]) -> Dict[str, Any]: ...
     def save_onnx(self, path: str) -> Dict[str, Any]: ...
     steps_before: int
+    rank: int
+    processes: int
 
 def make_trainer(args: TrainArgs, first: Dict[str, Any],
                  next_batch: Callable[[int], Dict[str, Any]]) -> TrainerHandle: ...

@@ -84,8 +84,11 @@ class _Batches:
 
 class Trainer:
     """Trains a torch.nn.Module (a classifier: its output, logits, gets a softmax
-    cross-entropy against the labels) partitioned across `workers` threads of this process,
-    on the plan tofu.plan would make with the same settings. The module's weights are the
+    cross-entropy against the labels) partitioned across `workers` workers, on the plan
+    tofu.plan would make with the same settings. backend="cpu" (default) runs them as threads
+    of this process; backend="mpi" as the processes of `mpirun -np K python3 script.py`, each
+    running the whole script: every rank gets the same losses and state, and `rank` says
+    which process this is (let rank 0 print and save; save() itself is collective). The module's weights are the
     starting point; state_dict() gives the trained ones back.
 
         trainer = tofu.Trainer(model, workers=2, optimizer="sgd", lr=0.1)
@@ -101,7 +104,7 @@ class Trainer:
     these, as tofu-run --load checks them).
     """
 
-    def __init__(self, module, *, workers: int = 1, optimizer: str = "sgd",
+    def __init__(self, module, *, workers: int = 1, backend: str = "cpu", optimizer: str = "sgd",
                  lr: Optional[float] = None, momentum: Optional[float] = None,
                  weight_decay: Optional[float] = None, lr_schedule: Optional[str] = None,
                  warmup: Optional[int] = None, precision: str = "fp32",
@@ -113,6 +116,10 @@ class Trainer:
             raise UsageError(f"Trainer trains a torch.nn.Module, not {type(module).__name__}")
         self.module = module
         self.workers = _count(workers, "workers")
+        if backend not in ("cpu", "mpi"):
+            raise UsageError(f"backend '{backend}': not cpu (threads of this process) or mpi "
+                             f"(one process per worker, under mpirun)")
+        self.backend = backend
         self._settings = dict(optimizer=optimizer, precision=precision,
                               memory_per_worker=memory_per_worker, recompute=recompute,
                               algorithm=algorithm, ops_dir=ops_dir)
@@ -164,6 +171,7 @@ class Trainer:
         args.seed = int(h["seed"])
         args.threads_per_worker = int(h["threads_per_worker"] or 0)
         args.load = self._load
+        args.backend = self.backend
         pending = [first]
 
         def next_batch(step):
@@ -173,7 +181,7 @@ class Trainer:
         self._handle = _tofu.make_trainer(args, {"input": first[0], "labels": first[1]},
                                           next_batch)
         held = None if eval_data is None else _held_out(eval_data)
-        bar = _progress(total, progress)
+        bar = _progress(total, progress and self._handle.rank == 0)
         started = time.monotonic()
 
         def on_step(index, done, loss, seconds):
@@ -238,7 +246,8 @@ class Trainer:
 
     def save(self, path: Union[str, os.PathLike]) -> Dict[str, Any]:
         """Writes every weight and optimiser state into the folder `path` (tofu-run --save's
-        safetensors files, which tofu-run --load resumes). Returns what was written."""
+        safetensors files, which load= and tofu-run --load resume). Returns what was written.
+        Under mpi every process calls it: each writes its tiles, the first the index."""
         return dict(self._trained().save(os.fspath(path)))
 
     def save_onnx(self, path: Union[str, os.PathLike]) -> Dict[str, Any]:
@@ -246,6 +255,11 @@ class Trainer:
         every initializer the step trained or carried, in its own element type; written whole
         and then renamed into place."""
         return dict(self._trained().save_onnx(os.fspath(path)))
+
+    @property
+    def rank(self) -> int:
+        """This process among mpirun's (0 under backend="cpu"); known once fit() starts."""
+        return self._trained().rank
 
     @property
     def steps_before(self) -> int:
