@@ -372,4 +372,5 @@ PYBIND11_MODULE(_tofu, m) {
       });
   m.def("plan", &plan, py::arg("args"));
   bindTrainer(m);
+  bindInfer(m);
 }

@@ -4,6 +4,7 @@
 #ifndef TOFU_PYTHON_NATIVE_H
 #define TOFU_PYTHON_NATIVE_H
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <optional>
@@ -12,6 +13,7 @@
 #include "graph/library.h"
 #include "planner/pipeline.h"
 #include "planner/topology.h"
+#include "runtime/dataset.h"
 #include "llvm/Support/Error.h"
 
 namespace tofupy {
@@ -55,8 +57,14 @@ std::optional<Failure> pipelineOptions(const PlanArgs &a, tofu::PipelineOptions 
                                        std::optional<tofu::Topology> &topology,
                                        std::optional<int64_t> &budget);
 
-/// The training half's bindings (trainer.cc).
+/// A numpy array as a data set's array (`name` names it in messages), its bytes copied once;
+/// a dtype tofu does not feed, or a scalar, is a data failure.
+std::optional<Failure> arrayOf(const std::string &name, const py::array &given,
+                               tofu::DataArray &out);
+
+/// The training half's bindings (trainer.cc), and inference's (infer.cc).
 void bindTrainer(py::module_ &m);
+void bindInfer(py::module_ &m);
 
 } // namespace tofupy
 

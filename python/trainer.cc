@@ -75,42 +75,6 @@ std::optional<Failure> processGroup(const std::string &backend, unsigned workers
   return std::nullopt;
 }
 
-/// A numpy array as a data set's array, its bytes copied once.
-std::optional<Failure> arrayOf(const std::string &name, const py::array &given,
-                               tofu::DataArray &out) {
-  py::array a = py::array::ensure(given, py::array::c_style);
-  if (!a)
-    return Failure{Failure::Data, fmt::format("batch array '{}' is not an array", name)};
-  const char kind = a.dtype().kind();
-  const auto size = a.dtype().itemsize();
-  using T = tofu::ElementType;
-  std::optional<T> type;
-  if (kind == 'f' && size == 4)
-    type = T::Float32;
-  else if (kind == 'f' && size == 8)
-    type = T::Float64;
-  else if (kind == 'i')
-    type = size == 1 ? T::Int8 : size == 2 ? T::Int16 : size == 4 ? T::Int32 : T::Int64;
-  else if ((kind == 'u' && size == 1) || kind == 'b')
-    type = T::UInt8;
-  if (!type || (kind == 'i' && size != 1 && size != 2 && size != 4 && size != 8))
-    return Failure{Failure::Data,
-                   fmt::format("batch array '{}' has dtype {}, which tofu does not feed (float32, "
-                               "float64, int8 to int64, uint8, bool)",
-                               name, std::string(py::str(a.dtype())))};
-  if (a.ndim() < 1)
-    return Failure{Failure::Data,
-                   fmt::format("batch array '{}' is a scalar: its first dimension counts the "
-                               "batch's samples",
-                               name)};
-  out.path = name;
-  out.type = *type;
-  out.shape.assign(a.shape(), a.shape() + a.ndim());
-  const auto *bytes = static_cast<const unsigned char *>(a.data());
-  out.bytes.assign(bytes, bytes + a.nbytes());
-  return std::nullopt;
-}
-
 /// A batch (name -> array) as a data set of its samples.
 std::optional<Failure> batchOf(const py::dict &arrays, tofu::DataSet &out) {
   out.description = "batches from Python";
@@ -415,6 +379,41 @@ std::unique_ptr<TrainerHandle> makeTrainer(const TrainArgs &a, py::dict first, p
 }
 
 } // namespace
+
+std::optional<Failure> arrayOf(const std::string &name, const py::array &given,
+                               tofu::DataArray &out) {
+  py::array a = py::array::ensure(given, py::array::c_style);
+  if (!a)
+    return Failure{Failure::Data, fmt::format("batch array '{}' is not an array", name)};
+  const char kind = a.dtype().kind();
+  const auto size = a.dtype().itemsize();
+  using T = tofu::ElementType;
+  std::optional<T> type;
+  if (kind == 'f' && size == 4)
+    type = T::Float32;
+  else if (kind == 'f' && size == 8)
+    type = T::Float64;
+  else if (kind == 'i')
+    type = size == 1 ? T::Int8 : size == 2 ? T::Int16 : size == 4 ? T::Int32 : T::Int64;
+  else if ((kind == 'u' && size == 1) || kind == 'b')
+    type = T::UInt8;
+  if (!type || (kind == 'i' && size != 1 && size != 2 && size != 4 && size != 8))
+    return Failure{Failure::Data,
+                   fmt::format("batch array '{}' has dtype {}, which tofu does not feed (float32, "
+                               "float64, int8 to int64, uint8, bool)",
+                               name, std::string(py::str(a.dtype())))};
+  if (a.ndim() < 1)
+    return Failure{Failure::Data,
+                   fmt::format("batch array '{}' is a scalar: its first dimension counts the "
+                               "batch's samples",
+                               name)};
+  out.path = name;
+  out.type = *type;
+  out.shape.assign(a.shape(), a.shape() + a.ndim());
+  const auto *bytes = static_cast<const unsigned char *>(a.data());
+  out.bytes.assign(bytes, bytes + a.nbytes());
+  return std::nullopt;
+}
 
 void bindTrainer(py::module_ &m) {
   py::class_<TrainArgs>(m, "TrainArgs")

@@ -262,3 +262,26 @@ def test_mpi_processes_train_as_threads_do(tmp_path):
                            capture_output=True, text=True, env=env, timeout=120)
     assert wrong.returncode != 0
     assert "workers=2 but mpirun started 1 processes" in wrong.stderr
+
+
+def test_infer_computes_what_the_module_computes():
+    x, _ = data(16)
+    model = fresh()
+    model.eval()  # infer runs the module in evaluation mode, from its own values
+    with torch.no_grad():
+        expected = model(x)
+    for workers in (1, 2, 4):
+        out = tofu.infer(model, x, workers=workers)
+        assert isinstance(out, torch.Tensor) and out.shape == expected.shape
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    # A zoo or ONNX model takes a dict and gives one back.
+    outputs = tofu.infer("mlp", {"x": np.zeros((32, 1024), np.float32)}, workers=2,
+                         ops_dir=None)
+    assert list(outputs) and all(isinstance(v, np.ndarray) for v in outputs.values())
+    with pytest.raises(tofu.DataError, match=r"input 'x' is \[32, 1024\], but the array given "
+                                             r"is \[8, 1024\]"):
+        tofu.infer("mlp", {"x": np.zeros((8, 1024), np.float32)}, workers=2)
+    with pytest.raises(tofu.DataError, match="no input 'nope'"):
+        tofu.infer("mlp", {"nope": np.zeros((32, 1024), np.float32)}, workers=2)
+    with pytest.raises(tofu.UsageError, match="dict of input name"):
+        tofu.infer("mlp", np.zeros((32, 1024), np.float32))

@@ -21,7 +21,7 @@ from ._model import Model, _export, _plan_args
 from .errors import DataError, Error, ModelError, PlanError, UsageError
 from .training import Trainer
 
-__all__ = ["plan", "Plan", "Placement", "Trainer", "Error", "UsageError", "ModelError", "PlanError",
+__all__ = ["plan", "infer", "Plan", "Placement", "Trainer", "Error", "UsageError", "ModelError", "PlanError",
            "DataError", "__version__"]
 
 __version__ = _tofu.version()
@@ -211,3 +211,45 @@ def plan(model: Model, example_inputs: Any = None, *, workers: int, train: bool 
                       megatron=megatron, stages=stages, microbatches=microbatches,
                       schedule=schedule, device=device, batch=batch, ops_dir=ops_dir)
     return Plan(_tofu.plan(args), workers)
+
+
+def infer(model: Model, inputs: Any, *, workers: int = 1, precision: str = "fp32",
+          algorithm: str = "tofu", seed: int = 1, ops_dir: Optional[str] = None) -> Any:
+    """Runs `model`'s forward graph once on `inputs`, partitioned across `workers` threads,
+    on Tofu's CPU engine, from the model's own values (a module's weights and buffers, in
+    evaluation mode), as tofu-run --infer does.
+
+    model:  a torch.nn.Module with inputs a tensor or a tuple of them (the shapes it is
+            planned for); or an ONNX file's path or a zoo model's name with inputs a dict of
+            input name -> array.
+    Returns, for a module, its output as a torch tensor (a tuple of them for several
+    outputs); else a dict of output name -> numpy array (float32: the engine's type).
+    Raises UsageError, ModelError, PlanError, or DataError for inputs that do not fit.
+    """
+    import numpy as np
+    is_module = hasattr(model, "named_parameters") and hasattr(model, "forward")
+    if is_module:
+        import torch
+        tensors = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+        args = _plan_args(model, tensors, workers=workers, train=False, optimizer="sgd",
+                          precision=precision, memory_per_worker=None, topology=None,
+                          recompute=None, algorithm=algorithm, megatron=None, stages=None,
+                          microbatches=None, schedule=None, device="h100", batch=None,
+                          ops_dir=ops_dir)
+        names = ["input"] if len(tensors) == 1 else [f"input{i}" for i in range(len(tensors))]
+        given = {n: np.ascontiguousarray(t.detach().cpu().numpy()) for n, t in zip(names, tensors)}
+    else:
+        if not isinstance(inputs, dict):
+            raise UsageError("a zoo or ONNX model's inputs are a dict of input name -> array")
+        args = _plan_args(model, None, workers=workers, train=False, optimizer="sgd",
+                          precision=precision, memory_per_worker=None, topology=None,
+                          recompute=None, algorithm=algorithm, megatron=None, stages=None,
+                          microbatches=None, schedule=None, device="h100", batch=None,
+                          ops_dir=ops_dir)
+        given = {str(k): np.ascontiguousarray(np.asarray(v)) for k, v in inputs.items()}
+    outputs = _tofu.infer(args, given, int(seed))
+    if not is_module:
+        return {name: value for name, value in outputs}
+    import torch
+    values = tuple(torch.from_numpy(value) for _, value in outputs)
+    return values[0] if len(values) == 1 else values
