@@ -125,13 +125,8 @@ py::list infer(const PlanArgs &a, py::dict inputs, unsigned seed) {
   if (failed)
     raise(*failed);
   py::list out;
-  for (const auto &[name, t] : outputs) {
-    py::array_t<float> x(t.shape);
-    float *to = x.mutable_data();
-    for (size_t i = 0; i < t.data.size(); ++i)
-      to[i] = static_cast<float>(t.data[i]);
-    out.append(py::make_tuple(name, x));
-  }
+  for (const auto &[name, t] : outputs)
+    out.append(py::make_tuple(name, numpyOf(t)));
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "analysis/interpreter.h"
 #include "graph/library.h"
 #include "planner/pipeline.h"
 #include "planner/topology.h"
@@ -61,6 +62,9 @@ std::optional<Failure> pipelineOptions(const PlanArgs &a, tofu::PipelineOptions 
 /// a dtype tofu does not feed, or a scalar, is a data failure.
 std::optional<Failure> arrayOf(const std::string &name, const py::array &given,
                                tofu::DataArray &out);
+
+/// A whole tensor as a float32 numpy array of its shape (the engine's type).
+py::array_t<float> numpyOf(const tofu::Tensor &t);
 
 /// The training half's bindings (trainer.cc), and inference's (infer.cc).
 void bindTrainer(py::module_ &m);

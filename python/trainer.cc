@@ -165,13 +165,8 @@ public:
       whole = trainer->wholeState();
     }
     py::dict out;
-    for (const auto &[name, t] : whole) {
-      py::array_t<float> a(t.shape);
-      float *to = a.mutable_data();
-      for (size_t i = 0; i < t.data.size(); ++i)
-        to[i] = static_cast<float>(t.data[i]);
-      out[py::str(name)] = a;
-    }
+    for (const auto &[name, t] : whole)
+      out[py::str(name)] = numpyOf(t);
     return out;
   }
 
@@ -413,6 +408,14 @@ std::optional<Failure> arrayOf(const std::string &name, const py::array &given,
   const auto *bytes = static_cast<const unsigned char *>(a.data());
   out.bytes.assign(bytes, bytes + a.nbytes());
   return std::nullopt;
+}
+
+py::array_t<float> numpyOf(const tofu::Tensor &t) {
+  py::array_t<float> a(t.shape);
+  float *to = a.mutable_data();
+  for (size_t i = 0; i < t.data.size(); ++i)
+    to[i] = static_cast<float>(t.data[i]);
+  return a;
 }
 
 void bindTrainer(py::module_ &m) {

@@ -274,6 +274,11 @@ def test_infer_computes_what_the_module_computes():
         out = tofu.infer(model, x, workers=workers)
         assert isinstance(out, torch.Tensor) and out.shape == expected.shape
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    # A forward plan runs as its model would.
+    plan = tofu.plan(model, (x,), workers=2, train=False)
+    torch.testing.assert_close(tofu.infer(plan, x), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(tofu.UsageError, match="runs a forward plan"):
+        tofu.infer(tofu.plan(model, (x,), workers=2), x)
     # A zoo or ONNX model takes a dict and gives one back.
     outputs = tofu.infer("mlp", {"x": np.zeros((32, 1024), np.float32)}, workers=2,
                          ops_dir=None)

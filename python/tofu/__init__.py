@@ -60,8 +60,10 @@ class Plan:
     --format=json document; placement(name) gives a tensor's cut and each worker's slice.
     """
 
-    def __init__(self, handle, workers: int):
+    def __init__(self, handle, workers: int, args=None, module=None):
         self._handle = handle
+        self._args = args  # what made it: tofu.infer runs a forward plan's model so
+        self._module = module
         self._json: Optional[Dict[str, Any]] = None
         self._peaks: Optional[List[int]] = None
         self.workers = workers
@@ -210,7 +212,7 @@ def plan(model: Model, example_inputs: Any = None, *, workers: int, train: bool 
                       topology=topology, recompute=recompute, algorithm=algorithm,
                       megatron=megatron, stages=stages, microbatches=microbatches,
                       schedule=schedule, device=device, batch=batch, ops_dir=ops_dir)
-    return Plan(_tofu.plan(args), workers)
+    return Plan(_tofu.plan(args), workers, args, model if args.onnx_bytes else None)
 
 
 def infer(model: Model, inputs: Any, *, workers: int = 1, precision: str = "fp32",
@@ -221,12 +223,28 @@ def infer(model: Model, inputs: Any, *, workers: int = 1, precision: str = "fp32
 
     model:  a torch.nn.Module with inputs a tensor or a tuple of them (the shapes it is
             planned for); or an ONNX file's path or a zoo model's name with inputs a dict of
-            input name -> array.
+            input name -> array; or a Plan of tofu.plan(..., train=False): its model and
+            settings, the same plan made again (plans are deterministic), and its workers.
     Returns, for a module, its output as a torch tensor (a tuple of them for several
     outputs); else a dict of output name -> numpy array (float32: the engine's type).
     Raises UsageError, ModelError, PlanError, or DataError for inputs that do not fit.
     """
     import numpy as np
+    if isinstance(model, Plan):
+        if model._args is None or model._args.train:
+            raise UsageError("tofu.infer runs a forward plan: tofu.plan(..., train=False)")
+        if model._module is not None:  # a module's plan: its example's shapes
+            model, workers, precision, algorithm = (model._module, model._args.workers,
+                                                    model._args.precision,
+                                                    model._args.algorithm)
+        else:
+            args = model._args
+            given = {str(k): np.ascontiguousarray(np.asarray(v)) for k, v in inputs.items()} \
+                if isinstance(inputs, dict) else None
+            if given is None:
+                raise UsageError("a zoo or ONNX model's inputs are a dict of input name -> "
+                                 "array")
+            return {name: value for name, value in _tofu.infer(args, given, int(seed))}
     is_module = hasattr(model, "named_parameters") and hasattr(model, "forward")
     if is_module:
         import torch
