@@ -10,10 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/program_builder.h"
 #include "fmt/format.h"
 #include "python/native.h"
-#include "runtime/backend_registry.h"
 #include "runtime/data_feed.h"
 #include "runtime/process_group.h"
 #include "runtime/trainer.h"
@@ -42,23 +40,9 @@ py::list infer(const PlanArgs &a, py::dict inputs, unsigned seed) {
   std::vector<std::pair<std::string, tofu::Tensor>> outputs;
   {
     py::gil_scoped_release unlocked;
-    Failure f;
-    auto ops = tofu::findOpsDir(a.opsDir, !a.opsDir.empty(), a.anchor, "ops_dir");
     const tofu::OpLibrary *lib = nullptr;
     std::optional<tofu::PipelineResult> r;
-    if (!ops) {
-      failed = failure(ops.takeError(), Failure::Usage);
-    } else if (!(lib = library(*ops, f))) {
-      failed = f;
-    } else {
-      tofu::Stage stage = tofu::Stage::Graph;
-      auto piped = tofu::runPipeline(graphSource(a), *lib, options, &stage);
-      if (!piped)
-        failed = failure(piped.takeError(),
-                         stage <= tofu::Stage::Problem ? Failure::Model : Failure::Plan);
-      else
-        r = std::move(*piped);
-    }
+    failed = runModel(a, options, lib, r);
     // Each given array bound to its input: the input's shape, element for element.
     std::vector<std::pair<unsigned, const tofu::DataArray *>> bound;
     for (const auto &[name, array] : given) {
@@ -86,11 +70,8 @@ py::list infer(const PlanArgs &a, py::dict inputs, unsigned seed) {
       if (!planned) {
         failed = failure(planned.takeError(), Failure::Plan);
       } else {
-        auto program =
-            tofu::buildProgram(planned->fused.problem, planned->fused.plan, planned->memory);
-        auto e = program ? tofu::findBackend("cpu")->make(std::move(*program), {}, {},
-                                                          tofu::localProcessGroup(), false)
-                         : llvm::Expected<std::unique_ptr<tofu::Engine>>(program.takeError());
+        auto e = makeEngine("cpu", tofu::localProcessGroup(), planned->fused.problem,
+                            planned->fused.plan, planned->memory, {}, false);
         if (!e)
           failed = failure(e.takeError(), Failure::Plan);
         else

@@ -15,6 +15,7 @@
 #include "analysis/checked.h"
 #include "codegen/exec_plan.h"
 #include "codegen/memory_plan.h"
+#include "codegen/program_builder.h"
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "graph/library.h"
@@ -25,6 +26,7 @@
 #include "planner/step_time.h"
 #include "planner/topology.h"
 #include "python/native.h"
+#include "runtime/backend_registry.h"
 #include "search/report.h"
 #include "support/errors.h"
 #include "support/units.h"
@@ -100,6 +102,33 @@ tofu::GraphSource graphSource(const PlanArgs &a) {
   source.batch = a.batch > 0 ? a.batch : a.model.empty() ? 1 : 32;
   source.batchGiven = a.batch > 0;
   return source;
+}
+
+std::optional<Failure> runModel(const PlanArgs &a, const tofu::PipelineOptions &options,
+                                const tofu::OpLibrary *&lib,
+                                std::optional<tofu::PipelineResult> &result) {
+  auto ops = tofu::findOpsDir(a.opsDir, !a.opsDir.empty(), a.anchor, "ops_dir");
+  if (!ops)
+    return failure(ops.takeError(), Failure::Usage);
+  Failure f;
+  if (!(lib = library(*ops, f)))
+    return f;
+  tofu::Stage stage = tofu::Stage::Graph;
+  auto r = tofu::runPipeline(graphSource(a), *lib, options, &stage);
+  if (!r)
+    return failure(r.takeError(), stage <= tofu::Stage::Problem ? Failure::Model : Failure::Plan);
+  result = std::move(*r);
+  return std::nullopt;
+}
+
+llvm::Expected<std::unique_ptr<tofu::Engine>>
+makeEngine(const std::string &backend, tofu::ProcessGroup &group, const tofu::Problem &p,
+           const tofu::ExecPlan &plan, const tofu::MemoryPlan &memory,
+           const tofu::EngineOptions &options, bool local) {
+  auto program = tofu::buildProgram(p, plan, memory);
+  if (!program)
+    return program.takeError();
+  return tofu::findBackend(backend)->make(std::move(*program), options, {}, group, local);
 }
 
 namespace {
@@ -289,26 +318,11 @@ std::unique_ptr<PlanHandle> plan(const PlanArgs &a) {
   options.device = device;
   {
     py::gil_scoped_release unlocked; // planning may take minutes: other threads run
-    auto ops = tofu::findOpsDir(a.opsDir, !a.opsDir.empty(), a.anchor, "ops_dir");
     const tofu::OpLibrary *lib = nullptr;
-    if (!ops) {
-      failed = failure(ops.takeError(), Failure::Usage);
-    } else {
-      Failure f;
-      lib = library(*ops, f);
-      if (!lib)
-        failed = f;
-    }
-    if (lib) {
-      tofu::Stage stage = tofu::Stage::Graph;
-      auto r = tofu::runPipeline(source, *lib, options, &stage);
-      if (!r)
-        failed = failure(r.takeError(), stage == tofu::Stage::Graph || stage == tofu::Stage::Problem
-                                            ? Failure::Model
-                                            : Failure::Plan);
-      else
-        handle->result = std::move(*r);
-    }
+    std::optional<tofu::PipelineResult> r;
+    failed = runModel(a, options, lib, r);
+    if (r)
+      handle->result = std::move(*r);
   }
   if (failed)
     raise(*failed);

@@ -15,6 +15,8 @@
 #include "planner/pipeline.h"
 #include "planner/topology.h"
 #include "runtime/dataset.h"
+#include "runtime/engine.h"
+#include "runtime/process_group.h"
 #include "llvm/Support/Error.h"
 
 namespace tofupy {
@@ -51,6 +53,21 @@ struct PlanArgs {
 
 /// The model `a` names, as the pipeline reads it.
 tofu::GraphSource graphSource(const PlanArgs &a);
+
+/// `a`'s model through the pipeline with `options`, on the operator library `a` names
+/// (ops_dir, else the one found from the module's file), which `lib` gets. A failure is bad
+/// usage (the library), the model's (reading and analysing it) or the plan's (the rest).
+/// Call it without the GIL.
+std::optional<Failure> runModel(const PlanArgs &a, const tofu::PipelineOptions &options,
+                                const tofu::OpLibrary *&lib,
+                                std::optional<tofu::PipelineResult> &result);
+
+/// The engine of `plan` on `backend` ("cpu", "mpi") for `group`'s processes (`local`: in
+/// this process alone), with the backend's default settings.
+llvm::Expected<std::unique_ptr<tofu::Engine>>
+makeEngine(const std::string &backend, tofu::ProcessGroup &group, const tofu::Problem &p,
+           const tofu::ExecPlan &plan, const tofu::MemoryPlan &memory,
+           const tofu::EngineOptions &options, bool local);
 
 /// The pipeline's options from `a`, as tofu-plan makes them from its flags; errors are bad
 /// usage naming the argument.

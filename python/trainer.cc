@@ -14,7 +14,6 @@
 #include <optional>
 #include <string>
 
-#include "codegen/program_builder.h"
 #include "fmt/format.h"
 #include "graph/onnx_import.h"
 #include "graph/training.h"
@@ -294,22 +293,11 @@ std::unique_ptr<TrainerHandle> makeTrainer(const TrainArgs &a, py::dict first, p
   std::optional<Failure> failed;
   {
     py::gil_scoped_release unlocked;
-    Failure f;
-    auto ops = tofu::findOpsDir(a.plan.opsDir, !a.plan.opsDir.empty(), a.plan.anchor, "ops_dir");
     const tofu::OpLibrary *lib = nullptr;
-    if (!ops)
-      failed = failure(ops.takeError(), Failure::Usage);
-    else if (!(lib = library(*ops, f)))
-      failed = f;
-    tofu::Stage stage = tofu::Stage::Graph;
-    if (lib) {
-      auto r = tofu::runPipeline(graphSource(a.plan), *lib, options, &stage);
-      if (!r)
-        failed =
-            failure(r.takeError(), stage <= tofu::Stage::Problem ? Failure::Model : Failure::Plan);
-      else
-        handle->result = std::move(*r);
-    }
+    std::optional<tofu::PipelineResult> piped;
+    failed = runModel(a.plan, options, lib, piped);
+    if (piped)
+      handle->result = std::move(*piped);
     if (!failed) {
       tofu::PipelineResult &r = handle->result;
       auto p = tofu::planForEngine(*r.problem, r.exec, r.memory, r.graph.outputs, true);
@@ -351,13 +339,8 @@ std::unique_ptr<TrainerHandle> makeTrainer(const TrainArgs &a, py::dict first, p
       auto made = tofu::Trainer::create(
           *r.problem, r.graph, r.loss, *handle->planned, t,
           [h = handle.get()](const tofu::Problem &pp, const tofu::ExecPlan &plan,
-                             const tofu::MemoryPlan &m, const tofu::EngineOptions &o,
-                             bool local) -> llvm::Expected<std::unique_ptr<tofu::Engine>> {
-            auto program = tofu::buildProgram(pp, plan, m);
-            if (!program)
-              return program.takeError();
-            return tofu::findBackend(h->backend)
-                ->make(std::move(*program), o, {}, *h->group, local);
+                             const tofu::MemoryPlan &m, const tofu::EngineOptions &o, bool local) {
+            return makeEngine(h->backend, *h->group, pp, plan, m, o, local);
           },
           *handle->group);
       if (!made)
