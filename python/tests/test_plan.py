@@ -86,7 +86,7 @@ def test_module_plan_places_parameters_by_their_names(net, tmp_path):
     plan = tofu.plan(net, example, workers=4)
     # tofu-plan on the same export: the same cut of every tensor.
     onnx = tmp_path / "net.onnx"
-    onnx.write_bytes(tofu._export(net, (example,), True))
+    onnx.write_bytes(tofu._model._export(net, (example,), True))
     code, out, err = tofu_plan("--onnx", str(onnx), "--train", "--workers", "4", "--format=json")
     assert code == 0, err
     cli = {t["name"]: t for t in json.loads(out)["tensors"]}

@@ -17,7 +17,7 @@ import tempfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _tofu
-from ._model import Model, _export, _plan_args
+from ._model import Model, _plan_args
 from .errors import DataError, Error, ModelError, PlanError, UsageError
 from .training import Trainer
 

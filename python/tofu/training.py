@@ -3,7 +3,7 @@ engine, fed from a DataLoader, a Dataset or arrays."""
 import math
 import os
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _tofu
 from ._model import _count, _plan_args
@@ -30,7 +30,6 @@ class _Batches:
     def __init__(self, data, batch_size: Optional[int]):
         import torch
         from torch.utils.data import DataLoader, Dataset
-        self.dropped = 0
         if isinstance(data, DataLoader):
             if batch_size is not None and batch_size != data.batch_size:
                 raise UsageError(f"batch_size={batch_size}, but the DataLoader's is "
@@ -78,8 +77,7 @@ class _Batches:
             x, y = _numpy(pair[0], "a batch's inputs"), _numpy(pair[1], "a batch's labels")
             if len(x) == self.batch and len(y) == self.batch:
                 return x, y
-            self.dropped += 1  # an epoch's short last batch
-            self._it = None
+            self._it = None  # an epoch's short last batch: the next epoch
 
 
 class Trainer:
@@ -274,7 +272,6 @@ class Trainer:
 def _held_out(data, batch_size: int = 256) -> Dict[str, Any]:
     """Held-out data as two arrays, every sample kept ("input", "labels")."""
     import numpy as np
-    import torch
     from torch.utils.data import DataLoader, Dataset
     if isinstance(data, (tuple, list)) and len(data) == 2:
         x, y = _numpy(data[0], "inputs"), _numpy(data[1], "labels")
