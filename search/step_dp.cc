@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -89,23 +90,38 @@ std::vector<int> megatronCuts(const Problem &p) {
   auto assign = [&](unsigned w, int dim) {
     byGroup.try_emplace(p.tensors[w].group, dim, p.tensors[w].shape);
   };
-  // A weight's transpose (ONNX exports of nn.Linear read W through Transpose), as the weight
-  // with its two dimensions swapped; its cut, where the product fixed one.
-  std::map<unsigned, unsigned> transposeOf;
-  std::map<unsigned, int> aliasCut;
+  // What stands for a weight: its transpose (ONNX exports of nn.Linear read W through
+  // Transpose), the weight with its two dimensions swapped, and its bfloat16 cast (a bf16
+  // step's products read their weights so, graph/precision.h), the weight as it is; and
+  // chains of the two.
+  struct Alias {
+    unsigned weight;
+    bool swapped;
+  };
+  std::map<unsigned, Alias> aliasOf;
+  auto standsFor = [&](unsigned t) -> std::optional<Alias> {
+    if (p.tensors[t].role == TensorRole::Weight)
+      return Alias{t, false};
+    if (auto it = aliasOf.find(t); it != aliasOf.end())
+      return it->second;
+    return std::nullopt;
+  };
   for (const ProblemNode &n : p.nodes) {
     if (p.tensors[n.output].role != TensorRole::Activation)
       continue; // the forward ops decide
     const std::string &op = n.table->op.def->name;
-    if (op == "Transpose_10" && n.inputs.size() == 1 &&
-        p.tensors[n.inputs[0]].role == TensorRole::Weight) {
-      transposeOf[n.output] = n.inputs[0];
-      continue;
-    }
+    if ((op == "Transpose_10" || op == "CastBfloat16") && n.inputs.size() == 1)
+      if (auto a = standsFor(n.inputs[0])) {
+        const bool transposes = op == "Transpose_10";
+        if (!transposes || p.tensors[n.inputs[0]].shape.size() == 2) {
+          aliasOf[n.output] = Alias{a->weight, a->swapped != transposes};
+          continue;
+        }
+      }
     std::vector<unsigned> ws;
     bool anySplit = false;
     for (unsigned t : n.inputs) {
-      if (p.tensors[t].role == TensorRole::Weight || transposeOf.count(t))
+      if (standsFor(t))
         ws.push_back(t);
       else
         anySplit = anySplit || split[t];
@@ -127,28 +143,24 @@ std::vector<int> megatronCuts(const Problem &p) {
           dim = d;
       }
       if (dim >= 0) {
-        if (auto t = transposeOf.find(ws[0]); t != transposeOf.end()) {
-          aliasCut[ws[0]] = dim;
-          assign(t->second, 1 - dim);
-        } else {
-          assign(ws[0], dim);
-        }
+        const Alias a = *standsFor(ws[0]);
+        assign(a.weight, a.swapped ? 1 - dim : dim);
         split[n.output] = !anySplit;
       }
-    } else if (op.rfind("Gather", 0) == 0 && !n.inputs.empty() &&
-               p.tensors[n.inputs[0]].role == TensorRole::Weight &&
+    } else if (op.rfind("Gather", 0) == 0 && !n.inputs.empty() && standsFor(n.inputs[0]) &&
                p.tensors[n.inputs[0]].shape.size() == 2) {
       // Megatron cuts the table by vocabulary and sums the rows each rank holds; TDL's
       // gather has no variable over the vocabulary, so the table is cut by features: each
       // worker looks up its slice of every row, and the result is gathered whole (as many
       // bytes as Megatron's sum).
-      assign(n.inputs[0], 1);
+      const Alias a = *standsFor(n.inputs[0]);
+      assign(a.weight, a.swapped ? 0 : 1);
     } else if (op.find("Normalization") == std::string::npos) {
       split[n.output] = anySplit;
       if (anySplit)
         for (unsigned w : ws)
           if (p.tensors[w].shape.size() == 1)
-            assign(w, 0); // a bias of the split features
+            assign(standsFor(w)->weight, 0); // a bias of the split features
     }
   }
   // The weights no rule cut (a layer norm's, a position table) stay whole where the model
@@ -162,8 +174,10 @@ std::vector<int> megatronCuts(const Problem &p) {
              : byGroup.empty()                                              ? -2
                                                                             : -1;
   }
-  for (const auto &[t, d] : aliasCut)
-    cut[t] = d;
+  // What stands for a cut weight is cut as it is (swapped back for a transpose).
+  for (const auto &[t, a] : aliasOf)
+    if (cut[a.weight] >= 0)
+      cut[t] = p.tensors[t].shape.size() == 2 && a.swapped ? 1 - cut[a.weight] : cut[a.weight];
   return cut;
 }
 
