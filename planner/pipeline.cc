@@ -322,15 +322,9 @@ llvm::Error planRecomputing(PipelineResult &r, const OpLibrary &lib, const Pipel
   return llvm::Error::success();
 }
 
-/// Stages' recomputation (--recompute sqrt) into `r`: what segment checkpointing drops of its
-/// training graph, but every cut of the model (`microForward`, in each of the `microbatches`
-/// copies) kept, so that each copy runs in its own stage's backward (a stage ends at a cut).
-/// The step's own graph has no cut before the copies' mean of losses. No budget is searched.
-llvm::Error recomputeWithinStages(PipelineResult &r, const Graph &microForward,
-                                  unsigned microbatches) {
-  auto candidates = recomputeCandidates(r.graph);
-  if (!candidates)
-    return candidates.takeError();
+/// The cuts of the model (`microForward`) in the step, in each of its `microbatches` copies:
+/// what recomputation within stages keeps (a stage ends at one).
+llvm::Expected<std::set<std::string>> stepCuts(const Graph &microForward, unsigned microbatches) {
   auto modelCandidates = forwardCandidates(microForward);
   if (!modelCandidates)
     return modelCandidates.takeError();
@@ -339,6 +333,17 @@ llvm::Error recomputeWithinStages(PipelineResult &r, const Graph &microForward,
     if (c.cut)
       for (unsigned m = 0; m < microbatches; ++m)
         cuts.insert(microbatches > 1 ? c.tensor + microbatchSuffix(m) : c.tensor);
+  return cuts;
+}
+
+/// Stages' recomputation (--recompute sqrt) into `r`: what segment checkpointing drops of its
+/// training graph, but every cut of the model in the step (`cuts`, stepCuts) kept, so that each
+/// copy runs in its own stage's backward (a stage ends at a cut). The step's own graph has no
+/// cut before the copies' mean of losses.
+llvm::Error recomputeWithinStages(PipelineResult &r, const std::set<std::string> &cuts) {
+  auto candidates = recomputeCandidates(r.graph);
+  if (!candidates)
+    return candidates.takeError();
   std::vector<std::string> dropped;
   for (const std::string &t : segmentCheckpoints(*candidates))
     if (!cuts.count(t))
@@ -354,21 +359,253 @@ llvm::Error recomputeWithinStages(PipelineResult &r, const Graph &microForward,
   return llvm::Error::success();
 }
 
+/// A staged plan of a training graph: its problem, the stages' plans side by side, the step's
+/// memory plan and each stage's peak in it.
+struct StagedTrial {
+  Graph graph;
+  RecomputeSummary summary;
+  std::optional<Problem> problem;
+  StagedPlan staged;
+  MemoryPlan memory;
+  std::vector<int64_t> peaks; ///< per stage
+  double seconds = 0;
+  bool fits(int64_t limit) const {
+    return std::all_of(peaks.begin(), peaks.end(), [&](int64_t p) { return p <= limit; });
+  }
+  int64_t peak() const { return peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end()); }
+};
+
+/// What every staged trial shares: the stages' search options, the device balancing them.
+struct StagedSetting {
+  const PipelineOptions &o;
+  const OpLibrary &lib;
+  const Graph &microForward;
+  const std::set<std::string> &forwardNodes;
+  PlanOptions search;
+  DeviceModel device;
+};
+
+/// `training` with `dropped` recomputed (its problem given as `built` when nothing is), planned
+/// as stages: each stage searched under `pricedLimit` where that is positive (planStages).
+llvm::Expected<StagedTrial> stagedTrial(const StagedSetting &c, const Graph &training,
+                                        const std::vector<std::string> &dropped,
+                                        std::optional<Problem> built, int64_t pricedLimit,
+                                        const StageSpec &spec) {
+  const auto t0 = std::chrono::steady_clock::now();
+  StagedTrial t;
+  t.graph = training;
+  if (!dropped.empty()) {
+    auto summary = applyRecomputation(t.graph, dropped);
+    if (!summary)
+      return summary.takeError();
+    t.summary = std::move(*summary);
+    built.reset();
+  }
+  if (!built) {
+    auto problem = Problem::build(t.graph, c.lib);
+    if (!problem)
+      return problem.takeError();
+    built = std::move(*problem);
+  }
+  t.problem = std::move(built);
+  const Problem &p = *t.problem;
+  const SingleWorker one = singleWorker(p, t.graph.outputs);
+  auto alone = estimateStepTime(p, one.exec, t.graph.outputs, c.device);
+  if (!alone)
+    return alone.takeError();
+  std::vector<double> work(p.nodes.size(), 0);
+  for (const OpTimeEstimate &op : alone->workerOps[0])
+    work[op.node] += op.seconds;
+  auto staged = planStages(p, c.microForward, c.forwardNodes, spec, c.search, work, pricedLimit,
+                           t.graph.outputs);
+  if (!staged)
+    return staged.takeError();
+  t.staged = std::move(*staged);
+  t.memory = planMemory(p, t.staged.exec, t.graph.outputs);
+  t.peaks = stagePeaks(t.staged, t.memory);
+  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return t;
+}
+
+/// The stages whose peak in `t` is over `limit`, each with what its worker of that peak holds
+/// then: "stage 1 (140.63 MiB: 98.00 MiB of weights and optimiser state, ...)".
+std::string stagesOver(const StagedTrial &t, int64_t limit) {
+  std::vector<std::string> over;
+  for (size_t s = 0; s < t.peaks.size(); ++s) {
+    if (t.peaks[s] <= limit)
+      continue;
+    const StageSummary &st = t.staged.stages[s];
+    unsigned worst = st.firstWorker;
+    for (unsigned w = st.firstWorker; w < st.firstWorker + st.workers; ++w)
+      if (t.memory.workers[w].peak > t.memory.workers[worst].peak)
+        worst = w;
+    const WorkerMemory &wm = t.memory.workers[worst];
+    const LiveAtMost most = liveAtMost(wm);
+    const LiveTiles live = liveTilesAt(*t.problem, wm, most.time);
+    over.push_back(fmt::format(
+        "stage {} ({}: {} of weights and optimiser state, {} of gradients, {} of activations "
+        "and inputs, {} of buffers)",
+        s, humanBytes(double(t.peaks[s])), humanBytes(double(live.weights + live.optimizerState)),
+        humanBytes(double(live.gradients)), humanBytes(double(live.activations + live.inputs)),
+        humanBytes(double(most.fetches + most.partials))));
+  }
+  return fmt::format("{}", fmt::join(over, ", "));
+}
+
+/// A staged trial's figures as a budgeted search gives them (its progress lines).
+MemoryFit figures(const StagedTrial &t, int64_t limit) {
+  MemoryFit f;
+  f.fits = t.fits(limit);
+  f.peak = t.peak();
+  f.peakWorker = t.memory.largestPeakWorker();
+  f.limit = limit;
+  f.searches = 0;
+  for (const StageSummary &st : t.staged.stages) {
+    f.searches += st.searches;
+    f.memoryWeight = std::max(f.memoryWeight, st.memoryWeight);
+  }
+  f.seconds = t.seconds;
+  return f;
+}
+
+/// Auto's recomputation per stage, for the stages of `plain` (the step without any) over
+/// `limit`: each such stage's own candidates (its layers' forward tensors the backward pass
+/// reads; what it hands the next stage kept, so that each copy runs in its stage), ranked as auto
+/// ranks them, a tensor of the model dropped in every microbatch at once; the shortest prefix of
+/// each stage's ranking that fits, by bisections run side by side (a stage's peak depends on what
+/// it recomputes, not on what the others do: each trial plans every stage's current prefix at
+/// once). Judged by the plain search of each stage, or, where even every candidate dropped does not
+/// fit that way, by the budgeted one. `tried` counts the trials. Errors: a stage that does not fit
+/// with every candidate of its layers recomputed.
+llvm::Expected<StagedTrial> recomputePerStage(const StagedSetting &c, const StagedTrial &plain,
+                                              int64_t limit, unsigned &tried, bool &priced) {
+  const Graph &training = plain.graph;
+  // What the stages hand on, in every microbatch: never dropped.
+  const unsigned M = c.o.stages.microbatches;
+  std::set<std::string> cuts;
+  for (const StageSummary &st : plain.staged.stages)
+    if (!st.boundary.empty())
+      for (unsigned m = 0; m < M; ++m)
+        cuts.insert(M > 1 ? st.boundary + microbatchSuffix(m) : st.boundary);
+  auto candidates = recomputeCandidates(training);
+  if (!candidates)
+    return candidates.takeError();
+  auto layers =
+      c.o.stages.roundRobin ? weightLayers(c.microForward) : forwardLayers(c.microForward);
+  if (!layers)
+    return layers.takeError();
+  const std::vector<StageSummary> &stages = plain.staged.stages;
+  std::vector<unsigned> stageOfLayer(layers->count(), 0);
+  for (unsigned s = 0; s < stages.size(); ++s)
+    for (unsigned l = stages[s].firstLayer; l < stages[s].firstLayer + stages[s].layers; ++l)
+      stageOfLayer[l] = s;
+  std::map<std::string, std::string> nodeOf; // candidate tensor -> its node
+  for (const RecomputeCandidate &rc : *candidates)
+    nodeOf[rc.tensor] = rc.node;
+  // Per stage, the model's tensors in ranking order, and each one's copies in the step.
+  const unsigned S = static_cast<unsigned>(stages.size());
+  std::vector<std::vector<std::string>> order(S);
+  std::map<std::string, std::vector<std::string>> copiesOf;
+  for (const std::string &t : recomputeRanking(*candidates, *plain.problem, cuts)) {
+    auto tensor = splitMicrobatch(t);
+    auto node = splitMicrobatch(nodeOf.at(t));
+    const std::string base = tensor ? tensor->first : t;
+    auto layer = layers->ofNode.find(node ? node->first : nodeOf.at(t));
+    if (layer == layers->ofNode.end())
+      continue; // (not a model op's: a microbatch's slice of the batch)
+    auto &copies = copiesOf[base];
+    if (copies.empty())
+      order[stageOfLayer[layer->second]].push_back(base);
+    copies.push_back(t);
+  }
+  std::vector<size_t> lo(S, 0), hi(S, 0); // per stage: prefix lo does not fit, hi does
+  for (unsigned s = 0; s < S; ++s)
+    if (plain.peaks[s] > limit)
+      hi[s] = order[s].size();
+  auto dropping = [&](const std::vector<size_t> &count) {
+    std::vector<std::string> dropped;
+    for (unsigned s = 0; s < S; ++s)
+      for (size_t i = 0; i < count[s]; ++i)
+        for (const std::string &t : copiesOf.at(order[s][i]))
+          dropped.push_back(t);
+    return recomputeClosure(training, *candidates, dropped, cuts);
+  };
+  // The stages keep plain's layers: the copies' work would balance them otherwise, and a
+  // boundary may then be a tensor recomputed.
+  StageSpec spec = c.o.stages;
+  if (!spec.roundRobin) {
+    spec.layers.clear();
+    for (const StageSummary &st : stages)
+      spec.layers.push_back(st.layers);
+  }
+  auto attempt = [&](const std::vector<size_t> &count) -> llvm::Expected<StagedTrial> {
+    const std::vector<std::string> dropped = dropping(count);
+    auto t = stagedTrial(c, training, dropped, std::nullopt, priced ? limit : 0, spec);
+    if (!t)
+      return t.takeError();
+    ++tried;
+    if (c.o.onCandidateSet)
+      c.o.onCandidateSet(dropped.size(), figures(*t, limit));
+    return t;
+  };
+  auto best = attempt(hi);
+  if (!best)
+    return best.takeError();
+  if (!best->fits(limit)) {
+    priced = true;
+    best = attempt(hi);
+    if (!best)
+      return best.takeError();
+  }
+  if (!best->fits(limit))
+    return stringError(fmt::format(
+        "no plan fits in {} per worker: with every forward tensor of its layers recomputed "
+        "(but what it hands on), {} still over; more stages, or more workers a stage, hold "
+        "less each",
+        humanBytes(double(limit)), stagesOver(*best, limit)));
+  std::vector<size_t> bestCount = hi;
+  for (;;) {
+    std::vector<size_t> mid = hi;
+    bool open = false;
+    for (unsigned s = 0; s < S; ++s)
+      if (hi[s] - lo[s] > 1) {
+        mid[s] = lo[s] + (hi[s] - lo[s]) / 2;
+        open = true;
+      }
+    if (!open)
+      break;
+    auto t = attempt(mid);
+    if (!t)
+      return t.takeError();
+    for (unsigned s = 0; s < S; ++s)
+      if (mid[s] != hi[s])
+        (t->peaks[s] <= limit ? hi[s] : lo[s]) = mid[s];
+    if (t->fits(limit)) {
+      best = std::move(t);
+      bestCount = mid;
+    }
+  }
+  if (bestCount != hi) { // each stage's shortest fitting prefix, planned together
+    auto t = attempt(hi);
+    if (!t)
+      return t.takeError();
+    if (t->fits(limit))
+      best = std::move(t);
+  }
+  return best;
+}
+
 /// Pipeline stages' plan (planner/stages.h) into `r`: the stages balanced by their ops' time
 /// on one worker of the device (an H100's data sheet where none is given: the ratios are
-/// what count), each searched over its workers; the execution plan and its memory.
-llvm::Error planStaged(PipelineResult &r, const PipelineOptions &o, const Graph &microForward,
-                       const std::set<std::string> &forwardNodes) {
+/// what count), each searched over its workers; the execution plan and its memory. Under a
+/// budget: each stage searched under it (recomputation none or sqrt), or (auto) the plan
+/// without recomputation where it fits, else recomputePerStage's.
+llvm::Error planStaged(PipelineResult &r, const PipelineOptions &o, const OpLibrary &lib,
+                       const Graph &microForward, const std::set<std::string> &forwardNodes) {
+  const auto start = std::chrono::steady_clock::now();
   auto device = o.device ? llvm::Expected<DeviceModel>(*o.device) : deviceModelNamed("h100");
   if (!device)
     return device.takeError();
-  const SingleWorker one = singleWorker(*r.problem, r.graph.outputs);
-  auto alone = estimateStepTime(*r.problem, one.exec, r.graph.outputs, *device);
-  if (!alone)
-    return alone.takeError();
-  std::vector<double> work(r.problem->nodes.size(), 0);
-  for (const OpTimeEstimate &op : alone->workerOps[0])
-    work[op.node] += op.seconds;
   // On a machine each stage is searched over the part of it that its workers fill (its
   // levels' steps and weights): a stage of a node's GPUs, or of whole nodes. (--megatron's
   // steps inside each stage stay as it gives them.)
@@ -385,16 +622,101 @@ llvm::Error planStaged(PipelineResult &r, const PipelineOptions &o, const Graph 
     search = machineOptions(search, *part);
     search.workers = o.search.workers;
   }
-  auto staged = planStages(*r.problem, microForward, forwardNodes, o.stages, search, work);
-  if (!staged)
-    return staged.takeError();
-  r.exec = std::move(staged->exec);
+  const StagedSetting setting{o, lib, microForward, forwardNodes, search, *device};
+  const int64_t limit = o.memoryPerWorker;
+  const bool autoMode = limit > 0 && o.recompute && *o.recompute == RecomputeMode::Auto;
+  unsigned tried = 1;
+  bool priced = limit > 0 && !autoMode;
+  auto plain =
+      stagedTrial(setting, r.graph, {}, std::move(r.problem), priced ? limit : 0, o.stages);
+  if (!plain)
+    return plain.takeError();
+  if (autoMode && o.onCandidateSet)
+    o.onCandidateSet(0, figures(*plain, limit));
+  std::optional<StagedTrial> chosen;
+  if (autoMode && !plain->fits(limit)) {
+    // Only its peaks (known) and its execution plan (the step without, estimated) are used
+    // from here: a large model's memory plan is gigabytes.
+    plain->memory = MemoryPlan();
+    auto t = recomputePerStage(setting, *plain, limit, tried, priced);
+    if (!t)
+      return t.takeError();
+    chosen = std::move(*t);
+  }
+  if (limit > 0 && !(chosen ? *chosen : *plain).fits(limit))
+    return stringError(
+        fmt::format("no plan fits in {} per worker{}: {} over{}", humanBytes(double(limit)),
+                    r.recomputed.copies.empty() ? " without recomputation"
+                                                : " with segment checkpointing (--recompute sqrt)",
+                    stagesOver(*plain, limit),
+                    o.recompute ? "" : "; --recompute auto recomputes what each stage needs"));
+  const int64_t peakWithout = plain->peak();
+  const bool fitsWithout = limit > 0 && plain->fits(limit);
+  StagedTrial &t = chosen ? *chosen : *plain;
+  if (chosen) {
+    r.withoutRecomputation = r.graph;
+    r.recomputed = t.summary;
+  }
+  r.graph = std::move(t.graph);
+  r.problem = std::move(t.problem);
+  r.exec = std::move(t.staged.exec);
   r.plan = PartitionPlan();
-  r.plan.algorithm = staged->describe();
+  r.plan.algorithm = t.staged.describe();
   r.plan.workers = o.search.workers;
   r.plan.totalBytes = r.exec.bytesMoved(*r.problem);
-  r.memory = planMemory(*r.problem, r.exec, r.graph.outputs);
-  r.staged = std::move(*staged);
+  r.memory = std::move(t.memory);
+  // Each stage's recomputed tensors (the step's, every microbatch's).
+  if (!r.recomputed.dropped.empty()) {
+    auto layers = o.stages.roundRobin ? weightLayers(microForward) : forwardLayers(microForward);
+    if (!layers)
+      return layers.takeError();
+    for (const std::string &name : r.recomputed.dropped) {
+      const Node *n = r.withoutRecomputation ? r.withoutRecomputation->producer(name) : nullptr;
+      if (!n)
+        continue;
+      auto split = splitMicrobatch(n->name);
+      auto layer = layers->ofNode.find(split ? split->first : n->name);
+      if (layer == layers->ofNode.end())
+        continue;
+      for (StageSummary &st : t.staged.stages)
+        if (layer->second >= st.firstLayer && layer->second < st.firstLayer + st.layers)
+          ++st.recomputed;
+    }
+  }
+  if (limit > 0 || o.recompute) {
+    BudgetChoice b;
+    b.limit = limit;
+    b.fit.fits = limit <= 0 || t.fits(limit);
+    b.fit.peak = r.memory.largestPeak();
+    b.fit.peakWorker = r.memory.largestPeakWorker();
+    b.fit.limit = limit;
+    for (const StageSummary &st : t.staged.stages) {
+      b.fit.searches += st.searches;
+      b.fit.memoryWeight = std::max(b.fit.memoryWeight, st.memoryWeight);
+    }
+    b.fit.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (o.recompute) {
+      RecomputePlan rp;
+      rp.mode = *o.recompute;
+      rp.summary = r.recomputed;
+      rp.peakWithout = chosen ? peakWithout : 0;
+      rp.fitsWithout = fitsWithout;
+      if (chosen) {
+        rp.problemWithout = std::move(plain->problem);
+        rp.execWithout = std::move(plain->staged.exec);
+      }
+      auto candidates =
+          recomputeCandidates(r.withoutRecomputation ? *r.withoutRecomputation : r.graph);
+      if (!candidates)
+        return candidates.takeError();
+      rp.candidates = static_cast<unsigned>(candidates->size());
+      rp.tried = tried;
+      rp.seconds = b.fit.seconds;
+      b.recompute = std::move(rp);
+    }
+    r.budget = std::move(b);
+  }
+  r.staged = std::move(t.staged);
   return llvm::Error::success();
 }
 
@@ -536,12 +858,10 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
     r.loss = *loss;
   }
   if (stages.active()) {
-    const char *with = options.memoryPerWorker > 0 ? "a memory budget"
-                       : options.recompute && *options.recompute == RecomputeMode::Auto
-                           ? "--recompute auto (stages recompute as sqrt gives)"
-                       : options.plan   ? "a plan given"
-                       : !options.train ? ""
-                                        : nullptr;
+    const char *with = options.fitWorkersUpTo > 0 ? "a search for the fewest workers (--fit)"
+                       : options.plan             ? "a plan given"
+                       : !options.train           ? ""
+                                                  : nullptr;
     if (with)
       return fail(stringError(*with
                                   ? fmt::format("pipeline stages do not combine with {} yet", with)
@@ -588,9 +908,13 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
   if (recomputing && !options.train)
     return fail(stringError("recomputation applies to a training step (what its backward pass "
                             "reads)"));
-  if (stages.active() && recomputing && *options.recompute == RecomputeMode::Sqrt)
-    if (llvm::Error e = recomputeWithinStages(r, microForward, stages.microbatches))
+  if (stages.active() && recomputing && *options.recompute == RecomputeMode::Sqrt) {
+    auto cuts = stepCuts(microForward, stages.microbatches);
+    if (!cuts)
+      return fail(cuts.takeError());
+    if (llvm::Error e = recomputeWithinStages(r, *cuts))
       return fail(std::move(e));
+  }
   stage = Stage::Problem;
   // Recomputation analyses each candidate graph itself; the step's analysis is its chosen one
   // (with stages, the one rewritten above).
@@ -608,7 +932,7 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
   stage = Stage::Plan;
   bool ready = false; // r.exec and r.memory are r.plan's
   if (stages.active()) {
-    if (llvm::Error e = planStaged(r, options, microForward, forwardNodes))
+    if (llvm::Error e = planStaged(r, options, lib, microForward, forwardNodes))
       return fail(std::move(e));
     ready = true;
   } else if (recomputing) {

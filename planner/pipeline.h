@@ -133,8 +133,9 @@ struct PipelineOptions {
   /// Pipeline stages (planner/stages.h), where active: the training step over
   /// `stages.microbatches` microbatches (graph/microbatch.h), its layers cut into
   /// `stages.stages` stages, each searched over its own workers (on a `machine`, over the
-  /// part of it they fill: an error where they fill none). Recomputation: sqrt only (every
-  /// cut of the model kept besides). Not with a budget or a given plan.
+  /// part of it they fill: an error where they fill none). Under a budget each stage is
+  /// searched under it, and auto recomputes per stage what that stage needs (the model's cuts
+  /// always kept, as sqrt keeps them). Not with fitWorkersUpTo or a given plan.
   StageSpec stages;
   /// With more than one microbatch: the model at the microbatch's batch (runPipeline from a
   /// GraphSource loads it).

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -114,16 +115,18 @@ std::map<std::string, double> iterationsOf(const Problem &p) {
 /// consecutive dropped candidates (in forward order) is left out: it stays as a checkpoint. A copy
 /// reads the copies of the dropped tensors before it, so such a run is recomputed at once when the
 /// backward pass reaches it, and all of it lives until its own backward readers: dropping a whole
-/// chain (an RNN's states over time) saves nothing. With `keepCuts` the forward pass's cuts
-/// (RecomputeCandidate::cut) are never dropped: a run ends at one, so what a copy recomputes is
-/// bounded by the segment between two cuts (a transformer's sublayer), however far the ranking
-/// goes.
+/// chain (an RNN's states over time) saves nothing. A candidate `kept` holds is never dropped:
+/// the forward pass's cuts (RecomputeCandidate::cut), say, where a run then ends, so what a copy
+/// recomputes is bounded by the segment between two cuts (a transformer's sublayer), however far
+/// the ranking goes.
+using Kept = std::function<bool(const RecomputeCandidate &)>;
+
 std::vector<std::string> ranked(const std::vector<RecomputeCandidate> &candidates,
                                 const std::map<std::string, double> &iterations, size_t longestRun,
-                                bool keepCuts) {
+                                const Kept &kept) {
   std::vector<size_t> backward; // candidates the backward pass reads, in forward order
   for (size_t i = 0; i < candidates.size(); ++i)
-    if (candidates[i].readByBackward && !(keepCuts && candidates[i].cut))
+    if (candidates[i].readByBackward && !kept(candidates[i]))
       backward.push_back(i);
   std::vector<std::pair<double, size_t>> order; // bytes per iteration, position
   for (size_t at = 0; at < backward.size(); ++at) {
@@ -152,11 +155,11 @@ std::vector<std::string> ranked(const std::vector<RecomputeCandidate> &candidate
 /// `dropped` with what its copies would otherwise keep alive: a copy reads its node's
 /// inputs, so a forward tensor that only the forward pass read (it died there) would live
 /// until the copy runs, in the backward pass; such an input is dropped too, and recomputed
-/// with it (a softmax's masked scores, when the softmax is), in turn. With `keepCuts` a cut
-/// stays (a copy reads it as a checkpoint). In candidate order.
+/// with it (a softmax's masked scores, when the softmax is), in turn. A candidate `kept` holds
+/// stays (a copy reads it as a checkpoint: a cut, say). In candidate order.
 std::vector<std::string> closed(const Graph &training,
                                 const std::vector<RecomputeCandidate> &candidates,
-                                const std::vector<std::string> &dropped, bool keepCuts) {
+                                const std::vector<std::string> &dropped, const Kept &kept) {
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < candidates.size(); ++i)
     index[candidates[i].tensor] = i;
@@ -178,7 +181,7 @@ std::vector<std::string> closed(const Graph &training,
       if (it == index.end() || in[it->second])
         continue;
       const RecomputeCandidate &c = candidates[it->second];
-      if (c.readByBackward || (keepCuts && c.cut))
+      if (c.readByBackward || kept(c))
         continue;
       in[it->second] = true;
       todo.push_back(input);
@@ -192,6 +195,20 @@ std::vector<std::string> closed(const Graph &training,
 }
 
 } // namespace
+
+std::vector<std::string> recomputeRanking(const std::vector<RecomputeCandidate> &candidates,
+                                          const Problem &p, const std::set<std::string> &kept) {
+  return ranked(candidates, iterationsOf(p), candidates.size(),
+                [&](const RecomputeCandidate &c) { return kept.count(c.tensor) > 0; });
+}
+
+std::vector<std::string> recomputeClosure(const Graph &training,
+                                          const std::vector<RecomputeCandidate> &candidates,
+                                          const std::vector<std::string> &dropped,
+                                          const std::set<std::string> &kept) {
+  return closed(training, candidates, dropped,
+                [&](const RecomputeCandidate &c) { return kept.count(c.tensor) > 0; });
+}
 
 llvm::Expected<RecomputePlan>
 planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOptions &options,
@@ -271,12 +288,15 @@ planWithRecomputation(const Graph &training, const OpLibrary &lib, const PlanOpt
   std::optional<Trial> best, closest;
   double bestWork = 0;
   for (const auto &[longestRun, keepCuts] : rankings) {
-    const std::vector<std::string> order = ranked(*candidates, iterations, longestRun, keepCuts);
+    const Kept kept = [keepCuts = keepCuts](const RecomputeCandidate &c) {
+      return keepCuts && c.cut;
+    };
+    const std::vector<std::string> order = ranked(*candidates, iterations, longestRun, kept);
     // A prefix of the ranking; where cuts are kept, with the inputs its copies would keep
     // alive (closed), so that each segment between cuts is recomputed whole from its cut.
     auto prefix = [&, keepCuts = keepCuts](size_t m) {
       std::vector<std::string> p(order.begin(), order.begin() + static_cast<long>(m));
-      return keepCuts ? closed(training, *candidates, p, true) : p;
+      return keepCuts ? closed(training, *candidates, p, kept) : p;
     };
     // The candidate sets are judged by the plain search's plan (one search each) unless the
     // longest does not fit that way and the budgeted search's does.

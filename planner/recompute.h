@@ -23,6 +23,7 @@
 #define TOFU_PLANNER_RECOMPUTE_H
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,18 @@ struct RecomputePlan {
   unsigned tried = 0; ///< candidate sets planned (each a budgeted search)
   double seconds = 0; ///< all of it
 };
+
+/// auto's ranking of the candidates the backward pass reads, cheapest to recompute first (most
+/// bytes per iteration of their node in `p`, the training graph's problem), runs unbounded;
+/// those named in `kept` are left out. What pipeline stages rank their own candidates by.
+std::vector<std::string> recomputeRanking(const std::vector<RecomputeCandidate> &candidates,
+                                          const Problem &p, const std::set<std::string> &kept);
+/// `dropped` with the forward-only inputs its copies would otherwise keep alive, as auto closes
+/// a set where it keeps cuts; none of `kept` is added.
+std::vector<std::string> recomputeClosure(const Graph &training,
+                                          const std::vector<RecomputeCandidate> &candidates,
+                                          const std::vector<std::string> &dropped,
+                                          const std::set<std::string> &kept);
 
 /// Plans the training graph `training` on options.workers workers with recomputation chosen by
 /// `mode` (see above). `limit` > 0 is the budget per worker (auto needs one; sqrt and none

@@ -14,6 +14,7 @@
 #include "graph/microbatch.h"
 #include "graph/recompute.h"
 #include "graph/training.h"
+#include "planner/memory_fit.h"
 #include "support/errors.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
@@ -409,7 +410,8 @@ Problem stageProblem(const Problem &p, const std::vector<unsigned> &nodes,
 llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForward,
                                       const std::set<std::string> &forwardNodes,
                                       const StageSpec &spec, const PlanOptions &search,
-                                      const std::vector<double> &nodeWork) {
+                                      const std::vector<double> &nodeWork, int64_t memoryLimit,
+                                      const std::vector<std::string> &outputs) {
   const unsigned S = spec.stages, M = spec.microbatches, k = search.workers;
   if (S == 0 || M == 0)
     return stringError("--stages and --microbatches must be at least 1");
@@ -596,12 +598,23 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
       o.prefixWeights = {};
     }
     o.pricedBuffers.clear();
-    auto plan = searchPlan(sub, o);
-    if (!plan)
-      return stringError(fmt::format("stage {}: {}", s, llvm::toString(plan.takeError())));
-    subExec[s] = buildExecPlan(sub, *plan);
+    if (memoryLimit > 0) {
+      auto fit = searchWithinMemory(sub, o, memoryLimit, outputs);
+      if (!fit)
+        return stringError(fmt::format("stage {}: {}", s, llvm::toString(fit.takeError())));
+      subExec[s] = std::move(fit->exec);
+      out.stages[s].plan = std::move(fit->plan);
+      out.stages[s].searches = fit->searches;
+      out.stages[s].memoryWeight = fit->memoryWeight;
+      out.stages[s].fits = fit->fits;
+    } else {
+      auto plan = searchPlan(sub, o);
+      if (!plan)
+        return stringError(fmt::format("stage {}: {}", s, llvm::toString(plan.takeError())));
+      subExec[s] = buildExecPlan(sub, *plan);
+      out.stages[s].plan = std::move(*plan);
+    }
     out.stages[s].nodes = static_cast<unsigned>(stageNodes[s].size());
-    out.stages[s].plan = std::move(*plan);
     for (size_t i = 0; i < subExec[s].nodes.size(); ++i)
       subNodeOf[s][stageNodes[s][subExec[s].nodes[i].node]] = static_cast<unsigned>(i);
     for (unsigned lt = 0; lt < subTensorOf[s].size(); ++lt) {
@@ -684,6 +697,17 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
     e.nodes.push_back(std::move(ne));
   }
   return out;
+}
+
+std::vector<int64_t> stagePeaks(const StagedPlan &staged, const MemoryPlan &memory) {
+  std::vector<int64_t> peaks;
+  for (const StageSummary &st : staged.stages) {
+    int64_t peak = 0;
+    for (unsigned w = st.firstWorker; w < st.firstWorker + st.workers; ++w)
+      peak = std::max(peak, memory.workers.at(w).peak);
+    peaks.push_back(peak);
+  }
+  return peaks;
 }
 
 } // namespace tofu

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "codegen/exec_plan.h"
+#include "codegen/memory_plan.h"
 #include "graph/graph.h"
 #include "partition/plan.h"
 #include "partition/problem.h"
@@ -105,6 +106,15 @@ struct StageSummary {
   std::string boundary; ///< the cut it hands the next stage (empty for the last)
   unsigned nodes = 0;   ///< of the step
   PartitionPlan plan;   ///< its nodes' partition over its workers
+  /// Under a memory budget (planStages' `memoryLimit`): the plans its budgeted search tried,
+  /// the price of memory its plan was found with, and whether that plan's peak fitted the
+  /// budget in the stage's own problem (where what it receives is held from the step's start
+  /// and what it hands on to the end: at least its peak in the step's memory plan).
+  unsigned searches = 1;
+  double memoryWeight = 0;
+  bool fits = true;
+  /// The forward tensors of its layers that recomputation drops (every microbatch's).
+  unsigned recomputed = 0;
 };
 
 enum class ChunkPhase { Forward, Backward };
@@ -145,10 +155,18 @@ std::vector<Chunk> placementChunks(const std::vector<unsigned> &groupOf,
 /// Errors: more stages than layers (placement leaves the groups past them idle), layers that
 /// do not add up, a
 /// worker count the stages do not divide, placement under 1F1B.
+///
+/// With `memoryLimit` > 0, each stage is searched under that budget (searchWithinMemory: its
+/// plan of least communication that fits, or the closest), judged in its own problem, whose
+/// graph outputs are `outputs`. Not fitting is a result (StageSummary::fits), not an error.
 llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForward,
                                       const std::set<std::string> &forwardNodes,
                                       const StageSpec &spec, const PlanOptions &search,
-                                      const std::vector<double> &nodeWork);
+                                      const std::vector<double> &nodeWork, int64_t memoryLimit = 0,
+                                      const std::vector<std::string> &outputs = {});
+
+/// Per stage, the largest planned peak of its workers in `memory` (the step's memory plan).
+std::vector<int64_t> stagePeaks(const StagedPlan &staged, const MemoryPlan &memory);
 
 } // namespace tofu
 

@@ -4,6 +4,7 @@
 // at once than 1F1B.
 #include "planner/stages.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -231,11 +232,75 @@ TEST(Stages, RecomputeWithinEachStage) {
       continue;
     EXPECT_EQ(s.chunks[s.nodeChunk[n]].phase, ChunkPhase::Backward) << name;
   }
-  // auto searches against a budget, which stages do not take yet.
+}
+
+TEST(Stages, BudgetRecomputesWhatEachStageNeeds) {
+  // GPipe holds all four microbatches' activations on both stages. A budget between the
+  // stages' peaks: the stage over it recomputes, the other keeps its plan; every worker's
+  // planned peak then fits, the copies run in their own stage's backward, and what a stage
+  // hands on is never dropped.
+  StageSpec spec;
+  spec.stages = 2;
+  spec.microbatches = 4;
+  spec.schedule = Schedule::GPipe;
+  StagedStep step = setup("wresnet-50-1-i32-c8-k10", 32, 2, spec);
+  auto plain = step.run();
+  ASSERT_TRUE(bool(plain)) << llvm::toString(plain.takeError());
+  const std::vector<int64_t> before = stagePeaks(*plain->staged, plain->memory);
+  ASSERT_EQ(before.size(), 2u);
+  const unsigned big = before[0] > before[1] ? 0 : 1;
+  const int64_t small = before[1 - big];
+  ASSERT_LT(double(small), 0.9 * double(before[big])) << "the stages' peaks are too close";
+  const int64_t limit = (small + before[big]) / 2;
+  step.options.memoryPerWorker = limit;
   step.options.recompute = RecomputeMode::Auto;
-  auto refused = step.run();
-  ASSERT_FALSE(bool(refused));
-  EXPECT_NE(llvm::toString(refused.takeError()).find("--recompute auto"), std::string::npos);
+  auto fitted = step.run();
+  ASSERT_TRUE(bool(fitted)) << llvm::toString(fitted.takeError());
+  const StagedPlan &s = *fitted->staged;
+  for (const WorkerMemory &w : fitted->memory.workers)
+    EXPECT_LE(w.peak, limit);
+  EXPECT_EQ(checkMemoryPlan(fitted->memory), "");
+  EXPECT_GT(s.stages[big].recomputed, 0u);
+  EXPECT_EQ(s.stages[1 - big].recomputed, 0u);
+  EXPECT_EQ(stagePeaks(s, fitted->memory)[1 - big], small);
+  ASSERT_TRUE(fitted->budget && fitted->budget->recompute);
+  const RecomputePlan &rp = *fitted->budget->recompute;
+  EXPECT_EQ(rp.peakWithout, before[big]);
+  EXPECT_FALSE(rp.fitsWithout);
+  EXPECT_GE(rp.tried, 3u); // without, everything, and a bisection
+  EXPECT_TRUE(rp.problemWithout.has_value());
+  for (unsigned m = 0; m < 4; ++m) {
+    const std::string handed = s.stages[0].boundary + "@mb" + std::to_string(m);
+    EXPECT_EQ(
+        std::count(fitted->recomputed.dropped.begin(), fitted->recomputed.dropped.end(), handed), 0)
+        << handed;
+  }
+  for (unsigned n = 0; n < fitted->problem->nodes.size(); ++n) {
+    const std::string &name = fitted->problem->nodes[n].name;
+    if (name.find("_recompute") == std::string::npos)
+      continue;
+    EXPECT_EQ(s.chunks[s.nodeChunk[n]].phase, ChunkPhase::Backward) << name;
+    EXPECT_EQ(s.chunks[s.nodeChunk[n]].stage, big) << name;
+  }
+  // Without recomputation the budget is searched per stage, and misses: the error names the
+  // stage over it and what it holds at its peak.
+  step.options.recompute.reset();
+  auto missed = step.run();
+  ASSERT_FALSE(bool(missed));
+  const std::string why = llvm::toString(missed.takeError());
+  EXPECT_NE(why.find("without recomputation: stage " + std::to_string(big) + " ("),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("--recompute auto"), std::string::npos) << why;
+  // A budget the weights alone overflow: no recomputation helps, and the error says so.
+  step.options.recompute = RecomputeMode::Auto;
+  step.options.memoryPerWorker = 64 << 10;
+  auto tiny = step.run();
+  ASSERT_FALSE(bool(tiny));
+  const std::string tinyWhy = llvm::toString(tiny.takeError());
+  EXPECT_NE(tinyWhy.find("with every forward tensor of its layers recomputed"), std::string::npos)
+      << tinyWhy;
+  EXPECT_NE(tinyWhy.find("of weights and optimiser state"), std::string::npos) << tinyWhy;
 }
 
 TEST(Stages, RefusesWhatCannotBeStaged) {

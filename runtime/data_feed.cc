@@ -8,12 +8,16 @@
 #include <future>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
 #include "graph/graph.h"
+#include "graph/microbatch.h"
 #include "graph/training.h"
+#include "runtime/backend.h"
+#include "llvm/ADT/StringRef.h"
 
 namespace tofu {
 
@@ -44,21 +48,54 @@ parseFeeds(const std::string &feeds, const SettingNames &names) {
 
 /// The labels input of the loss: softmax_cross_entropy's (or, a class per position,
 /// softmax_cross_entropy_seq's) second input, where it is an input.
-int labelsOf(const Problem &p, const std::string &loss) {
+/// The cross-entropy node of the loss: its producer, or under microbatches (the mean of the
+/// microbatches' losses, graph/microbatch.h) the first reached from it. -1 for another loss.
+int crossEntropyOf(const Problem &p, const std::string &loss) {
   const int l = loss.empty() ? -1 : findTensor(p, loss);
   if (l < 0 || p.tensors[l].producer < 0)
     return -1;
-  const ProblemNode &n = p.nodes[p.tensors[l].producer];
-  if (!isCrossEntropyLoss(n.table->op.def->name) || n.inputs.size() != 2 ||
-      p.tensors[n.inputs[1]].producer >= 0)
+  std::vector<int> todo = {p.tensors[l].producer};
+  std::set<int> seen;
+  while (!todo.empty()) {
+    const int n = todo.back();
+    todo.pop_back();
+    if (n < 0 || !seen.insert(n).second)
+      continue;
+    const ProblemNode &node = p.nodes[n];
+    if (isCrossEntropyLoss(node.table->op.def->name))
+      return node.inputs.size() == 2 ? n : -1;
+    // Up through the mean's own nodes only (microbatchGraph's `<loss>_microbatches`, its
+    // result named after it): a microbatch's tensor is its loss, or no cross-entropy's.
+    if (!llvm::StringRef(loss).contains("_microbatches") ||
+        splitMicrobatch(p.tensors[node.output].name))
+      continue;
+    for (unsigned t : node.inputs)
+      todo.push_back(p.tensors[t].producer);
+  }
+  return -1;
+}
+
+/// The input the loss's labels come from: the cross-entropy's second input, or the batch
+/// input a microbatch's slice of it reads.
+int labelsOf(const Problem &p, const std::string &loss) {
+  const int n = crossEntropyOf(p, loss);
+  if (n < 0)
     return -1;
-  return static_cast<int>(n.inputs[1]);
+  const unsigned x = p.nodes[n].inputs[1];
+  const int prod = p.tensors[x].producer;
+  if (prod < 0)
+    return static_cast<int>(x);
+  const ProblemNode &slice = p.nodes[prod];
+  if (slice.table->op.def->name == "Slice" && !slice.inputs.empty() &&
+      p.tensors[slice.inputs[0]].producer < 0 && splitMicrobatch(p.tensors[x].name))
+    return static_cast<int>(slice.inputs[0]);
+  return -1;
 }
 
 } // namespace
 
 int64_t lossClasses(const Problem &p, const std::string &loss) {
-  const ProblemNode &n = p.nodes[p.tensors[findTensor(p, loss)].producer];
+  const ProblemNode &n = p.nodes[crossEntropyOf(p, loss)];
   return p.tensors[n.inputs[0]].shape.back();
 }
 
@@ -325,7 +362,8 @@ void BatchPrefetcher::feed(Engine &engine, unsigned step, bool more) {
     m.ahead = std::async(std::launch::async, [this, step] { return assemble(step + 1); });
 }
 
-llvm::Error copyState(const Engine &from, Engine &to) {
+llvm::Error copyState(const Engine &from, Engine &to,
+                      const std::function<Tensor(unsigned)> &whole) {
   std::map<std::string, unsigned> source;
   for (unsigned t = 0; t < from.program().tensors.size(); ++t)
     source[from.program().tensors[t].name] = t;
@@ -340,7 +378,23 @@ llvm::Error copyState(const Engine &from, Engine &to) {
       return r == TensorRole::Weight || r == TensorRole::OptimizerState;
     };
     if (ft.hasProducer || (!carried(ft.role) && !carried(pt.role)))
-      continue; // data, hyper-parameters: set by the caller
+      continue;                          // data, hyper-parameters: set by the caller
+    if (whole && ft.tiles != pt.tiles) { // (the same answer on every process)
+      const Tensor x = whole(it->second);
+      const std::vector<float> values(x.data.begin(), x.data.end());
+      Box all;
+      for (int64_t d : x.shape)
+        all.push_back(Range{0, d});
+      for (unsigned w : to.localWorkers()) {
+        if (!to.holdsTile(t, w))
+          continue;
+        const Box &tile = pt.tiles[w];
+        std::vector<float> part(size_t(boxElements(tile)));
+        copyBox(part.data(), tile, values.data(), all, tile, nullptr);
+        to.writeTile(t, w, part.data());
+      }
+      continue;
+    }
     for (unsigned w : to.localWorkers()) {
       if (!to.holdsTile(t, w))
         continue;

@@ -14,6 +14,7 @@
 #ifndef TOFU_RUNTIME_DATA_FEED_H
 #define TOFU_RUNTIME_DATA_FEED_H
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -125,8 +126,13 @@ private:
 
 /// Copies every tensor without a producer that both engines have by name and `to` holds
 /// (weights, buffers) from `from`, tile by tile on each local worker. The tiles must agree
-/// (restrictPlan's plans make them agree); an error names a tensor whose tiles do not.
-llvm::Error copyState(const Engine &from, Engine &to);
+/// (restrictPlan's plans make them agree), else an error names a tensor whose tiles do not;
+/// or, with `whole`, a tensor whose tiles differ (another plan of the model: a pipeline's
+/// stages, the evaluation's partition) is taken whole from `from` by `whole(its index)`
+/// (every process calls it for the same tensors in the same order) and each local tile of
+/// `to` cut from it.
+llvm::Error copyState(const Engine &from, Engine &to,
+                      const std::function<Tensor(unsigned)> &whole = nullptr);
 
 /// A classifier's loss and top-1 accuracy over some rows.
 struct ClassifierScore {

@@ -366,7 +366,10 @@ void Trainer::Impl::setBatch(Engine &e, unsigned step) {
 
 llvm::Expected<ClassifierScore> Trainer::Impl::score(const DataSet &held,
                                                      const std::vector<DataBinding> &heldBindings) {
-  if (llvm::Error e = copyState(*engine, *evalEngine))
+  // (A pipeline's weights are laid out as its stages cut them, the evaluation's as its own
+  // plan does: each is then gathered whole and cut again.)
+  if (llvm::Error e = copyState(*engine, *evalEngine,
+                                [&](unsigned t) { return wholeTensor(*engine, t, group); }))
     return std::move(e);
   const int64_t evalBatch = options.evalGraph->problem->tensors[heldBindings[0].tensor].shape[0];
   ClassifierScore score;

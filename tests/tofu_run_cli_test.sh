@@ -363,6 +363,16 @@ if ! "$run" --model gpt-2-64-4-16 --batch 8 --workers 2 --stages 2 --microbatche
    ! grep -q "^verify: the recomputing step equals the step without recomputation bit for bit" "$tmp/out.txt"; then
   echo "FAILED: --stages 2 --recompute sqrt --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
 fi
+# Stages under a budget (2.15 MiB on stage 0 without recomputation): auto recomputes what the
+# stage needs, each arena stays within the budget, and the step verifies and equals the step
+# without recomputation bit for bit.
+if ! "$run" --model wresnet-50-1-i32-c4-k10 --batch 16 --workers 2 --stages 2 --microbatches 2 \
+     --schedule gpipe --memory-per-worker 1.5MiB --steps 2 --verify >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+   ! grep -q "^verify: PASSED" "$tmp/out.txt" || ! grep -q "^recomputation (auto): " "$tmp/out.txt" ||
+   ! grep -q "^memory budget 1.50 MiB per worker: every arena within it" "$tmp/out.txt" ||
+   ! grep -q "^verify: the recomputing step equals the step without recomputation bit for bit" "$tmp/out.txt"; then
+  echo "FAILED: --stages 2 --memory-per-worker 1.5MiB --verify" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+fi
 
 # An ill-conditioned step (training-mode mobilenet_v2 at batch 2 on 32x32 images: its last
 # batch norms normalise 2 values per channel): float32 rounding alone scatters it beyond the

@@ -79,6 +79,26 @@ assert abs(ea[-1]["loss"] - eb[-1]["loss"]) <= 0.05 * eb[-1]["loss"] + 1e-3, (ea
 print("data: tofu", [round(e["accuracy"], 3) for e in ea], "pytorch", [round(e["accuracy"], 3) for e in eb])
 PY
 
+# Pipeline stages on the same data (2 stages of a worker, each an MPI process; 2 microbatches:
+# the full batch's step), evaluated after each epoch: the evaluation plans the forward graph
+# over both workers and gathers the stages' weights to lay them out anew. The losses and the
+# scores are the plain run's, to float32's reordering of the microbatches' sums.
+if ! mpirun --oversubscribe --bind-to none -np 2 "$run" --backend mpi "${common[@]}" --workers 2 \
+     --stages 2 --microbatches 2 --epochs 2 --eval test >"$tmp/stages.json" 2>"$tmp/err.txt"; then
+  echo "FAILED: tofu-run --data --eval --stages 2" >&2; cat "$tmp/err.txt" >&2; fail=1
+fi
+$py - "$tmp/threads.json" "$tmp/stages.json" <<'PY' || fail=1
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert len(a["loss"]) == len(b["loss"]) == 40, (len(a["loss"]), len(b["loss"]))
+for s, (x, y) in enumerate(zip(a["loss"], b["loss"])):
+    assert abs(x - y) <= 1e-4 * max(1.0, abs(x)), (s, x, y)
+assert [e["step"] for e in b["eval"]] == [20, 40], b["eval"]
+for ea, eb in zip(a["eval"], b["eval"]):
+    assert ea["accuracy"] == eb["accuracy"], (ea, eb)
+    assert abs(ea["loss"] - eb["loss"]) <= 1e-5 * ea["loss"], (ea, eb)
+PY
+
 # The same data as safetensors files (images U8, labels I64; the test split another file)
 # trains to the same losses and accuracy.
 $py - "$tmp/data" <<'PY'

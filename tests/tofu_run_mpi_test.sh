@@ -66,6 +66,7 @@ cases=(
   "2 get --model gpt-2-64-4-16 --batch 8 --stages 2 --microbatches 2 --schedule gpipe"
   "4 sendrecv --model gpt-2-64-4-16 --batch 8 --stages 2 --microbatches 2"
   "3 get --model rnn-4-64 --batch 6 --algo placement"
+  "2 get --model wresnet-50-1-i32-c4-k10 --batch 16 --stages 2 --microbatches 2 --schedule gpipe --memory-per-worker 1.5MiB"
 )
 for i in "${!cases[@]}"; do
   in_sample "$i" 3 || continue

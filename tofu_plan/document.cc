@@ -18,13 +18,18 @@ std::optional<Section> stagesSection(const tofu::PipelineResult &r) {
   Section out;
   const int64_t total = r.plan.totalBytes; // planStaged's count of r.exec's bytes
   int64_t within = 0;
+  // A column of what each stage recomputes, where one does.
+  const bool recomputes =
+      std::any_of(staged.stages.begin(), staged.stages.end(),
+                  [](const tofu::StageSummary &st) { return st.recomputed > 0; });
   out.text =
       fmt::format("pipeline: {}; the model's {} layers ({})\n\n"
                   "| stage | workers | layers | hands on | nodes | its plan's bytes | "
-                  "planned peak |\n| ---: | --- | --- | --- | ---: | ---: | ---: |\n",
+                  "planned peak |{}\n| ---: | --- | --- | --- | ---: | ---: | ---: |{}\n",
                   staged.describe(), staged.layers,
                   staged.spec.roundRobin ? "its groups of weights, each the ops that read one"
-                                         : "forward segments between cuts");
+                                         : "forward segments between cuts",
+                  recomputes ? " recomputed tensors |" : "", recomputes ? " ---: |" : "");
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (size_t s = 0; s < staged.stages.size(); ++s) {
     const tofu::StageSummary &st = staged.stages[s];
@@ -33,10 +38,11 @@ std::optional<Section> stagesSection(const tofu::PipelineResult &r) {
       peak = std::max(peak, memory.workers[w].peak);
     within += st.plan.totalBytes;
     out.text += fmt::format(
-        "| {} | {}{} | {}-{} | {} | {} | {} | {} |\n", s, st.firstWorker,
+        "| {} | {}{} | {}-{} | {} | {} | {} | {} |{}\n", s, st.firstWorker,
         st.workers > 1 ? fmt::format("-{}", st.firstWorker + st.workers - 1) : std::string(),
         st.firstLayer, st.firstLayer + st.layers - 1, st.boundary.empty() ? "-" : st.boundary,
-        st.nodes, tofu::humanBytes(double(st.plan.totalBytes)), tofu::humanBytes(double(peak)));
+        st.nodes, tofu::humanBytes(double(st.plan.totalBytes)), tofu::humanBytes(double(peak)),
+        recomputes ? fmt::format(" {} |", st.recomputed) : std::string());
     stages.push_back({{"first_worker", st.firstWorker},
                       {"workers", st.workers},
                       {"first_layer", st.firstLayer},
@@ -44,7 +50,8 @@ std::optional<Section> stagesSection(const tofu::PipelineResult &r) {
                       {"boundary", st.boundary},
                       {"nodes", st.nodes},
                       {"plan_bytes", st.plan.totalBytes},
-                      {"planned_peak_bytes", peak}});
+                      {"planned_peak_bytes", peak},
+                      {"recomputed_tensors", st.recomputed}});
   }
   out.text +=
       fmt::format("\nbytes per step: {} in all, {} between stages (the cuts and their "

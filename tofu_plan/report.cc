@@ -232,18 +232,25 @@ Section recomputeSection(const tofu::RecomputePlan &r, const tofu::MemoryFit &fi
     if (without > 0)
       out.json["estimated_seconds_without"] = without;
     out.json["estimated_seconds"] = stepTime.seconds;
-    out.text = fmt::format(
-        "recomputation ({}): {} of {} forward tensors dropped after the forward pass and "
-        "recomputed before the backward pass by {} copies of their ops ({} of tensors, "
-        "whole); planned peak {} per worker against {} without ({:+.1f}%); estimated step "
-        "on {} {:.3f} ms against {:.3f} ms without ({:+.1f}%, what the recomputation "
-        "costs)\n",
-        tofu::recomputeModeName(r.mode), r.summary.dropped.size(), r.candidates,
-        r.summary.copies.size(), human(double(r.summary.bytes)), human(double(fit.peak)),
-        human(double(r.peakWithout)),
-        100.0 * (double(fit.peak) / double(std::max<int64_t>(r.peakWithout, 1)) - 1), deviceName,
-        1e3 * stepTime.seconds, 1e3 * without,
-        without > 0 ? 100.0 * (stepTime.seconds / without - 1) : 0.0);
+    // (Pipeline stages' sqrt plans no step without recomputation to compare with.)
+    const std::string peakAgainst =
+        r.peakWithout > 0
+            ? fmt::format(" against {} without ({:+.1f}%)", human(double(r.peakWithout)),
+                          100.0 * (double(fit.peak) / double(r.peakWithout) - 1))
+            : std::string();
+    const std::string stepAgainst =
+        without > 0 ? fmt::format(" against {:.3f} ms without ({:+.1f}%, what the recomputation "
+                                  "costs)",
+                                  1e3 * without, 100.0 * (stepTime.seconds / without - 1))
+                    : std::string();
+    out.text = fmt::format("recomputation ({}): {} of {} forward tensors dropped after the "
+                           "forward pass and recomputed before the backward pass by {} copies of "
+                           "their ops ({} of tensors, whole); planned peak {} per worker{}; "
+                           "estimated step on {} {:.3f} ms{}\n",
+                           tofu::recomputeModeName(r.mode), r.summary.dropped.size(), r.candidates,
+                           r.summary.copies.size(), human(double(r.summary.bytes)),
+                           human(double(fit.peak)), peakAgainst, deviceName, 1e3 * stepTime.seconds,
+                           stepAgainst);
   }
   return out;
 }

@@ -11,7 +11,8 @@ llvm::Expected<EvalSetup> evaluationSetup(const tofu::GraphSource &source,
                                           const tofu::PartitionPlan &plan,
                                           tofu::Precision precision, tofu::EvalNorm norm,
                                           const std::string &lossOutput, const std::string &name,
-                                          const tofu::SettingNames &names, unsigned *batchNorms) {
+                                          const tofu::SettingNames &names, unsigned *batchNorms,
+                                          const tofu::PlanOptions *search) {
   // The same source as training's (the same batch and data inputs), without the loss.
   std::string fwdName;
   auto fwd = tofu::loadGraph(source, lib, &fwdName);
@@ -38,12 +39,15 @@ llvm::Expected<EvalSetup> evaluationSetup(const tofu::GraphSource &source,
   // In the training's precision: a bf16 run evaluates in bf16, as PyTorch's evaluates under
   // autocast (until 2026-11-29 it evaluated in float32).
   forward.precision = precision;
-  forward.plan = [&](const tofu::Problem &sub) -> llvm::Expected<tofu::PartitionPlan> {
-    auto restricted = tofu::restrictPlan(plan, p, sub);
-    if (restricted)
-      restricted->totalBytes = tofu::CostModel(sub).bruteForceCost(restricted->steps);
-    return restricted;
-  };
+  if (search)
+    forward.search = *search;
+  else
+    forward.plan = [&](const tofu::Problem &sub) -> llvm::Expected<tofu::PartitionPlan> {
+      auto restricted = tofu::restrictPlan(plan, p, sub);
+      if (restricted)
+        restricted->totalBytes = tofu::CostModel(sub).bruteForceCost(restricted->steps);
+      return restricted;
+    };
   auto r = tofu::runPipeline(std::move(*fwd), fwdName, lib, forward);
   if (!r)
     return tofu::stringError(names("eval") +

@@ -12,6 +12,7 @@
 #include "partition/plan.h"
 #include "partition/problem.h"
 #include "planner/pipeline.h"
+#include "search/search.h"
 #include "support/errors.h"
 #include "llvm/Support/Error.h"
 
@@ -29,12 +30,15 @@ struct EvalSetup {
 /// the model does not read or plan (`name` says whose), or its output is not a classifier's
 /// logits ([batch, classes], or [batch, positions, classes]); the latter is bad usage.
 /// `batchNorms` gets how many batch norms the evaluation graph changed; messages name the
-/// evaluation as `names` spells "eval".
+/// evaluation as `names` spells "eval". With `search` (a pipeline's training step, whose
+/// stages are no one plan to restrict), the forward graph is searched with it instead, over
+/// the same workers; copyState then re-lays the weights out at each evaluation.
 llvm::Expected<EvalSetup>
 evaluationSetup(const tofu::GraphSource &source, const tofu::OpLibrary &lib, const tofu::Problem &p,
                 const tofu::PartitionPlan &plan, tofu::Precision precision, tofu::EvalNorm norm,
                 const std::string &lossOutput, const std::string &name,
-                const tofu::SettingNames &names, unsigned *batchNorms = nullptr);
+                const tofu::SettingNames &names, unsigned *batchNorms = nullptr,
+                const tofu::PlanOptions *search = nullptr);
 
 } // namespace tofurun
 

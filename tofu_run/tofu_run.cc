@@ -377,16 +377,17 @@ int run(int argc, char **argv) {
     llvm::outs() << tofu::execPlanDump(p, exec) << "\n";
   const tofu::SingleWorker single = tofu::singleWorker(p, t->outputs);
 
-  // --eval: the model's forward graph, planned as the training plan restricted to it.
+  // --eval: the model's forward graph, planned as the training plan restricted to it (a
+  // pipeline's: searched over the same workers, as Tofu's plan).
   std::optional<EvalSetup> evalSetup;
-  if (!evalOpt.empty() && pipelined->staged)
-    return fail("--eval evaluates with the training plan's partition, and a pipeline's "
-                "stages have none of one plan: not supported yet",
-                2);
   if (!evalOpt.empty()) {
     unsigned batchNorms = 0;
+    tofu::PlanOptions evalSearch;
+    evalSearch.workers = pipeline.search.workers;
+    evalSearch.threads = pipeline.search.threads;
     auto e = evaluationSetup(source, *lib, p, *plan, precisionOpt, evalNorm(), lossOutput, name,
-                             tofu::SettingNames::flags(), &batchNorms);
+                             tofu::SettingNames::flags(), &batchNorms,
+                             pipelined->staged ? &evalSearch : nullptr);
     if (!e)
       return fail(e.takeError());
     if (evalModeOpt.getNumOccurrences() > 0 && !hasBatchNorms(e->forward.graph))
