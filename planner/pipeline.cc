@@ -1055,11 +1055,19 @@ llvm::Expected<PipelineResult> runPipeline(const GraphSource &source, const OpLi
     if (!source.graphFile.empty())
       return refuse("--microbatches needs a model whose batch can be set (--model or --onnx); "
                     "a graph file's shapes are fixed");
-    if (source.batch % m != 0)
-      return refuse(fmt::format("--batch {} does not split into {} microbatches of one size",
-                                source.batch, m));
+    // An ONNX model's batch, where none is given, is its own: its first data input's.
+    int64_t batch = source.batch;
+    if (!source.batchGiven && source.model.empty())
+      for (const TensorInfo &t : g->tensors())
+        if (t.role == TensorRole::Input && !t.shape.empty()) {
+          batch = t.shape[0];
+          break;
+        }
+    if (batch % m != 0)
+      return refuse(
+          fmt::format("--batch {} does not split into {} microbatches of one size", batch, m));
     GraphSource micro = source;
-    micro.batch = source.batch / m;
+    micro.batch = batch / m;
     micro.batchGiven = true;
     std::string ignored;
     auto small = readGraph(micro, lib, &ignored);

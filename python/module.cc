@@ -114,7 +114,20 @@ std::optional<Failure> runModel(const PlanArgs &a, const tofu::PipelineOptions &
   if (!(lib = library(*ops, f)))
     return f;
   tofu::Stage stage = tofu::Stage::Graph;
-  auto r = tofu::runPipeline(graphSource(a), *lib, options, &stage);
+  tofu::PipelineOptions o = options;
+  if (const std::string micro(a.microOnnxBytes);
+      !micro.empty() && options.stages.microbatches > 1) {
+    tofu::GraphSource source = graphSource(a);
+    source.onnxBytes = micro;
+    std::string name;
+    auto g = tofu::loadGraph(source, *lib, &name);
+    if (!g)
+      return failure(tofu::stringError("the module at the microbatch's batch: " +
+                                       llvm::toString(g.takeError())),
+                     Failure::Model);
+    o.microbatchModel = std::make_shared<const tofu::Graph>(std::move(*g));
+  }
+  auto r = tofu::runPipeline(graphSource(a), *lib, o, &stage);
   if (!r)
     return failure(r.takeError(), stage <= tofu::Stage::Problem ? Failure::Model : Failure::Plan);
   result = std::move(*r);
@@ -356,6 +369,7 @@ PYBIND11_MODULE(_tofu, m) {
       .def_readwrite("model", &PlanArgs::model)
       .def_readwrite("onnx_path", &PlanArgs::onnxPath)
       .def_readwrite("onnx_bytes", &PlanArgs::onnxBytes)
+      .def_readwrite("micro_onnx_bytes", &PlanArgs::microOnnxBytes)
       .def_readwrite("name", &PlanArgs::name)
       .def_readwrite("batch", &PlanArgs::batch)
       .def_readwrite("workers", &PlanArgs::workers)

@@ -42,6 +42,9 @@ const tofu::OpLibrary *library(const std::string &dir, Failure &failed);
 struct PlanArgs {
   std::string model, onnxPath, name;
   py::bytes onnxBytes;
+  /// A module's export at the microbatch's batch, where microbatches > 1 (a module's export
+  /// has its example's shapes, fixed: the microbatch's model is exported on its own).
+  py::bytes microOnnxBytes;
   int64_t batch = 0; ///< 0: the model's default (zoo: 32), an ONNX model's own
   unsigned workers = 1;
   bool train = true;

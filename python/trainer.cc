@@ -308,9 +308,12 @@ std::unique_ptr<TrainerHandle> makeTrainer(const TrainArgs &a, py::dict first, p
     }
     if (!failed) { // the forward graph evaluate() scores with, where the model is a classifier
       tofu::PipelineResult &r = handle->result;
-      auto e =
-          tofurun::evaluationSetup(graphSource(a.plan), *lib, *r.problem, r.plan, options.precision,
-                                   tofu::EvalNorm::Running, "", a.plan.name, tofu::SettingNames());
+      // (A pipeline's forward graph is searched over the same workers: tofu_run/evaluation.h.)
+      tofu::PlanOptions evalSearch;
+      evalSearch.workers = options.search.workers;
+      auto e = tofurun::evaluationSetup(
+          graphSource(a.plan), *lib, *r.problem, r.plan, options.precision, tofu::EvalNorm::Running,
+          "", a.plan.name, tofu::SettingNames(), nullptr, r.staged ? &evalSearch : nullptr);
       if (e) {
         handle->eval = std::move(*e);
         tofu::EvalGraph &g = handle->evalGraph;

@@ -79,6 +79,45 @@ def test_fit_trains_as_pytorch_does():
     torch.testing.assert_close(model(x), peer(x), rtol=1e-4, atol=1e-4)
 
 
+def test_a_pipeline_trains_the_full_batch_as_pytorch_does():
+    """2 stages over 2 microbatches: the mean of the microbatches' losses and one update with
+    their summed gradients are PyTorch's full-batch step; the evaluation (the forward graph
+    planned on its own, the stages' weights laid out anew) is PyTorch's eval()."""
+    def mlp():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
+                             nn.Linear(32, 5))
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 20, generator=g), torch.randint(0, 5, (64,), generator=g)
+    held_x, held_y = torch.randn(40, 20, generator=g), torch.randint(0, 5, (40,), generator=g)
+    model, peer = mlp(), mlp()
+    trainer = tofu.Trainer(model, workers=2, optimizer="sgd", lr=0.1, stages=2, microbatches=2)
+    history = trainer.fit((x, y), batch_size=16, epochs=2, eval_data=(held_x, held_y),
+                          progress=False)
+    opt = torch.optim.SGD(peer.parameters(), lr=0.1)
+    expected = []
+    for _ in range(2):
+        for i in range(0, 64, 16):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(peer(x[i:i + 16]), y[i:i + 16])
+            loss.backward()
+            opt.step()
+            expected.append(loss.item())
+    np.testing.assert_allclose(history["loss"], expected, rtol=1e-5)
+    model.load_state_dict(trainer.state_dict())
+    for (name, ours), (_, theirs) in zip(model.state_dict().items(), peer.state_dict().items()):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6, msg=name)
+    with torch.no_grad():
+        logits = peer(held_x)
+    score = history["eval"][-1]
+    assert round(score["accuracy"] * 40) == (logits.argmax(1) == held_y).sum().item()
+    assert score["loss"] == pytest.approx(nn.functional.cross_entropy(logits, held_y).item(),
+                                          rel=1e-5)
+    with pytest.raises(tofu.UsageError, match="no batch that splits into 3"):
+        tofu.Trainer(mlp(), workers=2, stages=2, microbatches=3).fit((x, y), batch_size=16,
+                                                                     steps=1, progress=False)
+
+
 def test_evaluate_scores_as_pytorch_eval_does():
     x, y = data(64)
     held_x, held_y = data(50, seed=7)  # 50: the last batch of 16 is partial

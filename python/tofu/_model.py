@@ -89,6 +89,21 @@ def _count(value, what: str) -> int:
     return value
 
 
+def _microbatch(example_inputs, microbatches):
+    """The example inputs at the microbatch's batch: each one's first rows."""
+    import torch
+    inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else \
+        tuple(example_inputs)
+    out = []
+    for x in inputs:
+        if x.dim() == 0 or x.shape[0] % microbatches:
+            raise UsageError(f"microbatches={microbatches}: an example input of shape "
+                             f"{list(x.shape)} has no batch that splits into {microbatches} "
+                             f"of one size")
+        out.append(x[:x.shape[0] // microbatches])
+    return tuple(out)
+
+
 def _plan_args(model, example_inputs, *, workers, train, optimizer, precision,
                memory_per_worker, topology, recompute, algorithm, megatron, stages,
                microbatches, schedule, device, batch, ops_dir):
@@ -126,6 +141,9 @@ def _plan_args(model, example_inputs, *, workers, train, optimizer, precision,
         args.stages = str(stages) if isinstance(stages, int) else ",".join(str(s) for s in stages)
     if microbatches is not None:
         args.microbatches = _count(microbatches, "microbatches")
+        if args.microbatches > 1 and args.onnx_bytes:
+            args.micro_onnx_bytes = _export(model, _microbatch(example_inputs, args.microbatches),
+                                            bool(train))
     args.schedule = schedule or ""
     args.memory_per_worker = _bytes_text(memory_per_worker, "memory_per_worker")
     args.recompute = recompute or ""

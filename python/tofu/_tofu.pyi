@@ -9,6 +9,7 @@ class PlanArgs:
     model: str
     onnx_path: str
     onnx_bytes: bytes
+    micro_onnx_bytes: bytes
     name: str
     batch: int
     workers: int

@@ -95,7 +95,9 @@ class Trainer:
 
     optimizer: sgd (default), momentum, nesterov, adam or adamw; lr, momentum, weight_decay,
     lr_schedule ("constant", "step:30:0.1", "cosine:1000") and warmup as tofu-run's flags.
-    precision, memory_per_worker, recompute and algorithm as tofu.plan's. seed draws what
+    precision, memory_per_worker, recompute, algorithm, megatron, stages, microbatches and
+    schedule as tofu.plan's: a pipeline (stages=2, microbatches=4) trains the full batch's
+    step, each weight updated once with the microbatches' summed gradients. seed draws what
     the step draws (dropout). threads_per_worker: OpenMP threads per worker (default: the
     cores over the workers). load: a folder save() (or tofu-run --save) wrote, to go on
     from: its weights, optimiser state and step count (its settings are checked against
@@ -107,7 +109,9 @@ class Trainer:
                  weight_decay: Optional[float] = None, lr_schedule: Optional[str] = None,
                  warmup: Optional[int] = None, precision: str = "fp32",
                  memory_per_worker: Union[int, str, None] = None,
-                 recompute: Optional[str] = None, algorithm: str = "tofu", seed: int = 1,
+                 recompute: Optional[str] = None, algorithm: str = "tofu",
+                 megatron: Optional[str] = None, stages: Union[int, Sequence[int], None] = None,
+                 microbatches: Optional[int] = None, schedule: Optional[str] = None, seed: int = 1,
                  threads_per_worker: Optional[int] = None,
                  load: Optional[Union[str, os.PathLike]] = None, ops_dir: Optional[str] = None):
         if not (hasattr(module, "named_parameters") and hasattr(module, "forward")):
@@ -120,7 +124,8 @@ class Trainer:
         self.backend = backend
         self._settings = dict(optimizer=optimizer, precision=precision,
                               memory_per_worker=memory_per_worker, recompute=recompute,
-                              algorithm=algorithm, ops_dir=ops_dir)
+                              algorithm=algorithm, megatron=megatron, stages=stages,
+                              microbatches=microbatches, schedule=schedule, ops_dir=ops_dir)
         self._hyper = dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
                            lr_schedule=lr_schedule, warmup=warmup, seed=seed,
                            threads_per_worker=threads_per_worker)
@@ -156,8 +161,7 @@ class Trainer:
         first = batches.next()
         args = _tofu.TrainArgs()
         args.plan = _plan_args(self.module, (_torch_tensor(first[0]),), workers=self.workers,
-                               train=True, topology=None, megatron=None, stages=None,
-                               microbatches=None, schedule=None, device="h100", batch=None,
+                               train=True, topology=None, device="h100", batch=None,
                                **self._settings)
         h = self._hyper
         args.lr = math.nan if h["lr"] is None else float(h["lr"])
