@@ -7,7 +7,9 @@
 #include <pybind11/stl.h>
 
 #include <dlfcn.h>
+#include <signal.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -94,6 +96,56 @@ std::optional<Failure> batchOf(const py::dict &arrays, tofu::DataSet &out) {
   return std::nullopt;
 }
 
+/// Ctrl-C while the steps run. Python raises KeyboardInterrupt at whichever bytecode runs next,
+/// and that may be inside a conversion that pybind11 tries and clears (a batch's arrays): the
+/// interrupt was then lost and training went on. So, while Python's own handler is SIGINT's,
+/// train() catches the signal itself: the first stops the run after the step it is in, and is
+/// handed back to Python once the steps end (PyErr_SetInterrupt: its handler, KeyboardInterrupt
+/// raised there and then); a second goes to Python's handler at once.
+class InterruptGuard {
+public:
+  InterruptGuard() {
+    py::object signal = py::module_::import("signal");
+    if (!signal.attr("getsignal")(SIGINT).is(signal.attr("default_int_handler")))
+      return; // someone else's handler, or Ctrl-C ignored: theirs to act on
+    struct sigaction mine {};
+    mine.sa_handler = &InterruptGuard::caught;
+    sigemptyset(&mine.sa_mask);
+    requested.store(false);
+    installed_ = sigaction(SIGINT, &mine, &previous) == 0;
+  }
+  ~InterruptGuard() { restore(); }
+  InterruptGuard(const InterruptGuard &) = delete;
+  InterruptGuard &operator=(const InterruptGuard &) = delete;
+  /// Puts Python's handler back and, where Ctrl-C came, runs it (with the GIL held): raises
+  /// what it raises.
+  void handBack() {
+    restore();
+    if (requested.exchange(false)) {
+      PyErr_SetInterrupt();
+      if (PyErr_CheckSignals() != 0)
+        throw py::error_already_set();
+    }
+  }
+  static bool stopRequested() { return requested.load(); }
+
+private:
+  static inline std::atomic<bool> requested{false};
+  static inline struct sigaction previous {};
+  bool installed_ = false;
+  static void caught(int signo) {
+    if (!requested.exchange(true))
+      return;
+    if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN)
+      previous.sa_handler(signo); // (Python's handler only marks the signal: safe here)
+  }
+  void restore() {
+    if (installed_)
+      sigaction(SIGINT, &previous, nullptr);
+    installed_ = false;
+  }
+};
+
 /// Each step reported to Python, and Python asked whether to stop, with the GIL held.
 class Observer : public tofu::TrainerObserver {
 public:
@@ -109,7 +161,7 @@ public:
       stop_ = true;
     }
   }
-  bool stopRequested() override { return stop_; }
+  bool stopRequested() override { return stop_ || InterruptGuard::stopRequested(); }
 
 private:
   py::object onStep_;
@@ -138,9 +190,16 @@ public:
     trained = true;
     Observer observer(std::move(onStep));
     llvm::Error e = llvm::Error::success();
+    InterruptGuard interrupts;
     {
       py::gil_scoped_release unlocked;
       e = trainer->train(observer);
+    }
+    try {
+      interrupts.handBack();
+    } catch (py::error_already_set &) {
+      llvm::consumeError(std::move(e));
+      throw;
     }
     if (batchError) {
       llvm::consumeError(std::move(e));

@@ -572,7 +572,9 @@ llvm::Error Trainer::train(TrainerObserver &observer) {
       if (llvm::Error e = m.evaluate(done, observer))
         return stringError(fmt::format("{}: evaluating after step {}: {}", name, done,
                                        llvm::toString(std::move(e))));
-    if (observer.stopRequested()) {
+    // Where several processes run the step, one asked to stop (Ctrl-C reaches each at its
+    // own time) stops them all after this step: a process gone on alone would wait forever.
+    if (m.group.sum(observer.stopRequested() ? 1 : 0) > 0) {
       m.steps = s + 1; // what was trained: save() counts it, and the checks below see it
       break;
     }

@@ -159,7 +159,8 @@ public:
   virtual void evaluating() {}
   virtual void evaluated(const EvalRecord &) {}
   /// Asked after each step (and its evaluation): true ends the run there, its state that of
-  /// the steps done (an interrupted run's, kept).
+  /// the steps done (an interrupted run's, kept). Every process of the group is asked, and
+  /// one process's true ends every process's run.
   virtual bool stopRequested() { return false; }
 };
 
