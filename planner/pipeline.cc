@@ -475,8 +475,8 @@ MemoryFit figures(const StagedTrial &t, int64_t limit) {
 /// each stage's ranking that fits, by bisections run side by side (a stage's peak depends on what
 /// it recomputes, not on what the others do: each trial plans every stage's current prefix at
 /// once). Judged by the plain search of each stage, or, where even every candidate dropped does not
-/// fit that way, by the budgeted one. `tried` counts the trials. Errors: a stage that does not fit
-/// with every candidate of its layers recomputed.
+/// fit that way, by the budgeted one. `tried` counts the trials. Where a stage does not fit with
+/// every candidate of its layers recomputed, that trial is the result (it does not fit).
 llvm::Expected<StagedTrial> recomputePerStage(const StagedSetting &c, const StagedTrial &plain,
                                               int64_t limit, unsigned &tried, bool &priced) {
   const Graph &training = plain.graph;
@@ -558,11 +558,7 @@ llvm::Expected<StagedTrial> recomputePerStage(const StagedSetting &c, const Stag
       return best.takeError();
   }
   if (!best->fits(limit))
-    return stringError(fmt::format(
-        "no plan fits in {} per worker: with every forward tensor of its layers recomputed "
-        "(but what it hands on), {} still over; more stages, or more workers a stage, hold "
-        "less each",
-        humanBytes(double(limit)), stagesOver(*best, limit)));
+    return best; // (the closest: every candidate of each stage over the budget dropped)
   std::vector<size_t> bestCount = hi;
   for (;;) {
     std::vector<size_t> mid = hi;
@@ -595,61 +591,196 @@ llvm::Expected<StagedTrial> recomputePerStage(const StagedSetting &c, const Stag
   return best;
 }
 
-/// Pipeline stages' plan (planner/stages.h) into `r`: the stages balanced by their ops' time
-/// on one worker of the device (an H100's data sheet where none is given: the ratios are
-/// what count), each searched over its workers; the execution plan and its memory. Under a
-/// budget: each stage searched under it (recomputation none or sqrt), or (auto) the plan
-/// without recomputation where it fits, else recomputePerStage's.
-llvm::Error planStaged(PipelineResult &r, const PipelineOptions &o, const OpLibrary &lib,
-                       const Graph &microForward, const std::set<std::string> &forwardNodes) {
-  const auto start = std::chrono::steady_clock::now();
-  auto device = o.device ? llvm::Expected<DeviceModel>(*o.device) : deviceModelNamed("h100");
-  if (!device)
-    return device.takeError();
-  // On a machine each stage is searched over the part of it that its workers fill (its
-  // levels' steps and weights): a stage of a node's GPUs, or of whole nodes. (--megatron's
-  // steps inside each stage stay as it gives them.)
+/// The stages' search options on `workers` workers: on a machine each stage is searched over
+/// the part of it that its workers fill (its levels' steps and weights): a stage of a node's
+/// GPUs, or of whole nodes. (--megatron's steps inside each stage stay as it gives them.)
+/// Errors: stages whose workers fill no part of the machine.
+llvm::Expected<PlanOptions> stagesSearch(const PipelineOptions &o, unsigned workers) {
   PlanOptions search = o.search;
+  search.workers = workers;
   if (o.machine && search.stepAlgorithms.empty()) {
     const unsigned groups = std::max(1u, o.stages.stages);
-    const unsigned per = search.workers / groups;
-    auto part = search.workers % groups == 0 ? topologyForWorkers(*o.machine, per) : std::nullopt;
+    const unsigned per = workers / groups;
+    auto part = workers % groups == 0 ? topologyForWorkers(*o.machine, per) : std::nullopt;
     if (!part)
       return stringError(fmt::format(
           "{} stages of {} workers: a stage's workers fill no part of the machine ({}) that its "
           "search could use; give stages of the innermost level's workers or of whole units",
           groups, per, describeTopology(*o.machine)));
     search = machineOptions(search, *part);
-    search.workers = o.search.workers;
+    search.workers = workers;
   }
-  const StagedSetting setting{o, lib, microForward, forwardNodes, search, *device};
+  return search;
+}
+
+/// The staged plan of one worker count under the budget: the step without recomputation, and
+/// with auto where that does not fit, recomputePerStage's. Not fitting is a result (`why`
+/// says how), not an error.
+struct StagedChoice {
+  std::optional<StagedTrial> plain, chosen;
+  unsigned workers = 0, tried = 1;
+  /// Where nothing fits: how (" without recomputation: stage 1 (...) over", or ": with every
+  /// ..."), and what would help.
+  std::string why;
+  StagedTrial &best() { return chosen ? *chosen : *plain; }
+};
+
+llvm::Expected<StagedChoice> chooseStaged(const StagedSetting &setting, const Graph &training,
+                                          std::optional<Problem> problem, bool sqrtRecomputed) {
+  const PipelineOptions &o = setting.o;
   const int64_t limit = o.memoryPerWorker;
   const bool autoMode = limit > 0 && o.recompute && *o.recompute == RecomputeMode::Auto;
-  unsigned tried = 1;
+  StagedChoice c;
+  c.workers = setting.search.workers;
   bool priced = limit > 0 && !autoMode;
-  auto plain =
-      stagedTrial(setting, r.graph, {}, std::move(r.problem), priced ? limit : 0, o.stages);
+  auto plain = stagedTrial(setting, training, {}, std::move(problem), priced ? limit : 0, o.stages);
   if (!plain)
     return plain.takeError();
+  c.plain = std::move(*plain);
   if (autoMode && o.onCandidateSet)
-    o.onCandidateSet(0, figures(*plain, limit));
-  std::optional<StagedTrial> chosen;
-  if (autoMode && !plain->fits(limit)) {
+    o.onCandidateSet(0, figures(*c.plain, limit));
+  if (autoMode && !c.plain->fits(limit)) {
     // Only its peaks (known) and its execution plan (the step without, estimated) are used
     // from here: a large model's memory plan is gigabytes.
-    plain->memory = MemoryPlan();
-    auto t = recomputePerStage(setting, *plain, limit, tried, priced);
+    c.plain->memory = MemoryPlan();
+    auto t = recomputePerStage(setting, *c.plain, limit, c.tried, priced);
     if (!t)
       return t.takeError();
-    chosen = std::move(*t);
+    c.chosen = std::move(*t);
+    if (!c.chosen->fits(limit))
+      c.why = fmt::format(
+          ": with every forward tensor of its layers recomputed (but what it hands on), {} still "
+          "over; more stages, or more workers a stage, hold less each",
+          stagesOver(*c.chosen, limit));
+  } else if (limit > 0 && !c.plain->fits(limit)) {
+    c.why = fmt::format("{}: {} over{}",
+                        sqrtRecomputed ? " with segment checkpointing (--recompute sqrt)"
+                                       : " without recomputation",
+                        stagesOver(*c.plain, limit),
+                        o.recompute ? "" : "; --recompute auto recomputes what each stage needs");
   }
-  if (limit > 0 && !(chosen ? *chosen : *plain).fits(limit))
-    return stringError(
-        fmt::format("no plan fits in {} per worker{}: {} over{}", humanBytes(double(limit)),
-                    r.recomputed.copies.empty() ? " without recomputation"
-                                                : " with segment checkpointing (--recompute sqrt)",
-                    stagesOver(*plain, limit),
-                    o.recompute ? "" : "; --recompute auto recomputes what each stage needs"));
+  return c;
+}
+
+/// --fit over stages: the fewest workers, a multiple of the stages (on a machine, stages that
+/// fill part of it), whose staged plan fits, by bisection from the bound the weights and
+/// optimiser state set (no recomputation drops them; fewer workers hold more of everything).
+/// `b` gets the bound and each count tried. Errors: none up to the most fits, saying how close
+/// the largest tried came.
+llvm::Expected<StagedChoice> fitStagedWorkers(const PipelineOptions &o, const StagedSetting &base,
+                                              PipelineResult &r, BudgetChoice &b) {
+  const int64_t limit = o.memoryPerWorker;
+  const unsigned S = std::max(1u, o.stages.stages);
+  if (o.stages.roundRobin || !o.search.stepAlgorithms.empty())
+    return stringError(o.stages.roundRobin
+                           ? "--algo placement makes each worker a stage: --fit has no count "
+                             "to choose"
+                           : "--megatron TP,PP,DP fixes the workers: --fit has no count to "
+                             "choose");
+  double kept = 0;
+  for (const TensorInfo &t : r.graph.tensors())
+    if (t.role == TensorRole::Weight || t.role == TensorRole::OptimizerState)
+      kept += double(t.bytes());
+  const unsigned most =
+      o.machine ? std::min(o.fitWorkersUpTo, o.machine->workers()) : o.fitWorkersUpTo;
+  std::vector<unsigned> counts;
+  for (unsigned k = S; k <= most; k += S)
+    if (double(k) * double(limit) >= kept && (!o.machine || topologyForWorkers(*o.machine, k / S)))
+      counts.push_back(k);
+  b.lowerBound = static_cast<unsigned>(std::max(1.0, std::ceil(kept / double(limit))));
+  if (counts.empty())
+    return stringError(fmt::format(
+        "no plan on at most {} workers fits in {} per worker as {} stages: the weights and "
+        "optimiser state alone ({}) need {} workers{}",
+        most, humanBytes(double(limit)), S, humanBytes(kept), b.lowerBound,
+        o.machine ? ", in stages that fill part of the machine" : ""));
+  std::optional<StagedChoice> best, closest;
+  std::optional<Problem> problem = std::move(r.problem); // the first count's; the rest analyse
+  // Is counts[i] enough? (A larger count searches longer: the scan gallops up from the bound,
+  // counts[0], [1], [3], [7], ..., then bisects below the first that fits.)
+  auto enough = [&](size_t i) -> llvm::Expected<bool> {
+    const unsigned k = counts[i];
+    auto search = stagesSearch(o, k);
+    if (!search)
+      return search.takeError();
+    const StagedSetting setting{o,       base.lib,   base.microForward, base.forwardNodes,
+                                *search, base.device};
+    auto c = chooseStaged(setting, r.graph, std::move(problem), !r.recomputed.copies.empty());
+    problem.reset();
+    if (!c)
+      return c.takeError();
+    StagedTrial &t = c->best();
+    b.tried.push_back({k, t.peak()});
+    if (o.onWorkerCount)
+      o.onWorkerCount(k, figures(t, limit), nullptr);
+    const bool fits = c->why.empty();
+    (fits ? best : closest) = std::move(*c);
+    return fits;
+  };
+  size_t lo = 0, up = counts.size(); // counts[up] fits (or none is known to); below lo do not
+  for (size_t i = 0; i < counts.size(); i = 2 * i + 1) {
+    auto fits = enough(i);
+    if (!fits)
+      return fits.takeError();
+    if (*fits) {
+      up = i;
+      break;
+    }
+    lo = i + 1;
+  }
+  while (lo < up) {
+    const size_t mid = lo + (up - lo) / 2;
+    auto fits = enough(mid);
+    if (!fits)
+      return fits.takeError();
+    (*fits ? up : lo) = *fits ? mid : mid + 1;
+  }
+  if (!best)
+    return stringError(fmt::format("no plan on at most {} workers fits in {} per worker as {} "
+                                   "stages: at {} workers{}",
+                                   counts.back(), humanBytes(double(limit)), S, closest->workers,
+                                   closest->why));
+  return std::move(*best);
+}
+
+/// Pipeline stages' plan (planner/stages.h) into `r`: the stages balanced by their ops' time
+/// on one worker of the device (an H100's data sheet where none is given: the ratios are
+/// what count), each searched over its workers; the execution plan and its memory. Under a
+/// budget: each stage searched under it (recomputation none or sqrt), or (auto) the plan
+/// without recomputation where it fits, else recomputePerStage's; with fitWorkersUpTo, at the
+/// fewest workers that fit (fitStagedWorkers).
+llvm::Error planStaged(PipelineResult &r, const PipelineOptions &o, const OpLibrary &lib,
+                       const Graph &microForward, const std::set<std::string> &forwardNodes) {
+  const auto start = std::chrono::steady_clock::now();
+  auto device = o.device ? llvm::Expected<DeviceModel>(*o.device) : deviceModelNamed("h100");
+  if (!device)
+    return device.takeError();
+  const int64_t limit = o.memoryPerWorker;
+  BudgetChoice b;
+  b.limit = limit;
+  std::optional<StagedChoice> choice;
+  if (o.fitWorkersUpTo > 0) {
+    const StagedSetting base{o, lib, microForward, forwardNodes, o.search, *device};
+    auto c = fitStagedWorkers(o, base, r, b);
+    if (!c)
+      return c.takeError();
+    choice = std::move(*c);
+    b.fitStages = std::max(1u, o.stages.stages);
+  } else {
+    auto search = stagesSearch(o, o.search.workers);
+    if (!search)
+      return search.takeError();
+    const StagedSetting setting{o, lib, microForward, forwardNodes, *search, *device};
+    auto c = chooseStaged(setting, r.graph, std::move(r.problem), !r.recomputed.copies.empty());
+    if (!c)
+      return c.takeError();
+    if (!c->why.empty())
+      return stringError(
+          fmt::format("no plan fits in {} per worker{}", humanBytes(double(limit)), c->why));
+    choice = std::move(*c);
+  }
+  std::optional<StagedTrial> &plain = choice->plain, &chosen = choice->chosen;
+  const unsigned tried = choice->tried;
   const int64_t peakWithout = plain->peak();
   const bool fitsWithout = limit > 0 && plain->fits(limit);
   StagedTrial &t = chosen ? *chosen : *plain;
@@ -662,7 +793,7 @@ llvm::Error planStaged(PipelineResult &r, const PipelineOptions &o, const OpLibr
   r.exec = std::move(t.staged.exec);
   r.plan = PartitionPlan();
   r.plan.algorithm = t.staged.describe();
-  r.plan.workers = o.search.workers;
+  r.plan.workers = choice->workers;
   r.plan.totalBytes = r.exec.bytesMoved(*r.problem);
   r.memory = std::move(t.memory);
   // Each stage's recomputed tensors (the step's, every microbatch's).
@@ -684,8 +815,6 @@ llvm::Error planStaged(PipelineResult &r, const PipelineOptions &o, const OpLibr
     }
   }
   if (limit > 0 || o.recompute) {
-    BudgetChoice b;
-    b.limit = limit;
     b.fit.fits = limit <= 0 || t.fits(limit);
     b.fit.peak = r.memory.largestPeak();
     b.fit.peakWorker = r.memory.largestPeakWorker();
@@ -858,10 +987,7 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
     r.loss = *loss;
   }
   if (stages.active()) {
-    const char *with = options.fitWorkersUpTo > 0 ? "a search for the fewest workers (--fit)"
-                       : options.plan             ? "a plan given"
-                       : !options.train           ? ""
-                                                  : nullptr;
+    const char *with = options.plan ? "a plan given" : !options.train ? "" : nullptr;
     if (with)
       return fail(stringError(*with
                                   ? fmt::format("pipeline stages do not combine with {} yet", with)

@@ -135,7 +135,8 @@ struct PipelineOptions {
   /// `stages.stages` stages, each searched over its own workers (on a `machine`, over the
   /// part of it they fill: an error where they fill none). Under a budget each stage is
   /// searched under it, and auto recomputes per stage what that stage needs (the model's cuts
-  /// always kept, as sqrt keeps them). Not with fitWorkersUpTo or a given plan.
+  /// always kept, as sqrt keeps them). With fitWorkersUpTo, the fewest workers (a multiple of
+  /// the stages) whose stages fit the budget. Not with a given plan.
   StageSpec stages;
   /// With more than one microbatch: the model at the microbatch's batch (runPipeline from a
   /// GraphSource loads it).
@@ -167,6 +168,10 @@ struct BudgetChoice {
   /// count tried with the smallest planned peak found for it.
   unsigned lowerBound = 1;
   std::vector<std::pair<unsigned, int64_t>> tried;
+  /// With fitWorkersUpTo over pipeline stages: their count. The counts tried (`tried`, each
+  /// with its planned peak) are its multiples, bisected from `lowerBound`, the workers the
+  /// weights and optimiser state need at the least.
+  unsigned fitStages = 0;
 };
 
 /// A Megatron-LM configuration of the grid (PipelineOptions::device), its step estimated.

@@ -60,6 +60,10 @@ llvm::Error applyAlgorithmChoice(const AlgorithmChoice &c, PlanOptions &search, 
   for (int k = 0; k < 3; ++k)
     parts[k].trim().getAsInteger(10, v[k]);
   const auto [tp, pp, dp] = std::tuple{v[0], v[1], v[2]};
+  if (search.workers == 0) // (tofu-plan --fit: the count is what is searched)
+    return usageError(fmt::format("{} {}: TP x PP x DP fixes the workers at {}: a search for the "
+                                  "fewest that fit has no count to choose",
+                                  megatron, c.megatron, uint64_t(tp) * pp * dp));
   if (uint64_t(tp) * pp * dp != search.workers)
     return usageError(fmt::format("{} {}: TP x PP x DP is {}, not the {} workers", megatron,
                                   c.megatron, uint64_t(tp) * pp * dp, search.workers));

@@ -303,6 +303,60 @@ TEST(Stages, BudgetRecomputesWhatEachStageNeeds) {
   EXPECT_NE(tinyWhy.find("of weights and optimiser state"), std::string::npos) << tinyWhy;
 }
 
+TEST(Stages, FitFindsTheFewestWorkersTheStagesFitOn) {
+  // A budget between the stages' peaks at 4 workers and at 2: --fit without recomputation
+  // takes 4 (2 tried and over), with auto 2 (what a stage recomputes fits it).
+  StageSpec spec;
+  spec.stages = 2;
+  spec.microbatches = 4;
+  spec.schedule = Schedule::GPipe;
+  StagedStep step = setup("wresnet-50-1-i32-c8-k10", 32, 2, spec);
+  auto two = step.run();
+  ASSERT_TRUE(bool(two)) << llvm::toString(two.takeError());
+  step.options.search.workers = 4;
+  auto four = step.run();
+  ASSERT_TRUE(bool(four)) << llvm::toString(four.takeError());
+  const int64_t peak2 = two->memory.largestPeak(), peak4 = four->memory.largestPeak();
+  ASSERT_LT(double(peak4), 0.95 * double(peak2));
+  const int64_t limit = (peak2 + peak4) / 2;
+  step.options.search.workers = 0;
+  step.options.memoryPerWorker = limit;
+  step.options.fitWorkersUpTo = 64;
+  std::vector<unsigned> heard;
+  step.options.onWorkerCount = [&](unsigned k, const MemoryFit &, const RecomputePlan *) {
+    heard.push_back(k);
+  };
+  auto fitted = step.run();
+  ASSERT_TRUE(bool(fitted)) << llvm::toString(fitted.takeError());
+  EXPECT_EQ(fitted->plan.workers, 4u);
+  EXPECT_EQ(fitted->staged->stages[1].firstWorker, 2u);
+  for (const WorkerMemory &w : fitted->memory.workers)
+    EXPECT_LE(w.peak, limit);
+  ASSERT_TRUE(fitted->budget);
+  const BudgetChoice &b = *fitted->budget;
+  EXPECT_EQ(b.fitStages, 2u);
+  ASSERT_EQ(b.tried.size(), 2u);
+  EXPECT_EQ(b.tried[0].first, 2u);
+  EXPECT_GT(b.tried[0].second, limit);
+  EXPECT_EQ(b.tried[1], std::make_pair(4u, fitted->memory.largestPeak()));
+  EXPECT_EQ(heard, (std::vector<unsigned>{2, 4}));
+  // With recomputation the fewest is 2: its step recomputes what the stage over needs.
+  step.options.recompute = RecomputeMode::Auto;
+  auto recomputing = step.run();
+  ASSERT_TRUE(bool(recomputing)) << llvm::toString(recomputing.takeError());
+  EXPECT_EQ(recomputing->plan.workers, 2u);
+  EXPECT_FALSE(recomputing->recomputed.dropped.empty());
+  EXPECT_LE(recomputing->memory.largestPeak(), limit);
+  // Too few workers to try: the error says how close the most came.
+  step.options.recompute.reset();
+  step.options.fitWorkersUpTo = 3;
+  auto few = step.run();
+  ASSERT_FALSE(bool(few));
+  const std::string why = llvm::toString(few.takeError());
+  EXPECT_NE(why.find("no plan on at most 2 workers fits"), std::string::npos) << why;
+  EXPECT_NE(why.find("at 2 workers without recomputation: stage "), std::string::npos) << why;
+}
+
 TEST(Stages, RefusesWhatCannotBeStaged) {
   GraphSource source;
   source.model = "gpt-1-64-4-16";

@@ -82,9 +82,18 @@ check "--algo placement --format=json" test $? -eq 0
 # execution plan's.
 "$plan" --model gpt-2-64-4-16 --batch 8 --train --topology 2x2:12.5GB/s@5us,150GB/s@1us --stages 2 --microbatches 2 --format=json >"$tmp/stt.json"
 check "--stages 2 --topology 2x2" test $? -eq 0
-check "the pipelines' JSON" python3 - "$tmp/st.json" "$tmp/pl.json" "$tmp/stt.json" <<'PY'
+# --fit over stages: the fewest workers, a multiple of the stages filling part of the machine.
+"$plan" --model gpt-2-64-4-16 --batch 8 --train --stages 2 --microbatches 2 --fit 30MB --topology 2x2:12.5GB/s@5us,150GB/s@1us --format=json >"$tmp/stf.json" 2>"$tmp/stf.err"
+check "--stages 2 --fit 30MB --topology 2x2" test $? -eq 0
+check "--stages --fit reports each count on stderr" grep -q "^tofu-plan: 4 workers: fits, planned peak" "$tmp/stf.err"
+check "the pipelines' JSON" python3 - "$tmp/st.json" "$tmp/pl.json" "$tmp/stt.json" "$tmp/stf.json" <<'PY'
 import json, sys
-st, pl, stt = (json.load(open(p)) for p in sys.argv[1:])
+st, pl, stt, stf = (json.load(open(p)) for p in sys.argv[1:])
+f = stf["fit"]
+assert stf["workers"] == f["workers"] == 4 and f["stages"] == 2 and f["budget_bytes"] == 30000000, f
+assert f["tried"][-1]["workers"] == 4 and f["lower_bound"] <= 4, f
+assert [s["first_worker"] for s in stf["pipeline"]["per_stage"]] == [0, 2], stf["pipeline"]
+assert stf["memory"]["planned_peak_bytes"] <= 30000000, stf["memory"]
 levels = stt["topology"]["levels"]
 assert sum(l["bytes"] for l in levels) == stt["pipeline"]["bytes"] > 0, (levels, stt["pipeline"])
 # Only what crosses between the stages (and what the scalars gather) leaves a node.
@@ -140,6 +149,9 @@ expect_error "--workers must be 1 to 4096" --model mlp --workers 0
 expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch, placement, swap or exhaustive, not 'best'" --model mlp --workers 2 --algo best
 expect_error "for the --format option: must be table or json, not 'xml'" --model mlp --workers 2 --format xml
 expect_error "--svg draws one partition's tiles; a pipeline has one per stage" --model mlp --train --workers 2 --algo placement --svg "$tmp/p.svg"
+expect_error "no plan on at most 2 workers fits in 28.61 MiB per worker as 2 stages: the weights and optimiser state alone (96.05 MiB) need 4 workers" --model gpt-2-64-4-16 --batch 8 --train --stages 2 --microbatches 2 --fit 30MB --max-workers 2
+expect_error "--algo placement makes each worker a stage: --fit has no count to choose" --model rnn-4-64 --batch 6 --train --algo placement --fit 1GB
+expect_error "--megatron 1,2,1: TP x PP x DP fixes the workers at 2: a search for the fewest that fit has no count to choose" --model gpt-2-64-4-16 --batch 8 --train --megatron 1,2,1 --fit 1GB
 "$plan" --model mlp --batch 16 --train --fit 20MiB --format=json >"$tmp/fit.json" 2>"$tmp/fit.err"
 check "--fit exit status" test $? -eq 0
 check "--fit reports each count on stderr" grep -q "^tofu-plan: [0-9]* workers: fits, planned peak" "$tmp/fit.err"
