@@ -198,19 +198,22 @@ int analyseModule(const tofu::ir::Module &module) {
   // the wrong op), not something to ignore.
   {
     std::string unused;
-    for (const auto &[name, value] : inst.attrs)
-      if (std::none_of(ops.begin(), ops.end(),
+    for (const auto &entry : inst.attrs)
+      if (const auto &name = entry.first;
+          std::none_of(ops.begin(), ops.end(),
                        [&](const tofu::ir::OpDef *op) { return op->findAttr(name).has_value(); }))
         unused += fmt::format(" --attr {}", name);
-    for (const auto &[name, value] : inst.groups)
-      if (std::none_of(ops.begin(), ops.end(), [&](const tofu::ir::OpDef *op) {
+    for (const auto &entry : inst.groups)
+      if (const auto &name = entry.first;
+          std::none_of(ops.begin(), ops.end(), [&](const tofu::ir::OpDef *op) {
             return std::any_of(op->vars.begin(), op->vars.end(), [&](const tofu::ir::IndexVar &v) {
               return v.isGroup && v.name == name;
             });
           }))
         unused += fmt::format(" --group {}", name);
-    for (const auto &[name, value] : ranks)
-      if (std::none_of(ops.begin(), ops.end(),
+    for (const auto &entry : ranks)
+      if (const auto &name = entry.first;
+          std::none_of(ops.begin(), ops.end(),
                        [&](const tofu::ir::OpDef *op) { return op->findInput(name).has_value(); }))
         unused += fmt::format(" --rank {}", name);
     if (!unused.empty()) {

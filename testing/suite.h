@@ -7,21 +7,13 @@
 #include <cstdlib>
 #include <string>
 
+#include "support/sanitizer.h"
+
 namespace tofu {
 
 /// True in a build with AddressSanitizer (bazel test --config=asan), where code runs some
 /// 3 to 10 times slower.
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kUnderAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kUnderAsan = true;
-#else
-inline constexpr bool kUnderAsan = false;
-#endif
-#else
-inline constexpr bool kUnderAsan = false;
-#endif
+inline constexpr bool kUnderAsan = TOFU_ASAN;
 
 /// `leaf` under the test's scratch folder ($TEST_TMPDIR, which Bazel empties per test run;
 /// /tmp outside Bazel).

@@ -38,12 +38,11 @@ sys.exit(1 if bad or "--workers" not in text else 0)'
 }
 
 # detect_asan BINARY: sets asan to 1 where the binary is built with AddressSanitizer (bazel
-# test --config=asan), where it runs some 3 to 10 times slower; else to 0. (grep reads all of
-# ldd's output: with -q it would stop at the match, and ldd, writing into a closed pipe,
-# fails, which pipefail turns into "no match".)
+# test --config=asan), where it runs some 3 to 10 times slower; else to 0. The runtime's entry
+# point is named in the binary either way: linked in (clang) or from libasan (GCC).
 detect_asan() {
   asan=0
-  if ldd "$1" | grep libasan >/dev/null; then asan=1; fi
+  if grep -qa __asan_init "$1"; then asan=1; fi
 }
 
 # in_sample INDEX EVERY: whether case INDEX of a test's list runs. Every case does, except

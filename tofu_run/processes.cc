@@ -25,6 +25,7 @@
 #include "nlohmann/json.hpp"
 #include "planner/pipeline.h"
 #include "support/files.h"
+#include "support/sanitizer.h"
 #include "tofu_run/driver.h"
 #include "tofu_run/options.h"
 #include "llvm/Support/raw_ostream.h"
@@ -152,7 +153,7 @@ int runBatch(const char *argv0, const std::string &file, int (*run)(int, char **
       llvm::outs().flush();
       llvm::errs().flush();
       std::fflush(nullptr);
-#if defined(__SANITIZE_ADDRESS__)
+#if TOFU_ASAN
       std::exit(code); // LeakSanitizer checks the run at exit
 #else
       ::_exit(code); // the teardown of the parent's state (a tenth of a run) is left undone

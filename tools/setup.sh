@@ -9,7 +9,7 @@ packages=(
   antlr4                 # ANTLR tool 4.7.2 (generates the TDL parser)
   libantlr4-runtime-dev  # ANTLR C++ runtime 4.9
   llvm-14-dev            # ADT, Support: Error/Expected, cl::opt, raw_ostream
-  clang-14               # libFuzzer builds
+  clang-14               # libFuzzer builds, the ASan suite (.bazelrc)
   clang-format-14        # tools/checks/check_format.sh: the sources follow .clang-format
   libclang-rt-14-dev     # sanitizer and libFuzzer runtimes
   libfmt-dev
