@@ -677,10 +677,7 @@ llvm::Expected<StagedChoice> fitStagedWorkers(const PipelineOptions &o, const St
                              "to choose"
                            : "--megatron TP,PP,DP fixes the workers: --fit has no count to "
                              "choose");
-  double kept = 0;
-  for (const TensorInfo &t : r.graph.tensors())
-    if (t.role == TensorRole::Weight || t.role == TensorRole::OptimizerState)
-      kept += double(t.bytes());
+  const double kept = weightAndStateBytes(r.graph);
   const unsigned most =
       o.machine ? std::min(o.fitWorkersUpTo, o.machine->workers()) : o.fitWorkersUpTo;
   std::vector<unsigned> counts;

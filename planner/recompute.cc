@@ -196,6 +196,14 @@ std::vector<std::string> closed(const Graph &training,
 
 } // namespace
 
+double weightAndStateBytes(const Graph &training) {
+  double bytes = 0;
+  for (const TensorInfo &t : training.tensors())
+    if (t.role == TensorRole::Weight || t.role == TensorRole::OptimizerState)
+      bytes += double(t.bytes());
+  return bytes;
+}
+
 std::vector<std::string> recomputeRanking(const std::vector<RecomputeCandidate> &candidates,
                                           const Problem &p, const std::set<std::string> &kept) {
   return ranked(candidates, iterationsOf(p), candidates.size(),
@@ -405,10 +413,7 @@ fitWorkersRecomputing(const Graph &training, const OpLibrary &lib, const PlanOpt
   // With recomputation, by bisection between a bound no recomputation can beat (the weights
   // and optimiser state live through the whole step: their bytes over the budget) and that
   // count: fewer workers hold more of everything, so the counts that fit are the larger ones.
-  double kept = 0;
-  for (const TensorInfo &t : training.tensors())
-    if (t.role == TensorRole::Weight || t.role == TensorRole::OptimizerState)
-      kept += double(t.bytes());
+  const double kept = weightAndStateBytes(training);
   const double bound = std::ceil(kept / double(limit));
   // The counts to bisect: from the bound up to below the count that fits without (or the
   // most), those that fill part of the machine where there is one.

@@ -62,6 +62,10 @@ struct RecomputePlan {
   double seconds = 0; ///< all of it
 };
 
+/// The bytes of `training`'s weights and optimiser state: what lives through the whole step
+/// whatever is recomputed, so `limit` per worker needs at least their bytes over it workers.
+double weightAndStateBytes(const Graph &training);
+
 /// auto's ranking of the candidates the backward pass reads, cheapest to recompute first (most
 /// bytes per iteration of their node in `p`, the training graph's problem), runs unbounded;
 /// those named in `kept` are left out. What pipeline stages rank their own candidates by.

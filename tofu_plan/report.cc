@@ -103,25 +103,7 @@ std::string budgetLines(const tofu::BudgetChoice &chosen, const tofu::PartitionP
                         bool budgeted, unsigned maxWorkers, nlohmann::ordered_json &fitJson) {
   const tofu::RecomputePlan *recomputed = chosen.recompute ? &*chosen.recompute : nullptr;
   std::string memoryLine;
-  if (fit && chosen.fitStages > 0) {
-    fitJson["budget_bytes"] = chosen.limit;
-    fitJson["workers"] = plan.workers;
-    fitJson["stages"] = chosen.fitStages;
-    fitJson["lower_bound"] = chosen.lowerBound;
-    fitJson["tried"] = nlohmann::ordered_json::array();
-    std::vector<std::string> counts;
-    for (const auto &[k, peak] : chosen.tried) {
-      fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", peak}});
-      counts.push_back(
-          fmt::format("{} ({})", k, peak <= chosen.limit ? "fits" : human(double(peak))));
-    }
-    memoryLine = fmt::format(
-        "fit: {} per worker needs {} workers, {} stages of {} (tried {}: multiples of {} from "
-        "the {} the weights and optimiser state need, up by doubling, then bisected)\n",
-        human(double(chosen.limit)), plan.workers, chosen.fitStages,
-        plan.workers / chosen.fitStages, fmt::join(counts, ", "), chosen.fitStages,
-        chosen.lowerBound);
-  } else if (fit && recomputed) {
+  if (fit && recomputed && chosen.fitStages == 0) {
     fitJson["budget_bytes"] = chosen.limit;
     fitJson["workers"] = plan.workers;
     fitJson["lower_bound"] = 1; // recomputation may fit below the tensors' bound
@@ -132,18 +114,32 @@ std::string budgetLines(const tofu::BudgetChoice &chosen, const tofu::PartitionP
         human(double(chosen.limit)), plan.workers, tofu::recomputeModeName(recomputed->mode),
         recomputed->workersWithout ? std::to_string(recomputed->workersWithout)
                                    : fmt::format("more than {}", maxWorkers));
-  } else if (fit) {
+  } else if (fit) { // over worker counts, or (fitStages) over multiples of the stages
     fitJson["budget_bytes"] = chosen.limit;
     fitJson["workers"] = plan.workers;
+    if (chosen.fitStages > 0)
+      fitJson["stages"] = chosen.fitStages;
     fitJson["lower_bound"] = chosen.lowerBound;
     fitJson["tried"] = nlohmann::ordered_json::array();
-    for (const auto &[k, peak] : chosen.tried)
+    std::vector<std::string> counts;
+    for (const auto &[k, peak] : chosen.tried) {
       fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", peak}});
-    memoryLine = fmt::format(
-        "fit: {} per worker needs {} workers (tried {} to {}; fewer than {} cannot hold the "
-        "tensors the one-worker plan has live at once)\n",
-        human(double(chosen.limit)), plan.workers, chosen.lowerBound, plan.workers,
-        chosen.lowerBound);
+      counts.push_back(
+          fmt::format("{} ({})", k, peak <= chosen.limit ? "fits" : human(double(peak))));
+    }
+    if (chosen.fitStages > 0)
+      memoryLine = fmt::format(
+          "fit: {} per worker needs {} workers, {} stages of {} (tried {}: multiples of {} from "
+          "the {} the weights and optimiser state need, up by doubling, then bisected)\n",
+          human(double(chosen.limit)), plan.workers, chosen.fitStages,
+          plan.workers / chosen.fitStages, fmt::join(counts, ", "), chosen.fitStages,
+          chosen.lowerBound);
+    else
+      memoryLine = fmt::format(
+          "fit: {} per worker needs {} workers (tried {} to {}; fewer than {} cannot hold the "
+          "tensors the one-worker plan has live at once)\n",
+          human(double(chosen.limit)), plan.workers, chosen.lowerBound, plan.workers,
+          chosen.lowerBound);
   }
   if (budgeted && recomputed)
     memoryLine += fmt::format(
