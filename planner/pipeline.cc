@@ -421,8 +421,50 @@ llvm::Expected<StagedTrial> stagedTrial(const StagedSetting &c, const Graph &tra
   if (!staged)
     return staged.takeError();
   t.staged = std::move(*staged);
+  std::vector<ReducedGradient> reduced;
+  if (spec.reduceOnce)
+    reduced = reduceGradientsOnce(p, t.staged.exec);
+  // Kept where the step is estimated shorter so: the reductions then wait for the last
+  // microbatch, where each microbatch's could run in the schedule's bubbles.
+  if (!reduced.empty()) {
+    std::optional<Topology> machine;
+    if (c.o.machine)
+      machine = topologyForWorkers(*c.o.machine, c.search.workers);
+    auto once = estimateStepTime(p, t.staged.exec, t.graph.outputs, c.device, machine);
+    if (!once)
+      return once.takeError();
+    for (ReducedGradient &g : reduced)
+      restoreGradient(t.staged.exec, g);
+    auto every = estimateStepTime(p, t.staged.exec, t.graph.outputs, c.device, machine);
+    if (!every)
+      return every.takeError();
+    t.staged.reduceOnceSeconds = once->seconds;
+    t.staged.reduceEachSeconds = every->seconds;
+    reduced = once->seconds < every->seconds ? reduceGradientsOnce(p, t.staged.exec)
+                                             : std::vector<ReducedGradient>();
+  }
   t.memory = planMemory(p, t.staged.exec, t.graph.outputs);
   t.peaks = stagePeaks(t.staged, t.memory);
+  // Under a budget, the stages whose accumulators take them over it reduce every microbatch.
+  const int64_t limit = c.o.memoryPerWorker;
+  unsigned restored = 0;
+  if (limit > 0 && !t.fits(limit)) {
+    for (ReducedGradient &g : reduced)
+      for (size_t s = 0; s < t.peaks.size(); ++s) {
+        const StageSummary &st = t.staged.stages[s];
+        if (t.peaks[s] > limit && g.firstWorker >= st.firstWorker &&
+            g.firstWorker < st.firstWorker + st.workers) {
+          restoreGradient(t.staged.exec, g);
+          ++restored;
+          break;
+        }
+      }
+    if (restored > 0) {
+      t.memory = planMemory(p, t.staged.exec, t.graph.outputs);
+      t.peaks = stagePeaks(t.staged, t.memory);
+    }
+  }
+  t.staged.reducedOnce = static_cast<unsigned>(reduced.size()) - restored;
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return t;
 }

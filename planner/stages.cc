@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <queue>
+#include <set>
 #include <tuple>
 
 #include "fmt/format.h"
@@ -187,14 +188,20 @@ std::string StagedPlan::describe() const {
   const unsigned per = stages.empty() ? 1 : stages[0].workers;
   if (spec.roundRobin)
     return fmt::format(
-        "placement: {} layers round-robin on {} {}{}{}, {} microbatch{}, {}", layers, spec.stages,
+        "placement: {} layers round-robin on {} {}{}{}, {} microbatch{}, {}{}", layers, spec.stages,
         per == 1 ? "worker" : "groups of workers",
         per == 1 ? (spec.stages == 1 ? "" : "s") : fmt::format(" ({} each)", per),
         layers < spec.stages ? fmt::format(" ({} idle)", spec.stages - layers) : std::string(),
-        spec.microbatches, spec.microbatches == 1 ? "" : "es", scheduleName(spec.schedule));
-  return fmt::format("{} stage{} x {} worker{}, {} microbatch{}, {}", spec.stages,
+        spec.microbatches, spec.microbatches == 1 ? "" : "es", scheduleName(spec.schedule),
+        reducedOnce == 0 ? std::string()
+                         : fmt::format(", {} gradient{} reduced once a step", reducedOnce,
+                                       reducedOnce == 1 ? "" : "s"));
+  return fmt::format("{} stage{} x {} worker{}, {} microbatch{}, {}{}", spec.stages,
                      spec.stages == 1 ? "" : "s", per, per == 1 ? "" : "s", spec.microbatches,
-                     spec.microbatches == 1 ? "" : "es", scheduleName(spec.schedule));
+                     spec.microbatches == 1 ? "" : "es", scheduleName(spec.schedule),
+                     reducedOnce == 0 ? std::string()
+                                      : fmt::format(", {} gradient{} reduced once a step",
+                                                    reducedOnce, reducedOnce == 1 ? "" : "s"));
 }
 
 std::vector<Chunk> scheduleChunks(Schedule s, unsigned stages, unsigned microbatches) {
@@ -701,6 +708,256 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
     e.nodes.push_back(std::move(ne));
   }
   return out;
+}
+
+namespace {
+
+/// Bytes that node `ne` fetches from other workers (ExecPlan::bytesMoved's count, one node).
+int64_t nodeBytes(const Problem &p, const NodeExec &ne) {
+  int64_t bytes = 0;
+  for (unsigned w = 0; w < ne.workers.size(); ++w)
+    for (const InputFetch &f : ne.workers[w].inputs) {
+      if (f.repeats >= 0)
+        continue;
+      for (const Fetch &part : f.parts)
+        if (part.from != w)
+          bytes += boxElements(part.box) * p.tensors[f.tensor].elementBytes;
+    }
+  const ProblemTensor &out = p.tensors[p.nodes[ne.node].output];
+  for (const OutputAssembly &a : ne.assemble)
+    for (const auto &slice : a.slices)
+      for (const Fetch &f : slice)
+        if (f.from != a.owner)
+          bytes += boxElements(f.box) * out.resultBytes(a.slices.size() > 1);
+  return bytes;
+}
+
+/// A result's groups: per slice of its assembly (one, or a reduction's), the workers whose
+/// results it takes (each with its produced box), gathered from every owner's fetches. Empty
+/// where owners differ in their slice count.
+std::vector<std::map<unsigned, Box>> reductionGroups(const NodeExec &ne) {
+  std::vector<std::map<unsigned, Box>> groups;
+  for (const OutputAssembly &a : ne.assemble) {
+    if (groups.empty())
+      groups.resize(a.slices.size());
+    if (a.slices.size() != groups.size())
+      return {};
+    for (size_t i = 0; i < a.slices.size(); ++i)
+      for (const Fetch &f : a.slices[i])
+        groups[i].emplace(f.from, ne.workers[f.from].produced);
+  }
+  return groups;
+}
+
+/// The assembly of a result each worker keeps whole: its own box, from itself.
+std::vector<OutputAssembly> keptWhole(const std::vector<Box> &boxes) {
+  std::vector<OutputAssembly> out;
+  for (unsigned w = 0; w < boxes.size(); ++w)
+    if (boxElements(boxes[w]) > 0)
+      out.push_back({w, boxes[w], {{Fetch{w, boxes[w]}}}});
+  return out;
+}
+
+} // namespace
+
+std::vector<ReducedGradient> reduceGradientsOnce(const Problem &p, ExecPlan &e) {
+  const unsigned k = e.workers;
+  std::vector<int> at(p.nodes.size(), -1);
+  for (size_t i = 0; i < e.nodes.size(); ++i)
+    at[e.nodes[i].node] = static_cast<int>(i);
+  auto isSum = [&](int n) {
+    return n >= 0 && at[n] >= 0 && isGradientSumName(p.nodes[n].name) &&
+           p.nodes[n].inputs.size() == 2;
+  };
+  std::vector<std::vector<unsigned>> coords(k);
+  for (unsigned w = 0; w < k; ++w)
+    coords[w] = workerCoords(w, e.parts);
+  std::vector<ReducedGradient> out;
+  for (unsigned last : p.order) {
+    if (!isSum(static_cast<int>(last)))
+      continue;
+    const unsigned total = p.nodes[last].output;
+    bool end = true; // no later sum of the chain reads it
+    for (unsigned c : p.tensors[total].consumers)
+      end &= !(isSum(static_cast<int>(c)) && p.nodes[c].inputs[0] == total);
+    if (!end)
+      continue;
+    // The chain, first sum first: sums[i] adds contributions[i + 1] to what came before.
+    std::vector<unsigned> sums, contributions;
+    for (unsigned s = last;;) {
+      sums.push_back(s);
+      const std::vector<unsigned> &in = p.nodes[s].inputs;
+      contributions.push_back(in[1]);
+      const int before = p.tensors[in[0]].producer;
+      if (isSum(before) && p.tensors[in[0]].consumers.size() == 1) {
+        s = static_cast<unsigned>(before);
+        continue;
+      }
+      contributions.push_back(in[0]);
+      break;
+    }
+    std::reverse(sums.begin(), sums.end());
+    std::reverse(contributions.begin(), contributions.end());
+    // Every contribution alike on every worker (the same boxes, combined alike), of two
+    // microbatches or more.
+    const ProblemTensor &result = p.tensors[total];
+    bool ok = !result.shape.empty();
+    std::set<unsigned> microbatches;
+    std::vector<Box> boxes(k);
+    std::vector<std::map<unsigned, Box>> groups;
+    for (size_t i = 0; ok && i < contributions.size(); ++i) {
+      const ProblemTensor &t = p.tensors[contributions[i]];
+      const int producer = t.producer;
+      ok = producer >= 0 && at[producer] >= 0 && !isSum(producer) && t.consumers.size() == 1 &&
+           t.shape == result.shape && t.storage == result.storage;
+      if (!ok)
+        break;
+      const NodeExec &ne = e.nodes[at[producer]];
+      auto mb = splitMicrobatch(p.nodes[producer].group);
+      auto g = reductionGroups(ne);
+      ok = mb && (g.size() == 1 || ne.reducer == ir::Reducer::Sum);
+      if (!ok)
+        break;
+      microbatches.insert(mb->second);
+      std::vector<Box> produced(k);
+      for (unsigned w = 0; w < k; ++w)
+        produced[w] =
+            ne.workers[w].computes ? ne.workers[w].produced : Box(t.shape.size(), Range{0, 0});
+      if (i == 0) {
+        groups = std::move(g);
+        boxes = std::move(produced);
+        ok = !groups.empty();
+      } else {
+        ok = g == groups && produced == boxes;
+      }
+    }
+    ok = ok && microbatches.size() >= 2;
+    // The sums: element-wise over the result's box, each input read at the same box.
+    std::vector<std::vector<std::vector<Range>>> ranges(sums.size(),
+                                                        std::vector<std::vector<Range>>(k));
+    for (size_t i = 0; ok && i < sums.size(); ++i) {
+      const ProblemNode &node = p.nodes[sums[i]];
+      const auto &op = node.table->op;
+      ok = p.tensors[node.output].storage == result.storage &&
+           op.outputVars.size() == op.vars.size() && op.outputVars.size() == result.shape.size();
+      for (unsigned w = 0; ok && w < k; ++w) {
+        if (boxElements(boxes[w]) == 0)
+          continue;
+        std::vector<Range> r(op.vars.size());
+        for (size_t d = 0; d < op.outputVars.size(); ++d)
+          r[op.outputVars[d]] = boxes[w][d];
+        for (const Box &region : inputRegions(op, node.shapes, r))
+          ok &= region == boxes[w];
+        ranges[i][w] = std::move(r);
+      }
+    }
+    if (!ok)
+      continue;
+    // The rewrite, kept only where it moves fewer bytes.
+    std::vector<NodeExec> rewrittenNodes;
+    int64_t before = 0, after = 0;
+    for (unsigned t : contributions) {
+      NodeExec ne = e.nodes[at[p.tensors[t].producer]];
+      before += nodeBytes(p, ne);
+      ne.assemble = keptWhole(boxes);
+      after += nodeBytes(p, ne);
+      rewrittenNodes.push_back(std::move(ne));
+    }
+    for (size_t i = 0; i < sums.size(); ++i) {
+      const ProblemNode &node = p.nodes[sums[i]];
+      NodeExec ne = e.nodes[at[sums[i]]];
+      before += nodeBytes(p, ne);
+      for (unsigned w = 0; w < k; ++w) {
+        OpInstance inst;
+        inst.computes = boxElements(boxes[w]) > 0;
+        inst.ranges = inst.computes ? ranges[i][w]
+                                    : std::vector<Range>(node.table->op.vars.size(), Range{0, 0});
+        for (unsigned t : node.inputs) {
+          InputFetch f;
+          f.tensor = t;
+          f.region = boxes[w];
+          if (inst.computes)
+            f.parts = {Fetch{w, boxes[w]}};
+          inst.inputs.push_back(std::move(f));
+        }
+        inst.produced = boxes[w];
+        ne.workers[w] = std::move(inst);
+      }
+      ne.reducer = ir::Reducer::Sum;
+      if (i + 1 < sums.size()) {
+        ne.assemble = keptWhole(boxes);
+      } else { // the gradient's own tiles, from every group's accumulators
+        for (OutputAssembly &a : ne.assemble) {
+          a.slices.clear();
+          for (const auto &group : groups) {
+            std::vector<bool> holds(k, false);
+            for (const auto &member : group)
+              holds[member.first] = true;
+            a.slices.push_back(fetchParts(a.tile, a.owner, boxes, holds, coords));
+          }
+        }
+      }
+      after += nodeBytes(p, ne);
+      rewrittenNodes.push_back(std::move(ne));
+    }
+    if (after >= before)
+      continue;
+    ReducedGradient r;
+    r.gradient = total;
+    r.firstWorker = k;
+    for (unsigned w = 0; w < k; ++w)
+      if (boxElements(boxes[w]) > 0)
+        r.firstWorker = std::min(r.firstWorker, w);
+    for (NodeExec &ne : rewrittenNodes) {
+      const unsigned out = p.nodes[ne.node].output;
+      if (ne.node != last) {
+        std::vector<Box> tiles(k);
+        for (unsigned w = 0; w < k; ++w) {
+          tiles[w] = std::move(e.tiles[w][out]);
+          e.tiles[w][out] = boxes[w];
+        }
+        r.tiles.push_back({out, std::move(tiles)});
+      }
+      const unsigned i = static_cast<unsigned>(at[ne.node]);
+      r.replaced.push_back({i, std::move(e.nodes[i])});
+      e.nodes[i] = std::move(ne);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void restoreGradient(ExecPlan &e, ReducedGradient &r) {
+  for (auto &[i, ne] : r.replaced)
+    e.nodes[i] = std::move(ne);
+  for (auto &[t, tiles] : r.tiles)
+    for (unsigned w = 0; w < tiles.size(); ++w)
+      e.tiles[w][t] = std::move(tiles[w]);
+  r.replaced.clear();
+  r.tiles.clear();
+}
+
+std::vector<int64_t> stageBytes(const Problem &p, const StagedPlan &staged, const ExecPlan &e) {
+  std::vector<int64_t> bytes(staged.stages.size(), 0);
+  const unsigned per = staged.stages.empty() ? 1 : std::max(1u, staged.stages[0].workers);
+  for (const NodeExec &ne : e.nodes) {
+    int64_t &into = bytes[staged.chunks[staged.nodeChunk[ne.node]].stage];
+    auto add = [&](unsigned to, unsigned from, int64_t n) {
+      if (from != to && from / per == to / per)
+        into += n;
+    };
+    for (unsigned w = 0; w < ne.workers.size(); ++w)
+      for (const InputFetch &f : ne.workers[w].inputs)
+        if (f.repeats < 0)
+          for (const Fetch &part : f.parts)
+            add(w, part.from, boxElements(part.box) * p.tensors[f.tensor].elementBytes);
+    const ProblemTensor &out = p.tensors[p.nodes[ne.node].output];
+    for (const OutputAssembly &a : ne.assemble)
+      for (const auto &slice : a.slices)
+        for (const Fetch &f : slice)
+          add(a.owner, f.from, boxElements(f.box) * out.resultBytes(a.slices.size() > 1));
+  }
+  return bytes;
 }
 
 std::vector<int64_t> stagePeaks(const StagedPlan &staged, const MemoryPlan &memory) {

@@ -57,6 +57,10 @@ struct StageSpec {
   /// The paper's operator placement (--algo placement): every layer (weightLayers) its own
   /// stage, layer l on worker group l mod `stages` (`layers` unused), under GPipe's order.
   bool roundRobin = false;
+  /// Data-parallel gradients reduced once a step, not every microbatch (reduceGradientsOnce),
+  /// where that moves fewer bytes and shortens the estimated step and, under a budget, where
+  /// the stage still fits.
+  bool reduceOnce = true;
   bool active() const { return stages > 1 || microbatches > 1 || roundRobin; }
 };
 
@@ -132,6 +136,11 @@ struct StagedPlan {
   std::vector<Chunk> chunks;
   std::vector<unsigned> nodeChunk;
   ExecPlan exec; ///< every worker's; nodes in the schedule's order (runPipeline moves it out)
+  /// The gradients `exec` reduces once a step, not every microbatch (reduceGradientsOnce).
+  unsigned reducedOnce = 0;
+  /// Where some could be: the step estimated with them reduced once and every microbatch
+  /// (the plan takes the shorter; 0: not estimated).
+  double reduceOnceSeconds = 0, reduceEachSeconds = 0;
   /// "2 stages x 2 workers, 4 microbatches, 1f1b"; under placement "placement: 12 layers
   /// round-robin on 2 workers, 2 microbatches, gpipe".
   std::string describe() const;
@@ -165,6 +174,33 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
                                       const std::vector<double> &nodeWork, int64_t memoryLimit = 0,
                                       const std::vector<std::string> &outputs = {});
 
+/// Each weight's gradient reduced once a step, as Megatron-LM and DDP's gradient accumulation
+/// do, where the stages' plans reduce (or gather) it every microbatch. A gradient summed over
+/// microbatches (graph/training.h's left fold of `sum_d_` nodes) whose every contribution
+/// has the same boxes on the same workers, combined alike (partial results of a reduction
+/// split, a stage's batch across its workers; or parts gathered into tiles) is rewritten in
+/// `e`: each worker adds its own results into an accumulator of its result's box, and only the
+/// last sum combines the workers' accumulators into the gradient's tiles. A chain is
+/// rewritten only where that moves fewer bytes; each worker then holds an accumulator of its
+/// box (a stage's whole weight under data parallelism) from its first microbatch's backward
+/// to the last, in the gradient's type. A bfloat16 gradient (summed over the microbatches in
+/// bfloat16 already) then rounds each worker's partial result where it rounded their sum, and
+/// the last sum combines float32 partial results as any reduction does. Returns the chains
+/// rewritten, each with what it replaced.
+struct ReducedGradient {
+  unsigned gradient = 0;                               ///< the summed gradient (its tensor)
+  unsigned firstWorker = 0;                            ///< the first worker holding an accumulator
+  std::vector<std::pair<unsigned, NodeExec>> replaced; ///< index in e.nodes, as it was
+  std::vector<std::pair<unsigned, std::vector<Box>>> tiles; ///< a tensor's tiles, as they were
+};
+std::vector<ReducedGradient> reduceGradientsOnce(const Problem &p, ExecPlan &e);
+/// Puts back what reduceGradientsOnce rewrote for `r` (its gradient reduced every microbatch).
+void restoreGradient(ExecPlan &e, ReducedGradient &r);
+
+/// Per stage, the bytes its workers fetch from one another in `e` (the step's execution plan:
+/// inputs and partial results of the stage's nodes). The rest of e's bytes cross between
+/// groups of workers: what stages hand on, shared weights, scalars.
+std::vector<int64_t> stageBytes(const Problem &p, const StagedPlan &staged, const ExecPlan &e);
 /// Per stage, the largest planned peak of its workers in `memory` (the step's memory plan).
 std::vector<int64_t> stagePeaks(const StagedPlan &staged, const MemoryPlan &memory);
 

@@ -96,8 +96,11 @@ assert [s["first_worker"] for s in stf["pipeline"]["per_stage"]] == [0, 2], stf[
 assert stf["memory"]["planned_peak_bytes"] <= 30000000, stf["memory"]
 levels = stt["topology"]["levels"]
 assert sum(l["bytes"] for l in levels) == stt["pipeline"]["bytes"] > 0, (levels, stt["pipeline"])
-# Only what crosses between the stages (and what the scalars gather) leaves a node.
+# Only what crosses between the stages (and what the scalars gather) leaves a node: the
+# bytes between stages are those between the nodes, and each stage's own stay inside its node.
 assert 0 < levels[0]["bytes"] < levels[1]["bytes"], levels
+assert stt["pipeline"]["bytes_between_stages"] == levels[0]["bytes"], (levels, stt["pipeline"])
+assert sum(s["bytes_inside"] for s in stt["pipeline"]["per_stage"]) == levels[1]["bytes"], stt["pipeline"]
 for j in (st, pl):
     p = j["pipeline"]
     assert j["communication_bytes"] == p["bytes"] > 0, (j["communication_bytes"], p)

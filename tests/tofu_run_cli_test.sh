@@ -333,17 +333,20 @@ fi
 # losses, step after step, as the plain run's: the mean of the microbatches' losses and one
 # update with their summed gradients), and a model with batch norms runs its microbatches.
 # The paper's operator placement (its layers round-robin on 2 workers, 2 microbatches of
-# GPipe's order) is such a pipeline too.
+# GPipe's order) is such a pipeline too. Data-parallel stages sum each weight's gradient over
+# the microbatches on each worker and reduce it once a step (planner/stages.h:
+# reduceGradientsOnce).
 stage_runs=("--workers 2" "--workers 2 --stages 2 --microbatches 4"
             "--workers 4 --stages 2 --microbatches 2 --schedule gpipe"
-            "--workers 2 --algo placement")
+            "--workers 2 --algo placement"
+            "--workers 4 --stages 2 --microbatches 4 --algo data-parallel")
 for i in "${!stage_runs[@]}"; do
   if ! "$run" --model gpt-2-64-4-16 --batch 8 --optimizer adam --steps 3 ${stage_runs[$i]} \
        --verify --format=json >"$tmp/stages-$i.json" 2>"$tmp/err.txt"; then
     echo "FAILED: gpt-2-64-4-16 ${stage_runs[$i]} --verify" >&2; cat "$tmp/err.txt" >&2; fail=1
   fi
 done
-python3 - "$tmp"/stages-{0,1,2,3}.json <<'PY' || { echo "FAILED: the pipelined steps against the plain one" >&2; fail=1; }
+python3 - "$tmp"/stages-{0,1,2,3,4}.json <<'PY' || { echo "FAILED: the pipelined steps against the plain one" >&2; fail=1; }
 import json, sys
 runs = {p: json.load(open(p)) for p in sys.argv[1:]}
 plain = runs[sys.argv[1]]

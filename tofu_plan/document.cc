@@ -18,13 +18,14 @@ std::optional<Section> stagesSection(const tofu::PipelineResult &r) {
   Section out;
   const int64_t total = r.plan.totalBytes; // planStaged's count of r.exec's bytes
   int64_t within = 0;
+  const std::vector<int64_t> inside = tofu::stageBytes(*r.problem, staged, r.exec);
   // A column of what each stage recomputes, where one does.
   const bool recomputes =
       std::any_of(staged.stages.begin(), staged.stages.end(),
                   [](const tofu::StageSummary &st) { return st.recomputed > 0; });
   out.text =
       fmt::format("pipeline: {}; the model's {} layers ({})\n\n"
-                  "| stage | workers | layers | hands on | nodes | its plan's bytes | "
+                  "| stage | workers | layers | hands on | nodes | bytes inside it | "
                   "planned peak |{}\n| ---: | --- | --- | --- | ---: | ---: | ---: |{}\n",
                   staged.describe(), staged.layers,
                   staged.spec.roundRobin ? "its groups of weights, each the ops that read one"
@@ -36,12 +37,12 @@ std::optional<Section> stagesSection(const tofu::PipelineResult &r) {
     int64_t peak = 0;
     for (unsigned w = st.firstWorker; w < st.firstWorker + st.workers; ++w)
       peak = std::max(peak, memory.workers[w].peak);
-    within += st.plan.totalBytes;
+    within += inside[s];
     out.text += fmt::format(
         "| {} | {}{} | {}-{} | {} | {} | {} | {} |{}\n", s, st.firstWorker,
         st.workers > 1 ? fmt::format("-{}", st.firstWorker + st.workers - 1) : std::string(),
         st.firstLayer, st.firstLayer + st.layers - 1, st.boundary.empty() ? "-" : st.boundary,
-        st.nodes, tofu::humanBytes(double(st.plan.totalBytes)), tofu::humanBytes(double(peak)),
+        st.nodes, tofu::humanBytes(double(inside[s])), tofu::humanBytes(double(peak)),
         recomputes ? fmt::format(" {} |", st.recomputed) : std::string());
     stages.push_back({{"first_worker", st.firstWorker},
                       {"workers", st.workers},
@@ -49,7 +50,7 @@ std::optional<Section> stagesSection(const tofu::PipelineResult &r) {
                       {"layers", st.layers},
                       {"boundary", st.boundary},
                       {"nodes", st.nodes},
-                      {"plan_bytes", st.plan.totalBytes},
+                      {"bytes_inside", inside[s]},
                       {"planned_peak_bytes", peak},
                       {"recomputed_tensors", st.recomputed}});
   }
@@ -57,6 +58,15 @@ std::optional<Section> stagesSection(const tofu::PipelineResult &r) {
       fmt::format("\nbytes per step: {} in all, {} between stages (the cuts and their "
                   "gradients, shared weights, scalars)\n",
                   tofu::humanBytes(double(total)), tofu::humanBytes(double(total - within)));
+  if (staged.reduceOnceSeconds > 0)
+    out.text += staged.reducedOnce > 0
+                    ? fmt::format("gradients: {} reduced once a step, not every microbatch (the "
+                                  "step estimated {:.3f} ms so, against {:.3f} ms)\n",
+                                  staged.reducedOnce, 1e3 * staged.reduceOnceSeconds,
+                                  1e3 * staged.reduceEachSeconds)
+                    : fmt::format("gradients: reduced every microbatch (the step estimated "
+                                  "{:.3f} ms so, against {:.3f} ms reduced once a step)\n",
+                                  1e3 * staged.reduceEachSeconds, 1e3 * staged.reduceOnceSeconds);
   out.json = {{"stages", staged.spec.stages},
               {"microbatches", staged.spec.microbatches},
               {"schedule", tofu::scheduleName(staged.spec.schedule)},
@@ -64,7 +74,11 @@ std::optional<Section> stagesSection(const tofu::PipelineResult &r) {
               {"layers", staged.layers},
               {"per_stage", stages},
               {"bytes", total},
-              {"bytes_between_stages", total - within}};
+              {"bytes_between_stages", total - within},
+              {"gradients_reduced_once", staged.reducedOnce}};
+  if (staged.reduceOnceSeconds > 0)
+    out.json["estimated_step_seconds_reducing"] = {{"once", staged.reduceOnceSeconds},
+                                                   {"every_microbatch", staged.reduceEachSeconds}};
   return out;
 }
 
