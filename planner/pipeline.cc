@@ -426,10 +426,10 @@ llvm::Expected<StagedTrial> stagedTrial(const StagedSetting &c, const Graph &tra
     reduced = reduceGradientsOnce(p, t.staged.exec);
   // Kept where the step is estimated shorter so: the reductions then wait for the last
   // microbatch, where each microbatch's could run in the schedule's bubbles.
+  std::optional<Topology> machine;
+  if (c.o.machine)
+    machine = topologyForWorkers(*c.o.machine, c.search.workers);
   if (!reduced.empty()) {
-    std::optional<Topology> machine;
-    if (c.o.machine)
-      machine = topologyForWorkers(*c.o.machine, c.search.workers);
     auto once = estimateStepTime(p, t.staged.exec, t.graph.outputs, c.device, machine);
     if (!once)
       return once.takeError();
@@ -462,9 +462,16 @@ llvm::Expected<StagedTrial> stagedTrial(const StagedSetting &c, const Graph &tra
     if (restored > 0) {
       t.memory = planMemory(p, t.staged.exec, t.graph.outputs);
       t.peaks = stagePeaks(t.staged, t.memory);
+      if (restored < reduced.size()) { // the step as planned, with the rest reduced once
+        auto some = estimateStepTime(p, t.staged.exec, t.graph.outputs, c.device, machine);
+        if (!some)
+          return some.takeError();
+        t.staged.reduceOnceSeconds = some->seconds;
+      }
     }
   }
   t.staged.reducedOnce = static_cast<unsigned>(reduced.size()) - restored;
+  t.staged.reducedEachForBudget = restored;
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return t;
 }

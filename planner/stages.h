@@ -141,6 +141,9 @@ struct StagedPlan {
   /// Where some could be: the step estimated with them reduced once and every microbatch
   /// (the plan takes the shorter; 0: not estimated).
   double reduceOnceSeconds = 0, reduceEachSeconds = 0;
+  /// Those left to reduce every microbatch because their accumulators took a stage over the
+  /// memory budget.
+  unsigned reducedEachForBudget = 0;
   /// "2 stages x 2 workers, 4 microbatches, 1f1b"; under placement "placement: 12 layers
   /// round-robin on 2 workers, 2 microbatches, gpipe".
   std::string describe() const;

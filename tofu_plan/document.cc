@@ -58,15 +58,23 @@ std::optional<Section> stagesSection(const tofu::PipelineResult &r) {
       fmt::format("\nbytes per step: {} in all, {} between stages (the cuts and their "
                   "gradients, shared weights, scalars)\n",
                   tofu::humanBytes(double(total)), tofu::humanBytes(double(total - within)));
-  if (staged.reduceOnceSeconds > 0)
-    out.text += staged.reducedOnce > 0
-                    ? fmt::format("gradients: {} reduced once a step, not every microbatch (the "
-                                  "step estimated {:.3f} ms so, against {:.3f} ms)\n",
-                                  staged.reducedOnce, 1e3 * staged.reduceOnceSeconds,
-                                  1e3 * staged.reduceEachSeconds)
-                    : fmt::format("gradients: reduced every microbatch (the step estimated "
-                                  "{:.3f} ms so, against {:.3f} ms reduced once a step)\n",
-                                  1e3 * staged.reduceEachSeconds, 1e3 * staged.reduceOnceSeconds);
+  const std::string forBudget =
+      staged.reducedEachForBudget == 0
+          ? std::string()
+          : fmt::format("; {} every microbatch, their accumulators over the budget",
+                        staged.reducedEachForBudget);
+  if (staged.reduceOnceSeconds > 0 && staged.reducedOnce > 0)
+    out.text += fmt::format("gradients: {} reduced once a step, not every microbatch (the step "
+                            "estimated {:.3f} ms so, against {:.3f} ms){}\n",
+                            staged.reducedOnce, 1e3 * staged.reduceOnceSeconds,
+                            1e3 * staged.reduceEachSeconds, forBudget);
+  else if (staged.reducedEachForBudget > 0)
+    out.text += fmt::format("gradients: reduced every microbatch, their accumulators over the "
+                            "budget once a step\n");
+  else if (staged.reduceOnceSeconds > 0)
+    out.text += fmt::format("gradients: reduced every microbatch (the step estimated {:.3f} ms "
+                            "so, against {:.3f} ms reduced once a step)\n",
+                            1e3 * staged.reduceEachSeconds, 1e3 * staged.reduceOnceSeconds);
   out.json = {{"stages", staged.spec.stages},
               {"microbatches", staged.spec.microbatches},
               {"schedule", tofu::scheduleName(staged.spec.schedule)},
@@ -75,7 +83,8 @@ std::optional<Section> stagesSection(const tofu::PipelineResult &r) {
               {"per_stage", stages},
               {"bytes", total},
               {"bytes_between_stages", total - within},
-              {"gradients_reduced_once", staged.reducedOnce}};
+              {"gradients_reduced_once", staged.reducedOnce},
+              {"gradients_reduced_every_microbatch_for_the_budget", staged.reducedEachForBudget}};
   if (staged.reduceOnceSeconds > 0)
     out.json["estimated_step_seconds_reducing"] = {{"once", staged.reduceOnceSeconds},
                                                    {"every_microbatch", staged.reduceEachSeconds}};
