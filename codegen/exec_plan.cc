@@ -158,26 +158,16 @@ ExecPlan buildExecPlan(const Problem &p, const PartitionPlan &plan) {
   return e;
 }
 
+int64_t bytesMoved(const Problem &p, const NodeExec &ne) {
+  int64_t bytes = 0;
+  forEachTransfer(p, ne, [&](unsigned, unsigned, int64_t b) { bytes += b; });
+  return bytes;
+}
+
 int64_t ExecPlan::bytesMoved(const Problem &p) const {
   int64_t bytes = 0;
-  for (const NodeExec &ne : nodes) {
-    const ProblemNode &node = p.nodes[ne.node];
-    for (unsigned w = 0; w < ne.workers.size(); ++w) {
-      const OpInstance &inst = ne.workers[w];
-      for (size_t i = 0; i < inst.inputs.size(); ++i) {
-        if (inst.inputs[i].repeats >= 0)
-          continue;
-        for (const Fetch &f : inst.inputs[i].parts)
-          if (f.from != w)
-            bytes += boxElements(f.box) * p.tensors[inst.inputs[i].tensor].elementBytes;
-      }
-    }
-    for (const OutputAssembly &a : ne.assemble)
-      for (const auto &slice : a.slices)
-        for (const Fetch &f : slice)
-          if (f.from != a.owner)
-            bytes += boxElements(f.box) * p.tensors[node.output].resultBytes(a.slices.size() > 1);
-  }
+  for (const NodeExec &ne : nodes)
+    bytes += tofu::bytesMoved(p, ne);
   return bytes;
 }
 

@@ -68,6 +68,30 @@ struct ExecPlan {
 
 ExecPlan buildExecPlan(const Problem &p, const PartitionPlan &plan);
 
+/// Calls `moved(from, to, bytes)` for every part node `ne` moves between two workers: each
+/// part of an input a worker fetches from another (a read that repeats an earlier one moves
+/// nothing) and each part of a result an owner takes from another (a reduction's partial
+/// results at their resultBytes). What ExecPlan::bytesMoved adds up.
+template <class Moved> void forEachTransfer(const Problem &p, const NodeExec &ne, Moved &&moved) {
+  for (unsigned w = 0; w < ne.workers.size(); ++w)
+    for (const InputFetch &in : ne.workers[w].inputs) {
+      if (in.repeats >= 0)
+        continue;
+      for (const Fetch &f : in.parts)
+        if (f.from != w)
+          moved(f.from, w, boxElements(f.box) * int64_t(p.tensors[in.tensor].elementBytes));
+    }
+  const ProblemTensor &out = p.tensors[p.nodes[ne.node].output];
+  for (const OutputAssembly &a : ne.assemble)
+    for (const auto &slice : a.slices)
+      for (const Fetch &f : slice)
+        if (f.from != a.owner)
+          moved(f.from, a.owner,
+                boxElements(f.box) * int64_t(out.resultBytes(a.slices.size() > 1)));
+}
+/// The bytes node `ne` moves between workers (forEachTransfer's).
+int64_t bytesMoved(const Problem &p, const NodeExec &ne);
+
 /// Where worker `w` gets each part of `region` of a tensor from, given the workers' tiles of
 /// it (`holds`: which workers hold their tile): its own tile where that has the part, else
 /// the nearest holder, the one whose `coords` agree with w's over the most leading entries

@@ -434,14 +434,17 @@ llvm::Expected<StagedTrial> stagedTrial(const StagedSetting &c, const Graph &tra
     if (!once)
       return once.takeError();
     for (ReducedGradient &g : reduced)
-      restoreGradient(t.staged.exec, g);
+      swapGradient(t.staged.exec, g);
     auto every = estimateStepTime(p, t.staged.exec, t.graph.outputs, c.device, machine);
     if (!every)
       return every.takeError();
     t.staged.reduceOnceSeconds = once->seconds;
     t.staged.reduceEachSeconds = every->seconds;
-    reduced = once->seconds < every->seconds ? reduceGradientsOnce(p, t.staged.exec)
-                                             : std::vector<ReducedGradient>();
+    if (once->seconds < every->seconds)
+      for (ReducedGradient &g : reduced)
+        swapGradient(t.staged.exec, g); // the rewrite back
+    else
+      reduced.clear();
   }
   t.memory = planMemory(p, t.staged.exec, t.graph.outputs);
   t.peaks = stagePeaks(t.staged, t.memory);
@@ -454,7 +457,7 @@ llvm::Expected<StagedTrial> stagedTrial(const StagedSetting &c, const Graph &tra
         const StageSummary &st = t.staged.stages[s];
         if (t.peaks[s] > limit && g.firstWorker >= st.firstWorker &&
             g.firstWorker < st.firstWorker + st.workers) {
-          restoreGradient(t.staged.exec, g);
+          swapGradient(t.staged.exec, g);
           ++restored;
           break;
         }

@@ -186,22 +186,19 @@ llvm::Expected<Layers> weightLayers(const Graph &forward) {
 
 std::string StagedPlan::describe() const {
   const unsigned per = stages.empty() ? 1 : stages[0].workers;
+  const std::string once = reducedOnce == 0 ? std::string()
+                                            : fmt::format(", {} gradient{} reduced once a step",
+                                                          reducedOnce, reducedOnce == 1 ? "" : "s");
   if (spec.roundRobin)
     return fmt::format(
         "placement: {} layers round-robin on {} {}{}{}, {} microbatch{}, {}{}", layers, spec.stages,
         per == 1 ? "worker" : "groups of workers",
         per == 1 ? (spec.stages == 1 ? "" : "s") : fmt::format(" ({} each)", per),
         layers < spec.stages ? fmt::format(" ({} idle)", spec.stages - layers) : std::string(),
-        spec.microbatches, spec.microbatches == 1 ? "" : "es", scheduleName(spec.schedule),
-        reducedOnce == 0 ? std::string()
-                         : fmt::format(", {} gradient{} reduced once a step", reducedOnce,
-                                       reducedOnce == 1 ? "" : "s"));
+        spec.microbatches, spec.microbatches == 1 ? "" : "es", scheduleName(spec.schedule), once);
   return fmt::format("{} stage{} x {} worker{}, {} microbatch{}, {}{}", spec.stages,
                      spec.stages == 1 ? "" : "s", per, per == 1 ? "" : "s", spec.microbatches,
-                     spec.microbatches == 1 ? "" : "es", scheduleName(spec.schedule),
-                     reducedOnce == 0 ? std::string()
-                                      : fmt::format(", {} gradient{} reduced once a step",
-                                                    reducedOnce, reducedOnce == 1 ? "" : "s"));
+                     spec.microbatches == 1 ? "" : "es", scheduleName(spec.schedule), once);
 }
 
 std::vector<Chunk> scheduleChunks(Schedule s, unsigned stages, unsigned microbatches) {
@@ -712,26 +709,6 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
 
 namespace {
 
-/// Bytes that node `ne` fetches from other workers (ExecPlan::bytesMoved's count, one node).
-int64_t nodeBytes(const Problem &p, const NodeExec &ne) {
-  int64_t bytes = 0;
-  for (unsigned w = 0; w < ne.workers.size(); ++w)
-    for (const InputFetch &f : ne.workers[w].inputs) {
-      if (f.repeats >= 0)
-        continue;
-      for (const Fetch &part : f.parts)
-        if (part.from != w)
-          bytes += boxElements(part.box) * p.tensors[f.tensor].elementBytes;
-    }
-  const ProblemTensor &out = p.tensors[p.nodes[ne.node].output];
-  for (const OutputAssembly &a : ne.assemble)
-    for (const auto &slice : a.slices)
-      for (const Fetch &f : slice)
-        if (f.from != a.owner)
-          bytes += boxElements(f.box) * out.resultBytes(a.slices.size() > 1);
-  return bytes;
-}
-
 /// A result's groups: per slice of its assembly (one, or a reduction's), the workers whose
 /// results it takes (each with its produced box), gathered from every owner's fetches. Empty
 /// where owners differ in their slice count.
@@ -858,15 +835,15 @@ std::vector<ReducedGradient> reduceGradientsOnce(const Problem &p, ExecPlan &e) 
     int64_t before = 0, after = 0;
     for (unsigned t : contributions) {
       NodeExec ne = e.nodes[at[p.tensors[t].producer]];
-      before += nodeBytes(p, ne);
+      before += bytesMoved(p, ne);
       ne.assemble = keptWhole(boxes);
-      after += nodeBytes(p, ne);
+      after += bytesMoved(p, ne);
       rewrittenNodes.push_back(std::move(ne));
     }
     for (size_t i = 0; i < sums.size(); ++i) {
       const ProblemNode &node = p.nodes[sums[i]];
       NodeExec ne = e.nodes[at[sums[i]]];
-      before += nodeBytes(p, ne);
+      before += bytesMoved(p, ne);
       for (unsigned w = 0; w < k; ++w) {
         OpInstance inst;
         inst.computes = boxElements(boxes[w]) > 0;
@@ -897,7 +874,7 @@ std::vector<ReducedGradient> reduceGradientsOnce(const Problem &p, ExecPlan &e) 
           }
         }
       }
-      after += nodeBytes(p, ne);
+      after += bytesMoved(p, ne);
       rewrittenNodes.push_back(std::move(ne));
     }
     if (after >= before)
@@ -927,14 +904,12 @@ std::vector<ReducedGradient> reduceGradientsOnce(const Problem &p, ExecPlan &e) 
   return out;
 }
 
-void restoreGradient(ExecPlan &e, ReducedGradient &r) {
+void swapGradient(ExecPlan &e, ReducedGradient &r) {
   for (auto &[i, ne] : r.replaced)
-    e.nodes[i] = std::move(ne);
+    std::swap(e.nodes[i], ne);
   for (auto &[t, tiles] : r.tiles)
     for (unsigned w = 0; w < tiles.size(); ++w)
-      e.tiles[w][t] = std::move(tiles[w]);
-  r.replaced.clear();
-  r.tiles.clear();
+      std::swap(e.tiles[w][t], tiles[w]);
 }
 
 std::vector<int64_t> stageBytes(const Problem &p, const StagedPlan &staged, const ExecPlan &e) {
@@ -942,20 +917,10 @@ std::vector<int64_t> stageBytes(const Problem &p, const StagedPlan &staged, cons
   const unsigned per = staged.stages.empty() ? 1 : std::max(1u, staged.stages[0].workers);
   for (const NodeExec &ne : e.nodes) {
     int64_t &into = bytes[staged.chunks[staged.nodeChunk[ne.node]].stage];
-    auto add = [&](unsigned to, unsigned from, int64_t n) {
-      if (from != to && from / per == to / per)
+    forEachTransfer(p, ne, [&](unsigned from, unsigned to, int64_t n) {
+      if (from / per == to / per)
         into += n;
-    };
-    for (unsigned w = 0; w < ne.workers.size(); ++w)
-      for (const InputFetch &f : ne.workers[w].inputs)
-        if (f.repeats < 0)
-          for (const Fetch &part : f.parts)
-            add(w, part.from, boxElements(part.box) * p.tensors[f.tensor].elementBytes);
-    const ProblemTensor &out = p.tensors[p.nodes[ne.node].output];
-    for (const OutputAssembly &a : ne.assemble)
-      for (const auto &slice : a.slices)
-        for (const Fetch &f : slice)
-          add(a.owner, f.from, boxElements(f.box) * out.resultBytes(a.slices.size() > 1));
+    });
   }
   return bytes;
 }

@@ -197,8 +197,9 @@ struct ReducedGradient {
   std::vector<std::pair<unsigned, std::vector<Box>>> tiles; ///< a tensor's tiles, as they were
 };
 std::vector<ReducedGradient> reduceGradientsOnce(const Problem &p, ExecPlan &e);
-/// Puts back what reduceGradientsOnce rewrote for `r` (its gradient reduced every microbatch).
-void restoreGradient(ExecPlan &e, ReducedGradient &r);
+/// Puts back what reduceGradientsOnce rewrote for `r` (its gradient reduced every
+/// microbatch), keeping the rewrite in `r`: a second call puts the rewrite back.
+void swapGradient(ExecPlan &e, ReducedGradient &r);
 
 /// Per stage, the bytes its workers fetch from one another in `e` (the step's execution plan:
 /// inputs and partial results of the stage's nodes). The rest of e's bytes cross between

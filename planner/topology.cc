@@ -86,23 +86,8 @@ TopologyTraffic topologyTraffic(const Problem &p, const ExecPlan &plan, const To
     perWorker[to][l].bytes += bytes;
     ++perWorker[to][l].messages;
   };
-  for (const NodeExec &ne : plan.nodes) {
-    for (unsigned w = 0; w < ne.workers.size(); ++w)
-      for (const InputFetch &in : ne.workers[w].inputs) {
-        if (in.repeats >= 0)
-          continue;
-        for (const Fetch &f : in.parts)
-          if (f.from != w)
-            count(f.from, w, boxElements(f.box) * p.tensors[in.tensor].elementBytes);
-      }
-    for (const OutputAssembly &a : ne.assemble)
-      for (const auto &slice : a.slices)
-        for (const Fetch &f : slice)
-          if (f.from != a.owner)
-            count(f.from, a.owner,
-                  boxElements(f.box) *
-                      p.tensors[p.nodes[ne.node].output].resultBytes(a.slices.size() > 1));
-  }
+  for (const NodeExec &ne : plan.nodes)
+    forEachTransfer(p, ne, count);
   out.workerSeconds.assign(plan.workers, 0);
   out.workerBytes.assign(plan.workers, 0);
   out.workerMessages.assign(plan.workers, 0);
