@@ -96,6 +96,7 @@ tofu_status options(const tofu_plan_options *given, tofu::api::PlanOptions *o,
                 "memory_per_worker must be 0 (no budget) or a number of bytes");
   o->memoryPerWorker = c.memory_per_worker;
   o->recompute = c.recompute ? c.recompute : "auto";
+  o->objective = c.objective ? c.objective : "time";
   onnx->batch = c.onnx_batch;
   onnx->dataInputs = c.onnx_data_inputs;
   return TOFU_OK;
@@ -151,6 +152,7 @@ void tofu_plan_options_init(tofu_plan_options *o) {
   o->device = nullptr;
   o->memory_per_worker = 0;
   o->recompute = nullptr;
+  o->objective = nullptr;
   o->onnx_batch = 1;
   o->onnx_data_inputs = 1;
 }

@@ -208,6 +208,7 @@ Plan publicPlan(const PipelineResult &r, bool perWorker, const std::optional<Dev
   Plan out;
   out.graph = r.name;
   out.algorithm = pp.algorithm;
+  out.objective = pp.objective;
   out.workers = pp.workers;
   out.communicationBytes = pp.totalBytes;
   out.searchSeconds = pp.searchSeconds;
@@ -374,7 +375,13 @@ Result<Plan> finish(::tofu::Graph g, const std::string &name, const OpLibrary &l
   if (plan.memoryPerWorker < 0)
     return Status::error("memoryPerWorker must be 0 (no budget) or a number of bytes",
                          ErrorKind::Argument);
+  auto objective = objectiveNamed(plan.objective);
+  if (!objective)
+    return Status::error("unknown objective '" + plan.objective + "' (time or bytes)",
+                         ErrorKind::Argument);
   PipelineOptions o = options;
+  o.objective = *objective;
+  o.device = device; // the time objective's
   o.memoryPerWorker = plan.memoryPerWorker;
   // Recomputation is planned for a training step under a budget (auto) or as asked (sqrt).
   if (options.train &&

@@ -80,6 +80,7 @@ TEST(PublicPlan, CutsTilesAndMemoryAgree) {
   for (unsigned k : {1u, 2u, 4u, 6u}) {
     PlanOptions o;
     o.workers = k;
+    o.objective = "bytes"; // every op split: some bytes move at k > 1
     auto plan = planner().plan(mlp(), o);
     ASSERT_TRUE(plan.ok()) << plan.error();
     EXPECT_EQ(plan->workers, k);
@@ -145,6 +146,7 @@ TEST(PublicPlan, OptionsChangeThePlan) {
   auto dp = planner().plan(mlp(), o);
   ASSERT_TRUE(dp.ok()) << dp.error();
   EXPECT_EQ(dp->algorithm, "data-parallel");
+  EXPECT_EQ(dp->objective, "bytes"); // its rules: the time objective is tofu's
   for (int d : dp->tensor("w1")->cut)
     EXPECT_EQ(d, -1); // weights replicated
   o.algorithm = "tofu";
@@ -175,6 +177,7 @@ TEST(PublicPlan, OptionsChangeThePlan) {
 TEST(PublicPlan, Bf16HalvesActivationsAndTraffic) {
   PlanOptions o;
   o.workers = 2;
+  o.objective = "bytes"; // the same plan's traffic in both
   auto plan = [&](Precision p) {
     o.precision = p;
     auto r = planner().plan(mlp(2048), o); // activations outweigh the weights
@@ -192,11 +195,12 @@ TEST(PublicPlan, Bf16HalvesActivationsAndTraffic) {
 }
 
 // The estimated step time: on the default H100 it is the JSON's, with and without the
-// per-worker plans; an A100 is slower; "" asks for none; an unknown device is an argument
-// error.
+// per-worker plans; an A100 is slower (on the same plan: the bytes objective's); "" asks for
+// none; an unknown device is an argument error.
 TEST(PublicPlan, EstimatesTheStepTime) {
   PlanOptions o;
   o.workers = 2;
+  o.objective = "bytes";
   auto r = planner().plan(mlp(2048), o);
   ASSERT_TRUE(r.ok()) << r.error();
   const StepTime &h = r->stepTime;
@@ -229,6 +233,30 @@ TEST(PublicPlan, EstimatesTheStepTime) {
   EXPECT_NE(bad.error().find("'tpu' is neither a device"), std::string::npos) << bad.error();
 }
 
+// The time objective (the default) searches by the step estimated on the device: no longer
+// a step than the bytes objective's plan, and the plan says which objective made it. Without
+// a device there is nothing to estimate: bytes.
+TEST(PublicPlan, TheTimeObjectiveSearchesByTheEstimatedStep) {
+  PlanOptions o;
+  o.workers = 4;
+  auto timed = planner().plan(mlp(64), o);
+  ASSERT_TRUE(timed.ok()) << timed.error();
+  EXPECT_EQ(timed->objective, "time");
+  EXPECT_EQ(nlohmann::json::parse(timed->json)["objective"], "time");
+  o.objective = "bytes";
+  auto bytes = planner().plan(mlp(64), o);
+  ASSERT_TRUE(bytes.ok()) << bytes.error();
+  EXPECT_EQ(bytes->objective, "bytes");
+  EXPECT_GT(timed->stepTime.seconds, 0);
+  EXPECT_LE(timed->stepTime.seconds, bytes->stepTime.seconds);
+  o.objective = "time";
+  o.device = "";
+  auto blind = planner().plan(mlp(64), o);
+  ASSERT_TRUE(blind.ok()) << blind.error();
+  EXPECT_EQ(blind->objective, "bytes");
+  EXPECT_EQ(blind->communicationBytes, bytes->communicationBytes);
+}
+
 TEST(PublicPlan, ErrorsHaveKinds) {
   PlanOptions o;
   o.workers = 0;
@@ -240,6 +268,12 @@ TEST(PublicPlan, ErrorsHaveKinds) {
   EXPECT_EQ(r.status().kind(), ErrorKind::Argument);
   EXPECT_NE(r.error().find("unknown algorithm 'fastest'"), std::string::npos) << r.error();
   o.algorithm = "tofu";
+  o.objective = "speed";
+  r = planner().plan(mlp(), o);
+  EXPECT_EQ(r.status().kind(), ErrorKind::Argument);
+  EXPECT_NE(r.error().find("unknown objective 'speed' (time or bytes)"), std::string::npos)
+      << r.error();
+  o.objective = "time";
   Graph g = mlp();
   EXPECT_TRUE(g.addNode({"oops", "NoSuchOp", {"logits"}, "y", {}, {}}).ok());
   EXPECT_TRUE(g.setOutputs({"y"}).ok());
@@ -267,6 +301,7 @@ TEST(PublicPlan, PlansOnnxBytes) {
   bytes << f.rdbuf();
   PlanOptions o;
   o.workers = 4;
+  o.objective = "bytes"; // every op split: some bytes move
   OnnxOptions onnx;
   onnx.batch = 16;
   auto plan = planner().planOnnx(bytes.str(), onnx, o, "mlp.onnx");
@@ -302,6 +337,7 @@ TEST(PublicPlan, AMemoryBudgetRecomputesToFit) {
   PlanOptions o;
   o.workers = 2;
   o.optimizer = Optimizer::SGD;
+  o.objective = "bytes"; // (by time, the budget first gives up the plain plan's replicas)
   auto plain = planner().plan(g, o);
   ASSERT_TRUE(plain.ok()) << plain.error();
   ASSERT_GT(plain->plannedPeakBytes, 0);
@@ -381,6 +417,7 @@ TEST(CApi, PlansAndReportsErrors) {
   auto j = nlohmann::json::parse(tofu_plan_json(plan));
   EXPECT_EQ(j["communication_bytes"], tofu_plan_communication_bytes(plan));
   EXPECT_EQ(j["worker_details"].size(), 4u);
+  EXPECT_EQ(j["objective"], "time"); // the default (NULL)
   EXPECT_NE(std::string(j["loss_note"]).find("softmax cross-entropy"), std::string::npos);
   EXPECT_GT(tofu_plan_step_seconds(plan), 0);
   EXPECT_DOUBLE_EQ(j["step_time"]["seconds"].get<double>(), tofu_plan_step_seconds(plan));
@@ -392,9 +429,14 @@ TEST(CApi, PlansAndReportsErrors) {
   o.device = "no-such-device";
   EXPECT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_ERROR_ARGUMENT);
   o.device = nullptr; // the default, h100
-  // Precision: the default is float32; bf16 moves fewer bytes; an unknown one is refused.
+  // Precision: the default is float32; bf16 moves fewer bytes (the same plan: the bytes
+  // objective's); an unknown one is refused.
   EXPECT_EQ(o.precision, TOFU_FP32);
-  const int64_t fp32Bytes = j["communication_bytes"];
+  o.objective = "bytes";
+  ASSERT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_OK) << tofu_last_error();
+  const int64_t fp32Bytes = tofu_plan_communication_bytes(plan);
+  EXPECT_EQ(nlohmann::json::parse(tofu_plan_json(plan))["objective"], "bytes");
+  tofu_plan_free(plan);
   o.precision = TOFU_BF16;
   ASSERT_EQ(tofu_plan_graph(planner, g, &o, &plan), TOFU_OK) << tofu_last_error();
   EXPECT_LT(tofu_plan_communication_bytes(plan), fp32Bytes);

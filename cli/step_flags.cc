@@ -80,6 +80,11 @@ cl::opt<RecomputeMode, false, ChoiceParser<RecomputeMode>> recomputeOpt(
                           "the rest recomputed"),
                clEnumValN(RecomputeMode::None, "none", "the default without a budget")),
     cl::init(RecomputeMode::None), cl::cat(stepCategory()));
+cl::opt<PlanObjective, false, ChoiceParser<PlanObjective>> objectiveOpt(
+    "objective", cl::desc(kObjectiveHelp),
+    cl::values(clEnumValN(PlanObjective::Time, "time", "the estimated step (the default)"),
+               clEnumValN(PlanObjective::Bytes, "bytes", "the bytes moved (the paper's)")),
+    cl::init(PlanObjective::Time), cl::cat(stepCategory()));
 cl::opt<std::string> memoryPerWorker(
     "memory-per-worker",
     cl::desc("Plan within BYTES per worker (e.g. 80GB, 16GiB): the plan of least communication "

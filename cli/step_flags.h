@@ -51,6 +51,8 @@ extern cl::opt<double> weightDecayOpt;
 extern cl::opt<std::string> lossOutput;
 extern cl::opt<RecomputeMode, false, ChoiceParser<RecomputeMode>> recomputeOpt;
 extern cl::opt<std::string> memoryPerWorker;
+/// --objective: what the search minimises (PipelineOptions::objective).
+extern cl::opt<PlanObjective, false, ChoiceParser<PlanObjective>> objectiveOpt;
 extern cl::opt<Format, false, ChoiceParser<Format>> format;
 extern cl::opt<std::string> opsDir;
 /// Values of an ONNX model's data inputs, NAME=FILE,...; it may repeat.

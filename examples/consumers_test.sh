@@ -92,7 +92,7 @@ cells = sum((b[0][1] - b[0][0]) * (b[1][1] - b[1][0]) for b in (w["tiles"]["w1"]
 replicas = 1
 for d, f in zip(next(t["split_dims"] for t in p["tensors"] if t["name"] == "w1"), p["factors"]):
     replicas *= f if d < 0 else 1
-assert cells == 256 * 512 * replicas, (cells, replicas)
+assert cells == 1024 * 4096 * replicas, (cells, replicas)
 print("plan.json: 6 workers, tiles of w1 cover it", replicas, "time(s)")
 EOF
   else

@@ -17,7 +17,7 @@ struct PartitionPlan {
   unsigned workers = 1;
   std::vector<StepChoice> steps;  ///< one per factor of k (one for the single-step baselines)
   std::vector<int64_t> stepBytes; ///< communication added by each step (model)
-  int64_t totalBytes = 0;         ///< the model cost (what the search minimises)
+  int64_t totalBytes = 0;         ///< the model cost (what the bytes objective minimises)
   std::vector<int64_t> nodeBytes; ///< its share per node
   double searchSeconds = 0;       ///< analysis excluded (Problem::build)
   uint64_t largestTable = 0;      ///< entries of the largest DP table
@@ -25,6 +25,9 @@ struct PartitionPlan {
   /// DP variables fixed by conditioning because an elimination was too wide (tofu only; 0:
   /// every step's DP was exact).
   unsigned conditioned = 0;
+  /// What the search minimised: "time" (PlanOptions::time, where the algorithm takes it) or
+  /// "bytes".
+  std::string objective = "bytes";
 };
 
 /// A plan as text, to hand to processes that did not search (one process searches, the

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <memory>
 
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
@@ -25,6 +26,7 @@ struct Trial {
   MemoryPlan memory;
   int64_t peak = 0;
   double weight = 0;
+  int64_t cost = 0; ///< its objective (planObjective): what the fitting plans are compared by
 };
 
 /// The nodes (Problem indices) running while some worker has more than `limit` bytes
@@ -51,9 +53,15 @@ void markPressed(const Trial &t, int64_t limit, std::vector<bool> &pressed) {
 
 /// The search with the price on memory first when `leastMemoryFirst` (a scan over worker
 /// counts, where most counts tried do not fit: one search decides them).
-llvm::Expected<MemoryFit> search(const Problem &p, const PlanOptions &options, int64_t limit,
+llvm::Expected<MemoryFit> search(const Problem &p, const PlanOptions &given, int64_t limit,
                                  const std::vector<std::string> &outputs, bool leastMemoryFirst) {
   const auto start = Clock::now();
+  // The time objective's work per node, estimated once for every search below.
+  PlanOptions options = given;
+  if (options.time && options.time->nodeSeconds) {
+    auto work = std::make_shared<const std::vector<double>>(options.time->nodeSeconds(p));
+    options.time->nodeSeconds = [work](const Problem &) { return *work; };
+  }
   MemoryFit out;
   out.limit = limit;
   std::vector<Trial> trials;
@@ -71,6 +79,8 @@ llvm::Expected<MemoryFit> search(const Problem &p, const PlanOptions &options, i
     t.memory = planMemory(p, t.exec, outputs);
     t.peak = t.memory.largestPeak();
     t.weight = weight;
+    // The bytes objective compares the plans' bytes, as the paper's budgets did.
+    t.cost = t.plan.objective == "time" ? planObjective(p, options, t.plan) : t.plan.totalBytes;
     ++out.searches;
     markPressed(t, limit, pressed);
     trials.push_back(std::move(t));
@@ -79,11 +89,9 @@ llvm::Expected<MemoryFit> search(const Problem &p, const PlanOptions &options, i
   auto finish = [&](bool fits) {
     const Trial *pick = nullptr;
     for (const Trial &t : trials)
-      if (!pick ||
-          (fits ? t.peak <= limit &&
-                      (pick->peak > limit || t.plan.totalBytes < pick->plan.totalBytes ||
-                       (t.plan.totalBytes == pick->plan.totalBytes && t.weight < pick->weight))
-                : t.peak < pick->peak))
+      if (!pick || (fits ? t.peak <= limit && (pick->peak > limit || t.cost < pick->cost ||
+                                               (t.cost == pick->cost && t.weight < pick->weight))
+                         : t.peak < pick->peak))
         pick = &t;
     out.fits = fits;
     out.plan = pick->plan;
@@ -146,6 +154,27 @@ llvm::Expected<MemoryFit> search(const Problem &p, const PlanOptions &options, i
   return finish(fits);
 }
 
+/// search(), and under the time objective, where none of its plans fits, the same by bytes:
+/// the time objective's replicas cost memory, and its prices do not always find as small a
+/// peak as the bytes objective's (a budget never needs more workers by time than by bytes).
+/// The plan that fits, else the smaller peak; the searches and seconds of both.
+llvm::Expected<MemoryFit> searchEither(const Problem &p, const PlanOptions &options, int64_t limit,
+                                       const std::vector<std::string> &outputs,
+                                       bool leastMemoryFirst) {
+  auto timed = search(p, options, limit, outputs, leastMemoryFirst);
+  if (!timed || timed->fits || !options.time)
+    return timed;
+  PlanOptions bytes = options;
+  bytes.time.reset();
+  auto other = search(p, bytes, limit, outputs, leastMemoryFirst);
+  if (!other)
+    return other.takeError();
+  MemoryFit &pick = other->fits || other->peak < timed->peak ? *other : *timed;
+  pick.searches = timed->searches + other->searches;
+  pick.seconds = timed->seconds + other->seconds;
+  return std::move(pick);
+}
+
 } // namespace
 
 llvm::Expected<MemoryFit> searchWithinMemory(const Problem &p, const PlanOptions &options,
@@ -153,7 +182,7 @@ llvm::Expected<MemoryFit> searchWithinMemory(const Problem &p, const PlanOptions
                                              const std::vector<std::string> &outputs) {
   if (limit <= 0)
     return stringError("the memory per worker must be positive");
-  return search(p, options, limit, outputs, false);
+  return searchEither(p, options, limit, outputs, false);
 }
 
 int64_t largestLiveBytes(const MemoryPlan &oneWorker) {
@@ -201,7 +230,7 @@ fitWorkers(const Problem &p, const PlanOptions &options, int64_t limit,
       o = machineOptions(o, *part);
     }
     last = k;
-    auto fit = search(p, o, limit, outputs, true);
+    auto fit = searchEither(p, o, limit, outputs, true);
     if (!fit)
       return fit.takeError();
     out.tried.push_back({k, fit->peak});

@@ -1010,8 +1010,51 @@ llvm::Expected<std::vector<LossTerm>> lossTerms(const std::string &spec) {
   return terms;
 }
 
-llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, const OpLibrary &lib,
-                                           const PipelineOptions &options, Stage *failed) {
+const char kObjectiveHelp[] =
+    "What the search minimises: time (the default), the step estimated on --device: every "
+    "worker's compute (an op a plan repeats on every worker counts on each) and communication "
+    "(over the --topology levels, else the device's link, each message at its latency); or "
+    "bytes, the bytes every worker receives (over a --topology, their time), the paper's "
+    "objective and plans";
+
+const char *objectiveName(PlanObjective o) { return o == PlanObjective::Time ? "time" : "bytes"; }
+
+std::optional<PlanObjective> objectiveNamed(const std::string &name) {
+  if (name == "time")
+    return PlanObjective::Time;
+  if (name == "bytes")
+    return PlanObjective::Bytes;
+  return std::nullopt;
+}
+
+std::vector<double> nodeWorkSeconds(const Problem &p, const DeviceModel &device) {
+  PlanOptions o;
+  o.workers = 1;
+  const ExecPlan exec = buildExecPlan(p, llvm::cantFail(searchPlan(p, o)));
+  std::vector<double> work(p.nodes.size(), 0);
+  auto e = estimateStepTime(p, exec, {}, device);
+  if (!e) { // an op the model cannot estimate: no compute (the search's objective is its bytes)
+    llvm::consumeError(e.takeError());
+    return work;
+  }
+  for (const OpTimeEstimate &op : e->workerOps[0])
+    work[op.node] += op.measured ? std::max(0.0, op.seconds - opLaunchSeconds(device, op))
+                                 : opWorkSeconds(device, op);
+  return work;
+}
+
+TimeObjective stepTimeObjective(const DeviceModel &device, const std::optional<Topology> &machine) {
+  TimeObjective t;
+  t.bytesPerSecond = machine ? machine->levels.back().bandwidth : device.linkBandwidth;
+  t.messageSeconds = device.linkLatency;
+  t.nodeSeconds = [device](const Problem &p) { return nodeWorkSeconds(p, device); };
+  return t;
+}
+
+namespace {
+
+llvm::Expected<PipelineResult> runPipelineAs(Graph g, const std::string &name, const OpLibrary &lib,
+                                             const PipelineOptions &options, Stage *failed) {
   Stage stage = Stage::Graph;
   auto fail = [&](llvm::Error e) {
     if (failed)
@@ -1142,9 +1185,13 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
     const bool grid = options.device && options.search.algorithm == Algorithm::Megatron &&
                       options.search.factors.empty() && options.search.workers > 1;
     auto plan = options.plan ? options.plan(*r.problem) : agreedPlan(options, *r.problem, [&] {
-      return grid ? megatronGridPlan(*r.problem, options.search, *options.device, r.graph.outputs,
-                                     &r.megatronGrid)
-                  : searchPlan(*r.problem, options.search);
+      if (grid)
+        return megatronGridPlan(*r.problem, options.search, *options.device, r.graph.outputs,
+                                &r.megatronGrid);
+      return options.search.time && options.device
+                 ? timedPlan(*r.problem, options.search, *options.device, r.graph.outputs,
+                             r.objectiveChoice)
+                 : searchPlan(*r.problem, options.search);
     });
     if (!plan)
       return fail(plan.takeError());
@@ -1160,6 +1207,58 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
   if (std::string bad = checkMemoryPlan(r.memory); !bad.empty())
     return fail(stringError("the memory plan is unsound: " + bad));
   return llvm::Expected<PipelineResult>(std::move(r));
+}
+
+} // namespace
+
+llvm::Expected<PartitionPlan> timedPlan(const Problem &p, const PlanOptions &search,
+                                        const DeviceModel &device,
+                                        const std::vector<std::string> &outputs,
+                                        std::optional<ObjectiveChoice> &choice) {
+  auto timed = searchPlan(p, search);
+  if (!timed)
+    return timed.takeError();
+  if (timed->objective != "time") // an algorithm of fixed rules: nothing to compare
+    return timed;
+  PlanOptions o = search;
+  o.time.reset();
+  auto bytes = searchPlan(p, o);
+  if (!bytes)
+    return bytes.takeError();
+  auto step = [&](const PartitionPlan &plan) -> llvm::Expected<double> {
+    auto e = estimateStepTime(p, buildExecPlan(p, plan), outputs, device);
+    if (!e)
+      return e.takeError();
+    return e->seconds;
+  };
+  auto t = step(*timed);
+  if (!t)
+    return t.takeError();
+  auto b = step(*bytes);
+  if (!b)
+    return b.takeError();
+  choice = ObjectiveChoice{*t, *b, *b < *t};
+  return *b < *t ? std::move(*bytes) : std::move(*timed);
+}
+
+llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, const OpLibrary &lib,
+                                           const PipelineOptions &options, Stage *failed) {
+  const bool time = options.objective == PlanObjective::Time && options.device;
+  if (!time || options.search.time) {
+    auto r = runPipelineAs(std::move(g), name, lib, options, failed);
+    if (r)
+      r->objective = options.search.time ? PlanObjective::Time : PlanObjective::Bytes;
+    return r;
+  }
+  PipelineOptions timed = options;
+  timed.search.time = stepTimeObjective(*options.device, options.machine);
+  auto r = runPipelineAs(std::move(g), name, lib, timed, failed);
+  if (r) {
+    r->objective = PlanObjective::Time;
+    if (r->staged) // its stages were searched by time
+      r->plan.objective = "time";
+  }
+  return r;
 }
 
 llvm::Expected<PartitionPlan> megatronGridPlan(const Problem &p, const PlanOptions &search,

@@ -82,6 +82,28 @@ enum class Stage {
   Execution, ///< ... the execution plan and every worker's memory planned
 };
 
+/// What the search minimises (--objective).
+enum class PlanObjective {
+  /// The estimated step on PipelineOptions::device (over `machine`'s levels where given, else
+  /// the device's link): every worker's communication and compute (TimeObjective). Without a
+  /// device, bytes.
+  Time,
+  Bytes, ///< the bytes every worker receives (over a machine's levels, their time): the paper's
+};
+const char *objectiveName(PlanObjective o);
+std::optional<PlanObjective> objectiveNamed(const std::string &name);
+/// --objective's description, shared by tofu-plan and tofu-run.
+extern const char kObjectiveHelp[];
+
+/// The time objective of the search on `device` (PlanOptions::time): each node's work on one
+/// worker estimated as planner/step_time.h estimates it without its launches, in units of a
+/// byte over the innermost level of `machine` (else the device's link), whose latency, without
+/// a machine, each message pays.
+TimeObjective stepTimeObjective(const DeviceModel &device, const std::optional<Topology> &machine);
+/// Per node of `p`, its work on one worker of `device` (its ops' seconds without their
+/// launches; a node an element-wise chain is folded into takes the chain's).
+std::vector<double> nodeWorkSeconds(const Problem &p, const DeviceModel &device);
+
 struct PipelineOptions {
   /// Build the training step with this optimiser. A graph whose (chosen) output is not a
   /// scalar gets a loss first (addLoss: softmax cross-entropy against a new input `labels`
@@ -130,6 +152,9 @@ struct PipelineOptions {
   /// best of Megatron-LM's grid, TP x DP for each TP dividing the workers, by the step
   /// estimated on this device (megatronGridPlan); else TP is every worker.
   std::optional<DeviceModel> device;
+  /// What the search minimises. Time (with a `device`) sets search.time for every search the
+  /// pipeline runs, unless it is set already; bytes leaves search.time as it is.
+  PlanObjective objective = PlanObjective::Time;
   /// Pipeline stages (planner/stages.h), where active: the training step over
   /// `stages.microbatches` microbatches (graph/microbatch.h), its layers cut into
   /// `stages.stages` stages, each searched over its own workers (on a `machine`, over the
@@ -205,6 +230,21 @@ struct LossTerm {
 /// given; no output twice). Empty for an empty spec: the first output then.
 llvm::Expected<std::vector<LossTerm>> lossTerms(const std::string &spec);
 
+/// Under the time objective, the plan it found against the bytes objective's, each step
+/// estimated on the device: the shorter is kept (the search's objective sums every worker's
+/// time and leaves launches and synchronisations out, so the plan of least bytes is at times
+/// the faster).
+struct ObjectiveChoice {
+  double timeSeconds = 0, bytesSeconds = 0;
+  bool bytesChosen = false;
+};
+/// searchPlan under `search.time`, and without it; the plan of the shorter step on `device`
+/// (`choice` says how they compared, where the algorithm took the time objective).
+llvm::Expected<PartitionPlan> timedPlan(const Problem &p, const PlanOptions &search,
+                                        const DeviceModel &device,
+                                        const std::vector<std::string> &outputs,
+                                        std::optional<ObjectiveChoice> &choice);
+
 struct PipelineResult {
   std::string name;           ///< the model or file, for messages
   Graph graph;                ///< checked; the training graph when trained
@@ -232,6 +272,11 @@ struct PipelineResult {
   /// plan is moved into `exec`; `plan` names it (StagedPlan::describe), with no steps of its
   /// own and its bytes as `totalBytes`.
   std::optional<StagedPlan> staged;
+  /// The objective the plan was searched by: time only where a device gave it one.
+  PlanObjective objective = PlanObjective::Bytes;
+  /// Without a budget, stages or a machine, under the time objective: its plan against the
+  /// bytes objective's (on the process that chose).
+  std::optional<ObjectiveChoice> objectiveChoice;
 };
 
 /// The message of a budget no plan fits: the worker count and budget, the recomputation

@@ -341,12 +341,19 @@ double opRate(const DeviceModel &d, const OpTimeEstimate &o) {
   return o.bf16 && d.productFlopsBf16 > 0 ? d.productFlopsBf16 : d.productFlops;
 }
 
-double opSeconds(const DeviceModel &d, const OpTimeEstimate &o, double share) {
+double opLaunchSeconds(const DeviceModel &d, const OpTimeEstimate &o) {
   const double library = d.libraryLaunch > 0 ? d.libraryLaunch : d.launch;
-  const double launches = o.conv && d.convLaunch > 0 ? d.convLaunch
-                          : o.product || o.scatter   ? library
-                                                     : o.passes * d.launch;
-  return launches + std::max(o.flops / (opRate(d, o) * share), o.bytes / (d.bandwidth * share));
+  return o.conv && d.convLaunch > 0 ? d.convLaunch
+         : o.product || o.scatter   ? library
+                                    : o.passes * d.launch;
+}
+
+double opWorkSeconds(const DeviceModel &d, const OpTimeEstimate &o, double share) {
+  return std::max(o.flops / (opRate(d, o) * share), o.bytes / (d.bandwidth * share));
+}
+
+double opSeconds(const DeviceModel &d, const OpTimeEstimate &o, double share) {
+  return opLaunchSeconds(d, o) + opWorkSeconds(d, o, share);
 }
 
 namespace {

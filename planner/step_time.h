@@ -165,8 +165,11 @@ struct StepTimeEstimate {
 
 /// The FLOP/s `o` runs at on `d` (at all of its rates).
 double opRate(const DeviceModel &d, const OpTimeEstimate &o);
-/// One op's estimated seconds on `d` at `share` of its rates (the model above).
+/// One op's estimated seconds on `d` at `share` of its rates (the model above): its launches
+/// plus its work.
 double opSeconds(const DeviceModel &d, const OpTimeEstimate &o, double share = 1);
+double opLaunchSeconds(const DeviceModel &d, const OpTimeEstimate &o);
+double opWorkSeconds(const DeviceModel &d, const OpTimeEstimate &o, double share = 1);
 
 /// The estimate for plan `plan` of `p` on `device`. `topology`, where given, is the machine
 /// (its levels' bandwidths and latencies); otherwise every pair of workers is joined by the

@@ -39,6 +39,8 @@ PlanOptions machineOptions(PlanOptions options, const Topology &t) {
   options.workers = t.workers();
   options.factors = topologyFactors(t);
   options.prefixWeights = topologyWeights(t);
+  if (options.time) // the weights' unit: a byte over the innermost level
+    options.time->bytesPerSecond = t.levels.back().bandwidth;
   return options;
 }
 
@@ -115,7 +117,9 @@ llvm::Expected<TopologyPlan> searchForTopology(const Problem &p, PlanOptions opt
   TopologyPlan out;
   options.factors.clear();
   options.prefixWeights = {};
-  auto blind = searchPlan(p, options);
+  PlanOptions bytesOnly = options;
+  bytesOnly.time.reset();
+  auto blind = searchPlan(p, bytesOnly);
   if (!blind)
     return blind.takeError();
   out.leastBytes = std::move(*blind);
@@ -125,7 +129,12 @@ llvm::Expected<TopologyPlan> searchForTopology(const Problem &p, PlanOptions opt
     return weighted.takeError();
   out.weighted = std::move(*weighted);
   out.weightedTraffic = topologyTraffic(p, buildExecPlan(p, out.weighted), t);
-  out.leastBytesChosen = out.leastBytesTraffic.slowestSeconds < out.weightedTraffic.slowestSeconds;
+  // Under the time objective each plan's compute counts too (a worker's, on average).
+  auto compute = [&](const PartitionPlan &plan) {
+    return options.time ? planComputeSeconds(p, *options.time, plan.steps) : 0.0;
+  };
+  out.leastBytesChosen = out.leastBytesTraffic.slowestSeconds + compute(out.leastBytes) <
+                         out.weightedTraffic.slowestSeconds + compute(out.weighted);
   out.plan = out.leastBytesChosen ? out.leastBytes : out.weighted;
   out.traffic = out.leastBytesChosen ? out.leastBytesTraffic : out.weightedTraffic;
   return out;

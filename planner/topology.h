@@ -70,7 +70,9 @@ PlanOptions machineOptions(PlanOptions options, const Topology &t);
 /// without them (the plan of least bytes); each one's traffic counted from its execution
 /// plan; the one whose slowest worker's estimated time is lower is chosen (the weighted
 /// search minimises every worker's time together, and it is a heuristic search, so the
-/// plan of least bytes may still have the faster slowest worker).
+/// plan of least bytes may still have the faster slowest worker). Under the time objective
+/// (PlanOptions::time) the machine's search weighs compute too, and each plan's average
+/// compute per worker (planComputeSeconds) is added to its slowest worker's traffic.
 struct TopologyPlan {
   PartitionPlan plan; ///< the chosen one
   TopologyTraffic traffic;

@@ -238,6 +238,10 @@ std::optional<Failure> pipelineOptions(const PlanArgs &a, tofu::PipelineOptions 
   if (!precision)
     return usage(fmt::format("precision '{}': not fp32 or bf16", a.precision));
   o.precision = *precision;
+  auto objective = tofu::objectiveNamed(a.objective);
+  if (!objective)
+    return usage(fmt::format("objective '{}': not time or bytes", a.objective));
+  o.objective = *objective;
   o.until = tofu::Stage::Plan;
   if (a.workers == 0 || a.workers > tofu::kMaxWorkers)
     return usage(fmt::format("workers must be 1 to {}", tofu::kMaxWorkers));
@@ -385,6 +389,7 @@ PYBIND11_MODULE(_tofu, m) {
       .def_readwrite("recompute", &PlanArgs::recompute)
       .def_readwrite("topology", &PlanArgs::topology)
       .def_readwrite("device", &PlanArgs::device)
+      .def_readwrite("objective", &PlanArgs::objective)
       .def_readwrite("anchor", &PlanArgs::anchor)
       .def_readwrite("ops_dir", &PlanArgs::opsDir);
   py::class_<PlanHandle>(m, "PlanHandle")

@@ -51,6 +51,7 @@ struct PlanArgs {
   std::string optimizer = "adam", precision = "fp32", algorithm = "tofu", megatron, stages;
   unsigned microbatches = 0; ///< 0: not given
   std::string schedule, memoryPerWorker, recompute, topology, device = "h100";
+  std::string objective = "time"; ///< what the search minimises (tofu-plan --objective)
   std::string anchor, opsDir;
 };
 

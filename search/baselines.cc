@@ -117,10 +117,9 @@ llvm::Error flatSearch(const Problem &p, const PlanOptions &o, const std::vector
   MinSumProblem::Limits limits;
   limits.maxTableEntries = o.maxTableEntries;
   limits.deadline = deadline;
-  const PrefixWeights weights =
-      policyOf(o.algorithm).machineWeights ? o.prefixWeights : PrefixWeights();
-  auto sol = jointSolve(p, o, weights, CoarseSets(p, coarsen(p, o.coarsen, o.coarsen)),
-                        std::move(steps), all, caches, limits, deadline);
+  auto sol = jointSolve(p, o, objectiveOf(p, o, policyOf(o.algorithm).machineWeights),
+                        CoarseSets(p, coarsen(p, o.coarsen, o.coarsen)), std::move(steps), all,
+                        caches, limits, deadline);
   if (!sol)
     return stringError("dp-flat: " + llvm::toString(sol.takeError()));
   plan.steps = std::move(sol->steps);
@@ -129,12 +128,17 @@ llvm::Error flatSearch(const Problem &p, const PlanOptions &o, const std::vector
   return llvm::Error::success();
 }
 
-/// Exhaustive: every assignment of every step but the last, the last solved exactly.
+/// Exhaustive: every assignment of every step but the last, the last solved exactly, by the
+/// objective given (its prefix weights and time objective, under any algorithm).
 llvm::Error exhaustiveSearch(const Problem &p, const PlanOptions &o,
                              const std::vector<unsigned> &factors, Clock::time_point deadline,
                              PartitionPlan &plan) {
   const CoarseSets co(p, coarsen(p, o.coarsen, o.coarsen));
   TermCaches caches(p, factors.size(), 1);
+  // The oracle of every objective: the weights and compute given, whatever the algorithm.
+  const Objective objective = objectiveOf(p, o, true);
+  SearchPolicy replicas = policyOf(Algorithm::Tofu); // Tofu's candidates, replicas if timed
+  replicas.replicas = !objective.work.empty();
   int64_t best = INT64_MAX;
   std::vector<StepChoice> current;
   llvm::Error err = llvm::Error::success();
@@ -146,9 +150,9 @@ llvm::Error exhaustiveSearch(const Problem &p, const PlanOptions &o,
       return;
     }
     unsigned parts = factors[current.size()];
-    Candidates cand = candidates(p, current, current.size(), parts, policyOf(Algorithm::Tofu));
+    Candidates cand = candidates(p, current, current.size(), parts, replicas);
     StepModel m =
-        buildStep(p, co, current, current.size(), parts, cand, caches, nullptr, 0, {}, {});
+        buildStep(p, co, current, current.size(), parts, cand, caches, nullptr, 0, {}, objective);
     if (current.size() + 1 == factors.size()) {
       auto sol = m.msp.solve();
       if (!sol) {
@@ -156,7 +160,7 @@ llvm::Error exhaustiveSearch(const Problem &p, const PlanOptions &o,
         return;
       }
       current.push_back(choiceOf(p, m, parts, sol->values));
-      int64_t c = CostModel(p).modelCost(current);
+      int64_t c = objectiveCost(p, objective, current);
       if (c < best) {
         best = c;
         plan.steps = current;

@@ -27,15 +27,17 @@ namespace searchimpl {
 /// every other step as given: one DP whose variables choose, per coarse set, a sequence of
 /// choices for those steps. With S every step this is dp-flat, the optimum over every
 /// tiling; with S a pair it re-solves two steps of the recursion at once. The objective is
-/// the same as one step's (buildStep): every node's whole cost, plus memory's price.
+/// the same as one step's (buildStep): every node's whole cost, plus memory's price and, under
+/// the time objective, its compute.
 llvm::Expected<JointSolution>
-jointSolve(const Problem &p, const PlanOptions &o, const PrefixWeights &weights,
-           const CoarseSets &co, std::vector<StepChoice> steps, const std::vector<size_t> &S,
-           TermCaches &caches, const MinSumProblem::Limits &limits, Clock::time_point deadline,
-           uint64_t *workLeft, bool neighbourhood) {
+jointSolve(const Problem &p, const PlanOptions &o, const Objective &objective, const CoarseSets &co,
+           std::vector<StepChoice> steps, const std::vector<size_t> &S, TermCaches &caches,
+           const MinSumProblem::Limits &limits, Clock::time_point deadline, uint64_t *workLeft,
+           bool neighbourhood) {
   const unsigned N = static_cast<unsigned>(p.nodes.size());
   const unsigned T = static_cast<unsigned>(p.tensors.size());
   const size_t last = S.back();
+  const PrefixWeights &weights = objective.weights;
   // Per item (nodes n, tensors N + t), its sequences over S (node: strategies; tensor:
   // dimensions). Items that must have the same sequences share them: nodes of one class
   // (nodeClasses) with the same choice at every step, tensors of one shape with the
@@ -227,6 +229,17 @@ jointSolve(const Problem &p, const PlanOptions &o, const PrefixWeights &weights,
   }
   if (workLeft)
     *workLeft -= std::min(*workLeft, (caches.evaluations() - evaluations) * kEvaluationWork);
+  if (!objective.work.empty()) // the time objective: each node's compute on its sequence
+    for (unsigned n = 0; n < N; ++n) {
+      std::vector<int64_t> u;
+      for (const std::vector<int> &seq : nodeChoice[n]) {
+        setNode(n, seq);
+        u.push_back(computeTerm(objective, n, work, last, lastParts, seq.back()));
+      }
+      for (size_t q = 0; q < S.size(); ++q)
+        work[S[q]].node[n] = steps[S[q]].node[n];
+      tables.add(nodeVar[n], nodeVar[n], [&](unsigned x, unsigned) { return u[x]; });
+    }
   if (o.memoryWeight > 0)
     for (unsigned t = 0; t < T; ++t) {
       std::vector<int64_t> u;

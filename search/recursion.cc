@@ -31,8 +31,7 @@ public:
   RecursiveSearch(const Problem &p, const PlanOptions &o, const std::vector<unsigned> &factors,
                   PartitionPlan &plan)
       : p(p), o(o), factors(factors), plan(plan), co(p, coarsen(p, o.coarsen, o.coarsen)),
-        policy(policyOf(o.algorithm)),
-        weights(policy.machineWeights ? o.prefixWeights : PrefixWeights()),
+        policy(recursionPolicy(o)), objective(objectiveOf(p, o, policy.machineWeights)),
         pool(o.threads ? o.threads : WorkerPool::defaultThreads()),
         caches(p, factors.size(), pool.threads()) {
     limits.maxTableEntries = o.maxTableEntries;
@@ -62,8 +61,9 @@ private:
   PartitionPlan &plan;
   const CoarseSets co;
   const SearchPolicy policy;
-  /// The objective's prefix weights (a machine's levels), remapped for a merged start.
-  PrefixWeights weights;
+  /// The objective: its prefix weights (a machine's levels), remapped for a merged start,
+  /// and the time objective's compute.
+  Objective objective;
   MinSumProblem::Limits limits, pairLimits;
   bool pairsSkipped = false;         ///< some pair's DP did not fit in what was left
   uint64_t pairWorkLeft = kPairWork; ///< for every pair solve of this search
@@ -82,7 +82,7 @@ RecursiveSearch::solveStep(const Steps &steps, size_t i, unsigned parts) {
     return llvm::Expected<std::pair<StepChoice, int64_t>>(std::move(e));
   candidates(p, steps, i, parts, stepPolicy, cand, &caches.classes(), &pool);
   StepModel m = buildStep(p, co, steps, i, parts, cand, caches, &pool, o.memoryWeight,
-                          o.pricedBuffers, weights);
+                          o.pricedBuffers, objective);
   if (i == 0 && plan.variables == 0)
     plan.variables = m.msp.variables();
   auto sol = m.msp.solve(limits, &orders);
@@ -136,7 +136,7 @@ llvm::Error RecursiveSearch::sweepPairs(Steps &steps, int64_t &cost, bool &chang
     bool improved = false;
     for (size_t a = 0; a < steps.size(); ++a)
       for (size_t b = a + 1; b < steps.size() && (b == a + 1 || steps.size() <= 3); ++b) {
-        auto joint = jointSolve(p, o, weights, co, steps, {a, b}, caches, pairLimits,
+        auto joint = jointSolve(p, o, objective, co, steps, {a, b}, caches, pairLimits,
                                 Clock::time_point::max(), &pairWorkLeft, true);
         if (!joint) { // over what is left: no more joint solves in this search
           llvm::consumeError(joint.takeError());
@@ -169,8 +169,7 @@ llvm::Error RecursiveSearch::refine(Steps &steps, int64_t &cost, std::vector<cha
   bool changed = false;
   if (llvm::Error e = sweepPairs(steps, cost, changed))
     return e;
-  if (changed &&
-      CostModel(p).weightedCost(steps, weights) > CostModel(p).weightedCost(before, weights)) {
+  if (changed && objectiveCost(p, objective, steps) > objectiveCost(p, objective, before)) {
     steps = before;
     cost = beforeCost;
   }
@@ -201,15 +200,15 @@ llvm::Error RecursiveSearch::run() {
   if (!policy.jointMoves || !o.jointMoves || factors.size() < 3 || factors.size() > 4 ||
       plan.conditioned > 0 || pairsSkipped)
     return llvm::Error::success();
-  int64_t exact = CostModel(p).weightedCost(plan.steps, weights);
-  const PrefixWeights own = weights;
+  int64_t exact = objectiveCost(p, objective, plan.steps);
+  const PrefixWeights own = objective.weights;
   for (size_t l = 0; l + 1 < factors.size() && !pairsSkipped; ++l) {
     std::vector<unsigned> merged = factors;
     merged[l] *= merged[l + 1];
     merged.erase(merged.begin() + l + 1);
     if (!own.empty()) { // the merged step weighs as the two steps did together
-      weights = own;
-      for (std::vector<double> *ws : {&weights.bytes, &weights.messages})
+      objective.weights = own;
+      for (std::vector<double> *ws : {&objective.weights.bytes, &objective.weights.messages})
         if (!ws->empty()) {
           (*ws)[l] += (*ws)[l + 1];
           ws->erase(ws->begin() + l + 1);
@@ -218,7 +217,7 @@ llvm::Error RecursiveSearch::run() {
     Steps steps;
     int64_t c = 0;
     llvm::Error err = start(merged, steps, c);
-    weights = own;
+    objective.weights = own;
     if (err)
       return err;
     // Split the merged step back: the same choices cut twice, into factors l and l + 1.
@@ -228,7 +227,7 @@ llvm::Error RecursiveSearch::run() {
     c = INT64_MAX; // the first solve of the sweep gives the objective in these steps
     if (llvm::Error e = refine(steps, c, {}))
       return e;
-    const int64_t e = CostModel(p).weightedCost(steps, weights);
+    const int64_t e = objectiveCost(p, objective, steps);
     if (e < exact || (e == exact && c < cost)) {
       plan.steps = std::move(steps);
       cost = c;

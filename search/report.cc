@@ -88,6 +88,11 @@ std::string planTable(const Problem &p, const PartitionPlan &plan, const PlanRep
                        "were fixed by conditioning and the rest improved by coordinate descent\n",
                        plan.conditioned);
   out += fmt::format("search time: {:.3f} s\n", plan.searchSeconds);
+  out +=
+      fmt::format("objective: {}{}\n",
+                  plan.objective == "time" ? "time (the estimated step: compute and communication)"
+                                           : "bytes (the bytes every worker receives)",
+                  o.objectiveNote);
   out += fmt::format("communication per step, every worker counted: {} ({} bytes)\n",
                      humanBytes(double(plan.totalBytes)), plan.totalBytes);
   if (o.exact && plan.workers > 1) {
@@ -170,6 +175,7 @@ std::string planJson(const Problem &p, const PartitionPlan &plan, const PlanRepo
   j["factors"] = partsOf(plan);
   j["algorithm"] = plan.algorithm;
   j["search_seconds"] = plan.searchSeconds;
+  j["objective"] = plan.objective;
   j["communication_bytes"] = plan.totalBytes;
   if (o.exact && plan.workers > 1)
     j["communication_bytes_every_worker"] = CostModel(p).bruteForceCost(plan.steps);

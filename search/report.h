@@ -31,6 +31,9 @@ struct PlanReportOptions {
   /// worker runs then (empty: not known).
   std::vector<std::pair<std::string, int64_t>> liveLargest;
   std::string peakNode;
+  /// Said after the objective (how the time objective's plan compared with the bytes
+  /// objective's), where not empty.
+  std::string objectiveNote;
 };
 
 /// Human-readable: summary, per-step communication, memory, then per tensor and per op.

@@ -114,6 +114,12 @@ SearchPolicy searchimpl::policyOf(Algorithm a) {
   return p;
 }
 
+searchimpl::SearchPolicy searchimpl::recursionPolicy(const PlanOptions &o) {
+  SearchPolicy p = policyOf(o.algorithm);
+  p.replicas = p.machineWeights && o.time && o.time->nodeSeconds;
+  return p;
+}
+
 const char *algorithmName(Algorithm a) {
   for (const AlgorithmInfo &info : algorithms())
     if (info.algorithm == a)
@@ -224,7 +230,33 @@ llvm::Error batchPartsError(const Problem &p, unsigned parts, Algorithm a) {
   return batchCutError(p, parts, algorithmName(a));
 }
 
-llvm::Expected<PartitionPlan> searchPlan(const Problem &p, const PlanOptions &o) {
+namespace {
+
+/// Under the time objective without a machine's weights: one link between every pair of
+/// workers, every byte at its bandwidth (the unit), every message at its latency.
+void addLinkWeights(PlanOptions &o, size_t steps) {
+  if (!o.time || !o.prefixWeights.empty() || steps == 0)
+    return;
+  o.prefixWeights.bytes.assign(steps, 0);
+  o.prefixWeights.bytes.back() = 1;
+  if (o.time->messageSeconds > 0) {
+    o.prefixWeights.messages.assign(steps, 0);
+    o.prefixWeights.messages.back() = o.time->messageSeconds * o.time->bytesPerSecond;
+  }
+}
+
+} // namespace
+
+int64_t planObjective(const Problem &p, const PlanOptions &given, const PartitionPlan &plan) {
+  PlanOptions o = given;
+  addLinkWeights(o, plan.steps.size());
+  if (o.prefixWeights.bytes.size() != plan.steps.size())
+    o.prefixWeights = {};
+  return objectiveCost(p, objectiveOf(p, o, plan.objective == "time"), plan.steps);
+}
+
+llvm::Expected<PartitionPlan> searchPlan(const Problem &p, const PlanOptions &given) {
+  PlanOptions o = given;
   if (o.workers == 0)
     return stringError("the number of workers must be at least 1");
   if (o.algorithm == Algorithm::SmallBatch)
@@ -253,6 +285,9 @@ llvm::Expected<PartitionPlan> searchPlan(const Problem &p, const PlanOptions &o)
   if (o.workers > 1 && product != o.workers)
     return stringError(
         fmt::format("the recursion's steps make {} parts for {} workers", product, o.workers));
+  if (o.time && !(o.time->bytesPerSecond > 0))
+    return stringError("the time objective needs the link's bandwidth (bytes per second > 0)");
+  addLinkWeights(o, factors.size());
   for (const std::vector<double> *ws : {&o.prefixWeights.bytes, &o.prefixWeights.messages})
     if (!ws->empty() && ws->size() != factors.size())
       return stringError(
@@ -292,6 +327,10 @@ llvm::Expected<PartitionPlan> searchPlan(const Problem &p, const PlanOptions &o)
   if (err)
     return llvm::Expected<PartitionPlan>(std::move(err));
   plan.searchSeconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (o.time && o.workers > 1 &&
+      (recursionPolicy(o).replicas ||
+       policyOf(o.algorithm).driver == SearchPolicy::Driver::Exhaustive))
+    plan.objective = "time";
   finishPlan(p, plan);
   return plan;
 }

@@ -6,6 +6,7 @@
 #define TOFU_SEARCH_SEARCH_H
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,23 @@ std::optional<Algorithm> parseAlgorithm(const std::string &name);
 /// "tofu, dp-flat, ..." for help texts.
 std::string algorithmNames();
 
+/// The estimated step as the search's objective (PlanOptions::time): every worker's
+/// communication, as a machine's levels or one link carry it, plus every worker's compute.
+/// planner/pipeline.h fills it from a device model (--objective time).
+struct TimeObjective {
+  /// Per node of the problem searched, the seconds its work takes on one worker: the part
+  /// its workers divide among themselves (the FLOPs and bytes, not a kernel's launches). A
+  /// node a step replicates computes its share of it whole in each of that step's parts.
+  std::function<std::vector<double>(const Problem &)> nodeSeconds;
+  /// The objective's unit: a byte received over the link (a machine's innermost level, else
+  /// the device's link) takes 1 / bytesPerSecond seconds, and each second of compute counts
+  /// as bytesPerSecond units. Positive.
+  double bytesPerSecond = 0;
+  /// Without prefix weights (no machine's levels): each message's seconds over the link,
+  /// weighing every fetch as a machine's latencies do.
+  double messageSeconds = 0;
+};
+
 struct PlanOptions {
   unsigned workers = 8;
   Algorithm algorithm = Algorithm::Tofu;
@@ -77,6 +95,12 @@ struct PlanOptions {
   /// the steps up to it (CostModel::stepTerms); empty: communication alone. tofu, icml18 and
   /// dp-flat use it.
   PrefixWeights prefixWeights;
+  /// Where given, the objective of tofu, icml18, dp-flat and exhaustive is the estimated
+  /// step: communication over the prefix weights' levels (without them, over one link at
+  /// TimeObjective's bandwidth and latency) plus every worker's compute, all in units of the
+  /// link's bytes. Unset: communication alone, the paper's objective (--objective bytes).
+  /// The plan's reported figures stay its bytes.
+  std::optional<TimeObjective> time;
   /// tofu: after the single-step sweeps, the moves beyond them (pairs of steps solved
   /// jointly, merged-factor starts; within a work budget). false: the sweeps alone.
   bool jointMoves = true;
@@ -85,6 +109,17 @@ struct PlanOptions {
   /// 8. The plan is the same at any count.
   unsigned threads = 0;
 };
+
+/// A plan's objective, in the search's units: its bytes (over the prefix weights' levels)
+/// and, where the time objective searched it (plan.objective "time"), every worker's compute
+/// (o.time's). What a budgeted search compares its candidates by.
+int64_t planObjective(const Problem &p, const PlanOptions &o, const PartitionPlan &plan);
+
+/// The time objective's compute of a plan's steps: each node's work (t.nodeSeconds of `p`)
+/// times the workers that compute it whole (the parts of every step that replicates it),
+/// summed, over the plan's workers: a worker's compute, on average, in seconds.
+double planComputeSeconds(const Problem &p, const TimeObjective &t,
+                          const std::vector<StepChoice> &steps);
 
 /// Megatron-LM's TP x DP as the steps of `o` (factors and stepAlgorithms): data
 /// parallelism across `dp` groups as the outer step, Megatron's cuts over the `tp` workers

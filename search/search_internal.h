@@ -77,8 +77,15 @@ struct SearchPolicy {
   /// Weights, their gradients and state cut as Megatron-LM cuts them (megatronCuts); the
   /// other tensors and every op as the DP finds best.
   bool megatron = false;
+  /// Every op and tensor may also be replicated, each worker computing or holding it whole
+  /// (else only one that no strategy splits): under the time objective, which prices the
+  /// compute repeated against the communication saved (recursionPolicy).
+  bool replicas = false;
 };
 SearchPolicy policyOf(Algorithm a);
+/// The policy of `o`'s algorithm in the recursion and the exhaustive search: replicas under
+/// the time objective (PlanOptions::time) where the algorithm takes a machine's weights.
+SearchPolicy recursionPolicy(const PlanOptions &o);
 
 /// The candidates of one step: per node its strategies (or -1), per tensor its dimensions
 /// (or -1) that can be split into `parts` given the earlier steps.
@@ -404,6 +411,24 @@ inline int64_t memoryCost(double weight, int64_t bytes) {
   return static_cast<int64_t>(std::llround(weight * double(bytes)));
 }
 
+/// What a search minimises: communication over the prefix weights' levels (empty: bytes)
+/// and, under the time objective (PlanOptions::time), every worker's compute.
+struct Objective {
+  PrefixWeights weights;
+  /// Per node, its divisible work (TimeObjective::nodeSeconds) in cost units; empty: none.
+  std::vector<double> work;
+};
+/// The objective of an algorithm that takes a machine's weights (SearchPolicy::machineWeights:
+/// o's weights, and the time objective's compute of `p`'s nodes), else communication alone.
+Objective objectiveOf(const Problem &p, const PlanOptions &o, bool machineWeights);
+/// Node n's compute, summed over every worker, where step i of `steps` (i == steps.size():
+/// appended) takes `parts` parts with the node on strategy s: its work times the parts of
+/// each step that replicates it (-1), the steps still to come counted as splitting it.
+int64_t computeTerm(const Objective &obj, unsigned n, const std::vector<StepChoice> &steps,
+                    size_t i, unsigned parts, int s);
+/// The objective of a plan's steps: CostModel::weightedCost plus every node's compute.
+int64_t objectiveCost(const Problem &p, const Objective &obj, const std::vector<StepChoice> &steps);
+
 /// A coarsening's sets with their members (nodes n, tensors N + t), and each item's
 /// topological position (a tensor: its producer's or earliest consumer's), computed once
 /// per search.
@@ -476,7 +501,7 @@ size_t coarseVariables(const CoarseSets &co, LabelsOf labelsOf, Assign assign) {
 StepModel buildStep(const Problem &p, const CoarseSets &co, const std::vector<StepChoice> &steps,
                     size_t i, unsigned parts, const Candidates &cand, TermCaches &caches,
                     WorkerPool *pool, double memoryWeight, const std::vector<bool> &pricedBuffers,
-                    const PrefixWeights &weights);
+                    const Objective &objective);
 
 StepChoice choiceOf(const Problem &p, const StepModel &m, unsigned parts,
                     const std::vector<unsigned> &values);
@@ -549,9 +574,9 @@ struct JointSolution {
 
 /// Several steps solved together (joint_solve.cc).
 llvm::Expected<JointSolution>
-jointSolve(const Problem &p, const PlanOptions &o, const PrefixWeights &weights,
-           const CoarseSets &co, std::vector<StepChoice> steps, const std::vector<size_t> &S,
-           TermCaches &caches, const MinSumProblem::Limits &limits, Clock::time_point deadline,
+jointSolve(const Problem &p, const PlanOptions &o, const Objective &objective, const CoarseSets &co,
+           std::vector<StepChoice> steps, const std::vector<size_t> &S, TermCaches &caches,
+           const MinSumProblem::Limits &limits, Clock::time_point deadline,
            uint64_t *workLeft = nullptr, bool neighbourhood = false);
 
 /// The recursion over the factors of k (recursion.cc).

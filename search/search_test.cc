@@ -361,19 +361,25 @@ bool sameSteps(const PartitionPlan &a, const PartitionPlan &b) {
   return true;
 }
 
+/// x·w1, a ReLU, then ·w2 (x 8x12, w1 12x16, w2 16x4): a small chain the exact searches
+/// enumerate quickly.
+Problem productChain() {
+  Graph g;
+  EXPECT_FALSE(g.addTensor(tensor("x", {8, 12})));
+  EXPECT_FALSE(g.addTensor(tensor("w1", {12, 16}, TensorRole::Weight)));
+  EXPECT_FALSE(g.addTensor(tensor("w2", {16, 4}, TensorRole::Weight)));
+  EXPECT_FALSE(g.addNode(node("h", "MatMul", {"x", "w1"}, {{"b", 0}})));
+  EXPECT_FALSE(g.addNode(node("r", "Relu", {"h_out"}, {{"i", 2}})));
+  EXPECT_FALSE(g.addNode(node("y", "MatMul", {"r_out", "w2"}, {{"b", 0}})));
+  g.outputs = {"y_out"};
+  return problemOf(std::move(g));
+}
+
 TEST(Search, ExhaustiveAndDpFlatAgreeOnTheOptimum) {
   // Two exact methods over every tiling (enumeration of all first steps with the last step
   // solved by the DP, and one DP over whole tilings) find the same least cost; the
   // recursion can only be worse or equal.
-  Graph g;
-  ASSERT_FALSE(g.addTensor(tensor("x", {8, 12})));
-  ASSERT_FALSE(g.addTensor(tensor("w1", {12, 16}, TensorRole::Weight)));
-  ASSERT_FALSE(g.addTensor(tensor("w2", {16, 4}, TensorRole::Weight)));
-  ASSERT_FALSE(g.addNode(node("h", "MatMul", {"x", "w1"}, {{"b", 0}})));
-  ASSERT_FALSE(g.addNode(node("r", "Relu", {"h_out"}, {{"i", 2}})));
-  ASSERT_FALSE(g.addNode(node("y", "MatMul", {"r_out", "w2"}, {{"b", 0}})));
-  g.outputs = {"y_out"};
-  Problem p = problemOf(std::move(g));
+  Problem p = productChain();
   for (unsigned k : {4u, 6u}) {
     PartitionPlan e = plan(p, k, Algorithm::Exhaustive);
     PartitionPlan f = plan(p, k, Algorithm::DpFlat);
@@ -382,6 +388,86 @@ TEST(Search, ExhaustiveAndDpFlatAgreeOnTheOptimum) {
     EXPECT_EQ(e.totalBytes, CostModel(p).modelCost(e.steps));
     EXPECT_LE(e.totalBytes, t.totalBytes) << k;
     EXPECT_EQ(t.totalBytes, e.totalBytes) << k; // on this chain the recursion finds it
+  }
+}
+
+/// A plan's objective under a time objective of `seconds` per node and a link of one byte
+/// a second (no latency), computed here: its bytes plus each node's work times the workers
+/// that compute it whole.
+double timeObjectiveOf(const Problem &p, const PartitionPlan &plan, double seconds) {
+  double total = double(CostModel(p).modelCost(plan.steps));
+  for (unsigned n = 0; n < p.nodes.size(); ++n) {
+    double copies = 1;
+    for (const StepChoice &c : plan.steps)
+      if (c.node[n] < 0)
+        copies *= c.parts;
+    total += seconds * copies;
+  }
+  return total;
+}
+
+PartitionPlan timedPlan(const Problem &p, unsigned k, Algorithm a, double seconds) {
+  PlanOptions o;
+  o.workers = k;
+  o.algorithm = a;
+  TimeObjective t;
+  t.bytesPerSecond = 1;
+  t.nodeSeconds = [seconds](const Problem &q) {
+    return std::vector<double>(q.nodes.size(), seconds);
+  };
+  o.time = t;
+  auto r = searchPlan(p, o);
+  EXPECT_TRUE(bool(r)) << algorithmName(a) << ": " << llvm::toString(r.takeError());
+  return r ? std::move(*r) : PartitionPlan();
+}
+
+TEST(Search, TheTimeObjectiveRepeatsAnOpWhereSplittingItCostsMoreThanItsCompute) {
+  // y = x·w, x 1x1024 and w 1024x1, on 4 workers: only the sum over 1024 splits, so the
+  // paper's space (every op split) splits it and combines 4 partial results. The time objective may
+  // also compute y whole on every worker: 4 times its work against the partial results' bytes.
+  // Cheap, it is repeated; dear, it is split as the bytes objective splits it. The exhaustive
+  // search over the same objective agrees.
+  Graph g;
+  ASSERT_FALSE(g.addTensor(tensor("x", {1, 1024})));
+  ASSERT_FALSE(g.addTensor(tensor("w", {1024, 1}, TensorRole::Weight)));
+  ASSERT_FALSE(g.addNode(node("y", "MatMul", {"x", "w"}, {{"b", 0}})));
+  g.outputs = {"y_out"};
+  Problem p = problemOf(std::move(g));
+  const PartitionPlan bytes = plan(p, 4, Algorithm::Tofu);
+  ASSERT_GT(bytes.totalBytes, 0);
+  for (const StepChoice &c : bytes.steps)
+    EXPECT_TRUE(p.isReduction(0, c.node[0]));
+  const double split = timeObjectiveOf(p, bytes, 1);
+  // Cheap: repeated on every worker, nothing moved.
+  PartitionPlan cheap = timedPlan(p, 4, Algorithm::Tofu, 1);
+  EXPECT_EQ(cheap.totalBytes, 0);
+  for (const StepChoice &c : cheap.steps)
+    EXPECT_EQ(c.node[0], -1);
+  EXPECT_LT(timeObjectiveOf(p, cheap, 1), split);
+  PartitionPlan oracle = timedPlan(p, 4, Algorithm::Exhaustive, 1);
+  EXPECT_EQ(timeObjectiveOf(p, oracle, 1), timeObjectiveOf(p, cheap, 1));
+  // Dear (its work a thousand times the partial results' bytes): split as by bytes.
+  const double dear = 1000.0 * double(bytes.totalBytes);
+  PartitionPlan costly = timedPlan(p, 4, Algorithm::Tofu, dear);
+  EXPECT_EQ(costly.totalBytes, bytes.totalBytes);
+  for (const StepChoice &c : costly.steps)
+    EXPECT_NE(c.node[0], -1);
+  oracle = timedPlan(p, 4, Algorithm::Exhaustive, dear);
+  EXPECT_EQ(timeObjectiveOf(p, oracle, dear), timeObjectiveOf(p, costly, dear));
+}
+
+TEST(Search, TheTimeObjectiveMatchesTheExhaustiveSearch) {
+  // A chain's ops, each as dear as some of the bytes its plan moves: the recursion's plan
+  // under the time objective costs what the exhaustive search's optimum costs, and no more
+  // than the plan of least bytes does under that objective.
+  Problem p = productChain();
+  for (double seconds : {4.0, 64.0, 1024.0}) {
+    const PartitionPlan bytes = plan(p, 4, Algorithm::Tofu);
+    PartitionPlan t = timedPlan(p, 4, Algorithm::Tofu, seconds);
+    PartitionPlan e = timedPlan(p, 4, Algorithm::Exhaustive, seconds);
+    EXPECT_EQ(timeObjectiveOf(p, e, seconds), timeObjectiveOf(p, t, seconds)) << seconds;
+    EXPECT_LE(timeObjectiveOf(p, t, seconds), timeObjectiveOf(p, bytes, seconds)) << seconds;
+    EXPECT_LE(timeObjectiveOf(p, e, seconds), timeObjectiveOf(p, bytes, seconds)) << seconds;
   }
 }
 

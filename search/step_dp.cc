@@ -272,7 +272,7 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
         if (ok)
           list.push_back(static_cast<int>(s));
       }
-      if (list.empty())
+      if (list.empty() || policy.replicas)
         list.push_back(-1);
     }
   };
@@ -319,7 +319,7 @@ void candidates(const Problem &p, const std::vector<StepChoice> &steps, size_t i
         if (can)
           list.push_back(fixed[t]);
       }
-      if (list.empty())
+      if (list.empty() || policy.replicas) // replicas: every worker may hold it whole
         list.push_back(-1);
     }
   };
@@ -374,7 +374,8 @@ thread_local size_t CostTables::lastSize_ = 0;
 StepModel buildStep(const Problem &p, const CoarseSets &co, const std::vector<StepChoice> &steps,
                     size_t i, unsigned parts, const Candidates &cand, TermCaches &caches,
                     WorkerPool *pool, double memoryWeight, const std::vector<bool> &pricedBuffers,
-                    const PrefixWeights &weights) {
+                    const Objective &objective) {
+  const PrefixWeights &weights = objective.weights;
   StepModel m;
   const unsigned N = static_cast<unsigned>(p.nodes.size());
   const unsigned T = static_cast<unsigned>(p.tensors.size());
@@ -470,6 +471,13 @@ StepModel buildStep(const Problem &p, const CoarseSets &co, const std::vector<St
       });
     }
   }
+  if (!objective.work.empty()) // the time objective: each node's compute on its choice
+    for (unsigned n = 0; n < N; ++n) {
+      std::vector<int64_t> u;
+      for (int s : m.nodeChoice[n])
+        u.push_back(computeTerm(objective, n, steps, i, parts, s));
+      tables.add(m.nodeVar[n], m.nodeVar[n], [&](unsigned x, unsigned) { return u[x]; });
+    }
   if (memoryWeight > 0) {
     const size_t depth = std::max(steps.size(), i + 1);
     for (unsigned t = 0; t < T; ++t) {
@@ -486,6 +494,64 @@ StepModel buildStep(const Problem &p, const CoarseSets &co, const std::vector<St
   tables.flush();
   return m;
 }
+
+Objective objectiveOf(const Problem &p, const PlanOptions &o, bool machineWeights) {
+  Objective out;
+  if (!machineWeights)
+    return out;
+  out.weights = o.prefixWeights;
+  if (o.time && o.time->nodeSeconds) {
+    out.work = o.time->nodeSeconds(p);
+    out.work.resize(p.nodes.size(), 0);
+    for (double &w : out.work)
+      w *= o.time->bytesPerSecond;
+  }
+  return out;
+}
+
+int64_t computeTerm(const Objective &obj, unsigned n, const std::vector<StepChoice> &steps,
+                    size_t i, unsigned parts, int s) {
+  if (obj.work.empty() || obj.work[n] == 0)
+    return 0;
+  double copies = s < 0 ? parts : 1;
+  for (size_t l = 0; l < steps.size(); ++l)
+    if (l != i && steps[l].node[n] < 0)
+      copies *= steps[l].parts;
+  return std::llround(obj.work[n] * copies);
+}
+
+int64_t objectiveCost(const Problem &p, const Objective &obj,
+                      const std::vector<StepChoice> &steps) {
+  int64_t c = CostModel(p).weightedCost(steps, obj.weights);
+  if (!obj.work.empty() && !steps.empty())
+    for (unsigned n = 0; n < p.nodes.size(); ++n)
+      c += computeTerm(obj, n, steps, 0, steps[0].parts, steps[0].node[n]);
+  return c;
+}
+
+} // namespace searchimpl
+
+double planComputeSeconds(const Problem &p, const TimeObjective &t,
+                          const std::vector<StepChoice> &steps) {
+  if (!t.nodeSeconds)
+    return 0;
+  searchimpl::Objective obj;
+  obj.work = t.nodeSeconds(p);
+  obj.work.resize(p.nodes.size(), 0);
+  double total = 0, workers = 1;
+  for (const StepChoice &c : steps)
+    workers *= c.parts;
+  for (unsigned n = 0; n < p.nodes.size(); ++n) {
+    double copies = 1;
+    for (const StepChoice &c : steps)
+      if (c.node[n] < 0)
+        copies *= c.parts;
+    total += obj.work[n] * copies;
+  }
+  return total / workers;
+}
+
+namespace searchimpl {
 
 StepChoice choiceOf(const Problem &p, const StepModel &m, unsigned parts,
                     const std::vector<unsigned> &values) {

@@ -35,7 +35,9 @@ check "table per-step rows" grep -q "^| 2 | 2 | " "$tmp/table.txt"
 check "table lists fc2_w" grep -q "^| fc2_w | weight | 4096x4096 | " "$tmp/table.txt"
 check "table lists the ops" grep -q "^| fc1 | MatMul | " "$tmp/table.txt"
 
-"$plan" --model mlp --batch 16 --train --workers 6 --format=json --svg "$tmp/plan.svg" >"$tmp/plan.json"
+# The paper's objective cuts every tensor into k tiles where it can (the time objective may
+# keep one whole on every worker).
+"$plan" --model mlp --batch 16 --train --workers 6 --objective bytes --format=json --svg "$tmp/plan.svg" >"$tmp/plan.json"
 check "json exit status" test $? -eq 0
 check "json parses and is consistent" python3 - "$tmp/plan.json" <<'PY'
 import json, sys
@@ -51,6 +53,18 @@ assert g == 6, w
 PY
 check "svg written" grep -q "<title>fc1_w worker 5</title>" "$tmp/plan.svg"
 
+# --objective time (the default) against bytes: the step estimated on --device (h100) is no
+# longer, and the plan says which objective searched it.
+for m in "mlp --batch 16" "gpt-1-16-2-4 --batch 8" "wresnet-50-1-i32-c4-k10 --batch 16"; do
+  "$plan" --model $m --train --workers 4 --format=json >"$tmp/ot.json"
+  "$plan" --model $m --train --workers 4 --objective bytes --format=json >"$tmp/ob.json"
+  check "--objective time: a step no longer than bytes' ($m)" python3 - "$tmp/ot.json" "$tmp/ob.json" <<'PY'
+import json, sys
+t, b = (json.load(open(p)) for p in sys.argv[1:])
+assert t["objective"] == "time" and b["objective"] == "bytes", (t["objective"], b["objective"])
+assert 0 < t["step_time"]["seconds"] <= b["step_time"]["seconds"], (t["step_time"]["seconds"], b["step_time"]["seconds"])
+PY
+done
 for algo in dp-flat icml18 equalchop spartan allrow data-parallel zero3 megatron; do
   "$plan" --model mlp --batch 16 --train --workers 4 --algo "$algo" --summary >"$tmp/a.txt"
   check "--algo $algo" grep -q "algorithm $algo$" "$tmp/a.txt"
@@ -80,7 +94,7 @@ check "--stages 2 --format=json" test $? -eq 0
 check "--algo placement --format=json" test $? -eq 0
 # On a machine each stage is searched over its node: the bytes over the levels are the
 # execution plan's.
-"$plan" --model gpt-2-64-4-16 --batch 8 --train --topology 2x2:12.5GB/s@5us,150GB/s@1us --stages 2 --microbatches 2 --format=json >"$tmp/stt.json"
+"$plan" --model gpt-2-64-4-16 --batch 8 --train --topology 2x2:12.5GB/s@5us,150GB/s@1us --stages 2 --microbatches 2 --objective bytes --format=json >"$tmp/stt.json"
 check "--stages 2 --topology 2x2" test $? -eq 0
 # --fit over stages: the fewest workers, a multiple of the stages filling part of the machine.
 "$plan" --model gpt-2-64-4-16 --batch 8 --train --stages 2 --microbatches 2 --fit 30MB --topology 2x2:12.5GB/s@5us,150GB/s@1us --format=json >"$tmp/stf.json" 2>"$tmp/stf.err"
@@ -149,6 +163,7 @@ expect_error() { # expected message, args...
   fi
 }
 expect_error "--workers must be 1 to 4096" --model mlp --workers 0
+expect_error "for the --objective option: must be time or bytes, not 'speed'" --model mlp --workers 2 --objective speed
 expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch, placement, swap or exhaustive, not 'best'" --model mlp --workers 2 --algo best
 expect_error "for the --format option: must be table or json, not 'xml'" --model mlp --workers 2 --format xml
 expect_error "--svg draws one partition's tiles; a pipeline has one per stage" --model mlp --train --workers 2 --algo placement --svg "$tmp/p.svg"
@@ -177,7 +192,7 @@ expect_error "--fit: 'lots' is not a number of bytes" --model mlp --fit lots
 expect_error "unknown unit 'XB'" --model mlp --workers 2 --memory-per-worker 3XB
 expect_error "no plan on at most 2 workers" --model mlp --train --fit 10MiB --max-workers 2
 expect_error "ran out of its time budget" --model wresnet-50-1 --batch 2 --train --workers 8 --algo exhaustive --budget 0.5
-"$plan" --model wresnet-50-1-i32-c8-k10 --batch 16 --train --topology 2x4:12.5GB/s@5us,150GB/s@1us --format=json >"$tmp/topo.json"
+"$plan" --model wresnet-50-1-i32-c8-k10 --batch 16 --train --topology 2x4:12.5GB/s@5us,150GB/s@1us --objective bytes --format=json >"$tmp/topo.json"
 check "--topology exit status" test $? -eq 0
 check "--topology json: fewer bytes between nodes, a lower estimate" python3 - "$tmp/topo.json" <<'PY'
 import json, sys
@@ -244,8 +259,8 @@ expect_error "--recompute applies to a training step" --model mlp --workers 2 --
 expect_error "--recompute auto recomputes what a memory budget needs" --model mlp --train --workers 2 --recompute auto
 # --precision bf16: bfloat16 activations and gradients, float32 weights and state, casts as
 # ops, and less traffic than float32 for the same model and workers.
-"$plan" --model mlp --batch 16 --train --workers 4 --format=json >"$tmp/fp32.json"
-"$plan" --model mlp --batch 16 --train --workers 4 --precision bf16 --format=json >"$tmp/bf16.json"
+"$plan" --model mlp --batch 16 --train --workers 4 --objective bytes --format=json >"$tmp/fp32.json"
+"$plan" --model mlp --batch 16 --train --workers 4 --precision bf16 --objective bytes --format=json >"$tmp/bf16.json"
 check "--precision bf16 exit status" test $? -eq 0
 check "--precision bf16: dtypes, casts and traffic" python3 - "$tmp/fp32.json" "$tmp/bf16.json" <<'PY'
 import json, sys
@@ -293,10 +308,11 @@ check "--precision bf16: the exported GELU joined into one op" \
   grep -q "; 1 GELU the export spelled out in five ops joined into one" "$tmp/gelu_bf16.txt"
 expect_error "must be fp32 or bf16, not 'fp16'" --model mlp --workers 2 --precision fp16
 # The estimated step time: on an H100 by default; the JSON's phases sum to it (fp32 and
-# bf16); an A100 is slower; a device model file is read; an unknown device is refused
+# bf16); an A100 is slower on the same plan (the bytes objective's, which no device
+# changes); a device model file is read; an unknown device is refused
 # before any planning.
 check "step time on the default H100" grep -q "^estimated step time on H100 SXM (data sheet" "$tmp/table.txt"
-"$plan" --model mlp --batch 16 --train --workers 4 --device a100 --format=json >"$tmp/a100.json"
+"$plan" --model mlp --batch 16 --train --workers 4 --device a100 --objective bytes --format=json >"$tmp/a100.json"
 check "--device a100 exit status" test $? -eq 0
 check "--device: the phases, the workers and the devices" python3 - "$tmp/fp32.json" "$tmp/a100.json" "$tmp/bf16.json" <<'PY'
 import json, sys

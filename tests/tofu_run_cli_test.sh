@@ -204,14 +204,29 @@ expect_error "no plan found for 2 workers fits in 1.00 KiB per worker" --model m
 expect_error "--workers K is required" --model mlp
 expect_error "--calibrate measures the machine on models of its own: give no model" --calibrate --model mlp
 expect_error "--device: 'tpu' is neither a device (h100, a100, cpu) nor a readable device model file" --model mlp --workers 1 --device tpu
+# --objective time (the default) on a device model: a plan that computes some ops whole on
+# every worker (by the H100's rates) runs, moves what it predicts and verifies; without a
+# device model the plan is searched by bytes, and asking for time says so.
+if ! $run --model gpt-2-64-4-16 --batch 8 --workers 4 --steps 1 --device h100 --verify \
+  >"$tmp/out.txt" 2>"$tmp/err.txt" || ! grep -q "^verify: PASSED" "$tmp/out.txt" ||
+  ! grep -q "^bytes moved per step [0-9]* (the plan predicts [0-9]*: equal)" "$tmp/out.txt"; then
+  echo "FAILED: --objective time's plan" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+fi
+if ! TOFU_CPU_MODEL="$tmp/none.json" $run --model mlp --workers 2 --steps 1 --objective time \
+  >"$tmp/out.txt" 2>"$tmp/err.txt" ||
+  ! grep -q "^tofu-run: --objective time: no device model .* the plan is searched by bytes" "$tmp/err.txt"; then
+  echo "FAILED: --objective time without a device model" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
+fi
+expect_error "for the --objective option: must be time or bytes, not 'speed'" --model mlp --workers 2 --objective speed
 # --profile-into: every op's measured time stored in a device model (here made from a100's),
-# which the estimate then takes for those ops instead of the rates.
-if ! $run --model mlp --workers 2 --steps 3 --optimizer sgd --device a100 \
+# which the estimate then takes for those ops instead of the rates. (Both runs plan by bytes,
+# so that both run the same plan: by time each device model may choose its own.)
+if ! $run --model mlp --workers 2 --steps 3 --optimizer sgd --device a100 --objective bytes \
   --profile-into "$tmp/measured.json" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
   echo "FAILED: --profile-into" >&2; cat "$tmp/err.txt" >&2; fail=1
 elif ! grep -q "^profile-into: [0-9]* op instances measured as [0-9]* ops, stored in " "$tmp/out.txt" ||
   ! $run --model mlp --workers 2 --steps 2 --optimizer sgd --device "$tmp/measured.json" \
-    --format=json >"$tmp/out.json" 2>"$tmp/err.txt"; then
+    --objective bytes --format=json >"$tmp/out.json" 2>"$tmp/err.txt"; then
   echo "FAILED: --profile-into's model" >&2; cat "$tmp/out.txt" "$tmp/err.txt" >&2; fail=1
 else
   python3 - "$tmp/measured.json" "$tmp/out.json" <<'PY' || fail=1

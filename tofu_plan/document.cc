@@ -97,6 +97,7 @@ std::string stagedPlanJson(const std::string &title, const tofu::PipelineResult 
   j["workers"] = r.plan.workers;
   j["factors"] = r.exec.parts;
   j["algorithm"] = r.plan.algorithm;
+  j["objective"] = r.plan.objective;
   j["communication_bytes"] = r.plan.totalBytes;
   j["memory"] = {{"planned_peak_bytes", r.memory.largestPeak()},
                  {"planned_peak_worker", r.memory.largestPeakWorker()}};
@@ -144,6 +145,14 @@ llvm::Expected<std::string> planDocument(const tofu::PipelineResult &result,
   if (chosen)
     memoryLine = budgetLines(*chosen, *plan, o.fit, budgetBytes.has_value(), o.maxWorkers, fitJson);
   report.exact = plan->workers <= 64;
+  if (const auto &c = result.objectiveChoice)
+    report.objectiveNote =
+        c->bytesChosen
+            ? fmt::format("; asked for time, but the bytes objective's plan is estimated "
+                          "shorter ({:.3f} ms against the time objective's {:.3f} ms) and kept",
+                          1e3 * c->bytesSeconds, 1e3 * c->timeSeconds)
+            : fmt::format("; the bytes objective's plan is estimated at {:.3f} ms",
+                          1e3 * c->bytesSeconds);
   std::string machineText;
   nlohmann::ordered_json machineJson;
   tofu::TopologyPlan machine;
@@ -198,6 +207,10 @@ llvm::Expected<std::string> planDocument(const tofu::PipelineResult &result,
         staged ? stagedPlanJson(report.title, result) : tofu::planJson(*problem, *plan, report);
     auto j = nlohmann::ordered_json::parse(json);
     j["step_time"] = nlohmann::ordered_json::parse(tofu::stepTimeJson(stepTime));
+    if (const auto &c = result.objectiveChoice)
+      j["objective_choice"] = {{"time_objective_step_seconds", c->timeSeconds},
+                               {"bytes_objective_step_seconds", c->bytesSeconds},
+                               {"bytes_objective_plan_kept", c->bytesChosen}};
     if (o.fit)
       j["fit"] = fitJson;
     if (recomputed)

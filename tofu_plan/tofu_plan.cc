@@ -319,7 +319,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   const tofu::DeviceModel device = std::move(*deviceModel);
-  pipeline.device = device; // --algo megatron's grid is chosen by the step on it
+  pipeline.device = device; // the time objective's, and --algo megatron's grid's
+  pipeline.objective = objectiveOpt;
   if (algo == tofu::Algorithm::SmallBatch || algo == tofu::Algorithm::Swap) { // no partition
     const tofuplan::Section s = exitOnErr(
         algo == tofu::Algorithm::Swap

@@ -83,8 +83,9 @@ int run(int argc, char **argv) {
   defaults.workersHelp = "required to train; --infer defaults to 1; under mpirun, the process "
                          "count";
   defaults.inputWhen = "With --infer, one per data input";
-  defaults.deviceHelp = "tofu-run prints the plan's estimated step time on it beside the "
-                        "measured one (default: cpu where --calibrate has written its model and "
+  defaults.deviceHelp = "tofu-run searches the plan by the step estimated on it (--objective "
+                        "time; without a device, by bytes) and prints that estimate beside the "
+                        "measured step (default: cpu where --calibrate has written its model and "
                         "the backend is cpu or mpi, else none)";
   tofu::cli::initStepFlags(runCategory, defaults);
   tofu::setToolVersion("tofu-run", "engine: trains and runs partitioned plans, verified");
@@ -228,11 +229,19 @@ int run(int argc, char **argv) {
   pipeline.stages = *stages;
   if (llvm::Error e = tofu::cli::applyAlgorithm(pipeline.search, &pipeline.stages))
     return fail(std::move(e));
-  if (pipeline.search.algorithm == tofu::Algorithm::Megatron) { // its grid, by this run's model
+  pipeline.objective = objectiveOpt;
+  // The time objective and Megatron's grid estimate the step on this run's device model.
+  if (pipeline.objective == tofu::PlanObjective::Time ||
+      pipeline.search.algorithm == tofu::Algorithm::Megatron) {
     auto device = thisRunsDevice();
     if (!device)
       return fail(device.takeError());
     pipeline.device = std::move(*device);
+    if (!pipeline.device && objectiveOpt.getNumOccurrences() > 0 &&
+        pipeline.objective == tofu::PlanObjective::Time && (!group || group->rank() == 0))
+      llvm::errs() << "tofu-run: --objective time: no device model to estimate the step on "
+                      "(give --device, or run tofu-run --calibrate for this machine's); the "
+                      "plan is searched by bytes\n";
   }
   // Under MPI the first process chooses (what to recompute, the plan) and hands its choice to
   // the others. A failed choice fails the first process, and fail() ends the job (the others

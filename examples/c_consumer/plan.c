@@ -25,7 +25,8 @@ int main(int argc, char **argv) {
     return 1;
 
   tofu_graph *g = tofu_graph_new();
-  const int64_t x[] = {64, 256}, labels[] = {64}, w1[] = {256, 512}, w2[] = {512, 10};
+  /* Large enough that the time objective (the default) splits it on an H100. */
+  const int64_t x[] = {4096, 1024}, labels[] = {4096}, w1[] = {1024, 4096}, w2[] = {4096, 10};
   const char *fc1_in[] = {"x", "w1"}, *relu_in[] = {"h"}, *fc2_in[] = {"a", "w2"},
              *loss_in[] = {"logits", "labels"}, *outputs[] = {"loss"};
   const char *batch_group[] = {"b"}, *elementwise_group[] = {"i"};
@@ -34,14 +35,18 @@ int main(int argc, char **argv) {
            check(tofu_graph_add_input(g, "labels", labels, 1, "int64"), "labels") &&
            check(tofu_graph_add_weight(g, "w1", w1, 2, "float32"), "w1") &&
            check(tofu_graph_add_weight(g, "w2", w2, 2, "float32"), "w2") &&
-           check(tofu_graph_add_node(g, "fc1", "MatMul", fc1_in, 2, "h", NULL, NULL, 0,
-                                     batch_group, zero, 1), "fc1") &&
+           check(tofu_graph_add_node(g, "fc1", "MatMul", fc1_in, 2, "h", NULL, NULL, 0, batch_group,
+                                     zero, 1),
+                 "fc1") &&
            check(tofu_graph_add_node(g, "relu", "Relu", relu_in, 1, "a", NULL, NULL, 0,
-                                     elementwise_group, two, 1), "relu") &&
+                                     elementwise_group, two, 1),
+                 "relu") &&
            check(tofu_graph_add_node(g, "fc2", "MatMul", fc2_in, 2, "logits", NULL, NULL, 0,
-                                     batch_group, zero, 1), "fc2") &&
+                                     batch_group, zero, 1),
+                 "fc2") &&
            check(tofu_graph_add_node(g, "xent", "softmax_cross_entropy", loss_in, 2, "loss", NULL,
-                                     NULL, 0, NULL, NULL, 0), "xent") &&
+                                     NULL, 0, NULL, NULL, 0),
+                 "xent") &&
            check(tofu_graph_set_outputs(g, outputs, 1), "outputs");
   if (!ok)
     return 1;

@@ -186,6 +186,11 @@ struct PlanOptions {
   /// fits, nothing where the plan fits without; without one, nothing), "sqrt" (segment
   /// checkpointing, budget or not) or "none". Plan::recomputed lists what was dropped.
   std::string recompute = "auto";
+  /// What the search minimises (tofu-plan --objective): "time" (the default), the step
+  /// estimated on `device`, every worker's compute and communication (with device "", bytes);
+  /// or "bytes", the bytes every worker receives: the paper's objective and plans.
+  /// Plan::objective says which searched the plan.
+  std::string objective = "time";
 };
 
 struct OnnxOptions {
@@ -250,6 +255,7 @@ struct StepTime {
 struct Plan {
   std::string graph;     ///< what the graph was called (the ONNX name, or "graph")
   std::string algorithm; ///< the search that made it
+  std::string objective; ///< what it minimised: "time" or "bytes" (PlanOptions::objective)
   unsigned workers = 1;
   std::vector<StepPlan> steps;
   std::vector<TensorPlan> tensors;        ///< every tensor of the planned (training) graph

@@ -69,6 +69,8 @@ typedef struct tofu_plan_options {
                                 (default). None fitting is TOFU_ERROR_PLAN */
   const char *recompute;     /* what a training step recomputes: "auto" (default, also NULL:
                                 the least that fits the budget), "sqrt" or "none" */
+  const char *objective;     /* what the search minimises: "time" (default, also NULL: the
+                                step estimated on the device) or "bytes" (the paper's) */
 } tofu_plan_options;
 
 /* "MAJOR.MINOR.PATCH" of the library. */

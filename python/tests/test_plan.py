@@ -68,6 +68,7 @@ def test_version_is_the_library_version():
     dict(workers=4, memory_per_worker="30MB"),
     dict(workers=4, topology="2x2:12.5GB/s@5us,150GB/s", precision="bf16"),
     dict(workers=4, stages=2, microbatches=2),
+    dict(workers=4, objective="bytes"),
 ])
 def test_zoo_plan_is_tofu_plans(flags):
     """The same settings give tofu-plan's document, field for field (times aside)."""
@@ -175,6 +176,7 @@ def test_errors_are_the_tools_messages():
         (dict(workers=3, topology="2x2:1GB/s,2GB/s"), "has 4 workers"),
         (dict(workers=4, recompute="auto"), "recompute='auto' recomputes what a memory"),
         (dict(workers=4, algorithm="swap"), "an estimate of one worker"),
+        (dict(workers=4, objective="speed"), "objective 'speed': not time or bytes"),
     ]:
         with pytest.raises(tofu.UsageError, match=match):
             tofu.plan("mlp", **kwargs)

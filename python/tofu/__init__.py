@@ -182,7 +182,7 @@ def plan(model: Model, example_inputs: Any = None, *, workers: int, train: bool 
          megatron: Optional[str] = None, stages: Union[int, Sequence[int], None] = None,
          microbatches: Optional[int] = None, schedule: Optional[str] = None,
          device: str = "h100", batch: Optional[int] = None,
-         ops_dir: Optional[str] = None) -> Plan:
+         ops_dir: Optional[str] = None, objective: str = "time") -> Plan:
     """Plans `model`'s training step (train=False: the model as given) on `workers` workers.
 
     model:             a torch.nn.Module (exported to ONNX in memory, with example_inputs),
@@ -195,8 +195,8 @@ def plan(model: Model, example_inputs: Any = None, *, workers: int, train: bool 
     memory_per_worker: bytes (an int, or text such as "80GB"): the plan of least
                        communication whose planned peak fits, recomputing what it must.
     recompute:         "auto" (with a budget, the default then), "sqrt" or "none".
-    topology:          the machine's levels, "16x8:50GB/s@5us,450GB/s@3us" (sets the
-                       objective to the estimated communication time over them).
+    topology:          the machine's levels, "16x8:50GB/s@5us,450GB/s@3us" (the
+                       objective's communication then crosses them).
     algorithm:         the search: "tofu" (default), or a baseline: "data-parallel", "zero3",
                        "megatron" (with megatron="TP,PP,DP" for one configuration),
                        "placement", "spartan", "allrow", "equalchop", "icml18", "dp-flat".
@@ -204,6 +204,8 @@ def plan(model: Model, example_inputs: Any = None, *, workers: int, train: bool 
                        microbatches per step, and "gpipe" or "1f1b" (the default).
     device:            what the step is estimated on: "h100" (default), "a100", "cpu" or a
                        device model file.
+    objective:         what the search minimises: "time" (default), the step estimated on
+                       the device, or "bytes", the bytes moved (the paper's objective).
 
     Raises UsageError, ModelError or PlanError (tofu.Error's kinds).
     """
@@ -211,7 +213,8 @@ def plan(model: Model, example_inputs: Any = None, *, workers: int, train: bool 
                       precision=precision, memory_per_worker=memory_per_worker,
                       topology=topology, recompute=recompute, algorithm=algorithm,
                       megatron=megatron, stages=stages, microbatches=microbatches,
-                      schedule=schedule, device=device, batch=batch, ops_dir=ops_dir)
+                      schedule=schedule, device=device, batch=batch, ops_dir=ops_dir,
+                      objective=objective)
     return Plan(_tofu.plan(args), workers, args, model if args.onnx_bytes else None)
 
 

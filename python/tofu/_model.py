@@ -106,7 +106,7 @@ def _microbatch(example_inputs, microbatches):
 
 def _plan_args(model, example_inputs, *, workers, train, optimizer, precision,
                memory_per_worker, topology, recompute, algorithm, megatron, stages,
-               microbatches, schedule, device, batch, ops_dir):
+               microbatches, schedule, device, batch, ops_dir, objective="time"):
     """tofu.plan's settings, checked, as the native part takes them."""
     args = _tofu.PlanArgs()
     if isinstance(model, (str, os.PathLike)):
@@ -149,6 +149,7 @@ def _plan_args(model, example_inputs, *, workers, train, optimizer, precision,
     args.recompute = recompute or ""
     args.topology = topology or ""
     args.device = device
+    args.objective = objective
     args.ops_dir = ops_dir or ""
     args.anchor = _tofu.__file__
     return args
