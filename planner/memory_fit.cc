@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <map>
-#include <memory>
 
 #include "fmt/format.h"
 #include "grammar/diagnostics.h"
@@ -58,10 +57,8 @@ llvm::Expected<MemoryFit> search(const Problem &p, const PlanOptions &given, int
   const auto start = Clock::now();
   // The time objective's work per node, estimated once for every search below.
   PlanOptions options = given;
-  if (options.time && options.time->nodeSeconds) {
-    auto work = std::make_shared<const std::vector<double>>(options.time->nodeSeconds(p));
-    options.time->nodeSeconds = [work](const Problem &) { return *work; };
-  }
+  if (options.time)
+    options.time = withWorkOf(*options.time, p);
   MemoryFit out;
   out.limit = limit;
   std::vector<Trial> trials;

@@ -115,6 +115,8 @@ llvm::Expected<TopologyPlan> searchForTopology(const Problem &p, PlanOptions opt
     return stringError(
         fmt::format("{} workers but the topology has {}", options.workers, t.workers()));
   TopologyPlan out;
+  if (options.time) // estimated once for the machine's search and the two plans' compute
+    options.time = withWorkOf(*options.time, p);
   options.factors.clear();
   options.prefixWeights = {};
   PlanOptions bytesOnly = options;

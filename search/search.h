@@ -115,6 +115,10 @@ struct PlanOptions {
 /// (o.time's). What a budgeted search compares its candidates by.
 int64_t planObjective(const Problem &p, const PlanOptions &o, const PartitionPlan &plan);
 
+/// `t` with its work per node of `p` estimated once, here: every later call of its
+/// nodeSeconds (on `p`, by the searches of one problem) returns those figures.
+TimeObjective withWorkOf(const TimeObjective &t, const Problem &p);
+
 /// The time objective's compute of a plan's steps: each node's work (t.nodeSeconds of `p`)
 /// times the workers that compute it whole (the parts of every step that replicates it),
 /// summed, over the plan's workers: a worker's compute, on average, in seconds.

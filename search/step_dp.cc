@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -530,6 +531,15 @@ int64_t objectiveCost(const Problem &p, const Objective &obj,
 }
 
 } // namespace searchimpl
+
+TimeObjective withWorkOf(const TimeObjective &t, const Problem &p) {
+  TimeObjective out = t;
+  if (t.nodeSeconds) {
+    auto work = std::make_shared<const std::vector<double>>(t.nodeSeconds(p));
+    out.nodeSeconds = [work](const Problem &) { return *work; };
+  }
+  return out;
+}
 
 double planComputeSeconds(const Problem &p, const TimeObjective &t,
                           const std::vector<StepChoice> &steps) {
