@@ -20,6 +20,7 @@
 #include "grammar/diagnostics.h"
 #include "graph/library.h"
 #include "graph/training.h"
+#include "planner/explain.h"
 #include "planner/pipeline.h"
 #include "planner/recompute.h"
 #include "planner/stages.h"
@@ -151,6 +152,28 @@ class PlanHandle {
 public:
   tofu::PipelineResult result;
   tofuplan::DocumentOptions document;
+  /// What planned it, for explain(): the runner-ups are planned from the same.
+  tofu::GraphSource source;
+  tofu::PipelineOptions options;
+  const tofu::OpLibrary *lib = nullptr;
+  std::optional<tofu::Explanation> explanation;
+
+  /// tofu-plan --explain's section as text, or as its JSON; the runner-ups are planned on
+  /// the first call.
+  std::string explain(bool json) {
+    if (!explanation) {
+      std::optional<llvm::Expected<tofu::Explanation>> x;
+      {
+        py::gil_scoped_release unlocked; // each runner-up is a plan of its own
+        x.emplace(tofu::explainPlan(source, *lib, options, result));
+      }
+      if (!*x)
+        raise(failure(x->takeError(), Failure::Plan));
+      explanation = std::move(**x);
+    }
+    const tofuplan::Section s = tofuplan::explainSection(*explanation, document.device.name);
+    return json ? s.json.dump(1) : s.text;
+  }
 
   /// tofu-plan's text (summary: --summary's) or --format=json's document.
   std::string text(bool json, bool summary) const {
@@ -340,6 +363,9 @@ std::unique_ptr<PlanHandle> plan(const PlanArgs &a) {
     failed = runModel(a, options, lib, r);
     if (r)
       handle->result = std::move(*r);
+    handle->source = graphSource(a);
+    handle->options = options;
+    handle->lib = lib;
   }
   if (failed)
     raise(*failed);
@@ -396,6 +422,7 @@ PYBIND11_MODULE(_tofu, m) {
       .def("text", &PlanHandle::text, py::arg("json"), py::arg("summary"))
       .def("tiles", &PlanHandle::tiles)
       .def("svg", &PlanHandle::svg)
+      .def("explain", &PlanHandle::explain, py::arg("json"))
       .def("peaks", &PlanHandle::peaks, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("loss_note", [](const PlanHandle &h) { return h.result.lossNote; })
       .def_property_readonly("recomputed",

@@ -66,6 +66,25 @@ assert t["objective"] == "time" and b["objective"] == "bytes", (t["objective"], 
 assert 0 < t["step_time"]["seconds"] <= b["step_time"]["seconds"], (t["step_time"]["seconds"], b["step_time"]["seconds"])
 PY
 done
+# --explain: the chosen plan's step split into its parts, its heaviest ops, and each
+# runner-up planned and priced against it, in the text and the JSON alike.
+"$plan" --model gpt-1-16-2-4 --batch 8 --train --workers 4 --summary --explain >"$tmp/x.txt" 2>"$tmp/x.err"
+check "--explain's text" grep -q "^why this plan (--explain): tofu by time on 4 workers" "$tmp/x.txt"
+check "--explain's progress" grep -qF "tofu-plan: --explain: planning ZeRO-3 (FSDP's full sharding) (--algo zero3)" "$tmp/x.err"
+"$plan" --model gpt-1-16-2-4 --batch 8 --train --workers 4 --format=json --explain >"$tmp/x.json" 2>/dev/null
+check "--explain's JSON" python3 - "$tmp/x.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+x = j["explain"]
+assert abs(x["step"]["seconds"] - j["step_time"]["seconds"]) < 1e-12, (x["step"], j["step_time"]["seconds"])
+s = x["step"]
+assert abs(s["compute_seconds"] + s["communication_seconds"] + s["bubble_seconds"] - s["seconds"]) < 1e-9, s
+kinds = [r["kind"] for r in x["runner_ups"]]
+assert kinds == ["megatron", "zero3", "pipeline"], kinds
+for r in x["runner_ups"]:
+    assert r["step"]["seconds"] > 0 and r["against_chosen"], r
+assert len(x["stages"]) == 1 and len(x["stages"][0]["heaviest"]) == 3, x["stages"]
+PY
 for algo in dp-flat icml18 equalchop spartan allrow data-parallel zero3 megatron; do
   "$plan" --model mlp --batch 16 --train --workers 4 --algo "$algo" --summary >"$tmp/a.txt"
   check "--algo $algo" grep -q "algorithm $algo$" "$tmp/a.txt"
@@ -164,6 +183,8 @@ expect_error() { # expected message, args...
   fi
 }
 expect_error "--workers must be 1 to 4096" --model mlp --workers 0
+expect_error "--explain explains a plan: give --workers K or --fit BYTES (not --describe or --dump-json)" --model mlp --describe --explain
+expect_error "--explain explains a partition; --algo swap plans none" --model mlp --train --workers 2 --algo swap --memory-per-worker 1GB --explain
 expect_error "for the --objective option: must be time or bytes, not 'speed'" --model mlp --workers 2 --objective speed
 expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch, placement, swap or exhaustive, not 'best'" --model mlp --workers 2 --algo best
 expect_error "for the --format option: must be table or json, not 'xml'" --model mlp --workers 2 --format xml

@@ -222,6 +222,8 @@ llvm::Expected<std::string> planDocument(const tofu::PipelineResult &result,
     if (o.precision != tofu::Precision::FP32)
       j["precision"] =
           precisionJson(o.precision, result.precision, bf16Tensors(precisionGraph(result)));
+    if (o.explanation)
+      j["explain"] = explainSection(*o.explanation, o.device.name).json;
     return j.dump(1) + "\n";
   }
   std::string text;
@@ -231,6 +233,8 @@ llvm::Expected<std::string> planDocument(const tofu::PipelineResult &result,
   text += staged ? staged->text : tofu::planTable(*problem, *plan, report);
   text += machineText;
   text += tofu::formatStepTime(stepTime, o.summary ? 0 : 10);
+  if (o.explanation)
+    text += explainSection(*o.explanation, o.device.name).text;
   return text;
 }
 

@@ -40,6 +40,8 @@ struct DocumentOptions {
   nlohmann::ordered_json fitJson;
   std::optional<tofu::Topology> topology;
   tofu::DeviceModel device; ///< the step is estimated on it
+  /// --explain's account of the plan, where asked for (its section ends the document).
+  const tofu::Explanation *explanation = nullptr;
 };
 
 /// The precision policy's line, of the step `r` planned before any recomputation's copies;

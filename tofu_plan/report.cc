@@ -156,6 +156,91 @@ std::string budgetLines(const tofu::BudgetChoice &chosen, const tofu::PartitionP
   return memoryLine;
 }
 
+namespace {
+
+std::string ms(double seconds) { return fmt::format("{:.3f} ms", 1e3 * seconds); }
+
+nlohmann::ordered_json stepCostJson(const tofu::StepCost &c) {
+  return {{"seconds", c.seconds},          {"critical_worker", c.worker},
+          {"compute_seconds", c.compute},  {"communication_seconds", c.communication},
+          {"bubble_seconds", c.bubble},    {"planned_peak_bytes", c.peak},
+          {"communication_bytes", c.bytes}};
+}
+
+std::string workerRange(unsigned first, unsigned count) {
+  return count > 1 ? fmt::format("{}-{}", first, first + count - 1) : std::to_string(first);
+}
+
+} // namespace
+
+Section explainSection(const tofu::Explanation &x, const std::string &device) {
+  Section out;
+  const tofu::StepCost &c = x.cost;
+  const bool staged = x.stages.size() > 1 || (!x.stages.empty() && x.stages[0].layers > 0);
+  out.text = fmt::format(
+      "\nwhy this plan (--explain): {} on {} worker{}, {} a step on {}: compute {}, "
+      "communication {}{} (worker {}, the most compute and communication); planned peak {}\n\n",
+      x.plan, x.workers, x.workers == 1 ? "" : "s", ms(c.seconds), device, ms(c.compute),
+      ms(c.communication), staged ? ", the schedule's bubble " + ms(c.bubble) : std::string(),
+      c.worker, tofu::humanBytes(double(c.peak)));
+  out.text += fmt::format(
+      "| {}workers | compute | communication | planned peak | heaviest ops "
+      "(seconds; how the {} cuts each) |\n| {}--- | ---: | ---: | ---: | --- |\n",
+      staged ? "stage | layers | " : "", staged ? "stage's first worker" : "critical worker",
+      staged ? "---: | --- | " : "");
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (size_t s = 0; s < x.stages.size(); ++s) {
+    const tofu::StageCost &st = x.stages[s];
+    std::vector<std::string> heavy;
+    nlohmann::ordered_json heavyJson = nlohmann::ordered_json::array();
+    for (const tofu::HeavyOp &h : st.heaviest) {
+      heavy.push_back(fmt::format("{} ({}) {}: {}", h.node, h.op, ms(h.seconds), h.cut));
+      heavyJson.push_back({{"node", h.node}, {"op", h.op}, {"seconds", h.seconds}, {"cut", h.cut}});
+    }
+    out.text += fmt::format(
+        "| {}{} | {} | {} | {} | {} |\n",
+        staged ? fmt::format("{} | {} | ", s,
+                             st.layers ? workerRange(st.firstLayer, st.layers) : std::string("-"))
+               : std::string(),
+        workerRange(st.firstWorker, st.workers), ms(st.compute), ms(st.communication),
+        tofu::humanBytes(double(st.peak)), fmt::join(heavy, "; "));
+    stages.push_back({{"first_worker", st.firstWorker},
+                      {"workers", st.workers},
+                      {"first_layer", st.firstLayer},
+                      {"layers", st.layers},
+                      {"compute_seconds", st.compute},
+                      {"communication_seconds", st.communication},
+                      {"planned_peak_bytes", st.peak},
+                      {"heaviest", heavyJson}});
+  }
+  out.text += "\nthe runner-ups, each planned for the same step on the same workers:\n\n"
+              "| plan | flags | estimated step | compute | communication | bubble | planned peak | "
+              "against the chosen plan |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |\n";
+  nlohmann::ordered_json runnerUps = nlohmann::ordered_json::array();
+  for (const tofu::RunnerUp &r : x.runnerUps) {
+    nlohmann::ordered_json j = {{"kind", r.kind}, {"plan", r.plan}, {"flags", r.flags}};
+    if (r.cost) {
+      const tofu::StepCost &rc = *r.cost;
+      out.text += fmt::format("| {} | `{}` | {} | {} | {} | {} | {} | {} |\n", r.plan, r.flags,
+                              ms(rc.seconds), ms(rc.compute), ms(rc.communication), ms(rc.bubble),
+                              tofu::humanBytes(double(rc.peak)), tofu::costsMore(rc, c));
+      j["step"] = stepCostJson(rc);
+      j["against_chosen"] = tofu::costsMore(rc, c);
+    } else {
+      // One line of the error: a table cell holds no line breaks.
+      std::string why = r.whyNot;
+      std::replace(why.begin(), why.end(), '\n', ' ');
+      out.text += fmt::format("| {} | `{}` | - | - | - | - | - | not planned: {} |\n", r.plan,
+                              r.flags, why);
+      j["not_planned"] = r.whyNot;
+    }
+    runnerUps.push_back(std::move(j));
+  }
+  out.json = {{"plan", x.plan},          {"workers", x.workers}, {"device", device},
+              {"step", stepCostJson(c)}, {"stages", stages},     {"runner_ups", runnerUps}};
+  return out;
+}
+
 Section machineSection(const tofu::Topology &part, const tofu::TopologyPlan &machine, bool budgeted,
                        int64_t planBytes, bool staged) {
   Section out;

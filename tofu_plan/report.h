@@ -11,6 +11,7 @@
 #include "graph/graph.h"
 #include "graph/precision.h"
 #include "nlohmann/json.hpp"
+#include "planner/explain.h"
 #include "planner/pipeline.h"
 #include "planner/small_batch.h"
 #include "planner/step_time.h"
@@ -59,6 +60,11 @@ Section machineSection(const tofu::Topology &part, const tofu::TopologyPlan &mac
 Section recomputeSection(const tofu::RecomputePlan &r, const tofu::MemoryFit &fit, bool budgeted,
                          const tofu::StepTimeEstimate &stepTime, double without,
                          const std::string &deviceName);
+
+/// --explain's section: the chosen plan's step split into compute, communication and bubble
+/// on `device`, per stage its workers, time, memory and heaviest ops with their cuts, then
+/// each runner-up with its step and what it costs more (or why it could not be planned).
+Section explainSection(const tofu::Explanation &x, const std::string &device);
 
 /// --algo smallbatch's and swap's options (`algo`): a training step (`train`) under a budget,
 /// on one worker each: no --fit, --recompute or --stages, and no --topology but for swap's

@@ -15,6 +15,7 @@
 #include "graph/training.h"
 #include "graph/zoo.h"
 #include "nlohmann/json.hpp"
+#include "planner/explain.h"
 #include "planner/memory_fit.h"
 #include "planner/pipeline.h"
 #include "planner/recompute.h"
@@ -86,6 +87,15 @@ cl::opt<std::string> topologySpec(
              "part its workers fill. A last item host=BANDWIDTH[@LATENCY] gives each worker's "
              "link to host memory, which --algo swap moves over (default: the device's)"),
     cl::value_desc("SPEC"), cl::cat(planCategory));
+cl::opt<bool> explain(
+    "explain",
+    cl::desc("Also say why this plan: its estimated step split into compute, communication and "
+             "a pipeline's bubble; per stage its workers, time, planned peak and heaviest ops "
+             "with how each is cut; and the runner-ups planned for the same step and workers "
+             "(the best Megatron-LM TP x DP, on a pipeline's stages Megatron's TP x PP, zero3, "
+             "tofu without stages, tofu in pipeline stages), each with what it costs more. "
+             "Each runner-up is planned in full: as long as the plan again, or longer"),
+    cl::cat(planCategory));
 cl::opt<bool> noCoarsen("no-coarsen",
                         cl::desc("Do not merge element-wise chains and coalesced "
                                  "timesteps"),
@@ -252,6 +262,16 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  if (explain && (describe || dumpJson || (workers == 0 && !fit))) {
+    llvm::errs() << "tofu-plan: --explain explains a plan: give --workers K or --fit BYTES "
+                    "(not --describe or --dump-json)\n";
+    return 2;
+  }
+  if (explain && (algo == tofu::Algorithm::SmallBatch || algo == tofu::Algorithm::Swap)) {
+    llvm::errs() << "tofu-plan: --explain explains a partition; --algo "
+                 << tofu::algorithmName(algo) << " plans none\n";
+    return 2;
+  }
   llvm::ExitOnError exitOnErr = tofu::exitOnError("tofu-plan");
   if (algo == tofu::Algorithm::SmallBatch || algo == tofu::Algorithm::Swap)
     exitOnErr(tofuplan::checkOneWorker(algo, train, budgetBytes.has_value(), fit,
@@ -359,6 +379,14 @@ int main(int argc, char **argv) {
     document.fitJson = std::move(fitJson);
     document.topology = topology;
     document.device = device;
+    std::optional<tofu::Explanation> explanation;
+    if (explain) {
+      explanation =
+          exitOnErr(tofu::explainPlan(source, *lib, pipeline, result, [](const tofu::RunnerUp &r) {
+            llvm::errs() << "tofu-plan: --explain: planning " << r.plan << " (" << r.flags << ")\n";
+          }));
+      document.explanation = &*explanation;
+    }
     llvm::outs() << exitOnErr(tofuplan::planDocument(result, document));
     if (!svgFile.empty())
       if (llvm::Error e = tofu::writeFileAtomically(

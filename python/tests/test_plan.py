@@ -82,6 +82,19 @@ def test_zoo_plan_is_tofu_plans(flags):
     assert plan.estimated_step_seconds == json.loads(out)["step_time"]["seconds"]
 
 
+def test_explain_is_tofu_plans():
+    """Plan.explain() and explanation() are tofu-plan --explain's section, text and JSON."""
+    plan = tofu.plan("gpt-2-64-4-16", batch=8, workers=4)
+    cli = ["--model", "gpt-2-64-4-16", "--batch", "8", "--train", "--workers", "4", "--explain"]
+    code, out, err = tofu_plan(*cli, "--format=json")
+    assert code == 0, err
+    assert untimed(plan.explanation()) == untimed(json.loads(out)["explain"])
+    code, out, err = tofu_plan(*cli)
+    assert code == 0, err
+    assert plan.explain() in out
+    assert "the runner-ups" in plan.explain()
+
+
 def test_module_plan_places_parameters_by_their_names(net, tmp_path):
     example = torch.randn(16, 3, 16, 16)
     plan = tofu.plan(net, example, workers=4)

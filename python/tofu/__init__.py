@@ -78,6 +78,17 @@ class Plan:
         """tofu-plan's whole report, its tables included."""
         return self._handle.text(json=False, summary=False)
 
+    def explain(self) -> str:
+        """tofu-plan --explain's section: the step split into compute, communication and
+        bubble, each stage's heaviest ops and their cuts, and the runner-ups (Megatron-LM,
+        ZeRO-3, with or without stages), each planned on the first call, with what it costs
+        more."""
+        return self._handle.explain(json=False)
+
+    def explanation(self) -> Dict[str, Any]:
+        """explain() as tofu-plan --format=json gives it (its "explain")."""
+        return json.loads(self._handle.explain(json=True))
+
     def to_json(self) -> str:
         """tofu-plan --format=json's document, as text."""
         return self._handle.text(json=True, summary=False)
