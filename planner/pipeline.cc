@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "analysis/checked.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "grammar/diagnostics.h"
@@ -1241,8 +1242,86 @@ llvm::Expected<PartitionPlan> timedPlan(const Problem &p, const PlanOptions &sea
   return *b < *t ? std::move(*bytes) : std::move(*timed);
 }
 
-llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, const OpLibrary &lib,
-                                           const PipelineOptions &options, Stage *failed) {
+namespace {
+
+/// `r`'s step estimated on `device` over `machine` (its execution plan built where `r` has
+/// none).
+llvm::Expected<double> estimatedStep(const PipelineResult &r, const DeviceModel &device,
+                                     const std::optional<Topology> &machine) {
+  ExecPlan built;
+  if (r.exec.nodes.empty())
+    built = buildExecPlan(*r.problem, r.plan);
+  auto e = estimateStepTime(*r.problem, r.exec.nodes.empty() ? built : r.exec, r.graph.outputs,
+                            device, machine);
+  if (!e)
+    return e.takeError();
+  return e->seconds;
+}
+
+/// FitByTime's scan beyond `fewest`, the plan --fit found for `g` (a copy of the graph it
+/// was planned from).
+llvm::Expected<FitByTime> scanByTime(
+    const Graph &g, const PipelineOptions &options, const PipelineResult &fewest,
+    const std::function<llvm::Expected<PipelineResult>(Graph, const PipelineOptions &)> &plan) {
+  const DeviceModel &device = *options.device;
+  auto part = [&](unsigned k) -> std::optional<Topology> {
+    if (!options.machine)
+      return std::nullopt;
+    return topologyForWorkers(*options.machine, k);
+  };
+  FitByTime out;
+  const unsigned k0 = fewest.plan.workers;
+  auto s0 = estimatedStep(fewest, device, part(k0));
+  if (!s0)
+    return s0.takeError();
+  out.counts.push_back({k0, *s0});
+  for (unsigned doubling = 0;; ++doubling) {
+    const unsigned k = out.counts.back().workers * 2;
+    if (doubling == 2) {
+      out.stopped = "two doublings planned";
+      break;
+    }
+    if (k > options.fitWorkersUpTo || k > kMaxWorkers) {
+      out.stopped = fmt::format("{} workers is over the most to try", k);
+      break;
+    }
+    if (options.machine && !part(k)) {
+      out.stopped = fmt::format("{} workers fill no part of the machine", k);
+      break;
+    }
+    PipelineOptions o = options;
+    o.fitWorkersUpTo = 0;
+    o.search.workers = k;
+    o.machine = part(k);
+    o.onWorkerCount = nullptr;
+    o.onCandidateSet = nullptr;
+    auto r = plan(g, o);
+    if (!r) {
+      out.stopped = fmt::format("{} workers: {}", k, llvm::toString(r.takeError()));
+      break;
+    }
+    auto s = estimatedStep(*r, device, o.machine);
+    if (!s)
+      return s.takeError();
+    out.counts.push_back({k, *s});
+    if (options.onTimedCount)
+      options.onTimedCount(k, *s);
+    if (out.counts.back().workerSeconds() >= out.counts[out.least].workerSeconds()) {
+      out.stopped = fmt::format("{} workers cost more worker-seconds than {}", k,
+                                out.counts[out.least].workers);
+      break;
+    }
+    out.least = static_cast<unsigned>(out.counts.size() - 1);
+  }
+  return out;
+}
+
+} // namespace
+
+/// runPipeline, but for --fit's scan by time.
+static llvm::Expected<PipelineResult> runPlanned(Graph g, const std::string &name,
+                                                 const OpLibrary &lib,
+                                                 const PipelineOptions &options, Stage *failed) {
   const bool time = options.objective == PlanObjective::Time && options.device;
   if (!time || options.search.time) {
     auto r = runPipelineAs(std::move(g), name, lib, options, failed);
@@ -1258,6 +1337,25 @@ llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, con
     if (r->staged) // its stages were searched by time
       r->plan.objective = "time";
   }
+  return r;
+}
+
+llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, const OpLibrary &lib,
+                                           const PipelineOptions &options, Stage *failed) {
+  const bool time = options.objective == PlanObjective::Time && options.device;
+  if (!time || options.fitWorkersUpTo == 0 || options.agree || options.until < Stage::Plan)
+    return runPlanned(std::move(g), name, lib, options, failed);
+  // --fit by time: the fewest workers that fit, then the scan for the least worker-seconds.
+  const Graph copy = g;
+  auto r = runPlanned(std::move(g), name, lib, options, failed);
+  if (!r)
+    return r;
+  auto scan = scanByTime(copy, options, *r, [&](Graph graph, const PipelineOptions &o) {
+    return runPlanned(std::move(graph), name, lib, o, nullptr);
+  });
+  if (!scan)
+    return scan.takeError();
+  r->fitByTime = std::move(*scan);
   return r;
 }
 

@@ -146,6 +146,9 @@ struct PipelineOptions {
   /// recomputation, what it recomputes there).
   std::function<void(size_t dropped, const MemoryFit &)> onCandidateSet;
   std::function<void(unsigned workers, const MemoryFit &, const RecomputePlan *)> onWorkerCount;
+  /// With fitWorkersUpTo under the time objective: each larger count planned by the scan for
+  /// the least worker-seconds (FitByTime), with its estimated step.
+  std::function<void(unsigned workers, double seconds)> onTimedCount;
   /// What the error of a budget no plan fits adds: the driver's way to find enough workers.
   std::string noFitHint;
   /// Where given, --algo megatron without a configuration (search.factors empty) takes the
@@ -197,6 +200,21 @@ struct BudgetChoice {
   /// with its planned peak) are its multiples, bisected from `lowerBound`, the workers the
   /// weights and optimiser state need at the least.
   unsigned fitStages = 0;
+};
+
+/// --fit under the time objective: beside the fewest workers that fit, the count of least
+/// estimated step times workers (the worker-seconds a step costs), found by doubling the
+/// count within the budget while that falls, at most twice (and within fitWorkersUpTo and
+/// the machine). The plan kept is the fewest workers', what --fit asks for.
+struct FitByTime {
+  struct Count {
+    unsigned workers = 0;
+    double seconds = 0; ///< the estimated step
+    double workerSeconds() const { return workers * seconds; }
+  };
+  std::vector<Count> counts; ///< the fewest first, then each doubling planned
+  unsigned least = 0;        ///< the index in `counts` of the least worker-seconds
+  std::string stopped;       ///< why the scan stopped
 };
 
 /// A Megatron-LM configuration of the grid (PipelineOptions::device), its step estimated.
@@ -277,6 +295,8 @@ struct PipelineResult {
   /// Without a budget, stages or a machine, under the time objective: its plan against the
   /// bytes objective's (on the process that chose).
   std::optional<ObjectiveChoice> objectiveChoice;
+  /// With fitWorkersUpTo under the time objective (on one process, without `agree`).
+  std::optional<FitByTime> fitByTime;
 };
 
 /// The message of a budget no plan fits: the worker count and budget, the recomputation

@@ -203,7 +203,16 @@ assert f["budget_bytes"] == 20 << 20 and p["workers"] == f["workers"], f
 assert f["tried"][-1]["workers"] == f["workers"] and f["lower_bound"] <= f["workers"], f
 assert m["planned_peak_bytes"] <= m["budget_bytes"] == 20 << 20, m
 assert all(t["closest_peak_bytes"] > 20 << 20 for t in f["tried"][:-1]), f
+# By time, the counts beyond the fewest: doubled while the worker-seconds fall, the fewest kept.
+t = f["by_time"]
+ks = [c["workers"] for c in t["counts"]]
+assert ks[0] == f["workers"] == t["kept_workers"] and all(b == 2 * a for a, b in zip(ks, ks[1:])), t
+assert len(ks) >= 2 and t["stopped"], t
+least = min(t["counts"], key=lambda c: c["worker_seconds"])
+assert t["least_worker_seconds_workers"] == least["workers"], t
+assert all(abs(c["worker_seconds"] - c["workers"] * c["step_seconds"]) < 1e-12 for c in t["counts"]), t
 PY
+check "--fit by time on stderr" grep -q "^tofu-plan: --fit by time: [0-9]* workers, [0-9.]* ms a step" "$tmp/fit.err"
 "$plan" --model mlp --batch 16 --train --workers 4 --memory-per-worker 1GiB --summary >"$tmp/mem.txt"
 check "--memory-per-worker fits" grep -q "^planned peak (memory planner.*budget 1.00 GiB per worker" "$tmp/mem.txt"
 expect_error "no plan found for 4 workers fits in 1.00 MiB per worker, even recomputing every forward tensor the backward pass reads: the closest (tofu)" --model mlp --train --workers 4 --memory-per-worker 1MiB

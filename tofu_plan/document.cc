@@ -144,6 +144,8 @@ llvm::Expected<std::string> planDocument(const tofu::PipelineResult &result,
     reportPeak(report, *problem, result.memory, result.exec, budgetBytes.value_or(0));
   if (chosen)
     memoryLine = budgetLines(*chosen, *plan, o.fit, budgetBytes.has_value(), o.maxWorkers, fitJson);
+  if (result.fitByTime && o.fit && budgetBytes)
+    memoryLine += fitByTimeLine(*result.fitByTime, *budgetBytes, fitJson);
   report.exact = plan->workers <= 64;
   if (const auto &c = result.objectiveChoice)
     report.objectiveNote =

@@ -173,6 +173,37 @@ std::string workerRange(unsigned first, unsigned count) {
 
 } // namespace
 
+std::string fitByTimeLine(const tofu::FitByTime &f, int64_t budget,
+                          nlohmann::ordered_json &fitJson) {
+  nlohmann::ordered_json counts = nlohmann::ordered_json::array();
+  std::vector<std::string> each;
+  for (const tofu::FitByTime::Count &c : f.counts) {
+    counts.push_back({{"workers", c.workers},
+                      {"step_seconds", c.seconds},
+                      {"worker_seconds", c.workerSeconds()}});
+    each.push_back(fmt::format("{} workers {} a step ({:.1f} worker-ms)", c.workers, ms(c.seconds),
+                               1e3 * c.workerSeconds()));
+  }
+  const tofu::FitByTime::Count &fewest = f.counts[0], &least = f.counts[f.least];
+  fitJson["by_time"] = {{"counts", counts},
+                        {"least_worker_seconds_workers", least.workers},
+                        {"kept_workers", fewest.workers},
+                        {"stopped", f.stopped}};
+  const std::string scan = fmt::format("{} (doubling the workers while a step's worker-seconds "
+                                       "fall; stopped: {})",
+                                       fmt::join(each, ", "), f.stopped);
+  if (f.least == 0)
+    return fmt::format("fit by time: {}; the fewest workers are also the least worker-seconds: "
+                       "kept\n",
+                       scan);
+  return fmt::format(
+      "fit by time: {}; the least worker-seconds are at {} workers, {:.1f}% fewer than the "
+      "fewest's and {:.2f}x faster a step. --fit keeps the fewest, what it asks for; "
+      "`--workers {} --memory-per-worker {}` plans the other\n",
+      scan, least.workers, 100 * (1 - least.workerSeconds() / fewest.workerSeconds()),
+      fewest.seconds / least.seconds, least.workers, budget);
+}
+
 Section explainSection(const tofu::Explanation &x, const std::string &device) {
   Section out;
   const tofu::StepCost &c = x.cost;

@@ -49,6 +49,11 @@ void reportPeak(tofu::PlanReportOptions &report, const tofu::Problem &p,
 std::string budgetLines(const tofu::BudgetChoice &chosen, const tofu::PartitionPlan &plan, bool fit,
                         bool budgeted, unsigned maxWorkers, nlohmann::ordered_json &fitJson);
 
+/// --fit's scan by time (tofu::FitByTime), its line, and its JSON into fitJson["by_time"];
+/// `budget` is the bytes per worker it kept to.
+std::string fitByTimeLine(const tofu::FitByTime &f, int64_t budget,
+                          nlohmann::ordered_json &fitJson);
+
 /// The machine's levels the plan runs on (`part`): the traffic over each, against the plan of
 /// least bytes' (`machine`) unless `budgeted` or `staged` (pipeline stages, each searched over
 /// its part of the machine), and the estimated communication time.

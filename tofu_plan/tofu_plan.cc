@@ -64,12 +64,14 @@ cl::opt<unsigned> searchThreads(
     cl::desc("Threads of the search (default 0: the machine's cores, at most 8; the plan is "
              "the same at any count)"),
     cl::init(0), cl::value_desc("N"), cl::cat(planCategory));
-cl::opt<std::string>
-    fitBytes("fit",
-             cl::desc("Find the smallest number of workers (any count; on a --topology, a "
-                      "count that fills part of it) with a plan whose planned peak fits in BYTES "
-                      "per worker, and print that plan"),
-             cl::value_desc("BYTES"), cl::cat(planCategory));
+cl::opt<std::string> fitBytes(
+    "fit",
+    cl::desc("Find the smallest number of workers (any count; on a --topology, a "
+             "count that fills part of it) with a plan whose planned peak fits in BYTES "
+             "per worker, and print that plan. By time (--objective time) it also plans 2x and 4x "
+             "those workers while the step's worker-seconds fall, and says where they are "
+             "least"),
+    cl::value_desc("BYTES"), cl::cat(planCategory));
 cl::opt<unsigned> maxWorkers("max-workers",
                              cl::desc("With --fit: the most workers to try (default 1024)"),
                              cl::value_desc("K"), cl::init(1024), cl::cat(planCategory));
@@ -325,6 +327,11 @@ int main(int argc, char **argv) {
     llvm::errs() << "tofu-plan: " << tofuplan::workerCountLine(k, f, r);
     if (r) // (without recomputation, the scan's counts come with its result)
       fitJson["tried"].push_back({{"workers", k}, {"closest_peak_bytes", f.peak}});
+  };
+  pipeline.onTimedCount = [](unsigned k, double seconds) {
+    llvm::errs() << fmt::format("tofu-plan: --fit by time: {} workers, {:.3f} ms a step ({:.1f} "
+                                "worker-ms)\n",
+                                k, 1e3 * seconds, 1e3 * k * seconds);
   };
   tofu::GraphSource source = tofu::cli::graphSource();
   if (!inputOpt.empty())
