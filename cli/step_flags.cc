@@ -179,8 +179,10 @@ cl::opt<std::string> stagesOpt(
              "each stage's layers by commas (a layer is a segment of the forward graph between "
              "two cuts, the tensors a stage can hand the next alone; tofu-plan lists them). "
              "Each stage runs on its own group of K/S workers, partitioned over them by the "
-             "search"),
-    cl::value_desc("S|L1,L2,..."), cl::cat(stepCategory()));
+             "search. auto (tofu-plan): the stages and microbatches of least estimated step, "
+             "each candidate planned whole (1 stage; each power of two dividing the workers, "
+             "and a machine's outermost count, with S, 2S and 4S microbatches)"),
+    cl::value_desc("S|L1,L2,...|auto"), cl::cat(stepCategory()));
 cl::opt<unsigned> microbatchesOpt(
     "microbatches",
     cl::desc("Split the batch into M microbatches of --batch/M (with --stages, pipelined "
@@ -216,7 +218,10 @@ llvm::Expected<StageSpec> stageSpec() {
                         "schedule, which is not built");
     spec.roundRobin = true;
     spec.schedule = Schedule::GPipe;
-  } else if (scheduleOpt.getNumOccurrences() && spec.stages == 1)
+  } else if (spec.automatic && microbatchesOpt.getNumOccurrences()) {
+    return usageError("--stages auto chooses the microbatches too: give --stages S with "
+                      "--microbatches M, or neither");
+  } else if (scheduleOpt.getNumOccurrences() && spec.stages == 1 && !spec.automatic)
     return usageError("--schedule orders pipeline stages: give --stages too");
   return spec;
 }

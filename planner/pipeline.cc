@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <vector>
 
 #include "analysis/checked.h"
@@ -1342,6 +1343,12 @@ static llvm::Expected<PipelineResult> runPlanned(Graph g, const std::string &nam
 
 llvm::Expected<PipelineResult> runPipeline(Graph g, const std::string &name, const OpLibrary &lib,
                                            const PipelineOptions &options, Stage *failed) {
+  if (options.stages.automatic) {
+    if (failed)
+      *failed = Stage::Plan;
+    return usageError("--stages auto plans the model at each candidate's microbatch: give a "
+                      "model or ONNX file (a GraphSource), not a built graph");
+  }
   const bool time = options.objective == PlanObjective::Time && options.device;
   if (!time || options.fitWorkersUpTo == 0 || options.agree || options.until < Stage::Plan)
     return runPlanned(std::move(g), name, lib, options, failed);
@@ -1408,8 +1415,111 @@ std::string megatronGridLines(const std::vector<MegatronConfig> &grid, const std
                      prefix, device, fmt::join(each, ", "), best->tp, best->dp);
 }
 
+namespace {
+
+/// StageSearch's candidates for `o`: (1, 1), then per S its microbatches.
+std::vector<StageCandidate> stageCandidates(const PipelineOptions &o, const GraphSource &source) {
+  const unsigned k = o.search.workers;
+  std::set<unsigned> counts;
+  for (unsigned s = 2; s <= k; s *= 2)
+    if (k % s == 0)
+      counts.insert(s);
+  if (o.machine && o.machine->levels.size() > 1 && o.machine->levels[0].count > 1 &&
+      k % o.machine->levels[0].count == 0)
+    counts.insert(o.machine->levels[0].count);
+  std::vector<StageCandidate> out{StageCandidate()};
+  const bool batchKnown = !source.model.empty() || source.batchGiven;
+  for (unsigned s : counts)
+    for (unsigned m : {s, 2 * s, 4 * s})
+      if (!batchKnown || (source.batch % m == 0 && source.batch / m > 0))
+        out.push_back({s, m, 0, ""});
+  return out;
+}
+
+/// `--stages auto`: every candidate planned, the one of least estimated step kept.
+llvm::Expected<PipelineResult> chooseStages(const GraphSource &source, const OpLibrary &lib,
+                                            const PipelineOptions &options, Stage *failed) {
+  auto refuse = [&](const std::string &why) {
+    if (failed)
+      *failed = Stage::Plan;
+    return usageError("--stages auto " + why);
+  };
+  if (!options.device)
+    return refuse("chooses by the estimated step: it needs a device model (--device, or tofu-run "
+                  "--calibrate's model of this machine)");
+  if (!options.train)
+    return refuse("chooses pipeline stages, which run a training step (--train)");
+  if (options.fitWorkersUpTo > 0)
+    return refuse("plans the stages for a number of workers: give --workers, not --fit");
+  if (options.agree || options.plan)
+    return refuse("is chosen by tofu-plan: give the stages and microbatches it chose");
+  const auto t0 = std::chrono::steady_clock::now();
+  StageSearch search;
+  std::optional<PipelineResult> best;
+  std::vector<std::string> errors;
+  Stage firstFailed = Stage::Plan;
+  // Each S's microbatches are doubled while its step falls (more microbatches shrink the
+  // bubble, but every op then runs once more and on less).
+  std::map<unsigned, double> bestOf;
+  std::set<unsigned> done;
+  for (const StageCandidate &next : stageCandidates(options, source)) {
+    if (done.count(next.stages))
+      continue;
+    search.candidates.push_back(next);
+    const size_t i = search.candidates.size() - 1;
+    StageCandidate &c = search.candidates[i];
+    PipelineOptions o = options;
+    o.stages.automatic = false;
+    o.stages.stages = c.stages;
+    o.stages.microbatches = c.microbatches;
+    o.stages.layers.clear();
+    o.microbatchModel = nullptr;
+    Stage stage = Stage::Plan;
+    auto r = runPipeline(source, lib, o, &stage);
+    if (r) {
+      auto seconds = estimatedStep(*r, *options.device, options.machine);
+      if (!seconds)
+        return seconds.takeError();
+      c.seconds = *seconds;
+    } else {
+      c.error = llvm::toString(r.takeError());
+      if (stage < Stage::Plan) // the model itself fails: every candidate would
+        return refuse(c.error);
+      if (errors.empty())
+        firstFailed = stage;
+      errors.push_back(fmt::format("{} stage{}, {} microbatch{}: {}", c.stages,
+                                   c.stages == 1 ? "" : "s", c.microbatches,
+                                   c.microbatches == 1 ? "" : "es", c.error));
+    }
+    if (options.onStageCandidate)
+      options.onStageCandidate(c);
+    auto was = bestOf.find(c.stages);
+    if (!r || (was != bestOf.end() && c.seconds >= was->second))
+      done.insert(c.stages);
+    else
+      bestOf[c.stages] = c.seconds;
+    if (r && (!best || c.seconds < search.candidates[search.chosen].seconds)) {
+      best = std::move(*r);
+      search.chosen = static_cast<unsigned>(i);
+    }
+  }
+  if (!best) {
+    if (failed)
+      *failed = firstFailed;
+    return stringError(
+        fmt::format("--stages auto: no candidate could be planned: {}", fmt::join(errors, "; ")));
+  }
+  search.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  best->stageSearch = std::move(search);
+  return std::move(*best);
+}
+
+} // namespace
+
 llvm::Expected<PipelineResult> runPipeline(const GraphSource &source, const OpLibrary &lib,
                                            const PipelineOptions &options, Stage *failed) {
+  if (options.stages.automatic)
+    return chooseStages(source, lib, options, failed);
   std::string name;
   auto g = readGraph(source, lib, &name);
   if (!g) {

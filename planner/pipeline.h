@@ -104,6 +104,25 @@ TimeObjective stepTimeObjective(const DeviceModel &device, const std::optional<T
 /// launches; a node an element-wise chain is folded into takes the chain's).
 std::vector<double> nodeWorkSeconds(const Problem &p, const DeviceModel &device);
 
+/// `--stages auto` (StageSpec::automatic): the stages and microbatches chosen by the
+/// estimated step. Each candidate is the whole pipeline planned with S stages of balanced
+/// layers and M microbatches (under the budget where there is one): S = 1, and each power of
+/// two dividing the workers (and, on a machine, its outermost level's count) with
+/// M = S, 2S and 4S where the batch divides, each S's M doubled only while its step falls;
+/// the least estimated step wins, ties to fewer stages. The boundaries are not searched:
+/// the stages balance their forward work. A candidate that cannot be planned (more stages
+/// than layers, a budget it does not fit, stages that fill no part of the machine) says why.
+struct StageCandidate {
+  unsigned stages = 1, microbatches = 1;
+  double seconds = 0; ///< its estimated step (0 where not planned)
+  std::string error;  ///< why it was not planned
+};
+struct StageSearch {
+  std::vector<StageCandidate> candidates;
+  unsigned chosen = 0; ///< its index in `candidates`
+  double seconds = 0;  ///< planning every candidate
+};
+
 struct PipelineOptions {
   /// Build the training step with this optimiser. A graph whose (chosen) output is not a
   /// scalar gets a loss first (addLoss: softmax cross-entropy against a new input `labels`
@@ -149,6 +168,8 @@ struct PipelineOptions {
   /// With fitWorkersUpTo under the time objective: each larger count planned by the scan for
   /// the least worker-seconds (FitByTime), with its estimated step.
   std::function<void(unsigned workers, double seconds)> onTimedCount;
+  /// With `--stages auto`: each candidate as it is decided (StageSearch).
+  std::function<void(const StageCandidate &)> onStageCandidate;
   /// What the error of a budget no plan fits adds: the driver's way to find enough workers.
   std::string noFitHint;
   /// Where given, --algo megatron without a configuration (search.factors empty) takes the
@@ -297,6 +318,8 @@ struct PipelineResult {
   std::optional<ObjectiveChoice> objectiveChoice;
   /// With fitWorkersUpTo under the time objective (on one process, without `agree`).
   std::optional<FitByTime> fitByTime;
+  /// With `--stages auto`: the candidates planned, and which won.
+  std::optional<StageSearch> stageSearch;
 };
 
 /// The message of a budget no plan fits: the worker count and budget, the recomputation

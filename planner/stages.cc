@@ -43,6 +43,10 @@ llvm::Error applyAlgorithmChoice(const AlgorithmChoice &c, PlanOptions &search, 
     if (!c.microbatchesGiven)
       stages->microbatches = stages->stages;
   }
+  if (stages && stages->automatic && (!c.megatron.empty() || c.algorithm == Algorithm::Placement))
+    return usageError(
+        fmt::format("{} auto chooses the stages: {} fixes them", names("stages"),
+                    c.megatron.empty() ? names("algo") + " placement" : names("megatron")));
   if (c.megatron.empty())
     return llvm::Error::success();
   const std::string megatron = names("megatron");
@@ -85,6 +89,12 @@ llvm::Error applyAlgorithmChoice(const AlgorithmChoice &c, PlanOptions &search, 
 }
 
 llvm::Error parseStages(const std::string &text, StageSpec &spec) {
+  if (text == "auto") {
+    spec.automatic = true;
+    spec.stages = 1;
+    spec.layers.clear();
+    return llvm::Error::success();
+  }
   std::vector<unsigned> counts;
   size_t at = 0;
   while (at <= text.size()) {
@@ -96,7 +106,8 @@ llvm::Error parseStages(const std::string &text, StageSpec &spec) {
     const unsigned long v = std::strtoul(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || v == 0 || v > 100000)
       return stringError(fmt::format(
-          "--stages '{}': give a number of stages (2), or each stage's layers by commas (3,5); "
+          "--stages '{}': give a number of stages (2), each stage's layers by commas (3,5), or "
+          "auto; "
           "'{}' is not a positive count",
           text, item));
     counts.push_back(static_cast<unsigned>(v));

@@ -61,11 +61,14 @@ struct StageSpec {
   /// where that moves fewer bytes and shortens the estimated step and, under a budget, where
   /// the stage still fits.
   bool reduceOnce = true;
+  /// `--stages auto`: the pipeline chooses the stages and microbatches by the estimated step
+  /// (planner/pipeline.h: StageSearch); `stages` and `microbatches` are then unset (1).
+  bool automatic = false;
   bool active() const { return stages > 1 || microbatches > 1 || roundRobin; }
 };
 
-/// `--stages`' forms: a count S, or the layers of each stage by commas ("3,5"). Errors say
-/// which form failed.
+/// `--stages`' forms: a count S, the layers of each stage by commas ("3,5"), or `auto`
+/// (StageSpec::automatic). Errors say which form failed.
 llvm::Error parseStages(const std::string &text, StageSpec &spec);
 
 /// The algorithm as the user chose it: a tool's --algo, --megatron, --stages and

@@ -476,5 +476,50 @@ TEST(Stages, RefusesWhatCannotBeStaged) {
             std::string::npos);
 }
 
+TEST(Stages, AutoKeepsTheCandidateOfLeastEstimatedStep) {
+  GraphSource source;
+  source.model = "gpt-2-64-4-16";
+  source.batch = 8;
+  PipelineOptions o;
+  o.train = Optimizer::SGD;
+  o.search.workers = 4;
+  o.stages.automatic = true;
+  // Without a device there is no step to choose by.
+  auto refused = runPipeline(source, testLibrary(), o);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("it needs a device model"), std::string::npos);
+  o.device = llvm::cantFail(deviceModelNamed("h100"));
+  auto r = runPipeline(source, testLibrary(), o);
+  ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+  ASSERT_TRUE(r->stageSearch);
+  const StageSearch &s = *r->stageSearch;
+  // No stages first, then S = 2 and 4 (powers of two dividing the workers), each from M = S.
+  ASSERT_GE(s.candidates.size(), 3u);
+  EXPECT_EQ(s.candidates[0].stages, 1u);
+  EXPECT_EQ(s.candidates[1].stages, 2u);
+  EXPECT_EQ(s.candidates[1].microbatches, 2u);
+  bool four = false;
+  for (const StageCandidate &c : s.candidates) {
+    EXPECT_TRUE(c.error.empty()) << c.stages << "," << c.microbatches << ": " << c.error;
+    EXPECT_EQ(c.microbatches % c.stages, 0u);
+    EXPECT_GE(c.seconds, s.candidates[s.chosen].seconds);
+    four |= c.stages == 4;
+  }
+  EXPECT_TRUE(four);
+  const StageCandidate &chosen = s.candidates[s.chosen];
+  EXPECT_EQ(r->staged.has_value(), chosen.stages > 1);
+  if (r->staged) {
+    EXPECT_EQ(r->staged->spec.stages, chosen.stages);
+    EXPECT_EQ(r->staged->spec.microbatches, chosen.microbatches);
+  }
+  // --fit chooses the workers the stages need; auto needs them given.
+  o.fitWorkersUpTo = 8;
+  o.memoryPerWorker = 1 << 30;
+  refused = runPipeline(source, testLibrary(), o);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("give --workers, not --fit"),
+            std::string::npos);
+}
+
 } // namespace
 } // namespace tofu

@@ -116,6 +116,19 @@ check "--algo placement --format=json" test $? -eq 0
 # execution plan's.
 "$plan" --model gpt-2-64-4-16 --batch 8 --train --topology 2x2:12.5GB/s@5us,150GB/s@1us --stages 2 --microbatches 2 --objective bytes --format=json >"$tmp/stt.json"
 check "--stages 2 --topology 2x2" test $? -eq 0
+# --stages auto: the candidate of least estimated step, each candidate reported.
+"$plan" --model gpt-2-64-4-16 --batch 8 --train --workers 4 --stages auto --format=json >"$tmp/auto.json" 2>"$tmp/auto.err"
+check "--stages auto" python3 - "$tmp/auto.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+s = j["stage_search"]
+steps = [c["step_seconds"] for c in s["candidates"]]
+chosen = min(s["candidates"], key=lambda c: c["step_seconds"])
+assert (s["chosen_stages"], s["chosen_microbatches"]) == (chosen["stages"], chosen["microbatches"]), s
+assert abs(j["step_time"]["seconds"] - chosen["step_seconds"]) < 1e-12, (j["step_time"], chosen)
+assert ("pipeline" in j) == (chosen["stages"] > 1), j.keys()
+PY
+check "--stages auto reports each candidate" grep -q "^tofu-plan: --stages auto: 2 stages, 2 microbatches [0-9.]* ms" "$tmp/auto.err"
 # --fit over stages: the fewest workers, a multiple of the stages filling part of the machine.
 "$plan" --model gpt-2-64-4-16 --batch 8 --train --stages 2 --microbatches 2 --fit 30MB --topology 2x2:12.5GB/s@5us,150GB/s@1us --format=json >"$tmp/stf.json" 2>"$tmp/stf.err"
 check "--stages 2 --fit 30MB --topology 2x2" test $? -eq 0
@@ -185,6 +198,8 @@ expect_error() { # expected message, args...
 expect_error "--workers must be 1 to 4096" --model mlp --workers 0
 expect_error "--explain explains a plan: give --workers K or --fit BYTES (not --describe or --dump-json)" --model mlp --describe --explain
 expect_error "--explain explains a partition; --algo swap plans none" --model mlp --train --workers 2 --algo swap --memory-per-worker 1GB --explain
+expect_error "--stages auto chooses the microbatches too" --model gpt-2-64-4-16 --batch 8 --train --workers 4 --stages auto --microbatches 2
+expect_error "--stages auto chooses the stages: --megatron fixes them" --model gpt-2-64-4-16 --batch 8 --train --workers 4 --stages auto --megatron 2,2,1
 expect_error "for the --objective option: must be time or bytes, not 'speed'" --model mlp --workers 2 --objective speed
 expect_error "for the --algo option: must be tofu, dp-flat, icml18, equalchop, spartan, allrow, data-parallel, zero3, megatron, smallbatch, placement, swap or exhaustive, not 'best'" --model mlp --workers 2 --algo best
 expect_error "for the --format option: must be table or json, not 'xml'" --model mlp --workers 2 --format xml

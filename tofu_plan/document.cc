@@ -224,6 +224,8 @@ llvm::Expected<std::string> planDocument(const tofu::PipelineResult &result,
     if (o.precision != tofu::Precision::FP32)
       j["precision"] =
           precisionJson(o.precision, result.precision, bf16Tensors(precisionGraph(result)));
+    if (result.stageSearch)
+      j["stage_search"] = stageSearchSection(*result.stageSearch).json;
     if (o.explanation)
       j["explain"] = explainSection(*o.explanation, o.device.name).json;
     return j.dump(1) + "\n";
@@ -232,6 +234,8 @@ llvm::Expected<std::string> planDocument(const tofu::PipelineResult &result,
   if (!recomputed) // (with recomputation, each candidate set's graph was analysed)
     text += fmt::format("analysis of the graph's ops: {:.3f} s\n", analysis);
   text += memoryLine + recomputeLine + precisionLineOf(result, o.precision);
+  if (result.stageSearch)
+    text += stageSearchSection(*result.stageSearch).text;
   text += staged ? staged->text : tofu::planTable(*problem, *plan, report);
   text += machineText;
   text += tofu::formatStepTime(stepTime, o.summary ? 0 : 10);

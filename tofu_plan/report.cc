@@ -204,6 +204,40 @@ std::string fitByTimeLine(const tofu::FitByTime &f, int64_t budget,
       fewest.seconds / least.seconds, least.workers, budget);
 }
 
+std::string stageCandidateText(const tofu::StageCandidate &c) {
+  const std::string what =
+      c.stages == 1 && c.microbatches == 1
+          ? std::string("no stages")
+          : fmt::format("{} stages, {} microbatches", c.stages, c.microbatches);
+  return c.error.empty() ? fmt::format("{} {}", what, ms(c.seconds))
+                         : fmt::format("{} not planned ({})", what, c.error);
+}
+
+Section stageSearchSection(const tofu::StageSearch &s) {
+  Section out;
+  std::vector<std::string> each;
+  nlohmann::ordered_json candidates = nlohmann::ordered_json::array();
+  for (const tofu::StageCandidate &c : s.candidates) {
+    each.push_back(stageCandidateText(c));
+    nlohmann::ordered_json j = {{"stages", c.stages}, {"microbatches", c.microbatches}};
+    if (c.error.empty())
+      j["step_seconds"] = c.seconds;
+    else
+      j["not_planned"] = c.error;
+    candidates.push_back(std::move(j));
+  }
+  const tofu::StageCandidate &chosen = s.candidates[s.chosen];
+  out.text = fmt::format("stages auto: by the estimated step: {}. Chosen: {} ({} candidates "
+                         "planned in {:.1f} s)\n",
+                         fmt::join(each, "; "), stageCandidateText(chosen), s.candidates.size(),
+                         s.seconds);
+  out.json = {{"candidates", candidates},
+              {"chosen_stages", chosen.stages},
+              {"chosen_microbatches", chosen.microbatches},
+              {"seconds", s.seconds}};
+  return out;
+}
+
 Section explainSection(const tofu::Explanation &x, const std::string &device) {
   Section out;
   const tofu::StepCost &c = x.cost;

@@ -54,6 +54,12 @@ std::string budgetLines(const tofu::BudgetChoice &chosen, const tofu::PartitionP
 std::string fitByTimeLine(const tofu::FitByTime &f, int64_t budget,
                           nlohmann::ordered_json &fitJson);
 
+/// `--stages auto`'s search (tofu::StageSearch): each candidate's estimated step or why it was
+/// not planned, and the one chosen.
+Section stageSearchSection(const tofu::StageSearch &s);
+/// One candidate, as its progress line says it.
+std::string stageCandidateText(const tofu::StageCandidate &c);
+
 /// The machine's levels the plan runs on (`part`): the traffic over each, against the plan of
 /// least bytes' (`machine`) unless `budgeted` or `staged` (pipeline stages, each searched over
 /// its part of the machine), and the estimated communication time.

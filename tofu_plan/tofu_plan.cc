@@ -333,6 +333,9 @@ int main(int argc, char **argv) {
                                 "worker-ms)\n",
                                 k, 1e3 * seconds, 1e3 * k * seconds);
   };
+  pipeline.onStageCandidate = [](const tofu::StageCandidate &c) {
+    llvm::errs() << "tofu-plan: --stages auto: " << tofuplan::stageCandidateText(c) << "\n";
+  };
   tofu::GraphSource source = tofu::cli::graphSource();
   if (!inputOpt.empty())
     source.givenInputs =
