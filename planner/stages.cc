@@ -424,6 +424,57 @@ Problem stageProblem(const Problem &p, const std::vector<unsigned> &nodes,
   return sub;
 }
 
+/// What a stage's search depends on, as numbers: its problem's nodes and tensors by their
+/// local indices, which follow the schedule's order (ops, shapes, element types, roles,
+/// edges, the coalescing and group names by first appearance), and which tensors are the
+/// step's outputs. Two stages of one key are the same problem under other names (a GPT's
+/// middle stages under GPipe, or those 1F1B runs all forwards first): the deterministic
+/// search finds the same plan for both, so the later one takes the earlier one's. The
+/// order matters: the time objective's work per node is estimated with element-wise chains
+/// fused as they run (planner/step_time.h), and a budget's memory plans follow it.
+std::vector<int64_t> stageKey(const Problem &sub, const std::vector<std::string> &outputs) {
+  std::vector<int64_t> key;
+  std::map<std::string, int64_t> groups, coalesced;
+  auto idOf = [](std::map<std::string, int64_t> &ids, const std::string &name) -> int64_t {
+    if (name.empty())
+      return -1;
+    return ids.emplace(name, int64_t(ids.size())).first->second;
+  };
+  auto list = [&](int64_t mark, const auto &xs) {
+    key.push_back(mark);
+    key.push_back(int64_t(xs.size()));
+    for (auto x : xs)
+      key.push_back(int64_t(x));
+  };
+  key.push_back(int64_t(sub.nodes.size()));
+  key.push_back(int64_t(sub.tensors.size()));
+  for (const ProblemNode &n : sub.nodes) {
+    key.push_back(reinterpret_cast<intptr_t>(n.table.get()));
+    key.push_back(reinterpret_cast<intptr_t>(n.regionVars.get()));
+    key.push_back(reinterpret_cast<intptr_t>(n.reads.get()));
+    list(-1, n.shapes.vars);
+    for (const std::vector<int64_t> &in : n.shapes.inputs)
+      list(-2, in);
+    list(-3, n.inputs);
+    key.push_back(n.output);
+    key.push_back(idOf(coalesced, n.coalesce));
+    key.push_back(idOf(groups, n.group));
+  }
+  for (const ProblemTensor &t : sub.tensors) {
+    list(-4, t.shape);
+    key.push_back(int64_t(t.dtype));
+    key.push_back(t.elementBytes);
+    key.push_back(int64_t(t.storage));
+    key.push_back(int64_t(t.role));
+    key.push_back(idOf(groups, t.group));
+    key.push_back(t.producer);
+    list(-5, t.consumers);
+    key.push_back(std::find(outputs.begin(), outputs.end(), t.name) != outputs.end());
+  }
+  list(-6, sub.order);
+  return key;
+}
+
 } // namespace
 
 llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForward,
@@ -599,39 +650,54 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
   std::vector<ExecPlan> subExec(V);
   std::vector<std::vector<unsigned>> subTensorOf(V);
   std::vector<std::map<unsigned, unsigned>> subNodeOf(V); // global node -> its NodeExec
+  std::map<std::vector<int64_t>, unsigned> searched;      // a stage's key -> the first stage of it
   for (unsigned s = 0; s < V; ++s) {
     Problem sub = stageProblem(p, stageNodes[s], subTensorOf[s]);
-    PlanOptions o = search;
-    o.workers = per;
-    if (o.algorithm == Algorithm::Placement) // the layers' placement; inside a group, Tofu's
-      o.algorithm = Algorithm::Tofu;
-    // Steps given for a stage's workers (Megatron's TP x DP inside each stage, the levels of
-    // the machine's part it runs on, with their weights) stay; steps of every worker do not
-    // apply.
-    unsigned product = 1;
-    for (unsigned f : o.factors)
-      product *= f;
-    if (product != per || o.factors.empty()) {
-      o.factors.clear();
-      o.stepAlgorithms.clear();
-      o.prefixWeights = {};
-    }
-    o.pricedBuffers.clear();
-    if (memoryLimit > 0) {
-      auto fit = searchWithinMemory(sub, o, memoryLimit, outputs);
-      if (!fit)
-        return stringError(fmt::format("stage {}: {}", s, llvm::toString(fit.takeError())));
-      subExec[s] = std::move(fit->exec);
-      out.stages[s].plan = std::move(fit->plan);
-      out.stages[s].searches = fit->searches;
-      out.stages[s].memoryWeight = fit->memoryWeight;
-      out.stages[s].fits = fit->fits;
+    auto [same, fresh] = spec.shareSearches ? searched.emplace(stageKey(sub, outputs), s)
+                                            : std::pair{searched.end(), true};
+    if (!fresh) { // the problem of an earlier stage: its plan, not another search
+      const StageSummary &first = out.stages[same->second];
+      StageSummary &here = out.stages[s];
+      here.plan = first.plan;
+      here.plan.searchSeconds = 0;
+      here.planOf = static_cast<int>(same->second);
+      here.searches = first.searches;
+      here.memoryWeight = first.memoryWeight;
+      here.fits = first.fits;
+      subExec[s] = buildExecPlan(sub, here.plan);
     } else {
-      auto plan = searchPlan(sub, o);
-      if (!plan)
-        return stringError(fmt::format("stage {}: {}", s, llvm::toString(plan.takeError())));
-      subExec[s] = buildExecPlan(sub, *plan);
-      out.stages[s].plan = std::move(*plan);
+      PlanOptions o = search;
+      o.workers = per;
+      if (o.algorithm == Algorithm::Placement) // the layers' placement; inside a group, Tofu's
+        o.algorithm = Algorithm::Tofu;
+      // Steps given for a stage's workers (Megatron's TP x DP inside each stage, the levels of
+      // the machine's part it runs on, with their weights) stay; steps of every worker do not
+      // apply.
+      unsigned product = 1;
+      for (unsigned f : o.factors)
+        product *= f;
+      if (product != per || o.factors.empty()) {
+        o.factors.clear();
+        o.stepAlgorithms.clear();
+        o.prefixWeights = {};
+      }
+      o.pricedBuffers.clear();
+      if (memoryLimit > 0) {
+        auto fit = searchWithinMemory(sub, o, memoryLimit, outputs);
+        if (!fit)
+          return stringError(fmt::format("stage {}: {}", s, llvm::toString(fit.takeError())));
+        subExec[s] = std::move(fit->exec);
+        out.stages[s].plan = std::move(fit->plan);
+        out.stages[s].searches = fit->searches;
+        out.stages[s].memoryWeight = fit->memoryWeight;
+        out.stages[s].fits = fit->fits;
+      } else {
+        auto plan = searchPlan(sub, o);
+        if (!plan)
+          return stringError(fmt::format("stage {}: {}", s, llvm::toString(plan.takeError())));
+        subExec[s] = buildExecPlan(sub, *plan);
+        out.stages[s].plan = std::move(*plan);
+      }
     }
     out.stages[s].nodes = static_cast<unsigned>(stageNodes[s].size());
     for (size_t i = 0; i < subExec[s].nodes.size(); ++i)

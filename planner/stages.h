@@ -64,6 +64,11 @@ struct StageSpec {
   /// `--stages auto`: the pipeline chooses the stages and microbatches by the estimated step
   /// (planner/pipeline.h: StageSearch); `stages` and `microbatches` are then unset (1).
   bool automatic = false;
+  /// A stage whose problem is an earlier stage's under other names (a GPT's middle stages)
+  /// takes that stage's plan rather than searching again (StageSummary::planOf). The search
+  /// is deterministic, so the plan is the same either way; false searches every stage (the
+  /// tests' check of that).
+  bool shareSearches = true;
   bool active() const { return stages > 1 || microbatches > 1 || roundRobin; }
 };
 
@@ -120,6 +125,10 @@ struct StageSummary {
   unsigned searches = 1;
   double memoryWeight = 0;
   bool fits = true;
+  /// The earlier stage whose problem this one's is under other names (planStages' key: ops,
+  /// shapes, edges and the step's outputs alike), whose plan it took without a search of
+  /// its own (`searches` and `memoryWeight` are that search's); -1: it was searched.
+  int planOf = -1;
   /// The forward tensors of its layers that recomputation drops (every microbatch's).
   unsigned recomputed = 0;
 };

@@ -283,6 +283,53 @@ TEST(Stages, PlacementPutsEachRnnLayerOnAWorkerInTurn) {
             std::string::npos);
 }
 
+/// A plan as text, less the seconds its search took.
+std::string untimed(PartitionPlan plan) {
+  plan.searchSeconds = 0;
+  return encodePlan(plan);
+}
+
+TEST(Stages, StagesOfOneProblemShareASearch) {
+  // A GPT's middle stages are one problem under other names where they run their nodes in
+  // one order: every stage under GPipe, and under 1F1B those whose warm-up holds every
+  // microbatch's forward (here 2 microbatches, and stage 1 warms up with two forwards as
+  // stage 2 runs F F B B too). The later takes the first one's plan, and it is the plan its
+  // own search finds (shareSearches false), under the time objective and within a budget.
+  struct Case {
+    Schedule schedule;
+    unsigned microbatches;
+    int64_t budget;
+  };
+  for (const Case &c : {Case{Schedule::OneFOneB, 2, 0}, Case{Schedule::GPipe, 4, 30 << 20}}) {
+    SCOPED_TRACE(scheduleName(c.schedule));
+    StageSpec spec;
+    spec.stages = 4;
+    spec.microbatches = c.microbatches;
+    spec.schedule = c.schedule;
+    StagedStep step = setup("gpt-8-64-4-16", 8, 8, spec);
+    step.options.device = llvm::cantFail(deviceModelNamed("h100"));
+    step.options.memoryPerWorker = c.budget;
+    const PipelineResult shared = planned(step);
+    step.options.stages.shareSearches = false;
+    const PipelineResult searched = planned(step);
+    ASSERT_TRUE(shared.staged && searched.staged);
+    const std::vector<StageSummary> &a = shared.staged->stages, &b = searched.staged->stages;
+    ASSERT_EQ(a.size(), 4u);
+    ASSERT_EQ(b.size(), 4u);
+    EXPECT_EQ(a[0].planOf, -1);
+    EXPECT_EQ(a[1].planOf, -1);
+    EXPECT_EQ(a[2].planOf, 1); // the middle stages' four layers each
+    EXPECT_EQ(a[3].planOf, -1);
+    for (unsigned s = 0; s < 4; ++s) {
+      EXPECT_EQ(b[s].planOf, -1);
+      EXPECT_EQ(untimed(a[s].plan), untimed(b[s].plan)) << "stage " << s;
+      EXPECT_EQ(a[s].searches, b[s].searches) << "stage " << s;
+    }
+    EXPECT_EQ(shared.plan.totalBytes, searched.plan.totalBytes);
+    EXPECT_EQ(shared.memory.largestPeak(), searched.memory.largestPeak());
+  }
+}
+
 TEST(Stages, GPipeHoldsMoreActivationsThan1F1B) {
   // The last stage holds one microbatch's logits under 1F1B (each backward follows its
   // forward) against GPipe's four; stage 0 two against four.

@@ -133,6 +133,12 @@ assert abs(j["step_time"]["seconds"] - chosen["step_seconds"]) < 1e-12, (j["step
 assert ("pipeline" in j) == (chosen["stages"] > 1), j.keys()
 PY
 check "--stages auto reports each candidate" grep -q "^tofu-plan: --stages auto: 2 stages, 2 microbatches [0-9.]* ms" "$tmp/auto.err"
+# A stage whose problem repeats an earlier one's takes its plan: gpt-8's middle stages.
+"$plan" --model gpt-8-64-4-16 --batch 8 --train --workers 4 --stages 4 --microbatches 2 --schedule gpipe --summary >"$tmp/share.txt" 2>/dev/null
+check "stage plans shared" grep -q "^stage plans: 3 searched, 1 taken from an earlier stage of the same problem under other names$" "$tmp/share.txt"
+"$plan" --model gpt-8-64-4-16 --batch 8 --train --workers 4 --stages 4 --microbatches 2 --schedule gpipe --format=json 2>/dev/null |
+  python3 -c 'import json, sys; s = json.load(sys.stdin)["pipeline"]["per_stage"]; sys.exit([x.get("plan_of_stage") for x in s] != [None, None, 1, None])'
+check "stage plans shared: plan_of_stage" test $? -eq 0
 # --fit over stages: the fewest workers, a multiple of the stages filling part of the machine.
 if in_sample 1 3; then
   "$plan" --model gpt-2-64-4-16 --batch 8 --train --stages 2 --microbatches 2 --fit 30MB --topology 2x2:12.5GB/s@5us,150GB/s@1us --format=json >"$tmp/stf.json" 2>"$tmp/stf.err"

@@ -32,6 +32,7 @@ std::optional<Section> stagesSection(const tofu::PipelineResult &r) {
                                          : "forward segments between cuts",
                   recomputes ? " recomputed tensors |" : "", recomputes ? " ---: |" : "");
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  size_t taken = 0; // the stages whose plans are an earlier stage's
   for (size_t s = 0; s < staged.stages.size(); ++s) {
     const tofu::StageSummary &st = staged.stages[s];
     int64_t peak = 0;
@@ -53,7 +54,16 @@ std::optional<Section> stagesSection(const tofu::PipelineResult &r) {
                       {"bytes_inside", inside[s]},
                       {"planned_peak_bytes", peak},
                       {"recomputed_tensors", st.recomputed}});
+    if (st.planOf >= 0) {
+      stages.back()["plan_of_stage"] = st.planOf;
+      ++taken;
+    }
   }
+  if (taken > 0)
+    out.text +=
+        fmt::format("\nstage plans: {} searched, {} taken from an earlier stage of the same "
+                    "problem under other names\n",
+                    staged.stages.size() - taken, taken);
   out.text +=
       fmt::format("\nbytes per step: {} in all, {} between stages (the cuts and their "
                   "gradients, shared weights, scalars)\n",
