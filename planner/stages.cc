@@ -650,7 +650,24 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
   std::vector<ExecPlan> subExec(V);
   std::vector<std::vector<unsigned>> subTensorOf(V);
   std::vector<std::map<unsigned, unsigned>> subNodeOf(V); // global node -> its NodeExec
-  std::map<std::vector<int64_t>, unsigned> searched;      // a stage's key -> the first stage of it
+  // Every stage's search: its workers' share of the options.
+  PlanOptions o = search;
+  o.workers = per;
+  if (o.algorithm == Algorithm::Placement) // the layers' placement; inside a group, Tofu's
+    o.algorithm = Algorithm::Tofu;
+  // Steps given for a stage's workers (Megatron's TP x DP inside each stage, the levels of
+  // the machine's part it runs on, with their weights) stay; steps of every worker do not
+  // apply.
+  unsigned product = 1;
+  for (unsigned f : o.factors)
+    product *= f;
+  if (product != per || o.factors.empty()) {
+    o.factors.clear();
+    o.stepAlgorithms.clear();
+    o.prefixWeights = {};
+  }
+  o.pricedBuffers.clear();
+  std::map<std::vector<int64_t>, unsigned> searched; // a stage's key -> the first stage of it
   for (unsigned s = 0; s < V; ++s) {
     Problem sub = stageProblem(p, stageNodes[s], subTensorOf[s]);
     auto [same, fresh] = spec.shareSearches ? searched.emplace(stageKey(sub, outputs), s)
@@ -666,22 +683,6 @@ llvm::Expected<StagedPlan> planStages(const Problem &p, const Graph &microForwar
       here.fits = first.fits;
       subExec[s] = buildExecPlan(sub, here.plan);
     } else {
-      PlanOptions o = search;
-      o.workers = per;
-      if (o.algorithm == Algorithm::Placement) // the layers' placement; inside a group, Tofu's
-        o.algorithm = Algorithm::Tofu;
-      // Steps given for a stage's workers (Megatron's TP x DP inside each stage, the levels of
-      // the machine's part it runs on, with their weights) stay; steps of every worker do not
-      // apply.
-      unsigned product = 1;
-      for (unsigned f : o.factors)
-        product *= f;
-      if (product != per || o.factors.empty()) {
-        o.factors.clear();
-        o.stepAlgorithms.clear();
-        o.prefixWeights = {};
-      }
-      o.pricedBuffers.clear();
       if (memoryLimit > 0) {
         auto fit = searchWithinMemory(sub, o, memoryLimit, outputs);
         if (!fit)
